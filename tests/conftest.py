@@ -58,11 +58,34 @@ def _gpu_available() -> bool:
 HAS_GPU = _gpu_available()
 
 
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the slow marks added here must count
 def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip_gpu)
+        params = getattr(item, "callspec", None)
+        if "slow_on_host" in item.keywords and params and params.params.get("cuda_device") == "host":
+            item.add_marker(pytest.mark.slow)
+
+
+@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
+def cuda_device(request, monkeypatch):
+    """Where a test of the CUDA launchers runs: "gpu" (CuPy on a GPU; skipped without one) or
+    "host" (the same launchers and kernel sources on the CPU through tests/cuda_host.py, with
+    blocks and threads run in a shuffled order seeded by the test's name).  Tests written
+    against ``to_gpu``/``to_host`` and the launcher modules run unchanged on both."""
+    if request.param == "gpu":
+        return None
+    import zlib
+
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    seed = zlib.crc32(request.node.nodeid.encode())
+    return cuda_host.HostDevice(order="shuffled", seed=seed).install(monkeypatch)
 
 
 @pytest.fixture(scope="session")

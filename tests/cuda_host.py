@@ -1,16 +1,23 @@
-"""Run a kernel file of cuda_src/ on the CPU: its real source, compiled by the host C++ compiler.
+"""Run the kernels of cuda_src/ on the CPU: their real source, compiled by the host C++ compiler.
 
 CUDA's headers let host compilers build ``__global__``/``__device__`` code (the qualifiers
-expand to nothing and cuda_fp16.h / cuda_bf16.h have host conversions).  With a one-thread
-grid (``blockDim = gridDim = 1``, all indices 0) a grid-stride kernel visits every element
-in turn, so calling it as a plain function computes the whole result.  This checks the
-kernels' index math and summation on machines without a GPU; it says nothing about launch
-configuration, memory coalescing or device-only intrinsics (the GPU tests cover those).
+expand to nothing and cuda_fp16.h / cuda_bf16.h have host conversions).
+``tests/cuda_host_runtime.h`` supplies the rest of the execution model: blocks and their
+threads (fibers, one block at a time), ``__syncthreads``/``__syncwarp`` barriers, ``__shared__``
+memory and an emulation of ``nvcuda::wmma``; see its header comment.  This checks the kernels'
+index math, tiling, barriers and summation on machines without a GPU; it says nothing about
+speed, memory coalescing or the real tensor-core and warp hardware (the GPU tests cover those).
 
-Each name expression of a launcher's ``instantiations()`` gets an ``extern "C"`` wrapper
-``kernel_<i>(void* const* pointers, const long long* scalars)`` that passes the kernel's
-pointer parameters from ``pointers`` and its ``long long`` parameters from ``scalars``, in
-order.  Needs g++ and a CUDA toolkit include directory (with crt/host_defines.h).
+Two ways in:
+
+* :class:`HostKernels` compiles the instantiations of one ``.cu`` file; ``launch(expression,
+  grid, block, pointers, scalars)`` runs one (``run`` is a one-thread launch).
+* :class:`HostDevice` stands in for CuPy under the real launchers (``gradops.backends.cuda.*``):
+  ``install(monkeypatch)`` makes ``import cupy`` return a NumPy-backed module whose arrays sit
+  between NaN-filled guard bytes, and routes ``_runtime.kernel`` to :class:`HostKernels`.  After
+  every launch the guards are checked, so a kernel that writes outside an array fails the test;
+  outputs start as NaN, so an element a kernel forgets to write shows up, and an out-of-bounds
+  read of an input picks up guard NaN that propagates into the result.
 """
 
 from __future__ import annotations
@@ -20,40 +27,20 @@ import hashlib
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import types
 from pathlib import Path
 
 import numpy as np
 
 from gradops.backends.cuda import _build
 
-PRELUDE = r"""
-#include <cstddef>
-#include <tuple>
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+HERE = Path(__file__).resolve().parent
+RUNTIME_HEADER = HERE / "cuda_host_runtime.h"
 
-// A one-thread grid: every grid-stride loop runs over all elements in this one call.
-struct gradops_host_dim3 { unsigned x, y, z; };
-static const gradops_host_dim3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0}, blockDim{1, 1, 1}, gridDim{1, 1, 1};
-"""
-
-INVOKER = r"""
-namespace gradops_host {
-template <typename A> struct Arg {  // scalar parameters: the next long long
-    static A get(void* const*, const long long* s, int&, int& is) { return static_cast<A>(s[is++]); }
-};
-template <typename T> struct Arg<T*> {  // pointer parameters: the next pointer
-    static T* get(void* const* p, const long long*, int& ip, int&) { return static_cast<T*>(p[ip++]); }
-};
-template <typename... Args> void call(void (*fn)(Args...), void* const* p, const long long* s) {
-    int ip = 0, is = 0;
-    // A braced initializer list evaluates its elements left to right, in parameter order.
-    std::tuple<Args...> args{Arg<Args>::get(p, s, ip, is)...};
-    std::apply(fn, args);
-}
-}  // namespace gradops_host
-"""
+#: Launch orders of the host runtime (``gradops_host::Order``).
+ORDERS = {"forward": 0, "reverse": 1, "shuffled": 2}
 
 
 def toolkit_include() -> str | None:
@@ -65,6 +52,8 @@ def toolkit_include() -> str | None:
 
 
 def unavailable_reason() -> str | None:
+    if not sys.platform.startswith("linux"):
+        return "the host runtime uses ucontext fibers (Linux)"
     if shutil.which("g++") is None:
         return "g++ is not installed"
     if toolkit_include() is None:
@@ -72,18 +61,28 @@ def unavailable_reason() -> str | None:
     return None
 
 
-class HostKernels:
-    """The instantiations of one .cu file, compiled for the host; ``run(expression, ...)``."""
+class HostLaunchError(RuntimeError):
+    """The host runtime refused a launch (a divergent barrier)."""
 
-    def __init__(self, filename: str, expressions: list[str]):
+
+class HostKernels:
+    """The instantiations of one .cu file, compiled for the host."""
+
+    def __init__(self, filename: str, expressions: list[str], source_dir: Path | None = None):
+        """``source_dir``: where ``filename`` and its headers are (default: cuda_src/); the
+        runtime's own tests point it at edited copies of the sources."""
+        source_dir = Path(source_dir) if source_dir is not None else _build.source_dir()
+        self.filename = filename
         self.expressions = list(expressions)
-        code = [PRELUDE, f'#include "{filename}"', INVOKER]
+        code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
         for i, expression in enumerate(self.expressions):
-            code.append(f'extern "C" void kernel_{i}(void* const* p, const long long* s) '
-                        f'{{ gradops_host::call(&{expression}, p, s); }}')
-        text = "\n".join(code)
-        headers = "".join(path.read_text() for path in sorted(_build.source_dir().glob("*.cu*")))
-        digest = hashlib.sha256((text + headers).encode()).hexdigest()[:16]
+            code.append(f'extern "C" int kernel_{i}(void* const* p, const long long* s, const unsigned* grid, '
+                        f'const unsigned* block, int order, unsigned seed, char* error, int error_size) '
+                        f'{{ return gradops_host::launch_kernel(&{expression}, p, s, grid, block, order, seed, '
+                        f'error, error_size); }}')
+        text = "\n".join(code) + "\n"
+        sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
+        digest = hashlib.sha256((text + sources + RUNTIME_HEADER.read_text()).encode()).hexdigest()[:16]
         directory = Path(tempfile.gettempdir()) / "gradops_host_kernels"
         directory.mkdir(exist_ok=True)
         library = directory / f"{Path(filename).stem}_{digest}.so"
@@ -93,18 +92,128 @@ class HostKernels:
             partial = library.with_suffix(f".{os.getpid()}.tmp")
             # No FMA contraction: sums round exactly as written, on every host architecture.
             build = subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-w",
-                                    f"-I{_build.source_dir()}", f"-I{toolkit_include()}",
+                                    f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}",
                                     str(source), "-o", str(partial)], capture_output=True, text=True)
             if build.returncode:
                 raise RuntimeError(f"g++ could not build {filename} for the host:\n{build.stderr}")
             partial.replace(library)  # atomic: a concurrent run never loads half a library
         self._lib = ctypes.CDLL(str(library))
 
-    def run(self, expression: str, pointers: list[np.ndarray], scalars) -> None:
-        """Call the kernel with the arrays' buffers and the int64 scalars, in parameter order."""
+    def launch(self, expression: str, grid, block, pointers, scalars, order: str = "forward",
+               seed: int = 0) -> None:
+        """Run ``expression`` over ``grid`` x ``block`` (up to 3 entries each) with ``pointers``
+        (arrays, or raw addresses as ints) and int64 ``scalars``, each in parameter order."""
         fn = getattr(self._lib, f"kernel_{self.expressions.index(expression)}")
+        addresses = []
         for a in pointers:
-            assert a.flags.c_contiguous
-        pointer_array = (ctypes.c_void_p * max(1, len(pointers)))(*(a.ctypes.data for a in pointers))
+            if isinstance(a, np.ndarray):
+                assert a.flags.c_contiguous
+                addresses.append(a.ctypes.data)
+            else:
+                addresses.append(int(a))
+        pointer_array = (ctypes.c_void_p * max(1, len(addresses)))(*addresses)
         scalar_array = np.ascontiguousarray(np.array([int(s) for s in scalars] or [0], np.int64))
-        fn(pointer_array, scalar_array.ctypes.data_as(ctypes.POINTER(ctypes.c_longlong)))
+        dims = [tuple(int(v) for v in d) + (1,) * (3 - len(d)) for d in (grid, block)]
+        grid_array, block_array = ((ctypes.c_uint * 3)(*d) for d in dims)
+        error = ctypes.create_string_buffer(512)
+        status = fn(pointer_array, scalar_array.ctypes.data_as(ctypes.POINTER(ctypes.c_longlong)),
+                    grid_array, block_array, ctypes.c_int(ORDERS[order]), ctypes.c_uint(seed), error,
+                    ctypes.c_int(len(error)))
+        if status:
+            raise HostLaunchError(f"{expression}: {error.value.decode()}")
+
+    def run(self, expression: str, pointers: list[np.ndarray], scalars) -> None:
+        """A one-thread launch: a grid-stride kernel visits every element in this one call."""
+        self.launch(expression, (1,), (1,), pointers, scalars)
+
+
+# --------------------------------------------------------------------------- CuPy stand-in
+
+#: Guard bytes on each side of every array the stand-in allocates: as many as the array has,
+#: rounded up to a multiple of this (which keeps the array as aligned as cudaMalloc would), so
+#: an index up to twice too large still lands in a guard.  0xFF bytes read as NaN in every
+#: float dtype.
+GUARD_ALIGN = 256
+GUARD_BYTE = 0xFF
+
+
+class HostDevice:
+    """CuPy's role for the launchers, on the CPU (see the module docstring).
+
+    ``order``/``seed`` choose the host runtime's block and thread order for every launch.
+    ``launches`` records (expression, grid, block) of each launch, for tests of the launchers'
+    choices.
+    """
+
+    def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None):
+        self.order = order
+        self.seed = seed
+        self.source_dir = source_dir
+        self.launches: list[tuple[str, tuple, tuple]] = []
+        self._buffers: list[tuple[np.ndarray, int, int]] = []  # (buffer, guard bytes, payload bytes)
+        self._kernels: dict[str, HostKernels] = {}
+
+    # ---- arrays
+    def empty(self, shape, dtype=np.float64):
+        shape = (shape,) if np.isscalar(shape) else tuple(int(d) for d in shape)
+        dtype = np.dtype(dtype)
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        guard = max(1, -(-nbytes // GUARD_ALIGN)) * GUARD_ALIGN
+        buffer = np.full(nbytes + 2 * guard, GUARD_BYTE, np.uint8)
+        self._buffers.append((buffer, guard, nbytes))
+        return buffer[guard:guard + nbytes].view(dtype).reshape(shape)
+
+    def zeros(self, shape, dtype=np.float64):
+        out = self.empty(shape, dtype)
+        out.view(np.uint8)[...] = 0
+        return out
+
+    def asarray(self, x, dtype=None):
+        x = np.asarray(x, dtype=dtype)
+        out = self.empty(x.shape, x.dtype)
+        out[...] = x
+        return out
+
+    def ascontiguousarray(self, x):
+        return self.asarray(x)
+
+    @staticmethod
+    def asnumpy(x):
+        return np.array(x)
+
+    def check_guards(self) -> None:
+        for buffer, guard, nbytes in self._buffers:
+            before, after = buffer[:guard], buffer[guard + nbytes:]
+            if np.any(before != GUARD_BYTE) or np.any(after != GUARD_BYTE):
+                raise AssertionError(f"a kernel wrote outside an array of {nbytes} bytes")
+
+    # ---- kernels
+    def kernel(self, filename: str, expression: str):
+        if filename not in self._kernels:
+            self._kernels[filename] = HostKernels(filename, _build.all_instantiations()[filename], self.source_dir)
+        kernels = self._kernels[filename]
+
+        def launch(grid, block, args, shared_mem=0):
+            pointers = [a for a in args if isinstance(a, (np.ndarray, np.uint64))]
+            scalars = [a for a in args if not isinstance(a, (np.ndarray, np.uint64))]
+            assert all(isinstance(s, (np.int64, np.int32)) for s in scalars), "scalars must be explicit int types"
+            self.launches.append((expression, tuple(grid), tuple(block)))
+            kernels.launch(expression, grid, block, pointers, scalars, self.order, self.seed)
+            self.check_guards()
+
+        return launch
+
+    def install(self, monkeypatch) -> "HostDevice":
+        """Make ``import cupy`` and the CUDA launchers' runtime use this device for the test."""
+        from gradops.backends.cuda import _runtime
+
+        module = types.ModuleType("cupy")
+        for name in ("empty", "zeros", "asarray", "ascontiguousarray", "asnumpy"):
+            setattr(module, name, getattr(self, name))
+        module.ndarray = np.ndarray
+        monkeypatch.setitem(sys.modules, "cupy", module)
+        monkeypatch.setattr(_runtime, "kernel", self.kernel)
+        monkeypatch.setattr(_runtime, "sm_count", lambda: 2)
+        monkeypatch.setattr(_runtime, "pointer",
+                            lambda x, offset=0: np.uint64(x.ctypes.data + offset * x.itemsize))
+        return self

@@ -257,32 +257,30 @@ def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding
     return got, want, g
 
 
-@pytest.mark.gpu
 @CUDA_PATHS
 @pytest.mark.parametrize(GRID_ARGS, GEOMETRY_GRID)
-def test_cuda_geometry_grid_float64(rng, path, layout, h, w, groups, cg, og, r, s, strides, padding, dilations, pads):
+def test_cuda_geometry_grid_float64(cuda_device, rng, path, layout, h, w, groups, cg, og, r, s, strides, padding, dilations, pads):
     """Every padding/stride/dilation/groups combination: CUDA kernels == NumPy backend (float64)."""
     got, want, _ = run_cuda(rng, np.float64, layout, 2, h, w, groups, cg, og, r, s, strides, padding, dilations,
                             pads, path=path)
     assert_close(got, want, np.float64)
 
 
-@pytest.mark.gpu
 @CUDA_PATHS
 @DTYPES
 @LAYOUTS
 @ALL_REPRESENTATIVE
-def test_cuda_dtypes_and_layouts(rng, path, dtype, layout, case):
+def test_cuda_dtypes_and_layouts(cuda_device, rng, path, dtype, layout, case):
     """All four dtypes in both layouts on every path match the NumPy backend."""
     got, want, _ = run_cuda(rng, dtype, layout, n=2, path=path, **REPRESENTATIVE[case])
     assert_close(got, want, dtype)
 
 
-@pytest.mark.gpu
-@pytest.mark.parametrize("path,splits", [("tiled", None), ("tiled", 1), ("tiled", 7), ("direct", None)])
+@pytest.mark.parametrize("path,splits", [("tiled", None), ("tiled", 1), ("tiled", 7),
+                                         pytest.param("direct", None, marks=pytest.mark.slow_on_host)])
 @DTYPES
 @LAYOUTS
-def test_cuda_several_tiles(rng, path, splits, dtype, layout):
+def test_cuda_several_tiles(cuda_device, rng, path, splits, dtype, layout):
     """A problem larger than one CTA tile in every GEMM dimension (partial edge tiles, many
     reduction steps, grouped), with and without a split reduction."""
     got, want, _ = run_cuda(rng, dtype, layout, 2, 13, 12, 2, 75, 136, 3, 2, (2, 1), "EXPLICIT", (1, 2),
@@ -290,10 +288,9 @@ def test_cuda_several_tiles(rng, path, splits, dtype, layout):
     assert_close(got, want, dtype)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("pads", ASYMMETRIC_PADS, ids=pads_id)
 @CUDA_PATHS
-def test_cuda_explicit_padding_asymmetric(rng, pads, path):
+def test_cuda_explicit_padding_asymmetric(cuda_device, rng, pads, path):
     got, want, _ = run_cuda(rng, np.float64, "NHWC", 2, 4, 5, 1, 2, 3, 2, 3, (2, 1), "EXPLICIT", (1, 1), pads,
                             path=path)
     assert_close(got, want, np.float64)
@@ -351,14 +348,15 @@ def test_cuda_non_contiguous_inputs(rng, kind, layout):
     assert_close(to_host(got), want, np.float32)
 
 
-@pytest.mark.gpu
 @DTYPES
-@pytest.mark.parametrize("path", ["tiled", "direct"])
-def test_cuda_bitwise_deterministic_with_split_reduction(rng, dtype, path):
+@pytest.mark.parametrize("path", ["tiled", pytest.param("direct", marks=pytest.mark.slow_on_host)])
+def test_cuda_bitwise_deterministic_with_split_reduction(cuda_device, rng, dtype, path):
     """Two runs give bitwise equal results; the tiled shape (small filter, large image) takes the
-    split reduction path on its own."""
+    split reduction path on its own.  On the host the second run executes blocks and threads in
+    another order: a race check."""
     launcher = cuda_launcher("conv2d_backprop_filter")
-    x, fshape, dy = make_problem(rng, dtype, 4, 48, 40, 1, 8, 16, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
+    n, h, w = (4, 48, 40) if cuda_device is None else (2, 32, 32)  # the host simulates every thread
+    x, fshape, dy = make_problem(rng, dtype, n, h, w, 1, 8, 16, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
     g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
     if path == "tiled":
         from gradops.backends.cuda._conv_igemm import math_kind
@@ -366,22 +364,26 @@ def test_cuda_bitwise_deterministic_with_split_reduction(rng, dtype, path):
         assert launcher.split_count(g, np.dtype(dtype), math_kind(dtype))[0] > 1
     xg, dyg = to_gpu(x), to_gpu(dy)
     first = to_host(launcher.conv2d_backprop_filter(g, xg, dyg, path=path))
+    if cuda_device is not None:
+        cuda_device.seed += 1
     second = to_host(launcher.conv2d_backprop_filter(g, xg, dyg, path=path))
     np.testing.assert_array_equal(first.view(np.uint8), second.view(np.uint8))
     assert_close(first, expected_grad(x, fshape, dy, (1, 1), "SAME", (1, 1), NO_PADS), dtype)
 
 
-@pytest.mark.gpu
-def test_cuda_allow_tf32(rng):
+def test_cuda_allow_tf32(cuda_device, rng):
     """float32 is exact by default; with allow_tf32 the tiled kernel uses TF32 tensor cores
     (10-bit mantissa products): still close to the reference, but not bitwise the exact result."""
+    launcher = cuda_launcher("conv2d_backprop_filter")
     x, fshape, dy = make_problem(rng, np.float32, 2, 20, 20, 1, 32, 32, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
-    want = expected_grad(x, fshape, dy, (1, 1), "SAME", (1, 1), NO_PADS)
-    a = attrs("NHWC", (1, 1), "SAME")
-    exact = to_host(gradops.conv2d_backprop_filter(to_gpu(x), fshape, to_gpu(dy), backend="cuda", **a))
+    # The NumPy backend in float64 as the reference (checked against brute-force loops above).
+    want = gradops.conv2d_backprop_filter(x.astype(np.float64), fshape, dy.astype(np.float64),
+                                          **attrs("NHWC", (1, 1), "SAME"), backend="numpy")
+    g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
+    exact = to_host(launcher.conv2d_backprop_filter(g, to_gpu(x), to_gpu(dy), path="tiled"))
     assert_close(exact, want, np.float32)
     with gradops.options(allow_tf32=True):
-        tf32 = to_host(gradops.conv2d_backprop_filter(to_gpu(x), fshape, to_gpu(dy), backend="cuda", **a))
+        tf32 = to_host(launcher.conv2d_backprop_filter(g, to_gpu(x), to_gpu(dy), path="tiled"))
     scale = float(np.max(np.abs(want)))
     # TF32 keeps 10 of float32's 23 mantissa bits: products are off by up to ~2**-11 relative.
     assert float(np.max(np.abs(tf32 - want))) <= 1e-2 * scale

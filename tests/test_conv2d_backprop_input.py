@@ -331,47 +331,42 @@ def check_cuda(rng, dtype, *args, **kwargs):
     assert_close(y, y_want, dtype)
 
 
-@pytest.mark.gpu
 @CUDA_PATHS
 @pytest.mark.parametrize(GRID_ARGS, GEOMETRY_GRID)
-def test_cuda_geometry_grid_float64(rng, path, layout, h, w, groups, cg, og, r, s, strides, padding, dilations, pads):
+def test_cuda_geometry_grid_float64(cuda_device, rng, path, layout, h, w, groups, cg, og, r, s, strides, padding, dilations, pads):
     """Every padding/stride/dilation/groups combination: CUDA kernels == NumPy backend (float64)."""
     check_cuda(rng, np.float64, layout, 2, h, w, groups, cg, og, r, s, strides, padding, dilations, pads, path=path)
 
 
-@pytest.mark.gpu
 @CUDA_PATHS
 @DTYPES
 @LAYOUTS
 @ALL_REPRESENTATIVE
-def test_cuda_dtypes_and_layouts(rng, path, dtype, layout, case):
+def test_cuda_dtypes_and_layouts(cuda_device, rng, path, dtype, layout, case):
     """All four dtypes in both layouts on every path match the NumPy backend."""
     check_cuda(rng, dtype, layout, n=2, path=path, **REPRESENTATIVE[case])
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("path", ["tiled", "direct"])
 @DTYPES
 @LAYOUTS
 @pytest.mark.parametrize("strides,dilations", [((1, 1), (1, 1)), ((2, 2), (1, 1)), ((3, 2), (2, 3))],
                          ids=["s1", "s2", "s32-d23"])
-def test_cuda_several_tiles(rng, path, dtype, layout, strides, dilations):
+def test_cuda_several_tiles(cuda_device, rng, path, dtype, layout, strides, dilations):
     """Problems larger than one CTA tile in every GEMM dimension (partial edge tiles, many
     reduction steps, grouped), including stride phases that no filter tap reaches."""
     check_cuda(rng, dtype, layout, 2, 14, 13, 2, 136, 72, 3, 3, strides, "SAME", dilations, path=path)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("pads", ASYMMETRIC_PADS, ids=pads_id)
 @CUDA_PATHS
-def test_cuda_explicit_padding_asymmetric(rng, pads, path):
+def test_cuda_explicit_padding_asymmetric(cuda_device, rng, pads, path):
     check_cuda(rng, np.float64, "NCHW", 2, 4, 5, 1, 2, 3, 2, 3, (2, 1), "EXPLICIT", (1, 1), pads, path=path)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("h,stride", [(5, 2), (7, 3), (9, 3)])
 @pytest.mark.parametrize("path", ["tiled", "direct"])
-def test_cuda_rows_beyond_last_window_get_zero_gradient(rng, h, stride, path):
+def test_cuda_rows_beyond_last_window_get_zero_gradient(cuda_device, rng, h, stride, path):
     dx, want, _, _ = run_cuda(rng, np.float64, "NHWC", 1, h, 4, 1, 2, 2, 2, 1, (stride, 1), "VALID", path=path)
     np.testing.assert_array_equal(dx == 0, want == 0)
     assert_close(dx, want, np.float64)
@@ -432,33 +427,39 @@ def test_cuda_non_contiguous_inputs(rng, kind, layout):
                                                          (1, 2), "SAME", (1, 1), NO_PADS), np.float32)
 
 
-@pytest.mark.gpu
 @DTYPES
 @pytest.mark.parametrize("path", ["tiled", "direct"])
-def test_cuda_bitwise_deterministic(rng, dtype, path):
-    """Two runs give bitwise equal results (every element is written once, in a fixed order)."""
+def test_cuda_bitwise_deterministic(cuda_device, rng, dtype, path):
+    """Two runs give bitwise equal results (every element is written once, in a fixed order).
+    On the host the second run executes blocks and threads in another order: a race check."""
     launcher = cuda_launcher("conv2d_backprop_input")
-    x_shape, filt, dy = make_problem(rng, dtype, 4, 30, 28, 1, 24, 40, 3, 3, (2, 2), "SAME", (1, 1), NO_PADS)
+    n, h, w = (4, 30, 28) if cuda_device is None else (2, 14, 12)  # the host simulates every thread
+    x_shape, filt, dy = make_problem(rng, dtype, n, h, w, 1, 24, 40, 3, 3, (2, 2), "SAME", (1, 1), NO_PADS)
     g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", (2, 2), "SAME", (1, 1),
                       NO_PADS)
     fg, dyg = to_gpu(filt), to_gpu(dy)
     first = to_host(launcher.conv2d_backprop_input(g, fg, dyg, path=path))
+    if cuda_device is not None:
+        cuda_device.seed += 1
     second = to_host(launcher.conv2d_backprop_input(g, fg, dyg, path=path))
     np.testing.assert_array_equal(first.view(np.uint8), second.view(np.uint8))
     assert_close(first, expected_grad(x_shape, filt, dy, (2, 2), "SAME", (1, 1), NO_PADS), dtype)
 
 
-@pytest.mark.gpu
-def test_cuda_allow_tf32(rng):
+def test_cuda_allow_tf32(cuda_device, rng):
     """float32 is exact by default; with allow_tf32 the tiled kernel uses TF32 tensor cores
     (10-bit mantissa products): still close to the reference, but not bitwise the exact result."""
+    launcher = cuda_launcher("conv2d_backprop_input")
     x_shape, filt, dy = make_problem(rng, np.float32, 2, 20, 20, 1, 32, 32, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
-    want = expected_grad(x_shape, filt, dy, (1, 1), "SAME", (1, 1), NO_PADS)
-    a = attrs("NHWC", (1, 1), "SAME")
-    exact = to_host(gradops.conv2d_backprop_input(x_shape, to_gpu(filt), to_gpu(dy), backend="cuda", **a))
+    # The NumPy backend in float64 as the reference (checked against brute-force loops above).
+    want = gradops.conv2d_backprop_input(x_shape, filt.astype(np.float64), dy.astype(np.float64),
+                                         **attrs("NHWC", (1, 1), "SAME"), backend="numpy")
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1),
+                      NO_PADS)
+    exact = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy), path="tiled"))
     assert_close(exact, want, np.float32)
     with gradops.options(allow_tf32=True):
-        tf32 = to_host(gradops.conv2d_backprop_input(x_shape, to_gpu(filt), to_gpu(dy), backend="cuda", **a))
+        tf32 = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy), path="tiled"))
     # TF32 keeps 10 of float32's 23 mantissa bits: products are off by up to ~2**-11 relative.
     assert float(np.max(np.abs(tf32 - want))) <= 1e-2 * float(np.max(np.abs(want)))
     assert not np.array_equal(tf32, exact)

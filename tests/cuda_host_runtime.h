@@ -1,0 +1,333 @@
+// A CUDA execution model for the host, so that gradops' real kernel sources run on a CPU in
+// tests (tests/cuda_host.py compiles them with g++ after this header).
+//
+// * Blocks run one after another; the threads of a block are fibers (ucontext) on one OS
+//   thread, so a thread runs until it reaches a barrier or ends, then the next one runs.
+//   __syncthreads() and __syncwarp() are real barriers: a thread waits until every thread of its
+//   block (warp) arrives.  A barrier that some threads of the block never reach (divergent
+//   __syncthreads, or threads that exited) is reported as an error instead of hanging.
+// * __shared__ variables become function-local statics: one copy, shared by the block's
+//   threads, reused by the next block (as on a GPU, shared memory is not cleared between blocks).
+// * The order in which blocks and threads run is a parameter (forward, reverse, or shuffled
+//   with a seed, reshuffled at every barrier).  A kernel whose result depends on that order
+//   has a race between threads of a block or between blocks: tests run each case in more than
+//   one order and compare.
+// * nvcuda::wmma is emulated with the same fragment API: a/b fragments hold their whole tile in
+//   every lane; each accumulator element belongs to one lane, as on the hardware (the mma.sync
+//   m16n8 layout: element (i, j) of a 16x16 tile to lane (i % 8) * 4 + (j % 8) / 2), which
+//   computes and stores only its own; the others hold NaN.  Code that relied on a fragment
+//   layout would show NaN, and a lane that reads what other lanes stored without __syncwarp
+//   races.  Products of half/bfloat16/TF32 inputs are exact in float; sums are in float.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <tuple>
+#include <type_traits>
+#include <vector>
+#include <csetjmp>
+#include <ucontext.h>
+
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+using std::fma;
+using std::max;
+using std::min;
+
+struct gradops_host_dim3 { unsigned x, y, z; };
+static gradops_host_dim3 threadIdx{0, 0, 0}, blockIdx{0, 0, 0}, blockDim{1, 1, 1}, gridDim{1, 1, 1};
+
+// One copy per block (blocks run one at a time): see the header comment.
+#undef __shared__
+#define __shared__ static
+// Occupancy hints mean nothing here.
+#undef __launch_bounds__
+#define __launch_bounds__(...)
+
+namespace gradops_host {
+
+enum State { RUNNABLE, AT_BLOCK_BARRIER, AT_WARP_BARRIER, DONE };
+enum Order { FORWARD = 0, REVERSE = 1, SHUFFLED = 2 };
+
+// Each fiber's stack: kernels keep register tiles and (emulated) fragments on it.
+constexpr std::size_t kStackBytes = 512 * 1024;
+constexpr int kWarpSize = 32;
+
+// A fiber starts on its own stack through makecontext/swapcontext once; after that, switches
+// use _setjmp/_longjmp, which (unlike swapcontext) make no signal-mask system call: the
+// tiled kernels cross a barrier hundreds of thousands of times per test.
+struct Fiber {
+    ucontext_t context;
+    std::jmp_buf resume;
+    bool started = false;
+    std::vector<char> stack;
+    State state = DONE;
+    unsigned x = 0, y = 0, z = 0;
+};
+
+struct Scheduler {
+    ucontext_t home;
+    std::jmp_buf back;
+    std::vector<Fiber> fibers;
+    int current = -1;
+    void (*body)(void*) = nullptr;
+    void* body_arg = nullptr;
+    char error[512] = {0};
+};
+
+inline Scheduler& scheduler() {
+    static Scheduler s;
+    return s;
+}
+
+inline int lane() { return scheduler().current % kWarpSize; }
+
+inline void wait_at(State barrier) {
+    Scheduler& s = scheduler();
+    Fiber& f = s.fibers[s.current];
+    f.state = barrier;
+    if (!_setjmp(f.resume)) _longjmp(s.back, 1);
+}
+
+inline void trampoline() {
+    Scheduler& s = scheduler();
+    s.body(s.body_arg);
+    s.fibers[s.current].state = DONE;
+    _longjmp(s.back, 1);
+}
+
+// Release whatever barrier every waiting thread agrees on; false (and s.error) on divergence.
+inline bool release_barriers(Scheduler& s, int threads) {
+    bool released = false;
+    for (int w0 = 0; w0 < threads; w0 += kWarpSize) {
+        int at_warp = 0, lanes = std::min(kWarpSize, threads - w0);
+        for (int t = w0; t < w0 + lanes; ++t) at_warp += s.fibers[t].state == AT_WARP_BARRIER;
+        if (at_warp == 0) continue;
+        if (at_warp != lanes) {
+            std::snprintf(s.error, sizeof s.error,
+                          "__syncwarp in warp %d reached by %d of %d lanes (block %u,%u,%u)",
+                          w0 / kWarpSize, at_warp, lanes, blockIdx.x, blockIdx.y, blockIdx.z);
+            return false;
+        }
+        for (int t = w0; t < w0 + lanes; ++t) s.fibers[t].state = RUNNABLE;
+        released = true;
+    }
+    if (released) return true;
+    int at_block = 0, done = 0;
+    for (int t = 0; t < threads; ++t) {
+        at_block += s.fibers[t].state == AT_BLOCK_BARRIER;
+        done += s.fibers[t].state == DONE;
+    }
+    if (at_block == 0) return true;  // every thread has finished
+    if (done) {
+        std::snprintf(s.error, sizeof s.error,
+                      "__syncthreads reached by %d threads while %d had exited (block %u,%u,%u)",
+                      at_block, done, blockIdx.x, blockIdx.y, blockIdx.z);
+        return false;
+    }
+    for (int t = 0; t < threads; ++t) s.fibers[t].state = RUNNABLE;
+    return true;
+}
+
+// Run ``body(arg)`` as a kernel over grid x block; 0 on success, else 1 with ``error`` set.
+inline int launch(void (*body)(void*), void* arg, const unsigned* grid, const unsigned* block, int order,
+                  unsigned seed, char* error, int error_size) {
+    Scheduler& s = scheduler();
+    s.body = body;
+    s.body_arg = arg;
+    s.error[0] = 0;
+    const int threads = static_cast<int>(block[0] * block[1] * block[2]);
+    if (static_cast<int>(s.fibers.size()) < threads) s.fibers.resize(threads);
+    for (auto& f : s.fibers)
+        if (f.stack.empty()) f.stack.resize(kStackBytes);
+    gridDim = {grid[0], grid[1], grid[2]};
+    blockDim = {block[0], block[1], block[2]};
+    std::mt19937 random(seed);
+
+    std::vector<unsigned long long> blocks;
+    for (unsigned long long b = 0; b < 1ULL * grid[0] * grid[1] * grid[2]; ++b) blocks.push_back(b);
+    if (order == REVERSE) std::reverse(blocks.begin(), blocks.end());
+    if (order == SHUFFLED) std::shuffle(blocks.begin(), blocks.end(), random);
+    std::vector<int> sweep(threads);
+
+    for (unsigned long long b : blocks) {
+        blockIdx = {static_cast<unsigned>(b % grid[0]), static_cast<unsigned>(b / grid[0] % grid[1]),
+                    static_cast<unsigned>(b / grid[0] / grid[1])};
+        for (int t = 0; t < threads; ++t) {
+            Fiber& f = s.fibers[t];
+            f.x = t % block[0];
+            f.y = t / block[0] % block[1];
+            f.z = t / block[0] / block[1];
+            f.state = RUNNABLE;
+            f.started = false;
+            getcontext(&f.context);
+            f.context.uc_stack.ss_sp = f.stack.data();
+            f.context.uc_stack.ss_size = f.stack.size();
+            f.context.uc_link = &s.home;
+            makecontext(&f.context, trampoline, 0);
+        }
+        for (int t = 0; t < threads; ++t) sweep[t] = order == REVERSE ? threads - 1 - t : t;
+        for (;;) {
+            if (order == SHUFFLED) std::shuffle(sweep.begin(), sweep.end(), random);
+            for (int t : sweep) {
+                Fiber& f = s.fibers[t];
+                if (f.state != RUNNABLE) continue;
+                s.current = t;
+                threadIdx = {f.x, f.y, f.z};
+                if (!_setjmp(s.back)) {
+                    if (f.started) _longjmp(f.resume, 1);
+                    f.started = true;
+                    swapcontext(&s.home, &f.context);
+                }
+            }
+            bool all_done = true;
+            for (int t = 0; t < threads; ++t) all_done &= s.fibers[t].state == DONE;
+            if (all_done) break;
+            if (!release_barriers(s, threads)) {
+                std::snprintf(error, error_size, "%s", s.error);
+                return 1;
+            }
+        }
+    }
+    s.current = -1;
+    threadIdx = {0, 0, 0};
+    blockIdx = {0, 0, 0};
+    return 0;
+}
+
+// Calling a kernel with arguments from two arrays: pointer parameters take the next entry of
+// ``pointers``, the others the next ``long long`` of ``scalars``, in parameter order.
+template <typename A> struct Arg {
+    static A get(void* const*, const long long* s, int&, int& is) { return static_cast<A>(s[is++]); }
+};
+template <typename T> struct Arg<T*> {
+    static T* get(void* const* p, const long long*, int& ip, int&) { return static_cast<T*>(p[ip++]); }
+};
+
+template <typename... Args> struct Call {
+    void (*fn)(Args...);
+    void* const* pointers;
+    const long long* scalars;
+    static void run(void* self) {
+        auto* c = static_cast<Call*>(self);
+        int ip = 0, is = 0;
+        // A braced initializer list evaluates its elements left to right, in parameter order.
+        std::tuple<Args...> args{Arg<Args>::get(c->pointers, c->scalars, ip, is)...};
+        std::apply(c->fn, args);
+    }
+};
+
+template <typename... Args>
+int launch_kernel(void (*fn)(Args...), void* const* pointers, const long long* scalars, const unsigned* grid,
+                  const unsigned* block, int order, unsigned seed, char* error, int error_size) {
+    Call<Args...> call{fn, pointers, scalars};
+    return launch(&Call<Args...>::run, &call, grid, block, order, seed, error, error_size);
+}
+
+}  // namespace gradops_host
+
+inline void __syncthreads() { gradops_host::wait_at(gradops_host::AT_BLOCK_BARRIER); }
+inline void __syncwarp(unsigned = 0xffffffffu) { gradops_host::wait_at(gradops_host::AT_WARP_BARRIER); }
+
+// ------------------------------------------------------------------ nvcuda::wmma emulation
+namespace nvcuda {
+namespace wmma {
+
+struct matrix_a {};
+struct matrix_b {};
+struct accumulator {};
+struct row_major {};
+struct col_major {};
+enum layout_t { mem_row_major, mem_col_major };
+namespace precision {
+struct tf32 {};
+}
+
+template <typename T> struct element { using type = T; };
+template <> struct element<precision::tf32> { using type = float; };
+
+template <typename Use, int M, int N, int K, typename T, typename Layout = void> struct fragment {
+    // matrix_a is M x K, matrix_b K x N, accumulator M x N; x is that tile, row-major.
+    static constexpr int rows = std::is_same<Use, matrix_b>::value ? K : M;
+    static constexpr int cols = std::is_same<Use, matrix_a>::value ? K : N;
+    static constexpr int num_elements = rows * cols;
+    typename element<T>::type x[rows * cols];
+};
+
+inline float to_float(float v) { return v; }
+inline float to_float(__half v) { return __half2float(v); }
+inline float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+// cvt.rna.tf32.f32: round to 10 mantissa bits, ties away from zero.
+inline float __float_to_tf32(float v) {
+    if (!std::isfinite(v)) return v;
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bits = (bits + 0x1000u) & 0xffffe000u;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+
+template <typename Use, int M, int N, int K, typename T, typename L, typename P>
+inline void load_matrix_sync(fragment<Use, M, N, K, T, L>& f, const P* p, unsigned ldm) {
+    using F = fragment<Use, M, N, K, T, L>;
+    constexpr bool col = std::is_same<L, col_major>::value;
+    for (int i = 0; i < F::rows; ++i)
+        for (int j = 0; j < F::cols; ++j) f.x[i * F::cols + j] = col ? p[i + j * ldm] : p[i * ldm + j];
+}
+
+template <typename Use, int M, int N, int K, typename T, typename L>
+inline void fill_fragment(fragment<Use, M, N, K, T, L>& f, typename element<T>::type v) {
+    for (auto& e : f.x) e = v;
+}
+
+// A multiplicand as the tensor cores see it: TF32 inputs keep their top 10 mantissa bits (the
+// hardware ignores the rest; kernels round with __float_to_tf32 first).
+template <typename In, typename V> inline float input(V v) { return to_float(v); }
+template <> inline float input<precision::tf32, float>(float v) {
+    std::uint32_t bits;
+    std::memcpy(&bits, &v, 4);
+    bits &= 0xffffe000u;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+
+// The lane that holds accumulator element (i, j).
+inline int accumulator_owner(int i, int j) { return (i % 8) * 4 + (j % 8) / 2; }
+
+template <int M, int N, int K, typename In, typename LA, typename LB>
+inline void mma_sync(fragment<accumulator, M, N, K, float>& d, const fragment<matrix_a, M, N, K, In, LA>& a,
+                     const fragment<matrix_b, M, N, K, In, LB>& b, const fragment<accumulator, M, N, K, float>& c) {
+    static_assert(M == 16 && N == 16, "the emulated accumulator layout is that of 16x16 tiles");
+    const int lane = gradops_host::lane();
+    for (int e = 0; e < M * N; ++e) {
+        const int i = e / N, j = e % N;
+        if (accumulator_owner(i, j) != lane) {
+            d.x[e] = std::numeric_limits<float>::quiet_NaN();
+            continue;
+        }
+        float sum = 0.0f;
+        for (int k = 0; k < K; ++k) sum += input<In>(a.x[i * K + k]) * input<In>(b.x[k * N + j]);
+        d.x[e] = c.x[e] + sum;
+    }
+}
+
+template <int M, int N, int K>
+inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, float>& f, unsigned ldm, layout_t layout) {
+    const int lane = gradops_host::lane();
+    for (int e = 0; e < M * N; ++e) {
+        const int i = e / N, j = e % N;
+        if (accumulator_owner(i, j) != lane) continue;
+        p[layout == mem_row_major ? i * ldm + j : i + j * ldm] = f.x[e];
+    }
+}
+
+}  // namespace wmma
+}  // namespace nvcuda

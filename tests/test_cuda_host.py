@@ -1,0 +1,228 @@
+"""The host execution model of tests/cuda_host.py finds the bugs it is trusted to find.
+
+The CUDA launcher tests run on the CPU through that model (the ``cuda_device`` fixture's
+"host" parameter).  These tests show that it is not a rubber stamp: barrier misuse is reported,
+races between threads change the result with the execution order, writes outside an array and
+unwritten elements are caught, the wmma emulation multiplies correctly, and deliberate bugs
+planted in copies of the real kernel sources make the launcher tests' comparisons fail.
+"""
+
+from __future__ import annotations
+
+import importlib
+import shutil
+
+import numpy as np
+import pytest
+
+import cuda_host
+from conftest import assert_close, random_array
+from conv_cases import NO_PADS, conv_geometry
+
+import gradops
+
+pytestmark = pytest.mark.skipif(cuda_host.unavailable_reason() is not None,
+                                reason=f"no host build: {cuda_host.unavailable_reason()}")
+
+TEST_KERNELS = r"""
+#include "gradops_common.cuh"
+#include <mma.h>
+
+// Each thread publishes its index in shared memory and reads its neighbour's.
+template <bool BARRIER>
+__global__ void neighbour(int* out) {
+    __shared__ int values[64];
+    values[threadIdx.x] = static_cast<int>(threadIdx.x) * 10;
+    if (BARRIER) __syncthreads();
+    out[threadIdx.x] = values[(threadIdx.x + 1) % blockDim.x];
+}
+
+__global__ void divergent_syncthreads(int* out) {
+    if (threadIdx.x < 16) __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void early_exit_then_syncthreads(int* out) {
+    if (threadIdx.x == 3) return;
+    __syncthreads();
+    out[threadIdx.x] = 1;
+}
+
+__global__ void divergent_syncwarp(int* out) {
+    if (threadIdx.x % 32 < 8) __syncwarp();
+    out[threadIdx.x] = 1;
+}
+
+// Writes one element past the end of an n-element array.
+__global__ void write_past_end(float* out, long long n) {
+    GRADOPS_GRID_STRIDE_LOOP(i, n + 1) out[i] = 1.0f;
+}
+
+// One warp: c = a (16x16, row-major) x b (16x16, row-major) + 1, through wmma.
+template <typename T, typename In, int K>
+__global__ void warp_mma(const T* a, const T* b, float* c) {
+    using namespace nvcuda;
+    wmma::fragment<wmma::accumulator, 16, 16, K, float> acc;
+    wmma::fill_fragment(acc, 1.0f);
+    for (int k0 = 0; k0 < 16; k0 += K) {
+        wmma::fragment<wmma::matrix_a, 16, 16, K, In, wmma::row_major> fa;
+        wmma::fragment<wmma::matrix_b, 16, 16, K, In, wmma::row_major> fb;
+        wmma::load_matrix_sync(fa, a + k0, 16);
+        wmma::load_matrix_sync(fb, b + k0 * 16, 16);
+        if constexpr (std::is_same<In, wmma::precision::tf32>::value) {
+            for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+            for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
+        }
+        wmma::mma_sync(acc, fa, fb, acc);
+    }
+    wmma::store_matrix_sync(c, acc, 16, wmma::mem_row_major);
+}
+"""
+
+EXPRESSIONS = ["neighbour<true>", "neighbour<false>", "divergent_syncthreads", "early_exit_then_syncthreads",
+               "divergent_syncwarp", "write_past_end", "warp_mma<__half, __half, 16>",
+               "warp_mma<__nv_bfloat16, __nv_bfloat16, 16>", "warp_mma<float, nvcuda::wmma::precision::tf32, 8>"]
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("host_kernels")
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", directory)
+    (directory / "host_model.cu").write_text(TEST_KERNELS)
+    return cuda_host.HostKernels("host_model.cu", EXPRESSIONS, directory)
+
+
+def test_barrier_orders_shared_memory(kernels):
+    """With __syncthreads every order gives the same answer; without it the answer depends on
+    which thread runs first, so running in two orders exposes the race."""
+    results = {}
+    for barrier in (True, False):
+        for order in ("forward", "reverse", "shuffled"):
+            out = np.full(64, -1, np.int32)
+            kernels.launch(f"neighbour<{str(barrier).lower()}>", (1,), (64,), [out], [], order=order, seed=5)
+            results[barrier, order] = out
+    want = (np.arange(1, 65) % 64) * 10
+    for order in ("forward", "reverse", "shuffled"):
+        np.testing.assert_array_equal(results[True, order], want)
+    assert not np.array_equal(results[False, "forward"], results[False, "reverse"])
+
+
+@pytest.mark.parametrize("kernel,message", [("divergent_syncthreads", "__syncthreads reached by 16 threads"),
+                                            ("early_exit_then_syncthreads", "while 1 had exited"),
+                                            ("divergent_syncwarp", "reached by 8 of 32 lanes")])
+def test_divergent_barriers_are_reported(kernels, kernel, message):
+    out = np.zeros(64, np.int32)
+    with pytest.raises(cuda_host.HostLaunchError, match=message):
+        kernels.launch(kernel, (1,), (64,), [out], [])
+
+
+def test_writes_outside_an_array_are_caught(kernels):
+    device = cuda_host.HostDevice()
+    out = device.empty((10,), np.float32)
+    assert np.all(np.isnan(out)), "arrays start as NaN, so unwritten elements show"
+    kernels.launch("write_past_end", (2,), (4,), [out], [np.int64(9)])
+    device.check_guards()  # 9 + 1 elements: still inside
+    kernels.launch("write_past_end", (2,), (4,), [out], [np.int64(10)])
+    with pytest.raises(AssertionError, match="outside an array of 40 bytes"):
+        device.check_guards()
+
+
+@pytest.mark.parametrize("expression,dtype", [
+    ("warp_mma<__half, __half, 16>", np.float16),
+    ("warp_mma<__nv_bfloat16, __nv_bfloat16, 16>", "bfloat16"),
+    ("warp_mma<float, nvcuda::wmma::precision::tf32, 8>", np.float32)])
+def test_wmma_emulation_multiplies(kernels, rng, expression, dtype):
+    """Fragments load, multiply and store like the hardware's: c = a b + 1 for every lane's
+    elements (float32 in TF32 mode: inputs rounded to 10 mantissa bits first)."""
+    import ml_dtypes
+
+    dtype = ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype
+    a, b = random_array(rng, (16, 16), dtype), random_array(rng, (16, 16), dtype)
+    c = np.full((16, 16), np.nan, np.float32)
+    kernels.launch(expression, (1,), (32,), [a, b, c], [], order="shuffled", seed=3)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if dtype == np.float32:
+        a64, b64 = tf32(a), tf32(b)
+        assert not np.array_equal(a64, a.astype(np.float64)), "rounding to TF32 changed some inputs"
+    want = a64 @ b64 + 1
+    # float sums of exact products: error below 16 roundings of the sum of |terms|.
+    assert np.all(np.abs(c - want) <= 16 * 2.0**-24 * (np.abs(a64) @ np.abs(b64) + 1))
+
+
+def tf32(x):
+    """float32 rounded to TF32 (10 mantissa bits, ties away from zero), as float64."""
+    bits = x.astype(np.float32).view(np.uint32)
+    return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
+
+
+# --------------------------------------------------------------------------- planted bugs
+# Each entry edits one line of a copy of cuda_src/ and runs a launcher on a problem that the
+# real sources get right (the launcher tests show that): the result must now be wrong, or the
+# launch refused.  (file, text, replacement, op, path)
+PLANTED = {
+    "simt-missing-barrier-before-tile-store": (
+        "igemm_tiles.cuh", "        __syncthreads();\n        loader.template store<LDA, LDB>(As, Bs);\n"
+        "        __syncthreads();\n        if (k0 + BK < p.k_end) loader.load(p, m0, n0, k0 + BK);\n#pragma unroll\n"
+        "        for (int k = 0; k < BK; ++k) {",
+        "        loader.template store<LDA, LDB>(As, Bs);\n"
+        "        __syncthreads();\n        if (k0 + BK < p.k_end) loader.load(p, m0, n0, k0 + BK);\n#pragma unroll\n"
+        "        for (int k = 0; k < BK; ++k) {",
+        "conv2d_backprop_filter", np.float64),
+    "wmma-epilogue-missing-syncwarp": (
+        "igemm_tiles.cuh", "            wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);\n"
+        "            __syncwarp();\n",
+        "            wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);\n",
+        "conv2d_backprop_input", np.float16),
+    "phase-taps-count-rounds-down": (
+        "conv2d_backprop_input.cu", "(filter_size - r + step - 1) / step", "(filter_size - r) / step",
+        "conv2d_backprop_input", np.float64),
+    "split-reduction-reads-past-the-batch": (
+        "conv2d_backprop_filter.cu", "min(reduction, (split + 1) * split_size)", "(split + 1) * split_size",
+        "conv2d_backprop_filter", np.float64),
+    "filter-direct-tree-reduction-off-by-one": (
+        "conv2d_backprop_filter.cu", "for (int half = kFilterDirectThreads / 2; half > 0; half /= 2)",
+        "for (int half = kFilterDirectThreads / 2; half > 1; half /= 2)", "conv2d_backprop_filter", np.float64),
+}
+
+
+def run_planted_problem(op, path, dtype, rng):
+    """(launcher result, NumPy backend result) of a problem with two tiles along the GEMM's rows,
+    stride 2 and, for the filter gradient's tiled path, a 3-way split reduction."""
+    import cupy  # the installed HostDevice: its arrays sit between NaN guards
+
+    launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
+    x_shape, f_shape, strides = (2, 13, 11, 6), (3, 3, 6, 5), (2, 2)
+    x, filt = random_array(rng, x_shape, dtype), random_array(rng, f_shape, dtype)
+    a = dict(strides=[1, *strides, 1], padding="SAME")
+    dy = gradops.conv2d(x, filt, **a, backend="numpy")
+    g = conv_geometry(op, x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
+    if op == "conv2d_backprop_filter":
+        got = launcher.conv2d_backprop_filter(g, cupy.asarray(x), cupy.asarray(dy), path=path,
+                                              **({"splits": 3} if path == "tiled" else {}))
+        return got, gradops.conv2d_backprop_filter(x, f_shape, dy, **a, backend="numpy")
+    got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path=path)
+    return got, gradops.conv2d_backprop_input(x_shape, filt, dy, **a, backend="numpy")
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    filename, text, replacement, op, dtype = PLANTED[bug]
+    path = "direct" if "direct" in bug else "tiled"
+
+    # The real sources get this problem right ...
+    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    got, want = run_planted_problem(op, path, dtype, np.random.default_rng(7))
+    assert_close(got, want, dtype)
+
+    # ... and the edited ones do not.
+    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
+    source = (tmp_path / filename).read_text()
+    assert source.count(text) == 1, "the planted edit must match the source exactly once"
+    (tmp_path / filename).write_text(source.replace(text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = run_planted_problem(op, path, dtype, np.random.default_rng(7))
+    except (AssertionError, cuda_host.HostLaunchError):
+        return  # refused: a barrier error or a write outside an array
+    with pytest.raises(AssertionError):
+        assert_close(got, want, dtype)
