@@ -54,17 +54,18 @@ template <typename T, typename Acc> struct ForwardProblem {
     FastDiv div_cg, div_s, div_q, div_p;
     index_t in_channel0, out_channel0;
 
-    __device__ __forceinline__ T a(int m, int kk) const {
+    // Chunks run along in channels c (A, the reduction's fastest part) and out channels n (B).
+    template <int V> __device__ __forceinline__ void a(int m, int kk, T* dst) const {
         int c, s, q, p;
         const int r = div_s.divmod(div_cg.divmod(kk, c), s);
         const int n = div_p.divmod(div_q.divmod(m, q), p);
         const index_t h = static_cast<index_t>(p) * d.stride_rows + r * d.dilation_rows - d.pad_top;
         const index_t w = static_cast<index_t>(q) * d.stride_cols + s * d.dilation_cols - d.pad_left;
-        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return from_acc<T, float>(0.0f);
-        return input[((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0 + c];
+        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return igemm::zero_chunk<V>(dst);
+        igemm::copy_chunk<V>(dst, input + ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0 + c);
     }
-    __device__ __forceinline__ T b(int kk, int n) const {
-        return filter[static_cast<index_t>(kk) * d.out_depth + out_channel0 + n];
+    template <int V> __device__ __forceinline__ void b(int kk, int n, T* dst) const {
+        igemm::copy_chunk<V>(dst, filter + static_cast<index_t>(kk) * d.out_depth + out_channel0 + n);
     }
     __device__ __forceinline__ void store(int m, int n, Acc v) const {
         output[static_cast<index_t>(m) * d.out_depth + out_channel0 + n] = from_acc<T, Acc>(v);
@@ -72,7 +73,9 @@ template <typename T, typename Acc> struct ForwardProblem {
 };
 
 // grid: (ceil(batch * out_rows * out_cols / BM), ceil(out_depth / groups / BN), groups).
-template <typename T, typename Acc, int Kind>
+// VECTOR: 16-byte loads (filter_in_depth and out_per_group multiples of 16 / sizeof(T), pointers
+// 16-byte aligned).
+template <typename T, typename Acc, int Kind, bool VECTOR>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value)
 conv2d_igemm(const T* __restrict__ input, const T* __restrict__ filter, T* __restrict__ output,
              GRADOPS_CONV_DIMS_PARAMS) {
@@ -93,7 +96,7 @@ conv2d_igemm(const T* __restrict__ input, const T* __restrict__ filter, T* __res
     prob.div_p = FastDiv(static_cast<int>(d.out_rows));
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * d.out_per_group();
-    igemm::run_cta<T, Acc, Kind>(prob);
+    igemm::run_cta<T, Acc, Kind, igemm::ChunkSize<T, VECTOR>::value>(prob);
 }
 
 }  // namespace gradops

@@ -78,17 +78,18 @@ template <typename T, typename Acc> struct FilterGradProblem {
     FastDiv div_cg, div_s, div_q, div_p;
     index_t in_channel0, out_channel0;
 
-    __device__ __forceinline__ T a(int m, int j) const {
+    // Chunks run along in channels c (A) and out channels n (B).
+    template <int V> __device__ __forceinline__ void a(int m, int j, T* dst) const {
         int c, s, q, p;
         const int r = div_s.divmod(div_cg.divmod(m, c), s);
         const int n = div_p.divmod(div_q.divmod(j, q), p);
         const index_t h = static_cast<index_t>(p) * d.stride_rows + r * d.dilation_rows - d.pad_top;
         const index_t w = static_cast<index_t>(q) * d.stride_cols + s * d.dilation_cols - d.pad_left;
-        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return from_acc<T, float>(0.0f);
-        return input[((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0 + c];
+        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return igemm::zero_chunk<V>(dst);
+        igemm::copy_chunk<V>(dst, input + ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0 + c);
     }
-    __device__ __forceinline__ T b(int j, int n) const {
-        return out_backprop[static_cast<index_t>(j) * d.out_depth + out_channel0 + n];
+    template <int V> __device__ __forceinline__ void b(int j, int n, T* dst) const {
+        igemm::copy_chunk<V>(dst, out_backprop + static_cast<index_t>(j) * d.out_depth + out_channel0 + n);
     }
     __device__ __forceinline__ void store(int m, int n, Acc v) const {
         const index_t i = static_cast<index_t>(m) * d.out_depth + out_channel0 + n;
@@ -100,7 +101,9 @@ template <typename T, typename Acc> struct FilterGradProblem {
 // grid: (ceil(M / BM), ceil(out_per_group / BN), groups * splits).  Split z covers reduction
 // indices [z * split_size, (z + 1) * split_size); with splits > 1 it writes partial sums to
 // partial[z][filter element] instead of filter_grad.
-template <typename T, typename Acc, int Kind>
+// VECTOR: 16-byte loads (filter_in_depth and out_per_group multiples of 16 / sizeof(T), pointers
+// 16-byte aligned).
+template <typename T, typename Acc, int Kind, bool VECTOR>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value)
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
@@ -125,7 +128,7 @@ conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ 
     prob.div_p = FastDiv(static_cast<int>(d.out_rows));
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * d.out_per_group();
-    igemm::run_cta<T, Acc, Kind>(prob);
+    igemm::run_cta<T, Acc, Kind, igemm::ChunkSize<T, VECTOR>::value>(prob);
 }
 
 }  // namespace gradops

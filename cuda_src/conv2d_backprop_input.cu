@@ -98,7 +98,8 @@ template <typename T, typename Acc> struct InputGradProblem {
         r = taps_r.first + ri * taps_r.step;
         s = taps_s.first + si * taps_s.step;
     }
-    __device__ __forceinline__ T a(int m, int kk) const {
+    // Chunks run along out channels k (the reduction's fastest part) in both operands.
+    template <int V> __device__ __forceinline__ void a(int m, int kk, T* dst) const {
         int r, s, k, i, j;
         tap(kk, r, s, k);
         const int n = div_i.divmod(div_j.divmod(m, j), i);
@@ -107,14 +108,14 @@ template <typename T, typename Acc> struct InputGradProblem {
                           / d.stride_rows;
         const index_t q = (phase_col + static_cast<index_t>(j) * d.stride_cols + d.pad_left - s * d.dilation_cols)
                           / d.stride_cols;
-        if (p < 0 || p >= d.out_rows || q < 0 || q >= d.out_cols) return from_acc<T, float>(0.0f);
-        return out_backprop[((n * d.out_rows + p) * d.out_cols + q) * d.out_depth + out_channel0 + k];
+        if (p < 0 || p >= d.out_rows || q < 0 || q >= d.out_cols) return igemm::zero_chunk<V>(dst);
+        igemm::copy_chunk<V>(dst, out_backprop + ((n * d.out_rows + p) * d.out_cols + q) * d.out_depth + out_channel0 + k);
     }
-    __device__ __forceinline__ T b(int kk, int c) const {
+    template <int V> __device__ __forceinline__ void b(int kk, int c, T* dst) const {
         int r, s, k;
         tap(kk, r, s, k);
-        return filter[((static_cast<index_t>(r) * d.filter_cols + s) * d.filter_in_depth + c) * d.out_depth
-                      + out_channel0 + k];
+        igemm::copy_chunk<V>(dst, filter + ((static_cast<index_t>(r) * d.filter_cols + s) * d.filter_in_depth + c) * d.out_depth
+                               + out_channel0 + k);
     }
     __device__ __forceinline__ void store(int m, int c, Acc v) const {
         int i, j;
@@ -128,7 +129,8 @@ template <typename T, typename Acc> struct InputGradProblem {
 // grid: (ceil(batch * ceil(in_rows / stride_rows) * ceil(in_cols / stride_cols) / BM),
 //        ceil(Cg / BN), groups * stride_rows * stride_cols).
 // Every input element belongs to exactly one phase and is written once (zero when no tap reaches it).
-template <typename T, typename Acc, int Kind>
+// VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
+template <typename T, typename Acc, int Kind, bool VECTOR>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value)
 conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                             T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
@@ -161,7 +163,7 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     prob.div_i = FastDiv(static_cast<int>(rows));
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * out_per_group;
-    igemm::run_cta<T, Acc, Kind>(prob);
+    igemm::run_cta<T, Acc, Kind, igemm::ChunkSize<T, VECTOR>::value>(prob);
 }
 
 }  // namespace gradops

@@ -108,16 +108,42 @@ template <> struct Config<double, SIMT> {
 };
 
 // ---------------------------------------------------------------- tile loading
-// A tile of ROWS (the m or n extent) x BK elements, loaded by THREADS threads into registers
-// and then stored reduction-major into shared memory.  K_CONTIG: the operand is contiguous
-// along k in global memory, so consecutive threads take consecutive k (else consecutive rows).
-template <int ROWS, int BK, int THREADS, bool K_CONTIG> struct TileMap {
-    static constexpr int PER_THREAD = ROWS * BK / THREADS;
-    static_assert(ROWS * BK % THREADS == 0, "tile must divide evenly among threads");
+// Operands are loaded in chunks of V elements that are consecutive in global memory (along the
+// operand's contiguous dimension): V = 1, or one 16-byte load when the launcher has checked
+// that every channel count is a multiple of V and every pointer 16-byte aligned, so that a
+// chunk never straddles a filter tap, a group or an edge of the GEMM, and the index math of a
+// chunk is done once instead of V times.
+template <typename T, bool VECTOR> struct ChunkSize {
+    static constexpr int value = VECTOR ? static_cast<int>(sizeof(uint4) / sizeof(T)) : 1;
+};
+
+template <int V, typename T> __device__ __forceinline__ void copy_chunk(T* dst, const T* __restrict__ src) {
+    if constexpr (V == 1) {
+        dst[0] = src[0];
+    } else {
+        static_assert(V * sizeof(T) == sizeof(uint4), "a chunk is one 16-byte load");
+        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
+    }
+}
+
+template <int V, typename T> __device__ __forceinline__ void zero_chunk(T* dst) {
+#pragma unroll
+    for (int v = 0; v < V; ++v) dst[v] = from_acc<T, float>(0.0f);
+}
+
+// A tile of ROWS (the m or n extent) x BK elements, loaded by THREADS threads in chunks of V
+// into registers and then stored reduction-major into shared memory.  K_CONTIG: the operand is
+// contiguous along k in global memory, so a chunk spans V consecutive k and consecutive threads
+// take consecutive chunks along k (else along rows).
+template <int ROWS, int BK, int THREADS, bool K_CONTIG, int V> struct TileMap {
+    static constexpr int CHUNKS = ROWS * BK / (THREADS * V);  // per thread
+    static_assert(ROWS * BK % (THREADS * V) == 0, "tile must divide evenly among threads");
+    static_assert((K_CONTIG ? BK : ROWS) % V == 0, "chunks must tile the contiguous dimension");
+    // First (row, k) of this thread's chunk e.
     __device__ __forceinline__ static void at(int e, int& row, int& k) {
         int t = static_cast<int>(threadIdx.x) + e * THREADS;
-        if (K_CONTIG) { k = t % BK; row = t / BK; }
-        else          { row = t % ROWS; k = t / ROWS; }
+        if (K_CONTIG) { k = t % (BK / V) * V; row = t / (BK / V); }
+        else          { row = t % (ROWS / V) * V; k = t / (ROWS / V); }
     }
 };
 
@@ -125,53 +151,66 @@ template <int ROWS, int BK, int THREADS, bool K_CONTIG> struct TileMap {
 // Problem interface (all indices int, offsets inside it 64-bit):
 //   int m_size, n_size, k_begin, k_end;
 //   static constexpr bool A_K_CONTIG, B_K_CONTIG;
-//   T a(int m, int k) const;            A[m][k] for m < m_size, k_begin <= k < k_end
-//   T b(int k, int n) const;            B[k][n]
+//   template <int V> void a(int m, int k, T* dst) const;   A[m][k] and the V-1 elements after
+//                                                           it along A's contiguous dimension
+//   template <int V> void b(int k, int n, T* dst) const;   B[k][n] likewise
 //   void store(int m, int n, Acc v) const;
-// The core zero-fills out-of-range elements and only stores in-range ones, so problems need no
-// bounds logic beyond the convolution's own padding.
+// The core zero-fills out-of-range chunks and only stores in-range elements, so problems need
+// no bounds logic beyond the convolution's own padding.
 
 template <typename T, typename Acc, int Kind, class Problem> struct Core;
 
 // Shared: register-staged loads (the next tile's global loads are in flight while the current
 // tile is multiplied), single shared-memory buffer.
-template <typename T, int BM, int BN, int BK, int THREADS, class Problem> struct Loader {
-    using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG>;
-    using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG>;
-    T ra[MapA::PER_THREAD];
-    T rb[MapB::PER_THREAD];
+template <typename T, int BM, int BN, int BK, int THREADS, int V, class Problem> struct Loader {
+    using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, V>;
+    using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, V>;
+    alignas(16) T ra[MapA::CHUNKS * V];
+    alignas(16) T rb[MapB::CHUNKS * V];
 
+    // A chunk is in range or out of range as a whole: along the contiguous dimension the
+    // extents are multiples of V whenever V > 1 (the launcher's condition).
     __device__ __forceinline__ void load(const Problem& p, int m0, int n0, int k0) {
-        const T zero = from_acc<T, float>(0.0f);
 #pragma unroll
-        for (int e = 0; e < MapA::PER_THREAD; ++e) {
+        for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            int m = m0 + row, kk = k0 + k;
-            ra[e] = (m < p.m_size && kk < p.k_end) ? p.a(m, kk) : zero;
+            const int m = m0 + row, kk = k0 + k;
+            if (m < p.m_size && kk < p.k_end) p.template a<V>(m, kk, &ra[e * V]);
+            else zero_chunk<V>(&ra[e * V]);
         }
 #pragma unroll
-        for (int e = 0; e < MapB::PER_THREAD; ++e) {
+        for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            int n = n0 + row, kk = k0 + k;
-            rb[e] = (n < p.n_size && kk < p.k_end) ? p.b(kk, n) : zero;
+            const int n = n0 + row, kk = k0 + k;
+            if (n < p.n_size && kk < p.k_end) p.template b<V>(kk, n, &rb[e * V]);
+            else zero_chunk<V>(&rb[e * V]);
+        }
+    }
+
+    template <bool K_CONTIG, int LD>
+    __device__ __forceinline__ static void put(T (*S)[LD], int row, int k, const T* chunk) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            if (K_CONTIG) S[k + v][row] = chunk[v];
+            else S[k][row + v] = chunk[v];
         }
     }
 
     template <int LDA, int LDB>
     __device__ __forceinline__ void store(T (*As)[LDA], T (*Bs)[LDB]) const {
 #pragma unroll
-        for (int e = 0; e < MapA::PER_THREAD; ++e) {
+        for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            As[k][row] = ra[e];
+            put<Problem::A_K_CONTIG>(As, row, k, &ra[e * V]);
         }
 #pragma unroll
-        for (int e = 0; e < MapB::PER_THREAD; ++e) {
+        for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            Bs[k][row] = rb[e];
+            put<Problem::B_K_CONTIG>(Bs, row, k, &rb[e * V]);
         }
     }
 };
@@ -184,7 +223,7 @@ template <> struct WmmaTypes<float, WMMA_TF32> {
     using In = nvcuda::wmma::precision::tf32;
 };
 
-template <typename T, int Kind, class Problem>
+template <typename T, int Kind, int V, class Problem>
 __device__ __forceinline__ void wmma_cta(const Problem& p) {
     using namespace nvcuda;
     using C = Config<T, Kind>;
@@ -209,7 +248,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 #pragma unroll
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-    Loader<T, BM, BN, BK, C::THREADS, Problem> loader;
+    Loader<T, BM, BN, BK, C::THREADS, V, Problem> loader;
     if (p.k_begin < p.k_end) loader.load(p, m0, n0, p.k_begin);
     for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
         __syncthreads();  // the previous tile's fragments are loaded before it is overwritten
@@ -260,7 +299,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 }
 
 // SIMT register-blocked GEMM (float exact, double).
-template <typename T, typename Acc, class Problem>
+template <typename T, typename Acc, int V, class Problem>
 __device__ __forceinline__ void simt_cta(const Problem& p) {
     using C = Config<T, SIMT>;
     constexpr int BM = C::BM, BN = C::BN, BK = C::BK, TM = C::TM, TN = C::TN;
@@ -283,7 +322,7 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = Acc(0);
 
-    Loader<T, BM, BN, BK, C::THREADS, Problem> loader;
+    Loader<T, BM, BN, BK, C::THREADS, V, Problem> loader;
     if (p.k_begin < p.k_end) loader.load(p, m0, n0, p.k_begin);
     for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
         __syncthreads();
@@ -315,10 +354,11 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
     }
 }
 
-template <typename T, typename Acc, int Kind, class Problem>
+// V: elements per global load (ChunkSize).
+template <typename T, typename Acc, int Kind, int V, class Problem>
 __device__ __forceinline__ void run_cta(const Problem& p) {
-    if constexpr (Kind == SIMT) simt_cta<T, Acc>(p);
-    else wmma_cta<T, Kind>(p);
+    if constexpr (Kind == SIMT) simt_cta<T, Acc, V>(p);
+    else wmma_cta<T, Kind, V>(p);
 }
 
 // Threads per CTA of a tiled kernel (the launchers read the same numbers, see _igemm.py).

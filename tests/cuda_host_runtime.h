@@ -8,6 +8,9 @@
 //   __syncthreads, or threads that exited) is reported as an error instead of hanging.
 // * __shared__ variables become function-local statics: one copy, shared by the block's
 //   threads, reused by the next block (as on a GPU, shared memory is not cleared between blocks).
+// * A memory fault in a kernel (an access to an unmapped address; or a misaligned 16-byte
+//   vector access, when the host compiler uses aligned SSE moves for it) ends the launch with an
+//   error instead of taking the test process down.
 // * The order in which blocks and threads run is a parameter (forward, reverse, or shuffled
 //   with a seed, reshuffled at every barrier).  A kernel whose result depends on that order
 //   has a race between threads of a block or between blocks: tests run each case in more than
@@ -32,6 +35,7 @@
 #include <type_traits>
 #include <vector>
 #include <csetjmp>
+#include <csignal>
 #include <ucontext.h>
 
 #include <cuda_fp16.h>
@@ -136,12 +140,53 @@ inline bool release_barriers(Scheduler& s, int threads) {
     return true;
 }
 
+// SIGSEGV/SIGBUS during a launch: back to launch(), which reports it.
+inline sigjmp_buf& fault_return() {
+    static sigjmp_buf buffer;
+    return buffer;
+}
+inline void on_fault(int signal, siginfo_t* info, void*) {
+    static_cast<void>(info);
+    siglongjmp(fault_return(), signal);
+}
+
+struct FaultHandlers {  // installed for one launch, then the previous ones (Python's) restored
+    struct sigaction segv, bus;
+    FaultHandlers() {
+        struct sigaction action {};
+        action.sa_sigaction = on_fault;
+        action.sa_flags = SA_SIGINFO;
+        sigemptyset(&action.sa_mask);
+        sigaction(SIGSEGV, &action, &segv);
+        sigaction(SIGBUS, &action, &bus);
+    }
+    ~FaultHandlers() {
+        sigaction(SIGSEGV, &segv, nullptr);
+        sigaction(SIGBUS, &bus, nullptr);
+    }
+};
+
+inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed, char* error, int error_size);
+
 // Run ``body(arg)`` as a kernel over grid x block; 0 on success, else 1 with ``error`` set.
 inline int launch(void (*body)(void*), void* arg, const unsigned* grid, const unsigned* block, int order,
                   unsigned seed, char* error, int error_size) {
     Scheduler& s = scheduler();
     s.body = body;
     s.body_arg = arg;
+    FaultHandlers handlers;
+    if (int signal = sigsetjmp(fault_return(), 1)) {  // 1: restore the signal mask on the way back
+        std::snprintf(error, error_size, "memory fault (signal %d) in block %u,%u,%u thread %u,%u,%u", signal,
+                      blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+        s.current = -1;
+        return 1;
+    }
+    return run_blocks(grid, block, order, seed, error, error_size);
+}
+
+inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed, char* error,
+                      int error_size) {
+    Scheduler& s = scheduler();
     s.error[0] = 0;
     const int threads = static_cast<int>(block[0] * block[1] * block[2]);
     if (static_cast<int>(s.fibers.size()) < threads) s.fibers.resize(threads);

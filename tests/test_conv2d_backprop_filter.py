@@ -240,7 +240,7 @@ def test_reference_agrees_with_tensorflow(tf, rng, padding, pads, strides):
 
 
 def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding, dilations=(1, 1), pads=NO_PADS,
-             path=None, splits=None):
+             path=None, splits=None, vector=None):
     """(CUDA result on the host, NumPy backend result, geometry) of one random problem."""
     x, fshape, dy = make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, dilations, pads)
     xl, dyl = to_layout(x, layout), to_layout(dy, layout)
@@ -249,6 +249,8 @@ def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding
     kw = {} if path is None else {"path": path}
     if splits is not None:
         kw["splits"] = splits
+    if vector is not None:
+        kw["vector"] = vector
     got = cuda_launcher("conv2d_backprop_filter").conv2d_backprop_filter(g, to_gpu(xl), to_gpu(dyl), **kw)
     want = gradops.conv2d_backprop_filter(xl, fshape, dyl, **attrs(layout, strides, padding, dilations, pads),
                                           backend="numpy")
@@ -286,6 +288,37 @@ def test_cuda_several_tiles(cuda_device, rng, path, splits, dtype, layout):
     got, want, _ = run_cuda(rng, dtype, layout, 2, 13, 12, 2, 75, 136, 3, 2, (2, 1), "EXPLICIT", (1, 2),
                             ((1, 2), (0, 1)), path=path, splits=splits)
     assert_close(got, want, dtype)
+
+
+@DTYPES
+@LAYOUTS
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "scalar"])
+def test_cuda_vector_loads(cuda_device, rng, dtype, layout, vector):
+    """Channel counts that are multiples of 16 bytes' worth of elements let the tiled kernel load
+    16 bytes at a time (chosen automatically; forced both ways here): same results as the NumPy
+    backend with padding, stride, groups, a split reduction and partial tiles."""
+    got, want, _ = run_cuda(rng, dtype, layout, 2, 9, 10, 2, 16, 24, 3, 3, (2, 2), "SAME", path="tiled",
+                            splits=2, vector=vector)
+    assert_close(got, want, dtype)
+    if cuda_device is not None:
+        assert any(name.endswith(f", {str(vector).lower()}>") for name, _, _ in cuda_device.launches)
+
+
+def test_cuda_vector_loads_need_aligned_arrays(cuda_device, rng):
+    """A contiguous view that starts 4 bytes into an allocation cannot be read 16 bytes at a
+    time: the automatic choice falls back to scalar loads, and forcing vector loads is refused."""
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    x, fshape, dy = make_problem(rng, np.float32, 2, 6, 7, 1, 8, 8, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
+    buffer = to_gpu(np.zeros(x.size + 1, np.float32))
+    x_view = buffer[1:].reshape(x.shape)
+    x_view[...] = to_gpu(x)
+    g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        launcher.conv2d_backprop_filter(g, x_view, to_gpu(dy), path="tiled", vector=True)
+    got = to_host(launcher.conv2d_backprop_filter(g, x_view, to_gpu(dy), path="tiled"))
+    assert_close(got, expected_grad(x, fshape, dy, (1, 1), "SAME", (1, 1), NO_PADS), np.float32)
+    if cuda_device is not None:
+        assert cuda_device.launches[-1][0].endswith(", false>")
 
 
 @pytest.mark.parametrize("pads", ASYMMETRIC_PADS, ids=pads_id)

@@ -308,7 +308,7 @@ def test_reference_agrees_with_tensorflow(tf, rng, padding, pads, strides):
 
 
 def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding, dilations=(1, 1), pads=NO_PADS,
-             path=None):
+             path=None, vector=None):
     """(CUDA input gradient on the host, NumPy backend's, CUDA forward output, NumPy's) of one problem."""
     x_shape, filt, dy = make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, dilations, pads)
     x = random_array(rng, x_shape, dtype)
@@ -317,6 +317,8 @@ def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding
     g = conv_geometry("conv2d_backprop_input", xl.shape, filt.shape, dyl.shape, layout, strides, padding, dilations,
                       pads)
     kw = {} if path is None else {"path": path}
+    if vector is not None:
+        kw["vector"] = vector
     dx = to_host(cuda_launcher("conv2d_backprop_input").conv2d_backprop_input(g, to_gpu(filt), to_gpu(dyl), **kw))
     y = to_host(cuda_launcher("conv2d").conv2d(g, to_gpu(xl), to_gpu(filt), **kw))
     assert dx.dtype == np.dtype(dtype) and dx.shape == xl.shape
@@ -356,6 +358,37 @@ def test_cuda_several_tiles(cuda_device, rng, path, dtype, layout, strides, dila
     """Problems larger than one CTA tile in every GEMM dimension (partial edge tiles, many
     reduction steps, grouped), including stride phases that no filter tap reaches."""
     check_cuda(rng, dtype, layout, 2, 14, 13, 2, 136, 72, 3, 3, strides, "SAME", dilations, path=path)
+
+
+@DTYPES
+@LAYOUTS
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "scalar"])
+def test_cuda_vector_loads(cuda_device, rng, dtype, layout, vector):
+    """Channel counts that are multiples of 16 bytes' worth of elements let the tiled kernels
+    (input gradient and forward) load 16 bytes at a time (chosen automatically; forced both ways
+    here): same results as the NumPy backend with padding, stride phases, groups, partial tiles."""
+    check_cuda(rng, dtype, layout, 2, 9, 10, 2, 16, 24, 3, 3, (2, 2), "SAME", path="tiled", vector=vector)
+    if cuda_device is not None:
+        names = [name for name, _, _ in cuda_device.launches]
+        assert sum(name.endswith(f", {str(vector).lower()}>") for name in names) == 2, names
+
+
+def test_cuda_vector_loads_need_aligned_arrays(cuda_device, rng):
+    """A contiguous view that starts 4 bytes into an allocation cannot be read 16 bytes at a
+    time: the automatic choice falls back to scalar loads, and forcing vector loads is refused."""
+    launcher = cuda_launcher("conv2d_backprop_input")
+    x_shape, filt, dy = make_problem(rng, np.float32, 2, 6, 7, 1, 8, 8, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
+    buffer = to_gpu(np.zeros(dy.size + 1, np.float32))
+    dy_view = buffer[1:].reshape(dy.shape)
+    dy_view[...] = to_gpu(dy)
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1),
+                      NO_PADS)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        launcher.conv2d_backprop_input(g, to_gpu(filt), dy_view, path="tiled", vector=True)
+    got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), dy_view, path="tiled"))
+    assert_close(got, expected_grad(x_shape, filt, dy, (1, 1), "SAME", (1, 1), NO_PADS), np.float32)
+    if cuda_device is not None:
+        assert cuda_device.launches[-1][0].endswith(", false>")
 
 
 @pytest.mark.parametrize("pads", ASYMMETRIC_PADS, ids=pads_id)

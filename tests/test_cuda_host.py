@@ -58,6 +58,8 @@ __global__ void write_past_end(float* out, long long n) {
     GRADOPS_GRID_STRIDE_LOOP(i, n + 1) out[i] = 1.0f;
 }
 
+__global__ void copy_one(const float* in, float* out) { out[0] = in[0]; }
+
 // One warp: c = a (16x16, row-major) x b (16x16, row-major) + 1, through wmma.
 template <typename T, typename In, int K>
 __global__ void warp_mma(const T* a, const T* b, float* c) {
@@ -80,7 +82,7 @@ __global__ void warp_mma(const T* a, const T* b, float* c) {
 """
 
 EXPRESSIONS = ["neighbour<true>", "neighbour<false>", "divergent_syncthreads", "early_exit_then_syncthreads",
-               "divergent_syncwarp", "write_past_end", "warp_mma<__half, __half, 16>",
+               "divergent_syncwarp", "write_past_end", "copy_one", "warp_mma<__half, __half, 16>",
                "warp_mma<__nv_bfloat16, __nv_bfloat16, 16>", "warp_mma<float, nvcuda::wmma::precision::tf32, 8>"]
 
 
@@ -125,6 +127,15 @@ def test_writes_outside_an_array_are_caught(kernels):
     kernels.launch("write_past_end", (2,), (4,), [out], [np.int64(10)])
     with pytest.raises(AssertionError, match="outside an array of 40 bytes"):
         device.check_guards()
+
+
+def test_memory_faults_end_the_launch_not_the_process(kernels):
+    out = np.zeros(1, np.float32)
+    unmapped = 16  # the first page is never mapped
+    with pytest.raises(cuda_host.HostLaunchError, match="memory fault"):
+        kernels.launch("copy_one", (1,), (1,), [unmapped, out], [])
+    kernels.launch("copy_one", (1,), (1,), [np.ones(1, np.float32), out], [])  # the runtime still works
+    assert out[0] == 1
 
 
 @pytest.mark.parametrize("expression,dtype", [
@@ -179,6 +190,9 @@ PLANTED = {
     "split-reduction-reads-past-the-batch": (
         "conv2d_backprop_filter.cu", "min(reduction, (split + 1) * split_size)", "(split + 1) * split_size",
         "conv2d_backprop_filter", np.float64),
+    "vector-chunk-start-not-scaled": (
+        "igemm_tiles.cuh", "if (K_CONTIG) { k = t % (BK / V) * V; row = t / (BK / V); }",
+        "if (K_CONTIG) { k = t % (BK / V); row = t / (BK / V); }", "conv2d_backprop_input", np.float64),
     "filter-direct-tree-reduction-off-by-one": (
         "conv2d_backprop_filter.cu", "for (int half = kFilterDirectThreads / 2; half > 0; half /= 2)",
         "for (int half = kFilterDirectThreads / 2; half > 1; half /= 2)", "conv2d_backprop_filter", np.float64),
@@ -187,11 +201,12 @@ PLANTED = {
 
 def run_planted_problem(op, path, dtype, rng):
     """(launcher result, NumPy backend result) of a problem with two tiles along the GEMM's rows,
-    stride 2 and, for the filter gradient's tiled path, a 3-way split reduction."""
+    stride 2 and, for the filter gradient's tiled path, a 3-way split reduction.  Its even
+    channel counts give float64 the tiled kernels' vector loads (2 elements); float16 (8) not."""
     import cupy  # the installed HostDevice: its arrays sit between NaN guards
 
     launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
-    x_shape, f_shape, strides = (2, 13, 11, 6), (3, 3, 6, 5), (2, 2)
+    x_shape, f_shape, strides = (2, 13, 11, 6), (3, 3, 6, 4), (2, 2)
     x, filt = random_array(rng, x_shape, dtype), random_array(rng, f_shape, dtype)
     a = dict(strides=[1, *strides, 1], padding="SAME")
     dy = gradops.conv2d(x, filt, **a, backend="numpy")

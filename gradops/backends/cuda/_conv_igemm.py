@@ -1,8 +1,9 @@
 """Host side shared by the convolution launchers (conv2d, conv2d_backprop_filter/input).
 
 Mirrors ``cuda_src/igemm_tiles.cuh``: the kernels' size arguments, the tile shapes of each
-math kind (for grid sizes), which math a dtype gets, and the eligibility limits of the tiled
-(implicit GEMM) kernels.  Nothing here imports CuPy at module level.
+math kind (for grid sizes), which math a dtype gets, when the tiled kernels may load 16 bytes
+at a time, and the eligibility limits of the tiled (implicit GEMM) kernels.  Nothing here
+imports CuPy at module level.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import numpy as np
 
 from ..._dtypes import bfloat16
 from ..._options import get_options
-from . import _build
+from . import _build, _runtime
 
 #: Layout template argument of the direct kernels (``enum Layout`` in gradops_common.cuh).
 LAYOUT = {"NHWC": 0, "NCHW": 1}
@@ -112,6 +113,29 @@ def prod(shape) -> int:
     return math.prod(int(d) for d in shape)
 
 
+#: Bytes per global load of the tiled kernels' vector path (a ``uint4``, ``igemm::ChunkSize``).
+VECTOR_BYTES = 16
+
+
+def use_vector_loads(g, dtype, arrays, vector: bool | None = None) -> bool:
+    """Whether the tiled kernel loads 16 bytes at a time: both per-group channel counts are
+    multiples of 16 / itemsize (so no load straddles a tap or a group) and every array the
+    kernel reads or writes is 16-byte aligned.  ``vector`` (tests) forces the choice; True
+    raises when it cannot hold."""
+    chunk = VECTOR_BYTES // np.dtype(dtype).itemsize
+    eligible = (g.filter_in_depth % chunk == 0 and (g.out_depth // g.groups) % chunk == 0
+                and all(int(_runtime.pointer(a)) % VECTOR_BYTES == 0 for a in arrays))
+    if vector is None:
+        return eligible
+    if vector and not eligible:
+        raise ValueError(f"vector loads need channel counts that are multiples of {chunk} and 16-byte aligned arrays")
+    return bool(vector)
+
+
+def cpp_bool(value: bool) -> str:
+    return "true" if value else "false"
+
+
 #: Kernel paths a launcher can take; tests force each with ``path=``.
 PATHS = ("direct", "tiled")
 
@@ -130,10 +154,11 @@ def pick_path(path, eligible: bool, gemm_m: int, gemm_n: int) -> str:
 
 def kernel_names(direct_name, tiled_name, *per_dtype) -> list[str]:
     """Every instantiation of a conv kernel file: ``direct_name(dtype, layout)`` for each layout,
-    ``tiled_name(dtype, kind)`` for each math kind, then each ``per_dtype(dtype)`` extra."""
+    ``tiled_name(dtype, kind, vector)`` for each math kind with scalar and vector loads, then
+    each ``per_dtype(dtype)`` extra."""
     names = []
     for dtype in instantiation_dtypes():
         names += [direct_name(dtype, layout) for layout in LAYOUT]
-        names += [tiled_name(dtype, kind) for kind in math_kinds(dtype)]
+        names += [tiled_name(dtype, kind, vector) for kind in math_kinds(dtype) for vector in (False, True)]
         names += [extra(dtype) for extra in per_dtype]
     return names

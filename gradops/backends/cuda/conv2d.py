@@ -21,8 +21,8 @@ def _direct_name(dtype, layout: str) -> str:
     return f"gradops::conv2d_direct<{ig.template_types(dtype)}, {ig.LAYOUT[layout]}>"
 
 
-def _tiled_name(dtype, kind: int) -> str:
-    return f"gradops::conv2d_igemm<{ig.template_types(dtype)}, {kind}>"
+def _tiled_name(dtype, kind: int, vector: bool) -> str:
+    return f"gradops::conv2d_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
 
 
 def instantiations() -> dict[str, list[str]]:
@@ -46,7 +46,7 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
     return True, "supported"
 
 
-def conv2d(geometry, input, filter, *, path: str | None = None):
+def conv2d(geometry, input, filter, *, path: str | None = None, vector: bool | None = None):
     """Output [batch, out_rows, out_cols, out_depth] in ``geometry.data_format`` of ``input``
     (data_format) and the HWIO ``filter``, in their dtype.  ``path`` ("direct" / "tiled")
     overrides the automatic choice."""
@@ -73,7 +73,8 @@ def conv2d(geometry, input, filter, *, path: str | None = None):
     x = ig.to_nhwc(x, g.data_format)
     out = cupy.empty((g.batch, g.out_rows, g.out_cols, g.out_depth), dtype)
     m, n, _ = _gemm_sizes(g)
-    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind))
+    vector = ig.use_vector_loads(g, dtype, (x, w, out), vector)
+    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector))
     fn((ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups), (threads,), (x, w, out, *dims))
     return ig.from_nhwc(out, g.data_format)
 

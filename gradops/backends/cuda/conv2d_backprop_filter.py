@@ -31,8 +31,8 @@ def _direct_name(dtype, layout: str) -> str:
     return f"gradops::conv2d_backprop_filter_direct<{ig.template_types(dtype)}, {ig.LAYOUT[layout]}>"
 
 
-def _tiled_name(dtype, kind: int) -> str:
-    return f"gradops::conv2d_backprop_filter_igemm<{ig.template_types(dtype)}, {kind}>"
+def _tiled_name(dtype, kind: int, vector: bool) -> str:
+    return f"gradops::conv2d_backprop_filter_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
 
 
 def _reduce_name(dtype) -> str:
@@ -80,7 +80,8 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
     return True, "supported"
 
 
-def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = None, splits: int | None = None):
+def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = None, splits: int | None = None,
+                           vector: bool | None = None):
     """HWIO filter gradient [filter_rows, filter_cols, filter_in_depth, out_depth] of ``input``
     and ``out_backprop`` (both in ``geometry.data_format``), in their dtype.
 
@@ -118,7 +119,8 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     # One float (double for float64) partial filter per split; unused (empty) without a split.
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * splits)
-    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind))
+    vector = ig.use_vector_loads(g, dtype, (x, dy, out), vector)
+    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector))
     fn(grid, (threads,), (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
     if splits > 1:
         reduce = _runtime.kernel(SOURCE, _reduce_name(dtype))

@@ -22,8 +22,8 @@ def _direct_name(dtype, layout: str) -> str:
     return f"gradops::conv2d_backprop_input_direct<{ig.template_types(dtype)}, {ig.LAYOUT[layout]}>"
 
 
-def _tiled_name(dtype, kind: int) -> str:
-    return f"gradops::conv2d_backprop_input_igemm<{ig.template_types(dtype)}, {kind}>"
+def _tiled_name(dtype, kind: int, vector: bool) -> str:
+    return f"gradops::conv2d_backprop_input_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
 
 
 def instantiations() -> dict[str, list[str]]:
@@ -54,7 +54,8 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
     return True, "supported"
 
 
-def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = None):
+def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = None,
+                          vector: bool | None = None):
     """Input gradient (shape ``geometry.input_shape``, in ``geometry.data_format``) from the HWIO
     ``filter`` and ``out_backprop``, in their dtype.  ``path`` ("direct" / "tiled") overrides the
     automatic choice; the tests use it to run every path on small shapes."""
@@ -82,6 +83,7 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     out = cupy.empty((g.batch, g.in_rows, g.in_cols, g.in_depth), dtype)  # NHWC; every element written
     m, n, _ = _gemm_sizes(g)
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * g.stride_rows * g.stride_cols)
-    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind))
+    vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
+    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector))
     fn(grid, (threads,), (w, dy, out, *dims))
     return ig.from_nhwc(out, g.data_format)
