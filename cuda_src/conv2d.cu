@@ -96,7 +96,7 @@ conv2d_igemm(const T* __restrict__ input, const T* __restrict__ filter, T* __res
     prob.div_p = FastDiv(static_cast<int>(d.out_rows));
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * d.out_per_group();
-    igemm::run_cta<T, Acc, Kind, igemm::ChunkSize<T, VECTOR>::value>(prob);
+    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }
 
 }  // namespace gradops

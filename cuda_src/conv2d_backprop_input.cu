@@ -163,7 +163,7 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     prob.div_i = FastDiv(static_cast<int>(rows));
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * out_per_group;
-    igemm::run_cta<T, Acc, Kind, igemm::ChunkSize<T, VECTOR>::value>(prob);
+    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }
 
 }  // namespace gradops

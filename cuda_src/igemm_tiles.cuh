@@ -108,13 +108,14 @@ template <> struct Config<double, SIMT> {
 };
 
 // ---------------------------------------------------------------- tile loading
-// Operands are loaded in chunks of V elements that are consecutive in global memory (along the
-// operand's contiguous dimension): V = 1, or one 16-byte load when the launcher has checked
-// that every channel count is a multiple of V and every pointer 16-byte aligned, so that a
-// chunk never straddles a filter tap, a group or an edge of the GEMM, and the index math of a
-// chunk is done once instead of V times.
-template <typename T, bool VECTOR> struct ChunkSize {
-    static constexpr int value = VECTOR ? static_cast<int>(sizeof(uint4) / sizeof(T)) : 1;
+// Each thread loads chunks of C = 16 / sizeof(T) elements that are consecutive in global memory
+// (along the operand's contiguous dimension), so the index math of the other dimension is done
+// once per chunk.  VECTOR: one 16-byte load per chunk, when the launcher has checked that every
+// channel count is a multiple of C and every pointer 16-byte aligned (a chunk then never
+// straddles a filter tap, a group or an edge of the GEMM).  Otherwise C scalar loads, each
+// with its own bounds check.
+template <typename T> struct ChunkSize {
+    static constexpr int value = static_cast<int>(sizeof(uint4) / sizeof(T));
 };
 
 template <int V, typename T> __device__ __forceinline__ void copy_chunk(T* dst, const T* __restrict__ src) {
@@ -131,19 +132,19 @@ template <int V, typename T> __device__ __forceinline__ void zero_chunk(T* dst) 
     for (int v = 0; v < V; ++v) dst[v] = from_acc<T, float>(0.0f);
 }
 
-// A tile of ROWS (the m or n extent) x BK elements, loaded by THREADS threads in chunks of V
+// A tile of ROWS (the m or n extent) x BK elements, loaded by THREADS threads in chunks of C
 // into registers and then stored reduction-major into shared memory.  K_CONTIG: the operand is
-// contiguous along k in global memory, so a chunk spans V consecutive k and consecutive threads
+// contiguous along k in global memory, so a chunk spans C consecutive k and consecutive threads
 // take consecutive chunks along k (else along rows).
-template <int ROWS, int BK, int THREADS, bool K_CONTIG, int V> struct TileMap {
-    static constexpr int CHUNKS = ROWS * BK / (THREADS * V);  // per thread
-    static_assert(ROWS * BK % (THREADS * V) == 0, "tile must divide evenly among threads");
-    static_assert((K_CONTIG ? BK : ROWS) % V == 0, "chunks must tile the contiguous dimension");
+template <int ROWS, int BK, int THREADS, bool K_CONTIG, int C> struct TileMap {
+    static constexpr int CHUNKS = ROWS * BK / (THREADS * C);  // per thread
+    static_assert(ROWS * BK % (THREADS * C) == 0, "tile must divide evenly among threads");
+    static_assert((K_CONTIG ? BK : ROWS) % C == 0, "chunks must tile the contiguous dimension");
     // First (row, k) of this thread's chunk e.
     __device__ __forceinline__ static void at(int e, int& row, int& k) {
         int t = static_cast<int>(threadIdx.x) + e * THREADS;
-        if (K_CONTIG) { k = t % (BK / V) * V; row = t / (BK / V); }
-        else          { row = t % (ROWS / V) * V; k = t / (ROWS / V); }
+        if (K_CONTIG) { k = t % (BK / C) * C; row = t / (BK / C); }
+        else          { row = t % (ROWS / C) * C; k = t / (ROWS / C); }
     }
 };
 
@@ -151,48 +152,70 @@ template <int ROWS, int BK, int THREADS, bool K_CONTIG, int V> struct TileMap {
 // Problem interface (all indices int, offsets inside it 64-bit):
 //   int m_size, n_size, k_begin, k_end;
 //   static constexpr bool A_K_CONTIG, B_K_CONTIG;
-//   template <int V> void a(int m, int k, T* dst) const;   A[m][k] and the V-1 elements after
-//                                                           it along A's contiguous dimension
+//   template <int V> void a(int m, int k, T* dst) const;   A[m][k] and, for V > 1, the V-1
+//                                                           elements after it along A's
+//                                                           contiguous dimension (V is 1 or C)
 //   template <int V> void b(int k, int n, T* dst) const;   B[k][n] likewise
 //   void store(int m, int n, Acc v) const;
-// The core zero-fills out-of-range chunks and only stores in-range elements, so problems need
-// no bounds logic beyond the convolution's own padding.
+// The core zero-fills out-of-range elements and only stores in-range ones, so problems need no
+// bounds logic beyond the convolution's own padding.
 
 template <typename T, typename Acc, int Kind, class Problem> struct Core;
 
 // Shared: register-staged loads (the next tile's global loads are in flight while the current
 // tile is multiplied), single shared-memory buffer.
-template <typename T, int BM, int BN, int BK, int THREADS, int V, class Problem> struct Loader {
-    using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, V>;
-    using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, V>;
-    alignas(16) T ra[MapA::CHUNKS * V];
-    alignas(16) T rb[MapB::CHUNKS * V];
+template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem> struct Loader {
+    static constexpr int C = ChunkSize<T>::value;
+    using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
+    using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, C>;
+    alignas(16) T ra[MapA::CHUNKS * C];
+    alignas(16) T rb[MapB::CHUNKS * C];
 
-    // A chunk is in range or out of range as a whole: along the contiguous dimension the
-    // extents are multiples of V whenever V > 1 (the launcher's condition).
+    // One chunk of A (IS_A) or B starting at GEMM row ``row`` (m or n, below ``rows``) and
+    // reduction index k (below k_end).  With VECTOR a chunk is in range or out of range as a
+    // whole: along the contiguous dimension the extents are multiples of C.
+    template <bool IS_A, bool K_CONTIG>
+    __device__ __forceinline__ static void fetch(const Problem& p, int row, int k, int rows, T* dst) {
+        if constexpr (VECTOR) {
+            if (row < rows && k < p.k_end) {
+                if constexpr (IS_A) p.template a<C>(row, k, dst);
+                else p.template b<C>(k, row, dst);
+            } else {
+                zero_chunk<C>(dst);
+            }
+        } else {
+#pragma unroll
+            for (int v = 0; v < C; ++v) {
+                const int r = K_CONTIG ? row : row + v, kk = K_CONTIG ? k + v : k;
+                if (r < rows && kk < p.k_end) {
+                    if constexpr (IS_A) p.template a<1>(r, kk, dst + v);
+                    else p.template b<1>(kk, r, dst + v);
+                } else {
+                    dst[v] = from_acc<T, float>(0.0f);
+                }
+            }
+        }
+    }
+
     __device__ __forceinline__ void load(const Problem& p, int m0, int n0, int k0) {
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            const int m = m0 + row, kk = k0 + k;
-            if (m < p.m_size && kk < p.k_end) p.template a<V>(m, kk, &ra[e * V]);
-            else zero_chunk<V>(&ra[e * V]);
+            fetch<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            const int n = n0 + row, kk = k0 + k;
-            if (n < p.n_size && kk < p.k_end) p.template b<V>(kk, n, &rb[e * V]);
-            else zero_chunk<V>(&rb[e * V]);
+            fetch<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
         }
     }
 
     template <bool K_CONTIG, int LD>
     __device__ __forceinline__ static void put(T (*S)[LD], int row, int k, const T* chunk) {
 #pragma unroll
-        for (int v = 0; v < V; ++v) {
+        for (int v = 0; v < C; ++v) {
             if (K_CONTIG) S[k + v][row] = chunk[v];
             else S[k][row + v] = chunk[v];
         }
@@ -204,13 +227,13 @@ template <typename T, int BM, int BN, int BK, int THREADS, int V, class Problem>
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            put<Problem::A_K_CONTIG>(As, row, k, &ra[e * V]);
+            put<Problem::A_K_CONTIG>(As, row, k, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            put<Problem::B_K_CONTIG>(Bs, row, k, &rb[e * V]);
+            put<Problem::B_K_CONTIG>(Bs, row, k, &rb[e * C]);
         }
     }
 };
@@ -223,7 +246,7 @@ template <> struct WmmaTypes<float, WMMA_TF32> {
     using In = nvcuda::wmma::precision::tf32;
 };
 
-template <typename T, int Kind, int V, class Problem>
+template <typename T, int Kind, bool VECTOR, class Problem>
 __device__ __forceinline__ void wmma_cta(const Problem& p) {
     using namespace nvcuda;
     using C = Config<T, Kind>;
@@ -248,7 +271,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 #pragma unroll
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-    Loader<T, BM, BN, BK, C::THREADS, V, Problem> loader;
+    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
     if (p.k_begin < p.k_end) loader.load(p, m0, n0, p.k_begin);
     for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
         __syncthreads();  // the previous tile's fragments are loaded before it is overwritten
@@ -299,7 +322,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 }
 
 // SIMT register-blocked GEMM (float exact, double).
-template <typename T, typename Acc, int V, class Problem>
+template <typename T, typename Acc, bool VECTOR, class Problem>
 __device__ __forceinline__ void simt_cta(const Problem& p) {
     using C = Config<T, SIMT>;
     constexpr int BM = C::BM, BN = C::BN, BK = C::BK, TM = C::TM, TN = C::TN;
@@ -322,7 +345,7 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
 #pragma unroll
         for (int j = 0; j < TN; ++j) acc[i][j] = Acc(0);
 
-    Loader<T, BM, BN, BK, C::THREADS, V, Problem> loader;
+    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
     if (p.k_begin < p.k_end) loader.load(p, m0, n0, p.k_begin);
     for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
         __syncthreads();
@@ -354,11 +377,11 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
     }
 }
 
-// V: elements per global load (ChunkSize).
-template <typename T, typename Acc, int Kind, int V, class Problem>
+// VECTOR: 16-byte global loads (see the tile loading section).
+template <typename T, typename Acc, int Kind, bool VECTOR, class Problem>
 __device__ __forceinline__ void run_cta(const Problem& p) {
-    if constexpr (Kind == SIMT) simt_cta<T, Acc, V>(p);
-    else wmma_cta<T, Kind, V>(p);
+    if constexpr (Kind == SIMT) simt_cta<T, Acc, VECTOR>(p);
+    else wmma_cta<T, Kind, VECTOR>(p);
 }
 
 // Threads per CTA of a tiled kernel (the launchers read the same numbers, see _igemm.py).

@@ -1,4 +1,4 @@
-"""Command line: ``python -m gradops info``, ``check`` and ``bench``."""
+"""Command line: ``python -m gradops info``, ``check``, ``bench`` and ``kernels``."""
 
 from __future__ import annotations
 
@@ -83,6 +83,27 @@ def check(console: Console, use_tf: bool) -> int:
     return 1 if failed else 0
 
 
+def kernels(console: Console, archs: list[str], sources: list[str] | None) -> int:
+    """Compile every CUDA kernel instantiation with NVRTC (no GPU needed) and show what ptxas
+    reports: registers per thread, spills, stack, static shared memory."""
+    from gradops.backends.cuda import _build
+
+    rows = _build.kernel_resources(tuple(archs), sources)
+    table = Table(title="gradops CUDA kernels (ptxas -v)")
+    for col in ("source", "arch", "kernel", "registers", "spill st/ld (B)", "stack (B)", "smem (B)"):
+        table.add_column(col)
+    spilling = 0
+    for r in rows:
+        spills = r["spill_stores"] or r["spill_loads"] or r["stack_bytes"]
+        spilling += bool(spills)
+        table.add_row(r["source"], r["arch"], r["kernel"].removeprefix("gradops::"), str(r["registers"]),
+                      f"{'[red]' if spills else ''}{r['spill_stores']}/{r['spill_loads']}",
+                      str(r["stack_bytes"]), str(r["shared_bytes"]))
+    console.print(table)
+    console.print(f"{len(rows)} kernels compiled, {spilling} with spills or a stack frame")
+    return 1 if spilling else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gradops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -93,10 +114,15 @@ def main(argv: list[str] | None = None) -> int:
 
     add_bench_arguments(sub.add_parser(
         "bench", help="time gradops' backends against cuDNN (PyTorch) and JAX, or NumPy against TF on a CPU"))
+    ker = sub.add_parser("kernels", help="compile every CUDA kernel with NVRTC (no GPU) and report registers/spills")
+    ker.add_argument("--arch", action="append", default=None, help="sm_XX (repeatable; default sm_80 and sm_90)")
+    ker.add_argument("--source", action="append", default=None, help="a cuda_src/*.cu file (repeatable)")
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.command == "info":
         return info(console)
+    if args.command == "kernels":
+        return kernels(console, args.arch or ["sm_80", "sm_90"], args.source)
     if args.command == "bench":
         from gradops.bench.cli import main as bench
 

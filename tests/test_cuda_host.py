@@ -191,8 +191,8 @@ PLANTED = {
         "conv2d_backprop_filter.cu", "min(reduction, (split + 1) * split_size)", "(split + 1) * split_size",
         "conv2d_backprop_filter", np.float64),
     "vector-chunk-start-not-scaled": (
-        "igemm_tiles.cuh", "if (K_CONTIG) { k = t % (BK / V) * V; row = t / (BK / V); }",
-        "if (K_CONTIG) { k = t % (BK / V); row = t / (BK / V); }", "conv2d_backprop_input", np.float64),
+        "igemm_tiles.cuh", "if (K_CONTIG) { k = t % (BK / C) * C; row = t / (BK / C); }",
+        "if (K_CONTIG) { k = t % (BK / C); row = t / (BK / C); }", "conv2d_backprop_input", np.float64),
     "filter-direct-tree-reduction-off-by-one": (
         "conv2d_backprop_filter.cu", "for (int half = kFilterDirectThreads / 2; half > 0; half /= 2)",
         "for (int half = kFilterDirectThreads / 2; half > 1; half /= 2)", "conv2d_backprop_filter", np.float64),

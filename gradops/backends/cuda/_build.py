@@ -2,7 +2,7 @@
 
 Nothing here imports CuPy.  Each op's launcher module lists the template instantiations it
 launches (``instantiations()``); :func:`all_instantiations` gathers them so that the NVRTC
-compile check (``tests/test_cuda_compile.py``, ``python -m gradops compile-check``) compiles
+compile check (``tests/test_cuda_compile.py``, ``python -m gradops kernels``) compiles
 exactly what the runtime can ask for.
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import os
+import re
 import sys
 from functools import lru_cache
 from pathlib import Path
@@ -116,6 +117,31 @@ def all_instantiations() -> dict[str, list[str]]:
     return merged
 
 
+def _compiled(archs, sources, ptxas_verbose: bool):
+    """Compile each listed source for each arch with NVRTC (cuda.core, no GPU needed); yields
+    ``(source file, arch, name expressions, ObjectCode, compile log)``.  Raises on the first
+    compile error with NVRTC's log."""
+    import io
+
+    from cuda.core import Program, ProgramOptions
+
+    include = [str(source_dir())] + cuda_include_dirs(13)
+    todo = all_instantiations()
+    if sources is not None:
+        todo = {k: v for k, v in todo.items() if k in sources}
+    for filename, expressions in sorted(todo.items()):
+        for arch in archs:
+            options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
+                                     ptxas_options=["-v"] if ptxas_verbose else None)
+            program = Program(source_code(filename), "c++", options)
+            log = io.StringIO()
+            try:
+                code = program.compile("cubin", name_expressions=tuple(expressions), logs=log)
+            finally:
+                program.close()
+            yield filename, arch, expressions, code, log.getvalue().replace("\0", "")
+
+
 def compile_check(archs=("sm_80", "sm_90"), sources=None) -> list[tuple[str, str, int]]:
     """Compile every instantiation with NVRTC (cuda.core, no GPU needed) for each arch.
 
@@ -123,20 +149,41 @@ def compile_check(archs=("sm_80", "sm_90"), sources=None) -> list[tuple[str, str
     with NVRTC's log.  Needs ``cuda-core``, ``cuda-bindings`` and the NVRTC/runtime-header wheels
     (the ``test`` extra on Linux x86_64).
     """
-    from cuda.core import Program, ProgramOptions
+    return [(filename, arch, len(expressions))
+            for filename, arch, expressions, _, _ in _compiled(archs, sources, ptxas_verbose=False)]
 
-    include = [str(source_dir())] + cuda_include_dirs(13)
-    todo = all_instantiations()
-    if sources is not None:
-        todo = {k: v for k, v in todo.items() if k in sources}
-    done = []
-    for filename, expressions in sorted(todo.items()):
-        for arch in archs:
-            options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include)
-            program = Program(source_code(filename), "c++", options)
-            try:
-                program.compile("cubin", name_expressions=tuple(expressions))
-            finally:
-                program.close()
-            done.append((filename, arch, len(expressions)))
-    return done
+
+_PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
+_PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_PTXAS_USED = re.compile(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?$")
+
+
+def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
+    """ptxas ``-v`` output -> ``{mangled kernel name: {registers, spill_stores, spill_loads,
+    stack_bytes, shared_bytes}}``."""
+    out: dict[str, dict[str, int]] = {}
+    current = None
+    for line in log.splitlines():
+        if m := _PTXAS_ENTRY.search(line):
+            current = out.setdefault(m.group(1), {"registers": 0, "spill_stores": 0, "spill_loads": 0,
+                                                  "stack_bytes": 0, "shared_bytes": 0})
+        elif current is not None and (m := _PTXAS_FRAME.search(line)):
+            current["stack_bytes"], current["spill_stores"], current["spill_loads"] = map(int, m.groups())
+        elif current is not None and (m := _PTXAS_USED.search(line.strip())):
+            current["registers"] = int(m.group(1))
+            current["shared_bytes"] = int(m.group(2) or 0)
+    return out
+
+
+def kernel_resources(archs=("sm_80", "sm_90"), sources=None) -> list[dict]:
+    """What ptxas reports for every instantiation (a static check, no GPU needed): one dict per
+    (source, arch, kernel) with registers per thread, spill stores/loads and stack bytes per
+    thread, and static shared memory bytes per block."""
+    rows = []
+    for filename, arch, expressions, code, log in _compiled(archs, sources, ptxas_verbose=True):
+        stats = parse_ptxas_log(log)
+        for expression in expressions:
+            mangled = code.symbol_mapping[expression]
+            mangled = mangled.decode() if isinstance(mangled, bytes) else mangled
+            rows.append({"source": filename, "arch": arch, "kernel": expression, **stats[mangled]})
+    return rows
