@@ -77,9 +77,10 @@ class HostKernels:
         code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
         for i, expression in enumerate(self.expressions):
             code.append(f'extern "C" int kernel_{i}(void* const* p, const long long* s, const unsigned* grid, '
-                        f'const unsigned* block, int order, unsigned seed, char* error, int error_size) '
+                        f'const unsigned* block, int order, unsigned seed, const unsigned long long* only, '
+                        f'long long only_count, char* error, int error_size) '
                         f'{{ return gradops_host::launch_kernel(&{expression}, p, s, grid, block, order, seed, '
-                        f'error, error_size); }}')
+                        f'only, only_count, error, error_size); }}')
         text = "\n".join(code) + "\n"
         sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
         digest = hashlib.sha256((text + sources + RUNTIME_HEADER.read_text()).encode()).hexdigest()[:16]
@@ -100,9 +101,10 @@ class HostKernels:
         self._lib = ctypes.CDLL(str(library))
 
     def launch(self, expression: str, grid, block, pointers, scalars, order: str = "forward",
-               seed: int = 0) -> None:
+               seed: int = 0, blocks=None) -> None:
         """Run ``expression`` over ``grid`` x ``block`` (up to 3 entries each) with ``pointers``
-        (arrays, or raw addresses as ints) and int64 ``scalars``, each in parameter order."""
+        (arrays, or raw addresses as ints) and int64 ``scalars``, each in parameter order.
+        ``blocks``: run only the blocks with these linear ids (x fastest), not the whole grid."""
         fn = getattr(self._lib, f"kernel_{self.expressions.index(expression)}")
         addresses = []
         for a in pointers:
@@ -115,10 +117,15 @@ class HostKernels:
         scalar_array = np.ascontiguousarray(np.array([int(s) for s in scalars] or [0], np.int64))
         dims = [tuple(int(v) for v in d) + (1,) * (3 - len(d)) for d in (grid, block)]
         grid_array, block_array = ((ctypes.c_uint * 3)(*d) for d in dims)
+        only = np.ascontiguousarray(np.array(list(blocks) if blocks is not None else [0], np.uint64))
+        only_count = len(only) if blocks is not None else 0
+        if blocks is not None and only_count == 0:
+            return  # no block of this launch was asked for
         error = ctypes.create_string_buffer(512)
         status = fn(pointer_array, scalar_array.ctypes.data_as(ctypes.POINTER(ctypes.c_longlong)),
-                    grid_array, block_array, ctypes.c_int(ORDERS[order]), ctypes.c_uint(seed), error,
-                    ctypes.c_int(len(error)))
+                    grid_array, block_array, ctypes.c_int(ORDERS[order]), ctypes.c_uint(seed),
+                    only.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong)), ctypes.c_longlong(only_count),
+                    error, ctypes.c_int(len(error)))
         if status:
             raise HostLaunchError(f"{expression}: {error.value.decode()}")
 
@@ -129,11 +136,12 @@ class HostKernels:
 
 # --------------------------------------------------------------------------- CuPy stand-in
 
-#: Guard bytes on each side of every array the stand-in allocates: as many as the array has,
-#: rounded up to a multiple of this (which keeps the array as aligned as cudaMalloc would), so
-#: an index up to twice too large still lands in a guard.  0xFF bytes read as NaN in every
-#: float dtype.
+#: Guard bytes on each side of every array the stand-in allocates: as many as the array has
+#: (up to GUARD_MAX), rounded up to a multiple of GUARD_ALIGN (which keeps the array as aligned
+#: as cudaMalloc would), so an index up to twice too large still lands in a guard.  0xFF bytes
+#: read as NaN in every float dtype.
 GUARD_ALIGN = 256
+GUARD_MAX = 16 << 20
 GUARD_BYTE = 0xFF
 
 
@@ -141,14 +149,18 @@ class HostDevice:
     """CuPy's role for the launchers, on the CPU (see the module docstring).
 
     ``order``/``seed`` choose the host runtime's block and thread order for every launch.
-    ``launches`` records (expression, grid, block) of each launch, for tests of the launchers'
-    choices.
+    ``block_filter(expression, grid)``, if given, returns the linear ids of the blocks to run
+    in a launch (the rest of the grid is skipped): tests of huge tensors run only the blocks
+    that reach their far end.  ``launches`` records (expression, grid, block) of each launch,
+    for tests of the launchers' choices.
     """
 
-    def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None):
+    def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None,
+                 block_filter=None):
         self.order = order
         self.seed = seed
         self.source_dir = source_dir
+        self.block_filter = block_filter
         self.launches: list[tuple[str, tuple, tuple]] = []
         self._buffers: list[tuple[np.ndarray, int, int]] = []  # (buffer, guard bytes, payload bytes)
         self._kernels: dict[str, HostKernels] = {}
@@ -158,7 +170,7 @@ class HostDevice:
         shape = (shape,) if np.isscalar(shape) else tuple(int(d) for d in shape)
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-        guard = max(1, -(-nbytes // GUARD_ALIGN)) * GUARD_ALIGN
+        guard = min(max(1, -(-nbytes // GUARD_ALIGN)) * GUARD_ALIGN, GUARD_MAX)
         buffer = np.full(nbytes + 2 * guard, GUARD_BYTE, np.uint8)
         self._buffers.append((buffer, guard, nbytes))
         return buffer[guard:guard + nbytes].view(dtype).reshape(shape)
@@ -198,7 +210,8 @@ class HostDevice:
             scalars = [a for a in args if not isinstance(a, (np.ndarray, np.uint64))]
             assert all(isinstance(s, (np.int64, np.int32)) for s in scalars), "scalars must be explicit int types"
             self.launches.append((expression, tuple(grid), tuple(block)))
-            kernels.launch(expression, grid, block, pointers, scalars, self.order, self.seed)
+            blocks = self.block_filter(expression, tuple(grid)) if self.block_filter else None
+            kernels.launch(expression, grid, block, pointers, scalars, self.order, self.seed, blocks)
             self.check_guards()
 
         return launch

@@ -166,11 +166,15 @@ struct FaultHandlers {  // installed for one launch, then the previous ones (Pyt
     }
 };
 
-inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed, char* error, int error_size);
+inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed,
+               const unsigned long long* only_blocks, long long only_count, char* error, int error_size);
 
 // Run ``body(arg)`` as a kernel over grid x block; 0 on success, else 1 with ``error`` set.
+// ``only_count`` > 0: run just the blocks with these linear ids (x fastest), e.g. the few that
+// touch the far end of a huge tensor.
 inline int launch(void (*body)(void*), void* arg, const unsigned* grid, const unsigned* block, int order,
-                  unsigned seed, char* error, int error_size) {
+                  unsigned seed, const unsigned long long* only_blocks, long long only_count, char* error,
+                  int error_size) {
     Scheduler& s = scheduler();
     s.body = body;
     s.body_arg = arg;
@@ -181,11 +185,11 @@ inline int launch(void (*body)(void*), void* arg, const unsigned* grid, const un
         s.current = -1;
         return 1;
     }
-    return run_blocks(grid, block, order, seed, error, error_size);
+    return run_blocks(grid, block, order, seed, only_blocks, only_count, error, error_size);
 }
 
-inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed, char* error,
-                      int error_size) {
+inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed,
+                      const unsigned long long* only_blocks, long long only_count, char* error, int error_size) {
     Scheduler& s = scheduler();
     s.error[0] = 0;
     const int threads = static_cast<int>(block[0] * block[1] * block[2]);
@@ -197,7 +201,13 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
     std::mt19937 random(seed);
 
     std::vector<unsigned long long> blocks;
-    for (unsigned long long b = 0; b < 1ULL * grid[0] * grid[1] * grid[2]; ++b) blocks.push_back(b);
+    const unsigned long long total_blocks = 1ULL * grid[0] * grid[1] * grid[2];
+    if (only_count > 0) {
+        for (long long i = 0; i < only_count; ++i)
+            if (only_blocks[i] < total_blocks) blocks.push_back(only_blocks[i]);
+    } else {
+        for (unsigned long long b = 0; b < total_blocks; ++b) blocks.push_back(b);
+    }
     if (order == REVERSE) std::reverse(blocks.begin(), blocks.end());
     if (order == SHUFFLED) std::shuffle(blocks.begin(), blocks.end(), random);
     std::vector<int> sweep(threads);
@@ -271,9 +281,10 @@ template <typename... Args> struct Call {
 
 template <typename... Args>
 int launch_kernel(void (*fn)(Args...), void* const* pointers, const long long* scalars, const unsigned* grid,
-                  const unsigned* block, int order, unsigned seed, char* error, int error_size) {
+                  const unsigned* block, int order, unsigned seed, const unsigned long long* only_blocks,
+                  long long only_count, char* error, int error_size) {
     Call<Args...> call{fn, pointers, scalars};
-    return launch(&Call<Args...>::run, &call, grid, block, order, seed, error, error_size);
+    return launch(&Call<Args...>::run, &call, grid, block, order, seed, only_blocks, only_count, error, error_size);
 }
 
 }  // namespace gradops_host

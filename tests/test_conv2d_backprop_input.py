@@ -517,3 +517,64 @@ def test_cuda_more_than_2_31_elements(path):
     for index in ((0, 0, 0), (1, 1023, 1023), (1, 517, 1000)):
         want = (dy[index + (0,)].astype(cupy.float32) * filt[0, 0, :, 0].astype(cupy.float32)).astype(cupy.float16)
         np.testing.assert_array_equal(to_host(got[index]), to_host(want))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", ["tiled", "direct"])
+@pytest.mark.parametrize("channels", [1025, 1032], ids=["scalar-loads", "vector-loads"])
+def test_host_more_than_2_31_elements(monkeypatch, path, channels):
+    """The kernel sources' 64-bit offsets, executed on the CPU: an input gradient of more than
+    2**31 float16 elements (~4.3 GB) from a 1x1 filter, dx[n, h, w, c] = dy[n, h, w, 0] *
+    filter[0, 0, c, 0] (other out channels have a zero filter).  Only the blocks that write the far end of the tensor run (the last
+    row tile of the tiled kernel; one grid-stride block of the direct kernel), and every
+    element they write is checked; all of them lie past the 2**31-th element."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    n, h, w, c = 2, 1024, 1024, channels
+    rows = n * h * w
+    assert (rows - 128) * c > 2**31
+    launcher = cuda_launcher("conv2d_backprop_input")
+
+    def last_blocks(expression, grid):
+        gx, gy, gz = (tuple(grid) + (1, 1))[:3]
+        if "igemm" in expression:  # the last row tile, every column tile
+            return [gx - 1 + gx * y for y in range(gy)]
+        return [gx - 1]  # one block of the grid-stride kernel
+
+    device = cuda_host.HostDevice(block_filter=last_blocks).install(monkeypatch)
+    rng = np.random.default_rng(3)
+    # Vector loads need out channels in multiples of 8 too: out channels 1-7 get a zero filter,
+    # so the sums stay exact.
+    out_channels = 8 if c % 8 == 0 else 1
+    filt = np.zeros((1, 1, c, out_channels), np.float16)
+    filt[..., 0] = rng.standard_normal(c)
+    dy = rng.standard_normal((n, h, w, out_channels)).astype(np.float16)
+    g = conv_geometry("conv2d_backprop_input", (n, h, w, c), filt.shape, dy.shape, "NHWC", (1, 1), "VALID", (1, 1),
+                      NO_PADS)
+    dx = launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy), path=path)
+    expression, grid, block = device.launches[-1]
+    assert ("igemm" in expression) == (path == "tiled")
+    assert expression.endswith(", true>" if path == "tiled" and c % 8 == 0 else ">")
+    flat = dx.reshape(-1)
+    if path == "tiled":
+        first = (grid[0] - 1) * 128  # the last tile's first row
+        got = flat[first * c:].reshape(-1, c)
+        want = dy[..., 0].reshape(-1)[first:, None].astype(np.float32) * filt[0, 0, :, 0].astype(np.float32)
+        written = np.arange(first * c, rows * c)
+    else:
+        threads, blocks = block[0], grid[0]
+        # Block (blocks - 1) visits i = (blocks - 1) * threads + t + j * threads * blocks.
+        starts = np.arange((blocks - 1) * threads, rows * c, threads * blocks)
+        written = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
+        written = written[written < rows * c]
+        written = written[written > 2**31]
+        got = flat[written]
+        want = (dy[..., 0].reshape(-1)[written // c].astype(np.float32)
+                * filt[0, 0, :, 0][written % c].astype(np.float32))
+    assert written.min() > 2**31 and written.size > 1000
+    np.testing.assert_array_equal(got, want.astype(np.float16))
+    assert np.isnan(flat[:1000]).all(), "blocks outside the filter did not run"
+

@@ -615,3 +615,55 @@ def test_cuda_more_than_2_31_elements(filt_hw):
                     expected, magnitude = expected + term, magnitude + abs(term)
         tolerance = rtol * max(1.0, magnitude)
         assert abs(float(got[0, y, x, 0]) - expected) <= tolerance, (y, x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("filt_hw", [(3, 3), (2, 3)], ids=["3x3-specialised", "2x3-generic"])
+def test_host_more_than_2_31_elements(monkeypatch, filt_hw):
+    """The kernel source's 64-bit offsets, executed on the CPU through the launcher: a float16
+    input gradient of 2**31 + 7372852 elements (SAME, stride 1).  Only the last block of the
+    grid-stride launch runs; elements it writes past the 2**31-th are checked against the sum
+    over the out_backprop neighbourhood they gather from."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    device = cuda_host.HostDevice(block_filter=lambda expression, grid: [grid[0] - 1]).install(monkeypatch)
+    import cupy  # the HostDevice stand-in: arrays between NaN guards
+
+    rows, cols = 46341, 46500
+    total = rows * cols
+    x_shape = (1, rows, cols, 1)
+    rng = np.random.default_rng(7)
+    w = rng.standard_normal((*filt_hw, 1, 1)).astype(np.float16)
+    # out_backprop is as large as the gradient: filled in place in slices with exact float16
+    # values (integers below 2**11 over 512), so no second 4 GB copy is made.
+    dy = cupy.empty(x_shape, np.float16)
+    dy_flat = dy.reshape(-1)
+    for start in range(0, total, 1 << 26):
+        index = np.arange(start, min(total, start + (1 << 26)), dtype=np.int64)
+        dy_flat[start:start + index.size] = ((index * 7919) % 2003 - 1001) / 512
+    kwargs = dict(input_sizes=np.array(x_shape), filter=w, out_backprop=dy, strides=[1, 1, 1, 1], padding="SAME",
+                  explicit_paddings=[], data_format="NHWC", dilations=[1, 1, 1, 1])
+    g = geometry_of(kwargs)
+    got = cuda_launcher.depthwise_conv2d_native_backprop_input(g, cupy.asarray(w), dy).reshape(-1)
+    _, grid, block = device.launches[-1]
+    threads, blocks = block[0], grid[0]
+    starts = np.arange((blocks - 1) * threads, total, threads * blocks)
+    written = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
+    written = written[(written < total) & (written >= 2**31)]
+    assert written.size > 1000
+
+    rtol = RTOL[np.dtype(np.float16)]
+    pad_top, pad_left = (filt_hw[0] - 1) // 2, (filt_hw[1] - 1) // 2  # SAME, stride 1
+    for index in [*written[:100], *written[-100:], *rng.choice(written, 100)]:
+        y, x = divmod(int(index), cols)
+        expected = magnitude = 0.0
+        for r in range(filt_hw[0]):
+            for s in range(filt_hw[1]):
+                oy, ox = y + pad_top - r, x + pad_left - s  # stride 1: output row/col of tap (r, s)
+                if 0 <= oy < rows and 0 <= ox < cols:
+                    term = float(dy_flat[oy * cols + ox]) * float(w[r, s, 0, 0])
+                    expected, magnitude = expected + term, magnitude + abs(term)
+        assert abs(float(got[index]) - expected) <= rtol * max(1.0, magnitude), (y, x)
+    assert np.isnan(got[:1000]).all(), "blocks outside the filter did not run"
+

@@ -661,3 +661,47 @@ def test_cuda_more_than_2_31_elements(overlapping):
             for col_cell, col_size in cells(cols, in_cols, x):
                 expected += float(dy[0, row_cell, col_cell, 0]) / (row_size * col_size)
         assert got[0, y, x, 0].get().tobytes() == np.float16(expected).tobytes(), (y, x)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("overlapping", [True, False])
+def test_host_more_than_2_31_elements(monkeypatch, overlapping):
+    """The kernel source's 64-bit offsets and pooling-table indexing, executed on the CPU
+    through the launcher: a float16 input gradient of 2**31 + 7372852 elements.  Only the last
+    block of the grid-stride launch runs; every element it writes past the 2**31-th is checked
+    against TF's loop restricted to that element's cells (exact: both sum in double in TF's
+    order and round once)."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    device = cuda_host.HostDevice(block_filter=lambda expression, grid: [grid[0] - 1]).install(monkeypatch)
+    in_rows, in_cols = 46341, 46500  # in_rows * in_cols = 2**31 + 7372852: every block reaches past 2**31
+    rows = np.array(gradops.fractional_pooling_sequence(in_rows, 1.5, True, seed=1))
+    cols = np.array(gradops.fractional_pooling_sequence(in_cols, 1.44, False, seed=2))
+    rng = np.random.default_rng(3)
+    dy = rng.standard_normal((1, len(rows) - 1, len(cols) - 1, 1)).astype(np.float16)
+    g = fractional_pool_geometry(OP, [1, in_rows, in_cols, 1], dy.shape, rows.tolist(), cols.tolist(), overlapping)
+    got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy)).reshape(-1)
+    _, grid, block = device.launches[-1]
+    threads, blocks = block[0], grid[0]
+    total = in_rows * in_cols
+    # The last block visits i = (blocks - 1) * threads + t + j * threads * blocks.
+    starts = np.arange((blocks - 1) * threads, total, threads * blocks)
+    written = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
+    written = written[(written < total) & (written >= 2**31)]
+    assert written.size > 1000
+
+    def cells(sequence, size, index):
+        """(cell, cell size) of every cell containing ``index``, in order, from TF's definition."""
+        ends = np.minimum(sequence[1:] - (0 if overlapping else 1), size - 1)
+        return [(k, int(ends[k] - sequence[k] + 1)) for k in np.flatnonzero((sequence[:-1] <= index) & (index <= ends))]
+
+    for index in [*written[:200], *written[-200:], *rng.choice(written, 200)]:
+        y, x = divmod(int(index), in_cols)
+        expected = 0.0
+        for row_cell, row_size in cells(rows, in_rows, y):
+            for col_cell, col_size in cells(cols, in_cols, x):
+                expected += float(dy[0, row_cell, col_cell, 0]) / (row_size * col_size)
+        assert got[index].tobytes() == np.float16(expected).tobytes(), (y, x)
+    assert np.isnan(got[:1000]).all(), "blocks outside the filter did not run"
+
