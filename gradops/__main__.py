@@ -9,6 +9,7 @@ import platform
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 
@@ -42,17 +43,19 @@ def info(console: Console) -> int:
             table.add_row(f"GPU {i}", f"{name} (sm_{props['major']}{props['minor']})")
         table.add_row("CUDA runtime", str(cupy.cuda.runtime.runtimeGetVersion()))
     except Exception as exc:
-        table.add_row("GPU", f"none ({type(exc).__name__}: {exc})" if "cupy" in sys.modules else "none (CuPy not installed)")
+        table.add_row("GPU", escape(f"none ({type(exc).__name__}: {exc})") if "cupy" in sys.modules
+                      else "none (CuPy not installed)")
     try:  # the import of the cuDNN Frontend is guarded inside; this guards a broken gradops install
         from gradops.backends.cudnn import versions
 
         cudnn_versions = versions()
     except Exception as exc:
         cudnn_versions = dict.fromkeys(("frontend", "library"), f"unknown ({type(exc).__name__}: {exc})")
-    table.add_row("cuDNN Frontend (import cudnn)", cudnn_versions["frontend"])
-    table.add_row("cuDNN library (libcudnn)", cudnn_versions["library"])
+    # escape(): reasons name extras such as gradops[cuda12], which rich would take for markup.
+    table.add_row("cuDNN Frontend (import cudnn)", escape(cudnn_versions["frontend"]))
+    table.add_row("cuDNN library (libcudnn)", escape(cudnn_versions["library"]))
     for name, (ok, reason) in backend_status().items():
-        table.add_row(f"backend {name}", ("[green]available[/]" if ok else "[red]unavailable[/]") + f": {reason}")
+        table.add_row(f"backend {name}", ("[green]available[/]" if ok else "[red]unavailable[/]") + f": {escape(reason)}")
     console.print(table)
     return 0
 

@@ -44,9 +44,10 @@ ORDERS = {"forward": 0, "reverse": 1, "shuffled": 2}
 
 
 def toolkit_include() -> str | None:
-    """A CUDA include directory that host compilers can use, or None."""
+    """A CUDA include directory that host compilers can use (the NVIDIA wheels of the test
+    extra, or a toolkit install), or None."""
     for d in _build.cuda_include_dirs(13) + ["/usr/local/cuda/include"]:
-        if (Path(d) / "crt" / "host_defines.h").is_file() and (Path(d) / "cuda_fp16.h").is_file():
+        if all((Path(d) / name).is_file() for name in ("crt/host_defines.h", "cuda_fp16.h", "nv/target")):
             return d
     return None
 
