@@ -127,6 +127,14 @@ template <int V, typename T> __device__ __forceinline__ void copy_chunk(T* dst, 
     }
 }
 
+// The value of x, opaque to the optimiser: the scalar loaders pass their row index through it
+// so that the compiler recomputes each element's index math per tile instead of hoisting all of
+// it out of the reduction loop, which would hold dozens of registers and spill.
+__device__ __forceinline__ int opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
 template <int V, typename T> __device__ __forceinline__ void zero_chunk(T* dst) {
 #pragma unroll
     for (int v = 0; v < V; ++v) dst[v] = from_acc<T, float>(0.0f);
@@ -163,7 +171,7 @@ template <int ROWS, int BK, int THREADS, bool K_CONTIG, int C> struct TileMap {
 template <typename T, typename Acc, int Kind, class Problem> struct Core;
 
 // Shared: register-staged loads (the next tile's global loads are in flight while the current
-// tile is multiplied), single shared-memory buffer.
+// tile is multiplied), then stored to the other of two shared-memory buffers.
 template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem> struct Loader {
     static constexpr int C = ChunkSize<T>::value;
     using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
@@ -176,6 +184,7 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
     // whole: along the contiguous dimension the extents are multiples of C.
     template <bool IS_A, bool K_CONTIG>
     __device__ __forceinline__ static void fetch(const Problem& p, int row, int k, int rows, T* dst) {
+        row = opaque(row);
         if constexpr (VECTOR) {
             if (row < rows && k < p.k_end) {
                 if constexpr (IS_A) p.template a<C>(row, k, dst);
@@ -256,8 +265,10 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
     constexpr int FM = WM / 16, FN = WN / 16;                  // 16x16 fragments per warp
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
 
-    __shared__ __align__(128) T As[BK][LDA];
-    __shared__ __align__(128) T Bs[BK][LDB];
+    // Two tile buffers (see the main loop): 2 x (A + B) + the epilogue's staging is 43 KB for
+    // half types, 41 KB for TF32, under the 48 KB of static shared memory.
+    __shared__ __align__(128) T As[2][BK][LDA];
+    __shared__ __align__(128) T Bs[2][BK][LDB];
     __shared__ __align__(128) float stage[C::WARPS_M * C::WARPS_N][16 * 16];
 
     const int m0 = static_cast<int>(blockIdx.x) * BM;
@@ -271,26 +282,32 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 #pragma unroll
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
+    // Double buffering: while the warps multiply tile i from buffer i % 2, the next tile's
+    // global loads are in flight and then land in the other buffer, which the barrier at the
+    // end of iteration i - 1 freed.  One barrier per tile.
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    if (p.k_begin < p.k_end) loader.load(p, m0, n0, p.k_begin);
-    for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
-        __syncthreads();  // the previous tile's fragments are loaded before it is overwritten
-        loader.template store<LDA, LDB>(As, Bs);
-        __syncthreads();
-        if (k0 + BK < p.k_end) loader.load(p, m0, n0, k0 + BK);
+    if (p.k_begin < p.k_end) {
+        loader.load(p, m0, n0, p.k_begin);
+        loader.template store<LDA, LDB>(As[0], Bs[0]);
+    }
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
+        const bool more = k0 + BK < p.k_end;
+        if (more) loader.load(p, m0, n0, k0 + BK);
 #pragma unroll
         for (int kk = 0; kk < BK; kk += FK) {
             wmma::fragment<wmma::matrix_a, 16, 16, FK, In, wmma::col_major> fa[FM];
             wmma::fragment<wmma::matrix_b, 16, 16, FK, In, wmma::row_major> fb[FN];
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
-                wmma::load_matrix_sync(fa[i], &As[kk][wm + 16 * i], LDA);
+                wmma::load_matrix_sync(fa[i], &As[buf][kk][wm + 16 * i], LDA);
                 if constexpr (Kind == WMMA_TF32)
                     for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);
             }
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
-                wmma::load_matrix_sync(fb[j], &Bs[kk][wn + 16 * j], LDB);
+                wmma::load_matrix_sync(fb[j], &Bs[buf][kk][wn + 16 * j], LDB);
                 if constexpr (Kind == WMMA_TF32)
                     for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);
             }
@@ -299,6 +316,8 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 #pragma unroll
                 for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
         }
+        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);
+        __syncthreads();  // tile i + 1 is stored, and every warp is done reading tile i
     }
 
     // Epilogue: each fragment goes through the warp's 16x16 staging buffer so that lanes write
@@ -329,8 +348,8 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
     constexpr int THREADS_N = BN / TN;
 
-    __shared__ __align__(16) T As[BK][LDA];
-    __shared__ __align__(16) T Bs[BK][LDB];
+    __shared__ __align__(16) T As[2][BK][LDA];  // double-buffered, as in wmma_cta
+    __shared__ __align__(16) T Bs[2][BK][LDB];
 
     const int m0 = static_cast<int>(blockIdx.x) * BM;
     const int n0 = static_cast<int>(blockIdx.y) * BN;
@@ -346,24 +365,29 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
         for (int j = 0; j < TN; ++j) acc[i][j] = Acc(0);
 
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    if (p.k_begin < p.k_end) loader.load(p, m0, n0, p.k_begin);
-    for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
-        __syncthreads();
-        loader.template store<LDA, LDB>(As, Bs);
-        __syncthreads();
-        if (k0 + BK < p.k_end) loader.load(p, m0, n0, k0 + BK);
+    if (p.k_begin < p.k_end) {
+        loader.load(p, m0, n0, p.k_begin);
+        loader.template store<LDA, LDB>(As[0], Bs[0]);
+    }
+    __syncthreads();
+    int buf = 0;
+    for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
+        const bool more = k0 + BK < p.k_end;
+        if (more) loader.load(p, m0, n0, k0 + BK);
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             Acc a[TM], b[TN];
 #pragma unroll
-            for (int i = 0; i < TM; ++i) a[i] = to_acc<Acc>(As[k][ty + i * SM]);
+            for (int i = 0; i < TM; ++i) a[i] = to_acc<Acc>(As[buf][k][ty + i * SM]);
 #pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = to_acc<Acc>(Bs[k][tx + j * SN]);
+            for (int j = 0; j < TN; ++j) b[j] = to_acc<Acc>(Bs[buf][k][tx + j * SN]);
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
         }
+        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);
+        __syncthreads();
     }
 
 #pragma unroll

@@ -11,7 +11,7 @@ import itertools
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import reference
@@ -164,6 +164,16 @@ def conv_problems(draw):
     )
 
 
+@st.composite
+def cuda_conv_problems(draw):
+    """conv_problems for the tiled CUDA kernels: also channel counts that allow 16-byte loads
+    (multiples of 2, 4 and 8 elements) and images that span several row tiles."""
+    p = draw(conv_problems())
+    p.update(h=draw(st.integers(1, 12)), w=draw(st.integers(1, 12)),
+             cg=draw(st.sampled_from([1, 2, 3, 4, 8, 16])), og=draw(st.sampled_from([1, 2, 4, 5, 8, 16])))
+    return p
+
+
 def valid_truncation(p):
     """False where TF's output size would be negative (in + pads - eff + stride <= -stride): an error."""
     for size, f, stride, d, pd in ((p["h"], p["r"], p["strides"][0], p["dilations"][0], p["pads"][0]),
@@ -179,10 +189,14 @@ def seeded(p):
     return np.random.default_rng(p.pop("seed")), p
 
 
-def drawn_problems(max_examples):
-    """Hypothesis decorator: the test gets ``max_examples`` conv_problems draws, no deadline."""
+def drawn_problems(max_examples, strategy=None):
+    """Hypothesis decorator: the test gets ``max_examples`` draws of ``strategy`` (default
+    conv_problems), no deadline.  Function-scoped fixtures (cuda_device) are set up once and
+    shared by the examples, which is what the tests using them want."""
     def decorate(test):
-        return settings(max_examples=max_examples, deadline=None)(given(conv_problems())(test))
+        return settings(max_examples=max_examples, deadline=None,
+                        suppress_health_check=[HealthCheck.function_scoped_fixture])(
+            given(conv_problems() if strategy is None else strategy)(test))
     return decorate
 
 

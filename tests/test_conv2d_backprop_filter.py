@@ -9,14 +9,16 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import assume
 
 import gradops
 import reference
 from conftest import assert_close, random_array
-from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NO_PADS,
-                        NON_CONTIGUOUS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
-                        cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid, non_contiguous,
-                        out_size, pads_id, shape_in, to_gpu, to_host, to_layout)
+from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
+                        NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
+                        cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
+                        non_contiguous, out_size, pads_id, seeded, shape_in, to_gpu, to_host, to_layout,
+                        valid_truncation)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -287,6 +289,18 @@ def test_cuda_several_tiles(cuda_device, rng, path, splits, dtype, layout):
     reduction steps, grouped), with and without a split reduction."""
     got, want, _ = run_cuda(rng, dtype, layout, 2, 13, 12, 2, 75, 136, 3, 2, (2, 1), "EXPLICIT", (1, 2),
                             ((1, 2), (0, 1)), path=path, splits=splits)
+    assert_close(got, want, dtype)
+
+
+@drawn_problems(150, cuda_conv_problems())
+def test_cuda_property_tiled_matches_numpy(cuda_device, p):
+    """Random layouts, paddings, strides, dilations, groups, dtypes and channel counts (with and
+    without 16-byte loads, split or not): the tiled filter-gradient kernel matches NumPy."""
+    assume(valid_truncation(p))
+    rng, p = seeded(p)
+    splits = int(rng.integers(1, 4))
+    dtype = p.pop("dtype")
+    got, want, _ = run_cuda(rng, dtype, p.pop("layout"), path="tiled", splits=splits, **p)
     assert_close(got, want, dtype)
 
 

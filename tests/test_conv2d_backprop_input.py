@@ -14,10 +14,11 @@ from hypothesis import assume
 import gradops
 import reference
 from conftest import assert_close, random_array
-from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NO_PADS,
-                        NON_CONTIGUOUS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
-                        cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid, non_contiguous,
-                        out_size, pads_id, seeded, shape_in, to_gpu, to_host, to_layout, valid_truncation)
+from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
+                        NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
+                        cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
+                        non_contiguous, out_size, pads_id, seeded, shape_in, to_gpu, to_host, to_layout,
+                        valid_truncation)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -358,6 +359,15 @@ def test_cuda_several_tiles(cuda_device, rng, path, dtype, layout, strides, dila
     """Problems larger than one CTA tile in every GEMM dimension (partial edge tiles, many
     reduction steps, grouped), including stride phases that no filter tap reaches."""
     check_cuda(rng, dtype, layout, 2, 14, 13, 2, 136, 72, 3, 3, strides, "SAME", dilations, path=path)
+
+
+@drawn_problems(150, cuda_conv_problems())
+def test_cuda_property_tiled_matches_numpy(cuda_device, p):
+    """Random layouts, paddings, strides, dilations, groups, dtypes and channel counts (with and
+    without 16-byte loads): the tiled input-gradient and forward kernels match the NumPy backend."""
+    assume(valid_truncation(p))
+    rng, p = seeded(p)
+    check_cuda(rng, p.pop("dtype"), p.pop("layout"), path="tiled", **p)
 
 
 @DTYPES

@@ -171,14 +171,17 @@ def tf32(x):
 # real sources get right (the launcher tests show that): the result must now be wrong, or the
 # launch refused.  (file, text, replacement, op, path)
 PLANTED = {
-    "simt-missing-barrier-before-tile-store": (
-        "igemm_tiles.cuh", "        __syncthreads();\n        loader.template store<LDA, LDB>(As, Bs);\n"
-        "        __syncthreads();\n        if (k0 + BK < p.k_end) loader.load(p, m0, n0, k0 + BK);\n#pragma unroll\n"
-        "        for (int k = 0; k < BK; ++k) {",
-        "        loader.template store<LDA, LDB>(As, Bs);\n"
-        "        __syncthreads();\n        if (k0 + BK < p.k_end) loader.load(p, m0, n0, k0 + BK);\n#pragma unroll\n"
-        "        for (int k = 0; k < BK; ++k) {",
+    "simt-missing-barrier-after-tile-store": (
+        "igemm_tiles.cuh", "        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "        __syncthreads();\n    }\n",
+        "        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n    }\n",
         "conv2d_backprop_filter", np.float64),
+    "wmma-tile-stored-into-the-buffer-being-read": (
+        "igemm_tiles.cuh", "        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "        __syncthreads();  // tile i + 1",
+        "        if (more) loader.template store<LDA, LDB>(As[buf], Bs[buf]);\n"
+        "        __syncthreads();  // tile i + 1",
+        "conv2d_backprop_filter", np.float16),
     "wmma-epilogue-missing-syncwarp": (
         "igemm_tiles.cuh", "            wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);\n"
         "            __syncwarp();\n",
@@ -201,7 +204,8 @@ PLANTED = {
 
 def run_planted_problem(op, path, dtype, rng):
     """(launcher result, NumPy backend result) of a problem with two tiles along the GEMM's rows,
-    stride 2 and, for the filter gradient's tiled path, a 3-way split reduction.  Its even
+    stride 2 and, for the filter gradient's tiled path, a 2-way split reduction whose first
+    split spans several reduction tiles (84 = 2 x 7 x 6 reduction indices).  Its even
     channel counts give float64 the tiled kernels' vector loads (2 elements); float16 (8) not."""
     import cupy  # the installed HostDevice: its arrays sit between NaN guards
 
@@ -213,7 +217,7 @@ def run_planted_problem(op, path, dtype, rng):
     g = conv_geometry(op, x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
     if op == "conv2d_backprop_filter":
         got = launcher.conv2d_backprop_filter(g, cupy.asarray(x), cupy.asarray(dy), path=path,
-                                              **({"splits": 3} if path == "tiled" else {}))
+                                              **({"splits": 2} if path == "tiled" else {}))
         return got, gradops.conv2d_backprop_filter(x, f_shape, dy, **a, backend="numpy")
     got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path=path)
     return got, gradops.conv2d_backprop_input(x_shape, filt, dy, **a, backend="numpy")
