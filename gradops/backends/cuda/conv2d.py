@@ -48,8 +48,8 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 
 def conv2d(geometry, input, filter, *, path: str | None = None, vector: bool | None = None):
     """Output [batch, out_rows, out_cols, out_depth] in ``geometry.data_format`` of ``input``
-    (data_format) and the HWIO ``filter``, in their dtype.  ``path`` ("direct" / "tiled")
-    overrides the automatic choice."""
+    (data_format) and the HWIO ``filter``, in their dtype.  ``path`` ("direct" / "tiled") and
+    ``vector`` (tiled only: 16-byte or scalar loads) override the automatic choices."""
     import cupy
 
     g = geometry

@@ -85,8 +85,9 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     """HWIO filter gradient [filter_rows, filter_cols, filter_in_depth, out_depth] of ``input``
     and ``out_backprop`` (both in ``geometry.data_format``), in their dtype.
 
-    ``path`` ("direct" / "tiled") and ``splits`` (tiled only) override the automatic choices;
-    the tests use them to run every path on small shapes.
+    ``path`` ("direct" / "tiled"), ``splits`` and ``vector`` (tiled only: the split count,
+    16-byte or scalar loads) override the automatic choices; the tests use them to run every
+    path on small shapes.
     """
     import cupy
 

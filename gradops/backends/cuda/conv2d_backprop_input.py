@@ -57,8 +57,9 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = None,
                           vector: bool | None = None):
     """Input gradient (shape ``geometry.input_shape``, in ``geometry.data_format``) from the HWIO
-    ``filter`` and ``out_backprop``, in their dtype.  ``path`` ("direct" / "tiled") overrides the
-    automatic choice; the tests use it to run every path on small shapes."""
+    ``filter`` and ``out_backprop``, in their dtype.  ``path`` ("direct" / "tiled") and ``vector``
+    (tiled only: 16-byte or scalar loads) override the automatic choices; the tests use them to
+    run every path on small shapes."""
     import cupy
 
     g = geometry
