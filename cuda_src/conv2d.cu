@@ -47,28 +47,19 @@ template <typename T, typename Acc> struct ForwardProblem {
     static constexpr bool B_K_CONTIG = false;
 
     int m_size, n_size, k_begin, k_end;
-    const T* __restrict__ input;
+    igemm::InputOperand<T> x;  // A[m][kk] = x's element (tap kk, position m)
     const T* __restrict__ filter;
     T* __restrict__ output;
-    ConvDims d;
-    FastDiv div_cg, div_s, div_q, div_p;
-    index_t in_channel0, out_channel0;
+    index_t out_depth, out_channel0;
 
-    // Chunks run along in channels c (A, the reduction's fastest part) and out channels n (B).
     template <int V> __device__ __forceinline__ void a(int m, int kk, T* dst) const {
-        int c, s, q, p;
-        const int r = div_s.divmod(div_cg.divmod(kk, c), s);
-        const int n = div_p.divmod(div_q.divmod(m, q), p);
-        const index_t h = static_cast<index_t>(p) * d.stride_rows + r * d.dilation_rows - d.pad_top;
-        const index_t w = static_cast<index_t>(q) * d.stride_cols + s * d.dilation_cols - d.pad_left;
-        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return igemm::zero_chunk<V>(dst);
-        igemm::copy_chunk<V>(dst, input + ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0 + c);
+        x.template gather<V>(kk, m, dst);
     }
     template <int V> __device__ __forceinline__ void b(int kk, int n, T* dst) const {
-        igemm::copy_chunk<V>(dst, filter + static_cast<index_t>(kk) * d.out_depth + out_channel0 + n);
+        igemm::copy_chunk<V>(dst, filter + static_cast<index_t>(kk) * out_depth + out_channel0 + n);
     }
     __device__ __forceinline__ void store(int m, int n, Acc v) const {
-        output[static_cast<index_t>(m) * d.out_depth + out_channel0 + n] = from_acc<T, Acc>(v);
+        output[static_cast<index_t>(m) * out_depth + out_channel0 + n] = from_acc<T, Acc>(v);
     }
 };
 
@@ -79,22 +70,17 @@ template <typename T, typename Acc, int Kind, bool VECTOR>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value)
 conv2d_igemm(const T* __restrict__ input, const T* __restrict__ filter, T* __restrict__ output,
              GRADOPS_CONV_DIMS_PARAMS) {
-    ForwardProblem<T, Acc> prob;
-    prob.d = GRADOPS_CONV_DIMS;
-    const ConvDims& d = prob.d;
+    const ConvDims d = GRADOPS_CONV_DIMS;
     const index_t group = blockIdx.z;
+    ForwardProblem<T, Acc> prob;
     prob.m_size = static_cast<int>(d.batch * d.out_rows * d.out_cols);
     prob.n_size = static_cast<int>(d.out_per_group());
     prob.k_begin = 0;
     prob.k_end = static_cast<int>(d.filter_rows * d.filter_cols * d.filter_in_depth);
-    prob.input = input;
+    prob.x = igemm::InputOperand<T>(input, d, group);
     prob.filter = filter;
     prob.output = output;
-    prob.div_cg = FastDiv(static_cast<int>(d.filter_in_depth));
-    prob.div_s = FastDiv(static_cast<int>(d.filter_cols));
-    prob.div_q = FastDiv(static_cast<int>(d.out_cols));
-    prob.div_p = FastDiv(static_cast<int>(d.out_rows));
-    prob.in_channel0 = group * d.filter_in_depth;
+    prob.out_depth = d.out_depth;
     prob.out_channel0 = group * d.out_per_group();
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }

@@ -70,29 +70,20 @@ template <typename T, typename Acc> struct FilterGradProblem {
     static constexpr bool B_K_CONTIG = false;
 
     int m_size, n_size, k_begin, k_end;
-    const T* __restrict__ input;
+    igemm::InputOperand<T> x;  // A[m][j] = x's element (tap m, position j)
     const T* __restrict__ out_backprop;
     T* __restrict__ filter_grad;
     Acc* __restrict__ partial;  // this split's slice of the scratch, or null
-    ConvDims d;
-    FastDiv div_cg, div_s, div_q, div_p;
-    index_t in_channel0, out_channel0;
+    index_t out_depth, out_channel0;
 
-    // Chunks run along in channels c (A) and out channels n (B).
     template <int V> __device__ __forceinline__ void a(int m, int j, T* dst) const {
-        int c, s, q, p;
-        const int r = div_s.divmod(div_cg.divmod(m, c), s);
-        const int n = div_p.divmod(div_q.divmod(j, q), p);
-        const index_t h = static_cast<index_t>(p) * d.stride_rows + r * d.dilation_rows - d.pad_top;
-        const index_t w = static_cast<index_t>(q) * d.stride_cols + s * d.dilation_cols - d.pad_left;
-        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return igemm::zero_chunk<V>(dst);
-        igemm::copy_chunk<V>(dst, input + ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0 + c);
+        x.template gather<V>(m, j, dst);
     }
     template <int V> __device__ __forceinline__ void b(int j, int n, T* dst) const {
-        igemm::copy_chunk<V>(dst, out_backprop + static_cast<index_t>(j) * d.out_depth + out_channel0 + n);
+        igemm::copy_chunk<V>(dst, out_backprop + static_cast<index_t>(j) * out_depth + out_channel0 + n);
     }
     __device__ __forceinline__ void store(int m, int n, Acc v) const {
-        const index_t i = static_cast<index_t>(m) * d.out_depth + out_channel0 + n;
+        const index_t i = static_cast<index_t>(m) * out_depth + out_channel0 + n;
         if (partial) partial[i] = v;
         else filter_grad[i] = from_acc<T, Acc>(v);
     }
@@ -108,25 +99,20 @@ __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value)
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
                              GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
-    FilterGradProblem<T, Acc> prob;
-    prob.d = GRADOPS_CONV_DIMS;
-    const ConvDims& d = prob.d;
+    const ConvDims d = GRADOPS_CONV_DIMS;
     const index_t group = blockIdx.z / splits, split = blockIdx.z % splits;
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
+    FilterGradProblem<T, Acc> prob;
     prob.m_size = static_cast<int>(d.filter_rows * d.filter_cols * d.filter_in_depth);
     prob.n_size = static_cast<int>(d.out_per_group());
     prob.k_begin = static_cast<int>(split * split_size);
     prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
-    prob.input = input;
+    prob.x = igemm::InputOperand<T>(input, d, group);
     prob.out_backprop = out_backprop;
     prob.filter_grad = filter_grad;
     prob.partial = splits > 1 ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth * d.out_depth
                               : nullptr;
-    prob.div_cg = FastDiv(static_cast<int>(d.filter_in_depth));
-    prob.div_s = FastDiv(static_cast<int>(d.filter_cols));
-    prob.div_q = FastDiv(static_cast<int>(d.out_cols));
-    prob.div_p = FastDiv(static_cast<int>(d.out_rows));
-    prob.in_channel0 = group * d.filter_in_depth;
+    prob.out_depth = d.out_depth;
     prob.out_channel0 = group * d.out_per_group();
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }

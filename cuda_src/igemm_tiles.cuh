@@ -157,6 +157,34 @@ template <int ROWS, int BK, int THREADS, bool K_CONTIG, int C> struct TileMap {
     }
 };
 
+// ---------------------------------------------------------------- the input operand
+// The gathered input of the forward and filter-gradient GEMMs (NHWC): element (tap, position)
+// with tap = (r * filter_cols + s) * Cg + c and position = (n * out_rows + p) * out_cols + q is
+// input[n][p * stride_rows + r * dilation_rows - pad_top][q * stride_cols + s * dilation_cols -
+// pad_left][group's first channel + c], zero in the padding.  Chunks run along c.
+template <typename T> struct InputOperand {
+    const T* __restrict__ input;
+    ConvDims d;
+    FastDiv div_cg, div_s, div_q, div_p;
+    index_t channel0;
+
+    __device__ __forceinline__ InputOperand() : input(nullptr), d{}, channel0(0) {}
+    __device__ __forceinline__ InputOperand(const T* input_, const ConvDims& dims, index_t group)
+        : input(input_), d(dims), div_cg(static_cast<int>(dims.filter_in_depth)),
+          div_s(static_cast<int>(dims.filter_cols)), div_q(static_cast<int>(dims.out_cols)),
+          div_p(static_cast<int>(dims.out_rows)), channel0(group * dims.filter_in_depth) {}
+
+    template <int V> __device__ __forceinline__ void gather(int tap, int position, T* dst) const {
+        int c, s, q, p;
+        const int r = div_s.divmod(div_cg.divmod(tap, c), s);
+        const int n = div_p.divmod(div_q.divmod(position, q), p);
+        const index_t h = static_cast<index_t>(p) * d.stride_rows + r * d.dilation_rows - d.pad_top;
+        const index_t w = static_cast<index_t>(q) * d.stride_cols + s * d.dilation_cols - d.pad_left;
+        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return zero_chunk<V>(dst);
+        copy_chunk<V>(dst, input + ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + channel0 + c);
+    }
+};
+
 // ---------------------------------------------------------------- the CTA core
 // Problem interface (all indices int, offsets inside it 64-bit):
 //   int m_size, n_size, k_begin, k_end;
@@ -231,6 +259,28 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
         }
     }
 
+    // The double-buffered main loop over the reduction: while the CTA multiplies tile i from
+    // buffer i % 2 (``multiply(i % 2)``), the next tile's global loads are in flight and then land
+    // in the other buffer, which the barrier at the end of iteration i - 1 freed.  One barrier
+    // per tile.
+    template <int LDA, int LDB, class Multiply>
+    __device__ __forceinline__ void run(const Problem& p, int m0, int n0, T (*As)[BK][LDA], T (*Bs)[BK][LDB],
+                                        Multiply&& multiply) {
+        if (p.k_begin < p.k_end) {
+            load(p, m0, n0, p.k_begin);
+            store<LDA, LDB>(As[0], Bs[0]);
+        }
+        __syncthreads();
+        int buf = 0;
+        for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
+            const bool more = k0 + BK < p.k_end;
+            if (more) load(p, m0, n0, k0 + BK);
+            multiply(buf);
+            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);
+            __syncthreads();  // tile i + 1 is stored, and every thread is done reading tile i
+        }
+    }
+
     template <int LDA, int LDB>
     __device__ __forceinline__ void store(T (*As)[LDA], T (*Bs)[LDB]) const {
 #pragma unroll
@@ -266,7 +316,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
     constexpr int FM = WM / 16, FN = WN / 16;                  // 16x16 fragments per warp
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
 
-    // Two tile buffers (see the main loop): 2 x (A + B) + the epilogue's staging is 43 KB for
+    // Two tile buffers (Loader::run): 2 x (A + B) + the epilogue's staging is 43 KB for
     // half types, 41 KB for TF32, under the 48 KB of static shared memory.
     __shared__ __align__(128) T As[2][BK][LDA];
     __shared__ __align__(128) T Bs[2][BK][LDB];
@@ -283,19 +333,8 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 #pragma unroll
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
-    // Double buffering: while the warps multiply tile i from buffer i % 2, the next tile's
-    // global loads are in flight and then land in the other buffer, which the barrier at the
-    // end of iteration i - 1 freed.  One barrier per tile.
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    if (p.k_begin < p.k_end) {
-        loader.load(p, m0, n0, p.k_begin);
-        loader.template store<LDA, LDB>(As[0], Bs[0]);
-    }
-    __syncthreads();
-    int buf = 0;
-    for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
-        const bool more = k0 + BK < p.k_end;
-        if (more) loader.load(p, m0, n0, k0 + BK);
+    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += FK) {
             wmma::fragment<wmma::matrix_a, 16, 16, FK, In, wmma::col_major> fa[FM];
@@ -317,9 +356,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 #pragma unroll
                 for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
         }
-        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);
-        __syncthreads();  // tile i + 1 is stored, and every warp is done reading tile i
-    }
+    });
 
     // Epilogue: each fragment goes through the warp's 16x16 staging buffer so that lanes write
     // consecutive n (contiguous channels) and the problem sees plain (m, n) coordinates.
@@ -349,7 +386,7 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
     constexpr int THREADS_N = BN / TN;
 
-    __shared__ __align__(16) T As[2][BK][LDA];  // double-buffered, as in wmma_cta
+    __shared__ __align__(16) T As[2][BK][LDA];  // double-buffered (Loader::run)
     __shared__ __align__(16) T Bs[2][BK][LDB];
 
     const int m0 = static_cast<int>(blockIdx.x) * BM;
@@ -366,15 +403,7 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
         for (int j = 0; j < TN; ++j) acc[i][j] = Acc(0);
 
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    if (p.k_begin < p.k_end) {
-        loader.load(p, m0, n0, p.k_begin);
-        loader.template store<LDA, LDB>(As[0], Bs[0]);
-    }
-    __syncthreads();
-    int buf = 0;
-    for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
-        const bool more = k0 + BK < p.k_end;
-        if (more) loader.load(p, m0, n0, k0 + BK);
+    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             Acc a[TM], b[TN];
@@ -387,9 +416,7 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
 #pragma unroll
                 for (int j = 0; j < TN; ++j) acc[i][j] = fma(a[i], b[j], acc[i][j]);
         }
-        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);
-        __syncthreads();
-    }
+    });
 
 #pragma unroll
     for (int i = 0; i < TM; ++i) {

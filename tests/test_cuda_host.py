@@ -171,16 +171,15 @@ def tf32(x):
 # real sources get right (the launcher tests show that): the result must now be wrong, or the
 # launch refused.  (file, text, replacement, op, path)
 PLANTED = {
-    "simt-missing-barrier-after-tile-store": (
-        "igemm_tiles.cuh", "        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
-        "        __syncthreads();\n    }\n",
-        "        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n    }\n",
+    "missing-barrier-after-tile-store": (
+        "igemm_tiles.cuh", "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "            __syncthreads();  // tile i + 1",
+        "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "            // tile i + 1",
         "conv2d_backprop_filter", np.float64),
-    "wmma-tile-stored-into-the-buffer-being-read": (
-        "igemm_tiles.cuh", "        if (more) loader.template store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
-        "        __syncthreads();  // tile i + 1",
-        "        if (more) loader.template store<LDA, LDB>(As[buf], Bs[buf]);\n"
-        "        __syncthreads();  // tile i + 1",
+    "tile-stored-into-the-buffer-being-read": (
+        "igemm_tiles.cuh", "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);",
+        "            if (more) store<LDA, LDB>(As[buf], Bs[buf]);",
         "conv2d_backprop_filter", np.float16),
     "wmma-epilogue-missing-syncwarp": (
         "igemm_tiles.cuh", "            wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);\n"
