@@ -16,9 +16,9 @@
 //   has a race between threads of a block or between blocks: tests run each case in more than
 //   one order and compare.
 // * nvcuda::wmma is emulated with the same fragment API: a/b fragments hold their whole tile in
-//   every lane; each accumulator element belongs to one lane, as on the hardware (the mma.sync
-//   m16n8 layout: element (i, j) of a 16x16 tile to lane (i % 8) * 4 + (j % 8) / 2), which
-//   computes and stores only its own; the others hold NaN.  Code that relied on a fragment
+//   every lane; each accumulator element belongs to one lane, in the layout mma.sync uses
+//   (WMMA leaves its own unspecified): element (i, j) of a 16x16 tile to lane
+//   (i % 8) * 4 + (j % 8) / 2, which computes and stores only its own; the others hold NaN.  Code that relied on a fragment
 //   layout would show NaN, and a lane that reads what other lanes stored without __syncwarp
 //   races.  Products of half/bfloat16/TF32 inputs are exact in float; sums are in float.
 #pragma once
