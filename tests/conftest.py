@@ -69,6 +69,34 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+class CudaArrayInterfaceOnly:
+    """A foreign GPU tensor exposing only ``__cuda_array_interface__``."""
+
+    def __init__(self, array):
+        self._array = array
+
+    @property
+    def __cuda_array_interface__(self):
+        return self._array.__cuda_array_interface__
+
+
+class DLPackOnly:
+    """A foreign GPU tensor exposing only the DLPack protocol."""
+
+    def __init__(self, array):
+        self._array = array
+
+    def __dlpack__(self, **kwargs):
+        return self._array.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return self._array.__dlpack_device__()
+
+
+#: Parametrises a test's ``wrapper`` over both kinds of foreign GPU tensor.
+FOREIGN_GPU_WRAPPERS = pytest.mark.parametrize("wrapper", [CudaArrayInterfaceOnly, DLPackOnly], ids=["cai", "dlpack"])
+
+
 @pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
 def cuda_device(request, monkeypatch):
     """Where a test of the CUDA launchers runs: "gpu" (CuPy on a GPU; skipped without one) or

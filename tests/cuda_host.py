@@ -135,6 +135,15 @@ class HostKernels:
         self.launch(expression, (1,), (1,), pointers, scalars)
 
 
+def grid_stride_elements(grid, block, total: int, minimum: int = 0) -> np.ndarray:
+    """The elements (>= ``minimum``) that the last block of a 1-D grid-stride launch visits:
+    i = (blocks - 1) * threads + t + j * threads * blocks, below ``total``."""
+    threads, blocks = int(block[0]), int(grid[0])
+    starts = np.arange((blocks - 1) * threads, total, threads * blocks, dtype=np.int64)
+    visited = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
+    return visited[(visited < total) & (visited >= minimum)]
+
+
 # --------------------------------------------------------------------------- CuPy stand-in
 
 #: Guard bytes on each side of every array the stand-in allocates: as many as the array has

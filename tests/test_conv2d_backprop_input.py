@@ -575,12 +575,7 @@ def test_host_more_than_2_31_elements(monkeypatch, path, channels):
         want = dy[..., 0].reshape(-1)[first:, None].astype(np.float32) * filt[0, 0, :, 0].astype(np.float32)
         written = np.arange(first * c, rows * c)
     else:
-        threads, blocks = block[0], grid[0]
-        # Block (blocks - 1) visits i = (blocks - 1) * threads + t + j * threads * blocks.
-        starts = np.arange((blocks - 1) * threads, rows * c, threads * blocks)
-        written = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
-        written = written[written < rows * c]
-        written = written[written > 2**31]
+        written = cuda_host.grid_stride_elements(grid, block, rows * c, minimum=2**31 + 1)
         got = flat[written]
         want = (dy[..., 0].reshape(-1)[written // c].astype(np.float32)
                 * filt[0, 0, :, 0][written % c].astype(np.float32))

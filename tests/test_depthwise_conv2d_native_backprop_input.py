@@ -9,7 +9,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 import gradops
-from conftest import FLOAT_DTYPES, RTOL, assert_close, random_array
+from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, RTOL, assert_close, random_array
 from reference import conv2d, conv2d_backprop_input, depthwise_to_hwio, window
 
 NO_PADS = ((0, 0), (0, 0))
@@ -517,32 +517,8 @@ def test_cuda_non_contiguous_inputs(rng, data_format, dtype):
     assert_close(got, ref, dtype, scale)
 
 
-class _CudaArrayInterfaceOnly:
-    """A foreign GPU tensor exposing only ``__cuda_array_interface__``."""
-
-    def __init__(self, array):
-        self._array = array
-
-    @property
-    def __cuda_array_interface__(self):
-        return self._array.__cuda_array_interface__
-
-
-class _DLPackOnly:
-    """A foreign GPU tensor exposing only the DLPack protocol."""
-
-    def __init__(self, array):
-        self._array = array
-
-    def __dlpack__(self, **kwargs):
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("wrapper", [_CudaArrayInterfaceOnly, _DLPackOnly], ids=["cai", "dlpack"])
+@FOREIGN_GPU_WRAPPERS
 def test_cuda_foreign_gpu_tensors(rng, wrapper):
     """Inputs given as __cuda_array_interface__ or DLPack producers are read in place."""
     import cupy
@@ -647,10 +623,7 @@ def test_host_more_than_2_31_elements(monkeypatch, filt_hw):
     g = geometry_of(kwargs)
     got = cuda_launcher.depthwise_conv2d_native_backprop_input(g, cupy.asarray(w), dy).reshape(-1)
     _, grid, block = device.launches[-1]
-    threads, blocks = block[0], grid[0]
-    starts = np.arange((blocks - 1) * threads, total, threads * blocks)
-    written = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
-    written = written[(written < total) & (written >= 2**31)]
+    written = cuda_host.grid_stride_elements(grid, block, total, minimum=2**31)
     assert written.size > 1000
 
     rtol = RTOL[np.dtype(np.float16)]

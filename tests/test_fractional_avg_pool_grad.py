@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import gradops
-from conftest import FLOAT_DTYPES, assert_close, random_array
+from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, assert_close, random_array
 from reference import fractional_avg_pool, fractional_avg_pool_grad
 
 INT_DTYPES = [np.int32, np.int64]
@@ -566,32 +566,8 @@ def test_cuda_non_contiguous_input(rng, dtype):
     check_cuda(kwargs, expected, out_backprop=view)
 
 
-class _CudaArrayInterfaceOnly:
-    """A foreign GPU tensor exposing only ``__cuda_array_interface__``."""
-
-    def __init__(self, array):
-        self._array = array
-
-    @property
-    def __cuda_array_interface__(self):
-        return self._array.__cuda_array_interface__
-
-
-class _DLPackOnly:
-    """A foreign GPU tensor exposing only the DLPack protocol."""
-
-    def __init__(self, array):
-        self._array = array
-
-    def __dlpack__(self, **kwargs):
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
-
-
 @pytest.mark.gpu
-@pytest.mark.parametrize("wrapper", [_CudaArrayInterfaceOnly, _DLPackOnly], ids=["cai", "dlpack"])
+@FOREIGN_GPU_WRAPPERS
 def test_cuda_foreign_gpu_tensor(rng, wrapper):
     """out_backprop given as a __cuda_array_interface__ or DLPack producer is read in place."""
     kwargs, expected = pool_case(rng, (2, 7, 9, 3), [0, 2, 4, 7], [0, 3, 5, 9], True, np.float32)
@@ -683,12 +659,7 @@ def test_host_more_than_2_31_elements(monkeypatch, overlapping):
     g = fractional_pool_geometry(OP, [1, in_rows, in_cols, 1], dy.shape, rows.tolist(), cols.tolist(), overlapping)
     got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy)).reshape(-1)
     _, grid, block = device.launches[-1]
-    threads, blocks = block[0], grid[0]
-    total = in_rows * in_cols
-    # The last block visits i = (blocks - 1) * threads + t + j * threads * blocks.
-    starts = np.arange((blocks - 1) * threads, total, threads * blocks)
-    written = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
-    written = written[(written < total) & (written >= 2**31)]
+    written = cuda_host.grid_stride_elements(grid, block, in_rows * in_cols, minimum=2**31)
     assert written.size > 1000
 
     def cells(sequence, size, index):
