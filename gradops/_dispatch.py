@@ -105,9 +105,9 @@ def prepare(op: str, allowed_dtypes, **tensors: Any) -> tuple[str, dict[str, Any
 
 def run(fn, geometry: Any, *arrays: Any):
     """``fn(geometry, *arrays)`` on the device that holds the arrays (CuPy's current device otherwise)."""
-    device = getattr(arrays[0], "device", None) if arrays else None
-    if device is None or isinstance(arrays[0], np.ndarray):
+    if not arrays or _arrays.location(arrays[0]) == _arrays.HOST:  # NumPy's .device is "cpu"
         return fn(geometry, *arrays)
+    device = arrays[0].device
     with device:
         return fn(geometry, *arrays)
 

@@ -97,14 +97,9 @@ class DLPackOnly:
 FOREIGN_GPU_WRAPPERS = pytest.mark.parametrize("wrapper", [CudaArrayInterfaceOnly, DLPackOnly], ids=["cai", "dlpack"])
 
 
-@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
-def cuda_device(request, monkeypatch):
-    """Where a test of the CUDA launchers runs: "gpu" (CuPy on a GPU; skipped without one) or
-    "host" (the same launchers and kernel sources on the CPU through tests/cuda_host.py, with
-    blocks and threads run in a shuffled order seeded by the test's name).  Tests written
-    against ``to_gpu``/``to_host`` and the launcher modules run unchanged on both."""
-    if request.param == "gpu":
-        return None
+def _install_host_device(request, monkeypatch):
+    """The CPU stand-in for CuPy and a GPU (tests/cuda_host.py), installed for this test, with
+    blocks and threads run in a shuffled order seeded by the test's name; or skip."""
     import zlib
 
     import cuda_host
@@ -114,6 +109,39 @@ def cuda_device(request, monkeypatch):
         pytest.skip(f"cannot build the kernel sources for the host: {reason}")
     seed = zlib.crc32(request.node.nodeid.encode())
     return cuda_host.HostDevice(order="shuffled", seed=seed).install(monkeypatch)
+
+
+@pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
+def cuda_device(request, monkeypatch):
+    """Where a test of gradops' CUDA kernels runs: "gpu" (CuPy on a GPU; skipped without one;
+    the fixture's value is None) or "host" (the HostDevice stand-in: the same launchers, public
+    API and kernel sources on the CPU through tests/cuda_host.py).  Tests written against
+    ``import cupy`` / ``to_gpu`` / ``to_host`` run unchanged on both."""
+    return None if request.param == "gpu" else _install_host_device(request, monkeypatch)
+
+
+_GPU_BACKEND_PARAMS = [pytest.param("cuda-host", id="cuda-host"),
+                       pytest.param("cuda", marks=pytest.mark.gpu, id="cuda"),
+                       pytest.param("cudnn", marks=pytest.mark.gpu, id="cudnn")]
+
+
+@pytest.fixture(params=_GPU_BACKEND_PARAMS)
+def gpu_backend(request, monkeypatch):
+    """The ``backend=`` name of a GPU backend: "cuda" and "cudnn" on a GPU (skipped without
+    one), and "cuda" on the HostDevice stand-in (the "cuda-host" case, which runs everywhere)."""
+    if request.param == "cuda-host":
+        _install_host_device(request, monkeypatch)
+        return "cuda"
+    return request.param
+
+
+@pytest.fixture(params=[pytest.param("numpy", id="numpy"), *_GPU_BACKEND_PARAMS])
+def any_backend(request, monkeypatch):
+    """Every backend's ``backend=`` name: "numpy", then as :func:`gpu_backend`."""
+    if request.param == "cuda-host":
+        _install_host_device(request, monkeypatch)
+        return "cuda"
+    return request.param
 
 
 @pytest.fixture(scope="session")

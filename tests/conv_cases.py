@@ -212,15 +212,21 @@ def check_drawn(check, p):
 NON_CONTIGUOUS = ["strided-slice", "fortran", "negative-strides", "transposed-view"]
 
 
-def non_contiguous(rng, kind, shape, dtype):
-    """A random array of ``shape`` that is a non-C-contiguous view of the given kind."""
+def non_contiguous(rng, kind, shape, dtype, place=lambda a: a):
+    """A random array of ``shape`` that is a non-C-contiguous view of the given kind.
+
+    ``place`` moves the underlying contiguous array first (``to_gpu``), so the view is taken
+    where the op reads it: copying a view to a GPU would make most kinds contiguous again
+    (CuPy keeps only a Fortran order).
+    """
     if kind == "strided-slice":
-        return random_array(rng, tuple(2 * d for d in shape), dtype)[::2, ::2, ::2, ::2]
+        return place(random_array(rng, tuple(2 * d for d in shape), dtype))[::2, ::2, ::2, ::2]
     if kind == "fortran":
-        return np.asfortranarray(random_array(rng, shape, dtype))
+        return place(random_array(rng, shape[::-1], dtype)).T
     if kind == "negative-strides":
-        return random_array(rng, shape, dtype)[::-1, ::-1, ::-1, ::-1]
-    return random_array(rng, shape[::-1], dtype).transpose(3, 2, 1, 0)
+        return place(random_array(rng, shape, dtype))[::-1, ::-1, ::-1, ::-1]
+    # transposed-view: rows and columns swapped in memory (neither C nor Fortran order)
+    return place(random_array(rng, (shape[0], shape[2], shape[1], shape[3]), dtype)).transpose(0, 2, 1, 3)
 
 
 # --------------------------------------------------------------------------- GPU helpers (cuda backend)

@@ -12,12 +12,18 @@ Two ways in:
 
 * :class:`HostKernels` compiles the instantiations of one ``.cu`` file; ``launch(expression,
   grid, block, pointers, scalars)`` runs one (``run`` is a one-thread launch).
-* :class:`HostDevice` stands in for CuPy under the real launchers (``gradops.backends.cuda.*``):
-  ``install(monkeypatch)`` makes ``import cupy`` return a NumPy-backed module whose arrays sit
-  between NaN-filled guard bytes, and routes ``_runtime.kernel`` to :class:`HostKernels`.  After
-  every launch the guards are checked, so a kernel that writes outside an array fails the test;
+* :class:`HostDevice` stands in for CuPy and a GPU under the real launchers
+  (``gradops.backends.cuda.*``) and gradops' public API: ``install(monkeypatch)`` makes
+  ``import cupy`` return a NumPy-backed module whose arrays (:class:`HostArray`) sit between
+  NaN-filled guard bytes and present themselves as GPU memory (``__cuda_array_interface__``,
+  DLPack, ``.device``), and routes ``_runtime.kernel`` to :class:`HostKernels`.  After every
+  launch the guards are checked, so a kernel that writes outside an array fails the test;
   outputs start as NaN, so an element a kernel forgets to write shows up, and an out-of-bounds
-  read of an input picks up guard NaN that propagates into the result.
+  read of an input picks up guard NaN that propagates into the result.  Two devices are
+  emulated, and a launch given memory that is not an array of the current device fails.
+
+What the stand-in cannot show: streams (every launch runs to completion at once), and
+anything about the real CuPy beyond the handful of functions gradops calls.
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
+from gradops._arrays import host_memory_bytes
 from gradops.backends.cuda import _build
 
 HERE = Path(__file__).resolve().parent
@@ -155,25 +162,112 @@ GUARD_MAX = 16 << 20
 GUARD_BYTE = 0xFF
 
 
+class HostArray(np.ndarray):
+    """A :class:`HostDevice` array: NumPy memory that gradops takes for GPU memory.
+
+    It exposes ``__cuda_array_interface__`` and a CUDA ``__dlpack_device__`` (so gradops'
+    dispatch sends it to the GPU backends) and a ``device`` like CuPy's.  Views keep their
+    base's device.
+    """
+
+    _device_id = 0
+    _host_device: "HostDevice | None" = None
+
+    def __array_finalize__(self, obj):
+        self._device_id = getattr(obj, "_device_id", 0)
+        self._host_device = getattr(obj, "_host_device", None)
+
+    @property
+    def device(self):
+        return self._host_device.Device(self._device_id)
+
+    @property
+    def __cuda_array_interface__(self):
+        strides = None if self.flags.c_contiguous else self.strides
+        return {"shape": self.shape, "typestr": self.dtype.str, "strides": strides,
+                "data": (self.ctypes.data, False), "version": 3}
+
+    def __dlpack_device__(self):
+        return (_DLPACK_CUDA, self._device_id)
+
+    def __dlpack__(self, **kwargs):
+        return np.asarray(self).__dlpack__(**kwargs)
+
+
+_DLPACK_CUDA = 2  # dlpack.h kDLCUDA
+
+
+class _HostDLPackView:
+    """A DLPack producer's capsule, presented to NumPy as host memory (which it is here)."""
+
+    def __init__(self, producer):
+        self._producer = producer
+
+    def __dlpack__(self, **kwargs):
+        return self._producer.__dlpack__(**kwargs)
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
 class HostDevice:
-    """CuPy's role for the launchers, on the CPU (see the module docstring).
+    """CuPy's role for the launchers and for gradops' public API, on the CPU (see the module
+    docstring).
 
     ``order``/``seed`` choose the host runtime's block and thread order for every launch.
     ``block_filter(expression, grid)``, if given, returns the linear ids of the blocks to run
     in a launch (the rest of the grid is skipped): tests of huge tensors run only the blocks
     that reach their far end.  ``launches`` records (expression, grid, block) of each launch,
     for tests of the launchers' choices.
+
+    ``device_count`` devices are emulated: arrays carry the id of the device that was current
+    when they were allocated (``with cupy.cuda.Device(i):`` switches), and every launch checks
+    that each pointer it is given lies inside an array of the current device, as a real GPU
+    would need (a pointer into plain host memory or another device's array fails the test).
     """
 
     def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None,
-                 block_filter=None):
+                 block_filter=None, device_count: int = 2):
         self.order = order
         self.seed = seed
         self.source_dir = source_dir
         self.block_filter = block_filter
+        self.device_count = device_count
+        self.current_device = 0
         self.launches: list[tuple[str, tuple, tuple]] = []
-        self._buffers: list[tuple[np.ndarray, int, int]] = []  # (buffer, guard bytes, payload bytes)
+        # (buffer, guard bytes, payload bytes, device id) of every allocation
+        self._buffers: list[tuple[np.ndarray, int, int, int]] = []
         self._kernels: dict[str, HostKernels] = {}
+        self.Device = self._device_class()
+
+    def _device_class(self):
+        host_device = self
+
+        class Device:
+            """``cupy.cuda.Device``: an id, and a context that makes it current."""
+
+            def __init__(self, device=None):
+                self.id = host_device.current_device if device is None else int(device)
+                if not 0 <= self.id < host_device.device_count:
+                    raise RuntimeError(f"invalid device ordinal {self.id}")
+                self._previous: list[int] = []
+                self.attributes = {"MultiProcessorCount": 2}
+
+            def __enter__(self):
+                self._previous.append(host_device.current_device)
+                host_device.current_device = self.id
+                return self
+
+            def __exit__(self, *exc):
+                host_device.current_device = self._previous.pop()
+
+            def __eq__(self, other):
+                return isinstance(other, Device) and other.id == self.id
+
+            def __hash__(self):
+                return self.id
+
+        return Device
 
     # ---- arrays
     def empty(self, shape, dtype=np.float64):
@@ -182,29 +276,82 @@ class HostDevice:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         guard = min(max(1, -(-nbytes // GUARD_ALIGN)) * GUARD_ALIGN, GUARD_MAX)
         buffer = np.full(nbytes + 2 * guard, GUARD_BYTE, np.uint8)
-        self._buffers.append((buffer, guard, nbytes))
-        return buffer[guard:guard + nbytes].view(dtype).reshape(shape)
+        self._buffers.append((buffer, guard, nbytes, self.current_device))
+        out = buffer[guard:guard + nbytes].view(dtype).reshape(shape).view(HostArray)
+        out._device_id, out._host_device = self.current_device, self
+        return out
 
     def zeros(self, shape, dtype=np.float64):
         out = self.empty(shape, dtype)
         out.view(np.uint8)[...] = 0
         return out
 
+    def ones(self, shape, dtype=np.float64):
+        out = self.empty(shape, dtype)
+        out[...] = 1
+        return out
+
+    def empty_like(self, x):
+        return self.empty(x.shape, x.dtype)
+
     def asarray(self, x, dtype=None):
+        """As ``cupy.asarray``: a device array is returned as it is, a foreign GPU array (CUDA
+        array interface) is viewed in place, host data is copied to the current device."""
+        if isinstance(x, HostArray) and (dtype is None or np.dtype(dtype) == x.dtype):
+            return x
+        if not isinstance(x, np.ndarray) and hasattr(x, "__cuda_array_interface__"):
+            interface = x.__cuda_array_interface__
+            return self._view(interface["data"][0], interface["shape"], np.dtype(interface["typestr"]),
+                              interface.get("strides"))
         x = np.asarray(x, dtype=dtype)
+        if x.flags.f_contiguous and not x.flags.c_contiguous:  # CuPy keeps a Fortran order, no other
+            return self.asarray(x.T).T
         out = self.empty(x.shape, x.dtype)
         out[...] = x
         return out
 
+    def from_dlpack(self, x):
+        if isinstance(x, HostArray):
+            return x
+        device_type, _ = x.__dlpack_device__()
+        if device_type != _DLPACK_CUDA:
+            raise TypeError(f"from_dlpack: not a CUDA tensor (DLPack device type {device_type})")
+        host = np.from_dlpack(_HostDLPackView(x))
+        return self._view(host.ctypes.data, host.shape, host.dtype, host.strides)
+
+    def _view(self, address: int, shape, dtype, strides):
+        """A zero-copy HostArray over memory this device allocated (else an error, as a
+        pointer CuPy cannot map would be)."""
+        for buffer, _, _, device in self._buffers:
+            start = buffer.ctypes.data
+            if start <= address <= start + buffer.nbytes:
+                out = np.ndarray(tuple(shape), dtype, buffer=buffer, offset=address - start,
+                                 strides=tuple(strides) if strides else None).view(HostArray)
+                out._device_id, out._host_device = device, self
+                return out
+        raise ValueError(f"address {address:#x} is not in memory this HostDevice allocated")
+
     def ascontiguousarray(self, x):
-        return self.asarray(x)
+        if isinstance(x, HostArray) and x.flags.c_contiguous:
+            return x
+        out = self.empty(np.shape(x), np.asarray(x).dtype)
+        out[...] = x
+        return out
 
     @staticmethod
     def asnumpy(x):
         return np.array(x)
 
+    def device_of(self, address: int) -> int | None:
+        """The device whose allocation (guards included: NumPy may point an empty array at the
+        front guard) holds ``address``, or None."""
+        for buffer, _, _, device in self._buffers:
+            if buffer.ctypes.data <= address <= buffer.ctypes.data + buffer.nbytes:
+                return device
+        return None
+
     def check_guards(self) -> None:
-        for buffer, guard, nbytes in self._buffers:
+        for buffer, guard, nbytes, _ in self._buffers:
             before, after = buffer[:guard], buffer[guard + nbytes:]
             if np.any(before != GUARD_BYTE) or np.any(after != GUARD_BYTE):
                 raise AssertionError(f"a kernel wrote outside an array of {nbytes} bytes")
@@ -219,6 +366,12 @@ class HostDevice:
             pointers = [a for a in args if isinstance(a, (np.ndarray, np.uint64))]
             scalars = [a for a in args if not isinstance(a, (np.ndarray, np.uint64))]
             assert all(isinstance(s, (np.int64, np.int32)) for s in scalars), "scalars must be explicit int types"
+            for p in pointers:
+                address = p.ctypes.data if isinstance(p, np.ndarray) else int(p)
+                owner = self.device_of(address)
+                assert owner is not None, f"{expression}: a pointer argument is not in device memory"
+                assert owner == self.current_device, (
+                    f"{expression}: launched on device {self.current_device} with an array of device {owner}")
             self.launches.append((expression, tuple(grid), tuple(block)))
             blocks = self.block_filter(expression, tuple(grid)) if self.block_filter else None
             kernels.launch(expression, grid, block, pointers, scalars, self.order, self.seed, blocks)
@@ -230,10 +383,19 @@ class HostDevice:
         """Make ``import cupy`` and the CUDA launchers' runtime use this device for the test."""
         from gradops.backends.cuda import _runtime
 
+        runtime = types.SimpleNamespace(
+            getDeviceCount=lambda: self.device_count,
+            memGetInfo=lambda: (host_memory_bytes(),) * 2,  # the "device" memory is the host's
+            runtimeGetVersion=lambda: 13000,
+        )
         module = types.ModuleType("cupy")
-        for name in ("empty", "zeros", "asarray", "ascontiguousarray", "asnumpy"):
+        for name in ("empty", "zeros", "ones", "empty_like", "asarray", "ascontiguousarray", "asnumpy",
+                     "from_dlpack"):
             setattr(module, name, getattr(self, name))
-        module.ndarray = np.ndarray
+        for name in ("float16", "float32", "float64", "int32", "int64"):
+            setattr(module, name, getattr(np, name))
+        module.ndarray = HostArray
+        module.cuda = types.SimpleNamespace(Device=self.Device, runtime=runtime)
         monkeypatch.setitem(sys.modules, "cupy", module)
         monkeypatch.setattr(_runtime, "kernel", self.kernel)
         monkeypatch.setattr(_runtime, "sm_count", lambda: 2)

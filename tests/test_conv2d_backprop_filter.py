@@ -343,9 +343,8 @@ def test_cuda_explicit_padding_asymmetric(cuda_device, rng, pads, path):
     assert_close(got, want, np.float64)
 
 
-@pytest.mark.gpu
 @LAYOUTS
-def test_cuda_public_api(rng, layout):
+def test_cuda_public_api(cuda_device, rng, layout):
     """GPU arrays in, a GPU array out, through gradops.conv2d_backprop_filter with backend='cuda'
     and with use_cudnn_on_gpu=False (which selects our kernels)."""
     import cupy
@@ -360,9 +359,8 @@ def test_cuda_public_api(rng, layout):
         assert_close(to_host(got), want, np.float32)
 
 
-@pytest.mark.gpu
 @empty_cases("x_shape")
-def test_cuda_empty_gives_zeros(x_shape, fshape, dy_shape, kw, dtype):
+def test_cuda_empty_gives_zeros(cuda_device, x_shape, fshape, dy_shape, kw, dtype):
     kw = {"strides": [1, 1, 1, 1], **kw}
     got = gradops.conv2d_backprop_filter(to_gpu(np.ones(x_shape, dtype)), fshape, to_gpu(np.ones(dy_shape, dtype)),
                                          backend="cuda", **kw)
@@ -371,16 +369,15 @@ def test_cuda_empty_gives_zeros(x_shape, fshape, dy_shape, kw, dtype):
     assert not np.any(got.astype(np.float64))
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("kind", NON_CONTIGUOUS)
 @LAYOUTS
-def test_cuda_non_contiguous_inputs(rng, kind, layout):
+def test_cuda_non_contiguous_inputs(cuda_device, rng, kind, layout):
     """Non-contiguous GPU views give the same result as their contiguous copies, and the reference's."""
     import cupy
 
     x_shape, fshape, dy_shape = (2, 5, 6, 3), (2, 3, 3, 2), (2, 5, 3, 2)
-    x = to_gpu(non_contiguous(rng, kind, shape_in(x_shape, layout), np.float32))
-    dy = to_gpu(non_contiguous(rng, kind, shape_in(dy_shape, layout), np.float32))
+    x = non_contiguous(rng, kind, shape_in(x_shape, layout), np.float32, to_gpu)
+    dy = non_contiguous(rng, kind, shape_in(dy_shape, layout), np.float32, to_gpu)
     if kind == "strided-slice":  # views of device arrays, as a caller would slice them
         x = to_gpu(random_array(rng, tuple(2 * d for d in shape_in(x_shape, layout)), np.float32))[::2, ::2, ::2, ::2]
         dy = to_gpu(random_array(rng, tuple(2 * d for d in shape_in(dy_shape, layout)), np.float32))[::2, ::2, ::2, ::2]

@@ -415,9 +415,8 @@ def test_cuda_rows_beyond_last_window_get_zero_gradient(cuda_device, rng, h, str
     assert_close(dx, want, np.float64)
 
 
-@pytest.mark.gpu
 @LAYOUTS
-def test_cuda_public_api(rng, layout):
+def test_cuda_public_api(cuda_device, rng, layout):
     """GPU arrays in, a GPU array out, through the public ops with backend='cuda' and with
     use_cudnn_on_gpu=False (which selects our kernels)."""
     import cupy
@@ -437,9 +436,8 @@ def test_cuda_public_api(rng, layout):
                                                                    (2, 1), "SAME"), np.float32)
 
 
-@pytest.mark.gpu
 @empty_cases("sizes")
-def test_cuda_empty_gives_zeros(sizes, fshape, dy_shape, kw, dtype):
+def test_cuda_empty_gives_zeros(cuda_device, sizes, fshape, dy_shape, kw, dtype):
     kw = {"strides": [1, 1, 1, 1], **kw}
     filt, dy = to_gpu(np.ones(fshape, dtype)), to_gpu(np.ones(dy_shape, dtype))
     got = to_host(gradops.conv2d_backprop_input(list(sizes), filt, dy, backend="cuda", **kw))
@@ -449,16 +447,15 @@ def test_cuda_empty_gives_zeros(sizes, fshape, dy_shape, kw, dtype):
     assert y.shape == dy_shape and not np.any(y.astype(np.float64))
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("kind", ["fortran", "negative-strides", "transposed-view"])
 @LAYOUTS
-def test_cuda_non_contiguous_inputs(rng, kind, layout):
+def test_cuda_non_contiguous_inputs(cuda_device, rng, kind, layout):
     """Non-contiguous GPU filter/out_backprop views give their contiguous copies' result."""
     import cupy
 
     x_shape, fshape, dy_shape = (2, 5, 6, 3), (2, 3, 3, 2), (2, 5, 3, 2)
-    filt = to_gpu(non_contiguous(rng, kind, fshape, np.float32))
-    dy = to_gpu(non_contiguous(rng, kind, shape_in(dy_shape, layout), np.float32))
+    filt = non_contiguous(rng, kind, fshape, np.float32, to_gpu)
+    dy = non_contiguous(rng, kind, shape_in(dy_shape, layout), np.float32, to_gpu)
     assert not (filt.flags.c_contiguous or dy.flags.c_contiguous)
     a = attrs(layout, (1, 2), "SAME")
     sizes = shape_in(x_shape, layout)

@@ -4,7 +4,9 @@ The CUDA launcher tests run on the CPU through that model (the ``cuda_device`` f
 "host" parameter).  These tests show that it is not a rubber stamp: barrier misuse is reported,
 races between threads change the result with the execution order, writes outside an array and
 unwritten elements are caught, the wmma emulation multiplies correctly, and deliberate bugs
-planted in copies of the real kernel sources make the launcher tests' comparisons fail.
+planted in copies of the real kernel sources make the launcher tests' comparisons fail.  The
+last tests cover the stand-in under gradops' public API: routing, zero-copy foreign views,
+the per-device launch check, and bugs planted in the dispatcher and a launcher.
 """
 
 from __future__ import annotations
@@ -244,3 +246,95 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         return  # refused: a barrier error or a write outside an array
     with pytest.raises(AssertionError):
         assert_close(got, want, dtype)
+
+
+# --------------------------------------------------------------------------- the public API on the stand-in
+
+
+def test_public_api_routes_host_device_arrays_to_the_cuda_kernels(monkeypatch):
+    """With the stand-in installed, gradops takes its arrays for GPU arrays: default dispatch
+    (no cuDNN here) picks the CUDA backend, the kernels run through the host runtime, and the
+    result is a stand-in array on the inputs' device."""
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    rng = np.random.default_rng(3)
+    w, dy = random_array(rng, (3, 3, 2, 2), np.float64), random_array(rng, (1, 5, 4, 4), np.float64)
+    got = gradops.depthwise_conv2d_native_backprop_input([1, 5, 4, 2], cupy.asarray(w), cupy.asarray(dy),
+                                                         [1, 1, 1, 1], "SAME")
+    assert isinstance(got, cupy.ndarray) and got.device.id == 0
+    assert gradops.last_backend_decision().backend == "cuda"
+    assert [name for name, _, _ in device.launches] == [
+        "gradops::depthwise_conv2d_native_backprop_input<double, double, 0, 3, 3, 1, 1>"]
+    want = gradops.depthwise_conv2d_native_backprop_input([1, 5, 4, 2], w, dy, [1, 1, 1, 1], "SAME")
+    np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-12)
+
+
+def test_foreign_views_are_zero_copy_and_keep_their_device(monkeypatch):
+    """CUDA-array-interface and DLPack producers are viewed in place, on their own device."""
+    from conftest import CudaArrayInterfaceOnly, DLPackOnly
+
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    with cupy.cuda.Device(1):
+        a = cupy.asarray(np.arange(24, dtype=np.float32).reshape(2, 3, 4))[:, 1:, ::2]
+    for wrapper in (CudaArrayInterfaceOnly, DLPackOnly):
+        view = gradops._arrays.as_gpu_array("op", "x", wrapper(a)) if wrapper is CudaArrayInterfaceOnly \
+            else cupy.from_dlpack(wrapper(a))
+        assert view.ctypes.data == a.ctypes.data and view.strides == a.strides and view.device.id == 1
+        np.testing.assert_array_equal(cupy.asnumpy(view), cupy.asnumpy(a))
+    with pytest.raises(ValueError, match="not in memory"):
+        device.asarray(CudaArrayInterfaceOnly(np.zeros(3, np.float32).view(cuda_host.HostArray)))
+
+
+def test_launches_with_host_memory_or_another_devices_array_are_refused(monkeypatch, kernels):
+    """A kernel argument must point into an array of the current device, as on a GPU."""
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    with cupy.cuda.Device(1):
+        on_1 = cupy.zeros((4,), np.float32)
+    launch = device.kernel("depthwise_conv2d_native_backprop_input.cu",
+                           "gradops::depthwise_conv2d_native_backprop_input<float, float, 0, 0, 0, 0, 0>")
+    host = np.zeros(4, np.float32)
+    with pytest.raises(AssertionError, match="not in device memory"):
+        launch((1,), (1,), (np.uint64(host.ctypes.data),))
+    with pytest.raises(AssertionError, match="launched on device 0 with an array of device 1"):
+        launch((1,), (1,), (np.uint64(on_1.ctypes.data),))
+
+
+def test_a_call_not_run_on_its_arrays_device_is_caught(monkeypatch):
+    """Planted: the dispatcher forgets to make the arrays' device current (gradops._dispatch.run
+    without ``with device``): the two-GPU test's launch check fails."""
+    conv2d_module = importlib.import_module("gradops.conv2d")  # gradops.conv2d is also a function
+    cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    rng = np.random.default_rng(4)
+    x, dy = random_array(rng, (1, 5, 5, 2), np.float32), random_array(rng, (1, 5, 5, 3), np.float32)
+    with cupy.cuda.Device(1):
+        gx, gdy = cupy.asarray(x), cupy.asarray(dy)
+    got = gradops.conv2d_backprop_filter(gx, [3, 3, 2, 3], gdy, [1, 1, 1, 1], "SAME")  # the real dispatcher
+    assert got.device.id == 1
+    monkeypatch.setattr(conv2d_module, "run", lambda fn, geometry, *arrays: fn(geometry, *arrays))
+    with pytest.raises(AssertionError, match="launched on device 0 with an array of device 1"):
+        gradops.conv2d_backprop_filter(gx, [3, 3, 2, 3], gdy, [1, 1, 1, 1], "SAME")
+
+
+def test_a_launcher_that_skips_the_contiguous_copy_is_caught(monkeypatch):
+    """Planted: a launcher hands a strided view to a kernel that assumes dense rows
+    (``_runtime.contiguous`` made the identity): the public API's result is wrong."""
+    from gradops.backends.cuda import _runtime
+
+    cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    rng = np.random.default_rng(5)
+    dy = random_array(rng, (1, 3, 3, 2), np.float64)
+    wide = cupy.asarray(np.repeat(dy, 2, axis=3) * np.array([1.0, -7.0] * 2))  # dy in the even channels
+    args = ([1, 6, 5, 2], wide[..., ::2], [0, 2, 4, 6], [0, 2, 3, 5], True)
+    want = gradops.fractional_avg_pool_grad([1, 6, 5, 2], dy, *args[2:])
+    np.testing.assert_array_equal(cupy.asnumpy(gradops.fractional_avg_pool_grad(*args)), want)
+    monkeypatch.setattr(_runtime, "contiguous", lambda x: x)
+    assert not np.array_equal(cupy.asnumpy(gradops.fractional_avg_pool_grad(*args)), want)

@@ -98,8 +98,7 @@ def test_use_cudnn_on_gpu_false_still_computes_on_host():
     np.testing.assert_array_equal(a, b)
 
 
-@pytest.mark.gpu
-def test_cupy_arrays_reach_a_gpu_backend_or_say_why():
+def test_cupy_arrays_reach_a_gpu_backend_or_say_why(cuda_device):
     """On a GPU machine: CuPy in -> CuPy out from the CUDA backend, or a clear BackendUnavailableError."""
     import cupy
 

@@ -2,7 +2,9 @@
 
 CPU tests use fake objects that expose ``__cuda_array_interface__`` or ``__dlpack_device__``
 (never dereferenced: the call must be refused before any data is read).  GPU tests (gpu mark)
-use PyTorch / JAX when installed (importorskip) and compare with the NumPy backend.
+use PyTorch / JAX when installed (importorskip) and compare with the NumPy backend.  The
+two-GPU tests also run on the host stand-in (``cuda_device``), which emulates two devices and
+fails any launch that is given an array of a device other than the current one.
 """
 
 from __future__ import annotations
@@ -153,8 +155,7 @@ def test_jax_gpu_arrays_are_read_zero_copy():
     _check_against_numpy(out_f, out_i, expected, cupy.asnumpy)
 
 
-@pytest.mark.gpu
-def test_arrays_on_a_second_gpu_are_computed_there():
+def test_arrays_on_a_second_gpu_are_computed_there(cuda_device):
     """Inputs on GPU 1 while GPU 0 is current: the result lives on GPU 1 and is right."""
     import cupy
 
@@ -171,8 +172,7 @@ def test_arrays_on_a_second_gpu_are_computed_there():
     _check_against_numpy(out_f, out_i, expected, cupy.asnumpy)
 
 
-@pytest.mark.gpu
-def test_tensors_on_different_gpus_are_refused():
+def test_tensors_on_different_gpus_are_refused(cuda_device):
     import cupy
 
     if cupy.cuda.runtime.getDeviceCount() < 2:

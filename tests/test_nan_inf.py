@@ -15,8 +15,9 @@ The rule tested (TF semantics for every kernel gradops has):
   the cells containing it; a non-finite value reaches only those cells.
 
 The NumPy backend is checked against the brute-force float64 loops of tests/reference.py,
-which implement exactly this rule with Python floats (IEEE doubles); the GPU backends (gpu
-mark) are checked against the NumPy backend.
+which implement exactly this rule with Python floats (IEEE doubles); the GPU backends (on a GPU,
+and gradops' CUDA kernels also on the CPU stand-in of tests/cuda_host.py) are checked
+against the NumPy backend.
 """
 
 from __future__ import annotations
@@ -175,9 +176,6 @@ def test_one_inf_in_forward_pooling_reaches_only_its_cells():
 
 # --------------------------------------------------------------------------- GPU backends
 
-GPU_BACKENDS = [pytest.param(name, marks=pytest.mark.gpu, id=name) for name in ("cuda", "cudnn")]
-
-
 def _gpu_or_skip(backend):
     ok, reason = gradops.backend_status()[backend]
     if not ok:
@@ -188,33 +186,34 @@ def _gpu_or_skip(backend):
 
 
 def _on_backend(cupy, fn, backend, *args, **kw):
-    """fn on the GPU backend with CuPy copies of the array arguments; skip what it does not support."""
-    moved = [cupy.asarray(a) if isinstance(a, np.ndarray) else a for a in args]
+    """fn on the GPU backend with CuPy copies of the array arguments; skip what it does not support.
+    Arrays move as raw bits, so every element type gets there whatever CuPy can compute on."""
+    moved = [cupy.asarray(a.view(f"u{a.itemsize}")).view(a.dtype) if isinstance(a, np.ndarray) else a
+             for a in args]
     try:
-        return cupy.asnumpy(fn(*moved, backend=backend, **kw))
+        result = fn(*moved, backend=backend, **kw)
     except gradops.BackendUnavailableError as exc:
         pytest.skip(str(exc))
+    return cupy.asnumpy(result.view(f"u{result.itemsize}")).view(result.dtype)
 
 
-@pytest.mark.parametrize("backend", GPU_BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("placement", list(PLACEMENTS))
 @pytest.mark.parametrize("geometry", list(CONV_GEOMETRIES))
-def test_gpu_conv_ops_propagate_like_numpy(geometry, placement, dtype, backend):
-    cupy = _gpu_or_skip(backend)
+def test_gpu_conv_ops_propagate_like_numpy(geometry, placement, dtype, gpu_backend):
+    cupy = _gpu_or_skip(gpu_backend)
     rng = np.random.default_rng(7)
     x, filt, dy, kw, _ = _conv_problem(rng, geometry, placement, dtype)
     for fn, args in ((gradops.conv2d_backprop_filter, (x, list(filt.shape), dy)),
                      (gradops.conv2d_backprop_input, (list(x.shape), filt, dy)),
                      (gradops.conv2d, (x, filt))):
-        assert_same_ieee(_on_backend(cupy, fn, backend, *args, **kw), fn(*args, **kw), dtype)
+        assert_same_ieee(_on_backend(cupy, fn, gpu_backend, *args, **kw), fn(*args, **kw), dtype)
 
 
-@pytest.mark.parametrize("backend", GPU_BACKENDS)
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("placement", list(PLACEMENTS))
-def test_gpu_depthwise_propagates_like_numpy(placement, dtype, backend):
-    cupy = _gpu_or_skip(backend)
+def test_gpu_depthwise_propagates_like_numpy(placement, dtype, gpu_backend):
+    cupy = _gpu_or_skip(gpu_backend)
     rng = np.random.default_rng(8)
     spec = PLACEMENTS[placement]
     filt = with_specials(rng, (3, 2, 3, 2), dtype, spec.get("w", {}))
@@ -223,13 +222,12 @@ def test_gpu_depthwise_propagates_like_numpy(placement, dtype, backend):
         dy[...] = 0
     kw = dict(strides=[1, 2, 1, 1], padding="SAME")
     fn = gradops.depthwise_conv2d_native_backprop_input
-    assert_same_ieee(_on_backend(cupy, fn, backend, [2, 5, 6, 3], filt, dy, **kw), fn([2, 5, 6, 3], filt, dy, **kw),
+    assert_same_ieee(_on_backend(cupy, fn, gpu_backend, [2, 5, 6, 3], filt, dy, **kw), fn([2, 5, 6, 3], filt, dy, **kw),
                      dtype)
 
 
-@pytest.mark.gpu
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
-def test_gpu_fractional_pool_grad_propagates_like_numpy(dtype):
+def test_gpu_fractional_pool_grad_propagates_like_numpy(cuda_device, dtype):
     cupy = _gpu_or_skip("cuda")
     rng = np.random.default_rng(9)
     dy = with_specials(rng, (2, 4, 3, 2), dtype, {0: INF, 3: -INF, 9: NAN, 14: INF, 15: -INF})
