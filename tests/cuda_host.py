@@ -42,6 +42,7 @@ import numpy as np
 
 from gradops._arrays import host_memory_bytes
 from gradops.backends.cuda import _build
+from gradops.backends.cudnn import _loader as _cudnn_loader
 
 HERE = Path(__file__).resolve().parent
 RUNTIME_HEADER = HERE / "cuda_host_runtime.h"
@@ -395,8 +396,12 @@ class HostDevice:
         for name in ("float16", "float32", "float64", "int32", "int64"):
             setattr(module, name, getattr(np, name))
         module.ndarray = HostArray
+        module.get_default_memory_pool = lambda: types.SimpleNamespace(free_all_blocks=lambda: None)
         module.cuda = types.SimpleNamespace(Device=self.Device, runtime=runtime)
         monkeypatch.setitem(sys.modules, "cupy", module)
+        # On a machine with a GPU and cuDNN, default dispatch must not hand these arrays (host
+        # memory) to the real cuDNN, nor cache a probe of it made through the stand-in.
+        monkeypatch.setattr(_cudnn_loader, "load", lambda: (None, "cuDNN cannot run on the HostDevice stand-in"))
         monkeypatch.setattr(_runtime, "kernel", self.kernel)
         monkeypatch.setattr(_runtime, "sm_count", lambda: 2)
         monkeypatch.setattr(_runtime, "pointer",

@@ -1,7 +1,9 @@
 """The benchmark harness (gradops.bench) on a CPU: suites, formulas, agreement checks, CPU mode.
 
 The GPU engines (gradops cuda/cudnn, PyTorch, JAX) need a GPU; here the logic around them is
-tested with fake engines, and the CPU mode (NumPy backend vs tensorflow-cpu) runs for real.
+tested with fake engines, the gradops-cuda engine runs on the CPU stand-in of
+tests/cuda_host.py (timer excepted), and the CPU mode (NumPy backend vs tensorflow-cpu) runs
+for real.
 """
 
 from __future__ import annotations
@@ -259,6 +261,24 @@ def test_gpu_mode_report_with_fake_engines(tmp_path):
     assert [p.name for p in paths] == ["gpu_smoke.json", "gpu_smoke.md", "gpu_smoke.png"]
     md = paths[1].read_text()
     assert "gradops-cuda % peak" in md and "H100 SXM" in md and "4.00 (n=" in md
+
+
+
+def test_gradops_cuda_engine_on_the_host_stand_in(cuda_device):
+    """The benchmark's own gradops-cuda engine, end to end through the runner's checks on the
+    smoke suite: operands moved by the engine, our real launchers and kernels (on the CPU
+    stand-in here, on the GPU in the [gpu] case), results checked against the float64 NumPy
+    reference and between batch sizes.  Only the timer is a stand-in on the host."""
+    from gradops.bench.engines import GradopsGpuEngine
+
+    timer = (lambda engine, fn, settings: (fn(), 1e-3)[1]) if cuda_device is not None else None
+    peaks = metrics.peaks_for("NVIDIA H100 80GB HBM3") if cuda_device is not None else None
+    result = runner.run(["smoke"], dtypes=["float16", "float32"], mode="gpu", engine_list=[GradopsGpuEngine("cuda")],
+                        peaks=peaks, progress=False, timer=timer)
+    rows = result["rows"]
+    assert len(rows) == sum(dtype in case.dtypes for case in suites.suite("smoke") for dtype in ("float16", "float32"))
+    for row in rows:
+        assert row["engines"]["gradops-cuda"]["status"] == "ok", row
 
 
 def test_numpy_vs_tf_format():

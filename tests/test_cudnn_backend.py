@@ -694,6 +694,98 @@ def test_info_shows_frontend_and_library_versions(fake, monkeypatch):
     assert "cuDNN library (libcudnn)" in text and "9.14.0" in text
 
 
+# --------------------------------------------------------------------------- the real cuDNN Frontend, no GPU
+
+
+@pytest.fixture(scope="module")
+def real_frontend():
+    """NVIDIA's cuDNN Frontend at the pinned version (the test extra installs it), or skip.
+    Without libcudnn and a GPU its Python layer still describes and checks graphs."""
+    cudnn = pytest.importorskip("cudnn")
+    if getattr(cudnn, "__version__", None) != _loader.PINNED_FRONTEND:
+        pytest.skip(f"the cuDNN Frontend here is {getattr(cudnn, '__version__', '?')}, "
+                    f"not the pinned {_loader.PINNED_FRONTEND}")
+    return cudnn
+
+
+REAL_FRONTEND_CASES = [  # (op, layout, dtype, geometry_of arguments)
+    *[(op, layout, dtype, dict(n=2, h=7, w=6, groups=groups, cg=3, og=2, r=3, s=2, strides=strides,
+                               padding="EXPLICIT", pads=((2, 0), (1, 3)), dilations=dilations))
+      for op in CONV_OPS for layout in ("NHWC", "NCHW") for dtype in HALF_AND_FLOAT
+      for groups, strides, dilations in ((1, (1, 1), (1, 1)), (2, (2, 1), (1, 2)))],
+    *[(op, layout, np.float32, dict(DEPTHWISE_CASES["same-s2-m2"], n=1, depthwise=True))
+      for op in ("depthwise_conv2d_native_backprop_input", "depthwise_conv2d_native") for layout in ("NHWC", "NCHW")],
+]
+
+
+@pytest.mark.parametrize("op,layout,dtype,case", REAL_FRONTEND_CASES,
+                         ids=[f"{op}-{layout}-{np.dtype(dtype).name}-{i}"
+                              for i, (op, layout, dtype, _) in enumerate(REAL_FRONTEND_CASES)])
+def test_real_frontend_accepts_the_graph_descriptions(real_frontend, op, layout, dtype, case):
+    """The pinned frontend's own Python layer takes gradops' graph as described for the GPU:
+    its port and attribute names (it rejects unknown ones), tensor dims and strides, and the
+    operand roles; and its shape rule for a forward convolution gives the y dims of the spec.
+    What needs libcudnn and a GPU (the C++ validation, engines, plans) is not reached here."""
+    cudnn = real_frontend
+    g = geometry_of(op, layout, **case)
+    kind = cudnn_backend.OPS[op]
+    spec = _spec.conv_spec(kind, g, dtype)
+    graph, tensors = _graphs.describe(cudnn, None, spec)
+    graph._backend_lowerable = lambda: False  # stop before the C++ lowering, which needs libcudnn
+    graph.validate()
+
+    (node,) = graph._nodes
+    assert node.params["pre_padding"] == list(spec.pre_padding)
+    assert node.params["post_padding"] == list(spec.post_padding)
+    assert node.params["stride"] == list(spec.stride) and node.params["dilation"] == list(spec.dilation)
+    ports = {_spec.FPROP: {"image": "x", "weight": "w"}, _spec.DGRAD: {"loss": "y", "filter": "w"},
+             _spec.WGRAD: {"image": "x", "loss": "y"}}[kind]
+    assert {port: node.inputs[port] for port in ports} == {port: tensors[role] for port, role in ports.items()}
+    (output,) = node.outputs.values()
+    assert output is tensors[{_spec.FPROP: "y", _spec.DGRAD: "x", _spec.WGRAD: "w"}[kind]]
+    assert not output.is_virtual and output.dim_assigned and output.stride_assigned
+    io = {"float16": cudnn.data_type.HALF, "bfloat16": cudnn.data_type.BFLOAT16,
+          "float32": cudnn.data_type.FLOAT}[np.dtype(dtype).name]
+    descs = {"x": spec.x, "w": spec.w, "y": spec.y}
+    for role, tensor in tensors.items():
+        assert (tuple(tensor.dim), tuple(tensor.stride)) == (descs[role].dims, descs[role].strides), role
+        assert tensor.data_type == io, role
+    if kind == _spec.FPROP:
+        from cudnn._pygraph import _conv_fprop_dims
+
+        assert tuple(_conv_fprop_dims(node)) == spec.y.dims
+
+
+def test_real_frontend_rejects_a_misnamed_attribute(real_frontend):
+    """The check above has teeth: the frontend refuses a port or attribute it does not know."""
+    cudnn = real_frontend
+    graph = cudnn.pygraph(io_data_type=cudnn.data_type.FLOAT, intermediate_data_type=cudnn.data_type.FLOAT,
+                          compute_data_type=cudnn.data_type.FLOAT)
+    y = graph.tensor(name="y", dim=[1, 2, 3, 3], stride=[18, 9, 3, 1], data_type=cudnn.data_type.FLOAT)
+    w = graph.tensor(name="w", dim=[2, 2, 1, 1], stride=[2, 1, 1, 1], data_type=cudnn.data_type.FLOAT)
+    with pytest.raises(TypeError, match="strides"):
+        graph.conv_dgrad(loss=y, filter=w, pre_padding=[0, 0], post_padding=[0, 0], strides=[1, 1],
+                         dilation=[1, 1])
+
+
+def test_real_frontend_without_libcudnn_is_reported_unavailable(real_frontend):
+    """The frontend imports but its library is missing (a CPU machine): cuDNN is unavailable
+    with the library named, and the frontend's version is still reported."""
+    try:
+        real_frontend.backend_version()
+    except Exception:
+        pass
+    else:
+        pytest.skip("libcudnn loads here")
+    _loader.reset()
+    try:
+        ok, reason = cudnn_backend.available()
+        assert not ok and "libcudnn" in reason, reason
+        assert cudnn_backend.versions()["frontend"] == _loader.PINNED_FRONTEND
+    finally:
+        _loader.reset()
+
+
 # --------------------------------------------------------------------------- selection, explained
 
 

@@ -152,35 +152,43 @@ def first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+def describe(cudnn, cudnn_handle, spec: ConvSpec) -> tuple[Any, dict[str, Any]]:
+    """The frontend graph of ``spec`` (one conv node, operands by role "x", "w", "y"), not yet
+    validated: the part of building that needs no libcudnn (CPU tests run it on the real
+    frontend)."""
+    io = getattr(cudnn.data_type, _IO_TYPES[spec.dtype])
+    fp32 = cudnn.data_type.FLOAT  # accumulation / compute type, also for the half types
+    graph = cudnn.pygraph(io_data_type=io, intermediate_data_type=fp32, compute_data_type=fp32,
+                          handle=cudnn_handle)
+    tensors = {}
+    conv = dict(pre_padding=list(spec.pre_padding), post_padding=list(spec.post_padding),
+                stride=list(spec.stride), dilation=list(spec.dilation), compute_data_type=fp32)
+    descs = {"x": spec.x, "w": spec.w, "y": spec.y}
+    inputs = {FPROP: ("x", "w"), DGRAD: ("y", "w"), WGRAD: ("x", "y")}[spec.kind]
+    output = {FPROP: "y", DGRAD: "x", WGRAD: "w"}[spec.kind]
+    for role in inputs:
+        tensors[role] = graph.tensor(name=role, dim=list(descs[role].dims), stride=list(descs[role].strides),
+                                     data_type=io)
+    if spec.kind == FPROP:
+        out = graph.conv_fprop(image=tensors["x"], weight=tensors["w"], **conv)
+    elif spec.kind == DGRAD:
+        out = graph.conv_dgrad(loss=tensors["y"], filter=tensors["w"], **conv)
+    else:
+        out = graph.conv_wgrad(image=tensors["x"], loss=tensors["y"], **conv)
+    # cuDNN cannot infer dgrad/wgrad output dims (strided convs are ambiguous): give all.
+    out.set_output(True).set_dim(list(descs[output].dims)).set_stride(list(descs[output].strides))
+    out.set_data_type(io)
+    tensors[output] = out
+    return graph, tensors
+
+
 def build(cudnn, cudnn_handle, spec: ConvSpec, options: Options) -> Built:
     """Build the graph of ``spec`` and its first plan that survives the note filters.
 
     Raises :class:`GraphUnsupported` with cuDNN's reason when there is none.
     """
-    io = getattr(cudnn.data_type, _IO_TYPES[spec.dtype])
-    fp32 = cudnn.data_type.FLOAT  # accumulation / compute type, also for the half types
     try:
-        graph = cudnn.pygraph(io_data_type=io, intermediate_data_type=fp32, compute_data_type=fp32,
-                              handle=cudnn_handle)
-        tensors = {}
-        conv = dict(pre_padding=list(spec.pre_padding), post_padding=list(spec.post_padding),
-                    stride=list(spec.stride), dilation=list(spec.dilation), compute_data_type=fp32)
-        descs = {"x": spec.x, "w": spec.w, "y": spec.y}
-        inputs = {FPROP: ("x", "w"), DGRAD: ("y", "w"), WGRAD: ("x", "y")}[spec.kind]
-        output = {FPROP: "y", DGRAD: "x", WGRAD: "w"}[spec.kind]
-        for role in inputs:
-            tensors[role] = graph.tensor(name=role, dim=list(descs[role].dims), stride=list(descs[role].strides),
-                                         data_type=io)
-        if spec.kind == FPROP:
-            out = graph.conv_fprop(image=tensors["x"], weight=tensors["w"], **conv)
-        elif spec.kind == DGRAD:
-            out = graph.conv_dgrad(loss=tensors["y"], filter=tensors["w"], **conv)
-        else:
-            out = graph.conv_wgrad(image=tensors["x"], loss=tensors["y"], **conv)
-        # cuDNN cannot infer dgrad/wgrad output dims (strided convs are ambiguous): give all.
-        out.set_output(True).set_dim(list(descs[output].dims)).set_stride(list(descs[output].strides))
-        out.set_data_type(io)
-        tensors[output] = out
+        graph, tensors = describe(cudnn, cudnn_handle, spec)
         graph.validate()
         graph.build_operation_graph()
         graph.create_execution_plans([getattr(cudnn.heur_mode, mode) for mode in HEURISTIC_MODES])
