@@ -1,4 +1,5 @@
-"""Property-based fuzzing of every public op with hostile arguments (NumPy backend).
+"""Property-based fuzzing of every public op with hostile arguments (NumPy backend; and the
+same draws on GPU arrays, through the CPU stand-in everywhere and a GPU when there is one).
 
 Contract under test, for every call: it returns the correct result or raises
 ``InvalidArgumentError`` / ``TypeError``; nothing else escapes, nothing crashes, and the peak
@@ -35,7 +36,7 @@ import tracemalloc
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
 
 import gradops
@@ -457,8 +458,8 @@ def hostile_tensor(draw, x, broadcast=True):
 
 
 @st.composite
-def hostile_calls(draw):
-    op, kw, _, _ = draw(any_valid_call())
+def hostile_calls(draw, valid_calls=None):
+    op, kw, _, _ = draw(valid_calls if valid_calls is not None else any_valid_call())
     kw = dict(kw)
     for _ in range(draw(st.integers(1, 3))):
         key = draw(st.sampled_from(sorted(kw) + ["explicit_paddings"]))
@@ -514,6 +515,80 @@ def test_hostile_arguments_give_result_or_clear_error(call):
 @given(call=hostile_calls())
 def test_hostile_arguments_give_result_or_clear_error_long(call):
     check_hostile(call)
+
+
+# --------------------------------------------------------------------------- the same calls on GPU arrays
+#
+# The draws above with their tensors moved to the device (cuda_device: a GPU, or the CPU
+# stand-in of tests/cuda_host.py, which runs the real launchers and kernel sources): default
+# dispatch (cuDNN when it takes the call, else our kernels) must keep the same contract.
+# Tensors move as native-byte-order copies (C order, or Fortran order, which CuPy keeps);
+# the other strided GPU views are covered by each op's non-contiguous tests.  Tensors of more
+# than MAX_MOVED elements (the zero-stride views of 2**40) and non-arrays stay on the host,
+# which makes the call a mixed host/GPU one: it must be refused.  Host memory peaks are not
+# measured here (the device allocates elsewhere).
+
+MAX_MOVED = 1 << 16
+
+
+def gpu_valid_calls():
+    """Valid calls of the ops with GPU kernels (the forward fractional_avg_pool has none: on GPU
+    arrays it raises BackendUnavailableError, by design)."""
+    return st.one_of(conv_calls(), pool_calls("fractional_avg_pool_grad"))
+
+
+def on_device(kw):
+    import cupy
+
+    moved = dict(kw)
+    for key in TENSOR_KEYS:
+        value = kw.get(key)
+        if isinstance(value, np.ndarray) and value.ndim and value.size <= MAX_MOVED and value.dtype != object:
+            native = value if value.dtype.isnative else value.astype(value.dtype.newbyteorder("="))
+            host = native if native.flags.f_contiguous else np.ascontiguousarray(native)
+            moved[key] = cupy.asarray(host.view(f"u{host.itemsize}") if host.dtype.kind == "V" else host)
+            if host.dtype.kind == "V":  # bfloat16: moved as raw bits, whatever CuPy computes on
+                moved[key] = moved[key].view(host.dtype)
+    return moved
+
+
+def to_host(result):
+    import cupy
+
+    return cupy.asnumpy(result.view(f"u{result.itemsize}")).view(result.dtype)
+
+
+@settings(CI, max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(call=gpu_valid_calls())
+def test_gpu_valid_calls_match_reference(cuda_device, call):
+    import cupy
+
+    op, kw, expected, dtype = call
+    if any(isinstance(kw.get(key), list) for key in TENSOR_KEYS):
+        kw = {k: np.asarray(v) if k in TENSOR_KEYS and isinstance(v, list) else v for k, v in kw.items()}
+    result = getattr(gradops, op)(**on_device(kw))
+    assert isinstance(result, cupy.ndarray)
+    assert_ieee_close(to_host(result), expected, dtype)
+
+
+@settings(CI, max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(call=hostile_calls(gpu_valid_calls()))
+def test_gpu_hostile_arguments_give_result_or_clear_error(cuda_device, call):
+    import cupy
+
+    op, kw = call
+    moved = on_device(kw)
+    try:
+        result = getattr(gradops, op)(**moved)
+    except (gradops.InvalidArgumentError, TypeError) as exc:
+        event("refused")  # --hypothesis-show-statistics shows how many calls reached a kernel
+        assert str(exc), "errors must say what is wrong"
+        return
+    event("computed")
+    assert isinstance(result, cupy.ndarray)
+    again = getattr(gradops, op)(**{k: canonical(v) for k, v in kw.items()})  # NumPy backend
+    assert result.dtype == again.dtype and result.shape == again.shape
+    assert_ieee_close(to_host(result), again.astype(np.float64), result.dtype)
 
 
 # --------------------------------------------------------------------------- fractional_pooling_sequence
