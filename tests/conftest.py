@@ -69,6 +69,26 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
 
 
+def to_gpu(a):
+    """A host array on the current GPU (``cupy``: the real one, or tests/cuda_host.py's
+    stand-in while installed), in the layout CuPy keeps (C, or Fortran).  bfloat16 moves as raw
+    bits, so it arrives whatever CuPy can compute on (its bfloat16 support is partial)."""
+    import cupy
+
+    a = np.asarray(a)
+    if a.dtype.kind != "V":
+        return cupy.asarray(a)
+    return cupy.asarray(a.view(f"u{a.itemsize}")).view(a.dtype)
+
+
+def to_host(x):
+    """A GPU array back as a NumPy array of the same dtype (bfloat16 as raw bits, as to_gpu)."""
+    import cupy
+
+    if x.dtype.kind != "V":
+        return cupy.asnumpy(x)
+    return cupy.asnumpy(x.view(f"u{x.itemsize}")).view(x.dtype)
+
 class CudaArrayInterfaceOnly:
     """A foreign GPU tensor exposing only ``__cuda_array_interface__``."""
 

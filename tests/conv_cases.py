@@ -242,18 +242,6 @@ def cuda_launcher(op):
     return importlib.import_module(f"gradops.backends.cuda.{op}")
 
 
-def to_gpu(x):
-    import cupy
-
-    return cupy.asarray(x)
-
-
-def to_host(x):
-    import cupy
-
-    return cupy.asnumpy(x)
-
-
 def conv_geometry(op, input_shape, filter_shape, out_backprop_shape, layout, strides, padding, dilations, pads):
     """The validated geometry the public op would build (shapes in ``layout``, filter HWIO)."""
     from gradops._geometry import conv2d_geometry

@@ -13,11 +13,11 @@ from hypothesis import assume
 
 import gradops
 import reference
-from conftest import assert_close, random_array
+from conftest import assert_close, random_array, to_gpu, to_host
 from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
-                        non_contiguous, out_size, pads_id, seeded, shape_in, to_gpu, to_host, to_layout,
+                        non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,
                         valid_truncation)
 
 # --------------------------------------------------------------------------- helpers

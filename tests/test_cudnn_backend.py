@@ -29,7 +29,7 @@ import numpy as np
 import pytest
 
 import gradops
-from conftest import FLOAT_DTYPES, RTOL, assert_close, random_array
+from conftest import FLOAT_DTYPES, RTOL, assert_close, random_array, to_gpu, to_host
 from conv_cases import GRID_ARGS, NO_PADS, REPRESENTATIVE, attrs, geometry_grid, out_size
 from gradops import _arrays, _dispatch
 from gradops._errors import BackendUnavailableError
@@ -862,17 +862,11 @@ def test_dispatch_uses_the_real_cudnn_module_reasons(fake, monkeypatch):
 gpu = pytest.mark.gpu
 
 
-def _to_gpu(*arrays):
-    import cupy
-
-    return [cupy.asarray(a) for a in arrays]
-
-
 def _public_call(op, g, x, f, dy, backend, layout_kw):
     """Call the public op on GPU arrays with ``backend``; returns a NumPy result."""
     import cupy
 
-    xg, fg, dyg = _to_gpu(x, f, dy)
+    xg, fg, dyg = (to_gpu(a) for a in (x, f, dy))
     if op == "conv2d_backprop_filter":
         out = gradops.conv2d_backprop_filter(xg, list(g.filter_shape), dyg, **layout_kw, backend=backend)
     elif op == "conv2d_backprop_input":
@@ -885,7 +879,7 @@ def _public_call(op, g, x, f, dy, backend, layout_kw):
     else:
         out = gradops.conv2d(xg, fg, **layout_kw, backend=backend)
     assert isinstance(out, cupy.ndarray)
-    return cupy.asnumpy(out)
+    return to_host(out)
 
 
 def _gpu_case(rng, op, layout, dtype, depthwise=False, **kw):

@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import gradops
-from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, RTOL, assert_close, random_array
+from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, RTOL, assert_close, random_array, to_gpu, to_host
 from reference import conv2d, conv2d_backprop_input, depthwise_to_hwio, window
 
 NO_PADS = ((0, 0), (0, 0))
@@ -402,20 +402,6 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 # ---- through the public API, on a GPU or on the host stand-in (the cuda_device fixture)
-
-
-def to_gpu(a):
-    """A NumPy array on the current GPU, moved as raw bits (any element type CuPy can view)."""
-    import cupy
-
-    a = np.ascontiguousarray(a)
-    return cupy.asarray(a.view(f"u{a.itemsize}")).view(a.dtype)
-
-
-def to_host(x):
-    import cupy
-
-    return cupy.asnumpy(x.view(f"u{x.dtype.itemsize}")).view(x.dtype)
 
 
 def cuda_call(kwargs, **tensors):

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gradops
-from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, assert_close, random_array
+from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, assert_close, random_array, to_gpu, to_host
 from reference import fractional_avg_pool, fractional_avg_pool_grad
 
 INT_DTYPES = [np.int32, np.int64]
@@ -463,20 +463,6 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 # ---- through the public API, on a GPU or on the host stand-in (the cuda_device fixture)
-
-
-def to_gpu(a):
-    """A NumPy array on the current GPU, moved as raw bits (any element type CuPy can view)."""
-    import cupy
-
-    a = np.ascontiguousarray(a)
-    return cupy.asarray(a.view(f"u{a.itemsize}")).view(a.dtype)
-
-
-def to_host(x):
-    import cupy
-
-    return cupy.asnumpy(x.view(f"u{x.dtype.itemsize}")).view(x.dtype)
 
 
 def check_cuda(kwargs, expected, out_backprop=None):

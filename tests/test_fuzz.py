@@ -41,7 +41,7 @@ from hypothesis import strategies as st
 
 import gradops
 import reference
-from conftest import RTOL
+from conftest import RTOL, to_gpu, to_host
 from conv_cases import conv_problems, layout_attr, to_layout, valid_truncation
 
 # The working set the NumPy backend may hold, in units of result + inputs (+ its im2col row),
@@ -540,8 +540,6 @@ def gpu_valid_calls():
 
 
 def on_device(kw):
-    import cupy
-
     moved = dict(kw)
     for key in TENSOR_KEYS:
         value = kw.get(key)
@@ -549,17 +547,8 @@ def on_device(kw):
             value = as_array_or_none(value)
         if isinstance(value, np.ndarray) and value.dtype.kind in "biufcV" and value.size <= MAX_MOVED:
             native = value if value.dtype.isnative else value.astype(value.dtype.newbyteorder("="))
-            host = native if native.flags.f_contiguous else np.ascontiguousarray(native)
-            moved[key] = cupy.asarray(host.view(f"u{host.itemsize}") if host.dtype.kind == "V" else host)
-            if host.dtype.kind == "V":  # bfloat16: moved as raw bits, whatever CuPy computes on
-                moved[key] = moved[key].view(host.dtype)
+            moved[key] = to_gpu(native)
     return moved
-
-
-def to_host(result):
-    import cupy
-
-    return cupy.asnumpy(result.view(f"u{result.itemsize}")).view(result.dtype)
 
 
 @settings(CI, max_examples=150, suppress_health_check=[HealthCheck.function_scoped_fixture])

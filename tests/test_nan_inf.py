@@ -28,6 +28,7 @@ import pytest
 
 import gradops
 import reference
+from conftest import to_gpu, to_host
 
 NAN, INF = np.nan, np.inf
 DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
@@ -180,40 +181,35 @@ def _gpu_or_skip(backend):
     ok, reason = gradops.backend_status()[backend]
     if not ok:
         pytest.skip(f"backend {backend!r} unavailable: {reason}")
-    import cupy
-
-    return cupy
 
 
-def _on_backend(cupy, fn, backend, *args, **kw):
-    """fn on the GPU backend with CuPy copies of the array arguments; skip what it does not support.
-    Arrays move as raw bits, so every element type gets there whatever CuPy can compute on."""
-    moved = [cupy.asarray(a.view(f"u{a.itemsize}")).view(a.dtype) if isinstance(a, np.ndarray) else a
-             for a in args]
+def _on_backend(fn, backend, *args, **kw):
+    """fn on the GPU backend with CuPy copies of the array arguments; skip what it does not support."""
+    moved = [to_gpu(a) if isinstance(a, np.ndarray) else a for a in args]
     try:
         result = fn(*moved, backend=backend, **kw)
     except gradops.BackendUnavailableError as exc:
         pytest.skip(str(exc))
-    return cupy.asnumpy(result.view(f"u{result.itemsize}")).view(result.dtype)
+    return to_host(result)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("placement", list(PLACEMENTS))
 @pytest.mark.parametrize("geometry", list(CONV_GEOMETRIES))
 def test_gpu_conv_ops_propagate_like_numpy(geometry, placement, dtype, gpu_backend):
-    cupy = _gpu_or_skip(gpu_backend)
+    _gpu_or_skip(gpu_backend)
     rng = np.random.default_rng(7)
     x, filt, dy, kw, _ = _conv_problem(rng, geometry, placement, dtype)
     for fn, args in ((gradops.conv2d_backprop_filter, (x, list(filt.shape), dy)),
                      (gradops.conv2d_backprop_input, (list(x.shape), filt, dy)),
                      (gradops.conv2d, (x, filt))):
-        assert_same_ieee(_on_backend(cupy, fn, gpu_backend, *args, **kw), fn(*args, **kw), dtype)
+        assert_same_ieee(_on_backend(fn, gpu_backend, *args, **kw), fn(*args, **kw), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("placement", list(PLACEMENTS))
 def test_gpu_depthwise_propagates_like_numpy(placement, dtype, gpu_backend):
-    cupy = _gpu_or_skip(gpu_backend)
+    _gpu_or_skip(gpu_backend)
     rng = np.random.default_rng(8)
     spec = PLACEMENTS[placement]
     filt = with_specials(rng, (3, 2, 3, 2), dtype, spec.get("w", {}))
@@ -222,16 +218,16 @@ def test_gpu_depthwise_propagates_like_numpy(placement, dtype, gpu_backend):
         dy[...] = 0
     kw = dict(strides=[1, 2, 1, 1], padding="SAME")
     fn = gradops.depthwise_conv2d_native_backprop_input
-    assert_same_ieee(_on_backend(cupy, fn, gpu_backend, [2, 5, 6, 3], filt, dy, **kw), fn([2, 5, 6, 3], filt, dy, **kw),
+    assert_same_ieee(_on_backend(fn, gpu_backend, [2, 5, 6, 3], filt, dy, **kw), fn([2, 5, 6, 3], filt, dy, **kw),
                      dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
 def test_gpu_fractional_pool_grad_propagates_like_numpy(cuda_device, dtype):
-    cupy = _gpu_or_skip("cuda")
+    _gpu_or_skip("cuda")
     rng = np.random.default_rng(9)
     dy = with_specials(rng, (2, 4, 3, 2), dtype, {0: INF, 3: -INF, 9: NAN, 14: INF, 15: -INF})
     for overlapping in (False, True):
         args = ([2, 6, 5, 2], dy, [0, 2, 3, 5, 6], [0, 1, 3, 5], overlapping)
-        assert_same_ieee(_on_backend(cupy, gradops.fractional_avg_pool_grad, "cuda", *args),
+        assert_same_ieee(_on_backend(gradops.fractional_avg_pool_grad, "cuda", *args),
                          gradops.fractional_avg_pool_grad(*args), dtype)
