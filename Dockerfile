@@ -32,17 +32,21 @@ WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY gradops/ gradops/
 COPY cuda_src/ cuda_src/
-COPY scripts/image_check.py scripts/
-# Dependency versions are pyproject.toml's; `pip check` fails the build on a conflict, and
-# image_check.py when the kernels' CUDA 12 headers or CuPy for CUDA 12 are missing.  The
-# sources change with every commit, so this layer is rebuilt each time: pip's download cache
-# lives in a BuildKit cache mount (kept by the build host, never in the image).
+# Dependency versions are pyproject.toml's.  The cuda12 extra is installed alone first, and the
+# kernels are compiled through CuPy's own compile step for Ampere and Hopper: the build fails if
+# a header they include is missing from what that extra installs, or comes from outside the
+# virtualenv (the base image has no CUDA headers; the test extra, installed after, brings CUDA
+# 13 header wheels for the CPU tests, which must not stand in for the extra's own).  python -P
+# imports the installed package, not /src/gradops.  `pip check` fails the build on a conflict.
+# The sources change with every commit, so this layer is rebuilt each time: pip's download
+# cache lives in a BuildKit cache mount (kept by the build host, never in the image).
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3.12 -m venv /opt/venv \
     && /opt/venv/bin/pip wheel --no-deps --wheel-dir /wheels . \
+    && /opt/venv/bin/pip install "$(ls /wheels/gradops-*.whl)[cuda12]" \
+    && /opt/venv/bin/python -P -m gradops install-check --only-environment --arch sm_80 --arch sm_90 --jobs 4 \
     && /opt/venv/bin/pip install "$(ls /wheels/gradops-*.whl)[cuda12,test]" \
-    && /opt/venv/bin/python -m pip check \
-    && /opt/venv/bin/python scripts/image_check.py 12
+    && /opt/venv/bin/python -m pip check
 
 # ---------------------------------------------------------------- ci: the image that runs
 FROM python AS ci

@@ -12,6 +12,18 @@
 #include "gradops_common.cuh"
 #include <mma.h>
 
+// The architecture being compiled, for the tensor-core paths: NVRTC defines __CUDA_ARCH__; the
+// host execution model (tests/cuda_host.py) does not and emulates every tensor-core path.
+#if defined(__CUDA_ARCH__)
+#define GRADOPS_ARCH __CUDA_ARCH__
+#else
+#define GRADOPS_ARCH 100000
+#endif
+// WMMA exists from sm_70 (float16 in, float accumulate); bfloat16 and TF32 fragments from sm_80.
+// mma.h declares nothing else, so the code using them is compiled only where they exist.
+#define GRADOPS_HAS_WMMA (GRADOPS_ARCH >= 700)
+#define GRADOPS_HAS_WMMA_BF16_TF32 (GRADOPS_ARCH >= 800)
+
 namespace gradops {
 
 // ---------------------------------------------------------------- convolution sizes
@@ -79,6 +91,13 @@ enum MathKind {
 // tiles plus staging to fit the 48 KiB of static shared memory.
 template <typename T, int Kind> struct Config;
 
+// Whether this architecture has tensor cores for element type T in math kind Kind (the launchers
+// ask _conv_igemm.math_kinds for the same answer and never request an instantiation without).
+template <typename T, int Kind> struct HasTensorCores {
+    static constexpr bool value = Kind == SIMT || GRADOPS_HAS_WMMA_BF16_TF32;
+};
+template <> struct HasTensorCores<__half, WMMA_HALF> { static constexpr bool value = GRADOPS_HAS_WMMA; };
+
 template <typename T> struct Config<T, WMMA_HALF> {
     static constexpr int BM = 128, BN = 128, BK = 32;
     static constexpr int WARPS_M = 2, WARPS_N = 4;
@@ -104,6 +123,14 @@ template <> struct Config<float, SIMT> {
 template <> struct Config<double, SIMT> {
     static constexpr int BM = 64, BN = 64, BK = 8, TM = 4, TN = 4;
     static constexpr int PAD = 2;
+    static constexpr int THREADS = (BM / TM) * (BN / TN);
+};
+// Half types on CUDA cores (float accumulate), for GPUs without tensor cores for the type
+// (bfloat16 before sm_80, every half type before sm_70).  BK = 16: a thread's one 16-byte chunk
+// of 8 elements then tiles 128 x 16 evenly; PAD = 8 keeps rows 16-byte aligned.
+template <typename T> struct Config<T, SIMT> {
+    static constexpr int BM = 128, BN = 128, BK = 16, TM = 8, TN = 8;
+    static constexpr int PAD = 8;
     static constexpr int THREADS = (BM / TM) * (BN / TN);
 };
 
@@ -298,13 +325,20 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
     }
 };
 
+#if GRADOPS_HAS_WMMA
 // Tensor cores (half types, or float as TF32).
 template <typename T, int Kind> struct WmmaTypes {
     using In = T;  // fragment element type
 };
+#if GRADOPS_HAS_WMMA_BF16_TF32
 template <> struct WmmaTypes<float, WMMA_TF32> {
     using In = nvcuda::wmma::precision::tf32;
 };
+// Round a float fragment's elements to TF32 (the tensor cores read only TF32's bits).
+template <class Fragment> __device__ __forceinline__ void round_to_tf32(Fragment& f) {
+    for (int t = 0; t < f.num_elements; ++t) f.x[t] = nvcuda::wmma::__float_to_tf32(f.x[t]);
+}
+#endif
 
 template <typename T, int Kind, bool VECTOR, class Problem>
 __device__ __forceinline__ void wmma_cta(const Problem& p) {
@@ -342,14 +376,16 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
                 wmma::load_matrix_sync(fa[i], &As[buf][kk][wm + 16 * i], LDA);
-                if constexpr (Kind == WMMA_TF32)
-                    for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);
+#if GRADOPS_HAS_WMMA_BF16_TF32
+                if constexpr (Kind == WMMA_TF32) round_to_tf32(fa[i]);
+#endif
             }
 #pragma unroll
             for (int j = 0; j < FN; ++j) {
                 wmma::load_matrix_sync(fb[j], &Bs[buf][kk][wn + 16 * j], LDB);
-                if constexpr (Kind == WMMA_TF32)
-                    for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);
+#if GRADOPS_HAS_WMMA_BF16_TF32
+                if constexpr (Kind == WMMA_TF32) round_to_tf32(fb[j]);
+#endif
             }
 #pragma unroll
             for (int i = 0; i < FM; ++i)
@@ -377,6 +413,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
         }
     }
 }
+#endif  // GRADOPS_HAS_WMMA
 
 // SIMT register-blocked GEMM (float exact, double).
 template <typename T, typename Acc, bool VECTOR, class Problem>
@@ -432,8 +469,12 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
 // VECTOR: 16-byte global loads (see the tile loading section).
 template <typename T, typename Acc, int Kind, bool VECTOR, class Problem>
 __device__ __forceinline__ void run_cta(const Problem& p) {
+    static_assert(HasTensorCores<T, Kind>::value,
+                  "no tensor cores for this element type on this architecture: launch the SIMT kind");
     if constexpr (Kind == SIMT) simt_cta<T, Acc, VECTOR>(p);
+#if GRADOPS_HAS_WMMA
     else wmma_cta<T, Kind, VECTOR>(p);
+#endif
 }
 
 // Threads per CTA of a tiled kernel (the launchers read the same numbers, see _igemm.py).

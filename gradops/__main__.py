@@ -1,4 +1,4 @@
-"""Command line: ``python -m gradops info``, ``check``, ``bench`` and ``kernels``."""
+"""Command line: ``python -m gradops info``, ``check``, ``bench``, ``kernels`` and ``install-check``."""
 
 from __future__ import annotations
 
@@ -40,7 +40,10 @@ def info(console: Console) -> int:
         for i in range(count):
             props = cupy.cuda.runtime.getDeviceProperties(i)
             name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
-            table.add_row(f"GPU {i}", f"{name} (sm_{props['major']}{props['minor']})")
+            from gradops.backends.cuda._conv_igemm import capability_summary
+
+            arch = props["major"] * 10 + props["minor"]
+            table.add_row(f"GPU {i}", f"{name} (sm_{arch}): {capability_summary(arch)}")
         table.add_row("CUDA runtime", str(cupy.cuda.runtime.runtimeGetVersion()))
     except Exception as exc:
         table.add_row("GPU", escape(f"none ({type(exc).__name__}: {exc})") if "cupy" in sys.modules
@@ -107,6 +110,36 @@ def kernels(console: Console, archs: list[str], sources: list[str] | None) -> in
     return 1 if spilling else 0
 
 
+def install_check(console: Console, archs: list[str] | None, sources: list[str] | None, jobs: int,
+                  only_environment: bool) -> int:
+    """Compile every kernel for each GPU generation as a GPU run would (CuPy's compile step, no
+    GPU needed); with ``only_environment``, fail on CUDA headers from outside this environment."""
+    from gradops.backends.cuda import _install_check
+
+    result = _install_check.run(tuple(archs) if archs else _install_check.ARCHS, sources, jobs, only_environment)
+    console.print(f"NVRTC {result['nvrtc']}, {sys.prefix}")
+    console.print("NVRTC options: " + escape(" ".join(result["options"])))
+    table = Table(title="gradops kernels compiled through CuPy's NVRTC entry point")
+    for col in ("arch", "source", "kernels", "result", "seconds"):
+        table.add_column(col)
+    colour = {"ok": "green", "failed": "red", "not targetable": "yellow"}
+    for r in result["rows"]:
+        table.add_row(r["arch"], r["source"], str(r["kernels"]),
+                      f"[{colour[r['status']]}]{r['status']}[/]", f"{r['seconds']:.1f}")
+    console.print(table)
+    for r in result["rows"]:
+        if r["status"] == "failed":
+            console.print(f"[red]{r['arch']} {r['source']}[/]: " + escape(r["detail"][:2000]))
+    for folder in result["foreign"]:
+        console.print("[red]header folder outside this environment:[/] " + escape(folder))
+    for header in result["missing"]:
+        console.print("[red]no include folder holds[/] " + escape(header))
+    counts = {s: sum(r["status"] == s for r in result["rows"]) for s in colour}
+    console.print(f"{counts['ok']} compiled, {counts['failed']} failed, {counts['not targetable']} not targetable "
+                  f"by this NVRTC ({sum(r['kernels'] for r in result['rows'] if r['status'] == 'ok')} kernels)")
+    return 1 if counts["failed"] or result["foreign"] or result["missing"] or not counts["ok"] else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m gradops", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -120,12 +153,21 @@ def main(argv: list[str] | None = None) -> int:
     ker = sub.add_parser("kernels", help="compile every CUDA kernel with NVRTC (no GPU) and report registers/spills")
     ker.add_argument("--arch", action="append", default=None, help="sm_XX (repeatable; default sm_80 and sm_90)")
     ker.add_argument("--source", action="append", default=None, help="a cuda_src/*.cu file (repeatable)")
+    ins = sub.add_parser("install-check", help="compile every kernel for each GPU generation through CuPy's "
+                         "compile step, as a GPU run would (no GPU needed)")
+    ins.add_argument("--arch", action="append", default=None, help="sm_XX (repeatable; default: sm_70 to sm_120)")
+    ins.add_argument("--source", action="append", default=None, help="a cuda_src/*.cu file (repeatable)")
+    ins.add_argument("--jobs", type=int, default=1, help="compile this many programs at once")
+    ins.add_argument("--only-environment", action="store_true",
+                     help="fail if a CUDA header folder lies outside this Python environment")
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.command == "info":
         return info(console)
     if args.command == "kernels":
         return kernels(console, args.arch or ["sm_80", "sm_90"], args.source)
+    if args.command == "install-check":
+        return install_check(console, args.arch, args.source, args.jobs, args.only_environment)
     if args.command == "bench":
         from gradops.bench.cli import main as bench
 

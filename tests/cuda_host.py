@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import ctypes
 import hashlib
+import math
 import os
 import shutil
 import subprocess
@@ -90,6 +91,8 @@ class HostKernels:
                         f'long long only_count, char* error, int error_size) '
                         f'{{ return gradops_host::launch_kernel(&{expression}, p, s, grid, block, order, seed, '
                         f'only, only_count, error, error_size); }}')
+            code.append(f'extern "C" int signature_{i}(int* codes, int capacity) '
+                        f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
         text = "\n".join(code) + "\n"
         sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
         digest = hashlib.sha256((text + sources + RUNTIME_HEADER.read_text()).encode()).hexdigest()[:16]
@@ -138,6 +141,14 @@ class HostKernels:
         if status:
             raise HostLaunchError(f"{expression}: {error.value.decode()}")
 
+    def signature(self, expression: str) -> list[int]:
+        """The kernel's parameters: 0 for a pointer, the byte size of an integer, minus that of a
+        floating-point type (``gradops_host::kernel_signature``)."""
+        fn = getattr(self._lib, f"signature_{self.expressions.index(expression)}")
+        codes = (ctypes.c_int * 64)()
+        count = fn(codes, 64)
+        return list(codes[:count])
+
     def run(self, expression: str, pointers: list[np.ndarray], scalars) -> None:
         """A one-thread launch: a grid-stride kernel visits every element in this one call."""
         self.launch(expression, (1,), (1,), pointers, scalars)
@@ -161,6 +172,49 @@ def grid_stride_elements(grid, block, total: int, minimum: int = 0) -> np.ndarra
 GUARD_ALIGN = 256
 GUARD_MAX = 16 << 20
 GUARD_BYTE = 0xFF
+
+
+#: CUDA's launch limits: gridDim.x < 2**31, gridDim.y/z and blockDim.z bounds, threads per
+#: block, and the dynamic shared memory a launch gets without an opt-in attribute.
+GRID_LIMITS = (2**31 - 1, 65535, 65535)
+BLOCK_LIMITS = (1024, 1024, 64)
+MAX_THREADS_PER_BLOCK = 1024
+MAX_DYNAMIC_SHARED_BYTES = 48 * 1024
+
+
+def check_launch_configuration(expression: str, grid, block, shared_mem: int = 0) -> None:
+    """Refuse what CuPy's ``RawKernel.__call__`` (tuples) or the driver would refuse."""
+    for name, dims, limits in (("grid", grid, GRID_LIMITS), ("block", block, BLOCK_LIMITS)):
+        if not isinstance(dims, tuple) or not 1 <= len(dims) <= 3:
+            raise HostLaunchError(f"{expression}: {name} must be a tuple of 1 to 3 ints (CuPy refuses "
+                                  f"{type(dims).__name__} {dims!r})")
+        for d, limit in zip(dims, limits):
+            if not isinstance(d, (int, np.integer)) or isinstance(d, (bool, np.bool_)) or not 1 <= d <= limit:
+                raise HostLaunchError(f"{expression}: {name} {dims!r}: each entry must be an int in [1, {limit}]")
+    if math.prod(int(d) for d in block) > MAX_THREADS_PER_BLOCK:
+        raise HostLaunchError(f"{expression}: block {block!r} has more than {MAX_THREADS_PER_BLOCK} threads")
+    if not 0 <= shared_mem <= MAX_DYNAMIC_SHARED_BYTES:
+        raise HostLaunchError(f"{expression}: {shared_mem} bytes of dynamic shared memory (at most "
+                              f"{MAX_DYNAMIC_SHARED_BYTES} without an opt-in)")
+
+
+def check_arguments(expression: str, signature: list[int], args) -> None:
+    """Each argument against the kernel's parameter (see :meth:`HostKernels.signature`)."""
+    if len(args) != len(signature):
+        raise HostLaunchError(f"{expression}: {len(args)} arguments for {len(signature)} parameters")
+    for i, (code, arg) in enumerate(zip(signature, args)):
+        if code == 0:
+            ok = isinstance(arg, np.ndarray) or (isinstance(arg, np.generic) and arg.dtype.itemsize == 8
+                                                 and arg.dtype.kind in "iu")
+            want = "a device array or a 64-bit integer address"
+        else:
+            kind = "f" if code < 0 else "iu"
+            ok = (isinstance(arg, np.generic) and not isinstance(arg, np.ndarray)
+                  and arg.dtype.kind in kind and arg.dtype.itemsize == abs(code))
+            want = f"a NumPy {'float' if code < 0 else 'integer'} scalar of {abs(code)} bytes"
+        if not ok:
+            got = str(arg.dtype) if isinstance(arg, np.generic) else type(arg).__name__
+            raise HostLaunchError(f"{expression}: argument {i} is {got}; the parameter needs {want}")
 
 
 class HostArray(np.ndarray):
@@ -221,6 +275,15 @@ class HostDevice:
     that reach their far end.  ``launches`` records (expression, grid, block) of each launch,
     for tests of the launchers' choices.
 
+    ``compute_capability`` (e.g. 75) is what the launchers see as the device's architecture,
+    so tests can run the choices an older GPU gets (the host model runs every instantiation).
+
+    Each launch is checked as CuPy and the driver would check it: grid and block are tuples of
+    1-3 positive ints within CUDA's limits, dynamic shared memory fits 48 KiB, and every
+    argument matches the kernel's parameter (its C++ signature, from the host build): a device
+    array or a 64-bit value for a pointer, a NumPy scalar of exactly the parameter's width and
+    kind otherwise (CuPy passes each NumPy scalar at its own width).
+
     ``device_count`` devices are emulated: arrays carry the id of the device that was current
     when they were allocated (``with cupy.cuda.Device(i):`` switches), and every launch checks
     that each pointer it is given lies inside an array of the current device, as a real GPU
@@ -228,7 +291,8 @@ class HostDevice:
     """
 
     def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None,
-                 block_filter=None, device_count: int = 2):
+                 block_filter=None, device_count: int = 2, compute_capability: int = 90):
+        self.compute_capability = compute_capability
         self.order = order
         self.seed = seed
         self.source_dir = source_dir
@@ -359,14 +423,18 @@ class HostDevice:
 
     # ---- kernels
     def kernel(self, filename: str, expression: str):
+        if expression not in _build.all_instantiations(self.compute_capability).get(filename, ()):
+            raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
+                                  f"sm_{self.compute_capability}: on that GPU it would not be compiled")
         if filename not in self._kernels:
             self._kernels[filename] = HostKernels(filename, _build.all_instantiations()[filename], self.source_dir)
         kernels = self._kernels[filename]
 
         def launch(grid, block, args, shared_mem=0):
+            check_launch_configuration(expression, grid, block, shared_mem)
+            check_arguments(expression, kernels.signature(expression), args)
             pointers = [a for a in args if isinstance(a, (np.ndarray, np.uint64))]
             scalars = [a for a in args if not isinstance(a, (np.ndarray, np.uint64))]
-            assert all(isinstance(s, (np.int64, np.int32)) for s in scalars), "scalars must be explicit int types"
             for p in pointers:
                 address = p.ctypes.data if isinstance(p, np.ndarray) else int(p)
                 owner = self.device_of(address)
@@ -404,6 +472,7 @@ class HostDevice:
         monkeypatch.setattr(_cudnn_loader, "load", lambda: (None, "cuDNN cannot run on the HostDevice stand-in"))
         monkeypatch.setattr(_runtime, "kernel", self.kernel)
         monkeypatch.setattr(_runtime, "sm_count", lambda: 2)
+        monkeypatch.setattr(_runtime, "compute_capability", lambda: self.compute_capability)
         monkeypatch.setattr(_runtime, "pointer",
                             lambda x, offset=0: np.uint64(x.ctypes.data + offset * x.itemsize))
         return self

@@ -279,6 +279,22 @@ template <typename... Args> struct Call {
     }
 };
 
+// A kernel's parameter list for the stand-in's argument check (CuPy passes each NumPy scalar at
+// its own width, so a width that differs from the parameter's is garbage on a GPU): per
+// parameter, 0 for a pointer, the byte size of an integer, minus the byte size of a float.
+template <typename A> struct ParamCode {
+    static constexpr int value = std::is_floating_point<A>::value ? -static_cast<int>(sizeof(A))
+                                                                   : static_cast<int>(sizeof(A));
+};
+template <typename T> struct ParamCode<T*> { static constexpr int value = 0; };
+
+template <typename... Args> int kernel_signature(void (*)(Args...), int* codes, int capacity) {
+    const int all[] = {ParamCode<Args>::value..., 0};
+    const int n = static_cast<int>(sizeof...(Args));
+    for (int i = 0; i < n && i < capacity; ++i) codes[i] = all[i];
+    return n;
+}
+
 template <typename... Args>
 int launch_kernel(void (*fn)(Args...), void* const* pointers, const long long* scalars, const unsigned* grid,
                   const unsigned* block, int order, unsigned seed, const unsigned long long* only_blocks,

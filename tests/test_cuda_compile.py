@@ -1,4 +1,8 @@
-"""Every CUDA kernel instantiation compiles with NVRTC for sm_80 and sm_90, with no GPU.
+"""Every CUDA kernel instantiation compiles with NVRTC for sm_75, sm_80 and sm_90, with no GPU.
+
+sm_80 and sm_90 also get ptxas' resource check; sm_75 (Turing: float16 tensor cores only) is
+where the per-arch instantiation lists differ.  The whole matrix (sm_70 to sm_120, through
+CuPy's own compile step, in a fresh environment per GPU extra) is scripts/check-gpu-install.sh.
 
 Uses cuda.core's Program (NVRTC from the nvidia-cuda-nvrtc wheel, CUDA headers from
 nvidia-cuda-runtime): the ``test`` extra installs them on Linux x86_64 with Python >= 3.11,
@@ -57,6 +61,44 @@ def test_every_instantiation_compiles_without_spilling(source):
     spilling = [(r["arch"], r["kernel"], r["spill_stores"], r["stack_bytes"]) for r in rows
                 if r["spill_stores"] or r["spill_loads"] or r["stack_bytes"]]
     assert not spilling
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_instantiation_compiles_for_turing(source):
+    """sm_75 compiles what it can run: no bfloat16 or TF32 tensor-core kernels (mma.h declares
+    none there), the SIMT kernels for those types instead."""
+    rows = _build.compile_check(("sm_75",), sources=[source])
+    assert rows == [(source, "sm_75", len(_build.all_instantiations(75)[source]))]
+
+
+def test_runtime_options_keep_float32_subnormals():
+    """The runtime's own NVRTC options (``-ftz=false``; CuPy's cached compile would append
+    ``-ftz=true``) give PTX without flush-to-zero float32 arithmetic, so a GPU keeps subnormals
+    as NumPy, TF's CPU kernels and the host build do."""
+    from cuda.bindings import nvrtc
+
+    from gradops.backends.cuda import _runtime
+
+    expression = b"gradops::fractional_avg_pool_grad<float, double>"
+    extra = [o for o in _runtime.gradops_options(13) if not o.startswith("-I")]
+    assert extra == ["-ftz=false"]
+    include = [str(_build.source_dir())] + _build.cuda_include_dirs(13)
+    options = [f"-I{d}".encode() for d in include] + [f"--std={_build.CXX_STD}".encode(), b"-arch=compute_90"]
+    options += [o.encode() for o in extra]
+    _, program = nvrtc.nvrtcCreateProgram(_build.source_code("fractional_avg_pool_grad.cu").encode(),
+                                          b"fractional_avg_pool_grad.cu", 0, [], [])
+    try:
+        assert nvrtc.nvrtcAddNameExpression(program, expression)[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        result, = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        _, size = nvrtc.nvrtcGetPTXSize(program)
+        buffer = b" " * size
+        nvrtc.nvrtcGetPTX(program, buffer)
+        ptx = buffer.decode()
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    float_ops = [line for line in ptx.splitlines() if ".f32" in line]
+    assert float_ops and not [line for line in float_ops if ".ftz" in line]
 
 
 def test_ptxas_report_is_parsed():

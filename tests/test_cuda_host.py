@@ -297,10 +297,86 @@ def test_launches_with_host_memory_or_another_devices_array_are_refused(monkeypa
     launch = device.kernel("depthwise_conv2d_native_backprop_input.cu",
                            "gradops::depthwise_conv2d_native_backprop_input<float, float, 0, 0, 0, 0, 0>")
     host = np.zeros(4, np.float32)
+    on_0 = cupy.zeros((4,), np.float32)
+    sizes = (np.int64(0),) * 15  # the kernel's 15 long long sizes (zero: nothing to do)
     with pytest.raises(AssertionError, match="not in device memory"):
-        launch((1,), (1,), (np.uint64(host.ctypes.data),))
+        launch((1,), (1,), (np.uint64(host.ctypes.data), on_0, on_0, *sizes))
     with pytest.raises(AssertionError, match="launched on device 0 with an array of device 1"):
-        launch((1,), (1,), (np.uint64(on_1.ctypes.data),))
+        launch((1,), (1,), (np.uint64(on_1.ctypes.data), on_0, on_0, *sizes))
+    launch((1,), (1,), (on_0, on_0, on_0, *sizes))  # the same launch, well formed
+
+
+DEPTHWISE = ("depthwise_conv2d_native_backprop_input.cu",
+             "gradops::depthwise_conv2d_native_backprop_input<float, float, 0, 0, 0, 0, 0>")
+
+
+def test_kernel_signature_comes_from_the_host_build(kernels):
+    """The stand-in's argument check reads each kernel's C++ parameter list: three pointers,
+    then 15 ``long long`` sizes for the depthwise kernel; double and int parameters elsewhere."""
+    host = cuda_host.HostKernels(DEPTHWISE[0], [DEPTHWISE[1]])
+    assert host.signature(DEPTHWISE[1]) == [0, 0, 0] + [8] * 15
+    reduce = "gradops::split_reduce<double, double>"
+    assert cuda_host.HostKernels("conv2d_backprop_filter.cu", [reduce]).signature(reduce) == [0, 0, 8, 8]
+
+
+@pytest.mark.parametrize("grid, block, shared, message", [
+    ([1], (1,), 0, "grid must be a tuple"),
+    ((1,), [32], 0, "block must be a tuple"),
+    ((0,), (32,), 0, "grid"),
+    ((1, 65536), (32,), 0, "grid"),
+    ((2**31,), (32,), 0, "grid"),
+    ((1,), (1025,), 0, "block"),
+    ((1,), (32, 32, 2), 0, "more than 1024 threads"),
+    ((1,), (1, 1, 65), 0, "block"),
+    ((1,), (32,), 48 * 1024 + 1, "dynamic shared memory"),
+    ((1.0,), (32,), 0, "grid"),
+])
+def test_launch_configurations_cupy_or_the_driver_refuse_are_refused(monkeypatch, grid, block, shared, message):
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    a = cupy.zeros((4,), np.float32)
+    launch = device.kernel(*DEPTHWISE)
+    with pytest.raises(cuda_host.HostLaunchError, match=message):
+        launch(grid, block, (a, a, a, *(np.int64(0),) * 15), shared_mem=shared)
+
+
+@pytest.mark.parametrize("position, value, message", [
+    (3, np.int32(0), "argument 3 is int32"),          # CuPy would pass 4 bytes to a long long
+    (3, 0, "argument 3 is int"),                       # a Python int: width left to CuPy
+    (3, np.float64(0), "argument 3 is float64"),
+    (0, np.int32(0), "argument 0 is int32"),           # a pointer needs 64 bits
+    (None, None, "17 arguments for 18 parameters"),
+])
+def test_arguments_must_match_the_kernels_parameter_widths(monkeypatch, position, value, message):
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    a = cupy.zeros((4,), np.float32)
+    args = [a, a, a, *(np.int64(0),) * 15]
+    if position is None:
+        args.pop()
+    else:
+        args[position] = value
+    with pytest.raises(cuda_host.HostLaunchError, match=message):
+        device.kernel(*DEPTHWISE)((1,), (1,), tuple(args))
+
+
+def test_a_launcher_passing_int32_for_a_long_long_is_caught(monkeypatch):
+    """Planted: the launchers' ``i64`` helper narrows to np.int32.  Before the stand-in checked
+    widths, it widened every scalar to 64 bits and the call passed on the CPU, while on a GPU
+    CuPy would have passed 4 bytes for each 8-byte parameter."""
+    import gradops
+    from gradops.backends.cuda import _runtime
+
+    cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    monkeypatch.setattr(_runtime, "i64", lambda v: np.int32(v))
+    dy = cupy.asarray(np.ones((1, 3, 3, 2), np.float32))
+    w = cupy.asarray(np.ones((3, 3, 2, 1), np.float32))
+    with pytest.raises(cuda_host.HostLaunchError, match="is int32; the parameter needs a NumPy integer scalar of 8"):
+        gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 2], w, dy, [1, 1, 1, 1], "SAME", backend="cuda")
 
 
 def test_a_call_not_run_on_its_arrays_device_is_caught(monkeypatch):

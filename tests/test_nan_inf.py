@@ -231,3 +231,39 @@ def test_gpu_fractional_pool_grad_propagates_like_numpy(cuda_device, dtype):
         args = ([2, 6, 5, 2], dy, [0, 2, 3, 5, 6], [0, 1, 3, 5], overlapping)
         assert_same_ieee(_on_backend(gradops.fractional_avg_pool_grad, "cuda", *args),
                          gradops.fractional_avg_pool_grad(*args), dtype)
+
+
+# ---------------------------------------------------------------- float32 subnormals
+# A float32 subnormal (below 2**-126) survives as in IEEE arithmetic on every backend: the CUDA
+# kernels are compiled without -ftz=true (gradops/backends/cuda/_runtime.py), so a GPU, the
+# host build of the same sources and NumPy agree; with flush-to-zero these would come out 0.
+SUBNORMALS = np.array([1e-40, -3e-39, 2e-45, 1.1754942e-38], np.float32)
+
+
+def test_float32_subnormals_are_subnormal():
+    assert np.all(np.abs(SUBNORMALS) < np.finfo(np.float32).tiny) and np.all(SUBNORMALS != 0)
+
+
+@pytest.mark.parametrize("op", ["conv2d_backprop_input", "conv2d_backprop_filter",
+                                "depthwise_conv2d_native_backprop_input", "fractional_avg_pool_grad"])
+def test_float32_subnormals_are_kept(op, any_backend):
+    """Each output element is one subnormal times 1 (a 1x1 filter of ones, an input of ones, a
+    pooling cell of one element): exactly that subnormal."""
+    if any_backend == "cudnn":
+        pytest.skip("cuDNN's kernels are NVIDIA's: gradops chooses no flush mode there")
+    move = np.asarray if any_backend == "numpy" else to_gpu
+    dy = SUBNORMALS.reshape(1, 2, 2, 1)
+    ones = np.ones((1, 1, 1, 1), np.float32)
+    strides = [1, 1, 1, 1]
+    if op == "conv2d_backprop_filter":  # one subnormal in out_backprop, an input of ones
+        dy = np.where(np.arange(4).reshape(1, 2, 2, 1) == 0, SUBNORMALS[0], 0).astype(np.float32)
+        got = gradops.conv2d_backprop_filter(move(np.ones_like(dy)), [1, 1, 1, 1], move(dy), strides, "VALID",
+                                             backend=any_backend)
+        want = np.full((1, 1, 1, 1), SUBNORMALS[0], np.float32)
+    elif op == "fractional_avg_pool_grad":
+        got = gradops.fractional_avg_pool_grad([1, 2, 2, 1], move(dy), [0, 1, 2], [0, 1, 2], backend=any_backend)
+        want = dy
+    else:
+        got = getattr(gradops, op)([1, 2, 2, 1], move(ones), move(dy), strides, "VALID", backend=any_backend)
+        want = dy
+    np.testing.assert_array_equal(np.asarray(got) if any_backend == "numpy" else to_host(got), want)

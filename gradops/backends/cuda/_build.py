@@ -78,43 +78,65 @@ def source_code(filename: str) -> str:
     return f"// gradops headers sha256 {_headers_digest(directory)}\n{text}"
 
 
-def _wheel_include_dirs(cuda_major: int | None) -> list[Path]:
-    """CUDA headers from NVIDIA's pip wheels (``nvidia-cuda-runtime``): cu13 and cu12 layouts."""
+#: Where NVIDIA's pip wheels put CUDA headers, under ``site-packages/nvidia/``: CUDA 13 has one
+#: folder for every component (``cu13/include``: the runtime's cuda_fp16.h and mma.h, and the
+#: ``crt/`` headers mma.h includes, from ``nvidia-cuda-crt``); CUDA 12 has one per wheel
+#: (``cuda_runtime/include`` for cuda_fp16.h and mma.h, ``cuda_nvcc/include`` for ``crt/``).
+WHEEL_INCLUDE_DIRS = {13: ("cu13/include",), 12: ("cuda_runtime/include", "cuda_nvcc/include")}
+#: The headers the kernels need: the half types (gradops_common.cuh), WMMA (igemm_tiles.cuh)
+#: and the ``crt/`` header that mma.h includes.
+REQUIRED_HEADERS = ("cuda_fp16.h", "cuda_bf16.h", "mma.h", "crt/mma.h")
+
+
+def wheel_include_dirs(cuda_major: int | None = None) -> list[Path]:
+    """Include folders of NVIDIA's CUDA header wheels on ``sys.path`` (CUDA ``cuda_major``, or
+    every major), in :data:`WHEEL_INCLUDE_DIRS` order."""
+    majors = [cuda_major] if cuda_major else sorted(WHEEL_INCLUDE_DIRS, reverse=True)
     dirs = []
     for entry in sys.path:
         base = Path(entry or ".") / "nvidia"
         if not base.is_dir():
             continue
-        for sub in (f"cu{cuda_major}/include" if cuda_major else None, "cuda_runtime/include"):
-            if sub and (base / sub / "cuda_fp16.h").is_file():
-                dirs.append(base / sub)
+        for major in majors:
+            dirs += [base / sub for sub in WHEEL_INCLUDE_DIRS.get(major, ()) if (base / sub).is_dir()]
     return dirs
 
 
 def cuda_include_dirs(cuda_major: int | None = None) -> list[str]:
-    """Directories holding ``cuda_fp16.h`` / ``cuda_bf16.h`` for NVRTC, best match first."""
-    dirs = _wheel_include_dirs(cuda_major)
-    for var in ("CUDA_PATH", "CUDA_HOME"):
-        if os.environ.get(var):
-            dirs.append(Path(os.environ[var]) / "include")
-    dirs.append(Path("/usr/local/cuda/include"))
+    """Folders holding the CUDA headers the kernels include, for a compile outside CuPy (the
+    NVRTC compile check, the host build): the header wheels on ``sys.path``, then a toolkit the
+    caller names with ``CUDA_PATH`` / ``CUDA_HOME``.  Nothing else: a toolkit that happens to be
+    installed (``/usr/local/cuda``) must not hide a header the environment lacks."""
+    dirs = wheel_include_dirs(cuda_major)
+    dirs += [Path(os.environ[var]) / "include" for var in ("CUDA_PATH", "CUDA_HOME") if os.environ.get(var)]
     seen, out = set(), []
     for d in dirs:
-        if (d / "cuda_fp16.h").is_file() and str(d) not in seen:
+        if d.is_dir() and str(d) not in seen:
             seen.add(str(d))
             out.append(str(d))
     return out
 
 
-def all_instantiations() -> dict[str, list[str]]:
-    """``{source file: [name expressions]}`` over every launcher module."""
+def missing_headers(include_dirs) -> list[str]:
+    """The :data:`REQUIRED_HEADERS` that none of ``include_dirs`` holds."""
+    return [h for h in REQUIRED_HEADERS if not any((Path(d) / h).is_file() for d in include_dirs)]
+
+
+def all_instantiations(arch: int | None = None) -> dict[str, list[str]]:
+    """``{source file: [name expressions]}`` over every launcher module: those that compute
+    capability ``arch`` (e.g. 75) can run, or every one (None)."""
     merged: dict[str, list[str]] = {}
     for name in LAUNCHERS:
         module = importlib.import_module(name)
-        for filename, expressions in module.instantiations().items():
+        for filename, expressions in module.instantiations(arch).items():
             merged.setdefault(filename, [])
             merged[filename].extend(e for e in expressions if e not in merged[filename])
     return merged
+
+
+def arch_number(arch) -> int:
+    """``"sm_90"`` / ``"90"`` / 90 -> 90."""
+    return int(str(arch).removeprefix("sm_").removeprefix("compute_"))
 
 
 def _compiled(archs, sources, ptxas_verbose: bool):
@@ -126,11 +148,11 @@ def _compiled(archs, sources, ptxas_verbose: bool):
     from cuda.core import Program, ProgramOptions
 
     include = [str(source_dir())] + cuda_include_dirs(13)
-    todo = all_instantiations()
-    if sources is not None:
-        todo = {k: v for k, v in todo.items() if k in sources}
-    for filename, expressions in sorted(todo.items()):
-        for arch in archs:
+    for arch in archs:
+        todo = all_instantiations(arch_number(arch))
+        if sources is not None:
+            todo = {k: v for k, v in todo.items() if k in sources}
+        for filename, expressions in sorted(todo.items()):
             options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
                                      ptxas_options=["-v"] if ptxas_verbose else None)
             program = Program(source_code(filename), "c++", options)
@@ -143,7 +165,7 @@ def _compiled(archs, sources, ptxas_verbose: bool):
 
 
 def compile_check(archs=("sm_80", "sm_90"), sources=None) -> list[tuple[str, str, int]]:
-    """Compile every instantiation with NVRTC (cuda.core, no GPU needed) for each arch.
+    """Compile every instantiation each arch can run with NVRTC (cuda.core, no GPU needed).
 
     Returns ``[(source file, arch, number of kernels)]``; raises on the first compile error
     with NVRTC's log.  Needs ``cuda-core``, ``cuda-bindings`` and the NVRTC/runtime-header wheels

@@ -26,6 +26,8 @@ SIMT, WMMA_HALF, WMMA_TF32 = 0, 1, 2
 TILES = {
     (np.dtype(np.float16), WMMA_HALF): (128, 128, 32, 256),
     (bfloat16, WMMA_HALF): (128, 128, 32, 256),
+    (np.dtype(np.float16), SIMT): (128, 128, 16, 256),
+    (bfloat16, SIMT): (128, 128, 16, 256),
     (np.dtype(np.float32), WMMA_TF32): (128, 128, 16, 256),
     (np.dtype(np.float32), SIMT): (128, 128, 8, 256),
     (np.dtype(np.float64), SIMT): (64, 64, 8, 256),
@@ -49,20 +51,74 @@ def dims_args(g) -> tuple:
     return tuple(np.int64(v) for v in values)
 
 
-def math_kinds(dtype) -> tuple[int, ...]:
-    """Every math kind a dtype can run (for the instantiation lists)."""
-    return tuple(kind for (dt, kind) in TILES if dt == np.dtype(dtype))
+#: The first compute capability with tensor cores (WMMA) for each (dtype, kind): float16 from
+#: Volta, bfloat16 and TF32 from Ampere (``igemm::HasTensorCores`` in the kernel source).
+TENSOR_CORE_ARCH = {
+    (np.dtype(np.float16), WMMA_HALF): 70,
+    (bfloat16, WMMA_HALF): 80,
+    (np.dtype(np.float32), WMMA_TF32): 80,
+}
 
 
-def math_kind(dtype) -> int:
-    """Math for this call: tensor cores for half types; float32 is exact SIMT unless the caller
-    opted into TF32 with ``gradops.options(allow_tf32=True)``; float64 SIMT."""
+def has_kind(dtype, kind: int, arch: int | None) -> bool:
+    """Whether compute capability ``arch`` (e.g. 75; None: any architecture) can run ``kind`` on
+    ``dtype``: SIMT everywhere, tensor cores from :data:`TENSOR_CORE_ARCH`."""
+    first = TENSOR_CORE_ARCH.get((np.dtype(dtype), kind), 0)
+    return arch is None or arch >= first
+
+
+def math_kinds(dtype, arch: int | None = None) -> tuple[int, ...]:
+    """Every math kind a dtype can run on ``arch`` (None: on any architecture), for the
+    instantiation lists."""
+    return tuple(kind for (dt, kind) in TILES if dt == np.dtype(dtype) and has_kind(dt, kind, arch))
+
+
+def math_kind(dtype, arch: int | None = None) -> int:
+    """Math for this call on compute capability ``arch`` (default: the current device's): tensor
+    cores for half types where the GPU has them for the type; float32 is exact SIMT unless the
+    caller opted into TF32 with ``gradops.options(allow_tf32=True)`` and the GPU has TF32; SIMT
+    otherwise (float64 always)."""
     dtype = np.dtype(dtype)
+    if arch is None:
+        arch = _runtime.compute_capability()
+    wanted = SIMT
     if dtype in (np.dtype(np.float16), bfloat16):
-        return WMMA_HALF
-    if dtype == np.dtype(np.float32) and get_options().allow_tf32:
-        return WMMA_TF32
-    return SIMT
+        wanted = WMMA_HALF
+    elif dtype == np.dtype(np.float32) and get_options().allow_tf32:
+        wanted = WMMA_TF32
+    return wanted if has_kind(dtype, wanted, arch) else SIMT
+
+
+def math_note(dtype, arch: int | None = None) -> str | None:
+    """Why the tiled kernels run on CUDA cores although tensor cores were wanted (None if not)."""
+    dtype = np.dtype(dtype)
+    if arch is None:
+        arch = _runtime.compute_capability()
+    for (dt, kind), first in TENSOR_CORE_ARCH.items():
+        if dt != dtype or arch >= first:
+            continue
+        if kind == WMMA_TF32 and not get_options().allow_tf32:
+            continue
+        what = "TF32" if kind == WMMA_TF32 else f"{dtype.name} tensor cores"
+        return f"{what} need sm_{first} or newer (this GPU is sm_{arch}): the tiled kernels use CUDA cores"
+    return None
+
+
+def capability_summary(arch: int) -> str:
+    """What the tiled conv kernels run on for compute capability ``arch`` (``gradops info``)."""
+    names = {key: "TF32" if key[1] == WMMA_TF32 else key[0].name for key in TENSOR_CORE_ARCH}
+    have = [names[key] for key in TENSOR_CORE_ARCH if has_kind(*key, arch)]
+    lack = [f"{names[key]} (tensor cores from sm_{first})" for key, first in TENSOR_CORE_ARCH.items()
+            if not has_kind(*key, arch)]
+    parts = (["tensor cores for " + ", ".join(have)] if have else []) + (
+        ["CUDA cores for " + ", ".join(lack)] if lack else [])
+    return "; ".join(parts)
+
+
+def supported(dtype) -> tuple[bool, str]:
+    """``supports()``'s answer for a call the conv kernels can run: with the tensor-core
+    fallback note for this GPU, if any."""
+    return True, math_note(dtype) or "supported"
 
 
 def template_types(dtype) -> str:
@@ -152,13 +208,13 @@ def pick_path(path, eligible: bool, gemm_m: int, gemm_n: int) -> str:
     return path
 
 
-def kernel_names(direct_name, tiled_name, *per_dtype) -> list[str]:
-    """Every instantiation of a conv kernel file: ``direct_name(dtype, layout)`` for each layout,
-    ``tiled_name(dtype, kind, vector)`` for each math kind with scalar and vector loads, then
-    each ``per_dtype(dtype)`` extra."""
+def kernel_names(direct_name, tiled_name, *per_dtype, arch: int | None = None) -> list[str]:
+    """Every instantiation of a conv kernel file that compute capability ``arch`` can run (None:
+    any): ``direct_name(dtype, layout)`` for each layout, ``tiled_name(dtype, kind, vector)`` for
+    each math kind with scalar and vector loads, then each ``per_dtype(dtype)`` extra."""
     names = []
     for dtype in instantiation_dtypes():
         names += [direct_name(dtype, layout) for layout in LAYOUT]
-        names += [tiled_name(dtype, kind, vector) for kind in math_kinds(dtype) for vector in (False, True)]
+        names += [tiled_name(dtype, kind, vector) for kind in math_kinds(dtype, arch) for vector in (False, True)]
         names += [extra(dtype) for extra in per_dtype]
     return names

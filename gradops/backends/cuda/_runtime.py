@@ -1,18 +1,38 @@
-"""CuPy side of the kernel framework: compile once per (source, device), launch on the current stream.
+"""CuPy side of the kernel framework: compile what a call needs, once per device, and launch it.
 
-Kernels come from ``cuda_src/<op>.cu`` through ``cupy.RawModule`` with ``name_expressions``
-(the template instantiations an op's launcher declares).  Modules are cached in memory per
-(source file, device); CuPy's disk cache covers process restarts (its key includes the
-header digest stamped by ``_build.source_code``).  Launches never synchronise the host.
+Each kernel is one template instantiation (a name expression an op's launcher lists) of
+``cuda_src/<op>.cu``, compiled on first use for the device's architecture by CuPy's NVRTC
+entry point (``cupy.cuda.compiler.compile_using_nvrtc``) with CuPy's own include folders and C++
+standard (``assemble_cupy_compiler_options``, what ``RawModule`` uses), and loaded with
+``cupy.RawModule``.  A first call therefore compiles one kernel, not every instantiation of a
+file.  Two deliberate differences from ``RawModule(code=...)``:
+
+* no ``-ftz=true``: float32 subnormals are kept, as in TF's CPU kernels, NumPy and the host
+  execution model the tests run the same sources on (CuPy's cached compile appends the flag
+  after the caller's options, and NVRTC takes the last one);
+* the compiled binary is cached on disk by gradops (``GRADOPS_KERNEL_CACHE_DIR``, else
+  ``$XDG_CACHE_HOME/gradops/kernels`` or ``~/.cache/gradops/kernels``), keyed by the source (with
+  its headers' digest), the instantiation, the options, the NVRTC version and the target arch.
+
+Compiling is logged at INFO level on the ``gradops`` logger.  Launches never synchronise the host.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
+import os
+import tempfile
 import threading
+import time
+from pathlib import Path
 
 import numpy as np
 
 from . import _build
+
+log = logging.getLogger("gradops")
 
 #: Threads per block for the 1-D grid-stride kernels: a multiple of the 32-thread warp that
 #: keeps several blocks resident per SM on every architecture since sm_60.
@@ -21,8 +41,9 @@ BLOCK_1D = 256
 BLOCKS_PER_SM = 32
 
 _lock = threading.Lock()
-_modules: dict[tuple[str, int], object] = {}
+_kernels: dict[tuple[str, str, int], object] = {}
 _sm_counts: dict[int, int] = {}
+_capabilities: dict[int, int] = {}
 
 
 def _cuda_major() -> int:
@@ -31,34 +52,125 @@ def _cuda_major() -> int:
     return int(cupy.cuda.runtime.runtimeGetVersion()) // 1000
 
 
-def _options() -> tuple[str, ...]:
-    options = [f"--std={_build.CXX_STD}", f"-I{_build.source_dir()}"]
-    options += [f"-I{d}" for d in _build.cuda_include_dirs(_cuda_major())]
+def gradops_options(cuda_major: int) -> tuple[str, ...]:
+    """gradops' own NVRTC options: cuda_src/, the header wheels' folders (CUDA 12 keeps the
+    ``crt/`` headers that mma.h includes in the nvcc wheel, a folder CuPy does not add), and
+    float32 subnormals kept."""
+    options = [f"-I{_build.source_dir()}"]
+    options += [f"-I{d}" for d in _build.wheel_include_dirs(cuda_major)]
+    options.append("-ftz=false")
     return tuple(options)
 
 
-def module(filename: str):
-    """The compiled ``cupy.RawModule`` for ``cuda_src/<filename>`` on the current device."""
+def nvrtc_options(cuda_major: int | None = None) -> tuple[str, ...]:
+    """Every NVRTC option but the arch: CuPy's (its include folders, the CUDA headers it found,
+    ``--std``) around gradops' own."""
+    from cupy._core import core
+
+    if cuda_major is None:
+        cuda_major = _cuda_major()
+    ours = gradops_options(cuda_major)
+    assemble = getattr(core, "assemble_cupy_compiler_options", None)
+    if assemble is None:  # CuPy before 14: the header folders gradops finds itself
+        return (f"--std={_build.CXX_STD}", *ours, *(f"-I{d}" for d in _build.cuda_include_dirs(cuda_major)))
+    return tuple(assemble(ours))
+
+
+def cache_dir() -> Path:
+    """Where compiled kernels are kept between processes."""
+    explicit = os.environ.get("GRADOPS_KERNEL_CACHE_DIR")
+    if explicit:
+        return Path(explicit)
+    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    return Path(base) / "gradops" / "kernels"
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+    os.replace(partial, path)  # a concurrent process never reads half a file
+
+
+def compile_kernels(filename: str, expressions, arch: str | None = None) -> tuple[bytes, dict[str, str]]:
+    """Compile instantiations of ``cuda_src/<filename>`` into one binary with CuPy's NVRTC entry
+    point: ``(cubin or PTX, {expression: mangled name})``.  ``arch`` (e.g. ``"90"``): the target;
+    None: the current device's, as CuPy picks it.  The runtime compiles one expression at a time;
+    the install check (``python -m gradops kernels --via-cupy``) a file's worth per arch."""
+    from cupy.cuda import compiler
+
+    binary, mapping = compiler.compile_using_nvrtc(
+        _build.source_code(filename), nvrtc_options(), arch, filename=filename, name_expressions=list(expressions))
+    names = {e: (m.decode() if isinstance(m, bytes) else m) for e, m in mapping.items()}
+    return (binary.encode() if isinstance(binary, str) else bytes(binary)), names
+
+
+def _cache_key(filename: str, expression: str, arch: str) -> str:
+    import cupy
+    from cupy.cuda import nvrtc
+
+    parts = (_build.source_code(filename), expression, nvrtc_options(), arch, nvrtc.getVersion(),
+             cupy.__version__, os.environ.get("CUPY_COMPILE_WITH_PTX", ""))
+    return hashlib.sha256(repr(parts).encode()).hexdigest()
+
+
+def _load(filename: str, expression: str, device: int):
+    """The ``RawKernel`` of one instantiation on ``device`` (current), compiled or read from the
+    disk cache."""
     import cupy
 
-    device = cupy.cuda.Device().id
-    key = (filename, device)
-    mod = _modules.get(key)
-    if mod is None:
-        with _lock:
-            mod = _modules.get(key)
-            if mod is None:
-                launcher_expressions = _build.all_instantiations()[filename]
-                mod = cupy.RawModule(code=_build.source_code(filename), options=_options(),
-                                     name_expressions=launcher_expressions)
-                mod.compile()
-                _modules[key] = mod
-    return mod
+    arch = compute_capability()
+    key = _cache_key(filename, expression, str(arch))
+    directory = cache_dir()
+    binary_path, meta_path = directory / f"{key}.bin", directory / f"{key}.json"
+    try:
+        mangled = json.loads(meta_path.read_text())["mangled"] if binary_path.is_file() else None
+    except (OSError, ValueError, KeyError):
+        mangled = None
+    if mangled is None:
+        log.info("gradops: compiling %s from %s for sm_%s (first use; cached in %s)",
+                 expression, filename, arch, directory)
+        start = time.perf_counter()
+        binary, names = compile_kernels(filename, [expression])
+        mangled = names[expression]
+        log.info("gradops: compiled %s in %.1f s", expression, time.perf_counter() - start)
+        try:
+            _write_atomic(binary_path, binary)
+            _write_atomic(meta_path, json.dumps({"mangled": mangled, "expression": expression}).encode())
+        except OSError as exc:  # a read-only home: load from a temporary file instead
+            log.info("gradops: kernel cache %s is not writable (%s); not caching", directory, exc)
+            with tempfile.TemporaryDirectory() as tmp:
+                path = Path(tmp) / "kernel.bin"
+                path.write_bytes(binary)
+                return cupy.RawModule(path=str(path)).get_function(mangled)
+    return cupy.RawModule(path=str(binary_path)).get_function(mangled)
 
 
 def kernel(filename: str, expression: str):
-    """One instantiation (a name expression listed by the op's ``instantiations()``)."""
-    return module(filename).get_function(expression)
+    """One instantiation (a name expression listed by the op's ``instantiations()``) as a
+    ``RawKernel`` of the current device, compiled on its first use and kept per device."""
+    import cupy
+
+    device = cupy.cuda.Device().id
+    key = (filename, expression, device)
+    fn = _kernels.get(key)
+    if fn is None:
+        with _lock:
+            fn = _kernels.get(key)
+            if fn is None:
+                fn = _kernels[key] = _load(filename, expression, device)
+    return fn
+
+
+def compute_capability() -> int:
+    """The current device's compute capability as a number (75 for a T4, 90 for an H100)."""
+    import cupy
+
+    device = cupy.cuda.Device().id
+    if device not in _capabilities:
+        _capabilities[device] = int(cupy.cuda.Device(device).compute_capability)
+    return _capabilities[device]
 
 
 def sm_count() -> int:

@@ -25,8 +25,9 @@ def _tiled_name(dtype, kind: int, vector: bool) -> str:
     return f"gradops::conv2d_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
 
 
-def instantiations() -> dict[str, list[str]]:
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name)}
+def instantiations(arch: int | None = None) -> dict[str, list[str]]:
+    """The name expressions compute capability ``arch`` can run (None: every one)."""
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, arch=arch)}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -43,7 +44,7 @@ def tiled_eligible(g, dtype) -> bool:
 
 
 def supports(op, geometry, dtype) -> tuple[bool, str]:
-    return True, "supported"
+    return ig.supported(dtype)
 
 
 def conv2d(geometry, input, filter, *, path: str | None = None, vector: bool | None = None):

@@ -39,8 +39,9 @@ def _reduce_name(dtype) -> str:
     return f"gradops::split_reduce<{ig.template_types(dtype)}>"
 
 
-def instantiations() -> dict[str, list[str]]:
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name)}
+def instantiations(arch: int | None = None) -> dict[str, list[str]]:
+    """The name expressions compute capability ``arch`` can run (None: every one)."""
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch)}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -77,7 +78,7 @@ def _normalise_splits(splits: int, red: int, bk: int) -> tuple[int, int]:
 def supports(op, geometry, dtype) -> tuple[bool, str]:
     if geometry.depthwise:
         return False, "depthwise filters are not handled by the conv2d_backprop_filter kernels"
-    return True, "supported"
+    return ig.supported(dtype)
 
 
 def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = None, splits: int | None = None,

@@ -29,8 +29,8 @@ def _expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> st
     return f"{KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}>"
 
 
-def instantiations() -> dict[str, list[str]]:
-    """Every name expression the launcher can ask for: dtypes x layouts x specialisations."""
+def instantiations(arch: int | None = None) -> dict[str, list[str]]:
+    """Every name expression the launcher can ask for (the same on every architecture): dtypes x layouts x specialisations."""
     return {SOURCE: [_expression(dtype, data_format, shape)
                      for dtype in _build.C_TYPES
                      for data_format in LAYOUTS

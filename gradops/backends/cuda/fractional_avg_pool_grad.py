@@ -30,8 +30,8 @@ def _expression(dtype) -> str:
     return f"{KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {ACCUMULATOR}>"
 
 
-def instantiations() -> dict[str, list[str]]:
-    """Every name expression the launcher can ask for: one per supported dtype."""
+def instantiations(arch: int | None = None) -> dict[str, list[str]]:
+    """Every name expression the launcher can ask for (the same on every architecture): one per supported dtype."""
     return {SOURCE: [_expression(dtype) for dtype in ELEMENT_TYPES]}
 
 

@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install gradops with one GPU extra, and nothing else, into a fresh virtual environment, then
+# compile every CUDA kernel for each GPU generation through CuPy's own compile step, as the
+# first call on a GPU would (python -m gradops install-check; no GPU needed).  The check runs
+# outside the checkout (so the installed package is the one imported), with an environment
+# that names no CUDA toolkit, and fails if a header folder lies outside the virtualenv: a
+# toolkit installed on this machine must not hide a header the extra lacks.
+#
+# Usage: scripts/check-gpu-install.sh EXTRA [ARCH...]   e.g. cuda13, or cuda12 sm_80 sm_90
+# Settings: GRADOPS_INSTALL_CHECK_DIR (where the environments go; build/install-check),
+#           GRADOPS_INSTALL_CHECK_JOBS (NVRTC programs at once; the number of CPUs),
+#           GRADOPS_INSTALL_CHECK_KEEP=1 keeps the environment afterwards.
+set -euo pipefail
+extra=${1:?usage: check-gpu-install.sh EXTRA [ARCH...]}
+shift
+root="$(cd "$(dirname "$0")/.." && pwd)"
+base="${GRADOPS_INSTALL_CHECK_DIR:-$root/build/install-check}"
+venv="$base/$extra"
+jobs="${GRADOPS_INSTALL_CHECK_JOBS:-$(nproc)}"
+
+python3 -m venv --clear "$venv"
+"$venv/bin/python" -m pip install -q --disable-pip-version-check "${root}[${extra}]"
+
+arch_args=()
+for arch in "$@"; do arch_args+=(--arch "$arch"); done
+status=0
+workdir="$(mktemp -d)"
+# env -i: no CUDA_PATH / CUDA_HOME / LD_LIBRARY_PATH, and a PATH without a toolkit's nvcc.
+(cd "$workdir" && env -i HOME="$HOME" PATH="$venv/bin:/usr/bin:/bin" COLUMNS=160 \
+    "$venv/bin/python" -m gradops install-check --only-environment --jobs "$jobs" "${arch_args[@]}") || status=$?
+rm -rf "$workdir"
+if [ "${GRADOPS_INSTALL_CHECK_KEEP:-0}" != 1 ]; then
+    rm -rf "$venv"
+fi
+exit "$status"

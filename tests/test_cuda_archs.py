@@ -1,0 +1,123 @@
+"""GPU generations: what each compute capability compiles and runs, and that the fallbacks
+(half types and TF32 on CUDA cores where a GPU has no tensor cores for them) compute the right
+thing.  Runs on the host execution model with the stand-in reporting an older architecture;
+the stand-in also refuses any launch of an instantiation the emulated arch does not have."""
+
+from __future__ import annotations
+
+import importlib
+
+import numpy as np
+import pytest
+
+import cuda_host
+import gradops
+import reference
+from conftest import assert_close, random_array, to_host
+from gradops._dtypes import bfloat16
+from gradops.backends.cuda import _build
+from gradops.backends.cuda import _conv_igemm as ig
+
+# The package binds each op's function over its launcher module's name: import the modules.
+CONV_LAUNCHERS = tuple(importlib.import_module(f"gradops.backends.cuda.{name}")
+                       for name in ("conv2d", "conv2d_backprop_filter", "conv2d_backprop_input"))
+ARCHS = (60, 70, 75, 80, 86, 89, 90, 100, 120)
+FLOAT_DTYPES = (np.dtype(np.float16), bfloat16, np.dtype(np.float32), np.dtype(np.float64))
+
+
+def tiled_kinds(expressions, element: str) -> set[int]:
+    """Math kinds of the tiled instantiations of one element type in a list of expressions."""
+    kinds = set()
+    for e in expressions:
+        if "_igemm<" in e and e.split("<", 1)[1].startswith(element + ","):
+            kinds.add(int(e.split(",")[2]))
+    return kinds
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_tensor_core_instantiations_only_where_the_arch_has_them(arch):
+    for source in ("conv2d.cu", "conv2d_backprop_filter.cu", "conv2d_backprop_input.cu"):
+        names = _build.all_instantiations(arch)[source]
+        assert tiled_kinds(names, "__half") == ({ig.SIMT, ig.WMMA_HALF} if arch >= 70 else {ig.SIMT})
+        assert tiled_kinds(names, "__nv_bfloat16") == ({ig.SIMT, ig.WMMA_HALF} if arch >= 80 else {ig.SIMT})
+        assert tiled_kinds(names, "float") == ({ig.SIMT, ig.WMMA_TF32} if arch >= 80 else {ig.SIMT})
+        assert tiled_kinds(names, "double") == {ig.SIMT}
+        assert set(names) <= set(_build.all_instantiations()[source])
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("allow_tf32", [False, True])
+def test_every_kernel_a_launch_can_ask_for_is_instantiated_for_its_arch(arch, allow_tf32):
+    with gradops.options(allow_tf32=allow_tf32):
+        for launcher in CONV_LAUNCHERS:
+            names = launcher.instantiations(arch)[launcher.SOURCE]
+            for dtype in FLOAT_DTYPES:
+                kind = ig.math_kind(dtype, arch)
+                for vector in (False, True):
+                    assert launcher._tiled_name(dtype, kind, vector) in names
+                for layout in ig.LAYOUT:
+                    assert launcher._direct_name(dtype, layout) in names
+
+
+@pytest.mark.parametrize("arch, dtype, allow_tf32, kind, note", [
+    (90, np.float16, False, ig.WMMA_HALF, None),
+    (90, bfloat16, False, ig.WMMA_HALF, None),
+    (90, np.float32, True, ig.WMMA_TF32, None),
+    (90, np.float32, False, ig.SIMT, None),
+    (75, np.float16, False, ig.WMMA_HALF, None),
+    (75, bfloat16, False, ig.SIMT, "bfloat16 tensor cores need sm_80 or newer (this GPU is sm_75)"),
+    (75, np.float32, True, ig.SIMT, "TF32 need sm_80 or newer (this GPU is sm_75)"),
+    (75, np.float32, False, ig.SIMT, None),  # exact float32 was asked for: nothing falls back
+    (60, np.float16, False, ig.SIMT, "float16 tensor cores need sm_70 or newer (this GPU is sm_60)"),
+    (60, np.float64, False, ig.SIMT, None),
+])
+def test_math_kind_and_the_reason_given_per_arch(arch, dtype, allow_tf32, kind, note):
+    with gradops.options(allow_tf32=allow_tf32):
+        assert ig.math_kind(dtype, arch) == kind
+        got = ig.math_note(dtype, arch)
+        assert (got is None) if note is None else got.startswith(note)
+
+
+def test_capability_summary_names_what_runs_where():
+    assert ig.capability_summary(90) == "tensor cores for float16, bfloat16, TF32"
+    assert ig.capability_summary(75) == ("tensor cores for float16; CUDA cores for bfloat16 (tensor cores "
+                                         "from sm_80), TF32 (tensor cores from sm_80)")
+
+
+def _conv_problem(rng, dtype):
+    """Channel counts that take the tiled path with 16-byte loads, several tiles along M."""
+    x = random_array(rng, (2, 9, 9, 16), dtype)
+    w = random_array(rng, (3, 3, 16, 24), dtype)
+    dy = random_array(rng, (2, 9, 9, 24), dtype)
+    return x, w, dy
+
+
+@pytest.mark.parametrize("arch, dtype, allow_tf32, kind", [
+    (75, bfloat16, False, ig.SIMT),
+    (75, np.float32, True, ig.SIMT),
+    (75, np.float16, False, ig.WMMA_HALF),
+    (60, np.float16, False, ig.SIMT),
+])
+@pytest.mark.parametrize("op", ["conv2d_backprop_input", "conv2d_backprop_filter"])
+def test_older_gpus_run_the_tiled_kernels_they_have(monkeypatch, rng, arch, dtype, allow_tf32, kind, op):
+    """On a GPU without tensor cores for the type, the tiled kernels run on CUDA cores (the
+    SIMT instantiation for half types is new) and agree with the float64 NumPy reference."""
+    device = cuda_host.HostDevice(order="shuffled", seed=arch, compute_capability=arch).install(monkeypatch)
+    import cupy
+
+    x, w, dy = _conv_problem(rng, dtype)
+    strides, padding = [1, 1, 1, 1], "SAME"
+    with gradops.options(allow_tf32=allow_tf32):
+        if op == "conv2d_backprop_input":
+            got = gradops.conv2d_backprop_input(list(x.shape), cupy.asarray(w), cupy.asarray(dy), strides, padding,
+                                                backend="cuda")
+            want = reference.conv2d_backprop_input(x.shape, w.astype(np.float64), dy.astype(np.float64),
+                                                   (1, 1), "SAME")
+        else:
+            got = gradops.conv2d_backprop_filter(cupy.asarray(x), list(w.shape), cupy.asarray(dy), strides, padding,
+                                                 backend="cuda")
+            want = reference.conv2d_backprop_filter(x.astype(np.float64), w.shape, dy.astype(np.float64),
+                                                    (1, 1), "SAME")
+    tiled = [e for e, _, _ in device.launches if "_igemm<" in e]
+    assert tiled and all(int(e.split(",")[2]) == kind for e in tiled), device.launches
+    assert_close(to_host(got), want, dtype)

@@ -1,0 +1,171 @@
+"""The runtime's compile step (gradops/backends/cuda/_runtime.py) without a GPU: what it asks
+CuPy for, what it compiles, caches and logs.
+
+CuPy is not installed on CPU CI, so these tests give ``_runtime`` a recording stand-in for the
+few CuPy calls it makes (``compile_using_nvrtc``, ``assemble_cupy_compiler_options``,
+``RawModule(path=...)``, the current device).  The real CuPy compile step runs in the install
+check (``python -m gradops install-check``, scripts/check-gpu-install.sh) and on a GPU."""
+
+from __future__ import annotations
+
+import logging
+import sys
+import types
+
+import pytest
+
+from gradops.backends.cuda import _build, _runtime
+
+SOURCE = "fractional_avg_pool_grad.cu"
+
+
+class FakeCupy:
+    """Records compiles and loads; ``device`` is the current device id."""
+
+    def __init__(self, compute_capability: int = 86):
+        self.compiles: list[tuple[str, tuple, list]] = []
+        self.loads: list[str] = []
+        self.device = 0
+        self.compute_capability = compute_capability
+        fake = self
+
+        class Device:
+            def __init__(self, device=None):
+                self.id = fake.device if device is None else device
+                self.compute_capability = str(fake.compute_capability)
+
+        class RawModule:
+            def __init__(self, path):
+                fake.loads.append(path)
+                self.binary = open(path, "rb").read()
+
+            def get_function(self, name):
+                return ("kernel", name, self.binary)
+
+        def compile_using_nvrtc(source, options, arch=None, filename="kern.cu", name_expressions=None):
+            fake.compiles.append((filename, tuple(options), list(name_expressions)))
+            return f"binary of {name_expressions}".encode(), {e: f"_mangled_{i}" for i, e in enumerate(name_expressions)}
+
+        self.module = types.ModuleType("cupy")
+        self.module.__version__ = "14.2.0"
+        self.module.RawModule = RawModule
+        self.module.cuda = types.SimpleNamespace(
+            Device=Device,
+            runtime=types.SimpleNamespace(runtimeGetVersion=lambda: 13000),
+            compiler=types.SimpleNamespace(compile_using_nvrtc=compile_using_nvrtc),
+            nvrtc=types.SimpleNamespace(getVersion=lambda: (13, 0)))
+        core = types.ModuleType("cupy._core.core")
+        # CuPy's own additions, as CuPy 14 makes them: its include folders and --std.
+        core.assemble_cupy_compiler_options = lambda options: ("-I/cupy/include", *options, "--std=c++17")
+        self.core = core
+
+    def install(self, monkeypatch, tmp_path):
+        monkeypatch.setitem(sys.modules, "cupy", self.module)
+        monkeypatch.setitem(sys.modules, "cupy.cuda", self.module.cuda)
+        monkeypatch.setitem(sys.modules, "cupy._core", types.SimpleNamespace(core=self.core))
+        monkeypatch.setitem(sys.modules, "cupy._core.core", self.core)
+        monkeypatch.setenv("GRADOPS_KERNEL_CACHE_DIR", str(tmp_path / "cache"))
+        monkeypatch.setattr(_runtime, "_kernels", {})
+        monkeypatch.setattr(_runtime, "_capabilities", {})
+        return self
+
+
+@pytest.fixture
+def fake_cupy(monkeypatch, tmp_path):
+    return FakeCupy().install(monkeypatch, tmp_path)
+
+
+def expressions():
+    return _build.all_instantiations()[SOURCE]
+
+
+def test_a_call_compiles_only_the_kernel_it_needs_once_per_device(fake_cupy):
+    first, second = expressions()[:2]
+    k = _runtime.kernel(SOURCE, first)
+    assert [c[2] for c in fake_cupy.compiles] == [[first]]  # one instantiation, not the file
+    assert _runtime.kernel(SOURCE, first) is k               # the RawKernel is kept
+    _runtime.kernel(SOURCE, second)
+    fake_cupy.device = 1
+    k1 = _runtime.kernel(SOURCE, first)
+    assert k1 is not k                                       # loaded again on the other device
+    assert [c[2] for c in fake_cupy.compiles] == [[first], [second]]  # ...from the disk cache
+    assert len(fake_cupy.loads) == 3
+
+
+def test_the_disk_cache_survives_the_process_and_keys_on_arch(fake_cupy, monkeypatch):
+    first = expressions()[0]
+    _runtime.kernel(SOURCE, first)
+    monkeypatch.setattr(_runtime, "_kernels", {})  # a new process: only the disk cache is left
+    _runtime.kernel(SOURCE, first)
+    assert len(fake_cupy.compiles) == 1
+    monkeypatch.setattr(_runtime, "_kernels", {})
+    monkeypatch.setattr(_runtime, "_capabilities", {})
+    fake_cupy.compute_capability = 90  # another GPU: another binary
+    _runtime.kernel(SOURCE, first)
+    assert len(fake_cupy.compiles) == 2
+
+
+def test_compile_options_keep_subnormals_and_name_the_headers(fake_cupy):
+    _runtime.kernel(SOURCE, expressions()[0])
+    (_, options, _), = fake_cupy.compiles
+    assert options[0] == "-I/cupy/include" and options[-1] == "--std=c++17"  # CuPy's, around ours
+    assert f"-I{_build.source_dir()}" in options
+    ftz = [o for o in options if o.startswith("-ftz")]
+    assert ftz == ["-ftz=false"], "float32 subnormals must be kept (no -ftz=true)"
+
+
+def test_compiling_is_logged_at_info(fake_cupy, caplog):
+    with caplog.at_level(logging.INFO, logger="gradops"):
+        _runtime.kernel(SOURCE, expressions()[0])
+        _runtime.kernel(SOURCE, expressions()[0])
+    messages = [r.getMessage() for r in caplog.records if r.levelno == logging.INFO]
+    assert len([m for m in messages if "compiling" in m]) == 1, messages
+    assert any("sm_86" in m and "cached in" in m for m in messages)
+
+
+def test_an_unwritable_cache_still_gives_a_kernel(fake_cupy, monkeypatch, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("GRADOPS_KERNEL_CACHE_DIR", str(blocker / "cache"))  # under a file: not creatable
+    kind, name, binary = _runtime.kernel(SOURCE, expressions()[0])
+    assert name == "_mangled_0" and binary.startswith(b"binary of")
+
+
+def test_cuda12_options_add_the_nvcc_wheels_crt_headers(monkeypatch, tmp_path):
+    """CUDA 12 keeps crt/mma.h (which mma.h includes) in the nvcc wheel, a folder CuPy does not
+    add: the runtime adds it.  CUDA 13's crt wheel shares the runtime's folder."""
+    site = tmp_path / "site"
+    for sub in ("nvidia/cuda_runtime/include", "nvidia/cuda_nvcc/include/crt", "nvidia/cu13/include/crt"):
+        (site / sub).mkdir(parents=True)
+    monkeypatch.setattr(sys, "path", [str(site)])
+    assert f"-I{site}/nvidia/cuda_nvcc/include" in _runtime.gradops_options(12)
+    assert f"-I{site}/nvidia/cu13/include" not in _runtime.gradops_options(12)
+    assert f"-I{site}/nvidia/cu13/include" in _runtime.gradops_options(13)
+    assert not any("cuda_nvcc" in o for o in _runtime.gradops_options(13))
+
+
+def test_header_lookup_ignores_an_unnamed_system_toolkit(monkeypatch, tmp_path):
+    """Only the header wheels and a toolkit named by CUDA_PATH / CUDA_HOME: /usr/local/cuda
+    must not hide a header the environment lacks."""
+    monkeypatch.setattr(sys, "path", [str(tmp_path)])
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    assert _build.cuda_include_dirs() == []
+    toolkit = tmp_path / "toolkit"
+    (toolkit / "include").mkdir(parents=True)
+    monkeypatch.setenv("CUDA_PATH", str(toolkit))
+    assert _build.cuda_include_dirs() == [str(toolkit / "include")]
+
+
+def test_install_check_flags_headers_from_outside_the_environment(monkeypatch, tmp_path):
+    from gradops.backends.cuda import _install_check
+
+    inside = f"{sys.prefix}/lib/site-packages/nvidia/cu13/include"
+    options = (f"-I{inside}", f"-I{_build.source_dir()}", "-I/usr/local/cuda/include", "--std=c++17")
+    assert _install_check.foreign_include_dirs(options) == ["/usr/local/cuda/include"]
+    (tmp_path / "crt").mkdir()
+    for header in ("cuda_fp16.h", "cuda_bf16.h", "mma.h"):
+        (tmp_path / header).write_text("")
+    assert _build.missing_headers([tmp_path]) == ["crt/mma.h"]
+    (tmp_path / "crt" / "mma.h").write_text("")
+    assert _build.missing_headers([tmp_path]) == []
