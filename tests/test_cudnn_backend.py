@@ -15,6 +15,7 @@ parameter grid, and against gradops' CUDA kernels wherever both support a case.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import logging
 import os
 import subprocess
@@ -587,15 +588,35 @@ def test_supports_refuses_with_a_reason_before_touching_cudnn(monkeypatch, op, d
     assert not ok and fragment in reason
 
 
+@pytest.fixture
+def cudnn_import_sandbox():
+    """``import cudnn`` starts afresh in this test (no module imported, the loader's outcome
+    forgotten), and afterwards every ``cudnn`` module this test imported (a stand-in package) is
+    gone, and the ones imported before (the real frontend) and the loader's outcome are back:
+    the real-frontend tests pass before, after and between these tests."""
+    def ours():
+        return {n: m for n, m in sys.modules.items() if n == "cudnn" or n.startswith("cudnn.")}
+
+    before, state = ours(), _loader._state
+    for name in before:
+        del sys.modules[name]
+    _loader.reset()
+    try:
+        yield
+    finally:
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(before)
+        _loader._state = state
+
+
 def _fake_package(tmp_path, monkeypatch, body):
-    """Make ``import cudnn`` find a stand-in package whose __init__ is ``body``."""
+    """Make ``import cudnn`` find a stand-in package whose __init__ is ``body`` (use with the
+    ``cudnn_import_sandbox`` fixture, which removes it afterwards)."""
     package = tmp_path / "cudnn"
     package.mkdir()
     (package / "__init__.py").write_text(textwrap.dedent(body))
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [n for n in sys.modules if n == "cudnn" or n.startswith("cudnn.")]:  # a real one, if imported
-        monkeypatch.delitem(sys.modules, name)
-    _loader.reset()
 
 
 BROKEN_INSTALLS = {
@@ -615,29 +636,22 @@ BROKEN_INSTALLS = {
 
 
 @pytest.mark.parametrize("case", list(BROKEN_INSTALLS))
-def test_broken_cudnn_installs_report_unavailable(tmp_path, monkeypatch, case):
+def test_broken_cudnn_installs_report_unavailable(tmp_path, monkeypatch, cudnn_import_sandbox, case):
     body, fragment = BROKEN_INSTALLS[case]
     _fake_package(tmp_path, monkeypatch, body)
-    try:
-        ok, reason = cudnn_backend.available()
-        assert not ok and fragment in reason, reason
-        assert gradops.backend_status()["cudnn"] == (False, reason)
-        versions = cudnn_backend.versions()
-        assert set(versions) == {"frontend", "library"}
-        if case == "library-missing":
-            assert versions["frontend"] == "1.28.0" and fragment in versions["library"]
-    finally:
-        _loader.reset()
+    ok, reason = cudnn_backend.available()
+    assert not ok and fragment in reason, reason
+    assert gradops.backend_status()["cudnn"] == (False, reason)
+    versions = cudnn_backend.versions()
+    assert set(versions) == {"frontend", "library"}
+    if case == "library-missing":
+        assert versions["frontend"] == "1.28.0" and fragment in versions["library"]
 
 
-def test_cudnn_not_installed(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cudnn", None)  # makes `import cudnn` fail as if absent
-    _loader.reset()
-    try:
-        ok, reason = cudnn_backend.available()
-        assert not ok and "cuDNN Frontend is not installed" in reason and "gradops[cuda13]" in reason
-    finally:
-        _loader.reset()
+def test_cudnn_not_installed(cudnn_import_sandbox):
+    sys.modules["cudnn"] = None  # makes `import cudnn` fail as if absent (the sandbox removes it)
+    ok, reason = cudnn_backend.available()
+    assert not ok and "cuDNN Frontend is not installed" in reason and "gradops[cuda13]" in reason
 
 
 def test_available_needs_a_gpu_after_the_library(fake, monkeypatch):
@@ -697,14 +711,26 @@ def test_info_shows_frontend_and_library_versions(fake, monkeypatch):
 # --------------------------------------------------------------------------- the real cuDNN Frontend, no GPU
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def real_frontend():
     """NVIDIA's cuDNN Frontend at the pinned version (the test extra installs it), or skip.
-    Without libcudnn and a GPU its Python layer still describes and checks graphs."""
-    cudnn = pytest.importorskip("cudnn")
-    if getattr(cudnn, "__version__", None) != _loader.PINNED_FRONTEND:
-        pytest.skip(f"the cuDNN Frontend here is {getattr(cudnn, '__version__', '?')}, "
-                    f"not the pinned {_loader.PINNED_FRONTEND}")
+    Without libcudnn and a GPU its Python layer still describes and checks graphs.
+
+    An installed pinned frontend that ``import cudnn`` does not give (a stand-in package of
+    another test left in ``sys.modules``) fails the test rather than skipping it."""
+    try:
+        installed = importlib.metadata.version("nvidia-cudnn-frontend")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("nvidia-cudnn-frontend is not installed (the test extra installs it)")
+    if installed != _loader.PINNED_FRONTEND:
+        pytest.skip(f"the cuDNN Frontend here is {installed}, not the pinned {_loader.PINNED_FRONTEND}")
+    try:
+        import cudnn
+    except ImportError as exc:
+        pytest.skip(f"the installed cuDNN Frontend does not import here: {exc}")
+    assert getattr(cudnn, "__version__", None) == installed, (
+        f"`import cudnn` gives {getattr(cudnn, '__file__', cudnn)!r}, not the installed frontend {installed}: "
+        "a test left a stand-in `cudnn` in sys.modules")
     return cudnn
 
 
