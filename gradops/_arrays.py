@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ._dtypes import bfloat16
 from ._errors import InvalidArgumentError
 
 HOST = "host"
@@ -18,19 +19,46 @@ _DLPACK_CUDA = 2
 _DLPACK_CUDA_MANAGED = 13
 
 
-def location(x: Any) -> str:
-    """``GPU`` for CuPy arrays, ``__cuda_array_interface__`` and CUDA DLPack tensors, else ``HOST``."""
-    if hasattr(x, "__cuda_array_interface__"):
-        return GPU
+def _cuda_array_interface(x: Any) -> tuple[dict | None, BaseException | None]:
+    """(``x.__cuda_array_interface__``, None), (None, None) when ``x`` has none, or (None, the
+    error) when the producer has the property but refuses it (PyTorch raises RuntimeError for a
+    tensor that requires grad): a producer's error never escapes from here."""
+    try:
+        interface = x.__cuda_array_interface__
+    except AttributeError:  # absent (PyTorch also raises it for CPU tensors)
+        return None, None
+    except Exception as exc:
+        return None, exc
+    if not isinstance(interface, dict):
+        return None, TypeError(f"__cuda_array_interface__ is a {type(interface).__name__}, not a dict")
+    return interface, None
+
+
+def _dlpack_device_type(x: Any) -> int | None:
+    """The DLPack device type ``x`` reports, or None (no protocol, NumPy, or a broken one)."""
     dlpack_device = getattr(x, "__dlpack_device__", None)
-    if dlpack_device is not None and not isinstance(x, np.ndarray):
-        try:
-            device_type = int(dlpack_device()[0])
-        except Exception:  # a foreign object with a broken protocol: treat as host data
-            return HOST
-        if device_type in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
-            return GPU
-    return HOST
+    if dlpack_device is None or isinstance(x, np.ndarray):  # NumPy's is kDLCPU
+        return None
+    try:
+        return int(dlpack_device()[0])
+    except Exception:  # a foreign object with a broken protocol
+        return None
+
+
+def location(x: Any) -> str:
+    """``GPU`` for CuPy arrays, ``__cuda_array_interface__`` and CUDA DLPack tensors, else ``HOST``.
+
+    Never raises: a producer whose ``__cuda_array_interface__`` raises (a PyTorch tensor that
+    requires grad) is placed by its DLPack device, and counts as GPU data without one (it is
+    then refused, by name, when it is read).
+    """
+    interface, refused = _cuda_array_interface(x)
+    if interface is not None:
+        return GPU
+    device_type = _dlpack_device_type(x)
+    if device_type is not None:
+        return GPU if device_type in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED) else HOST
+    return GPU if refused is not None else HOST
 
 
 def common_location(op: str, **tensors: Any) -> str:
@@ -58,18 +86,74 @@ def as_host_array(op: str, name: str, x: Any) -> np.ndarray:
     return array
 
 
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {lines[0] if lines else ''}"
+
+
+def _is_raw_2_byte(typestr: Any, descr: Any = None) -> bool:
+    """A typestr of 2 raw bytes (``<V2``) without fields: how PyTorch (and ml_dtypes) describe
+    bfloat16 in the array interfaces, which have no code for it."""
+    try:
+        dtype = np.dtype(typestr)
+    except Exception:
+        return False
+    plain_descr = descr is None or (isinstance(descr, (list, tuple)) and len(descr) == 1
+                                    and isinstance(descr[0], (list, tuple)) and not descr[0][0])
+    return dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None and plain_descr
+
+
+class _RawBitsInterface:
+    """``producer``'s CUDA array interface with a ``<V2`` typestr read as uint16 (same memory,
+    same stream entry): CuPy views it, and gradops reinterprets the bits as bfloat16."""
+
+    def __init__(self, producer: Any, interface: dict):
+        self._producer = producer  # keeps the memory alive as long as the view
+        self.__cuda_array_interface__ = {**interface, "typestr": "<u2"}
+        self.__cuda_array_interface__.pop("descr", None)
+
+
+def _bfloat16_if_raw(array):
+    """A 2-byte raw (void) array as gradops' bfloat16, zero-copy; other arrays unchanged."""
+    if array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.fields is None \
+            and array.dtype != bfloat16:
+        return array.view(bfloat16)
+    return array
+
+
 def as_gpu_array(op: str, name: str, x: Any):
-    """``x`` as a CuPy array, zero-copy from CUDA array interface or DLPack producers."""
+    """``x`` as a CuPy array without a copy; a :class:`TypeError` naming ``name`` when it cannot be read.
+
+    CuPy arrays are used as they are.  Other producers are read through DLPack when they have
+    it (``cupy.from_dlpack`` passes CuPy's current stream on the tensor's device to
+    ``__dlpack__(stream=...)``, so the producer orders its pending work on the tensor before
+    gradops' kernels; it also carries bfloat16), else through ``__cuda_array_interface__``
+    (CuPy synchronises on its ``stream`` entry when there is one; a ``<V2`` typestr is read as
+    bfloat16).  Errors of the producer's protocols are collected into gradops' own message.
+    """
     import cupy
 
     if isinstance(x, cupy.ndarray):
         return x
-    if hasattr(x, "__cuda_array_interface__"):
-        return cupy.asarray(x)
-    try:
-        return cupy.from_dlpack(x)
-    except Exception as exc:
-        raise TypeError(f"{op}: {name} could not be read as a GPU array: {exc}") from None
+    failures = []
+    if callable(getattr(x, "__dlpack__", None)) and _dlpack_device_type(x) in (_DLPACK_CUDA, _DLPACK_CUDA_MANAGED):
+        try:
+            return _bfloat16_if_raw(cupy.from_dlpack(x))
+        except Exception as exc:  # e.g. PyTorch refuses tensors that require grad, old CuPy refuses bfloat16
+            failures.append(f"through DLPack: {_first_line(exc)}")
+    interface, refused = _cuda_array_interface(x)
+    if refused is not None:
+        failures.append(f"through __cuda_array_interface__: {_first_line(refused)}")
+    elif interface is not None:
+        try:
+            if _is_raw_2_byte(interface.get("typestr"), interface.get("descr")):
+                return cupy.asarray(_RawBitsInterface(x, interface)).view(bfloat16)
+            return cupy.asarray(x)
+        except Exception as exc:
+            failures.append(f"through __cuda_array_interface__: {_first_line(exc)}")
+    if not failures:
+        failures.append("it has neither __cuda_array_interface__ nor CUDA DLPack (__dlpack__, __dlpack_device__)")
+    raise TypeError(f"{op}: {name} could not be read as a GPU array ({type(x).__name__}): " + "; ".join(failures))
 
 
 def shape_of(op: str, name: str, x: Any) -> tuple[int, ...]:

@@ -1,13 +1,15 @@
 """Backend selection: by where the arrays live, ``use_cudnn_on_gpu`` and ``backend=``.
 
 Ops call :func:`prepare` (locate and convert the tensors, check dtypes), build their
-geometry, then :func:`select_backend`; the chosen backend module has one function per op,
-named after it, taking ``(geometry, *arrays)``.  GPU backends plug in by implementing
+geometry, then :func:`select_backend` (given the arrays, so that backends are asked on their
+device) and :func:`run`; the chosen backend module has one function per op, named after it,
+taking ``(geometry, *arrays)``.  GPU backends plug in by implementing
 ``available()``, ``supports(op, geometry, dtype)`` and the op functions in their module.
 """
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import importlib
 import logging
@@ -53,8 +55,9 @@ def last_backend_decision() -> BackendDecision | None:
     """The backend choice of the last gradops call made from this thread / asyncio task.
 
     ``None`` before the first call.  For example, after a call on GPU arrays that did not use
-    cuDNN: ``BackendDecision(op='conv2d_backprop_input', backend='cuda', reason='cuDNN does
-    not support this call: cuDNN graphs do not support float64 ...')``.  The same decisions
+    cuDNN: ``BackendDecision(op='conv2d_backprop_input', backend='cuda', reason="cuDNN does
+    not support this call: cuDNN graphs do not support float64 ...; gradops' CUDA kernels:
+    supported")``: when the CUDA kernels compute a call, what their ``supports()`` said follows.  The same decisions
     are logged at DEBUG level on the "gradops" logger.
     """
     return _last_decision.get()
@@ -103,12 +106,18 @@ def prepare(op: str, allowed_dtypes, **tensors: Any) -> tuple[str, dict[str, Any
     return where, arrays, dtype
 
 
+def arrays_device(arrays) -> Any:
+    """A context that makes the GPU holding ``arrays`` (an iterable; one device, as
+    :func:`prepare` checks) current, or does nothing for host arrays / no arrays."""
+    first = next(iter(arrays), None)
+    if first is None or _arrays.location(first) == _arrays.HOST:  # NumPy's .device is "cpu"
+        return contextlib.nullcontext()
+    return first.device
+
+
 def run(fn, geometry: Any, *arrays: Any):
     """``fn(geometry, *arrays)`` on the device that holds the arrays (CuPy's current device otherwise)."""
-    if not arrays or _arrays.location(arrays[0]) == _arrays.HOST:  # NumPy's .device is "cpu"
-        return fn(geometry, *arrays)
-    device = arrays[0].device
-    with device:
+    with arrays_device(arrays):
         return fn(geometry, *arrays)
 
 
@@ -119,10 +128,22 @@ def check_use_cudnn(op: str, use_cudnn_on_gpu: Any) -> bool:
 
 
 def select_backend(op: str, where: str, backend: str | None, geometry: Any, dtype: np.dtype,
-                   use_cudnn_on_gpu: bool = True) -> ModuleType:
-    """The backend module that computes this call, or a clear error saying why none can."""
+                   use_cudnn_on_gpu: bool = True, *, arrays: Any = ()) -> ModuleType:
+    """The backend module that computes this call, or a clear error saying why none can.
+
+    ``arrays``: the call's (converted) arrays.  Backends are asked (``available()``,
+    ``supports()``: cuDNN builds its graph there) with the arrays' GPU current, the device
+    :func:`run` computes on; without them, on CuPy's current device.
+    """
     if backend is not None and backend not in BACKENDS:
         raise InvalidArgumentError(f"{op}: backend must be None or one of {', '.join(BACKENDS)}; got {backend!r}")
+    if isinstance(arrays, dict):
+        arrays = arrays.values()
+    with arrays_device(arrays if where == _arrays.GPU else ()):
+        return _select(op, where, backend, geometry, dtype, use_cudnn_on_gpu)
+
+
+def _select(op, where, backend, geometry, dtype, use_cudnn_on_gpu) -> ModuleType:
     if backend is None:
         if where == _arrays.HOST:
             return _decided(op, backend_module("numpy"), "the tensors are in host memory")
@@ -160,4 +181,6 @@ def select_backend(op: str, where: str, backend: str | None, geometry: Any, dtyp
         ok, reason = module.supports(op, geometry, dtype)
     if not ok:
         raise BackendUnavailableError(f"{op}: backend {backend!r} cannot run this call: {reason}")
+    if backend == "cuda" and reason:  # the kernels' own note, e.g. an architecture fallback
+        why = f"{why}; gradops' CUDA kernels: {reason}"
     return _decided(op, module, why)

@@ -24,7 +24,7 @@ def _backprop_filter(op, input, filter_shape, out_backprop, strides, padding, us
     geometry = conv2d_geometry(op, arrays["input"].shape, filter_shape, arrays["out_backprop"].shape,
                                strides, padding, explicit_paddings, data_format, dilations)
     arrays = _arrays.ready_for_backend(op, where, geometry.filter_shape, arrays)
-    impl = select_backend(op, where, backend, geometry, dtype, use_cudnn_on_gpu)
+    impl = select_backend(op, where, backend, geometry, dtype, use_cudnn_on_gpu, arrays=arrays)
     return run(impl.conv2d_backprop_filter, geometry, arrays["input"], arrays["out_backprop"])
 
 
@@ -36,7 +36,7 @@ def _backprop_input(op, input_shape_fn, filter, out_backprop, strides, padding, 
     geometry = conv2d_geometry(op, input_shape, arrays["filter"].shape, arrays["out_backprop"].shape,
                                strides, padding, explicit_paddings, data_format, dilations)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
-    impl = select_backend(op, where, backend, geometry, dtype, use_cudnn_on_gpu)
+    impl = select_backend(op, where, backend, geometry, dtype, use_cudnn_on_gpu, arrays=arrays)
     return run(impl.conv2d_backprop_input, geometry, arrays["filter"], arrays["out_backprop"])
 
 
@@ -108,5 +108,5 @@ def conv2d(input: Any, filter: Any, strides, padding, use_cudnn_on_gpu=True, exp
     geometry = conv2d_geometry(op, arrays["input"].shape, arrays["filter"].shape, None,
                                strides, padding, explicit_paddings, data_format, dilations)
     arrays = _arrays.ready_for_backend(op, where, geometry.out_backprop_shape, arrays)
-    impl = select_backend(op, where, backend, geometry, dtype, use_cudnn_on_gpu)
+    impl = select_backend(op, where, backend, geometry, dtype, use_cudnn_on_gpu, arrays=arrays)
     return run(impl.conv2d, geometry, arrays["input"], arrays["filter"])

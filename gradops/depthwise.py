@@ -37,7 +37,7 @@ def depthwise_conv2d_native_backprop_input(input_sizes: Any, filter: Any, out_ba
     geometry = conv2d_geometry(op, input_shape, arrays["filter"].shape, arrays["out_backprop"].shape,
                                strides, padding, explicit_paddings, data_format, dilations, depthwise=True)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
-    impl = select_backend(op, where, backend, geometry, dtype)
+    impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.depthwise_conv2d_native_backprop_input, geometry, arrays["filter"], arrays["out_backprop"])
 
 
@@ -53,5 +53,5 @@ def depthwise_conv2d_native(input: Any, filter: Any, strides, padding, explicit_
     geometry = conv2d_geometry(op, arrays["input"].shape, arrays["filter"].shape, None, strides, padding,
                                explicit_paddings, data_format, dilations, depthwise=True)
     arrays = _arrays.ready_for_backend(op, where, geometry.out_backprop_shape, arrays)
-    impl = select_backend(op, where, backend, geometry, dtype)
+    impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.depthwise_conv2d_native, geometry, arrays["input"], arrays["filter"])

@@ -15,6 +15,7 @@ parameter grid, and against gradops' CUDA kernels wherever both support a case.
 from __future__ import annotations
 
 import ctypes
+import importlib.metadata
 import logging
 import os
 import subprocess
@@ -587,15 +588,35 @@ def test_supports_refuses_with_a_reason_before_touching_cudnn(monkeypatch, op, d
     assert not ok and fragment in reason
 
 
+@pytest.fixture
+def cudnn_import_sandbox():
+    """``import cudnn`` starts afresh in this test (no module imported, the loader's outcome
+    forgotten), and afterwards every ``cudnn`` module this test imported (a stand-in package) is
+    gone, and the ones imported before (the real frontend) and the loader's outcome are back:
+    the real-frontend tests pass before, after and between these tests."""
+    def ours():
+        return {n: m for n, m in sys.modules.items() if n == "cudnn" or n.startswith("cudnn.")}
+
+    before, state = ours(), _loader._state
+    for name in before:
+        del sys.modules[name]
+    _loader.reset()
+    try:
+        yield
+    finally:
+        for name in ours():
+            del sys.modules[name]
+        sys.modules.update(before)
+        _loader._state = state
+
+
 def _fake_package(tmp_path, monkeypatch, body):
-    """Make ``import cudnn`` find a stand-in package whose __init__ is ``body``."""
+    """Make ``import cudnn`` find a stand-in package whose __init__ is ``body`` (use with the
+    ``cudnn_import_sandbox`` fixture, which removes it afterwards)."""
     package = tmp_path / "cudnn"
     package.mkdir()
     (package / "__init__.py").write_text(textwrap.dedent(body))
     monkeypatch.syspath_prepend(str(tmp_path))
-    for name in [n for n in sys.modules if n == "cudnn" or n.startswith("cudnn.")]:  # a real one, if imported
-        monkeypatch.delitem(sys.modules, name)
-    _loader.reset()
 
 
 BROKEN_INSTALLS = {
@@ -615,29 +636,22 @@ BROKEN_INSTALLS = {
 
 
 @pytest.mark.parametrize("case", list(BROKEN_INSTALLS))
-def test_broken_cudnn_installs_report_unavailable(tmp_path, monkeypatch, case):
+def test_broken_cudnn_installs_report_unavailable(tmp_path, monkeypatch, cudnn_import_sandbox, case):
     body, fragment = BROKEN_INSTALLS[case]
     _fake_package(tmp_path, monkeypatch, body)
-    try:
-        ok, reason = cudnn_backend.available()
-        assert not ok and fragment in reason, reason
-        assert gradops.backend_status()["cudnn"] == (False, reason)
-        versions = cudnn_backend.versions()
-        assert set(versions) == {"frontend", "library"}
-        if case == "library-missing":
-            assert versions["frontend"] == "1.28.0" and fragment in versions["library"]
-    finally:
-        _loader.reset()
+    ok, reason = cudnn_backend.available()
+    assert not ok and fragment in reason, reason
+    assert gradops.backend_status()["cudnn"] == (False, reason)
+    versions = cudnn_backend.versions()
+    assert set(versions) == {"frontend", "library"}
+    if case == "library-missing":
+        assert versions["frontend"] == "1.28.0" and fragment in versions["library"]
 
 
-def test_cudnn_not_installed(monkeypatch):
-    monkeypatch.setitem(sys.modules, "cudnn", None)  # makes `import cudnn` fail as if absent
-    _loader.reset()
-    try:
-        ok, reason = cudnn_backend.available()
-        assert not ok and "cuDNN Frontend is not installed" in reason and "gradops[cuda13]" in reason
-    finally:
-        _loader.reset()
+def test_cudnn_not_installed(cudnn_import_sandbox):
+    sys.modules["cudnn"] = None  # makes `import cudnn` fail as if absent (the sandbox removes it)
+    ok, reason = cudnn_backend.available()
+    assert not ok and "cuDNN Frontend is not installed" in reason and "gradops[cuda13]" in reason
 
 
 def test_available_needs_a_gpu_after_the_library(fake, monkeypatch):
@@ -697,14 +711,26 @@ def test_info_shows_frontend_and_library_versions(fake, monkeypatch):
 # --------------------------------------------------------------------------- the real cuDNN Frontend, no GPU
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def real_frontend():
     """NVIDIA's cuDNN Frontend at the pinned version (the test extra installs it), or skip.
-    Without libcudnn and a GPU its Python layer still describes and checks graphs."""
-    cudnn = pytest.importorskip("cudnn")
-    if getattr(cudnn, "__version__", None) != _loader.PINNED_FRONTEND:
-        pytest.skip(f"the cuDNN Frontend here is {getattr(cudnn, '__version__', '?')}, "
-                    f"not the pinned {_loader.PINNED_FRONTEND}")
+    Without libcudnn and a GPU its Python layer still describes and checks graphs.
+
+    An installed pinned frontend that ``import cudnn`` does not give (a stand-in package of
+    another test left in ``sys.modules``) fails the test rather than skipping it."""
+    try:
+        installed = importlib.metadata.version("nvidia-cudnn-frontend")
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("nvidia-cudnn-frontend is not installed (the test extra installs it)")
+    if installed != _loader.PINNED_FRONTEND:
+        pytest.skip(f"the cuDNN Frontend here is {installed}, not the pinned {_loader.PINNED_FRONTEND}")
+    try:
+        import cudnn
+    except ImportError as exc:
+        pytest.skip(f"the installed cuDNN Frontend does not import here: {exc}")
+    assert getattr(cudnn, "__version__", None) == installed, (
+        f"`import cudnn` gives {getattr(cudnn, '__file__', cudnn)!r}, not the installed frontend {installed}: "
+        "a test left a stand-in `cudnn` in sys.modules")
     return cudnn
 
 
@@ -804,26 +830,28 @@ def _select(op="conv2d_backprop_filter", backend=None, use_cudnn_on_gpu=True, dt
 
 def test_last_backend_decision_explains_why_not_cudnn(fake_backends, caplog):
     caplog.set_level(logging.DEBUG, logger="gradops")
+    kernels = "; gradops' CUDA kernels: ok"  # the cuda backend's supports() reason follows
     assert _select() == "cudnn"
     assert gradops.last_backend_decision().reason.startswith("use_cudnn_on_gpu=True and cuDNN supports")
     assert _select(use_cudnn_on_gpu=False) == "cuda"
     assert gradops.last_backend_decision() == gradops.BackendDecision(
-        "conv2d_backprop_filter", "cuda", "use_cudnn_on_gpu=False")
+        "conv2d_backprop_filter", "cuda", "use_cudnn_on_gpu=False" + kernels)
     assert _select("fractional_avg_pool_grad") == "cuda"
-    assert gradops.last_backend_decision().reason == "cuDNN has no fractional_avg_pool_grad"
+    assert gradops.last_backend_decision().reason == "cuDNN has no fractional_avg_pool_grad" + kernels
     fake_backends["cudnn"].supports = lambda *a: (False, "cuDNN graphs do not support float64 convolutions")
     assert _select(dtype=np.float64) == "cuda"
     assert gradops.last_backend_decision().reason == (
-        "cuDNN does not support this call: cuDNN graphs do not support float64 convolutions")
+        "cuDNN does not support this call: cuDNN graphs do not support float64 convolutions" + kernels)
     fake_backends["cudnn"].available = lambda: (False, "the cuDNN Frontend is not installed")
     assert _select() == "cuda"
-    assert gradops.last_backend_decision().reason == "cuDNN is unavailable: the cuDNN Frontend is not installed"
+    assert gradops.last_backend_decision().reason == (
+        "cuDNN is unavailable: the cuDNN Frontend is not installed" + kernels)
     assert _select(backend="cuda") == "cuda"
-    assert gradops.last_backend_decision().reason == "backend='cuda' requested"
+    assert gradops.last_backend_decision().reason == "backend='cuda' requested" + kernels
     with pytest.raises(BackendUnavailableError, match="the cuDNN Frontend is not installed"):
         _select(backend="cudnn")
     logged = [r.getMessage() for r in caplog.records if r.name == "gradops"]
-    assert "conv2d_backprop_filter: backend cuda (use_cudnn_on_gpu=False)" in logged
+    assert "conv2d_backprop_filter: backend cuda (use_cudnn_on_gpu=False" + kernels + ")" in logged
 
 
 def test_last_backend_decision_for_host_calls_and_per_thread():
@@ -855,6 +883,61 @@ def test_dispatch_uses_the_real_cudnn_module_reasons(fake, monkeypatch):
     assert "survives the numerical-note filters" in gradops.last_backend_decision().reason
     with pytest.raises(BackendUnavailableError, match="survives the numerical-note filters"):
         pick("conv2d_backprop_input", _arrays.GPU, "cudnn", g2, np.dtype(np.float32))
+
+
+class StandInRuntime(_graphs.CupyRuntime):
+    """The cuDNN path's runtime on the host stand-in (tests/cuda_host.py): CuPy's calls (the
+    stand-in's arrays and current device), pointers as the fake frontend reads them."""
+
+    def stream_ptr(self):
+        return NumpyRuntime.STREAM
+
+    @staticmethod
+    def pointer(array):
+        return int(array.ctypes.data)
+
+    def workspace(self, nbytes):
+        return self.xp.empty(nbytes, np.uint8)
+
+
+def test_cudnn_probes_builds_and_runs_on_the_arrays_device(rng, monkeypatch, request):
+    """Arrays on device 1 while device 0 is current (the host stand-in's two devices): cuDNN's
+    self-test, its handle, its graph (built by supports() during selection) and the launch all
+    happen on device 1, and the graph built during selection is the one that runs."""
+    from conftest import _install_host_device
+
+    host_device = _install_host_device(request, monkeypatch)
+    import cupy
+
+    # The stand-in has no arange (the self-test's input); its install keeps cuDNN off: undone here.
+    monkeypatch.setattr(cupy, "arange", lambda *a, **k: host_device.asarray(np.arange(*a, **k)), raising=False)
+    module = make_fake_cudnn()
+    handle_devices = []
+    create_handle = module.create_handle
+
+    def spy_create_handle():
+        handle_devices.append(cupy.cuda.Device().id)
+        return create_handle()
+
+    module.create_handle = spy_create_handle
+    monkeypatch.setattr(_loader, "load", lambda: (module, "cuDNN 9.14.0 through the cuDNN Frontend 1.28.0"))
+    monkeypatch.setattr(_graphs, "runtime", StandInRuntime())
+    monkeypatch.setattr(_graphs, "_state", _graphs._ThreadState())
+    monkeypatch.setattr(cudnn_backend, "_probed", {})
+
+    g = geometry_of("conv2d_backprop_input", "NHWC", 2, 5, 6, 1, 2, 3, 3, 2, (2, 2), "SAME")
+    x, f, dy = arrays_for(rng, g, np.float32)
+    with cupy.cuda.Device(1):
+        gf, gdy = cupy.asarray(f), cupy.asarray(dy)
+    with cupy.cuda.Device(0):
+        got = gradops.conv2d_backprop_input(list(g.input_shape), gf, gdy, [1, 2, 2, 1], "SAME")
+    assert gradops.last_backend_decision().backend == "cudnn"
+    assert got.device.id == 1
+    assert_close(cupy.asnumpy(got), expected("conv2d_backprop_input", g, x, f, dy), np.float32)
+    assert set(cudnn_backend._probed) == {1}  # the self-test ran on device 1 only
+    assert handle_devices == [1]
+    assert [key[0] for key in _graphs._state.graphs] == [1, 1]  # the self-test's graph and the call's
+    assert len(module.graphs) == 2 and module.executed == ["engine0", "engine0"]
 
 
 # --------------------------------------------------------------------------- on a GPU

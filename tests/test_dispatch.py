@@ -124,3 +124,82 @@ def test_conv_kernel_path_choice():
         ig.pick_path("tiled", False, big, big)
     with pytest.raises(ValueError, match="path must be one of"):
         ig.pick_path("fast", True, big, big)
+
+
+# --------------------------------------------------------------------------- backends asked on the arrays' device
+
+
+def _spy_backends(monkeypatch, cuda_reason="supported", cudnn_supports=(False, "spy: not this call")):
+    """cuda and cudnn backends that record the current device whenever dispatch asks them
+    anything; cuda computes with gradops' real CUDA launchers."""
+    import types
+
+    import cupy
+
+    from gradops.backends import cuda as real_cuda
+
+    seen = []
+
+    def spy(name, what, answer):
+        def ask(*args):
+            seen.append((name, what, cupy.cuda.Device().id))
+            return answer
+        return ask
+
+    fakes = {
+        "cuda": types.SimpleNamespace(NAME="cuda", available=spy("cuda", "available", (True, "ok")),
+                                      supports=spy("cuda", "supports", (True, cuda_reason)),
+                                      conv2d_backprop_filter=real_cuda.conv2d_backprop_filter),
+        "cudnn": types.SimpleNamespace(NAME="cudnn", available=spy("cudnn", "available", (True, "ok")),
+                                       supports=spy("cudnn", "supports", cudnn_supports)),
+    }
+    real = _dispatch.backend_module
+    monkeypatch.setattr(_dispatch, "backend_module", lambda name: fakes.get(name) or real(name))
+    return seen
+
+
+@pytest.fixture
+def host_device(request, monkeypatch):
+    """The host stand-in for CuPy and two GPUs (tests/cuda_host.py), or skip."""
+    from conftest import _install_host_device
+
+    return _install_host_device(request, monkeypatch)
+
+
+@pytest.mark.parametrize("backend", [None, "cuda"])
+def test_backends_are_asked_on_the_arrays_device(host_device, monkeypatch, backend):
+    """Arrays on device 1 while device 0 is current (the host stand-in's two devices): every
+    available()/supports() of the selection runs with device 1 current, as the call does, and
+    the caller's device is left current."""
+    import cupy
+
+    seen = _spy_backends(monkeypatch)
+    rng = np.random.default_rng(8)
+    x, dy = rng.standard_normal((1, 5, 4, 2)), rng.standard_normal((1, 5, 4, 3))
+    with cupy.cuda.Device(1):
+        gx, gdy = cupy.asarray(x), cupy.asarray(dy)
+    with cupy.cuda.Device(0):
+        got = gradops.conv2d_backprop_filter(gx, [3, 3, 2, 3], gdy, [1, 1, 1, 1], "SAME", backend=backend)
+        assert host_device.current_device == 0
+    asked = {"cudnn", "cuda"} if backend is None else {"cuda"}
+    assert {name for name, _, _ in seen} == asked and {what for _, what, _ in seen} == {"available", "supports"}
+    assert [d for _, _, d in seen] == [1] * len(seen), seen
+    assert got.device.id == 1
+    np.testing.assert_allclose(cupy.asnumpy(got), gradops.conv2d_backprop_filter(x, [3, 3, 2, 3], dy, [1, 1, 1, 1],
+                                                                                 "SAME"), rtol=1e-12)
+
+
+def test_decision_carries_the_cuda_kernels_own_reason(host_device, monkeypatch):
+    """When the CUDA kernels compute a call, what their supports() said (an architecture
+    fallback, say) follows the reason of the choice."""
+    import cupy
+
+    note = "bfloat16 tensor cores need sm_80: SIMT kernel"
+    _spy_backends(monkeypatch, cuda_reason=note)
+    x, dy = cupy.ones((1, 4, 4, 1)), cupy.ones((1, 4, 4, 1))
+    for kw, why in (({}, "cuDNN does not support this call: spy: not this call"),
+                    ({"use_cudnn_on_gpu": False}, "use_cudnn_on_gpu=False"),
+                    ({"backend": "cuda"}, "backend='cuda' requested")):
+        gradops.conv2d_backprop_filter(x, [2, 2, 1, 1], dy, [1, 1, 1, 1], "SAME", **kw)
+        assert gradops.last_backend_decision() == gradops.BackendDecision(
+            "conv2d_backprop_filter", "cuda", f"{why}; gradops' CUDA kernels: {note}")

@@ -7,7 +7,8 @@ for float16, bfloat16 and float32.  cuDNN graphs have no float64 convolutions: t
 go to gradops' CUDA kernels (``supports`` says so).  Arrays are CuPy arrays on the current
 device; results are new CuPy arrays in the input dtype.
 
-``supports`` builds (and caches) the graph for the current device and options, so a problem
+``supports`` builds (and caches) the graph for the current device and options (dispatch makes
+the arrays' device current before asking, and runs the call there), so a problem
 for which no cuDNN engine survives the numerical filters (see ``_graphs``) is reported as
 unsupported with cuDNN's reason rather than failing at run time.
 """
