@@ -121,3 +121,14 @@ def test_older_gpus_run_the_tiled_kernels_they_have(monkeypatch, rng, arch, dtyp
     tiled = [e for e, _, _ in device.launches if "_igemm<" in e]
     assert tiled and all(int(e.split(",")[2]) == kind for e in tiled), device.launches
     assert_close(to_host(got), want, dtype)
+
+
+def test_the_decision_says_why_an_older_gpu_runs_on_cuda_cores(monkeypatch, rng):
+    cuda_host.HostDevice(compute_capability=75).install(monkeypatch)
+    import cupy
+
+    x, w, dy = _conv_problem(rng, bfloat16)
+    gradops.conv2d_backprop_input(list(x.shape), cupy.asarray(w), cupy.asarray(dy), [1, 1, 1, 1], "SAME")
+    decision = gradops.last_backend_decision()
+    assert decision.backend == "cuda"
+    assert "bfloat16 tensor cores need sm_80 or newer (this GPU is sm_75)" in decision.reason, decision.reason
