@@ -398,15 +398,20 @@ def test_torch_cuda_tensors_are_read_zero_copy():
     np.testing.assert_allclose(cupy.asnumpy(out_v), expected["filter"], rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.gpu
-def test_jax_gpu_arrays_are_read_zero_copy():
+def _jax_and_its_gpu():
+    """JAX and its first GPU, or skip."""
     jax = pytest.importorskip("jax")
-    import cupy
-
     try:
-        device = jax.devices("gpu")[0]
+        return jax, jax.devices("gpu")[0]
     except RuntimeError:
         pytest.skip("JAX sees no GPU")
+
+
+@pytest.mark.gpu
+def test_jax_gpu_arrays_are_read_zero_copy():
+    jax, device = _jax_and_its_gpu()
+    import cupy
+
     x, dy, w, expected = _reference_and_gpu_inputs(np.random.default_rng(1))
     jx, jdy, jw = (jax.device_put(a, device) for a in (x, dy, w))
     assert cupy.from_dlpack(jx).data.ptr == jx.unsafe_buffer_pointer()
@@ -493,11 +498,7 @@ def test_torch_work_pending_on_its_stream_is_ordered_before_gradops():
 
 @pytest.mark.gpu
 def test_jax_bfloat16_arrays_are_read_zero_copy_as_bfloat16():
-    jax = pytest.importorskip("jax")
-    try:
-        device = jax.devices("gpu")[0]
-    except RuntimeError:
-        pytest.skip("JAX sees no GPU")
+    jax, device = _jax_and_its_gpu()
     x, dy, w, expected = _bfloat16_inputs_and_reference(np.random.default_rng(8))
     jx, jdy, jw = (jax.device_put(a, device) for a in (x, dy, w))
     view = _arrays.as_gpu_array("op", "input", jx)
