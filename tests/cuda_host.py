@@ -32,6 +32,7 @@ import ctypes
 import hashlib
 import math
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -93,6 +94,22 @@ class HostKernels:
                         f'only, only_count, error, error_size); }}')
             code.append(f'extern "C" int signature_{i}(int* codes, int capacity) '
                         f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
+        # __launch_bounds__: each bounded kernel template gets a constexpr twin returning its bound,
+        # evaluated per instantiation below (the host build ignores the attribute itself).
+        bounded = {}
+        for path in sorted(source_dir.glob("*.cu*")):
+            for params, bound, name in LAUNCH_BOUNDS.findall(path.read_text()):
+                bounded[name] = (params, bound)
+        names = {expression_parts(e)[0] for e in self.expressions}
+        for name in sorted(names & bounded.keys()):
+            params, bound = bounded[name]
+            code.append(f"namespace gradops {{ template <{params}> constexpr int host_launch_bound_{name}() "
+                        f"{{ return {bound}; }} }}")
+        for i, expression in enumerate(self.expressions):
+            name, args = expression_parts(expression)
+            value = (f"gradops::host_launch_bound_{name}<{args}>()" if name in bounded
+                     else str(MAX_THREADS_PER_BLOCK))
+            code.append(f'extern "C" int launch_bound_{i}() {{ return {value}; }}')
         text = "\n".join(code) + "\n"
         sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
         digest = hashlib.sha256((text + sources + RUNTIME_HEADER.read_text()).encode()).hexdigest()[:16]
@@ -149,6 +166,10 @@ class HostKernels:
         count = fn(codes, 64)
         return list(codes[:count])
 
+    def launch_bound(self, expression: str) -> int:
+        """The kernel's ``__launch_bounds__`` maximum threads per block (1024 when it has none)."""
+        return int(getattr(self._lib, f"launch_bound_{self.expressions.index(expression)}")())
+
     def run(self, expression: str, pointers: list[np.ndarray], scalars) -> None:
         """A one-thread launch: a grid-stride kernel visits every element in this one call."""
         self.launch(expression, (1,), (1,), pointers, scalars)
@@ -180,6 +201,16 @@ GRID_LIMITS = (2**31 - 1, 65535, 65535)
 BLOCK_LIMITS = (1024, 1024, 64)
 MAX_THREADS_PER_BLOCK = 1024
 MAX_DYNAMIC_SHARED_BYTES = 48 * 1024
+
+
+#: ``template <params> __global__ void __launch_bounds__(bound) name(`` in a kernel source.
+LAUNCH_BOUNDS = re.compile(r"template\s*<([^;{}]*?)>\s*__global__\s+void\s+__launch_bounds__\(([^()]*)\)\s*(\w+)\s*\(")
+
+
+def expression_parts(expression: str) -> tuple[str, str]:
+    """``"gradops::k<float, 0>"`` -> ``("k", "float, 0")``."""
+    head, _, args = expression.partition("<")
+    return head.rsplit("::", 1)[-1], args[:-1] if args.endswith(">") else args
 
 
 def check_launch_configuration(expression: str, grid, block, shared_mem: int = 0) -> None:
@@ -279,7 +310,8 @@ class HostDevice:
     so tests can run the choices an older GPU gets (the host model runs every instantiation).
 
     Each launch is checked as CuPy and the driver would check it: grid and block are tuples of
-    1-3 positive ints within CUDA's limits, dynamic shared memory fits 48 KiB, and every
+    1-3 positive ints within CUDA's limits and the kernel's ``__launch_bounds__`` (evaluated per
+    instantiation by the host build), dynamic shared memory fits 48 KiB, and every
     argument matches the kernel's parameter (its C++ signature, from the host build): a device
     array or a 64-bit value for a pointer, a NumPy scalar of exactly the parameter's width and
     kind otherwise (CuPy passes each NumPy scalar at its own width).
@@ -432,6 +464,10 @@ class HostDevice:
 
         def launch(grid, block, args, shared_mem=0):
             check_launch_configuration(expression, grid, block, shared_mem)
+            bound = kernels.launch_bound(expression)
+            if math.prod(int(d) for d in block) > bound:
+                raise HostLaunchError(f"{expression}: block {block!r} exceeds the kernel's __launch_bounds__ ({bound} "
+                                      "threads): the driver refuses the launch")
             check_arguments(expression, kernels.signature(expression), args)
             pointers = [a for a in args if isinstance(a, (np.ndarray, np.uint64))]
             scalars = [a for a in args if not isinstance(a, (np.ndarray, np.uint64))]

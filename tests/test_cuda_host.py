@@ -413,3 +413,26 @@ def test_a_launcher_that_skips_the_contiguous_copy_is_caught(monkeypatch):
     np.testing.assert_array_equal(cupy.asnumpy(gradops.fractional_avg_pool_grad(*args)), want)
     monkeypatch.setattr(_runtime, "contiguous", lambda x: x)
     assert not np.array_equal(cupy.asnumpy(gradops.fractional_avg_pool_grad(*args)), want)
+
+
+def test_launch_bounds_are_read_per_instantiation(kernels):
+    tiled = "gradops::conv2d_backprop_filter_igemm<float, float, 0, false>"
+    direct = "gradops::conv2d_backprop_filter_direct<double, double, 1>"
+    host = cuda_host.HostKernels("conv2d_backprop_filter.cu", [tiled, direct])
+    assert host.launch_bound(tiled) == 256  # igemm::Threads<float, SIMT>
+    assert host.launch_bound(direct) == 128  # kFilterDirectThreads
+    assert cuda_host.HostKernels(DEPTHWISE[0], [DEPTHWISE[1]]).launch_bound(DEPTHWISE[1]) == 1024  # none
+
+
+def test_a_block_past_the_launch_bounds_is_refused(monkeypatch):
+    """Planted: a launcher that launches a 256-thread-bounded tiled kernel with 512 threads (the
+    driver refuses it with 'too many resources requested for launch')."""
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    a = cupy.zeros((4,), np.float32)
+    tiled = "gradops::conv2d_backprop_filter_igemm<float, float, 0, false>"
+    launch = device.kernel("conv2d_backprop_filter.cu", tiled)
+    args = (a, a, a, a, *(np.int64(1),) * 19)
+    with pytest.raises(cuda_host.HostLaunchError, match="exceeds the kernel's __launch_bounds__ \\(256"):
+        launch((1,), (512,), args)
