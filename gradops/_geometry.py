@@ -290,10 +290,18 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
             raise InvalidArgumentError(
                 f"{op}: filter and out_backprop must have the same out_depth, got {out_depth} and {ob_depth}")
         groups = in_depth // filter_in_depth
-        if groups > 1 and out_depth % groups:
+        # Each group maps filter_in_depth input channels to out_depth / groups output channels.
+        # An input depth of 0 makes no group, which only an out_depth of 0 (all tensors empty)
+        # is consistent with; TF's Conv2D refuses 0 groups ("number of groups must be stricly
+        # positive") unless an empty tensor returns first.
+        if groups == 0 and out_depth:
             raise InvalidArgumentError(
-                f"{op}: filter's out_depth {out_depth} must be divisible by the number of groups "
-                f"{groups} (= input depth {in_depth} / filter depth {filter_in_depth})")
+                f"{op}: number of groups must be strictly positive, got 0 (input depth 0 / filter depth "
+                f"{filter_in_depth}) with filter's out_depth {out_depth}; 0 groups only fit an out_depth of 0")
+        if groups and out_depth % groups:
+            raise InvalidArgumentError(
+                f"{op}: output depth must be evenly divisible by number of groups: {out_depth} vs {groups} "
+                f"(filter's out_depth {out_depth}; groups = input depth {in_depth} / filter depth {filter_in_depth})")
 
     rows = windowed_output_size(op, "rows", in_rows, filter_rows, stride_rows, dilation_rows,
                                 padding, explicit[0] if explicit else None)

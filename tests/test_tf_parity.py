@@ -23,7 +23,8 @@ deliberate extensions, covered by its own tests):
 
 * data_format NCHW ("Conv2DCustomBackprop*Op only supports NHWC"; depthwise: Unimplemented)
 * dilations > 1 for conv2d_backprop_filter / _input ("do not yet support dilation rates > 1")
-* grouped convolution (filter in_depth < input depth)
+* grouped convolution (filter in_depth < input depth); its degenerate shapes are pinned one
+  by one in ``GROUP_CASES`` (TF's and gradops' outcome for Conv2D and both gradients)
 * depthwise with unequal row/column strides
 * depthwise with 2-entry input_sizes (only conv2d_backprop_input accepts [rows, cols])
 * VALID / EXPLICIT geometries whose computed output size is negative
@@ -488,3 +489,126 @@ def test_depthwise_dilations_differ_from_tf_on_purpose(tf):
     np.testing.assert_allclose(want, undilated, rtol=1e-5, atol=1e-5)
     with pytest.raises(gradops.InvalidArgumentError, match="out_backprop"):
         gradops.depthwise_conv2d_native_backprop_input([1, 5, 5, 2], filt, dy, dilations=[1, 2, 2, 1], **kwargs)
+
+
+# --------------------------------------------------------------------------- grouped convolution: degenerate shapes
+#
+# groups = input depth / filter in_depth.  TF's CPU gradient kernels compute no grouped
+# convolution at all (Conv2DBackpropInput: "Gradients for grouped convolutions are not
+# supported on CPU"; Conv2DBackpropFilter: "filter_size does not have enough elements"), its
+# Conv2D does; gradops computes all three (README).  The degenerate shapes must be refused
+# where TF refuses them, for the reason TF's Conv2D names; the only disagreements left are
+# pinned here: TF's gradient kernels refusing every grouped call, and TF returning an empty
+# or zero result *before* its group checks when a tensor is empty (Conv2D with an empty
+# input; Conv2DBackpropFilter with an empty filter), where gradops judges the geometry alone.
+#
+# (name, input NHWC, filter HWIO, strides, {op: (TF outcome, gradops outcome)}, words of
+# gradops' refusal).  "ok": computed (values compared where both compute), "error": refused.
+# TF 2.21 outcomes were recorded with TF_ENABLE_ONEDNN_OPTS=0, eager, on CPU.
+
+_GROUP_S1 = (1, 1, 1, 1)
+_BOTH_OK = {"conv2d": ("ok", "ok"), "filter": ("ok", "ok"), "input": ("ok", "ok")}
+GROUP_CASES = [
+    # CVE-2021-29524's reproducer: input depth 0, filter in_depth 1 -> 0 groups, out_depth 1.
+    ("cve_2021_29524", (0, 0, 1, 0), (1, 1, 1, 1), (1, 66, 18, 1),
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("groups",)),
+    ("in_depth0_out_depth2", (1, 3, 3, 0), (1, 1, 1, 2), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("groups",)),
+    ("in_depth0_filter_depth2", (2, 3, 3, 0), (1, 1, 2, 3), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("groups",)),
+    # 0 groups and 0 output channels: every tensor is empty, every result is empty or zero.
+    ("in_depth0_out_depth0", (1, 3, 3, 0), (1, 1, 1, 0), _GROUP_S1,
+     {"conv2d": ("ok", "ok"), "filter": ("ok", "ok"), "input": ("error", "ok")}, ()),
+    ("filter_depth0", (1, 3, 3, 2), (1, 1, 0, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("filter depth",)),
+    ("in_depth0_filter_depth0", (1, 3, 3, 0), (1, 1, 0, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("filter depth",)),
+    ("filter_depth_not_divisor", (1, 3, 3, 3), (1, 1, 2, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("divisible by filter depth",)),
+    ("filter_depth_above_in_depth", (1, 3, 3, 2), (1, 1, 4, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("divisible by filter depth",)),
+    ("out_depth_not_multiple_of_groups", (1, 3, 3, 4), (1, 1, 2, 3), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("number of groups",)),
+    ("out_depth_not_multiple_of_3_groups", (1, 3, 3, 6), (1, 1, 2, 4), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("number of groups",)),
+    # TF's Conv2D returns an empty result before its group check when the batch is empty.
+    ("out_depth_not_multiple_empty_batch", (0, 3, 3, 4), (1, 1, 2, 3), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("number of groups",)),
+    # TF's Conv2DBackpropFilter returns an empty result before any group check for an empty
+    # filter (its Conv2D refuses a filter of zero elements, or returns zeros for an empty input).
+    ("empty_filter_out_depth_not_multiple", (1, 3, 3, 4), (0, 1, 2, 3), _GROUP_S1,
+     {"conv2d": ("error", "error"), "filter": ("ok", "error"), "input": ("error", "error")}, ("number of groups",)),
+    ("empty_filter_in_depth0", (1, 3, 3, 0), (0, 1, 1, 2), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("ok", "error"), "input": ("error", "error")}, ("groups",)),
+    ("groups1_out_depth0", (1, 3, 3, 2), (1, 1, 2, 0), _GROUP_S1, _BOTH_OK, ()),
+    ("groups2_out_depth0", (1, 3, 3, 4), (1, 1, 2, 0), _GROUP_S1,
+     {"conv2d": ("ok", "ok"), "filter": ("ok", "ok"), "input": ("error", "ok")}, ()),
+    ("groups2", (2, 3, 3, 4), (2, 2, 2, 4), _GROUP_S1,
+     {"conv2d": ("ok", "ok"), "filter": ("error", "ok"), "input": ("error", "ok")}, ()),
+    ("groups3", (1, 4, 3, 6), (2, 1, 2, 3), (1, 2, 1, 1),
+     {"conv2d": ("ok", "ok"), "filter": ("error", "ok"), "input": ("error", "ok")}, ()),
+]
+
+
+def _group_call(module, op, x, w, dy, strides):
+    """The op on NumPy tensors: ``module`` is tf.raw_ops (TF's names) or gradops."""
+    attrs = dict(strides=list(strides), padding="SAME")
+    if module is gradops:
+        if op == "conv2d":
+            return gradops.conv2d(x, w, **attrs)
+        if op == "filter":
+            return gradops.conv2d_backprop_filter(x, list(w.shape), dy, **attrs)
+        return gradops.conv2d_backprop_input(list(x.shape), w, dy, **attrs)
+    if op == "conv2d":
+        return module.Conv2D(input=x, filter=w, **attrs).numpy()
+    if op == "filter":
+        return module.Conv2DBackpropFilter(input=x, filter_sizes=np.array(w.shape, np.int32), out_backprop=dy,
+                                           **attrs).numpy()
+    return module.Conv2DBackpropInput(input_sizes=np.array(x.shape, np.int32), filter=w, out_backprop=dy,
+                                      **attrs).numpy()
+
+
+@pytest.mark.parametrize("op", ["conv2d", "filter", "input"])
+@pytest.mark.parametrize("case", GROUP_CASES, ids=[c[0] for c in GROUP_CASES])
+def test_grouped_degenerate_shapes(tf, case, op):
+    """Accept / refuse as pinned in GROUP_CASES, for TF and gradops; equal values where both compute."""
+    name, x_shape, w_shape, strides, outcomes, words = case
+    tf_outcome, go_outcome = outcomes[op]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    n, h, w, _ = x_shape
+    oh, ow = -(-h // strides[1]), -(-w // strides[2])  # SAME
+    x = random_array(rng, x_shape, np.float32)
+    filt = random_array(rng, w_shape, np.float32)
+    dy = random_array(rng, (n, oh, ow, w_shape[3]), np.float32)
+    try:
+        want = _group_call(tf.raw_ops, op, x, filt, dy, strides)
+    except tf.errors.InvalidArgumentError:
+        want = None
+    assert ("ok" if want is not None else "error") == tf_outcome, f"TF's outcome changed: {want!r}"
+    if go_outcome == "error":
+        with pytest.raises(gradops.InvalidArgumentError) as info:
+            _group_call(gradops, op, x, filt, dy, strides)
+        assert any(word in str(info.value) for word in words), str(info.value)
+        return
+    got = _group_call(gradops, op, x, filt, dy, strides)
+    expected_shape = {"conv2d": (n, oh, ow, w_shape[3]), "filter": w_shape, "input": x_shape}[op]
+    assert got.shape == expected_shape and got.dtype == np.float32
+    if want is not None:
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if 0 in x_shape or 0 in w_shape:
+        assert not np.any(got), "a result of empty tensors must be zeros"
+
+
+@pytest.mark.parametrize("case", [c for c in GROUP_CASES if c[4]["filter"][1] == "error"],
+                         ids=[c[0] for c in GROUP_CASES if c[4]["filter"][1] == "error"])
+def test_grouped_degenerate_shapes_v2_ops(case):
+    """The V2 ops (no TF kernel) refuse exactly what their V1 forms refuse, with the same reason."""
+    name, x_shape, w_shape, strides, _, words = case
+    x, filt = np.zeros(x_shape, np.float32), np.zeros(w_shape, np.float32)
+    n, h, w, _ = x_shape
+    dy = np.zeros((n, -(-h // strides[1]), -(-w // strides[2]), w_shape[3]), np.float32)
+    for fn in (gradops.conv2d_backprop_filter_v2, gradops.conv2d_backprop_input_v2):
+        with pytest.raises(gradops.InvalidArgumentError) as info:
+            fn(x, filt, dy, list(strides), "SAME")
+        assert any(word in str(info.value) for word in words), str(info.value)

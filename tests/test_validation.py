@@ -182,6 +182,31 @@ def test_grouped_out_depth_must_be_divisible_by_groups():
     raises(filter_grad, "groups", filter_sizes=[3, 3, 2, 5])
 
 
+@pytest.mark.parametrize("batch", [0, 2], ids=["empty_batch", "batch2"])
+def test_input_depth_0_forms_no_groups(batch):
+    """Input depth 0 over filter depth 1 or 2 is 0 groups: out_depth > 0 is refused by every
+    non-depthwise op (however empty the tensors); out_depth 0 is consistent (empty results)."""
+    x0, dy = x_((batch, 6, 6, 0)), x_((batch, 6, 6, 5))
+    for fin in (1, 2):
+        raises(filter_grad, "number of groups", "input depth 0", input=x0, filter_sizes=[3, 3, fin, 5],
+               out_backprop=dy)
+        raises(input_grad, "number of groups", input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, fin, 5)),
+               out_backprop=dy)
+        raises(gradops.conv2d, "number of groups", input=x0, filter=x_((3, 3, fin, 5)), strides=S1, padding="SAME")
+        raises(gradops.conv2d_backprop_filter_v2, "number of groups", input=x0, filter=x_((3, 3, fin, 5)),
+               out_backprop=dy, strides=S1, padding="SAME")
+        raises(gradops.conv2d_backprop_input_v2, "number of groups", input=x0, filter=x_((3, 3, fin, 5)),
+               out_backprop=dy, strides=S1, padding="SAME")
+    dy0 = x_((batch, 6, 6, 0))
+    assert filter_grad(input=x0, filter_sizes=[3, 3, 1, 0], out_backprop=dy0).shape == (3, 3, 1, 0)
+    assert not input_grad(input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, 1, 0)), out_backprop=dy0).size
+    assert gradops.conv2d(x0, x_((3, 3, 1, 0)), S1, "SAME").shape == (batch, 6, 6, 0)
+    # Depthwise is not grouped by the filter depth: in_depth 0 there means a [R, S, 0, M] filter.
+    assert not depthwise_grad(input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, 0, 2)), out_backprop=dy0).size
+    raises(depthwise_grad, "in_depth", input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, 1, 2)),
+           out_backprop=x_((batch, 6, 6, 2)))
+
+
 @pytest.mark.parametrize("shape", [(2, 5, 6, 5), (2, 6, 7, 5)])
 def test_out_backprop_spatial_size_must_match(shape):
     raises(filter_grad, "out_backprop", "computed", out_backprop=x_(shape))
