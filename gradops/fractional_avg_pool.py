@@ -2,8 +2,11 @@
 
 Layout is NHWC throughout (TF's fractional pooling has no data_format).  Output cell (r, c)
 averages input rows ``row_pooling_sequence[r] .. row_pooling_sequence[r+1]`` (inclusive when
-``overlapping``, else exclusive) and likewise for columns, ends clamped to the input edge.
-Sums run in float64 and are cast once, truncating toward zero for integer types, as TF does.
+``overlapping``, else exclusive) and likewise for columns, ends clamped to the input edge, as
+TF's FractionalAvgPoolGrad reads the sequences: in any order, a cell that ends before it
+starts (decreasing entries, equal entries when not overlapping, a start past the input) being
+empty.  An empty cell spreads no gradient, and averages to 0 in the forward op.  Sums run in
+float64 and are cast once, truncating toward zero for integer types, as TF does.
 """
 
 from __future__ import annotations

@@ -304,7 +304,12 @@ def conv_calls(draw, op=None):
 
 @st.composite
 def pool_sequence(draw, size, overlapping):
-    """A valid pooling sequence for ``size`` inputs (possibly starting late, ending past the end)."""
+    """A valid pooling sequence for ``size`` inputs (possibly starting late, ending past the
+    end), or one in any order (decreasing, empty cells, cells past the input) as TF reads it."""
+    if draw(st.booleans()):
+        low = 0 if overlapping else 1  # a disjoint cell may not end before index 0
+        return [draw(st.integers(0, size + 3)),
+                *draw(st.lists(st.integers(low, size + 3), min_size=1, max_size=size + 1))]
     start = draw(st.integers(0, size - 1))
     if overlapping:
         cuts = sorted(draw(st.lists(st.integers(start, size - 1), max_size=size)))

@@ -44,10 +44,12 @@ Classes never compared because the semantics differ on purpose:
 * depthwise with dilations > 1: TF accepts the attribute but *ignores* it (both kernel
   flavours compute the undilated gradient); gradops honours it
   (``test_depthwise_dilations_differ_from_tf_on_purpose``).
-* FractionalAvgPoolGrad with decreasing sequences, empty non-overlapping cells, cells starting
-  outside the input, or batch/depth differing from orig_input_tensor_shape: TF computes
-  something (or corrupts its heap: orig batch < out_backprop batch aborts the process with
-  "malloc(): invalid size"); gradops raises InvalidArgumentError.
+* FractionalAvgPoolGrad with an out_backprop batch/depth differing from
+  orig_input_tensor_shape: TF corrupts its heap when out_backprop's is larger (orig batch <
+  out_backprop batch aborts the process with "malloc(): invalid size") and leaves the rest of
+  the gradient zero when smaller (``test_fractional_smaller_batch_or_depth_refused_on_purpose``);
+  gradops raises InvalidArgumentError.  (Decreasing sequences, empty cells and cells starting
+  past the input are parity cases: ``UNORDERED_SEQUENCES``.)
 * FractionalAvgPoolGrad with a 2-D pooling sequence: TF reads it flat; gradops requires 1-D.
 
 TF bug met on the way: Conv2DBackpropFilter with an *empty* out_backprop (e.g. VALID with an
@@ -161,6 +163,19 @@ def _sequence(in_size, ratio, pseudo_random, seed):
     return [int(v) for v in gradops.fractional_pooling_sequence(in_size, ratio, pseudo_random, seed)]
 
 
+# (shape, row sequence, col sequence): valid in both modes (a disjoint cell must not end
+# before index 0, so entries after the first are >= 1).  Cells that end before they start are
+# empty: decreasing entries, equal entries (disjoint), starts past the input.
+UNORDERED_SEQUENCES = [
+    ((1, 4, 5, 2), (0, 3, 2, 4), (0, 2, 1, 5)),  # decreasing
+    ((2, 4, 3, 1), (0, 5, 10), (1, 7, 2)),  # second cells start past the input
+    ((2, 5, 4, 3), (0, 2, 2, 5), (1, 1, 3, 4)),  # equal entries
+    ((1, 6, 7, 2), (0, 4, 2, 6, 1, 3), (6, 1, 3, 2, 8)),  # row 3 in cells 0 and 2, not 1
+    ((1, 3, 3, 1), (4, 5, 6), (0, 3)),  # every row cell past the input: all zeros
+    ((2, 7, 6, 2), (6, 1, 5, 2, 7, 1, 3), (5, 5, 1, 4, 6)),
+]
+
+
 def _fractional_cases():
     out = []
     sizes = ((1, 1), (4, 4), (7, 5), (9, 10), (2, 6))
@@ -189,6 +204,9 @@ def _fractional_cases():
         ((1, 6, 6, 1), (0, 6), (0, 6), True, (1, 1)),
         ((2, 5, 8, 2), (1, 3, 5), (2, 4, 6, 8), False, (2, 3)),  # first cells start after index 0
     ]
+    # Sequences TF reads in any order: decreasing, equal entries, cells past the input.
+    special += [(shape, rseq, cseq, overlapping, (len(rseq) - 1, len(cseq) - 1))
+                for shape, rseq, cseq in UNORDERED_SEQUENCES for overlapping in (False, True)]
     for shape, rseq, cseq, overlapping, out_hw in special:
         for dtype in FRACTIONAL_DTYPES:
             out.append(Case("fractional", dtype, (shape, rseq, cseq, overlapping, out_hw)))
@@ -418,6 +436,10 @@ ERROR_CASES = [
     _fr("row_sequence_too_short", ("row_pooling_sequence",), rseq=(0, 2, 4)),
     _fr("col_sequence_too_short", ("col_pooling_sequence",), cseq=(0, 3)),
     _fr("negative_row_sequence", ("row_pooling_sequence",), rseq=(-1, 2, 4, 7)),
+    # Disjoint cells end at the next entry - 1: a next entry of 0 ends one at -1 ("Row
+    # sequence tensor values must not be negative, got 0 0 4 7").
+    _fr("row_cell_ends_before_0", ("row_pooling_sequence",), rseq=(0, 0, 4, 7)),
+    _fr("col_cell_ends_before_0", ("col_pooling_sequence",), cseq=(3, 0, 5)),
     _fr("orig_shape_3_entries", ("orig_input_tensor_shape",), shape=(2, 7, 5)),
     _fr("out_backprop_3d", ("out_backprop",), dy_shape=(3, 2, 3)),
     _fr("zero_input_rows", ("orig_input_tensor_shape", "row_pooling_sequence"), shape=(2, 0, 5, 3), rseq=(0, 1, 2, 3)),
@@ -612,3 +634,65 @@ def test_grouped_degenerate_shapes_v2_ops(case):
         with pytest.raises(gradops.InvalidArgumentError) as info:
             fn(x, filt, dy, list(strides), "SAME")
         assert any(word in str(info.value) for word in words), str(info.value)
+
+
+# --------------------------------------------------------------------------- fractional pooling: unordered sequences
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(f"u{x.itemsize}")
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+@pytest.mark.parametrize("dtype", FRACTIONAL_DTYPES, ids=[d.name for d in FRACTIONAL_DTYPES])
+@pytest.mark.parametrize("shape,rseq,cseq", UNORDERED_SEQUENCES, ids=[str(i) for i in range(len(UNORDERED_SEQUENCES))])
+def test_fractional_unordered_sequences_bit_exact(tf, shape, rseq, cseq, overlapping, dtype):
+    """Decreasing sequences, empty cells, cells past the input: TF's result bit for bit (both
+    sum each element's shares in double in cell order and cast once)."""
+    rng = np.random.default_rng(zlib.crc32(repr((shape, rseq, cseq, overlapping, dtype.name)).encode()))
+    dy = _fractional_out_backprop(rng, (shape[0], len(rseq) - 1, len(cseq) - 1, shape[3]), dtype)
+    want = tf.raw_ops.FractionalAvgPoolGrad(
+        orig_input_tensor_shape=np.array(shape, np.int64), out_backprop=dy,
+        row_pooling_sequence=np.array(rseq, np.int64), col_pooling_sequence=np.array(cseq, np.int64),
+        overlapping=overlapping).numpy()
+    got = gradops.fractional_avg_pool_grad(list(shape), dy, list(rseq), list(cseq), overlapping)
+    assert got.dtype == want.dtype == dtype and got.shape == want.shape
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_fractional_cell_ending_before_0_refused_like_tf(tf, overlapping):
+    """Rows [0, 0, 4]: TF refuses the disjoint cell [0, -1] (a "negative" value) but computes
+    the overlapping one-row cell [0, 0]; gradops does the same."""
+    dy = np.arange(1.0, 3.0).reshape(1, 2, 1, 1)
+    kw = dict(orig_input_tensor_shape=[1, 4, 1, 1], out_backprop=dy, row_pooling_sequence=[0, 0, 4],
+              col_pooling_sequence=[0, 1], overlapping=overlapping)
+    tf_kw = {k: (np.array(v, np.int64) if isinstance(v, list) else v) for k, v in kw.items()}
+    if overlapping:
+        want = tf.raw_ops.FractionalAvgPoolGrad(**tf_kw).numpy()
+        np.testing.assert_array_equal(gradops.fractional_avg_pool_grad(**kw), want)
+        return
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must not be negative"):
+        tf.raw_ops.FractionalAvgPoolGrad(**tf_kw)
+    with pytest.raises(gradops.InvalidArgumentError, match="row_pooling_sequence"):
+        gradops.fractional_avg_pool_grad(**kw)
+
+
+@pytest.mark.parametrize("dy_shape", [(1, 2, 1, 2), (2, 2, 1, 1)], ids=["smaller_batch", "smaller_depth"])
+def test_fractional_smaller_batch_or_depth_refused_on_purpose(tf, dy_shape):
+    """Known disagreement: an out_backprop with fewer batches or channels than the original
+    input is memory-safe in TF, which fills the gradient's other batches / channels with 0;
+    gradops refuses any batch / depth mismatch (a larger one makes TF write out of bounds).
+    (Only the smaller direction is run through TF: the larger one corrupts its heap.)"""
+    dy = np.arange(1.0, 1.0 + np.prod(dy_shape)).reshape(dy_shape)
+    shape = (2, 4, 1, 2)
+    want = tf.raw_ops.FractionalAvgPoolGrad(
+        orig_input_tensor_shape=np.array(shape, np.int64), out_backprop=dy,
+        row_pooling_sequence=np.array([0, 2, 4], np.int64), col_pooling_sequence=np.array([0, 1], np.int64)).numpy()
+    n, _, _, d = dy_shape
+    padded = np.zeros((2, 2, 1, 2))
+    padded[:n, :, :, :d] = dy
+    np.testing.assert_array_equal(want, gradops.fractional_avg_pool_grad(list(shape), padded, [0, 2, 4], [0, 1]))
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_input_tensor_shape"):
+        gradops.fractional_avg_pool_grad(list(shape), dy, [0, 2, 4], [0, 1])

@@ -320,9 +320,10 @@ def test_fractional_out_backprop_must_be_4d():
     raises(pool_grad, "out_backprop", out_backprop=x_((3, 3, 2)))
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 3, 2), (1, 3, 3, 3)])
+@pytest.mark.parametrize("shape", [(2, 3, 3, 2), (1, 3, 3, 3), (1, 3, 3, 1)], ids=["batch2", "depth3", "depth1"])
 def test_fractional_batch_and_depth_must_match_original(shape):
-    """TF writes past the end of its gradient buffer when these differ."""
+    """TF writes past the end of its gradient buffer when out_backprop's batch or depth is
+    larger, and leaves the rest zero when smaller; gradops refuses both."""
     raises(pool_grad, "batch and depth", out_backprop=x_(shape))
 
 
@@ -335,15 +336,28 @@ def test_pooling_sequence_must_not_be_negative():
     raises(pool_grad, "row_pooling_sequence", "negative", row_pooling_sequence=[-1, 2, 4, 6])
 
 
-def test_pooling_sequence_must_increase():
-    raises(pool_grad, "col_pooling_sequence", "increasing", col_pooling_sequence=[0, 4, 2, 6])
-    raises(pool_grad, "row_pooling_sequence", "increasing", row_pooling_sequence=[0, 2, 2, 6])
-    raises(pool_grad, "row_pooling_sequence", "non-decreasing", overlapping=True,
-           row_pooling_sequence=[0, 3, 2, 6])
+def test_disjoint_pooling_cell_must_not_end_before_index_0():
+    """A disjoint cell ends at next entry - 1: a next entry of 0 ends it at -1, which TF refuses
+    as a negative value; the overlapping cell ending at 0 is fine."""
+    raises(pool_grad, "row_pooling_sequence", "negative", row_pooling_sequence=[0, 0, 4, 6])
+    raises(pool_grad, "col_pooling_sequence", "negative", col_pooling_sequence=[3, 0, 4, 6])
+    assert pool_grad(row_pooling_sequence=[0, 0, 4, 6], overlapping=True).shape == (1, 6, 6, 2)
 
 
-def test_pooling_cell_must_start_inside_the_input():
-    raises(pool_grad, "row_pooling_sequence", "outside", row_pooling_sequence=[0, 2, 6, 8])
+def test_pooling_sequence_values_must_fit_in_int64():
+    """TF's sequences are int64: a uint64 entry past 2**63 - 1 is refused, not wrapped (a cell
+    starting that far past the input would otherwise be an empty cell)."""
+    raises(pool_grad, "row_pooling_sequence", "int64", row_pooling_sequence=np.array([0, 2**63, 4, 6], np.uint64))
+    raises(gradops.fractional_avg_pool, "col_pooling_sequence", "int64", value=x_((1, 6, 6, 2)),
+           row_pooling_sequence=[0, 6], col_pooling_sequence=np.array([2**64 - 1, 6], np.uint64))
+
+
+def test_unordered_pooling_sequences_are_accepted():
+    """Decreasing sequences, equal entries (empty disjoint cells) and cells starting past the
+    input are read as TF reads them: the empty cells spread no gradient."""
+    for kw in (dict(col_pooling_sequence=[0, 4, 2, 6]), dict(row_pooling_sequence=[0, 2, 2, 6]),
+               dict(row_pooling_sequence=[0, 3, 2, 6], overlapping=True), dict(row_pooling_sequence=[0, 2, 6, 8])):
+        assert pool_grad(**kw).shape == (1, 6, 6, 2)
 
 
 def test_pooling_sequence_must_be_integers():
