@@ -400,6 +400,13 @@ class FractionalPoolGeometry:
     def col_cell_sizes(self) -> tuple[int, ...]:
         return tuple(max(0, e - s + 1) for s, e in zip(self.col_starts, self.col_ends))
 
+    @property
+    def cell_table_entries(self) -> int:
+        """(input index, cell containing it) pairs over rows and columns: the size of the
+        :meth:`cells_by_index` tables, and the number of share-adds TF's loop makes per
+        (batch, channel) divided by neither dimension's cell overlap."""
+        return sum(self.row_cell_sizes) + sum(self.col_cell_sizes)
+
     def cells_by_index(self, dim: str) -> tuple[np.ndarray, np.ndarray]:
         """``(offsets, cells)``, int64, for ``dim`` "rows" or "cols": input index i lies in
         cells ``cells[offsets[i]:offsets[i + 1]]``, in increasing cell order (TF's summation

@@ -336,6 +336,23 @@ def test_unordered_sequences_match_tf_loop(case):
     np.testing.assert_array_equal(got, expected)
 
 
+def test_cell_tables_that_cannot_fit_are_refused(monkeypatch):
+    """The per-index cell lists grow with the cells' overlap, not with the tensors: 512 cells
+    each covering all 256 rows hold 2**17 (row, cell) pairs.  With 1 MiB of host memory that
+    is refused before anything is built, naming the sequences; with the real memory it is
+    computed (every row is in the 512 even cells: 512 * 1/256 = 2)."""
+    from gradops import _arrays
+
+    n, in_rows = 1024, 256
+    rows = [0, in_rows] * (n // 2) + [0]  # overlapping: even cells 0..255, odd cells 256..0 (empty)
+    args = (np.array([1, in_rows, 1, 1]), np.ones((1, n, 1, 1)), rows, [0, 1], True)
+    with monkeypatch.context() as patch:
+        patch.setattr(_arrays, "host_memory_bytes", lambda: 2**20)
+        with pytest.raises(gradops.InvalidArgumentError, match="row_pooling_sequence"):
+            gradops.fractional_avg_pool_grad(*args)
+    np.testing.assert_array_equal(gradops.fractional_avg_pool_grad(*args), np.full((1, in_rows, 1, 1), 2.0))
+
+
 def test_valid_call_of_invalid_cases_passes():
     """The baseline call the invalid cases perturb is itself accepted (so each case tests one rule)."""
     for overlapping in (False, True):
