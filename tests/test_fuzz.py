@@ -658,6 +658,18 @@ def test_huge_valid_looking_results_are_refused_before_allocating():
         assert peak <= SLACK_BYTES, (fn.__name__, peak)
 
 
+def test_forward_pooling_of_one_wide_row_stays_within_the_memory_bound():
+    """Found by the fuzzer: fractional_avg_pool over a [1, 1, 2**20, 1] float16 broadcast view
+    with rows [0, 0, 0] (two overlapping one-row cells) and cols [0, 0] summed rows first, and
+    the row sums' fancy-indexed differences held four float64 copies of a 2**20-column plane
+    (64 MiB, over the bound); reducing columns first leaves a 2 x 1 intermediate."""
+    value = np.broadcast_to(np.ones(1, np.float16).reshape(1, 1, 1, 1), (1, 1, 2**20, 1))
+    kw = dict(value=value, row_pooling_sequence=[0, 0, 0], col_pooling_sequence=[0, 0], overlapping=True)
+    result, error, peak = measure(gradops.fractional_avg_pool, kw)
+    assert error is None and result.shape == (1, 2, 1, 1) and (result == 1).all()
+    check_memory("fractional_avg_pool", kw, result, peak)
+
+
 def test_broadcast_views_of_huge_logical_size_are_refused():
     """A zero-stride view of 2**40 elements owns 4 bytes, but any copy of it would not fit."""
     huge = np.broadcast_to(np.float32(1), (2**20, 2**20, 1, 1))

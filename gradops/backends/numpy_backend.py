@@ -586,14 +586,29 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
             for c, (c0, c1) in enumerate(zip(col_starts, col_stops)):
                 sums[:, r, c] = rows[:, c0:c1].sum(axis=1) / cell_sizes[r, c]
         return _cast_from_float64(sums, value.dtype)
-    # Cell sums as differences of prefix sums (one leading zero row / column).
-    prefix = np.zeros((g.batch, g.in_rows + 1, g.in_cols, g.depth))
-    np.cumsum(value, axis=1, dtype=np.float64, out=prefix[:, 1:])
-    row_sums = prefix[:, row_stops] - prefix[:, row_starts]
-    prefix = np.zeros((g.batch, g.out_rows, g.in_cols + 1, g.depth))
-    np.cumsum(row_sums, axis=2, out=prefix[:, :, 1:])
-    sums = prefix[:, :, col_stops] - prefix[:, :, col_starts]
-    return _cast_from_float64(sums / cell_sizes[None, :, :, None], value.dtype)
+    # Cell sums as differences of prefix sums, one dimension after the other.  The dimension
+    # reduced first is the one leaving the smaller intermediate (out_rows x in_cols or
+    # in_rows x out_cols), which is never larger than the input or the result (repeated
+    # entries can make out_rows exceed in_rows many times over).
+    if g.out_rows * g.in_cols <= g.in_rows * g.out_cols:
+        sums = _cell_sums(_cell_sums(value, 1, row_starts, row_stops), 2, col_starts, col_stops)
+    else:
+        sums = _cell_sums(_cell_sums(value, 2, col_starts, col_stops), 1, row_starts, row_stops)
+    sums /= cell_sizes[None, :, :, None]
+    return _cast_from_float64(sums, value.dtype)
+
+
+def _cell_sums(x: np.ndarray, axis: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Sums of ``x`` over [starts[k], stops[k]) along ``axis``, in float64: differences of a
+    prefix sum with one leading zero (empty ranges give 0).  Holds the prefix, the result and
+    one result-sized temporary at most."""
+    shape = list(x.shape)
+    shape[axis] += 1
+    prefix = np.zeros(shape)
+    np.cumsum(x, axis=axis, dtype=np.float64, out=prefix[(slice(None),) * axis + (slice(1, None),)])
+    sums = np.take(prefix, stops, axis=axis)
+    sums -= np.take(prefix, starts, axis=axis)
+    return sums
 
 
 def _cast_from_float64(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
