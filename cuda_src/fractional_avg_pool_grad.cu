@@ -5,9 +5,13 @@
 //   out_backprop  [batch, out_rows, out_cols, depth]
 //   in_backprop   [batch, in_rows, in_cols, depth]
 // Cell tables (int64, built on the host from the validated pooling sequences):
-//   row_cells_begin/end [in_rows]   input row y lies in row cells [begin[y], end[y])
-//   row_cell_sizes      [out_rows]  rows in each row cell
-//   col_cells_begin/end [in_cols], col_cell_sizes [out_cols]: the same for columns.
+//   row_cell_offsets [in_rows + 1]  input row y lies in the row cells
+//   row_cells        [entries]        row_cells[row_cell_offsets[y] .. row_cell_offsets[y + 1]),
+//                                     listed in increasing cell order (sequences need not be
+//                                     ordered: row y may lie in cells 0 and 2 but not 1; a cell
+//                                     that TF's clamping leaves empty is in no list)
+//   row_cell_sizes   [out_rows]       rows in each row cell
+//   col_cell_offsets [in_cols + 1], col_cells, col_cell_sizes [out_cols]: the same for columns.
 //
 // TF (fractional_avg_pool_op.cc) divides each out_backprop element by its cell's size in
 // double and adds the shares to a zeroed double buffer, cell by cell in row-cell-major order,
@@ -38,9 +42,9 @@ template <> __device__ __forceinline__ __nv_bfloat16 store_from_double<__nv_bflo
 template <typename T, typename Acc>
 __global__ void fractional_avg_pool_grad(
     const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
-    const index_t* __restrict__ row_cells_begin, const index_t* __restrict__ row_cells_end,
-    const index_t* __restrict__ row_cell_sizes, const index_t* __restrict__ col_cells_begin,
-    const index_t* __restrict__ col_cells_end, const index_t* __restrict__ col_cell_sizes,
+    const index_t* __restrict__ row_cell_offsets, const index_t* __restrict__ row_cells,
+    const index_t* __restrict__ row_cell_sizes, const index_t* __restrict__ col_cell_offsets,
+    const index_t* __restrict__ col_cells, const index_t* __restrict__ col_cell_sizes,
     index_t batch, index_t in_rows, index_t in_cols, index_t depth, index_t out_rows, index_t out_cols) {
     const Tensor4<NHWC> in{in_rows, in_cols, depth};
     const Tensor4<NHWC> out{out_rows, out_cols, depth};
@@ -49,11 +53,14 @@ __global__ void fractional_avg_pool_grad(
     GRADOPS_GRID_STRIDE_LOOP(i, total) {
         index_t n, y, x, c;
         in.coords(i, n, y, x, c);  // i is also (n, y, x, c)'s offset in in_backprop
-        const index_t col_begin = col_cells_begin[x], col_end = col_cells_end[x];
+        const index_t col_begin = col_cell_offsets[x], col_end = col_cell_offsets[x + 1];
+        const index_t row_end = row_cell_offsets[y + 1];
 
         Acc sum = Acc(0);
-        for (index_t row_cell = row_cells_begin[y]; row_cell < row_cells_end[y]; ++row_cell) {
-            for (index_t col_cell = col_begin; col_cell < col_end; ++col_cell) {
+        for (index_t r = row_cell_offsets[y]; r < row_end; ++r) {
+            const index_t row_cell = row_cells[r];
+            for (index_t k = col_begin; k < col_end; ++k) {
+                const index_t col_cell = col_cells[k];
                 // The cell size is an exact integer in double (below 2^53), as TF's is.
                 const Acc cell_size = static_cast<Acc>(row_cell_sizes[row_cell] * col_cell_sizes[col_cell]);
                 sum += load_as_double(out_backprop[out.offset(n, row_cell, col_cell, c)]) / cell_size;

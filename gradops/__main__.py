@@ -72,13 +72,14 @@ def check(console: Console, use_tf: bool) -> int:
         table.add_column(col)
     failed = 0
     for row in rows:
+        # escape(): notes carry reasons that name extras such as gradops[cuda12] (see info).
         if row["passed"] is None:
-            result = f"[yellow]{row['note']}[/]"
+            result = f"[yellow]{escape(row['note'])}[/]"
         elif row["passed"]:
             result = "[green]pass[/]"
         else:
             failed += 1
-            result = "[red]FAIL[/]" + (f" {row['note']}" if row["note"] else "")
+            result = "[red]FAIL[/]" + (f" {escape(row['note'])}" if row["note"] else "")
         err = row["max_error"]
         table.add_row(row["op"], row["backend"], row["reference"], row["dtype"], str(row["cases"]),
                       "-" if math.isnan(err) else f"{err:.2e}",

@@ -290,10 +290,18 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
             raise InvalidArgumentError(
                 f"{op}: filter and out_backprop must have the same out_depth, got {out_depth} and {ob_depth}")
         groups = in_depth // filter_in_depth
-        if groups > 1 and out_depth % groups:
+        # Each group maps filter_in_depth input channels to out_depth / groups output channels.
+        # An input depth of 0 makes no group, which only an out_depth of 0 (all tensors empty)
+        # is consistent with; TF's Conv2D refuses 0 groups ("number of groups must be stricly
+        # positive") unless an empty tensor returns first.
+        if groups == 0 and out_depth:
             raise InvalidArgumentError(
-                f"{op}: filter's out_depth {out_depth} must be divisible by the number of groups "
-                f"{groups} (= input depth {in_depth} / filter depth {filter_in_depth})")
+                f"{op}: number of groups must be strictly positive, got 0 (input depth 0 / filter depth "
+                f"{filter_in_depth}) with filter's out_depth {out_depth}; 0 groups only fit an out_depth of 0")
+        if groups and out_depth % groups:
+            raise InvalidArgumentError(
+                f"{op}: output depth must be evenly divisible by number of groups: {out_depth} vs {groups} "
+                f"(filter's out_depth {out_depth}; groups = input depth {in_depth} / filter depth {filter_in_depth})")
 
     rows = windowed_output_size(op, "rows", in_rows, filter_rows, stride_rows, dilation_rows,
                                 padding, explicit[0] if explicit else None)
@@ -356,8 +364,12 @@ def filter_shape_from_sizes(op: str, filter_sizes: list[int]) -> tuple[int, ...]
 class FractionalPoolGeometry:
     """A validated fractional pooling: NHWC input [batch, in_rows, in_cols, depth] pooled to
     [batch, out_rows, out_cols, depth].  Output cell (r, c) covers input rows
-    ``row_starts[r]..row_ends[r]`` and columns ``col_starts[c]..col_ends[c]`` (inclusive, never
-    empty, inside the input)."""
+    ``row_starts[r]..row_ends[r]`` and columns ``col_starts[c]..col_ends[c]`` (inclusive), as
+    TF's kernel reads the pooling sequences: starts are non-negative, ends are clamped to the
+    last input index, and a cell whose end lies before its start is empty (TF's loops spread
+    no gradient over it; the forward op averages it to 0).  Cells need not be ordered: a row
+    may lie in cells 0 and 2 but not 1.  :meth:`cells_by_index` lists, per input index, the
+    cells containing it."""
 
     batch: int
     in_rows: int
@@ -379,32 +391,80 @@ class FractionalPoolGeometry:
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.out_rows, self.out_cols, self.depth)
 
+    @property
+    def row_cell_sizes(self) -> tuple[int, ...]:
+        """Rows in each row cell (0 for an empty cell)."""
+        return tuple(max(0, e - s + 1) for s, e in zip(self.row_starts, self.row_ends))
+
+    @property
+    def col_cell_sizes(self) -> tuple[int, ...]:
+        return tuple(max(0, e - s + 1) for s, e in zip(self.col_starts, self.col_ends))
+
+    @property
+    def cell_table_entries(self) -> int:
+        """(input index, cell containing it) pairs over rows and columns: the size of the
+        :meth:`cells_by_index` tables, and the number of share-adds TF's loop makes per
+        (batch, channel) divided by neither dimension's cell overlap."""
+        return sum(self.row_cell_sizes) + sum(self.col_cell_sizes)
+
+    def cells_by_index(self, dim: str) -> tuple[np.ndarray, np.ndarray]:
+        """``(offsets, cells)``, int64, for ``dim`` "rows" or "cols": input index i lies in
+        cells ``cells[offsets[i]:offsets[i + 1]]``, in increasing cell order (TF's summation
+        order), empty cells in none.  ``offsets`` has in_size + 1 entries."""
+        if dim == "rows":
+            return cells_by_index(self.row_starts, self.row_ends, self.in_rows)
+        return cells_by_index(self.col_starts, self.col_ends, self.in_cols)
+
+
+def cells_by_index(starts: Sequence[int], ends: Sequence[int], in_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per input index, the (clamped, inclusive) cells containing it, in cell order, as CSR
+    ``(offsets [in_size + 1], cells)``; see :meth:`FractionalPoolGeometry.cells_by_index`."""
+    starts = np.asarray(starts, np.int64).reshape(-1)
+    ends = np.asarray(ends, np.int64).reshape(-1)
+    sizes = np.maximum(ends - starts + 1, 0)
+    live = np.flatnonzero(sizes)  # ascending: each index meets its cells in cell order
+    counts = np.zeros(in_size + 1, np.int64)
+    np.add.at(counts, starts[live], 1)
+    np.add.at(counts, ends[live] + 1, -1)  # ends are at most in_size - 1
+    offsets = np.zeros(in_size + 1, np.int64)
+    np.cumsum(np.cumsum(counts[:-1]), out=offsets[1:])
+    total = int(offsets[-1])
+    # Every (cell, index) pair, cell by cell; a stable sort by index keeps cell order per index.
+    cell_of = np.repeat(live, sizes[live])
+    first = np.zeros(len(live), np.int64)
+    np.cumsum(sizes[live][:-1], out=first[1:])
+    index = np.arange(total, dtype=np.int64)
+    index += np.repeat(starts[live] - first, sizes[live])
+    cells = cell_of[np.argsort(index, kind="stable")]
+    return offsets, cells
+
 
 def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: int, dim: str,
                   overlapping: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(starts, inclusive ends) of ``cells`` pooling cells from a pooling sequence, as TF reads it.
 
     Cell k starts at ``sequence[k]`` and ends at ``sequence[k+1]`` (overlapping) or
-    ``sequence[k+1] - 1``, clamped to the last input index.  Every cell must be non-empty and
-    start inside the input; anything else would read or write outside it or drop gradient.
+    ``sequence[k+1] - 1``, the end clamped to the last input index (the start is not: a cell
+    starting past the input, or ending before it starts, is empty).  Only the first cells + 1
+    entries are read.  TF refuses a negative start or (clamped) end, which would index before
+    the input: so do we, and the sequence must be long enough.
     """
     if len(sequence) < cells + 1:
         raise InvalidArgumentError(
             f"{op}: {name} must have at least {cells + 1} elements (out_backprop has {cells} {dim}), "
             f"got {len(sequence)}")
+    if any(v > INT64_MAX for v in sequence[:cells + 1]):  # e.g. a uint64 array; TF's sequences are int64
+        raise InvalidArgumentError(f"{op}: {name} values must fit in int64, got {sequence[:cells + 1]}")
     starts, ends = [], []
     for k in range(cells):
         start = sequence[k]
         end = min(sequence[k + 1] if overlapping else sequence[k + 1] - 1, in_size - 1)
-        if start < 0 or sequence[k + 1] < 0:
+        if start < 0 or end < 0:
+            if start >= 0 and sequence[k + 1] >= 0:  # a disjoint cell [s, 0 - 1]
+                raise InvalidArgumentError(
+                    f"{op}: {name} values must not be negative as cell bounds: cell {k} would end at "
+                    f"{name}[{k + 1}] - 1 = -1 (overlapping=False), got {sequence[:cells + 1]}")
             raise InvalidArgumentError(f"{op}: {name} values must not be negative, got {sequence[:cells + 1]}")
-        if start >= in_size:
-            raise InvalidArgumentError(
-                f"{op}: {name}[{k}] = {start} starts a cell outside the input's {in_size} {dim}")
-        if end < start:
-            raise InvalidArgumentError(
-                f"{op}: {name} must be {'non-decreasing' if overlapping else 'strictly increasing'} "
-                f"(cell {k} from {name}[{k}] = {start} to {name}[{k + 1}] = {sequence[k + 1]} is empty)")
         starts.append(start)
         ends.append(end)
     return tuple(starts), tuple(ends)

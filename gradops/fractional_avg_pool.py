@@ -2,8 +2,11 @@
 
 Layout is NHWC throughout (TF's fractional pooling has no data_format).  Output cell (r, c)
 averages input rows ``row_pooling_sequence[r] .. row_pooling_sequence[r+1]`` (inclusive when
-``overlapping``, else exclusive) and likewise for columns, ends clamped to the input edge.
-Sums run in float64 and are cast once, truncating toward zero for integer types, as TF does.
+``overlapping``, else exclusive) and likewise for columns, ends clamped to the input edge, as
+TF's FractionalAvgPoolGrad reads the sequences: in any order, a cell that ends before it
+starts (decreasing entries, equal entries when not overlapping, a start past the input) being
+empty.  An empty cell spreads no gradient, and averages to 0 in the forward op.  Sums run in
+float64 and are cast once, truncating toward zero for integer types, as TF does.
 """
 
 from __future__ import annotations
@@ -34,9 +37,28 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
     cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence)
     where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, out_backprop=out_backprop)
     geometry = fractional_pool_geometry(op, orig_shape, arrays["out_backprop"].shape, rows, cols, overlapping)
+    # The result's own memory check first (its message is the precise one), then the tables',
+    # both before ready_for_backend copies anything.
+    _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values())
+    _check_cell_tables_fit(op, geometry)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
     impl = select_backend(op, where, backend, geometry, dtype)
     return run(impl.fractional_avg_pool_grad, geometry, arrays["out_backprop"])
+
+
+def _check_cell_tables_fit(op: str, g) -> None:
+    """Every backend lists, on the host, the cells containing each input index: one int64 per
+    (index, cell) pair, which grows with how much the cells overlap rather than with the
+    tensors (n cells each covering all rows hold n * rows pairs).  Building the lists holds
+    about four such arrays; refuse a call for which that cannot fit in this machine's memory."""
+    entries = g.cell_table_entries
+    need = 4 * 8 * entries
+    limit = _arrays.host_memory_bytes()
+    if need > limit:
+        raise InvalidArgumentError(
+            f"{op}: the cells of row_pooling_sequence and col_pooling_sequence hold {entries} (input index, "
+            f"cell) pairs in all; listing them per input index needs about {need} bytes, more than this "
+            f"machine's {limit} bytes of memory")
 
 
 def fractional_avg_pool(value: Any, row_pooling_sequence: Any, col_pooling_sequence: Any, overlapping=False,

@@ -108,7 +108,9 @@ def pads_id(pads):
 # (input shape, filter shape, out_backprop shape, extra attributes), all with an empty dimension.
 EMPTY_CASES = [
     pytest.param((0, 4, 4, 2), (3, 3, 2, 3), (0, 4, 4, 3), dict(padding="SAME"), id="batch0"),
-    pytest.param((2, 4, 4, 0), (3, 3, 1, 3), (2, 2, 2, 3), dict(padding="VALID"), id="in_depth0"),
+    # Input depth 0 forms no groups: consistent only with out_depth 0 (else refused, see
+    # test_validation.test_input_depth_0_forms_no_groups).
+    pytest.param((2, 4, 4, 0), (3, 3, 1, 0), (2, 2, 2, 0), dict(padding="VALID"), id="in_depth0"),
     pytest.param((2, 4, 4, 2), (3, 3, 2, 0), (2, 4, 4, 0), dict(padding="SAME"), id="out_depth0"),
     pytest.param((2, 4, 4, 4), (3, 3, 2, 0), (2, 2, 2, 0), dict(padding="VALID"), id="out_depth0-g2"),
     pytest.param((2, 2, 4, 2), (5, 1, 2, 3), (2, 0, 2, 3), dict(padding="VALID", strides=[1, 2, 2, 1]),

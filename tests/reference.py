@@ -109,13 +109,16 @@ def fractional_avg_pool_grad(orig_shape, dy, row_seq, col_seq, overlapping):
 
 
 def fractional_avg_pool(x, row_seq, col_seq, overlapping):
-    """Average of each pooling cell, by loops."""
+    """Average of each pooling cell, by loops; an empty cell (its clamped end before its
+    start) averages to 0, the adjoint of the gradient giving it to no input element."""
     n_, h_, w_, c_ = x.shape
     oh_, ow_ = len(row_seq) - 1, len(col_seq) - 1
     out = np.zeros((n_, oh_, ow_, c_))
     for n, r, c in itertools.product(range(n_), range(oh_), range(ow_)):
         r1 = min(row_seq[r + 1] if overlapping else row_seq[r + 1] - 1, h_ - 1)
         c1 = min(col_seq[c + 1] if overlapping else col_seq[c + 1] - 1, w_ - 1)
+        if r1 < row_seq[r] or c1 < col_seq[c]:
+            continue
         cell = x[n, row_seq[r]:r1 + 1, col_seq[c]:c1 + 1, :].astype(np.float64)
         out[n, r, c] = cell.mean(axis=(0, 1))
     return out

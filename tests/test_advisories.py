@@ -94,22 +94,23 @@ def test_cve_2021_29524_conv2d_backprop_filter_division_by_zero(any_backend):
 
     TF computed ``in_depth % filter_in_depth`` with a caller-controlled divisor; the
     reproducer has an empty input [0, 0, 1, 0], filter_sizes [1, 1, 1, 1], empty out_backprop
-    [0, 0, 1, 1] and strides [1, 66, 18, 1].  The batch is empty, so the filter gradient is a
-    sum of no terms: zeros of shape filter_sizes are correct.  Input depth 0 against filter
-    depth 1 is degenerate (0 groups), so rejecting it with a message naming the input / filter
-    depth is equally acceptable.  Dividing by zero is not.
+    [0, 0, 1, 1] and strides [1, 66, 18, 1].  Input depth 0 over filter depth 1 forms 0
+    groups, which cannot hold out_depth 1: the geometry is inconsistent however empty the
+    batch, and must be refused naming the groups (TF's Conv2D: "number of groups must be
+    stricly positive").  Dividing by zero, or returning zeros, is wrong.
 
     TF 2.21: oneDNN on -> returns zeros [1, 1, 1, 1]; oneDNN off -> InvalidArgumentError
     "filter_size does not have enough elements, requested 0, got 1".
     """
-    outcome = _call(
+    result, error = _call(
         gradops.conv2d_backprop_filter,
         input=_device(any_backend, np.zeros((0, 0, 1, 0), np.float32)),
         filter_sizes=[1, 1, 1, 1],
         out_backprop=_device(any_backend, np.zeros((0, 0, 1, 1), np.float32)),
         strides=[1, 66, 18, 1], use_cudnn_on_gpu=True, padding="SAME", explicit_paddings=[],
         data_format="NHWC", dilations=[1, 1, 1, 1], backend=any_backend)
-    assert_zeros_or_rejected(outcome, (1, 1, 1, 1), np.float32, "depth", "filter", "input")
+    assert result is None
+    assert_rejected(error, "groups")
 
 
 def test_cve_2021_29538_conv2d_backprop_filter_all_empty_division_by_zero(any_backend):

@@ -54,3 +54,30 @@ def test_check_compares_with_tensorflow(tf):
     assert {r["op"] for r in tf_rows} >= {"conv2d_backprop_filter", "conv2d_backprop_input",
                                           "depthwise_conv2d_native_backprop_input", "fractional_avg_pool_grad"}
     assert all(r["passed"] for r in tf_rows)
+
+
+def test_check_prints_notes_verbatim(monkeypatch):
+    """Notes that name extras reach the terminal as written: rich must not take ``[cuda12]``
+    for markup (it printed "pip install 'gradops' or 'gradops'"), in skip notes and FAIL notes."""
+    import io
+    import math
+
+    from rich.console import Console
+
+    from gradops.__main__ import check
+    from gradops.backends.cudnn._loader import INSTALL_HINT
+
+    skip = f"skipped: the cuDNN Frontend is not installed ({INSTALL_HINT})"
+    fail = "RuntimeError: reinstall gradops[cuda12]; [bold]not markup[/bold]"
+    rows = [dict(op="(all ops)", backend="cudnn", reference="numpy", dtype="-", cases=0, max_error=math.nan,
+                 tolerance=math.nan, passed=None, note=skip),
+            dict(op="conv2d_backprop_filter", backend="cuda", reference="numpy", dtype="float32", cases=1,
+                 max_error=math.nan, tolerance=2e-5, passed=False, note=fail)]
+    monkeypatch.setattr(_check, "run_check", lambda use_tf: rows)
+    console = Console(file=io.StringIO(), width=1000, color_system=None)
+    assert check(console, use_tf=False) == 1
+    text = console.file.getvalue()
+    assert "pip install 'gradops[cuda13]' or 'gradops[cuda12]'" in text
+    assert skip in text
+    assert "FAIL " + fail in text
+    assert "0 passed, 1 failed" in text

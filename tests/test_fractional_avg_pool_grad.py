@@ -90,6 +90,13 @@ HAND_CASES = {
     "longer_than_needed": ((2, 6, 5, 1), [0, 2, 4, 5, 6, 7], [0, 1, 3, 5, 99], 2, 2),
     "starts_after_zero": ((1, 5, 5, 2), [1, 3, 5], [2, 4, 5], 2, 2),
     "single_cell": ((1, 3, 4, 1), [0, 3], [0, 4], 1, 1),
+    # Sequences TF reads without ordering them: each cell is clamped to the input on its own,
+    # and one that ends before it starts is empty (it spreads no gradient).
+    "decreasing": ((1, 4, 5, 2), [0, 3, 2, 4], [0, 2, 1, 5], 3, 3),
+    "cells_past_input": ((1, 4, 3, 1), [0, 5, 10], [1, 7, 2], 2, 2),
+    "equal_entries": ((2, 5, 4, 1), [0, 2, 2, 5], [1, 1, 3, 4], 3, 3),
+    "late_start_then_back": ((1, 6, 6, 1), [5, 1, 3, 2], [4, 1, 6], 3, 2),
+    "all_row_cells_empty": ((1, 3, 3, 1), [4, 5, 6], [0, 3], 2, 1),
 }
 
 
@@ -112,6 +119,32 @@ def test_size1_cells_are_identity():
 def test_overlapping_allows_repeated_entries(rng):
     """Overlapping mode accepts equal neighbours (a one-row cell) and matches TF's loop."""
     check(rng, (1, 5, 4, 1), [0, 2, 2, 4], [0, 1, 1, 3], True, np.float64)
+
+
+def test_golden_decreasing_and_past_input():
+    """Hand-computed: 4 input rows (1 column), dy = [1, 2, 3], rows [0, 3, 2, 4].
+
+    Disjoint: cells 0..2, 3..1 (empty: its 2 spreads nowhere), 2..min(3, 3): row 2 gets
+    1/3 + 3/2, row 3 gets 3/2.  Overlapping: 0..3, 3..2 (empty), 2..3.  Rows [0, 5, 10]:
+    cell 1 starts past the input and is empty, cell 0 is clamped to 0..3.
+    """
+    dy = np.array([1.0, 2.0, 3.0]).reshape(1, 3, 1, 1)
+    disjoint = gradops.fractional_avg_pool_grad([1, 4, 1, 1], dy, [0, 3, 2, 4], [0, 1], False)
+    np.testing.assert_array_equal(disjoint.reshape(-1), [1 / 3, 1 / 3, 1 / 3 + 1.5, 1.5])
+    overlapping = gradops.fractional_avg_pool_grad([1, 4, 1, 1], dy, [0, 3, 2, 4], [0, 1], True)
+    np.testing.assert_array_equal(overlapping.reshape(-1), [0.25, 0.25, 0.25 + 1.5, 0.25 + 1.5])
+    for overlap in (False, True):
+        past = gradops.fractional_avg_pool_grad([1, 4, 1, 1], dy[:, :2], [0, 5, 10], [0, 1], overlap)
+        np.testing.assert_array_equal(past.reshape(-1), [0.25] * 4)
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_empty_cells_in_both_dimensions(rng, overlapping):
+    """Cells empty in rows, in columns, in both, and a whole gradient of empty cells (zeros)."""
+    for dtype in ALL_DTYPES:
+        check(rng, (2, 5, 6, 2), [3, 1, 4, 4, 9], [6, 2, 2, 5, 1], overlapping, dtype)
+        got = check(rng, (1, 3, 3, 2), [3, 4, 7], [0, 2, 3], overlapping, dtype)
+        assert not np.any(got.astype(np.float64))
 
 
 @pytest.mark.parametrize("dtype", INT_DTYPES, ids=["int32", "int64"])
@@ -154,8 +187,9 @@ def test_integer_truncation_sum_order_matches_tf():
 
 
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
-@pytest.mark.parametrize("rows,cols", [([0, 2, 3, 5, 7], [0, 1, 3, 4, 6, 8]), ([1, 2, 5, 9], [0, 4, 7, 12])],
-                         ids=["exact", "clamped_late"])
+@pytest.mark.parametrize("rows,cols", [([0, 2, 3, 5, 7], [0, 1, 3, 4, 6, 8]), ([1, 2, 5, 9], [0, 4, 7, 12]),
+                                       ([5, 1, 3, 3, 9, 2], [7, 2, 1, 4, 8])],
+                         ids=["exact", "clamped_late", "unordered_with_empty_cells"])
 def test_adjoint_identity(rng, rows, cols, overlapping):
     """<pool(x), dy> == <x, pool_grad(x.shape, dy)> in float64; the forward op matches the loop."""
     x = rng.standard_normal((2, 7, 8, 3))
@@ -190,11 +224,23 @@ def pooling_sequences(draw, size, overlapping):
 
 
 @st.composite
+def unordered_pooling_sequences(draw, size, overlapping):
+    """Any sequence TF accepts for ``size`` inputs: entries anywhere in [0, size + 3], in any
+    order (cells may be empty or start past the input), except that a disjoint cell may not
+    end before index 0 (entries after the first are >= 1 when not overlapping)."""
+    first = draw(st.integers(0, size + 3))
+    rest = draw(st.lists(st.integers(0 if overlapping else 1, size + 3), min_size=1, max_size=size + 2))
+    extra = draw(st.lists(st.integers(-3, 20), max_size=2))
+    return [first, *rest], extra
+
+
+@st.composite
 def fractional_cases(draw):
     overlapping = draw(st.booleans())
     n, h, w, d = draw(st.integers(1, 2)), draw(st.integers(1, 8)), draw(st.integers(1, 8)), draw(st.integers(1, 3))
-    rows, row_extra = draw(pooling_sequences(h, overlapping))
-    cols, col_extra = draw(pooling_sequences(w, overlapping))
+    sequences = draw(st.sampled_from([pooling_sequences, unordered_pooling_sequences]))
+    rows, row_extra = draw(sequences(h, overlapping))
+    cols, col_extra = draw(sequences(w, overlapping))
     return dict(orig_shape=(n, h, w, d), rows=rows + row_extra, cols=cols + col_extra,
                 out_rows=len(rows) - 1, out_cols=len(cols) - 1, overlapping=overlapping,
                 dtype=draw(st.sampled_from(ALL_DTYPES)))
@@ -246,11 +292,10 @@ INVALID_CASES = {
     "negative_col": (dict(col_pooling_sequence=[-2, 3, 6]), True, "col_pooling_sequence"),
     "short_row": (dict(row_pooling_sequence=[0, 2]), False, "row_pooling_sequence"),
     "short_col": (dict(col_pooling_sequence=[0, 6]), True, "col_pooling_sequence"),
-    "decreasing_row_overlapping": (dict(row_pooling_sequence=[0, 3, 2]), True, "row_pooling_sequence"),
-    "decreasing_col": (dict(col_pooling_sequence=[0, 4, 2]), False, "col_pooling_sequence"),
-    "empty_cell_disjoint": (dict(col_pooling_sequence=[0, 3, 3]), False, "col_pooling_sequence"),
-    "cell_starts_outside": (dict(row_pooling_sequence=[0, 5, 7]), True, "row_pooling_sequence"),
-    "col_cell_starts_outside": (dict(col_pooling_sequence=[0, 6, 9]), False, "col_pooling_sequence"),
+    # A disjoint cell [s, next - 1] with next == 0 ends before index 0: TF refuses it as a
+    # negative value ("Row sequence tensor values must not be negative, got 0 0 5").
+    "row_cell_ends_before_0": (dict(row_pooling_sequence=[0, 0, 5]), False, "row_pooling_sequence"),
+    "col_cell_ends_before_0": (dict(col_pooling_sequence=[4, 0, 6]), False, "col_pooling_sequence"),
     "batch_mismatch": (dict(out_backprop=np.ones((2, 2, 2, 2))), False, "orig_input_tensor_shape"),
     "depth_mismatch": (dict(out_backprop=np.ones((1, 2, 2, 3))), False, "orig_input_tensor_shape"),
     "orig_shape_rank": (dict(orig_input_tensor_shape=[1, 5, 6]), False, "orig_input_tensor_shape"),
@@ -265,6 +310,47 @@ def test_invalid_arguments(case):
     args = {**VALID_CALL, **overrides, "overlapping": overlapping}
     with pytest.raises(gradops.InvalidArgumentError, match=word):
         gradops.fractional_avg_pool_grad(**args)
+
+
+# Sequences gradops refused before TF 2.21's behaviour was reproduced: TF computes them.
+FORMERLY_INVALID = {
+    "decreasing_row_overlapping": (dict(row_pooling_sequence=[0, 3, 2]), True),
+    "decreasing_col": (dict(col_pooling_sequence=[0, 4, 2]), False),
+    "empty_cell_disjoint": (dict(col_pooling_sequence=[0, 3, 3]), False),
+    "cell_starts_outside": (dict(row_pooling_sequence=[0, 5, 7]), True),
+    "col_cell_starts_outside": (dict(col_pooling_sequence=[0, 6, 9]), False),
+    "cell_ends_at_0_overlapping": (dict(row_pooling_sequence=[0, 0, 5]), True),
+}
+
+
+@pytest.mark.parametrize("case", list(FORMERLY_INVALID), ids=list(FORMERLY_INVALID))
+def test_unordered_sequences_match_tf_loop(case):
+    """Decreasing sequences, empty cells and cells past the input give TF's loop result."""
+    overrides, overlapping = FORMERLY_INVALID[case]
+    args = {**VALID_CALL, **overrides, "overlapping": overlapping}
+    dy = np.arange(1.0, 9.0).reshape(1, 2, 2, 2)
+    args["out_backprop"] = dy
+    got = gradops.fractional_avg_pool_grad(**args)
+    expected = fractional_avg_pool_grad(tuple(args["orig_input_tensor_shape"]), dy, args["row_pooling_sequence"],
+                                        args["col_pooling_sequence"], overlapping)
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_cell_tables_that_cannot_fit_are_refused(monkeypatch):
+    """The per-index cell lists grow with the cells' overlap, not with the tensors: 512 cells
+    each covering all 256 rows hold 2**17 (row, cell) pairs.  With 1 MiB of host memory that
+    is refused before anything is built, naming the sequences; with the real memory it is
+    computed (every row is in the 512 even cells: 512 * 1/256 = 2)."""
+    from gradops import _arrays
+
+    n, in_rows = 1024, 256
+    rows = [0, in_rows] * (n // 2) + [0]  # overlapping: even cells 0..255, odd cells 256..0 (empty)
+    args = (np.array([1, in_rows, 1, 1]), np.ones((1, n, 1, 1)), rows, [0, 1], True)
+    with monkeypatch.context() as patch:
+        patch.setattr(_arrays, "host_memory_bytes", lambda: 2**20)
+        with pytest.raises(gradops.InvalidArgumentError, match="row_pooling_sequence"):
+            gradops.fractional_avg_pool_grad(*args)
+    np.testing.assert_array_equal(gradops.fractional_avg_pool_grad(*args), np.full((1, in_rows, 1, 1), 2.0))
 
 
 def test_valid_call_of_invalid_cases_passes():
@@ -412,11 +498,27 @@ def test_instantiations_cover_every_dtype():
 
 
 def test_cell_tables():
-    """Per input index, the run of cells containing it; cell sizes from the inclusive ends."""
-    begin, end, sizes = cuda_launcher.cell_tables([0, 2, 2, 4], [2, 2, 4, 5], 7)
-    assert begin.tolist() == [0, 0, 0, 2, 2, 3, 4]
-    assert end.tolist() == [1, 1, 3, 3, 4, 4, 4]  # index 2 is in cells 0-2, 4 in 2-3, 6 in none
+    """Per input index, the cells containing it in cell order (CSR); each cell's size.
+
+    Cells 0..2, 2..2, 2..4, 4..5 (non-decreasing): index 2 is in cells 0, 1, 2; 6 in none.
+    """
+    offsets, cells, sizes = cuda_launcher.cell_tables([0, 2, 2, 4], [2, 2, 4, 5], 7)
+    assert offsets.tolist() == [0, 1, 2, 5, 6, 8, 9, 9]
+    assert cells.tolist() == [0, 0, 0, 1, 2, 2, 2, 3, 3]
     assert sizes.tolist() == [3, 1, 3, 2]
+    assert offsets.dtype == cells.dtype == sizes.dtype == np.int64
+
+
+def test_cell_tables_unordered():
+    """Decreasing starts, an empty cell (end < start) and one starting past the input: the
+    cells of each index are listed in increasing cell order, empty cells nowhere.
+
+    Cells (start, end): 3..4, 0..1, 2..1 (empty), 1..3, 6..4 (past a 5-row input: empty).
+    """
+    offsets, cells, sizes = cuda_launcher.cell_tables([3, 0, 2, 1, 6], [4, 1, 1, 3, 4], 5)
+    per_index = [cells[offsets[i]:offsets[i + 1]].tolist() for i in range(5)]
+    assert per_index == [[1], [1, 3], [3], [0, 3], [0]]
+    assert sizes.tolist() == [2, 2, 0, 3, 0]
 
 
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_IDS)
@@ -449,6 +551,15 @@ def test_kernel_source_on_host_repeated_entries(host_kernels, rng):
     """Overlapping sequences with repeats put one input row in three cells (and a 3x3 block of cells)."""
     for dtype in ALL_DTYPES:
         kwargs, expected = pool_case(rng, (2, 5, 4, 2), [0, 2, 2, 4], [0, 1, 1, 3], True, dtype)
+        assert_identical(run_on_host(host_kernels, kwargs), expected)
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_kernel_source_on_host_unordered(host_kernels, rng, overlapping):
+    """Decreasing sequences whose cells cover rows out of cell order (row 3 is in cells 0 and
+    2 but not 1), empty cells and cells past the input: TF's loop bit for bit, every dtype."""
+    for dtype in ALL_DTYPES:
+        kwargs, expected = pool_case(rng, (2, 6, 7, 2), [0, 4, 2, 6, 1, 3], [6, 1, 3, 2, 8], overlapping, dtype)
         assert_identical(run_on_host(host_kernels, kwargs), expected)
 
 
@@ -511,6 +622,13 @@ def test_cuda_sum_order_and_repeated_entries(cuda_device, rng):
     assert check_cuda(kwargs, exact_grad((1, 4, 4, 1), dy, [0, 1, 3], [0, 1, 4], True))[0, 1, 1, 0] == 2
     for dtype in ALL_DTYPES:
         check_cuda(*pool_case(rng, (2, 5, 4, 2), [0, 2, 2, 4], [0, 1, 1, 3], True, dtype))
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_cuda_unordered_sequences(cuda_device, rng, overlapping):
+    """Decreasing sequences, empty cells and cells past the input through backend="cuda"."""
+    for dtype in ALL_DTYPES:
+        check_cuda(*pool_case(rng, (2, 6, 7, 2), [0, 4, 2, 6, 1, 3], [6, 1, 3, 2, 8], overlapping, dtype))
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -304,7 +304,12 @@ def conv_calls(draw, op=None):
 
 @st.composite
 def pool_sequence(draw, size, overlapping):
-    """A valid pooling sequence for ``size`` inputs (possibly starting late, ending past the end)."""
+    """A valid pooling sequence for ``size`` inputs (possibly starting late, ending past the
+    end), or one in any order (decreasing, empty cells, cells past the input) as TF reads it."""
+    if draw(st.booleans()):
+        low = 0 if overlapping else 1  # a disjoint cell may not end before index 0
+        return [draw(st.integers(0, size + 3)),
+                *draw(st.lists(st.integers(low, size + 3), min_size=1, max_size=size + 1))]
     start = draw(st.integers(0, size - 1))
     if overlapping:
         cuts = sorted(draw(st.lists(st.integers(start, size - 1), max_size=size)))
@@ -651,6 +656,18 @@ def test_huge_valid_looking_results_are_refused_before_allocating():
         assert isinstance(error, gradops.InvalidArgumentError), (fn.__name__, result, error)
         assert "memory" in str(error)
         assert peak <= SLACK_BYTES, (fn.__name__, peak)
+
+
+def test_forward_pooling_of_one_wide_row_stays_within_the_memory_bound():
+    """Found by the fuzzer: fractional_avg_pool over a [1, 1, 2**20, 1] float16 broadcast view
+    with rows [0, 0, 0] (two overlapping one-row cells) and cols [0, 0] summed rows first, and
+    the row sums' fancy-indexed differences held four float64 copies of a 2**20-column plane
+    (64 MiB, over the bound); reducing columns first leaves a 2 x 1 intermediate."""
+    value = np.broadcast_to(np.ones(1, np.float16).reshape(1, 1, 1, 1), (1, 1, 2**20, 1))
+    kw = dict(value=value, row_pooling_sequence=[0, 0, 0], col_pooling_sequence=[0, 0], overlapping=True)
+    result, error, peak = measure(gradops.fractional_avg_pool, kw)
+    assert error is None and result.shape == (1, 2, 1, 1) and (result == 1).all()
+    check_memory("fractional_avg_pool", kw, result, peak)
 
 
 def test_broadcast_views_of_huge_logical_size_are_refused():

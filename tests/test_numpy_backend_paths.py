@@ -35,7 +35,7 @@ def taken(monkeypatch):
         monkeypatch.setattr(nb, name, wrapper)
 
     for name in ("_unit_stride_input_grad", "_unit_stride_filter_grad", "_unit_stride_depthwise_input_grad",
-                 "_pool_grad_two_cells", "_pool_grad_any_overlap"):
+                 "_pool_grad_two_cells", "_pool_grad_steps"):
         spy(name)
     return record
 
@@ -271,6 +271,7 @@ TWO_CELL_CASES = [
     ((2, 9, 8, 3), [0, 2, 3, 5, 6, 8], [0, 8]),
     ((1, 6, 7, 2), [0, 6], [0, 2, 3, 5, 7]),
     ((2, 7, 5, 2), [0, 2, 4], [0, 1, 2, 3, 4, 5]),  # rows 5, 6 in no cell
+    ((2, 6, 5, 2), [2, 5, 1, 3], [4, 1, 3, 2]),  # unordered: rows 2 (and 3) in cells 0 and 2, empty cells
 ]
 
 
@@ -280,7 +281,7 @@ TWO_CELL_CASES = [
 def test_two_cell_pool_grad(rng, taken, case, overlapping, dtype):
     shape, rows, cols = TWO_CELL_CASES[case]
     got, ref = _pool_case(rng, dtype, shape, rows, cols, overlapping)
-    assert taken["_pool_grad_two_cells"] and "_pool_grad_any_overlap" not in taken
+    assert taken["_pool_grad_two_cells"] and "_pool_grad_steps" not in taken
     assert got.dtype == np.dtype(dtype)
     if np.issubdtype(dtype, np.integer):
         np.testing.assert_array_equal(got, np.trunc(ref).astype(dtype))
@@ -289,12 +290,18 @@ def test_two_cell_pool_grad(rng, taken, case, overlapping, dtype):
         np.testing.assert_array_equal(got, ref.astype(dtype))
 
 
-def test_index_in_three_cells_takes_the_general_path(rng, taken):
-    shape, rows, cols = (2, 6, 5, 2), [0, 1, 1, 3, 5], [0, 2, 2, 4]
-    for dtype in (np.int32, np.float64):
-        got, ref = _pool_case(rng, dtype, shape, rows, cols, True)
-        np.testing.assert_array_equal(got, np.trunc(ref).astype(dtype) if dtype == np.int32 else ref)
-    assert taken["_pool_grad_any_overlap"] and "_pool_grad_two_cells" not in taken
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_index_in_three_cells_takes_the_general_path(rng, taken, overlapping):
+    """Repeated entries (overlapping), and an unordered sequence putting row 2 in cells 0, 2
+    and 4 (not 1, 3) beside empty cells, in either mode."""
+    cases = [((2, 6, 7, 2), [0, 4, 2, 6, 1, 3], [6, 1, 3, 2, 8])]
+    if overlapping:
+        cases.append(((2, 6, 5, 2), [0, 1, 1, 3, 5], [0, 2, 2, 4]))
+    for shape, rows, cols in cases:
+        for dtype in (np.int32, np.float64):
+            got, ref = _pool_case(rng, dtype, shape, rows, cols, overlapping)
+            np.testing.assert_array_equal(got, np.trunc(ref).astype(dtype) if dtype == np.int32 else ref)
+    assert taken["_pool_grad_steps"] and "_pool_grad_two_cells" not in taken
 
 
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])

@@ -23,7 +23,8 @@ deliberate extensions, covered by its own tests):
 
 * data_format NCHW ("Conv2DCustomBackprop*Op only supports NHWC"; depthwise: Unimplemented)
 * dilations > 1 for conv2d_backprop_filter / _input ("do not yet support dilation rates > 1")
-* grouped convolution (filter in_depth < input depth)
+* grouped convolution (filter in_depth < input depth); its degenerate shapes are pinned one
+  by one in ``GROUP_CASES`` (TF's and gradops' outcome for Conv2D and both gradients)
 * depthwise with unequal row/column strides
 * depthwise with 2-entry input_sizes (only conv2d_backprop_input accepts [rows, cols])
 * VALID / EXPLICIT geometries whose computed output size is negative
@@ -43,10 +44,12 @@ Classes never compared because the semantics differ on purpose:
 * depthwise with dilations > 1: TF accepts the attribute but *ignores* it (both kernel
   flavours compute the undilated gradient); gradops honours it
   (``test_depthwise_dilations_differ_from_tf_on_purpose``).
-* FractionalAvgPoolGrad with decreasing sequences, empty non-overlapping cells, cells starting
-  outside the input, or batch/depth differing from orig_input_tensor_shape: TF computes
-  something (or corrupts its heap: orig batch < out_backprop batch aborts the process with
-  "malloc(): invalid size"); gradops raises InvalidArgumentError.
+* FractionalAvgPoolGrad with an out_backprop batch/depth differing from
+  orig_input_tensor_shape: TF corrupts its heap when out_backprop's is larger (orig batch <
+  out_backprop batch aborts the process with "malloc(): invalid size") and leaves the rest of
+  the gradient zero when smaller (``test_fractional_smaller_batch_or_depth_refused_on_purpose``);
+  gradops raises InvalidArgumentError.  (Decreasing sequences, empty cells and cells starting
+  past the input are parity cases: ``UNORDERED_SEQUENCES``.)
 * FractionalAvgPoolGrad with a 2-D pooling sequence: TF reads it flat; gradops requires 1-D.
 
 TF bug met on the way: Conv2DBackpropFilter with an *empty* out_backprop (e.g. VALID with an
@@ -160,6 +163,19 @@ def _sequence(in_size, ratio, pseudo_random, seed):
     return [int(v) for v in gradops.fractional_pooling_sequence(in_size, ratio, pseudo_random, seed)]
 
 
+# (shape, row sequence, col sequence): valid in both modes (a disjoint cell must not end
+# before index 0, so entries after the first are >= 1).  Cells that end before they start are
+# empty: decreasing entries, equal entries (disjoint), starts past the input.
+UNORDERED_SEQUENCES = [
+    ((1, 4, 5, 2), (0, 3, 2, 4), (0, 2, 1, 5)),  # decreasing
+    ((2, 4, 3, 1), (0, 5, 10), (1, 7, 2)),  # second cells start past the input
+    ((2, 5, 4, 3), (0, 2, 2, 5), (1, 1, 3, 4)),  # equal entries
+    ((1, 6, 7, 2), (0, 4, 2, 6, 1, 3), (6, 1, 3, 2, 8)),  # row 3 in cells 0 and 2, not 1
+    ((1, 3, 3, 1), (4, 5, 6), (0, 3)),  # every row cell past the input: all zeros
+    ((2, 7, 6, 2), (6, 1, 5, 2, 7, 1, 3), (5, 5, 1, 4, 6)),
+]
+
+
 def _fractional_cases():
     out = []
     sizes = ((1, 1), (4, 4), (7, 5), (9, 10), (2, 6))
@@ -188,6 +204,9 @@ def _fractional_cases():
         ((1, 6, 6, 1), (0, 6), (0, 6), True, (1, 1)),
         ((2, 5, 8, 2), (1, 3, 5), (2, 4, 6, 8), False, (2, 3)),  # first cells start after index 0
     ]
+    # Sequences TF reads in any order: decreasing, equal entries, cells past the input.
+    special += [(shape, rseq, cseq, overlapping, (len(rseq) - 1, len(cseq) - 1))
+                for shape, rseq, cseq in UNORDERED_SEQUENCES for overlapping in (False, True)]
     for shape, rseq, cseq, overlapping, out_hw in special:
         for dtype in FRACTIONAL_DTYPES:
             out.append(Case("fractional", dtype, (shape, rseq, cseq, overlapping, out_hw)))
@@ -417,6 +436,10 @@ ERROR_CASES = [
     _fr("row_sequence_too_short", ("row_pooling_sequence",), rseq=(0, 2, 4)),
     _fr("col_sequence_too_short", ("col_pooling_sequence",), cseq=(0, 3)),
     _fr("negative_row_sequence", ("row_pooling_sequence",), rseq=(-1, 2, 4, 7)),
+    # Disjoint cells end at the next entry - 1: a next entry of 0 ends one at -1 ("Row
+    # sequence tensor values must not be negative, got 0 0 4 7").
+    _fr("row_cell_ends_before_0", ("row_pooling_sequence",), rseq=(0, 0, 4, 7)),
+    _fr("col_cell_ends_before_0", ("col_pooling_sequence",), cseq=(3, 0, 5)),
     _fr("orig_shape_3_entries", ("orig_input_tensor_shape",), shape=(2, 7, 5)),
     _fr("out_backprop_3d", ("out_backprop",), dy_shape=(3, 2, 3)),
     _fr("zero_input_rows", ("orig_input_tensor_shape", "row_pooling_sequence"), shape=(2, 0, 5, 3), rseq=(0, 1, 2, 3)),
@@ -488,3 +511,188 @@ def test_depthwise_dilations_differ_from_tf_on_purpose(tf):
     np.testing.assert_allclose(want, undilated, rtol=1e-5, atol=1e-5)
     with pytest.raises(gradops.InvalidArgumentError, match="out_backprop"):
         gradops.depthwise_conv2d_native_backprop_input([1, 5, 5, 2], filt, dy, dilations=[1, 2, 2, 1], **kwargs)
+
+
+# --------------------------------------------------------------------------- grouped convolution: degenerate shapes
+#
+# groups = input depth / filter in_depth.  TF's CPU gradient kernels compute no grouped
+# convolution at all (Conv2DBackpropInput: "Gradients for grouped convolutions are not
+# supported on CPU"; Conv2DBackpropFilter: "filter_size does not have enough elements"), its
+# Conv2D does; gradops computes all three (README).  The degenerate shapes must be refused
+# where TF refuses them, for the reason TF's Conv2D names; the only disagreements left are
+# pinned here: TF's gradient kernels refusing every grouped call, and TF returning an empty
+# or zero result *before* its group checks when a tensor is empty (Conv2D with an empty
+# input; Conv2DBackpropFilter with an empty filter), where gradops judges the geometry alone.
+#
+# (name, input NHWC, filter HWIO, strides, {op: (TF outcome, gradops outcome)}, words of
+# gradops' refusal).  "ok": computed (values compared where both compute), "error": refused.
+# TF 2.21 outcomes were recorded with TF_ENABLE_ONEDNN_OPTS=0, eager, on CPU.
+
+_GROUP_S1 = (1, 1, 1, 1)
+_BOTH_OK = {"conv2d": ("ok", "ok"), "filter": ("ok", "ok"), "input": ("ok", "ok")}
+GROUP_CASES = [
+    # CVE-2021-29524's reproducer: input depth 0, filter in_depth 1 -> 0 groups, out_depth 1.
+    ("cve_2021_29524", (0, 0, 1, 0), (1, 1, 1, 1), (1, 66, 18, 1),
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("groups",)),
+    ("in_depth0_out_depth2", (1, 3, 3, 0), (1, 1, 1, 2), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("groups",)),
+    ("in_depth0_filter_depth2", (2, 3, 3, 0), (1, 1, 2, 3), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("groups",)),
+    # 0 groups and 0 output channels: every tensor is empty, every result is empty or zero.
+    ("in_depth0_out_depth0", (1, 3, 3, 0), (1, 1, 1, 0), _GROUP_S1,
+     {"conv2d": ("ok", "ok"), "filter": ("ok", "ok"), "input": ("error", "ok")}, ()),
+    ("filter_depth0", (1, 3, 3, 2), (1, 1, 0, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("filter depth",)),
+    ("in_depth0_filter_depth0", (1, 3, 3, 0), (1, 1, 0, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("filter depth",)),
+    ("filter_depth_not_divisor", (1, 3, 3, 3), (1, 1, 2, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("divisible by filter depth",)),
+    ("filter_depth_above_in_depth", (1, 3, 3, 2), (1, 1, 4, 2), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("divisible by filter depth",)),
+    ("out_depth_not_multiple_of_groups", (1, 3, 3, 4), (1, 1, 2, 3), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("number of groups",)),
+    ("out_depth_not_multiple_of_3_groups", (1, 3, 3, 6), (1, 1, 2, 4), _GROUP_S1,
+     {op: ("error", "error") for op in ("conv2d", "filter", "input")}, ("number of groups",)),
+    # TF's Conv2D returns an empty result before its group check when the batch is empty.
+    ("out_depth_not_multiple_empty_batch", (0, 3, 3, 4), (1, 1, 2, 3), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("error", "error"), "input": ("error", "error")}, ("number of groups",)),
+    # TF's Conv2DBackpropFilter returns an empty result before any group check for an empty
+    # filter (its Conv2D refuses a filter of zero elements, or returns zeros for an empty input).
+    ("empty_filter_out_depth_not_multiple", (1, 3, 3, 4), (0, 1, 2, 3), _GROUP_S1,
+     {"conv2d": ("error", "error"), "filter": ("ok", "error"), "input": ("error", "error")}, ("number of groups",)),
+    ("empty_filter_in_depth0", (1, 3, 3, 0), (0, 1, 1, 2), _GROUP_S1,
+     {"conv2d": ("ok", "error"), "filter": ("ok", "error"), "input": ("error", "error")}, ("groups",)),
+    ("groups1_out_depth0", (1, 3, 3, 2), (1, 1, 2, 0), _GROUP_S1, _BOTH_OK, ()),
+    ("groups2_out_depth0", (1, 3, 3, 4), (1, 1, 2, 0), _GROUP_S1,
+     {"conv2d": ("ok", "ok"), "filter": ("ok", "ok"), "input": ("error", "ok")}, ()),
+    ("groups2", (2, 3, 3, 4), (2, 2, 2, 4), _GROUP_S1,
+     {"conv2d": ("ok", "ok"), "filter": ("error", "ok"), "input": ("error", "ok")}, ()),
+    ("groups3", (1, 4, 3, 6), (2, 1, 2, 3), (1, 2, 1, 1),
+     {"conv2d": ("ok", "ok"), "filter": ("error", "ok"), "input": ("error", "ok")}, ()),
+]
+
+
+def _group_call(module, op, x, w, dy, strides):
+    """The op on NumPy tensors: ``module`` is tf.raw_ops (TF's names) or gradops."""
+    attrs = dict(strides=list(strides), padding="SAME")
+    if module is gradops:
+        if op == "conv2d":
+            return gradops.conv2d(x, w, **attrs)
+        if op == "filter":
+            return gradops.conv2d_backprop_filter(x, list(w.shape), dy, **attrs)
+        return gradops.conv2d_backprop_input(list(x.shape), w, dy, **attrs)
+    if op == "conv2d":
+        return module.Conv2D(input=x, filter=w, **attrs).numpy()
+    if op == "filter":
+        return module.Conv2DBackpropFilter(input=x, filter_sizes=np.array(w.shape, np.int32), out_backprop=dy,
+                                           **attrs).numpy()
+    return module.Conv2DBackpropInput(input_sizes=np.array(x.shape, np.int32), filter=w, out_backprop=dy,
+                                      **attrs).numpy()
+
+
+@pytest.mark.parametrize("op", ["conv2d", "filter", "input"])
+@pytest.mark.parametrize("case", GROUP_CASES, ids=[c[0] for c in GROUP_CASES])
+def test_grouped_degenerate_shapes(tf, case, op):
+    """Accept / refuse as pinned in GROUP_CASES, for TF and gradops; equal values where both compute."""
+    name, x_shape, w_shape, strides, outcomes, words = case
+    tf_outcome, go_outcome = outcomes[op]
+    rng = np.random.default_rng(zlib.crc32(name.encode()))
+    n, h, w, _ = x_shape
+    oh, ow = -(-h // strides[1]), -(-w // strides[2])  # SAME
+    x = random_array(rng, x_shape, np.float32)
+    filt = random_array(rng, w_shape, np.float32)
+    dy = random_array(rng, (n, oh, ow, w_shape[3]), np.float32)
+    try:
+        want = _group_call(tf.raw_ops, op, x, filt, dy, strides)
+    except tf.errors.InvalidArgumentError:
+        want = None
+    assert ("ok" if want is not None else "error") == tf_outcome, f"TF's outcome changed: {want!r}"
+    if go_outcome == "error":
+        with pytest.raises(gradops.InvalidArgumentError) as info:
+            _group_call(gradops, op, x, filt, dy, strides)
+        assert any(word in str(info.value) for word in words), str(info.value)
+        return
+    got = _group_call(gradops, op, x, filt, dy, strides)
+    expected_shape = {"conv2d": (n, oh, ow, w_shape[3]), "filter": w_shape, "input": x_shape}[op]
+    assert got.shape == expected_shape and got.dtype == np.float32
+    if want is not None:
+        assert want.shape == got.shape
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    if 0 in x_shape or 0 in w_shape:
+        assert not np.any(got), "a result of empty tensors must be zeros"
+
+
+@pytest.mark.parametrize("case", [c for c in GROUP_CASES if c[4]["filter"][1] == "error"],
+                         ids=[c[0] for c in GROUP_CASES if c[4]["filter"][1] == "error"])
+def test_grouped_degenerate_shapes_v2_ops(case):
+    """The V2 ops (no TF kernel) refuse exactly what their V1 forms refuse, with the same reason."""
+    name, x_shape, w_shape, strides, _, words = case
+    x, filt = np.zeros(x_shape, np.float32), np.zeros(w_shape, np.float32)
+    n, h, w, _ = x_shape
+    dy = np.zeros((n, -(-h // strides[1]), -(-w // strides[2]), w_shape[3]), np.float32)
+    for fn in (gradops.conv2d_backprop_filter_v2, gradops.conv2d_backprop_input_v2):
+        with pytest.raises(gradops.InvalidArgumentError) as info:
+            fn(x, filt, dy, list(strides), "SAME")
+        assert any(word in str(info.value) for word in words), str(info.value)
+
+
+# --------------------------------------------------------------------------- fractional pooling: unordered sequences
+
+
+def _bits(x):
+    x = np.asarray(x)
+    return x.view(f"u{x.itemsize}")
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+@pytest.mark.parametrize("dtype", FRACTIONAL_DTYPES, ids=[d.name for d in FRACTIONAL_DTYPES])
+@pytest.mark.parametrize("shape,rseq,cseq", UNORDERED_SEQUENCES, ids=[str(i) for i in range(len(UNORDERED_SEQUENCES))])
+def test_fractional_unordered_sequences_bit_exact(tf, shape, rseq, cseq, overlapping, dtype):
+    """Decreasing sequences, empty cells, cells past the input: TF's result bit for bit (both
+    sum each element's shares in double in cell order and cast once)."""
+    rng = np.random.default_rng(zlib.crc32(repr((shape, rseq, cseq, overlapping, dtype.name)).encode()))
+    dy = _fractional_out_backprop(rng, (shape[0], len(rseq) - 1, len(cseq) - 1, shape[3]), dtype)
+    want = tf.raw_ops.FractionalAvgPoolGrad(
+        orig_input_tensor_shape=np.array(shape, np.int64), out_backprop=dy,
+        row_pooling_sequence=np.array(rseq, np.int64), col_pooling_sequence=np.array(cseq, np.int64),
+        overlapping=overlapping).numpy()
+    got = gradops.fractional_avg_pool_grad(list(shape), dy, list(rseq), list(cseq), overlapping)
+    assert got.dtype == want.dtype == dtype and got.shape == want.shape
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_fractional_cell_ending_before_0_refused_like_tf(tf, overlapping):
+    """Rows [0, 0, 4]: TF refuses the disjoint cell [0, -1] (a "negative" value) but computes
+    the overlapping one-row cell [0, 0]; gradops does the same."""
+    dy = np.arange(1.0, 3.0).reshape(1, 2, 1, 1)
+    kw = dict(orig_input_tensor_shape=[1, 4, 1, 1], out_backprop=dy, row_pooling_sequence=[0, 0, 4],
+              col_pooling_sequence=[0, 1], overlapping=overlapping)
+    tf_kw = {k: (np.array(v, np.int64) if isinstance(v, list) else v) for k, v in kw.items()}
+    if overlapping:
+        want = tf.raw_ops.FractionalAvgPoolGrad(**tf_kw).numpy()
+        np.testing.assert_array_equal(gradops.fractional_avg_pool_grad(**kw), want)
+        return
+    with pytest.raises(tf.errors.InvalidArgumentError, match="must not be negative"):
+        tf.raw_ops.FractionalAvgPoolGrad(**tf_kw)
+    with pytest.raises(gradops.InvalidArgumentError, match="row_pooling_sequence"):
+        gradops.fractional_avg_pool_grad(**kw)
+
+
+@pytest.mark.parametrize("dy_shape", [(1, 2, 1, 2), (2, 2, 1, 1)], ids=["smaller_batch", "smaller_depth"])
+def test_fractional_smaller_batch_or_depth_refused_on_purpose(tf, dy_shape):
+    """Known disagreement: an out_backprop with fewer batches or channels than the original
+    input is memory-safe in TF, which fills the gradient's other batches / channels with 0;
+    gradops refuses any batch / depth mismatch (a larger one makes TF write out of bounds).
+    (Only the smaller direction is run through TF: the larger one corrupts its heap.)"""
+    dy = np.arange(1.0, 1.0 + np.prod(dy_shape)).reshape(dy_shape)
+    shape = (2, 4, 1, 2)
+    want = tf.raw_ops.FractionalAvgPoolGrad(
+        orig_input_tensor_shape=np.array(shape, np.int64), out_backprop=dy,
+        row_pooling_sequence=np.array([0, 2, 4], np.int64), col_pooling_sequence=np.array([0, 1], np.int64)).numpy()
+    n, _, _, d = dy_shape
+    padded = np.zeros((2, 2, 1, 2))
+    padded[:n, :, :, :d] = dy
+    np.testing.assert_array_equal(want, gradops.fractional_avg_pool_grad(list(shape), padded, [0, 2, 4], [0, 1]))
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_input_tensor_shape"):
+        gradops.fractional_avg_pool_grad(list(shape), dy, [0, 2, 4], [0, 1])

@@ -182,6 +182,31 @@ def test_grouped_out_depth_must_be_divisible_by_groups():
     raises(filter_grad, "groups", filter_sizes=[3, 3, 2, 5])
 
 
+@pytest.mark.parametrize("batch", [0, 2], ids=["empty_batch", "batch2"])
+def test_input_depth_0_forms_no_groups(batch):
+    """Input depth 0 over filter depth 1 or 2 is 0 groups: out_depth > 0 is refused by every
+    non-depthwise op (however empty the tensors); out_depth 0 is consistent (empty results)."""
+    x0, dy = x_((batch, 6, 6, 0)), x_((batch, 6, 6, 5))
+    for fin in (1, 2):
+        raises(filter_grad, "number of groups", "input depth 0", input=x0, filter_sizes=[3, 3, fin, 5],
+               out_backprop=dy)
+        raises(input_grad, "number of groups", input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, fin, 5)),
+               out_backprop=dy)
+        raises(gradops.conv2d, "number of groups", input=x0, filter=x_((3, 3, fin, 5)), strides=S1, padding="SAME")
+        raises(gradops.conv2d_backprop_filter_v2, "number of groups", input=x0, filter=x_((3, 3, fin, 5)),
+               out_backprop=dy, strides=S1, padding="SAME")
+        raises(gradops.conv2d_backprop_input_v2, "number of groups", input=x0, filter=x_((3, 3, fin, 5)),
+               out_backprop=dy, strides=S1, padding="SAME")
+    dy0 = x_((batch, 6, 6, 0))
+    assert filter_grad(input=x0, filter_sizes=[3, 3, 1, 0], out_backprop=dy0).shape == (3, 3, 1, 0)
+    assert not input_grad(input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, 1, 0)), out_backprop=dy0).size
+    assert gradops.conv2d(x0, x_((3, 3, 1, 0)), S1, "SAME").shape == (batch, 6, 6, 0)
+    # Depthwise is not grouped by the filter depth: in_depth 0 there means a [R, S, 0, M] filter.
+    assert not depthwise_grad(input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, 0, 2)), out_backprop=dy0).size
+    raises(depthwise_grad, "in_depth", input_sizes=[batch, 6, 6, 0], filter=x_((3, 3, 1, 2)),
+           out_backprop=x_((batch, 6, 6, 2)))
+
+
 @pytest.mark.parametrize("shape", [(2, 5, 6, 5), (2, 6, 7, 5)])
 def test_out_backprop_spatial_size_must_match(shape):
     raises(filter_grad, "out_backprop", "computed", out_backprop=x_(shape))
@@ -295,9 +320,10 @@ def test_fractional_out_backprop_must_be_4d():
     raises(pool_grad, "out_backprop", out_backprop=x_((3, 3, 2)))
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 3, 2), (1, 3, 3, 3)])
+@pytest.mark.parametrize("shape", [(2, 3, 3, 2), (1, 3, 3, 3), (1, 3, 3, 1)], ids=["batch2", "depth3", "depth1"])
 def test_fractional_batch_and_depth_must_match_original(shape):
-    """TF writes past the end of its gradient buffer when these differ."""
+    """TF writes past the end of its gradient buffer when out_backprop's batch or depth is
+    larger, and leaves the rest zero when smaller; gradops refuses both."""
     raises(pool_grad, "batch and depth", out_backprop=x_(shape))
 
 
@@ -310,15 +336,28 @@ def test_pooling_sequence_must_not_be_negative():
     raises(pool_grad, "row_pooling_sequence", "negative", row_pooling_sequence=[-1, 2, 4, 6])
 
 
-def test_pooling_sequence_must_increase():
-    raises(pool_grad, "col_pooling_sequence", "increasing", col_pooling_sequence=[0, 4, 2, 6])
-    raises(pool_grad, "row_pooling_sequence", "increasing", row_pooling_sequence=[0, 2, 2, 6])
-    raises(pool_grad, "row_pooling_sequence", "non-decreasing", overlapping=True,
-           row_pooling_sequence=[0, 3, 2, 6])
+def test_disjoint_pooling_cell_must_not_end_before_index_0():
+    """A disjoint cell ends at next entry - 1: a next entry of 0 ends it at -1, which TF refuses
+    as a negative value; the overlapping cell ending at 0 is fine."""
+    raises(pool_grad, "row_pooling_sequence", "negative", row_pooling_sequence=[0, 0, 4, 6])
+    raises(pool_grad, "col_pooling_sequence", "negative", col_pooling_sequence=[3, 0, 4, 6])
+    assert pool_grad(row_pooling_sequence=[0, 0, 4, 6], overlapping=True).shape == (1, 6, 6, 2)
 
 
-def test_pooling_cell_must_start_inside_the_input():
-    raises(pool_grad, "row_pooling_sequence", "outside", row_pooling_sequence=[0, 2, 6, 8])
+def test_pooling_sequence_values_must_fit_in_int64():
+    """TF's sequences are int64: a uint64 entry past 2**63 - 1 is refused, not wrapped (a cell
+    starting that far past the input would otherwise be an empty cell)."""
+    raises(pool_grad, "row_pooling_sequence", "int64", row_pooling_sequence=np.array([0, 2**63, 4, 6], np.uint64))
+    raises(gradops.fractional_avg_pool, "col_pooling_sequence", "int64", value=x_((1, 6, 6, 2)),
+           row_pooling_sequence=[0, 6], col_pooling_sequence=np.array([2**64 - 1, 6], np.uint64))
+
+
+def test_unordered_pooling_sequences_are_accepted():
+    """Decreasing sequences, equal entries (empty disjoint cells) and cells starting past the
+    input are read as TF reads them: the empty cells spread no gradient."""
+    for kw in (dict(col_pooling_sequence=[0, 4, 2, 6]), dict(row_pooling_sequence=[0, 2, 2, 6]),
+               dict(row_pooling_sequence=[0, 3, 2, 6], overlapping=True), dict(row_pooling_sequence=[0, 2, 6, 8])):
+        assert pool_grad(**kw).shape == (1, 6, 6, 2)
 
 
 def test_pooling_sequence_must_be_integers():

@@ -437,23 +437,34 @@ def depthwise_conv2d_native(g: Conv2DGeometry, input: np.ndarray, filter: np.nda
 # --------------------------------------------------------------------------- fractional pooling
 
 
-def _cells_containing(starts, ends, in_size: int) -> tuple[np.ndarray, np.ndarray]:
-    """For each input index, the pooling cells that contain it, and each cell's size.
+def _cell_slots(g: FractionalPoolGeometry, dim: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """One dimension's cells per input index as slots: ``(offsets, cells, counts)`` from
+    :meth:`FractionalPoolGeometry.cells_by_index` plus how many cells contain each index; the
+    k-th cell (in cell order) of index i is ``cells[offsets[i] + k]`` for k < counts[i]."""
+    offsets, cells = g.cells_by_index(dim)
+    return offsets, cells, np.diff(offsets)
 
-    Returns ``index`` [K, in_size] where ``index[k, i]`` is the k-th cell containing ``i``, or
-    ``len(starts)`` (a zero padding cell) when fewer than k + 1 cells do, and ``sizes``.
-    Starts and ends are non-decreasing (validated), so the cells containing ``i`` are the
-    contiguous run from the first cell ending at or after ``i`` to the last starting at or before.
-    """
-    starts = np.asarray(starts, np.int64)
-    ends = np.asarray(ends, np.int64)
-    positions = np.arange(in_size)
-    first = np.searchsorted(ends, positions, side="left")
-    count = np.maximum(np.searchsorted(starts, positions, side="right") - first, 0)
-    depth = max(1, int(count.max(initial=0)))
-    k = np.arange(depth)[:, None]
-    index = np.where(k < count[None, :], first[None, :] + k, len(starts))
-    return index, (ends - starts + 1).astype(np.float64)
+
+def _slot_table(offsets, cells, counts, depth: int, pad: int) -> np.ndarray:
+    """[depth, in_size]: the k-th cell containing each index, or ``pad`` (a zero cell)."""
+    index = np.full((depth, len(counts)), pad, np.int64)
+    for k in range(depth):
+        has = counts > k
+        index[k, has] = cells[offsets[:-1][has] + k]
+    return index
+
+
+def _slot_steps(offsets, cells, counts) -> list:
+    """[(input indices, their k-th cells)] for k = 0, 1, ...: only the indices in more than k
+    cells, so the steps hold each (index, cell) pair once; a run of indices becomes a slice."""
+    steps = []
+    for k in range(int(counts.max(initial=0))):
+        where = np.flatnonzero(counts > k)
+        chosen = cells[offsets[where] + k]
+        if where[-1] - where[0] + 1 == len(where):
+            where = slice(int(where[0]), int(where[-1]) + 1)
+        steps.append((where, chosen))
+    return steps
 
 
 def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop: np.ndarray) -> np.ndarray:
@@ -461,21 +472,32 @@ def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop: np.ndarray
 
     TF divides every element by its cell's size in double and adds the shares to a zeroed
     double buffer in cell order (row cell, then column cell) before one cast to the output
-    type.  Each input element here adds its shares from the (few) cells containing it in that
-    same order, so sums round exactly as TF's do (it matters for integers: 1 + 1/3 + 2/3
-    truncates to 2, 1 + (2/3 + 1/3) to 1).
+    type.  Each input element here adds its shares from the cells containing it in that same
+    order, so sums round exactly as TF's do (it matters for integers: 1 + 1/3 + 2/3 truncates
+    to 2, 1 + (2/3 + 1/3) to 1).  Cells need not be ordered; empty cells add nothing.
     """
     if _is_empty(g.input_shape, out_backprop.shape):
         return np.zeros(g.input_shape, out_backprop.dtype)
-    row_index, row_sizes = _cells_containing(g.row_starts, g.row_ends, g.in_rows)
-    col_index, col_sizes = _cells_containing(g.col_starts, g.col_ends, g.in_cols)
-    # Divide (not multiply by a reciprocal) so each share rounds exactly as TF's does.
+    rows = _cell_slots(g, "rows")
+    cols = _cell_slots(g, "cols")
+    row_depth, col_depth = (int(counts.max(initial=0)) for _, _, counts in (rows, cols))
+    # Divide (not multiply by a reciprocal) so each share rounds exactly as TF's does.  Empty
+    # cells (size 0) are in no index's list: their shares are never read.
+    row_sizes = np.maximum(np.asarray(g.row_cell_sizes, np.float64), 1.0)
+    col_sizes = np.maximum(np.asarray(g.col_cell_sizes, np.float64), 1.0)
     cell_sizes = (row_sizes[:, None] * col_sizes[None, :])[None, :, :, None]
     grad = np.empty(g.input_shape, out_backprop.dtype)
-    if len(row_index) > 2 or len(col_index) > 2:  # some index in 3+ cells (repeated sequence entries)
-        work = _pool_grad_any_overlap
-    else:
-        work = _pool_grad_two_cells
+    if row_depth <= 2 and col_depth <= 2:  # every index in at most two cells per dimension
+        row_index = _slot_table(*rows, max(1, row_depth), g.out_rows)
+        col_index = _slot_table(*cols, max(1, col_depth), g.out_cols)
+
+        def work(shares, out):
+            _pool_grad_two_cells(shares, row_index, col_index, out)
+    else:  # repeated entries, or unordered sequences stacking cells
+        row_steps, col_steps = _slot_steps(*rows), _slot_steps(*cols)
+
+        def work(shares, out):
+            _pool_grad_steps(shares, row_steps, col_steps, out)
 
     def run(b):
         # One zero row and column at the end serve the padding cell index.  Adding +0.0 turns a
@@ -483,26 +505,31 @@ def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop: np.ndarray
         shares = np.zeros((b.stop - b.start, g.out_rows + 1, g.out_cols + 1, g.depth))
         np.divide(out_backprop[b], cell_sizes, out=shares[:, :-1, :-1, :], dtype=np.float64)
         shares += 0.0
-        work(shares, row_index, col_index, grad[b])
+        work(shares, grad[b])
 
     item = (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth * 8
     _for_batch_chunks(g.batch, item, run)
     return grad
 
 
-def _pool_grad_any_overlap(shares, row_index, col_index, out):
+def _pool_grad_steps(shares, row_steps, col_steps, out):
     """out[n, i, j] = cast(sum of shares[n, r, c] over the cells (r, c) containing (i, j)), in
-    TF's order: every (row cell, column cell) pair, one full gather each."""
+    TF's order: the k-th row cell of i before its (k+1)-th, and within each, the column cells
+    of j in order.  Each (row step, column step) adds one block; no index is in a step twice."""
     total = np.zeros(out.shape)
-    for row_cells in row_index:
+    for row_where, row_cells in row_steps:
         rows = shares[:, row_cells]
-        for col_cells in col_index:
-            total += rows[:, :, col_cells]  # fancy indexing: measured faster than np.take here
+        for col_where, col_cells in col_steps:
+            block = rows[:, :, col_cells]  # fancy indexing: measured faster than np.take here
+            if isinstance(row_where, slice) or isinstance(col_where, slice):
+                total[:, row_where, col_where] += block
+            else:
+                total[:, row_where[:, None], col_where[None, :]] += block
     out[...] = _cast_from_float64(total, out.dtype)
 
 
 def _pool_grad_two_cells(shares, row_index, col_index, out):
-    """As _pool_grad_any_overlap when every index is in at most two cells.
+    """As _pool_grad_steps when every index is in at most two cells (per dimension).
 
     Overlapping cells share only their boundary index, so only boundary rows sum two row
     cells' shares; the others are one gathered (row-cell) sum each.  Second cells that do not
@@ -531,7 +558,7 @@ def _pool_grad_two_cells(shares, row_index, col_index, out):
 
 def _take_rows(x: np.ndarray, index: np.ndarray) -> np.ndarray:
     """x[:, index], as a view when ``index`` is a run of consecutive rows (boundary rows of
-    strictly increasing sequences are)."""
+    increasing sequences are)."""
     if len(index) and (np.diff(index) == 1).all():
         return x[:, index[0]:index[-1] + 1]
     return np.take(x, index, axis=1)
@@ -541,26 +568,47 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
     """Forward average over each (row cell x column cell), NHWC, computed in float64."""
     if _is_empty(g.output_shape, value.shape):
         return np.zeros(g.output_shape, value.dtype)
+    # An empty cell (end before start, possibly starting past the input) averages to 0: the
+    # adjoint of the gradient, which gives its share to no input element.  Its bounds become
+    # the empty range [0, 0) and its size 1.
+    row_sizes, col_sizes = np.asarray(g.row_cell_sizes), np.asarray(g.col_cell_sizes)
+    row_starts = np.where(row_sizes > 0, g.row_starts, 0)
+    row_stops = np.where(row_sizes > 0, np.asarray(g.row_ends) + 1, 0)
+    col_starts = np.where(col_sizes > 0, g.col_starts, 0)
+    col_stops = np.where(col_sizes > 0, np.asarray(g.col_ends) + 1, 0)
+    cell_sizes = (np.maximum(row_sizes, 1)[:, None] * np.maximum(col_sizes, 1)[None, :]).astype(np.float64)
     if not np.isfinite(value).all():
         # Prefix-sum differences would turn one inf into NaN in every later cell (inf - inf):
         # sum each cell directly instead, so non-finite values reach only their own cells.
         sums = np.empty(g.output_shape)
-        for r, (r0, r1) in enumerate(zip(g.row_starts, g.row_ends)):
-            rows = value[:, r0:r1 + 1].sum(axis=1, dtype=np.float64)
-            for c, (c0, c1) in enumerate(zip(g.col_starts, g.col_ends)):
-                sums[:, r, c] = rows[:, c0:c1 + 1].sum(axis=1) / ((r1 - r0 + 1) * (c1 - c0 + 1))
+        for r, (r0, r1) in enumerate(zip(row_starts, row_stops)):
+            rows = value[:, r0:r1].sum(axis=1, dtype=np.float64)
+            for c, (c0, c1) in enumerate(zip(col_starts, col_stops)):
+                sums[:, r, c] = rows[:, c0:c1].sum(axis=1) / cell_sizes[r, c]
         return _cast_from_float64(sums, value.dtype)
-    row_starts, row_ends = np.asarray(g.row_starts), np.asarray(g.row_ends)
-    col_starts, col_ends = np.asarray(g.col_starts), np.asarray(g.col_ends)
-    # Cell sums as differences of prefix sums (one leading zero row / column).
-    prefix = np.zeros((g.batch, g.in_rows + 1, g.in_cols, g.depth))
-    np.cumsum(value, axis=1, dtype=np.float64, out=prefix[:, 1:])
-    row_sums = prefix[:, row_ends + 1] - prefix[:, row_starts]
-    prefix = np.zeros((g.batch, g.out_rows, g.in_cols + 1, g.depth))
-    np.cumsum(row_sums, axis=2, out=prefix[:, :, 1:])
-    sums = prefix[:, :, col_ends + 1] - prefix[:, :, col_starts]
-    cell_sizes = ((row_ends - row_starts + 1)[:, None] * (col_ends - col_starts + 1)[None, :]).astype(np.float64)
-    return _cast_from_float64(sums / cell_sizes[None, :, :, None], value.dtype)
+    # Cell sums as differences of prefix sums, one dimension after the other.  The dimension
+    # reduced first is the one leaving the smaller intermediate (out_rows x in_cols or
+    # in_rows x out_cols), which is never larger than the input or the result (repeated
+    # entries can make out_rows exceed in_rows many times over).
+    if g.out_rows * g.in_cols <= g.in_rows * g.out_cols:
+        sums = _cell_sums(_cell_sums(value, 1, row_starts, row_stops), 2, col_starts, col_stops)
+    else:
+        sums = _cell_sums(_cell_sums(value, 2, col_starts, col_stops), 1, row_starts, row_stops)
+    sums /= cell_sizes[None, :, :, None]
+    return _cast_from_float64(sums, value.dtype)
+
+
+def _cell_sums(x: np.ndarray, axis: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
+    """Sums of ``x`` over [starts[k], stops[k]) along ``axis``, in float64: differences of a
+    prefix sum with one leading zero (empty ranges give 0).  Holds the prefix, the result and
+    one result-sized temporary at most."""
+    shape = list(x.shape)
+    shape[axis] += 1
+    prefix = np.zeros(shape)
+    np.cumsum(x, axis=axis, dtype=np.float64, out=prefix[(slice(None),) * axis + (slice(1, None),)])
+    sums = np.take(prefix, stops, axis=axis)
+    sums -= np.take(prefix, starts, axis=axis)
+    return sums
 
 
 def _cast_from_float64(x: np.ndarray, dtype: np.dtype) -> np.ndarray:

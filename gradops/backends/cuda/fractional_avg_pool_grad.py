@@ -1,16 +1,17 @@
 """Launcher for cuda_src/fractional_avg_pool_grad.cu.
 
 The geometry's pooling cells (validated once, on the host) become small int64 tables: for
-each input row (column), the range of row (column) cells containing it, and each cell's size.
-They go to the device in one upload on the current stream; the kernel then gathers each
-input element's shares.  CuPy is imported only when a call runs.
+each input row (column), the list of row (column) cells containing it in cell order (CSR:
+offsets and cell indices; cells need not be ordered, empty cells are in no list), and each
+cell's size.  They go to the device in one upload on the current stream; the kernel then
+gathers each input element's shares.  CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..._geometry import FractionalPoolGeometry
+from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _build, _runtime
 
 SOURCE = "fractional_avg_pool_grad.cu"
@@ -36,22 +37,19 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
 
 
 def cell_tables(starts, ends, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(cells_begin [in_size], cells_end [in_size], cell_sizes [cells]) of one dimension, int64.
+    """(cell_offsets [in_size + 1], cells [entries], cell_sizes [cells]) of one dimension, int64.
 
-    Input index i lies in cells [cells_begin[i], cells_end[i]) (an empty range when no cell
-    covers it).  Starts and ends are non-decreasing (validated), so the cells containing i are
-    the run from the first cell ending at or after i to the last one starting at or before i.
+    Input index i lies in cells ``cells[cell_offsets[i]:cell_offsets[i + 1]]``, in increasing
+    cell order (TF's summation order); a cell ending before it starts is empty, in no list,
+    and has size 0.  Starts and ends are the geometry's (clamped, inclusive, in any order).
     """
-    starts = np.asarray(starts, np.int64)
-    ends = np.asarray(ends, np.int64)
-    positions = np.arange(in_size, dtype=np.int64)
-    begin = np.searchsorted(ends, positions, side="left").astype(np.int64)
-    end = np.maximum(np.searchsorted(starts, positions, side="right").astype(np.int64), begin)
-    return begin, end, ends - starts + 1
+    offsets, cells = cells_by_index(starts, ends, in_size)
+    sizes = np.maximum(np.asarray(ends, np.int64) - np.asarray(starts, np.int64) + 1, 0)
+    return offsets, cells, sizes
 
 
 def kernel_tables(g: FractionalPoolGeometry) -> list[np.ndarray]:
-    """The kernel's six int64 table parameters, in order: rows' cells_begin, cells_end,
+    """The kernel's six int64 table parameters, in order: rows' cell_offsets, cells,
     cell_sizes, then the same for columns (see :func:`cell_tables`)."""
     return [*cell_tables(g.row_starts, g.row_ends, g.in_rows),
             *cell_tables(g.col_starts, g.col_ends, g.in_cols)]
