@@ -42,7 +42,7 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
     _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values())
     _check_cell_tables_fit(op, geometry)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
-    impl = select_backend(op, where, backend, geometry, dtype)
+    impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_avg_pool_grad, geometry, arrays["out_backprop"])
 
 
@@ -84,7 +84,7 @@ def fractional_avg_pool(value: Any, row_pooling_sequence: Any, col_pooling_seque
     out_shape = (shape[0], len(rows) - 1, len(cols) - 1, shape[3])
     geometry = fractional_pool_geometry(op, list(shape), out_shape, rows, cols, overlapping)
     arrays = _arrays.ready_for_backend(op, where, geometry.output_shape, arrays)
-    impl = select_backend(op, where, backend, geometry, dtype)
+    impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_avg_pool, geometry, arrays["value"])
 
 

@@ -203,3 +203,26 @@ def test_decision_carries_the_cuda_kernels_own_reason(host_device, monkeypatch):
         gradops.conv2d_backprop_filter(x, [2, 2, 1, 1], dy, [1, 1, 1, 1], "SAME", **kw)
         assert gradops.last_backend_decision() == gradops.BackendDecision(
             "conv2d_backprop_filter", "cuda", f"{why}; gradops' CUDA kernels: {note}")
+
+
+def test_fractional_pooling_asks_its_backend_on_the_arrays_device(host_device, monkeypatch):
+    import cupy
+
+    from gradops.backends import cuda as cuda_backend
+
+    asked = []
+    real_supports = cuda_backend.supports
+
+    def supports(op, geometry, dtype):
+        asked.append((op, host_device.current_device))
+        return real_supports(op, geometry, dtype)
+
+    monkeypatch.setattr(cuda_backend, "supports", supports)
+    dy = np.arange(8, dtype=np.float32).reshape(1, 2, 2, 2)
+    with cupy.cuda.Device(1):
+        gdy = cupy.asarray(dy)
+    with cupy.cuda.Device(0):
+        got = gradops.fractional_avg_pool_grad([1, 4, 4, 2], gdy, [0, 2, 4], [0, 2, 4])
+    assert asked == [("fractional_avg_pool_grad", 1)], asked
+    np.testing.assert_array_equal(cupy.asnumpy(got), gradops.fractional_avg_pool_grad([1, 4, 4, 2], dy, [0, 2, 4],
+                                                                                      [0, 2, 4]))
