@@ -81,3 +81,11 @@ def test_check_prints_notes_verbatim(monkeypatch):
     assert skip in text
     assert "FAIL " + fail in text
     assert "0 passed, 1 failed" in text
+
+
+def test_bench_errors_are_printed_verbatim():
+    """An error message goes through rich without its brackets being read as markup (an
+    unknown engine named like an extra must be echoed as typed)."""
+    result = run("bench", "--mode", "cpu", "--suite", "smoke", "--engine", "gradops[cuda12]", "--no-progress")
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "unknown engine(s) gradops[cuda12]" in result.stdout, result.stdout

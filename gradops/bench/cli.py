@@ -57,7 +57,9 @@ def main(args: argparse.Namespace, console) -> int:
                      allow_tf32=args.allow_tf32, deterministic=not args.nondeterministic,
                      progress=not args.no_progress)
     except ValueError as exc:  # an unknown engine name
-        console.print(f"[red]error[/]: {exc}")
+        from rich.markup import escape  # a message may name an extra, e.g. gradops[cuda12]
+
+        console.print(f"[red]error[/]: {escape(str(exc))}")
         return 2
     _print_summary(console, report)
     if args.out:
