@@ -413,36 +413,47 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
         for cls, v in counts.items():
             if cls.startswith("class:"):
                 pipe_counts[cls.removeprefix("class:")] += v * n / total_warps
-    warp_instructions = mean_cost * elements / 32
     traffic = bytes_moved(case, g, width)
     if case.op == FRACTIONAL:
         traffic += 8 * (2 * g.in_rows + g.out_rows + 2 * g.in_cols + g.out_cols)
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], block_size(kernel.expression))
-    resident = occ["warps_per_sm"] * 32
+    limits = roofline(device, elements, mean_cost, pipe_counts, traffic, l2_bytes, occ["warps_per_sm"] * 32)
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2_bytes,
+            "sass_per_element": mean_cost, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "work_histogram": {str(k): v for k, v in sorted(warps.items())}}
+
+
+def roofline(device: Device, elements: int, sass_per_element: float, classes_per_element: dict, traffic: float,
+             l2_bytes: float, resident_threads_per_sm: int) -> dict:
+    """The four limits (seconds) and the prediction for ``elements`` output elements, each
+    costing ``sass_per_element`` instructions (``classes_per_element``: per pipe class) with
+    ``traffic`` DRAM bytes and ``l2_bytes`` L2 bytes in all."""
+    warp_instructions = sass_per_element * elements / 32
     t_sched = warp_instructions / device.issue_rate
-    pipe_times = {p: pipe_counts[p] * elements / 32 / (device.sms * lanes / 32 * device.clock_hz)
+    pipe_times = {p: classes_per_element.get(p, 0) * elements / 32 / (device.sms * lanes / 32 * device.clock_hz)
                   for p, lanes in device.pipes}
     busiest = max(pipe_times, key=pipe_times.get)
     limits = {
         "DRAM": traffic / device.bandwidth,
         "L2": l2_bytes / device.l2_bandwidth,
         "issue": max(t_sched, pipe_times[busiest]),
-        "occupancy": elements / (device.sms * resident) * device.dram_latency_s if resident else math.inf,
+        "occupancy": (elements / (device.sms * resident_threads_per_sm) * device.dram_latency_s
+                      if resident_threads_per_sm else math.inf),
     }
     limiter = max(limits, key=limits.get)
     seconds = limits[limiter]
-    budget = 32 * device.issue_rate * (traffic / (BUDGET_FRACTION * device.bandwidth)) / elements
-    return {
-        "suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
-        "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2_bytes,
-        "sass_per_element": mean_cost, "warp_instructions": warp_instructions,
-        "issue_detail": {"scheduler_s": t_sched, "busiest_pipe": busiest, "busiest_pipe_s": pipe_times[busiest]},
-        "resident_warps_per_sm": occ["warps_per_sm"],
-        "limits_ms": {k: v * 1e3 for k, v in limits.items()}, "limiter": limiter, "predicted_ms": seconds * 1e3,
-        "pct_hbm": 100 * traffic / seconds / device.bandwidth,
-        "budget_per_element_75pct_hbm": budget,
-        "work_histogram": {str(k): v for k, v in sorted(warps.items())},
-    }
+    return {"warp_instructions": warp_instructions,
+            "issue_detail": {"scheduler_s": t_sched, "busiest_pipe": busiest, "busiest_pipe_s": pipe_times[busiest]},
+            "limits_ms": {k: v * 1e3 for k, v in limits.items()}, "limiter": limiter, "predicted_ms": seconds * 1e3,
+            "pct_hbm": 100 * traffic / seconds / device.bandwidth,
+            "budget_per_element_75pct_hbm": instruction_budget(device, traffic, elements)}
+
+
+def instruction_budget(device: Device, traffic: float, elements: int, fraction: float = BUDGET_FRACTION) -> float:
+    """SASS instructions per output element at which the scheduler limit equals the time to
+    move ``traffic`` bytes at ``fraction`` of HBM bandwidth."""
+    return 32 * device.issue_rate * (traffic / (fraction * device.bandwidth)) / elements
 
 
 # --------------------------------------------------------------------------- the report
@@ -464,7 +475,8 @@ def build(archs=("sm_90", "sm_80"), conv: bool = True, suites=SUITES, dtypes=REP
     from ..backends.cuda import _sass
 
     say = progress or (lambda text: None)
-    sources = [DEPTHWISE_SOURCE, FRACTIONAL_SOURCE] + (list(CONV_SOURCES) if conv else [])
+    wants_depthwise = any(case.op == DEPTHWISE_INPUT for name in suites for case in suite(name))
+    sources = ([DEPTHWISE_SOURCE] if wants_depthwise else []) + [FRACTIONAL_SOURCE] + (list(CONV_SOURCES) if conv else [])
     kernels = {}
     for source in sources:
         for arch in archs:
