@@ -364,7 +364,8 @@ def reference_paths(kernel) -> dict | None:
 def _call_sites(cfg) -> int:
     """Subroutine calls in the grid-stride loop (each a slow path beside an inline fast path)."""
     loop = grid_loop(cfg)
-    return sum(1 for x in cfg.loop_instructions(loop, include_cold=True) if x.base == "CALL")
+    return sum(1 for x in cfg.loop_instructions(loop, include_cold=True)
+               if x.base == "CALL" and (x.target or "").startswith("$"))
 
 
 # --------------------------------------------------------------------------- shapes

@@ -296,10 +296,10 @@ class CFG:
         leaders = {0}
         targets = {}
         for i, x in enumerate(ins):
-            if x.base in _BRANCHES and x.target in function.labels:
+            if self._is_jump(x) and x.target in function.labels:
                 targets[i] = function.labels[x.target]
                 leaders.add(targets[i])
-            if x.base in _BRANCHES | _ENDS and i + 1 < len(ins):
+            if (self._is_jump(x) or x.base in _ENDS) and i + 1 < len(ins):
                 leaders.add(i + 1)
             if x.base == "CALL" and i + 1 < len(ins):
                 leaders.add(i + 1)  # a call ends a block so that cold blocks stay small
@@ -316,8 +316,10 @@ class CFG:
             # "@P0 BRA", "BRA.U !UP0, `(...)" and "BRA.DIV UR4, `(...)" may fall through.
             unconditional = (last.predicate in (None, "PT")
                              and not last.operands.split("`", 1)[0].strip().rstrip(","))
-            b.calls = [x.target for x in ins[b.start:b.end] if x.base == "CALL" and x.target]
-            if last.base in _BRANCHES and (b.end - 1) in targets:
+            # Unconditional calls of subroutines only (a slow path); calls of local labels are jumps.
+            b.calls = [x.target for x in ins[b.start:b.end]
+                       if x.base == "CALL" and x.target and x.target.startswith("$") and x.predicate in (None, "PT")]
+            if self._is_jump(last) and (b.end - 1) in targets:
                 b.succs.append(by_start[targets[b.end - 1]])
                 if not unconditional and b.end < len(ins):
                     b.succs.append(by_start[b.end])
@@ -342,6 +344,12 @@ class CFG:
         self.dominators = self._dominators()
         self.loops = self._loops()
 
+    @staticmethod
+    def _is_jump(x: Instruction) -> bool:
+        """A branch, or a ``CALL`` to a label of the function itself (not a ``$`` subroutine):
+        sm_80 code leaves loops by ``@P0 CALL.REL.NOINC `(.L_x_7)``, which never returns."""
+        return x.base in _BRANCHES or (x.base == "CALL" and bool(x.target) and not x.target.startswith("$"))
+
     # ---- structure
 
     def instructions(self, block: int) -> list[Instruction]:
@@ -349,7 +357,7 @@ class CFG:
         return self.function.instructions[b.start:b.end]
 
     def cold(self, block: int) -> bool:
-        """A block that calls a subroutine: a slow path no steady-state path takes."""
+        """A block that always calls a subroutine: a slow path no steady-state path takes."""
         return bool(self.blocks[block].calls)
 
     def _dominators(self) -> dict[int, set[int]]:
