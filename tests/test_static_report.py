@@ -225,10 +225,14 @@ def test_nvidia_tools_are_installed():
 
 @needs_tools
 def test_fractional_kernel_end_to_end(tmp_path):
-    """Compile the fractional kernel for sm_90, read its SASS, and predict one benchmark shape."""
+    """Compile the fractional kernel for sm_90 and sm_80, read its SASS, and predict the
+    fractional suite's shapes on the H100."""
     device = sr.DEVICES[0]
-    report = sr.build(("sm_90",), conv=False, suites=("fractional",), dtypes=("float16",), devices=(device,))
-    kernels = {r["kernel"]: r for r in report["kernels"]}
+    report = sr.build(("sm_90", "sm_80"), conv=False, suites=("fractional",), dtypes=("float16",), devices=(device,))
+    sm80 = {r["kernel"]: r for r in report["kernels"] if r["arch"] == "sm_80"}
+    path80 = sm80["gradops::fractional_avg_pool_grad<__half, double>"]["steady_state"]
+    assert path80["path"]["memory"]["LDG.16"] == 1 and 50 < path80["per_element"] < 2000
+    kernels = {r["kernel"]: r for r in report["kernels"] if r["arch"] == "sm_90"}
     half = kernels["gradops::fractional_avg_pool_grad<__half, double>"]
     assert half["registers"] == half["cuobjdump"]["REG"] and half["shared_bytes"] == half["cuobjdump"]["SHARED"]
     assert half["block"] == 256 and half["occupancy"]["warps_per_sm"] > 0

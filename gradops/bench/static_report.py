@@ -156,14 +156,16 @@ def counted_loads(width: int):
 
 def block_size(expression: str) -> int:
     """Threads per block the launcher uses for an instantiation."""
-    from ..backends.cuda import _conv_igemm, _runtime, conv2d_backprop_filter
+    import importlib
+
+    from ..backends.cuda import _conv_igemm, _runtime
 
     if "_igemm<" in expression:
         args = template_args(expression)
         c_type = {v[0]: k for k, v in _conv_igemm._build.C_TYPES.items()}[args[0]]
         return _conv_igemm.TILES[(c_type, int(args[2]))][3]
     if "conv2d_backprop_filter_direct<" in expression:
-        return conv2d_backprop_filter.FILTER_DIRECT_THREADS
+        return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
     return _runtime.BLOCK_1D
 
 
