@@ -263,3 +263,31 @@ def test_fractional_kernel_end_to_end(tmp_path):
     assert "PREDICTED, NOT MEASURED" in text and meta["commit"] in text and "1.755 GHz" in text
     assert sr.load_predictions(paths[0])[(device.key, FRACTIONAL, predictions[0]["label"], "float16")]
     assert not math.isnan(predictions[0]["predicted_ms"])
+
+
+def test_sm80_loop_exit_by_a_call_of_a_local_label():
+    """sm_80 code leaves a loop by ``@P0 CALL.REL.NOINC`` to a label of the kernel (the EXIT):
+    a conditional jump, not a slow path, so the loop keeps its steady-state path."""
+    listing = """
+	.section	.text._Z1kv,"ax",@progbits
+.text._Z1kv:
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_0:
+        /*0010*/                   LDG.E R2, desc[UR4][R4.64] ;
+        /*0020*/                   STG.E desc[UR4][R4.64], R2 ;
+        /*0030*/                   ISETP.GE.AND P0, PT, R0, 0x10, PT ;
+        /*0040*/               @P0 CALL.REL.NOINC `(.L_x_1) ;
+        /*0050*/                   BRA `(.L_x_0) ;
+.L_x_1:
+        /*0060*/                   EXIT ;
+"""
+    cfg = _sass.CFG(_sass.parse_listing(listing)["_Z1kv"])
+    assert not any(cfg.cold(b) for b in cfg.blocks) and len(cfg.loops) == 1
+    cost, counts = cfg.path(cfg.loops[0], 1, lambda ins: _sass.is_global_load(ins, 4))
+    assert cost == 5 and counts["LDG.32"] == 1 and counts["STG.32"] == 1
+
+
+def test_launch_block_sizes_are_the_launchers():
+    assert sr.block_size("gradops::fractional_avg_pool_grad<float, double>") == 256  # _runtime.BLOCK_1D
+    assert sr.block_size("gradops::conv2d_backprop_filter_direct<float, float, 0>") == 128
+    assert sr.block_size("gradops::conv2d_backprop_input_igemm<__half, float, 1, false>") == 256
