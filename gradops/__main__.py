@@ -1,4 +1,4 @@
-"""Command line: ``python -m gradops info``, ``check``, ``bench``, ``kernels`` and ``install-check``."""
+"""Command line: ``python -m gradops info``, ``check``, ``bench``, ``kernels``, ``static-report`` and ``install-check``."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import importlib.metadata
 import math
 import platform
 import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.markup import escape
@@ -111,6 +112,29 @@ def kernels(console: Console, archs: list[str], sources: list[str] | None) -> in
     return 1 if spilling else 0
 
 
+def static_report(console: Console, out, archs: list[str], conv: bool) -> int:
+    """Compile and disassemble the kernels (no GPU), count their SASS and predict each benchmark
+    shape's time on a roofline: **predicted, not measured**."""
+    from gradops.bench import static_report as sr
+
+    report = sr.build(tuple(archs), conv=conv, progress=lambda text: console.print(escape(text), style="dim"))
+    table = Table(title=f"gradops static report ({sr.LABEL}): steady-state SASS per output element")
+    for col in ("arch", "kernel", "regs", "warps/SM", "global ld/st on the path", "SASS/elem"):
+        table.add_column(col)
+    for r in report["kernels"]:
+        s = r.get("steady_state")
+        if s:
+            memory = ", ".join(f"{v} {k}" for k, v in s["path"]["memory"].items() if k.startswith(("LDG", "STG")))
+            table.add_row(r["arch"], escape(r["kernel"].removeprefix("gradops::")), str(r["registers"]),
+                          str(r["occupancy"]["warps_per_sm"]), memory, f"{s['per_element']:.0f}")
+    console.print(table)
+    console.print(f"{len(report['predictions'])} shape predictions ({sr.LABEL}), commit {report['meta']['commit']}")
+    if out is not None:
+        paths = sr.write(report, out)
+        console.print("wrote " + ", ".join(str(p) for p in paths))
+    return 0
+
+
 def install_check(console: Console, archs: list[str] | None, sources: list[str] | None, jobs: int,
                   only_environment: bool) -> int:
     """Compile every kernel for each GPU generation as a GPU run would (CuPy's compile step, no
@@ -154,6 +178,12 @@ def main(argv: list[str] | None = None) -> int:
     ker = sub.add_parser("kernels", help="compile every CUDA kernel with NVRTC (no GPU) and report registers/spills")
     ker.add_argument("--arch", action="append", default=None, help="sm_XX (repeatable; default sm_80 and sm_90)")
     ker.add_argument("--source", action="append", default=None, help="a cuda_src/*.cu file (repeatable)")
+    sta = sub.add_parser("static-report", help="SASS of the depthwise, fractional pooling and tiled conv kernels (no GPU) "
+                         "and a roofline prediction per benchmark shape: predicted, not measured")
+    sta.add_argument("--out", type=Path, default=None,
+                     help="write static_report.md and static_report.json here (e.g. benchmarks/results)")
+    sta.add_argument("--arch", action="append", default=None, help="sm_XX (repeatable; default sm_90 and sm_80)")
+    sta.add_argument("--no-conv", action="store_true", help="leave out the tiled convolution kernels (minutes to compile)")
     ins = sub.add_parser("install-check", help="compile every kernel for each GPU generation through CuPy's "
                          "compile step, as a GPU run would (no GPU needed)")
     ins.add_argument("--arch", action="append", default=None, help="sm_XX (repeatable; default: sm_70 to sm_120)")
@@ -167,6 +197,8 @@ def main(argv: list[str] | None = None) -> int:
         return info(console)
     if args.command == "kernels":
         return kernels(console, args.arch or ["sm_80", "sm_90"], args.source)
+    if args.command == "static-report":
+        return static_report(console, args.out, args.arch or ["sm_90", "sm_80"], not args.no_conv)
     if args.command == "install-check":
         return install_check(console, args.arch, args.source, args.jobs, args.only_environment)
     if args.command == "bench":

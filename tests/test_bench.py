@@ -238,6 +238,31 @@ def test_speedups_and_geomeans():
     assert group["engines"]["gradops-cuda"]["status"] == {"ok": 2, "mismatch": 1}
 
 
+def test_gpu_report_prints_predictions_beside_measurements(tmp_path):
+    """With a static report for the device, each matching row shows the predicted time and the
+    measured / predicted ratio; rows without a prediction show '-'."""
+    case = suites.suite("smoke")[0]
+    static = {"meta": {"label": "predicted, not measured", "commit": "abc1234"},
+              "predictions": [{"device": "H100 SXM", "op": case.op, "label": case.label, "dtype": "float32",
+                               "predicted_ms": 0.25, "limiter": "DRAM", "pct_hbm": 75.0, "sass_per_element": 40.0}]}
+    path = tmp_path / "static_report.json"
+    path.write_text(json.dumps(static))
+    h100 = metrics.peaks_for("NVIDIA H100 80GB HBM3")
+    engines = [_Fake("gradops-cuda")]
+    result = runner.run(["smoke"], dtypes=["float32"], mode="gpu", engine_list=engines, peaks=h100, progress=False,
+                        timer=lambda engine, fn, settings: 1e-3, predictions=path)
+    matched = [r for r in result["rows"] if r.get("predicted")]
+    assert len(matched) == 1 and matched[0]["label"] == case.label and matched[0]["predicted"]["ms"] == 0.25
+    assert result["meta"]["predicted"]["commit"] == "abc1234"
+    md = report.markdown(result)
+    assert "predicted (not measured)" in md and "| 0.250 ms (DRAM) | 4.00 |" in md
+    assert "abc1234" in md
+    # no static report: no prediction column
+    bare = runner.run(["smoke"], dtypes=["float32"], mode="gpu", engine_list=engines, peaks=h100, progress=False,
+                      timer=lambda engine, fn, settings: 1e-3, predictions=tmp_path / "missing.json")
+    assert not any(r.get("predicted") for r in bare["rows"]) and "predicted (not measured)" not in report.markdown(bare)
+
+
 def test_gpu_mode_report_with_fake_engines(tmp_path):
     """GPU-mode bookkeeping end to end: speedups, % of peak/roofline, geomeans, markdown, PNG."""
     pytest.importorskip("matplotlib")

@@ -72,6 +72,35 @@ def _engines(report: dict) -> list[str]:
     return list(report["meta"].get("timers") or sorted({e for r in report["rows"] for e in r["engines"]}))
 
 
+def attach_predictions(report: dict, predictions: dict, source: str = "") -> int:
+    """Put the static report's prediction beside each row it has one for (same device, op, case
+    label and dtype): ``row["predicted"]``.  ``predictions``: from
+    :func:`gradops.bench.static_report.load_predictions`.  Returns the number of rows matched."""
+    peaks = report["meta"].get("peaks") or {}
+    device = peaks.get("device")
+    matched = 0
+    for row in report["rows"]:
+        p = predictions.get((device, row["op"], row["label"], row["dtype"]))
+        if p:
+            row["predicted"] = {"ms": p["predicted_ms"], "limiter": p["limiter"], "pct_hbm": p["pct_hbm"],
+                                "sass_per_element": p["sass_per_element"]}
+            matched += 1
+    if matched:
+        meta = predictions.get("_meta", {})
+        report["meta"]["predicted"] = {"label": meta.get("label", "predicted, not measured"),
+                                       "commit": meta.get("commit"), "source": source, "rows": matched}
+    return matched
+
+
+def _predicted_cells(row: dict) -> list[str]:
+    p = row.get("predicted")
+    if not p:
+        return ["-", "-"]
+    measured = row["engines"].get("gradops-cuda", {}).get("time_ms")
+    ratio = f"{measured / p['ms']:.2f}" if measured else "-"
+    return [f"{p['ms']:.3f} ms ({p['limiter']})", ratio]
+
+
 def markdown(report: dict) -> str:
     meta, rows = report["meta"], report["rows"]
     engines = _engines(report)
@@ -96,6 +125,11 @@ def markdown(report: dict) -> str:
                  + ", ".join(f"{k} {v}" for k, v in meta.get("timers", {}).items()) + ".")
     lines += ["", "Speedup A vs B = time(B) / time(A) (> 1: A is faster). Cells: time (throughput, % of roofline); "
               "`n/a` = the engine has no such op/config, `unavailable` = engine not usable here.", ""]
+    predicted = meta.get("predicted")
+    if predicted:
+        lines += [f"Predicted: the static report's roofline ({predicted['label']}; commit {predicted['commit']}, "
+                  f"{predicted['source']}), kernel time only; `cuda / predicted` = measured gradops-cuda time / "
+                  "predicted time.", ""]
 
     lines += ["## Geometric means", ""]
     pairs = sorted({p for g in report["summary"]["groups"] for p in g["speedups"]})
@@ -116,7 +150,9 @@ def markdown(report: dict) -> str:
         if not suite_rows:
             continue
         lines += ["", f"## {suite_name}", ""]
+        with_predictions = any(r.get("predicted") for r in suite_rows)
         header = ["case", "op", "dtype"] + engines + pairs
+        header += ["predicted (not measured)", "cuda / predicted"] if with_predictions else []
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         notes = []
         for r in suite_rows:
@@ -128,6 +164,7 @@ def markdown(report: dict) -> str:
                 if entry.get("status") in ("error", "mismatch"):
                     notes.append(f"- {r['label']} {r['op']} {r['dtype']}, {e}: {entry['status']}: {entry.get('note')}")
             cells += [_fmt(r.get("speedups", {}).get(p)) for p in pairs]
+            cells += _predicted_cells(r) if with_predictions else []
             lines.append("| " + " | ".join(c.replace("|", "/") for c in cells) + " |")
         if notes:
             lines += ["", "Errors and mismatches:", ""] + notes

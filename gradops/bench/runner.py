@@ -217,14 +217,16 @@ def selected(suites: list[str], dtypes: list[str] | None) -> list[tuple[Case, st
 def run(suites: list[str], dtypes: list[str] | None = None, mode: str = "auto", engines: list[str] | None = None,
         settings: TimingSettings = TimingSettings(), allow_tf32: bool = False, deterministic: bool = True,
         seed: int = 0, progress: bool = True, engine_list: list[Engine] | None = None,
-        peaks: metrics.Peaks | None = None, timer: Callable | None = None) -> dict:
+        peaks: metrics.Peaks | None = None, timer: Callable | None = None, predictions: Path | None = None) -> dict:
     """Run the suites and return the report: ``{"meta": ..., "rows": [...], "summary": ...}``.
 
     ``mode`` "gpu" times gradops' GPU backends against PyTorch and JAX; "cpu" times the NumPy
     backend against tensorflow-cpu; "auto" picks gpu when CuPy sees a device.  ``engines``
     keeps only the named engines; ``engine_list`` replaces them (tests use fake engines).
     ``peaks`` overrides the device's peak table entry (an unlisted GPU); ``timer(engine, fn,
-    settings) -> seconds`` replaces the timers (tests).
+    settings) -> seconds`` replaces the timers (tests).  In GPU mode each row gets the static
+    report's prediction for the device (``predictions``: its JSON, default
+    benchmarks/results/static_report.json of the checkout) when it has one.
     """
     from . import report
     from .._options import options
@@ -283,7 +285,16 @@ def run(suites: list[str], dtypes: list[str] | None = None, mode: str = "auto", 
             advance(None)
     if stream is not None:
         stream.synchronize()
-    return dict(meta=meta, rows=rows, summary=report.summarize(rows))
+    result = dict(meta=meta, rows=rows, summary=report.summarize(rows))
+    if mode == "gpu":
+        from . import static_report
+
+        path = Path(predictions) if predictions else static_report.default_path()
+        try:
+            report.attach_predictions(result, static_report.load_predictions(path), str(path))
+        except (OSError, ValueError, KeyError) as exc:  # a damaged file must not lose the measurements
+            meta["predicted_error"] = f"{path}: {type(exc).__name__}: {exc}"
+    return result
 
 
 class _progress:

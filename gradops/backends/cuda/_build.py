@@ -177,7 +177,9 @@ def compile_check(archs=("sm_80", "sm_90"), sources=None) -> list[tuple[str, str
 
 _PTXAS_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(sm_\d+)'")
 _PTXAS_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
-_PTXAS_USED = re.compile(r"Used (\d+) registers.*?(?:(\d+) bytes smem)?$")
+#: "Used N registers, ..., S bytes smem[, C bytes cmem[0]]": sm_80's ptxas puts cmem after smem,
+#: sm_90's leaves it out, so smem is searched for anywhere on the line, not anchored at its end.
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?\b(\d+) bytes smem)?")
 
 
 def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:

@@ -1,0 +1,631 @@
+"""Static performance report: SASS figures per kernel and a roofline prediction per benchmark
+shape, **predicted, not measured** (no GPU runs here).
+
+``python -m gradops static-report --out benchmarks/results`` compiles the depthwise and
+fractional pooling kernels (and, unless ``--no-conv``, the tiled convolution kernels) for
+sm_90 and sm_80, reads their SASS (:mod:`gradops.backends.cuda._sass`) and writes
+``static_report.md`` and ``static_report.json``.
+
+Per kernel: registers, shared memory, spills, occupancy at the launcher's block size, the
+global loads and stores with their widths, and the SASS instructions of the steady-state
+path per output element.  The path's *work* is given per kernel family (see
+:func:`depthwise_work` and :func:`fractional_work`); :mod:`._sass` finds the cheapest path
+through the grid-stride loop body that does exactly that work with no slow-path call.
+
+Per benchmark shape (the ``mobilenetv2``, ``efficientnet`` and ``fractional`` suites of
+:mod:`.suites`, float16 and float32) and device (:data:`DEVICES`): the predicted time is the
+largest of four limits, each stated in :data:`ASSUMPTIONS` and in the report:
+
+* ``DRAM``: compulsory bytes (:func:`.metrics.bytes_moved`, plus the fractional cell tables)
+  / HBM bandwidth;
+* ``L2``: modelled L2->SM bytes / an assumed L2 bandwidth;
+* ``issue``: warp-instructions / (SMs x 4 schedulers x clock x issue efficiency), or the
+  busiest narrow pipe (FP64, MUFU, conversions, IMAD, integer, FP32) at its documented
+  rate, whichever is slower;
+* ``occupancy``: Little's law with one element in flight per resident thread: elements /
+  (SMs x resident threads) x DRAM latency.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+from .metrics import KNOWN_PEAKS, bytes_moved
+from .suites import DEPTHWISE_INPUT, DTYPES, FRACTIONAL, Case, suite
+
+LABEL = "predicted, not measured"
+SUITES = ("mobilenetv2", "efficientnet", "fractional")
+REPORT_DTYPES = ("float16", "float32")
+DEPTHWISE_SOURCE = "depthwise_conv2d_native_backprop_input.cu"
+FRACTIONAL_SOURCE = "fractional_avg_pool_grad.cu"
+CONV_SOURCES = ("conv2d.cu", "conv2d_backprop_filter.cu", "conv2d_backprop_input.cu")
+#: Fraction of HBM bandwidth the instruction budgets are computed for (the issue's target).
+BUDGET_FRACTION = 0.75
+
+
+@dataclass(frozen=True)
+class Device:
+    """What the roofline assumes of a GPU.  ``pipes``: results per clock per SM of the
+    narrow pipes (CUDA C++ Programming Guide, "Arithmetic Instructions" throughput table, as
+    read for compute capability 8.0 and 9.0); a warp-instruction takes 32 of them."""
+
+    key: str
+    arch: int
+    sms: int
+    clock_hz: float
+    bandwidth: float          # bytes/s, HBM (datasheet, as gradops.bench.metrics)
+    l2_bandwidth: float       # bytes/s, L2 -> SMs (assumed)
+    dram_latency_s: float     # loaded DRAM round trip (assumed)
+    issue_efficiency: float   # fraction of 1 warp-instruction per scheduler per clock
+    pipes: tuple[tuple[str, int], ...]
+
+    @property
+    def issue_rate(self) -> float:
+        """Warp-instructions per second over the whole GPU."""
+        return self.sms * 4 * self.clock_hz * self.issue_efficiency
+
+
+DEVICES = (
+    Device("H100 SXM", 90, 132, 1.755e9, KNOWN_PEAKS["H100 SXM"].bandwidth, 6.5e12, 600e-9, 1.0,
+           (("fp64", 64), ("mufu", 16), ("conversion", 16), ("imad", 64), ("int", 64), ("fp32", 128))),
+    Device("A100 SXM 80GB", 80, 108, 1.41e9, KNOWN_PEAKS["A100 SXM 80GB"].bandwidth, 4.5e12, 600e-9, 1.0,
+           (("fp64", 32), ("mufu", 16), ("conversion", 16), ("imad", 64), ("int", 64), ("fp32", 64))),
+)
+
+ASSUMPTIONS = [
+    "Every figure in this report is PREDICTED, NOT MEASURED: it comes from the SASS of the compiled kernels and "
+    "the model below, not from running them.",
+    "Clock: H100 SXM 1.755 GHz (the clock the issue's budgets use, below the 1.98 GHz maximum boost), A100 SXM "
+    "1.41 GHz (its boost clock); issue efficiency 1.0 (one warp-instruction per scheduler per clock, 4 schedulers "
+    "per SM): H100 132 SMs x 4 x 1.755 GHz = 926.6 G warp-instructions/s, A100 108 x 4 x 1.41 GHz = 609.1 G/s.",
+    "Narrow pipes (results per clock per SM, CUDA C++ Programming Guide throughput table as read for cc 8.0/9.0): "
+    "FP64 add/mul/fma 32 (A100) / 64 (H100): DFMA, DADD, DMUL, DSETP, DMNMX; MUFU 16; conversions 16: F2F, F2I, "
+    "I2F, I2I; 32-bit integer multiply-add 64: every IMAD form (IMAD.MOV, IMAD.SHL, IMAD.WIDE counted as one); "
+    "integer add/logic/compare/shift 64: IADD3, LOP3, ISETP, SHF, LEA, SEL, IMNMX; FP32 64 (A100) / 128 (H100). "
+    "A warp-instruction uses 32 results. The issue limit is the slower of the 4-scheduler limit and the busiest "
+    "pipe. Other instructions (MOV, VIADD, CS2R, branches, BSSY/BSYNC, loads, stores) count only toward the "
+    "scheduler limit.",
+    "HBM: 3.35 TB/s (H100 SXM), 2.039 TB/s (A100 SXM 80GB), NVIDIA datasheets (gradops.bench.metrics). DRAM bytes "
+    "are the compulsory bytes the GPU benchmark also uses (every tensor read once, the gradient written once), plus "
+    "the six int64 cell tables for fractional pooling.",
+    "L2 -> SM bandwidth: 6.5 TB/s (H100 SXM), 4.5 TB/s (A100): ASSUMED, not an NVIDIA figure (order of magnitude of "
+    "public microbenchmarks); L2 traffic model: L1 catches reuse within a thread block (neighbouring columns) but "
+    "not between input rows (other blocks), so depthwise reads out_backprop filter_rows times from L2 and each "
+    "block's filter slice once; fractional pooling reads out_backprop (mean input rows per row cell) times.",
+    "Occupancy/latency limit: Little's law with one element (one grid-stride iteration) in flight per resident "
+    "thread and one loaded DRAM round trip of 600 ns per iteration (ASSUMED, both GPUs): time = elements / (SMs x "
+    "resident threads per SM) x 600 ns. Resident threads come from the occupancy formula (cuda_occupancy.h) at the "
+    "launcher's block size (256 threads for the 1-D kernels).",
+    "Steady-state path: the cheapest path through one grid-stride iteration that makes exactly the element's "
+    "element-width global loads (depthwise: out_backprop and filter, 2 per tap and multiplier; fractional: one "
+    "out_backprop load per pooling cell), with every inner loop run as the work requires (depthwise multiplier "
+    "loop: depth_multiplier times per tap; fractional row-cell loop: once per row cell with one load per column "
+    "cell) and no block that calls a subroutine (the slow paths of 64-bit integer division with operands of more "
+    "than 32 bits and of full-range double division, which the benchmark shapes never take). Every instruction on "
+    "the path counts once, predicated or not.",
+    "Depthwise taps: for a specialised (unrolled) kernel the optimiser places the element's k valid taps on the "
+    "cheapest k tap slots; an element whose taps span more filter rows than that placement pays one more row "
+    "entry (~40-100 instructions) than counted (stride-2 kernels only).",
+    "Warps: a warp executes the union of its threads' paths. Depthwise warps are enumerated per shape (NHWC: 32 "
+    "channels, possibly of two pixels; NCHW: 32 consecutive columns, possibly of several rows) and each costs the "
+    "path of the union of its threads' taps; fractional warps (32 channels of one pixel, depth 64 or 256) do not "
+    "diverge.",
+    "Kernel time only: no launch latency, no allocation, no host-to-device copy of the fractional cell tables "
+    "(the GPU benchmark's CUDA-event time includes all of those).",
+]
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def _popcount(values: np.ndarray) -> np.ndarray:
+    if hasattr(np, "bitwise_count"):
+        return np.bitwise_count(values)
+    out = np.zeros(values.shape, np.int64)
+    v = values.astype(np.uint64)
+    while np.any(v):
+        out += (v & np.uint64(1)).astype(np.int64)
+        v >>= np.uint64(1)
+    return out
+
+
+def element_width(expression: str) -> int | None:
+    """Bytes of the element type of an instantiation (its first template argument)."""
+    first = expression.split("<", 1)[1].split(",")[0].strip()
+    return {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8, "int": 4, "long long": 8}.get(first)
+
+
+def template_args(expression: str) -> list[str]:
+    return [a.strip() for a in expression.split("<", 1)[1].rsplit(">", 1)[0].split(",")]
+
+
+def counted_loads(width: int):
+    """The loads a path's work is counted in: global loads of the element width."""
+    from ..backends.cuda import _sass
+
+    return lambda ins: _sass.is_global_load(ins, width)
+
+
+def block_size(expression: str) -> int:
+    """Threads per block the launcher uses for an instantiation."""
+    import importlib
+
+    from ..backends.cuda import _conv_igemm, _runtime
+
+    if "_igemm<" in expression:
+        args = template_args(expression)
+        c_type = {v[0]: k for k, v in _conv_igemm._build.C_TYPES.items()}[args[0]]
+        return _conv_igemm.TILES[(c_type, int(args[2]))][3]
+    if "conv2d_backprop_filter_direct<" in expression:
+        return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
+    return _runtime.BLOCK_1D
+
+
+def grid_loop(cfg):
+    """The grid-stride loop: the outermost loop holding a global store."""
+    stores = [lp for lp in cfg.top_loops()
+              if any(x.base in ("STG", "ST") for x in cfg.loop_instructions(lp, include_cold=True))]
+    if not stores:
+        raise ValueError(f"{cfg.function.name}: no loop stores to global memory")
+    return max(stores, key=lambda lp: len(lp.blocks))
+
+
+def _path_summary(counts: Counter) -> dict:
+    memory = {k: v for k, v in sorted(counts.items()) if k[:3] in ("LDG", "STG", "LDS", "STS") and "." in k}
+    classes = {k.removeprefix("class:"): v for k, v in sorted(counts.items()) if k.startswith("class:")}
+    return {"instructions": counts["total"], "memory": memory, "classes": classes}
+
+
+# --------------------------------------------------------------------------- work models
+
+
+class PathModel:
+    """Cheapest steady-state paths of one kernel, cached by work."""
+
+    def __init__(self, kernel, width: int, trips_depth: int = 1):
+        self.kernel = kernel
+        self.cfg = kernel.cfg
+        self.loop = grid_loop(kernel.cfg)
+        self.counted = counted_loads(width)
+        self.trips_depth = trips_depth
+        self._tables: dict = {}
+
+    def cost(self, loads: int, trips: tuple[int, int | None] | None) -> tuple[int, Counter]:
+        key = trips
+        if key not in self._tables or loads not in self._tables[key]:
+            table = self.cfg.path_table(self.loop, self.counted, {self.trips_depth: trips} if trips else {},
+                                        kmax=max(loads, max(self._tables.get(key, {0: 0}))))
+            self._tables[key] = table
+        table = self._tables[key]
+        if loads not in table:
+            from ..backends.cuda._sass import PathError
+
+            raise PathError(f"{self.kernel.expression}: no path makes {loads} counted loads (has {sorted(table)})")
+        return table[loads]
+
+
+def depthwise_work(taps: int, multiplier: int) -> tuple[int, tuple[int, int]]:
+    """(counted loads, trips of the multiplier loop) of an element with ``taps`` valid taps."""
+    return 2 * taps * multiplier, (multiplier, 2)
+
+
+def fractional_work(row_cells: int, col_cells: int) -> tuple[int, tuple[int, int]]:
+    """(counted loads, trips of the row-cell loop) of an element in row_cells x col_cells cells."""
+    return row_cells * col_cells, (row_cells, col_cells)
+
+
+def _valid_taps(in_size, pad, filter_size, dilation, stride, out_size) -> np.ndarray:
+    """[in_size, filter_size] bool: whether tap t reaches input index i from a valid output."""
+    i = np.arange(in_size)[:, None] + pad
+    t = np.arange(filter_size)[None, :]
+    d = i - t * dilation
+    return (d >= 0) & (d % stride == 0) & (d // stride < out_size)
+
+
+def depthwise_warp_taps(g) -> Counter:
+    """``{taps in the warp's union: warps}`` over one batch item (every item is the same) of
+    the depthwise input gradient's elements in memory order."""
+    rows = _valid_taps(g.in_rows, g.pad_top, g.filter_rows, g.dilation_rows, g.stride_rows, g.out_rows)
+    cols = _valid_taps(g.in_cols, g.pad_left, g.filter_cols, g.dilation_cols, g.stride_cols, g.out_cols)
+    bits = (1 << (np.arange(g.filter_rows)[:, None] * g.filter_cols + np.arange(g.filter_cols)[None, :])).astype(np.int64)
+    mask = np.einsum("yr,xs,rs->yx", rows.astype(np.int64), cols.astype(np.int64), bits)  # [y, x] tap bitmask
+    per_image = g.in_rows * g.in_cols * g.in_depth
+    images = 1 if per_image % 32 == 0 else g.batch
+    if g.data_format == "NHWC":
+        order = np.broadcast_to(mask[:, :, None], (g.in_rows, g.in_cols, g.in_depth))
+    else:
+        order = np.broadcast_to(mask[None, :, :], (g.in_depth, g.in_rows, g.in_cols))
+    flat = np.tile(order.reshape(-1), images)
+    flat = np.concatenate([flat, np.zeros(-len(flat) % 32, np.int64)])
+    union = np.bitwise_or.reduce(flat.reshape(-1, 32), axis=1)
+    counts = Counter(_popcount(union).tolist())
+    return Counter({int(k): v * (g.batch // images) for k, v in counts.items()})
+
+
+def fractional_warp_cells(g) -> Counter:
+    """``{(row cells, col cells): warps}``: every warp is 32 channels of one pixel (depth % 32 == 0)."""
+    import importlib
+
+    cell_tables = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").cell_tables
+
+    rb, re_, _ = cell_tables(g.row_starts, g.row_ends, g.in_rows)
+    cb, ce, _ = cell_tables(g.col_starts, g.col_ends, g.in_cols)
+    rows, cols = Counter((re_ - rb).tolist()), Counter((ce - cb).tolist())
+    warps_per_pixel = g.batch * g.depth / 32
+    return Counter({(int(r), int(c)): nr * nc * warps_per_pixel for r, nr in rows.items() for c, nc in cols.items()})
+
+
+def _mean_cells_per_row_cell(starts, ends) -> float:
+    sizes = np.asarray(ends) - np.asarray(starts) + 1
+    return float(sizes.mean())
+
+
+# --------------------------------------------------------------------------- kernel figures
+
+
+def kernel_record(kernel) -> dict:
+    """Resources, occupancy and memory instructions of one compiled instantiation."""
+    from ..backends.cuda import _sass
+
+    arch = _sass_arch(kernel.arch)
+    block = block_size(kernel.expression)
+    p = kernel.ptxas
+    occ = _sass.occupancy(arch, p["registers"], p["shared_bytes"], block)
+    record = {
+        "source": kernel.source, "arch": kernel.arch, "kernel": kernel.expression, "mangled": kernel.mangled,
+        "registers": p["registers"], "shared_bytes": p["shared_bytes"], "spill_stores": p["spill_stores"],
+        "spill_loads": p["spill_loads"], "stack_bytes": p["stack_bytes"],
+        "cuobjdump": kernel.res_usage, "block": block, "occupancy": occ,
+        "sass_instructions": len(kernel.function.instructions),
+        "memory_static": dict(sorted(kernel.memory_instructions().items())),
+    }
+    if "_igemm<" in kernel.expression:
+        record["main_loop"] = main_loop_summary(kernel)
+    return record
+
+
+def _sass_arch(arch: str) -> int:
+    return int(str(arch).removeprefix("sm_"))
+
+
+def main_loop_summary(kernel) -> dict | None:
+    """Per k-tile figures of a tiled kernel: the innermost loop holding a barrier and the MMA
+    (or FMA) instructions; every instruction of its body (nested loops once, slow-path blocks
+    left out) counted once per iteration, per warp."""
+    cfg = kernel.cfg
+    math_ops = ("HMMA", "FFMA", "DFMA")
+    candidates = []
+    for lp in cfg.loops:
+        body = cfg.loop_instructions(lp)
+        bases = Counter(x.base for x in body)
+        if bases["BAR"] and any(bases[m] for m in math_ops):
+            candidates.append((len(lp.blocks), lp, body))
+    if not candidates:
+        return None
+    _, lp, body = min(candidates, key=lambda c: c[0])
+    counts = Counter(x.base for x in body)
+    memory = Counter(k for x in body if (k := _memory_kind(x)))
+    return {"header_offset": kernel.function.instructions[cfg.blocks[lp.header].start].offset,
+            "depth": lp.depth, "instructions": len(body),
+            **{op: counts[op] for op in ("HMMA", "FFMA", "DFMA", "LDS", "LDSM", "LDG", "STS", "LDGSTS", "BAR")},
+            "memory": dict(sorted(memory.items()))}
+
+
+def _memory_kind(ins):
+    from ..backends.cuda import _sass
+
+    return _sass.memory_kind(ins)
+
+
+def reference_paths(kernel) -> dict | None:
+    """The kernel table's per-element figures for a depthwise or fractional instantiation."""
+    width = element_width(kernel.expression)
+    if kernel.source == DEPTHWISE_SOURCE:
+        args = template_args(kernel.expression)
+        kh, kw, sh, sw = (int(a) for a in args[3:7])
+        cfg = kernel.cfg
+        if kh == 0:  # generic: per tap iteration of the column loop (multiplier loop once inside)
+            model = PathModel(kernel, width, trips_depth=3)
+            loads, trips = depthwise_work(1, 1)
+            one, counts = model.cost(loads, trips)
+            two, _ = model.cost(*depthwise_work(2, 1))
+            return {"work": "1 tap, multiplier 1 (generic kernel: tap loops at run time)",
+                    "per_element": one, "per_extra_tap": two - one, "path": _path_summary(counts),
+                    "call_sites": _call_sites(cfg)}
+        model = PathModel(kernel, width)
+        # Interior element: every tap of its stride phase; mean over the sh x sw phases.
+        phases = [len(range(py, kh, sh)) * len(range(px, kw, sw)) for py in range(sh) for px in range(sw)]
+        costs = [model.cost(*depthwise_work(t, 1)) for t in phases]
+        full, counts = model.cost(*depthwise_work(max(phases), 1))
+        fewer, _ = model.cost(*depthwise_work(max(phases) - 1, 1))
+        work = (f"interior element, all {kh * kw} taps, multiplier 1" if sh == sw == 1 else
+                f"interior element, mean over the {sh * sw} stride phases ({', '.join(map(str, phases))} taps), "
+                f"multiplier 1")
+        return {"work": work, "per_element": sum(c for c, _ in costs) / len(costs),
+                "per_extra_tap": full - fewer, "path": _path_summary(counts if sh == sw == 1 else costs[0][1]),
+                "call_sites": _call_sites(cfg)}
+    if kernel.source == FRACTIONAL_SOURCE:
+        if width not in (2, 4):
+            return None  # 8-byte elements load like the int64 cell tables: not counted apart
+        model = PathModel(kernel, width)
+        one, counts = model.cost(*fractional_work(1, 1))
+        four, _ = model.cost(*fractional_work(2, 2))
+        return {"work": "element in one pooling cell (disjoint pooling)", "per_element": one,
+                "per_element_2x2_cells": four, "path": _path_summary(counts), "call_sites": _call_sites(kernel.cfg)}
+    return None
+
+
+def _call_sites(cfg) -> int:
+    """Subroutine calls in the grid-stride loop (each a slow path beside an inline fast path)."""
+    loop = grid_loop(cfg)
+    return sum(1 for x in cfg.loop_instructions(loop, include_cold=True)
+               if x.base == "CALL" and (x.target or "").startswith("$"))
+
+
+# --------------------------------------------------------------------------- shapes
+
+
+def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str):
+    import importlib
+
+    # The launcher modules (the package re-exports functions of the same names).
+    if case.op == DEPTHWISE_INPUT:
+        dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+        return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]
+    fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
+    return kernels[(arch, fr._expression(dtype))]
+
+
+def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
+    """The roofline prediction of one benchmark case on one device (see the module docstring)."""
+    from ..backends.cuda import _sass
+
+    dtype = DTYPES[dtype_name]
+    g = case.geometry()
+    arch = f"sm_{device.arch}"
+    kernel = _kernel_for(case, dtype, g, kernels, arch)
+    width = dtype.itemsize
+    elements = math.prod(g.input_shape)
+    model = PathModel(kernel, width)
+    if case.op == DEPTHWISE_INPUT:
+        mult = g.depth_multiplier
+        warps = depthwise_warp_taps(g)
+        work = {taps: depthwise_work(taps, mult) for taps in warps}
+        out_bytes = width * math.prod(g.out_backprop_shape)
+        filter_slice = g.filter_rows * g.filter_cols * mult * width * min(g.in_depth, 256)
+        l2_bytes = (g.filter_rows * out_bytes + math.ceil(elements / 256) * filter_slice + width * elements)
+    else:
+        warps = fractional_warp_cells(g)
+        work = {cells: fractional_work(*cells) for cells in warps}
+        out_bytes = width * math.prod(g.output_shape)
+        rows_per_cell = _mean_cells_per_row_cell(g.row_starts, g.row_ends)
+        l2_bytes = rows_per_cell * out_bytes + width * elements
+    total_warps = sum(warps.values())
+    mean_cost, pipe_counts = 0.0, Counter()
+    for key, n in warps.items():
+        cost, counts = model.cost(*work[key])
+        mean_cost += cost * n / total_warps
+        for cls, v in counts.items():
+            if cls.startswith("class:"):
+                pipe_counts[cls.removeprefix("class:")] += v * n / total_warps
+    traffic = bytes_moved(case, g, width)
+    if case.op == FRACTIONAL:
+        traffic += 8 * (2 * g.in_rows + g.out_rows + 2 * g.in_cols + g.out_cols)
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], block_size(kernel.expression))
+    limits = roofline(device, elements, mean_cost, pipe_counts, traffic, l2_bytes, occ["warps_per_sm"] * 32)
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2_bytes,
+            "sass_per_element": mean_cost, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "work_histogram": {str(k): v for k, v in sorted(warps.items())}}
+
+
+def roofline(device: Device, elements: int, sass_per_element: float, classes_per_element: dict, traffic: float,
+             l2_bytes: float, resident_threads_per_sm: int) -> dict:
+    """The four limits (seconds) and the prediction for ``elements`` output elements, each
+    costing ``sass_per_element`` instructions (``classes_per_element``: per pipe class) with
+    ``traffic`` DRAM bytes and ``l2_bytes`` L2 bytes in all."""
+    warp_instructions = sass_per_element * elements / 32
+    t_sched = warp_instructions / device.issue_rate
+    pipe_times = {p: classes_per_element.get(p, 0) * elements / 32 / (device.sms * lanes / 32 * device.clock_hz)
+                  for p, lanes in device.pipes}
+    busiest = max(pipe_times, key=pipe_times.get)
+    limits = {
+        "DRAM": traffic / device.bandwidth,
+        "L2": l2_bytes / device.l2_bandwidth,
+        "issue": max(t_sched, pipe_times[busiest]),
+        "occupancy": (elements / (device.sms * resident_threads_per_sm) * device.dram_latency_s
+                      if resident_threads_per_sm else math.inf),
+    }
+    limiter = max(limits, key=limits.get)
+    seconds = limits[limiter]
+    return {"warp_instructions": warp_instructions,
+            "issue_detail": {"scheduler_s": t_sched, "busiest_pipe": busiest, "busiest_pipe_s": pipe_times[busiest]},
+            "limits_ms": {k: v * 1e3 for k, v in limits.items()}, "limiter": limiter, "predicted_ms": seconds * 1e3,
+            "pct_hbm": 100 * traffic / seconds / device.bandwidth,
+            "budget_per_element_75pct_hbm": instruction_budget(device, traffic, elements)}
+
+
+def instruction_budget(device: Device, traffic: float, elements: int, fraction: float = BUDGET_FRACTION) -> float:
+    """SASS instructions per output element at which the scheduler limit equals the time to
+    move ``traffic`` bytes at ``fraction`` of HBM bandwidth."""
+    return 32 * device.issue_rate * (traffic / (fraction * device.bandwidth)) / elements
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def _git(*args) -> str:
+    import subprocess
+
+    root = Path(__file__).resolve().parents[2]
+    try:
+        return subprocess.check_output(["git", *args], cwd=root, text=True, stderr=subprocess.DEVNULL).strip()
+    except Exception:
+        return "unknown"
+
+
+def build(archs=("sm_90", "sm_80"), conv: bool = True, suites=SUITES, dtypes=REPORT_DTYPES,
+          devices=DEVICES, progress=None) -> dict:
+    """Compile, analyse and predict: the report as a JSON-ready dict."""
+    from ..backends.cuda import _sass
+
+    say = progress or (lambda text: None)
+    wants_depthwise = any(case.op == DEPTHWISE_INPUT for name in suites for case in suite(name))
+    sources = ([DEPTHWISE_SOURCE] if wants_depthwise else []) + [FRACTIONAL_SOURCE] + (list(CONV_SOURCES) if conv else [])
+    kernels = {}
+    for source in sources:
+        for arch in archs:
+            say(f"compiling and disassembling {source} for {arch}")
+            for k in _sass.compile_kernels((arch,), [source]):
+                kernels[(k.arch, k.expression)] = k
+    records = []
+    for (arch, expression), k in kernels.items():
+        record = kernel_record(k)
+        record["steady_state"] = reference_paths(k)
+        records.append(record)
+    predictions = []
+    for device in devices:
+        if f"sm_{device.arch}" not in archs:
+            continue
+        for name in suites:
+            for case in suite(name):
+                for dtype in case.dtypes:
+                    if dtype in dtypes:
+                        say(f"predicting {device.key}: {case.label} {dtype}")
+                        predictions.append(predict(case, dtype, device, kernels))
+    commit = _git("rev-parse", "--short", "HEAD")
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    meta = {
+        "label": LABEL, "commit": commit + ("-dirty" if dirty and dirty != "unknown" else ""),
+        "date": time.strftime("%Y-%m-%d"), "archs": list(archs),
+        "tools": {"nvrtc": _sass.nvrtc_version(), "nvdisasm": _sass.tool_version("nvdisasm"),
+                  "cuobjdump": _sass.tool_version("cuobjdump"), "python": platform.python_version()},
+        "devices": [asdict(d) for d in devices if f"sm_{d.arch}" in archs],
+        "assumptions": ASSUMPTIONS, "budget_fraction": BUDGET_FRACTION,
+    }
+    return {"meta": meta, "kernels": records, "predictions": predictions}
+
+
+def _fmt_memory(memory: dict) -> str:
+    return ", ".join(f"{v} {k}" for k, v in memory.items()) or "-"
+
+
+def markdown(report: dict) -> str:
+    meta = report["meta"]
+    tools = meta["tools"]
+    lines = [f"# gradops static performance report: {LABEL.upper()}", "",
+             f"**{LABEL}.** Commit {meta['commit']}, {meta['date']}; NVRTC {tools['nvrtc']}, nvdisasm "
+             f"{tools['nvdisasm']}, cuobjdump {tools['cuobjdump']}; archs {', '.join(meta['archs'])}. "
+             "Regenerate with `python -m gradops static-report --out benchmarks/results`.", "",
+             "## Assumptions", ""]
+    lines += [f"- {a}" for a in meta["assumptions"]]
+    lines += ["", "Devices:", "", "| device | arch | SMs | clock | HBM | L2 (assumed) | DRAM latency (assumed) | "
+              "issue efficiency | warp-instr/s |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for d in meta["devices"]:
+        rate = d["sms"] * 4 * d["clock_hz"] * d["issue_efficiency"]
+        lines.append(f"| {d['key']} | sm_{d['arch']} | {d['sms']} | {d['clock_hz'] / 1e9:.3f} GHz | "
+                     f"{d['bandwidth'] / 1e12:.3g} TB/s | {d['l2_bandwidth'] / 1e12:.3g} TB/s | "
+                     f"{d['dram_latency_s'] * 1e9:.0f} ns | {d['issue_efficiency']:.2f} | {rate / 1e9:.1f} G |")
+
+    lines += ["", "## Per kernel: depthwise and fractional pooling (SASS, steady-state path per output element)", "",
+              "SASS/elem: instructions on the steady-state path per output element (one thread, one element); "
+              "per tap: the cost of one more tap; calls: subroutine call sites (slow paths of 64-bit integer or "
+              "double division) in the grid-stride loop; occupancy at the launcher's 256-thread blocks.", "",
+              "| arch | kernel | regs | smem | spills | warps/SM (limiter) | global ld/st on the path | SASS/elem | "
+              "per tap | IMAD / int / FP64 / MUFU / conv on the path | calls | work |",
+              "|---|---|---:|---:|---:|---|---|---:|---:|---|---:|---|"]
+    for r in report["kernels"]:
+        s = r.get("steady_state")
+        if not s:
+            continue
+        c = s["path"]["classes"]
+        occ = r["occupancy"]
+        extra = s.get("per_extra_tap")
+        if extra is None and "per_element_2x2_cells" in s:
+            extra_text = f"2x2 cells: {s['per_element_2x2_cells']}"
+        else:
+            extra_text = str(extra)
+        lines.append(
+            f"| {r['arch']} | `{_short(r['kernel'])}` | {r['registers']} | {r['shared_bytes']} | "
+            f"{r['spill_stores']}/{r['spill_loads']} | {occ['warps_per_sm']} ({occ['limiter']}) | "
+            f"{_fmt_memory({k: v for k, v in s['path']['memory'].items() if k.startswith(('LDG', 'STG'))})} | "
+            f"{s['per_element']:.0f} | {extra_text} | {c.get('imad', 0)} / {c.get('int', 0)} / {c.get('fp64', 0)} / "
+            f"{c.get('mufu', 0)} / {c.get('conversion', 0)} | {s['call_sites']} | {s['work']} |")
+
+    conv = [r for r in report["kernels"] if r.get("main_loop")]
+    if conv:
+        lines += ["", "## Per kernel: tiled convolution main loop (per k-tile, per warp; first cut)", "",
+                  "Static count of the innermost loop holding the barrier and the MMA/FMA instructions: every "
+                  "instruction of its body once (nested loops once, slow-path blocks left out).", "",
+                  "| arch | kernel | regs | smem | warps/SM (limiter) | instr | HMMA | FFMA | LDS+LDSM | LDG (widths) | STS | "
+                  "BAR |", "|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|"]
+        for r in conv:
+            m = r["main_loop"]
+            occ = r["occupancy"]
+            ldg = {k: v for k, v in m["memory"].items() if k.startswith("LDG")}
+            lines.append(f"| {r['arch']} | `{_short(r['kernel'])}` | {r['registers']} | {r['shared_bytes']} | "
+                         f"{occ['warps_per_sm']} ({occ['limiter']}) | {m['instructions']} | {m['HMMA']} | {m['FFMA']} | "
+                         f"{m['LDS'] + m['LDSM']} | {_fmt_memory(ldg)} | {m['STS']} | {m['BAR']} |")
+
+    lines += ["", "## Roofline per benchmark shape", "",
+              f"**{LABEL}.** limits in ms: DRAM, L2, issue, occupancy; the largest is the prediction. "
+              f"SASS/elem: mean over the shape's warps of the steady-state path (divergent warps pay the union). "
+              f"Budget: SASS per element that keeps the scheduler limit at {BUDGET_FRACTION:.0%} of HBM.", ""]
+    for device in meta["devices"]:
+        rows = [p for p in report["predictions"] if p["device"] == device["key"]]
+        if not rows:
+            continue
+        lines += [f"### {device['key']}", "",
+                  "| suite | case | dtype | MB | SASS/elem | budget | DRAM | L2 | issue (pipe) | occupancy | limiter | "
+                  "predicted ms | % HBM |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+        for p in rows:
+            lim = p["limits_ms"]
+            pipe = p["issue_detail"]["busiest_pipe"] if p["issue_detail"]["busiest_pipe_s"] > p["issue_detail"]["scheduler_s"] else "sched"
+            lines.append(f"| {p['suite']} | {p['label']} | {p['dtype']} | {p['bytes'] / 1e6:.1f} | "
+                         f"{p['sass_per_element']:.0f} | {p['budget_per_element_75pct_hbm']:.0f} | {lim['DRAM']:.3f} | "
+                         f"{lim['L2']:.3f} | {lim['issue']:.3f} ({pipe}) | {lim['occupancy']:.3f} | {p['limiter']} | "
+                         f"{p['predicted_ms']:.3f} | {p['pct_hbm']:.1f} |")
+        lines.append("")
+    return "\n".join(lines) + "\n"
+
+
+def _short(expression: str) -> str:
+    return expression.removeprefix("gradops::")
+
+
+def write(report: dict, out: Path) -> list[Path]:
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = [out / "static_report.json", out / "static_report.md"]
+    paths[0].write_text(json.dumps(report, indent=1) + "\n")
+    paths[1].write_text(markdown(report))
+    return paths
+
+
+# --------------------------------------------------------------------------- benchmark side
+
+
+def default_path() -> Path:
+    """``benchmarks/results/static_report.json`` of the checkout gradops runs from."""
+    return Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "static_report.json"
+
+
+def load_predictions(path: Path | None = None) -> dict:
+    """``{(device key, op, case label, dtype): prediction}`` from a static report JSON ({} if
+    there is none)."""
+    path = Path(path) if path else default_path()
+    if not path.is_file():
+        return {}
+    data = json.loads(path.read_text())
+    out = {(p["device"], p["op"], p["label"], p["dtype"]): p for p in data.get("predictions", [])}
+    if out:
+        out["_meta"] = data.get("meta", {})
+    return out

@@ -1,0 +1,293 @@
+"""The static performance report (gradops/backends/cuda/_sass.py, ``python -m gradops static-report``).
+
+No GPU: kernels are compiled with NVRTC (cuda.core) and disassembled with nvdisasm from the
+``nvidia-cuda-nvdisasm`` wheel.  The SASS analysis is tested on a hand-written listing
+(tests/data/sass_fixture.sass) whose counts are known, the occupancy formula on cases worked
+out by hand from cuda_occupancy.h, the roofline on round numbers, and end to end on the
+fractional pooling kernel (a two-second compile).
+"""
+
+from __future__ import annotations
+
+from gradops.backends.cuda import _build
+
+
+def test_ptxas_shared_memory_is_parsed_on_sm80_lines():
+    """sm_80's ptxas puts ``cmem[0]`` after ``smem`` on the "Used" line: the shared memory must
+    still be read (it was reported as 0 for every sm_80 kernel)."""
+    log = """ptxas info    : 0 bytes gmem
+ptxas info    : Compiling entry function '_ZN7gradops27conv2d_backprop_input_igemmI6__halffLi1ELb0EEEvPKT_S4_PS2_xxxxxxxxxxxxxxxxx' for 'sm_80'
+ptxas info    : Function properties for _ZN7gradops27conv2d_backprop_input_igemmI6__halffLi1ELb0EEEvPKT_S4_PS2_xxxxxxxxxxxxxxxxx
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 168 registers, used 1 barriers, 43008 bytes smem, 512 bytes cmem[0]
+ptxas info    : Compile time = 812.3 ms
+ptxas info    : Compiling entry function '_Z1gv' for 'sm_80'
+ptxas info    : Function properties for _Z1gv
+ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads
+ptxas info    : Used 50 registers, used 0 barriers, 464 bytes cmem[0]
+"""
+    stats = _build.parse_ptxas_log(log)
+    assert stats["_ZN7gradops27conv2d_backprop_input_igemmI6__halffLi1ELb0EEEvPKT_S4_PS2_xxxxxxxxxxxxxxxxx"] == {
+        "registers": 168, "spill_stores": 0, "spill_loads": 0, "stack_bytes": 0, "shared_bytes": 43008}
+    assert stats["_Z1gv"]["shared_bytes"] == 0 and stats["_Z1gv"]["registers"] == 50
+
+
+# --------------------------------------------------------------------------- SASS analysis on a fixture
+
+import importlib.util
+import math
+import platform
+import sys
+from pathlib import Path
+
+import pytest
+
+from gradops.backends.cuda import _sass
+
+FIXTURE = Path(__file__).parent / "data" / "sass_fixture.sass"
+KERNEL = "_Z6kernelPKtPt"
+
+
+def two_byte_loads(ins):
+    return _sass.is_global_load(ins, 2)
+
+
+@pytest.fixture(scope="module")
+def fixture_cfg():
+    functions = _sass.parse_listing(FIXTURE.read_text())
+    assert list(functions) == [KERNEL]
+    return _sass.CFG(functions[KERNEL])
+
+
+def test_listing_is_parsed():
+    f = _sass.parse_listing(FIXTURE.read_text())[KERNEL]
+    assert len(f.instructions) == 27  # 23 in the kernel, 2 in the subroutine, BRA and NOP padding
+    assert f.instructions[4].predicate == "!P1" and f.instructions[4].opcode == "BRA"
+    assert f.instructions[4].target == ".L_x_1"
+    assert f.labels[".L_x_3"] == 13 and "$__internal_0_$__cuda_sm20_div_s64" in f.subroutines
+    widths = {x.opcode: _sass.access_width(x) for x in f.instructions if _sass.access_width(x)}
+    assert widths == {"LDG.E.U16.CONSTANT": 2, "STG.E.U16": 2, "LDG.E.128": 16}
+
+
+def test_blocks_loops_and_cold_blocks(fixture_cfg):
+    cfg = fixture_cfg
+    sizes = [len(cfg.instructions(b)) for b in cfg.blocks]
+    # entry, header, MOV+CALL, BRA, fast path, join, inner loop, latch, EXIT; the subroutine and
+    # the padding are not reachable without following the call
+    assert sizes == [3, 2, 2, 1, 3, 2, 5, 4, 1]
+    assert [b for b in cfg.blocks if cfg.cold(b)] == [2]
+    assert [(lp.depth, len(lp.blocks)) for lp in cfg.loops] == [(1, 7), (2, 1)]
+    outer, inner = cfg.loops
+    assert inner.parent is outer and outer.children == [inner]
+    # static memory instructions of the loop (the subroutine's 16-byte load is not in it)
+    kinds = [_sass.memory_kind(x) for x in cfg.loop_instructions(outer) if _sass.memory_kind(x)]
+    assert sorted(kinds) == ["LDG.16", "LDG.16", "STG.16"]
+
+
+def test_cheapest_path_per_number_of_loads(fixture_cfg):
+    """header 2 + fast division 3 + join 2 + latch 4 = 11 without the inner loop; each inner
+    iteration adds 5 instructions and 2 two-byte loads; the call block is never taken."""
+    cfg = fixture_cfg
+    outer = cfg.top_loops()[0]
+    table = cfg.path_table(outer, two_byte_loads, kmax=6)
+    assert {k: c for k, (c, _) in table.items()} == {0: 11, 2: 16, 4: 21, 6: 26}
+    cost, counts = table[2]
+    assert counts["total"] == 16 and counts["LDG.16"] == 2 and counts["STG.16"] == 1
+    assert counts["class:imad"] == 2 and counts["class:int"] == 4 and counts["class:control"] == 6
+    assert counts["class:fp16"] == 1 and counts["class:memory"] == 3 and "CALL" not in str(counts)
+    # Inner loop run exactly 3 times with 2 loads each: only 0 (skipped) or 6 loads remain.
+    fixed = cfg.path_table(outer, two_byte_loads, trips={1: (3, 2)}, kmax=8)
+    assert {k: c for k, (c, _) in fixed.items()} == {0: 11, 6: 26}
+    with pytest.raises(_sass.PathError):
+        cfg.path(outer, 2, two_byte_loads, trips={1: (3, 2)})
+
+
+def test_a_path_must_avoid_cold_blocks(fixture_cfg):
+    """Were the fast path missing, no path would exist: the slow path is never counted."""
+    f = _sass.parse_listing(FIXTURE.read_text())[KERNEL]
+    bra = f.instructions[4]
+    f.instructions[4] = _sass.Instruction(bra.offset, "NOP", "")  # the header now falls into the call
+    cfg = _sass.CFG(f)
+    with pytest.raises(_sass.PathError):
+        cfg.path_table(cfg.top_loops()[0], two_byte_loads)
+
+
+def test_res_usage_is_parsed():
+    text = """
+Resource usage:
+ Common:
+  GLOBAL:0
+ Function _Z1kPf:
+  REG:54 STACK:0 SHARED:0 LOCAL:0 CONSTANT[0]:640 TEXTURE:0 SURFACE:0 SAMPLER:0
+ Function _Z1gv:
+  REG:184 STACK:8 SHARED:41984 LOCAL:0 CONSTANT[0]:512 TEXTURE:0 SURFACE:0 SAMPLER:0
+"""
+    assert _sass.parse_res_usage(text) == {"_Z1kPf": {"REG": 54, "STACK": 0, "SHARED": 0, "LOCAL": 0},
+                                           "_Z1gv": {"REG": 184, "STACK": 8, "SHARED": 41984, "LOCAL": 0}}
+
+
+# --------------------------------------------------------------------------- occupancy
+
+
+@pytest.mark.parametrize("arch, regs, smem, block, blocks, warps, limiter", [
+    # 40 regs: 1280 per warp, 16384 / 1280 = 12 warps per sub-partition, 48 per SM, 6 blocks of 8 warps
+    (90, 40, 0, 256, 6, 48, "registers"),
+    # 54 regs: 1728 rounds up to 1792 per warp: 9 warps per sub-partition, 36 per SM, 4 blocks
+    (90, 54, 0, 256, 4, 32, "registers"),
+    # 32 regs: 16 warps per sub-partition = 64 per SM: registers and threads both allow 8 blocks
+    (80, 32, 0, 256, 8, 64, "registers+threads"),
+    # 168 regs (5376 per warp): 3 warps per sub-partition, 12 per SM, one block of 8 warps
+    (80, 168, 43008, 256, 1, 8, "registers"),
+    # 100 KB + 1 KB reserved per block: two blocks in sm_90's 228 KB
+    (90, 32, 102400, 128, 2, 8, "shared memory"),
+    # the same block does not fit twice in sm_80's 164 KB
+    (80, 32, 102400, 128, 1, 4, "shared memory"),
+    # tiny blocks: at most 32 blocks per SM
+    (90, 16, 0, 32, 32, 32, "blocks"),
+])
+def test_occupancy(arch, regs, smem, block, blocks, warps, limiter):
+    occ = _sass.occupancy(arch, regs, smem, block)
+    assert (occ["blocks_per_sm"], occ["warps_per_sm"], occ["limiter"]) == (blocks, warps, limiter)
+    assert occ["occupancy"] == warps / 64
+
+
+# --------------------------------------------------------------------------- roofline and work models
+
+from gradops.bench import static_report as sr  # noqa: E402
+from gradops.bench.suites import DEPTHWISE_INPUT, FRACTIONAL, Case  # noqa: E402
+
+
+def test_roofline_arithmetic():
+    """Round numbers: 1 SM at 1 GHz issues 4e9 warp-instructions/s; 1 TB/s HBM."""
+    device = sr.Device("toy", 90, 1, 1e9, 1e12, 2e12, 1e-6, 1.0,
+                       (("fp64", 64), ("mufu", 16), ("conversion", 16), ("imad", 64), ("int", 64), ("fp32", 128)))
+    # 3.2e6 elements x 40 instructions / 32 = 4e6 warp-instructions: 1 ms of issue.
+    r = sr.roofline(device, 3_200_000, 40, {"imad": 10}, traffic=2e8, l2_bytes=1e9, resident_threads_per_sm=2048)
+    assert r["warp_instructions"] == pytest.approx(4e6)
+    assert r["limits_ms"]["issue"] == pytest.approx(1.0)
+    assert r["limits_ms"]["DRAM"] == pytest.approx(0.2)
+    assert r["limits_ms"]["L2"] == pytest.approx(0.5)
+    assert r["limits_ms"]["occupancy"] == pytest.approx(3_200_000 / 2048 * 1e-3)  # 1562.5 waves x 1 us
+    assert r["limiter"] == "occupancy" and r["predicted_ms"] == pytest.approx(1.5625)
+    assert r["pct_hbm"] == pytest.approx(100 * 2e8 / 1.5625e-3 / 1e12)
+    # The IMAD pipe (64 lanes: 2 warp-instructions per clock) binds when IMADs are over half the mix.
+    r = sr.roofline(device, 3_200_000, 40, {"imad": 30}, traffic=2e8, l2_bytes=0, resident_threads_per_sm=10**9)
+    assert r["issue_detail"]["busiest_pipe"] == "imad" and r["limits_ms"]["issue"] == pytest.approx(1.5)
+    # Budget: instructions per element that take as long as 75% of HBM bandwidth moving 2e8 bytes.
+    assert r["budget_per_element_75pct_hbm"] == pytest.approx(32 * 4e9 * (2e8 / 0.75e12) / 3_200_000)
+
+
+def test_depthwise_warp_taps():
+    # 4x4 image, 3x3 SAME stride 1: corners 4 taps, edges 6, interior 9; NHWC depth 32: a warp per pixel
+    nhwc = Case("t", "t", DEPTHWISE_INPUT, (2, 4, 4, 32), "NHWC", (3, 3, 32, 1), (1, 1), "SAME").geometry()
+    assert sr.depthwise_warp_taps(nhwc) == {4: 8, 6: 16, 9: 8}
+    # NCHW: a warp holds two whole 4x4 planes, so it runs every tap
+    nchw = Case("t", "t", DEPTHWISE_INPUT, (2, 4, 4, 32), "NCHW", (3, 3, 32, 1), (1, 1), "SAME").geometry()
+    assert sr.depthwise_warp_taps(nchw) == {9: 32}
+    # stride 2 on 8 columns, NCHW: a warp is 4 rows of 8 columns, both column phases: union of the phases
+    s2 = Case("t", "t", DEPTHWISE_INPUT, (1, 8, 8, 32), "NCHW", (3, 3, 32, 1), (2, 2), "SAME").geometry()
+    taps = sr.depthwise_warp_taps(s2)
+    assert sum(taps.values()) == 8 * 8 * 32 // 32 and max(taps) == 9
+
+
+def test_fractional_warp_cells():
+    disjoint = Case("t", "t", FRACTIONAL, (2, 20, 20, 64), pooling_ratio=1.44, seed=3).geometry()
+    assert sr.fractional_warp_cells(disjoint) == {(1, 1): 2 * 20 * 20 * 64 / 32}
+    overlapping = Case("t", "t", FRACTIONAL, (2, 20, 20, 64), pooling_ratio=1.44, overlapping=True, seed=3).geometry()
+    cells = sr.fractional_warp_cells(overlapping)
+    assert set(cells) == {(1, 1), (1, 2), (2, 1), (2, 2)} and sum(cells.values()) == 2 * 20 * 20 * 64 / 32
+
+
+# --------------------------------------------------------------------------- end to end (compiles)
+
+HAS_TOOLS = (sys.platform == "linux" and platform.machine() == "x86_64" and sys.version_info >= (3, 11)
+             and importlib.util.find_spec("cuda.core") is not None)
+
+
+def _tools_present() -> bool:
+    try:
+        _sass.tool("nvdisasm"), _sass.tool("cuobjdump")
+    except FileNotFoundError:
+        return False
+    return True
+
+
+needs_tools = pytest.mark.skipif(not HAS_TOOLS, reason="the NVRTC/nvdisasm wheels of the test extra exist for "
+                                 "Linux x86_64, Python >= 3.11")
+
+
+@needs_tools
+def test_nvidia_tools_are_installed():
+    """The test extra installs nvdisasm and cuobjdump: on its platform they must be there."""
+    assert _tools_present()
+    assert _sass.tool_version("nvdisasm").startswith("13.")
+
+
+@needs_tools
+def test_fractional_kernel_end_to_end(tmp_path):
+    """Compile the fractional kernel for sm_90 and sm_80, read its SASS, and predict the
+    fractional suite's shapes on the H100."""
+    device = sr.DEVICES[0]
+    report = sr.build(("sm_90", "sm_80"), conv=False, suites=("fractional",), dtypes=("float16",), devices=(device,))
+    sm80 = {r["kernel"]: r for r in report["kernels"] if r["arch"] == "sm_80"}
+    path80 = sm80["gradops::fractional_avg_pool_grad<__half, double>"]["steady_state"]
+    assert path80["path"]["memory"]["LDG.16"] == 1 and 50 < path80["per_element"] < 2000
+    kernels = {r["kernel"]: r for r in report["kernels"] if r["arch"] == "sm_90"}
+    half = kernels["gradops::fractional_avg_pool_grad<__half, double>"]
+    assert half["registers"] == half["cuobjdump"]["REG"] and half["shared_bytes"] == half["cuobjdump"]["SHARED"]
+    assert half["block"] == 256 and half["occupancy"]["warps_per_sm"] > 0
+    path = half["steady_state"]
+    # one 2-byte load of out_backprop, one 2-byte store, the int64 cell tables, no slow path
+    assert path["path"]["memory"]["LDG.16"] == 1 and path["path"]["memory"]["STG.16"] == 1
+    assert path["path"]["memory"]["LDG.64"] >= 2
+    assert path["call_sites"] >= 1 and path["path"]["classes"].get("control", 0) > 0
+    assert 50 < path["per_element"] < path["per_element_2x2_cells"] < 2000
+    assert half["memory_static"]["STG.16"] >= 1
+    # 8-byte elements cannot be told from the int64 tables: no per-element figure
+    assert kernels["gradops::fractional_avg_pool_grad<double, double>"]["steady_state"] is None
+
+    predictions = report["predictions"]
+    assert [p["label"] for p in predictions] == [c.label for c in sr.suite("fractional")]
+    for p in predictions:
+        assert p["limiter"] in ("DRAM", "L2", "issue", "occupancy")
+        assert p["predicted_ms"] == pytest.approx(max(p["limits_ms"].values()))
+        assert 0 < p["pct_hbm"] <= 100
+        assert p["kernel"] == "gradops::fractional_avg_pool_grad<__half, double>"
+    disjoint = [p for p in predictions if "disjoint" in p["label"]]
+    assert all(p["sass_per_element"] == pytest.approx(path["per_element"]) for p in disjoint)
+
+    meta = report["meta"]
+    assert meta["label"] == "predicted, not measured" and meta["tools"]["nvdisasm"].startswith("13.")
+    paths = sr.write(report, tmp_path)
+    text = paths[1].read_text()
+    assert "PREDICTED, NOT MEASURED" in text and meta["commit"] in text and "1.755 GHz" in text
+    assert sr.load_predictions(paths[0])[(device.key, FRACTIONAL, predictions[0]["label"], "float16")]
+    assert not math.isnan(predictions[0]["predicted_ms"])
+
+
+def test_sm80_loop_exit_by_a_call_of_a_local_label():
+    """sm_80 code leaves a loop by ``@P0 CALL.REL.NOINC`` to a label of the kernel (the EXIT):
+    a conditional jump, not a slow path, so the loop keeps its steady-state path."""
+    listing = """
+	.section	.text._Z1kv,"ax",@progbits
+.text._Z1kv:
+        /*0000*/                   S2R R0, SR_TID.X ;
+.L_x_0:
+        /*0010*/                   LDG.E R2, desc[UR4][R4.64] ;
+        /*0020*/                   STG.E desc[UR4][R4.64], R2 ;
+        /*0030*/                   ISETP.GE.AND P0, PT, R0, 0x10, PT ;
+        /*0040*/               @P0 CALL.REL.NOINC `(.L_x_1) ;
+        /*0050*/                   BRA `(.L_x_0) ;
+.L_x_1:
+        /*0060*/                   EXIT ;
+"""
+    cfg = _sass.CFG(_sass.parse_listing(listing)["_Z1kv"])
+    assert not any(cfg.cold(b) for b in cfg.blocks) and len(cfg.loops) == 1
+    cost, counts = cfg.path(cfg.loops[0], 1, lambda ins: _sass.is_global_load(ins, 4))
+    assert cost == 5 and counts["LDG.32"] == 1 and counts["STG.32"] == 1
+
+
+def test_launch_block_sizes_are_the_launchers():
+    assert sr.block_size("gradops::fractional_avg_pool_grad<float, double>") == 256  # _runtime.BLOCK_1D
+    assert sr.block_size("gradops::conv2d_backprop_filter_direct<float, float, 0>") == 128
+    assert sr.block_size("gradops::conv2d_backprop_input_igemm<__half, float, 1, false>") == 256
