@@ -471,15 +471,25 @@ def host_kernels():
     return cuda_host.HostKernels(cuda_launcher.SOURCE, cuda_launcher.instantiations()[cuda_launcher.SOURCE])
 
 
-def run_on_host(kernels, kwargs):
-    """The launcher's instantiation, tables and scalars, run on the CPU (unwritten elements keep a sentinel)."""
+def host_geometry(kwargs):
     dy = kwargs["out_backprop"]
-    g = fractional_pool_geometry(OP, [int(v) for v in kwargs["orig_input_tensor_shape"]], dy.shape,
-                                 [int(v) for v in kwargs["row_pooling_sequence"]],
-                                 [int(v) for v in kwargs["col_pooling_sequence"]], kwargs["overlapping"])
+    return fractional_pool_geometry(OP, [int(v) for v in kwargs["orig_input_tensor_shape"]], dy.shape,
+                                    [int(v) for v in kwargs["row_pooling_sequence"]],
+                                    [int(v) for v in kwargs["col_pooling_sequence"]], kwargs["overlapping"])
+
+
+def run_on_host(kernels, kwargs, order="shuffled", seed=0, **force):
+    """The launcher's plan (instantiation, grid, block, tables, scalars) run on the CPU, blocks and
+    threads in ``order``; unwritten elements keep a sentinel.  ``force``: :func:`plan`'s overrides
+    (index width, vector width, rows per thread, staged cells)."""
+    dy = np.ascontiguousarray(kwargs["out_backprop"])
+    g = host_geometry(kwargs)
     grad = np.full(g.input_shape, 12345 if is_int(dy.dtype) else np.nan, dy.dtype)
-    kernels.run(cuda_launcher._expression(dy.dtype), [dy, grad, *cuda_launcher.kernel_tables(g)],
-                cuda_launcher.kernel_scalars(g))
+    aligned = dy.ctypes.data % 16 == 0 and grad.ctypes.data % 16 == 0
+    p = cuda_launcher.plan(g, dy.dtype, aligned=aligned, **force)
+    kernels.launch(cuda_launcher._expression(dy.dtype, p.index, p.vector), p.grid, p.block,
+                   [dy, grad, *cuda_launcher.kernel_tables(g, p)], cuda_launcher.kernel_scalars(g, p),
+                   order=order, seed=seed)
     return grad
 
 
@@ -488,13 +498,16 @@ def assert_identical(got, expected):
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), expected.view(f"u{expected.itemsize}"))
 
 
-def test_instantiations_cover_every_dtype():
-    """One instantiation per supported dtype, all accumulating in double."""
+def test_instantiations_cover_every_launch():
+    """Per supported dtype: 32- and 64-bit indexing, 16-byte channel vectors and one channel per thread."""
     from gradops._dtypes import FRACTIONAL_POOL_DTYPES
 
     listed = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
-    assert sorted(listed) == sorted(cuda_launcher._expression(d) for d in FRACTIONAL_POOL_DTYPES)
-    assert all(e.endswith(", double>") for e in listed)
+    assert len(listed) == len(set(listed)) == 4 * len(FRACTIONAL_POOL_DTYPES)
+    for dtype in FRACTIONAL_POOL_DTYPES:
+        for index in ("int", "long long"):
+            for vector in (16 // np.dtype(dtype).itemsize, 1):
+                assert cuda_launcher._expression(dtype, index, vector) in listed
 
 
 def test_cell_tables():
@@ -741,36 +754,43 @@ def test_cuda_more_than_2_31_elements(overlapping):
 @pytest.mark.parametrize("overlapping", [True, False])
 def test_host_more_than_2_31_elements(monkeypatch, overlapping):
     """The kernel source's 64-bit offsets and pooling-table indexing, executed on the CPU
-    through the launcher: a float16 input gradient of 2**31 + 7372852 elements.  Only the last
-    block of the grid-stride launch runs; every element it writes past the 2**31-th is checked
-    against TF's loop restricted to that element's cells (exact: both sum in double in TF's
-    order and round once)."""
+    through the launcher: a float16 input gradient of 2**31 + 7372852 elements (the 64-bit
+    instantiation).  Only blocks of the last two rows of tiles run, at the right edge: every
+    element they write lies past the 2**31-th and is checked against TF's loop restricted to
+    that element's cells (exact: both sum in double in TF's order and round once)."""
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    device = cuda_host.HostDevice(block_filter=lambda expression, grid: [grid[0] - 1]).install(monkeypatch)
-    in_rows, in_cols = 46341, 46500  # in_rows * in_cols = 2**31 + 7372852: every block reaches past 2**31
+    in_rows, in_cols = 46341, 46500  # in_rows * in_cols = 2**31 + 7372852
     rows = np.array(gradops.fractional_pooling_sequence(in_rows, 1.5, True, seed=1))
     cols = np.array(gradops.fractional_pooling_sequence(in_cols, 1.44, False, seed=2))
     rng = np.random.default_rng(3)
     dy = rng.standard_normal((1, len(rows) - 1, len(cols) - 1, 1)).astype(np.float16)
     g = fractional_pool_geometry(OP, [1, in_rows, in_cols, 1], dy.shape, rows.tolist(), cols.tolist(), overlapping)
-    got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy)).reshape(-1)
-    _, grid, block = device.launches[-1]
-    written = cuda_host.grid_stride_elements(grid, block, in_rows * in_cols, minimum=2**31)
-    assert written.size > 1000
+    p = cuda_launcher.plan(g, np.float16)
+    assert p.index == "long long" and p.row_tiles > 2 and p.grid[0] == p.col_tiles > 4
+    first_row = (p.row_tiles - 2) * p.tile_height
+    assert first_row * in_cols >= 2**31  # every element of the chosen blocks lies past 2**31
+    run = [bx + p.grid[0] * by for by in (p.row_tiles - 2, p.row_tiles - 1) for bx in range(p.grid[0] - 4, p.grid[0])]
+    device = cuda_host.HostDevice(block_filter=lambda expression, grid: run).install(monkeypatch)
+    got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy))[0, :, :, 0]
+    assert device.launches[-1][0] == cuda_launcher._expression(np.float16, "long long", 1)
+    first_col = (p.col_tiles - 4) * p.tile_cols
+    written = got[first_row:, first_col:]
+    assert written.size > 1000 and not np.isnan(written).any()
+    assert np.isnan(got[:first_row:1000, ::1000]).all() and np.isnan(got[first_row:, :first_col:100]).all(), \
+        "blocks outside the filter did not run"
 
     def cells(sequence, size, index):
         """(cell, cell size) of every cell containing ``index``, in order, from TF's definition."""
         ends = np.minimum(sequence[1:] - (0 if overlapping else 1), size - 1)
         return [(k, int(ends[k] - sequence[k] + 1)) for k in np.flatnonzero((sequence[:-1] <= index) & (index <= ends))]
 
-    for index in [*written[:200], *written[-200:], *rng.choice(written, 200)]:
-        y, x = divmod(int(index), in_cols)
+    ys, xs = np.meshgrid(np.arange(first_row, in_rows), np.arange(first_col, in_cols), indexing="ij")
+    picks = np.concatenate([np.arange(200), np.arange(ys.size - 200, ys.size), rng.choice(ys.size, 200)])
+    for y, x in zip(ys.reshape(-1)[picks], xs.reshape(-1)[picks]):
         expected = 0.0
         for row_cell, row_size in cells(rows, in_rows, y):
             for col_cell, col_size in cells(cols, in_cols, x):
                 expected += float(dy[0, row_cell, col_cell, 0]) / (row_size * col_size)
-        assert got[index].tobytes() == np.float16(expected).tobytes(), (y, x)
-    assert np.isnan(got[:1000]).all(), "blocks outside the filter did not run"
-
+        assert got[y, x].tobytes() == np.float16(expected).tobytes(), (y, x)
