@@ -1122,3 +1122,89 @@ def test_kernel_source_on_host_exact_integer_quotients(host_kernels, dtype):
                   row_pooling_sequence=np.array([0, 7]), col_pooling_sequence=np.array([0, 7]), overlapping=False)
     for path in FORCED_PATHS.values():
         np.testing.assert_array_equal(run_on_host(host_kernels, kwargs, **path), np.broadcast_to(k, (1, 7, 7, 40)))
+
+
+# ---- device copies of the cell tables: uploaded once per geometry, device and stream
+
+def count_table_uploads(monkeypatch):
+    """Spy on the stand-in's ``cupy.asarray``: the uploads of host arrays (the launcher's tables;
+    the tests move their tensors before spying)."""
+    import sys
+
+    cupy = sys.modules["cupy"]
+    uploads = []
+    real = cupy.asarray
+
+    def asarray(x, *args, **kwargs):
+        if isinstance(x, np.ndarray) and not isinstance(x, cuda_host.HostArray):
+            uploads.append(x.dtype)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(cupy, "asarray", asarray)
+    return uploads
+
+
+def test_cell_tables_are_uploaded_once_per_geometry_device_and_stream(monkeypatch, rng):
+    import types
+
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    rows_a, cols_a = [0, 2, 3, 5, 7], [0, 1, 3, 4, 6, 8]
+    rows_b = [0, 3, 5, 7, 7]
+    dy = rng.standard_normal((2, 4, 5, 3)).astype(np.float32)
+    on_0, on_0_double = to_gpu(dy), to_gpu(dy.astype(np.float64))
+    with cupy.cuda.Device(1):
+        on_1 = to_gpu(dy)
+    uploads = count_table_uploads(monkeypatch)
+
+    def call(x, rows, overlapping=False):
+        got = gradops.fractional_avg_pool_grad([2, 7, 8, 3], x, rows, cols_a, overlapping, backend="cuda")
+        want = gradops.fractional_avg_pool_grad([2, 7, 8, 3], to_host(x), rows, cols_a, overlapping, backend="numpy")
+        np.testing.assert_array_equal(to_host(got), want)
+
+    call(on_0, rows_a)
+    assert len(uploads) == 1 and uploads[0] == np.int32   # one packed upload, 32-bit tables
+    call(on_0, rows_a)
+    call(on_0_double, rows_a)                             # same cells and tile shape: nothing uploaded
+    assert len(uploads) == 1
+    call(on_0, rows_b)                                    # another geometry
+    assert len(uploads) == 2
+    call(on_0, rows_a, overlapping=True)                  # overlapping cells are other cells
+    assert len(uploads) == 3
+    with cupy.cuda.Device(1):                             # another device
+        call(on_1, rows_a)
+        assert len(uploads) == 4
+        call(on_1, rows_a)
+        assert len(uploads) == 4
+    # another stream (CuPy's current stream; the stand-in has one, so one is faked here)
+    streams = iter([types.SimpleNamespace(ptr=1234)] * 2 + [types.SimpleNamespace(ptr=0)])
+    monkeypatch.setattr(cupy.cuda, "get_current_stream", lambda: next(streams), raising=False)
+    call(on_0, rows_a)
+    call(on_0, rows_a)
+    assert len(uploads) == 5
+    call(on_0, rows_a)                                    # stream 0 is not the stand-in's "no stream"
+    assert len(uploads) == 6
+    assert all(name.startswith("gradops::fractional_avg_pool_grad<") for name, _, _ in device.launches)
+
+
+def test_cell_table_cache_is_a_small_lru(monkeypatch, rng):
+    """At most TABLE_CACHE_SIZE geometries are kept; the least recently used goes first."""
+    cuda_host.HostDevice().install(monkeypatch)
+    size = cuda_launcher.TABLE_CACHE_SIZE
+    dy = to_gpu(rng.standard_normal((1, 2, 1, 1)))
+    uploads = count_table_uploads(monkeypatch)
+
+    def call(i):  # geometry i: rows [0, 1 + i, 2 + 2 i] of a (2 + 2 i)-row input
+        gradops.fractional_avg_pool_grad([1, 2 + 2 * i, 3, 1], dy, [0, 1 + i, 2 + 2 * i], [0, 3], backend="cuda")
+
+    for i in range(size):
+        call(i)
+    assert len(uploads) == size
+    call(0)                      # refreshes geometry 0
+    call(size)                   # evicts geometry 1, the least recently used
+    assert len(uploads) == size + 1
+    call(0)
+    assert len(uploads) == size + 1
+    call(1)
+    assert len(uploads) == size + 2
