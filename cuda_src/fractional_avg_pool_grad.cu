@@ -1,98 +1,111 @@
-// FractionalAvgPoolGrad as a tiled gather: each block stages the shares dy / cell_size of the
-// pooling cells its tile of the input gradient touches in shared memory, once per (cell,
-// channel), and each thread then sums, for its input position and its vector of channels, the
-// shares of the cells containing that position in TF's order.  No atomics; one fixed order per
-// element.
+// FractionalAvgPoolGrad as a tiled gather: a block stages in shared memory the shares
+// dy / cell_size of the pooling cells its tile of the input gradient touches, once per (cell,
+// channel); each thread then sums, for its input positions and its vector of channels, the shares
+// of the cells containing each position, in TF's order.  No atomics; one fixed order per element.
 //
 // Shapes (NHWC only: the op has no data_format):
 //   out_backprop  [batch, out_rows, out_cols, depth]
 //   in_backprop   [batch, in_rows, in_cols, depth]
-// Cell tables (built on the host from the validated geometry; element type I, as the indices):
+// Cell tables (built once per geometry on the host, gradops/backends/cuda/fractional_avg_pool_grad.py;
+// element type I, as the indices):
 //   row_offsets [in_rows + 1]  input row y lies in the row cells
 //   row_cells   [entries]        row_cells[row_offsets[y] .. row_offsets[y + 1]), listed in
 //                                increasing cell order (sequences need not be ordered: row y may
 //                                lie in cells 0 and 2 but not 1; a cell that TF's clamping leaves
 //                                empty is in no list)
 //   row_sizes   [out_rows]       rows in each row cell (0: empty)
-//   row_tiles   [2 * row_tiles]  per tile of tile_rows input rows: the smallest and largest row
-//                                cell any of its rows lies in (lo > hi: none)
+//   row_tiles   [2 * row tiles]  per tile of rows: the smallest and largest row cell any of its
+//                                rows lies in (lo > hi: none)
 //   col_offsets, col_cells, col_sizes, col_tiles: the same for columns.
 //
 // What is computed.  TF (fractional_avg_pool_op.cc) divides each out_backprop element by its
 // cell's element count in double and adds the shares to a zeroed double buffer, cell by cell in
 // row-cell-major order, then casts once to the output type (static_cast: integers truncate
-// toward zero).  Each element here adds the same shares, rounded as TF rounds them, in that same
-// order, starting from +0.0, so every sum rounds exactly as TF's does; this matters for
-// integers: TF's (1 + 1/3) + 2/3 is 2.0 and truncates to 2, while (1 + 2/3) + 1/3 is
-// 1.9999999999999998 and would truncate to 1.  (float16 and bfloat16, which TF does not take,
-// are summed the same way and rounded once from double.)
+// toward zero).  Each element here gets the same shares, rounded as TF rounds them, added in that
+// same order, so every sum rounds exactly as TF's does; this matters for integers: TF's
+// (1 + 1/3) + 2/3 is 2.0 and truncates to 2, while (1 + 2/3) + 1/3 is 1.9999999999999998 and
+// would truncate to 1.  (float16 and bfloat16, which TF does not take, are summed the same way
+// and rounded once from double.)
 //
-// Design (the op is memory-bound: a good kernel moves each byte once and spends few instructions
-// per element):
+// Design.  The op is memory-bound: a good kernel moves each byte once and spends few instructions
+// per element (about 28 SASS instructions per float16 element, 55 per float32 one, keep an H100
+// at 80% of its HBM bandwidth).  The old kernel (one element per thread, 64-bit divisions to
+// find (n, y, x, c), a double division per share) spent about 200.
 //
-// * Work decomposition.  A block owns a tile: tile_batch batch items x tile_rows input rows x
-//   tile_cols input columns x one block of blockDim.x vectors of V channels.  Each thread owns
-//   one (n, y, x) and one vector: V = 16 bytes of channels (8 halves, 4 floats or int32s, 2
-//   doubles or int64s) loaded and stored as one 16-byte access, or V = 1 when the depth or the
-//   pointers' alignment does not allow vectors.  threadIdx.x is the vector (fastest: a warp reads
-//   and writes whole runs of channels), threadIdx.y packs x, y and the batch item (tile_cols and
-//   tile_rows are powers of two: shifts, not divisions).  The grid is (channel blocks x column
-//   tiles, row tiles, batch tiles), each dimension grid-strided, so any size is covered; only
-//   blockIdx.x needs a division, done by a host-computed multiply-shift in the 32-bit kernels.
-// * Shares once per (cell, channel).  The division is the expensive part (a double division is
-//   about a dozen instructions), and a cell of ratio 1.44 holds about 2 input positions (6 when
-//   overlapping), so dividing per input element would repeat it 2-6 times.  Instead the block
-//   first stages the shares of every cell in its tile's cell range [row lo, hi] x [col lo, hi]
-//   (host-computed per tile) into shared memory as doubles, __syncthreads, and every thread sums
-//   from there.  A staging thread handles one cell and one vector: one 16-byte load of
-//   out_backprop, one reciprocal of the cell size, V shares.  Cells that straddle two tiles are
-//   staged by both (about 1.3-1.6 shares per cell for 8x8 tiles at ratio 1.44).
-// * Exact shares without a division per channel.  For the types whose values have at most 31
-//   significant bits (float16, bfloat16, float32, int32) the share RN(a / b) is computed from
-//   y = RN(1 / b) (one true division per cell and vector) as q0 = RN(a * y), r = a - b * q0
-//   (exact, by an FMA), q = RN(q0 + r * y) (an FMA).  Proof that q = RN(a / b) when b is a
-//   positive integer below 2^50 and a = A * 2^E with |A| < 2^31 (all quantities normal doubles:
-//   |a| <= 2^128 and |a / b| >= 2^-199 here), u = 2^-53, z = a / b in [2^e, 2^(e+1)):
-//     1. y = (1 / b)(1 + e1), |e1| <= u; q0 = z (1 + e1)(1 + e2), |e2| <= u, so
-//        |q0 - z| < 2.0001 u z < 2.0001 ulp(z).
-//     2. q0 is a multiple of ulp(z) / 2 (it lies in z's binade or a neighbour), b is an integer,
-//        and a is a multiple of 2^E >= ulp(z) (z <= |a| < 2^(E+31), so ulp(z) < 2^(E-21)):
-//        r = b (z - q0) is a multiple of ulp(z) / 2 of magnitude < 4.0002 b (ulp(z) / 2), i.e.
-//        fewer than 53 significant bits since b < 2^50: the FMA computes it exactly.
-//     3. q0 + r y = z + (z - q0)(b y - 1) = z + d with |b y - 1| = |e1| <= u, so
-//        |d| < 2.0001 u ulp(z).
-//     4. z is at least ulp(z) / (2 b) away from every rounding midpoint m = (2M + 1) 2^(e-53):
-//        z - m = K 2^(e-53) / b with K = A 2^(E-e+53) - b (2M + 1) an integer (E - e + 53 > 0),
-//        and K != 0, since K = 0 would make the odd part of b (2M + 1) >= 2M + 1 >= 2^53 equal
-//        that of A 2^(E-e+53), which is below 2^31.  (Midpoints of the neighbouring binades are
-//        at least ulp(z) / 4 away.)  As |d| < ulp(z) / (2 b) for b < 2^51, no midpoint lies
-//        between z and z + d, and RN(z + d) = RN(z).
-//   Inf and NaN shares (an infinite or NaN a) are q0 itself (r would be NaN).  A zero share may
-//   come out +0.0 where a / b is -0.0; sums start from +0.0 as TF's do, and +0.0 + s == -0.0 + s
-//   for every s, so no result depends on a zero share's sign.  float64 and int64 values (53 and
-//   up to 63 significant bits) take a true division per share, and so does a cell of 2^50 or
-//   more elements in the 64-bit kernels.  tests/test_fractional_avg_pool_grad.py checks this
-//   share against NumPy's division on every float16, on float32 and int32 extremes, subnormals,
-//   Inf and NaN and sizes up to 2^50 - 1.
-// * Shared memory: kShareCapacity doubles (24 KiB, static).  A staged cell holds tile_batch x
+// * Work.  A block of at most 256 threads owns a tile: tile_batch batch items x
+//   tile_rows * rows_per_thread input rows x tile_cols input columns x one block of blockDim.x
+//   (<= 4) vectors of V channels.  A vector is 16 bytes (8 halves, 4 floats or int32s, 2 doubles
+//   or int64s), loaded and stored as one access; V = 1 where the depth or an unaligned tensor
+//   allows no vectors.  threadIdx.x is the vector (fastest: a warp covers runs of 64 bytes of
+//   channels), threadIdx.y packs (column, row, batch item) of the tile (tile_cols and tile_rows
+//   are powers of two: shifts, not divisions); a thread owns one column and vector and sums
+//   rows y0, y0 + tile_rows, ... (rows_per_thread of them), so its column's cells, the tile's
+//   set-up and the block's staging serve up to 8 positions.  The grid is (channel blocks x
+//   column tiles, row tiles, batch tiles), each dimension grid-strided so that any size is
+//   covered; blockIdx.x is split by a host-computed multiply-shift (32-bit kernels).
+// * Shares once per (cell, channel).  The division is the costly part, and a cell of ratio 1.44
+//   holds about 2 input positions (6 when overlapping): dividing per element would repeat it
+//   2-6 times.  The block stages the shares of every cell in its tile's cell range (row lo..hi x
+//   column lo..hi, host-computed per tile) as doubles, __syncthreads, and every thread sums from
+//   there.  One staging thread per cell: one reciprocal of the cell size, then up to 4 vectors
+//   of out_backprop (16-byte loads), 2 shares per 16-byte shared-memory store.  Cells straddling
+//   two tiles are staged by both (about 1.2 staged cells per cell for 32 x 8 tiles at 1.44).
+// * Exact shares without a division per element (the part of the kernel that must be right; it
+//   is checked bit for bit against NumPy's division by tests/test_fractional_avg_pool_grad.py, on
+//   every float16 and bfloat16 value, float32, float64, int32 and int64 extremes, subnormals,
+//   Inf, NaN and the hardest-to-round cell sizes).  Notation: RN rounds to the nearest double,
+//   ties to even; b is a cell size, an integer 1 <= b < 2^50 (the launcher refuses larger cells,
+//   which no GPU could hold: the input gradient has at least b elements); u = 2^-53; for z in
+//   [2^e, 2^(e+1)), ulp(z) = 2^(e-52) and the rounding midpoints near z are m = (2M + 1) 2^(e-53).
+//   A. y = RN(1 / b): two Newton steps y <- y + y (1 - b y) from a float reciprocal (relative
+//      error < 2^-21) give |y - 1/b| < ulp(1/b); then 1 - b y is exact (a multiple of
+//      ulp(1/b) / 2 below 2b of them: fewer than 53 bits) and one more step gives
+//      1/b - b (1/b - y)^2, within b ulp(1/b)^2 <= 2^-52 ulp(1/b) of 1/b, while 1/b is at
+//      least ulp(1/b) / (2b) from every midpoint (1/b - m = K 2^(e-53) / b with K =
+//      2^(53-e) - b (2M + 1) a nonzero integer: K = 0 would make the odd number 2M + 1 >= 2^53
+//      divide a power of two).  So the step rounds to RN(1 / b).
+//   B. For finite a with |a| >= 2^-970 (z = a / b is then a normal double):
+//      q0 = RN(a y), r = a - b q0 (an FMA), q = RN(q0 + r y) (an FMA) is RN(a / b).
+//      1. y = (1/b)(1 + e1), |e1| <= u, so q0 = z (1 + e1)(1 + e2) with |e2| <= u, and
+//         |q0 - z| < 2.0001 u z < 2.0001 ulp(z).
+//      2. q0 is a multiple of ulp(z) / 2 (it lies in z's binade or a neighbour), b an integer,
+//         and a, a double of at most 53 significant bits with |a| >= z, a multiple of ulp(z):
+//         r = b (z - q0) is a multiple of ulp(z) / 2 of magnitude < 4.0002 b, in those units,
+//         i.e. fewer than 53 bits: the FMA computes it exactly.
+//      3. q0 + r y = z + (z - q0)(b y - 1) = z + d, |b y - 1| = |e1| <= u: |d| < 2.0001 u ulp(z).
+//      4. z is at least ulp(z) / (2b) from every midpoint (z - m = K 2^(e-53) / b, K an integer,
+//         nonzero since the odd part of b (2M + 1) is at least 2^53 and that of a 2^k is not),
+//         and |d| < ulp(z) / (2b) for b < 2^51: RN(z + d) = RN(z).
+//      A zero a gives +0.0 (never -0.0).  An Inf or NaN a would make r NaN: a vector holding one
+//      (tested once per vector, on the integer bits) takes a * y instead, Inf or NaN as a / b.
+//   C. float64 values below 2^-970 in magnitude (float16, bfloat16, float32, int32 and int64
+//      have none but 0): a is divided scaled up by 2^600 (case B) and scaled back, which rounds a
+//      second time where the quotient is subnormal; there the result q is within one step
+//      (2^-1074) of a / b, r = a - b q is exact (a multiple of 2^-1074 below b of them), and q
+//      moves one step toward a / b when 2 |r| > b 2^-1074.  (A tie a / b = q + 2^-1075 would be
+//      exact after scaling, so the scaling's own rounding resolves it to even.)  -0.0 becomes +0.0.
+//   So no share is -0.0, and a sum may start from its first share (TF's +0.0 + s is s).
+// * Shared memory: kShareCapacity doubles (48 KiB, static).  A staged cell holds tile_batch x
 //   (channels + kCellPad) doubles; the pad skews consecutive cells by 16 bytes across the banks
-//   (cells of 2^k doubles would all start in the same bank).  When a tile's cells do not fit
-//   (sequences whose cells overlap heavily), the cell range is staged in chunks in row-major
-//   order of cells: row blocks x all column cells, or one row cell x column blocks, so each
-//   thread still meets its cells in TF's order and accumulates across chunks in registers.
-//   Chunking is a host parameter (share_cells), so tests force it on small problems.
-// * Tables are read once per thread per tile: four offsets, then the cell ids of its row and
-//   column lists (one or two entries each at ratio 1.44), which are shared by the warp's
-//   threads and hit L1.  The host builds them once per geometry and keeps the device copy.
+//   (cells of 2^k doubles would all start in the same bank).  The launcher picks the tallest
+//   tile (rows_per_thread <= 8) whose cells fit; a tile whose cells do not (sequences whose
+//   cells overlap heavily) computes the same shares, in the same order, where it sums them
+//   (the direct path: block-uniform, no barriers).  The launcher can force either path and a
+//   smaller capacity, so the tests run both on small problems.
+// * Tables are read once per thread and tile: a column's cell list (the first two cells kept
+//   in registers: a column lies in one or two cells at ratio >= 1), then two offsets and the
+//   cell ids per row; they are shared by the warp's threads and hit L1.  The host builds them
+//   once per geometry and keeps the device copy.
 // * Index width: I = int when every tensor and table has fewer than 2^31 elements (32-bit
 //   address arithmetic), long long otherwise.
+// * Static count (sm_90 SASS, warp instructions issued x 32 per input-gradient element, 112x112
+//   feature maps, ratio 1.44): float16 about 20 (disjoint cells) and 28 (overlapping), float32
+//   about 33 and 40.
 #include "gradops_common.cuh"
 
 namespace gradops {
 namespace fractional {
 
-// Threads per block at most (the launcher fills blocks up to this).
-constexpr int kThreads = 256;
 // Shared memory for staged shares, in doubles (48 KiB: all the static shared memory a block may have).
 constexpr int kShareCapacity = 6144;
 // Vectors of channels per block at most (blockDim.x).
@@ -424,17 +437,20 @@ __global__ void fractional_avg_pool_grad(
                         const double* const s1 =
                             tile_shares + (col_count > 1 ? static_cast<int>(col_cells[col_begin + 1] - col_lo) * cell_stride : 0);
                         const int row_stride = cols * cell_stride;
-                        T* out = in_backprop + ((n * in_rows + y0) * in_cols + x) * depth + c;
-                        const I out_step = tile_rows * in_cols * depth;
-                        for (int p = 0; p < rows_per_thread; ++p, out += out_step) {
-                            const I y = y0 + p * tile_rows;
-                            if (y >= in_rows) break;
+                        // This thread's rows y0 + p tile_rows, p < positions, that exist.
+                        const int positions = y0 < in_rows ? static_cast<int>(min(static_cast<I>(rows_per_thread),
+                                                  (in_rows - y0 + tile_rows - 1) >> tile_rows_log2)) : 0;
+                        I out_index = ((n * in_rows + y0) * in_cols + x) * depth + c;
+                        const I out_step = (in_cols * depth) << tile_rows_log2;
+                        const I* offsets = row_offsets + y0;
+                        for (int p = 0; p < positions; ++p, out_index += out_step, offsets += tile_rows) {
+                            T* const out = in_backprop + out_index;
                             // TF's order: row cells in increasing order, and within each the
                             // column cells in increasing order (both lists are sorted).
                             // TF adds the shares to +0.0; no share is -0.0 (see divide), so the sum
                             // may start from the first share, and +0.0 + s == s.
-                            I ri = row_offsets[y];
-                            const I row_end = row_offsets[y + 1];
+                            I ri = offsets[0];
+                            const I row_end = offsets[1];
                             if (col_count == 0 || ri == row_end) {
                                 store_zeros<T, V>(out);
                             } else {

@@ -1208,3 +1208,16 @@ def test_cell_table_cache_is_a_small_lru(monkeypatch, rng):
     assert len(uploads) == size + 1
     call(1)
     assert len(uploads) == size + 2
+
+
+def test_launcher_constants_are_the_kernels():
+    """The launcher sizes tiles with the kernel's shared-memory capacity, cell padding and block
+    vectors: the numbers in the .cu file."""
+    import re
+
+    source = (cuda_host._build.source_dir() / cuda_launcher.SOURCE).read_text()
+    constants = dict(re.findall(r"constexpr int (k\w+) = (\d+);", source))
+    assert int(constants["kShareCapacity"]) == cuda_launcher.SHARE_CAPACITY
+    assert int(constants["kCellPad"]) == cuda_launcher.CELL_PAD
+    assert int(constants["kBlockVectors"]) == cuda_launcher.BLOCK_VECTORS
+    assert cuda_launcher.SHARE_CAPACITY * 8 <= cuda_host.MAX_DYNAMIC_SHARED_BYTES  # static shared memory: 48 KiB

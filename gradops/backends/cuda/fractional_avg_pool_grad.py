@@ -35,11 +35,11 @@ ELEMENT_TYPES = {
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
 #: Bytes of channels a thread loads and stores at once (one 16-byte access).
 VECTOR_BYTES = 16
-#: The kernel's constants (fractional::kThreads, kShareCapacity, kCellPad).
+#: Threads per block at most, and the kernel's constants (fractional::kShareCapacity, kCellPad).
 THREADS = 256
 SHARE_CAPACITY = 6144
 CELL_PAD = 2
-#: Channel vectors per block at most: 64 bytes of channels per input position.
+#: Channel vectors per block at most (fractional::kBlockVectors): 64 bytes of channels per position.
 BLOCK_VECTORS = 4
 #: The kernel divides exactly by cell sizes below this (see the .cu file's header comment).
 MAX_CELL_SIZE = 2**50
