@@ -1,72 +1,516 @@
-// FractionalAvgPoolGrad as a gather: one thread per input-gradient element adds the share of
-// every pooling cell that contains it.  No atomics; one fixed order per element.
+// FractionalAvgPoolGrad as a tiled gather: a block stages in shared memory the shares
+// dy / cell_size of the pooling cells its tile of the input gradient touches, once per (cell,
+// channel); each thread then sums, for its input positions and its vector of channels, the shares
+// of the cells containing each position, in TF's order.  No atomics; one fixed order per element.
 //
 // Shapes (NHWC only: the op has no data_format):
 //   out_backprop  [batch, out_rows, out_cols, depth]
 //   in_backprop   [batch, in_rows, in_cols, depth]
-// Cell tables (int64, built on the host from the validated pooling sequences):
-//   row_cell_offsets [in_rows + 1]  input row y lies in the row cells
-//   row_cells        [entries]        row_cells[row_cell_offsets[y] .. row_cell_offsets[y + 1]),
-//                                     listed in increasing cell order (sequences need not be
-//                                     ordered: row y may lie in cells 0 and 2 but not 1; a cell
-//                                     that TF's clamping leaves empty is in no list)
-//   row_cell_sizes   [out_rows]       rows in each row cell
-//   col_cell_offsets [in_cols + 1], col_cells, col_cell_sizes [out_cols]: the same for columns.
+// Cell tables (built once per geometry on the host, gradops/backends/cuda/fractional_avg_pool_grad.py;
+// element type I, as the indices):
+//   row_offsets [in_rows + 1]  input row y lies in the row cells
+//   row_cells   [entries]        row_cells[row_offsets[y] .. row_offsets[y + 1]), listed in
+//                                increasing cell order (sequences need not be ordered: row y may
+//                                lie in cells 0 and 2 but not 1; a cell that TF's clamping leaves
+//                                empty is in no list)
+//   row_sizes   [out_rows]       rows in each row cell (0: empty)
+//   row_tiles   [2 * row tiles]  per tile of rows: the smallest and largest row cell any of its
+//                                rows lies in (lo > hi: none)
+//   col_offsets, col_cells, col_sizes, col_tiles: the same for columns.
 //
-// TF (fractional_avg_pool_op.cc) divides each out_backprop element by its cell's size in
-// double and adds the shares to a zeroed double buffer, cell by cell in row-cell-major order,
-// then casts once to the output type (static_cast: integers truncate toward zero).  Each
-// element here adds the same shares in that same order, so every sum rounds exactly as TF's
-// does; this matters for integers: TF's (1 + 1/3) + 2/3 is 2.0 and truncates to 2, while
-// (1 + 2/3) + 1/3 is 1.9999999999999998 and would truncate to 1.
+// What is computed.  TF (fractional_avg_pool_op.cc) divides each out_backprop element by its
+// cell's element count in double and adds the shares to a zeroed double buffer, cell by cell in
+// row-cell-major order, then casts once to the output type (static_cast: integers truncate
+// toward zero).  Each element here gets the same shares, rounded as TF rounds them, added in that
+// same order, so every sum rounds exactly as TF's does; this matters for integers: TF's
+// (1 + 1/3) + 2/3 is 2.0 and truncates to 2, while (1 + 2/3) + 1/3 is 1.9999999999999998 and
+// would truncate to 1.  (float16 and bfloat16, which TF does not take, are summed the same way
+// and rounded once from double.)
+//
+// Design.  The op is memory-bound: a good kernel moves each byte once and spends few instructions
+// per element (about 28 SASS instructions per float16 element, 55 per float32 one, keep an H100
+// at 80% of its HBM bandwidth).  The old kernel (one element per thread, 64-bit divisions to
+// find (n, y, x, c), a double division per share) spent about 200.
+//
+// * Work.  A block of at most 256 threads owns a tile: tile_batch batch items x
+//   tile_rows * rows_per_thread input rows x tile_cols input columns x one block of blockDim.x
+//   (<= 4) vectors of V channels.  A vector is 16 bytes (8 halves, 4 floats or int32s, 2 doubles
+//   or int64s), loaded and stored as one access; V = 1 where the depth or an unaligned tensor
+//   allows no vectors.  threadIdx.x is the vector (fastest: a warp covers runs of 64 bytes of
+//   channels), threadIdx.y packs (column, row, batch item) of the tile (tile_cols and tile_rows
+//   are powers of two: shifts, not divisions); a thread owns one column and vector and sums
+//   rows y0, y0 + tile_rows, ... (rows_per_thread of them), so its column's cells, the tile's
+//   set-up and the block's staging serve up to 8 positions.  The grid is (channel blocks x
+//   column tiles, row tiles, batch tiles), each dimension grid-strided so that any size is
+//   covered; blockIdx.x is split by a host-computed multiply-shift (32-bit kernels).
+// * Shares once per (cell, channel).  The division is the costly part, and a cell of ratio 1.44
+//   holds about 2 input positions (6 when overlapping): dividing per element would repeat it
+//   2-6 times.  The block stages the shares of every cell in its tile's cell range (row lo..hi x
+//   column lo..hi, host-computed per tile) as doubles, __syncthreads, and every thread sums from
+//   there.  One staging thread per cell: one reciprocal of the cell size, then up to 4 vectors
+//   of out_backprop (16-byte loads), 2 shares per 16-byte shared-memory store.  Cells straddling
+//   two tiles are staged by both (about 1.2 staged cells per cell for 32 x 8 tiles at 1.44).
+// * Exact shares without a division per element (the part of the kernel that must be right; it
+//   is checked bit for bit against NumPy's division by tests/test_fractional_avg_pool_grad.py, on
+//   every float16 and bfloat16 value, float32, float64, int32 and int64 extremes, subnormals,
+//   Inf, NaN and the hardest-to-round cell sizes).  Notation: RN rounds to the nearest double,
+//   ties to even; b is a cell size, an integer 1 <= b < 2^50 (the launcher refuses larger cells,
+//   which no GPU could hold: the input gradient has at least b elements); u = 2^-53; for z in
+//   [2^e, 2^(e+1)), ulp(z) = 2^(e-52) and the rounding midpoints near z are m = (2M + 1) 2^(e-53).
+//   A. y = RN(1 / b): two Newton steps y <- y + y (1 - b y) from a float reciprocal (relative
+//      error < 2^-21) give |y - 1/b| < ulp(1/b); then 1 - b y is exact (a multiple of
+//      ulp(1/b) / 2 below 2b of them: fewer than 53 bits) and one more step gives
+//      1/b - b (1/b - y)^2, within b ulp(1/b)^2 <= 2^-52 ulp(1/b) of 1/b, while 1/b is at
+//      least ulp(1/b) / (2b) from every midpoint (1/b - m = K 2^(e-53) / b with K =
+//      2^(53-e) - b (2M + 1) a nonzero integer: K = 0 would make the odd number 2M + 1 >= 2^53
+//      divide a power of two).  So the step rounds to RN(1 / b).
+//   B. For finite a with |a| >= 2^-970 (z = a / b is then a normal double):
+//      q0 = RN(a y), r = a - b q0 (an FMA), q = RN(q0 + r y) (an FMA) is RN(a / b).
+//      1. y = (1/b)(1 + e1), |e1| <= u, so q0 = z (1 + e1)(1 + e2) with |e2| <= u, and
+//         |q0 - z| < 2.0001 u z < 2.0001 ulp(z).
+//      2. q0 is a multiple of ulp(z) / 2 (it lies in z's binade or a neighbour), b an integer,
+//         and a, a double of at most 53 significant bits with |a| >= z, a multiple of ulp(z):
+//         r = b (z - q0) is a multiple of ulp(z) / 2 of magnitude < 4.0002 b, in those units,
+//         i.e. fewer than 53 bits: the FMA computes it exactly.
+//      3. q0 + r y = z + (z - q0)(b y - 1) = z + d, |b y - 1| = |e1| <= u: |d| < 2.0001 u ulp(z).
+//      4. z is at least ulp(z) / (2b) from every midpoint (z - m = K 2^(e-53) / b, K an integer,
+//         nonzero since the odd part of b (2M + 1) is at least 2^53 and that of a 2^k is not),
+//         and |d| < ulp(z) / (2b) for b < 2^51: RN(z + d) = RN(z).
+//      A zero a gives +0.0 (never -0.0).  An Inf or NaN a would make r NaN: a vector holding one
+//      (tested once per vector, on the integer bits) takes a * y instead, Inf or NaN as a / b.
+//   C. float64 values below 2^-970 in magnitude (float16, bfloat16, float32, int32 and int64
+//      have none but 0): a is divided scaled up by 2^600 (case B) and scaled back, which rounds a
+//      second time where the quotient is subnormal; there the result q is within one step
+//      (2^-1074) of a / b, r = a - b q is exact (a multiple of 2^-1074 below b of them), and q
+//      moves one step toward a / b when 2 |r| > b 2^-1074.  (A tie a / b = q + 2^-1075 would be
+//      exact after scaling, so the scaling's own rounding resolves it to even.)  -0.0 becomes +0.0.
+//   So no share is -0.0, and a sum may start from its first share (TF's +0.0 + s is s).
+// * Shared memory: kShareCapacity doubles (48 KiB, static).  A staged cell holds tile_batch x
+//   (channels + kCellPad) doubles; the pad skews consecutive cells by 16 bytes across the banks
+//   (cells of 2^k doubles would all start in the same bank).  The launcher picks the tallest
+//   tile (rows_per_thread <= 8) whose cells fit; a tile whose cells do not (sequences whose
+//   cells overlap heavily) computes the same shares, in the same order, where it sums them
+//   (the direct path: block-uniform, no barriers).  The launcher can force either path and a
+//   smaller capacity, so the tests run both on small problems.
+// * Tables are read once per thread and tile: a column's cell list (the first two cells kept
+//   in registers: a column lies in one or two cells at ratio >= 1), then two offsets and the
+//   cell ids per row; they are shared by the warp's threads and hit L1.  The host builds them
+//   once per geometry and keeps the device copy.
+// * Index width: I = int when every tensor and table has fewer than 2^31 elements (32-bit
+//   address arithmetic), long long otherwise.
+// * Static count (sm_90 SASS, warp instructions issued x 32 per input-gradient element, 112x112
+//   feature maps, ratio 1.44): float16 about 20 (disjoint cells) and 28 (overlapping), float32
+//   about 33 and 40.
 #include "gradops_common.cuh"
 
 namespace gradops {
+namespace fractional {
+
+// Shared memory for staged shares, in doubles (48 KiB: all the static shared memory a block may have).
+constexpr int kShareCapacity = 6144;
+// Vectors of channels per block at most (blockDim.x).
+constexpr int kBlockVectors = 4;
+// Doubles of padding after each staged cell's channels (see the header comment).
+constexpr int kCellPad = 2;
 
 // Element <-> double, correctly rounded on the way back (the half types round once from
 // double, not through float).
-template <typename T> __device__ __forceinline__ double load_as_double(T x) { return static_cast<double>(x); }
-template <> __device__ __forceinline__ double load_as_double<__half>(__half x) { return __half2float(x); }
-template <> __device__ __forceinline__ double load_as_double<__nv_bfloat16>(__nv_bfloat16 x) {
+template <typename T> __device__ __forceinline__ double to_double(T x) { return static_cast<double>(x); }
+template <> __device__ __forceinline__ double to_double<__half>(__half x) {
+#ifdef __CUDA_ARCH__
+    double d;  // one conversion instruction instead of two through float
+    asm("cvt.f64.f16 %0, %1;" : "=d"(d) : "h"(__half_as_ushort(x)));
+    return d;
+#else
+    return __half2float(x);
+#endif
+}
+template <> __device__ __forceinline__ double to_double<__nv_bfloat16>(__nv_bfloat16 x) {
     return __bfloat162float(x);
 }
 
-template <typename T> __device__ __forceinline__ T store_from_double(double x) { return static_cast<T>(x); }
-template <> __device__ __forceinline__ __half store_from_double<__half>(double x) { return __double2half(x); }
-template <> __device__ __forceinline__ __nv_bfloat16 store_from_double<__nv_bfloat16>(double x) {
+template <typename T> __device__ __forceinline__ T from_double(double x) { return static_cast<T>(x); }
+template <> __device__ __forceinline__ __half from_double<__half>(double x) { return __double2half(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(double x) {
     return __double2bfloat16(x);
 }
 
-// Acc is double for every T: TF sums in double whatever the dtype, and integer results are
-// only TF's when each share and partial sum rounds as a double.
-template <typename T, typename Acc>
-__global__ void fractional_avg_pool_grad(
-    const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
-    const index_t* __restrict__ row_cell_offsets, const index_t* __restrict__ row_cells,
-    const index_t* __restrict__ row_cell_sizes, const index_t* __restrict__ col_cell_offsets,
-    const index_t* __restrict__ col_cells, const index_t* __restrict__ col_cell_sizes,
-    index_t batch, index_t in_rows, index_t in_cols, index_t depth, index_t out_rows, index_t out_cols) {
-    const Tensor4<NHWC> in{in_rows, in_cols, depth};
-    const Tensor4<NHWC> out{out_rows, out_cols, depth};
-    const index_t total = batch * in_rows * in_cols * depth;
+// a * b rounded once (never contracted into an FMA by the compiler).
+__device__ __forceinline__ double mul_rn(double a, double b) {
+#ifdef __CUDA_ARCH__
+    return __dmul_rn(a, b);
+#else
+    return a * b;  // the host build compiles with -ffp-contract=off
+#endif
+}
 
-    GRADOPS_GRID_STRIDE_LOOP(i, total) {
-        index_t n, y, x, c;
-        in.coords(i, n, y, x, c);  // i is also (n, y, x, c)'s offset in in_backprop
-        const index_t col_begin = col_cell_offsets[x], col_end = col_cell_offsets[x + 1];
-        const index_t row_end = row_cell_offsets[y + 1];
+// RN(1 / b) for an integer 1 <= b < 2^50, without a division: two Newton steps from a float
+// reciprocal give a faithful y, and a third step rounds it correctly (header comment, part A).
+__device__ __forceinline__ double reciprocal(double b) {
+#ifdef __CUDA_ARCH__
+    double y = static_cast<double>(__fdividef(1.0f, static_cast<float>(b)));  // relative error < 2^-21
+#else
+    // The host build starts further off than any GPU can (__fdividef is within 2 ulp), so the
+    // tests of the host build cover the GPU's starting points.
+    double y = static_cast<double>(1.0f / static_cast<float>(b)) * (1.0 + 0x1p-20);
+#endif
+    y = fma(y, fma(-b, y, 1.0), y);
+    y = fma(y, fma(-b, y, 1.0), y);
+    return fma(y, fma(-b, y, 1.0), y);
+}
 
-        Acc sum = Acc(0);
-        for (index_t r = row_cell_offsets[y]; r < row_end; ++r) {
-            const index_t row_cell = row_cells[r];
-            for (index_t k = col_begin; k < col_end; ++k) {
-                const index_t col_cell = col_cells[k];
-                // The cell size is an exact integer in double (below 2^53), as TF's is.
-                const Acc cell_size = static_cast<Acc>(row_cell_sizes[row_cell] * col_cell_sizes[col_cell]);
-                sum += load_as_double(out_backprop[out.offset(n, row_cell, col_cell, c)]) / cell_size;
+// RN(a / b) for an integer 1 <= b < 2^50, y = RN(1 / b), and a finite with |a| >= 2^-970 or
+// zero (header comment, part B; a zero a gives a zero of either sign).
+__device__ __forceinline__ double divide(double a, double b, double y) {
+    const double q0 = mul_rn(a, y);
+    return fma(fma(-b, q0, a), y, q0);
+}
+
+// RN(a / b) for any finite double a (part C): below 2^-970 in magnitude, a is divided scaled up
+// by 2^600 and the quotient scaled back (a second rounding where it is subnormal), then
+// corrected to the nearest multiple of 2^-1074 by the exact remainder.
+__device__ __forceinline__ double divide_any(double a, double b, double y) {
+    if (fabs(a) >= 0x1p-970) return divide(a, b, y);
+    double q = divide(a * 0x1p600, b, y) * 0x1p-600;
+    if (fabs(q) < 0x1p-1021) {                         // spacing 2^-1074: q is within one step
+        const double r = fma(-b, q, a);                // b (a / b - q), exact
+        if (2.0 * fabs(r) > b * 0x1p-1074) q += r > 0.0 ? 0x1p-1074 : -0x1p-1074;  // both sides exact
+    }
+    return q + 0.0;  // a quotient that underflowed to -0.0 becomes +0.0, as divide's zeros are
+}
+
+template <typename T> struct IsDouble { static constexpr bool value = false; };
+template <> struct IsDouble<double> { static constexpr bool value = true; };
+// Types with Inf and NaN (the integer types have neither).
+template <typename T> struct IsFloat { static constexpr bool value = true; };
+template <> struct IsFloat<int> { static constexpr bool value = false; };
+template <> struct IsFloat<long long> { static constexpr bool value = false; };
+template <typename T> struct IsHalf { static constexpr bool value = false; };
+template <> struct IsHalf<__half> { static constexpr bool value = true; };
+
+// The share a / b of one finite element as TF rounds it: every nonzero value of the other types
+// is at least 2^-149 in magnitude.
+template <typename T> __device__ __forceinline__ double share(double a, double b, double y) {
+    if constexpr (IsDouble<T>::value) {
+        return divide_any(a, b, y);
+    } else {
+        return divide(a, b, y);
+    }
+}
+
+template <typename T, int V> struct alignas(sizeof(T) * V) Vector {
+    T e[V];
+};
+
+// Whether no element of v is Inf or NaN, from the bits of 32-bit words: a 16-bit float's
+// magnitude bits f (15 bits) are Inf or NaN when f >= its exponent mask, i.e. when f plus
+// (0x8000 - mask) reaches bit 15 (the sum stays within the 16-bit field); likewise for float32.
+template <int W> __device__ __forceinline__ bool words_finite(const unsigned (&w)[W], unsigned magnitude,
+                                                            unsigned offset, unsigned top) {
+    unsigned any = 0;
+#pragma unroll
+    for (int i = 0; i < W; ++i) any |= (w[i] & magnitude) + offset;
+    return (any & top) == 0;
+}
+
+template <typename T, int V> __device__ __forceinline__ bool all_finite(const Vector<T, V>& v) {
+    if constexpr (sizeof(T) * V % 4 != 0) {  // one 16-bit element
+        return fabs(to_double(v.e[0])) <= 1.7976931348623157e308;
+    } else {
+        unsigned w[sizeof(T) * V / 4];
+        memcpy(w, &v, sizeof w);
+        if constexpr (IsDouble<T>::value) {
+            bool finite = true;
+#pragma unroll
+            for (int i = 1; i < sizeof(T) * V / 4; i += 2) finite &= (w[i] & 0x7ff00000u) != 0x7ff00000u;
+            return finite;
+        } else if (sizeof(T) == 4) {
+            return words_finite(w, 0x7fffffffu, 0x00800000u, 0x80000000u);
+        } else {
+            const unsigned exponent = IsHalf<T>::value ? 0x7c00u : 0x7f80u;  // float16 : bfloat16
+            return words_finite(w, 0x7fff7fffu, (0x8000u - exponent) * 0x10001u, 0x80008000u);
+        }
+    }
+}
+
+// Whether v holds no Inf or NaN (always, for the integer types).
+template <typename T, int V> __device__ __forceinline__ bool finite_vector(const Vector<T, V>& v) {
+    if constexpr (IsFloat<T>::value) {
+        return all_finite(v);
+    } else {
+        return true;
+    }
+}
+
+// The share d / b of one element, as TF rounds it (y = reciprocal(b)); `finite`: d is not Inf or
+// NaN (then the share is d y).
+template <typename T> __device__ __forceinline__ double element_share(T d, double b, double y, bool finite) {
+    const double a = to_double(d);
+    if (finite || fabs(a) <= 1.7976931348623157e308) return share<T>(a, b, y);
+    return a * y;
+}
+
+// Stores the shares d[v] / b of one cell at s[0 .. V), two at a time (16-byte stores) when V is
+// even; the vector's finiteness is tested once, so the common path has no per-element test.
+template <typename T, int V>
+__device__ __forceinline__ void stage_shares(const Vector<T, V>& d, double b, double y, double* s) {
+    constexpr int P = V % 2 == 0 ? 2 : 1;
+    if (finite_vector(d)) {
+#pragma unroll
+        for (int v = 0; v < V; v += P) {
+            if constexpr (P == 2) {
+                *reinterpret_cast<double2*>(s + v) =
+                    make_double2(element_share(d.e[v], b, y, true), element_share(d.e[v + 1], b, y, true));
+            } else {
+                s[v] = element_share(d.e[v], b, y, true);
             }
         }
-        in_backprop[i] = store_from_double<T>(sum);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, false);
+    }
+}
+
+// sum[v] += d[v] / b for one cell (the direct path: shares computed where they are summed).
+template <typename T, int V>
+__device__ __forceinline__ void add_direct_shares(double (&sum)[V], const Vector<T, V>& d, double b, double y) {
+    if (finite_vector(d)) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] += element_share(d.e[v], b, y, true);
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] += element_share(d.e[v], b, y, false);
+    }
+}
+
+// sum[v] += s[v] from shared memory (16-byte loads when V is even).
+template <int V> __device__ __forceinline__ void add_staged_shares(double (&sum)[V], const double* s) {
+    if constexpr (V % 2 == 0) {
+#pragma unroll
+        for (int v = 0; v < V; v += 2) {
+            const double2 pair = *reinterpret_cast<const double2*>(s + v);
+            sum[v] += pair.x;
+            sum[v + 1] += pair.y;
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] += s[v];
+    }
+}
+
+// sum[v] = s[v] from shared memory (the first share of a sum).
+template <int V> __device__ __forceinline__ void load_staged_shares(double (&sum)[V], const double* s) {
+    if constexpr (V % 2 == 0) {
+#pragma unroll
+        for (int v = 0; v < V; v += 2) {
+            const double2 pair = *reinterpret_cast<const double2*>(s + v);
+            sum[v] = pair.x;
+            sum[v + 1] = pair.y;
+        }
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] = s[v];
+    }
+}
+
+template <typename T, int V> __device__ __forceinline__ void store_zeros(T* p) {
+    Vector<T, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out.e[v] = from_double<T>(0.0);
+    *reinterpret_cast<Vector<T, V>*>(p) = out;
+}
+
+template <typename T, int V> __device__ __forceinline__ void store_vector(T* p, const double (&sum)[V]) {
+    Vector<T, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out.e[v] = from_double<T>(sum[v]);
+    *reinterpret_cast<Vector<T, V>*>(p) = out;
+}
+
+}  // namespace fractional
+
+// T: element type; I: index and table type (int when every tensor and table has fewer than
+// 2^31 elements, else long long); V: channels per thread (16 bytes' worth, or 1).
+template <typename T, typename I, int V>
+__global__ void fractional_avg_pool_grad(
+    const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
+    const I* __restrict__ row_offsets, const I* __restrict__ row_cells, const I* __restrict__ row_sizes,
+    const I* __restrict__ row_tiles, const I* __restrict__ col_offsets, const I* __restrict__ col_cells,
+    const I* __restrict__ col_sizes, const I* __restrict__ col_tiles,
+    I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols,
+    I channel_blocks, I col_tile_count, I row_tile_count, I batch_tile_count,
+    unsigned channel_blocks_magic, int channel_blocks_shift, int tile_cols_log2, int tile_rows_log2,
+    int rows_per_thread, int stage_cols_log2, int share_cells) {
+    using namespace fractional;
+    __shared__ __align__(16) double shares[kShareCapacity];
+
+    // This thread's place in the tile: threadIdx.x is the vector, threadIdx.y packs (column,
+    // row, batch item); the tile is tile_rows * rows_per_thread rows high, row y0 + p tile_rows
+    // being this thread's p-th.
+    const int tile_cols = 1 << tile_cols_log2, tile_rows = 1 << tile_rows_log2;
+    const int cv = static_cast<int>(threadIdx.x);
+    const int tx = static_cast<int>(threadIdx.y) & (tile_cols - 1);
+    const int tz = static_cast<int>(threadIdx.y >> tile_cols_log2) & (tile_rows - 1);
+    const int tn = static_cast<int>(threadIdx.y >> (tile_cols_log2 + tile_rows_log2));
+    const int tile_batch = static_cast<int>(blockDim.y >> (tile_cols_log2 + tile_rows_log2));
+    const int block_channels = static_cast<int>(blockDim.x) * V;
+    const int cell_stride = block_channels + kCellPad;     // doubles per staged cell and batch item
+    const int tile_cell = tile_batch * cell_stride;         // doubles per staged cell
+    // Cells a tile may stage (the launcher's count; none if it would not fit, as a safeguard).
+    const int cells_fit = share_cells * tile_cell <= kShareCapacity ? share_cells : 0;
+
+    const I x_blocks = channel_blocks * col_tile_count;
+    for (I bz = blockIdx.z; bz < batch_tile_count; bz += gridDim.z) {
+        for (I by = blockIdx.y; by < row_tile_count; by += gridDim.y) {
+            for (I bx = blockIdx.x; bx < x_blocks; bx += gridDim.x) {
+                I ct;
+                if constexpr (sizeof(I) == 4) {  // bx < 2^31: multiply-shift division by channel_blocks
+                    ct = static_cast<I>((static_cast<unsigned long long>(static_cast<unsigned>(bx)) *
+                                         channel_blocks_magic) >> channel_blocks_shift);
+                } else {
+                    ct = bx / channel_blocks;
+                }
+                const I cb = bx - ct * channel_blocks;
+                const I n = bz * tile_batch + tn;
+                const I x = ct * tile_cols + tx;
+                const I c = cb * block_channels + cv * V;
+                const I y0 = by * (tile_rows * rows_per_thread) + tz;
+                const bool has_column = n < batch && c < depth && x < in_cols;
+
+                // The cells this tile's rows and columns lie in (host-computed ranges).
+                const I row_lo = row_tiles[2 * by], row_hi = row_tiles[2 * by + 1];
+                const I col_lo = col_tiles[2 * ct], col_hi = col_tiles[2 * ct + 1];
+                const I nr = row_hi - row_lo + 1, nc = col_hi - col_lo + 1;  // <= 0: none
+                // Block-uniform: stage the tile's shares when they fit in shared memory.
+                const bool staged = nr > 0 && nc > 0 && nr <= cells_fit && nc <= cells_fit && nr * nc <= cells_fit;
+
+                I col_begin = 0, col_end = 0;  // this thread's column cells (shared by its rows)
+                if (has_column) {
+                    col_begin = col_offsets[x];
+                    col_end = col_offsets[x + 1];
+                }
+                if (staged) {
+                    const int rows = static_cast<int>(nr), cols = static_cast<int>(nc);
+                    // Staging: one thread per cell (all the block's channels: one reciprocal for
+                    // up to 4 vectors), cells in row-major slots of stage_cols (>= the tile's columns).
+                    const int thread = static_cast<int>(threadIdx.x + blockDim.x * threadIdx.y);
+                    const int threads = static_cast<int>(blockDim.x * blockDim.y);
+                    const I c0 = cb * block_channels;
+                    for (int t = 0; t < tile_batch; ++t) {
+                        const I nt = bz * tile_batch + t;
+                        if (nt >= batch) break;
+                        const T* const dy_batch = out_backprop + (nt * out_rows * out_cols) * depth + c0;
+                        for (int slot = thread; slot < rows << stage_cols_log2; slot += threads) {
+                            const int i = slot >> stage_cols_log2;
+                            const I row_cell = row_lo + i;
+                            const I row_size = row_sizes[row_cell];
+                            const T* const dy_row = dy_batch + row_cell * out_cols * depth;
+                            double* const s_row = shares + (t * rows + i) * cols * cell_stride;
+                            for (int j = slot & ((1 << stage_cols_log2) - 1); j < cols; j += 1 << stage_cols_log2) {
+                                const I col_cell = col_lo + j;
+                                const I size = row_size * col_sizes[col_cell];
+                                if (size == 0) continue;  // an empty cell is in no list
+                                const double b = static_cast<double>(size);  // exact: below 2^50
+                                const double y = reciprocal(b);
+                                const T* const dy = dy_row + col_cell * depth;
+                                double* const s = s_row + j * cell_stride;
+                                // The block's (at most kBlockVectors) vectors of channels that exist.
+                                const int vectors = static_cast<int>(min(static_cast<I>(blockDim.x), (depth - c0) / V));
+#pragma unroll
+                                for (int q = 0; q < kBlockVectors; ++q) {
+                                    if (q == vectors) break;
+                                    const Vector<T, V> d = *reinterpret_cast<const Vector<T, V>*>(dy + q * V);
+                                    stage_shares<T, V>(d, b, y, s + q * V);
+                                }
+                            }
+                        }
+                    }
+                    __syncthreads();  // the tile's shares are staged
+                    if (has_column) {
+                        // This thread's column cells, as pointers into the first row of staged
+                        // cells: the first two held in registers (a column lies in one or two cells
+                        // at ratio >= 1); a position in no column cell sums nothing.
+                        const double* const tile_shares = shares + tn * rows * cols * cell_stride + cv * V;
+                        const int col_count = static_cast<int>(col_end - col_begin);
+                        const double* const s0 =
+                            tile_shares + (col_count > 0 ? static_cast<int>(col_cells[col_begin] - col_lo) * cell_stride : 0);
+                        const double* const s1 =
+                            tile_shares + (col_count > 1 ? static_cast<int>(col_cells[col_begin + 1] - col_lo) * cell_stride : 0);
+                        const int row_stride = cols * cell_stride;
+                        // This thread's rows y0 + p tile_rows, p < positions, that exist.
+                        const int positions = y0 < in_rows ? static_cast<int>(min(static_cast<I>(rows_per_thread),
+                                                  (in_rows - y0 + tile_rows - 1) >> tile_rows_log2)) : 0;
+                        I out_index = ((n * in_rows + y0) * in_cols + x) * depth + c;
+                        const I out_step = (in_cols * depth) << tile_rows_log2;
+                        const I* offsets = row_offsets + y0;
+                        for (int p = 0; p < positions; ++p, out_index += out_step, offsets += tile_rows) {
+                            T* const out = in_backprop + out_index;
+                            // TF's order: row cells in increasing order, and within each the
+                            // column cells in increasing order (both lists are sorted).
+                            // TF adds the shares to +0.0; no share is -0.0 (see divide), so the sum
+                            // may start from the first share, and +0.0 + s == s.
+                            I ri = offsets[0];
+                            const I row_end = offsets[1];
+                            if (col_count == 0 || ri == row_end) {
+                                store_zeros<T, V>(out);
+                            } else {
+                                double sum[V];
+                                // The shares of row cell r (an offset into the staged rows) past the
+                                // first column cell.
+                                const auto add_other_columns = [&](int r) {
+                                    if (col_count > 1) {
+                                        add_staged_shares<V>(sum, s1 + r);
+#pragma unroll 1
+                                        for (I ki = col_begin + 2; ki < col_end; ++ki)
+                                            add_staged_shares<V>(sum, tile_shares + r + static_cast<int>(col_cells[ki] - col_lo) * cell_stride);
+                                    }
+                                };
+                                const int r = static_cast<int>(row_cells[ri] - row_lo) * row_stride;
+                                load_staged_shares<V>(sum, s0 + r);
+                                add_other_columns(r);
+#pragma unroll 1
+                                for (++ri; ri < row_end; ++ri) {
+                                    const int r = static_cast<int>(row_cells[ri] - row_lo) * row_stride;
+                                    add_staged_shares<V>(sum, s0 + r);
+                                    add_other_columns(r);
+                                }
+                                store_vector<T, V>(out, sum);
+                            }
+                        }
+                    }
+                    __syncthreads();  // every thread is done reading the shares
+                } else {
+                    // Cells too many to stage (sequences whose cells overlap heavily): the same
+                    // shares, in the same order, computed where they are summed.
+                    if (has_column) {
+                        T* const out_column = in_backprop + ((n * in_rows) * in_cols + x) * depth + c;
+                        const T* const dy_batch = out_backprop + (n * out_rows * out_cols) * depth + c;
+                        for (int p = 0; p < rows_per_thread; ++p) {
+                            const I y = y0 + p * tile_rows;
+                            if (y >= in_rows) break;
+                            double sum[V];
+#pragma unroll
+                            for (int v = 0; v < V; ++v) sum[v] = 0.0;
+                            const I row_end = row_offsets[y + 1];
+#pragma unroll 1
+                            for (I ri = row_offsets[y]; ri < row_end; ++ri) {
+                                const I row_cell = row_cells[ri];
+                                const I row_size = row_sizes[row_cell];
+                                const T* dy = dy_batch + row_cell * out_cols * depth;
+#pragma unroll 1
+                                for (I ki = col_begin; ki < col_end; ++ki) {
+                                    const I col_cell = col_cells[ki];
+                                    const Vector<T, V> d = *reinterpret_cast<const Vector<T, V>*>(dy + col_cell * depth);
+                                    const double b = static_cast<double>(row_size * col_sizes[col_cell]);
+                                    add_direct_shares<T, V>(sum, d, b, reciprocal(b));
+                                }
+                            }
+                            store_vector<T, V>(out_column + y * in_cols * depth, sum);
+                        }
+                    }
+                }
+            }
+        }
     }
 }
 

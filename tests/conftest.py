@@ -117,6 +117,16 @@ class DLPackOnly:
 FOREIGN_GPU_WRAPPERS = pytest.mark.parametrize("wrapper", [CudaArrayInterfaceOnly, DLPackOnly], ids=["cai", "dlpack"])
 
 
+@pytest.fixture(autouse=True)
+def _fresh_fractional_table_cache():
+    """The fractional-pooling launcher keeps device copies of its cell tables; a test's CPU
+    stand-in (and the memory it holds) must not outlive the test through that cache."""
+    yield
+    import importlib
+
+    importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").clear_table_cache()
+
+
 def _install_host_device(request, monkeypatch):
     """The CPU stand-in for CuPy and a GPU (tests/cuda_host.py), installed for this test, with
     blocks and threads run in a shuffled order seeded by the test's name; or skip."""

@@ -406,6 +406,7 @@ def test_matches_tensorflow(tf, rng, overlapping, ratio, pseudo_random, dtype):
 # compared exactly with TF's loop (reference.py) cast to the dtype.
 
 import importlib  # noqa: E402
+import shutil  # noqa: E402
 
 import ml_dtypes  # noqa: E402
 
@@ -471,15 +472,25 @@ def host_kernels():
     return cuda_host.HostKernels(cuda_launcher.SOURCE, cuda_launcher.instantiations()[cuda_launcher.SOURCE])
 
 
-def run_on_host(kernels, kwargs):
-    """The launcher's instantiation, tables and scalars, run on the CPU (unwritten elements keep a sentinel)."""
+def host_geometry(kwargs):
     dy = kwargs["out_backprop"]
-    g = fractional_pool_geometry(OP, [int(v) for v in kwargs["orig_input_tensor_shape"]], dy.shape,
-                                 [int(v) for v in kwargs["row_pooling_sequence"]],
-                                 [int(v) for v in kwargs["col_pooling_sequence"]], kwargs["overlapping"])
+    return fractional_pool_geometry(OP, [int(v) for v in kwargs["orig_input_tensor_shape"]], dy.shape,
+                                    [int(v) for v in kwargs["row_pooling_sequence"]],
+                                    [int(v) for v in kwargs["col_pooling_sequence"]], kwargs["overlapping"])
+
+
+def run_on_host(kernels, kwargs, order="shuffled", seed=0, **force):
+    """The launcher's plan (instantiation, grid, block, tables, scalars) run on the CPU, blocks and
+    threads in ``order``; unwritten elements keep a sentinel.  ``force``: :func:`plan`'s overrides
+    (index width, vector width, rows per thread, staged cells)."""
+    dy = np.ascontiguousarray(kwargs["out_backprop"])
+    g = host_geometry(kwargs)
     grad = np.full(g.input_shape, 12345 if is_int(dy.dtype) else np.nan, dy.dtype)
-    kernels.run(cuda_launcher._expression(dy.dtype), [dy, grad, *cuda_launcher.kernel_tables(g)],
-                cuda_launcher.kernel_scalars(g))
+    aligned = dy.ctypes.data % 16 == 0 and grad.ctypes.data % 16 == 0
+    p = cuda_launcher.plan(g, dy.dtype, aligned=aligned, **force)
+    kernels.launch(cuda_launcher._expression(dy.dtype, p.index, p.vector), p.grid, p.block,
+                   [dy, grad, *cuda_launcher.kernel_tables(g, p)], cuda_launcher.kernel_scalars(g, p),
+                   order=order, seed=seed)
     return grad
 
 
@@ -488,13 +499,16 @@ def assert_identical(got, expected):
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), expected.view(f"u{expected.itemsize}"))
 
 
-def test_instantiations_cover_every_dtype():
-    """One instantiation per supported dtype, all accumulating in double."""
+def test_instantiations_cover_every_launch():
+    """Per supported dtype: 32- and 64-bit indexing, 16-byte channel vectors and one channel per thread."""
     from gradops._dtypes import FRACTIONAL_POOL_DTYPES
 
     listed = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
-    assert sorted(listed) == sorted(cuda_launcher._expression(d) for d in FRACTIONAL_POOL_DTYPES)
-    assert all(e.endswith(", double>") for e in listed)
+    assert len(listed) == len(set(listed)) == 4 * len(FRACTIONAL_POOL_DTYPES)
+    for dtype in FRACTIONAL_POOL_DTYPES:
+        for index in ("int", "long long"):
+            for vector in (16 // np.dtype(dtype).itemsize, 1):
+                assert cuda_launcher._expression(dtype, index, vector) in listed
 
 
 def test_cell_tables():
@@ -563,14 +577,105 @@ def test_kernel_source_on_host_unordered(host_kernels, rng, overlapping):
         assert_identical(run_on_host(host_kernels, kwargs), expected)
 
 
-@settings(max_examples=60, deadline=None)
-@given(case=fractional_cases(), seed=st.integers(0, 2**32 - 1))
-def test_kernel_source_on_host_property(host_kernels, case, seed):
-    """Random valid sequences, shapes, modes and dtypes: TF's loop result bit for bit."""
+#: Paths the launcher can be made to take (plan()'s overrides): 64-bit indexing, one channel per
+#: thread, one row per thread, every tile on the direct path, and few staged cells (some tiles
+#: staged, others direct).
+FORCED_PATHS = {
+    "planned": {},
+    "index64": dict(index="long long"),
+    "scalar": dict(vector=1),
+    "one_row_per_thread": dict(rows_per_thread=1),
+    "three_rows_per_thread": dict(rows_per_thread=3),
+    "direct": dict(share_cells=0),
+    "few_staged_cells": dict(share_cells=6),
+}
+
+
+@settings(max_examples=80, deadline=None)
+@given(case=fractional_cases(), depth=st.sampled_from([None, 4, 8, 12, 16, 24, 40]), path=st.sampled_from(list(FORCED_PATHS)),
+       seed=st.integers(0, 2**32 - 1))
+def test_kernel_source_on_host_property(host_kernels, case, depth, path, seed):
+    """Random valid sequences, shapes, depths (vector widths and partial channel blocks), modes,
+    dtypes and forced paths: TF's loop result bit for bit."""
     case = dict(case)
-    kwargs, expected = pool_case(np.random.default_rng(seed), case.pop("orig_shape"), case.pop("rows"),
-                                 case.pop("cols"), case.pop("overlapping"), case.pop("dtype"), **case)
-    assert_identical(run_on_host(host_kernels, kwargs), expected)
+    shape = case.pop("orig_shape")
+    if depth is not None:
+        shape = (*shape[:3], depth)
+    kwargs, expected = pool_case(np.random.default_rng(seed), shape, case.pop("rows"), case.pop("cols"),
+                                 case.pop("overlapping"), case.pop("dtype"), **case)
+    assert_identical(run_on_host(host_kernels, kwargs, seed=seed, **FORCED_PATHS[path]), expected)
+
+
+# Shapes that do not fill the tiles: rows, columns and batches that are not multiples of the tile,
+# depths that are not multiples of the vector width or of the block's channels, tiny images (a
+# tile of several batch items).
+TILE_EDGE_SHAPES = [(2, 37, 29, 24), (1, 19, 70, 40), (5, 3, 2, 8), (3, 1, 1, 16), (2, 50, 9, 12), (7, 2, 5, 3)]
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_IDS)
+@pytest.mark.parametrize("path", list(FORCED_PATHS))
+def test_kernel_source_on_host_tile_edges(host_kernels, rng, path, dtype):
+    """Partial tiles, partial channel blocks and batch tiles, on every path, with generated,
+    overlapping, unordered and empty-cell sequences: TF's loop bit for bit."""
+    for shape in TILE_EDGE_SHAPES:
+        for overlapping in (False, True):
+            for rows, cols in ((gradops.fractional_pooling_sequence(shape[1], min(1.44, shape[1]), True, seed=shape[1]),
+                                gradops.fractional_pooling_sequence(shape[2], min(1.5, shape[2]), False, seed=shape[2])),
+                               ([shape[1], 1, shape[1] // 2 + 1, 1, shape[1] + 2], [1, shape[2], 1, 2])):
+                kwargs, expected = pool_case(rng, shape, rows, cols, overlapping, dtype)
+                assert_identical(run_on_host(host_kernels, kwargs, **FORCED_PATHS[path]), expected)
+
+
+@pytest.mark.parametrize("path", list(FORCED_PATHS))
+def test_kernel_source_on_host_orders_agree(host_kernels, rng, path):
+    """Forward, reverse and two shuffled block and thread orders give the same bits (no race
+    between the staging and summing threads, nor between blocks)."""
+    rows = gradops.fractional_pooling_sequence(45, 1.44, True, seed=7)
+    cols = gradops.fractional_pooling_sequence(23, 1.44, False, seed=8)
+    for dtype in (np.float16, np.float32, np.int32, np.float64):
+        kwargs, expected = pool_case(rng, (3, 45, 23, 16), rows, cols, True, dtype)
+        runs = [run_on_host(host_kernels, kwargs, order, seed, **FORCED_PATHS[path])
+                for order, seed in (("forward", 0), ("reverse", 0), ("shuffled", 1), ("shuffled", 2))]
+        for got in runs:
+            assert_identical(got, expected)
+
+
+def test_plan_shapes_tiles_and_refusals():
+    """The plan's tiles fit the staged cells of every tile, threads stay within one block of
+    256, and a cell of 2**50 elements (never a real GPU's: the input gradient would not fit)
+    is refused rather than divided inexactly."""
+    for shape, ratio in (((32, 112, 112, 64), 1.44), ((8, 56, 56, 256), 1.44), ((4, 7, 7, 8), 1.5), ((64, 2, 2, 1), 1.0)):
+        rows = gradops.fractional_pooling_sequence(shape[1], ratio, True, seed=1)
+        cols = gradops.fractional_pooling_sequence(shape[2], ratio, True, seed=2)
+        for overlapping in (False, True):
+            g = fractional_pool_geometry(OP, list(shape), (shape[0], len(rows) - 1, len(cols) - 1, shape[3]),
+                                         rows.tolist(), cols.tolist(), overlapping)
+            for dtype in ALL_DTYPES:
+                p = cuda_launcher.plan(g, dtype)
+                assert np.prod(p.block) <= cuda_launcher.THREADS and p.share_cells * p.cell_doubles <= cuda_launcher.SHARE_CAPACITY
+                tables = cuda_launcher.kernel_tables(g, p)
+                for offsets, cells, ranges, tile in ((tables[0], tables[1], tables[3], p.tile_height),
+                                                     (tables[4], tables[5], tables[7], p.tile_cols)):
+                    for t, (lo, hi) in enumerate(zip(ranges[0::2], ranges[1::2])):  # every listed cell is in range
+                        listed = cells[offsets[t * tile]:offsets[min((t + 1) * tile, len(offsets) - 1)]]
+                        assert listed.size == 0 or (lo == listed.min() and hi == listed.max())
+                rows_fit = tables[3][1::2] - tables[3][0::2] + 1
+                cols_fit = tables[7][1::2] - tables[7][0::2] + 1
+                assert rows_fit.max() * cols_fit.max() <= p.share_cells or p.rows_per_thread == 1
+    huge = fractional_pool_geometry(OP, [1, 2**25, 2**25, 1], (1, 1, 1, 1), [0, 2**25], [0, 2**25], False)
+    with pytest.raises(gradops.BackendUnavailableError, match="2\\*\\*50"):
+        cuda_launcher.plan(huge, np.float32)
+
+
+def test_division_magic():
+    """n // d == (n * m) >> s for every divisor the launcher can pass and numerators up to 2**31 - 1."""
+    rng = np.random.default_rng(0)
+    numerators = np.concatenate([np.arange(4096), 2**31 - 1 - np.arange(4096), rng.integers(0, 2**31, 20000)])
+    numerators = [int(v) for v in numerators]
+    for d in [*range(1, 1100), *rng.integers(1100, 2**31, 300).tolist(), 2**31 - 1, 2**30, 2**30 + 1]:
+        m, shift = cuda_launcher.division_magic(d)
+        m, shift = int(m), int(shift)
+        assert all((n * m) >> shift == n // d for n in numerators), d
 
 
 # ---- through the public API, on a GPU or on the host stand-in (the cuda_device fixture)
@@ -741,36 +846,378 @@ def test_cuda_more_than_2_31_elements(overlapping):
 @pytest.mark.parametrize("overlapping", [True, False])
 def test_host_more_than_2_31_elements(monkeypatch, overlapping):
     """The kernel source's 64-bit offsets and pooling-table indexing, executed on the CPU
-    through the launcher: a float16 input gradient of 2**31 + 7372852 elements.  Only the last
-    block of the grid-stride launch runs; every element it writes past the 2**31-th is checked
-    against TF's loop restricted to that element's cells (exact: both sum in double in TF's
-    order and round once)."""
+    through the launcher: a float16 input gradient of 2**31 + 7372852 elements (the 64-bit
+    instantiation).  Only blocks of the last two rows of tiles run, at the right edge: every
+    element they write lies past the 2**31-th and is checked against TF's loop restricted to
+    that element's cells (exact: both sum in double in TF's order and round once)."""
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(reason)
-    device = cuda_host.HostDevice(block_filter=lambda expression, grid: [grid[0] - 1]).install(monkeypatch)
-    in_rows, in_cols = 46341, 46500  # in_rows * in_cols = 2**31 + 7372852: every block reaches past 2**31
+    in_rows, in_cols = 46341, 46500  # in_rows * in_cols = 2**31 + 7372852
     rows = np.array(gradops.fractional_pooling_sequence(in_rows, 1.5, True, seed=1))
     cols = np.array(gradops.fractional_pooling_sequence(in_cols, 1.44, False, seed=2))
     rng = np.random.default_rng(3)
     dy = rng.standard_normal((1, len(rows) - 1, len(cols) - 1, 1)).astype(np.float16)
     g = fractional_pool_geometry(OP, [1, in_rows, in_cols, 1], dy.shape, rows.tolist(), cols.tolist(), overlapping)
-    got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy)).reshape(-1)
-    _, grid, block = device.launches[-1]
-    written = cuda_host.grid_stride_elements(grid, block, in_rows * in_cols, minimum=2**31)
-    assert written.size > 1000
+    p = cuda_launcher.plan(g, np.float16)
+    assert p.index == "long long" and p.row_tiles > 2 and p.grid[0] == p.col_tiles > 4
+    first_row = (p.row_tiles - 2) * p.tile_height
+    assert first_row * in_cols >= 2**31  # every element of the chosen blocks lies past 2**31
+    run = [bx + p.grid[0] * by for by in (p.row_tiles - 2, p.row_tiles - 1) for bx in range(p.grid[0] - 4, p.grid[0])]
+    device = cuda_host.HostDevice(block_filter=lambda expression, grid: run).install(monkeypatch)
+    got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy))[0, :, :, 0]
+    assert device.launches[-1][0] == cuda_launcher._expression(np.float16, "long long", 1)
+    first_col = (p.col_tiles - 4) * p.tile_cols
+    written = got[first_row:, first_col:]
+    assert written.size > 1000 and not np.isnan(written).any()
+    assert np.isnan(got[:first_row:1000, ::1000]).all() and np.isnan(got[first_row:, :first_col:100]).all(), \
+        "blocks outside the filter did not run"
 
     def cells(sequence, size, index):
         """(cell, cell size) of every cell containing ``index``, in order, from TF's definition."""
         ends = np.minimum(sequence[1:] - (0 if overlapping else 1), size - 1)
         return [(k, int(ends[k] - sequence[k] + 1)) for k in np.flatnonzero((sequence[:-1] <= index) & (index <= ends))]
 
-    for index in [*written[:200], *written[-200:], *rng.choice(written, 200)]:
-        y, x = divmod(int(index), in_cols)
+    ys, xs = np.meshgrid(np.arange(first_row, in_rows), np.arange(first_col, in_cols), indexing="ij")
+    picks = np.concatenate([np.arange(200), np.arange(ys.size - 200, ys.size), rng.choice(ys.size, 200)])
+    for y, x in zip(ys.reshape(-1)[picks], xs.reshape(-1)[picks]):
         expected = 0.0
         for row_cell, row_size in cells(rows, in_rows, y):
             for col_cell, col_size in cells(cols, in_cols, x):
                 expected += float(dy[0, row_cell, col_cell, 0]) / (row_size * col_size)
-        assert got[index].tobytes() == np.float16(expected).tobytes(), (y, x)
-    assert np.isnan(got[:1000]).all(), "blocks outside the filter did not run"
+        assert got[y, x].tobytes() == np.float16(expected).tobytes(), (y, x)
 
+
+# ---- the exact share: a test kernel around the kernel source's share computation
+
+SHARE_PROBE = r"""
+#include "fractional_avg_pool_grad.cu"
+// out[i * V + v]: the kernel's share of a[i * V + v] in a cell of b[i] elements; recip[i]: its 1 / b.
+template <typename T, int V>
+__global__ void share_probe(const T* a, const long long* b, double* out, double* recip, long long n) {
+    GRADOPS_GRID_STRIDE_LOOP(i, n) {
+        const double size = static_cast<double>(b[i]);
+        const double y = gradops::fractional::reciprocal(size);
+        recip[i] = y;
+        const auto d = *reinterpret_cast<const gradops::fractional::Vector<T, V>*>(a + i * V);
+        gradops::fractional::stage_shares<T, V>(d, size, y, out + i * V);
+    }
+}
+"""
+PROBE_TYPES = {"__half": np.float16, "__nv_bfloat16": BFLOAT16, "float": np.float32, "double": np.float64,
+               "int": np.int32, "long long": np.int64}
+
+
+def share_probe_kernels(directory):
+    """The probe compiled for the host against the .cu files in ``directory``."""
+    (directory / "share_probe.cu").write_text(SHARE_PROBE)
+    expressions = [f"share_probe<{t}, {v}>" for t, d in PROBE_TYPES.items() for v in (1, 16 // np.dtype(d).itemsize)]
+    return cuda_host.HostKernels("share_probe.cu", expressions, directory)
+
+
+@pytest.fixture(scope="module")
+def share_probe(tmp_path_factory):
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    directory = tmp_path_factory.mktemp("share_probe")
+    shutil.copytree(cuda_host._build.source_dir(), directory, dirs_exist_ok=True)
+    return share_probe_kernels(directory)
+
+
+def probe_shares(kernels, ctype, a, b, vector=1):
+    """(shares of a over cells of sizes b (one size per vector), reciprocals of b) from the probe."""
+    a = np.ascontiguousarray(a, PROBE_TYPES[ctype])
+    b = np.ascontiguousarray(b, np.int64)
+    assert a.size == b.size * vector
+    out, recip = np.full(a.size, np.nan), np.full(b.size, np.nan)
+    kernels.run(f"share_probe<{ctype}, {vector}>", [a, b, out, recip], [b.size])
+    return out, recip
+
+
+def share_mismatches(out, a, b, vector):
+    """Where the probe's shares differ from NumPy's correctly rounded float64 division (NaN
+    payloads aside), and whether any share is -0.0 (the kernel's sums rely on none being)."""
+    with np.errstate(invalid="ignore", divide="ignore"):
+        want = np.asarray(a).astype(np.float64) / np.repeat(np.asarray(b, np.float64), vector)
+    same = (out.view(np.int64) == want.view(np.int64)) | (np.isnan(out) & np.isnan(want)) | ((out == 0) & (want == 0))
+    return np.flatnonzero(~same), int(np.count_nonzero((out == 0) & np.signbit(out)))
+
+
+# Cell sizes b whose 1/b lies within 2**-N / b of a rounding midpoint (b (2M + 1) = 2**N +- 1):
+# the hardest reciprocals to round.  Found by factoring 2**N +- 1 for N = 73..103 with sympy
+# (divisors b with ceil(log2 b) = N - 53); each is checked below to be that close.  Two Newton
+# steps from the host build's starting point round all of them but the smallest wrongly.
+HARD_RECIPROCALS = [1188813, 2741673, 10092057, 78396551, 1262270907, 1474361511, 1784159373, 2087350029,
+                    73401746733, 106297196643, 4437206506005, 5643810965559, 7050769898553, 70667402454825,
+                    82543981440075, 99079191802151, 112603888967275, 134816156452875, 559557773649819]
+
+
+def test_hard_reciprocal_cases_are_near_midpoints():
+    """Each b has an odd M2 in [2**53, 2**54) with b * M2 = 2**N +- 1 (N = 53 + ceil(log2 b)):
+    1/b is then 2**-N / b from the midpoint M2 * 2**-N, the closest any 1/b can be."""
+    for b in HARD_RECIPROCALS:
+        n = 53 + (b - 1).bit_length()
+        assert any((2**n + s) % b == 0 and (2**n + s) // b % 2 == 1 and 2**53 <= (2**n + s) // b < 2**54
+                   for s in (1, -1)), b
+
+
+@pytest.mark.parametrize("ctype", list(PROBE_TYPES))
+def test_kernel_share_is_the_correctly_rounded_quotient(share_probe, ctype):
+    """The kernel's share (reciprocal, FMA-corrected product, Inf/NaN handling) equals NumPy's
+    float64 division bit for bit: every float16 and bfloat16 value over cells of 1..96 (and
+    1..40) elements; float32 bit patterns (subnormals, extremes, Inf, NaN), int32 and int64
+    extremes and float64 bit patterns (tiny, subnormal, huge) over small and large cells up to
+    2**50 - 1, in scalar and vector form; no share is -0.0; every reciprocal is RN(1 / b),
+    including the hardest-to-round ones."""
+    rng = np.random.default_rng(5)
+    dtype = np.dtype(PROBE_TYPES[ctype])
+    vector = 16 // dtype.itemsize
+    large = np.array([2**50 - 1, 2**49 + 1, 2**40 - 3, 3 * 2**33 + 1, 99991, 65537], np.int64)
+    if dtype.itemsize == 2:
+        values = np.arange(65536, dtype=np.uint16).view(dtype)
+        sizes = np.arange(1, 97 if dtype == np.float16 else 41)
+        a, b = np.repeat(values, sizes.size), np.tile(sizes, values.size)
+        a, b = np.concatenate([a, values[:4096]]), np.concatenate([b, np.resize(large, 4096)])
+    else:
+        if dtype.kind == "f":
+            bits = rng.integers(0, 2 ** (8 * dtype.itemsize), 2**18, dtype=np.uint64).astype(f"u{dtype.itemsize}")
+            specials = [0.0, -0.0, np.inf, -np.inf, np.nan, np.finfo(dtype).max, -np.finfo(dtype).max,
+                        np.finfo(dtype).smallest_subnormal, -np.finfo(dtype).smallest_subnormal, np.finfo(dtype).tiny]
+            if dtype == np.float64:
+                specials += [2.0**-970, -(2.0**-971), 1.5 * 2.0**-1022, 3 * 2.0**-1074]
+                with np.errstate(all="ignore"):  # values spread over the small exponents, subnormals included
+                    tiny = rng.integers(0, 2**62, 2**16, dtype=np.uint64).view(np.float64) * 2.0**-1000
+                specials += tiny[np.isfinite(tiny)].tolist()
+            a = np.concatenate([bits.view(dtype), np.array(specials, dtype)])
+        else:
+            info = np.iinfo(dtype)
+            a = np.concatenate([rng.integers(info.min, info.max, 2**18, dtype=dtype, endpoint=True),
+                                np.array([info.min, info.max, 0, 1, -1, 49, 98, 3, 7], dtype)])
+        b = np.where(rng.random(a.size) < 0.6, rng.integers(1, 130, a.size), rng.integers(1, 2**50, a.size))
+        b[: large.size] = large
+    a = a[: a.size // vector * vector]
+    b = b[: a.size]
+    for v in (1, vector):
+        out, recip = probe_shares(share_probe, ctype, a, b[::v], v)
+        bad, negative_zeros = share_mismatches(out, a, b[::v], v)
+        assert bad.size == 0, (a[bad[:5]], np.repeat(b[::v], v)[bad[:5]])
+        assert negative_zeros == 0
+    sizes = np.concatenate([np.arange(1, 2**16), HARD_RECIPROCALS, large, rng.integers(1, 2**50, 2**14)])
+    _, recip = probe_shares(share_probe, "float", np.ones(sizes.size, np.float32), sizes)
+    np.testing.assert_array_equal(recip.view(np.int64), (1.0 / sizes.astype(np.float64)).view(np.int64))
+
+
+# ---- bugs planted in copies of the kernel source must fail these tests
+
+PLANTED = {
+    # (edit: text -> replacement, what must catch it)
+    "missing-barrier-after-staging": (
+        "                    __syncthreads();  // the tile's shares are staged\n", "", "host-grid"),
+    "second-row-cell-columns-swapped": (  # (0,0), (0,1), (1,1), (1,0) instead of TF's (1,0), (1,1)
+        "                                    add_staged_shares<V>(sum, s0 + r);\n                                    add_other_columns(r);\n",
+        "                                    add_other_columns(r);\n                                    add_staged_shares<V>(sum, s0 + r);\n",
+        "sum-order"),
+    "reciprocal-without-correction": (
+        "    return fma(fma(-b, q0, a), y, q0);", "    return q0;", "truncation"),
+    "reciprocal-missing-last-newton-step": (
+        "    return fma(y, fma(-b, y, 1.0), y);\n}", "    return y;\n}", "share-probe"),
+    "inf-and-nan-not-detected": (
+        "    if (finite_vector(d)) {\n#pragma unroll\n        for (int v = 0; v < V; v += P) {",
+        "    if (true) {\n#pragma unroll\n        for (int v = 0; v < V; v += P) {", "nan-inf"),
+    "direct-path-column-cells-in-reverse": (
+        "                                for (I ki = col_begin; ki < col_end; ++ki) {\n                                    const I col_cell = col_cells[ki];",
+        "                                for (I ki = col_end - 1; ki >= col_begin; --ki) {\n                                    const I col_cell = col_cells[ki];",
+        "sum-order-direct"),
+}
+
+
+def planted_check(kernels, check, rng):
+    """Run one of the checks that must catch a planted bug; raises AssertionError when it does."""
+    if check == "host-grid":
+        rows = gradops.fractional_pooling_sequence(33, 1.44, True, seed=3)
+        cols = gradops.fractional_pooling_sequence(20, 1.5, False, seed=4)
+        for dtype in (np.float32, np.float16):
+            kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, True, dtype)
+            assert_identical(run_on_host(kernels, kwargs, "shuffled", 3), expected)
+    elif check in ("sum-order", "sum-order-direct"):
+        # float64 sums of three or four shares round differently in another order (bits compared)
+        force = dict(share_cells=0) if check == "sum-order-direct" else {}
+        rows = gradops.fractional_pooling_sequence(17, 1.44, True, seed=5)
+        cols = gradops.fractional_pooling_sequence(15, 1.44, True, seed=6)
+        kwargs, expected = pool_case(rng, (2, 17, 15, 4), rows, cols, True, np.float64)
+        assert_identical(run_on_host(kernels, kwargs, **force), expected)
+    elif check == "truncation":
+        dy = np.full((1, 1, 1, 4), 49, np.int32)  # 49 / 49 is 1; 49 * RN(1/49) is 0.9999999999999999
+        kwargs = dict(orig_input_tensor_shape=np.array([1, 7, 7, 4]), out_backprop=dy,
+                      row_pooling_sequence=np.array([0, 7]), col_pooling_sequence=np.array([0, 7]), overlapping=False)
+        np.testing.assert_array_equal(run_on_host(kernels, kwargs), np.ones((1, 7, 7, 4), np.int32))
+    elif check == "nan-inf":
+        dy = np.ones((1, 2, 2, 8), np.float16)
+        dy[0, 0, 0, 3], dy[0, 1, 1, 5] = np.inf, -np.inf
+        kwargs = dict(orig_input_tensor_shape=np.array([1, 4, 4, 8]), out_backprop=dy,
+                      row_pooling_sequence=np.array([0, 2, 4]), col_pooling_sequence=np.array([0, 2, 4]), overlapping=False)
+        got = run_on_host(kernels, kwargs)
+        assert got[0, 0, 0, 3] == np.inf and got[0, 3, 3, 5] == -np.inf
+
+
+def test_planted_checks_pass_on_the_real_source(host_kernels, share_probe, rng):
+    """The checks the planted bugs must fail pass on the real kernel source."""
+    for check in {check for _, _, check in PLANTED.values()} - {"share-probe"}:
+        planted_check(host_kernels, check, rng)
+    sizes = np.array(HARD_RECIPROCALS)
+    _, recip = probe_shares(share_probe, "float", np.ones(sizes.size, np.float32), sizes)
+    np.testing.assert_array_equal(recip, 1.0 / sizes)
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_planted_kernel_bugs_are_caught(bug, tmp_path, rng):
+    text, replacement, check = PLANTED[bug]
+    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
+    path = tmp_path / cuda_launcher.SOURCE
+    source = path.read_text()
+    assert source.count(text) == 1, "the planted edit must match the source exactly once"
+    path.write_text(source.replace(text, replacement))
+    if check == "share-probe":
+        sizes = np.array(HARD_RECIPROCALS)
+        _, recip = probe_shares(share_probe_kernels(tmp_path), "float", np.ones(sizes.size, np.float32), sizes)
+        assert not np.array_equal(recip, 1.0 / sizes)
+        return
+    kernels = cuda_host.HostKernels(cuda_launcher.SOURCE, cuda_launcher.instantiations()[cuda_launcher.SOURCE], tmp_path)
+    with pytest.raises((AssertionError, cuda_host.HostLaunchError)):
+        planted_check(kernels, check, rng)
+
+
+# ---- vectors of channels with Inf and NaN in every lane
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[np.dtype(d).name for d in FLOAT_DTYPES])
+@pytest.mark.parametrize("path", ["planned", "direct", "scalar"])
+def test_kernel_source_on_host_inf_and_nan_in_vectors(host_kernels, rng, dtype, path):
+    """Inf, -Inf and NaN in every lane of the 16-byte vectors, on the staged and direct paths:
+    NaN exactly where TF's loop has NaN, every other element bit for bit."""
+    shape = (2, 9, 7, 16)
+    rows = gradops.fractional_pooling_sequence(9, 1.44, True, seed=1)
+    cols = gradops.fractional_pooling_sequence(7, 1.44, True, seed=2)
+    for overlapping in (False, True):
+        kwargs, _ = pool_case(rng, shape, rows, cols, overlapping, dtype)
+        dy = kwargs["out_backprop"]
+        flat = dy.reshape(-1)
+        for lane, value in enumerate([np.inf, -np.inf, np.nan] * 6):
+            flat[(lane * 37 + lane) % flat.size] = value
+        expected = exact_grad(shape, dy, rows, cols, overlapping)
+        got = run_on_host(host_kernels, kwargs, **FORCED_PATHS[path])
+        assert np.isnan(expected.astype(np.float64)).any() and np.isinf(expected.astype(np.float64)).any()
+        nan = np.isnan(expected.astype(np.float64))
+        np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), nan)
+        np.testing.assert_array_equal(got[~nan].view(f"u{got.itemsize}"), expected[~nan].view(f"u{got.itemsize}"))
+
+
+@pytest.mark.parametrize("dtype", INT_DTYPES, ids=["int32", "int64"])
+def test_kernel_source_on_host_exact_integer_quotients(host_kernels, dtype):
+    """k * 49 over a 7x7 cell is k exactly: truncation keeps k (a reciprocal multiply alone gives
+    k - 1 for k = 1, 2, 3, 4, 6, ...), on every path and over a vector of channels."""
+    k = np.arange(-20, 20).astype(dtype)
+    dy = (k * 49).reshape(1, 1, 1, 40)
+    kwargs = dict(orig_input_tensor_shape=np.array([1, 7, 7, 40]), out_backprop=dy,
+                  row_pooling_sequence=np.array([0, 7]), col_pooling_sequence=np.array([0, 7]), overlapping=False)
+    for path in FORCED_PATHS.values():
+        np.testing.assert_array_equal(run_on_host(host_kernels, kwargs, **path), np.broadcast_to(k, (1, 7, 7, 40)))
+
+
+# ---- device copies of the cell tables: uploaded once per geometry, device and stream
+
+def count_table_uploads(monkeypatch):
+    """Spy on the stand-in's ``cupy.asarray``: the uploads of host arrays (the launcher's tables;
+    the tests move their tensors before spying)."""
+    import sys
+
+    cupy = sys.modules["cupy"]
+    uploads = []
+    real = cupy.asarray
+
+    def asarray(x, *args, **kwargs):
+        if isinstance(x, np.ndarray) and not isinstance(x, cuda_host.HostArray):
+            uploads.append(x.dtype)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(cupy, "asarray", asarray)
+    return uploads
+
+
+def test_cell_tables_are_uploaded_once_per_geometry_device_and_stream(monkeypatch, rng):
+    import types
+
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    rows_a, cols_a = [0, 2, 3, 5, 7], [0, 1, 3, 4, 6, 8]
+    rows_b = [0, 3, 5, 7, 7]
+    dy = rng.standard_normal((2, 4, 5, 3)).astype(np.float32)
+    on_0, on_0_double = to_gpu(dy), to_gpu(dy.astype(np.float64))
+    with cupy.cuda.Device(1):
+        on_1 = to_gpu(dy)
+    uploads = count_table_uploads(monkeypatch)
+
+    def call(x, rows, overlapping=False):
+        got = gradops.fractional_avg_pool_grad([2, 7, 8, 3], x, rows, cols_a, overlapping, backend="cuda")
+        want = gradops.fractional_avg_pool_grad([2, 7, 8, 3], to_host(x), rows, cols_a, overlapping, backend="numpy")
+        np.testing.assert_array_equal(to_host(got), want)
+
+    call(on_0, rows_a)
+    assert len(uploads) == 1 and uploads[0] == np.int32   # one packed upload, 32-bit tables
+    call(on_0, rows_a)
+    call(on_0_double, rows_a)                             # same cells and tile shape: nothing uploaded
+    assert len(uploads) == 1
+    call(on_0, rows_b)                                    # another geometry
+    assert len(uploads) == 2
+    call(on_0, rows_a, overlapping=True)                  # overlapping cells are other cells
+    assert len(uploads) == 3
+    with cupy.cuda.Device(1):                             # another device
+        call(on_1, rows_a)
+        assert len(uploads) == 4
+        call(on_1, rows_a)
+        assert len(uploads) == 4
+    # another stream (CuPy's current stream; the stand-in has one, so one is faked here)
+    streams = iter([types.SimpleNamespace(ptr=1234)] * 2 + [types.SimpleNamespace(ptr=0)])
+    monkeypatch.setattr(cupy.cuda, "get_current_stream", lambda: next(streams), raising=False)
+    call(on_0, rows_a)
+    call(on_0, rows_a)
+    assert len(uploads) == 5
+    call(on_0, rows_a)                                    # stream 0 is not the stand-in's "no stream"
+    assert len(uploads) == 6
+    assert all(name.startswith("gradops::fractional_avg_pool_grad<") for name, _, _ in device.launches)
+
+
+def test_cell_table_cache_is_a_small_lru(monkeypatch, rng):
+    """At most TABLE_CACHE_SIZE geometries are kept; the least recently used goes first."""
+    cuda_host.HostDevice().install(monkeypatch)
+    size = cuda_launcher.TABLE_CACHE_SIZE
+    dy = to_gpu(rng.standard_normal((1, 2, 1, 1)))
+    uploads = count_table_uploads(monkeypatch)
+
+    def call(i):  # geometry i: rows [0, 1 + i, 2 + 2 i] of a (2 + 2 i)-row input
+        gradops.fractional_avg_pool_grad([1, 2 + 2 * i, 3, 1], dy, [0, 1 + i, 2 + 2 * i], [0, 3], backend="cuda")
+
+    for i in range(size):
+        call(i)
+    assert len(uploads) == size
+    call(0)                      # refreshes geometry 0
+    call(size)                   # evicts geometry 1, the least recently used
+    assert len(uploads) == size + 1
+    call(0)
+    assert len(uploads) == size + 1
+    call(1)
+    assert len(uploads) == size + 2
+
+
+def test_launcher_constants_are_the_kernels():
+    """The launcher sizes tiles with the kernel's shared-memory capacity, cell padding and block
+    vectors: the numbers in the .cu file."""
+    import re
+
+    source = (cuda_host._build.source_dir() / cuda_launcher.SOURCE).read_text()
+    constants = dict(re.findall(r"constexpr int (k\w+) = (\d+);", source))
+    assert int(constants["kShareCapacity"]) == cuda_launcher.SHARE_CAPACITY
+    assert int(constants["kCellPad"]) == cuda_launcher.CELL_PAD
+    assert int(constants["kBlockVectors"]) == cuda_launcher.BLOCK_VECTORS
+    assert cuda_launcher.SHARE_CAPACITY * 8 <= cuda_host.MAX_DYNAMIC_SHARED_BYTES  # static shared memory: 48 KiB

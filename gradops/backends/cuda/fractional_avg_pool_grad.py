@@ -1,16 +1,24 @@
-"""Launcher for cuda_src/fractional_avg_pool_grad.cu.
+"""Launcher for cuda_src/fractional_avg_pool_grad.cu (see its header comment for the design).
 
-The geometry's pooling cells (validated once, on the host) become small int64 tables: for
+The geometry's pooling cells (validated once, on the host) become small integer tables: for
 each input row (column), the list of row (column) cells containing it in cell order (CSR:
-offsets and cell indices; cells need not be ordered, empty cells are in no list), and each
-cell's size.  They go to the device in one upload on the current stream; the kernel then
-gathers each input element's shares.  CuPy is imported only when a call runs.
+offsets and cell indices; cells need not be ordered, empty cells are in no list), each cell's
+size, and per tile of rows (columns) the range of cells its rows (columns) lie in.  They are
+built and uploaded once per geometry, tile shape, device and stream, and kept (a small LRU of
+device copies), so a training loop that repeats a geometry uploads nothing after its first
+call.  CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
 
+import functools
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+
 import numpy as np
 
+from ..._errors import BackendUnavailableError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _build, _runtime
 
@@ -23,17 +31,41 @@ ELEMENT_TYPES = {
     np.dtype(np.int32): "int",
     np.dtype(np.int64): "long long",
 }
-#: TF sums every dtype's shares in double (see the .cu file), half types included.
-ACCUMULATOR = "double"
+#: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
+INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
+#: Bytes of channels a thread loads and stores at once (one 16-byte access).
+VECTOR_BYTES = 16
+#: Threads per block at most, and the kernel's constants (fractional::kShareCapacity, kCellPad).
+THREADS = 256
+SHARE_CAPACITY = 6144
+CELL_PAD = 2
+#: Channel vectors per block at most (fractional::kBlockVectors): 64 bytes of channels per position.
+BLOCK_VECTORS = 4
+#: The kernel divides exactly by cell sizes below this (see the .cu file's header comment).
+MAX_CELL_SIZE = 2**50
+#: Input rows per thread at most (each thread sums and stores one position per row).
+ROWS_PER_THREAD = 8
+#: Device copies of cell tables kept (per device, stream, geometry and tile shape).
+TABLE_CACHE_SIZE = 16
+_GRID_Y_Z = 65535
+_GRID_X = 2**31 - 1
 
 
-def _expression(dtype) -> str:
-    return f"{KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {ACCUMULATOR}>"
+def vector_width(dtype) -> int:
+    """Channels per thread on the vector path: 16 bytes' worth."""
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def _expression(dtype, index: str = "int", vector: int | None = None) -> str:
+    vector = vector_width(dtype) if vector is None else vector
+    return f"{KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {vector}>"
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
-    """Every name expression the launcher can ask for (the same on every architecture): one per supported dtype."""
-    return {SOURCE: [_expression(dtype) for dtype in ELEMENT_TYPES]}
+    """Every name expression the launcher can ask for (the same on every architecture): per
+    dtype, 32- and 64-bit indexing, 16-byte vectors of channels or one channel per thread."""
+    return {SOURCE: [_expression(dtype, index, vector)
+                     for dtype in ELEMENT_TYPES for index in INDEX_TYPES for vector in (vector_width(dtype), 1)]}
 
 
 def cell_tables(starts, ends, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -48,37 +80,249 @@ def cell_tables(starts, ends, in_size: int) -> tuple[np.ndarray, np.ndarray, np.
     return offsets, cells, sizes
 
 
-def kernel_tables(g: FractionalPoolGeometry) -> list[np.ndarray]:
-    """The kernel's six int64 table parameters, in order: rows' cell_offsets, cells,
-    cell_sizes, then the same for columns (see :func:`cell_tables`)."""
-    return [*cell_tables(g.row_starts, g.row_ends, g.in_rows),
-            *cell_tables(g.col_starts, g.col_ends, g.in_cols)]
+def tile_cell_ranges(offsets: np.ndarray, cells: np.ndarray, tile: int) -> np.ndarray:
+    """Per tile of ``tile`` consecutive indices, the smallest and largest cell any of them lies
+    in, interleaved ([lo0, hi0, lo1, hi1, ...], int64); a tile in no cell gets lo = 0, hi = -1."""
+    size = len(offsets) - 1
+    listed = offsets[1:] > offsets[:-1]
+    first = np.full(size, 2**62, np.int64)
+    last = np.full(size, -1, np.int64)
+    first[listed] = cells[offsets[:-1][listed]]
+    last[listed] = cells[offsets[1:][listed] - 1]
+    starts = np.arange(0, size, tile)
+    lo, hi = np.minimum.reduceat(first, starts), np.maximum.reduceat(last, starts)
+    empty = hi < 0
+    lo[empty], hi[empty] = 0, -1
+    return np.stack([lo, hi], axis=1).reshape(-1).astype(np.int64)
 
 
-def kernel_scalars(g: FractionalPoolGeometry) -> tuple[np.int64, ...]:
-    """The kernel's ``long long`` parameters, in order, after its pointers."""
-    return tuple(_runtime.i64(v) for v in (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols))
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
 
 
-def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop):
+@functools.lru_cache(maxsize=64)
+def _cells(starts: tuple, ends: tuple, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`cell_tables`, kept per dimension (a training loop repeats its geometries)."""
+    tables = cell_tables(starts, ends, in_size)
+    for t in tables:
+        t.flags.writeable = False
+    return tables
+
+
+def _row_cells(g: FractionalPoolGeometry):
+    return _cells(g.row_starts, g.row_ends, g.in_rows)
+
+
+def _col_cells(g: FractionalPoolGeometry):
+    return _cells(g.col_starts, g.col_ends, g.in_cols)
+
+
+@functools.lru_cache(maxsize=256)
+def _tile_ranges(starts: tuple, ends: tuple, in_size: int, tile: int) -> np.ndarray:
+    offsets, cells, _ = _cells(starts, ends, in_size)
+    ranges = tile_cell_ranges(offsets, cells, tile)
+    ranges.flags.writeable = False
+    return ranges
+
+
+def _widest(ranges: np.ndarray) -> int:
+    """The most cells any tile's range holds."""
+    return int(np.max(ranges[1::2] - ranges[0::2] + 1, initial=0))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How one call is tiled and launched (see the kernel's header comment)."""
+
+    index: str            # "int" or "long long"
+    vector: int           # channels per thread
+    block_vectors: int    # blockDim.x
+    tile_cols: int        # power of two
+    tile_rows: int        # power of two: rows of threads; the tile is tile_rows * rows_per_thread high
+    tile_batch: int
+    rows_per_thread: int
+    stage_cols: int       # power of two >= the column cells of any tile (staging slots per row of cells)
+    channel_blocks: int
+    col_tiles: int
+    row_tiles: int
+    batch_tiles: int
+    share_cells: int      # cells a tile may stage (else it takes the direct path)
+
+    @property
+    def block(self) -> tuple[int, int]:
+        return (self.block_vectors, self.tile_cols * self.tile_rows * self.tile_batch)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (min(self.channel_blocks * self.col_tiles, _GRID_X), min(self.row_tiles, _GRID_Y_Z),
+                min(self.batch_tiles, _GRID_Y_Z))
+
+    @property
+    def tile_height(self) -> int:
+        return self.tile_rows * self.rows_per_thread
+
+    @property
+    def cell_doubles(self) -> int:
+        """Doubles of shared memory per staged cell."""
+        return self.tile_batch * (self.block_vectors * self.vector + CELL_PAD)
+
+
+def index_type(g: FractionalPoolGeometry) -> str:
+    """"int" when every tensor and cell table has fewer than 2**31 elements, else "long long"."""
+    entries = max(g.cell_table_entries, g.in_rows + 1, g.in_cols + 1)
+    largest = max(int(np.prod(g.input_shape, dtype=object)), int(np.prod(g.output_shape, dtype=object)), entries)
+    return "int" if largest < 2**31 else "long long"
+
+
+def plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index: str | None = None,
+         vector: int | None = None, rows_per_thread: int | None = None,
+         share_cells: int | None = None) -> Plan:
+    """The launch of ``g`` for ``dtype``.  ``aligned``: both tensors start on a 16-byte boundary.
+    The keywords override the choices (tests use them to run the 64-bit, scalar and direct paths
+    on small problems)."""
+    largest_cell = max(g.row_cell_sizes, default=0) * max(g.col_cell_sizes, default=0)
+    if largest_cell >= MAX_CELL_SIZE:  # never on a real device: the input gradient would not fit
+        raise BackendUnavailableError(
+            f"fractional_avg_pool_grad: gradops' CUDA kernel takes pooling cells of fewer than 2**50 elements "
+            f"(its exact division needs it), got one of {largest_cell}")
+    if vector is None:
+        vector = vector_width(dtype) if aligned and g.depth % vector_width(dtype) == 0 else 1
+    assert vector in (1, vector_width(dtype)) and g.depth % vector == 0
+    vectors = g.depth // vector
+    block_vectors = min(vectors, BLOCK_VECTORS)
+    positions = THREADS // block_vectors
+    cols, rows = _pow2_at_least(g.in_cols), _pow2_at_least(g.in_rows)
+    tile_cols = tile_rows = 1
+    while tile_cols * tile_rows * 2 <= positions:  # square-ish, columns first (they are adjacent in memory)
+        if tile_cols < cols and (tile_cols <= tile_rows or tile_rows >= rows):
+            tile_cols *= 2
+        elif tile_rows < rows:
+            tile_rows *= 2
+        else:
+            break
+    tile_batch = max(1, min(g.batch, positions // (tile_cols * tile_rows)))
+    cell = tile_batch * (block_vectors * vector + CELL_PAD)
+    if share_cells is None:
+        share_cells = SHARE_CAPACITY // cell
+    assert 0 <= share_cells * cell <= SHARE_CAPACITY
+    widest_cols = _widest(_tile_ranges(g.col_starts, g.col_ends, g.in_cols, tile_cols))
+    if rows_per_thread is None:
+        # The tallest tile (up to ROWS_PER_THREAD rows per thread) whose cells all fit.
+        rows_per_thread = 1
+        for candidate in range(min(ROWS_PER_THREAD, -(-g.in_rows // tile_rows)), 1, -1):
+            widest_rows = _widest(_tile_ranges(g.row_starts, g.row_ends, g.in_rows, tile_rows * candidate))
+            if widest_rows * widest_cols <= share_cells:
+                rows_per_thread = candidate
+                break
+    height = tile_rows * rows_per_thread
+    return Plan(index=index or index_type(g), vector=vector, block_vectors=block_vectors,
+                tile_cols=tile_cols, tile_rows=tile_rows, tile_batch=tile_batch, rows_per_thread=rows_per_thread,
+                stage_cols=min(_pow2_at_least(max(widest_cols, 1)), THREADS),
+                channel_blocks=-(-vectors // block_vectors), col_tiles=-(-g.in_cols // tile_cols),
+                row_tiles=-(-g.in_rows // height), batch_tiles=-(-g.batch // tile_batch),
+                share_cells=share_cells)
+
+
+def kernel_tables(g: FractionalPoolGeometry, p: Plan) -> list[np.ndarray]:
+    """The kernel's ten table parameters, in order, in the plan's index type: rows'
+    cell_offsets, cells, cell_sizes and per-tile cell ranges, then the same for columns."""
+    tables = [*_row_cells(g), _tile_ranges(g.row_starts, g.row_ends, g.in_rows, p.tile_height),
+              *_col_cells(g), _tile_ranges(g.col_starts, g.col_ends, g.in_cols, p.tile_cols)]
+    return [t.astype(INDEX_TYPES[p.index]) for t in tables]
+
+
+def division_magic(divisor: int) -> tuple[np.uint32, np.int32]:
+    """(m, s) with n // divisor == (n * m) >> s for every 0 <= n < 2**31 (m < 2**32)."""
+    shift = 31 + (int(divisor) - 1).bit_length()
+    magic = -(-(1 << shift) // int(divisor))
+    assert magic < 2**32
+    return np.uint32(magic), _runtime.i32(shift)
+
+
+def kernel_scalars(g: FractionalPoolGeometry, p: Plan) -> tuple:
+    """The kernel's scalar parameters, in order, after its pointers: sizes and tile counts in the
+    index type, then the division constants, tile shape and staged-cell capacity as ``int``."""
+    wide = _runtime.i32 if p.index == "int" else _runtime.i64
+    sizes = (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols,
+             p.channel_blocks, p.col_tiles, p.row_tiles, p.batch_tiles)
+    magic, shift = division_magic(p.channel_blocks)
+    return (*(wide(v) for v in sizes), magic, shift, _runtime.i32(p.tile_cols.bit_length() - 1),
+            _runtime.i32(p.tile_rows.bit_length() - 1), _runtime.i32(p.rows_per_thread),
+            _runtime.i32(p.stage_cols.bit_length() - 1), _runtime.i32(p.share_cells))
+
+
+_table_cache: OrderedDict = OrderedDict()
+_table_lock = threading.Lock()
+
+
+def _current_stream(cupy):
+    """CuPy's current stream; None for a CuPy-like module without streams (the CPU stand-in of
+    the tests, on which every launch completes at once)."""
+    get = getattr(cupy.cuda, "get_current_stream", None)
+    return get() if get is not None else None
+
+
+def device_tables(g: FractionalPoolGeometry, p: Plan):
+    """(device array, element offset of each table in it) for ``g`` and ``p`` on the current
+    device and stream: uploaded on the first call, then taken from the cache.
+
+    The key is everything the tables depend on (the cells, the index type and the tile shape),
+    the CuPy module (the tests' CPU stand-in is a new one per emulated GPU), the device and the
+    stream.  Per stream, because the upload is queued on the current stream:
+    a kernel on another stream could read the tables before they arrive, and the memory of an
+    evicted copy returns to the pool of the stream that allocated it.  The entry keeps the stream
+    object, so its handle is not reused while the entry lives.
+    """
+    import cupy
+
+    stream = _current_stream(cupy)
+    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr), p.index, p.tile_height, p.tile_cols,
+           g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends)
+    with _table_lock:
+        entry = _table_cache.get(key)
+        if entry is not None:
+            _table_cache.move_to_end(key)
+            return entry[0], entry[1]
+    tables = kernel_tables(g, p)
+    offsets = tuple(int(v) for v in np.cumsum([0] + [len(t) for t in tables[:-1]]))
+    # One upload: CuPy stages host data through pinned memory and copies on the current stream.
+    packed = cupy.asarray(np.concatenate(tables))
+    with _table_lock:
+        _table_cache[key] = (packed, offsets, stream)
+        _table_cache.move_to_end(key)
+        while len(_table_cache) > TABLE_CACHE_SIZE:
+            _table_cache.popitem(last=False)
+    return packed, offsets
+
+
+def clear_table_cache() -> None:
+    """Drop every cached device copy of the cell tables."""
+    with _table_lock:
+        _table_cache.clear()
+
+
+def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop, *, index: str | None = None,
+                             vector: int | None = None, rows_per_thread: int | None = None,
+                             share_cells: int | None = None):
     """Input gradient [N, in_rows, in_cols, C] (NHWC) in out_backprop's dtype.
 
     out_backprop: [N, out_rows, out_cols, C], a CuPy array on the current device, any strides.
-    Launches on the current stream without synchronising the host.
+    Launches on the current stream without synchronising the host.  The keywords force a path
+    (see :func:`plan`).
     """
     import cupy
 
     dtype = out_backprop.dtype
     if 0 in g.input_shape or 0 in out_backprop.shape:  # the geometry rejects these; stay safe
         return cupy.zeros(g.input_shape, dtype)
-    tables = kernel_tables(g)
-    # One upload: CuPy stages host data through pinned memory and copies on the current stream.
-    packed = cupy.asarray(np.concatenate(tables))
-    offsets = np.cumsum([0] + [len(t) for t in tables[:-1]])
     out_backprop = _runtime.contiguous(out_backprop)
     in_backprop = cupy.empty(g.input_shape, dtype)
-    fn = _runtime.kernel(SOURCE, _expression(dtype))
+    aligned = all(int(_runtime.pointer(a)) % VECTOR_BYTES == 0 for a in (out_backprop, in_backprop))
+    p = plan(g, dtype, aligned=aligned, index=index, vector=vector, rows_per_thread=rows_per_thread,
+             share_cells=share_cells)
+    packed, offsets = device_tables(g, p)
+    fn = _runtime.kernel(SOURCE, _expression(dtype, p.index, p.vector))
     args = (_runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
-            *(_runtime.pointer(packed, int(offset)) for offset in offsets), *kernel_scalars(g))
-    _runtime.launch_1d(fn, in_backprop.size, args)
+            *(_runtime.pointer(packed, offset) for offset in offsets), *kernel_scalars(g, p))
+    fn(p.grid, p.block, args)
     return in_backprop
