@@ -225,44 +225,48 @@ def test_nvidia_tools_are_installed():
 
 @needs_tools
 def test_fractional_kernel_end_to_end(tmp_path):
-    """Compile the fractional kernel for sm_90 and sm_80, read its SASS, and predict the
-    fractional suite's shapes on the H100."""
+    """Compile the fractional kernel for sm_90 and sm_80, read its resources from ptxas and
+    cuobjdump, and run the fractional suite through the report.  The kernel stages each tile's
+    shares in shared memory: the grid-stride path counter cannot attribute its instructions to
+    elements, and the report must say so rather than print a number (its per-element counts
+    are in benchmarks/fractional_sass/)."""
     device = sr.DEVICES[0]
     report = sr.build(("sm_90", "sm_80"), conv=False, suites=("fractional",), dtypes=("float16",), devices=(device,))
-    sm80 = {r["kernel"]: r for r in report["kernels"] if r["arch"] == "sm_80"}
-    path80 = sm80["gradops::fractional_avg_pool_grad<__half, double>"]["steady_state"]
-    assert path80["path"]["memory"]["LDG.16"] == 1 and 50 < path80["per_element"] < 2000
     kernels = {r["kernel"]: r for r in report["kernels"] if r["arch"] == "sm_90"}
-    half = kernels["gradops::fractional_avg_pool_grad<__half, double>"]
-    assert half["registers"] == half["cuobjdump"]["REG"] and half["shared_bytes"] == half["cuobjdump"]["SHARED"]
-    assert half["block"] == 256 and half["occupancy"]["warps_per_sm"] > 0
-    path = half["steady_state"]
-    # one 2-byte load of out_backprop, one 2-byte store, the int64 cell tables, no slow path
-    assert path["path"]["memory"]["LDG.16"] == 1 and path["path"]["memory"]["STG.16"] == 1
-    assert path["path"]["memory"]["LDG.64"] >= 2
-    assert path["call_sites"] >= 1 and path["path"]["classes"].get("control", 0) > 0
-    assert 50 < path["per_element"] < path["per_element_2x2_cells"] < 2000
-    assert half["memory_static"]["STG.16"] >= 1
-    # 8-byte elements cannot be told from the int64 tables: no per-element figure
-    assert kernels["gradops::fractional_avg_pool_grad<double, double>"]["steady_state"] is None
+    half = kernels[next(k for k in kernels if k.startswith("gradops::fractional_avg_pool_grad<__half, int,"))]
+    # cuobjdump's SHARED adds the 1 KiB the driver reserves per block on sm_80+ (ptxas's omits it)
+    assert half["registers"] == half["cuobjdump"]["REG"]
+    assert half["cuobjdump"]["SHARED"] - half["shared_bytes"] in (0, 1024)
+    assert half["occupancy"]["warps_per_sm"] > 0
+    assert half["steady_state"]["not_modelled"].startswith(sr.NOT_MODELLED)
 
     predictions = report["predictions"]
     assert [p["label"] for p in predictions] == [c.label for c in sr.suite("fractional")]
-    for p in predictions:
-        assert p["limiter"] in ("DRAM", "L2", "issue", "occupancy")
-        assert p["predicted_ms"] == pytest.approx(max(p["limits_ms"].values()))
-        assert 0 < p["pct_hbm"] <= 100
-        assert p["kernel"] == "gradops::fractional_avg_pool_grad<__half, double>"
-    disjoint = [p for p in predictions if "disjoint" in p["label"]]
-    assert all(p["sass_per_element"] == pytest.approx(path["per_element"]) for p in disjoint)
+    assert all("not_modelled" in p and "predicted_ms" not in p for p in predictions)
 
     meta = report["meta"]
     assert meta["label"] == "predicted, not measured" and meta["tools"]["nvdisasm"].startswith("13.")
     paths = sr.write(report, tmp_path)
     text = paths[1].read_text()
-    assert "PREDICTED, NOT MEASURED" in text and meta["commit"] in text and "1.755 GHz" in text
-    assert sr.load_predictions(paths[0])[(device.key, FRACTIONAL, predictions[0]["label"], "float16")]
-    assert not math.isnan(predictions[0]["predicted_ms"])
+    assert "PREDICTED, NOT MEASURED" in text and "not modelled: a staged tile kernel" in text
+    loaded = sr.load_predictions(paths[0])
+    row = {"op": FRACTIONAL, "label": predictions[0]["label"], "dtype": "float16"}
+    bench = {"meta": {"peaks": {"device": device.key}}, "rows": [row]}
+    from gradops.bench import report as report_mod
+
+    assert report_mod.attach_predictions(bench, loaded) == 0 and "predicted" not in row
+
+
+@needs_tools
+def test_depthwise_generic_kernel_path_is_counted():
+    """A grid-stride kernel the counter does model: the generic depthwise instantiation, one
+    element per iteration, its taps in a loop (two 2-byte loads per tap)."""
+    kernels = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE])}
+    generic = next(k for e, k in kernels.items()
+                   if e.startswith("gradops::depthwise_conv2d_native_backprop_input<__half, float, 0, 0, 0, 0, 0"))
+    path = sr.reference_paths(generic)
+    assert "not_modelled" not in path, path
+    assert 50 < path["per_element"] < 2000 and path["per_extra_tap"] > 0
 
 
 def test_sm80_loop_exit_by_a_call_of_a_local_label():

@@ -81,7 +81,7 @@ def attach_predictions(report: dict, predictions: dict, source: str = "") -> int
     matched = 0
     for row in report["rows"]:
         p = predictions.get((device, row["op"], row["label"], row["dtype"]))
-        if p:
+        if p and "predicted_ms" in p:  # a shape whose kernel the static report does not model has none
             row["predicted"] = {"ms": p["predicted_ms"], "limiter": p["limiter"], "pct_hbm": p["pct_hbm"],
                                 "sass_per_element": p["sass_per_element"]}
             matched += 1

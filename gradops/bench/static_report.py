@@ -256,9 +256,10 @@ def fractional_warp_cells(g) -> Counter:
 
     cell_tables = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").cell_tables
 
-    rb, re_, _ = cell_tables(g.row_starts, g.row_ends, g.in_rows)
-    cb, ce, _ = cell_tables(g.col_starts, g.col_ends, g.in_cols)
-    rows, cols = Counter((re_ - rb).tolist()), Counter((ce - cb).tolist())
+    # Cells per input row (column): the lengths of the per-index cell lists.
+    row_offsets = cell_tables(g.row_starts, g.row_ends, g.in_rows)[0]
+    col_offsets = cell_tables(g.col_starts, g.col_ends, g.in_cols)[0]
+    rows, cols = Counter(np.diff(row_offsets).tolist()), Counter(np.diff(col_offsets).tolist())
     warps_per_pixel = g.batch * g.depth / 32
     return Counter({(int(r), int(c)): nr * nc * warps_per_pixel for r, nr in rows.items() for c, nc in cols.items()})
 
@@ -325,8 +326,25 @@ def _memory_kind(ins):
     return _sass.memory_kind(ins)
 
 
+#: Why a kernel has no per-element figure: the path counter models one element per iteration of
+#: a grid-stride loop whose global loads are the element's data; the staged (shared-memory tile)
+#: kernels load a tile per block and sum from shared memory, which it cannot attribute.
+NOT_MODELLED = ("not modelled: a staged tile kernel (global loads per block, sums from shared memory); the "
+                "grid-stride path counter cannot attribute its instructions to elements")
+
+
 def reference_paths(kernel) -> dict | None:
-    """The kernel table's per-element figures for a depthwise or fractional instantiation."""
+    """The kernel table's per-element figures for a depthwise or fractional instantiation, or
+    ``{"not_modelled": reason}`` for a kernel the path counter cannot model."""
+    from ..backends.cuda._sass import PathError
+
+    try:
+        return _reference_paths(kernel)
+    except (PathError, ValueError) as exc:
+        return {"not_modelled": f"{NOT_MODELLED} ({exc})"}
+
+
+def _reference_paths(kernel) -> dict | None:
     width = element_width(kernel.expression)
     if kernel.source == DEPTHWISE_SOURCE:
         args = template_args(kernel.expression)
@@ -385,13 +403,24 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str):
 
 
 def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
-    """The roofline prediction of one benchmark case on one device (see the module docstring)."""
+    """The roofline prediction of one benchmark case on one device (see the module docstring),
+    or the case with ``not_modelled`` (the reason) when its kernel cannot be modelled."""
     from ..backends.cuda import _sass
 
     dtype = DTYPES[dtype_name]
     g = case.geometry()
-    arch = f"sm_{device.arch}"
-    kernel = _kernel_for(case, dtype, g, kernels, arch)
+    kernel = _kernel_for(case, dtype, g, kernels, f"sm_{device.arch}")
+    try:
+        return _predict(case, dtype_name, device, kernel, g)
+    except (_sass.PathError, ValueError) as exc:
+        return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+                "kernel": kernel.expression, "not_modelled": f"{NOT_MODELLED} ({exc})"}
+
+
+def _predict(case: Case, dtype_name: str, device: Device, kernel, g) -> dict:
+    from ..backends.cuda import _sass
+
+    dtype = DTYPES[dtype_name]
     width = dtype.itemsize
     elements = math.prod(g.input_shape)
     model = PathModel(kernel, width)
@@ -546,6 +575,11 @@ def markdown(report: dict) -> str:
         s = r.get("steady_state")
         if not s:
             continue
+        if "not_modelled" in s:
+            lines.append(f"| {r['arch']} | `{_short(r['kernel'])}` | {r['registers']} | {r['shared_bytes']} | "
+                         f"{r['spill_stores']}/{r['spill_loads']} | {r['occupancy']['warps_per_sm']} "
+                         f"({r['occupancy']['limiter']}) | - | - | - | - | - | {NOT_MODELLED.split(';')[0]} |")
+            continue
         c = s["path"]["classes"]
         occ = r["occupancy"]
         extra = s.get("per_extra_tap")
@@ -587,6 +621,10 @@ def markdown(report: dict) -> str:
                   "| suite | case | dtype | MB | SASS/elem | budget | DRAM | L2 | issue (pipe) | occupancy | limiter | "
                   "predicted ms | % HBM |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for p in rows:
+            if "not_modelled" in p:
+                lines.append(f"| {p['suite']} | {p['label']} | {p['dtype']} | - | - | - | - | - | - | - | "
+                             f"{NOT_MODELLED.split(';')[0]} | - | - |")
+                continue
             lim = p["limits_ms"]
             pipe = p["issue_detail"]["busiest_pipe"] if p["issue_detail"]["busiest_pipe_s"] > p["issue_detail"]["scheduler_s"] else "sched"
             lines.append(f"| {p['suite']} | {p['label']} | {p['dtype']} | {p['bytes'] / 1e6:.1f} | "
