@@ -432,14 +432,24 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                     const long long advance = static_cast<long long>(GROUPS) * row_step;
                     Acc* const to = stage + (group * Cols::STAGED + col) * STRIDE + c;
                     uint4 raw[STEPS];
+                    if (col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows) {
+                        // Every row of the column inside out_backprop (most tiles): no checks.
 #pragma unroll
-                    for (int k = 0; k < STEPS; ++k) {
-                        const int row = group + k * GROUPS;
-                        raw[k] = make_uint4(0, 0, 0, 0);
-                        if ((Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || row < Rows::STAGED) && col_in &&
-                            channels_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
-                            raw[k] = *reinterpret_cast<const uint4*>(from);
-                        from += advance;
+                        for (int k = 0; k < STEPS; ++k) {
+                            if (Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || group + k * GROUPS < Rows::STAGED)
+                                raw[k] = *reinterpret_cast<const uint4*>(from);
+                            from += advance;
+                        }
+                    } else {
+#pragma unroll
+                        for (int k = 0; k < STEPS; ++k) {
+                            const int row = group + k * GROUPS;
+                            raw[k] = make_uint4(0, 0, 0, 0);
+                            if ((Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || row < Rows::STAGED) && col_in &&
+                                channels_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
+                                raw[k] = *reinterpret_cast<const uint4*>(from);
+                            from += advance;
+                        }
                     }
 #pragma unroll
                     for (int k = 0; k < STEPS; ++k) {
@@ -455,14 +465,26 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 constexpr int STEPS = (POSITIONS + SLOTS - 1) / SLOTS;
                 GridWalk<Cols::STAGED, SLOTS> walk(slot, origin, row_step, out_depth);
                 uint4 raw[STEPS];
+                if (channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows && o_col0 >= 0 &&
+                    o_col0 + Cols::STAGED <= out_cols) {
+                    // The whole staged tile inside out_backprop (most tiles): no checks.
 #pragma unroll
-                for (int k = 0; k < STEPS; ++k) {
-                    raw[k] = make_uint4(0, 0, 0, 0);
-                    if ((POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS) && channels_in &&
-                        static_cast<unsigned>(o_row0 + static_cast<int>(walk.row)) < static_cast<unsigned>(out_rows) &&
-                        static_cast<unsigned>(o_col0 + static_cast<int>(walk.col)) < static_cast<unsigned>(out_cols))
-                        raw[k] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
-                    walk.next();
+                    for (int k = 0; k < STEPS; ++k) {
+                        if (POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS)
+                            raw[k] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                        walk.next();
+                    }
+                } else {
+#pragma unroll
+                    for (int k = 0; k < STEPS; ++k) {
+                        raw[k] = make_uint4(0, 0, 0, 0);
+                        if ((POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS) && channels_in &&
+                            static_cast<unsigned>(o_row0 + static_cast<int>(walk.row)) <
+                                static_cast<unsigned>(out_rows) &&
+                            static_cast<unsigned>(o_col0 + static_cast<int>(walk.col)) < static_cast<unsigned>(out_cols))
+                            raw[k] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                        walk.next();
+                    }
                 }
 #pragma unroll
                 for (int k = 0; k < STEPS; ++k) {
