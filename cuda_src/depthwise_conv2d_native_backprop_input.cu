@@ -504,13 +504,17 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 for (int u = 0; u < ELEMENTS; ++u) finite += values[u] * Acc(0);
             }
         } else {
+            // The filter slice one element per load: thread t takes channel t % CHANNELS of taps
+            // t / CHANNELS, + THREADS / CHANNELS, ...
             constexpr int COUNT = TAPS * CHANNELS;
-#pragma unroll 4
-            for (unsigned e = t; e < COUNT; e += THREADS) {
-                const int tap = static_cast<int>(e / CHANNELS), c = static_cast<int>(e % CHANNELS);
+            const int c = static_cast<int>(t % CHANNELS);
+            const bool channel_in = c0 + c < in_depth;
+#pragma unroll
+            for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
+                const int tap = static_cast<int>(t / CHANNELS) + k * (THREADS / CHANNELS);
+                if (COUNT % THREADS != 0 && tap >= TAPS) break;
                 Acc value = Acc(0);
-                if (c0 + c < in_depth)
-                    value = to_acc<Acc>(filter[(tap * in_depth + c0 + c) * depth_multiplier + q]);
+                if (channel_in) value = to_acc<Acc>(filter[(tap * in_depth + c0 + c) * depth_multiplier + q]);
                 taps[tap * CHANNELS + c] = value;
                 finite += value * Acc(0);
             }
@@ -529,20 +533,43 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                                                          (c0 + c) * depth_multiplier + q]);
                     stage[position * STRIDE + c] = value;
                 }
-            } else {  // NCHW: two channels x consecutive columns per warp
-                constexpr int COUNT = POSITIONS * CHANNELS;
-#pragma unroll 4
-                for (unsigned e = t; e < COUNT; e += THREADS) {
-                    const unsigned col = e / 2 % Cols::STAGED, rest = e / 2 / Cols::STAGED;
-                    const unsigned row = rest % Rows::STAGED;
-                    const int c = static_cast<int>(rest / Rows::STAGED * 2 + e % 2);
-                    const int o_row = o_row0 + static_cast<int>(row), o_col = o_col0 + static_cast<int>(col);
-                    Acc value = Acc(0);
-                    if (static_cast<unsigned>(o_row) < static_cast<unsigned>(out_rows) &&
-                        static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols) && c0 + c < in_depth)
-                        value = to_acc<Acc>(out_backprop[((n * out_depth + (c0 + c) * depth_multiplier + q) *
-                                                              out_rows + o_row) * out_cols + o_col]);
-                    stage[(row * Cols::STAGED + col) * STRIDE + c] = value;
+            } else {
+                // NCHW: lane l of warp w moves staged positions l, l + 32, ... (consecutive columns
+                // of a channel plane: coalesced) of channels w, w + WARPS, ...  Each position's
+                // offset in a plane and whether it lies inside out_backprop are computed once,
+                // then every channel costs a pointer step.
+                constexpr int WARPS = THREADS / 32;
+                constexpr int CHUNKS = (POSITIONS + 31) / 32;
+                const int lane32 = static_cast<int>(t % 32), warp = static_cast<int>(t / 32);
+                int offset[CHUNKS];
+                unsigned inside = 0;  // bit k: position lane32 + 32 k exists and lies inside
+#pragma unroll
+                for (int k = 0; k < CHUNKS; ++k) {
+                    const int position = lane32 + 32 * k;
+                    const int o_row = o_row0 + position / Cols::STAGED, o_col = o_col0 + position % Cols::STAGED;
+                    offset[k] = o_row * out_cols + o_col;
+                    if ((POSITIONS % 32 == 0 || position < POSITIONS) &&
+                        static_cast<unsigned>(o_row) < static_cast<unsigned>(out_rows) &&
+                        static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols))
+                        inside |= 1u << k;
+                }
+                const int plane = out_rows * out_cols;
+                const T* from = out_backprop + (static_cast<long long>(n) * out_depth + (c0 + warp) * depth_multiplier + q) *
+                                                   plane;
+                const long long step = static_cast<long long>(WARPS) * depth_multiplier * plane;
+                Acc* to = stage + lane32 * STRIDE + warp;
+#pragma unroll 1
+                for (int c = warp; c < CHANNELS; c += WARPS) {
+                    const bool channel_in = c0 + c < in_depth;
+#pragma unroll
+                    for (int k = 0; k < CHUNKS; ++k) {
+                        if (POSITIONS % 32 != 0 && k + 1 == CHUNKS && lane32 + 32 * k >= POSITIONS) break;
+                        Acc value = Acc(0);
+                        if (channel_in && (inside >> k & 1u)) value = to_acc<Acc>(from[offset[k]]);
+                        to[32 * k * STRIDE] = value;
+                    }
+                    from += step;
+                    to += WARPS;
                 }
             }
         }
@@ -609,14 +636,28 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 }
         }
         __syncthreads();
-        constexpr int COUNT = CHANNELS * S::TILE_POSITIONS;
-#pragma unroll 4
-        for (unsigned e = tid; e < COUNT; e += THREADS) {
-            const int c = static_cast<int>(e / S::TILE_POSITIONS), p = static_cast<int>(e % S::TILE_POSITIONS);
+        // Thread t stores positions t, t + THREADS, ... of the tile (consecutive threads:
+        // consecutive columns) of every channel, or with more threads than positions, position
+        // t % TILE_POSITIONS of channels t / TILE_POSITIONS + k * THREADS / TILE_POSITIONS.
+        constexpr int PER_THREAD = S::TILE_POSITIONS > THREADS ? S::TILE_POSITIONS / THREADS : 1;
+        constexpr int CHANNEL_STEP = S::TILE_POSITIONS > THREADS ? 1 : THREADS / S::TILE_POSITIONS;
+        static_assert(S::TILE_POSITIONS % THREADS == 0 || THREADS % S::TILE_POSITIONS == 0, "");
+        const int plane = in_rows * in_cols;
+        const int channels_left = in_depth - c0;
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; ++j) {
+            const int p = static_cast<int>(tid % S::TILE_POSITIONS) + j * THREADS;
+            const int first = static_cast<int>(tid / S::TILE_POSITIONS);
             const int y = y0 + p / S::TILE_COLS, x = x0 + p % S::TILE_COLS;
             if (static_cast<unsigned>(y) < static_cast<unsigned>(in_rows) &&
-                static_cast<unsigned>(x) < static_cast<unsigned>(in_cols) && c0 + c < in_depth)
-                in_backprop[((n * in_depth + c0 + c) * in_rows + y) * in_cols + x] = from_acc<T>(stage[c * OUT_PLANE + p]);
+                static_cast<unsigned>(x) < static_cast<unsigned>(in_cols)) {
+                T* to = in_backprop + (static_cast<long long>(n) * in_depth + c0 + first) * plane + y * in_cols + x;
+#pragma unroll
+                for (int c = 0; c < CHANNELS; c += CHANNEL_STEP) {
+                    if (first + c < channels_left) to[0] = from_acc<T>(stage[(first + c) * OUT_PLANE + p]);
+                    to += static_cast<long long>(CHANNEL_STEP) * plane;
+                }
+            }
         }
     }
 }
