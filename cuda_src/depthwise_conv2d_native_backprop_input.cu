@@ -139,36 +139,44 @@ __global__ void depthwise_conv2d_native_backprop_input(
 // which skips the staged positions outside out_backprop.
 //
 // Loads.  With M = 1, NHWC, channel counts a multiple of 16 / sizeof(T) and 16-byte aligned
-// arrays (the launcher's `vector_loads`), staging moves 16 bytes per load; otherwise one
-// element per load (NCHW: consecutive threads take consecutive columns of two channels, which
-// is also conflict-free in shared memory thanks to a 2-accumulator pad per staged position).
-// NHWC stores two channels at a time when in_depth is even; NCHW goes through shared memory
-// so that consecutive threads store consecutive columns.
+// arrays (the launcher's `vector_loads`), staging moves 16 bytes per load and keeps up to
+// kBatch loads per thread in flight; otherwise one element per load.  NCHW stages from the
+// channel planes: the 32 lanes of a warp take 32 consecutive staged positions of one channel
+// (coalesced), and a pad of 2 accumulators per staged position spreads their shared-memory
+// stores over 16 banks (2-way) where an unpadded 128-byte position would put them all in one.
+// NHWC stores two channels at a time when in_depth is even; NCHW passes the results through
+// shared memory so that consecutive threads store consecutive columns of a channel plane.
 
 namespace dwconv {
 
 // The work split of one specialisation.  A work item (one thread): ITEM_ROWS x ITEM_COLS
-// positions x V channels; a CTA: TILE_ITEM_ROWS x TILE_ITEM_COLS work items per lane, i.e. a
-// tile of TILE_ROWS x TILE_COLS positions.  4 x 4 positions and 2 x 4 work items (8 x 16
-// positions) everywhere but 5x5 stride 1, where 8 x 4 positions and 2 x 2 work items (16 x 8
-// positions) halve the out_backprop values each thread reads from shared memory and the
-// per-thread fixed costs per element (its staged tile, 20 x 12 positions, fits the 48 KiB of
-// static shared memory, which 20 x 20 would not).
-template <int KH, int KW, int SH, int SW> struct Shape {
+// positions x V channels; a CTA: R x TILE_ITEM_COLS work items per lane, i.e. a tile of
+// TILE_ROWS x TILE_COLS positions.  4 x 4 positions and 2 x 4 work items (8 x 16 positions)
+// everywhere but 5x5 stride 1, where 7 x 4 positions and 2 x 2 work items (14 x 8 positions)
+// read fewer staged values and carry the per-thread fixed costs over more elements (28 x 2
+// per thread against 16 x 2).  Its tile stages 18 x 12 positions (a 16-row tile of 4 x 4
+// items would need 20 x 20, past the 48 KiB of static shared memory for float), and 14 rows
+// divide the 7 x 2^k feature maps of 224 x 224 networks exactly.  R = 1 (one work item down a
+// tile, 7 x 8 positions) is for 5x5 stride-1 images of at most 7 rows, which a 14-row tile
+// would half fill.
+template <int KH, int KW, int SH, int SW, int R> struct Shape {
     static constexpr bool TALL = KH == 5 && KW == 5 && SH == 1 && SW == 1;
-    static constexpr int ITEM_ROWS = TALL ? 8 : 4;
+    static constexpr int ITEM_ROWS = TALL ? 7 : 4;
     static constexpr int ITEM_COLS = 4;
-    static constexpr int TILE_ITEM_ROWS = 2;
+    static_assert(R == 1 || R == 2, "one or two work items down a tile");
+    static constexpr int TILE_ITEM_ROWS = R;
     static constexpr int TILE_ITEM_COLS = TALL ? 2 : 4;
     static constexpr int TILE_ITEMS = TILE_ITEM_ROWS * TILE_ITEM_COLS;
-    static constexpr int TILE_ROWS = ITEM_ROWS * TILE_ITEM_ROWS;  // 8, or 16
+    static constexpr int TILE_ROWS = ITEM_ROWS * TILE_ITEM_ROWS;  // 8, or 14 (7)
     static constexpr int TILE_COLS = ITEM_COLS * TILE_ITEM_COLS;  // 16, or 8
-    static constexpr int TILE_POSITIONS = TILE_ROWS * TILE_COLS;  // 128
+    static constexpr int TILE_POSITIONS = TILE_ROWS * TILE_COLS;  // 128, or 112
 };
 // Bytes of accumulators per staged position: one 128-byte shared-memory row (32 banks).
 constexpr int kPositionBytes = 128;
-// Global loads of the vector path.
+// Global loads of the vector path, and how many of them a thread keeps in flight (4 registers
+// each) before widening them into shared memory, when it has more than 16 to make.
 constexpr int kVectorBytes = 16;
+constexpr int kBatch = 12;
 
 // Bytes of accumulators one thread reads per staged position: 2 float or 1 double channels.
 constexpr int kLaneBytes = 8;
@@ -263,12 +271,12 @@ template <typename T, typename Acc, int V> __device__ __forceinline__ void store
 // The taps of one work item: every staged value of its window times every filter tap that
 // carries it to one of the work item's positions.  CHECKED skips staged positions outside
 // out_backprop (window rows [row_begin, row_end) x columns [col_begin, col_end) are inside).
-template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int STRIDE>
+template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int STRIDE>
 __device__ __forceinline__ void accumulate(
     const Acc* __restrict__ window, const Lane<Acc> (&w)[KH * KW],
-    Acc (&acc)[Shape<KH, KW, SH, SW>::ITEM_ROWS][Shape<KH, KW, SH, SW>::ITEM_COLS][Block<Acc>::V], int row_begin,
+    Acc (&acc)[Shape<KH, KW, SH, SW, R>::ITEM_ROWS][Shape<KH, KW, SH, SW, R>::ITEM_COLS][Block<Acc>::V], int row_begin,
     int row_end, int col_begin, int col_end) {
-    using S = Shape<KH, KW, SH, SW>;
+    using S = Shape<KH, KW, SH, SW, R>;
     using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
     using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
 #pragma unroll
@@ -319,24 +327,26 @@ template <int COLS, int STEP> struct GridWalk {
 
 }  // namespace dwconv
 
-// Template: element and accumulator type, layout, filter rows/cols, stride rows/cols.  Sizes are
-// int: the launcher runs this kernel only when every tensor has fewer than 2^31 elements and
-// every padded coordinate fits.  Grid: (tiles across x channel blocks, tiles down, batch);
-// block: Block<Acc>::THREADS (128).  No __launch_bounds__: with it ptxas spilled a few
-// registers of some instantiations; without it none spills (the 5x5 stride-1 kernels use about
-// 130 registers, so 3 CTAs of 4 warps fit an SM).
-template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW>
+// Template: element and accumulator type, layout, filter rows/cols, stride rows/cols, work
+// items down a tile (Shape).  Sizes are int: the launcher runs this kernel only when every
+// tensor has fewer than 2^31 elements and every padded coordinate fits.  vector_loads: 16-byte
+// staging loads (see "Loads"); columns_per_warp: how a warp's two work items sit in the tile
+// (below).  Grid: (tiles across x channel blocks, tiles down, batch); block: LANES x the
+// tile's work items (128; 64, or 32 for R = 1, at 5x5 stride 1).  No __launch_bounds__: with it
+// ptxas spilled registers in some instantiations; without it none spills (the 5x5 stride-1
+// kernels use 150-190 registers, their 2 or 1 warps per CTA still fit 6-10 CTAs per SM).
+template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R>
 __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
-    int pad_left, int tiles_across, int vector_loads) {
+    int pad_left, int tiles_across, int vector_loads, int columns_per_warp) {
     using namespace dwconv;
     using B = Block<Acc>;
-    using S = Shape<KH, KW, SH, SW>;
+    using S = Shape<KH, KW, SH, SW, R>;
     using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
     using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
     constexpr int CHANNELS = B::CHANNELS, V = B::V, LANES = B::LANES;
-    constexpr int THREADS = LANES * S::TILE_ITEMS;  // 128, or 64 for 5x5 stride 1
+    constexpr int THREADS = LANES * S::TILE_ITEMS;  // 128, or 64 (32) for 5x5 stride 1
     // Accumulators per staged position: CHANNELS, padded by 2 in NCHW (see "Loads").
     constexpr int STRIDE = CHANNELS + (L == NCHW ? 2 : 0);
     constexpr int POSITIONS = Rows::STAGED * Cols::STAGED;
@@ -366,9 +376,16 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 
     // This thread's work item and channels.
     const int lane = static_cast<int>(tid % LANES);
+    // A warp holds two work items (32 threads = 2 x LANES): side by side, or with
+    // columns_per_warp one above the other (item rows 0 and 1 of one item column), whichever
+    // leaves whole warps idle (and skipping the inner loop) where the image ends inside a tile.
+    static_assert(32 == 2 * LANES, "two work items per warp");
     const int item = static_cast<int>(tid / LANES);
-    const int i0 = item / S::TILE_ITEM_COLS * S::ITEM_ROWS;  // first row / column within the tile
-    const int j0 = item % S::TILE_ITEM_COLS * S::ITEM_COLS;
+    const bool columns = R == 2 && columns_per_warp;
+    const int item_row = columns ? item % 2 : item / S::TILE_ITEM_COLS;
+    const int item_col = columns ? item / 2 : item % S::TILE_ITEM_COLS;
+    const int i0 = item_row * S::ITEM_ROWS;  // first row / column within the tile
+    const int j0 = item_col * S::ITEM_COLS;
     const int channel = c0 + V * lane;
     const int y_first = y0 + i0, x_first = x0 + j0;
     const bool active = channel < in_depth && y_first < in_rows && y_first + S::ITEM_ROWS > 0 && x_first < in_cols &&
@@ -431,32 +448,37 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                     const T* from = out_backprop + (origin + group * row_step + col * out_depth);
                     const long long advance = static_cast<long long>(GROUPS) * row_step;
                     Acc* const to = stage + (group * Cols::STAGED + col) * STRIDE + c;
-                    uint4 raw[STEPS];
-                    if (col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows) {
-                        // Every row of the column inside out_backprop (most tiles): no checks.
+                    const bool inside = col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows;
+                    constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
 #pragma unroll
-                        for (int k = 0; k < STEPS; ++k) {
-                            if (Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || group + k * GROUPS < Rows::STAGED)
-                                raw[k] = *reinterpret_cast<const uint4*>(from);
-                            from += advance;
+                    for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
+                        uint4 raw[BATCH];
+                        if (inside) {  // every row of the column inside out_backprop (most tiles): no checks
+#pragma unroll
+                            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                                if (Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || group + k * GROUPS < Rows::STAGED)
+                                    raw[k - k0] = *reinterpret_cast<const uint4*>(from);
+                                from += advance;
+                            }
+                        } else {
+#pragma unroll
+                            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                                const int row = group + k * GROUPS;
+                                raw[k - k0] = make_uint4(0, 0, 0, 0);
+                                if ((Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || row < Rows::STAGED) && col_in &&
+                                    channels_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
+                                    raw[k - k0] = *reinterpret_cast<const uint4*>(from);
+                                from += advance;
+                            }
                         }
-                    } else {
 #pragma unroll
-                        for (int k = 0; k < STEPS; ++k) {
-                            const int row = group + k * GROUPS;
-                            raw[k] = make_uint4(0, 0, 0, 0);
-                            if ((Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || row < Rows::STAGED) && col_in &&
-                                channels_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
-                                raw[k] = *reinterpret_cast<const uint4*>(from);
-                            from += advance;
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            if (Rows::STAGED % GROUPS != 0 && k + 1 == STEPS && group + k * GROUPS >= Rows::STAGED)
+                                break;
+                            Acc values[ELEMENTS];
+                            widen<T, Acc>(raw[k - k0], values);
+                            store16(to + k * GROUPS * Cols::STAGED * STRIDE, values);
                         }
-                    }
-#pragma unroll
-                    for (int k = 0; k < STEPS; ++k) {
-                        if (Rows::STAGED % GROUPS != 0 && k + 1 == STEPS && group + k * GROUPS >= Rows::STAGED) break;
-                        Acc values[ELEMENTS];
-                        widen<T, Acc>(raw[k], values);
-                        store16(to + k * GROUPS * Cols::STAGED * STRIDE, values);
                     }
                 }
             } else {
@@ -464,34 +486,39 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 // order, walked with a carry instead of a division per step.
                 constexpr int STEPS = (POSITIONS + SLOTS - 1) / SLOTS;
                 GridWalk<Cols::STAGED, SLOTS> walk(slot, origin, row_step, out_depth);
-                uint4 raw[STEPS];
-                if (channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows && o_col0 >= 0 &&
-                    o_col0 + Cols::STAGED <= out_cols) {
-                    // The whole staged tile inside out_backprop (most tiles): no checks.
+                const bool inside = channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows && o_col0 >= 0 &&
+                                    o_col0 + Cols::STAGED <= out_cols;
+                constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
 #pragma unroll
-                    for (int k = 0; k < STEPS; ++k) {
-                        if (POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS)
-                            raw[k] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
-                        walk.next();
+                for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
+                    uint4 raw[BATCH];
+                    if (inside) {  // the whole staged tile inside out_backprop (most tiles): no checks
+#pragma unroll
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            if (POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS)
+                                raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                            walk.next();
+                        }
+                    } else {
+#pragma unroll
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            raw[k - k0] = make_uint4(0, 0, 0, 0);
+                            if ((POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS) && channels_in &&
+                                static_cast<unsigned>(o_row0 + static_cast<int>(walk.row)) <
+                                    static_cast<unsigned>(out_rows) &&
+                                static_cast<unsigned>(o_col0 + static_cast<int>(walk.col)) <
+                                    static_cast<unsigned>(out_cols))
+                                raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                            walk.next();
+                        }
                     }
-                } else {
 #pragma unroll
-                    for (int k = 0; k < STEPS; ++k) {
-                        raw[k] = make_uint4(0, 0, 0, 0);
-                        if ((POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS) && channels_in &&
-                            static_cast<unsigned>(o_row0 + static_cast<int>(walk.row)) <
-                                static_cast<unsigned>(out_rows) &&
-                            static_cast<unsigned>(o_col0 + static_cast<int>(walk.col)) < static_cast<unsigned>(out_cols))
-                            raw[k] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
-                        walk.next();
+                    for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                        if (POSITIONS % SLOTS != 0 && slot + k * SLOTS >= POSITIONS) break;
+                        Acc values[ELEMENTS];
+                        widen<T, Acc>(raw[k - k0], values);
+                        store16(stage + (slot + k * SLOTS) * STRIDE + c, values);
                     }
-                }
-#pragma unroll
-                for (int k = 0; k < STEPS; ++k) {
-                    if (POSITIONS % SLOTS != 0 && slot + k * SLOTS >= POSITIONS) break;
-                    Acc values[ELEMENTS];
-                    widen<T, Acc>(raw[k], values);
-                    store16(stage + (slot + k * SLOTS) * STRIDE + c, values);
                 }
             }
 #pragma unroll
@@ -582,12 +609,12 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             for (int tap = 0; tap < TAPS; ++tap)
                 w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
             if (nonfinite_slice != q) {
-                accumulate<false, Acc, KH, KW, SH, SW, STRIDE>(window, w, acc, 0, 0, 0, 0);
+                accumulate<false, Acc, KH, KW, SH, SW, R, STRIDE>(window, w, acc, 0, 0, 0, 0);
             } else {
                 // The part of this thread's window inside out_backprop (computed here, from
                 // opaque values, so that it is not hoisted into the common path).
                 const int window_row = opaque(o_row0 + i0 / SH), window_col = opaque(o_col0 + j0 / SW);
-                accumulate<true, Acc, KH, KW, SH, SW, STRIDE>(
+                accumulate<true, Acc, KH, KW, SH, SW, R, STRIDE>(
                     window, w, acc, max(0, -window_row), min(Rows::WINDOW, out_rows - window_row),
                     max(0, -window_col), min(Cols::WINDOW, out_cols - window_col));
             }
@@ -639,17 +666,19 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         // Thread t stores positions t, t + THREADS, ... of the tile (consecutive threads:
         // consecutive columns) of every channel, or with more threads than positions, position
         // t % TILE_POSITIONS of channels t / TILE_POSITIONS + k * THREADS / TILE_POSITIONS.
-        constexpr int PER_THREAD = S::TILE_POSITIONS > THREADS ? S::TILE_POSITIONS / THREADS : 1;
-        constexpr int CHANNEL_STEP = S::TILE_POSITIONS > THREADS ? 1 : THREADS / S::TILE_POSITIONS;
-        static_assert(S::TILE_POSITIONS % THREADS == 0 || THREADS % S::TILE_POSITIONS == 0, "");
+        constexpr bool WIDE = THREADS >= S::TILE_POSITIONS;
+        static_assert(!WIDE || THREADS % S::TILE_POSITIONS == 0, "");
+        constexpr int PER_THREAD = WIDE ? 1 : (S::TILE_POSITIONS + THREADS - 1) / THREADS;
+        constexpr int CHANNEL_STEP = WIDE ? THREADS / S::TILE_POSITIONS : 1;
         const int plane = in_rows * in_cols;
         const int channels_left = in_depth - c0;
+        const int first = WIDE ? static_cast<int>(tid) / S::TILE_POSITIONS : 0;
 #pragma unroll
         for (int j = 0; j < PER_THREAD; ++j) {
-            const int p = static_cast<int>(tid % S::TILE_POSITIONS) + j * THREADS;
-            const int first = static_cast<int>(tid / S::TILE_POSITIONS);
+            const int p = (WIDE ? static_cast<int>(tid) % S::TILE_POSITIONS : static_cast<int>(tid)) + j * THREADS;
             const int y = y0 + p / S::TILE_COLS, x = x0 + p % S::TILE_COLS;
-            if (static_cast<unsigned>(y) < static_cast<unsigned>(in_rows) &&
+            if ((S::TILE_POSITIONS % THREADS == 0 || p < S::TILE_POSITIONS) &&
+                static_cast<unsigned>(y) < static_cast<unsigned>(in_rows) &&
                 static_cast<unsigned>(x) < static_cast<unsigned>(in_cols)) {
                 T* to = in_backprop + (static_cast<long long>(n) * in_depth + c0 + first) * plane + y * in_cols + x;
 #pragma unroll

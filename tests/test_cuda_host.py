@@ -353,7 +353,7 @@ def test_public_api_routes_host_device_arrays_to_the_cuda_kernels(monkeypatch):
     assert isinstance(got, cupy.ndarray) and got.device.id == 0
     assert gradops.last_backend_decision().backend == "cuda"
     assert [name for name, _, _ in device.launches] == [
-        "gradops::depthwise_conv2d_native_backprop_input_tiled<double, double, 0, 3, 3, 1, 1>"]
+        "gradops::depthwise_conv2d_native_backprop_input_tiled<double, double, 0, 3, 3, 1, 1, 2>"]
     want = gradops.depthwise_conv2d_native_backprop_input([1, 5, 4, 2], w, dy, [1, 1, 1, 1], "SAME")
     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-12)
 
@@ -462,8 +462,26 @@ def test_a_launcher_passing_int32_for_a_long_long_is_caught(monkeypatch):
 
     monkeypatch.setattr(_runtime, "i64", lambda v: np.int32(v))
     dy = cupy.asarray(np.ones((1, 3, 3, 2), np.float32))
-    w = cupy.asarray(np.ones((3, 3, 2, 1), np.float32))
+    w = cupy.asarray(np.ones((3, 2, 2, 1), np.float32))  # 3x2: the direct kernel, whose sizes are long long
     with pytest.raises(cuda_host.HostLaunchError, match="is int32; the parameter needs a NumPy integer scalar of 8"):
+        gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 2], w, dy, [1, 1, 1, 1], "SAME", backend="cuda")
+
+
+def test_a_launcher_passing_int64_for_an_int_is_caught(monkeypatch):
+    """Planted: the ``i32`` helper the depthwise tiled kernel's launcher uses for its ``int``
+    sizes widens to np.int64: CuPy would pass 8 bytes for each 4-byte parameter."""
+    import gradops
+    from gradops.backends.cuda import _runtime
+
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    dy = cupy.asarray(np.ones((1, 3, 3, 2), np.float32))
+    w = cupy.asarray(np.ones((3, 3, 2, 1), np.float32))
+    gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 2], w, dy, [1, 1, 1, 1], "SAME", backend="cuda")
+    assert "_tiled<" in device.launches[-1][0]
+    monkeypatch.setattr(_runtime, "i32", lambda v: np.int64(v))
+    with pytest.raises(cuda_host.HostLaunchError, match="is int64; the parameter needs a NumPy integer scalar of 4"):
         gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 2], w, dy, [1, 1, 1, 1], "SAME", backend="cuda")
 
 

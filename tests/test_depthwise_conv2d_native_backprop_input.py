@@ -343,13 +343,15 @@ def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
     for the direct kernel, and every dtype x layout x specialisation for the tiled one."""
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
-    assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1)
+    assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES))
     for dtype in FLOAT_DTYPES:
         for data_format in ("NHWC", "NCHW"):
             for shape in (*cuda_launcher.SPECIALISATIONS, cuda_launcher.GENERIC):
                 assert cuda_launcher._expression(dtype, data_format, shape) in listed
             for shape in cuda_launcher.SPECIALISATIONS:
                 assert cuda_launcher._tiled_expression(dtype, data_format, shape) in listed
+            for shape in cuda_launcher.SHORT_TILES:
+                assert cuda_launcher._tiled_expression(dtype, data_format, shape, 1) in listed
 
 
 def test_specialisation_choice():
@@ -610,7 +612,7 @@ def test_cuda_deterministic(cuda_device, rng, dtype):
 # ---- the tiled kernel's own edges: tiles, channel blocks, vector widths, phases, multipliers
 
 #: (x_shape NHWC, filt_hw, strides, padding, pads, multiplier, dtype): sizes that are not
-#: multiples of the tile (8 x 16, or 16 x 8 for 5x5 stride 1) and images smaller than one;
+#: multiples of the tile (8 x 16, or 14 x 8 for 5x5 stride 1) and images smaller than one;
 #: channel counts that are not multiples of the vector width (16 / itemsize) or of the 32 (16
 #: for float64) channels of a CTA, odd ones (unpaired stores); multipliers 1-3; strides 1 and 2
 #: with odd and even pads (a tile then starts one position before the image); batch > 1.
@@ -628,6 +630,11 @@ TILE_EDGE_CASES = {
     "bf16-s1-5x5-pads-past-filter": ((1, 6, 5, 16), (5, 5), (1, 1), "EXPLICIT", ((6, 5), (4, 7)), 1,
                                      ml_dtypes.bfloat16),
     "f32-s2-3x3-c64-m1-batch4": ((4, 16, 32, 64), (3, 3), (2, 2), "SAME", NO_PADS, 1, np.float32),
+    # 5x5 stride 1 on images of at most 7 rows: tiles one work item (7 rows) high
+    "f16-s1-5x5-7x7-c40": ((2, 7, 7, 40), (5, 5), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f32-s1-5x5-6x30-c36-m2": ((1, 6, 30, 36), (5, 5), (1, 1), "EXPLICIT", ((1, 3), (2, 0)), 2, np.float32),
+    # 5x5 stride 1 on 28 columns: a warp takes an item column, the last one idles
+    "bf16-s1-5x5-15x28-c16": ((2, 15, 28, 16), (5, 5), (1, 1), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
 }
 
 
@@ -652,6 +659,37 @@ def test_cuda_tiled_tile_edges(cuda_device, rng, case, data_format):
             cuda_call(kwargs, path="tiled", vector=True)
     check_cuda(kwargs, ref, scale, path="tiled", vector=False, device=cuda_device)
     check_cuda(kwargs, ref, scale, device=cuda_device)  # auto: the tiled kernel
+
+
+@pytest.mark.parametrize("columns", [False, True], ids=["side-by-side", "one-above-the-other"])
+@pytest.mark.parametrize("shape", [((3, 3), (1, 1)), ((5, 5), (2, 2)), ((5, 5), (1, 1))], ids=["3x3-s1", "5x5-s2", "5x5-s1"])
+def test_cuda_tiled_warp_pairings(cuda_device, rng, monkeypatch, shape, columns):
+    """Both ways a warp's two work items can sit in a tile give the right result (the launcher
+    picks one per geometry; here each is forced), on images that end inside a tile both ways."""
+    filt_hw, strides = shape
+    kwargs, ref, scale = make_case(rng, x_shape=(2, 19, 29, 24), filt_hw=filt_hw, multiplier=1, strides=strides,
+                                   padding="SAME", dtype=np.float32)
+    monkeypatch.setattr(cuda_launcher, "columns_per_warp", lambda g: columns)
+    check_cuda(kwargs, ref, scale, path="tiled", device=cuda_device)
+
+
+def test_warp_pairing_choice():
+    """One item column per warp where the image's last columns leave a whole item column of a
+    tile empty (28 columns, 8-column tiles); side by side where its last rows leave an item row
+    empty, or with one work item down a tile."""
+    from gradops._geometry import conv2d_geometry
+
+    def geometry(h, w, f, s):
+        return conv2d_geometry(OP, (1, h, w, 8), (f, f, 8, 1), (1, -(-h // s), -(-w // s), 8), [1, s, s, 1], "SAME",
+                               [], "NHWC", [1, 1, 1, 1], depthwise=True)
+
+    assert cuda_launcher.columns_per_warp(geometry(28, 28, 5, 1))
+    assert not cuda_launcher.columns_per_warp(geometry(14, 14, 5, 1))  # nothing idles either way
+    assert not cuda_launcher.columns_per_warp(geometry(7, 28, 5, 1))  # one work item down the tile
+    assert cuda_launcher.item_rows_per_tile(geometry(7, 28, 5, 1)) == 1
+    assert cuda_launcher.item_rows_per_tile(geometry(8, 28, 5, 1)) == 2
+    assert not cuda_launcher.columns_per_warp(geometry(20, 32, 3, 1))  # 20 rows: an item row of 8 + 4 idles
+    assert cuda_launcher.columns_per_warp(geometry(16, 20, 3, 1))  # 20 columns: 3 item columns of 16 + 4 idle
 
 
 @pytest.mark.parametrize("case", [dict(filt_hw=(3, 3), dilations=(2, 2)), dict(filt_hw=(5, 5), strides=(1, 2)),

@@ -2,10 +2,10 @@
 
 Two paths (see the .cu file); ``path=`` forces one (the tests run both on small shapes):
 
-* ``tiled``: a CTA per (8 x 16 input-gradient positions, or 16 x 8 for 5x5 stride 1; 32
+* ``tiled``: a CTA per (8 x 16 input-gradient positions, or 14 x 8 for 5x5 stride 1; 32
   channels, 16 for float64) stages the out_backprop tile with its halo and the filter slice in
   shared memory (16-byte loads when :func:`use_vector_loads` holds), and each thread computes
-  4 x 4 (8 x 4) positions x 2 channels (1 for float64) in registers with 32-bit offsets and no
+  4 x 4 (7 x 4) positions x 2 channels (1 for float64) in registers with 32-bit offsets and no
   division per element.  Compile-time 3x3 / 5x5
   filters at strides 1x1 / 2x2 (:data:`SPECIALISATIONS`), dilation 1, every tensor below 2**31
   elements and the grid within CUDA's limits (:func:`tiled_eligible`).
@@ -68,10 +68,14 @@ def _expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> st
     return f"{KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}>"
 
 
-def _tiled_expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> str:
+def _tiled_expression(dtype, data_format: str, shape: tuple[int, int, int, int], item_rows: int = 2) -> str:
     element, accumulator = _build.c_types(dtype)
     kh, kw, sh, sw = shape
-    return f"{TILED_KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}>"
+    return f"{TILED_KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}, {item_rows}>"
+
+
+#: The tiled instantiations with one work item down a tile (``R`` = 1): 5x5 stride 1 only.
+SHORT_TILES = ((5, 5, 1, 1),)
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
@@ -82,6 +86,7 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
         for data_format in LAYOUTS:
             names += [_expression(dtype, data_format, shape) for shape in (*SPECIALISATIONS, GENERIC)]
             names += [_tiled_expression(dtype, data_format, shape) for shape in SPECIALISATIONS]
+            names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
     return {SOURCE: names}
 
 
@@ -106,11 +111,20 @@ def tile_channels(dtype) -> int:
     return POSITION_BYTES // np.dtype(accumulator).itemsize
 
 
+def item_rows_per_tile(g: Conv2DGeometry) -> int:
+    """Work items down a tile (the kernel's ``R``): 2, or 1 for a 5x5 stride-1 image of at
+    most 7 rows (one work item's), which a 14-row tile would half fill."""
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    return 1 if shape in SHORT_TILES and g.in_rows <= 7 else 2
+
+
 def tile_shape(g: Conv2DGeometry) -> tuple[int, int, int]:
     """(tile rows, tile cols, work items) of the tiled kernel for ``g`` (``dwconv::Shape``):
-    8 x 16 positions in 8 work items of 4 x 4, or for 5x5 stride 1, 16 x 8 in 4 of 8 x 4."""
+    8 x 16 positions in 8 work items of 4 x 4, or for 5x5 stride 1, 14 x 8 in 4 of 7 x 4 (7 x 8
+    in 2 for images of at most 7 rows)."""
     if (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols) == (5, 5, 1, 1):
-        return 16, 8, 4
+        rows = item_rows_per_tile(g)
+        return 7 * rows, 8, 2 * rows
     return 8, 16, 8
 
 
@@ -126,6 +140,24 @@ def tiles(g: Conv2DGeometry) -> tuple[int, int]:
     rows, cols, _ = tile_shape(g)
     return (-(-(g.in_cols + g.pad_left % g.stride_cols) // cols),
             -(-(g.in_rows + g.pad_top % g.stride_rows) // rows))
+
+
+def columns_per_warp(g: Conv2DGeometry) -> bool:
+    """How a warp's two work items sit in a tile of two item rows (the kernel's
+    ``columns_per_warp``): one above the other (True) or side by side (False), whichever idles
+    more whole warps where the image ends inside the last tile row or column; an idle warp skips
+    the inner loop, a warp with one empty work item does not."""
+    rows, cols, items = tile_shape(g)
+    if item_rows_per_tile(g) != 2:
+        return False
+    across_items = items // 2
+    item_rows, item_cols = rows // 2, cols // across_items
+    across, down = tiles(g)
+    spare_cols = (across * cols - g.pad_left % g.stride_cols - g.in_cols) // item_cols  # item columns past the image
+    spare_rows = (down * rows - g.pad_top % g.stride_rows - g.in_rows) // item_rows
+    idle_columns = spare_cols * down
+    idle_sides = spare_rows * (across_items // 2) * across + 2 * (spare_cols // 2) * down
+    return idle_columns > idle_sides
 
 
 def tile_grid(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
@@ -213,10 +245,11 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
     grid = tile_grid(g, dtype)
     vector = use_vector_loads(g, dtype, (filter, out_backprop), vector)
-    fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.data_format, shape))
+    fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g)))
     i32 = _runtime.i32
     args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
             i32(g.in_rows), i32(g.in_cols), i32(g.in_depth), i32(g.depth_multiplier), i32(g.out_rows),
-            i32(g.out_cols), i32(g.pad_top), i32(g.pad_left), i32(tiles(g)[0]), i32(1 if vector else 0))
+            i32(g.out_cols), i32(g.pad_top), i32(g.pad_left), i32(tiles(g)[0]), i32(1 if vector else 0),
+            i32(1 if columns_per_warp(g) else 0))
     fn(grid, (tile_threads(g),), args)
     return in_backprop
