@@ -1,7 +1,17 @@
-// DepthwiseConv2dNativeBackpropInput as a gather: one thread per input-gradient element sums
-// every (filter tap, multiplier) whose forward read touched that element.  No atomics, and
-// each sum runs in one fixed order (filter row, filter column, multiplier; all ascending), so
-// results are bitwise reproducible.
+// DepthwiseConv2dNativeBackpropInput as a gather: every input-gradient element sums every
+// (filter tap, multiplier) whose forward read touched that element.  No atomics, and each sum
+// runs in one fixed order, so results are bitwise reproducible.  Two kernels:
+//
+// * depthwise_conv2d_native_backprop_input (the "direct" kernel): one thread per element,
+//   grid-stride, 64-bit offsets.  Any layout, filter, stride, dilation and size (tensors past
+//   2^31 elements included); the reference on the GPU for unusual shapes.
+// * depthwise_conv2d_native_backprop_input_tiled: a CTA owns a spatial tile x a block of
+//   channels, stages the out_backprop rows and columns the tile reads (its halo included) and
+//   the filter slice in shared memory, and each thread produces 4 x 4 positions x 2 channels
+//   from registers; 32-bit offsets from blockIdx, no division per element, and tiles aligned to
+//   the stride so that only taps that land are computed.  Compile-time filter size and stride
+//   (3x3 and 5x5 at strides 1 and 2), dilation 1, every tensor below 2^31 elements: the
+//   launcher checks.
 //
 // Shapes (L = layout of in_backprop / out_backprop, NHWC or NCHW):
 //   filter        [filter_rows, filter_cols, in_depth, depth_multiplier]  (always this order)
@@ -89,6 +99,595 @@ __global__ void depthwise_conv2d_native_backprop_input(
             }
         }
         in_backprop[i] = from_acc<T>(sum);
+    }
+}
+
+
+// ==================================================================== the tiled kernel
+//
+// Indices.  Rows and columns are handled alike; for rows (K = KH, S = SH, pad = pad_top): input
+// row y is padded row Y = y + pad, and tap r of out_backprop row o lands on it when
+// Y = o * S + r.  Tiles are laid out in padded coordinates from a multiple of S, so within a
+// tile the stride phase of every row (Y mod S), hence which taps land on it, is a compile-time
+// constant: no tap that misses is computed, no remainder or quotient is taken per element.
+//   tile t covers padded rows Y0 .. Y0 + TILE - 1, Y0 = S * (pad / S) + t * TILE
+//              = input rows y0 .. y0 + TILE - 1,   y0 = t * TILE - pad % S
+//   it reads out_backprop rows o0 .. o0 + STAGED - 1, o0 = Y0 / S - HALO, HALO = (K - 1) / S:
+//   local row i (Y0 + i) gets tap r from staged row (i - r) / S + HALO when S divides i - r.
+// Rows outside [0, in_rows) are computed but not stored; out_backprop rows outside
+// [0, out_rows) are staged as zeros (see "Padding" below).
+//
+// Work split.  A CTA: one tile of TILE_ROWS x TILE_COLS positions of one image x CHANNELS
+// channels (128 bytes of accumulators per staged position: 32 float or 16 double channels);
+// see Shape for the tile of each specialisation.  Its threads: LANES = 16 lanes x the tile's
+// work items; a work item is ITEM_ROWS x ITEM_COLS positions, and a lane V adjacent channels
+// (8 bytes of accumulators: 2 float or 1 double).  Thread t takes lane t % LANES (so the 16
+// threads of a half-warp read one staged position's 128 contiguous bytes: no bank conflicts)
+// and work item t / LANES.  Its ITEM_ROWS x ITEM_COLS x V accumulators and its K x K x V
+// filter values live in registers; each staged value of its window is read from shared memory
+// once and feeds every tap that carries it to one of the work item's positions.
+//
+// Multipliers.  out_backprop channels c * M + q for q = 0 .. M-1 are staged one q at a time
+// (with the filter slice [:, :, c, q]), accumulating into the same registers: each sum runs
+// over q, then staged row, then staged column, all ascending: a fixed order.
+//
+// Padding.  TF skips taps that fall outside out_backprop; staging zeros there instead adds
+// products w * 0 = +-0, which leave every sum unchanged unless w is Inf or NaN (x + +-0 == x
+// for every x but -0, and a sum that starts at +0 never becomes -0 under round-to-nearest).
+// So while staging the filter each CTA checks its slice (v * 0 is NaN exactly when v is not
+// finite), and if any value is not finite it runs the checked variant of the inner loop,
+// which skips the staged positions outside out_backprop.
+//
+// Loads.  With M = 1, NHWC, channel counts a multiple of 16 / sizeof(T) and 16-byte aligned
+// arrays (the launcher's `vector_loads`), staging moves 16 bytes per load and keeps up to
+// kBatch loads per thread in flight; otherwise one element per load.  NCHW stages from the
+// channel planes: the 32 lanes of a warp take 32 consecutive staged positions of one channel
+// (coalesced), and a pad of 2 accumulators per staged position spreads their shared-memory
+// stores over 16 banks (2-way) where an unpadded 128-byte position would put them all in one.
+// NHWC stores two channels at a time when in_depth is even; NCHW passes the results through
+// shared memory so that consecutive threads store consecutive columns of a channel plane.
+
+namespace dwconv {
+
+// The work split of one specialisation.  A work item (one thread): ITEM_ROWS x ITEM_COLS
+// positions x V channels; a CTA: R x TILE_ITEM_COLS work items per lane, i.e. a tile of
+// TILE_ROWS x TILE_COLS positions.  4 x 4 positions and 2 x 4 work items (8 x 16 positions)
+// everywhere but 5x5 stride 1, where 7 x 4 positions and 2 x 2 work items (14 x 8 positions)
+// read fewer staged values and carry the per-thread fixed costs over more elements (28 x 2
+// per thread against 16 x 2).  Its tile stages 18 x 12 positions (a 16-row tile of 4 x 4
+// items would need 20 x 20, past the 48 KiB of static shared memory for float), and 14 rows
+// divide the 7 x 2^k feature maps of 224 x 224 networks exactly.  R = 1 (one work item down a
+// tile, 7 x 8 positions) is for 5x5 stride-1 images of at most 7 rows, which a 14-row tile
+// would half fill.
+template <int KH, int KW, int SH, int SW, int R> struct Shape {
+    static constexpr bool TALL = KH == 5 && KW == 5 && SH == 1 && SW == 1;
+    static constexpr int ITEM_ROWS = TALL ? 7 : 4;
+    static constexpr int ITEM_COLS = 4;
+    static_assert(R == 1 || R == 2, "one or two work items down a tile");
+    static constexpr int TILE_ITEM_ROWS = R;
+    static constexpr int TILE_ITEM_COLS = TALL ? 2 : 4;
+    static constexpr int TILE_ITEMS = TILE_ITEM_ROWS * TILE_ITEM_COLS;
+    static constexpr int TILE_ROWS = ITEM_ROWS * TILE_ITEM_ROWS;  // 8, or 14 (7)
+    static constexpr int TILE_COLS = ITEM_COLS * TILE_ITEM_COLS;  // 16, or 8
+    static constexpr int TILE_POSITIONS = TILE_ROWS * TILE_COLS;  // 128, or 112
+};
+// Bytes of accumulators per staged position: one 128-byte shared-memory row (32 banks).
+constexpr int kPositionBytes = 128;
+// Global loads of the vector path, and how many of them a thread keeps in flight (4 registers
+// each) before widening them into shared memory, when it has more than 16 to make.
+constexpr int kVectorBytes = 16;
+constexpr int kBatch = 12;
+
+// Bytes of accumulators one thread reads per staged position: 2 float or 1 double channels.
+constexpr int kLaneBytes = 8;
+
+template <typename Acc> struct Block {
+    static constexpr int CHANNELS = kPositionBytes / static_cast<int>(sizeof(Acc));  // 32 float, 16 double
+    static constexpr int V = kLaneBytes / static_cast<int>(sizeof(Acc));             // channels per thread
+    static constexpr int LANES = CHANNELS / V;                                         // 16
+};
+
+// One spatial dimension of the tile (see "Indices" above).
+template <int K, int S, int TILE, int ITEM> struct Axis {
+    static_assert(TILE % S == 0 && ITEM % S == 0, "tiles and work items start at a stride phase of 0");
+    static constexpr int HALO = (K - 1) / S;               // staged rows before the tile's first
+    static constexpr int STAGED = TILE / S + HALO;         // staged rows per tile
+    static constexpr int WINDOW = (ITEM - 1) / S + HALO + 1;  // staged rows one work item reads
+};
+
+// The value of x, opaque to the optimiser.  The staging loops take their thread index through
+// it once per multiplier slice, so that their index math is redone per slice rather than hoisted
+// out of the (usually one-iteration) slice loop, where it held dozens of registers and spilled.
+__device__ __forceinline__ int opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+
+// The V channels of one thread at one position: one 8-byte shared-memory access.
+template <typename Acc> struct alignas(kLaneBytes) Lane {
+    Acc v[kLaneBytes / sizeof(Acc)];
+};
+
+template <typename T> struct TwoOf;
+template <> struct TwoOf<__half> { using type = __half2; };
+template <> struct TwoOf<__nv_bfloat16> { using type = __nv_bfloat162; };
+__device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
+__device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
+
+// 16 bytes of T (one vector load) widened to accumulators.
+template <typename T> struct VectorSize {
+    static constexpr int value = kVectorBytes / static_cast<int>(sizeof(T));
+};
+template <typename T, typename Acc>
+__device__ __forceinline__ void widen(const uint4& raw, Acc (&out)[VectorSize<T>::value]) {
+    if constexpr (sizeof(T) == sizeof(Acc)) {  // float, double: the bits as they are
+        const Acc* v = reinterpret_cast<const Acc*>(&raw);
+#pragma unroll
+        for (int u = 0; u < VectorSize<T>::value; ++u) out[u] = v[u];
+    } else {  // __half, __nv_bfloat16: four pairs
+        const typename TwoOf<T>::type* h = reinterpret_cast<const typename TwoOf<T>::type*>(&raw);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            const float2 f = to_float2(h[u]);
+            out[2 * u] = f.x;
+            out[2 * u + 1] = f.y;
+        }
+    }
+}
+
+// N accumulators to 16-byte aligned shared memory, 16 bytes per store.
+template <typename Acc, int N> __device__ __forceinline__ void store16(Acc* dst, const Acc (&v)[N]) {
+    if constexpr (sizeof(Acc) == 4) {
+#pragma unroll
+        for (int u = 0; u < N; u += 4)
+            reinterpret_cast<float4*>(dst)[u / 4] = make_float4(v[u], v[u + 1], v[u + 2], v[u + 3]);
+    } else {
+#pragma unroll
+        for (int u = 0; u < N; u += 2) reinterpret_cast<double2*>(dst)[u / 2] = make_double2(v[u], v[u + 1]);
+    }
+}
+
+// Two adjacent channels of one position, rounded to T, in one store (offset even).
+template <typename T> __device__ __forceinline__ void store_pair(T* dst, float a, float b);
+template <> __device__ __forceinline__ void store_pair<__half>(__half* dst, float a, float b) {
+    *reinterpret_cast<__half2*>(dst) = __floats2half2_rn(a, b);
+}
+template <> __device__ __forceinline__ void store_pair<__nv_bfloat16>(__nv_bfloat16* dst, float a, float b) {
+    *reinterpret_cast<__nv_bfloat162*>(dst) = __floats2bfloat162_rn(a, b);
+}
+template <> __device__ __forceinline__ void store_pair<float>(float* dst, float a, float b) {
+    *reinterpret_cast<float2*>(dst) = make_float2(a, b);
+}
+
+// A thread's V channels of one position, rounded to T, in one store (for V = 2: offset even).
+template <typename T, typename Acc, int V> __device__ __forceinline__ void store_lane(T* dst, const Acc (&v)[V]) {
+    if constexpr (V == 2) {
+        store_pair<T>(dst, v[0], v[1]);
+    } else {
+        dst[0] = from_acc<T>(v[0]);
+    }
+}
+
+// The taps of one work item: every staged value of its window times every filter tap that
+// carries it to one of the work item's positions.  CHECKED skips staged positions outside
+// out_backprop (window rows [row_begin, row_end) x columns [col_begin, col_end) are inside).
+template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int STRIDE>
+__device__ __forceinline__ void accumulate(
+    const Acc* __restrict__ window, const Lane<Acc> (&w)[KH * KW],
+    Acc (&acc)[Shape<KH, KW, SH, SW, R>::ITEM_ROWS][Shape<KH, KW, SH, SW, R>::ITEM_COLS][Block<Acc>::V], int row_begin,
+    int row_end, int col_begin, int col_end) {
+    using S = Shape<KH, KW, SH, SW, R>;
+    using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
+    using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
+#pragma unroll
+    for (int wr = 0; wr < Rows::WINDOW; ++wr) {
+#pragma unroll
+        for (int wc = 0; wc < Cols::WINDOW; ++wc) {
+            if (CHECKED && (wr < row_begin || wr >= row_end || wc < col_begin || wc >= col_end)) continue;
+            const Lane<Acc> v = *reinterpret_cast<const Lane<Acc>*>(window + (wr * Cols::STAGED + wc) * STRIDE);
+#pragma unroll
+            for (int i = 0; i < S::ITEM_ROWS; ++i) {
+                const int r = i - (wr - Rows::HALO) * SH;  // the tap row that carries staged row wr to row i
+                if (r < 0 || r >= KH) continue;
+#pragma unroll
+                for (int j = 0; j < S::ITEM_COLS; ++j) {
+                    const int s = j - (wc - Cols::HALO) * SW;
+                    if (s < 0 || s >= KW) continue;
+#pragma unroll
+                    for (int u = 0; u < Block<Acc>::V; ++u) acc[i][j][u] += w[r * KW + s].v[u] * v.v[u];
+                }
+            }
+        }
+    }
+}
+
+
+// Positions p = first + k * STEP (k = 0, 1, ...) of a row-major grid COLS wide, as (row, col)
+// and as the offset origin + row * row_step + col * col_step, advanced without a division or
+// a multiplication per step.
+template <int COLS, int STEP> struct GridWalk {
+    unsigned row, col;
+    int offset;
+    const int step, wrap;  // offset change per step, and on carrying into the next row
+    __device__ __forceinline__ GridWalk(unsigned first, int origin, int row_step, int col_step)
+        : row(first / COLS), col(first % COLS),
+          offset(origin + static_cast<int>(first / COLS) * row_step + static_cast<int>(first % COLS) * col_step),
+          step(STEP / COLS * row_step + STEP % COLS * col_step), wrap(row_step - COLS * col_step) {}
+    __device__ __forceinline__ void next() {
+        row += STEP / COLS;
+        col += STEP % COLS;
+        offset += step;
+        if (col >= COLS) {
+            col -= COLS;
+            ++row;
+            offset += wrap;
+        }
+    }
+};
+
+}  // namespace dwconv
+
+// Template: element and accumulator type, layout, filter rows/cols, stride rows/cols, work
+// items down a tile (Shape).  Sizes are int: the launcher runs this kernel only when every
+// tensor has fewer than 2^31 elements and every padded coordinate fits.  vector_loads: 16-byte
+// staging loads (see "Loads"); columns_per_warp: how a warp's two work items sit in the tile
+// (below).  Grid: (tiles across x channel blocks, tiles down, batch); block: LANES x the
+// tile's work items (128; 64, or 32 for R = 1, at 5x5 stride 1).  No __launch_bounds__: with it
+// ptxas spilled registers in some instantiations; without it none spills (the 5x5 stride-1
+// kernels use 150-190 registers, their 2 or 1 warps per CTA still fit 6-10 CTAs per SM).
+template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R>
+__global__ void depthwise_conv2d_native_backprop_input_tiled(
+    const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
+    int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
+    int pad_left, int tiles_across, int vector_loads, int columns_per_warp) {
+    using namespace dwconv;
+    using B = Block<Acc>;
+    using S = Shape<KH, KW, SH, SW, R>;
+    using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
+    using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
+    constexpr int CHANNELS = B::CHANNELS, V = B::V, LANES = B::LANES;
+    constexpr int THREADS = LANES * S::TILE_ITEMS;  // 128, or 64 (32) for 5x5 stride 1
+    // Accumulators per staged position: CHANNELS, padded by 2 in NCHW (see "Loads").
+    constexpr int STRIDE = CHANNELS + (L == NCHW ? 2 : 0);
+    constexpr int POSITIONS = Rows::STAGED * Cols::STAGED;
+    constexpr int STAGE_SIZE = POSITIONS * STRIDE;
+    // NCHW results pass through shared memory: channel planes of the tile, odd plane stride.
+    constexpr int OUT_PLANE = S::TILE_POSITIONS + 1;
+    constexpr int OUT_SIZE = L == NCHW ? CHANNELS * OUT_PLANE : 0;
+    constexpr int BUFFER = STAGE_SIZE > OUT_SIZE ? STAGE_SIZE : OUT_SIZE;
+    constexpr int TAPS = KH * KW;
+
+    __shared__ __align__(16) Acc stage[BUFFER];
+    __shared__ __align__(16) Acc taps[TAPS * CHANNELS];
+    __shared__ int nonfinite_slice;  // the last q whose filter slice held an Inf or NaN
+
+    const unsigned tid = threadIdx.x;
+    const unsigned across = static_cast<unsigned>(tiles_across);
+    const int tile_col = static_cast<int>(blockIdx.x % across);
+    const int c0 = static_cast<int>(blockIdx.x / across) * CHANNELS;
+    const int tile_row = static_cast<int>(blockIdx.y);
+    const int n = static_cast<int>(blockIdx.z);
+    // Tile origin (input coordinates) and first staged out_backprop row / column.
+    const int y0 = tile_row * S::TILE_ROWS - pad_top % SH;
+    const int x0 = tile_col * S::TILE_COLS - pad_left % SW;
+    const int o_row0 = pad_top / SH + tile_row * (S::TILE_ROWS / SH) - Rows::HALO;
+    const int o_col0 = pad_left / SW + tile_col * (S::TILE_COLS / SW) - Cols::HALO;
+    const int out_depth = in_depth * depth_multiplier;
+
+    // This thread's work item and channels.
+    const int lane = static_cast<int>(tid % LANES);
+    // A warp holds two work items (32 threads = 2 x LANES): side by side, or with
+    // columns_per_warp one above the other (item rows 0 and 1 of one item column), whichever
+    // leaves whole warps idle (and skipping the inner loop) where the image ends inside a tile.
+    static_assert(32 == 2 * LANES, "two work items per warp");
+    const int item = static_cast<int>(tid / LANES);
+    const bool columns = R == 2 && columns_per_warp;
+    const int item_row = columns ? item % 2 : item / S::TILE_ITEM_COLS;
+    const int item_col = columns ? item / 2 : item % S::TILE_ITEM_COLS;
+    const int i0 = item_row * S::ITEM_ROWS;  // first row / column within the tile
+    const int j0 = item_col * S::ITEM_COLS;
+    const int channel = c0 + V * lane;
+    const int y_first = y0 + i0, x_first = x0 + j0;
+    const bool active = channel < in_depth && y_first < in_rows && y_first + S::ITEM_ROWS > 0 && x_first < in_cols &&
+                        x_first + S::ITEM_COLS > 0;
+    const Acc* window = stage + ((i0 / SH) * Cols::STAGED + j0 / SW) * STRIDE + V * lane;
+
+    Acc acc[S::ITEM_ROWS][S::ITEM_COLS][V];
+#pragma unroll
+    for (int i = 0; i < S::ITEM_ROWS; ++i)
+#pragma unroll
+        for (int j = 0; j < S::ITEM_COLS; ++j)
+#pragma unroll
+            for (int u = 0; u < V; ++u) acc[i][j][u] = Acc(0);
+
+    if (tid == 0) nonfinite_slice = -1;
+    const bool vector = L == NHWC && vector_loads != 0 && depth_multiplier == 1;
+    for (int q = 0; q < depth_multiplier; ++q) {
+        __syncthreads();  // the flag is initialised; the previous slice has been read
+        const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
+
+        // ---- the filter slice taps[tap][c] = filter[tap][c0 + c][q] and the out_backprop tile
+        // (channels c0 * M + q, (c0 + 1) * M + q, ...; zeros outside out_backprop), and whether
+        // the filter slice is finite: `finite` stays 0 while every value is (v * 0 == 0).
+        Acc finite = Acc(0);
+        if (vector) {
+            // Loads first (16 bytes per thread and step, all in flight at once), then widening
+            // to accumulators and 16-byte shared-memory stores.  Thread t moves vector
+            // t % PER_POSITION (channels c .. c + ELEMENTS - 1) of its slot t / PER_POSITION.
+            constexpr int ELEMENTS = VectorSize<T>::value;
+            constexpr int PER_POSITION = CHANNELS / ELEMENTS;  // vectors per tap / staged position
+            constexpr int SLOTS = THREADS / PER_POSITION;      // positions per step
+            const unsigned slot = t / PER_POSITION;
+            const int c = static_cast<int>(t % PER_POSITION) * ELEMENTS;
+            const bool channels_in = c0 + c < in_depth;  // in_depth is a multiple of ELEMENTS
+
+            // The filter slice: taps slot, slot + SLOTS, ...
+            constexpr int FILTER_STEPS = (TAPS + SLOTS - 1) / SLOTS;
+            uint4 filter_raw[FILTER_STEPS];
+#pragma unroll
+            for (int k = 0; k < FILTER_STEPS; ++k) {
+                const unsigned tap = slot + k * SLOTS;
+                filter_raw[k] = make_uint4(0, 0, 0, 0);
+                if ((TAPS % SLOTS == 0 || tap < TAPS) && channels_in)
+                    filter_raw[k] = *reinterpret_cast<const uint4*>(filter + static_cast<int>(tap) * in_depth + c0 + c);
+            }
+
+            // The tile.  Offset of staged position (row, col): origin + row * row_step + col * out_depth.
+            const int origin = ((n * out_rows + o_row0) * out_cols + o_col0) * out_depth + c0 + c;
+            const int row_step = out_cols * out_depth;
+            if constexpr (SLOTS >= Cols::STAGED) {
+                // Slots cover whole staged rows: slot = group * Cols::STAGED + col, and the slot
+                // takes column col of rows group, group + GROUPS, ...; the index math is one
+                // division per thread, then an add per step (slots past GROUPS rows idle).
+                constexpr int GROUPS = SLOTS / Cols::STAGED;
+                constexpr int STEPS = (Rows::STAGED + GROUPS - 1) / GROUPS;
+                const int group = static_cast<int>(slot / Cols::STAGED), col = static_cast<int>(slot % Cols::STAGED);
+                if (group < GROUPS) {
+                    const bool col_in = static_cast<unsigned>(o_col0 + col) < static_cast<unsigned>(out_cols);
+                    // A pointer advanced by GROUPS rows per step: two adds, no multiply.
+                    const T* from = out_backprop + (origin + group * row_step + col * out_depth);
+                    const long long advance = static_cast<long long>(GROUPS) * row_step;
+                    Acc* const to = stage + (group * Cols::STAGED + col) * STRIDE + c;
+                    const bool inside = col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows;
+                    constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
+#pragma unroll
+                    for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
+                        uint4 raw[BATCH];
+                        if (inside) {  // every row of the column inside out_backprop (most tiles): no checks
+#pragma unroll
+                            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                                if (Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || group + k * GROUPS < Rows::STAGED)
+                                    raw[k - k0] = *reinterpret_cast<const uint4*>(from);
+                                from += advance;
+                            }
+                        } else {
+#pragma unroll
+                            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                                const int row = group + k * GROUPS;
+                                raw[k - k0] = make_uint4(0, 0, 0, 0);
+                                if ((Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || row < Rows::STAGED) && col_in &&
+                                    channels_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
+                                    raw[k - k0] = *reinterpret_cast<const uint4*>(from);
+                                from += advance;
+                            }
+                        }
+#pragma unroll
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            if (Rows::STAGED % GROUPS != 0 && k + 1 == STEPS && group + k * GROUPS >= Rows::STAGED)
+                                break;
+                            Acc values[ELEMENTS];
+                            widen<T, Acc>(raw[k - k0], values);
+                            store16(to + k * GROUPS * Cols::STAGED * STRIDE, values);
+                        }
+                    }
+                }
+            } else {
+                // Staged rows wider than a step: positions slot, slot + SLOTS, ... in row-major
+                // order, walked with a carry instead of a division per step.
+                constexpr int STEPS = (POSITIONS + SLOTS - 1) / SLOTS;
+                GridWalk<Cols::STAGED, SLOTS> walk(slot, origin, row_step, out_depth);
+                const bool inside = channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows && o_col0 >= 0 &&
+                                    o_col0 + Cols::STAGED <= out_cols;
+                constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
+#pragma unroll
+                for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
+                    uint4 raw[BATCH];
+                    if (inside) {  // the whole staged tile inside out_backprop (most tiles): no checks
+#pragma unroll
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            if (POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS)
+                                raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                            walk.next();
+                        }
+                    } else {
+#pragma unroll
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            raw[k - k0] = make_uint4(0, 0, 0, 0);
+                            if ((POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS) && channels_in &&
+                                static_cast<unsigned>(o_row0 + static_cast<int>(walk.row)) <
+                                    static_cast<unsigned>(out_rows) &&
+                                static_cast<unsigned>(o_col0 + static_cast<int>(walk.col)) <
+                                    static_cast<unsigned>(out_cols))
+                                raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                            walk.next();
+                        }
+                    }
+#pragma unroll
+                    for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                        if (POSITIONS % SLOTS != 0 && slot + k * SLOTS >= POSITIONS) break;
+                        Acc values[ELEMENTS];
+                        widen<T, Acc>(raw[k - k0], values);
+                        store16(stage + (slot + k * SLOTS) * STRIDE + c, values);
+                    }
+                }
+            }
+#pragma unroll
+            for (int k = 0; k < FILTER_STEPS; ++k) {
+                if (TAPS % SLOTS != 0 && slot + k * SLOTS >= TAPS) break;
+                Acc values[ELEMENTS];
+                widen<T, Acc>(filter_raw[k], values);
+                store16(taps + (slot + k * SLOTS) * CHANNELS + c, values);
+#pragma unroll
+                for (int u = 0; u < ELEMENTS; ++u) finite += values[u] * Acc(0);
+            }
+        } else {
+            // The filter slice one element per load: thread t takes channel t % CHANNELS of taps
+            // t / CHANNELS, + THREADS / CHANNELS, ...
+            constexpr int COUNT = TAPS * CHANNELS;
+            const int c = static_cast<int>(t % CHANNELS);
+            const bool channel_in = c0 + c < in_depth;
+#pragma unroll
+            for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
+                const int tap = static_cast<int>(t / CHANNELS) + k * (THREADS / CHANNELS);
+                if (COUNT % THREADS != 0 && tap >= TAPS) break;
+                Acc value = Acc(0);
+                if (channel_in) value = to_acc<Acc>(filter[(tap * in_depth + c0 + c) * depth_multiplier + q]);
+                taps[tap * CHANNELS + c] = value;
+                finite += value * Acc(0);
+            }
+            if (L == NHWC) {  // consecutive threads on consecutive channels of one position
+                constexpr int COUNT = POSITIONS * CHANNELS;
+#pragma unroll 4
+                for (unsigned e = t; e < COUNT; e += THREADS) {
+                    const unsigned position = e / CHANNELS;
+                    const int c = static_cast<int>(e % CHANNELS);
+                    const int o_row = o_row0 + static_cast<int>(position / Cols::STAGED);
+                    const int o_col = o_col0 + static_cast<int>(position % Cols::STAGED);
+                    Acc value = Acc(0);
+                    if (static_cast<unsigned>(o_row) < static_cast<unsigned>(out_rows) &&
+                        static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols) && c0 + c < in_depth)
+                        value = to_acc<Acc>(out_backprop[((n * out_rows + o_row) * out_cols + o_col) * out_depth +
+                                                         (c0 + c) * depth_multiplier + q]);
+                    stage[position * STRIDE + c] = value;
+                }
+            } else {
+                // NCHW: lane l of warp w moves staged positions l, l + 32, ... (consecutive columns
+                // of a channel plane: coalesced) of channels w, w + WARPS, ...  Each position's
+                // offset in a plane and whether it lies inside out_backprop are computed once,
+                // then every channel costs a pointer step.
+                constexpr int WARPS = THREADS / 32;
+                constexpr int CHUNKS = (POSITIONS + 31) / 32;
+                const int lane32 = static_cast<int>(t % 32), warp = static_cast<int>(t / 32);
+                int offset[CHUNKS];
+                unsigned inside = 0;  // bit k: position lane32 + 32 k exists and lies inside
+#pragma unroll
+                for (int k = 0; k < CHUNKS; ++k) {
+                    const int position = lane32 + 32 * k;
+                    const int o_row = o_row0 + position / Cols::STAGED, o_col = o_col0 + position % Cols::STAGED;
+                    offset[k] = o_row * out_cols + o_col;
+                    if ((POSITIONS % 32 == 0 || position < POSITIONS) &&
+                        static_cast<unsigned>(o_row) < static_cast<unsigned>(out_rows) &&
+                        static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols))
+                        inside |= 1u << k;
+                }
+                const int plane = out_rows * out_cols;
+                const T* from = out_backprop + (static_cast<long long>(n) * out_depth + (c0 + warp) * depth_multiplier + q) *
+                                                   plane;
+                const long long step = static_cast<long long>(WARPS) * depth_multiplier * plane;
+                Acc* to = stage + lane32 * STRIDE + warp;
+#pragma unroll 1
+                for (int c = warp; c < CHANNELS; c += WARPS) {
+                    const bool channel_in = c0 + c < in_depth;
+#pragma unroll
+                    for (int k = 0; k < CHUNKS; ++k) {
+                        if (POSITIONS % 32 != 0 && k + 1 == CHUNKS && lane32 + 32 * k >= POSITIONS) break;
+                        Acc value = Acc(0);
+                        if (channel_in && (inside >> k & 1u)) value = to_acc<Acc>(from[offset[k]]);
+                        to[32 * k * STRIDE] = value;
+                    }
+                    from += step;
+                    to += WARPS;
+                }
+            }
+        }
+        if (finite != Acc(0)) nonfinite_slice = q;  // NaN: some value was Inf or NaN
+        __syncthreads();  // the slice is staged
+
+        if (active) {
+            Lane<Acc> w[TAPS];
+#pragma unroll
+            for (int tap = 0; tap < TAPS; ++tap)
+                w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
+            if (nonfinite_slice != q) {
+                accumulate<false, Acc, KH, KW, SH, SW, R, STRIDE>(window, w, acc, 0, 0, 0, 0);
+            } else {
+                // The part of this thread's window inside out_backprop (computed here, from
+                // opaque values, so that it is not hoisted into the common path).
+                const int window_row = opaque(o_row0 + i0 / SH), window_col = opaque(o_col0 + j0 / SW);
+                accumulate<true, Acc, KH, KW, SH, SW, R, STRIDE>(
+                    window, w, acc, max(0, -window_row), min(Rows::WINDOW, out_rows - window_row),
+                    max(0, -window_col), min(Cols::WINDOW, out_cols - window_col));
+            }
+        }
+    }
+
+    if (L == NHWC) {
+        if (!active) return;
+        // V = 2 channels in one store when in_depth is even (then channel + 1 < in_depth too).
+        const bool whole = V == 1 || in_depth % 2 == 0;
+        T* const first = in_backprop + ((n * in_rows + y_first) * in_cols + x_first) * in_depth + channel;
+        const int row_step = in_cols * in_depth;
+        if (whole && y_first >= 0 && y_first + S::ITEM_ROWS <= in_rows && x_first >= 0 &&
+            x_first + S::ITEM_COLS <= in_cols) {  // the common case: every position inside
+#pragma unroll
+            for (int i = 0; i < S::ITEM_ROWS; ++i)
+#pragma unroll
+                for (int j = 0; j < S::ITEM_COLS; ++j) store_lane<T, Acc, V>(first + i * row_step + j * in_depth, acc[i][j]);
+            return;
+        }
+#pragma unroll
+        for (int i = 0; i < S::ITEM_ROWS; ++i) {
+            if (static_cast<unsigned>(y_first + i) >= static_cast<unsigned>(in_rows)) continue;
+#pragma unroll
+            for (int j = 0; j < S::ITEM_COLS; ++j) {
+                if (static_cast<unsigned>(x_first + j) >= static_cast<unsigned>(in_cols)) continue;
+                T* dst = first + i * row_step + j * in_depth;
+                if (whole) {
+                    store_lane<T, Acc, V>(dst, acc[i][j]);
+                } else {  // V = 2, odd in_depth
+                    dst[0] = from_acc<T>(acc[i][j][0]);
+                    if (channel + 1 < in_depth) dst[1] = from_acc<T>(acc[i][j][V - 1]);
+                }
+            }
+        }
+    } else {
+        __syncthreads();  // every thread is done reading the staged tile
+        if (active) {
+#pragma unroll
+            for (int i = 0; i < S::ITEM_ROWS; ++i)
+#pragma unroll
+                for (int j = 0; j < S::ITEM_COLS; ++j) {
+                    const int p = (i0 + i) * S::TILE_COLS + j0 + j;
+#pragma unroll
+                    for (int u = 0; u < V; ++u) stage[(V * lane + u) * OUT_PLANE + p] = acc[i][j][u];
+                }
+        }
+        __syncthreads();
+        // Thread t stores positions t, t + THREADS, ... of the tile (consecutive threads:
+        // consecutive columns) of every channel, or with more threads than positions, position
+        // t % TILE_POSITIONS of channels t / TILE_POSITIONS + k * THREADS / TILE_POSITIONS.
+        constexpr bool WIDE = THREADS >= S::TILE_POSITIONS;
+        static_assert(!WIDE || THREADS % S::TILE_POSITIONS == 0, "");
+        constexpr int PER_THREAD = WIDE ? 1 : (S::TILE_POSITIONS + THREADS - 1) / THREADS;
+        constexpr int CHANNEL_STEP = WIDE ? THREADS / S::TILE_POSITIONS : 1;
+        const int plane = in_rows * in_cols;
+        const int channels_left = in_depth - c0;
+        const int first = WIDE ? static_cast<int>(tid) / S::TILE_POSITIONS : 0;
+#pragma unroll
+        for (int j = 0; j < PER_THREAD; ++j) {
+            const int p = (WIDE ? static_cast<int>(tid) % S::TILE_POSITIONS : static_cast<int>(tid)) + j * THREADS;
+            const int y = y0 + p / S::TILE_COLS, x = x0 + p % S::TILE_COLS;
+            if ((S::TILE_POSITIONS % THREADS == 0 || p < S::TILE_POSITIONS) &&
+                static_cast<unsigned>(y) < static_cast<unsigned>(in_rows) &&
+                static_cast<unsigned>(x) < static_cast<unsigned>(in_cols)) {
+                T* to = in_backprop + (static_cast<long long>(n) * in_depth + c0 + first) * plane + y * in_cols + x;
+#pragma unroll
+                for (int c = 0; c < CHANNELS; c += CHANNEL_STEP) {
+                    if (first + c < channels_left) to[0] = from_acc<T>(stage[(first + c) * OUT_PLANE + p]);
+                    to += static_cast<long long>(CHANNEL_STEP) * plane;
+                }
+            }
+        }
     }
 }
 

@@ -13,11 +13,13 @@ from __future__ import annotations
 
 import importlib
 import shutil
+import warnings
 
 import numpy as np
 import pytest
 
 import cuda_host
+import reference
 from conftest import assert_close, random_array
 from conv_cases import NO_PADS, conv_geometry
 
@@ -248,6 +250,92 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         assert_close(got, want, dtype)
 
 
+# Bugs planted in copies of the depthwise tiled kernel, each run on problems the real source
+# gets right: (text, replacement, [(problem, ...)]), a problem being (x_shape NHWC, filter
+# size, stride, padding, pads, multiplier, dtype, Inf at filter tap (0, 0) of channel 1?).
+DEPTHWISE_SOURCE = "depthwise_conv2d_native_backprop_input.cu"
+DW_3X3 = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float16, False)   # 16-byte staging, slot columns
+DW_5X5_S2 = ((2, 19, 23, 12), 5, 2, "EXPLICIT", ((1, 2), (3, 0)), 1, np.float32, False)  # odd pads
+DW_F32_S1 = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, False)  # 16-byte staging, walked rows
+DW_M2 = ((1, 9, 18, 37), 5, 1, "SAME", NO_PADS, 2, np.float64, False)  # one element per load
+DW_INF = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, True)
+DEPTHWISE_PLANTED = {
+    "depthwise-tile-read-before-the-barrier": (
+        "        __syncthreads();  // the slice is staged\n", "\n", [DW_3X3, DW_M2]),
+    "depthwise-halo-one-row-short": (
+        "constexpr int STEPS = (Rows::STAGED + GROUPS - 1) / GROUPS;",
+        "constexpr int STEPS = (Rows::STAGED - 1 + GROUPS - 1) / GROUPS;", [DW_3X3]),
+    "depthwise-staged-rows-start-one-late": (
+        "tile_row * (S::TILE_ROWS / SH) - Rows::HALO;", "tile_row * (S::TILE_ROWS / SH) - Rows::HALO + 1;",
+        [DW_3X3, DW_M2]),
+    "depthwise-tile-ignores-the-pad-phase": (
+        "const int y0 = tile_row * S::TILE_ROWS - pad_top % SH;", "const int y0 = tile_row * S::TILE_ROWS;",
+        [DW_5X5_S2]),
+    "depthwise-row-walk-without-carry": ("            offset += wrap;\n", "\n", [DW_F32_S1]),
+    "depthwise-padding-taps-multiplied": ("            if (nonfinite_slice != q) {", "            if (true) {",
+                                          [DW_INF]),
+}
+
+
+def run_depthwise_planted(problem, rng):
+    """(launcher result on the tiled path, NumPy backend result) of one planted-bug problem."""
+    import cupy  # the installed HostDevice
+
+    launcher = importlib.import_module(f"gradops.backends.cuda.{DEPTHWISE_SOURCE[:-3]}")
+    from gradops._geometry import conv2d_geometry
+
+    x_shape, f, stride, padding, pads, multiplier, dtype, inf = problem
+    n, h, w, c = x_shape
+    filt = random_array(rng, (f, f, c, multiplier), dtype)
+    if inf:
+        filt[0, 0, 1, 0] = np.inf
+    explicit = [0, 0, *pads[0], *pads[1], 0, 0] if padding == "EXPLICIT" else []
+    args = dict(strides=[1, stride, stride, 1], padding=padding, explicit_paddings=explicit)
+    out = [reference.window(size, f, stride, 1, padding, pad)[0] for size, pad in zip((h, w), pads)]
+    dy_shape = (n, *out, c * multiplier)
+    dy = random_array(rng, dy_shape, dtype)
+    g = conv2d_geometry(DEPTHWISE_SOURCE[:-3], x_shape, filt.shape, dy_shape, args["strides"], padding, explicit,
+                        "NHWC", [1, 1, 1, 1], depthwise=True)
+    got = launcher.depthwise_conv2d_native_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled")
+    with warnings.catch_warnings():  # the NumPy backend's own products of Inf and padded zeros
+        warnings.simplefilter("ignore", RuntimeWarning)
+        want = gradops.depthwise_conv2d_native_backprop_input(list(x_shape), filt, dy, **args, backend="numpy")
+    return np.asarray(got), want
+
+
+def assert_same_result(got, want, dtype):
+    """NaN and Inf where the NumPy backend has them, finite values close."""
+    got64, want64 = got.astype(np.float64), want.astype(np.float64)
+    np.testing.assert_array_equal(np.isnan(got64), np.isnan(want64))
+    np.testing.assert_array_equal(np.isinf(got64), np.isinf(want64))
+    finite = np.isfinite(want64)
+    assert_close(got64[finite], want64[finite], dtype)
+
+
+@pytest.mark.parametrize("bug", sorted(DEPTHWISE_PLANTED))
+def test_planted_depthwise_tiled_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    text, replacement, problems = DEPTHWISE_PLANTED[bug]
+
+    # The real source gets these problems right ...
+    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    for problem in problems:
+        assert_same_result(*run_depthwise_planted(problem, np.random.default_rng(7)), problem[6])
+
+    # ... and the edited one gets every one of them wrong.
+    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
+    source = (tmp_path / DEPTHWISE_SOURCE).read_text()
+    assert source.count(text) == 1, "the planted edit must match the source exactly once"
+    (tmp_path / DEPTHWISE_SOURCE).write_text(source.replace(text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    for problem in problems:
+        try:
+            got, want = run_depthwise_planted(problem, np.random.default_rng(7))
+        except (AssertionError, cuda_host.HostLaunchError):
+            continue  # refused: a barrier error or a write outside an array
+        with pytest.raises(AssertionError):
+            assert_same_result(got, want, problem[6])
+
+
 # --------------------------------------------------------------------------- the public API on the stand-in
 
 
@@ -265,7 +353,7 @@ def test_public_api_routes_host_device_arrays_to_the_cuda_kernels(monkeypatch):
     assert isinstance(got, cupy.ndarray) and got.device.id == 0
     assert gradops.last_backend_decision().backend == "cuda"
     assert [name for name, _, _ in device.launches] == [
-        "gradops::depthwise_conv2d_native_backprop_input<double, double, 0, 3, 3, 1, 1>"]
+        "gradops::depthwise_conv2d_native_backprop_input_tiled<double, double, 0, 3, 3, 1, 1, 2>"]
     want = gradops.depthwise_conv2d_native_backprop_input([1, 5, 4, 2], w, dy, [1, 1, 1, 1], "SAME")
     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-12)
 
@@ -374,8 +462,26 @@ def test_a_launcher_passing_int32_for_a_long_long_is_caught(monkeypatch):
 
     monkeypatch.setattr(_runtime, "i64", lambda v: np.int32(v))
     dy = cupy.asarray(np.ones((1, 3, 3, 2), np.float32))
-    w = cupy.asarray(np.ones((3, 3, 2, 1), np.float32))
+    w = cupy.asarray(np.ones((3, 2, 2, 1), np.float32))  # 3x2: the direct kernel, whose sizes are long long
     with pytest.raises(cuda_host.HostLaunchError, match="is int32; the parameter needs a NumPy integer scalar of 8"):
+        gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 2], w, dy, [1, 1, 1, 1], "SAME", backend="cuda")
+
+
+def test_a_launcher_passing_int64_for_an_int_is_caught(monkeypatch):
+    """Planted: the ``i32`` helper the depthwise tiled kernel's launcher uses for its ``int``
+    sizes widens to np.int64: CuPy would pass 8 bytes for each 4-byte parameter."""
+    import gradops
+    from gradops.backends.cuda import _runtime
+
+    device = cuda_host.HostDevice().install(monkeypatch)
+    import cupy
+
+    dy = cupy.asarray(np.ones((1, 3, 3, 2), np.float32))
+    w = cupy.asarray(np.ones((3, 3, 2, 1), np.float32))
+    gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 2], w, dy, [1, 1, 1, 1], "SAME", backend="cuda")
+    assert "_tiled<" in device.launches[-1][0]
+    monkeypatch.setattr(_runtime, "i32", lambda v: np.int64(v))
+    with pytest.raises(cuda_host.HostLaunchError, match="is int64; the parameter needs a NumPy integer scalar of 4"):
         gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 2], w, dy, [1, 1, 1, 1], "SAME", backend="cuda")
 
 

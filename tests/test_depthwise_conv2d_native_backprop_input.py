@@ -340,13 +340,18 @@ def run_on_host(kernels, kwargs):
 
 
 def test_instantiations_cover_every_launch():
-    """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated."""
+    """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
+    for the direct kernel, and every dtype x layout x specialisation for the tiled one."""
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
-    assert len(listed) == 4 * 2 * (len(cuda_launcher.SPECIALISATIONS) + 1)
+    assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES))
     for dtype in FLOAT_DTYPES:
         for data_format in ("NHWC", "NCHW"):
             for shape in (*cuda_launcher.SPECIALISATIONS, cuda_launcher.GENERIC):
                 assert cuda_launcher._expression(dtype, data_format, shape) in listed
+            for shape in cuda_launcher.SPECIALISATIONS:
+                assert cuda_launcher._tiled_expression(dtype, data_format, shape) in listed
+            for shape in cuda_launcher.SHORT_TILES:
+                assert cuda_launcher._tiled_expression(dtype, data_format, shape, 1) in listed
 
 
 def test_specialisation_choice():
@@ -357,6 +362,51 @@ def test_specialisation_choice():
     kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=(1, 8, 8, 1), filt_hw=(3, 3), multiplier=1,
                              strides=(1, 2), padding="SAME")
     assert cuda_launcher.specialisation(geometry_of(kwargs)) == cuda_launcher.GENERIC
+
+
+def tiled_ok(**case):
+    """Whether the launcher may run the tiled kernel for a make_case description."""
+    kwargs, _, _ = make_case(np.random.default_rng(0), **case)
+    return cuda_launcher.tiled_eligible(geometry_of(kwargs), kwargs["out_backprop"].dtype)
+
+
+def test_tiled_choice():
+    """The tiled kernel takes the 3x3 / 5x5 filters at strides 1x1 / 2x2 without dilation, in
+    either layout, any multiplier and padding; everything else goes to the direct kernel."""
+    base = dict(x_shape=(2, 9, 10, 3), multiplier=2, padding="SAME")
+    for filt, stride in ((3, 1), (3, 2), (5, 1), (5, 2)):
+        for data_format in ("NHWC", "NCHW"):
+            assert tiled_ok(**base, filt_hw=(filt, filt), strides=(stride, stride), data_format=data_format)
+    assert tiled_ok(**dict(base, padding="EXPLICIT", pads=((3, 0), (1, 4))), filt_hw=(5, 5), strides=(2, 2))
+    assert not tiled_ok(**base, filt_hw=(3, 3), dilations=(2, 2))
+    assert not tiled_ok(**base, filt_hw=(3, 3), dilations=(1, 2))
+    assert not tiled_ok(**base, filt_hw=(3, 3), strides=(1, 2))
+    assert not tiled_ok(**base, filt_hw=(3, 2))
+    assert not tiled_ok(**base, filt_hw=(1, 1))
+    assert not tiled_ok(**base, filt_hw=(3, 3), strides=(3, 3))
+
+
+def test_tiled_kernel_needs_32_bit_sizes():
+    """Past 2**31 elements in any tensor (or a grid past CUDA's limits) the launcher keeps the
+    direct kernel, whose offsets are 64-bit."""
+    from gradops._geometry import conv2d_geometry
+
+    def geometry(x_shape, multiplier=1):
+        n, h, w, c = x_shape
+        return conv2d_geometry(OP, x_shape, (3, 3, c, multiplier), (n, h, w, c * multiplier), [1, 1, 1, 1], "SAME",
+                               [], "NHWC", [1, 1, 1, 1], depthwise=True)
+
+    f16 = np.dtype(np.float16)
+    assert cuda_launcher.tiled_eligible(geometry((1, 46340, 46340, 1)), f16)  # 2**31 - 14,844 elements
+    assert not cuda_launcher.tiled_eligible(geometry((1, 46341, 46500, 1)), f16)
+    assert not cuda_launcher.tiled_eligible(geometry((1, 1024, 1024, 1024), 2), f16)  # out_backprop 2**31
+    assert not cuda_launcher.tiled_eligible(geometry((65536, 1, 1, 1)), f16)  # gridDim.z
+    assert not cuda_launcher.tiled_eligible(geometry((1, 8 * 65536, 1, 1)), f16)  # gridDim.y
+    assert cuda_launcher.pick_path(geometry((1, 46341, 46500, 1)), f16) == "direct"
+    with pytest.raises(ValueError, match="tiled kernel cannot run"):
+        cuda_launcher.pick_path(geometry((1, 46341, 46500, 1)), f16, "tiled")
+    with pytest.raises(ValueError, match="path must be one of"):
+        cuda_launcher.pick_path(geometry((1, 4, 4, 1)), f16, "gather")
 
 
 def test_cuda_backend_entry_points_are_functions():
@@ -404,21 +454,47 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 # ---- through the public API, on a GPU or on the host stand-in (the cuda_device fixture)
 
 
-def cuda_call(kwargs, **tensors):
-    """gradops on the GPU (backend="cuda") for a make_case call; ``tensors`` override the GPU arrays."""
+#: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
+CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled"], ids=["auto", "direct", "tiled"])
+
+
+def cuda_call(kwargs, path=None, vector=None, **tensors):
+    """gradops on the GPU for a make_case call: through the public API (backend="cuda"), or with
+    ``path`` / ``vector`` given, through the launcher with that path forced.  ``tensors``
+    override the GPU arrays."""
     gpu = dict(kwargs, filter=to_gpu(kwargs["filter"]), out_backprop=to_gpu(kwargs["out_backprop"]))
     gpu.update(tensors)
-    return gradops.depthwise_conv2d_native_backprop_input(**gpu, backend="cuda")
+    if path is None and vector is None:
+        return gradops.depthwise_conv2d_native_backprop_input(**gpu, backend="cuda")
+    return cuda_launcher.depthwise_conv2d_native_backprop_input(geometry_of(kwargs), gpu["filter"],
+                                                                gpu["out_backprop"], path=path, vector=vector)
 
 
-def check_cuda(kwargs, ref, scale):
-    """The CUDA result has the right type, shape and dtype and matches both the loops and the NumPy backend."""
+def launched(device):
+    """The kernel of the last launch on the host stand-in ("tiled" / "direct"), None on a GPU."""
+    if device is None:
+        return None
+    return "tiled" if "_tiled<" in device.launches[-1][0] else "direct"
+
+
+def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None):
+    """The CUDA result has the right type, shape and dtype and matches both the loops and the
+    NumPy backend.  ``path="tiled"`` on a geometry the tiled kernel does not take must be
+    refused (ValueError) instead; on the host stand-in (``device``) the launched kernel is
+    checked: the forced one, or for "auto" the tiled one exactly when it can run."""
     import cupy
 
-    got = cuda_call(kwargs)
-    assert isinstance(got, cupy.ndarray)
     dtype = kwargs["out_backprop"].dtype
+    eligible = cuda_launcher.tiled_eligible(geometry_of(kwargs), dtype)
+    if path == "tiled" and not eligible:
+        with pytest.raises(ValueError, match="tiled kernel cannot run"):
+            cuda_call(kwargs, path=path, vector=vector)
+        return None
+    got = cuda_call(kwargs, path=path, vector=vector)
+    assert isinstance(got, cupy.ndarray)
     assert got.dtype == dtype and got.shape == tuple(kwargs["input_sizes"])
+    if device is not None and 0 not in got.shape and kwargs["filter"].size and kwargs["out_backprop"].size:
+        assert launched(device) == (path or ("tiled" if eligible else "direct"))
     got = to_host(got)
     assert_close(got, ref, dtype, scale)
     expected = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
@@ -426,42 +502,51 @@ def check_cuda(kwargs, ref, scale):
     return got
 
 
+@CUDA_PATHS
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("padding,pads", CUDA_PADDINGS, ids=CUDA_PADDING_IDS)
 @pytest.mark.parametrize("filt_hw,strides,dilations", CUDA_GEOMETRIES, ids=CUDA_GEOMETRY_IDS)
-def test_cuda_geometry_grid(cuda_device, rng, filt_hw, strides, dilations, padding, pads, data_format):
-    """Every specialisation and the generic kernel, every padding, both layouts (float64)."""
+def test_cuda_geometry_grid(cuda_device, rng, path, filt_hw, strides, dilations, padding, pads, data_format):
+    """Every specialisation and the generic kernel, every padding, both layouts (float64), on
+    each path (the tiled one refuses what it cannot run)."""
     check_cuda(*make_case(rng, x_shape=CUDA_X_SHAPE, filt_hw=filt_hw, multiplier=2, strides=strides,
-                          dilations=dilations, padding=padding, pads=pads, data_format=data_format))
+                          dilations=dilations, padding=padding, pads=pads, data_format=data_format),
+               path=path, device=cuda_device)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("multiplier", [1, 2, 3, 4], ids=lambda m: f"M{m}")
-def test_cuda_multiplier_format_dtype_grid(cuda_device, rng, multiplier, data_format, dtype):
-    """Multipliers 1-4, both layouts, all float dtypes, on specialised and generic kernels."""
-    for filt_hw, strides, padding in (((3, 3), (1, 1), "SAME"), ((5, 5), (2, 2), "SAME"),
-                                      ((3, 2), (2, 1), "VALID")):
+@CUDA_PATHS
+def test_cuda_multiplier_format_dtype_grid(cuda_device, rng, path, multiplier, data_format, dtype):
+    """Multipliers 1-4, both layouts, all float dtypes, on specialised and generic kernels and
+    each path."""
+    for filt_hw, strides, padding, dilations in (((3, 3), (1, 1), "SAME", (1, 2)), ((3, 3), (1, 1), "SAME", (1, 1)),
+                                                 ((5, 5), (2, 2), "SAME", (1, 2)), ((5, 5), (2, 2), "SAME", (1, 1)),
+                                                 ((5, 5), (1, 1), "VALID", (1, 1)), ((3, 2), (2, 1), "VALID", (1, 2))):
         check_cuda(*make_case(rng, x_shape=(2, 9, 8, 3), filt_hw=filt_hw, multiplier=multiplier,
-                              strides=strides, dilations=(1, 2), padding=padding, data_format=data_format,
-                              dtype=dtype))
+                              strides=strides, dilations=dilations, padding=padding, data_format=data_format,
+                              dtype=dtype), path=path, device=cuda_device)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("padding,pads", [("VALID", NO_PADS), ("EXPLICIT", ((0, 3), (2, 1)))],
                          ids=["VALID", "EXPLICIT"])
-def test_cuda_padding_format_dtype_grid(cuda_device, rng, padding, pads, data_format, dtype):
-    """VALID and asymmetric EXPLICIT padding, both layouts, all float dtypes, odd sizes."""
-    check_cuda(*make_case(rng, x_shape=(1, 7, 5, 3), filt_hw=(3, 3), multiplier=3, strides=(1, 2),
-                          dilations=(2, 1), padding=padding, pads=pads, data_format=data_format, dtype=dtype))
+@CUDA_PATHS
+def test_cuda_padding_format_dtype_grid(cuda_device, rng, path, padding, pads, data_format, dtype):
+    """VALID and asymmetric EXPLICIT padding, both layouts, all float dtypes, odd sizes, each path."""
+    for strides, dilations in (((1, 2), (2, 1)), ((2, 2), (1, 1)), ((1, 1), (1, 1))):
+        check_cuda(*make_case(rng, x_shape=(1, 7, 5, 3), filt_hw=(3, 3), multiplier=3, strides=strides,
+                              dilations=dilations, padding=padding, pads=pads, data_format=data_format, dtype=dtype),
+                   path=path, device=cuda_device)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=depthwise_cases(), seed=st.integers(0, 2**32 - 1))
 def test_cuda_property(cuda_device, case, seed):
     """Random shapes, strides, dilations, paddings, layouts and dtypes match the loops and NumPy."""
-    check_cuda(*make_case(np.random.default_rng(seed), **case))
+    check_cuda(*make_case(np.random.default_rng(seed), **case), device=cuda_device)
 
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
@@ -522,6 +607,201 @@ def test_cuda_deterministic(cuda_device, rng, dtype):
         cuda_device.seed += 1
     second = to_host(cuda_call(kwargs, filter=filt, out_backprop=dy))
     assert first.tobytes() == second.tobytes()
+
+
+# ---- the tiled kernel's own edges: tiles, channel blocks, vector widths, phases, multipliers
+
+#: (x_shape NHWC, filt_hw, strides, padding, pads, multiplier, dtype): sizes that are not
+#: multiples of the tile (8 x 16, or 14 x 8 for 5x5 stride 1) and images smaller than one;
+#: channel counts that are not multiples of the vector width (16 / itemsize) or of the 32 (16
+#: for float64) channels of a CTA, odd ones (unpaired stores); multipliers 1-3; strides 1 and 2
+#: with odd and even pads (a tile then starts one position before the image); batch > 1.
+TILE_EDGE_CASES = {
+    "f16-s1-17x19-c40": ((2, 17, 19, 40), (3, 3), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f16-s1-c37-odd": ((1, 9, 18, 37), (3, 3), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "bf16-s2-c33-oddpads": ((3, 13, 21, 33), (3, 3), (2, 2), "EXPLICIT", ((1, 2), (3, 0)), 1, ml_dtypes.bfloat16),
+    "f32-s1-5x5-c6": ((2, 23, 9, 6), (5, 5), (1, 1), "SAME", NO_PADS, 1, np.float32),
+    "f32-s2-5x5-m2": ((2, 19, 34, 20), (5, 5), (2, 2), "SAME", NO_PADS, 2, np.float32),
+    "f16-s2-5x5-m3-oddpads": ((1, 18, 17, 9), (5, 5), (2, 2), "EXPLICIT", ((3, 1), (1, 4)), 3, np.float16),
+    "f64-s1-c20": ((2, 10, 17, 20), (3, 3), (1, 1), "EXPLICIT", ((0, 2), (2, 1)), 1, np.float64),
+    "f64-s1-5x5-c17-m2": ((1, 17, 9, 17), (5, 5), (1, 1), "VALID", NO_PADS, 2, np.float64),
+    "f16-s1-5x5-1x1-image": ((2, 1, 1, 8), (5, 5), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f32-s2-3x3-valid-wide": ((1, 5, 40, 64), (3, 3), (2, 2), "VALID", NO_PADS, 1, np.float32),
+    "bf16-s1-5x5-pads-past-filter": ((1, 6, 5, 16), (5, 5), (1, 1), "EXPLICIT", ((6, 5), (4, 7)), 1,
+                                     ml_dtypes.bfloat16),
+    "f32-s2-3x3-c64-m1-batch4": ((4, 16, 32, 64), (3, 3), (2, 2), "SAME", NO_PADS, 1, np.float32),
+    # 5x5 stride 1 on images of at most 7 rows: tiles one work item (7 rows) high
+    "f16-s1-5x5-7x7-c40": ((2, 7, 7, 40), (5, 5), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f32-s1-5x5-6x30-c36-m2": ((1, 6, 30, 36), (5, 5), (1, 1), "EXPLICIT", ((1, 3), (2, 0)), 2, np.float32),
+    # 5x5 stride 1 on 28 columns: a warp takes an item column, the last one idles
+    "bf16-s1-5x5-15x28-c16": ((2, 15, 28, 16), (5, 5), (1, 1), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+}
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("case", list(TILE_EDGE_CASES))
+def test_cuda_tiled_tile_edges(cuda_device, rng, case, data_format):
+    """The tiled kernel at its edges, with 16-byte and one-element staging loads where both can
+    run (NHWC, multiplier 1, channel counts a multiple of the vector width)."""
+    x_shape, filt_hw, strides, padding, pads, multiplier, dtype = TILE_EDGE_CASES[case]
+    kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, strides=strides,
+                                   padding=padding, pads=pads, data_format=data_format, dtype=dtype)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.tiled_eligible(g, np.dtype(dtype))
+    chunk = 16 // np.dtype(dtype).itemsize
+    vector = data_format == "NHWC" and multiplier == 1 and x_shape[3] % chunk == 0
+    if vector:
+        assert cuda_launcher.use_vector_loads(g, np.dtype(dtype), (to_gpu(kwargs["filter"]),
+                                                                   to_gpu(kwargs["out_backprop"])))
+        check_cuda(kwargs, ref, scale, path="tiled", vector=True, device=cuda_device)
+    else:
+        with pytest.raises(ValueError, match="vector loads need"):
+            cuda_call(kwargs, path="tiled", vector=True)
+    check_cuda(kwargs, ref, scale, path="tiled", vector=False, device=cuda_device)
+    check_cuda(kwargs, ref, scale, device=cuda_device)  # auto: the tiled kernel
+
+
+@pytest.mark.parametrize("columns", [False, True], ids=["side-by-side", "one-above-the-other"])
+@pytest.mark.parametrize("shape", [((3, 3), (1, 1)), ((5, 5), (2, 2)), ((5, 5), (1, 1))], ids=["3x3-s1", "5x5-s2", "5x5-s1"])
+def test_cuda_tiled_warp_pairings(cuda_device, rng, monkeypatch, shape, columns):
+    """Both ways a warp's two work items can sit in a tile give the right result (the launcher
+    picks one per geometry; here each is forced), on images that end inside a tile both ways."""
+    filt_hw, strides = shape
+    kwargs, ref, scale = make_case(rng, x_shape=(2, 19, 29, 24), filt_hw=filt_hw, multiplier=1, strides=strides,
+                                   padding="SAME", dtype=np.float32)
+    monkeypatch.setattr(cuda_launcher, "columns_per_warp", lambda g: columns)
+    check_cuda(kwargs, ref, scale, path="tiled", device=cuda_device)
+
+
+def test_warp_pairing_choice():
+    """One item column per warp where the image's last columns leave a whole item column of a
+    tile empty (28 columns, 8-column tiles); side by side where its last rows leave an item row
+    empty, or with one work item down a tile."""
+    from gradops._geometry import conv2d_geometry
+
+    def geometry(h, w, f, s):
+        return conv2d_geometry(OP, (1, h, w, 8), (f, f, 8, 1), (1, -(-h // s), -(-w // s), 8), [1, s, s, 1], "SAME",
+                               [], "NHWC", [1, 1, 1, 1], depthwise=True)
+
+    assert cuda_launcher.columns_per_warp(geometry(28, 28, 5, 1))
+    assert not cuda_launcher.columns_per_warp(geometry(14, 14, 5, 1))  # nothing idles either way
+    assert not cuda_launcher.columns_per_warp(geometry(7, 28, 5, 1))  # one work item down the tile
+    assert cuda_launcher.item_rows_per_tile(geometry(7, 28, 5, 1)) == 1
+    assert cuda_launcher.item_rows_per_tile(geometry(8, 28, 5, 1)) == 2
+    assert not cuda_launcher.columns_per_warp(geometry(20, 32, 3, 1))  # 20 rows: an item row of 8 + 4 idles
+    assert cuda_launcher.columns_per_warp(geometry(16, 20, 3, 1))  # 20 columns: 3 item columns of 16 + 4 idle
+
+
+@pytest.mark.parametrize("case", [dict(filt_hw=(3, 3), dilations=(2, 2)), dict(filt_hw=(5, 5), strides=(1, 2)),
+                                  dict(filt_hw=(3, 3), strides=(2, 1), dilations=(1, 2)), dict(filt_hw=(3, 2))],
+                         ids=["dilated", "unequal-strides", "unequal-dilated", "3x2"])
+def test_cuda_shapes_the_tiled_kernel_leaves_to_the_direct_one(cuda_device, rng, case):
+    """Dilations, unequal strides and other filters: "auto" runs the direct kernel, "tiled" is refused."""
+    kwargs, ref, scale = make_case(rng, x_shape=(2, 12, 19, 16), multiplier=2, padding="SAME", dtype=np.float32,
+                                   **case)
+    for path in (None, "tiled", "direct"):
+        check_cuda(kwargs, ref, scale, path=path, device=cuda_device)
+
+
+def test_cuda_tiled_misaligned_out_backprop(cuda_device, rng):
+    """An out_backprop that starts 2 bytes into an allocation cannot be read 16 bytes at a time:
+    the launcher stages it one element per load (and refuses vector=True)."""
+    kwargs, ref, scale = make_case(rng, x_shape=(2, 11, 20, 16), filt_hw=(3, 3), multiplier=1, padding="SAME",
+                                   dtype=np.float16)
+    dy = kwargs["out_backprop"]
+    padded = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))
+    dy_view = padded[1:].reshape(dy.shape)
+    assert dy_view.flags.c_contiguous
+    g, w = geometry_of(kwargs), to_gpu(kwargs["filter"])
+    assert not cuda_launcher.use_vector_loads(g, np.dtype(np.float16), (w, dy_view))
+    with pytest.raises(ValueError, match="vector loads need"):
+        cuda_launcher.depthwise_conv2d_native_backprop_input(g, w, dy_view, path="tiled", vector=True)
+    got = to_host(cuda_call(kwargs, out_backprop=dy_view))
+    assert launched(cuda_device) in ("tiled", None)
+    assert_close(got, ref, np.float16, scale)
+
+
+@st.composite
+def tiled_cases(draw):
+    """Shapes the tiled kernel takes: 3x3 or 5x5, strides 1x1 or 2x2, no dilation; any sizes,
+    channel counts, multipliers, paddings, layouts and dtypes."""
+    n = draw(st.integers(1, 3))
+    h, w = draw(st.integers(1, 26)), draw(st.integers(1, 26))
+    c, m = draw(st.integers(1, 40)), draw(st.integers(1, 3))
+    f, stride = draw(st.sampled_from([3, 5])), draw(st.sampled_from([1, 2]))
+    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
+    pads = NO_PADS
+    if padding == "EXPLICIT":
+        pads = tuple((draw(st.integers(0, 5)), draw(st.integers(0, 5))) for _ in range(2))
+    oh, ow = out_hw((h, w), (f, f), (stride, stride), (1, 1), padding, pads)
+    assume(oh > 0 and ow > 0)
+    return dict(x_shape=(n, h, w, c), filt_hw=(f, f), multiplier=m, strides=(stride, stride), padding=padding,
+                pads=pads, data_format=draw(st.sampled_from(["NHWC", "NCHW"])),
+                dtype=draw(st.sampled_from(FLOAT_DTYPES)))
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=tiled_cases(), seed=st.integers(0, 2**32 - 1), vector=st.booleans())
+def test_cuda_tiled_property(cuda_device, case, seed, vector):
+    """Random shapes on the tiled path (16-byte staging loads where they can run, or forced off)
+    match the loops and the NumPy backend."""
+    kwargs, ref, scale = make_case(np.random.default_rng(seed), **case)
+    arrays = (to_gpu(kwargs["filter"]), to_gpu(kwargs["out_backprop"]))
+    vector = vector and cuda_launcher.use_vector_loads(geometry_of(kwargs), kwargs["out_backprop"].dtype, arrays)
+    check_cuda(kwargs, ref, scale, path="tiled", vector=vector, device=cuda_device)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", [((5, 5), (1, 1), 1), ((3, 3), (2, 2), 3), ((5, 5), (2, 2), 1)],
+                         ids=["5x5-s1-m1", "3x3-s2-m3", "5x5-s2-m1"])
+def test_cuda_tiled_deterministic(cuda_device, rng, dtype, shape):
+    """The tiled kernel gives bitwise equal results in two runs; on the host the second run
+    visits blocks and threads in another order (with an Inf in the filter, so that the checked
+    inner loop runs too)."""
+    filt_hw, strides, multiplier = shape
+    kwargs, _, _ = make_case(rng, x_shape=(3, 29, 37, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
+                             padding="SAME", dtype=dtype)
+    filt, dy = to_gpu(kwargs["filter"]), to_gpu(kwargs["out_backprop"])
+    runs = []
+    for inf in (False, True):
+        if inf:
+            w = kwargs["filter"].copy()
+            w[0, 0, 5, 0] = np.inf
+            filt = to_gpu(w)
+        first = to_host(cuda_call(kwargs, path="tiled", filter=filt, out_backprop=dy))
+        if cuda_device is not None:
+            cuda_device.seed += 1
+        second = to_host(cuda_call(kwargs, path="tiled", filter=filt, out_backprop=dy))
+        assert first.tobytes() == second.tobytes()
+        runs.append(first)
+    assert np.isinf(runs[1]).any() and not np.isnan(runs[1]).any()
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("shape", [((3, 3), (1, 1), 1), ((5, 5), (2, 2), 2)], ids=["3x3-s1-m1", "5x5-s2-m2"])
+def test_cuda_tiled_non_finite_filter_skips_padding(cuda_device, rng, shape, dtype, data_format):
+    """An Inf and a NaN in the filter reach exactly the elements whose taps land inside
+    out_backprop: the tiled kernel stages zeros outside it, so a CTA whose filter slice is not
+    finite takes the inner loop that skips them (0 * Inf would be NaN).  Compared with the NumPy
+    backend position by position."""
+    filt_hw, strides, multiplier = shape
+    kwargs, _, _ = make_case(rng, x_shape=(2, 11, 20, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
+                             padding="SAME", data_format=data_format, dtype=dtype)
+    w = kwargs["filter"].copy()
+    w[0, 0, 3, 0] = np.inf       # tap (0, 0): on the padding for the last rows and columns
+    w[-1, -1, 36, -1] = np.nan   # the last tap: on the padding for the first ones
+    kwargs["filter"] = w
+    got = to_host(cuda_call(kwargs, path="tiled"))
+    want = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+    channel_axis = 3 if data_format == "NHWC" else 1
+    for name, mask in (("NaN", np.isnan), ("Inf", np.isinf)):
+        np.testing.assert_array_equal(mask(got.astype(np.float64)), mask(want.astype(np.float64)), err_msg=name)
+    assert np.isinf(np.take(got, 3, axis=channel_axis).astype(np.float64)).any()
+    assert not np.isnan(np.take(got, 3, axis=channel_axis).astype(np.float64)).all()  # not every element
+    assert np.isnan(np.take(got, 36, axis=channel_axis).astype(np.float64)).any()
+    finite = np.isfinite(want.astype(np.float64))
+    assert_close(got[finite], want[finite], dtype, scale=float(np.abs(want[finite].astype(np.float64)).max()))
 
 
 @pytest.mark.gpu

@@ -1,7 +1,29 @@
 """Launcher for cuda_src/depthwise_conv2d_native_backprop_input.cu.
 
-One gather kernel over the input gradient (see the .cu file), instantiated per element type,
-layout and filter-size/stride specialisation.  CuPy is imported only when a call runs.
+Two paths (see the .cu file); ``path=`` forces one (the tests run both on small shapes):
+
+* ``tiled``: a CTA per (8 x 16 input-gradient positions, or 14 x 8 for 5x5 stride 1 and 7 x 8
+  for 5x5 stride 1 on images of at most 7 rows; 32 channels, 16 for float64) stages the
+  out_backprop tile with its halo and the filter slice in shared memory (16-byte loads when
+  :func:`use_vector_loads` holds), and each thread computes 4 x 4 (7 x 4) positions x 2
+  channels (1 for float64) in registers with 32-bit offsets and no division per element.
+  Compile-time 3x3 / 5x5 filters at strides 1x1 / 2x2 (:data:`SPECIALISATIONS`), dilation 1,
+  every tensor below 2**31 elements and the grid within CUDA's limits (:func:`tiled_eligible`).
+* ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
+  (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
+  unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
+
+NCHW runs the tiled kernel in its own layout rather than transposing: it stages out_backprop
+from the channel planes (one element per load, a warp on consecutive columns of one plane)
+and writes the result through shared memory so that consecutive threads store consecutive
+columns.  Each byte of out_backprop and of the result then crosses DRAM once, where a
+transpose to NHWC and back would move both tensors three times (read, write the NHWC copy,
+read it again); the price is one-element rather than 16-byte staging loads (about 33-70 SASS
+instructions per element for float16 against 12-38 in NHWC, counted in sm_90 SASS).
+
+Both paths compute every element in a fixed order (bitwise reproducible results) and skip
+taps that fall on padding, so an Inf or NaN in the filter reaches only the elements it
+multiplies.  CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
@@ -13,14 +35,32 @@ from . import _build, _runtime
 
 SOURCE = "depthwise_conv2d_native_backprop_input.cu"
 KERNEL = "gradops::depthwise_conv2d_native_backprop_input"
+TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_tiled"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
 LAYOUTS = {"NHWC": 0, "NCHW": 1}
 
 #: Compile-time (filter_rows, filter_cols, stride_rows, stride_cols): the common 3x3 and 5x5
-#: filters at unit and 2x2 strides.  Everything else runs the generic (0, 0, 0, 0) kernel.
+#: filters at unit and 2x2 strides.  The direct kernel runs everything else with its generic
+#: (0, 0, 0, 0) instantiation; the tiled kernel runs only these (at dilation 1).
 SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
+
+#: Kernel paths; tests force each with ``path=``.
+PATHS = ("direct", "tiled")
+
+#: Bytes of accumulators per staged position (``dwconv::kPositionBytes``: 32 float or 16 double
+#: channels per CTA) and per thread (``kLaneBytes``: 2 float or 1 double channels).
+POSITION_BYTES = 128
+LANE_BYTES = 8
+#: Bytes per load of the vector path (``dwconv::kVectorBytes``).
+VECTOR_BYTES = 16
+#: At least the rows or columns of any tile: the size checks leave this much headroom.
+TILE_SPAN = 16
+#: The tiled kernel's sizes and offsets are 32-bit ints.
+INT32_MAX = 2**31 - 1
+#: CUDA's limit on gridDim.y and gridDim.z.
+GRID_YZ_LIMIT = 65535
 
 
 def _expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> str:
@@ -29,34 +69,161 @@ def _expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> st
     return f"{KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}>"
 
 
+def _tiled_expression(dtype, data_format: str, shape: tuple[int, int, int, int], item_rows: int = 2) -> str:
+    element, accumulator = _build.c_types(dtype)
+    kh, kw, sh, sw = shape
+    return f"{TILED_KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}, {item_rows}>"
+
+
+#: The tiled instantiations with one work item down a tile (``R`` = 1): 5x5 stride 1 only.
+SHORT_TILES = ((5, 5, 1, 1),)
+
+
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
-    """Every name expression the launcher can ask for (the same on every architecture): dtypes x layouts x specialisations."""
-    return {SOURCE: [_expression(dtype, data_format, shape)
-                     for dtype in _build.C_TYPES
-                     for data_format in LAYOUTS
-                     for shape in (*SPECIALISATIONS, GENERIC)]}
+    """Every name expression the launcher can ask for (the same on every architecture): per dtype
+    and layout, the direct kernel's specialisations and generic form, then the tiled kernel's."""
+    names = []
+    for dtype in _build.C_TYPES:
+        for data_format in LAYOUTS:
+            names += [_expression(dtype, data_format, shape) for shape in (*SPECIALISATIONS, GENERIC)]
+            names += [_tiled_expression(dtype, data_format, shape) for shape in SPECIALISATIONS]
+            names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
+    return {SOURCE: names}
 
 
 def specialisation(g: Conv2DGeometry) -> tuple[int, int, int, int]:
-    """The compile-time (KH, KW, SH, SW) the kernel runs with for ``g``, or GENERIC."""
+    """The compile-time (KH, KW, SH, SW) the direct kernel runs with for ``g``, or GENERIC."""
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
     return shape if shape in SPECIALISATIONS else GENERIC
 
 
 def kernel_scalars(g: Conv2DGeometry) -> tuple[np.int64, ...]:
-    """The kernel's ``long long`` parameters, in order, after its three pointers."""
+    """The direct kernel's ``long long`` parameters, in order, after its three pointers."""
     return tuple(_runtime.i64(v) for v in (
         g.batch, g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
         g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols,
         g.pad_top, g.pad_left))
 
 
-def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backprop):
+def tile_channels(dtype) -> int:
+    """Channels per CTA of the tiled kernel (``dwconv::Block<Acc>::CHANNELS``): 32, or 16 for
+    float64 (whose accumulators are twice as wide)."""
+    accumulator = np.float64 if _build.c_types(dtype)[1] == "double" else np.float32
+    return POSITION_BYTES // np.dtype(accumulator).itemsize
+
+
+def item_rows_per_tile(g: Conv2DGeometry) -> int:
+    """Work items down a tile (the kernel's ``R``): 2, or 1 for a 5x5 stride-1 image of at
+    most 7 rows (one work item's), which a 14-row tile would half fill."""
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    return 1 if shape in SHORT_TILES and g.in_rows <= 7 else 2
+
+
+def tile_shape(g: Conv2DGeometry) -> tuple[int, int, int]:
+    """(tile rows, tile cols, work items) of the tiled kernel for ``g`` (``dwconv::Shape``):
+    8 x 16 positions in 8 work items of 4 x 4, or for 5x5 stride 1, 14 x 8 in 4 of 7 x 4 (7 x 8
+    in 2 for images of at most 7 rows)."""
+    if (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols) == (5, 5, 1, 1):
+        rows = item_rows_per_tile(g)
+        return 7 * rows, 8, 2 * rows
+    return 8, 16, 8
+
+
+def tile_threads(g: Conv2DGeometry) -> int:
+    """Threads per CTA of the tiled kernel: one per (lane of LANE_BYTES, work item): 128 (64
+    for 5x5 stride 1)."""
+    return POSITION_BYTES // LANE_BYTES * tile_shape(g)[2]
+
+
+def tiles(g: Conv2DGeometry) -> tuple[int, int]:
+    """(tiles across, tiles down).  Tiles start at a multiple of the stride in padded
+    coordinates, so with an odd pad and stride 2 the first starts one position before the image."""
+    rows, cols, _ = tile_shape(g)
+    return (-(-(g.in_cols + g.pad_left % g.stride_cols) // cols),
+            -(-(g.in_rows + g.pad_top % g.stride_rows) // rows))
+
+
+def columns_per_warp(g: Conv2DGeometry) -> bool:
+    """How a warp's two work items sit in a tile of two item rows (the kernel's
+    ``columns_per_warp``): one above the other (True) or side by side (False), whichever idles
+    more whole warps where the image ends inside the last tile row or column; an idle warp skips
+    the inner loop, a warp with one empty work item does not."""
+    rows, cols, items = tile_shape(g)
+    if item_rows_per_tile(g) != 2:
+        return False
+    across_items = items // 2
+    item_rows, item_cols = rows // 2, cols // across_items
+    across, down = tiles(g)
+    spare_cols = (across * cols - g.pad_left % g.stride_cols - g.in_cols) // item_cols  # item columns past the image
+    spare_rows = (down * rows - g.pad_top % g.stride_rows - g.in_rows) // item_rows
+    idle_columns = spare_cols * down
+    idle_sides = spare_rows * (across_items // 2) * across + 2 * (spare_cols // 2) * down
+    return idle_columns > idle_sides
+
+
+def tile_grid(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
+    """The tiled kernel's grid: (tiles across x channel blocks, tiles down, batch)."""
+    across, down = tiles(g)
+    return across * -(-g.in_depth // tile_channels(dtype)), down, g.batch
+
+
+def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the tiled kernel can run ``g``: a specialised filter and stride at dilation 1,
+    every tensor and every size or offset it computes in 32-bit range, and the grid within
+    CUDA's limits."""
+    if (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols) not in SPECIALISATIONS:
+        return False
+    if (g.dilation_rows, g.dilation_cols) != (1, 1):
+        return False
+    out_depth = g.in_depth * g.depth_multiplier
+    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * out_depth,
+             g.filter_rows * g.filter_cols * out_depth,
+             # padded coordinates and the staged rows / columns of the last tile
+             g.pad_top + g.in_rows + 2 * TILE_SPAN, g.pad_left + g.in_cols + 2 * TILE_SPAN,
+             g.out_rows + 2 * TILE_SPAN, g.out_cols + 2 * TILE_SPAN)
+    if max(sizes) > INT32_MAX:
+        return False
+    across, down, batch = tile_grid(g, dtype)
+    return across <= INT32_MAX and down <= GRID_YZ_LIMIT and batch <= GRID_YZ_LIMIT
+
+
+def use_vector_loads(g: Conv2DGeometry, dtype, arrays, vector: bool | None = None) -> bool:
+    """Whether the tiled kernel stages with 16-byte loads: NHWC, multiplier 1, a channel count
+    that is a multiple of 16 / itemsize (so no load straddles a position) and 16-byte aligned
+    arrays.  ``vector`` (tests) forces the choice; True raises when it cannot hold."""
+    chunk = VECTOR_BYTES // np.dtype(dtype).itemsize
+    eligible = (g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % chunk == 0
+                and all(int(_runtime.pointer(a)) % VECTOR_BYTES == 0 for a in arrays))
+    if vector is None:
+        return eligible
+    if vector and not eligible:
+        raise ValueError(f"vector loads need NHWC, multiplier 1, a channel count that is a multiple of {chunk} "
+                         "and 16-byte aligned arrays")
+    return bool(vector)
+
+
+def pick_path(g: Conv2DGeometry, dtype, path: str | None = None) -> str:
+    """``path`` if given (checked), else tiled where it can run, else direct."""
+    eligible = tiled_eligible(g, dtype)
+    if path is None:
+        return "tiled" if eligible else "direct"
+    if path not in PATHS:
+        raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+    if path == "tiled" and not eligible:
+        raise ValueError("the tiled kernel cannot run this geometry (a filter or stride other than 3x3 / 5x5 at "
+                         "1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
+    return path
+
+
+def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backprop, *, path: str | None = None,
+                                           vector: bool | None = None):
     """Input gradient [N, in_rows, in_cols, in_depth] in ``g.data_format``, out_backprop's dtype.
 
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
-    device, any strides.  Launches on the current stream without synchronising.
+    device, any strides.  Launches on the current stream without synchronising.  ``path``
+    ("direct" / "tiled") and ``vector`` (tiled only: 16-byte or scalar staging loads) override
+    the automatic choices.
     """
     import cupy
 
@@ -65,11 +232,25 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         return cupy.empty(g.input_shape, dtype)
     if 0 in filter.shape or 0 in out_backprop.shape:  # no tap reaches any input element
         return cupy.zeros(g.input_shape, dtype)
+    path = pick_path(g, dtype, path)
     filter = _runtime.contiguous(filter)
     out_backprop = _runtime.contiguous(out_backprop)
     in_backprop = cupy.empty(g.input_shape, dtype)
-    fn = _runtime.kernel(SOURCE, _expression(dtype, g.data_format, specialisation(g)))
+    if path == "direct":
+        fn = _runtime.kernel(SOURCE, _expression(dtype, g.data_format, specialisation(g)))
+        args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
+                *kernel_scalars(g))
+        _runtime.launch_1d(fn, in_backprop.size, args)
+        return in_backprop
+
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    grid = tile_grid(g, dtype)
+    vector = use_vector_loads(g, dtype, (filter, out_backprop), vector)
+    fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g)))
+    i32 = _runtime.i32
     args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
-            *kernel_scalars(g))
-    _runtime.launch_1d(fn, in_backprop.size, args)
+            i32(g.in_rows), i32(g.in_cols), i32(g.in_depth), i32(g.depth_multiplier), i32(g.out_rows),
+            i32(g.out_cols), i32(g.pad_top), i32(g.pad_left), i32(tiles(g)[0]), i32(1 if vector else 0),
+            i32(1 if columns_per_warp(g) else 0))
+    fn(grid, (tile_threads(g),), args)
     return in_backprop
