@@ -123,7 +123,10 @@ def static_report(console: Console, out, archs: list[str], conv: bool) -> int:
         table.add_column(col)
     for r in report["kernels"]:
         s = r.get("steady_state")
-        if s:
+        if s and "not_modelled" in s:
+            table.add_row(r["arch"], escape(r["kernel"].removeprefix("gradops::")), str(r["registers"]),
+                          str(r["occupancy"]["warps_per_sm"]), "-", "not modelled (staged tile kernel)")
+        elif s:
             memory = ", ".join(f"{v} {k}" for k, v in s["path"]["memory"].items() if k.startswith(("LDG", "STG")))
             table.add_row(r["arch"], escape(r["kernel"].removeprefix("gradops::")), str(r["registers"]),
                           str(r["occupancy"]["warps_per_sm"]), memory, f"{s['per_element']:.0f}")
