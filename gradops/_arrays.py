@@ -91,16 +91,21 @@ def _first_line(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {lines[0] if lines else ''}"
 
 
+def _is_raw_2_byte_dtype(dtype: np.dtype) -> bool:
+    """2 raw bytes (``V2``) without fields: how PyTorch (and ml_dtypes) describe bfloat16 in the
+    array interfaces, which have no code for it."""
+    return dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None
+
+
 def _is_raw_2_byte(typestr: Any, descr: Any = None) -> bool:
-    """A typestr of 2 raw bytes (``<V2``) without fields: how PyTorch (and ml_dtypes) describe
-    bfloat16 in the array interfaces, which have no code for it."""
+    """An interface's typestr (and descr, if any) of 2 raw bytes: see :func:`_is_raw_2_byte_dtype`."""
     try:
         dtype = np.dtype(typestr)
     except Exception:
         return False
     plain_descr = descr is None or (isinstance(descr, (list, tuple)) and len(descr) == 1
                                     and isinstance(descr[0], (list, tuple)) and not descr[0][0])
-    return dtype.kind == "V" and dtype.itemsize == 2 and dtype.fields is None and plain_descr
+    return _is_raw_2_byte_dtype(dtype) and plain_descr
 
 
 class _RawBitsInterface:
@@ -115,8 +120,7 @@ class _RawBitsInterface:
 
 def _bfloat16_if_raw(array):
     """A 2-byte raw (void) array as gradops' bfloat16, zero-copy; other arrays unchanged."""
-    if array.dtype.kind == "V" and array.dtype.itemsize == 2 and array.dtype.fields is None \
-            and array.dtype != bfloat16:
+    if _is_raw_2_byte_dtype(array.dtype) and array.dtype != bfloat16:
         return array.view(bfloat16)
     return array
 

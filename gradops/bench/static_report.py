@@ -139,8 +139,12 @@ def _popcount(values: np.ndarray) -> np.ndarray:
 
 def element_width(expression: str) -> int | None:
     """Bytes of the element type of an instantiation (its first template argument)."""
+    import importlib
+
+    # Every element type a kernel takes: the fractional launcher's (the float types and TF's ints).
+    element_types = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").ELEMENT_TYPES
     first = expression.split("<", 1)[1].split(",")[0].strip()
-    return {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8, "int": 4, "long long": 8}.get(first)
+    return {c_type: np.dtype(dtype).itemsize for dtype, c_type in element_types.items()}.get(first)
 
 
 def template_args(expression: str) -> list[str]:
@@ -252,13 +256,8 @@ def depthwise_warp_taps(g) -> Counter:
 
 def fractional_warp_cells(g) -> Counter:
     """``{(row cells, col cells): warps}``: every warp is 32 channels of one pixel (depth % 32 == 0)."""
-    import importlib
-
-    cell_tables = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").cell_tables
-
-    # Cells per input row (column): the lengths of the per-index cell lists.
-    row_offsets = cell_tables(g.row_starts, g.row_ends, g.in_rows)[0]
-    col_offsets = cell_tables(g.col_starts, g.col_ends, g.in_cols)[0]
+    # Cells per input row (column): the lengths of the geometry's per-index cell lists.
+    row_offsets, col_offsets = g.cells_by_index("rows")[0], g.cells_by_index("cols")[0]
     rows, cols = Counter(np.diff(row_offsets).tolist()), Counter(np.diff(col_offsets).tolist())
     warps_per_pixel = g.batch * g.depth / 32
     return Counter({(int(r), int(c)): nr * nc * warps_per_pixel for r, nr in rows.items() for c, nc in cols.items()})

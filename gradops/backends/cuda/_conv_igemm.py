@@ -36,8 +36,7 @@ TILES = {
 #: GEMM indices in the tiled kernels are 32-bit (offsets are 64-bit): every GEMM extent must
 #: stay below this, with room for one tile (<= 128) past the end so index + tile cannot overflow.
 INT32_LIMIT = 2**31 - 1 - 128
-#: CUDA's limit on gridDim.y and gridDim.z.
-GRID_YZ_LIMIT = 65535
+GRID_YZ_LIMIT = _runtime.GRID_YZ_LIMIT
 #: The tiled kernels are chosen automatically only when both output dimensions of the GEMM
 #: reach this: below it a 128-wide tile is mostly padding, and the direct kernels do better.
 TILED_MIN_DIM = 8
@@ -169,18 +168,14 @@ def prod(shape) -> int:
     return math.prod(int(d) for d in shape)
 
 
-#: Bytes per global load of the tiled kernels' vector path (a ``uint4``, ``igemm::ChunkSize``).
-VECTOR_BYTES = 16
-
-
 def use_vector_loads(g, dtype, arrays, vector: bool | None = None) -> bool:
     """Whether the tiled kernel loads 16 bytes at a time: both per-group channel counts are
     multiples of 16 / itemsize (so no load straddles a tap or a group) and every array the
     kernel reads or writes is 16-byte aligned.  ``vector`` (tests) forces the choice; True
     raises when it cannot hold."""
-    chunk = VECTOR_BYTES // np.dtype(dtype).itemsize
+    chunk = _runtime.vector_width(dtype)  # igemm::ChunkSize
     eligible = (g.filter_in_depth % chunk == 0 and (g.out_depth // g.groups) % chunk == 0
-                and all(int(_runtime.pointer(a)) % VECTOR_BYTES == 0 for a in arrays))
+                and _runtime.vector_aligned(*arrays))
     if vector is None:
         return eligible
     if vector and not eligible:

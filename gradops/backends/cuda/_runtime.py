@@ -39,6 +39,11 @@ log = logging.getLogger("gradops")
 BLOCK_1D = 256
 #: Grid-stride kernels get at most this many blocks per SM; more only adds scheduling cost.
 BLOCKS_PER_SM = 32
+#: CUDA's limits on gridDim.x and on gridDim.y / gridDim.z.
+GRID_X_LIMIT = 2**31 - 1
+GRID_YZ_LIMIT = 65535
+#: Bytes per global load of the kernels' vector paths (a ``uint4``).
+VECTOR_BYTES = 16
 
 _lock = threading.Lock()
 _kernels: dict[tuple[str, str, int], object] = {}
@@ -207,6 +212,16 @@ def pointer(x, offset: int = 0) -> np.uint64:
     """A device-pointer kernel argument ``offset`` elements into ``x``: the raw address, so any
     element type CuPy can hold (bfloat16 included) reaches the kernel unchanged."""
     return np.uint64(x.data.ptr + offset * x.itemsize)
+
+
+def vector_width(dtype) -> int:
+    """Elements of ``dtype`` in one :data:`VECTOR_BYTES` load."""
+    return VECTOR_BYTES // np.dtype(dtype).itemsize
+
+
+def vector_aligned(*arrays) -> bool:
+    """Whether every array starts on a :data:`VECTOR_BYTES` boundary."""
+    return all(int(pointer(a)) % VECTOR_BYTES == 0 for a in arrays)
 
 
 def i64(value: int) -> np.int64:

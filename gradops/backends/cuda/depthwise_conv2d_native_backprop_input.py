@@ -53,14 +53,10 @@ PATHS = ("direct", "tiled")
 #: channels per CTA) and per thread (``kLaneBytes``: 2 float or 1 double channels).
 POSITION_BYTES = 128
 LANE_BYTES = 8
-#: Bytes per load of the vector path (``dwconv::kVectorBytes``).
-VECTOR_BYTES = 16
 #: At least the rows or columns of any tile: the size checks leave this much headroom.
 TILE_SPAN = 16
 #: The tiled kernel's sizes and offsets are 32-bit ints.
 INT32_MAX = 2**31 - 1
-#: CUDA's limit on gridDim.y and gridDim.z.
-GRID_YZ_LIMIT = 65535
 
 
 def _expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> str:
@@ -184,16 +180,16 @@ def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
     if max(sizes) > INT32_MAX:
         return False
     across, down, batch = tile_grid(g, dtype)
-    return across <= INT32_MAX and down <= GRID_YZ_LIMIT and batch <= GRID_YZ_LIMIT
+    return across <= INT32_MAX and down <= _runtime.GRID_YZ_LIMIT and batch <= _runtime.GRID_YZ_LIMIT
 
 
 def use_vector_loads(g: Conv2DGeometry, dtype, arrays, vector: bool | None = None) -> bool:
     """Whether the tiled kernel stages with 16-byte loads: NHWC, multiplier 1, a channel count
     that is a multiple of 16 / itemsize (so no load straddles a position) and 16-byte aligned
     arrays.  ``vector`` (tests) forces the choice; True raises when it cannot hold."""
-    chunk = VECTOR_BYTES // np.dtype(dtype).itemsize
+    chunk = _runtime.vector_width(dtype)  # dwconv::kVectorBytes
     eligible = (g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % chunk == 0
-                and all(int(_runtime.pointer(a)) % VECTOR_BYTES == 0 for a in arrays))
+                and _runtime.vector_aligned(*arrays))
     if vector is None:
         return eligible
     if vector and not eligible:

@@ -33,8 +33,6 @@ ELEMENT_TYPES = {
 }
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
-#: Bytes of channels a thread loads and stores at once (one 16-byte access).
-VECTOR_BYTES = 16
 #: Threads per block at most, and the kernel's constants (fractional::kShareCapacity, kCellPad).
 THREADS = 256
 SHARE_CAPACITY = 6144
@@ -47,17 +45,10 @@ MAX_CELL_SIZE = 2**50
 ROWS_PER_THREAD = 8
 #: Device copies of cell tables kept (per device, stream, geometry and tile shape).
 TABLE_CACHE_SIZE = 16
-_GRID_Y_Z = 65535
-_GRID_X = 2**31 - 1
-
-
-def vector_width(dtype) -> int:
-    """Channels per thread on the vector path: 16 bytes' worth."""
-    return VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
 def _expression(dtype, index: str = "int", vector: int | None = None) -> str:
-    vector = vector_width(dtype) if vector is None else vector
+    vector = _runtime.vector_width(dtype) if vector is None else vector
     return f"{KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {vector}>"
 
 
@@ -65,7 +56,7 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture): per
     dtype, 32- and 64-bit indexing, 16-byte vectors of channels or one channel per thread."""
     return {SOURCE: [_expression(dtype, index, vector)
-                     for dtype in ELEMENT_TYPES for index in INDEX_TYPES for vector in (vector_width(dtype), 1)]}
+                     for dtype in ELEMENT_TYPES for index in INDEX_TYPES for vector in (_runtime.vector_width(dtype), 1)]}
 
 
 def cell_tables(starts, ends, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -154,8 +145,8 @@ class Plan:
 
     @property
     def grid(self) -> tuple[int, int, int]:
-        return (min(self.channel_blocks * self.col_tiles, _GRID_X), min(self.row_tiles, _GRID_Y_Z),
-                min(self.batch_tiles, _GRID_Y_Z))
+        return (min(self.channel_blocks * self.col_tiles, _runtime.GRID_X_LIMIT), min(self.row_tiles, _runtime.GRID_YZ_LIMIT),
+                min(self.batch_tiles, _runtime.GRID_YZ_LIMIT))
 
     @property
     def tile_height(self) -> int:
@@ -186,8 +177,8 @@ def plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index: str |
             f"fractional_avg_pool_grad: gradops' CUDA kernel takes pooling cells of fewer than 2**50 elements "
             f"(its exact division needs it), got one of {largest_cell}")
     if vector is None:
-        vector = vector_width(dtype) if aligned and g.depth % vector_width(dtype) == 0 else 1
-    assert vector in (1, vector_width(dtype)) and g.depth % vector == 0
+        vector = _runtime.vector_width(dtype) if aligned and g.depth % _runtime.vector_width(dtype) == 0 else 1
+    assert vector in (1, _runtime.vector_width(dtype)) and g.depth % vector == 0
     vectors = g.depth // vector
     block_vectors = min(vectors, BLOCK_VECTORS)
     positions = THREADS // block_vectors
@@ -317,7 +308,7 @@ def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop, *, index: 
         return cupy.zeros(g.input_shape, dtype)
     out_backprop = _runtime.contiguous(out_backprop)
     in_backprop = cupy.empty(g.input_shape, dtype)
-    aligned = all(int(_runtime.pointer(a)) % VECTOR_BYTES == 0 for a in (out_backprop, in_backprop))
+    aligned = _runtime.vector_aligned(out_backprop, in_backprop)
     p = plan(g, dtype, aligned=aligned, index=index, vector=vector, rows_per_thread=rows_per_thread,
              share_cells=share_cells)
     packed, offsets = device_tables(g, p)
