@@ -74,11 +74,7 @@ def nvrtc_options(cuda_major: int | None = None) -> tuple[str, ...]:
 
     if cuda_major is None:
         cuda_major = _cuda_major()
-    ours = gradops_options(cuda_major)
-    assemble = getattr(core, "assemble_cupy_compiler_options", None)
-    if assemble is None:  # CuPy before 14: the header folders gradops finds itself
-        return (f"--std={_build.CXX_STD}", *ours, *(f"-I{d}" for d in _build.cuda_include_dirs(cuda_major)))
-    return tuple(assemble(ours))
+    return tuple(core.assemble_cupy_compiler_options(gradops_options(cuda_major)))  # CuPy >= 14 (the extras)
 
 
 def cache_dir() -> Path:
