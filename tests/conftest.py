@@ -12,6 +12,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 # TF 2.21 wheels route these ops to oneDNN by default, which departs from the C++ kernels
 # that are the spec (and aborts the process on some invalid inputs): compare with the stock ones.
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
+# JAX would otherwise take 75% of the GPU's memory at its first use, and PyTorch or CuPy in the
+# same (or a parallel pytest-xdist) process then runs out (seen on an H100 with -n 14).
+os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
 
 FLOAT_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
 

@@ -215,16 +215,18 @@ def test_cve_2022_35999_conv2d_backprop_input_empty_out_backprop(any_backend):
     gradient is all zeros of shape [3, 1, 1, 2] in the filter's dtype (float64 here, as the
     reproducer passes np.ones).
 
-    TF 2.21: returns float64 zeros [3, 1, 1, 2] (oneDNN on and off).
+    TF 2.21: returns float64 zeros [3, 1, 1, 2] (oneDNN on and off).  cuDNN has no float64
+    convolutions (an explicit backend="cudnn" refuses them), so that backend gets float32.
     """
+    dtype = np.float32 if any_backend == "cudnn" else np.float64
     result, error = _call(
         gradops.conv2d_backprop_input,
         input_sizes=[3, 1, 1, 2],
-        filter=_device(any_backend, np.ones([1, 3, 2, 3])),
-        out_backprop=_device(any_backend, np.ones([3, 1, 0, 3])),
+        filter=_device(any_backend, np.ones([1, 3, 2, 3], dtype)),
+        out_backprop=_device(any_backend, np.ones([3, 1, 0, 3], dtype)),
         strides=[1, 1, 2, 1], padding="VALID", backend=any_backend)
     assert error is None, error
-    assert_zeros(result, (3, 1, 1, 2), np.float64)
+    assert_zeros(result, (3, 1, 1, 2), dtype)
 
 
 # --------------------------------------------------------------------------- FractionalAvgPoolGrad

@@ -410,3 +410,16 @@ def test_cpu_mode_smoke_writes_json_markdown_and_png(tmp_path):
     assert md.count("| conv 3x3 16->32 NHWC |") == 1
     png = (tmp_path / "cpu_smoke.png").read_bytes()
     assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 10_000
+
+
+def test_time_limit_stops_starting_cases_and_the_report_says_so(monkeypatch):
+    import gradops.bench.runner as runner_mod
+    from gradops.bench import report as report_mod
+
+    clock = iter(range(0, 1000, 10))  # each case takes 10 "seconds"
+    monkeypatch.setattr(runner_mod.time, "monotonic", lambda: next(clock))
+    report = runner_mod.run(["smoke"], dtypes=["float32"], mode="cpu", engine_list=[_Fake("numpy")],
+                            progress=False, time_limit=15)
+    assert 1 <= len(report["rows"]) < 10
+    assert "time limit 15 s reached" in report["meta"]["stopped_early"]
+    assert "**Incomplete:**" in report_mod.markdown(report)

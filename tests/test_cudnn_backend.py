@@ -275,7 +275,7 @@ def make_fake_cudnn(plans=None):
     m.NUMPY_TYPES = {"HALF": np.float16, "BFLOAT16": ml_dtypes.bfloat16, "FLOAT": np.float32}
     m.numerical_note = types.SimpleNamespace(**{n: n for n in (
         "TENSOR_CORE", "DOWN_CONVERT_INPUTS", "REDUCED_PRECISION_REDUCTION", "FFT", "NONDETERMINISTIC",
-        "WINOGRAD", "STRICT_NAN_PROP")})
+        "WINOGRAD", "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13", "STRICT_NAN_PROP")})
     m.heur_mode = types.SimpleNamespace(A="A", B="B", FALLBACK="FALLBACK")
     m.cudnnGraphNotSupportedError = FakeGraphNotSupported
     m.plans = plans if plans is not None else [FakePlan("engine0", workspace=64)]
@@ -460,12 +460,15 @@ def _notes_case(fake, dtype, **options):
     return fake.executed[-1], set(fake.graphs[-1].deselected)
 
 
+TRANSFORMS = {"FFT", "WINOGRAD", "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13"}
+
+
 def test_default_options_exclude_nondeterministic_tf32_and_down_converting_engines(fake):
     fake.plans[:] = [FakePlan("fast-atomics", ["NONDETERMINISTIC"]), FakePlan("tf32", ["TENSOR_CORE"]),
                      FakePlan("fp16-inputs", ["DOWN_CONVERT_INPUTS"]), FakePlan("exact")]
     plan, deselected = _notes_case(fake, np.float32)
     assert plan == "exact"
-    assert deselected == {"NONDETERMINISTIC", "TENSOR_CORE", "DOWN_CONVERT_INPUTS"}
+    assert deselected == {"NONDETERMINISTIC", "TENSOR_CORE", "DOWN_CONVERT_INPUTS", *TRANSFORMS}
     assert fake.graphs[-1].modes == ["A", "FALLBACK"]
 
 
@@ -475,7 +478,7 @@ def test_options_let_cudnn_pick_faster_engines(fake):
     assert _notes_case(fake, np.float32, deterministic=False)[0] == "fast-atomics"
     assert _notes_case(fake, np.float32, allow_tf32=True)[0] == "tf32"
     plan, deselected = _notes_case(fake, np.float32, deterministic=False, allow_tf32=True)
-    assert plan == "fast-atomics" and deselected == {"DOWN_CONVERT_INPUTS"}
+    assert plan == "fast-atomics" and deselected == {"DOWN_CONVERT_INPUTS", *TRANSFORMS}
 
 
 @pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])

@@ -36,6 +36,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="let cuDNN / PyTorch / XLA pick non-deterministic algorithms")
     parser.add_argument("--no-plot", action="store_true", help="skip the PNG (no matplotlib needed)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+    parser.add_argument("--time-limit", type=float, default=None, metavar="SECONDS",
+                        help="start no new case after this long (the report says what was left out)")
 
 
 def main(args: argparse.Namespace, console) -> int:
@@ -55,7 +57,7 @@ def main(args: argparse.Namespace, console) -> int:
     try:
         report = run(suites, dtypes=args.dtype, mode=mode, engines=args.engine, settings=settings,
                      allow_tf32=args.allow_tf32, deterministic=not args.nondeterministic,
-                     progress=not args.no_progress)
+                     progress=not args.no_progress, time_limit=args.time_limit)
     except ValueError as exc:  # an unknown engine name
         from rich.markup import escape  # a message may name an extra, e.g. gradops[cuda12]
 

@@ -125,6 +125,8 @@ def markdown(report: dict) -> str:
                  + ", ".join(f"{k} {v}" for k, v in meta.get("timers", {}).items()) + ".")
     lines += ["", "Speedup A vs B = time(B) / time(A) (> 1: A is faster). Cells: time (throughput, % of roofline); "
               "`n/a` = the engine has no such op/config, `unavailable` = engine not usable here.", ""]
+    if meta.get("stopped_early"):
+        lines += [f"**Incomplete:** {meta['stopped_early']}.", ""]
     predicted = meta.get("predicted")
     if predicted:
         lines += [f"Predicted: the static report's roofline ({predicted['label']}; commit {predicted['commit']}, "

@@ -217,7 +217,8 @@ def selected(suites: list[str], dtypes: list[str] | None) -> list[tuple[Case, st
 def run(suites: list[str], dtypes: list[str] | None = None, mode: str = "auto", engines: list[str] | None = None,
         settings: TimingSettings = TimingSettings(), allow_tf32: bool = False, deterministic: bool = True,
         seed: int = 0, progress: bool = True, engine_list: list[Engine] | None = None,
-        peaks: metrics.Peaks | None = None, timer: Callable | None = None, predictions: Path | None = None) -> dict:
+        peaks: metrics.Peaks | None = None, timer: Callable | None = None, predictions: Path | None = None,
+        time_limit: float | None = None) -> dict:
     """Run the suites and return the report: ``{"meta": ..., "rows": [...], "summary": ...}``.
 
     ``mode`` "gpu" times gradops' GPU backends against PyTorch and JAX; "cpu" times the NumPy
@@ -226,7 +227,8 @@ def run(suites: list[str], dtypes: list[str] | None = None, mode: str = "auto", 
     ``peaks`` overrides the device's peak table entry (an unlisted GPU); ``timer(engine, fn,
     settings) -> seconds`` replaces the timers (tests).  In GPU mode each row gets the static
     report's prediction for the device (``predictions``: its JSON, default
-    benchmarks/results/static_report.json of the checkout) when it has one.
+    benchmarks/results/static_report.json of the checkout) when it has one.  ``time_limit``
+    (seconds): start no new case after that long; the report says how many cases it skipped.
     """
     from . import report
     from .._options import options
@@ -278,8 +280,13 @@ def run(suites: list[str], dtypes: list[str] | None = None, mode: str = "auto", 
                 except Exception:
                     pass
         meta["timers"] = {e.name: e.timer for e in engine_list}
+        started = time.monotonic()
         with _progress(progress, len(items)) as advance:
             for case, dtype in items:
+                if time_limit is not None and time.monotonic() - started > time_limit:
+                    meta["stopped_early"] = (f"time limit {time_limit:g} s reached: {len(items) - len(rows)} of "
+                                             f"{len(items)} cases not run")
+                    break
                 advance(f"{case.suite}: {case.label} {case.op} {dtype}")
                 rows.append(runner.run_case(case, dtype))
             advance(None)

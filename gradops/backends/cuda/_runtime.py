@@ -59,10 +59,11 @@ def _cuda_major() -> int:
 
 def gradops_options(cuda_major: int) -> tuple[str, ...]:
     """gradops' own NVRTC options: cuda_src/, the header wheels' folders (CUDA 12 keeps the
-    ``crt/`` headers that mma.h includes in the nvcc wheel, a folder CuPy does not add), and
+    ``crt/`` headers that mma.h includes in the nvcc wheel, a folder CuPy does not add), then a
+    toolkit named by ``CUDA_PATH`` / ``CUDA_HOME`` (the same lookup as the install check), and
     float32 subnormals kept."""
     options = [f"-I{_build.source_dir()}"]
-    options += [f"-I{d}" for d in _build.wheel_include_dirs(cuda_major)]
+    options += [f"-I{d}" for d in _build.cuda_include_dirs(cuda_major)]
     options.append("-ftz=false")
     return tuple(options)
 

@@ -14,9 +14,12 @@ Engine choice follows :func:`gradops.get_options`:
 - ``allow_tf32`` (default False): for float32, engines with the TENSOR_CORE note (which for
   float32 data means TF32 products) are deselected, so float32 stays float32-exact.
 
-Always deselected: DOWN_CONVERT_INPUTS (inputs rounded to a narrower type), and for the
-half types REDUCED_PRECISION_REDUCTION, since gradops promises float32 accumulation for
-them (compute type FLOAT).  When the filters leave no engine, the call is not supported by
+Always deselected: DOWN_CONVERT_INPUTS (inputs rounded to a narrower type); the
+transform-domain engines (FFT, WINOGRAD and its tile sizes), whose transforms mix a whole tile,
+so one Inf in the filter or out_backprop turns outputs that no tap of it reaches into NaN
+(seen on an H100 with cuDNN 9.19: TF's direct convolution and gradops' kernels keep them
+finite); and for the half types REDUCED_PRECISION_REDUCTION, since gradops promises float32
+accumulation for them (compute type FLOAT).  When the filters leave no engine, the call is not supported by
 cuDNN and the dispatcher uses gradops' own kernels, saying why.
 """
 
@@ -39,6 +42,8 @@ CACHE_SIZE = 512
 #: Heuristic modes asked for plans: A (the fast, usual query) then FALLBACK (engines that
 #: support almost everything, in case A offers none that survive the note filters).
 HEURISTIC_MODES = ("A", "FALLBACK")
+#: Numerical notes of engines that compute in a transform domain (see the module docstring).
+TRANSFORM_NOTES = ("FFT", "WINOGRAD", "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13")
 
 _HALF_TYPES = ("float16", "bfloat16")
 _IO_TYPES = {"float16": "HALF", "bfloat16": "BFLOAT16", "float32": "FLOAT"}
@@ -138,6 +143,8 @@ class Built:
 def excluded_notes(cudnn, dtype: str, options: Options) -> list:
     """Numerical notes whose engines must not run this problem (see the module docstring)."""
     notes = [cudnn.numerical_note.DOWN_CONVERT_INPUTS]
+    notes += [getattr(cudnn.numerical_note, name) for name in TRANSFORM_NOTES
+              if hasattr(cudnn.numerical_note, name)]
     if options.deterministic:
         notes.append(cudnn.numerical_note.NONDETERMINISTIC)
     if dtype == "float32" and not options.allow_tf32:
