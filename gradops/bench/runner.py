@@ -41,7 +41,9 @@ def gpu_present() -> bool:
 
 
 def git_commit() -> str:
-    """Short commit of the checkout gradops runs from ("-dirty" with uncommitted changes), or unknown."""
+    """Short commit of the checkout gradops runs from ("-dirty" with uncommitted changes); where
+    there is no git checkout (a container, a copied tree), ``$GRADOPS_COMMIT`` as the caller
+    states it; else unknown."""
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
@@ -50,7 +52,8 @@ def git_commit() -> str:
                                         text=True, stderr=subprocess.DEVNULL).strip()
         return commit + ("-dirty" if dirty else "")
     except Exception:
-        return "unknown"
+        stated = os.environ.get("GRADOPS_COMMIT", "").strip()
+        return f"{stated[:12]} (stated by GRADOPS_COMMIT)" if stated else "unknown"
 
 
 def _cpu_meta() -> dict:
