@@ -490,6 +490,20 @@ def test_half_types_keep_tensor_cores_but_accumulate_in_float32(fake, dtype):
     assert "TENSOR_CORE" not in deselected and "REDUCED_PRECISION_REDUCTION" in deselected
 
 
+@pytest.mark.parametrize("op,dilations,expected_plan", [
+    ("conv2d_backprop_filter", (1, 2), "eng0"),  # eng1 / eng20 are skipped for dilated wgrad
+    ("conv2d_backprop_filter", (1, 1), "eng1_k2=6_k3=0"),
+    ("conv2d_backprop_input", (1, 2), "eng1_k2=6_k3=0"),
+])
+def test_engines_with_wrong_dilated_filter_gradients_are_skipped(fake, rng, op, dilations, expected_plan):
+    fake.plans[:] = [FakePlan("eng1_k2=6_k3=0"), FakePlan("eng20"), FakePlan("eng0")]
+    g = geometry_of(op, "NCHW", 2, 4, 5, 2, 1, 1, 2, 3, (2, 2), "EXPLICIT", dilations, ((1, 0), (0, 2)))
+    x, f, dy = arrays_for(rng, g, np.float32)
+    got = run_backend(cudnn_backend, op, g, x, f, dy)
+    assert fake.executed[-1] == expected_plan
+    assert_close(got, expected(op, g, x, f, dy), np.float32)
+
+
 def test_declining_plans_are_skipped_and_no_plan_means_unsupported(fake):
     fake.plans[:] = [FakePlan("picky", declines=True), FakePlan("ok")]
     assert _notes_case(fake, np.float32)[0] == "ok"

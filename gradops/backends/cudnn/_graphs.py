@@ -42,6 +42,12 @@ CACHE_SIZE = 512
 #: Heuristic modes asked for plans: A (the fast, usual query) then FALLBACK (engines that
 #: support almost everything, in case A offers none that survive the note filters).
 HEURISTIC_MODES = ("A", "FALLBACK")
+#: Engines that gave wrong dilated filter gradients: on an H100 with cuDNN 9.19.0, a wgrad with
+#: stride 2, dilation (1, 2) and padding ((1, 0), (0, 2)) over a 4x5 input came out of eng1 and
+#: eng20 with errors of 3 to 8 (values of size 7; every other engine within 3e-7 or 2e-3), in
+#: NCHW and NHWC, grouped or not; heuristics mode A ranked eng1 first.  gradops skips them for
+#: every dilated wgrad (engine ids are stable within a cuDNN major version).
+WRONG_DILATED_WGRAD_ENGINES = frozenset({"eng1", "eng20"})
 #: Numerical notes of engines that compute in a transform domain (see the module docstring).
 TRANSFORM_NOTES = ("FFT", "WINOGRAD", "WINOGRAD_TILE_4x4", "WINOGRAD_TILE_6x6", "WINOGRAD_TILE_13x13")
 
@@ -206,7 +212,11 @@ def build(cudnn, cudnn_handle, spec: ConvSpec, options: Options) -> Built:
     # Walk the ranked plans ourselves: a deselected plan refuses to build, and any plan may
     # decline (alignment, shared memory); the first that builds is the heuristics' choice.
     failures = []
+    dilated_wgrad = spec.kind == WGRAD and max(spec.dilation) > 1
     for index in range(count):
+        if dilated_wgrad and _engine_of(graph, index) in WRONG_DILATED_WGRAD_ENGINES:
+            failures.append(f"plan {index}: {_engine_of(graph, index)} gives wrong dilated filter gradients")
+            continue
         try:
             graph.build_plan_at_index(index)
             workspace_size = int(graph.get_workspace_size_plan_at_index(index))
@@ -223,6 +233,14 @@ def build(cudnn, cudnn_handle, spec: ConvSpec, options: Options) -> Built:
         f"no cuDNN engine for this {spec.kind} survives the numerical-note filters "
         f"(deterministic={options.deterministic}, allow_tf32={options.allow_tf32})"
         + (f": {detail}" if detail else ": cuDNN proposed no plan"))
+
+
+def _engine_of(graph, index: int) -> str:
+    """The engine id ("eng20") of plan ``index``, from its name ("eng20_k2=6_k3=0"); "" if unnamed."""
+    try:
+        return str(graph.get_plan_name_at_index(index)).split("_")[0]
+    except Exception:
+        return ""
 
 
 def get(cudnn, spec: ConvSpec, options: Options) -> Built:
