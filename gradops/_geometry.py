@@ -8,6 +8,7 @@ deliberate extensions listed in README.md.
 
 from __future__ import annotations
 
+import functools
 import math
 import numbers
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ._memo import memoised
 from ._errors import InvalidArgumentError
 
 PADDINGS = ("SAME", "VALID", "EXPLICIT")
@@ -235,6 +237,7 @@ class Conv2DGeometry:
                 * self.filter_in_depth * self.out_depth)
 
 
+@memoised()
 def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[int],
                     out_backprop_shape: Sequence[int] | None, strides: Any, padding: Any,
                     explicit_paddings: Any, data_format: Any, dilations: Any,
@@ -391,16 +394,17 @@ class FractionalPoolGeometry:
     def output_shape(self) -> tuple[int, int, int, int]:
         return (self.batch, self.out_rows, self.out_cols, self.depth)
 
-    @property
+    # Cached on the (frozen, memoised) geometry: the launchers read them on every call.
+    @functools.cached_property
     def row_cell_sizes(self) -> tuple[int, ...]:
         """Rows in each row cell (0 for an empty cell)."""
         return tuple(max(0, e - s + 1) for s, e in zip(self.row_starts, self.row_ends))
 
-    @property
+    @functools.cached_property
     def col_cell_sizes(self) -> tuple[int, ...]:
         return tuple(max(0, e - s + 1) for s, e in zip(self.col_starts, self.col_ends))
 
-    @property
+    @functools.cached_property
     def cell_table_entries(self) -> int:
         """(input index, cell containing it) pairs over rows and columns: the size of the
         :meth:`cells_by_index` tables, and the number of share-adds TF's loop makes per
@@ -470,6 +474,7 @@ def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: 
     return tuple(starts), tuple(ends)
 
 
+@memoised()
 def fractional_pool_geometry(op: str, orig_input_shape: list[int], out_backprop_shape: Sequence[int],
                              row_pooling_sequence: list[int], col_pooling_sequence: list[int],
                              overlapping: Any) -> FractionalPoolGeometry:

@@ -406,3 +406,30 @@ def test_gpu_arrays_without_cupy_say_why():
                input=fake_in, out_backprop=FakeGpuArray())
     else:
         pytest.skip("CuPy is installed: the 'no CuPy' path cannot be exercised")
+
+
+# --------------------------------------------------------------------------- memoised validation
+
+
+def test_memoised_geometry_keeps_value_types_apart_and_caches_no_refusal():
+    """A valid call caches its geometry; an argument equal to it but of another type (TF
+    refuses bool strides) or an invalid one is still validated, every time."""
+    from gradops._geometry import conv2d_geometry
+
+    args = ("conv2d_backprop_input", (1, 5, 5, 2), (3, 3, 2, 4), (1, 5, 5, 4))
+    first = conv2d_geometry(*args, [1, 1, 1, 1], "SAME", [], "NHWC", [1, 1, 1, 1])
+    assert conv2d_geometry(*args, [1, 1, 1, 1], "SAME", [], "NHWC", [1, 1, 1, 1]) is first  # the cache hit
+    assert conv2d_geometry(*args, (1, 1, 1, 1), "SAME", (), "NHWC", (1, 1, 1, 1)) == first
+    for _ in range(2):
+        with pytest.raises((TypeError, gradops.InvalidArgumentError)):
+            conv2d_geometry(*args, [True, 1, 1, 1], "SAME", [], "NHWC", [1, 1, 1, 1])
+        with pytest.raises(gradops.InvalidArgumentError):
+            conv2d_geometry(*args, [1, 1, 1, 1], "SAME", [], "NHWC", [2, 1, 1, 1])
+
+
+def test_memoised_geometry_takes_unhashable_arguments_uncached():
+    from gradops._geometry import conv2d_geometry
+
+    args = ("conv2d_backprop_input", (1, 5, 5, 2), (3, 3, 2, 4), (1, 5, 5, 4))
+    with_array = conv2d_geometry(*args, np.array([1, 1, 1, 1]), "SAME", [], "NHWC", [1, 1, 1, 1])
+    assert with_array == conv2d_geometry(*args, [1, 1, 1, 1], "SAME", [], "NHWC", [1, 1, 1, 1])

@@ -165,6 +165,7 @@ def index_type(g: FractionalPoolGeometry) -> str:
     return "int" if largest < 2**31 else "long long"
 
 
+@functools.lru_cache(maxsize=256)  # a pure function of a frozen geometry: once per problem
 def plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index: str | None = None,
          vector: int | None = None, rows_per_thread: int | None = None,
          share_cells: int | None = None) -> Plan:
