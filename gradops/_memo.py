@@ -14,7 +14,7 @@ import functools
 from collections import OrderedDict
 from typing import Any, Callable
 
-_SCALARS = (str, bytes, int, float, bool, type(None))
+_SCALAR_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
 
 
 class _Unfreezable(Exception):
@@ -23,10 +23,16 @@ class _Unfreezable(Exception):
 
 def freeze(value: Any) -> Any:
     """A hashable key for ``value`` that keeps the type of every element."""
-    if isinstance(value, _SCALARS) or type(value).__module__ == "numpy" and hasattr(value, "dtype") and value.ndim == 0:
-        return (type(value), value)
-    if isinstance(value, (tuple, list)):
-        return (type(value), tuple(freeze(v) for v in value))
+    kind = type(value)
+    if kind in _SCALAR_TYPES:
+        return (kind, value)
+    if kind is tuple or kind is list:
+        types = tuple(map(type, value))
+        if _SCALAR_TYPES.issuperset(types):  # the common case, shapes and attribute lists: no recursion
+            return (kind, tuple(value), types)
+        return (kind, tuple(freeze(v) for v in value))
+    if kind.__module__ == "numpy" and getattr(value, "ndim", None) == 0 and kind.__name__ != "ndarray":
+        return (kind, value)  # a NumPy scalar (np.int64(2), np.bool_(True))
     raise _Unfreezable
 
 

@@ -1,0 +1,93 @@
+"""Kernel-level table of a GPU benchmark run measured with Nsight Compute (measured, not predicted).
+
+Input: the CSV of ``ncu --csv --metrics gpu__time_duration.sum,dram__bytes_read.sum,
+dram__bytes_write.sum,...`` over a script that launches a marker kernel
+(``gradops_case_marker``, grid size = case index) before each case, and that script's index
+JSON (``[{"i", "suite", "label", "op", "dtype", "engine"}]``).  Every kernel between two
+markers belongs to the case.  Output: markdown, one row per case and engine: kernel time (sum
+of the case's kernels), DRAM bytes read + written as ncu counted them, compulsory bytes (each
+tensor once, :func:`gradops.bench.metrics.bytes_moved`), and compulsory bytes / kernel time
+as a fraction of the device's HBM bandwidth.
+
+    python benchmarks/ncu_table.py NCU.csv INDEX.json [--bandwidth 3.35e12] > table.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import re
+from collections import defaultdict
+
+import numpy as np
+
+from gradops.bench import metrics, suites
+
+
+def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
+    """``{case index: [{"name", "ns", "read", "write"}]}`` from ncu's CSV (one row per metric)."""
+    with open(csv_path, newline="") as f:
+        rows = [r for r in csv.reader(f)]
+    start = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
+    header = rows[start]
+    launches: dict[str, dict] = {}
+    for r in rows[start + 1:]:
+        if len(r) != len(header):
+            continue
+        d = dict(zip(header, r))
+        k = launches.setdefault(d["ID"], {"name": d["Kernel Name"], "grid": d["Grid Size"]})
+        value = float(d["Metric Value"].replace(",", "")) if d["Metric Value"] else 0.0
+        unit = d["Metric Unit"]
+        scale = {"ns": 1, "us": 1e3, "usecond": 1e3, "ms": 1e6, "msecond": 1e6, "nsecond": 1,
+                 "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
+        k[d["Metric Name"]] = value * scale
+    cases: dict[int, list[dict]] = defaultdict(list)
+    current = None
+    for _, k in sorted(launches.items(), key=lambda item: int(item[0])):
+        if k["name"].startswith("gradops_case_marker"):
+            current = int(re.findall(r"\d+", k["grid"])[0])
+            continue
+        if current is not None:
+            cases[current].append({"name": k["name"], "ns": k.get("gpu__time_duration.sum", 0.0),
+                                   "read": k.get("dram__bytes_read.sum", 0.0),
+                                   "write": k.get("dram__bytes_write.sum", 0.0)})
+    return cases
+
+
+def table(csv_path: str, index_path: str, bandwidth: float) -> str:
+    index = json.load(open(index_path))
+    cases = kernels_by_case(csv_path)
+    by_key = {}
+    for suite_name in {e["suite"] for e in index}:
+        for case in suites.suite(suite_name):
+            by_key[(case.suite, case.label, case.op)] = case
+    lines = ["| suite | case | op | dtype | engine | kernels | kernel time (us) | DRAM read+write (MB) | "
+             "compulsory (MB) | compulsory / time, % of HBM |", "|" + "---|" * 10]
+    times = {}
+    for e in index:
+        ks = cases.get(e["i"], [])
+        case = by_key[(e["suite"], e["label"], e["op"])]
+        itemsize = np.dtype(e["dtype"]).itemsize
+        need = metrics.bytes_moved(case, case.geometry(), itemsize)
+        ns = sum(k["ns"] for k in ks)
+        dram = sum(k["read"] + k["write"] for k in ks)
+        pct = 100 * need / (ns * 1e-9) / bandwidth if ns else float("nan")
+        times[(e["suite"], e["label"], e["op"], e["dtype"], e["engine"])] = ns
+        names = "; ".join(sorted({re.sub(r"\(.*", "", k["name"])[:60] for k in ks}))
+        lines.append(f"| {e['suite']} | {e['label']} | {e['op']} | {e['dtype']} | {e['engine']} | {len(ks)}: {names} | "
+                     f"{ns / 1e3:.1f} | {dram / 1e6:.1f} | {need / 1e6:.1f} | {pct:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("csv")
+    parser.add_argument("index")
+    parser.add_argument("--bandwidth", type=float, default=3.35e12, help="HBM bytes/s (H100 SXM: 3.35e12)")
+    args = parser.parse_args()
+    print(table(args.csv, args.index, args.bandwidth), end="")
+
+
+if __name__ == "__main__":
+    main()
