@@ -423,3 +423,21 @@ def test_time_limit_stops_starting_cases_and_the_report_says_so(monkeypatch):
     assert 1 <= len(report["rows"]) < 10
     assert "time limit 15 s reached" in report["meta"]["stopped_early"]
     assert "**Incomplete:**" in report_mod.markdown(report)
+
+
+def test_jax_takes_float64_only_with_x64_enabled():
+    """Without jax_enable_x64 JAX computes float64 inputs in float32: the engine says n/a
+    rather than reporting a float32 result as float64 (seen as mismatches on an H100)."""
+    import types
+
+    from gradops.bench.engines import JaxEngine
+    from gradops.bench.suites import suite
+
+    case = next(c for c in suite("smoke") if c.op != "fractional_avg_pool_grad")
+    engine = JaxEngine()
+    engine._jax = types.SimpleNamespace(config=types.SimpleNamespace(jax_enable_x64=False))
+    ok, reason = engine.supports(case, np.dtype(np.float64))
+    assert not ok and "jax_enable_x64" in reason
+    assert engine.supports(case, np.dtype(np.float32))[0]
+    engine._jax.config.jax_enable_x64 = True
+    assert engine.supports(case, np.dtype(np.float64))[0]

@@ -403,6 +403,9 @@ class JaxEngine(Engine):
     def supports(self, case, dtype):
         if case.op == FRACTIONAL:
             return False, "JAX has no fractional average pooling"
+        if np.dtype(dtype) == np.float64 and not getattr(self._import().config, "jax_enable_x64", False):
+            # Without x64 JAX silently computes in float32 (seen as float64 "mismatches" on an H100).
+            return False, "JAX computes float64 only with jax_enable_x64, which is off"
         return True, "supported"
 
     def prepare(self, case, dtype, arrays):
