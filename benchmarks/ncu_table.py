@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import re
 from collections import defaultdict
@@ -27,7 +28,8 @@ from gradops.bench import metrics, suites
 
 def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
     """``{case index: [{"name", "ns", "read", "write"}]}`` from ncu's CSV (one row per metric)."""
-    with open(csv_path, newline="") as f:
+    opener = gzip.open if str(csv_path).endswith(".gz") else open
+    with opener(csv_path, "rt", newline="") as f:
         rows = [r for r in csv.reader(f)]
     start = next(i for i, r in enumerate(rows) if r and r[0] == "ID")
     header = rows[start]
@@ -80,13 +82,53 @@ def table(csv_path: str, index_path: str, bandwidth: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def summary(csv_path: str, index_path: str, bandwidth: float) -> str:
+    """Per suite, op, dtype and layout: the geometric mean of % of HBM per engine, and of the
+    kernel-time ratio of each other engine to gradops-cuda (> 1: gradops-cuda is faster)."""
+    index = json.load(open(index_path))
+    cases = kernels_by_case(csv_path)
+    by_key = {}
+    for suite_name in {e["suite"] for e in index}:
+        for case in suites.suite(suite_name):
+            by_key[(case.suite, case.label, case.op)] = case
+    pct: dict = defaultdict(lambda: defaultdict(list))
+    ns: dict = {}
+    for e in index:
+        case = by_key[(e["suite"], e["label"], e["op"])]
+        t = sum(k["ns"] for k in cases.get(e["i"], []))
+        if not t:
+            continue
+        group = (e["suite"], e["op"], e["dtype"], case.data_format)
+        need = metrics.bytes_moved(case, case.geometry(), np.dtype(e["dtype"]).itemsize)
+        pct[group][e["engine"]].append(100 * need / (t * 1e-9) / bandwidth)
+        ns[(e["suite"], e["label"], e["op"], e["dtype"], e["engine"])] = t
+    ratio: dict = defaultdict(lambda: defaultdict(list))
+    for (suite, label, op, dtype, engine), t in ns.items():
+        ours = ns.get((suite, label, op, dtype, "gradops-cuda"))
+        if engine != "gradops-cuda" and ours:
+            layout = by_key[(suite, label, op)].data_format
+            ratio[(suite, op, dtype, layout)][engine].append(t / ours)
+
+    def gmean(values):
+        return float(np.exp(np.mean(np.log(values)))) if values else float("nan")
+
+    lines = ["| suite | op | dtype | layout | cases | % of HBM (compulsory bytes / kernel time), geometric mean | "
+             "kernel time of X / gradops-cuda, geometric mean |", "|" + "---|" * 7]
+    for group in sorted(pct):
+        cells = ", ".join(f"{eng} {gmean(v):.1f}" for eng, v in sorted(pct[group].items()))
+        ratios = ", ".join(f"{eng} {gmean(v):.2f}" for eng, v in sorted(ratio[group].items())) or "-"
+        lines.append(f"| {' | '.join(group)} | {len(pct[group]['gradops-cuda'])} | {cells} | {ratios} |")
+    return "\n".join(lines) + "\n"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("csv")
     parser.add_argument("index")
     parser.add_argument("--bandwidth", type=float, default=3.35e12, help="HBM bytes/s (H100 SXM: 3.35e12)")
+    parser.add_argument("--summary", action="store_true", help="geometric means per suite, op, dtype, layout")
     args = parser.parse_args()
-    print(table(args.csv, args.index, args.bandwidth), end="")
+    print((summary if args.summary else table)(args.csv, args.index, args.bandwidth), end="")
 
 
 if __name__ == "__main__":

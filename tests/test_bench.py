@@ -441,3 +441,40 @@ def test_jax_takes_float64_only_with_x64_enabled():
     assert engine.supports(case, np.dtype(np.float32))[0]
     engine._jax.config.jax_enable_x64 = True
     assert engine.supports(case, np.dtype(np.float64))[0]
+
+
+def test_ncu_table_groups_kernels_by_the_marker_before_them(tmp_path):
+    """benchmarks/ncu_table.py: the kernels after marker i (grid size i) are case i's."""
+    import importlib.util
+    import json
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("ncu_table", Path(__file__).parents[1] / "benchmarks" / "ncu_table.py")
+    ncu_table = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ncu_table)
+    header = ["ID", "Kernel Name", "Grid Size", "Metric Name", "Metric Unit", "Metric Value"]
+    launches = [("0", "gradops_case_marker", "(1, 1, 1)", []),
+                ("1", "kernel_a", "(9, 1, 1)", [("gpu__time_duration.sum", "usecond", "2.5"),
+                                                ("dram__bytes_read.sum", "Mbyte", "1.5"),
+                                                ("dram__bytes_write.sum", "byte", "1,000")]),
+                ("2", "kernel_b", "(3, 1, 1)", [("gpu__time_duration.sum", "nsecond", "500")]),
+                ("3", "gradops_case_marker", "(2, 1, 1)", []),
+                ("4", "kernel_c", "(3, 1, 1)", [("gpu__time_duration.sum", "nsecond", "4,000")])]
+    rows = [",".join(f'"{c}"' for c in header), '"==PROF== a line ncu prints"']
+    for lid, name, grid, metrics_ in launches:
+        for metric in metrics_ or [("gpu__time_duration.sum", "nsecond", "1")]:
+            rows.append(",".join(f'"{c}"' for c in (lid, name, grid, *metric)))
+    path = tmp_path / "ncu.csv"
+    path.write_text(rows[1] + "\n" + rows[0] + "\n" + "\n".join(rows[2:]) + "\n")
+    cases = ncu_table.kernels_by_case(str(path))
+    assert [k["name"] for k in cases[1]] == ["kernel_a", "kernel_b"] and [k["name"] for k in cases[2]] == ["kernel_c"]
+    assert cases[1][0] == {"name": "kernel_a", "ns": 2500.0, "read": 1.5e6, "write": 1000.0}
+    assert sum(k["ns"] for k in cases[1]) == 3000.0
+    from gradops.bench.suites import suite
+
+    case = suite("fractional")[0]
+    index = tmp_path / "index.json"
+    index.write_text(json.dumps([dict(i=2, suite=case.suite, label=case.label, op=case.op, dtype="float32",
+                                      engine="gradops-cuda")]))
+    line = ncu_table.table(str(path), str(index), 1e12).splitlines()[2]
+    assert "| 4.0 |" in line and "gradops-cuda" in line  # 4,000 ns

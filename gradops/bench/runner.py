@@ -41,9 +41,12 @@ def gpu_present() -> bool:
 
 
 def git_commit() -> str:
-    """Short commit of the checkout gradops runs from ("-dirty" with uncommitted changes); where
-    there is no git checkout (a container, a copied tree), ``$GRADOPS_COMMIT`` as the caller
-    states it; else unknown."""
+    """``$GRADOPS_COMMIT`` when the caller states it (a container, a copied tree whose .git may
+    be stale: seen on the lent GPU machine); else the short commit of the checkout gradops runs
+    from ("-dirty" with uncommitted changes), or unknown."""
+    stated = os.environ.get("GRADOPS_COMMIT", "").strip()
+    if stated:  # the caller knows better than a checkout's .git (a copied tree can carry a stale one)
+        return f"{stated[:12]} (stated by GRADOPS_COMMIT)"
     root = Path(__file__).resolve().parents[2]
     try:
         commit = subprocess.check_output(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
@@ -52,8 +55,7 @@ def git_commit() -> str:
                                         text=True, stderr=subprocess.DEVNULL).strip()
         return commit + ("-dirty" if dirty else "")
     except Exception:
-        stated = os.environ.get("GRADOPS_COMMIT", "").strip()
-        return f"{stated[:12]} (stated by GRADOPS_COMMIT)" if stated else "unknown"
+        return "unknown"
 
 
 def _cpu_meta() -> dict:
