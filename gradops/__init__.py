@@ -1,6 +1,6 @@
 """gradops: TensorFlow's convolution and pooling gradient ops, on NumPy, our CUDA kernels and cuDNN.
 
-The six gradient ops keep tf.raw_ops' names, argument order, defaults and meaning; each also
+The seven gradient ops keep tf.raw_ops' names, argument order, defaults and meaning; each also
 takes ``backend=None | "numpy" | "cuda" | "cudnn"``.  NumPy arrays in give NumPy arrays out.
 """
 
@@ -14,7 +14,11 @@ from .conv2d import (
     conv2d_backprop_input,
     conv2d_backprop_input_v2,
 )
-from .depthwise import depthwise_conv2d_native, depthwise_conv2d_native_backprop_input
+from .depthwise import (
+    depthwise_conv2d_native,
+    depthwise_conv2d_native_backprop_filter,
+    depthwise_conv2d_native_backprop_input,
+)
 from .fractional_avg_pool import fractional_avg_pool, fractional_avg_pool_grad, fractional_pooling_sequence
 
 __version__ = "0.1.0"
@@ -32,6 +36,7 @@ __all__ = [
     "conv2d_backprop_input",
     "conv2d_backprop_input_v2",
     "depthwise_conv2d_native",
+    "depthwise_conv2d_native_backprop_filter",
     "depthwise_conv2d_native_backprop_input",
     "fractional_avg_pool",
     "fractional_avg_pool_grad",

@@ -59,7 +59,7 @@ def _cases(rng) -> list[Case]:
         for mult, strides, dil in ((1, [1, 1, 1, 1], [1, 1, 1, 1]), (2, [1, 2, 2, 1], [1, 1, 1, 1]),
                                    (3, [1, 1, 2, 1], [1, 2, 2, 1])):
             for layout in ("NHWC", "NCHW"):
-                cases.append(_depthwise_case(g, rng, dtype, layout, mult, strides, dil))
+                cases += _depthwise_cases(g, rng, dtype, layout, mult, strides, dil)
     for dtype in FLOAT_DTYPES + (np.dtype(np.int32), np.dtype(np.int64)):
         for overlapping in (False, True):
             cases.append(_fractional_case(g, rng, dtype, overlapping))
@@ -114,25 +114,37 @@ def _conv_cases(g, rng, dtype, layout, x, w, strides, padding, ep, dil):
     ]
 
 
-def _depthwise_case(g, rng, dtype, layout, mult, strides, dil):
+def _depthwise_cases(g, rng, dtype, layout, mult, strides, dil):
     strides, dil = _attr_to_layout(strides, layout), _attr_to_layout(dil, layout)
     attrs = dict(strides=strides, padding="SAME", data_format=layout, dilations=dil)
     xv = _rand(rng, _to_layout((2, 9, 10, 4), layout), dtype)
     wv = _rand(rng, (3, 3, 4, mult), dtype)
     dy = _rand(rng, g.depthwise_conv2d_native(xv, wv, **attrs).shape, dtype)
     tf_ok = layout == "NHWC" and dil == [1, 1, 1, 1] and strides[1] == strides[2]
+    desc = f"{layout} m{mult} s{strides} d{dil}"
 
-    def adjoint():
+    def adjoint_input():
         x64, w64, dy64 = (a.astype(np.float64) for a in (xv, wv, dy))
         lhs = float(np.sum(g.depthwise_conv2d_native(x64, w64, **attrs) * dy64))
         return lhs, float(np.sum(x64 * g.depthwise_conv2d_native_backprop_input(xv.shape, w64, dy64, **attrs)))
 
-    return Case("depthwise_conv2d_native_backprop_input", f"{layout} m{mult} s{strides} d{dil}", np.dtype(dtype),
-                lambda b, dev: g.depthwise_conv2d_native_backprop_input(xv.shape, dev(wv), dev(dy), **attrs,
-                                                                        backend=b),
-                (lambda tf: tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
-                    input_sizes=xv.shape, filter=wv, out_backprop=dy, **attrs).numpy()) if tf_ok else None,
-                adjoint)
+    def adjoint_filter():
+        x64, w64, dy64 = (a.astype(np.float64) for a in (xv, wv, dy))
+        lhs = float(np.sum(g.depthwise_conv2d_native(x64, w64, **attrs) * dy64))
+        return lhs, float(np.sum(w64 * g.depthwise_conv2d_native_backprop_filter(x64, wv.shape, dy64, **attrs)))
+
+    return [
+        Case("depthwise_conv2d_native_backprop_input", desc, np.dtype(dtype),
+             lambda b, dev: g.depthwise_conv2d_native_backprop_input(xv.shape, dev(wv), dev(dy), **attrs, backend=b),
+             (lambda tf: tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+                 input_sizes=xv.shape, filter=wv, out_backprop=dy, **attrs).numpy()) if tf_ok else None,
+             adjoint_input),
+        Case("depthwise_conv2d_native_backprop_filter", desc, np.dtype(dtype),
+             lambda b, dev: g.depthwise_conv2d_native_backprop_filter(dev(xv), wv.shape, dev(dy), **attrs, backend=b),
+             (lambda tf: tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+                 input=xv, filter_sizes=wv.shape, out_backprop=dy, **attrs).numpy()) if tf_ok else None,
+             adjoint_filter),
+    ]
 
 
 def _fractional_case(g, rng, dtype, overlapping):

@@ -430,6 +430,27 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter: np.ndarray
     return conv2d_backprop_input(g, filter, out_backprop)
 
 
+def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input: np.ndarray,
+                                            out_backprop: np.ndarray) -> np.ndarray:
+    """Depthwise filter gradient [R, S, C, M]: for each tap, the products of the input channel c
+    it read with out_backprop's channels c * M + m, summed over batch and output positions."""
+    if _is_empty(g.filter_shape, input.shape, out_backprop.shape):
+        return np.zeros(g.filter_shape, out_backprop.dtype)
+    acc = accumulator_dtype(out_backprop.dtype)
+    c, m = g.in_depth, g.depth_multiplier
+    x = _to_nhwc(input, g.data_format).astype(acc, copy=False)
+    dy = _to_nhwc(out_backprop, g.data_format).astype(acc, copy=False)
+    grad = np.zeros((g.filter_rows, g.filter_cols, c, m), acc)
+    # Taps that read only padding stay zero; the others never touch padding, so an inf in the
+    # input is not multiplied by a padded zero (NaN), as in TF's loops.
+    for r, s, out_idx, in_idx in _taps(g):
+        patch = x[:, in_idx[0], in_idx[1], :]
+        p = patch.shape[0] * patch.shape[1] * patch.shape[2]
+        dy_tap = dy[:, out_idx[0], out_idx[1], :].reshape(p, c, m)
+        grad[r, s] = np.einsum("pc,pcm->cm", patch.reshape(p, c), dy_tap, optimize=True)
+    return grad.astype(out_backprop.dtype, copy=False)
+
+
 def depthwise_conv2d_native(g: Conv2DGeometry, input: np.ndarray, filter: np.ndarray) -> np.ndarray:
     return conv2d(g, input, filter)
 

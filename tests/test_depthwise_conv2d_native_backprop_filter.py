@@ -1,0 +1,333 @@
+"""gradops.depthwise_conv2d_native_backprop_filter against brute-force loops, adjointness and TF."""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+import gradops
+from conftest import FLOAT_DTYPES, assert_close, random_array
+from reference import conv2d, conv2d_backprop_filter, depthwise_to_hwio, window
+
+NO_PADS = ((0, 0), (0, 0))
+DTYPE_IDS = [np.dtype(d).name for d in FLOAT_DTYPES]
+OP = "depthwise_conv2d_native_backprop_filter"
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def attr4(rows, cols, data_format):
+    """A strides/dilations attribute in ``data_format`` order."""
+    return [1, rows, cols, 1] if data_format == "NHWC" else [1, 1, rows, cols]
+
+
+def explicit8(pads, data_format):
+    """((top, bottom), (left, right)) as TF's 8-entry explicit_paddings in ``data_format`` order."""
+    (t, b), (l, r) = pads
+    return [0, 0, t, b, l, r, 0, 0] if data_format == "NHWC" else [0, 0, 0, 0, t, b, l, r]
+
+
+def to_format(x, data_format):
+    """An NHWC array in ``data_format``."""
+    return x if data_format == "NHWC" else x.transpose(0, 3, 1, 2)
+
+
+def out_hw(in_hw, filt_hw, strides, dilations, padding, pads):
+    """Output (rows, cols) from the reference's window()."""
+    return tuple(window(in_hw[i], filt_hw[i], strides[i], dilations[i], padding, pads[i])[0] for i in range(2))
+
+
+def expected_grad(x, filter_sizes, dy, strides, padding, dilations, pads):
+    """Reference filter gradient [R, S, C, M] (float64) and its error scale max(sum |terms|)."""
+    r, s, c, m = filter_sizes
+    hwio = (r, s, 1, c * m)
+    x64, dy64 = x.astype(np.float64), dy.astype(np.float64)
+    ref = conv2d_backprop_filter(x64, hwio, dy64, strides, padding, dilations, pads)
+    mag = conv2d_backprop_filter(np.abs(x64), hwio, np.abs(dy64), strides, padding, dilations, pads)
+    return ref.reshape(filter_sizes), max(1.0, float(mag.max()) if mag.size else 1.0)
+
+
+def make_case(rng, *, x_shape, filt_hw, multiplier, strides=(1, 1), dilations=(1, 1), padding="VALID",
+              pads=NO_PADS, data_format="NHWC", dtype=np.float64):
+    """(kwargs for the op in ``data_format``, NHWC x, NHWC dy, filter_sizes)."""
+    n, h, w_, c = x_shape
+    oh, ow = out_hw((h, w_), filt_hw, strides, dilations, padding, pads)
+    x = random_array(rng, x_shape, dtype)
+    dy = random_array(rng, (n, oh, ow, c * multiplier), dtype)
+    sizes = (*filt_hw, c, multiplier)
+    kwargs = dict(input=to_format(x, data_format), filter_sizes=np.array(sizes, np.int32),
+                  out_backprop=to_format(dy, data_format), strides=attr4(*strides, data_format), padding=padding,
+                  explicit_paddings=explicit8(pads, data_format) if padding == "EXPLICIT" else [],
+                  data_format=data_format, dilations=attr4(*dilations, data_format))
+    return kwargs, x, dy, sizes
+
+
+def run_case(rng, *, strides=(1, 1), dilations=(1, 1), padding="VALID", pads=NO_PADS, dtype=np.float64, **case):
+    kwargs, x, dy, sizes = make_case(rng, strides=strides, dilations=dilations, padding=padding, pads=pads,
+                                     dtype=dtype, **case)
+    got = gradops.depthwise_conv2d_native_backprop_filter(**kwargs)
+    assert isinstance(got, np.ndarray)
+    assert got.dtype == np.dtype(dtype) and got.shape == sizes
+    ref, scale = expected_grad(x, sizes, dy, strides, padding, dilations, pads)
+    assert_close(got, ref, dtype, scale)
+    return got
+
+
+# --------------------------------------------------------------------------- grids
+
+
+@pytest.mark.parametrize("padding,pads", [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1, 3)))],
+                         ids=["SAME", "VALID", "EXPLICIT"])
+@pytest.mark.parametrize("dilations", [(1, 1), (2, 2), (1, 2)], ids=lambda d: f"dil{d[0]}x{d[1]}")
+@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (1, 2), (2, 1)], ids=lambda s: f"str{s[0]}x{s[1]}")
+@pytest.mark.parametrize("filt_hw", [(1, 1), (3, 3), (5, 5)], ids=lambda f: f"f{f[0]}x{f[1]}")
+def test_geometry_grid(rng, filt_hw, strides, dilations, padding, pads):
+    """Every filter size x stride x dilation x padding combination matches the loop reference."""
+    x_shape = (2, 6, 7, 2) if filt_hw != (5, 5) else (1, 9, 10, 2)  # VALID with 5x5 dil 2 needs 9 rows
+    run_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=2, strides=strides, dilations=dilations,
+             padding=padding, pads=pads)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("multiplier", [1, 2, 3], ids=lambda m: f"M{m}")
+def test_multiplier_format_dtype_grid(rng, multiplier, data_format, dtype):
+    """Channel multipliers 1-3 in both layouts and all float dtypes match the reference."""
+    run_case(rng, x_shape=(2, 5, 4, 3), filt_hw=(3, 2), multiplier=multiplier, strides=(2, 1),
+             dilations=(1, 2), padding="SAME", data_format=data_format, dtype=dtype)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("padding,pads", [("VALID", NO_PADS), ("EXPLICIT", ((0, 3), (2, 1)))],
+                         ids=["VALID", "EXPLICIT"])
+def test_padding_format_dtype_grid(rng, padding, pads, data_format, dtype):
+    """VALID and asymmetric EXPLICIT padding in both layouts and all float dtypes match the reference."""
+    run_case(rng, x_shape=(2, 6, 5, 2), filt_hw=(3, 3), multiplier=3, strides=(1, 2), dilations=(2, 1),
+             padding=padding, pads=pads, data_format=data_format, dtype=dtype)
+
+
+def test_channel_multiplier_mapping():
+    """filter[:, :, c, m] collects input channel c against out_backprop channel c*M+m only."""
+    c_, m_ = 3, 2
+    x = np.zeros((1, 2, 2, c_))
+    x[..., 2] = 1.0
+    x[..., 1] = 100.0  # channel 1 meets only out_backprop channels 2 and 3, which are zero
+    dy = np.zeros((1, 2, 2, c_ * m_))
+    dy[..., 5] = 1.0  # (c=2, m=1)
+    got = gradops.depthwise_conv2d_native_backprop_filter(x, [1, 1, c_, m_], dy, [1, 1, 1, 1], "VALID")
+    expected = np.zeros((1, 1, c_, m_))
+    expected[0, 0, 2, 1] = 4.0  # four positions of 1 * 1
+    np.testing.assert_array_equal(got, expected)
+
+
+def test_golden_example():
+    """A hand-computed 1-D-like case: 1x3 input, 1x2 filter, VALID, multiplier 1.
+
+    forward: y0 = x0*w0 + x1*w1, y1 = x1*w0 + x2*w1, with x = [1, 2, 3] and dy = [1, 10]:
+    dw0 = x0*dy0 + x1*dy1 = 1 + 20 = 21, dw1 = x1*dy0 + x2*dy1 = 2 + 30 = 32.
+    """
+    x = np.array([1.0, 2.0, 3.0]).reshape(1, 1, 3, 1)
+    dy = np.array([1.0, 10.0]).reshape(1, 1, 2, 1)
+    got = gradops.depthwise_conv2d_native_backprop_filter(x, [1, 2, 1, 1], dy, [1, 1, 1, 1], "VALID")
+    np.testing.assert_array_equal(got.ravel(), [21.0, 32.0])
+
+
+# --------------------------------------------------------------------------- adjoint identity
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("padding,pads", [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((1, 2), (0, 1)))],
+                         ids=["SAME", "VALID", "EXPLICIT"])
+def test_adjoint_identity(rng, padding, pads, data_format):
+    """<depthwise_conv2d_native(x, w), dy> == <w, backprop_filter(x, w.shape, dy)> in float64."""
+    x = rng.standard_normal(to_format(np.empty((2, 7, 6, 3)), data_format).shape)
+    w = rng.standard_normal((3, 2, 3, 2))
+    args = dict(strides=attr4(2, 1, data_format), padding=padding,
+                explicit_paddings=explicit8(pads, data_format) if padding == "EXPLICIT" else [],
+                data_format=data_format, dilations=attr4(1, 2, data_format))
+    y = gradops.depthwise_conv2d_native(x, w, **args)
+    x_nhwc = x if data_format == "NHWC" else x.transpose(0, 2, 3, 1)
+    ref_y = conv2d(x_nhwc, depthwise_to_hwio(w), (2, 1), padding, (1, 2), pads)
+    assert_close(y, to_format(ref_y, data_format), np.float64)  # the forward op itself is right
+    dy = rng.standard_normal(y.shape)
+    dw = gradops.depthwise_conv2d_native_backprop_filter(x, np.array(w.shape), dy, **args)
+    lhs, rhs = float(np.sum(y * dy)), float(np.sum(w * dw))
+    assert abs(lhs - rhs) <= 1e-10 * max(1.0, float(np.sum(np.abs(y * dy))))
+
+
+# --------------------------------------------------------------------------- hypothesis
+
+
+@st.composite
+def depthwise_cases(draw):
+    n = draw(st.integers(1, 2))
+    h, w = draw(st.integers(1, 6)), draw(st.integers(1, 6))
+    c, m = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    fr, fc = draw(st.integers(1, 3)), draw(st.integers(1, 3))
+    strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    dilations = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
+    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
+    pads = NO_PADS
+    if padding == "EXPLICIT":
+        pads = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
+    oh, ow = out_hw((h, w), (fr, fc), strides, dilations, padding, pads)
+    assume(oh > 0 and ow > 0)
+    return dict(x_shape=(n, h, w, c), filt_hw=(fr, fc), multiplier=m, strides=strides, dilations=dilations,
+                padding=padding, pads=pads, data_format=draw(st.sampled_from(["NHWC", "NCHW"])),
+                dtype=draw(st.sampled_from(FLOAT_DTYPES)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(case=depthwise_cases(), seed=st.integers(0, 2**32 - 1))
+def test_property_matches_reference(case, seed):
+    """Random shapes, strides, dilations, paddings, layouts and dtypes all match the loop reference."""
+    run_case(np.random.default_rng(seed), **case)
+
+
+# --------------------------------------------------------------------------- edge cases
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("x_shape,filter_sizes", [((0, 4, 4, 2), (3, 3, 2, 2)), ((1, 4, 4, 0), (3, 3, 0, 2)),
+                                                  ((2, 4, 4, 2), (3, 3, 2, 0)), ((2, 4, 4, 2), (0, 3, 2, 2))],
+                         ids=["batch0", "depth0", "multiplier0", "rows0"])
+def test_empty_tensors(x_shape, filter_sizes, dtype):
+    """Empty batch, depth, multiplier or filter gives zeros of filter_sizes in the input's dtype."""
+    n, h, w, c = x_shape
+    x = np.ones(x_shape, dtype)
+    dy = np.ones((n, h, w, c * filter_sizes[3]), dtype)
+    got = gradops.depthwise_conv2d_native_backprop_filter(x, list(filter_sizes), dy, [1, 1, 1, 1], "SAME")
+    assert isinstance(got, np.ndarray)
+    assert got.shape == filter_sizes and got.dtype == np.dtype(dtype)
+    assert not np.any(got.astype(np.float64))
+
+
+def test_nonfinite_values_stay_where_tf_puts_them():
+    """An inf in the input reaches only the taps that read it (padded zeros are never multiplied)."""
+    x = np.ones((1, 3, 3, 1))
+    x[0, 0, 0, 0] = np.inf
+    dy = np.ones((1, 3, 3, 1))
+    got = gradops.depthwise_conv2d_native_backprop_filter(x, [3, 3, 1, 1], dy, [1, 1, 1, 1], "SAME")
+    ref, _ = expected_grad(x, (3, 3, 1, 1), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+    np.testing.assert_array_equal(got, ref)
+    assert not np.isnan(got).any()
+
+
+def test_dilations_are_honoured(rng):
+    """dilations [1,2,2,1] differ from [1,1,1,1] and match the dilated reference (TF ignores them)."""
+    x = rng.standard_normal((1, 7, 7, 2))
+    dy = rng.standard_normal((1, 7, 7, 4))
+    plain = gradops.depthwise_conv2d_native_backprop_filter(x, [3, 3, 2, 2], dy, [1, 1, 1, 1], "SAME")
+    dilated = gradops.depthwise_conv2d_native_backprop_filter(x, [3, 3, 2, 2], dy, [1, 1, 1, 1], "SAME",
+                                                              dilations=[1, 2, 2, 1])
+    assert not np.allclose(plain, dilated)
+    ref, scale = expected_grad(x, (3, 3, 2, 2), dy, (1, 1), "SAME", (2, 2), NO_PADS)
+    assert_close(dilated, ref, np.float64, scale)
+
+
+def test_keyword_arguments_with_tf_names(rng):
+    """All arguments can be passed by TF's names, in any order, including explicit_paddings."""
+    x = rng.standard_normal((1, 3, 4, 2)).astype(np.float32)
+    dy = rng.standard_normal((1, 2, 4, 2)).astype(np.float32)
+    got = gradops.depthwise_conv2d_native_backprop_filter(
+        dilations=[1, 1, 1, 1], data_format="NCHW", explicit_paddings=[0, 0, 0, 0, 1, 0, 0, 1],
+        padding="EXPLICIT", strides=[1, 1, 2, 1], out_backprop=dy.transpose(0, 3, 1, 2),
+        input=x.transpose(0, 3, 1, 2), filter_sizes=np.array([2, 2, 2, 1], np.int32))
+    assert type(got) is np.ndarray and got.dtype == np.float32 and got.shape == (2, 2, 2, 1)
+    ref, scale = expected_grad(x, (2, 2, 2, 1), dy, (2, 1), "EXPLICIT", (1, 1), ((1, 0), (0, 1)))
+    assert_close(got, ref, np.float32, scale)
+
+
+@pytest.mark.parametrize("kwargs,word", [
+    (dict(filter_sizes=[3, 3, 2]), "filter_sizes"),
+    (dict(filter_sizes=[3, 3, 2, 2, 1]), "filter_sizes"),
+    (dict(filter_sizes=[[3, 3, 2, 2]]), "filter_sizes"),
+    (dict(filter_sizes=[3, -3, 2, 2]), "Dimension 1 of filter_sizes"),
+    (dict(filter_sizes=[3, 3, 3, 2]), "in_depth"),
+    (dict(filter_sizes=[3, 3, 2, 3]), "depth_multiplier"),
+    (dict(input=np.zeros((2, 4, 4, 2))), "batch"),
+    (dict(input=np.zeros((4, 4, 2))), "input"),
+    (dict(strides=[2, 1, 1, 1]), "strides"),
+    (dict(dilations=[1, 1, 1, 2]), "dilations"),
+    (dict(padding="EXPLICIT"), "explicit_paddings"),
+    (dict(padding="FULL"), "padding"),
+    (dict(data_format="NCWH"), "data_format"),
+    (dict(out_backprop=np.zeros((1, 3, 4, 4))), "rows"),
+    (dict(input=np.zeros((1, 4, 4, 2), np.int32)), "input has dtype int32"),
+], ids=["sizes_len3", "sizes_len5", "sizes_2d", "sizes_negative", "depth_mismatch", "multiplier_mismatch",
+        "batch_mismatch", "input_rank", "batch_stride", "depth_dilation", "explicit_missing", "bad_padding",
+        "bad_format", "bad_out_rows", "int_input"])
+def test_invalid_arguments(kwargs, word):
+    """Malformed calls raise InvalidArgumentError naming the offending argument."""
+    args = dict(input=np.zeros((1, 4, 4, 2)), filter_sizes=[3, 3, 2, 2], out_backprop=np.zeros((1, 4, 4, 4)),
+                strides=[1, 1, 1, 1], padding="SAME")
+    args.update(kwargs)
+    with pytest.raises(gradops.InvalidArgumentError, match=word):
+        gradops.depthwise_conv2d_native_backprop_filter(**args)
+
+
+@pytest.mark.parametrize("kwargs", [dict(filter_sizes=[3.0, 3.0, 2.0, 2.0]), dict(strides="1111")],
+                         ids=["float_sizes", "string_strides"])
+def test_type_errors(kwargs):
+    """Wrongly typed arguments raise TypeError, as TF's type checks do."""
+    args = dict(input=np.zeros((1, 4, 4, 2)), filter_sizes=[3, 3, 2, 2], out_backprop=np.zeros((1, 4, 4, 4)),
+                strides=[1, 1, 1, 1], padding="SAME")
+    args.update(kwargs)
+    with pytest.raises(TypeError):
+        gradops.depthwise_conv2d_native_backprop_filter(**args)
+
+
+def test_mixed_dtypes_refused():
+    """input and out_backprop must share one dtype (TF's T)."""
+    with pytest.raises(gradops.InvalidArgumentError, match="dtype"):
+        gradops.depthwise_conv2d_native_backprop_filter(np.zeros((1, 4, 4, 2), np.float32), [3, 3, 2, 2],
+                                                        np.zeros((1, 4, 4, 4)), [1, 1, 1, 1], "SAME")
+
+
+# --------------------------------------------------------------------------- TensorFlow parity
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("padding,pads", [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((1, 0), (2, 1)))],
+                         ids=["SAME", "VALID", "EXPLICIT"])
+@pytest.mark.parametrize("stride", [1, 2], ids=["s1", "s2"])
+def test_matches_tensorflow(tf, rng, stride, padding, pads, dtype):
+    """TF's DepthwiseConv2dNativeBackpropFilter (NHWC, equal strides, no dilation) agrees."""
+    x_shape, multiplier = (2, 7, 6, 3), 2
+    oh, ow = out_hw(x_shape[1:3], (3, 3), (stride, stride), (1, 1), padding, pads)
+    x = random_array(rng, x_shape, dtype)
+    dy = random_array(rng, (2, oh, ow, 3 * multiplier), dtype)
+    sizes = (3, 3, 3, multiplier)
+    args = dict(strides=[1, stride, stride, 1], padding=padding,
+                explicit_paddings=explicit8(pads, "NHWC") if padding == "EXPLICIT" else [])
+    tf_dtype = tf.bfloat16 if np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16) else tf.as_dtype(dtype)
+    expected = tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+        input=tf.constant(x, tf_dtype), filter_sizes=tf.constant(sizes, tf.int32),
+        out_backprop=tf.constant(dy, tf_dtype), **args).numpy()
+    got = gradops.depthwise_conv2d_native_backprop_filter(x, np.array(sizes), dy, **args)
+    assert got.dtype == np.dtype(dtype) and got.shape == sizes
+    _, scale = expected_grad(x, sizes, dy, (stride, stride), padding, (1, 1), pads)
+    # TF itself rounds (it may accumulate half types in half), so allow two roundings' worth.
+    assert_close(got, expected.astype(np.float64), dtype, 2 * scale)
+
+
+@pytest.mark.parametrize("kwargs", [dict(filter_sizes=[3, 3, 3, 2]), dict(filter_sizes=[3, 3, 2, 3]),
+                                    dict(out_backprop=np.zeros((1, 3, 4, 4), np.float32)),
+                                    dict(filter_sizes=[3, 3, 2])],
+                         ids=["depth_mismatch", "multiplier_mismatch", "bad_out_rows", "sizes_len3"])
+def test_tensorflow_refuses_the_same_calls(tf, kwargs):
+    """Calls gradops refuses, TF refuses too (the validation is not stricter than the spec)."""
+    args = dict(input=np.zeros((1, 4, 4, 2), np.float32), filter_sizes=[3, 3, 2, 2],
+                out_backprop=np.zeros((1, 4, 4, 4), np.float32), strides=[1, 1, 1, 1], padding="SAME")
+    args.update(kwargs)
+    with pytest.raises(gradops.InvalidArgumentError):
+        gradops.depthwise_conv2d_native_backprop_filter(**args)
+    with pytest.raises((tf.errors.InvalidArgumentError, ValueError)):
+        tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+            input=args["input"], filter_sizes=tf.constant(args["filter_sizes"], tf.int32),
+            out_backprop=args["out_backprop"], strides=args["strides"], padding=args["padding"])
