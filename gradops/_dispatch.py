@@ -35,6 +35,7 @@ _MODULES = {
 CUDNN_OPS = frozenset({
     "conv2d", "conv2d_backprop_filter", "conv2d_backprop_filter_v2", "conv2d_backprop_input",
     "conv2d_backprop_input_v2", "depthwise_conv2d_native", "depthwise_conv2d_native_backprop_input",
+    "depthwise_conv2d_native_backprop_filter",
 })
 
 

@@ -69,16 +69,16 @@ def arrays_for(rng, g, dtype):
 def expected(op, g, x, f, dy):
     """gradops' NumPy backend in float64 on the same (already rounded) values."""
     x, f, dy = (a.astype(np.float64) for a in (x, f, dy))
-    if op == "conv2d_backprop_filter":
-        return numpy_backend.conv2d_backprop_filter(g, x, dy)
+    if op in ("conv2d_backprop_filter", "depthwise_conv2d_native_backprop_filter"):
+        return getattr(numpy_backend, op)(g, x, dy)
     if op in ("conv2d_backprop_input", "depthwise_conv2d_native_backprop_input"):
         return getattr(numpy_backend, op)(g, f, dy)
     return getattr(numpy_backend, op)(g, x, f)
 
 
 def run_backend(module, op, g, x, f, dy):
-    if op == "conv2d_backprop_filter":
-        return module.conv2d_backprop_filter(g, x, dy)
+    if op in ("conv2d_backprop_filter", "depthwise_conv2d_native_backprop_filter"):
+        return getattr(module, op)(g, x, dy)
     if op in ("conv2d_backprop_input", "depthwise_conv2d_native_backprop_input"):
         return getattr(module, op)(g, f, dy)
     return getattr(module, op)(g, x, f)
@@ -100,6 +100,9 @@ DEPTHWISE_CASES = {
     "explicit-s12-d21-m3": dict(h=6, w=7, groups=4, cg=1, og=3, r=2, s=3, strides=(1, 2), dilations=(2, 1),
                                 padding="EXPLICIT", pads=((1, 2), (0, 1))),
 }
+
+DEPTHWISE_OPS = ["depthwise_conv2d_native_backprop_input", "depthwise_conv2d_native_backprop_filter",
+                 "depthwise_conv2d_native"]
 
 # --------------------------------------------------------------------------- simulated cuDNN Frontend
 
@@ -405,12 +408,16 @@ def test_fake_cudnn_dtypes_and_layouts(fake, rng, op, case, layout, dtype):
 
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("case", list(DEPTHWISE_CASES))
-@pytest.mark.parametrize("op", ["depthwise_conv2d_native_backprop_input", "depthwise_conv2d_native"])
+@pytest.mark.parametrize("op", DEPTHWISE_OPS)
 def test_fake_cudnn_depthwise_as_grouped_convolution(fake, rng, op, case, layout):
     g = geometry_of(op, layout, 2, depthwise=True, **DEPTHWISE_CASES[case])
     x, f, dy = arrays_for(rng, g, np.float32)
-    assert_close(run_backend(cudnn_backend, op, g, x, f, dy), expected(op, g, x, f, dy), np.float32)
-    w = next(t for t in fake.graphs[-1].tensors if t.name == "w")
+    got = run_backend(cudnn_backend, op, g, x, f, dy)
+    assert got.shape == expected(op, g, x, f, dy).shape
+    assert_close(got, expected(op, g, x, f, dy), np.float32)
+    kind, _, _, out = fake.graphs[-1].node
+    assert kind == cudnn_backend.OPS[op]
+    w = out if kind == "wgrad" else next(t for t in fake.graphs[-1].tensors if t.name == "w")
     assert w.dim[0] == g.out_depth and w.dim[1] == 1  # [C*M, 1, R, S], groups = C
 
 
@@ -757,7 +764,7 @@ REAL_FRONTEND_CASES = [  # (op, layout, dtype, geometry_of arguments)
       for op in CONV_OPS for layout in ("NHWC", "NCHW") for dtype in HALF_AND_FLOAT
       for groups, strides, dilations in ((1, (1, 1), (1, 1)), (2, (2, 1), (1, 2)))],
     *[(op, layout, np.float32, dict(DEPTHWISE_CASES["same-s2-m2"], n=1, depthwise=True))
-      for op in ("depthwise_conv2d_native_backprop_input", "depthwise_conv2d_native") for layout in ("NHWC", "NCHW")],
+      for op in DEPTHWISE_OPS for layout in ("NHWC", "NCHW")],
 ]
 
 
@@ -974,6 +981,9 @@ def _public_call(op, g, x, f, dy, backend, layout_kw):
     elif op == "depthwise_conv2d_native_backprop_input":
         out = gradops.depthwise_conv2d_native_backprop_input(list(g.input_shape), fg, dyg, **layout_kw,
                                                              backend=backend)
+    elif op == "depthwise_conv2d_native_backprop_filter":
+        out = gradops.depthwise_conv2d_native_backprop_filter(xg, list(g.filter_shape), dyg, **layout_kw,
+                                                              backend=backend)
     elif op == "depthwise_conv2d_native":
         out = gradops.depthwise_conv2d_native(xg, fg, **layout_kw, backend=backend)
     else:
@@ -1027,7 +1037,7 @@ def test_gpu_cudnn_dtypes_layouts_match_numpy(rng, op, case, layout, dtype):
 @gpu
 @pytest.mark.parametrize("layout", ["NHWC", "NCHW"])
 @pytest.mark.parametrize("case", list(DEPTHWISE_CASES))
-@pytest.mark.parametrize("op", ["depthwise_conv2d_native_backprop_input", "depthwise_conv2d_native"])
+@pytest.mark.parametrize("op", DEPTHWISE_OPS)
 def test_gpu_cudnn_depthwise_matches_numpy(rng, op, case, layout):
     g, x, f, dy, kw = _gpu_case(rng, op, layout, np.float32, depthwise=True, **DEPTHWISE_CASES[case])
     try:

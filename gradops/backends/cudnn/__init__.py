@@ -1,8 +1,8 @@
 """cuDNN through NVIDIA's cuDNN Frontend Python package (``import cudnn``, pinned 1.28.0).
 
-Ops: conv2d_backprop_filter (wgrad graph), conv2d_backprop_input and
-depthwise_conv2d_native_backprop_input (dgrad graphs; depthwise as the grouped filter
-[C*M, 1, R, S] with groups = C), and the forward conv2d / depthwise_conv2d_native (fprop),
+Ops: conv2d_backprop_filter and depthwise_conv2d_native_backprop_filter (wgrad graphs),
+conv2d_backprop_input and depthwise_conv2d_native_backprop_input (dgrad graphs); depthwise
+as the grouped filter [C*M, 1, R, S] with groups = C), and the forward conv2d / depthwise_conv2d_native (fprop),
 for float16, bfloat16 and float32.  cuDNN graphs have no float64 convolutions: those calls
 go to gradops' CUDA kernels (``supports`` says so).  Arrays are CuPy arrays on the current
 device; results are new CuPy arrays in the input dtype.
@@ -33,6 +33,7 @@ OPS = {
     "conv2d_backprop_input": DGRAD,
     "depthwise_conv2d_native_backprop_input": DGRAD,
     "conv2d_backprop_filter": WGRAD,
+    "depthwise_conv2d_native_backprop_filter": WGRAD,
 }
 DTYPES = ("float16", "bfloat16", "float32")
 
@@ -150,6 +151,15 @@ def conv2d_backprop_filter(geometry, input, out_backprop):
     if is_empty(geometry):
         return _graphs.runtime.xp.zeros(geometry.filter_shape, dtype=input.dtype)
     return _filter_gradient(_cudnn(), get_options(), geometry, input, out_backprop)
+
+
+def depthwise_conv2d_native_backprop_filter(geometry, input, out_backprop):
+    """Depthwise filter gradient [R, S, C, M]: a grouped wgrad (groups = C) whose HWIO result
+    [R, S, 1, C*M] holds channel c * M + m, i.e. [R, S, C, M] in memory order."""
+    if is_empty(geometry):
+        return _graphs.runtime.xp.zeros(geometry.filter_shape, dtype=input.dtype)
+    dw = _filter_gradient(_cudnn(), get_options(), geometry, input, out_backprop)
+    return dw.reshape(geometry.filter_shape)
 
 
 def conv2d_backprop_input(geometry, filter, out_backprop):
