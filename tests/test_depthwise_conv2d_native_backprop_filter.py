@@ -5,7 +5,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import gradops
@@ -331,3 +331,277 @@ def test_tensorflow_refuses_the_same_calls(tf, kwargs):
         tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
             input=args["input"], filter_sizes=tf.constant(args["filter_sizes"], tf.int32),
             out_backprop=args["out_backprop"], strides=args["strides"], padding=args["padding"])
+
+
+# --------------------------------------------------------------------------- CUDA kernel
+#
+# The kernel source runs on the CPU through tests/cuda_host.py (the "host" / "cuda-host"
+# fixture cases, everywhere) and, marked gpu, through CuPy on a GPU.
+
+import importlib  # noqa: E402
+
+from conftest import to_gpu, to_host  # noqa: E402
+from gradops._geometry import conv2d_geometry  # noqa: E402
+
+cuda_launcher = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+
+CUDA_GEOMETRIES = [  # (filt_hw, strides, dilations)
+    ((3, 3), (1, 1), (1, 1)), ((3, 3), (2, 2), (1, 1)), ((5, 5), (1, 1), (1, 1)), ((3, 3), (1, 1), (2, 2)),
+    ((5, 5), (2, 2), (2, 1)), ((3, 3), (1, 2), (1, 1)), ((3, 2), (2, 3), (2, 1)), ((1, 1), (3, 2), (1, 1)),
+    ((7, 1), (1, 1), (1, 1)),
+]
+CUDA_GEOMETRY_IDS = [f"f{f[0]}x{f[1]}-s{s[0]}x{s[1]}-d{d[0]}x{d[1]}" for f, s, d in CUDA_GEOMETRIES]
+CUDA_PADDINGS = [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1, 3))), ("EXPLICIT", ((0, 5), (4, 0)))]
+CUDA_PADDING_IDS = ["SAME", "VALID", "EXPLICIT", "EXPLICIT_wide"]
+CUDA_X_SHAPE = (2, 11, 10, 2)
+
+
+def geometry_of(kwargs):
+    """The validated geometry of a make_case call (what the launcher receives)."""
+    return conv2d_geometry(OP, kwargs["input"].shape, tuple(kwargs["filter_sizes"]), kwargs["out_backprop"].shape,
+                           kwargs["strides"], kwargs["padding"], kwargs["explicit_paddings"],
+                           kwargs["data_format"], kwargs["dilations"], depthwise=True)
+
+
+def check_cuda(kwargs, x, dy, case, backend="cuda", **launcher_kw):
+    """The GPU result (public API, or the launcher with ``launcher_kw`` forced) has the right
+    type, shape and dtype and matches the loops and the NumPy backend."""
+    import cupy
+
+    dtype = np.dtype(kwargs["input"].dtype)
+    gpu = dict(kwargs, input=to_gpu(kwargs["input"]), out_backprop=to_gpu(kwargs["out_backprop"]))
+    if launcher_kw:
+        got = cuda_launcher.depthwise_conv2d_native_backprop_filter(geometry_of(kwargs), gpu["input"],
+                                                                    gpu["out_backprop"], **launcher_kw)
+    else:
+        got = gradops.depthwise_conv2d_native_backprop_filter(**gpu, backend=backend)
+    assert isinstance(got, cupy.ndarray)
+    sizes = tuple(int(v) for v in kwargs["filter_sizes"])
+    assert got.dtype == dtype and got.shape == sizes
+    got = to_host(got)
+    ref, scale = expected_grad(x, sizes, dy, case["strides"], case["padding"], case["dilations"], case["pads"])
+    assert_close(got, ref, dtype, scale)
+    numpy_result = gradops.depthwise_conv2d_native_backprop_filter(**kwargs, backend="numpy")
+    assert_close(got, numpy_result, dtype, 2 * scale)  # two roundings: each side's own
+    return got
+
+
+def cuda_case(rng, **case):
+    case = dict(dict(strides=(1, 1), dilations=(1, 1), padding="VALID", pads=NO_PADS), **case)
+    kwargs, x, dy, _ = make_case(rng, **case)
+    return kwargs, x, dy, case
+
+
+def test_instantiations_cover_every_launch():
+    """Every dtype x layout x index width of the partial kernel, and every dtype's reduction."""
+    from gradops.backends.cuda import _build
+
+    listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
+    assert len(listed) == 4 * (2 * 2 + 1)
+    for dtype in FLOAT_DTYPES:
+        assert cuda_launcher._reduce_expression(dtype) in listed
+        for data_format in ("NHWC", "NCHW"):
+            for bits in (32, 64):
+                assert cuda_launcher._partial_expression(dtype, data_format, bits) in listed
+    assert cuda_launcher.__name__ in _build.LAUNCHERS
+    assert set(listed) <= set(_build.all_instantiations()[cuda_launcher.SOURCE])
+
+
+def test_slicing_is_a_function_of_the_geometry():
+    """Slices cover every (batch, out_row) once, none empty, about TARGET_PARTIALS partial sums."""
+    for batch, rows, channels, filt in ((1, 1, 1, 1), (8, 56, 32, 3), (128, 112, 32, 3), (2, 5, 1024, 5),
+                                        (1, 300, 4096, 7)):
+        g = conv2d_geometry(OP, (batch, rows, rows, channels), (filt, filt, channels, 1),
+                            (batch, rows, rows, channels), [1, 1, 1, 1], "SAME", [], "NHWC", [1, 1, 1, 1],
+                            depthwise=True)
+        slices, per = cuda_launcher.slicing(g)
+        assert slices >= 1 and per >= 1
+        assert (slices - 1) * per < batch * rows <= slices * per
+        assert slices * filt * filt * channels <= max(cuda_launcher.TARGET_PARTIALS, filt * filt * channels)
+
+
+def test_32_bit_indices_only_where_they_fit():
+    def geometry(x_shape, multiplier=1, pads=None):
+        n, h, w, c = x_shape
+        padding, explicit = ("EXPLICIT", [0, 0, *pads, 0, 0]) if pads else ("SAME", [])
+        oh = h + (sum(pads[:2]) - 2 if pads else 0)
+        ow = w + (sum(pads[2:]) - 2 if pads else 0)
+        return conv2d_geometry(OP, x_shape, (3, 3, c, multiplier), (n, oh, ow, c * multiplier), [1, 1, 1, 1],
+                               padding, explicit, "NHWC", [1, 1, 1, 1], depthwise=True)
+
+    assert cuda_launcher.fits_int32(geometry((1, 46340, 46340, 1)), 1, 256)
+    assert not cuda_launcher.fits_int32(geometry((1, 46341, 46500, 1)), 1, 256)
+    assert not cuda_launcher.fits_int32(geometry((1, 1024, 1024, 1024), 2), 1, 256)  # out_backprop 2**31
+    assert not cuda_launcher.fits_int32(geometry((1, 4, 4, 1), pads=[2**31, 0, 0, 0]), 1, 256)  # padded rows
+
+
+@pytest.mark.parametrize("padding,pads", CUDA_PADDINGS, ids=CUDA_PADDING_IDS)
+@pytest.mark.parametrize("filt_hw,strides,dilations", CUDA_GEOMETRIES, ids=CUDA_GEOMETRY_IDS)
+def test_cuda_geometry_grid(cuda_device, rng, filt_hw, strides, dilations, padding, pads):
+    """Filter sizes, strides (unequal too), dilations and paddings, both layouts, float64."""
+    for data_format in ("NHWC", "NCHW"):
+        kwargs, x, dy, case = cuda_case(rng, x_shape=CUDA_X_SHAPE, filt_hw=filt_hw, multiplier=2, strides=strides,
+                                        dilations=dilations, padding=padding, pads=pads, data_format=data_format)
+        check_cuda(kwargs, x, dy, case)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("multiplier", [1, 2, 3], ids=lambda m: f"M{m}")
+def test_cuda_multiplier_format_dtype_grid(cuda_device, rng, multiplier, data_format, dtype):
+    """Multipliers 1-3, both layouts, all element types (accumulating in float for half types)."""
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 7, 6, 3), filt_hw=(3, 2), multiplier=multiplier,
+                                    strides=(2, 1), dilations=(1, 2), padding="SAME", data_format=data_format,
+                                    dtype=dtype)
+    check_cuda(kwargs, x, dy, case)
+
+
+@pytest.mark.parametrize("slices", [1, 2, 3, 7, 1000], ids=lambda s: f"slices{s}")
+@pytest.mark.parametrize("index_bits", [32, 64])
+def test_cuda_slices_and_index_widths(cuda_device, rng, slices, index_bits):
+    """Every slice count (one slice, uneven runs, one row per slice) and both index widths."""
+    for data_format in ("NHWC", "NCHW"):
+        kwargs, x, dy, case = cuda_case(rng, x_shape=(3, 9, 8, 2), filt_hw=(3, 3), multiplier=2, strides=(2, 1),
+                                        padding="SAME", data_format=data_format)
+        check_cuda(kwargs, x, dy, case, slices=slices, index_bits=index_bits)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=depthwise_cases(), seed=st.integers(0, 2**32 - 1), slices=st.integers(1, 9))
+def test_cuda_property(cuda_device, case, seed, slices):
+    """Random shapes, strides, dilations, paddings, layouts, dtypes and slice counts."""
+    kwargs, x, dy, case = cuda_case(np.random.default_rng(seed), **case)
+    check_cuda(kwargs, x, dy, case, slices=slices)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("x_shape,filter_sizes", [((0, 4, 4, 2), (3, 3, 2, 2)), ((1, 4, 4, 0), (3, 3, 0, 2)),
+                                                  ((2, 4, 4, 2), (3, 3, 2, 0)), ((2, 4, 4, 2), (0, 3, 2, 2))],
+                         ids=["batch0", "depth0", "multiplier0", "rows0"])
+def test_cuda_empty_tensors(cuda_device, x_shape, filter_sizes, dtype):
+    """Empty tensors give zeros of filter_sizes in the input's dtype on the GPU."""
+    import cupy
+
+    n, h, w, c = x_shape
+    x = to_gpu(np.ones(x_shape, dtype))
+    dy = to_gpu(np.ones((n, h, w, c * filter_sizes[3]), dtype))
+    got = gradops.depthwise_conv2d_native_backprop_filter(x, list(filter_sizes), dy, [1, 1, 1, 1], "SAME",
+                                                          backend="cuda")
+    assert isinstance(got, cupy.ndarray) and got.shape == filter_sizes and got.dtype == np.dtype(dtype)
+    assert not np.any(to_host(got).astype(np.float64))
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+def test_cuda_deterministic(cuda_device, rng, dtype):
+    """Repeated calls give bitwise-identical results (no atomics; a fixed summation order)."""
+    kwargs, _, _, _ = cuda_case(rng, x_shape=(4, 12, 11, 3), filt_hw=(3, 3), multiplier=2, padding="SAME",
+                                dtype=dtype)
+    gpu = dict(kwargs, input=to_gpu(kwargs["input"]), out_backprop=to_gpu(kwargs["out_backprop"]))
+    first = to_host(gradops.depthwise_conv2d_native_backprop_filter(**gpu, backend="cuda"))
+    for _ in range(3):
+        again = to_host(gradops.depthwise_conv2d_native_backprop_filter(**gpu, backend="cuda"))
+        assert first.tobytes() == again.tobytes()
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_cuda_non_contiguous_and_nonfinite_inputs(cuda_device, rng, data_format):
+    """Strided views are read correctly, and an Inf in the input reaches only the taps that read it."""
+    x = np.ones((1, 3, 3, 1))
+    x[0, 0, 0, 0] = np.inf
+    dy = np.ones((1, 3, 3, 1))
+    got = gradops.depthwise_conv2d_native_backprop_filter(to_gpu(x), [3, 3, 1, 1], to_gpu(dy), [1, 1, 1, 1], "SAME",
+                                                          backend="cuda")
+    ref, _ = expected_grad(x, (3, 3, 1, 1), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+    np.testing.assert_array_equal(to_host(got), ref)
+
+    big = rng.standard_normal(to_format(np.empty((2, 12, 10, 6)), data_format).shape).astype(np.float32)
+    view_x = big[:, ::2] if data_format == "NCHW" else big[..., ::2]  # every other channel: 3
+    x_nhwc = view_x if data_format == "NHWC" else view_x.transpose(0, 2, 3, 1)
+    dy = random_array(rng, (2, 12, 10, 3), np.float32)
+    kw = dict(strides=[1, 1, 1, 1], padding="SAME", data_format=data_format)
+    got = gradops.depthwise_conv2d_native_backprop_filter(to_gpu(big)[:, ::2] if data_format == "NCHW"
+                                                          else to_gpu(big)[..., ::2], [3, 3, 3, 1],
+                                                          to_gpu(np.ascontiguousarray(to_format(dy, data_format))),
+                                                          **kw, backend="cuda")
+    ref, scale = expected_grad(np.ascontiguousarray(x_nhwc), (3, 3, 3, 1), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+    assert_close(to_host(got), ref, np.float32, scale)
+
+
+def test_cuda_default_dispatch_on_gpu_arrays(cuda_device, rng):
+    """backend=None on GPU arrays: cuDNN where available and supporting the call, else these kernels."""
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 6, 5, 2), filt_hw=(3, 3), multiplier=2, padding="SAME")
+    gpu = dict(kwargs, input=to_gpu(kwargs["input"]), out_backprop=to_gpu(kwargs["out_backprop"]))
+    got = gradops.depthwise_conv2d_native_backprop_filter(**gpu)
+    decision = gradops.last_backend_decision()
+    assert decision.op == OP and decision.backend in ("cuda", "cudnn")
+    ref, scale = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+    assert_close(to_host(got), ref, np.float64, scale)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=DTYPE_IDS[:3])
+def test_gpu_cudnn_and_cuda_kernels_agree(rng, dtype):
+    """Where cuDNN computes the call, it agrees with gradops' kernel within two roundings."""
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 9, 8, 4), filt_hw=(3, 3), multiplier=2, strides=(2, 2),
+                                    padding="SAME", dtype=dtype)
+    results = {}
+    for backend in ("cudnn", "cuda"):
+        try:
+            results[backend] = check_cuda(kwargs, x, dy, case, backend=backend)
+        except gradops.BackendUnavailableError as exc:
+            pytest.skip(f"{backend} does not support this case: {exc}")
+    _, scale = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (2, 2), "SAME", (1, 1), NO_PADS)
+    assert_close(results["cudnn"], results["cuda"].astype(np.float64), dtype, 2 * scale)
+
+
+# ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)
+
+PLANTED = {  # name: (text of the real source, its replacement)
+    "reduce-drops-the-last-slice": ("for (index_t z = 1; z < slices; ++z)", "for (index_t z = 1; z < slices - 1; ++z)"),
+    "last-slice-runs-past-the-batch": ("min(all_rows, first + rows_per_slice)", "first + rows_per_slice"),
+    "first-column-rounds-down": ("(-col_offset + stride_cols - 1) / stride_cols", "-col_offset / stride_cols"),
+    "last-column-dropped": ("min(out_cols, last_col / stride_cols + 1)", "min(out_cols, last_col / stride_cols)"),
+    "channel-of-output-wrong": ("const I c = k / multiplier;", "const I c = k % in_depth;"),
+    "dilation-ignored-on-rows": ("const I row_offset = r * dilation_rows - pad_top;", "const I row_offset = r - pad_top;"),
+}
+
+
+def run_planted_problem(rng):
+    """(launcher result, NumPy backend result): SAME padding, column stride 2, row dilation 2,
+    multiplier 2, and 4 uneven slices of the 10 (batch, out_row) pairs."""
+    import cupy  # the installed HostDevice: its arrays sit between NaN guards
+
+    kwargs, _, _, _ = cuda_case(rng, x_shape=(2, 5, 9, 3), filt_hw=(3, 3), multiplier=2, strides=(1, 2),
+                                dilations=(2, 1), padding="SAME")
+    got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+        geometry_of(kwargs), cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), slices=4)
+    return to_host(got), gradops.depthwise_conv2d_native_backprop_filter(**kwargs, backend="numpy")
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    import shutil
+
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    text, replacement = PLANTED[bug]
+    # The real source gets this problem right ...
+    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    got, want = run_planted_problem(np.random.default_rng(7))
+    assert_close(got, want, np.float64)
+
+    # ... and the edited one does not.
+    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
+    source = (tmp_path / cuda_launcher.SOURCE).read_text()
+    assert source.count(text) == 1, "the planted edit must match the source exactly once"
+    (tmp_path / cuda_launcher.SOURCE).write_text(source.replace(text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = run_planted_problem(np.random.default_rng(7))
+    except (AssertionError, cuda_host.HostLaunchError):
+        return  # refused: a write outside an array
+    with pytest.raises(AssertionError):
+        assert_close(got, want, np.float64)

@@ -19,6 +19,7 @@ _OPS = {
     "conv2d_backprop_input": "conv2d_backprop_input",
     "depthwise_conv2d_native": "conv2d",
     "depthwise_conv2d_native_backprop_input": "depthwise_conv2d_native_backprop_input",
+    "depthwise_conv2d_native_backprop_filter": "depthwise_conv2d_native_backprop_filter",
     "fractional_avg_pool_grad": "fractional_avg_pool_grad",
 }
 
@@ -68,6 +69,11 @@ def depthwise_conv2d_native(geometry, input, filter):
 def depthwise_conv2d_native_backprop_input(geometry, filter, out_backprop):
     return _launcher("depthwise_conv2d_native_backprop_input").depthwise_conv2d_native_backprop_input(
         geometry, filter, out_backprop)
+
+
+def depthwise_conv2d_native_backprop_filter(geometry, input, out_backprop):
+    return _launcher("depthwise_conv2d_native_backprop_filter").depthwise_conv2d_native_backprop_filter(
+        geometry, input, out_backprop)
 
 
 def fractional_avg_pool_grad(geometry, out_backprop):

@@ -34,6 +34,7 @@ CXX_STD = "c++17"
 #: Launcher modules, each with ``instantiations() -> {source file: [name expressions]}``.
 LAUNCHERS = (
     "gradops.backends.cuda.depthwise_conv2d_native_backprop_input",
+    "gradops.backends.cuda.depthwise_conv2d_native_backprop_filter",
     "gradops.backends.cuda.fractional_avg_pool_grad",
     "gradops.backends.cuda.conv2d",
     "gradops.backends.cuda.conv2d_backprop_filter",
