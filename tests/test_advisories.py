@@ -334,7 +334,8 @@ def test_cve_2022_35963_fractional_avg_pool_grad_negative_shape(any_backend):
 # --------------------------------------------------------------------------- convolution family
 
 CONV_FAMILY = ["conv2d", "conv2d_backprop_filter", "conv2d_backprop_input", "depthwise_conv2d_native",
-               "depthwise_conv2d_native_backprop_input"]
+               "depthwise_conv2d_native_backprop_input", "depthwise_conv2d_native_backprop_filter"]
+FILTER_GRADIENTS = ("conv2d_backprop_filter", "depthwise_conv2d_native_backprop_filter")
 
 
 def _family_call(backend, op, input_shape, filter_shape, out_shape, **attrs):
@@ -345,7 +346,7 @@ def _family_call(backend, op, input_shape, filter_shape, out_shape, **attrs):
     fn = getattr(gradops, op)
     if op in ("conv2d", "depthwise_conv2d_native"):
         return _call(fn, input=x, filter=w, backend=backend, **attrs)
-    if op == "conv2d_backprop_filter":
+    if op in FILTER_GRADIENTS:
         return _call(fn, input=x, filter_sizes=list(filter_shape), out_backprop=dy, backend=backend, **attrs)
     return _call(fn, input_sizes=list(input_shape), filter=w, out_backprop=dy, backend=backend, **attrs)
 
@@ -353,7 +354,7 @@ def _family_call(backend, op, input_shape, filter_shape, out_shape, **attrs):
 def _result_shape(op, input_shape, filter_shape, out_shape):
     if op in ("conv2d", "depthwise_conv2d_native"):
         return out_shape
-    return filter_shape if op == "conv2d_backprop_filter" else input_shape
+    return filter_shape if op in FILTER_GRADIENTS else input_shape
 
 
 @pytest.mark.parametrize("op", CONV_FAMILY)

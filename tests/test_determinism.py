@@ -40,6 +40,8 @@ def _calls(rng, dtype):
         ("conv2d", gradops.conv2d, (x, w, S1, "SAME"), {}),
         ("depthwise_conv2d_native_backprop_input", gradops.depthwise_conv2d_native_backprop_input,
          ([8, 33, 31, 16], wd, dyd, S1, "SAME"), {}),
+        ("depthwise_conv2d_native_backprop_filter", gradops.depthwise_conv2d_native_backprop_filter,
+         (x, list(wd.shape), dyd, S1, "SAME"), {}),
         ("depthwise_conv2d_native", gradops.depthwise_conv2d_native, (x, wd, S1, "SAME"), {}),
         ("fractional_avg_pool_grad", gradops.fractional_avg_pool_grad,
          ([8, 33, 31, 16], pool_dy, rows, cols, True), {}),

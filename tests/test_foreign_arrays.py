@@ -71,6 +71,8 @@ def test_mixed_host_and_gpu_arguments_get_a_clear_error(gpu_tensor, gpu_arg):
                                                          S1, "SAME"), id="conv2d_backprop_input"),
     pytest.param(lambda g: gradops.depthwise_conv2d_native_backprop_input(
         [1, 4, 4, 2], np.ones((3, 3, 2, 1), np.float32), g, S1, "SAME"), id="depthwise"),
+    pytest.param(lambda g: gradops.depthwise_conv2d_native_backprop_filter(
+        np.ones((1, 4, 4, 1), np.float32), [3, 3, 1, 3], g, S1, "SAME"), id="depthwise_filter"),
     pytest.param(lambda g: gradops.conv2d(g, np.ones((3, 3, 3, 2), np.float32), S1, "SAME"), id="conv2d"),
 ])
 def test_every_conv_op_refuses_mixed_locations(call):

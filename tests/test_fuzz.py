@@ -58,7 +58,7 @@ LONG = settings.get_profile("fuzz-long")
 
 CONV_OPS = ["conv2d_backprop_filter", "conv2d_backprop_filter_v2", "conv2d_backprop_input",
             "conv2d_backprop_input_v2", "conv2d", "depthwise_conv2d_native_backprop_input",
-            "depthwise_conv2d_native"]
+            "depthwise_conv2d_native_backprop_filter", "depthwise_conv2d_native"]
 POOL_OPS = ["fractional_avg_pool_grad", "fractional_avg_pool"]
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
@@ -114,6 +114,8 @@ def warm_up(small_host_memory):
             gradops.conv2d(x.transpose(0, 3, 1, 2), np.ones(sizes, dtype), [1, 1, 1, 1], "SAME", data_format="NCHW")
         gradops.depthwise_conv2d_native_backprop_input([2, 4, 4, 2], np.ones((3, 3, 2, 2), dtype),
                                                        np.ones((2, 4, 4, 4), dtype), [1, 1, 1, 1], "SAME")
+        gradops.depthwise_conv2d_native_backprop_filter(x, [3, 3, 2, 2], np.ones((2, 4, 4, 4), dtype),
+                                                        [1, 1, 1, 1], "SAME")
         gradops.depthwise_conv2d_native(x, np.ones((3, 3, 2, 1), dtype), [1, 1, 1, 1], "SAME")
         gradops.fractional_avg_pool_grad([2, 4, 4, 2], x[:, :2, :2], [0, 2, 4], [0, 2, 4], True)
         gradops.fractional_avg_pool(x, [0, 2, 4], [0, 2, 4], True)
@@ -281,6 +283,9 @@ def conv_calls(draw, op=None):
             kw["filter"] = dress(np.zeros(filt.shape, dtype), form())
         else:
             kw["filter_sizes"] = size(list(filt.shape))
+    elif op == "depthwise_conv2d_native_backprop_filter":
+        expected = reference.conv2d_backprop_filter(f64(x), hwio.shape, f64(dy), **geo).reshape(filt.shape)
+        kw.update(input=dress(x_l, form()), out_backprop=dress(dy_l, form()), filter_sizes=size(list(filt.shape)))
     elif op == "conv2d":
         expected = to_layout(reference.conv2d(f64(x), f64(hwio), **geo), layout)
         kw.update(input=dress(x_l, form()), filter=dress(filt, form()))

@@ -128,6 +128,8 @@ def test_depthwise_ops_propagate_like_ieee_loops(placement, dtype):
     assert_same_ieee(gradops.depthwise_conv2d_native_backprop_input(list(x.shape), filt, dy, **kw),
                      reference.conv2d_backprop_input(x.shape, hwio, f64(dy), **geo), dtype)
     assert_same_ieee(gradops.depthwise_conv2d_native(x, filt, **kw), reference.conv2d(f64(x), hwio, **geo), dtype)
+    assert_same_ieee(gradops.depthwise_conv2d_native_backprop_filter(x, list(filt.shape), dy, **kw),
+                     reference.conv2d_backprop_filter(f64(x), hwio.shape, f64(dy), **geo).reshape(filt.shape), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
@@ -273,6 +275,24 @@ def test_gpu_depthwise_propagates_like_numpy(geometry, placement, dtype, gpu_bac
         dy[...] = 0
     fn = gradops.depthwise_conv2d_native_backprop_input
     _check_on_backend(fn, gpu_backend, dtype, x_shape, filt, dy, **kw)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("placement", list(PLACEMENTS))
+@pytest.mark.parametrize("geometry", list(DEPTHWISE_GEOMETRIES))
+def test_gpu_depthwise_filter_gradient_propagates_like_numpy(geometry, placement, dtype, gpu_backend):
+    _gpu_or_skip(gpu_backend)
+    rng = np.random.default_rng(8)
+    spec = PLACEMENTS[placement]
+    x_shape, filter_shape, strides, padding = DEPTHWISE_GEOMETRIES[geometry]
+    x = with_specials(rng, tuple(x_shape), dtype, spec.get("x", {}))
+    kw = dict(strides=strides, padding=padding)
+    dy_shape = gradops.depthwise_conv2d_native(x, np.zeros(filter_shape, dtype), **kw, backend="numpy").shape
+    dy = with_specials(rng, dy_shape, dtype, spec.get("dy", {}))
+    if spec.get("dy_zero"):
+        dy[...] = 0
+    fn = gradops.depthwise_conv2d_native_backprop_filter
+    _check_on_backend(fn, gpu_backend, dtype, x, list(filter_shape), dy, **kw)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
