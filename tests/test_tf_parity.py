@@ -394,6 +394,11 @@ def _d(name, words, sizes=(1, 5, 5, 2), w=_WD, dy=_DY, strides=_S1, padding="SAM
                                             strides=list(strides), padding=padding))
 
 
+def _df(name, words, x=_X, fs=(3, 3, 2, 2), dy=_DY, strides=_S1, padding="SAME"):
+    return ("depthwise_filter", name, words, dict(input=x, filter_sizes=list(fs), out_backprop=dy,
+                                                   strides=list(strides), padding=padding))
+
+
 def _fr(name, words, shape=(2, 7, 5, 3), dy_shape=(2, 3, 2, 3), rseq=(0, 2, 4, 7), cseq=(0, 3, 5)):
     return ("fractional", name, words, dict(orig_input_tensor_shape=list(shape),
                                              out_backprop=np.ones(dy_shape, np.float32),
@@ -433,6 +438,14 @@ ERROR_CASES = [
     _d("zero_stride", ("strides",), strides=(1, 0, 0, 1)),
     _d("out_backprop_rows_mismatch", ("out_backprop",), dy=_DY[:, :4]),
     _d("batch_mismatch", ("batch",), sizes=(2, 5, 5, 2)),
+    _df("out_backprop_depth_mismatch", ("depth",), dy=_DY[..., :3]),
+    _df("filter_in_depth_mismatch", ("in_depth",), fs=(3, 3, 3, 2)),
+    _df("filter_sizes_3_entries", ("filter_sizes",), fs=(3, 3, 2)),
+    _df("negative_filter_sizes", ("filter_sizes",), fs=(3, -3, 2, 2)),
+    _df("stride_in_batch", ("strides",), strides=(2, 1, 1, 1)),
+    _df("zero_stride", ("strides",), strides=(1, 0, 0, 1)),
+    _df("out_backprop_rows_mismatch", ("out_backprop",), dy=_DY[:, :4]),
+    _df("batch_mismatch", ("batch",), x=np.ones((2, 5, 5, 2), np.float32)),
     _fr("row_sequence_too_short", ("row_pooling_sequence",), rseq=(0, 2, 4)),
     _fr("col_sequence_too_short", ("col_pooling_sequence",), cseq=(0, 3)),
     _fr("negative_row_sequence", ("row_pooling_sequence",), rseq=(-1, 2, 4, 7)),
@@ -449,9 +462,11 @@ ERROR_CASES = [
 ]
 
 _TF_OPS = {"filter": "Conv2DBackpropFilter", "input": "Conv2DBackpropInput",
-           "depthwise": "DepthwiseConv2dNativeBackpropInput", "fractional": "FractionalAvgPoolGrad"}
+           "depthwise": "DepthwiseConv2dNativeBackpropInput", "depthwise_filter": "DepthwiseConv2dNativeBackpropFilter",
+           "fractional": "FractionalAvgPoolGrad"}
 _GO_OPS = {"filter": gradops.conv2d_backprop_filter, "input": gradops.conv2d_backprop_input,
            "depthwise": gradops.depthwise_conv2d_native_backprop_input,
+           "depthwise_filter": gradops.depthwise_conv2d_native_backprop_filter,
            "fractional": gradops.fractional_avg_pool_grad}
 
 
@@ -461,7 +476,7 @@ def _tf_kwargs(op, kwargs):
         for key in ("orig_input_tensor_shape", "row_pooling_sequence", "col_pooling_sequence"):
             kw[key] = np.array(kw[key], np.int64)
     else:
-        key = "filter_sizes" if op == "filter" else "input_sizes"
+        key = "filter_sizes" if op in ("filter", "depthwise_filter") else "input_sizes"
         kw[key] = np.array(kw[key], np.int32)
     return kw
 
@@ -511,6 +526,23 @@ def test_depthwise_dilations_differ_from_tf_on_purpose(tf):
     np.testing.assert_allclose(want, undilated, rtol=1e-5, atol=1e-5)
     with pytest.raises(gradops.InvalidArgumentError, match="out_backprop"):
         gradops.depthwise_conv2d_native_backprop_input([1, 5, 5, 2], filt, dy, dilations=[1, 2, 2, 1], **kwargs)
+
+
+def test_depthwise_filter_gradient_dilations_differ_from_tf_on_purpose(tf):
+    """As for the input gradient: TF's DepthwiseConv2dNativeBackpropFilter ignores dilations
+    (its result equals the undilated one); gradops honours them and so refuses TF's
+    undilated out_backprop size."""
+    rng = np.random.default_rng(7)
+    x = random_array(rng, (1, 5, 5, 2), np.float32)
+    dy = random_array(rng, (1, 3, 3, 2), np.float32)  # VALID, 5x5 input, 3x3 filter, no dilation
+    kwargs = dict(strides=_S1, padding="VALID")
+    want = tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+        input=x, filter_sizes=np.array([3, 3, 2, 1], np.int32), out_backprop=dy, dilations=[1, 2, 2, 1],
+        **kwargs).numpy()
+    undilated = gradops.depthwise_conv2d_native_backprop_filter(x, [3, 3, 2, 1], dy, **kwargs)
+    np.testing.assert_allclose(want, undilated, rtol=1e-5, atol=1e-5)
+    with pytest.raises(gradops.InvalidArgumentError, match="out_backprop"):
+        gradops.depthwise_conv2d_native_backprop_filter(x, [3, 3, 2, 1], dy, dilations=[1, 2, 2, 1], **kwargs)
 
 
 # --------------------------------------------------------------------------- grouped convolution: degenerate shapes

@@ -44,8 +44,16 @@ def pool_grad(**kw):
     return gradops.fractional_avg_pool_grad(**args)
 
 
+def depthwise_filter_grad(**kw):
+    args = dict(input=x_((2, 6, 6, 4)), filter_sizes=[3, 3, 4, 2], out_backprop=x_((2, 6, 6, 8)), strides=S1,
+                padding="SAME")
+    args.update(kw)
+    return gradops.depthwise_conv2d_native_backprop_filter(**args)
+
+
 CONV_CALLS = {"conv2d_backprop_filter": filter_grad, "conv2d_backprop_input": input_grad,
-              "depthwise_conv2d_native_backprop_input": depthwise_grad}
+              "depthwise_conv2d_native_backprop_input": depthwise_grad,
+              "depthwise_conv2d_native_backprop_filter": depthwise_filter_grad}
 
 
 def raises(call, *words, error=InvalidArgumentError, **kw):
@@ -286,8 +294,9 @@ def test_tensors_must_share_a_dtype():
 
 @pytest.mark.parametrize("dtype", [np.int32, np.int64, np.bool_, np.complex64, np.uint8])
 def test_conv_ops_reject_non_float_dtypes(conv_call, dtype):
-    kw = {"out_backprop": x_((2, 6, 6, 8 if conv_call is depthwise_grad else 5), dtype)}
-    if conv_call is filter_grad:
+    depthwise = conv_call in (depthwise_grad, depthwise_filter_grad)
+    kw = {"out_backprop": x_((2, 6, 6, 8 if depthwise else 5), dtype)}
+    if conv_call in (filter_grad, depthwise_filter_grad):
         kw["input"] = x_((2, 6, 6, 4), dtype)
     else:
         kw["filter"] = x_((3, 3, 4, 2 if conv_call is depthwise_grad else 5), dtype)
