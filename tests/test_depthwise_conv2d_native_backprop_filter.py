@@ -557,7 +557,8 @@ def test_gpu_cudnn_and_cuda_kernels_agree(rng, dtype):
 # ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)
 
 PLANTED = {  # name: (text of the real source, its replacement)
-    "reduce-drops-the-last-slice": ("for (index_t z = 1; z < slices; ++z)", "for (index_t z = 1; z < slices - 1; ++z)"),
+    "reduce-drops-the-last-slice": ("for (index_t z = 1; z < slices; ++z)",
+                                    "for (index_t z = 1; z < slices - 1; ++z)"),
     "last-slice-runs-past-the-batch": ("min(all_rows, first + rows_per_slice)", "first + rows_per_slice"),
     "first-column-rounds-down": ("(-col_offset + stride_cols - 1) / stride_cols", "-col_offset / stride_cols"),
     "last-column-dropped": ("min(out_cols, last_col / stride_cols + 1)", "min(out_cols, last_col / stride_cols)"),

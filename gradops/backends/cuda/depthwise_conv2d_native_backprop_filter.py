@@ -63,12 +63,13 @@ def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]
 
 def fits_int32(g: Conv2DGeometry, slices: int, threads: int) -> bool:
     """Whether the partial kernel's 32-bit variant is exact: every tensor, the partial buffer
-    (plus one grid stride, ``threads``) and every padded coordinate below 2**31."""
+    (plus one grid stride, ``threads``), every padded coordinate and the (batch, out_row)
+    run bounds below 2**31."""
     sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * g.out_depth,
              slices * g.filter_rows * g.filter_cols * g.out_depth + threads,
              g.out_rows * g.stride_rows + (g.filter_rows - 1) * g.dilation_rows + g.pad_top + g.in_rows,
              g.out_cols * g.stride_cols + (g.filter_cols - 1) * g.dilation_cols + g.pad_left + g.in_cols,
-             g.batch * g.out_rows + 1)
+             2 * g.batch * g.out_rows)  # a slice's end before clamping: up to twice the rows
     return max(sizes) <= INT32_MAX
 
 

@@ -1,11 +1,11 @@
 """cuDNN through NVIDIA's cuDNN Frontend Python package (``import cudnn``, pinned 1.28.0).
 
 Ops: conv2d_backprop_filter and depthwise_conv2d_native_backprop_filter (wgrad graphs),
-conv2d_backprop_input and depthwise_conv2d_native_backprop_input (dgrad graphs); depthwise
-as the grouped filter [C*M, 1, R, S] with groups = C), and the forward conv2d / depthwise_conv2d_native (fprop),
-for float16, bfloat16 and float32.  cuDNN graphs have no float64 convolutions: those calls
-go to gradops' CUDA kernels (``supports`` says so).  Arrays are CuPy arrays on the current
-device; results are new CuPy arrays in the input dtype.
+conv2d_backprop_input and depthwise_conv2d_native_backprop_input (dgrad graphs), and the
+forward conv2d / depthwise_conv2d_native (fprop); depthwise filters are the grouped filter
+[C*M, 1, R, S] with groups = C; all for float16, bfloat16 and float32.  cuDNN graphs have
+no float64 convolutions: those calls go to gradops' CUDA kernels (``supports`` says so).
+Arrays are CuPy arrays on the current device; results are new CuPy arrays in the input dtype.
 
 ``supports`` builds (and caches) the graph for the current device and options (dispatch makes
 the arrays' device current before asking, and runs the call there), so a problem
