@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._dtypes import accumulator_dtype
+from .._errors import InvalidArgumentError
 from .._geometry import Conv2DGeometry, FractionalPoolGeometry
 
 NAME = "numpy"
@@ -616,3 +617,106 @@ def _cast_from_float64(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if np.issubdtype(dtype, np.integer):
         return np.trunc(x).astype(dtype)
     return x.astype(dtype)
+
+
+# --------------------------------------------------------------------------- fractional max pooling
+
+
+def _lowest(dtype: np.dtype):
+    """Eigen::NumTraits<T>::lowest(): where TF's running maxima start."""
+    if np.issubdtype(dtype, np.integer):
+        return np.iinfo(dtype).min
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtype).min
+
+
+def _comparable(x: np.ndarray) -> np.ndarray:
+    """``x`` in a type NumPy compares natively, with the same order (exact for half types)."""
+    if x.dtype.kind == "f" and x.dtype.itemsize >= 4 or np.issubdtype(x.dtype, np.integer):
+        return x
+    return x.astype(np.float32)
+
+
+def _padded_cells(starts, ends, size_floor: int = 0) -> np.ndarray:
+    """[cells, widest]: each cell's indices, start to end, padded by repeating its last index
+    (a repeat comes after the element it copies, so it never changes a first-maximum scan).
+    Empty cells list index 0 (callers mask them)."""
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    sizes = np.maximum(ends - starts + 1, 0)
+    widest = max(1, int(sizes.max(initial=0)), size_floor)
+    index = starts[:, None] + np.minimum(np.arange(widest)[None, :], np.maximum(sizes - 1, 0)[:, None])
+    return np.where(sizes[:, None] > 0, index, 0)
+
+
+def _max_pool_rows(g: FractionalPoolGeometry, value: np.ndarray):
+    """Per row cell r: (r, its first row, the [N, out_cols, rows * widest col cell, C] window of
+    each cell in TF's scan order (row by row, left to right), the padded column table)."""
+    col_index = _padded_cells(g.col_starts, g.col_ends)
+    for r, (s, e) in enumerate(zip(g.row_starts, g.row_ends)):
+        rows = value[:, s:e + 1] if e >= s else value[:, :0]
+        window = rows[:, :, col_index]  # [N, rows, out_cols, widest, C]
+        window = window.transpose(0, 2, 1, 3, 4).reshape(g.batch, g.out_cols, -1, g.depth)
+        yield r, s, window, col_index
+
+
+def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, orig_output: np.ndarray,
+                             out_backprop: np.ndarray) -> np.ndarray:
+    """Route each out_backprop element to the element TF's scan chooses in its cell (NHWC).
+
+    TF's rule per cell and channel: take the first element, replace it by any later one that
+    is strictly greater.  That is the first maximum (argmax) of the cell with NaN ranked below
+    everything, unless the first element is NaN, which nothing replaces.  Every cell is
+    non-empty (the geometry refuses empty ones, as TF does).  The recomputed maxima must equal
+    orig_output (TF's check; a NaN maximum never does).  Sums run in the accumulator type in
+    output order, as TF's loop adds them (float32 for the half types, cast once).
+    """
+    chosen = np.empty(g.output_shape, np.int64)  # flat NHWC input offsets
+    maxima = np.empty(g.output_shape, orig_input.dtype)
+    channel = np.arange(g.depth, dtype=np.int64)
+    batch = np.arange(g.batch, dtype=np.int64)[:, None, None]
+    for r, first_row, window, col_index in _max_pool_rows(g, orig_input):
+        key = _comparable(window)
+        if key.dtype.kind == "f":
+            nan = np.isnan(key)
+            if nan.any():
+                key = np.where(nan, -np.inf, key)
+                # A NaN first element stays chosen: make it win the argmax.
+                key[:, :, 0][nan[:, :, 0]] = np.inf
+        pos = np.argmax(key, axis=2)  # first maximum: [N, out_cols, C]
+        widest = col_index.shape[1]
+        rows = first_row + pos // widest
+        cols = col_index[np.arange(g.out_cols)[None, :, None], pos % widest]
+        chosen[:, r] = ((batch * g.in_rows + rows) * g.in_cols + cols) * g.depth + channel
+        maxima[:, r] = np.take_along_axis(window, pos[:, :, None, :], axis=2)[:, :, 0, :]
+    equal = _comparable(maxima) == _comparable(orig_output)
+    if not equal.all():
+        where = tuple(int(i) for i in np.argwhere(~equal)[0])
+        raise InvalidArgumentError(
+            f"fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
+            f"sequences (TF: tensor_out_dup is not the same as tensor_out): at {list(where)} orig_output holds "
+            f"{orig_output[where]!r}, the cell's maximum by TF's rule is {maxima[where]!r}")
+    acc = out_backprop.dtype if out_backprop.dtype.itemsize > 2 else np.dtype(np.float32)
+    grad = np.zeros(g.batch * g.in_rows * g.in_cols * g.depth, acc)
+    np.add.at(grad, chosen.reshape(-1), out_backprop.reshape(-1).astype(acc, copy=False))
+    return grad.reshape(g.input_shape).astype(out_backprop.dtype, copy=False)
+
+
+def fractional_max_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndarray:
+    """Forward max over each (row cell x column cell), NHWC, as TF's forward kernel computes
+    it: a running ``max(current, x)`` (``current < x ? x : current``) from the type's lowest
+    value, so NaN is never taken, and an empty or all-NaN cell (or one of -inf only) gives the
+    lowest finite value."""
+    lowest = _lowest(value.dtype)
+    work = _comparable(value)
+    out = np.empty(g.output_shape, work.dtype)
+    col_sizes = np.asarray(g.col_cell_sizes)
+    for r, _, window, _ in _max_pool_rows(g, work):
+        if window.shape[2] == 0:  # an empty row cell
+            out[:, r] = lowest
+            continue
+        cell = np.fmax.reduce(window, axis=2, initial=lowest) if work.dtype.kind == "f" \
+            else np.maximum.reduce(window, axis=2, initial=lowest)
+        cell[:, col_sizes == 0] = lowest
+        out[:, r] = cell
+    return out.astype(value.dtype, copy=False)
