@@ -14,7 +14,7 @@ import pytest
 
 import gradops
 
-from conftest import FLOAT_DTYPES
+from conftest import FLOAT_DTYPES, to_gpu, to_host
 
 ALL_DTYPES = FLOAT_DTYPES + [np.int32, np.int64]
 TF_DTYPES = [np.float32, np.float64, np.int32, np.int64]
@@ -279,13 +279,10 @@ def test_gpu_backends_refuse_with_the_reason():
             gradops.fractional_max_pool_grad(x, y, y, [0, 2, 4], [0, 2, 4], backend=backend)
 
 
-def test_no_cudnn_and_no_cuda_kernel_yet(monkeypatch):
+def test_no_cudnn_op():
     from gradops import _dispatch
 
     assert "fractional_max_pool_grad" not in _dispatch.CUDNN_OPS
-    cuda = _dispatch.backend_module("cuda")
-    ok, reason = cuda.supports("fractional_max_pool_grad", None, np.dtype(np.float32))
-    assert not ok and "fractional_max_pool_grad" in reason
 
 
 # --------------------------------------------------------------------------- TF parity
@@ -371,3 +368,117 @@ def test_tf_parity_extra_empty_cells_and_pooling_region_check(tf):
         _tf_grad(tf, z, np.zeros((1, 1, 1, 1), np.float32), dy, [0, 1], [0, 2], False)
     with pytest.raises(gradops.InvalidArgumentError, match="Pooling region has more elements"):
         gradops.fractional_max_pool_grad(z, np.zeros((1, 1, 1, 1), np.float32), dy, [0, 1], [0, 2])
+
+
+# --------------------------------------------------------------------------- CUDA kernels
+# On a GPU ([gpu]) and on tests/cuda_host.py's CPU execution model ([host]): the real launcher
+# and .cu source, blocks and threads in a shuffled order, NaN-guarded arrays.
+
+
+def _cuda_case(rng, shape, rows, cols, overlapping, dtype):
+    x = tied_input(rng, shape, dtype)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    dy = (rng.integers(-5, 6, y.shape) if np.issubdtype(dtype, np.integer) else rng.standard_normal(y.shape))
+    return x, y, dy.astype(dtype)
+
+
+def _check_cuda(x, y, dy, rows, cols, overlapping, **kwargs):
+    import cupy
+
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
+    got = gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, overlapping,
+                                           backend="cuda", **kwargs)
+    assert isinstance(got, cupy.ndarray)
+    got = to_host(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))  # bit for bit
+    return got
+
+
+CUDA_SEQUENCES = {
+    "generated": ((2, 7, 9, 3), None, None),
+    "equal-entries": ((1, 5, 6, 2), [0, 2, 2, 4], [1, 1, 3, 5]),
+    "clamped": ((2, 5, 6, 1), [0, 1, 9], [2, 3, 5, 50]),
+    "one-cell": ((1, 5, 6, 4), [4, 5], [0, 6]),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+@pytest.mark.parametrize("case", list(CUDA_SEQUENCES))
+def test_cuda_matches_numpy_bit_for_bit(cuda_device, case, overlapping, dtype):
+    rng = np.random.default_rng(21)
+    shape, rows, cols = CUDA_SEQUENCES[case]
+    if case == "equal-entries" and not overlapping:  # equal entries make empty disjoint cells
+        rows, cols = [0, 2, 3, 4], [1, 2, 3, 5]
+    if rows is None:
+        rows = gradops.fractional_pooling_sequence(shape[1], 1.44, True, seed=3)
+        cols = gradops.fractional_pooling_sequence(shape[2], 1.44, False, seed=4)
+    _check_cuda(*_cuda_case(rng, shape, rows, cols, overlapping, dtype), rows, cols, overlapping)
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_cuda_64_bit_indexing_path(cuda_device, overlapping):
+    """The "long long" instantiations (taken past 2**31 elements), forced on a small problem."""
+    import cupy
+
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+
+    rng = np.random.default_rng(4)
+    rows, cols = [0, 2, 3, 5, 7], [0, 1, 3, 6, 9]
+    x, y, dy = _cuda_case(rng, (2, 7, 9, 3), rows, cols, overlapping, np.float64)
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, overlapping)
+    assert launcher.index_type(g) == "int"
+    got = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), index="long long")
+    np.testing.assert_array_equal(cupy.asnumpy(got), gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping))
+
+
+def test_cuda_refuses_what_tf_refuses(cuda_device):
+    """orig_output other than the maxima, and a NaN first in its cell: InvalidArgumentError."""
+    x = np.arange(32, dtype=np.float32).reshape(2, 4, 4, 1)
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    dy = np.ones(y.shape, np.float32)
+    wrong = y.copy()
+    wrong[1, 1, 0, 0] += 1
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(wrong), to_gpu(dy), [0, 2, 4], [0, 2, 4], backend="cuda")
+    x[0, 2, 0, 0] = np.nan  # first element of cell (1, 0)
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), [0, 2, 4], [0, 2, 4], backend="cuda")
+    x[0, 2, 0, 0] = 0.0
+    x[0, 3, 1, 0] = np.nan  # not first: skipped, as TF does
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    _check_cuda(x, y, dy, [0, 2, 4], [0, 2, 4], False)
+
+
+def test_cuda_non_contiguous_inputs(cuda_device):
+    import cupy
+
+    rng = np.random.default_rng(8)
+    rows, cols = [0, 2, 3, 5], [0, 2, 4, 6]
+    x, y, dy = _cuda_case(rng, (2, 5, 6, 3), rows, cols, False, np.float32)
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols)
+    # Every tensor a strided view: channels reversed through a doubled buffer.
+    views = []
+    for a in (x, y, dy):
+        wide = to_gpu(np.repeat(a, 2, axis=3))
+        views.append(wide[..., ::2])
+    assert not views[0].flags.c_contiguous
+    got = gradops.fractional_max_pool_grad(*views, rows, cols, backend="cuda")
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)
+
+
+def test_cuda_default_dispatch_and_deterministic(cuda_device):
+    rng = np.random.default_rng(9)
+    rows, cols = [0, 2, 3, 5, 7], [0, 1, 3, 6, 9]
+    x, y, dy = _cuda_case(rng, (2, 7, 9, 3), rows, cols, True, np.float32)
+    first = to_host(gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, True))
+    decision = gradops.last_backend_decision()
+    assert decision.backend == "cuda" and "cuDNN has no fractional_max_pool_grad" in decision.reason
+    second = to_host(gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, True))
+    np.testing.assert_array_equal(first, second)
