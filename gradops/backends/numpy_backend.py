@@ -638,26 +638,31 @@ def _comparable(x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32)
 
 
-def _padded_cells(starts, ends, size_floor: int = 0) -> np.ndarray:
-    """[cells, widest]: each cell's indices, start to end, padded by repeating its last index
-    (a repeat comes after the element it copies, so it never changes a first-maximum scan).
-    Empty cells list index 0 (callers mask them)."""
+def _size_groups(starts, ends):
+    """[(size, cell numbers, [cells, size] index table)] grouping one dimension's cells by size
+    (fractional pooling has two or three sizes), empty cells left out: gathering a group's
+    cells copies each (cell, index) pair once, whatever the cells' sizes."""
     starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     sizes = np.maximum(ends - starts + 1, 0)
-    widest = max(1, int(sizes.max(initial=0)), size_floor)
-    index = starts[:, None] + np.minimum(np.arange(widest)[None, :], np.maximum(sizes - 1, 0)[:, None])
-    return np.where(sizes[:, None] > 0, index, 0)
+    groups = []
+    for size in np.unique(sizes[sizes > 0]):
+        cells = np.flatnonzero(sizes == size)
+        groups.append((int(size), cells, starts[cells][:, None] + np.arange(size)[None, :]))
+    return groups
 
 
-def _max_pool_rows(g: FractionalPoolGeometry, value: np.ndarray):
-    """Per row cell r: (r, its first row, the [N, out_cols, rows * widest col cell, C] window of
-    each cell in TF's scan order (row by row, left to right), the padded column table)."""
-    col_index = _padded_cells(g.col_starts, g.col_ends)
-    for r, (s, e) in enumerate(zip(g.row_starts, g.row_ends)):
-        rows = value[:, s:e + 1] if e >= s else value[:, :0]
-        window = rows[:, :, col_index]  # [N, rows, out_cols, widest, C]
-        window = window.transpose(0, 2, 1, 3, 4).reshape(g.batch, g.out_cols, -1, g.depth)
-        yield r, s, window, col_index
+def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
+    """Per (row-size group, column-size group): (row cells, column cells, row table, column
+    table, windows [N, row cells, column cells, rows * cols, C]), each window in TF's scan
+    order: row by row, each row left to right."""
+    col_groups = _size_groups(g.col_starts, g.col_ends)
+    for rows, row_cells, row_index in _size_groups(g.row_starts, g.row_ends):
+        band = value[:, row_index]  # [N, row cells, rows, in_cols, C]
+        for cols, col_cells, col_index in col_groups:
+            window = band[:, :, :, col_index]  # [N, row cells, rows, col cells, cols, C]
+            window = window.transpose(0, 1, 3, 2, 4, 5).reshape(
+                g.batch, len(row_cells), len(col_cells), rows * cols, g.depth)
+            yield row_cells, col_cells, row_index, col_index, window
 
 
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, orig_output: np.ndarray,
@@ -673,22 +678,23 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
     """
     chosen = np.empty(g.output_shape, np.int64)  # flat NHWC input offsets
     maxima = np.empty(g.output_shape, orig_input.dtype)
+    batch = np.arange(g.batch, dtype=np.int64)[:, None, None, None]
     channel = np.arange(g.depth, dtype=np.int64)
-    batch = np.arange(g.batch, dtype=np.int64)[:, None, None]
-    for r, first_row, window, col_index in _max_pool_rows(g, orig_input):
+    for row_cells, col_cells, row_index, col_index, window in _max_pool_windows(g, orig_input):
         key = _comparable(window)
         if key.dtype.kind == "f":
             nan = np.isnan(key)
             if nan.any():
+                first_nan = nan[:, :, :, 0].copy()
                 key = np.where(nan, -np.inf, key)
-                # A NaN first element stays chosen: make it win the argmax.
-                key[:, :, 0][nan[:, :, 0]] = np.inf
-        pos = np.argmax(key, axis=2)  # first maximum: [N, out_cols, C]
-        widest = col_index.shape[1]
-        rows = first_row + pos // widest
-        cols = col_index[np.arange(g.out_cols)[None, :, None], pos % widest]
-        chosen[:, r] = ((batch * g.in_rows + rows) * g.in_cols + cols) * g.depth + channel
-        maxima[:, r] = np.take_along_axis(window, pos[:, :, None, :], axis=2)[:, :, 0, :]
+                key[:, :, :, 0][first_nan] = np.inf  # a NaN first element stays chosen
+        pos = np.argmax(key, axis=3)  # first maximum: [N, row cells, col cells, C]
+        cols = col_index.shape[1]
+        rows = row_index[:, 0][None, :, None, None] + pos // cols
+        columns = col_index[:, 0][None, None, :, None] + pos % cols
+        cell = np.ix_(np.arange(g.batch), row_cells, col_cells, channel)
+        chosen[cell] = ((batch * g.in_rows + rows) * g.in_cols + columns) * g.depth + channel
+        maxima[cell] = np.take_along_axis(window, pos[:, :, :, None, :], axis=3)[:, :, :, 0, :]
     equal = _comparable(maxima) == _comparable(orig_output)
     if not equal.all():
         where = tuple(int(i) for i in np.argwhere(~equal)[0])
@@ -698,6 +704,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
             f"{orig_output[where]!r}, the cell's maximum by TF's rule is {maxima[where]!r}")
     acc = out_backprop.dtype if out_backprop.dtype.itemsize > 2 else np.dtype(np.float32)
     grad = np.zeros(g.batch * g.in_rows * g.in_cols * g.depth, acc)
+    # np.add.at adds in index order, unbuffered: flat output order, as TF's loop.
     np.add.at(grad, chosen.reshape(-1), out_backprop.reshape(-1).astype(acc, copy=False))
     return grad.reshape(g.input_shape).astype(out_backprop.dtype, copy=False)
 
@@ -709,14 +716,9 @@ def fractional_max_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
     lowest finite value."""
     lowest = _lowest(value.dtype)
     work = _comparable(value)
-    out = np.empty(g.output_shape, work.dtype)
-    col_sizes = np.asarray(g.col_cell_sizes)
-    for r, _, window, _ in _max_pool_rows(g, work):
-        if window.shape[2] == 0:  # an empty row cell
-            out[:, r] = lowest
-            continue
-        cell = np.fmax.reduce(window, axis=2, initial=lowest) if work.dtype.kind == "f" \
-            else np.maximum.reduce(window, axis=2, initial=lowest)
-        cell[:, col_sizes == 0] = lowest
-        out[:, r] = cell
+    out = np.full(g.output_shape, lowest, work.dtype)  # empty cells keep it
+    channel = np.arange(g.depth)
+    for row_cells, col_cells, _, _, window in _max_pool_windows(g, work):
+        reduce = np.fmax.reduce if work.dtype.kind == "f" else np.maximum.reduce  # fmax ignores NaN
+        out[np.ix_(np.arange(g.batch), row_cells, col_cells, channel)] = reduce(window, axis=3, initial=lowest)
     return out.astype(value.dtype, copy=False)
