@@ -20,6 +20,7 @@ _OPS = {
     "depthwise_conv2d_native": "conv2d",
     "depthwise_conv2d_native_backprop_input": "depthwise_conv2d_native_backprop_input",
     "fractional_avg_pool_grad": "fractional_avg_pool_grad",
+    "fractional_max_pool_grad": "fractional_max_pool_grad",
 }
 
 
@@ -72,3 +73,8 @@ def depthwise_conv2d_native_backprop_input(geometry, filter, out_backprop):
 
 def fractional_avg_pool_grad(geometry, out_backprop):
     return _launcher("fractional_avg_pool_grad").fractional_avg_pool_grad(geometry, out_backprop)
+
+
+def fractional_max_pool_grad(geometry, orig_input, orig_output, out_backprop):
+    return _launcher("fractional_max_pool_grad").fractional_max_pool_grad(geometry, orig_input, orig_output,
+                                                                         out_backprop)
