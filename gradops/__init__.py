@@ -1,6 +1,6 @@
 """gradops: TensorFlow's convolution and pooling gradient ops, on NumPy, our CUDA kernels and cuDNN.
 
-The seven gradient ops keep tf.raw_ops' names, argument order, defaults and meaning; each also
+The eight gradient ops keep tf.raw_ops' names, argument order, defaults and meaning; each also
 takes ``backend=None | "numpy" | "cuda" | "cudnn"``.  NumPy arrays in give NumPy arrays out.
 """
 
@@ -20,6 +20,7 @@ from .depthwise import (
     depthwise_conv2d_native_backprop_input,
 )
 from .fractional_avg_pool import fractional_avg_pool, fractional_avg_pool_grad, fractional_pooling_sequence
+from .fractional_max_pool import fractional_max_pool, fractional_max_pool_grad
 
 __version__ = "0.1.0"
 
@@ -40,6 +41,8 @@ __all__ = [
     "depthwise_conv2d_native_backprop_input",
     "fractional_avg_pool",
     "fractional_avg_pool_grad",
+    "fractional_max_pool",
+    "fractional_max_pool_grad",
     "fractional_pooling_sequence",
     "get_options",
     "last_backend_decision",

@@ -63,6 +63,7 @@ def _cases(rng) -> list[Case]:
     for dtype in FLOAT_DTYPES + (np.dtype(np.int32), np.dtype(np.int64)):
         for overlapping in (False, True):
             cases.append(_fractional_case(g, rng, dtype, overlapping))
+            cases.append(_fractional_max_case(g, rng, dtype, overlapping))
     return cases
 
 
@@ -166,6 +167,33 @@ def _fractional_case(g, rng, dtype, overlapping):
     return Case("fractional_avg_pool_grad", f"{list(shape)} overlapping={overlapping}", np.dtype(dtype),
                 lambda b, dev: g.fractional_avg_pool_grad(shape, dev(dy), rows, cols, overlapping, backend=b),
                 lambda tf: tf.raw_ops.FractionalAvgPoolGrad(orig_input_tensor_shape=shape, out_backprop=dy,
+                                                            row_pooling_sequence=rows, col_pooling_sequence=cols,
+                                                            overlapping=overlapping).numpy(),
+                adjoint)
+
+
+def _fractional_max_case(g, rng, dtype, overlapping):
+    shape = (2, 13, 11, 3)
+    rows = g.fractional_pooling_sequence(shape[1], 1.44, pseudo_random=True, seed=3)
+    cols = g.fractional_pooling_sequence(shape[2], 1.44, pseudo_random=False, seed=4)
+    # Few distinct values: cells hold ties, which every backend must break as TF does.
+    x = rng.integers(-4, 5, shape).astype(dtype)
+    y = g.fractional_max_pool(x, rows, cols, overlapping)
+    if np.issubdtype(dtype, np.integer):
+        dy = rng.integers(-50, 50, y.shape).astype(dtype)
+    else:
+        dy = _rand(rng, y.shape, dtype)
+
+    def adjoint():  # <max_pool(x), dy> = <x, grad>: each cell's maximum is its chosen element
+        x64 = rng.standard_normal(shape)
+        y64 = g.fractional_max_pool(x64, rows, cols, overlapping)
+        lhs = float(np.sum(y64 * dy.astype(np.float64)))
+        return lhs, float(np.sum(x64 * g.fractional_max_pool_grad(x64, y64, dy.astype(np.float64), rows, cols,
+                                                                   overlapping)))
+
+    return Case("fractional_max_pool_grad", f"{list(shape)} overlapping={overlapping}", np.dtype(dtype),
+                lambda b, dev: g.fractional_max_pool_grad(dev(x), dev(y), dev(dy), rows, cols, overlapping, backend=b),
+                lambda tf: tf.raw_ops.FractionalMaxPoolGrad(orig_input=x, orig_output=y, out_backprop=dy,
                                                             row_pooling_sequence=rows, col_pooling_sequence=cols,
                                                             overlapping=overlapping).numpy(),
                 adjoint)

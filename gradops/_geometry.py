@@ -531,3 +531,78 @@ def pooling_sequence_args(op: str, input_size: Any, pooling_ratio: Any, pseudo_r
         if seed < 0:
             raise InvalidArgumentError(f"{op}: seed must be non-negative, got {seed}")
     return input_size, pooling_ratio, bool(pseudo_random), seed
+
+
+@memoised()
+def fractional_max_pool_geometry(op: str, orig_input_shape: Sequence[int], orig_output_shape: Sequence[int],
+                                 out_backprop_shape: Sequence[int], row_pooling_sequence: list[int],
+                                 col_pooling_sequence: list[int], overlapping: Any) -> FractionalPoolGeometry:
+    """Validate a fractional_max_pool_grad call (shapes NHWC) and describe its cells.
+
+    TF's FractionalMaxPoolGrad (fractional_max_pool_op.cc) checks ranks, non-empty tensors and
+    len(row_pooling_sequence) * len(col_pooling_sequence) <= orig_input's element count, in
+    that order, then walks every cell the sequences define.  Everything else it leaves to a
+    comparison of the recomputed maxima with orig_output and a bounds check of each argmax,
+    which run after it has already read and written through the cells.  Here every case that
+    would take TF out of bounds, or that TF refuses after the walk, is refused up front:
+
+    * batch and depth of orig_output must be orig_input's (TF writes past its argmax buffer
+      when orig_output's are smaller, and finds unvisited cells when larger);
+    * out_backprop must have orig_output's shape (TF reads its argmax buffer past the end
+      when out_backprop is larger; when smaller it uses a flat prefix: refused, as
+      fractional_avg_pool_grad refuses a mismatched out_backprop);
+    * the first out_rows + 1 / out_cols + 1 entries define the cells, each of which must be
+      non-empty (TF leaves an empty cell's argmax at -1 and refuses it) and start at 0 or
+      later (a negative start reads before orig_input: TF PR #126911, still open in 2.21);
+    * further entries define cells TF also walks, writing to out_index rows or columns past
+      orig_output's: they must be empty (TF then touches nothing and returns its result).
+
+    The data check (orig_output equal to the maxima) is the backends' (it needs the values).
+    """
+    if not isinstance(overlapping, (bool, np.bool_)):
+        raise TypeError(f"{op}: overlapping must be a bool, got {overlapping!r}")
+    overlapping = bool(overlapping)
+    batch, in_rows, in_cols, depth = check_shape(op, "orig_input", orig_input_shape)
+    if 0 in (batch, in_rows, in_cols, depth):
+        raise InvalidArgumentError(f"{op}: orig_input must not be empty, got shape {list(orig_input_shape)}")
+    out_batch, out_rows, out_cols, out_depth = check_shape(op, "orig_output", orig_output_shape)
+    if 0 in (out_batch, out_rows, out_cols, out_depth):
+        raise InvalidArgumentError(f"{op}: orig_output must not be empty, got shape {list(orig_output_shape)}")
+    n_rows, n_cols = len(row_pooling_sequence), len(col_pooling_sequence)
+    if n_rows * n_cols > batch * in_rows * in_cols * depth:
+        raise InvalidArgumentError(
+            f"{op}: Pooling region has more elements than the input tensor: row_pooling_sequence has {n_rows} "
+            f"and col_pooling_sequence {n_cols} elements ({n_rows * n_cols} > orig_input's "
+            f"{batch * in_rows * in_cols * depth})")
+    if (out_batch, out_depth) != (batch, depth):
+        raise InvalidArgumentError(
+            f"{op}: orig_output's batch and depth must match orig_input's: orig_output "
+            f"{list(orig_output_shape)}, orig_input {list(orig_input_shape)}")
+    if tuple(int(d) for d in out_backprop_shape) != (out_batch, out_rows, out_cols, out_depth):
+        raise InvalidArgumentError(
+            f"{op}: out_backprop must have orig_output's shape {list(orig_output_shape)}, "
+            f"got {list(out_backprop_shape)}")
+    cells = []
+    for name, sequence, count, size, dim in (
+            ("row_pooling_sequence", row_pooling_sequence, out_rows, in_rows, "rows"),
+            ("col_pooling_sequence", col_pooling_sequence, out_cols, in_cols, "cols")):
+        starts, ends = pooling_cells(op, name, sequence, count, size, dim, overlapping)
+        for k, (s, e) in enumerate(zip(starts, ends)):
+            if e < s:
+                raise InvalidArgumentError(
+                    f"{op}: {name} makes pooling cell {k} empty (it starts at {s} and ends at {e} with "
+                    f"overlapping={overlapping}, {dim} {size}); every cell of a max pooling needs an element, "
+                    f"got {sequence[:count + 1]}")
+        # TF walks len(sequence) - 1 cells; those past orig_output's must be empty.
+        for k in range(count, len(sequence) - 1):
+            start = sequence[k]
+            end = min(sequence[k + 1] if overlapping else sequence[k + 1] - 1, size - 1)
+            if end >= start:
+                raise InvalidArgumentError(
+                    f"{op}: {name} has {len(sequence)} elements, defining cell {k} ({start}..{end}) past "
+                    f"orig_output's {count} {dim}; extra cells must be empty (TF would write its argmax "
+                    f"out of bounds)")
+        cells.append((starts, ends))
+    (row_starts, row_ends), (col_starts, col_ends) = cells
+    return FractionalPoolGeometry(batch, in_rows, in_cols, depth, out_rows, out_cols,
+                                  row_starts, row_ends, col_starts, col_ends, overlapping)

@@ -14,7 +14,9 @@ tensorflow-cpu 2.21 does with the reproducer today, with oneDNN on (the x86 defa
 Audit (TF security advisories in tensorflow/security/advisory and the GitHub advisory
 database, searched by op name): Conv2DBackpropFilter CVE-2021-29524, CVE-2021-29538,
 CVE-2021-29540; Conv2DBackpropInput CVE-2021-29525, CVE-2022-35999; FractionalAvgPoolGrad
-CVE-2021-29578, CVE-2021-37651, CVE-2022-21730, CVE-2022-35963; and the two that cover
+CVE-2021-29578, CVE-2021-37651, CVE-2022-21730, CVE-2022-35963; FractionalMaxPoolGrad
+CVE-2021-29580, CVE-2022-35981, CVE-2022-41897 and the open TF PR #126911 (negative
+sequence values, still read out of bounds by TF 2.21); and the two that cover
 "convolution operators" as a family, CVE-2021-37675 (shape inference) and CVE-2021-41209
 (zero-size filters), run here on every convolution op gradops has.  No advisory names
 DepthwiseConv2dNativeBackpropInput itself; it is covered by the family advisories and by the
@@ -329,6 +331,123 @@ def test_cve_2022_35963_fractional_avg_pool_grad_negative_shape(any_backend):
                                 np.ones(4, np.int64), np.ones(4, np.int64), True)
     assert result is None
     assert_rejected(error, "orig_input_tensor_shape")
+
+
+# --------------------------------------------------------------------------- FractionalMaxPoolGrad
+
+
+def _fractional_max(backend, orig_input, orig_output, out_backprop, rows, cols, overlapping):
+    return _call(
+        gradops.fractional_max_pool_grad,
+        orig_input=_device(backend, orig_input), orig_output=_device(backend, orig_output),
+        out_backprop=_device(backend, out_backprop),
+        row_pooling_sequence=np.asarray(rows, np.int64), col_pooling_sequence=np.asarray(cols, np.int64),
+        overlapping=overlapping, backend=backend)
+
+
+def test_cve_2021_29580_fractional_max_pool_grad_empty_orig_output(any_backend):
+    """CVE-2021-29580 (GHSA-x8h6-xgqx-jqgp): undefined behaviour and CHECK-fail in FractionalMaxPoolGrad.
+
+    TF did not check that the tensors are non-empty and of rank 4.  Reproducer: orig_input
+    [2, 3] as int64 [1, 1, 1, 2], orig_output an empty int64 vector (shape [0]), out_backprop
+    zeros [2, 3, 6, 6], sequences [0] and [0], not overlapping.  Rejected naming orig_output
+    (its rank); with a rank-4 but empty orig_output, naming orig_output again; an empty
+    orig_input likewise.
+
+    TF 2.21: InvalidArgumentError "orig_output should be a tensor of rank 4, got ... shape
+    [0]" (oneDNN on and off).
+    """
+    orig_input = np.array([2, 3], np.int64).reshape(1, 1, 1, 2)
+    out_backprop = np.zeros((2, 3, 6, 6), np.int64)
+    result, error = _fractional_max(any_backend, orig_input, np.array([], np.int64), out_backprop, [0], [0], False)
+    assert result is None
+    assert_rejected(error, "orig_output")
+    result, error = _fractional_max(any_backend, orig_input, np.zeros((1, 0, 1, 2), np.int64),
+                                    np.zeros((1, 0, 1, 2), np.int64), [0], [0], False)
+    assert result is None
+    assert_rejected(error, "orig_output")
+    result, error = _fractional_max(any_backend, np.zeros((1, 0, 1, 2), np.int64), np.zeros((1, 1, 1, 2), np.int64),
+                                    np.zeros((1, 1, 1, 2), np.int64), [0, 1], [0, 1], False)
+    assert result is None
+    assert_rejected(error, "orig_input")
+
+
+def test_cve_2022_35981_fractional_max_pool_grad_check_fail(any_backend):
+    """CVE-2022-35981 (GHSA-vxv8-r8q2-63xw): CHECK fail in FractionalMaxPoolGrad.
+
+    Reproducer: orig_input, orig_output and out_backprop all float32 [1, 7, 13, 1] filled with
+    0.453409232, sequences of five zeros, overlapping.  Five entries cannot bound 7 row cells
+    (and the cells they would give, 0..0, leave the rest of orig_output unvisited: TF's argmax
+    stayed -1 and a CHECK aborted).  Rejected naming row_pooling_sequence.
+
+    TF 2.21: InvalidArgumentError "tensor_out_dup is not the same as tensor_out" (oneDNN on
+    and off).
+    """
+    full = np.full((1, 7, 13, 1), 0.453409232, np.float32)
+    result, error = _fractional_max(any_backend, full, full, full, np.zeros(5), np.zeros(5), True)
+    assert result is None
+    assert_rejected(error, "row_pooling_sequence", "col_pooling_sequence")
+
+
+def test_cve_2022_41897_fractional_max_pool_grad_outsize_sequences(any_backend):
+    """CVE-2022-41897 (GHSA-f2w8-jw48-fr7j): heap out-of-bounds read in FractionalMaxPoolGrad.
+
+    Reproducer: orig_input [[[[1, 1, 1, 1, 1]]]] ([1, 1, 1, 5]), orig_output [[[[1, 1, 1]]]]
+    ([1, 1, 1, 3]), out_backprop [[[[3], [3], [6]]]] ([1, 1, 3, 1]), both sequences
+    [-0x4000000, 1, 1], not overlapping.  3 x 3 sequence entries exceed orig_input's 5
+    elements: TF's fix refuses that first ("Pooling region has more elements than the input
+    tensor"), and so does gradops, naming the sequences.  With a large enough input the
+    negative start (and the mismatched shapes) are refused in turn.
+
+    TF 2.21: InvalidArgumentError "Pooling region has more elements than the input tensor"
+    (oneDNN on and off).
+    """
+    seq = [-0x4000000, 1, 1]
+    result, error = _fractional_max(any_backend, np.ones((1, 1, 1, 5), np.int32), np.ones((1, 1, 1, 3), np.int32),
+                                    np.array([[[[3], [3], [6]]]], np.int32), seq, seq, False)
+    assert result is None
+    assert_rejected(error, "row_pooling_sequence", "col_pooling_sequence")
+    assert "Pooling region" in str(error)
+    result, error = _fractional_max(any_backend, np.ones((1, 3, 3, 1), np.int32), np.ones((1, 2, 2, 1), np.int32),
+                                    np.ones((1, 2, 2, 1), np.int32), seq, seq, False)
+    assert result is None
+    assert_rejected(error, "row_pooling_sequence")
+
+
+def test_tf_pr_126911_fractional_max_pool_grad_negative_sequence(any_backend):
+    """TF PR #126911 (2026, open; "a bypass of the incomplete fix for CVE-2022-41897"): heap
+    out-of-bounds read in FractionalMaxPoolGrad from a negative pooling-sequence value.
+
+    TF checks neither sequence's values: a cell starting at -1 reads before orig_input.  The
+    PR's case: row_pooling_sequence [-1, 2, 4] over a [1, 4, 4, 1] input, col [0, 2, 4].  The
+    same holds for the columns, and for the public crashes with huge negative values (issues
+    #66760 and #69461: orig_input [1, 4, 7, 1], orig_output and out_backprop [1, 7, 13, 1],
+    one sequence of five -1250999896764, the other of five zeros, overlapping).  All rejected,
+    naming the sequence.
+
+    TF 2.21 (oneDNN off): the PR's case reads out of bounds, so its outcome varies from run to
+    run (a gradient, or "tensor_out_dup is not the same as tensor_out"); the issues' case
+    crashes the process (SIGSEGV).
+    """
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    y = np.array([5, 7, 13, 15], np.float32).reshape(1, 2, 2, 1)
+    dy = np.ones((1, 2, 2, 1), np.float32)
+    result, error = _fractional_max(any_backend, x, y, dy, [-1, 2, 4], [0, 2, 4], False)
+    assert result is None
+    assert_rejected(error, "row_pooling_sequence")
+    result, error = _fractional_max(any_backend, x, y, dy, [0, 2, 4], [-1, 2, 4], True)
+    assert result is None
+    assert_rejected(error, "col_pooling_sequence")
+    big = np.full((1, 7, 13, 1), 0.453409232, np.float32)
+    for rows, cols, name in (([-1250999896764] * 5, [0] * 5, "row_pooling_sequence"),
+                             ([0] * 5, [-1250999896764] * 5, "col_pooling_sequence")):
+        result, error = _fractional_max(any_backend, np.full((1, 4, 7, 1), 100, np.float32), big, big, rows, cols, True)
+        assert result is None
+        assert_rejected(error, "row_pooling_sequence", "col_pooling_sequence")
+    # Shapes that agree, so that only the negative value is wrong.
+    result, error = _fractional_max(any_backend, x, y, dy, [-1250999896764, 2, 4], [0, 2, 4], True)
+    assert result is None
+    assert_rejected(error, "row_pooling_sequence")
 
 
 # --------------------------------------------------------------------------- convolution family

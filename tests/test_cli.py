@@ -35,7 +35,7 @@ def test_check_rows_cover_every_op_and_fail_on_a_wrong_backend(monkeypatch):
     rows = _check.run_check(use_tf=False)
     ops = {row["op"] for row in rows if row["passed"] is not None}
     assert ops == {"conv2d_backprop_filter", "conv2d_backprop_input", "depthwise_conv2d_native_backprop_input",
-                   "depthwise_conv2d_native_backprop_filter", "fractional_avg_pool_grad"}
+                   "depthwise_conv2d_native_backprop_filter", "fractional_avg_pool_grad", "fractional_max_pool_grad"}
     assert all(row["passed"] for row in rows if row["passed"] is not None)
 
     from gradops.backends import numpy_backend
@@ -53,7 +53,8 @@ def test_check_compares_with_tensorflow(tf):
     tf_rows = [r for r in rows if r["reference"] == "tensorflow"]
     assert {r["op"] for r in tf_rows} >= {"conv2d_backprop_filter", "conv2d_backprop_input",
                                           "depthwise_conv2d_native_backprop_input",
-                                          "depthwise_conv2d_native_backprop_filter", "fractional_avg_pool_grad"}
+                                          "depthwise_conv2d_native_backprop_filter", "fractional_avg_pool_grad",
+                                          "fractional_max_pool_grad"}
     assert all(r["passed"] for r in tf_rows)
 
 

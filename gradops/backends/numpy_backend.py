@@ -18,6 +18,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._dtypes import accumulator_dtype
+from .._errors import InvalidArgumentError
 from .._geometry import Conv2DGeometry, FractionalPoolGeometry
 
 NAME = "numpy"
@@ -637,3 +638,108 @@ def _cast_from_float64(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
     if np.issubdtype(dtype, np.integer):
         return np.trunc(x).astype(dtype)
     return x.astype(dtype)
+
+
+# --------------------------------------------------------------------------- fractional max pooling
+
+
+def _lowest(dtype: np.dtype):
+    """Eigen::NumTraits<T>::lowest(): where TF's running maxima start."""
+    if np.issubdtype(dtype, np.integer):
+        return np.iinfo(dtype).min
+    import ml_dtypes
+
+    return ml_dtypes.finfo(dtype).min
+
+
+def _comparable(x: np.ndarray) -> np.ndarray:
+    """``x`` in a type NumPy compares natively, with the same order (exact for half types)."""
+    if x.dtype.kind == "f" and x.dtype.itemsize >= 4 or np.issubdtype(x.dtype, np.integer):
+        return x
+    return x.astype(np.float32)
+
+
+def _size_groups(starts, ends):
+    """[(size, cell numbers, [cells, size] index table)] grouping one dimension's cells by size
+    (fractional pooling has two or three sizes), empty cells left out: gathering a group's
+    cells copies each (cell, index) pair once, whatever the cells' sizes."""
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    sizes = np.maximum(ends - starts + 1, 0)
+    groups = []
+    for size in np.unique(sizes[sizes > 0]):
+        cells = np.flatnonzero(sizes == size)
+        groups.append((int(size), cells, starts[cells][:, None] + np.arange(size)[None, :]))
+    return groups
+
+
+def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
+    """Per (row-size group, column-size group): (row cells, column cells, row table, column
+    table, windows [N, row cells, column cells, rows * cols, C]), each window in TF's scan
+    order: row by row, each row left to right."""
+    col_groups = _size_groups(g.col_starts, g.col_ends)
+    for rows, row_cells, row_index in _size_groups(g.row_starts, g.row_ends):
+        band = value[:, row_index]  # [N, row cells, rows, in_cols, C]
+        for cols, col_cells, col_index in col_groups:
+            window = band[:, :, :, col_index]  # [N, row cells, rows, col cells, cols, C]
+            window = window.transpose(0, 1, 3, 2, 4, 5).reshape(
+                g.batch, len(row_cells), len(col_cells), rows * cols, g.depth)
+            yield row_cells, col_cells, row_index, col_index, window
+
+
+def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, orig_output: np.ndarray,
+                             out_backprop: np.ndarray) -> np.ndarray:
+    """Route each out_backprop element to the element TF's scan chooses in its cell (NHWC).
+
+    TF's rule per cell and channel: take the first element, replace it by any later one that
+    is strictly greater.  That is the first maximum (argmax) of the cell with NaN ranked below
+    everything, unless the first element is NaN, which nothing replaces.  Every cell is
+    non-empty (the geometry refuses empty ones, as TF does).  The recomputed maxima must equal
+    orig_output (TF's check; a NaN maximum never does).  Sums run in the accumulator type in
+    output order, as TF's loop adds them (float32 for the half types, cast once).
+    """
+    chosen = np.empty(g.output_shape, np.int64)  # flat NHWC input offsets
+    maxima = np.empty(g.output_shape, orig_input.dtype)
+    batch = np.arange(g.batch, dtype=np.int64)[:, None, None, None]
+    channel = np.arange(g.depth, dtype=np.int64)
+    for row_cells, col_cells, row_index, col_index, window in _max_pool_windows(g, orig_input):
+        key = _comparable(window)
+        if key.dtype.kind == "f":
+            nan = np.isnan(key)
+            if nan.any():
+                first_nan = nan[:, :, :, 0].copy()
+                key = np.where(nan, -np.inf, key)
+                key[:, :, :, 0][first_nan] = np.inf  # a NaN first element stays chosen
+        pos = np.argmax(key, axis=3)  # first maximum: [N, row cells, col cells, C]
+        cols = col_index.shape[1]
+        rows = row_index[:, 0][None, :, None, None] + pos // cols
+        columns = col_index[:, 0][None, None, :, None] + pos % cols
+        cell = np.ix_(np.arange(g.batch), row_cells, col_cells, channel)
+        chosen[cell] = ((batch * g.in_rows + rows) * g.in_cols + columns) * g.depth + channel
+        maxima[cell] = np.take_along_axis(window, pos[:, :, :, None, :], axis=3)[:, :, :, 0, :]
+    equal = _comparable(maxima) == _comparable(orig_output)
+    if not equal.all():
+        where = tuple(int(i) for i in np.argwhere(~equal)[0])
+        raise InvalidArgumentError(
+            f"fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
+            f"sequences (TF: tensor_out_dup is not the same as tensor_out): at {list(where)} orig_output holds "
+            f"{orig_output[where]!r}, the cell's maximum by TF's rule is {maxima[where]!r}")
+    acc = out_backprop.dtype if out_backprop.dtype.itemsize > 2 else np.dtype(np.float32)
+    grad = np.zeros(g.batch * g.in_rows * g.in_cols * g.depth, acc)
+    # np.add.at adds in index order, unbuffered: flat output order, as TF's loop.
+    np.add.at(grad, chosen.reshape(-1), out_backprop.reshape(-1).astype(acc, copy=False))
+    return grad.reshape(g.input_shape).astype(out_backprop.dtype, copy=False)
+
+
+def fractional_max_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndarray:
+    """Forward max over each (row cell x column cell), NHWC, as TF's forward kernel computes
+    it: a running ``max(current, x)`` (``current < x ? x : current``) from the type's lowest
+    value, so NaN is never taken, and an empty or all-NaN cell (or one of -inf only) gives the
+    lowest finite value."""
+    lowest = _lowest(value.dtype)
+    work = _comparable(value)
+    out = np.full(g.output_shape, lowest, work.dtype)  # empty cells keep it
+    channel = np.arange(g.depth)
+    for row_cells, col_cells, _, _, window in _max_pool_windows(g, work):
+        reduce = np.fmax.reduce if work.dtype.kind == "f" else np.maximum.reduce  # fmax ignores NaN
+        out[np.ix_(np.arange(g.batch), row_cells, col_cells, channel)] = reduce(window, axis=3, initial=lowest)
+    return out.astype(value.dtype, copy=False)

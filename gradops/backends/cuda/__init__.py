@@ -21,6 +21,7 @@ _OPS = {
     "depthwise_conv2d_native_backprop_input": "depthwise_conv2d_native_backprop_input",
     "depthwise_conv2d_native_backprop_filter": "depthwise_conv2d_native_backprop_filter",
     "fractional_avg_pool_grad": "fractional_avg_pool_grad",
+    "fractional_max_pool_grad": "fractional_max_pool_grad",
 }
 
 
@@ -78,3 +79,8 @@ def depthwise_conv2d_native_backprop_filter(geometry, input, out_backprop):
 
 def fractional_avg_pool_grad(geometry, out_backprop):
     return _launcher("fractional_avg_pool_grad").fractional_avg_pool_grad(geometry, out_backprop)
+
+
+def fractional_max_pool_grad(geometry, orig_input, orig_output, out_backprop):
+    return _launcher("fractional_max_pool_grad").fractional_max_pool_grad(geometry, orig_input, orig_output,
+                                                                         out_backprop)

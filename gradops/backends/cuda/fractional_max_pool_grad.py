@@ -1,0 +1,93 @@
+"""Launcher for cuda_src/fractional_max_pool_grad.cu (see its header comment for the design).
+
+Two launches on the current stream: ``fractional_max_pool_select`` (each cell's chosen element,
+by TF's scan, and a flag set where orig_output is not the recomputed maximum) and
+``fractional_max_pool_gather`` (each input element sums the out_backprop of the cells that
+chose it).  The flag is read back before the result is returned, so this op synchronises the
+host: TF refuses a call whose orig_output does not match (InvalidArgumentError), and so must
+gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
+containing it) are built on the host and uploaded with each call.  CuPy is imported only when
+a call runs.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..._errors import InvalidArgumentError
+from ..._geometry import FractionalPoolGeometry, cells_by_index
+from . import _runtime
+from .fractional_avg_pool_grad import ELEMENT_TYPES
+
+SOURCE = "fractional_max_pool_grad.cu"
+KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
+#: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
+INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
+
+
+def _expression(kernel: str, dtype, index: str) -> str:
+    return f"{kernel}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}>"
+
+
+def instantiations(arch: int | None = None) -> dict[str, list[str]]:
+    """Every name expression the launcher can ask for (the same on every architecture): both
+    kernels per dtype, with 32- and 64-bit indexing."""
+    return {SOURCE: [_expression(kernel, dtype, index)
+                     for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES]}
+
+
+def index_type(g: FractionalPoolGeometry) -> str:
+    """"int" when every tensor, cell table and offset fits below 2**31, else "long long"."""
+    largest = max(int(np.prod(g.input_shape, dtype=object)), int(np.prod(g.output_shape, dtype=object)),
+                  g.cell_table_entries, g.in_rows + 1, g.in_cols + 1, 2 * g.out_rows, 2 * g.out_cols)
+    return "int" if largest < 2**31 else "long long"
+
+
+def kernel_tables(g: FractionalPoolGeometry, index: str) -> list[np.ndarray]:
+    """The tables in the kernels' order: row bounds, column bounds (select); row offsets and
+    cells, column offsets and cells (gather); in the index type."""
+    row_bounds = np.stack([g.row_starts, g.row_ends], axis=1).reshape(-1)
+    col_bounds = np.stack([g.col_starts, g.col_ends], axis=1).reshape(-1)
+    tables = [row_bounds, col_bounds, *cells_by_index(g.row_starts, g.row_ends, g.in_rows),
+              *cells_by_index(g.col_starts, g.col_ends, g.in_cols)]
+    return [np.asarray(t).astype(INDEX_TYPES[index]) for t in tables]
+
+
+def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output, out_backprop, *,
+                             index: str | None = None):
+    """Input gradient [N, in_rows, in_cols, C] (NHWC) in the inputs' dtype.
+
+    orig_input, orig_output, out_backprop: CuPy arrays on the current device, any strides.
+    ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems).
+    Raises InvalidArgumentError, as TF does, when orig_output is not the recomputed maxima.
+    """
+    import cupy
+
+    dtype = np.dtype(orig_input.dtype)
+    index = index or index_type(g)
+    wide = _runtime.i32 if index == "int" else _runtime.i64
+    x = _runtime.contiguous(orig_input)
+    y = _runtime.contiguous(orig_output)
+    dy = _runtime.contiguous(out_backprop)
+    tables = kernel_tables(g, index)
+    offsets = np.cumsum([0] + [len(t) for t in tables[:-1]])
+    packed = cupy.asarray(np.concatenate(tables))
+    row_bounds, col_bounds, row_offsets, row_cells, col_offsets, col_cells = (
+        _runtime.pointer(packed, int(o)) for o in offsets)
+    sizes = tuple(wide(v) for v in (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols))
+    chosen = cupy.empty(g.output_shape, INDEX_TYPES[index])
+    mismatch = cupy.zeros((1,), np.int32)
+    select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index))
+    _runtime.launch_1d(select, int(np.prod(g.output_shape)),
+                       (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen), _runtime.pointer(mismatch),
+                        row_bounds, col_bounds, *sizes))
+    if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
+        raise InvalidArgumentError(
+            "fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
+            "sequences (TF: tensor_out_dup is not the same as tensor_out)")
+    in_backprop = cupy.empty(g.input_shape, dtype)
+    gather = _runtime.kernel(SOURCE, _expression(KERNELS[1], dtype, index))
+    _runtime.launch_1d(gather, int(np.prod(g.input_shape)),
+                       (_runtime.pointer(dy), _runtime.pointer(chosen), _runtime.pointer(in_backprop),
+                        row_offsets, row_cells, col_offsets, col_cells, *sizes))
+    return in_backprop

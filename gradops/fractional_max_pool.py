@@ -1,0 +1,75 @@
+"""Fractional max pooling's gradient (tf.raw_ops.FractionalMaxPoolGrad), and its forward op.
+
+Layout is NHWC throughout (TF's fractional pooling has no data_format).  Output cell (r, c)
+covers input rows ``row_pooling_sequence[r] .. row_pooling_sequence[r+1]`` (inclusive when
+``overlapping``, else exclusive) and likewise for columns, ends clamped to the input edge.
+
+Which element of a cell receives the cell's gradient is TF's rule, per (batch, channel): the
+cell is scanned row by row, each row left to right; the first element is taken, and a later
+one replaces the current choice only if it is strictly greater (``current < x``).  So ties go
+to the first maximum in that order; a NaN is never chosen unless it is the cell's first
+element, and then nothing replaces it (and TF refuses the call, since NaN != orig_output).
+The gradient is out_backprop summed per chosen element in output order, in the element type
+(float32 for float16/bfloat16, cast once).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import _arrays
+from ._dispatch import prepare, run, select_backend
+from ._dtypes import FRACTIONAL_POOL_DTYPES
+from ._errors import InvalidArgumentError
+from ._geometry import fractional_max_pool_geometry, fractional_pool_geometry
+
+
+def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: Any, row_pooling_sequence: Any,
+                             col_pooling_sequence: Any, overlapping=False, *, backend=None):
+    """Gradient of fractional max pooling w.r.t. its input.
+
+    orig_input: [N, in_rows, in_cols, C]; orig_output: the forward result [N, out_rows,
+    out_cols, C] (checked: it must equal the maxima TF's rule recomputes); out_backprop: same
+    shape as orig_output; pooling sequences: 1-D ints of at least out_rows + 1 / out_cols + 1
+    entries.  Returns [N, in_rows, in_cols, C] in the common dtype.
+    """
+    op = "fractional_max_pool_grad"
+    rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)
+    cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence)
+    where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, orig_input=orig_input, orig_output=orig_output,
+                                   out_backprop=out_backprop)
+    geometry = fractional_max_pool_geometry(op, arrays["orig_input"].shape, arrays["orig_output"].shape,
+                                            arrays["out_backprop"].shape, rows, cols, overlapping)
+    _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values())
+    arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
+    impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
+    return run(impl.fractional_max_pool_grad, geometry, arrays["orig_input"], arrays["orig_output"],
+               arrays["out_backprop"])
+
+
+def fractional_max_pool(value: Any, row_pooling_sequence: Any, col_pooling_sequence: Any, overlapping=False,
+                        *, backend=None):
+    """Forward fractional max pooling over given pooling sequences.
+
+    tf.raw_ops.FractionalMaxPool draws its sequences at random and returns them; here they
+    are arguments, so the op is deterministic.  value: [N, in_rows, in_cols, C]; returns [N,
+    out_rows, out_cols, C] with out_rows = len(row_pooling_sequence) - 1.  As TF's forward
+    kernel computes it: each cell's maximum ignoring NaN (a running ``max`` from the type's
+    lowest value), so a cell of NaNs only, or an empty cell, gives the lowest value.
+    """
+    op = "fractional_max_pool"
+    rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)
+    cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence)
+    where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, value=value)
+    shape = arrays["value"].shape
+    if len(shape) != 4:
+        raise InvalidArgumentError(f"{op}: value must be 4-dimensional, got shape {list(shape)}")
+    for name, sequence in (("row_pooling_sequence", rows), ("col_pooling_sequence", cols)):
+        if len(sequence) < 2:
+            raise InvalidArgumentError(
+                f"{op}: {name} needs at least 2 elements (one pooling cell), got {len(sequence)}")
+    out_shape = (shape[0], len(rows) - 1, len(cols) - 1, shape[3])
+    geometry = fractional_pool_geometry(op, list(shape), out_shape, rows, cols, overlapping)
+    arrays = _arrays.ready_for_backend(op, where, geometry.output_shape, arrays)
+    impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
+    return run(impl.fractional_max_pool, geometry, arrays["value"])

@@ -1,0 +1,484 @@
+"""fractional_max_pool_grad and fractional_max_pool: brute force, TF parity, NaN, validation.
+
+The brute-force reference is TF's kernel loop (fractional_max_pool_op.cc) written out: for
+each batch, row cell, column cell, scan rows then columns, per channel take the first element
+and replace it by any strictly greater one; then add out_backprop, in output order, to the
+chosen elements.
+"""
+
+from __future__ import annotations
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import gradops
+
+from conftest import FLOAT_DTYPES, to_gpu, to_host
+
+ALL_DTYPES = FLOAT_DTYPES + [np.int32, np.int64]
+TF_DTYPES = [np.float32, np.float64, np.int32, np.int64]
+
+
+def cells(seq, count, size, overlapping):
+    out = []
+    for k in range(count):
+        end = seq[k + 1] if overlapping else seq[k + 1] - 1
+        out.append((seq[k], min(end, size - 1)))
+    return out
+
+
+def brute_select(x, rows, cols, out_rows, out_cols, overlapping):
+    """TF's scan: chosen flat input offsets and maxima, [N, out_rows, out_cols, C]."""
+    n, h, w, c = x.shape
+    key = x.astype(np.float64) if x.dtype.kind in "fV" else x
+    chosen = np.full((n, out_rows, out_cols, c), -1, np.int64)
+    maxima = np.zeros((n, out_rows, out_cols, c), x.dtype)
+    for b in range(n):
+        for r, (r0, r1) in enumerate(cells(rows, out_rows, h, overlapping)):
+            for q, (c0, c1) in enumerate(cells(cols, out_cols, w, overlapping)):
+                for d in range(c):
+                    best = None
+                    for i in range(r0, r1 + 1):
+                        for j in range(c0, c1 + 1):
+                            if best is None or key[b, best[0], best[1], d] < key[b, i, j, d]:
+                                best = (i, j)
+                    chosen[b, r, q, d] = ((b * h + best[0]) * w + best[1]) * c + d
+                    maxima[b, r, q, d] = x[b, best[0], best[1], d]
+    return chosen, maxima
+
+
+def brute_grad(x, dy, rows, cols, overlapping):
+    chosen, _ = brute_select(x, rows, cols, dy.shape[1], dy.shape[2], overlapping)
+    acc = dy.dtype if np.dtype(dy.dtype).itemsize > 2 else np.float32
+    grad = np.zeros(x.size, acc)
+    for index, value in zip(chosen.reshape(-1), dy.reshape(-1).astype(acc)):
+        grad[index] += value
+    return grad.reshape(x.shape).astype(dy.dtype)
+
+
+def random_sequence(rng, size, count, overlapping):
+    """Increasing cells covering ``size``, count of them, each non-empty."""
+    if overlapping:
+        inner = np.sort(rng.choice(np.arange(1, size - 1), count - 1, replace=False)) if count > 1 else []
+        return [0, *map(int, inner), size - 1 if rng.random() < 0.5 else size]
+    inner = np.sort(rng.choice(np.arange(1, size), count - 1, replace=False)) if count > 1 else []
+    return [0, *map(int, inner), size]
+
+
+def tied_input(rng, shape, dtype):
+    """Few distinct values, so cells hold ties."""
+    return rng.integers(-2, 3, shape).astype(dtype)
+
+
+def forward_then_grad(x, rows, cols, overlapping, rng, backend="numpy"):
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping, backend=backend)
+    dy = rng.integers(-3, 4, y.shape).astype(x.dtype)
+    return y, dy, gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend=backend)
+
+
+# --------------------------------------------------------------------------- brute force
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("overlapping", [False, True])
+@pytest.mark.parametrize("seed", range(4))
+def test_matches_brute_force(dtype, overlapping, seed):
+    rng = np.random.default_rng(seed)
+    n, h, w, c = 2, int(rng.integers(3, 8)), int(rng.integers(3, 8)), int(rng.integers(1, 4))
+    out_rows, out_cols = int(rng.integers(1, h - 1)), int(rng.integers(1, w - 1))
+    rows = random_sequence(rng, h, out_rows, overlapping)
+    cols = random_sequence(rng, w, out_cols, overlapping)
+    x = tied_input(rng, (n, h, w, c), dtype)
+    _, maxima = brute_select(x, rows, cols, out_rows, out_cols, overlapping)
+    y, dy, grad = forward_then_grad(x, rows, cols, overlapping, rng)
+    np.testing.assert_array_equal(y, maxima)
+    want = brute_grad(x, dy, rows, cols, overlapping)
+    assert grad.dtype == np.dtype(dtype) and grad.shape == x.shape
+    np.testing.assert_array_equal(grad, want)
+
+
+@pytest.mark.parametrize("overlapping, rows, cols", [
+    (True, [0, 2, 2, 4], [1, 1, 3, 5]),  # equal entries: one-row / one-column cells, stacked
+    (True, [0, 4, 4], [0, 0, 0, 6]),  # the same single column twice
+    (False, [0, 1, 9], [2, 3, 5, 50]),  # ends past the input are clamped; column 0, 1 unused
+    (False, [4, 5], [0, 6]),  # one cell, rows 0..3 unused
+])
+def test_hand_made_sequences(overlapping, rows, cols):
+    """Hand-made sequences, read as TF reads them.  Every cell must be non-empty, so sequences
+    increase (non-overlapping) or never decrease (overlapping)."""
+    rng = np.random.default_rng(7)
+    x = tied_input(rng, (2, 5, 6, 2), np.float32)
+    out_rows, out_cols = len(rows) - 1, len(cols) - 1
+    _, maxima = brute_select(x, rows, cols, out_rows, out_cols, overlapping)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    np.testing.assert_array_equal(y, maxima)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    grad = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping)
+    np.testing.assert_array_equal(grad, brute_grad(x, dy, rows, cols, overlapping))
+
+
+def test_ties_go_to_first_in_row_major_scan():
+    x = np.array([1, 5, 5, 2, 5, 0, 3, 3, 1], np.float32).reshape(1, 3, 3, 1)
+    grad = gradops.fractional_max_pool_grad(x, np.full((1, 1, 1, 1), 5, np.float32),
+                                            np.ones((1, 1, 1, 1), np.float32), [0, 3], [0, 3])
+    assert grad.reshape(-1).tolist() == [0, 1, 0, 0, 0, 0, 0, 0, 0]
+    # Column before row: (0, 2) is later in the scan than (0, 1) but earlier than (1, 0).
+    x = np.array([0, 1, 7, 7], np.float64).reshape(1, 2, 2, 1)
+    grad = gradops.fractional_max_pool_grad(x, np.full((1, 1, 1, 1), 7.0), np.ones((1, 1, 1, 1)), [0, 2], [0, 2])
+    assert grad.reshape(-1).tolist() == [0, 0, 1, 0]
+    # +0.0 and -0.0 compare equal: the first one wins.
+    assert _one_cell([-0.0, 0.0], 0.0).reshape(-1).tolist() == [1, 0]
+    assert _one_cell([0.0, -0.0], -0.0).reshape(-1).tolist() == [1, 0]
+
+
+def test_overlapping_boundary_element_sums_both_cells():
+    x = np.array([0, 0, 9, 0, 0], np.float64).reshape(1, 1, 5, 1).repeat(2, axis=0)
+    y = gradops.fractional_max_pool(x, [0, 1], [0, 2, 4], True)
+    assert y.reshape(-1).tolist() == [9, 9] * 2
+    dy = np.array([2.0, 3.0, 4.0, 0.5]).reshape(2, 1, 2, 1)
+    grad = gradops.fractional_max_pool_grad(x, y, dy, [0, 1], [0, 2, 4], True)
+    assert grad.reshape(-1).tolist() == [0, 0, 5, 0, 0, 0, 0, 4.5, 0, 0]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_half_types_select_as_float32_and_sum_in_float32(dtype):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 6, 7, 3)).astype(dtype)
+    rows, cols = [0, 2, 4, 6], [0, 3, 5, 7]
+    y = gradops.fractional_max_pool(x, rows, cols)
+    np.testing.assert_array_equal(y.astype(np.float32), gradops.fractional_max_pool(x.astype(np.float32), rows, cols))
+    dy = rng.standard_normal(y.shape).astype(dtype)
+    grad = gradops.fractional_max_pool_grad(x, y, dy, rows, cols)
+    want = gradops.fractional_max_pool_grad(x.astype(np.float32), y.astype(np.float32), dy.astype(np.float32),
+                                            rows, cols).astype(dtype)
+    np.testing.assert_array_equal(grad.astype(np.float32), want.astype(np.float32))
+
+
+# --------------------------------------------------------------------------- NaN and infinities
+
+
+def _one_cell(x, out, dy=1.0, dtype=np.float32):
+    """The gradient of one cell spanning row 0 of a [1, 2, len(x), 1] input (TF refuses
+    len(rows) * len(cols) > the input's size, so the input has a second, unpooled row)."""
+    x = np.concatenate([np.asarray(x, dtype).reshape(1, 1, -1, 1), np.zeros((1, 1, len(x), 1), dtype)], axis=1)
+    grad = gradops.fractional_max_pool_grad(x, np.full((1, 1, 1, 1), out, dtype), np.full((1, 1, 1, 1), dy, dtype),
+                                            [0, 1], [0, x.shape[2]])
+    assert not grad[:, 1].any()
+    return grad[:, 0]
+
+
+def test_nan_after_the_first_element_is_never_chosen():
+    assert _one_cell([1, np.nan, 3, np.nan], 3.0).reshape(-1).tolist() == [0, 0, 1, 0]
+    assert _one_cell([2, np.nan, np.nan], 2.0).reshape(-1).tolist() == [1, 0, 0]
+
+
+@pytest.mark.parametrize("out", [np.nan, 3.0])
+def test_nan_first_element_is_refused_as_tf_does(out):
+    """TF keeps a NaN first element as the maximum; NaN != orig_output, so it refuses."""
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        _one_cell([np.nan, 1, 3], out)
+
+
+def test_forward_ignores_nan_and_starts_from_lowest():
+    x = np.array([np.nan, 1, np.nan, np.nan, -np.inf, -np.inf], np.float32).reshape(1, 1, 6, 1)
+    y = gradops.fractional_max_pool(x, [0, 1], [0, 2, 4, 6])
+    lowest = np.finfo(np.float32).min
+    assert y.reshape(-1).tolist() == [1.0, lowest, lowest]
+    assert gradops.fractional_max_pool(np.full((1, 1, 1, 1), -5, np.int32), [0, 1], [0, 1]).item() == -5
+
+
+def test_infinities_are_ordinary_values():
+    assert _one_cell([-np.inf, np.inf, np.inf], np.inf).reshape(-1).tolist() == [0, 1, 0]
+    assert _one_cell([-np.inf, -np.inf], -np.inf).reshape(-1).tolist() == [1, 0]
+
+
+# --------------------------------------------------------------------------- validation
+
+
+def _call(x_shape=(1, 4, 4, 1), y_shape=(1, 2, 2, 1), dy_shape=None, rows=(0, 2, 4), cols=(0, 2, 4),
+          overlapping=False, dtype=np.float32, **kwargs):
+    x = np.arange(np.prod(x_shape), dtype=dtype).reshape(x_shape)
+    y = np.zeros(y_shape, dtype)
+    dy = np.ones(y_shape if dy_shape is None else dy_shape, dtype)
+    return gradops.fractional_max_pool_grad(x, y, dy, np.asarray(rows, np.int64), np.asarray(cols, np.int64),
+                                            overlapping, **kwargs)
+
+
+@pytest.mark.parametrize("kwargs, names", [
+    (dict(x_shape=(4, 4, 1)), "orig_input"),
+    (dict(y_shape=(2, 2, 1)), "orig_output"),
+    (dict(dy_shape=(1, 2, 3, 1)), "out_backprop"),
+    (dict(dy_shape=(1, 4, 1)), "out_backprop"),
+    (dict(x_shape=(0, 4, 4, 1)), "orig_input"),
+    (dict(x_shape=(1, 4, 0, 1)), "orig_input"),
+    (dict(y_shape=(1, 0, 2, 1)), "orig_output"),
+    (dict(y_shape=(2, 2, 2, 1)), "orig_output"),
+    (dict(y_shape=(1, 2, 2, 2)), "orig_output"),
+    (dict(rows=(0, 2)), "row_pooling_sequence"),
+    (dict(cols=(0,)), "col_pooling_sequence"),
+    (dict(rows=(-1, 2, 4)), "row_pooling_sequence"),  # TF PR #126911: still reads before the input
+    (dict(cols=(0, -2, 4)), "col_pooling_sequence"),
+    (dict(rows=(0, 0, 4)), "row_pooling_sequence"),  # an empty cell
+    (dict(rows=(0, 4, 5)), "row_pooling_sequence"),  # starts past the input: empty
+    (dict(cols=(2, 1, 4), overlapping=True), "col_pooling_sequence"),  # decreasing: empty
+    (dict(rows=(0, 2, 3, 4)), "row_pooling_sequence"),  # an extra, non-empty cell
+    (dict(rows=tuple(range(17)), cols=(0, 2, 4)), "row_pooling_sequence"),  # Pooling region > input
+])
+def test_refusals_name_the_argument(kwargs, names):
+    with pytest.raises(gradops.InvalidArgumentError, match=names):
+        _call(**kwargs)
+
+
+def test_orig_output_must_hold_the_maxima():
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        _call()  # zeros, not the maxima
+
+
+def test_extra_empty_cells_are_ignored_as_tf_does():
+    x = np.arange(32, dtype=np.float32).reshape(2, 4, 4, 1)
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    dy = np.arange(1, 9, dtype=np.float32).reshape(y.shape)
+    want = gradops.fractional_max_pool_grad(x, y, dy, [0, 2, 4], [0, 2, 4])
+    got = gradops.fractional_max_pool_grad(x, y, dy, [0, 2, 4, 4, 1], [0, 2, 4, 9])
+    np.testing.assert_array_equal(got, want)
+
+
+def test_arguments_of_the_wrong_kind():
+    with pytest.raises(TypeError, match="overlapping"):
+        _call(overlapping=1)
+    with pytest.raises(gradops.InvalidArgumentError, match="row_pooling_sequence"):
+        _call(rows=np.zeros((1, 3), np.int64))
+    x = np.zeros((1, 4, 4, 1), np.float32)
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        gradops.fractional_max_pool_grad(x, np.zeros((1, 2, 2, 1), np.float64), np.zeros((1, 2, 2, 1), np.float32),
+                                         [0, 2, 4], [0, 2, 4])
+    with pytest.raises(gradops.InvalidArgumentError, match="supported dtypes"):
+        gradops.fractional_max_pool(np.zeros((1, 2, 2, 1), np.uint8), [0, 2], [0, 2])
+
+
+def test_forward_validation():
+    x = np.zeros((1, 4, 4, 1), np.float32)
+    with pytest.raises(gradops.InvalidArgumentError, match="value"):
+        gradops.fractional_max_pool(x[0], [0, 2], [0, 2])
+    with pytest.raises(gradops.InvalidArgumentError, match="row_pooling_sequence"):
+        gradops.fractional_max_pool(x, [0], [0, 2])
+    with pytest.raises(gradops.InvalidArgumentError, match="col_pooling_sequence"):
+        gradops.fractional_max_pool(x, [0, 2], [-1, 2])
+    # An empty cell pools nothing: the lowest value, as TF's forward loop leaves it.
+    y = gradops.fractional_max_pool(x, [0, 2, 2], [0, 4])
+    assert y.reshape(-1).tolist() == [0.0, float(np.finfo(np.float32).min)]
+
+
+def test_gpu_backends_refuse_with_the_reason():
+    """Host arrays with backend='cuda' / 'cudnn' are refused as for every op."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    for backend in ("cuda", "cudnn"):
+        with pytest.raises(gradops.InvalidArgumentError, match="GPU arrays"):
+            gradops.fractional_max_pool_grad(x, y, y, [0, 2, 4], [0, 2, 4], backend=backend)
+
+
+def test_no_cudnn_op():
+    from gradops import _dispatch
+
+    assert "fractional_max_pool_grad" not in _dispatch.CUDNN_OPS
+
+
+# --------------------------------------------------------------------------- TF parity
+
+
+@pytest.fixture(scope="module")
+def tf():
+    return pytest.importorskip("tensorflow")
+
+
+def _tf_grad(tf, x, y, dy, rows, cols, overlapping):
+    return tf.raw_ops.FractionalMaxPoolGrad(
+        orig_input=x, orig_output=y, out_backprop=dy, row_pooling_sequence=np.asarray(rows, np.int64),
+        col_pooling_sequence=np.asarray(cols, np.int64), overlapping=overlapping).numpy()
+
+
+@pytest.mark.parametrize("dtype", TF_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("overlapping", [False, True])
+@pytest.mark.parametrize("pseudo_random", [False, True])
+def test_tf_forward_and_grad_parity(tf, dtype, overlapping, pseudo_random):
+    """TF draws the sequences; gradops' forward on them equals TF's, and so does the gradient
+    (tied inputs: TF's tie-break is exercised)."""
+    rng = np.random.default_rng(11)
+    for seed, shape in enumerate([(2, 9, 11, 3), (1, 13, 7, 5), (3, 5, 5, 1)]):
+        x = tied_input(rng, shape, dtype)
+        y_tf, rows, cols = tf.raw_ops.FractionalMaxPool(
+            value=x, pooling_ratio=[1.0, 1.44, 1.73, 1.0], pseudo_random=pseudo_random, overlapping=overlapping,
+            deterministic=True, seed=seed + 1, seed2=7)
+        rows, cols, y_tf = rows.numpy(), cols.numpy(), y_tf.numpy()
+        y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+        np.testing.assert_array_equal(y, y_tf)
+        dy = rng.integers(-5, 6, y.shape).astype(dtype)
+        grad = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping)
+        np.testing.assert_array_equal(grad, _tf_grad(tf, x, y_tf, dy, rows, cols, overlapping))
+
+
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_tf_parity_random_floats_and_sums(tf, overlapping):
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 10, 9, 4)).astype(np.float32)
+    rows, cols = [0, 1, 3, 6, 8, 10], [0, 2, 3, 5, 9]
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    np.testing.assert_array_equal(gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping),
+                                  _tf_grad(tf, x, y, dy, rows, cols, overlapping))
+
+
+def test_tf_parity_nan(tf):
+    """A NaN inside a cell is skipped by both; a NaN first element makes both refuse; TF's
+    forward (ignoring NaN, all-NaN cells at the lowest value) is ours."""
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    x[0, 1, 1, 0] = np.nan
+    x[0, 3, 3, 0] = np.nan
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    dy = np.ones(y.shape, np.float32)
+    np.testing.assert_array_equal(gradops.fractional_max_pool_grad(x, y, dy, [0, 2, 4], [0, 2, 4]),
+                                  _tf_grad(tf, x, y, dy, [0, 2, 4], [0, 2, 4], False))
+    x[0, 0, 0, 0] = np.nan
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    with pytest.raises(tf.errors.InvalidArgumentError, match="tensor_out_dup"):
+        _tf_grad(tf, x, y, dy, [0, 2, 4], [0, 2, 4], False)
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        gradops.fractional_max_pool_grad(x, y, dy, [0, 2, 4], [0, 2, 4])
+    for depth in (1, 8):  # TF's forward: scalar and vectorised cwiseMax
+        z = np.arange(4 * 4 * depth, dtype=np.float32).reshape(1, 4, 4, depth)
+        z[0, 0, 0], z[0, 2:, 2:] = np.nan, np.nan
+        z[0, 0, 2:] = -np.inf
+        z[0, 1, 2:] = -np.inf
+        y_tf, rows, cols = tf.raw_ops.FractionalMaxPool(value=z, pooling_ratio=[1.0, 2.0, 2.0, 1.0],
+                                                        pseudo_random=False, overlapping=False, deterministic=True,
+                                                        seed=1, seed2=2)
+        np.testing.assert_array_equal(gradops.fractional_max_pool(z, rows.numpy(), cols.numpy()), y_tf.numpy())
+
+
+def test_tf_parity_extra_empty_cells_and_pooling_region_check(tf):
+    x = np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1)
+    y = np.full((1, 1, 1, 1), 8, np.float32)
+    dy = np.ones((1, 1, 1, 1), np.float32)
+    np.testing.assert_array_equal(gradops.fractional_max_pool_grad(x, y, dy, [0, 3, 3], [0, 3]),
+                                  _tf_grad(tf, x, y, dy, [0, 3, 3], [0, 3], False))
+    z = np.zeros((1, 1, 2, 1), np.float32)
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Pooling region has more elements"):
+        _tf_grad(tf, z, np.zeros((1, 1, 1, 1), np.float32), dy, [0, 1], [0, 2], False)
+    with pytest.raises(gradops.InvalidArgumentError, match="Pooling region has more elements"):
+        gradops.fractional_max_pool_grad(z, np.zeros((1, 1, 1, 1), np.float32), dy, [0, 1], [0, 2])
+
+
+# --------------------------------------------------------------------------- CUDA kernels
+# On a GPU ([gpu]) and on tests/cuda_host.py's CPU execution model ([host]): the real launcher
+# and .cu source, blocks and threads in a shuffled order, NaN-guarded arrays.
+
+
+def _cuda_case(rng, shape, rows, cols, overlapping, dtype):
+    x = tied_input(rng, shape, dtype)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    dy = (rng.integers(-5, 6, y.shape) if np.issubdtype(dtype, np.integer) else rng.standard_normal(y.shape))
+    return x, y, dy.astype(dtype)
+
+
+def _check_cuda(x, y, dy, rows, cols, overlapping, **kwargs):
+    import cupy
+
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
+    got = gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, overlapping,
+                                           backend="cuda", **kwargs)
+    assert isinstance(got, cupy.ndarray)
+    got = to_host(got)
+    assert got.dtype == want.dtype and got.shape == want.shape
+    np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))  # bit for bit
+    return got
+
+
+CUDA_SEQUENCES = {
+    "generated": ((2, 7, 9, 3), None, None),
+    "equal-entries": ((1, 5, 6, 2), [0, 2, 2, 4], [1, 1, 3, 5]),
+    "clamped": ((2, 5, 6, 1), [0, 1, 9], [2, 3, 5, 50]),
+    "one-cell": ((1, 5, 6, 4), [4, 5], [0, 6]),
+}
+
+
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+@pytest.mark.parametrize("case", list(CUDA_SEQUENCES))
+def test_cuda_matches_numpy_bit_for_bit(cuda_device, case, overlapping, dtype):
+    rng = np.random.default_rng(21)
+    shape, rows, cols = CUDA_SEQUENCES[case]
+    if case == "equal-entries" and not overlapping:  # equal entries make empty disjoint cells
+        rows, cols = [0, 2, 3, 4], [1, 2, 3, 5]
+    if rows is None:
+        rows = gradops.fractional_pooling_sequence(shape[1], 1.44, True, seed=3)
+        cols = gradops.fractional_pooling_sequence(shape[2], 1.44, False, seed=4)
+    _check_cuda(*_cuda_case(rng, shape, rows, cols, overlapping, dtype), rows, cols, overlapping)
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_cuda_64_bit_indexing_path(cuda_device, overlapping):
+    """The "long long" instantiations (taken past 2**31 elements), forced on a small problem."""
+    import cupy
+
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+
+    rng = np.random.default_rng(4)
+    rows, cols = [0, 2, 3, 5, 7], [0, 1, 3, 6, 9]
+    x, y, dy = _cuda_case(rng, (2, 7, 9, 3), rows, cols, overlapping, np.float64)
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, overlapping)
+    assert launcher.index_type(g) == "int"
+    got = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), index="long long")
+    np.testing.assert_array_equal(cupy.asnumpy(got), gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping))
+
+
+def test_cuda_refuses_what_tf_refuses(cuda_device):
+    """orig_output other than the maxima, and a NaN first in its cell: InvalidArgumentError."""
+    x = np.arange(32, dtype=np.float32).reshape(2, 4, 4, 1)
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    dy = np.ones(y.shape, np.float32)
+    wrong = y.copy()
+    wrong[1, 1, 0, 0] += 1
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(wrong), to_gpu(dy), [0, 2, 4], [0, 2, 4], backend="cuda")
+    x[0, 2, 0, 0] = np.nan  # first element of cell (1, 0)
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), [0, 2, 4], [0, 2, 4], backend="cuda")
+    x[0, 2, 0, 0] = 0.0
+    x[0, 3, 1, 0] = np.nan  # not first: skipped, as TF does
+    y = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4])
+    _check_cuda(x, y, dy, [0, 2, 4], [0, 2, 4], False)
+
+
+def test_cuda_non_contiguous_inputs(cuda_device):
+    import cupy
+
+    rng = np.random.default_rng(8)
+    rows, cols = [0, 2, 3, 5], [0, 2, 4, 6]
+    x, y, dy = _cuda_case(rng, (2, 5, 6, 3), rows, cols, False, np.float32)
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols)
+    # Every tensor a strided view: channels reversed through a doubled buffer.
+    views = []
+    for a in (x, y, dy):
+        wide = to_gpu(np.repeat(a, 2, axis=3))
+        views.append(wide[..., ::2])
+    assert not views[0].flags.c_contiguous
+    got = gradops.fractional_max_pool_grad(*views, rows, cols, backend="cuda")
+    np.testing.assert_array_equal(cupy.asnumpy(got), want)
+
+
+def test_cuda_default_dispatch_and_deterministic(cuda_device):
+    rng = np.random.default_rng(9)
+    rows, cols = [0, 2, 3, 5, 7], [0, 1, 3, 6, 9]
+    x, y, dy = _cuda_case(rng, (2, 7, 9, 3), rows, cols, True, np.float32)
+    first = to_host(gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, True))
+    decision = gradops.last_backend_decision()
+    assert decision.backend == "cuda" and "cuDNN has no fractional_max_pool_grad" in decision.reason
+    second = to_host(gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, True))
+    np.testing.assert_array_equal(first, second)
