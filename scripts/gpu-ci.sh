@@ -140,7 +140,9 @@ step_sanitizer() {
     # raised as exceptions by CuPy anyway, and the driver-symbol probes of NVIDIA's own Python
     # bindings (cuGetProcAddress with names this driver lacks) would otherwise count as 34
     # errors of a clean run (seen on an H100, driver 580, CuPy 14.2).
-    timeout "$SANITIZER_TIMEOUT" "$sanitizer" --tool memcheck --error-exitcode "$SANITIZER_ERROR_EXIT" \
+    # PYTEST_ADDOPTS is cleared: parallel workers (-n) under memcheck outran a 150 s limit on
+    # an H100 where one process took 6 s.
+    PYTEST_ADDOPTS="" timeout "$SANITIZER_TIMEOUT" "$sanitizer" --tool memcheck --error-exitcode "$SANITIZER_ERROR_EXIT" \
         --report-api-errors no \
         --target-processes all \
         "$PYTHON" -m pytest -c "$ROOT/pyproject.toml" --rootdir "$ROOT" -p no:cacheprovider \
