@@ -57,16 +57,18 @@ def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
     return cases
 
 
-def table(csv_path: str, index_path: str, bandwidth: float) -> str:
+def _load(csv_path: str, index_path: str):
+    """(the index entries, kernels by case index, the suites' Case by (suite, label, op))."""
     index = json.load(open(index_path))
-    cases = kernels_by_case(csv_path)
-    by_key = {}
-    for suite_name in {e["suite"] for e in index}:
-        for case in suites.suite(suite_name):
-            by_key[(case.suite, case.label, case.op)] = case
+    by_key = {(case.suite, case.label, case.op): case
+              for suite_name in {e["suite"] for e in index} for case in suites.suite(suite_name)}
+    return index, kernels_by_case(csv_path), by_key
+
+
+def table(csv_path: str, index_path: str, bandwidth: float) -> str:
+    index, cases, by_key = _load(csv_path, index_path)
     lines = ["| suite | case | op | dtype | engine | kernels | kernel time (us) | DRAM read+write (MB) | "
              "compulsory (MB) | compulsory / time, % of HBM |", "|" + "---|" * 10]
-    times = {}
     for e in index:
         ks = cases.get(e["i"], [])
         case = by_key[(e["suite"], e["label"], e["op"])]
@@ -75,7 +77,6 @@ def table(csv_path: str, index_path: str, bandwidth: float) -> str:
         ns = sum(k["ns"] for k in ks)
         dram = sum(k["read"] + k["write"] for k in ks)
         pct = 100 * need / (ns * 1e-9) / bandwidth if ns else float("nan")
-        times[(e["suite"], e["label"], e["op"], e["dtype"], e["engine"])] = ns
         names = "; ".join(sorted({re.sub(r"\(.*", "", k["name"])[:60] for k in ks}))
         lines.append(f"| {e['suite']} | {e['label']} | {e['op']} | {e['dtype']} | {e['engine']} | {len(ks)}: {names} | "
                      f"{ns / 1e3:.1f} | {dram / 1e6:.1f} | {need / 1e6:.1f} | {pct:.1f} |")
@@ -85,12 +86,7 @@ def table(csv_path: str, index_path: str, bandwidth: float) -> str:
 def summary(csv_path: str, index_path: str, bandwidth: float) -> str:
     """Per suite, op, dtype and layout: the geometric mean of % of HBM per engine, and of the
     kernel-time ratio of each other engine to gradops-cuda (> 1: gradops-cuda is faster)."""
-    index = json.load(open(index_path))
-    cases = kernels_by_case(csv_path)
-    by_key = {}
-    for suite_name in {e["suite"] for e in index}:
-        for case in suites.suite(suite_name):
-            by_key[(case.suite, case.label, case.op)] = case
+    index, cases, by_key = _load(csv_path, index_path)
     pct: dict = defaultdict(lambda: defaultdict(list))
     ns: dict = {}
     for e in index:

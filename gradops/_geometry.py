@@ -474,6 +474,22 @@ def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: 
     return tuple(starts), tuple(ends)
 
 
+def fractional_pool_forward_geometry(op: str, value_shape: Sequence[int], row_pooling_sequence: list[int],
+                                     col_pooling_sequence: list[int], overlapping: Any) -> FractionalPoolGeometry:
+    """Validate a forward fractional pooling (avg or max; value NHWC) whose output size the
+    sequences give (out_rows = len(row_pooling_sequence) - 1), and describe its cells."""
+    if len(value_shape) != 4:
+        raise InvalidArgumentError(f"{op}: value must be 4-dimensional, got shape {list(value_shape)}")
+    for name, sequence in (("row_pooling_sequence", row_pooling_sequence),
+                           ("col_pooling_sequence", col_pooling_sequence)):
+        if len(sequence) < 2:  # out size = len - 1, and an empty output has no cell to name
+            raise InvalidArgumentError(
+                f"{op}: {name} needs at least 2 elements (one pooling cell), got {len(sequence)}")
+    out_shape = (value_shape[0], len(row_pooling_sequence) - 1, len(col_pooling_sequence) - 1, value_shape[3])
+    return fractional_pool_geometry(op, list(value_shape), out_shape, row_pooling_sequence, col_pooling_sequence,
+                                    overlapping)
+
+
 @memoised()
 def fractional_pool_geometry(op: str, orig_input_shape: list[int], out_backprop_shape: Sequence[int],
                              row_pooling_sequence: list[int], col_pooling_sequence: list[int],

@@ -20,7 +20,7 @@ from . import _arrays
 from ._dispatch import prepare, run, select_backend
 from ._dtypes import FRACTIONAL_POOL_DTYPES
 from ._errors import InvalidArgumentError
-from ._geometry import fractional_pool_geometry, pooling_sequence_args
+from ._geometry import fractional_pool_forward_geometry, fractional_pool_geometry, pooling_sequence_args
 
 
 def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, row_pooling_sequence: Any,
@@ -74,15 +74,7 @@ def fractional_avg_pool(value: Any, row_pooling_sequence: Any, col_pooling_seque
     rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)
     cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence)
     where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, value=value)
-    shape = arrays["value"].shape
-    if len(shape) != 4:
-        raise InvalidArgumentError(f"{op}: value must be 4-dimensional, got shape {list(shape)}")
-    for name, sequence in (("row_pooling_sequence", rows), ("col_pooling_sequence", cols)):
-        if len(sequence) < 2:  # out size = len - 1, and an empty output has no cell to name
-            raise InvalidArgumentError(
-                f"{op}: {name} needs at least 2 elements (one pooling cell), got {len(sequence)}")
-    out_shape = (shape[0], len(rows) - 1, len(cols) - 1, shape[3])
-    geometry = fractional_pool_geometry(op, list(shape), out_shape, rows, cols, overlapping)
+    geometry = fractional_pool_forward_geometry(op, arrays["value"].shape, rows, cols, overlapping)
     arrays = _arrays.ready_for_backend(op, where, geometry.output_shape, arrays)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_avg_pool, geometry, arrays["value"])
