@@ -482,3 +482,70 @@ def test_cuda_default_dispatch_and_deterministic(cuda_device):
     assert decision.backend == "cuda" and "cuDNN has no fractional_max_pool_grad" in decision.reason
     second = to_host(gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, True))
     np.testing.assert_array_equal(first, second)
+
+
+# ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)
+
+PLANTED = {  # name: (text of the real source, its replacement)
+    "ties-go-to-the-last": ("if (best_value < value) {", "if (best_value <= value) {"),
+    "first-element-skipped-twice": ("(y == y0 ? x0 + 1 : x0)", "x0 + 1"),
+    "last-row-of-a-cell-dropped": ("for (I y = y0; y <= y1; ++y)", "for (I y = y0; y < y1; ++y)"),
+    "mismatch-never-flagged": ("*mismatch = 1;", "*mismatch = 0;"),
+    "overlap-sums-one-cell-only": ("qk < col_offsets[x + 1]; ++qk)", "qk < col_offsets[x] + 1; ++qk)"),
+    "chosen-compared-with-the-wrong-index": ("if (chosen[o] == i)", "if (chosen[o] == i + 1)"),
+}
+
+
+def _planted_problem(wrong_output=False):
+    """(CUDA result or the error it raised, NumPy result): overlapping cells over a tied input."""
+    rng = np.random.default_rng(5)
+    rows, cols = [0, 2, 4, 6], [0, 3, 5, 7]
+    x, y, dy = _cuda_case(rng, (2, 7, 8, 3), rows, cols, True, np.float32)
+    if wrong_output:
+        y = y.copy()
+        y.reshape(-1)[4] += 1
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, True, backend="numpy") if not wrong_output else None
+    try:
+        got = to_host(gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, True,
+                                                       backend="cuda"))
+    except gradops.InvalidArgumentError as exc:
+        return exc, want
+    return got, want
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    import importlib
+    import shutil
+
+    import cuda_host
+
+    cuda_launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    text, replacement = PLANTED[bug]
+    wrong_output = bug == "mismatch-never-flagged"  # that bug shows only on an orig_output to refuse
+    # The real source gets this problem right (or refuses it) ...
+    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    got, want = _planted_problem(wrong_output)
+    if wrong_output:
+        assert isinstance(got, gradops.InvalidArgumentError)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+    # ... and the edited one does not.
+    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
+    source = (tmp_path / cuda_launcher.SOURCE).read_text()
+    assert source.count(text) == 1, "the planted edit must match the source exactly once"
+    (tmp_path / cuda_launcher.SOURCE).write_text(source.replace(text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = _planted_problem(wrong_output)
+    except (AssertionError, cuda_host.HostLaunchError):
+        return  # refused: a read or write outside an array
+    if wrong_output:
+        assert not isinstance(got, gradops.InvalidArgumentError)
+    else:
+        assert isinstance(got, gradops.InvalidArgumentError) or not np.array_equal(got, want)
