@@ -129,7 +129,12 @@ __global__ void depthwise_conv2d_native_backprop_input(
 //
 // Multipliers.  out_backprop channels c * M + q for q = 0 .. M-1 are staged one q at a time
 // (with the filter slice [:, :, c, q]), accumulating into the same registers: each sum runs
-// over q, then staged row, then staged column, all ascending: a fixed order.
+// over q, then staged row, then staged column, all ascending: a fixed order.  Paired
+// multipliers (M = 2 with V = 2, the launcher's `pair_multipliers`): out_backprop channels
+// 2c and 2c + 1 sit side by side like the filter's [:, :, c, 0:2], so a CTA owns CHANNELS / 2
+// input channels and stages their 2 x CHANNELS / 2 out_backprop channels at once, exactly as
+// for M = 1 (16-byte loads included); a thread's two accumulators are then slices 0 and 1 of
+// one input channel, summed over staged row and column each, and added once at the end.
 //
 // Padding.  TF skips taps that fall outside out_backprop; staging zeros there instead adds
 // products w * 0 = +-0, which leave every sum unchanged unless w is Inf or NaN (x + +-0 == x
@@ -138,9 +143,10 @@ __global__ void depthwise_conv2d_native_backprop_input(
 // finite), and if any value is not finite it runs the checked variant of the inner loop,
 // which skips the staged positions outside out_backprop.
 //
-// Loads.  With M = 1, NHWC, channel counts a multiple of 16 / sizeof(T) and 16-byte aligned
-// arrays (the launcher's `vector_loads`), staging moves 16 bytes per load and keeps up to
-// kBatch loads per thread in flight; otherwise one element per load.  NCHW stages from the
+// Loads.  With M = 1 or paired multipliers, NHWC, an out_backprop channel count that is a
+// multiple of 16 / sizeof(T) and 16-byte aligned arrays (the launcher's `vector_loads`),
+// staging moves 16 bytes per load and keeps up to kBatch loads per thread in flight;
+// otherwise one element per load.  NCHW stages from the
 // channel planes: the 32 lanes of a warp take 32 consecutive staged positions of one channel
 // (coalesced), and a pad of 2 accumulators per staged position spreads their shared-memory
 // stores over 16 banks (2-way) where an unpadded 128-byte position would put them all in one.
@@ -302,6 +308,49 @@ __device__ __forceinline__ void accumulate(
 }
 
 
+// With paired multipliers (see "Multipliers") a thread's two accumulators of a position are
+// slices 0 and 1 of one input channel: its gradient is their sum, always in this order.
+template <typename Acc, int V> __device__ __forceinline__ Acc pair_sum(const Acc (&a)[V]) { return a[0] + a[V - 1]; }
+
+// Stores a work item's IR x IC positions (NHWC) from ``first``, the input gradient of its
+// first position (y_first, x_first) and the thread's first channel; positions outside the
+// image are skipped.  PAIRS: one element per position, the pair sum.  Otherwise the thread's
+// V channels: in one store when in_depth is even (offsets even; every thread's channel + 1
+// exists), else one element at a time, the second only where ``second_exists``.
+template <bool PAIRS, typename T, typename Acc, int V, int IR, int IC>
+__device__ __forceinline__ void store_item_nhwc(T* first, const Acc (&acc)[IR][IC][V], int y_first, int x_first,
+                                                int in_rows, int in_cols, int in_depth, bool second_exists) {
+    const bool whole = PAIRS || V == 1 || in_depth % 2 == 0;
+    const int row_step = in_cols * in_depth;
+    auto store = [&](T* dst, const Acc (&a)[V]) {
+        if constexpr (PAIRS) {
+            dst[0] = from_acc<T>(pair_sum(a));
+        } else if (whole) {
+            store_lane<T, Acc, V>(dst, a);
+        } else {
+            dst[0] = from_acc<T>(a[0]);
+            if (second_exists) dst[1] = from_acc<T>(a[V - 1]);
+        }
+    };
+    if (whole && y_first >= 0 && y_first + IR <= in_rows && x_first >= 0 && x_first + IC <= in_cols) {
+        // the common case: every position inside
+#pragma unroll
+        for (int i = 0; i < IR; ++i)
+#pragma unroll
+            for (int j = 0; j < IC; ++j) store(first + i * row_step + j * in_depth, acc[i][j]);
+        return;
+    }
+#pragma unroll
+    for (int i = 0; i < IR; ++i) {
+        if (static_cast<unsigned>(y_first + i) >= static_cast<unsigned>(in_rows)) continue;
+#pragma unroll
+        for (int j = 0; j < IC; ++j) {
+            if (static_cast<unsigned>(x_first + j) >= static_cast<unsigned>(in_cols)) continue;
+            store(first + i * row_step + j * in_depth, acc[i][j]);
+        }
+    }
+}
+
 // Positions p = first + k * STEP (k = 0, 1, ...) of a row-major grid COLS wide, as (row, col)
 // and as the offset origin + row * row_step + col * col_step, advanced without a division or
 // a multiplication per step.
@@ -331,7 +380,9 @@ template <int COLS, int STEP> struct GridWalk {
 // items down a tile (Shape).  Sizes are int: the launcher runs this kernel only when every
 // tensor has fewer than 2^31 elements and every padded coordinate fits.  vector_loads: 16-byte
 // staging loads (see "Loads"); columns_per_warp: how a warp's two work items sit in the tile
-// (below).  Grid: (tiles across x channel blocks, tiles down, batch); block: LANES x the
+// (below); pair_multipliers: 1 for paired multipliers (see "Multipliers"; M = 2 and V = 2
+// only), 0 otherwise.  Grid: (tiles across x channel blocks of CHANNELS input channels, or
+// CHANNELS / 2 when paired, tiles down, batch); block: LANES x the
 // tile's work items (128; 64, or 32 for R = 1, at 5x5 stride 1).  No __launch_bounds__: with it
 // ptxas spilled registers in some instantiations; without it none spills (the 5x5 stride-1
 // kernels use 150-190 registers, their 2 or 1 warps per CTA still fit 6-10 CTAs per SM).
@@ -339,7 +390,7 @@ template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R
 __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
-    int pad_left, int tiles_across, int vector_loads, int columns_per_warp) {
+    int pad_left, int tiles_across, int vector_loads, int columns_per_warp, int pair_multipliers) {
     using namespace dwconv;
     using B = Block<Acc>;
     using S = Shape<KH, KW, SH, SW, R>;
@@ -361,10 +412,17 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     __shared__ __align__(16) Acc taps[TAPS * CHANNELS];
     __shared__ int nonfinite_slice;  // the last q whose filter slice held an Inf or NaN
 
+    // Channels (see "Multipliers"): staged channel k of slice q is out_backprop channel
+    // oc0 + k * channel_step + q; it belongs to input channel c0 + (k >> pairs).
+    const int pairs = V == 2 ? pair_multipliers : 0;
+    const int in_per_cta = CHANNELS >> pairs;
+    const int slices = pairs ? 1 : depth_multiplier;
+    const int channel_step = pairs ? 1 : depth_multiplier;
+
     const unsigned tid = threadIdx.x;
     const unsigned across = static_cast<unsigned>(tiles_across);
     const int tile_col = static_cast<int>(blockIdx.x % across);
-    const int c0 = static_cast<int>(blockIdx.x / across) * CHANNELS;
+    const int c0 = static_cast<int>(blockIdx.x / across) * in_per_cta;
     const int tile_row = static_cast<int>(blockIdx.y);
     const int n = static_cast<int>(blockIdx.z);
     // Tile origin (input coordinates) and first staged out_backprop row / column.
@@ -373,6 +431,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const int o_row0 = pad_top / SH + tile_row * (S::TILE_ROWS / SH) - Rows::HALO;
     const int o_col0 = pad_left / SW + tile_col * (S::TILE_COLS / SW) - Cols::HALO;
     const int out_depth = in_depth * depth_multiplier;
+    const int oc0 = c0 * depth_multiplier;
 
     // This thread's work item and channels.
     const int lane = static_cast<int>(tid % LANES);
@@ -386,7 +445,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const int item_col = columns ? item / 2 : item % S::TILE_ITEM_COLS;
     const int i0 = item_row * S::ITEM_ROWS;  // first row / column within the tile
     const int j0 = item_col * S::ITEM_COLS;
-    const int channel = c0 + V * lane;
+    const int channel = c0 + ((V * lane) >> pairs);  // this thread's (first) input channel
     const int y_first = y0 + i0, x_first = x0 + j0;
     const bool active = channel < in_depth && y_first < in_rows && y_first + S::ITEM_ROWS > 0 && x_first < in_cols &&
                         x_first + S::ITEM_COLS > 0;
@@ -401,8 +460,8 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             for (int u = 0; u < V; ++u) acc[i][j][u] = Acc(0);
 
     if (tid == 0) nonfinite_slice = -1;
-    const bool vector = L == NHWC && vector_loads != 0 && depth_multiplier == 1;
-    for (int q = 0; q < depth_multiplier; ++q) {
+    const bool vector = L == NHWC && vector_loads != 0 && slices == 1;
+    for (int q = 0; q < slices; ++q) {
         __syncthreads();  // the flag is initialised; the previous slice has been read
         const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
 
@@ -419,7 +478,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             constexpr int SLOTS = THREADS / PER_POSITION;      // positions per step
             const unsigned slot = t / PER_POSITION;
             const int c = static_cast<int>(t % PER_POSITION) * ELEMENTS;
-            const bool channels_in = c0 + c < in_depth;  // in_depth is a multiple of ELEMENTS
+            const bool channels_in = oc0 + c < out_depth;  // out_depth is a multiple of ELEMENTS
 
             // The filter slice: taps slot, slot + SLOTS, ...
             constexpr int FILTER_STEPS = (TAPS + SLOTS - 1) / SLOTS;
@@ -429,11 +488,11 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 const unsigned tap = slot + k * SLOTS;
                 filter_raw[k] = make_uint4(0, 0, 0, 0);
                 if ((TAPS % SLOTS == 0 || tap < TAPS) && channels_in)
-                    filter_raw[k] = *reinterpret_cast<const uint4*>(filter + static_cast<int>(tap) * in_depth + c0 + c);
+                    filter_raw[k] = *reinterpret_cast<const uint4*>(filter + static_cast<int>(tap) * out_depth + oc0 + c);
             }
 
             // The tile.  Offset of staged position (row, col): origin + row * row_step + col * out_depth.
-            const int origin = ((n * out_rows + o_row0) * out_cols + o_col0) * out_depth + c0 + c;
+            const int origin = ((n * out_rows + o_row0) * out_cols + o_col0) * out_depth + oc0 + c;
             const int row_step = out_cols * out_depth;
             if constexpr (SLOTS >= Cols::STAGED) {
                 // Slots cover whole staged rows: slot = group * Cols::STAGED + col, and the slot
@@ -535,13 +594,13 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             // t / CHANNELS, + THREADS / CHANNELS, ...
             constexpr int COUNT = TAPS * CHANNELS;
             const int c = static_cast<int>(t % CHANNELS);
-            const bool channel_in = c0 + c < in_depth;
+            const bool channel_in = c0 + (c >> pairs) < in_depth;
 #pragma unroll
             for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
                 const int tap = static_cast<int>(t / CHANNELS) + k * (THREADS / CHANNELS);
                 if (COUNT % THREADS != 0 && tap >= TAPS) break;
                 Acc value = Acc(0);
-                if (channel_in) value = to_acc<Acc>(filter[(tap * in_depth + c0 + c) * depth_multiplier + q]);
+                if (channel_in) value = to_acc<Acc>(filter[tap * out_depth + oc0 + c * channel_step + q]);
                 taps[tap * CHANNELS + c] = value;
                 finite += value * Acc(0);
             }
@@ -555,9 +614,9 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                     const int o_col = o_col0 + static_cast<int>(position % Cols::STAGED);
                     Acc value = Acc(0);
                     if (static_cast<unsigned>(o_row) < static_cast<unsigned>(out_rows) &&
-                        static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols) && c0 + c < in_depth)
+                        static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols) && c0 + (c >> pairs) < in_depth)
                         value = to_acc<Acc>(out_backprop[((n * out_rows + o_row) * out_cols + o_col) * out_depth +
-                                                         (c0 + c) * depth_multiplier + q]);
+                                                         oc0 + c * channel_step + q]);
                     stage[position * STRIDE + c] = value;
                 }
             } else {
@@ -581,13 +640,13 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                         inside |= 1u << k;
                 }
                 const int plane = out_rows * out_cols;
-                const T* from = out_backprop + (static_cast<long long>(n) * out_depth + (c0 + warp) * depth_multiplier + q) *
+                const T* from = out_backprop + (static_cast<long long>(n) * out_depth + oc0 + warp * channel_step + q) *
                                                    plane;
-                const long long step = static_cast<long long>(WARPS) * depth_multiplier * plane;
+                const long long step = static_cast<long long>(WARPS) * channel_step * plane;
                 Acc* to = stage + lane32 * STRIDE + warp;
 #pragma unroll 1
                 for (int c = warp; c < CHANNELS; c += WARPS) {
-                    const bool channel_in = c0 + c < in_depth;
+                    const bool channel_in = c0 + (c >> pairs) < in_depth;
 #pragma unroll
                     for (int k = 0; k < CHUNKS; ++k) {
                         if (POSITIONS % 32 != 0 && k + 1 == CHUNKS && lane32 + 32 * k >= POSITIONS) break;
@@ -623,33 +682,11 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 
     if (L == NHWC) {
         if (!active) return;
-        // V = 2 channels in one store when in_depth is even (then channel + 1 < in_depth too).
-        const bool whole = V == 1 || in_depth % 2 == 0;
         T* const first = in_backprop + ((n * in_rows + y_first) * in_cols + x_first) * in_depth + channel;
-        const int row_step = in_cols * in_depth;
-        if (whole && y_first >= 0 && y_first + S::ITEM_ROWS <= in_rows && x_first >= 0 &&
-            x_first + S::ITEM_COLS <= in_cols) {  // the common case: every position inside
-#pragma unroll
-            for (int i = 0; i < S::ITEM_ROWS; ++i)
-#pragma unroll
-                for (int j = 0; j < S::ITEM_COLS; ++j) store_lane<T, Acc, V>(first + i * row_step + j * in_depth, acc[i][j]);
-            return;
-        }
-#pragma unroll
-        for (int i = 0; i < S::ITEM_ROWS; ++i) {
-            if (static_cast<unsigned>(y_first + i) >= static_cast<unsigned>(in_rows)) continue;
-#pragma unroll
-            for (int j = 0; j < S::ITEM_COLS; ++j) {
-                if (static_cast<unsigned>(x_first + j) >= static_cast<unsigned>(in_cols)) continue;
-                T* dst = first + i * row_step + j * in_depth;
-                if (whole) {
-                    store_lane<T, Acc, V>(dst, acc[i][j]);
-                } else {  // V = 2, odd in_depth
-                    dst[0] = from_acc<T>(acc[i][j][0]);
-                    if (channel + 1 < in_depth) dst[1] = from_acc<T>(acc[i][j][V - 1]);
-                }
-            }
-        }
+        if (V == 2 && pairs)
+            store_item_nhwc<true, T>(first, acc, y_first, x_first, in_rows, in_cols, in_depth, false);
+        else
+            store_item_nhwc<false, T>(first, acc, y_first, x_first, in_rows, in_cols, in_depth, channel + 1 < in_depth);
     } else {
         __syncthreads();  // every thread is done reading the staged tile
         if (active) {
@@ -658,8 +695,12 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 #pragma unroll
                 for (int j = 0; j < S::ITEM_COLS; ++j) {
                     const int p = (i0 + i) * S::TILE_COLS + j0 + j;
+                    if (V == 2 && pairs) {
+                        stage[lane * OUT_PLANE + p] = pair_sum(acc[i][j]);
+                    } else {
 #pragma unroll
-                    for (int u = 0; u < V; ++u) stage[(V * lane + u) * OUT_PLANE + p] = acc[i][j][u];
+                        for (int u = 0; u < V; ++u) stage[(V * lane + u) * OUT_PLANE + p] = acc[i][j][u];
+                    }
                 }
         }
         __syncthreads();
@@ -671,7 +712,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         constexpr int PER_THREAD = WIDE ? 1 : (S::TILE_POSITIONS + THREADS - 1) / THREADS;
         constexpr int CHANNEL_STEP = WIDE ? THREADS / S::TILE_POSITIONS : 1;
         const int plane = in_rows * in_cols;
-        const int channels_left = in_depth - c0;
+        const int channels_left = min(in_depth - c0, in_per_cta);
         const int first = WIDE ? static_cast<int>(tid) / S::TILE_POSITIONS : 0;
 #pragma unroll
         for (int j = 0; j < PER_THREAD; ++j) {

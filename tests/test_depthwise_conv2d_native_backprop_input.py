@@ -635,6 +635,11 @@ TILE_EDGE_CASES = {
     "f32-s1-5x5-6x30-c36-m2": ((1, 6, 30, 36), (5, 5), (1, 1), "EXPLICIT", ((1, 3), (2, 0)), 2, np.float32),
     # 5x5 stride 1 on 28 columns: a warp takes an item column, the last one idles
     "bf16-s1-5x5-15x28-c16": ((2, 15, 28, 16), (5, 5), (1, 1), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+    # paired multiplier 2: 16 input channels per CTA (20: a full and a partial block), 16-byte
+    # loads where 2 x in_depth is a multiple of the vector width, odd in_depth, short tiles
+    "f16-s1-m2-c20-paired": ((2, 17, 19, 20), (3, 3), (1, 1), "SAME", NO_PADS, 2, np.float16),
+    "bf16-s2-m2-c17-oddpads": ((1, 13, 21, 17), (3, 3), (2, 2), "EXPLICIT", ((1, 2), (3, 0)), 2, ml_dtypes.bfloat16),
+    "f16-s1-5x5-7x7-m2-c36": ((2, 7, 7, 36), (5, 5), (1, 1), "SAME", NO_PADS, 2, np.float16),
 }
 
 
@@ -642,14 +647,17 @@ TILE_EDGE_CASES = {
 @pytest.mark.parametrize("case", list(TILE_EDGE_CASES))
 def test_cuda_tiled_tile_edges(cuda_device, rng, case, data_format):
     """The tiled kernel at its edges, with 16-byte and one-element staging loads where both can
-    run (NHWC, multiplier 1, channel counts a multiple of the vector width)."""
+    run (NHWC, multiplier 1 or paired multiplier 2, out_backprop channel counts a multiple of the
+    vector width)."""
     x_shape, filt_hw, strides, padding, pads, multiplier, dtype = TILE_EDGE_CASES[case]
     kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, strides=strides,
                                    padding=padding, pads=pads, data_format=data_format, dtype=dtype)
     g = geometry_of(kwargs)
     assert cuda_launcher.tiled_eligible(g, np.dtype(dtype))
     chunk = 16 // np.dtype(dtype).itemsize
-    vector = data_format == "NHWC" and multiplier == 1 and x_shape[3] % chunk == 0
+    paired = multiplier == 2 and np.dtype(dtype) != np.float64
+    assert cuda_launcher.pair_multipliers(g, np.dtype(dtype)) == paired
+    vector = data_format == "NHWC" and (multiplier == 1 or paired) and x_shape[3] * multiplier % chunk == 0
     if vector:
         assert cuda_launcher.use_vector_loads(g, np.dtype(dtype), (to_gpu(kwargs["filter"]),
                                                                    to_gpu(kwargs["out_backprop"])))

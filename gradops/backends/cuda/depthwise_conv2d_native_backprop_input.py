@@ -3,7 +3,8 @@
 Two paths (see the .cu file); ``path=`` forces one (the tests run both on small shapes):
 
 * ``tiled``: a CTA per (8 x 16 input-gradient positions, or 14 x 8 for 5x5 stride 1 and 7 x 8
-  for 5x5 stride 1 on images of at most 7 rows; 32 channels, 16 for float64) stages the
+  for 5x5 stride 1 on images of at most 7 rows; 32 channels, 16 for float64 and 16 when
+  multiplier 2 is paired, see :func:`pair_multipliers`) stages the
   out_backprop tile with its halo and the filter slice in shared memory (16-byte loads when
   :func:`use_vector_loads` holds), and each thread computes 4 x 4 (7 x 4) positions x 2
   channels (1 for float64) in registers with 32-bit offsets and no division per element.
@@ -104,8 +105,7 @@ def kernel_scalars(g: Conv2DGeometry) -> tuple[np.int64, ...]:
 def tile_channels(dtype) -> int:
     """Channels per CTA of the tiled kernel (``dwconv::Block<Acc>::CHANNELS``): 32, or 16 for
     float64 (whose accumulators are twice as wide)."""
-    accumulator = np.float64 if _build.c_types(dtype)[1] == "double" else np.float32
-    return POSITION_BYTES // np.dtype(accumulator).itemsize
+    return POSITION_BYTES // np.dtype(_accumulator(dtype)).itemsize
 
 
 def item_rows_per_tile(g: Conv2DGeometry) -> int:
@@ -157,10 +157,27 @@ def columns_per_warp(g: Conv2DGeometry) -> bool:
     return idle_columns > idle_sides
 
 
+def pair_multipliers(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the tiled kernel pairs multipliers (its ``pair_multipliers``): multiplier 2 with
+    float accumulators, whose two channels per thread then hold both multiplier slices of one
+    input channel.  A CTA then owns half as many input channels and stages both slices at once
+    (with 16-byte loads where :func:`use_vector_loads` holds) instead of one slice per pass."""
+    return g.depth_multiplier == 2 and LANE_BYTES // np.dtype(_accumulator(dtype)).itemsize == 2
+
+
+def _accumulator(dtype):
+    return np.float64 if _build.c_types(dtype)[1] == "double" else np.float32
+
+
+def input_channels_per_cta(g: Conv2DGeometry, dtype) -> int:
+    """Input channels per CTA of the tiled kernel: :func:`tile_channels`, halved when paired."""
+    return tile_channels(dtype) // (2 if pair_multipliers(g, dtype) else 1)
+
+
 def tile_grid(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
     """The tiled kernel's grid: (tiles across x channel blocks, tiles down, batch)."""
     across, down = tiles(g)
-    return across * -(-g.in_depth // tile_channels(dtype)), down, g.batch
+    return across * -(-g.in_depth // input_channels_per_cta(g, dtype)), down, g.batch
 
 
 def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
@@ -184,17 +201,19 @@ def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
 
 
 def use_vector_loads(g: Conv2DGeometry, dtype, arrays, vector: bool | None = None) -> bool:
-    """Whether the tiled kernel stages with 16-byte loads: NHWC, multiplier 1, a channel count
-    that is a multiple of 16 / itemsize (so no load straddles a position) and 16-byte aligned
-    arrays.  ``vector`` (tests) forces the choice; True raises when it cannot hold."""
+    """Whether the tiled kernel stages with 16-byte loads: NHWC, multiplier 1 or paired
+    (:func:`pair_multipliers`), an out_backprop channel count that is a multiple of 16 / itemsize
+    (so no load straddles a position) and 16-byte aligned arrays.  ``vector`` (tests) forces the
+    choice; True raises when it cannot hold."""
     chunk = _runtime.vector_width(dtype)  # dwconv::kVectorBytes
-    eligible = (g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % chunk == 0
+    one_slice = g.depth_multiplier == 1 or pair_multipliers(g, dtype)
+    eligible = (g.data_format == "NHWC" and one_slice and (g.in_depth * g.depth_multiplier) % chunk == 0
                 and _runtime.vector_aligned(*arrays))
     if vector is None:
         return eligible
     if vector and not eligible:
-        raise ValueError(f"vector loads need NHWC, multiplier 1, a channel count that is a multiple of {chunk} "
-                         "and 16-byte aligned arrays")
+        raise ValueError(f"vector loads need NHWC, multiplier 1 (or 2 with float accumulators), an out_backprop "
+                         f"channel count that is a multiple of {chunk} and 16-byte aligned arrays")
     return bool(vector)
 
 
@@ -247,6 +266,6 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
             i32(g.in_rows), i32(g.in_cols), i32(g.in_depth), i32(g.depth_multiplier), i32(g.out_rows),
             i32(g.out_cols), i32(g.pad_top), i32(g.pad_left), i32(tiles(g)[0]), i32(1 if vector else 0),
-            i32(1 if columns_per_warp(g) else 0))
+            i32(1 if columns_per_warp(g) else 0), i32(1 if pair_multipliers(g, dtype) else 0))
     fn(grid, (tile_threads(g),), args)
     return in_backprop
