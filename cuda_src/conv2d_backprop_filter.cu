@@ -95,7 +95,7 @@ template <typename T, typename Acc> struct FilterGradProblem {
 // VECTOR: 16-byte loads (filter_in_depth and out_per_group multiples of 16 / sizeof(T), pointers
 // 16-byte aligned).
 template <typename T, typename Acc, int Kind, bool VECTOR>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value)
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind>::value)
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
                              GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {

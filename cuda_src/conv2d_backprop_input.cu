@@ -131,7 +131,7 @@ template <typename T, typename Acc> struct InputGradProblem {
 // Every input element belongs to exactly one phase and is written once (zero when no tap reaches it).
 // VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
 template <typename T, typename Acc, int Kind, bool VECTOR>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value)
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, true>::value)
 conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                             T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
     InputGradProblem<T, Acc> prob{};

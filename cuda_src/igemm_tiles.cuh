@@ -415,23 +415,47 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 }
 #endif  // GRADOPS_HAS_WMMA
 
-// SIMT register-blocked GEMM (float exact, double).
+// SIMT register-blocked GEMM (float exact, double; half types with float accumulation).
+//
+// Thread fragments.  Thread (ty, tx) owns TM rows of the tile in TM / W groups of W consecutive
+// rows, W = 16 / sizeof(T) elements (at most TM): one 16-byte shared-memory read (LDS.128)
+// fetches a group, so a k step costs TM / W + TN / W reads for TM x TN FMAs (float: 4 reads
+// for 64 FFMA, where one read per element took 16).  Group g of thread ty starts at row
+// g * (BM / groups) + ty * W.  Shared-memory banks: a warp is 2 ty x 16 tx; its A reads are 2
+// addresses (broadcast), its B reads 16 x 16 contiguous bytes (two wavefronts, the minimum).
+template <typename T> struct SimtFragment {
+    static constexpr int BYTES = 16;
+    static constexpr int W = BYTES / static_cast<int>(sizeof(T));
+};
+
+// W elements of T at ``src`` (16-byte aligned shared memory) widened to accumulators.
+template <typename Acc, typename T, int W>
+__device__ __forceinline__ void load_fragment(const T* src, Acc* dst) {
+    const uint4 raw = *reinterpret_cast<const uint4*>(src);
+    const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+    for (int w = 0; w < W; ++w) dst[w] = to_acc<Acc>(v[w]);
+}
+
 template <typename T, typename Acc, bool VECTOR, class Problem>
 __device__ __forceinline__ void simt_cta(const Problem& p) {
     using C = Config<T, SIMT>;
     constexpr int BM = C::BM, BN = C::BN, BK = C::BK, TM = C::TM, TN = C::TN;
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
     constexpr int THREADS_N = BN / TN;
+    constexpr int W = SimtFragment<T>::W;
+    static_assert(TM % W == 0 && TN % W == 0, "a thread's rows and columns are whole fragments");
+    static_assert((LDA * sizeof(T)) % SimtFragment<T>::BYTES == 0 && (LDB * sizeof(T)) % SimtFragment<T>::BYTES == 0,
+                  "every shared-memory row starts 16-byte aligned");
+    constexpr int SPAN_M = BM / (TM / W), SPAN_N = BN / (TN / W);  // rows (columns) between a thread's groups
+    static_assert(SPAN_M == (BM / TM) * W && SPAN_N == (BN / TN) * W, "the threads' groups tile the block");
 
     __shared__ __align__(16) T As[2][BK][LDA];  // double-buffered (Loader::run)
     __shared__ __align__(16) T Bs[2][BK][LDB];
 
     const int m0 = static_cast<int>(blockIdx.x) * BM;
     const int n0 = static_cast<int>(blockIdx.y) * BN;
-    // Thread (ty, tx) owns rows ty + i * (BM / TM) and columns tx + j * (BN / TN): strided so that
-    // a warp's shared-memory reads of one k row hit distinct banks (or broadcast).
     const int tx = static_cast<int>(threadIdx.x) % THREADS_N, ty = static_cast<int>(threadIdx.x) / THREADS_N;
-    constexpr int SM = BM / TM, SN = BN / TN;
 
     Acc acc[TM][TN];
 #pragma unroll
@@ -445,9 +469,9 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
         for (int k = 0; k < BK; ++k) {
             Acc a[TM], b[TN];
 #pragma unroll
-            for (int i = 0; i < TM; ++i) a[i] = to_acc<Acc>(As[buf][k][ty + i * SM]);
+            for (int g = 0; g < TM / W; ++g) load_fragment<Acc, T, W>(&As[buf][k][g * SPAN_M + ty * W], a + g * W);
 #pragma unroll
-            for (int j = 0; j < TN; ++j) b[j] = to_acc<Acc>(Bs[buf][k][tx + j * SN]);
+            for (int g = 0; g < TN / W; ++g) load_fragment<Acc, T, W>(&Bs[buf][k][g * SPAN_N + tx * W], b + g * W);
 #pragma unroll
             for (int i = 0; i < TM; ++i)
 #pragma unroll
@@ -457,10 +481,10 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
 
 #pragma unroll
     for (int i = 0; i < TM; ++i) {
-        int m = m0 + ty + i * SM;
+        const int m = m0 + (i / W) * SPAN_M + ty * W + i % W;
 #pragma unroll
         for (int j = 0; j < TN; ++j) {
-            int n = n0 + tx + j * SN;
+            const int n = n0 + (j / W) * SPAN_N + tx * W + j % W;
             if (m < p.m_size && n < p.n_size) p.store(m, n, acc[i][j]);
         }
     }
@@ -479,6 +503,14 @@ __device__ __forceinline__ void run_cta(const Problem& p) {
 
 // Threads per CTA of a tiled kernel (the launchers read the same numbers, see _igemm.py).
 template <typename T, int Kind> struct Threads { static constexpr int value = Config<T, Kind>::THREADS; };
+// CTAs per SM each kernel is compiled for (__launch_bounds__'s second argument), so that one
+// CTA's barrier does not idle the whole SM: for the 256-thread SIMT kernels three of double
+// (at most 85 registers per thread; their 4 x 4 fragments fit) and two of the other types (at
+// most 128).  TALL_EPILOGUE (the dgrad kernel, whose epilogue decomposes every stored element's
+// index) keeps one for the 4- and 2-byte types: under 128 registers those spill (sm_90, nvcc 13).
+template <typename T, int Kind, bool TALL_EPILOGUE = false> struct MinBlocks {
+    static constexpr int value = Kind != SIMT ? 1 : sizeof(T) == 8 ? (TALL_EPILOGUE ? 2 : 3) : TALL_EPILOGUE ? 1 : 2;
+};
 
 }  // namespace igemm
 

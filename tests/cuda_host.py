@@ -98,8 +98,8 @@ class HostKernels:
         # evaluated per instantiation below (the host build ignores the attribute itself).
         bounded = {}
         for path in sorted(source_dir.glob("*.cu*")):
-            for params, bound, name in LAUNCH_BOUNDS.findall(path.read_text()):
-                bounded[name] = (params, bound)
+            for params, bounds, name in LAUNCH_BOUNDS.findall(path.read_text()):
+                bounded[name] = (params, max_threads_bound(bounds))
         names = {expression_parts(e)[0] for e in self.expressions}
         for name in sorted(names & bounded.keys()):
             params, bound = bounded[name]
@@ -205,6 +205,17 @@ MAX_DYNAMIC_SHARED_BYTES = 48 * 1024
 
 #: ``template <params> __global__ void __launch_bounds__(bound) name(`` in a kernel source.
 LAUNCH_BOUNDS = re.compile(r"template\s*<([^;{}]*?)>\s*__global__\s+void\s+__launch_bounds__\(([^()]*)\)\s*(\w+)\s*\(")
+
+
+def max_threads_bound(bounds: str) -> str:
+    """The first argument of ``__launch_bounds__(max_threads[, min_blocks[, max_cluster]])``:
+    the text up to the first comma outside angle brackets."""
+    depth = 0
+    for i, ch in enumerate(bounds):
+        depth += {"<": 1, ">": -1}.get(ch, 0)
+        if ch == "," and depth == 0:
+            return bounds[:i].strip()
+    return bounds.strip()
 
 
 def expression_parts(expression: str) -> tuple[str, str]:
