@@ -52,11 +52,15 @@ template <typename T, typename Acc> struct ForwardProblem {
     T* __restrict__ output;
     index_t out_depth, out_channel0;
 
-    template <int V> __device__ __forceinline__ void a(int m, int kk, T* dst) const {
-        x.template gather<V>(kk, m, dst);
+    using ARow = typename igemm::InputOperand<T>::PositionRow;
+    using BRow = igemm::ChannelRow;
+    __device__ __forceinline__ ARow a_row(int m) const { return x.position_row(m, m < m_size); }
+    __device__ __forceinline__ BRow b_row(int n) const { return {n < n_size, static_cast<int>(out_channel0) + n}; }
+    template <int V> __device__ __forceinline__ void a(const ARow& row, int kk, T* dst) const {
+        x.template gather<V>(row, kk, dst);
     }
-    template <int V> __device__ __forceinline__ void b(int kk, int n, T* dst) const {
-        igemm::copy_chunk<V>(dst, filter + static_cast<index_t>(kk) * out_depth + out_channel0 + n);
+    template <int V> __device__ __forceinline__ void b(const BRow& row, int kk, T* dst) const {
+        igemm::copy_chunk<V>(dst, filter + static_cast<index_t>(kk) * out_depth + row.offset);
     }
     __device__ __forceinline__ void store(int m, int n, Acc v) const {
         output[static_cast<index_t>(m) * out_depth + out_channel0 + n] = from_acc<T, Acc>(v);
@@ -67,7 +71,7 @@ template <typename T, typename Acc> struct ForwardProblem {
 // VECTOR: 16-byte loads (filter_in_depth and out_per_group multiples of 16 / sizeof(T), pointers
 // 16-byte aligned).
 template <typename T, typename Acc, int Kind, bool VECTOR>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind>::value)
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::FORWARD, VECTOR>::value)
 conv2d_igemm(const T* __restrict__ input, const T* __restrict__ filter, T* __restrict__ output,
              GRADOPS_CONV_DIMS_PARAMS) {
     const ConvDims d = GRADOPS_CONV_DIMS;

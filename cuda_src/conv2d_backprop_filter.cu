@@ -76,11 +76,15 @@ template <typename T, typename Acc> struct FilterGradProblem {
     Acc* __restrict__ partial;  // this split's slice of the scratch, or null
     index_t out_depth, out_channel0;
 
-    template <int V> __device__ __forceinline__ void a(int m, int j, T* dst) const {
-        x.template gather<V>(m, j, dst);
+    using ARow = typename igemm::InputOperand<T>::TapRow;
+    using BRow = igemm::ChannelRow;
+    __device__ __forceinline__ ARow a_row(int m) const { return x.tap_row(m, m < m_size); }
+    __device__ __forceinline__ BRow b_row(int n) const { return {n < n_size, static_cast<int>(out_channel0) + n}; }
+    template <int V> __device__ __forceinline__ void a(const ARow& row, int j, T* dst) const {
+        x.template gather<V>(row, j, dst);
     }
-    template <int V> __device__ __forceinline__ void b(int j, int n, T* dst) const {
-        igemm::copy_chunk<V>(dst, out_backprop + static_cast<index_t>(j) * out_depth + out_channel0 + n);
+    template <int V> __device__ __forceinline__ void b(const BRow& row, int j, T* dst) const {
+        igemm::copy_chunk<V>(dst, out_backprop + static_cast<index_t>(j) * out_depth + row.offset);
     }
     __device__ __forceinline__ void store(int m, int n, Acc v) const {
         const index_t i = static_cast<index_t>(m) * out_depth + out_channel0 + n;
@@ -95,7 +99,7 @@ template <typename T, typename Acc> struct FilterGradProblem {
 // VECTOR: 16-byte loads (filter_in_depth and out_per_group multiples of 16 / sizeof(T), pointers
 // 16-byte aligned).
 template <typename T, typename Acc, int Kind, bool VECTOR>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind>::value)
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR>::value)
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
                              GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {

@@ -89,33 +89,55 @@ template <typename T, typename Acc> struct InputGradProblem {
     FastDiv div_kg, div_taps_s, div_j, div_i;
     int phase_row, phase_col;
     PhaseTaps taps_r, taps_s;
+    int p_step, q_step;  // out_backprop rows (columns) between consecutive taps of the phase
+    int out_rows, out_cols;
     index_t in_channel0, out_channel0;
 
-    // (filter row, filter col, out channel within the group) of reduction index kk.
-    __device__ __forceinline__ void tap(int kk, int& r, int& s, int& k) const {
-        int si;
-        const int ri = div_taps_s.divmod(div_kg.divmod(kk, k), si);
-        r = taps_r.first + ri * taps_r.step;
-        s = taps_s.first + si * taps_s.step;
+    // (tap row index ri, tap col index si, out channel k within the group) of reduction index
+    // kk: the phase's taps r = taps_r.first + ri * taps_r.step, likewise s.
+    __device__ __forceinline__ void tap_indices(int kk, int& ri, int& si, int& k) const {
+        ri = div_taps_s.divmod(div_kg.divmod(kk, k), si);
     }
-    // Chunks run along out channels k (the reduction's fastest part) in both operands.
-    template <int V> __device__ __forceinline__ void a(int m, int kk, T* dst) const {
-        int r, s, k, i, j;
-        tap(kk, r, s, k);
+
+    // Row cursor of A: input position m = (n, i, j) as the out_backprop row and column its
+    // phase's first taps read, p0 = (phase_row + i * stride_rows + pad_top - taps_r.first *
+    // dilation_rows) / stride_rows (exact: the phase's taps make the numerator a multiple of
+    // the stride), and likewise q0.  Tap index ri then reads row p0 - ri * p_step, p_step =
+    // taps_r.step * dilation_rows / stride_rows (exact: step * dilation is a multiple of the
+    // stride), so the main loop divides by no stride.
+    struct ARow {  // 32-bit: the launcher checks the padded extents (_conv_igemm.cursor_extents)
+        bool in_range;
+        int n, p0, q0;
+    };
+    using BRow = igemm::ChannelRow;  // input channel c (within the group)
+    __device__ __forceinline__ ARow a_row(int m) const {
+        int i, j;
         const int n = div_i.divmod(div_j.divmod(m, j), i);
-        // Exact divisions: the phase's taps make the numerators multiples of the stride.
-        const index_t p = (phase_row + static_cast<index_t>(i) * d.stride_rows + d.pad_top - r * d.dilation_rows)
-                          / d.stride_rows;
-        const index_t q = (phase_col + static_cast<index_t>(j) * d.stride_cols + d.pad_left - s * d.dilation_cols)
-                          / d.stride_cols;
-        if (p < 0 || p >= d.out_rows || q < 0 || q >= d.out_cols) return igemm::zero_chunk<V>(dst);
-        igemm::copy_chunk<V>(dst, out_backprop + ((n * d.out_rows + p) * d.out_cols + q) * d.out_depth + out_channel0 + k);
+        return {m < m_size, n,
+                static_cast<int>((phase_row + static_cast<index_t>(i) * d.stride_rows + d.pad_top -
+                                  static_cast<index_t>(taps_r.first) * d.dilation_rows) / d.stride_rows),
+                static_cast<int>((phase_col + static_cast<index_t>(j) * d.stride_cols + d.pad_left -
+                                  static_cast<index_t>(taps_s.first) * d.dilation_cols) / d.stride_cols)};
     }
-    template <int V> __device__ __forceinline__ void b(int kk, int c, T* dst) const {
-        int r, s, k;
-        tap(kk, r, s, k);
-        igemm::copy_chunk<V>(dst, filter + ((static_cast<index_t>(r) * d.filter_cols + s) * d.filter_in_depth + c) * d.out_depth
-                               + out_channel0 + k);
+    __device__ __forceinline__ BRow b_row(int c) const { return {c < n_size, c}; }
+
+    // Chunks run along out channels k (the reduction's fastest part) in both operands.
+    template <int V> __device__ __forceinline__ void a(const ARow& row, int kk, T* dst) const {
+        int ri, si, k;
+        tap_indices(kk, ri, si, k);
+        const int p = row.p0 - ri * p_step;
+        const int q = row.q0 - si * q_step;
+        if (p < 0 || p >= out_rows || q < 0 || q >= out_cols) return igemm::zero_chunk<V>(dst);
+        igemm::copy_chunk<V>(dst, out_backprop + ((static_cast<index_t>(row.n) * out_rows + p) * out_cols + q) *
+                                                     d.out_depth + out_channel0 + k);
+    }
+    template <int V> __device__ __forceinline__ void b(const BRow& row, int kk, T* dst) const {
+        int ri, si, k;
+        tap_indices(kk, ri, si, k);
+        const index_t r = taps_r.first + static_cast<index_t>(ri) * taps_r.step;
+        const index_t s = taps_s.first + static_cast<index_t>(si) * taps_s.step;
+        igemm::copy_chunk<V>(dst, filter + ((r * d.filter_cols + s) * d.filter_in_depth + row.offset) * d.out_depth
+                                      + out_channel0 + k);
     }
     __device__ __forceinline__ void store(int m, int c, Acc v) const {
         int i, j;
@@ -131,7 +153,7 @@ template <typename T, typename Acc> struct InputGradProblem {
 // Every input element belongs to exactly one phase and is written once (zero when no tap reaches it).
 // VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
 template <typename T, typename Acc, int Kind, bool VECTOR>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, true>::value)
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
 conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                             T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
     InputGradProblem<T, Acc> prob{};
@@ -149,6 +171,10 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
 
     prob.taps_r = PhaseTaps(prob.phase_row, d.pad_top, d.stride_rows, d.dilation_rows, d.filter_rows);
     prob.taps_s = PhaseTaps(prob.phase_col, d.pad_left, d.stride_cols, d.dilation_cols, d.filter_cols);
+    prob.p_step = static_cast<int>(prob.taps_r.step * d.dilation_rows / d.stride_rows);
+    prob.q_step = static_cast<int>(prob.taps_s.step * d.dilation_cols / d.stride_cols);
+    prob.out_rows = static_cast<int>(d.out_rows);
+    prob.out_cols = static_cast<int>(d.out_cols);
     const index_t out_per_group = d.out_per_group();
     prob.m_size = static_cast<int>(m_size);
     prob.n_size = static_cast<int>(d.filter_in_depth);

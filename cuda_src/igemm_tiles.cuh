@@ -193,36 +193,87 @@ template <typename T> struct InputOperand {
     const T* __restrict__ input;
     ConvDims d;
     FastDiv div_cg, div_s, div_q, div_p;
-    index_t channel0;
+    int channel0;
+    // The sizes the cursors combine, as 32-bit ints (see below).
+    int in_rows, in_cols, stride_rows, stride_cols, dilation_rows, dilation_cols, pad_top, pad_left;
 
     __device__ __forceinline__ InputOperand() : input(nullptr), d{}, channel0(0) {}
     __device__ __forceinline__ InputOperand(const T* input_, const ConvDims& dims, index_t group)
         : input(input_), d(dims), div_cg(static_cast<int>(dims.filter_in_depth)),
           div_s(static_cast<int>(dims.filter_cols)), div_q(static_cast<int>(dims.out_cols)),
-          div_p(static_cast<int>(dims.out_rows)), channel0(group * dims.filter_in_depth) {}
+          div_p(static_cast<int>(dims.out_rows)), channel0(static_cast<int>(group * dims.filter_in_depth)),
+          in_rows(static_cast<int>(dims.in_rows)), in_cols(static_cast<int>(dims.in_cols)),
+          stride_rows(static_cast<int>(dims.stride_rows)), stride_cols(static_cast<int>(dims.stride_cols)),
+          dilation_rows(static_cast<int>(dims.dilation_rows)), dilation_cols(static_cast<int>(dims.dilation_cols)),
+          pad_top(static_cast<int>(dims.pad_top)), pad_left(static_cast<int>(dims.pad_left)) {}
 
-    template <int V> __device__ __forceinline__ void gather(int tap, int position, T* dst) const {
-        int c, s, q, p;
+    // Row cursors (see "Row cursors" below): what a fixed tap, or a fixed position, contributes.
+    // 32-bit: the launchers check that padded coordinates plus the dilated filter's extent and
+    // the channel counts fit (_conv_igemm.cursor_extents), so every coordinate below does.
+    struct TapRow {
+        bool in_range;
+        int h_offset, w_offset, channel;  // r * dilation_rows - pad_top, ...; input channel
+    };
+    struct PositionRow {
+        bool in_range;
+        int n, h_base, w_base;  // p * stride_rows - pad_top, q * stride_cols - pad_left
+    };
+    __device__ __forceinline__ TapRow tap_row(int tap, bool in_range) const {
+        int c, s;
         const int r = div_s.divmod(div_cg.divmod(tap, c), s);
-        const int n = div_p.divmod(div_q.divmod(position, q), p);
-        const index_t h = static_cast<index_t>(p) * d.stride_rows + r * d.dilation_rows - d.pad_top;
-        const index_t w = static_cast<index_t>(q) * d.stride_cols + s * d.dilation_cols - d.pad_left;
-        if (h < 0 || h >= d.in_rows || w < 0 || w >= d.in_cols) return zero_chunk<V>(dst);
-        copy_chunk<V>(dst, input + ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + channel0 + c);
+        return {in_range, r * dilation_rows - pad_top, s * dilation_cols - pad_left, channel0 + c};
     }
+    __device__ __forceinline__ PositionRow position_row(int position, bool in_range) const {
+        int q, p;
+        const int n = div_p.divmod(div_q.divmod(position, q), p);
+        return {in_range, n, p * stride_rows - pad_top, q * stride_cols - pad_left};
+    }
+
+    // Element (tap, position) of the gather and the V - 1 after it along channels, with the
+    // tap's part from a cursor (filter gradient) ...
+    template <int V> __device__ __forceinline__ void gather(const TapRow& tap, int position, T* dst) const {
+        int q, p;
+        const int n = div_p.divmod(div_q.divmod(position, q), p);
+        load<V>(n, p * stride_rows + tap.h_offset, q * stride_cols + tap.w_offset, tap.channel, dst);
+    }
+    // ... or the position's (forward convolution).
+    template <int V> __device__ __forceinline__ void gather(const PositionRow& position, int tap, T* dst) const {
+        int c, s;
+        const int r = div_s.divmod(div_cg.divmod(tap, c), s);
+        load<V>(position.n, position.h_base + r * dilation_rows, position.w_base + s * dilation_cols, channel0 + c,
+                dst);
+    }
+    template <int V> __device__ __forceinline__ void load(int n, int h, int w, int channel, T* dst) const {
+        if (h < 0 || h >= in_rows || w < 0 || w >= in_cols) return zero_chunk<V>(dst);
+        copy_chunk<V>(dst, input + ((static_cast<index_t>(n) * in_rows + h) * in_cols + w) * d.in_depth + channel);
+    }
+};
+
+// The row cursor of an operand whose row is a channel with a fixed offset (out_backprop and the
+// filter along out channels, the filter along input channels).
+struct ChannelRow {
+    bool in_range;
+    int offset;
 };
 
 // ---------------------------------------------------------------- the CTA core
 // Problem interface (all indices int, offsets inside it 64-bit):
 //   int m_size, n_size, k_begin, k_end;
 //   static constexpr bool A_K_CONTIG, B_K_CONTIG;
-//   template <int V> void a(int m, int k, T* dst) const;   A[m][k] and, for V > 1, the V-1
-//                                                           elements after it along A's
-//                                                           contiguous dimension (V is 1 or C)
-//   template <int V> void b(int k, int n, T* dst) const;   B[k][n] likewise
+//   struct ARow { bool in_range; ... };      what A's addresses take from m, computed once
+//   ARow a_row(int m) const;                 (in_range: m < m_size)
+//   template <int V> void a(const ARow& row, int k, T* dst) const;
+//                                            A[m][k] and, for V > 1, the V-1 elements after it
+//                                            along A's contiguous dimension (V is 1 or C)
+//   struct BRow, BRow b_row(int n) const, template <int V> void b(const BRow& row, int k, T* dst)
+//                                            likewise for B[k][n]
 //   void store(int m, int n, Acc v) const;
 // The core zero-fills out-of-range elements and only stores in-range ones, so problems need no
-// bounds logic beyond the convolution's own padding.
+// bounds logic beyond the convolution's own padding.  Row cursors: a thread's chunks keep their
+// GEMM row (m of A, n of B) for the whole reduction, so with 16-byte chunks the loader computes
+// each chunk's ARow / BRow once, before the main loop, and each k-tile only decomposes k (the
+// per-row index math, divisions included, leaves the loop).  The scalar path makes one per
+// element per tile instead: C rows per chunk would hold too many registers.
 
 template <typename T, typename Acc, int Kind, class Problem> struct Core;
 
@@ -234,46 +285,69 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
     using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, C>;
     alignas(16) T ra[MapA::CHUNKS * C];
     alignas(16) T rb[MapB::CHUNKS * C];
+    // Row cursors of the vector path (see "Row cursors" above); unused by the scalar path.
+    typename Problem::ARow arow[VECTOR ? MapA::CHUNKS : 1];
+    typename Problem::BRow brow[VECTOR ? MapB::CHUNKS : 1];
 
-    // One chunk of A (IS_A) or B starting at GEMM row ``row`` (m or n, below ``rows``) and
-    // reduction index k (below k_end).  With VECTOR a chunk is in range or out of range as a
-    // whole: along the contiguous dimension the extents are multiples of C.
-    template <bool IS_A, bool K_CONTIG>
-    __device__ __forceinline__ static void fetch(const Problem& p, int row, int k, int rows, T* dst) {
-        row = opaque(row);
+    __device__ __forceinline__ void init_rows(const Problem& p, int m0, int n0) {
         if constexpr (VECTOR) {
-            if (row < rows && k < p.k_end) {
-                if constexpr (IS_A) p.template a<C>(row, k, dst);
-                else p.template b<C>(k, row, dst);
-            } else {
-                zero_chunk<C>(dst);
-            }
-        } else {
 #pragma unroll
-            for (int v = 0; v < C; ++v) {
-                const int r = K_CONTIG ? row : row + v, kk = K_CONTIG ? k + v : k;
-                if (r < rows && kk < p.k_end) {
-                    if constexpr (IS_A) p.template a<1>(r, kk, dst + v);
-                    else p.template b<1>(kk, r, dst + v);
-                } else {
-                    dst[v] = from_acc<T, float>(0.0f);
-                }
+            for (int e = 0; e < MapA::CHUNKS; ++e) {
+                int row, k;
+                MapA::at(e, row, k);
+                arow[e] = p.a_row(m0 + row);
+            }
+#pragma unroll
+            for (int e = 0; e < MapB::CHUNKS; ++e) {
+                int row, k;
+                MapB::at(e, row, k);
+                brow[e] = p.b_row(n0 + row);
             }
         }
     }
 
+    // One chunk of A (IS_A) or B starting at GEMM row ``row`` (m or n, below ``rows``) and
+    // reduction index k (below k_end), element by element (the scalar path).
+    template <bool IS_A, bool K_CONTIG>
+    __device__ __forceinline__ static void fetch_scalar(const Problem& p, int row, int k, int rows, T* dst) {
+        row = opaque(row);
+#pragma unroll
+        for (int v = 0; v < C; ++v) {
+            const int r = K_CONTIG ? row : row + v, kk = K_CONTIG ? k + v : k;
+            if (r < rows && kk < p.k_end) {
+                if constexpr (IS_A) p.template a<1>(p.a_row(r), kk, dst + v);
+                else p.template b<1>(p.b_row(r), kk, dst + v);
+            } else {
+                dst[v] = from_acc<T, float>(0.0f);
+            }
+        }
+    }
+
+    // The chunks of the tile at k0.  The vector path: a chunk is in range or out of range as a
+    // whole (along the contiguous dimension the extents are multiples of C), and its row part
+    // comes from its cursor.
     __device__ __forceinline__ void load(const Problem& p, int m0, int n0, int k0) {
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            fetch<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
+            if constexpr (VECTOR) {
+                if (arow[e].in_range && k0 + k < p.k_end) p.template a<C>(arow[e], k0 + k, &ra[e * C]);
+                else zero_chunk<C>(&ra[e * C]);
+            } else {
+                fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
+            }
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            fetch<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
+            if constexpr (VECTOR) {
+                if (brow[e].in_range && k0 + k < p.k_end) p.template b<C>(brow[e], k0 + k, &rb[e * C]);
+                else zero_chunk<C>(&rb[e * C]);
+            } else {
+                fetch_scalar<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
+            }
         }
     }
 
@@ -293,6 +367,7 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
     template <int LDA, int LDB, class Multiply>
     __device__ __forceinline__ void run(const Problem& p, int m0, int n0, T (*As)[BK][LDA], T (*Bs)[BK][LDB],
                                         Multiply&& multiply) {
+        init_rows(p, m0, n0);
         if (p.k_begin < p.k_end) {
             load(p, m0, n0, p.k_begin);
             store<LDA, LDB>(As[0], Bs[0]);
@@ -504,12 +579,15 @@ __device__ __forceinline__ void run_cta(const Problem& p) {
 // Threads per CTA of a tiled kernel (the launchers read the same numbers, see _igemm.py).
 template <typename T, int Kind> struct Threads { static constexpr int value = Config<T, Kind>::THREADS; };
 // CTAs per SM each kernel is compiled for (__launch_bounds__'s second argument), so that one
-// CTA's barrier does not idle the whole SM: for the 256-thread SIMT kernels three of double
-// (at most 85 registers per thread; their 4 x 4 fragments fit) and two of the other types (at
-// most 128).  TALL_EPILOGUE (the dgrad kernel, whose epilogue decomposes every stored element's
-// index) keeps one for the 4- and 2-byte types: under 128 registers those spill (sm_90, nvcc 13).
-template <typename T, int Kind, bool TALL_EPILOGUE = false> struct MinBlocks {
-    static constexpr int value = Kind != SIMT ? 1 : sizeof(T) == 8 ? (TALL_EPILOGUE ? 2 : 3) : TALL_EPILOGUE ? 1 : 2;
+// CTA's barrier does not idle the whole SM: two of the 256-thread SIMT kernels (at most 128
+// registers per thread) wherever they fit without spilling on sm_80 and sm_90 with nvcc 13
+// (tests/test_cuda_compile.py checks every instantiation): double everywhere, half types but in
+// dgrad (whose epilogue decomposes every stored element's index), float in wgrad with 16-byte
+// loads; one elsewhere.
+enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
+template <typename T, int Kind, int Op, bool VECTOR> struct MinBlocks {
+    static constexpr bool TWO_FIT = sizeof(T) == 8 || (sizeof(T) == 2 && Op != DGRAD) || (Op == WGRAD && VECTOR);
+    static constexpr int value = Kind == SIMT && TWO_FIT ? 2 : 1;
 };
 
 }  // namespace igemm

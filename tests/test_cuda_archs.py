@@ -132,3 +132,24 @@ def test_the_decision_says_why_an_older_gpu_runs_on_cuda_cores(monkeypatch, rng)
     decision = gradops.last_backend_decision()
     assert decision.backend == "cuda"
     assert "bfloat16 tensor cores need sm_80 or newer (this GPU is sm_75)" in decision.reason, decision.reason
+
+
+@pytest.mark.parametrize("pads", [(2**31 - 8, 0), (0, 2**31 - 8)], ids=["top", "bottom"])
+def test_tiled_kernels_need_32_bit_cursors(monkeypatch, pads):
+    """Padding that pushes padded coordinates past 32 bits sends every convolution to its direct
+    kernel: the tiled kernels' row cursors are 32-bit (igemm_tiles.cuh, "Row cursors")."""
+    from gradops._geometry import conv2d_geometry
+
+    cuda_host.HostDevice(compute_capability=90).install(monkeypatch)
+
+    # A row stride of 2**28 keeps out_backprop's rows (and every GEMM size) small.
+    explicit, stride = [0, 0, *pads, 0, 0, 0, 0], 2**28
+    out_rows = (64 + sum(pads) - 3) // stride + 1
+    g = conv2d_geometry("Conv2DBackpropInput", (1, 64, 64, 64), (3, 3, 64, 64), (1, out_rows, 62, 64),
+                        [1, stride, 1, 1], "EXPLICIT", explicit, "NHWC", [1, 1, 1, 1])
+    assert out_rows < 16
+    small = conv2d_geometry("Conv2DBackpropInput", (1, 64, 64, 64), (3, 3, 64, 64), (1, 62, 62, 64), [1, 1, 1, 1],
+                            "VALID", [], "NHWC", [1, 1, 1, 1])
+    for launcher in CONV_LAUNCHERS:
+        assert launcher.tiled_eligible(small, np.dtype(np.float16))
+        assert not launcher.tiled_eligible(g, np.dtype(np.float16))

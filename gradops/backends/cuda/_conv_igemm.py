@@ -142,6 +142,15 @@ def fits_int32(*values: int) -> bool:
     return all(0 <= v <= INT32_LIMIT for v in values)
 
 
+def cursor_extents(g) -> tuple[int, ...]:
+    """What the tiled kernels' 32-bit row cursors (igemm_tiles.cuh, "Row cursors") hold or
+    reach: padded input rows and columns plus a stride and the dilated filter's extent (every
+    input coordinate a tap or a phase computes lies inside), and the channel counts."""
+    return (g.in_rows + g.pad_top + g.pad_bottom + g.stride_rows + (g.filter_rows - 1) * g.dilation_rows,
+            g.in_cols + g.pad_left + g.pad_right + g.stride_cols + (g.filter_cols - 1) * g.dilation_cols,
+            g.in_depth, g.out_depth)
+
+
 def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 

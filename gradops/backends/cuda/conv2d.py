@@ -39,7 +39,7 @@ def _gemm_sizes(g) -> tuple[int, int, int]:
 def tiled_eligible(g, dtype) -> bool:
     m, n, red = _gemm_sizes(g)
     bn = ig.TILES[(np.dtype(dtype), ig.math_kind(dtype))][1]
-    return (ig.fits_int32(m, n, red, g.in_rows, g.in_cols, g.out_rows, g.out_cols)
+    return (ig.fits_int32(m, n, red, g.in_rows, g.in_cols, g.out_rows, g.out_cols, *ig.cursor_extents(g))
             and ig.ceil_div(n, bn) <= ig.GRID_YZ_LIMIT and g.groups <= ig.GRID_YZ_LIMIT)
 
 

@@ -54,7 +54,7 @@ def tiled_eligible(g, dtype) -> bool:
     """Whether the tiled kernel can run this call (32-bit GEMM indices, grid limits)."""
     m, n, red = _gemm_sizes(g)
     bn = ig.TILES[(np.dtype(dtype), ig.math_kind(dtype))][1]
-    return (ig.fits_int32(m, n, red, g.in_rows, g.in_cols, g.out_rows, g.out_cols)
+    return (ig.fits_int32(m, n, red, g.in_rows, g.in_cols, g.out_rows, g.out_cols, *ig.cursor_extents(g))
             and ig.ceil_div(n, bn) <= ig.GRID_YZ_LIMIT and g.groups <= ig.GRID_YZ_LIMIT)
 
 
