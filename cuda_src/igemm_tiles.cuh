@@ -579,15 +579,19 @@ __device__ __forceinline__ void run_cta(const Problem& p) {
 // Threads per CTA of a tiled kernel (the launchers read the same numbers, see _igemm.py).
 template <typename T, int Kind> struct Threads { static constexpr int value = Config<T, Kind>::THREADS; };
 // CTAs per SM each kernel is compiled for (__launch_bounds__'s second argument), so that one
-// CTA's barrier does not idle the whole SM: two of the 256-thread SIMT kernels (at most 128
+// CTA's barrier does not idle the whole SM: two of the 256-thread kernels (at most 128
 // registers per thread) wherever they fit without spilling on sm_80 and sm_90 with nvcc 13
-// (tests/test_cuda_compile.py checks every instantiation): double everywhere, half types but in
-// dgrad (whose epilogue decomposes every stored element's index), float in wgrad with 16-byte
-// loads; one elsewhere.
+// (tests/test_cuda_compile.py checks every instantiation), one elsewhere.  Two fit: double
+// (SIMT); half types on CUDA cores but in dgrad (whose epilogue decomposes every stored
+// element's index); half types on tensor cores in wgrad; float on CUDA cores in wgrad with
+// 16-byte loads.  TF32, and forward and dgrad on tensor cores, spill under 128 registers.
 enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
 template <typename T, int Kind, int Op, bool VECTOR> struct MinBlocks {
-    static constexpr bool TWO_FIT = sizeof(T) == 8 || (sizeof(T) == 2 && Op != DGRAD) || (Op == WGRAD && VECTOR);
-    static constexpr int value = Kind == SIMT && TWO_FIT ? 2 : 1;
+    static constexpr bool HALF = sizeof(T) == 2;
+    static constexpr bool TWO_FIT = sizeof(T) == 8 || (HALF && Kind == SIMT && Op != DGRAD) ||
+                                    (HALF && Kind != SIMT && Op == WGRAD) ||
+                                    (!HALF && Kind == SIMT && Op == WGRAD && VECTOR);
+    static constexpr int value = TWO_FIT ? 2 : 1;
 };
 
 }  // namespace igemm
