@@ -11,7 +11,9 @@ _OP_SHORT = {
     "conv2d_backprop_filter": "dW",
     "conv2d_backprop_input": "dX",
     "depthwise_conv2d_native_backprop_input": "dw dX",
+    "depthwise_conv2d_native_backprop_filter": "dw dW",
     "fractional_avg_pool_grad": "frac",
+    "fractional_max_pool_grad": "frac max",
 }
 #: Inches of figure width per case on the x axis (keeps the rotated labels legible), and limits.
 INCH_PER_CASE = 0.22
