@@ -437,6 +437,57 @@ def test_cuda_64_bit_indexing_path(cuda_device, overlapping):
     np.testing.assert_array_equal(cupy.asnumpy(got), gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping))
 
 
+def test_cell_tables_are_uploaded_once_per_geometry_and_index_type(monkeypatch, rng):
+    """The launcher keeps its device copy of the cell tables (fractional_avg_pool_grad's LRU):
+    a repeated geometry uploads nothing and still computes TF's result; other cells, another
+    index type, or average pooling's tables of the same cells are other entries."""
+    import importlib
+    import sys
+
+    import cuda_host
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    cuda_host.HostDevice().install(monkeypatch)
+    rows_a, rows_b, cols = [0, 2, 3, 5, 7], [0, 3, 5, 6, 7], [0, 1, 3, 6, 9]
+    cases = {name: _cuda_case(rng, (2, 7, 9, 3), rows, cols, False, np.float32)
+             for name, rows in (("a", rows_a), ("b", rows_b))}
+    device_arrays = {name: tuple(to_gpu(v) for v in case) for name, case in cases.items()}
+    cupy = sys.modules["cupy"]
+    uploads, real = [], cupy.asarray
+
+    def asarray(x, *args, **kwargs):  # host arrays reaching the device: the tables (tensors moved above)
+        if isinstance(x, np.ndarray) and not isinstance(x, cuda_host.HostArray):
+            uploads.append(x.dtype)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(cupy, "asarray", asarray)
+
+    def call(name, rows, **kwargs):
+        x, y, dy = cases[name]
+        g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, False)
+        got = launcher.fractional_max_pool_grad(g, *device_arrays[name], **kwargs)
+        want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, False, backend="numpy")
+        np.testing.assert_array_equal(to_host(got), want)
+
+    call("a", rows_a)
+    assert uploads == [np.int32]  # one packed upload of 32-bit tables
+    call("a", rows_a)
+    assert len(uploads) == 1
+    call("b", rows_b)  # other row cells
+    assert len(uploads) == 2
+    call("a", rows_a, index="long long")
+    assert uploads[-1] == np.int64 and len(uploads) == 3
+    call("a", rows_a)
+    assert len(uploads) == 3
+    gradops.fractional_avg_pool_grad([2, 7, 9, 3], device_arrays["a"][2], rows_a, cols, False, backend="cuda")
+    assert len(uploads) == 4  # average pooling's tables are others
+
+
 @pytest.mark.slow
 def test_host_input_of_more_than_2_31_elements(monkeypatch):
     """Both kernels' 64-bit offsets, executed on the CPU through the launcher: a float16
