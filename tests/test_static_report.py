@@ -323,6 +323,9 @@ def test_fractional_kernel_end_to_end(tmp_path):
     bench = {"meta": {"peaks": {"device": device.key}}, "rows": [row]}
     assert report_mod.attach_predictions(bench, loaded) == 1 and row["predicted"]["ms"] == maximum[0]["predicted_ms"]
     assert "fractional_max_pool_select<__half, int>" in text and "(gather)" in text
+    # avg and max share labels: the roofline table names the op
+    assert f"| fractional | frac max | {maximum[0]['label']} | float16 |" in text
+    assert f"| fractional | frac avg | {average[0]['label']} | float16 | - |" in text
 
 
 @pytest.fixture(scope="module")

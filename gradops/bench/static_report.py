@@ -44,7 +44,7 @@ import numpy as np
 
 from .._dtypes import accumulator_dtype
 from .metrics import KNOWN_PEAKS, bytes_moved
-from .suites import DEPTHWISE_FILTER, DEPTHWISE_INPUT, DTYPES, FRACTIONAL, FRACTIONAL_MAX, Case, suite
+from .suites import DEPTHWISE_FILTER, DEPTHWISE_INPUT, DTYPES, FRACTIONAL, FRACTIONAL_MAX, OP_SHORT, Case, suite
 
 LABEL = "predicted, not measured"
 SUITES = ("mobilenetv2", "efficientnet", "fractional")
@@ -995,16 +995,17 @@ def markdown(report: dict) -> str:
         if not rows:
             continue
         lines += [f"### {device['key']}", "",
-                  "| suite | case | dtype | MB | SASS/elem | budget | DRAM | L2 | issue (pipe) | occupancy | limiter | "
-                  "predicted ms | % HBM |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+                  "| suite | op | case | dtype | MB | SASS/elem | budget | DRAM | L2 | issue (pipe) | occupancy | "
+                  "limiter | predicted ms | % HBM |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for p in rows:
+            op = OP_SHORT.get(p["op"], p["op"])
             if "not_modelled" in p:
-                lines.append(f"| {p['suite']} | {p['label']} | {p['dtype']} | - | - | - | - | - | - | - | "
-                             f"{NOT_MODELLED.split(';')[0]} | - | - |")
+                lines.append(f"| {p['suite']} | {op} | {p['label']} | {p['dtype']} | - | - | - | - | - | - | - | "
+                             f"{p['not_modelled'].split(';')[0]} | - | - |")
                 continue
             lim = p["limits_ms"]
             pipe = p["issue_detail"]["busiest_pipe"] if p["issue_detail"]["busiest_pipe_s"] > p["issue_detail"]["scheduler_s"] else "sched"
-            lines.append(f"| {p['suite']} | {p['label']} | {p['dtype']} | {p['bytes'] / 1e6:.1f} | "
+            lines.append(f"| {p['suite']} | {op} | {p['label']} | {p['dtype']} | {p['bytes'] / 1e6:.1f} | "
                          f"{p['sass_per_element']:.0f} | {p['budget_per_element_75pct_hbm']:.0f} | {lim['DRAM']:.3f} | "
                          f"{lim['L2']:.3f} | {lim['issue']:.3f} ({pipe}) | {lim['occupancy']:.3f} | {p['limiter']} | "
                          f"{p['predicted_ms']:.3f} | {p['pct_hbm']:.1f} |")

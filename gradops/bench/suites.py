@@ -25,6 +25,9 @@ FRACTIONAL_MAX = "fractional_max_pool_grad"
 OPS = (CONV_FILTER, CONV_INPUT, DEPTHWISE_INPUT, DEPTHWISE_FILTER, FRACTIONAL, FRACTIONAL_MAX)
 DEPTHWISE_OPS = (DEPTHWISE_INPUT, DEPTHWISE_FILTER)
 FRACTIONAL_OPS = (FRACTIONAL, FRACTIONAL_MAX)
+#: Short names of the ops in plots and tables.
+OP_SHORT = {CONV_FILTER: "dW", CONV_INPUT: "dX", DEPTHWISE_INPUT: "dw dX", DEPTHWISE_FILTER: "dw dW",
+            FRACTIONAL: "frac avg", FRACTIONAL_MAX: "frac max"}
 
 DTYPES = {"float16": np.dtype(np.float16), "bfloat16": bfloat16, "float32": np.dtype(np.float32),
           "float64": np.dtype(np.float64)}
