@@ -60,10 +60,16 @@ def test_suites_cover_what_the_issue_names():
     assert {c.input_shape[1:] for c in mobilenet} >= {(112, 112, 32), (7, 7, 960)}
     assert {c.filter_shape[:2] for c in suites.suite("efficientnet")} == {(5, 5)}
     fractional = suites.suite("fractional")
-    assert {(c.input_shape, c.overlapping) for c in fractional} == {
-        ((32, 112, 112, 64), False), ((32, 112, 112, 64), True), ((32, 56, 56, 256), False),
-        ((32, 56, 56, 256), True)}
+    for op in suites.FRACTIONAL_OPS:  # average and max on the same shapes
+        assert {(c.input_shape, c.overlapping) for c in fractional if c.op == op} == {
+            ((32, 112, 112, 64), False), ((32, 112, 112, 64), True), ((32, 56, 56, 256), False),
+            ((32, 56, 56, 256), True)}
     assert {c.pooling_ratio for c in fractional} == {1.44}
+    # The depthwise filter gradient is benchmarked on exactly the layers of the input gradient.
+    for name in ("mobilenetv2", "efficientnet"):
+        layers = {op: {(c.label, c.input_shape, c.filter_shape, c.strides, c.padding, c.dtypes)
+                       for c in suites.suite(name) if c.op == op} for op in suites.DEPTHWISE_OPS}
+        assert layers[suites.DEPTHWISE_INPUT] and layers[suites.DEPTHWISE_INPUT] == layers[suites.DEPTHWISE_FILTER]
     for name in ("resnet50", "mobilenetv2", "efficientnet"):
         assert {c.data_format for c in suites.suite(name)} == {"NHWC", "NCHW"}
         assert any("float64" in c.dtypes for c in suites.suite(name)) or name == "efficientnet"
@@ -105,6 +111,45 @@ def test_flops_and_bytes_by_hand():
     assert metrics.flops(frac, g) is None
     # bfloat16: dy 32*77*77*64 read, dx 32*112*112*64 written
     assert metrics.bytes_moved(frac, g, 2) == 2 * (12_142_592 + 25_690_112)
+
+    dwf = _find("mobilenetv2", "dw2 112x112x96 3x3/2 m1", "depthwise_conv2d_native_backprop_filter")
+    g = dwf.geometry()
+    assert metrics.flops(dwf, g) == 173_408_256  # the forward's count, as for the input gradient
+    # float32: x 32*112*112*96 + dy 32*56*56*96 read, dW 3*3*96 written
+    assert metrics.bytes_moved(dwf, g, 4) == 4 * (38_535_168 + 9_633_792 + 864)
+    assert metrics.memory_bound(dwf)
+
+    fmax = [c for c in suites.suite("fractional") if c.op == "fractional_max_pool_grad"
+            and c.input_shape == (32, 112, 112, 64) and not c.overlapping][0]
+    g = fmax.geometry()
+    assert (g.out_rows, g.out_cols) == (77, 77) and metrics.flops(fmax, g) is None
+    # float16: orig_input 32*112*112*64 + orig_output and dy 32*77*77*64 read, dx 32*112*112*64 written
+    assert metrics.bytes_moved(fmax, g, 2) == 2 * (25_690_112 + 2 * 12_142_592 + 25_690_112)
+    assert metrics.memory_bound(fmax)
+
+
+def test_fractional_max_inputs_hold_the_real_forward_output():
+    """orig_output is the max pooling of orig_input over the case's cells (the op refuses
+    anything else), also after the small check's batch slice; sequences as the average case's."""
+    import gradops
+    from gradops.bench.engines import batch_slice, make_inputs
+
+    case = [c for c in suites.suite("smoke") if c.op == "fractional_max_pool_grad" and c.overlapping][0]
+    avg = [c for c in suites.suite("smoke") if c.op == "fractional_avg_pool_grad" and c.overlapping][0]
+    rows, cols = case.pooling_sequences()
+    assert all(np.array_equal(a, b) for a, b in zip((rows, cols), avg.pooling_sequences()))
+    arrays = make_inputs(case, np.dtype(np.float16), np.random.default_rng(1))
+    x = arrays["orig_input"]
+    assert x.dtype == np.float16 and arrays["orig_output"].dtype == np.float16
+    g = case.geometry()
+    for r in range(g.out_rows):
+        for q in range(g.out_cols):
+            cell = x[:, g.row_starts[r]:g.row_ends[r] + 1, g.col_starts[q]:g.col_ends[q] + 1, :]
+            np.testing.assert_array_equal(arrays["orig_output"][:, r, q, :], cell.max(axis=(1, 2)))
+    small, sliced = batch_slice(case, arrays, 2)
+    assert sliced["orig_input"].shape[0] == sliced["orig_output"].shape[0] == sliced["out_backprop"].shape[0] == 2
+    np.testing.assert_array_equal(sliced["orig_output"],
+                                  gradops.fractional_max_pool(sliced["orig_input"], rows, cols, True))
 
 
 def test_peaks_table_and_roofline():
@@ -276,7 +321,7 @@ def test_gpu_mode_report_with_fake_engines(tmp_path):
         assert row["speedups"] == {"gradops-cuda vs gradops-cudnn": 2.0, "gradops-cuda vs torch": 4.0,
                                    "gradops-cudnn vs torch": 2.0}
         ours = row["engines"]["gradops-cuda"]
-        if row["op"] in ("depthwise_conv2d_native_backprop_input", "fractional_avg_pool_grad"):
+        if row["op"] in suites.DEPTHWISE_OPS + suites.FRACTIONAL_OPS:
             assert ours["pct_peak"] == pytest.approx(100 * row["bytes"] / 1e-3 / 3.35e12)
         else:
             assert ours["pct_peak"] == pytest.approx(100 * row["flops"] / 1e-3 / 67e12)  # FP32, TF32 off
@@ -329,13 +374,13 @@ def test_numpy_vs_tf_format():
 
 def _layout_cases():
     """Smoke cases plus small copies of the awkward ones: TF SAME with odd padding, strided 1x1, depthwise m2."""
-    cases = [c for c in suites.suite("smoke") if c.op != "fractional_avg_pool_grad"]
+    cases = [c for c in suites.suite("smoke") if c.op not in suites.FRACTIONAL_OPS]
     for layout in suites.LAYOUTS:
         for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
             cases.append(suites.Case("t", "7x7/2 SAME (pads 2, 3)", op, (2, 20, 19, 3), layout, (7, 7, 3, 4), (2, 2)))
             cases.append(suites.Case("t", "1x1/2", op, (2, 8, 8, 6), layout, (1, 1, 6, 5), (2, 2)))
-        cases.append(suites.Case("t", "dw 5x5/2 m2", "depthwise_conv2d_native_backprop_input", (2, 10, 9, 3), layout,
-                                 (5, 5, 3, 2), (2, 2)))
+        for op in suites.DEPTHWISE_OPS:
+            cases.append(suites.Case("t", "dw 5x5/2 m2", op, (2, 10, 9, 3), layout, (5, 5, 3, 2), (2, 2)))
     return cases
 
 
@@ -399,7 +444,7 @@ def test_cpu_mode_smoke_writes_json_markdown_and_png(tmp_path):
         assert numpy_entry["status"] == "ok" and numpy_entry["time_ms"] > 0, row
         assert numpy_entry["reference_error"] <= check.TOLERANCE["float32"]
         tf_entry = row["engines"]["tensorflow"]
-        if row["data_format"] == "NCHW" and row["op"] != "fractional_avg_pool_grad":
+        if row["data_format"] == "NCHW" and row["op"] not in suites.FRACTIONAL_OPS:
             assert tf_entry["status"] in ("n/a", "unavailable")
         elif tf_entry["status"] != "unavailable":  # tensorflow is an optional test dependency
             assert tf_entry["status"] == "ok", row
@@ -433,7 +478,7 @@ def test_jax_takes_float64_only_with_x64_enabled():
     from gradops.bench.engines import JaxEngine
     from gradops.bench.suites import suite
 
-    case = next(c for c in suite("smoke") if c.op != "fractional_avg_pool_grad")
+    case = next(c for c in suite("smoke") if c.op not in suites.FRACTIONAL_OPS)
     engine = JaxEngine()
     engine._jax = types.SimpleNamespace(config=types.SimpleNamespace(jax_enable_x64=False))
     ok, reason = engine.supports(case, np.dtype(np.float64))

@@ -435,6 +435,76 @@ def test_32_bit_indices_only_where_they_fit():
     assert not cuda_launcher.fits_int32(geometry((1, 4, 4, 1), pads=[2**31, 0, 0, 0]), 1, 256)  # padded rows
 
 
+@pytest.mark.slow
+def test_host_input_of_more_than_2_31_elements(monkeypatch):
+    """The kernel source's 64-bit offsets, executed on the CPU through the launcher: a float16
+    input of 46500 x 46341 = 2**31 + 7372852 elements, 3x3 VALID stride 2.  Only the block of
+    the partial-sum launch that computes the last partial sum runs (and the reduction's last
+    block): its partial sums include the last slices, whose input rows lie past the 2**31-th
+    element; each is checked against a NumPy sum over its slice."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    total = {}  # the partial-sum launch's element count, known once the geometry is
+
+    def block_filter(expression, grid):
+        if "_partial<" in expression:  # the block whose grid-stride walk ends at the last element
+            return [((total["partial"] - 1) % (grid[0] * _runtime.BLOCK_1D)) // _runtime.BLOCK_1D]
+        return [grid[0] - 1]
+
+    device = cuda_host.HostDevice(block_filter=block_filter).install(monkeypatch)
+    import cupy  # the HostDevice stand-in
+
+    from gradops.backends.cuda import _runtime
+
+    launches = []
+    launch_1d = _runtime.launch_1d
+    monkeypatch.setattr(_runtime, "launch_1d", lambda fn, total, args, **kw: (launches.append((total, args)),
+                                                                              launch_1d(fn, total, args, **kw)))
+    rows, cols = 46500, 46341
+    assert rows * cols > 2**31
+    x_shape = (1, rows, cols, 1)
+    # Exact float16 values (integers below 2**11 over 512), filled in place in slices: no 4 GB copy.
+    x = cupy.empty(x_shape, np.float16)
+    x_flat = x.reshape(-1)
+    for start in range(0, rows * cols, 1 << 26):
+        index = np.arange(start, min(rows * cols, start + (1 << 26)), dtype=np.int64)
+        x_flat[start:start + index.size] = ((index * 7919) % 2003 - 1001) / 512
+    out_rows, out_cols = (rows - 3) // 2 + 1, (cols - 3) // 2 + 1
+    dy = np.random.default_rng(5).integers(-64, 64, (1, out_rows, out_cols, 1)).astype(np.float16) / 64
+    dy_gpu = cupy.asarray(dy)
+    kwargs = dict(input=x, filter_sizes=np.array([3, 3, 1, 1]), out_backprop=dy_gpu, strides=[1, 2, 2, 1],
+                  padding="VALID", explicit_paddings=[], data_format="NHWC", dilations=[1, 1, 1, 1])
+    g = geometry_of(kwargs)
+    slices, rows_per_slice = cuda_launcher.slicing(g)
+    total["partial"] = slices * 9
+    cuda_launcher.depthwise_conv2d_native_backprop_filter(g, x, dy_gpu)
+    expression, grid, block = next(launch for launch in device.launches if "_partial<" in launch[0])
+    assert expression.endswith(", long long>")  # the 64-bit variant
+    count, args = launches[0]
+    assert count == total["partial"]
+    partial = np.asarray(device._view(int(args[2]), (count,), np.float32, None))  # the float32 partial sums
+    run = block_filter(expression, grid)[0]
+    starts = np.arange(run * block[0], count, block[0] * grid[0])
+    written = (starts[:, None] + np.arange(block[0])[None, :]).reshape(-1)
+    written = written[written < count]
+    assert written.size > 100 and written[-1] == count - 1
+    deepest = 0
+    for e in written:
+        slice_, tap = divmod(int(e), 9)
+        r, s = divmod(tap, 3)
+        p = np.arange(slice_ * rows_per_slice, min(out_rows, (slice_ + 1) * rows_per_slice))
+        h = 2 * p + r
+        deepest = max(deepest, int(h[-1]) * cols + 2 * (out_cols - 1) + s)
+        inputs = np.stack([x_flat[int(row) * cols + s:int(row) * cols + s + 2 * out_cols - 1:2] for row in h])
+        terms = inputs.astype(np.float64) * dy[0, p, :, 0].astype(np.float64)
+        expected, magnitude = terms.sum(), np.abs(terms).sum()
+        assert abs(float(partial[e]) - expected) <= 1e-6 * max(1.0, magnitude), (slice_, tap)
+    assert deepest > 2**31 + 7_000_000  # the sums read input elements far past the 2**31-th
+
+
 @pytest.mark.parametrize("padding,pads", CUDA_PADDINGS, ids=CUDA_PADDING_IDS)
 @pytest.mark.parametrize("filt_hw,strides,dilations", CUDA_GEOMETRIES, ids=CUDA_GEOMETRY_IDS)
 def test_cuda_geometry_grid(cuda_device, rng, filt_hw, strides, dilations, padding, pads):

@@ -437,6 +437,129 @@ def test_cuda_64_bit_indexing_path(cuda_device, overlapping):
     np.testing.assert_array_equal(cupy.asnumpy(got), gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping))
 
 
+def test_cell_tables_are_uploaded_once_per_geometry_and_index_type(monkeypatch, rng):
+    """The launcher keeps its device copy of the cell tables (fractional_avg_pool_grad's LRU):
+    a repeated geometry uploads nothing and still computes TF's result; other cells, another
+    index type, or average pooling's tables of the same cells are other entries."""
+    import importlib
+    import sys
+
+    import cuda_host
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    cuda_host.HostDevice().install(monkeypatch)
+    rows_a, rows_b, cols = [0, 2, 3, 5, 7], [0, 3, 5, 6, 7], [0, 1, 3, 6, 9]
+    cases = {name: _cuda_case(rng, (2, 7, 9, 3), rows, cols, False, np.float32)
+             for name, rows in (("a", rows_a), ("b", rows_b))}
+    device_arrays = {name: tuple(to_gpu(v) for v in case) for name, case in cases.items()}
+    cupy = sys.modules["cupy"]
+    uploads, real = [], cupy.asarray
+
+    def asarray(x, *args, **kwargs):  # host arrays reaching the device: the tables (tensors moved above)
+        if isinstance(x, np.ndarray) and not isinstance(x, cuda_host.HostArray):
+            uploads.append(x.dtype)
+        return real(x, *args, **kwargs)
+
+    monkeypatch.setattr(cupy, "asarray", asarray)
+
+    def call(name, rows, **kwargs):
+        x, y, dy = cases[name]
+        g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, False)
+        got = launcher.fractional_max_pool_grad(g, *device_arrays[name], **kwargs)
+        want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, False, backend="numpy")
+        np.testing.assert_array_equal(to_host(got), want)
+
+    call("a", rows_a)
+    assert uploads == [np.int32]  # one packed upload of 32-bit tables
+    call("a", rows_a)
+    assert len(uploads) == 1
+    call("b", rows_b)  # other row cells
+    assert len(uploads) == 2
+    call("a", rows_a, index="long long")
+    assert uploads[-1] == np.int64 and len(uploads) == 3
+    call("a", rows_a)
+    assert len(uploads) == 3
+    gradops.fractional_avg_pool_grad([2, 7, 9, 3], device_arrays["a"][2], rows_a, cols, False, backend="cuda")
+    assert len(uploads) == 4  # average pooling's tables are others
+
+
+@pytest.mark.slow
+def test_host_input_of_more_than_2_31_elements(monkeypatch):
+    """Both kernels' 64-bit offsets, executed on the CPU through the launcher: a float16
+    orig_input of 46400 x 46344 = 2**31 + 2877952 elements in disjoint 8x8 cells, with many
+    ties (61 distinct values).  Select runs in full (the gather reads every cell's choice and
+    the mismatch flag must stay clear); of gather, the block whose walk ends at the last
+    element runs, and every element it writes past the 2**31-th is checked: out_backprop of
+    its cell if it is the cell's first maximum in TF's scan order, else 0."""
+    import importlib
+
+    import cuda_host
+
+    from gradops._geometry import fractional_max_pool_geometry
+    from gradops.backends.cuda import _runtime
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    rows, cols, cell = 46400, 46344, 8
+    total = rows * cols
+    assert total > 2**31
+
+    def block_filter(expression, grid):
+        if "_select<" in expression:
+            return list(range(grid[0]))
+        return [((total - 1) % (grid[0] * _runtime.BLOCK_1D)) // _runtime.BLOCK_1D]
+
+    device = cuda_host.HostDevice(block_filter=block_filter).install(monkeypatch)
+    import cupy  # the HostDevice stand-in
+
+    out_rows, out_cols = rows // cell, cols // cell
+    x = cupy.empty((1, rows, cols, 1), np.float16)
+    x_flat = x.reshape(-1)
+    y = np.empty((out_rows, out_cols), np.float16)
+    first = np.empty((out_rows, out_cols), np.int64)  # flat index in its cell of the first maximum
+    step = 64  # cell rows per chunk
+    for top in range(0, out_rows, step):
+        start, stop = top * cell * cols, min(out_rows, top + step) * cell * cols
+        index = np.arange(start, stop, dtype=np.int64)
+        chunk = (((index * 7919) % 61 - 30) / 16).astype(np.float16)  # exact in float16
+        x_flat[start:stop] = chunk
+        cells = chunk.reshape(-1, cell, out_cols, cell).transpose(0, 2, 1, 3).reshape(-1, out_cols, cell * cell)
+        y[top:top + len(cells)] = cells.max(axis=2)
+        first[top:top + len(cells)] = cells.argmax(axis=2)  # row by row, left to right: TF's scan
+    dy = (np.random.default_rng(9).integers(-64, 64, (out_rows, out_cols)) / 64).astype(np.float16)
+    sequence_rows, sequence_cols = list(range(0, rows + 1, cell)), list(range(0, cols + 1, cell))
+    shape_out = (1, out_rows, out_cols, 1)
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, shape_out, shape_out, sequence_rows,
+                                     sequence_cols, False)
+    assert launcher.index_type(g) == "long long"
+    got = launcher.fractional_max_pool_grad(g, x, cupy.asarray(y.reshape(shape_out)),
+                                            cupy.asarray(dy.reshape(shape_out)))
+    assert all(expression.endswith(", long long>") for expression, _, _ in device.launches)
+    expression, grid, block = device.launches[-1]
+    assert "_gather<" in expression
+    run = block_filter(expression, grid)[0]
+    starts = np.arange(run * block[0], total, block[0] * grid[0])
+    written = (starts[:, None] + np.arange(block[0])[None, :]).reshape(-1)
+    written = written[(written < total) & (written >= 2**31)]
+    assert written.size > 100 and written[-1] == total - 1
+    got_flat = got.reshape(-1)
+    chosen = 0
+    for i in written:
+        row, col = divmod(int(i), cols)
+        r, q = row // cell, col // cell
+        mine = (row % cell) * cell + col % cell == first[r, q]
+        chosen += mine
+        assert float(got_flat[i]) == (float(dy[r, q]) if mine else 0.0), (row, col)
+    assert 0 < chosen < written.size  # both kinds of element were checked
+
+
 def test_cuda_refuses_what_tf_refuses(cuda_device):
     """orig_output other than the maxima, and a NaN first in its cell: InvalidArgumentError."""
     x = np.arange(32, dtype=np.float32).reshape(2, 4, 4, 1)

@@ -154,7 +154,7 @@ def test_occupancy(arch, regs, smem, block, blocks, warps, limiter):
 # --------------------------------------------------------------------------- roofline and work models
 
 from gradops.bench import static_report as sr  # noqa: E402
-from gradops.bench.suites import DEPTHWISE_INPUT, FRACTIONAL, Case  # noqa: E402
+from gradops.bench.suites import DEPTHWISE_FILTER, DEPTHWISE_INPUT, FRACTIONAL, FRACTIONAL_MAX, Case  # noqa: E402
 
 
 def test_roofline_arithmetic():
@@ -196,6 +196,66 @@ def test_fractional_warp_cells():
     overlapping = Case("t", "t", FRACTIONAL, (2, 20, 20, 64), pooling_ratio=1.44, overlapping=True, seed=3).geometry()
     cells = sr.fractional_warp_cells(overlapping)
     assert set(cells) == {(1, 1), (1, 2), (2, 1), (2, 2)} and sum(cells.values()) == 2 * 20 * 20 * 64 / 32
+
+
+def test_depthwise_filter_partial_groups_by_hand():
+    """8x8 image, 3x3 SAME stride 1, one item, depth 32 (a warp per (slice, tap)): 2 slices of
+    4 output rows.  Filter row 0 reads input row p - 1: outside for p = 0 (slice 0 only); row 2
+    reads p + 1: outside for p = 7 (slice 1 only).  Columns: taps s = 0 and 2 miss one column."""
+    g = Case("t", "t", DEPTHWISE_FILTER, (1, 8, 8, 32), "NHWC", (3, 3, 32, 1), (1, 1), "SAME").geometry()
+    groups = sr.filter_partial_groups(g, slices=2, rows_per_slice=4)
+    assert sum(groups.values()) == 2 * 9  # one warp per (slice, tap)
+    # (in-image rows, skipped rows, in-image columns): warps.  Per slice, each filter row gives
+    # two 7-column taps and one 8-column tap; (3, 1) rows for r = 0 in slice 0 and r = 2 in slice 1.
+    assert groups == {(3, 1, 7): 4, (3, 1, 8): 2, (4, 0, 7): 8, (4, 0, 8): 4}
+    # depth 48: warps straddle two taps and pay the dearer (more in-image steps)
+    g48 = Case("t", "t", DEPTHWISE_FILTER, (1, 8, 8, 48), "NHWC", (3, 3, 48, 1), (1, 1), "SAME").geometry()
+    straddled = sr.filter_partial_groups(g48, slices=2, rows_per_slice=4)
+    assert sum(straddled.values()) == 2 * 9 * 48 // 32
+    assert max(r * c for r, _, c in straddled) == 4 * 8
+
+
+def test_depthwise_filter_l2_bytes_by_hand():
+    """Depth 32: a 256-thread block holds 8 taps, sharing out_backprop and (per filter row) the
+    input; depth 512: one tap per block, no sharing."""
+    g = Case("t", "t", DEPTHWISE_FILTER, (2, 8, 8, 32), "NHWC", (3, 3, 32, 1), (1, 1), "SAME").geometry()
+    positions = 2 * 8 * 8
+    # 9 / 8 blocks per channel group; 8 taps span ceil(8 / 3) = 3 filter rows
+    assert sr.filter_partial_l2_bytes(g, 2, 256) == pytest.approx(2 * positions * 9 / 8 * (32 + 32 * 3))
+    wide = Case("t", "t", DEPTHWISE_FILTER, (2, 8, 8, 256), "NHWC", (3, 3, 256, 2), (1, 1), "SAME").geometry()
+    assert sr.filter_partial_l2_bytes(wide, 4, 256) == pytest.approx(4 * positions * 9 * (512 + 256 * 1))
+
+
+def test_fractional_max_groups_and_work():
+    disjoint = Case("t", "t", FRACTIONAL_MAX, (2, 20, 20, 64), pooling_ratio=1.44, seed=3).geometry()
+    select, gather = sr.fractional_max_groups(disjoint)
+    assert sum(select.values()) == 2 * disjoint.out_rows * disjoint.out_cols * 64 / 32  # a warp per output pixel
+    assert sum(h * w * n for (h, w), n in select.items()) == 2 * 20 * 20 * 64 / 32  # disjoint cells tile the input
+    assert gather == {(1, 1): 2 * 20 * 20 * 64 / 32}
+    # work: 4 bounds + orig_output + the cell; 2 offsets + per row cell 1 + 2 per cell
+    assert sr.fractional_select_work(2, 3) == (11, {1: (2, None)})
+    assert sr.fractional_gather_work(2, 2) == (12, {1: (2, None)})
+    assert sr.depthwise_filter_row_work(5) == (10, {1: (1, None)})
+
+
+def test_two_stage_sums_the_kernels():
+    """The row of a two-kernel op: every limit and the predicted time are the stages' sums, the
+    limiter names the dearer stage, and SASS per element counts each kernel's instructions once."""
+    device = sr.DEVICES[0]
+    case = Case("t", "t", FRACTIONAL_MAX, (2, 20, 20, 64), pooling_ratio=1.44, seed=3)
+    g = case.geometry()
+
+    def stage(name, ms, warp_instructions):
+        limits = {"DRAM": ms / 4, "L2": ms / 8, "issue": ms, "occupancy": ms / 2}
+        return {"stage": name, "kernel": name, "bytes": 100.0, "l2_bytes": 10.0, "predicted_ms": ms,
+                "limiter": "issue", "limits_ms": limits, "warp_instructions": warp_instructions,
+                "resident_warps_per_sm": 48, "issue_detail": {"busiest_pipe": "int"}}
+
+    row = sr._two_stage(case, "float32", device, g, 1000, [stage("select", 1.0, 64), stage("gather", 3.0, 32)])
+    assert row["predicted_ms"] == 4.0 and row["limiter"] == "issue (gather)"
+    assert row["limits_ms"] == {"DRAM": 1.0, "L2": 0.5, "issue": 4.0, "occupancy": 2.0}
+    assert row["sass_per_element"] == 32 * 96 / 1000 and row["bytes"] == 200.0
+    assert row["compulsory_bytes"] == 4 * 2 * (2 * 20 * 20 * 64 + 2 * g.out_rows * g.out_cols * 64)
 
 
 # --------------------------------------------------------------------------- end to end (compiles)
@@ -241,8 +301,12 @@ def test_fractional_kernel_end_to_end(tmp_path):
     assert half["steady_state"]["not_modelled"].startswith(sr.NOT_MODELLED)
 
     predictions = report["predictions"]
-    assert [p["label"] for p in predictions] == [c.label for c in sr.suite("fractional")]
-    assert all("not_modelled" in p and "predicted_ms" not in p for p in predictions)
+    assert [(p["label"], p["op"]) for p in predictions] == [(c.label, c.op) for c in sr.suite("fractional")]
+    average = [p for p in predictions if p["op"] == FRACTIONAL]
+    assert average and all("not_modelled" in p and "predicted_ms" not in p for p in average)
+    # the max pooling gradient's two kernels are grid-stride kernels the counter models
+    maximum = [p for p in predictions if p["op"] == FRACTIONAL_MAX]
+    assert len(maximum) == 4 and all(p["predicted_ms"] > 0 for p in maximum), maximum
 
     meta = report["meta"]
     assert meta["label"] == "predicted, not measured" and meta["tools"]["nvdisasm"].startswith("13.")
@@ -255,6 +319,72 @@ def test_fractional_kernel_end_to_end(tmp_path):
     from gradops.bench import report as report_mod
 
     assert report_mod.attach_predictions(bench, loaded) == 0 and "predicted" not in row
+    row = {"op": FRACTIONAL_MAX, "label": maximum[0]["label"], "dtype": "float16"}
+    bench = {"meta": {"peaks": {"device": device.key}}, "rows": [row]}
+    assert report_mod.attach_predictions(bench, loaded) == 1 and row["predicted"]["ms"] == maximum[0]["predicted_ms"]
+    assert "fractional_max_pool_select<__half, int>" in text and "(gather)" in text
+    # avg and max share labels: the roofline table names the op
+    assert f"| fractional | frac max | {maximum[0]['label']} | float16 |" in text
+    assert f"| fractional | frac avg | {average[0]['label']} | float16 | - |" in text
+
+
+@pytest.fixture(scope="module")
+def new_kernels():
+    """The depthwise filter gradient's and max pooling's kernels, compiled for sm_90 (seconds)."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    compiled = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE, sr.FRACTIONAL_MAX_SOURCE])
+    return {(k.arch, k.expression): k for k in compiled}
+
+
+def test_new_kernels_have_per_element_figures(new_kernels):
+    """Every instantiation the benchmark runs (float16/bfloat16/float32, 32-bit indices) gets a
+    steady-state path: no slow-path call, and costs that grow with the work."""
+    modelled = 0
+    for (_, expression), kernel in new_kernels.items():
+        record = sr.kernel_record(kernel)
+        assert record["registers"] > 0 and record["spill_stores"] == 0 and record["occupancy"]["warps_per_sm"] > 0
+        if any(t in expression for t in ("double", "long long", "<int,")):
+            continue
+        path = sr.reference_paths(kernel)
+        assert path and "not_modelled" not in path, (expression, path)
+        assert path["call_sites"] == 0 and 10 < path["per_element"] < 1000, (expression, path)
+        if "_partial<" in expression:
+            assert 2 < path["per_step"] < 20 and path["per_row"] > 48 * path["per_step"]
+            assert path["loads_per_batch"] >= 8  # the column loop is unrolled: its loads issue together
+        elif "_reduce<" in expression:
+            assert 2 < path["per_slice"] < 20
+        else:
+            assert path["per_element_2x2_cells"] > path["per_element"]
+        modelled += 1
+    assert modelled == 3 * 2 + 3 + 3 * 2  # partial (2 layouts), reduce, select and gather per dtype
+
+
+def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):
+    """filter_partial_cost extends one row linearly: it must equal the path counter's own
+    cheapest path with every row iteration pinned to the row's loads."""
+    kernel = new_kernels[("sm_90", "gradops::depthwise_conv2d_native_backprop_filter_partial<__half, float, 0, int>")]
+    model = sr.PathModel(kernel, 2)
+    for rows, cols in ((3, 5), (4, 17), (2, 40)):
+        work, trips = sr.depthwise_filter_row_work(cols)
+        loads = min(k for k in model._table(trips, work + sr.PREDICATED_SLACK) if k >= work)
+        exact, _ = model.cost(rows * loads, {1: (rows, loads)})
+        assert sr.filter_partial_cost(model, rows, 0, cols)[0] == exact, (rows, cols)
+
+
+def test_new_ops_predictions(new_kernels):
+    device = sr.DEVICES[0]
+    cases = [c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_FILTER][:2]
+    cases += [c for c in sr.suite("fractional") if c.op == FRACTIONAL_MAX][:2]
+    for case in cases:
+        p = sr.predict(case, "float16", device, new_kernels)
+        assert "not_modelled" not in p, p
+        assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
+        assert [st["stage"] for st in p["stages"]] == (["partial", "reduce"] if case.op == DEPTHWISE_FILTER
+                                                      else ["select", "gather"])
+        assert p["bytes"] >= p["compulsory_bytes"] > 0 and p["limiter"].endswith(")")
+        for st in p["stages"]:
+            assert st["predicted_ms"] == max(st["limits_ms"].values())
 
 
 @needs_tools

@@ -19,29 +19,44 @@ from typing import Any, Callable
 import numpy as np
 
 from .._dtypes import bfloat16
-from .suites import CONV_FILTER, CONV_INPUT, DEPTHWISE_INPUT, FRACTIONAL, Case
+from .suites import (CONV_FILTER, CONV_INPUT, DEPTHWISE_FILTER, DEPTHWISE_INPUT, FRACTIONAL, FRACTIONAL_MAX,
+                     FRACTIONAL_OPS, Case)
 
 CUDA_EVENTS = "cuda-events"
 WALL_CLOCK = "wall-clock"
+#: The operands that are tensors (moved to a device, widened for the reference); the pooling
+#: sequences stay host integer vectors.
+TENSORS = ("input", "filter", "out_backprop", "orig_input", "orig_output")
 
 
 # --------------------------------------------------------------------------- inputs
 
 
 def make_inputs(case: Case, dtype: np.dtype, rng: np.random.Generator) -> dict[str, np.ndarray]:
-    """Random operands of ``case`` (standard normal rounded to ``dtype``), in TF layouts."""
+    """Random operands of ``case`` (standard normal rounded to ``dtype``), in TF layouts.
+
+    Fractional max pooling's ``orig_output`` is the forward max pooling of ``orig_input``
+    (gradops' NumPy ``fractional_max_pool``, exact in every dtype), as the op requires.
+    """
     geometry = case.geometry()
 
     def normal(shape):
         work = np.float64 if np.dtype(dtype) == np.float64 else np.float32
         return rng.standard_normal(shape, dtype=work).astype(dtype)
 
-    if case.op == FRACTIONAL:
+    if case.op in FRACTIONAL_OPS:
         rows, cols = case.pooling_sequences()
-        return {"out_backprop": normal(geometry.output_shape), "row_pooling_sequence": rows,
-                "col_pooling_sequence": cols}
+        arrays = {"row_pooling_sequence": rows, "col_pooling_sequence": cols}
+        if case.op == FRACTIONAL_MAX:
+            import gradops
+
+            arrays["orig_input"] = normal(geometry.input_shape)
+            arrays["orig_output"] = gradops.fractional_max_pool(arrays["orig_input"], rows, cols, case.overlapping,
+                                                                backend="numpy")
+        arrays["out_backprop"] = normal(geometry.output_shape)
+        return arrays
     arrays = {"out_backprop": normal(geometry.out_backprop_shape)}
-    if case.op == CONV_FILTER:
+    if case.op in (CONV_FILTER, DEPTHWISE_FILTER):
         arrays["input"] = normal(geometry.input_shape)
     else:
         arrays["filter"] = normal(geometry.filter_shape)
@@ -49,10 +64,11 @@ def make_inputs(case: Case, dtype: np.dtype, rng: np.random.Generator) -> dict[s
 
 
 def batch_slice(case: Case, arrays: dict[str, np.ndarray], batch: int) -> tuple[Case, dict[str, np.ndarray]]:
-    """The same call on the first ``batch`` items (batch is axis 0 in every layout)."""
+    """The same call on the first ``batch`` items (batch is axis 0 in every layout; the forward
+    pooling of each item depends on that item alone, so orig_output slices as well)."""
     small = case.with_batch(batch)
     out = dict(arrays)
-    for name in ("input", "out_backprop"):
+    for name in ("input", "out_backprop", "orig_input", "orig_output"):
         if name in out:
             out[name] = np.ascontiguousarray(out[name][:batch])
     return small, out
@@ -74,6 +90,14 @@ def call_gradops(case: Case, arrays: dict[str, Any], backend: str | None):
         return gradops.depthwise_conv2d_native_backprop_input(list(case.input_tensor_shape()), arrays["filter"],
                                                               arrays["out_backprop"], case.tf_strides(), case.padding,
                                                               **attrs)
+    if case.op == DEPTHWISE_FILTER:
+        return gradops.depthwise_conv2d_native_backprop_filter(arrays["input"], list(case.filter_shape),
+                                                               arrays["out_backprop"], case.tf_strides(), case.padding,
+                                                               **attrs)
+    if case.op == FRACTIONAL_MAX:
+        return gradops.fractional_max_pool_grad(arrays["orig_input"], arrays["orig_output"], arrays["out_backprop"],
+                                                arrays["row_pooling_sequence"], arrays["col_pooling_sequence"],
+                                                case.overlapping, backend=backend)
     return gradops.fractional_avg_pool_grad(list(case.input_shape), arrays["out_backprop"],
                                             arrays["row_pooling_sequence"], arrays["col_pooling_sequence"],
                                             case.overlapping, backend=backend)
@@ -81,7 +105,7 @@ def call_gradops(case: Case, arrays: dict[str, Any], backend: str | None):
 
 def numpy_reference(case: Case, arrays: dict[str, np.ndarray]) -> np.ndarray:
     """The NumPy backend in float64 on the same (already rounded) values: the check's reference."""
-    wide = {k: (v.astype(np.float64) if k in ("input", "filter", "out_backprop") else v) for k, v in arrays.items()}
+    wide = {k: (v.astype(np.float64) if k in TENSORS else v) for k, v in arrays.items()}
     return call_gradops(case, wide, "numpy")
 
 
@@ -151,9 +175,10 @@ class TensorFlowEngine(Engine):
         return True, "available"
 
     def supports(self, case, dtype):
-        if case.op == FRACTIONAL:
+        if case.op in FRACTIONAL_OPS:
             if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
-                return False, "TF registers FractionalAvgPoolGrad for float32/float64 (and ints) only"
+                name = "FractionalAvgPoolGrad" if case.op == FRACTIONAL else "FractionalMaxPoolGrad"
+                return False, f"TF registers {name} for float32/float64 (and ints) only"
             return True, "supported"
         if case.data_format != "NHWC":
             return False, "TF's CPU kernels support NHWC only"
@@ -176,6 +201,15 @@ class TensorFlowEngine(Engine):
             return lambda: raw.DepthwiseConv2dNativeBackpropInput(
                 input_sizes=list(case.input_tensor_shape()), filter=arrays["filter"],
                 out_backprop=arrays["out_backprop"], **attrs).numpy()
+        if case.op == DEPTHWISE_FILTER:
+            return lambda: raw.DepthwiseConv2dNativeBackpropFilter(
+                input=arrays["input"], filter_sizes=list(case.filter_shape), out_backprop=arrays["out_backprop"],
+                **attrs).numpy()
+        if case.op == FRACTIONAL_MAX:
+            return lambda: raw.FractionalMaxPoolGrad(
+                orig_input=arrays["orig_input"], orig_output=arrays["orig_output"],
+                out_backprop=arrays["out_backprop"], row_pooling_sequence=arrays["row_pooling_sequence"],
+                col_pooling_sequence=arrays["col_pooling_sequence"], overlapping=case.overlapping).numpy()
         return lambda: raw.FractionalAvgPoolGrad(
             orig_input_tensor_shape=list(case.input_shape), out_backprop=arrays["out_backprop"],
             row_pooling_sequence=arrays["row_pooling_sequence"], col_pooling_sequence=arrays["col_pooling_sequence"],
@@ -220,7 +254,7 @@ class GradopsGpuEngine(Engine):
     def prepare(self, case, dtype, arrays):
         import cupy
 
-        device = {k: (cupy.asarray(v) if k in ("input", "filter", "out_backprop") else v) for k, v in arrays.items()}
+        device = {k: (cupy.asarray(v) if k in TENSORS else v) for k, v in arrays.items()}
         return lambda: call_gradops(case, device, self.backend)
 
     def to_host(self, case, result):
@@ -261,7 +295,8 @@ class TorchEngine(Engine):
     """PyTorch's convolution gradients (``torch.nn.grad.conv2d_weight`` / ``conv2d_input``).
 
     NHWC tensors are handed over as channels-last views, so cuDNN runs in NHWC as for us;
-    depthwise is ``groups = in_depth``.  Asymmetric padding (TF's SAME with an odd total)
+    depthwise is ``groups = in_depth`` (filter [C * M, 1, R, S], output channel c * M + m as
+    TF's).  Asymmetric padding (TF's SAME with an odd total)
     becomes symmetric padding on an input grown by the extra rows/columns: zero rows/columns
     added to ``input`` for the filter gradient (outside the timed call), a slice of a larger
     input gradient for the input gradient.
@@ -308,6 +343,9 @@ class TorchEngine(Engine):
     def supports(self, case, dtype):
         if case.op == FRACTIONAL:
             return False, "PyTorch has no fractional average pooling"
+        if case.op == FRACTIONAL_MAX:
+            return False, ("PyTorch's fractional max pooling draws its own cell boundaries (_random_samples), "
+                           "not TF's pooling sequences")
         return True, "supported"
 
     def _tensor(self, array: np.ndarray):
@@ -329,11 +367,11 @@ class TorchEngine(Engine):
         stride, dilation = case.strides, case.dilations
         channels_last = torch.channels_last if case.data_format == "NHWC" else torch.contiguous_format
         dy = self._activation(arrays["out_backprop"], case.data_format)
-        if case.op == CONV_FILTER:
+        if case.op in (CONV_FILTER, DEPTHWISE_FILTER):
             x = self._activation(arrays["input"], case.data_format)
             if top or bottom or left or right:
                 x = torch.nn.functional.pad(x, (left, right, top, bottom)).contiguous(memory_format=channels_last)
-            weight_size = (g.out_depth, g.filter_in_depth, g.filter_rows, g.filter_cols)
+            weight_size = (g.out_depth, g.filter_in_depth, g.filter_rows, g.filter_cols)  # depthwise: [C*M, 1, R, S]
             return lambda: torch.nn.grad.conv2d_weight(x, weight_size, dy, stride, (pad_rows, pad_cols), dilation,
                                                        g.groups)
         if case.op == CONV_INPUT:
@@ -349,8 +387,9 @@ class TorchEngine(Engine):
 
     def to_host(self, case, result):
         torch = self._torch
-        if case.op == CONV_FILTER:
-            result = result.permute(2, 3, 1, 0)  # OIHW -> HWIO
+        if case.op in (CONV_FILTER, DEPTHWISE_FILTER):
+            # OIHW -> HWIO; depthwise: [R, S, 1, C * M] -> TF's [R, S, C, M] (channel c * M + m)
+            result = result.permute(2, 3, 1, 0).reshape(case.filter_shape)
         elif case.data_format == "NHWC":
             result = result.permute(0, 2, 3, 1)
         wide = torch.float64 if result.dtype == torch.float64 else torch.float32  # exact for the half types
@@ -401,8 +440,8 @@ class JaxEngine(Engine):
         return (True, "available") if devices else (False, f"jax sees no {self.platform} device")
 
     def supports(self, case, dtype):
-        if case.op == FRACTIONAL:
-            return False, "JAX has no fractional average pooling"
+        if case.op in FRACTIONAL_OPS:
+            return False, "JAX has no fractional pooling"
         if np.dtype(dtype) == np.float64 and not getattr(self._import().config, "jax_enable_x64", False):
             # Without x64 JAX silently computes in float32 (seen as float64 "mismatches" on an H100).
             return False, "JAX computes float64 only with jax_enable_x64, which is off"
@@ -424,14 +463,14 @@ class JaxEngine(Engine):
 
         device = jax.devices(self.platform)[0]
         dy = jax.device_put(arrays["out_backprop"], device)
-        if case.op == CONV_FILTER:
+        if case.op in (CONV_FILTER, DEPTHWISE_FILTER):
             x = jax.device_put(arrays["input"], device)
-            w_shape = (g.filter_rows, g.filter_cols, g.filter_in_depth, g.out_depth)
+            w_shape = (g.filter_rows, g.filter_cols, g.filter_in_depth, g.out_depth)  # depthwise: [R, S, 1, C*M]
 
             @jax.jit
             def grad(x, dy):
                 _, vjp = jax.vjp(lambda w: conv(x, w), jnp.zeros(w_shape, dy.dtype))
-                return vjp(dy)[0]
+                return vjp(dy)[0].reshape(case.filter_shape)  # depthwise: TF's [R, S, C, M] (a free reshape)
 
             return lambda: grad(x, dy)
         w = arrays["filter"]

@@ -1,9 +1,12 @@
 """Work and traffic of a case, the devices' peaks, and the roofline.
 
 FLOPs count a multiply-add as 2 (the forward convolution's count, which each gradient
-repeats): 2 * N * out_rows * out_cols * filter_rows * filter_cols * in_depth * out_depth / groups.
+repeats, the depthwise ones included with groups = in_depth): 2 * N * out_rows * out_cols *
+filter_rows * filter_cols * in_depth * out_depth / groups.  Fractional pooling has none (a
+share-add per cell, or a comparison and an add for max: no floating-point work to speak of).
 Bytes are the compulsory traffic: every tensor the op reads once plus the gradient it
-writes once.  Pooling sequences are left out (a few hundred int64s against megabytes).
+writes once (fractional max pooling reads orig_input, orig_output and out_backprop).
+Pooling sequences are left out (a few hundred int64s against megabytes).
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._geometry import Conv2DGeometry, FractionalPoolGeometry
-from .suites import CONV_FILTER, CONV_INPUT, DEPTHWISE_INPUT, FRACTIONAL, Case
+from .suites import (CONV_FILTER, CONV_INPUT, DEPTHWISE_FILTER, DEPTHWISE_INPUT, DEPTHWISE_OPS, FRACTIONAL,
+                     FRACTIONAL_MAX, FRACTIONAL_OPS, Case)
 
 TERA = 1e12
 GIGA = 1e9
@@ -26,17 +30,19 @@ def _count(shape) -> int:
 
 def flops(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry) -> int | None:
     """FLOPs of the convolution gradients; None for fractional pooling (no meaningful count)."""
-    if case.op == FRACTIONAL:
+    if case.op in FRACTIONAL_OPS:
         return None
     return geometry.flops
 
 
 def bytes_moved(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, itemsize: int) -> int:
     """Compulsory bytes: tensors read once plus the result written once."""
-    if case.op == FRACTIONAL:
+    if case.op == FRACTIONAL:  # out_backprop read, input gradient written
         return itemsize * (_count(geometry.output_shape) + _count(geometry.input_shape))
+    if case.op == FRACTIONAL_MAX:  # orig_input, orig_output, out_backprop read, input gradient written
+        return itemsize * 2 * (_count(geometry.output_shape) + _count(geometry.input_shape))
     g = geometry
-    if case.op == CONV_FILTER:
+    if case.op in (CONV_FILTER, DEPTHWISE_FILTER):
         tensors = (g.input_shape, g.out_backprop_shape, g.filter_shape)  # read, read, written
     elif case.op in (CONV_INPUT, DEPTHWISE_INPUT):
         tensors = (g.filter_shape, g.out_backprop_shape, g.input_shape)  # read, read, written
@@ -45,9 +51,13 @@ def bytes_moved(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, i
     return itemsize * sum(_count(s) for s in tensors)
 
 
+#: Ops judged against bandwidth rather than FLOP/s (depthwise and pooling: <~10 FLOP/byte).
+MEMORY_BOUND_OPS = DEPTHWISE_OPS + FRACTIONAL_OPS
+
+
 def memory_bound(case: Case) -> bool:
-    """Ops judged against bandwidth rather than FLOP/s (depthwise and pooling: <~10 FLOP/byte)."""
-    return case.op in (DEPTHWISE_INPUT, FRACTIONAL)
+    """Whether ``case`` is judged against bandwidth (:data:`MEMORY_BOUND_OPS`)."""
+    return case.op in MEMORY_BOUND_OPS
 
 
 # --------------------------------------------------------------------------- peaks

@@ -7,12 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-_OP_SHORT = {
-    "conv2d_backprop_filter": "dW",
-    "conv2d_backprop_input": "dX",
-    "depthwise_conv2d_native_backprop_input": "dw dX",
-    "fractional_avg_pool_grad": "frac",
-}
+from .suites import OP_SHORT as _OP_SHORT
 #: Inches of figure width per case on the x axis (keeps the rotated labels legible), and limits.
 INCH_PER_CASE = 0.22
 MIN_WIDTH, MAX_WIDTH = 8.0, 80.0

@@ -12,6 +12,7 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from .metrics import MEMORY_BOUND_OPS
 from .runner import geomean
 
 STATUSES = ("ok", "mismatch", "error", "n/a", "unavailable")
@@ -158,7 +159,7 @@ def markdown(report: dict) -> str:
         lines += ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
         notes = []
         for r in suite_rows:
-            memory_bound = r["op"] in ("depthwise_conv2d_native_backprop_input", "fractional_avg_pool_grad")
+            memory_bound = r["op"] in MEMORY_BOUND_OPS
             cells = [r["label"], r["op"], r["dtype"]]
             for e in engines:
                 entry = r["engines"].get(e, {})

@@ -9,12 +9,16 @@ sm_90 and sm_80, reads their SASS (:mod:`gradops.backends.cuda._sass`) and write
 Per kernel: registers, shared memory, spills, occupancy at the launcher's block size, the
 global loads and stores with their widths, and the SASS instructions of the steady-state
 path per output element.  The path's *work* is given per kernel family (see
-:func:`depthwise_work` and :func:`fractional_work`); :mod:`._sass` finds the cheapest path
+:func:`depthwise_work`, :func:`fractional_work`, :func:`depthwise_filter_row_work`,
+:func:`depthwise_filter_reduce_work`, :func:`fractional_select_work` and
+:func:`fractional_gather_work`); :mod:`._sass` finds the cheapest path
 through the grid-stride loop body that does exactly that work with no slow-path call.
 
 Per benchmark shape (the ``mobilenetv2``, ``efficientnet`` and ``fractional`` suites of
 :mod:`.suites`, float16 and float32) and device (:data:`DEVICES`): the predicted time is the
-largest of four limits, each stated in :data:`ASSUMPTIONS` and in the report:
+largest of four limits, each stated in :data:`ASSUMPTIONS` and in the report (for the two-kernel
+ops, the depthwise filter gradient and the fractional max pooling gradient, the sum over both
+kernels of each kernel's largest limit):
 
 * ``DRAM``: compulsory bytes (:func:`.metrics.bytes_moved`, plus the fractional cell tables)
   / HBM bandwidth;
@@ -38,14 +42,17 @@ from pathlib import Path
 
 import numpy as np
 
+from .._dtypes import accumulator_dtype
 from .metrics import KNOWN_PEAKS, bytes_moved
-from .suites import DEPTHWISE_INPUT, DTYPES, FRACTIONAL, Case, suite
+from .suites import DEPTHWISE_FILTER, DEPTHWISE_INPUT, DTYPES, FRACTIONAL, FRACTIONAL_MAX, OP_SHORT, Case, suite
 
 LABEL = "predicted, not measured"
 SUITES = ("mobilenetv2", "efficientnet", "fractional")
 REPORT_DTYPES = ("float16", "float32")
 DEPTHWISE_SOURCE = "depthwise_conv2d_native_backprop_input.cu"
 FRACTIONAL_SOURCE = "fractional_avg_pool_grad.cu"
+DEPTHWISE_FILTER_SOURCE = "depthwise_conv2d_native_backprop_filter.cu"
+FRACTIONAL_MAX_SOURCE = "fractional_max_pool_grad.cu"
 CONV_SOURCES = ("conv2d.cu", "conv2d_backprop_filter.cu", "conv2d_backprop_input.cu")
 #: Fraction of HBM bandwidth the instruction budgets are computed for (the issue's target).
 BUDGET_FRACTION = 0.75
@@ -120,6 +127,37 @@ ASSUMPTIONS = [
     "diverge.",
     "Kernel time only: no launch latency, no allocation, no host-to-device copy of the fractional cell tables "
     "(the GPU benchmark's CUDA-event time includes all of those).",
+    "Two-kernel ops (depthwise filter gradient: partial sums then their fixed-order sum; fractional max pooling "
+    "gradient: select then gather, with the mismatch flag read back between them, host time left out): each "
+    "kernel gets its own four limits; the row's limits and predicted time are the sums over both kernels, its "
+    "limiter is the dearer kernel's; SASS/elem and the budget are per partial sum (filter gradient: one thread of "
+    "the first kernel, slices x taps x out_depth of them, slicing as the launcher's) or per input element (max "
+    "pooling), each kernel's instructions counted once.",
+    "Depthwise filter gradient, first kernel: a partial sum runs its slice's rows; a row whose input row is in the "
+    "image runs its in-image columns (2 element loads each), the others skip. Cost of rows x columns: the "
+    "cheapest one-row path with the fewest loads >= 2 x columns (the unrolled column loop's remainder is "
+    "predicated, counted whether it executes or not), plus per further row the second row's increment, plus per "
+    "skipped row a no-load row iteration. A warp spanning two (slice, tap) groups pays the dearer. L2 -> SM bytes: "
+    "a 256-thread block holds 256 / out_depth taps of one slice (at least 1), which share out_backprop reads, and "
+    "its taps of one filter row share input rows (L1), nothing shared between blocks; the partial-sum buffer "
+    "(at most about 2^17 accumulators) is written to and read from L2, not DRAM. Round trips: the unrolled column "
+    "loop issues its loads together, so a row costs ceil(columns / steps per unrolled iteration) + 1 loaded DRAM "
+    "round trips (600 ns, as above), a skipped row 1; the latency limit is max(1, threads / resident threads) "
+    "waves x round trips per thread x 600 ns (a thread's rows are a chain; an upper bound where loads hit L1/L2).",
+    "Depthwise filter gradient, second kernel: per filter element, `slices` accumulator loads (the fewest >= that "
+    "a path makes), ceil(slices / loads per unrolled iteration) + 1 round trips of 600 ns in one wave (taps x "
+    "out_depth threads); DRAM: the filter gradient written; L2: the partial sums read.",
+    "Fractional max pooling gradient: select, one output element per iteration, counts the loads of the element "
+    "and index widths (four cell bounds, orig_output, every element of the cell) with the row loop run once per "
+    "cell row; gather, one input element per iteration, counts index-width loads (two row offsets, per row cell "
+    "its index, per cell its column-cell index and chosen offset) with the row-cell loop run once per row cell; "
+    "both take the fewest loads >= those counts. A cell's out_backprop load and add for the element it chose are "
+    "predicated in gather's unrolled column loop (counted on every path) and a skipped branch of about 10 "
+    "instructions on its remainder path (under-counted: about out/in = 0.48 matches per input element). DRAM: "
+    "orig_input, orig_output, out_backprop read and the gradient written once, plus the chosen-offset buffer "
+    "written by select and read by gather (index width x output elements, each way) and the cell tables; L2: each "
+    "cell's elements (select), each cell's chosen offset (gather). One loaded DRAM round trip per element, as for "
+    "the other 1-D kernels (the cell tables are a few KB, L1/L2-resident).",
 ]
 
 
@@ -151,11 +189,13 @@ def template_args(expression: str) -> list[str]:
     return [a.strip() for a in expression.split("<", 1)[1].rsplit(">", 1)[0].split(",")]
 
 
-def counted_loads(width: int):
-    """The loads a path's work is counted in: global loads of the element width."""
+def counted_loads(width: int | tuple[int, ...]):
+    """The loads a path's work is counted in: global loads of the element width (or of any of
+    the widths given: the element's and the index tables')."""
     from ..backends.cuda import _sass
 
-    return lambda ins: _sass.is_global_load(ins, width)
+    widths = (width,) if isinstance(width, int) else tuple(width)
+    return lambda ins: any(_sass.is_global_load(ins, w) for w in widths)
 
 
 def block_size(expression: str) -> int:
@@ -194,7 +234,7 @@ def _path_summary(counts: Counter) -> dict:
 class PathModel:
     """Cheapest steady-state paths of one kernel, cached by work."""
 
-    def __init__(self, kernel, width: int, trips_depth: int = 1):
+    def __init__(self, kernel, width: int | tuple[int, ...], trips_depth: int = 1):
         self.kernel = kernel
         self.cfg = kernel.cfg
         self.loop = grid_loop(kernel.cfg)
@@ -202,18 +242,37 @@ class PathModel:
         self.trips_depth = trips_depth
         self._tables: dict = {}
 
-    def cost(self, loads: int, trips: tuple[int, int | None] | None) -> tuple[int, Counter]:
-        key = trips
-        if key not in self._tables or loads not in self._tables[key]:
-            table = self.cfg.path_table(self.loop, self.counted, {self.trips_depth: trips} if trips else {},
-                                        kmax=max(loads, max(self._tables.get(key, {0: 0}))))
-            self._tables[key] = table
-        table = self._tables[key]
+    def cost(self, loads: int, trips: tuple[int, int | None] | dict | None,
+             at_least: bool = False) -> tuple[int, Counter]:
+        """(instructions, counts) of the cheapest path with ``loads`` counted loads; ``trips``:
+        ``(iterations, counted per iteration)`` of the loop at ``trips_depth``, or a dict
+        ``{relative depth: (iterations, counted per iteration or None)}``.  ``at_least``: the
+        fewest loads >= ``loads`` that a path makes (an unrolled loop's remainder block is
+        predicated: its loads count whether they execute or not, so some counts have no path)."""
+        table = self._table(trips, loads + (PREDICATED_SLACK if at_least else 0))
+        if at_least:
+            loads = min((k for k in table if k >= loads), default=loads)
         if loads not in table:
             from ..backends.cuda._sass import PathError
 
             raise PathError(f"{self.kernel.expression}: no path makes {loads} counted loads (has {sorted(table)})")
         return table[loads]
+
+    def _table(self, trips, loads: int) -> dict:
+        if isinstance(trips, dict):
+            key, spec = tuple(sorted(trips.items())), trips
+        else:
+            key, spec = trips, ({self.trips_depth: trips} if trips else {})
+        known, table = self._tables.get(key, (-1, None))
+        if loads > known:
+            table = self.cfg.path_table(self.loop, self.counted, spec, kmax=loads)
+            self._tables[key] = (loads, table)
+        return table
+
+
+#: Counted loads an ``at_least`` path may make beyond the work: an unrolled loop's predicated
+#: remainder (up to 3 iterations of 2 loads seen) or loads the compiler did not hoist.
+PREDICATED_SLACK = 16
 
 
 def depthwise_work(taps: int, multiplier: int) -> tuple[int, tuple[int, int]]:
@@ -224,6 +283,39 @@ def depthwise_work(taps: int, multiplier: int) -> tuple[int, tuple[int, int]]:
 def fractional_work(row_cells: int, col_cells: int) -> tuple[int, tuple[int, int]]:
     """(counted loads, trips of the row-cell loop) of an element in row_cells x col_cells cells."""
     return row_cells * col_cells, (row_cells, col_cells)
+
+
+def depthwise_filter_row_work(cols: int) -> tuple[int, dict]:
+    """(counted loads, trips) of one partial sum of the depthwise filter gradient's first kernel
+    over one in-image output row of ``cols`` in-image output columns: an input and an
+    out_backprop load per column, the row loop run once (:func:`filter_partial_cost` extends
+    it to several rows)."""
+    return 2 * cols, {1: (1, None)}
+
+
+def depthwise_filter_reduce_work(slices: int) -> tuple[int, dict]:
+    """(counted loads, trips) of one filter element of the second kernel: one accumulator load
+    per slice (the accumulator's width is the counted one), the slice loop free."""
+    return slices, {}
+
+
+def fractional_select_work(rows: int, cols: int) -> tuple[int, dict]:
+    """(counted loads, trips) of one output element of max pooling's select kernel whose cell
+    is rows x cols, counting loads of the element's and the index's width: the four cell
+    bounds, orig_output and every element of the cell; the row loop run ``rows`` times (the
+    cell's loads after the first fall in whichever row iterations the cheapest path picks)."""
+    return 4 + 1 + rows * cols, {1: (rows, None)}
+
+
+def fractional_gather_work(row_cells: int, col_cells: int) -> tuple[int, dict]:
+    """(counted loads, trips) of one input element of max pooling's gather kernel lying in
+    row_cells x col_cells cells, counting loads of the index's width: its two row offsets, per
+    row cell its cell index (and whatever per-row loads the compiler did not hoist: paths take
+    the fewest loads >= this count), per cell its column-cell index and chosen offset; the
+    row-cell loop run row_cells times.  A cell that chose the element adds its out_backprop
+    load and add: predicated (so counted on every path) in the unrolled column loop, a branch
+    on the remainder path that the cheapest path skips (at most one match per cell)."""
+    return 2 + row_cells * (1 + 2 * col_cells), {1: (row_cells, None)}
 
 
 def _valid_taps(in_size, pad, filter_size, dilation, stride, out_size) -> np.ndarray:
@@ -369,6 +461,8 @@ def _reference_paths(kernel) -> dict | None:
         return {"work": work, "per_element": sum(c for c, _ in costs) / len(costs),
                 "per_extra_tap": full - fewer, "path": _path_summary(counts if sh == sw == 1 else costs[0][1]),
                 "call_sites": _call_sites(cfg)}
+    if kernel.source in (DEPTHWISE_FILTER_SOURCE, FRACTIONAL_MAX_SOURCE):
+        return _two_stage_reference_paths(kernel, width)
     if kernel.source == FRACTIONAL_SOURCE:
         if width not in (2, 4):
             return None  # 8-byte elements load like the int64 cell tables: not counted apart
@@ -378,6 +472,49 @@ def _reference_paths(kernel) -> dict | None:
         return {"work": "element in one pooling cell (disjoint pooling)", "per_element": one,
                 "per_element_2x2_cells": four, "path": _path_summary(counts), "call_sites": _call_sites(kernel.cfg)}
     return None
+
+
+def _two_stage_reference_paths(kernel, width: int) -> dict | None:
+    """The kernel table's figures for the depthwise filter gradient's and max pooling's kernels
+    (float16/bfloat16/float32 with 32-bit indices: the benchmark's; others are left out)."""
+    args = template_args(kernel.expression)
+    if width not in (2, 4) or args[-1] != "int" and "_reduce<" not in kernel.expression:
+        return None
+    cfg = kernel.cfg
+    if "_partial<" in kernel.expression:
+        model = PathModel(kernel, width)
+        one, counts = filter_partial_cost(model, 1, 0, 1)
+        short, _ = filter_partial_cost(model, 1, 0, 48)
+        long, _ = filter_partial_cost(model, 1, 0, 112)
+        row, _ = filter_partial_cost(model, 2, 0, 48)
+        return {"work": "one partial sum: 1 in-image row of 1 column (2 loads); per step: mean over columns 49-112 "
+                        "of a row; per row: one more row of 48 columns",
+                "per_element": one, "extra_text": f"per step {(long - short) / 64:.1f}, per row {row - short:.0f}",
+                "per_step": (long - short) / 64, "per_row": row - short, "path": _path_summary(counts),
+                "call_sites": _call_sites(cfg), "loads_per_batch": loads_per_batch(kernel, width)}
+    if "_reduce<" in kernel.expression:
+        acc = 8 if args[1] == "double" else 4
+        model = PathModel(kernel, acc)
+        one, counts = model.cost(*depthwise_filter_reduce_work(1), at_least=True)
+        many, _ = model.cost(*depthwise_filter_reduce_work(65), at_least=True)
+        return {"work": "one filter element summing 1 slice (1 accumulator load); per slice: mean over slices 2-65",
+                "per_element": one, "extra_text": f"per slice {(many - one) / 64:.1f}",
+                "per_slice": (many - one) / 64, "path": _path_summary(counts), "call_sites": _call_sites(cfg),
+                "loads_per_batch": loads_per_batch(kernel, acc)}
+    index = 4  # the int instantiations (args[-1] == "int")
+    if "_select<" in kernel.expression:
+        model = PathModel(kernel, tuple(sorted({width, index})))
+        one, counts = model.cost(*fractional_select_work(1, 1), at_least=True)
+        four, _ = model.cost(*fractional_select_work(2, 2), at_least=True)
+        return {"work": "output element of a 1x1 cell (disjoint pooling)", "per_element": one,
+                "extra_text": f"2x2 cell: {four}", "per_element_2x2_cells": four, "path": _path_summary(counts),
+                "call_sites": _call_sites(cfg)}
+    model = PathModel(kernel, index)
+    one, counts = model.cost(*fractional_gather_work(1, 1), at_least=True)
+    four, _ = model.cost(*fractional_gather_work(2, 2), at_least=True)
+    return {"work": "input element in 1 row cell x 1 column cell, not chosen", "per_element": one,
+            "extra_text": f"2x2 cells: {four}", "per_element_2x2_cells": four, "path": _path_summary(counts),
+            "call_sites": _call_sites(cfg)}
 
 
 def _call_sites(cfg) -> int:
@@ -412,6 +549,13 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
 
     dtype = DTYPES[dtype_name]
     g = case.geometry()
+    two_stage = {DEPTHWISE_FILTER: _predict_depthwise_filter, FRACTIONAL_MAX: _predict_fractional_max}
+    if case.op in two_stage:
+        try:
+            return two_stage[case.op](case, dtype_name, device, kernels, g)
+        except (_sass.PathError, ValueError) as exc:
+            return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name,
+                    "device": device.key, "not_modelled": f"not modelled: {exc}"}
     kernel = _kernel_for(case, dtype, g, kernels, f"sm_{device.arch}")
     try:
         return _predict(case, dtype_name, device, kernel, g)
@@ -457,6 +601,227 @@ def _predict(case: Case, dtype_name: str, device: Device, kernel, g) -> dict:
             "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2_bytes,
             "sass_per_element": mean_cost, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
             "work_histogram": {str(k): v for k, v in sorted(warps.items())}}
+
+
+# --------------------------------------------------------------------------- two-kernel ops
+
+
+def loads_per_batch(kernel, width) -> int:
+    """Counted loads of the innermost loop's body (an unrolled loop issues them together, so
+    they share one memory round trip); 1 when the kernel has no loop nested in the grid loop."""
+    counted = counted_loads(width)
+    grid = grid_loop(kernel.cfg)
+    inner = [lp for lp in kernel.cfg.loops if lp is not grid and lp.blocks < grid.blocks and not lp.children]
+    return max([sum(1 for x in kernel.cfg.loop_instructions(lp) if counted(x)) for lp in inner] + [1])
+
+
+def _stage(name: str, device: Device, kernel, elements: int, mean_cost: float, pipes: dict, traffic: float,
+           l2_bytes: float, round_trips: float = 1.0) -> dict:
+    """One kernel's roofline: as :func:`roofline`, with ``round_trips`` dependent memory round
+    trips per element in place of one (a thread running a long loop)."""
+    from ..backends.cuda import _sass
+
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"],
+                          block_size(kernel.expression))
+    limits = roofline(device, elements, mean_cost, pipes, traffic, l2_bytes, occ["warps_per_sm"] * 32)
+    if round_trips != 1.0 and occ["warps_per_sm"]:
+        # A thread's loop is a chain of round trips: at least one wave of them, however few threads.
+        waves = max(1.0, elements / (device.sms * occ["warps_per_sm"] * 32))
+        limits["limits_ms"]["occupancy"] = waves * round_trips * device.dram_latency_s * 1e3
+        limiter = max(limits["limits_ms"], key=limits["limits_ms"].get)
+        limits.update(limiter=limiter, predicted_ms=limits["limits_ms"][limiter],
+                      pct_hbm=100 * traffic / (limits["limits_ms"][limiter] / 1e3) / device.bandwidth)
+    return {"stage": name, "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2_bytes,
+            "sass_per_element": mean_cost, "round_trips_per_element": round_trips,
+            "resident_warps_per_sm": occ["warps_per_sm"], **limits}
+
+
+def _mean_path(model: PathModel, work: dict) -> tuple[float, Counter]:
+    """Mean cost and pipe counts over ``{key: (weight, (loads, trips))}`` (at-least paths)."""
+    total = sum(weight for weight, _ in work.values())
+    mean, pipes = 0.0, Counter()
+    for weight, (loads, trips) in work.values():
+        cost, counts = model.cost(loads, trips, at_least=True)
+        mean += cost * weight / total
+        for cls, v in counts.items():
+            if cls.startswith("class:"):
+                pipes[cls.removeprefix("class:")] += v * weight / total
+    return mean, pipes
+
+
+def _two_stage(case: Case, dtype_name: str, device: Device, g, elements: int, stages: list[dict]) -> dict:
+    """A prediction of an op run as kernels one after the other: each limit and the predicted
+    time are the stages' sums; SASS per element and the budget are per ``elements`` (the op's
+    own unit, stated by the caller)."""
+    traffic = bytes_moved(case, g, DTYPES[dtype_name].itemsize)
+    predicted = sum(st["predicted_ms"] for st in stages)
+    main = max(stages, key=lambda st: st["predicted_ms"])
+    warp_instructions = sum(st["warp_instructions"] for st in stages)
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": " + ".join(st["kernel"] for st in stages), "elements": elements,
+            "bytes": sum(st["bytes"] for st in stages), "compulsory_bytes": traffic,
+            "l2_bytes": sum(st["l2_bytes"] for st in stages), "sass_per_element": 32 * warp_instructions / elements,
+            "resident_warps_per_sm": main["resident_warps_per_sm"], "warp_instructions": warp_instructions,
+            "issue_detail": main["issue_detail"],
+            "limits_ms": {k: sum(st["limits_ms"][k] for st in stages) for k in main["limits_ms"]},
+            "limiter": f"{main['limiter']} ({main['stage']})", "predicted_ms": predicted,
+            "pct_hbm": 100 * traffic / (predicted / 1e3) / device.bandwidth,
+            "budget_per_element_75pct_hbm": instruction_budget(device, traffic, elements),
+            "stages": stages}
+
+
+def filter_partial_groups(g, slices: int, rows_per_slice: int) -> Counter:
+    """``{(in-image rows, out-of-image rows, in-image columns): warps}`` of the depthwise filter
+    gradient's first kernel: thread e is partial sum (slice, tap, k), k fastest; a warp that
+    spans two (slice, tap) groups pays the dearer one (the union of two such paths is the path
+    with the larger trip counts)."""
+    taps, depth = g.filter_rows * g.filter_cols, g.out_depth
+    all_rows = g.batch * g.out_rows
+    # rows of each slice whose input row is in the image, per filter row r
+    row = np.arange(all_rows)
+    h = (row % g.out_rows)[:, None] * g.stride_rows + np.arange(g.filter_rows)[None, :] * g.dilation_rows - g.pad_top
+    inside = ((h >= 0) & (h < g.in_rows)).astype(np.int64)
+    starts = np.arange(slices) * rows_per_slice
+    valid = np.add.reduceat(inside, starts, axis=0)                      # [slice, r]
+    length = np.diff(np.append(starts, all_rows))[:, None]               # rows in each slice
+    s = np.arange(g.filter_cols)
+    col_offset = s * g.dilation_cols - g.pad_left
+    q_begin = np.where(col_offset < 0, (-col_offset + g.stride_cols - 1) // g.stride_cols, 0)
+    last = g.in_cols - 1 - col_offset
+    q_end = np.where(last < 0, 0, np.minimum(g.out_cols, last // g.stride_cols + 1))
+    cols = np.maximum(q_end - q_begin, 0)                                # [s]
+    tap_r, tap_s = np.divmod(np.arange(taps), g.filter_cols)
+    keys = np.stack([valid[:, tap_r], (length - valid[:, tap_r]), np.broadcast_to(cols[tap_s], (slices, taps))],
+                    axis=-1).reshape(-1, 3)                              # per (slice, tap) group
+    total = slices * taps * depth
+    first = np.arange(0, total, 32)
+    a, b = first // depth, np.minimum(first + 31, total - 1) // depth
+    ka, kb = keys[a], keys[b]
+    # the dearer of the two groups: more in-image steps, then more rows
+    dearer = np.where(((kb[:, 0] * kb[:, 2]) > (ka[:, 0] * ka[:, 2]))[:, None], kb, ka)
+    return Counter(map(tuple, dearer.tolist()))
+
+
+def filter_partial_l2_bytes(g, width: int, block: int) -> float:
+    """L2 -> SM bytes of the depthwise filter gradient's first kernel: a block of ``block``
+    threads holds t = block / out_depth taps of one slice (at least 1), which share their
+    out_backprop reads, and whose taps of one filter row share input rows (L1 catches that,
+    nothing between blocks); the multiplier's threads of an input channel share its sectors."""
+    taps = g.filter_rows * g.filter_cols
+    positions = g.batch * g.out_rows * g.out_cols
+    t = max(1, min(taps, block // max(1, g.out_depth)))
+    blocks = taps / t  # blocks per (slice, channel group) that read the same data
+    filter_rows = min(g.filter_rows, math.ceil(t / g.filter_cols))
+    return width * positions * blocks * (g.out_depth + g.in_depth * filter_rows)
+
+
+def filter_partial_cost(model: PathModel, rows: int, skipped: int, cols: int) -> tuple[float, Counter]:
+    """Cost of one partial sum: ``rows`` row iterations with ``cols`` steps each (two counted
+    loads a step, the fewest >= that a row makes: the unrolled loop's remainder is predicated)
+    and ``skipped`` row iterations whose input row lies outside the image (no loads).  Linear
+    in the rows: the first row's path, plus per further row the second row's increment."""
+    if rows == 0:
+        zero, counts = model.cost(0, {1: (1, 0)})
+        more, _ = model.cost(0, {1: (2, 0)})
+        return zero + (skipped - 1) * (more - zero), counts
+    work, trips = depthwise_filter_row_work(cols)
+    one, counts = model.cost(work, trips, at_least=True)
+    loads = min(k for k in model._table(trips, work + PREDICATED_SLACK) if k >= work)  # the row's actual count
+    two, _ = model.cost(2 * loads, {1: (2, loads)})
+    cost = one + (rows - 1) * (two - one)
+    if skipped:
+        zero, _ = model.cost(0, {1: (1, 0)})
+        more, _ = model.cost(0, {1: (2, 0)})
+        cost += skipped * (more - zero)
+    return cost, counts
+
+
+def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+    """Both kernels of the depthwise filter gradient (partial sums, then their fixed-order sum).
+    Per element: per partial sum (one thread of the first kernel)."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    dtype = DTYPES[dtype_name]
+    width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
+    arch = f"sm_{device.arch}"
+    slices, rows_per_slice = dwf.slicing(g)
+    taps = g.filter_rows * g.filter_cols
+    partials = slices * taps * g.out_depth
+    from ..backends.cuda import _runtime
+
+    # The launcher's grid: at most BLOCKS_PER_SM blocks per SM of this device.
+    threads = min(-(-partials // _runtime.BLOCK_1D), device.sms * _runtime.BLOCKS_PER_SM) * _runtime.BLOCK_1D
+    bits = 32 if dwf.fits_int32(g, slices, threads) else 64
+    partial = kernels[(arch, dwf._partial_expression(dtype, g.data_format, bits))]
+    reduce = kernels[(arch, dwf._reduce_expression(dtype))]
+
+    model = PathModel(partial, width)
+    groups = filter_partial_groups(g, slices, rows_per_slice)
+    total = sum(groups.values())
+    mean, pipes = 0.0, Counter()
+    batch = max(1, loads_per_batch(partial, width) // 2)  # (row, column) steps whose loads issue together
+    trips = 0.0
+    for (rows, skipped, cols), n in groups.items():
+        cost, counts = filter_partial_cost(model, rows, skipped, cols)
+        mean += cost * n / total
+        trips += n / total * (rows * (math.ceil(cols / batch) + 1) + skipped)
+        for cls, v in counts.items():
+            if cls.startswith("class:"):
+                pipes[cls.removeprefix("class:")] += v * n / total
+    reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
+    first = _stage("partial", device, partial, partials, mean, pipes, reads,
+                   filter_partial_l2_bytes(g, width, _runtime.BLOCK_1D) + acc * partials, trips)
+
+    filter_elements = taps * g.out_depth
+    rmodel = PathModel(reduce, acc)
+    rcost, rpipes = _mean_path(rmodel, {slices: (1, depthwise_filter_reduce_work(slices))})
+    rtrips = math.ceil(slices / max(1, loads_per_batch(reduce, acc))) + 1
+    second = _stage("reduce", device, reduce, filter_elements, rcost, rpipes, width * filter_elements,
+                    acc * partials + width * filter_elements, rtrips)
+    return _two_stage(case, dtype_name, device, g, partials, [first, second])
+
+
+def fractional_max_groups(g) -> tuple[Counter, Counter]:
+    """``({(cell rows, cell cols): warps}`` of the select kernel, ``{(row cells, col cells):
+    warps}`` of the gather kernel): warps are 32 channels of one pixel (depth % 32 == 0)."""
+    rows = Counter((np.asarray(g.row_ends) - np.asarray(g.row_starts) + 1).tolist())
+    cols = Counter((np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1).tolist())
+    per_pixel = g.batch * g.depth / 32
+    select = Counter({(int(h), int(w)): nh * nw * per_pixel for h, nh in rows.items() for w, nw in cols.items()})
+    return select, fractional_warp_cells(g)
+
+
+def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+    """Both kernels of the max pooling gradient (select, then gather; the flag read back between
+    them is host time, left out).  Per element: per input element (the gradient's)."""
+    import importlib
+
+    fm = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    dtype = DTYPES[dtype_name]
+    width = dtype.itemsize
+    index = fm.index_type(g)
+    iw = fm.INDEX_TYPES[index].itemsize
+    arch = f"sm_{device.arch}"
+    select = kernels[(arch, fm._expression(fm.KERNELS[0], dtype, index))]
+    gather = kernels[(arch, fm._expression(fm.KERNELS[1], dtype, index))]
+    inputs, outputs = math.prod(g.input_shape), math.prod(g.output_shape)
+    cells, by_index = fractional_max_groups(g)
+
+    smodel = PathModel(select, tuple(sorted({width, iw})))
+    scost, spipes = _mean_path(smodel, {k: (n, fractional_select_work(*k)) for k, n in cells.items()})
+    mean_cell = sum(h * w * n for (h, w), n in cells.items()) / sum(cells.values())
+    bounds = iw * 2 * (g.out_rows + g.out_cols)
+    first = _stage("select", device, select, outputs, scost, spipes, width * (inputs + outputs) + iw * outputs + bounds,
+                   width * outputs * (mean_cell + 1) + iw * outputs)
+
+    gmodel = PathModel(gather, iw)
+    gcost, gpipes = _mean_path(gmodel, {k: (n, fractional_gather_work(*k)) for k, n in by_index.items()})
+    mean_cells = sum(r * c * n for (r, c), n in by_index.items()) / sum(by_index.values())
+    tables = iw * (g.in_rows + g.in_cols + 2 + g.cell_table_entries)
+    second = _stage("gather", device, gather, inputs, gcost, gpipes, width * (outputs + inputs) + iw * outputs + tables,
+                    iw * inputs * mean_cells + width * (outputs + inputs))
+    return _two_stage(case, dtype_name, device, g, inputs, [first, second])
 
 
 def roofline(device: Device, elements: int, sass_per_element: float, classes_per_element: dict, traffic: float,
@@ -510,8 +875,11 @@ def build(archs=("sm_90", "sm_80"), conv: bool = True, suites=SUITES, dtypes=REP
     from ..backends.cuda import _sass
 
     say = progress or (lambda text: None)
-    wants_depthwise = any(case.op == DEPTHWISE_INPUT for name in suites for case in suite(name))
-    sources = ([DEPTHWISE_SOURCE] if wants_depthwise else []) + [FRACTIONAL_SOURCE] + (list(CONV_SOURCES) if conv else [])
+    ops = {case.op for name in suites for case in suite(name)}
+    sources = ([DEPTHWISE_SOURCE] if DEPTHWISE_INPUT in ops else []) + [FRACTIONAL_SOURCE]
+    sources += [source for op, source in ((DEPTHWISE_FILTER, DEPTHWISE_FILTER_SOURCE),
+                                          (FRACTIONAL_MAX, FRACTIONAL_MAX_SOURCE)) if op in ops]
+    sources += list(CONV_SOURCES) if conv else []
     kernels = {}
     for source in sources:
         for arch in archs:
@@ -586,7 +954,9 @@ def markdown(report: dict) -> str:
         c = s["path"]["classes"]
         occ = r["occupancy"]
         extra = s.get("per_extra_tap")
-        if extra is None and "per_element_2x2_cells" in s:
+        if "extra_text" in s:
+            extra_text = s["extra_text"]
+        elif extra is None and "per_element_2x2_cells" in s:
             extra_text = f"2x2 cells: {s['per_element_2x2_cells']}"
         else:
             extra_text = str(extra)
@@ -615,22 +985,27 @@ def markdown(report: dict) -> str:
     lines += ["", "## Roofline per benchmark shape", "",
               f"**{LABEL}.** limits in ms: DRAM, L2, issue, occupancy; the largest is the prediction. "
               f"SASS/elem: mean over the shape's warps of the steady-state path (divergent warps pay the union). "
-              f"Budget: SASS per element that keeps the scheduler limit at {BUDGET_FRACTION:.0%} of HBM.", ""]
+              f"Budget: SASS per element that keeps the scheduler limit at {BUDGET_FRACTION:.0%} of HBM. "
+              "Two-kernel ops (depthwise filter gradient, fractional max pooling gradient): limits and predicted "
+              "time summed over both kernels, the limiter is the dearer kernel's (named); SASS/elem and budget per "
+              "partial sum (filter gradient) or per input element (max pooling); MB includes max pooling's "
+              "chosen-offset buffer and cell tables.", ""]
     for device in meta["devices"]:
         rows = [p for p in report["predictions"] if p["device"] == device["key"]]
         if not rows:
             continue
         lines += [f"### {device['key']}", "",
-                  "| suite | case | dtype | MB | SASS/elem | budget | DRAM | L2 | issue (pipe) | occupancy | limiter | "
-                  "predicted ms | % HBM |", "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+                  "| suite | op | case | dtype | MB | SASS/elem | budget | DRAM | L2 | issue (pipe) | occupancy | "
+                  "limiter | predicted ms | % HBM |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
         for p in rows:
+            op = OP_SHORT.get(p["op"], p["op"])
             if "not_modelled" in p:
-                lines.append(f"| {p['suite']} | {p['label']} | {p['dtype']} | - | - | - | - | - | - | - | "
-                             f"{NOT_MODELLED.split(';')[0]} | - | - |")
+                lines.append(f"| {p['suite']} | {op} | {p['label']} | {p['dtype']} | - | - | - | - | - | - | - | "
+                             f"{p['not_modelled'].split(';')[0]} | - | - |")
                 continue
             lim = p["limits_ms"]
             pipe = p["issue_detail"]["busiest_pipe"] if p["issue_detail"]["busiest_pipe_s"] > p["issue_detail"]["scheduler_s"] else "sched"
-            lines.append(f"| {p['suite']} | {p['label']} | {p['dtype']} | {p['bytes'] / 1e6:.1f} | "
+            lines.append(f"| {p['suite']} | {op} | {p['label']} | {p['dtype']} | {p['bytes'] / 1e6:.1f} | "
                          f"{p['sass_per_element']:.0f} | {p['budget_per_element_75pct_hbm']:.0f} | {lim['DRAM']:.3f} | "
                          f"{lim['L2']:.3f} | {lim['issue']:.3f} ({pipe}) | {lim['occupancy']:.3f} | {p['limiter']} | "
                          f"{p['predicted_ms']:.3f} | {p['pct_hbm']:.1f} |")

@@ -13,14 +13,21 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from .._dtypes import bfloat16
-from .._geometry import (Conv2DGeometry, FractionalPoolGeometry, conv2d_geometry, fractional_pool_geometry,
-                         from_nhwc)
+from .._geometry import (Conv2DGeometry, FractionalPoolGeometry, conv2d_geometry, fractional_max_pool_geometry,
+                         fractional_pool_geometry, from_nhwc)
 
 CONV_FILTER = "conv2d_backprop_filter"
 CONV_INPUT = "conv2d_backprop_input"
 DEPTHWISE_INPUT = "depthwise_conv2d_native_backprop_input"
+DEPTHWISE_FILTER = "depthwise_conv2d_native_backprop_filter"
 FRACTIONAL = "fractional_avg_pool_grad"
-OPS = (CONV_FILTER, CONV_INPUT, DEPTHWISE_INPUT, FRACTIONAL)
+FRACTIONAL_MAX = "fractional_max_pool_grad"
+OPS = (CONV_FILTER, CONV_INPUT, DEPTHWISE_INPUT, DEPTHWISE_FILTER, FRACTIONAL, FRACTIONAL_MAX)
+DEPTHWISE_OPS = (DEPTHWISE_INPUT, DEPTHWISE_FILTER)
+FRACTIONAL_OPS = (FRACTIONAL, FRACTIONAL_MAX)
+#: Short names of the ops in plots and tables.
+OP_SHORT = {CONV_FILTER: "dW", CONV_INPUT: "dX", DEPTHWISE_INPUT: "dw dX", DEPTHWISE_FILTER: "dw dW",
+            FRACTIONAL: "frac avg", FRACTIONAL_MAX: "frac max"}
 
 DTYPES = {"float16": np.dtype(np.float16), "bfloat16": bfloat16, "float32": np.dtype(np.float32),
           "float64": np.dtype(np.float64)}
@@ -35,8 +42,8 @@ class Case:
 
     ``input_shape`` is the forward input, NHWC; ``filter_shape`` is HWIO for the convolutions
     and [rows, cols, depth, multiplier] for depthwise; ``pads`` is ((pad_top, pad_bottom),
-    (pad_left, pad_right)) when ``padding`` is EXPLICIT.  Fractional pooling uses
-    ``pooling_ratio``, ``overlapping`` and ``seed`` (its pooling sequences come from
+    (pad_left, pad_right)) when ``padding`` is EXPLICIT.  Fractional pooling (average and max)
+    uses ``pooling_ratio``, ``overlapping`` and ``seed`` (its pooling sequences come from
     :func:`gradops.fractional_pooling_sequence`, pseudo-random, so a case is reproducible).
     """
 
@@ -60,7 +67,7 @@ class Case:
     def label(self) -> str:
         if self.name:
             return self.name
-        return f"{self.layer} {self.data_format}" if self.op != FRACTIONAL else self.layer
+        return f"{self.layer} {self.data_format}" if self.op not in FRACTIONAL_OPS else self.layer
 
     @property
     def batch(self) -> int:
@@ -99,19 +106,23 @@ class Case:
 
     def geometry(self) -> Conv2DGeometry | FractionalPoolGeometry:
         """gradops' validation of this call (raises InvalidArgumentError if it is not a valid one)."""
-        if self.op == FRACTIONAL:
+        if self.op in FRACTIONAL_OPS:
             rows, cols = self.pooling_sequences()
             n, _, _, c = self.input_shape
             out_shape = (n, len(rows) - 1, len(cols) - 1, c)
-            return fractional_pool_geometry(self.op, list(self.input_shape), out_shape, [int(v) for v in rows],
-                                            [int(v) for v in cols], self.overlapping)
+            rows, cols = [int(v) for v in rows], [int(v) for v in cols]
+            if self.op == FRACTIONAL_MAX:  # orig_output and out_backprop both have the output's shape
+                return fractional_max_pool_geometry(self.op, self.input_shape, out_shape, out_shape, rows, cols,
+                                                    self.overlapping)
+            return fractional_pool_geometry(self.op, list(self.input_shape), out_shape, rows, cols, self.overlapping)
+        depthwise = self.op in DEPTHWISE_OPS
         forward = conv2d_geometry(self.op, self.input_tensor_shape(), self.filter_shape, None,
                                   self.tf_strides(), self.padding, self.tf_explicit_paddings(), self.data_format,
-                                  self.tf_dilations(), depthwise=self.op == DEPTHWISE_INPUT)
+                                  self.tf_dilations(), depthwise=depthwise)
         # Validate once more as the gradient op sees it (with out_backprop's shape given).
         return conv2d_geometry(self.op, self.input_tensor_shape(), self.filter_shape, forward.out_backprop_shape,
                                self.tf_strides(), self.padding, self.tf_explicit_paddings(), self.data_format,
-                               self.tf_dilations(), depthwise=self.op == DEPTHWISE_INPUT)
+                               self.tf_dilations(), depthwise=depthwise)
 
 
 # --------------------------------------------------------------------------- builders
@@ -155,12 +166,14 @@ def _resnet50(batch: int = 32) -> list[Case]:
 
 
 def _depthwise(suite, layer, batch, size, depth, kernel, stride, dtypes=HALF_AND_SINGLE):
+    """Both depthwise gradients (input and filter) of one layer, multipliers 1 and 2, each layout."""
     cases = []
     for multiplier in (1, 2):
         for layout in LAYOUTS:
-            cases.append(Case(suite, f"{layer} {size}x{size}x{depth} {kernel}x{kernel}/{stride} m{multiplier}",
-                              DEPTHWISE_INPUT, (batch, size, size, depth), layout, (kernel, kernel, depth, multiplier),
-                              (stride, stride), "SAME", dtypes=dtypes))
+            for op in DEPTHWISE_OPS:
+                cases.append(Case(suite, f"{layer} {size}x{size}x{depth} {kernel}x{kernel}/{stride} m{multiplier}",
+                                  op, (batch, size, size, depth), layout, (kernel, kernel, depth, multiplier),
+                                  (stride, stride), "SAME", dtypes=dtypes))
     return cases
 
 
@@ -185,14 +198,16 @@ def _efficientnet(batch: int = 32) -> list[Case]:
 
 
 def _fractional(batch: int = 32) -> list[Case]:
+    """Average and max pooling gradients on the same shapes, cells and sequences."""
     cases = []
     for size, depth in ((112, 64), (56, 256)):
         for overlapping in (False, True):
             dtypes = WITH_DOUBLE if (size, overlapping) == (56, False) else HALF_AND_SINGLE
-            cases.append(Case("fractional", f"{batch}x{size}x{size}x{depth} ratio 1.44 "
-                              f"{'overlapping' if overlapping else 'disjoint'}", FRACTIONAL,
-                              (batch, size, size, depth), pooling_ratio=1.44, overlapping=overlapping, seed=size,
-                              dtypes=dtypes))
+            for op in FRACTIONAL_OPS:
+                cases.append(Case("fractional", f"{batch}x{size}x{size}x{depth} ratio 1.44 "
+                                  f"{'overlapping' if overlapping else 'disjoint'}", op,
+                                  (batch, size, size, depth), pooling_ratio=1.44, overlapping=overlapping, seed=size,
+                                  dtypes=dtypes))
     return cases
 
 
@@ -207,12 +222,14 @@ def _smoke() -> list[Case]:
                           dtypes=WITH_DOUBLE))
         cases.append(Case(s, "conv 5x3 explicit 8->8", CONV_INPUT, (2, 12, 10, 8), layout, (5, 3, 8, 8), (1, 2),
                           "EXPLICIT", ((2, 1), (0, 3)), dtypes=("float32",)))
-        cases.append(Case(s, "dw 3x3/2 m2", DEPTHWISE_INPUT, (4, 16, 16, 24), layout, (3, 3, 24, 2), (2, 2),
-                          dtypes=WITH_DOUBLE))
+        for op in DEPTHWISE_OPS:
+            cases.append(Case(s, "dw 3x3/2 m2", op, (4, 16, 16, 24), layout, (3, 3, 24, 2), (2, 2),
+                              dtypes=WITH_DOUBLE))
     for overlapping in (False, True):
-        cases.append(Case(s, f"frac 4x20x20x8 ratio 1.44 {'overlapping' if overlapping else 'disjoint'}",
-                          FRACTIONAL, (4, 20, 20, 8), pooling_ratio=1.44, overlapping=overlapping, seed=3,
-                          dtypes=WITH_DOUBLE))
+        for op in FRACTIONAL_OPS:
+            cases.append(Case(s, f"frac 4x20x20x8 ratio 1.44 {'overlapping' if overlapping else 'disjoint'}",
+                              op, (4, 20, 20, 8), pooling_ratio=1.44, overlapping=overlapping, seed=3,
+                              dtypes=WITH_DOUBLE))
     return cases
 
 

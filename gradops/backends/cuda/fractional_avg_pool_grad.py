@@ -256,11 +256,22 @@ def _current_stream(cupy):
 
 def device_tables(g: FractionalPoolGeometry, p: Plan):
     """(device array, element offset of each table in it) for ``g`` and ``p`` on the current
-    device and stream: uploaded on the first call, then taken from the cache.
+    device and stream: uploaded on the first call, then taken from the cache (see
+    :func:`cached_tables`).  The key is everything the tables depend on: the cells, the index
+    type and the tile shape."""
+    key = ("avg", p.index, p.tile_height, p.tile_cols, g.in_rows, g.in_cols, g.row_starts, g.row_ends,
+           g.col_starts, g.col_ends)
+    return cached_tables(key, lambda: kernel_tables(g, p))
 
-    The key is everything the tables depend on (the cells, the index type and the tile shape),
-    the CuPy module (the tests' CPU stand-in is a new one per emulated GPU), the device and the
-    stream.  Per stream, because the upload is queued on the current stream:
+
+def cached_tables(key: tuple, build):
+    """(device array, element offset of each table in it) of the host tables ``build()``
+    returns, packed into one upload on the current device and stream, cached under ``key``
+    (which must name everything the tables depend on) in a small LRU shared by the fractional
+    pooling launchers (:data:`TABLE_CACHE_SIZE` entries).
+
+    The full key adds the CuPy module (the tests' CPU stand-in is a new one per emulated GPU),
+    the device and the stream.  Per stream, because the upload is queued on the current stream:
     a kernel on another stream could read the tables before they arrive, and the memory of an
     evicted copy returns to the pool of the stream that allocated it.  The entry keeps the stream
     object, so its handle is not reused while the entry lives.
@@ -268,14 +279,13 @@ def device_tables(g: FractionalPoolGeometry, p: Plan):
     import cupy
 
     stream = _current_stream(cupy)
-    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr), p.index, p.tile_height, p.tile_cols,
-           g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends)
+    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr), *key)
     with _table_lock:
         entry = _table_cache.get(key)
         if entry is not None:
             _table_cache.move_to_end(key)
             return entry[0], entry[1]
-    tables = kernel_tables(g, p)
+    tables = build()
     offsets = tuple(int(v) for v in np.cumsum([0] + [len(t) for t in tables[:-1]]))
     # One upload: CuPy stages host data through pinned memory and copies on the current stream.
     packed = cupy.asarray(np.concatenate(tables))
@@ -288,7 +298,7 @@ def device_tables(g: FractionalPoolGeometry, p: Plan):
 
 
 def clear_table_cache() -> None:
-    """Drop every cached device copy of the cell tables."""
+    """Drop every cached device copy of the cell tables (average and max pooling's)."""
     with _table_lock:
         _table_cache.clear()
 

@@ -6,8 +6,10 @@ by TF's scan, and a flag set where orig_output is not the recomputed maximum) an
 chose it).  The flag is read back before the result is returned, so this op synchronises the
 host: TF refuses a call whose orig_output does not match (InvalidArgumentError), and so must
 gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
-containing it) are built on the host and uploaded with each call.  CuPy is imported only when
-a call runs.
+containing it) are built on the host and uploaded once per geometry, index type, device and
+stream, then kept (the small LRU of device copies that fractional_avg_pool_grad's launcher
+keeps), so a training loop that repeats a geometry uploads nothing after its first call.
+CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import numpy as np
 from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
-from .fractional_avg_pool_grad import ELEMENT_TYPES
+from .fractional_avg_pool_grad import ELEMENT_TYPES, cached_tables
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
@@ -69,11 +71,10 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     x = _runtime.contiguous(orig_input)
     y = _runtime.contiguous(orig_output)
     dy = _runtime.contiguous(out_backprop)
-    tables = kernel_tables(g, index)
-    offsets = np.cumsum([0] + [len(t) for t in tables[:-1]])
-    packed = cupy.asarray(np.concatenate(tables))
+    key = ("max", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends)
+    packed, offsets = cached_tables(key, lambda: kernel_tables(g, index))
     row_bounds, col_bounds, row_offsets, row_cells, col_offsets, col_cells = (
-        _runtime.pointer(packed, int(o)) for o in offsets)
+        _runtime.pointer(packed, o) for o in offsets)
     sizes = tuple(wide(v) for v in (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols))
     chosen = cupy.empty(g.output_shape, INDEX_TYPES[index])
     mismatch = cupy.zeros((1,), np.int32)
