@@ -523,3 +523,54 @@ def test_ncu_table_groups_kernels_by_the_marker_before_them(tmp_path):
                                       engine="gradops-cuda")]))
     line = ncu_table.table(str(path), str(index), 1e12).splitlines()[2]
     assert "| 4.0 |" in line and "gradops-cuda" in line  # 4,000 ns
+
+
+def _load_benchmark_script(name: str):
+    import importlib.util
+
+    folder = Path(__file__).parents[1] / "benchmarks"
+    spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_conv_prediction_with_unchanged_kernels_predicts_the_measured_time():
+    """benchmarks/conv_prediction.py on the committed H100 run: with the measured kernels' own
+    static figures as "current", every prediction equals the measurement, every tiled case finds
+    its kernel, and the measured geometric-mean ratios are those of ncu_kernels.md (0.47, 0.15)."""
+    cp = _load_benchmark_script("conv_prediction")
+    results = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu_h100_2026-11-22"
+    baseline = str(results / "static_conv_kernels_measured.json")
+    table = cp.rows(str(results), baseline, baseline)
+    assert len(table) == 48
+    tiled = [r for r in table if r["kernel"] != "direct"]
+    assert len(tiled) == 47  # conv1's dgrad (3 input channels) ran the direct kernel
+    for r in table:
+        assert r["predicted_us"] == pytest.approx(r["measured_us"])
+        assert r["cudnn_us"] > 0
+    for r in tiled:
+        assert 0 < r["issue_utilisation"] < 1 and 0 < r["main_loop_share"] <= 1
+    for op, ratio in (("conv2d_backprop_filter", 0.47), ("conv2d_backprop_input", 0.15)):
+        got = cp.geomean(r["cudnn_us"] / r["measured_us"] for r in table if r["op"] == op)
+        assert round(got, 2) == ratio
+
+
+def test_conv_prediction_reads_kernel_names_and_counts_k_tiles():
+    cp = _load_benchmark_script("conv_prediction")
+    assert (cp.expression("void gradops::conv2d_backprop_input_igemm<__half, float, 1, 1>(const T1 *, long long)")
+            == "gradops::conv2d_backprop_input_igemm<__half, float, 1, true>")
+    assert cp.expression("void gradops::split_reduce<__half, float>(const T2 *)") is None
+    from gradops._geometry import conv2d_geometry
+
+    # dgrad, 1x1 stride 1, 64 -> 64 channels on 2 x 16 x 16: one phase, M = 512 (4 CTAs of 128),
+    # N = 64 (one CTA column), reduction 64 = 2 k-tiles of 32; 8 warps per CTA.
+    g = conv2d_geometry("Conv2DBackpropInput", (2, 16, 16, 64), (1, 1, 64, 64), (2, 16, 16, 64), [1, 1, 1, 1],
+                        "VALID", [], "NHWC", [1, 1, 1, 1])
+    assert cp.warp_k_tiles("conv2d_backprop_input", g, np.float16, 1) == (4 * 8, 4 * 8 * 2)
+    # stride 2, 3x3 SAME on 2 x 8 x 8: phases (0, 0), (0, 1), (1, 0), (1, 1) have 2 x 2, 2 x 1, 1 x 2
+    # and 1 x 1 taps (pad 0 before: TF's SAME pads 1 after) over 2 x 4 x 4 = 32 positions each.
+    g = conv2d_geometry("Conv2DBackpropInput", (2, 8, 8, 64), (3, 3, 64, 64), (2, 4, 4, 64), [1, 2, 2, 1],
+                        "SAME", [], "NHWC", [1, 1, 1, 1])
+    taps = (4, 2, 2, 1)
+    assert cp.warp_k_tiles("conv2d_backprop_input", g, np.float16, 1) == (4 * 8, sum(8 * t * 2 for t in taps))

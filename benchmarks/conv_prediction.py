@@ -1,0 +1,187 @@
+"""Predicted kernel time of the tiled convolution kernels after a main-loop change, from a
+measured baseline (**predicted, not measured**).
+
+Inputs: the Nsight Compute run of the ResNet-50 suite (``ncu_cases.csv.gz`` + ``ncu_index.json``
+of a GPU results folder, measured at a commit whose kernels match ``BASELINE``), the static
+report JSON of those kernels (``BASELINE``: per-instantiation main-loop SASS per warp per k-tile)
+and the static report JSON of the current kernels (``CURRENT``).  Per ResNet-50 case and op on
+the tiled kernel:
+
+* measured: our kernel time and cuDNN's (both from the same ncu run);
+* warp-instructions of the tiled kernel: per warp, k-tiles x main-loop instructions per k-tile
+  plus the rest of the kernel's static SASS once (prologue, epilogue, slow paths: an upper bound
+  of the straight-line code a warp runs), times CTAs x warps;
+* the implied issue utilisation: those warp-instructions / (SMs x 4 schedulers x clock) /
+  measured time.  Near 1 means instruction issue explains the measured time; well below 1 means
+  the kernel waits (memory latency, barriers, too few warps) and fewer instructions help less
+  than in proportion;
+* predicted: measured time x (current / baseline warp-instructions) for the tiled kernel, other
+  kernels (split-K reduction, the direct kernel) unchanged: the time if the kernel were
+  issue-bound, so an optimistic bound where the utilisation is low.  It does not credit the
+  occupancy column (more warps per SM hide more latency).
+
+    PYTHONPATH=. python benchmarks/conv_prediction.py RESULTS_DIR BASELINE.json CURRENT.json > out.md
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import math
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from ncu_table import kernels_by_case  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from gradops.backends.cuda import _conv_igemm as ig  # noqa: E402
+from gradops.bench import suites  # noqa: E402
+
+#: What the issue utilisation assumes of the H100 SXM the baseline ran on (ncu with
+#: --clock-control none: the GPU boosts, to at most 1980 MHz).
+SMS, SCHEDULERS, CLOCK_HZ = 132, 4, 1.98e9
+LABEL = "predicted, not measured"
+
+
+def main_loops(path: str, arch: str = "sm_90") -> dict[str, dict]:
+    """``{kernel expression: record}`` of the tiled convolution kernels in a static report JSON."""
+    data = json.loads(Path(path).read_text())
+    return {k["kernel"]: k for k in data["kernels"] if k["arch"] == arch and k.get("main_loop")}
+
+
+def expression(ncu_name: str) -> str | None:
+    """``gradops::conv2d_backprop_filter_igemm<__half, float, 1, true>`` from ncu's demangled name."""
+    m = re.match(r"void (gradops::conv2d\w*_igemm)<([^>]*)>", ncu_name)
+    if not m:
+        return None
+    args = [a.strip() for a in m.group(2).split(",")]
+    args[-1] = {"1": "true", "0": "false"}.get(args[-1], args[-1])
+    return f"{m.group(1)}<{', '.join(args)}>"
+
+
+def _phase_taps(phase: int, pad: int, stride: int, dilation: int, size: int) -> int:
+    return sum(1 for r in range(size) if (r * dilation - phase - pad) % stride == 0)
+
+
+def warp_k_tiles(op: str, g, dtype, kind: int) -> tuple[int, int]:
+    """(warps, warp x k-tile iterations of the main loop) of the tiled kernel's whole grid."""
+    bm, bn, bk, threads = ig.TILES[(np.dtype(dtype), kind)]
+    warps = threads // 32
+    if op == "conv2d_backprop_filter":
+        # the launcher module (the package re-exports a function of the same name)
+        wgrad = importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter")
+        m, n, red = wgrad._gemm_sizes(g)
+        splits, split_size = wgrad.split_count(g, dtype, kind)
+        ctas = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * g.groups
+        k_tiles = sum(ig.ceil_div(min(split_size, red - s * split_size), bk) for s in range(splits))
+        return ctas * splits * warps, ctas * warps * k_tiles
+    total, all_warps = 0, 0
+    kg = g.out_depth // g.groups
+    for pr in range(g.stride_rows):
+        for pc in range(g.stride_cols):
+            rows = ig.ceil_div(g.in_rows - pr, g.stride_rows) if g.in_rows > pr else 0
+            cols = ig.ceil_div(g.in_cols - pc, g.stride_cols) if g.in_cols > pc else 0
+            taps = (_phase_taps(pr, g.pad_top, g.stride_rows, g.dilation_rows, g.filter_rows) *
+                    _phase_taps(pc, g.pad_left, g.stride_cols, g.dilation_cols, g.filter_cols))
+            ctas = ig.ceil_div(g.batch * rows * cols, bm) * ig.ceil_div(g.filter_in_depth, bn) * g.groups
+            total += ctas * warps * ig.ceil_div(taps * kg, bk)
+            all_warps += ctas * warps
+    return all_warps, total
+
+
+def rows(results: str, baseline: str, current: str) -> list[dict]:
+    index = json.loads((Path(results) / "ncu_index.json").read_text())
+    cases = kernels_by_case(str(Path(results) / "ncu_cases.csv.gz"))
+    before, after = main_loops(baseline), main_loops(current)
+    by_label = {(c.suite, c.label, c.op): c for c in suites.suite("resnet50")}
+    cudnn = {(e["label"], e["op"], e["dtype"]): sum(k["ns"] for k in cases.get(e["i"], []))
+             for e in index if e["suite"] == "resnet50" and e["engine"] == "gradops-cudnn"}
+    out = []
+    for e in index:
+        if e["suite"] != "resnet50" or e["engine"] != "gradops-cuda" or e["i"] not in cases:
+            continue
+        kernels = cases[e["i"]]
+        measured = sum(k["ns"] for k in kernels)
+        tiled = [(k, expression(k["name"])) for k in kernels if expression(k["name"])]
+        row = {"label": e["label"], "op": e["op"], "dtype": e["dtype"], "measured_us": measured / 1e3,
+               "cudnn_us": cudnn.get((e["label"], e["op"], e["dtype"]), float("nan")) / 1e3}
+        if not tiled:
+            row.update(kernel="direct", predicted_us=measured / 1e3)
+            out.append(row)
+            continue
+        (k, expr), = tiled
+        old, new = before[expr], after[expr]
+        case = by_label[("resnet50", e["label"], e["op"])]
+        dtype = np.dtype(suites.DTYPES[e["dtype"]])
+        kind = int(expr.split(",")[2])
+        warps, warp_tiles = warp_k_tiles(e["op"], case.geometry(), dtype, kind)
+
+        def issued(record):
+            loop = record["main_loop"]["instructions"]
+            return warp_tiles * loop + warps * (record["sass_instructions"] - loop)
+
+        scale = issued(new) / issued(old)
+        predicted = measured - k["ns"] + k["ns"] * scale
+        row.update(kernel=expr.split("<")[1].rstrip(">"), main_loop_before=old["main_loop"]["instructions"],
+                   main_loop_after=new["main_loop"]["instructions"],
+                   warps_before=old["occupancy"]["warps_per_sm"], warps_after=new["occupancy"]["warps_per_sm"],
+                   main_loop_share=warp_tiles * old["main_loop"]["instructions"] / issued(old),
+                   issue_utilisation=issued(old) / (SMS * SCHEDULERS * CLOCK_HZ) / (k["ns"] * 1e-9),
+                   predicted_us=predicted / 1e3)
+        out.append(row)
+    return out
+
+
+def geomean(values) -> float:
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def markdown(table: list[dict], results: str, baseline: str, current: str) -> str:
+    lines = [f"# ResNet-50 convolution gradients on the H100: predicted time of the current kernels ({LABEL})", "",
+             f"Generated by `PYTHONPATH=. python benchmarks/conv_prediction.py {results} {baseline} {current}`. "
+             "Measured columns come from the Nsight Compute run in that folder (its README names the commit); "
+             "the prediction scales the tiled kernel's measured time by its warp-instructions (main loop per "
+             "k-tile x k-tiles + the rest of its static SASS once; current / baseline, sm_90): the time if the "
+             "kernel were issue-bound, an optimistic bound where the measured issue utilisation is low "
+             f"(clock {CLOCK_HZ / 1e9:.2f} GHz, {SMS} SMs x {SCHEDULERS} schedulers). It does not credit higher "
+             "occupancy. See the module docstring.", ""]
+    lines += ["| op | dtype | cases | cuDNN / ours, measured (geomean) | cuDNN / ours, predicted (geomean) |",
+              "|---|---|---|---|---|"]
+    for op in sorted({r["op"] for r in table}):
+        for dtype in sorted({r["dtype"] for r in table if r["op"] == op}):
+            sel = [r for r in table if r["op"] == op and r["dtype"] == dtype]
+            lines.append(f"| {op} | {dtype} | {len(sel)} | {geomean(r['cudnn_us'] / r['measured_us'] for r in sel):.2f} | "
+                         f"{geomean(r['cudnn_us'] / r['predicted_us'] for r in sel):.2f} |")
+    lines += ["", "| case | op | dtype | kernel | main loop before -> after | warps/SM before -> after | "
+              "main loop share of warp-instructions | issue utilisation (measured time) | ours measured (us) | "
+              "ours predicted (us) | cuDNN measured (us) |",
+              "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in table:
+        if r["kernel"] == "direct":
+            lines.append(f"| {r['label']} | {r['op']} | {r['dtype']} | direct | - | - | - | - | {r['measured_us']:.1f} | "
+                         f"{r['predicted_us']:.1f} (unchanged) | {r['cudnn_us']:.1f} |")
+            continue
+        lines.append(f"| {r['label']} | {r['op']} | {r['dtype']} | `{r['kernel']}` | {r['main_loop_before']} -> "
+                     f"{r['main_loop_after']} | {r['warps_before']} -> {r['warps_after']} | "
+                     f"{r['main_loop_share']:.2f} | {r['issue_utilisation']:.2f} | {r['measured_us']:.1f} | {r['predicted_us']:.1f} | "
+                     f"{r['cudnn_us']:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("results", help="a GPU results folder with ncu_cases.csv.gz and ncu_index.json")
+    ap.add_argument("baseline", help="static report JSON of the kernels that were measured")
+    ap.add_argument("current", help="static report JSON of the kernels to predict")
+    a = ap.parse_args(argv)
+    sys.stdout.write(markdown(rows(a.results, a.baseline, a.current), a.results, a.baseline, a.current))
+
+
+if __name__ == "__main__":
+    main()
