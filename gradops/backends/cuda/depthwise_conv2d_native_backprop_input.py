@@ -29,6 +29,8 @@ multiplies.  CuPy is imported only when a call runs.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..._geometry import Conv2DGeometry
@@ -200,15 +202,20 @@ def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
     return across <= INT32_MAX and down <= _runtime.GRID_YZ_LIMIT and batch <= _runtime.GRID_YZ_LIMIT
 
 
+def vector_loads_possible(g: Conv2DGeometry, dtype) -> bool:
+    """The part of :func:`use_vector_loads` that does not depend on the arrays."""
+    one_slice = g.depth_multiplier == 1 or pair_multipliers(g, dtype)
+    return (g.data_format == "NHWC" and one_slice
+            and (g.in_depth * g.depth_multiplier) % _runtime.vector_width(dtype) == 0)
+
+
 def use_vector_loads(g: Conv2DGeometry, dtype, arrays, vector: bool | None = None) -> bool:
     """Whether the tiled kernel stages with 16-byte loads: NHWC, multiplier 1 or paired
     (:func:`pair_multipliers`), an out_backprop channel count that is a multiple of 16 / itemsize
     (so no load straddles a position) and 16-byte aligned arrays.  ``vector`` (tests) forces the
     choice; True raises when it cannot hold."""
     chunk = _runtime.vector_width(dtype)  # dwconv::kVectorBytes
-    one_slice = g.depth_multiplier == 1 or pair_multipliers(g, dtype)
-    eligible = (g.data_format == "NHWC" and one_slice and (g.in_depth * g.depth_multiplier) % chunk == 0
-                and _runtime.vector_aligned(*arrays))
+    eligible = vector_loads_possible(g, dtype) and _runtime.vector_aligned(*arrays)
     if vector is None:
         return eligible
     if vector and not eligible:
@@ -228,6 +235,22 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None) -> str:
         raise ValueError("the tiled kernel cannot run this geometry (a filter or stride other than 3x3 / 5x5 at "
                          "1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
     return path
+
+
+@functools.lru_cache(maxsize=256)
+def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
+    """What a tiled launch for ``g`` takes that does not depend on the arrays, worked out once
+    per geometry and dtype (every call with the same shapes and attributes reuses it): the
+    name expression, grid, block, the int arguments before ``vector_loads`` and after it, and
+    whether 16-byte loads are possible but for the arrays' alignment."""
+    i32 = _runtime.i32
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    return (_tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g)), tile_grid(g, dtype),
+            (tile_threads(g),),
+            tuple(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
+                                   g.pad_top, g.pad_left, tiles(g)[0])),
+            (i32(1 if columns_per_warp(g) else 0), i32(1 if pair_multipliers(g, dtype) else 0)),
+            vector_loads_possible(g, dtype))
 
 
 def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backprop, *, path: str | None = None,
@@ -258,14 +281,12 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         _runtime.launch_1d(fn, in_backprop.size, args)
         return in_backprop
 
-    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
-    grid = tile_grid(g, dtype)
-    vector = use_vector_loads(g, dtype, (filter, out_backprop), vector)
-    fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g)))
-    i32 = _runtime.i32
-    args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
-            i32(g.in_rows), i32(g.in_cols), i32(g.in_depth), i32(g.depth_multiplier), i32(g.out_rows),
-            i32(g.out_cols), i32(g.pad_top), i32(g.pad_left), i32(tiles(g)[0]), i32(1 if vector else 0),
-            i32(1 if columns_per_warp(g) else 0), i32(1 if pair_multipliers(g, dtype) else 0))
-    fn(grid, (tile_threads(g),), args)
+    expression, grid, block, sizes, flags, vector_possible = _tiled_plan(g, np.dtype(dtype))
+    if vector is None:
+        vector = vector_possible and _runtime.vector_aligned(filter, out_backprop)
+    else:
+        vector = use_vector_loads(g, dtype, (filter, out_backprop), vector)
+    args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop), *sizes,
+            _runtime.i32(1 if vector else 0), *flags)
+    _runtime.kernel(SOURCE, expression)(grid, block, args)
     return in_backprop
