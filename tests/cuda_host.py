@@ -4,7 +4,8 @@ CUDA's headers let host compilers build ``__global__``/``__device__`` code (the 
 expand to nothing and cuda_fp16.h / cuda_bf16.h have host conversions).
 ``tests/cuda_host_runtime.h`` supplies the rest of the execution model: blocks and their
 threads (fibers, one block at a time), ``__syncthreads``/``__syncwarp`` barriers, ``__shared__``
-memory and an emulation of ``nvcuda::wmma``; see its header comment.  This checks the kernels'
+memory and emulations of ``nvcuda::wmma`` and of the PTX primitives of
+``cuda_src/tensor_core_ptx.cuh`` (ldmatrix, mma.sync, cp.async); see its header comment.  This checks the kernels'
 index math, tiling, barriers and summation on machines without a GPU; it says nothing about
 speed, memory coalescing or the real tensor-core and warp hardware (the GPU tests cover those).
 
@@ -94,6 +95,9 @@ class HostKernels:
                         f'only, only_count, error, error_size); }}')
             code.append(f'extern "C" int signature_{i}(int* codes, int capacity) '
                         f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
+        code.append('extern "C" void shared_stats(long long* out, int reset) { '
+                    'auto& t = gradops_host::scheduler().shared; '
+                    'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
         # __launch_bounds__: each bounded kernel template gets a constexpr twin returning its bound,
         # evaluated per instantiation below (the host build ignores the attribute itself).
         bounded = {}
@@ -165,6 +169,15 @@ class HostKernels:
         codes = (ctypes.c_int * 64)()
         count = fn(codes, 64)
         return list(codes[:count])
+
+    def shared_stats(self, reset: bool = True) -> dict[str, int]:
+        """Shared-memory traffic of the emulated warp-level primitives (ldmatrix) since the last
+        reset: ``accesses`` (warp-level instructions), ``wavefronts`` (bank passes they took) and
+        ``ideal`` (the fewest passes the same bytes could take); wavefronts > ideal means bank
+        conflicts.  ``reset``: start counting afresh."""
+        out = (ctypes.c_longlong * 3)()
+        self._lib.shared_stats(out, ctypes.c_int(int(reset)))
+        return dict(zip(("accesses", "wavefronts", "ideal"), (int(v) for v in out)))
 
     def launch_bound(self, expression: str) -> int:
         """The kernel's ``__launch_bounds__`` maximum threads per block (1024 when it has none)."""
