@@ -23,9 +23,12 @@
 
 // The architecture being compiled, for the tensor-core paths: NVRTC defines __CUDA_ARCH__; the
 // host execution model (tests/cuda_host.py) does not and emulates every tensor-core path, so it
-// counts as the newest architecture.
+// counts as the newest architecture, unless it poses as an older GPU (GRADOPS_HOST_ARCH, e.g.
+// 750, so that the CPU tests also run the WMMA path that sm_70/sm_75 get).
 #if defined(__CUDA_ARCH__)
 #define GRADOPS_ARCH __CUDA_ARCH__
+#elif defined(GRADOPS_HOST_ARCH)
+#define GRADOPS_ARCH GRADOPS_HOST_ARCH
 #else
 #define GRADOPS_ARCH 100000
 #endif

@@ -80,10 +80,14 @@ class HostLaunchError(RuntimeError):
 class HostKernels:
     """The instantiations of one .cu file, compiled for the host."""
 
-    def __init__(self, filename: str, expressions: list[str], source_dir: Path | None = None):
+    def __init__(self, filename: str, expressions: list[str], source_dir: Path | None = None,
+                 arch: int | None = None):
         """``source_dir``: where ``filename`` and its headers are (default: cuda_src/); the
-        runtime's own tests point it at edited copies of the sources."""
+        runtime's own tests point it at edited copies of the sources.  ``arch``: the compute
+        capability (e.g. 75) the build poses as (``GRADOPS_HOST_ARCH``: the kernels take that
+        GPU's code paths, e.g. WMMA instead of mma.sync before sm_80); default the newest."""
         source_dir = Path(source_dir) if source_dir is not None else _build.source_dir()
+        defines = [f"-DGRADOPS_HOST_ARCH={int(arch) * 10}"] if arch is not None else []
         self.filename = filename
         self.expressions = list(expressions)
         code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
@@ -116,7 +120,8 @@ class HostKernels:
             code.append(f'extern "C" int launch_bound_{i}() {{ return {value}; }}')
         text = "\n".join(code) + "\n"
         sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
-        digest = hashlib.sha256((text + sources + RUNTIME_HEADER.read_text()).encode()).hexdigest()[:16]
+        digest = hashlib.sha256((" ".join(defines) + text + sources + RUNTIME_HEADER.read_text()).encode()
+                                ).hexdigest()[:16]
         directory = Path(tempfile.gettempdir()) / "gradops_host_kernels"
         directory.mkdir(exist_ok=True)
         library = directory / f"{Path(filename).stem}_{digest}.so"
@@ -126,7 +131,7 @@ class HostKernels:
             partial = library.with_suffix(f".{os.getpid()}.tmp")
             # No FMA contraction: sums round exactly as written, on every host architecture.
             build = subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-w",
-                                    f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}",
+                                    *defines, f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}",
                                     str(source), "-o", str(partial)], capture_output=True, text=True)
             if build.returncode:
                 raise RuntimeError(f"g++ could not build {filename} for the host:\n{build.stderr}")
@@ -207,6 +212,10 @@ GUARD_ALIGN = 256
 GUARD_MAX = 16 << 20
 GUARD_BYTE = 0xFF
 
+
+#: The first compute capability whose half-type tiled kernels use mma.sync (GRADOPS_HAS_MMA_SM80
+#: in cuda_src/tensor_core_ptx.cuh); the stand-in builds older ones as that architecture.
+FIRST_MMA_SYNC_ARCH = 80
 
 #: CUDA's launch limits: gridDim.x < 2**31, gridDim.y/z and blockDim.z bounds, threads per
 #: block, and the dynamic shared memory a launch gets without an opt-in attribute.
@@ -320,7 +329,8 @@ class HostDevice:
     for tests of the launchers' choices.
 
     ``compute_capability`` (e.g. 75) is what the launchers see as the device's architecture,
-    so tests can run the choices an older GPU gets (the host model runs every instantiation).
+    so tests can run the choices an older GPU gets; below sm_80 the kernels are also built as
+    that architecture (``HostKernels(arch=...)``), so its code paths run (WMMA for half types).
 
     Each launch is checked as CuPy and the driver would check it: grid and block are tuples of
     1-3 positive ints within CUDA's limits and the kernel's ``__launch_bounds__`` (evaluated per
@@ -472,7 +482,12 @@ class HostDevice:
             raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
                                   f"sm_{self.compute_capability}: on that GPU it would not be compiled")
         if filename not in self._kernels:
-            self._kernels[filename] = HostKernels(filename, _build.all_instantiations()[filename], self.source_dir)
+            # Before sm_80 the kernels take other code paths (WMMA for half types, where the
+            # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
+            older = self.compute_capability < FIRST_MMA_SYNC_ARCH
+            self._kernels[filename] = HostKernels(
+                filename, _build.all_instantiations(self.compute_capability if older else None)[filename],
+                self.source_dir, arch=self.compute_capability if older else None)
         kernels = self._kernels[filename]
 
         def launch(grid, block, args, shared_mem=0):

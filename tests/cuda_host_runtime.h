@@ -4,7 +4,8 @@
 // * Blocks run one after another; the threads of a block are fibers (ucontext) on one OS
 //   thread, so a thread runs until it reaches a barrier or ends, then the next one runs.
 //   __syncthreads() and __syncwarp() are real barriers: a thread waits until every thread of its
-//   block (warp) arrives.  A barrier that some threads of the block never reach (divergent
+//   block (warp) arrives.  Warps waiting at __syncwarp are released one at a time, so warps do
+//   not run in lock-step between block barriers (see release_barriers).  A barrier that some threads of the block never reach (divergent
 //   __syncthreads, or threads that exited) is reported as an error instead of hanging.
 // * __shared__ variables become function-local statics: one copy, shared by the block's
 //   threads, reused by the next block (as on a GPU, shared memory is not cleared between blocks).
@@ -111,6 +112,7 @@ struct Scheduler {
     std::vector<Fiber> fibers;
     int current = -1;
     int threads = 0;  // of the running block
+    int running_warp = -1;  // the warp that release_barriers lets run on, -1: none yet
     std::vector<WarpExchange> exchange;
     SharedStats shared;
     void (*body)(void*) = nullptr;
@@ -139,9 +141,18 @@ inline void trampoline() {
     _longjmp(s.back, 1);
 }
 
-// Release whatever barrier every waiting thread agrees on; false (and s.error) on divergence.
-inline bool release_barriers(Scheduler& s, int threads) {
-    bool released = false;
+// Release a barrier that every waiting thread agrees on; false (and s.error) on divergence.
+// Warp barriers go first, one warp at a time, and the same warp again as long as it waits at
+// one: a warp runs through its warp-collective operations (each a pair of warp barriers in the
+// PTX emulation) up to the next block barrier before the next warp (the first waiting one in
+// forward order, the last in reverse order, a random one when shuffled) moves.  Warps are
+// independent between block barriers, and a warp that runs ahead exposes what another warp
+// has not yet read or written, as threads that run to their barrier one at a time expose races
+// between threads.  Releasing every waiting warp at once would march the warps in lock-step
+// and hide such races.
+template <class Random>
+inline bool release_barriers(Scheduler& s, int threads, int order, Random& random) {
+    int waiting[1024 / kWarpSize], count = 0;
     for (int w0 = 0; w0 < threads; w0 += kWarpSize) {
         int at_warp = 0, lanes = std::min(kWarpSize, threads - w0);
         for (int t = w0; t < w0 + lanes; ++t) at_warp += s.fibers[t].state == AT_WARP_BARRIER;
@@ -152,10 +163,21 @@ inline bool release_barriers(Scheduler& s, int threads) {
                           w0 / kWarpSize, at_warp, lanes, blockIdx.x, blockIdx.y, blockIdx.z);
             return false;
         }
-        for (int t = w0; t < w0 + lanes; ++t) s.fibers[t].state = RUNNABLE;
-        released = true;
+        waiting[count++] = w0 / kWarpSize;
     }
-    if (released) return true;
+    if (count) {
+        int warp = -1;
+        for (int i = 0; i < count; ++i)
+            if (waiting[i] == s.running_warp) warp = s.running_warp;
+        if (warp < 0) {
+            const int pick = order == FORWARD ? 0 : order == REVERSE ? count - 1
+                                                                     : static_cast<int>(random() % count);
+            warp = s.running_warp = waiting[pick];
+        }
+        const int w0 = warp * kWarpSize;
+        for (int t = w0; t < std::min(w0 + kWarpSize, threads); ++t) s.fibers[t].state = RUNNABLE;
+        return true;
+    }
     int at_block = 0, done = 0;
     for (int t = 0; t < threads; ++t) {
         at_block += s.fibers[t].state == AT_BLOCK_BARRIER;
@@ -169,6 +191,7 @@ inline bool release_barriers(Scheduler& s, int threads) {
         return false;
     }
     for (int t = 0; t < threads; ++t) s.fibers[t].state = RUNNABLE;
+    s.running_warp = -1;  // after a block barrier, the next warp is picked afresh
     return true;
 }
 
@@ -272,6 +295,7 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.z = t / block[0] / block[1];
             f.state = RUNNABLE;
             f.started = false;
+            s.running_warp = -1;
             f.copies_open.clear();  // copies a thread of the previous block left in flight
             f.copy_groups.clear();
             getcontext(&f.context);
@@ -297,7 +321,7 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             bool all_done = true;
             for (int t = 0; t < threads; ++t) all_done &= s.fibers[t].state == DONE;
             if (all_done) break;
-            if (!release_barriers(s, threads)) {
+            if (!release_barriers(s, threads, order, random)) {
                 std::snprintf(error, error_size, "%s", s.error);
                 return 1;
             }
