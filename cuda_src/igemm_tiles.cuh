@@ -10,15 +10,9 @@
 #pragma once
 
 #include "gradops_common.cuh"
+#include "tensor_core_ptx.cuh"  // GRADOPS_ARCH, and the sm_80 ldmatrix / mma.sync primitives
 #include <mma.h>
 
-// The architecture being compiled, for the tensor-core paths: NVRTC defines __CUDA_ARCH__; the
-// host execution model (tests/cuda_host.py) does not and emulates every tensor-core path.
-#if defined(__CUDA_ARCH__)
-#define GRADOPS_ARCH __CUDA_ARCH__
-#else
-#define GRADOPS_ARCH 100000
-#endif
 // WMMA exists from sm_70 (float16 in, float accumulate); bfloat16 and TF32 fragments from sm_80.
 // mma.h declares nothing else, so the code using them is compiled only where they exist.
 #define GRADOPS_HAS_WMMA (GRADOPS_ARCH >= 700)
@@ -82,12 +76,13 @@ namespace igemm {
 // How the CTA multiplies its tiles.
 enum MathKind {
     SIMT = 0,       // FMA on CUDA cores: float (exact float32 products) and double
-    WMMA_HALF = 1,  // tensor cores, __half / __nv_bfloat16 in, float accumulate (m16n16k16)
+    WMMA_HALF = 1,  // tensor cores, __half / __nv_bfloat16 in, float accumulate: ldmatrix +
+                    // mma.sync.m16n8k16 from sm_80 (mma_cta), WMMA m16n16k16 on sm_70/75
     WMMA_TF32 = 2   // tensor cores, float rounded to TF32 in, float accumulate (m16n16k8); opt-in
 };
 
 // Tile shapes.  Tensor-core CTAs are 128x128 with 8 warps (2 x 4, each a 64x32 patch of 4 x 2
-// 16x16 fragments): large enough to reuse each loaded element 128 times, small enough for two
+// 16x16 WMMA fragments, or 4 x 4 16x8 mma.sync tiles): large enough to reuse each loaded element 128 times, small enough for two
 // tiles plus staging to fit the 48 KiB of static shared memory.
 template <typename T, int Kind> struct Config;
 
@@ -325,6 +320,117 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
     }
 };
 
+// The tensor-core epilogue: a warp's 16x16 tile of C, staged row-major in ``st`` (each lane
+// wrote its own elements, then __syncwarp), goes to the problem with lanes taking consecutive n
+// (contiguous channels), 8 elements per lane.
+template <class Problem>
+__device__ __forceinline__ void store_staged_tile(const Problem& p, const float* st, int m_base, int n_base,
+                                                  int lane) {
+    constexpr int TILE = 16, LANES = 32;
+#pragma unroll
+    for (int t = 0; t < TILE * TILE / LANES; ++t) {
+        const int e = lane + LANES * t;
+        const int m = m_base + e / TILE, n = n_base + e % TILE;
+        if (m < p.m_size && n < p.n_size) p.store(m, n, st[e]);
+    }
+}
+
+#if GRADOPS_HAS_MMA_SM80
+// Half types on sm_80+: ldmatrix + mma.sync.m16n8k16 (tensor_core_ptx.cuh), with the tiles and
+// loader of the WMMA path.  Against WMMA this fixes the fragment layouts (the ISA's, so that
+// the epilogue writes each lane's own accumulators without a store_matrix_sync round trip
+// through a fragment of unspecified layout) and loads each 8x8 sub-matrix once per warp.
+//
+// Both tiles are reduction-major in shared memory (As[k][m], Bs[k][n]: rows run along m and n)
+// while the fragments pair elements along k (A row-major: a lane holds A[m][k], A[m][k + 1];
+// B col-major: B[k][n], B[k + 1][n]), so both ldmatrix loads transpose (.trans).  The rows are
+// LDA = BM + PAD elements apart: 272 bytes for 128 + 8 halves, which puts the 8 rows of each
+// 8x8 matrix 4 banks apart, so every ldmatrix phase is one wavefront (no bank conflicts; the
+// host model counts them, tests/test_tensor_core_ptx.py).
+template <typename T, bool VECTOR, class Problem>
+__device__ __forceinline__ void mma_cta(const Problem& p) {
+    using C = Config<T, WMMA_HALF>;
+    constexpr int BM = C::BM, BN = C::BN, BK = C::BK;
+    constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;             // mma.sync.m16n8k16
+    constexpr int WM = BM / C::WARPS_M, WN = BN / C::WARPS_N;    // warp patch (64 x 32)
+    constexpr int FM = WM / MMA_M, FN = WN / MMA_N;              // 4 x 4 accumulator tiles per warp
+    constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
+    static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
+
+    // As wmma_cta: two tile buffers (Loader::run) and the epilogue's staging, 43 KB.
+    __shared__ __align__(128) T As[2][BK][LDA];
+    __shared__ __align__(128) T Bs[2][BK][LDB];
+    __shared__ __align__(128) float stage[C::WARPS_M * C::WARPS_N][16 * 16];
+
+    const int m0 = static_cast<int>(blockIdx.x) * BM;
+    const int n0 = static_cast<int>(blockIdx.y) * BN;
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int wm = (warp / C::WARPS_N) * WM, wn = (warp % C::WARPS_N) * WN;
+    // ldmatrix.x4: lane l supplies the address of row l % 8 of 8x8 matrix l / 8.
+    const int matrix = lane / 8, row = lane % 8;
+
+    float acc[FM][FN][4];
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+
+    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
+    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += MMA_K) {
+            // A fragment registers a[0..3] are the 8x8 blocks (m + 0, k + 0), (m + 8, k + 0),
+            // (m + 0, k + 8), (m + 8, k + 8) of the 16x16 A tile: matrix q is rows k + 8 (q / 2)
+            // of As at column m + 8 (q % 2).
+            unsigned a[FM][4];
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+                ptx::ldmatrix<4, true>(a[i],
+                                       &As[buf][kk + 8 * (matrix / 2) + row][wm + MMA_M * i + 8 * (matrix % 2)]);
+            // B fragment registers b[0], b[1] are k + 0..7 and k + 8..15 of one n8 tile; an x4
+            // loads two n8 tiles: matrix q is rows k + 8 (q % 2) of Bs at column n + 8 (q / 2).
+            unsigned b[FN][2];
+#pragma unroll
+            for (int j = 0; j < FN; j += 2) {
+                unsigned t[4];
+                ptx::ldmatrix<4, true>(t,
+                                       &Bs[buf][kk + 8 * (matrix % 2) + row][wn + MMA_N * j + 8 * (matrix / 2)]);
+                b[j][0] = t[0];
+                b[j][1] = t[1];
+                b[j + 1][0] = t[2];
+                b[j + 1][1] = t[3];
+            }
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j) ptx::mma_m16n8k16<T>(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+    });
+
+    // Epilogue: per 16x16 block (one m16 tile, two n8 tiles), each lane stages its own
+    // accumulators where the C fragment layout puts them (row g + 8 (r / 2), column
+    // 2 t + r % 2 of its n8 tile, g = lane / 4, t = lane % 4), then the warp stores the block.
+    float* st = stage[warp];
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < FM; ++i) {
+#pragma unroll
+        for (int j = 0; j < FN; j += 2) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    st[(g + 8 * (r / 2)) * 16 + MMA_N * h + 2 * t + r % 2] = acc[i][j + h][r];
+            __syncwarp();  // the staged block is complete
+            store_staged_tile(p, st, m0 + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
+            __syncwarp();  // every lane has read the block before it is overwritten
+        }
+    }
+}
+#endif  // GRADOPS_HAS_MMA_SM80
+
 #if GRADOPS_HAS_WMMA
 // Tensor cores (half types, or float as TF32).
 template <typename T, int Kind> struct WmmaTypes {
@@ -403,12 +509,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
         for (int j = 0; j < FN; ++j) {
             wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);
             __syncwarp();
-#pragma unroll
-            for (int t = 0; t < 16 * 16 / 32; ++t) {
-                int e = lane + 32 * t;
-                int m = m0 + wm + 16 * i + e / 16, n = n0 + wn + 16 * j + e % 16;
-                if (m < p.m_size && n < p.n_size) p.store(m, n, st[e]);
-            }
+            store_staged_tile(p, st, m0 + wm + 16 * i, n0 + wn + 16 * j, lane);
             __syncwarp();
         }
     }
@@ -472,6 +573,9 @@ __device__ __forceinline__ void run_cta(const Problem& p) {
     static_assert(HasTensorCores<T, Kind>::value,
                   "no tensor cores for this element type on this architecture: launch the SIMT kind");
     if constexpr (Kind == SIMT) simt_cta<T, Acc, VECTOR>(p);
+#if GRADOPS_HAS_MMA_SM80
+    else if constexpr (Kind == WMMA_HALF) mma_cta<T, VECTOR>(p);
+#endif
 #if GRADOPS_HAS_WMMA
     else wmma_cta<T, Kind, VECTOR>(p);
 #endif

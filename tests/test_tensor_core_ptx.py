@@ -420,3 +420,45 @@ def test_planted_primitive_misuse_fails_the_gemm(kernels, bug):
         got, want, scale = run_gemm(kernels, gemm_name(bug), "__half", a_k_major, b_k_major,
                                     np.random.default_rng(5))
         assert not within_float_sums(got, want, scale), f"{bug} passed with layout {a_k_major, b_k_major}"
+
+
+# --------------------------------------------------------------------------- in the conv kernels
+def run_half_conv_gradients(monkeypatch, source_dir=None):
+    """The float16 wgrad and dgrad of one small problem through the real launchers on the host
+    model (their tiled kernels: mma_cta); returns ({source: shared-memory stats}, results ok?)."""
+    from conftest import assert_close
+    from test_cuda_host import run_planted_problem
+
+    device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
+    stats, ok = {}, True
+    for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
+        device.kernel(f"{op}.cu", f"gradops::{op}_igemm<__half, float, 1, false>")  # build, then count afresh
+        device._kernels[f"{op}.cu"].shared_stats(reset=True)
+        got, want = run_planted_problem(op, "tiled", np.float16, np.random.default_rng(7))
+        try:
+            assert_close(got, want, np.float16)
+        except AssertionError:
+            ok = False
+        stats[op] = device._kernels[f"{op}.cu"].shared_stats()
+    return stats, ok
+
+
+def test_igemm_main_loop_ldmatrix_is_conflict_free(monkeypatch, tmp_path):
+    """The half-type tiles' ldmatrix reads take one wavefront per 8x8 matrix (rows 272 bytes
+    apart skew banks by 4 words); without the padding (rows 256 bytes apart) each matrix's 8
+    rows hit the same banks and take 8: the count sees it."""
+    stats, ok = run_half_conv_gradients(monkeypatch)
+    assert ok
+    for op, s in stats.items():
+        assert s["accesses"] > 0, f"{op}: no ldmatrix ran (the tiled kernels must use mma_cta)"
+        assert s["wavefronts"] == s["ideal"], f"{op}: bank conflicts {s}"
+
+    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
+    tiles = (tmp_path / "igemm_tiles.cuh").read_text()
+    text = "static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm"
+    assert tiles.count(text) == 1
+    (tmp_path / "igemm_tiles.cuh").write_text(tiles.replace(text, "static constexpr int PAD = 0;  //"))
+    stats, ok = run_half_conv_gradients(monkeypatch, tmp_path)
+    assert ok, "padding changes the speed, not the result"
+    for op, s in stats.items():
+        assert s["wavefronts"] == 8 * s["ideal"], f"{op}: {s}"
