@@ -221,12 +221,25 @@ template <typename T> struct InputOperand {
 
 template <typename T, typename Acc, int Kind, class Problem> struct Core;
 
+// X if B, else Y (std::conditional, which NVRTC's headers need not provide).
+template <bool B, class X, class Y> struct Select { using type = X; };
+template <class X, class Y> struct Select<false, X, Y> { using type = Y; };
+
 // Shared: register-staged loads (the next tile's global loads are in flight while the current
 // tile is multiplied), then stored to the other of two shared-memory buffers.
-template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem> struct Loader {
+//
+// Tile layouts in shared memory: reduction-major, S[k][row] (row = m for A, n for B), unless
+// A_ROWS / B_ROWS: then S[row][k], for an operand that is contiguous along k in global memory
+// (K_CONTIG), so that its chunk of C consecutive k lands with one 16-byte store instead of C
+// 2-byte stores into C different rows (mma_cta, whose ldmatrix reads either layout).
+template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, bool A_ROWS = false,
+          bool B_ROWS = false>
+struct Loader {
     static constexpr int C = ChunkSize<T>::value;
     using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
     using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, C>;
+    static_assert((!A_ROWS || Problem::A_K_CONTIG) && (!B_ROWS || Problem::B_K_CONTIG),
+                  "a [row][k] tile takes whole chunks along k");
     alignas(16) T ra[MapA::CHUNKS * C];
     alignas(16) T rb[MapB::CHUNKS * C];
 
@@ -272,12 +285,16 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
         }
     }
 
-    template <bool K_CONTIG, int LD>
-    __device__ __forceinline__ static void put(T (*S)[LD], int row, int k, const T* chunk) {
+    template <bool K_CONTIG, bool ROWS, class Tile>
+    __device__ __forceinline__ static void put(Tile& S, int row, int k, const T* chunk) {
+        if constexpr (ROWS) {
+            copy_chunk<C>(&S[row][k], chunk);  // rows are a multiple of 16 bytes long
+        } else {
 #pragma unroll
-        for (int v = 0; v < C; ++v) {
-            if (K_CONTIG) S[k + v][row] = chunk[v];
-            else S[k][row + v] = chunk[v];
+            for (int v = 0; v < C; ++v) {
+                if (K_CONTIG) S[k + v][row] = chunk[v];
+                else S[k][row + v] = chunk[v];
+            }
         }
     }
 
@@ -285,12 +302,13 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
     // buffer i % 2 (``multiply(i % 2)``), the next tile's global loads are in flight and then land
     // in the other buffer, which the barrier at the end of iteration i - 1 freed.  One barrier
     // per tile.
-    template <int LDA, int LDB, class Multiply>
-    __device__ __forceinline__ void run(const Problem& p, int m0, int n0, T (*As)[BK][LDA], T (*Bs)[BK][LDB],
+    // As, Bs: two tiles each (TileA / TileB: 2-D arrays in the layouts above).
+    template <class TileA, class TileB, class Multiply>
+    __device__ __forceinline__ void run(const Problem& p, int m0, int n0, TileA* As, TileB* Bs,
                                         Multiply&& multiply) {
         if (p.k_begin < p.k_end) {
             load(p, m0, n0, p.k_begin);
-            store<LDA, LDB>(As[0], Bs[0]);
+            store(As[0], Bs[0]);
         }
         __syncthreads();
         int buf = 0;
@@ -298,24 +316,24 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
             const bool more = k0 + BK < p.k_end;
             if (more) load(p, m0, n0, k0 + BK);
             multiply(buf);
-            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);
+            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);
             __syncthreads();  // tile i + 1 is stored, and every thread is done reading tile i
         }
     }
 
-    template <int LDA, int LDB>
-    __device__ __forceinline__ void store(T (*As)[LDA], T (*Bs)[LDB]) const {
+    template <class TileA, class TileB>
+    __device__ __forceinline__ void store(TileA& As, TileB& Bs) const {
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            put<Problem::A_K_CONTIG>(As, row, k, &ra[e * C]);
+            put<Problem::A_K_CONTIG, A_ROWS>(As, row, k, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            put<Problem::B_K_CONTIG>(Bs, row, k, &rb[e * C]);
+            put<Problem::B_K_CONTIG, B_ROWS>(Bs, row, k, &rb[e * C]);
         }
     }
 };
@@ -341,12 +359,17 @@ __device__ __forceinline__ void store_staged_tile(const Problem& p, const float*
 // the epilogue writes each lane's own accumulators without a store_matrix_sync round trip
 // through a fragment of unspecified layout) and loads each 8x8 sub-matrix once per warp.
 //
-// Both tiles are reduction-major in shared memory (As[k][m], Bs[k][n]: rows run along m and n)
-// while the fragments pair elements along k (A row-major: a lane holds A[m][k], A[m][k + 1];
-// B col-major: B[k][n], B[k + 1][n]), so both ldmatrix loads transpose (.trans).  The rows are
-// LDA = BM + PAD elements apart: 272 bytes for 128 + 8 halves, which puts the 8 rows of each
-// 8x8 matrix 4 banks apart, so every ldmatrix phase is one wavefront (no bank conflicts; the
-// host model counts them, tests/test_tensor_core_ptx.py).
+// The fragments pair elements along k (A row-major: a lane holds A[m][k], A[m][k + 1]; B
+// col-major: B[k][n], B[k + 1][n]).  An operand that is contiguous along k in global memory
+// (K_CONTIG: dgrad's both, the forward's A) keeps that orientation in shared memory, S[row][k]
+// (Loader's A_ROWS / B_ROWS): each chunk is one 16-byte store, and ldmatrix reads it without
+// .trans.  The others are reduction-major, S[k][row] (rows run along m or n), and ldmatrix
+// transposes (.trans).  Padding keeps every ldmatrix phase (8 rows of 16 bytes) in 32 distinct
+// banks: [k][row] rows are BM + PAD = 136 halves (272 bytes, 68 words: 4 banks apart), [row][k]
+// rows BK + PAD = 40 halves (80 bytes, 20 words: rows 0-7 start at banks 0, 20, 8, 28, 16, 4,
+// 24, 12).  The host model counts ldmatrix wavefronts (tests/test_tensor_core_ptx.py).  (The
+// [row][k] tiles' 16-byte stores still meet 2-way conflicts: 8 lanes store two rows, 20 words
+// apart, so 4 banks overlap; an XOR swizzle, a later step, would make both conflict-free.)
 template <typename T, bool VECTOR, class Problem>
 __device__ __forceinline__ void mma_cta(const Problem& p) {
     using C = Config<T, WMMA_HALF>;
@@ -354,13 +377,19 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;             // mma.sync.m16n8k16
     constexpr int WM = BM / C::WARPS_M, WN = BN / C::WARPS_N;    // warp patch (64 x 32)
     constexpr int FM = WM / MMA_M, FN = WN / MMA_N;              // 4 x 4 accumulator tiles per warp
-    constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
     static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
+    constexpr bool A_ROWS = Problem::A_K_CONTIG, B_ROWS = Problem::B_K_CONTIG;  // [row][k] tiles
+    constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;  // [k][row] tiles' row length
+    constexpr int LDK = BK + C::PAD;                     // [row][k] tiles' row length
+    using TileA = typename Select<A_ROWS, T[BM][LDK], T[BK][LDA]>::type;
+    using TileB = typename Select<B_ROWS, T[BN][LDK], T[BK][LDB]>::type;
 
-    // As wmma_cta: two tile buffers (Loader::run) and the epilogue's staging, 43 KB.
-    __shared__ __align__(128) T As[2][BK][LDA];
-    __shared__ __align__(128) T Bs[2][BK][LDB];
+    // Two tile buffers (Loader::run) and the epilogue's staging: 43 KB with two [k][row] tiles
+    // (wgrad), 45 KB with one [row][k] tile (forward), 48 KB, the static limit, with two (dgrad).
+    __shared__ __align__(128) TileA As[2];
+    __shared__ __align__(128) TileB Bs[2];
     __shared__ __align__(128) float stage[C::WARPS_M * C::WARPS_N][16 * 16];
+    static_assert(sizeof(As) + sizeof(Bs) + sizeof(stage) <= 48 * 1024, "static shared memory is 48 KiB");
 
     const int m0 = static_cast<int>(blockIdx.x) * BM;
     const int n0 = static_cast<int>(blockIdx.y) * BN;
@@ -377,26 +406,29 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
+    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem, A_ROWS, B_ROWS> loader;
+    loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += MMA_K) {
             // A fragment registers a[0..3] are the 8x8 blocks (m + 0, k + 0), (m + 8, k + 0),
-            // (m + 0, k + 8), (m + 8, k + 8) of the 16x16 A tile: matrix q is rows k + 8 (q / 2)
-            // of As at column m + 8 (q % 2).
+            // (m + 0, k + 8), (m + 8, k + 8) of the 16x16 A tile: matrix q starts at m + 8 (q % 2),
+            // k + 8 (q / 2), its rows running along m ([row][k] tile) or k ([k][row]).
             unsigned a[FM][4];
 #pragma unroll
-            for (int i = 0; i < FM; ++i)
-                ptx::ldmatrix<4, true>(a[i],
-                                       &As[buf][kk + 8 * (matrix / 2) + row][wm + MMA_M * i + 8 * (matrix % 2)]);
+            for (int i = 0; i < FM; ++i) {
+                const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
+                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][m + row][k]);
+                else ptx::ldmatrix<4, true>(a[i], &As[buf][k + row][m]);
+            }
             // B fragment registers b[0], b[1] are k + 0..7 and k + 8..15 of one n8 tile; an x4
-            // loads two n8 tiles: matrix q is rows k + 8 (q % 2) of Bs at column n + 8 (q / 2).
+            // loads two n8 tiles: matrix q starts at n + 8 (q / 2), k + 8 (q % 2).
             unsigned b[FN][2];
 #pragma unroll
             for (int j = 0; j < FN; j += 2) {
                 unsigned t[4];
-                ptx::ldmatrix<4, true>(t,
-                                       &Bs[buf][kk + 8 * (matrix % 2) + row][wn + MMA_N * j + 8 * (matrix / 2)]);
+                const int n = wn + MMA_N * j + 8 * (matrix / 2), k = kk + 8 * (matrix % 2);
+                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][n + row][k]);
+                else ptx::ldmatrix<4, true>(t, &Bs[buf][k + row][n]);
                 b[j][0] = t[0];
                 b[j][1] = t[1];
                 b[j + 1][0] = t[2];
@@ -474,7 +506,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
+    loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += FK) {
             wmma::fragment<wmma::matrix_a, 16, 16, FK, In, wmma::col_major> fa[FM];
@@ -541,7 +573,7 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
         for (int j = 0; j < TN; ++j) acc[i][j] = Acc(0);
 
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
+    loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             Acc a[TM], b[TN];

@@ -176,14 +176,14 @@ def tf32(x):
 # launch refused.  (file, text, replacement, op, path)
 PLANTED = {
     "missing-barrier-after-tile-store": (
-        "igemm_tiles.cuh", "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "igemm_tiles.cuh", "            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);\n"
         "            __syncthreads();  // tile i + 1",
-        "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);\n"
         "            // tile i + 1",
         "conv2d_backprop_filter", np.float64),
     "tile-stored-into-the-buffer-being-read": (
-        "igemm_tiles.cuh", "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);",
-        "            if (more) store<LDA, LDB>(As[buf], Bs[buf]);",
+        "igemm_tiles.cuh", "            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);",
+        "            if (more) store(As[buf], Bs[buf]);",
         "conv2d_backprop_filter", np.float16),
     # sm_70/75's half-type tensor-core path (WMMA; the stand-in poses as sm_75: PLANTED_ARCH).
     "wmma-epilogue-missing-syncwarp": (
@@ -198,6 +198,9 @@ PLANTED = {
     "mma-a-fragment-loaded-without-trans": (
         "igemm_tiles.cuh", "ptx::ldmatrix<4, true>(a[i],", "ptx::ldmatrix<4, false>(a[i],",
         "conv2d_backprop_filter", np.float16),
+    "mma-k-contiguous-a-loaded-with-trans": (
+        "igemm_tiles.cuh", "ptx::ldmatrix<4, false>(a[i],", "ptx::ldmatrix<4, true>(a[i],",
+        "conv2d_backprop_input", np.float16),
     "mma-b-fragment-n8-tiles-swapped": (
         "igemm_tiles.cuh", "                b[j][0] = t[0];\n                b[j][1] = t[1];\n"
         "                b[j + 1][0] = t[2];\n                b[j + 1][1] = t[3];\n",

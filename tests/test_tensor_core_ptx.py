@@ -444,9 +444,11 @@ def run_half_conv_gradients(monkeypatch, source_dir=None):
 
 
 def test_igemm_main_loop_ldmatrix_is_conflict_free(monkeypatch, tmp_path):
-    """The half-type tiles' ldmatrix reads take one wavefront per 8x8 matrix (rows 272 bytes
-    apart skew banks by 4 words); without the padding (rows 256 bytes apart) each matrix's 8
-    rows hit the same banks and take 8: the count sees it."""
+    """The half-type tiles' ldmatrix reads take one wavefront per 8x8 matrix: wgrad's tiles are
+    [k][row] with rows 272 bytes apart (banks skewed by 4 words), dgrad's [row][k] with rows 80
+    bytes apart (20 words).  Without the padding the count sees the conflicts: rows 256 bytes
+    apart put a matrix's 8 rows in the same banks (8 wavefronts), rows 64 bytes apart 4 rows
+    (4 wavefronts)."""
     stats, ok = run_half_conv_gradients(monkeypatch)
     assert ok
     for op, s in stats.items():
@@ -460,5 +462,6 @@ def test_igemm_main_loop_ldmatrix_is_conflict_free(monkeypatch, tmp_path):
     (tmp_path / "igemm_tiles.cuh").write_text(tiles.replace(text, "static constexpr int PAD = 0;  //"))
     stats, ok = run_half_conv_gradients(monkeypatch, tmp_path)
     assert ok, "padding changes the speed, not the result"
+    factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
     for op, s in stats.items():
-        assert s["wavefronts"] == 8 * s["ideal"], f"{op}: {s}"
+        assert s["wavefronts"] == factor[op] * s["ideal"], f"{op}: {s}"
