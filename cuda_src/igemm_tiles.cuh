@@ -225,13 +225,39 @@ template <typename T, typename Acc, int Kind, class Problem> struct Core;
 template <bool B, class X, class Y> struct Select { using type = X; };
 template <class X, class Y> struct Select<false, X, Y> { using type = Y; };
 
+// A [row][k] tile of ROWS x BK elements without padding, its 16-byte chunks XOR-swizzled: the
+// tile is cut into 128-byte lines (one pass over the 32 four-byte banks: 8 chunks, i.e.
+// LINE_ROWS = 8 / (BK / C) rows), and chunk c of line L is stored at position c ^ (L % 8) of
+// the line.  Then
+//   * a 16-byte store phase (8 lanes: LINE_ROWS whole rows of one line, the Loader's k-major
+//     chunk order) hits 8 distinct positions, and
+//   * an ldmatrix phase (8 consecutive rows from a multiple of 8, one chunk column c: lines
+//     L0 .. L0 + 8 / LINE_ROWS - 1, L0 a multiple of 8 / LINE_ROWS) hits positions
+//     (c + j BK / C) ^ (L % 8), all distinct,
+// so both take one wavefront (the host model counts ldmatrix wavefronts).  Padding (the
+// [k][row] tiles' remedy) cannot do both for 64-byte rows.
+template <typename T, int BK> struct SwizzledRows {
+    static constexpr int C = ChunkSize<T>::value;     // elements per 16-byte chunk
+    static constexpr int ROW_CHUNKS = BK / C;         // 4 for 32 halves
+    static constexpr int LINE_CHUNKS = 8;             // 128 bytes
+    static constexpr int LINE_ROWS = LINE_CHUNKS / ROW_CHUNKS;
+    static_assert(BK % C == 0 && LINE_CHUNKS % ROW_CHUNKS == 0, "rows of whole chunks, whole rows per line");
+    // The element offset of (row, k) in the tile.
+    __device__ __forceinline__ static int offset(int row, int k) {
+        const int line = row / LINE_ROWS;
+        const int chunk = row % LINE_ROWS * ROW_CHUNKS + k / C;
+        return (line * LINE_CHUNKS + (chunk ^ line % LINE_CHUNKS)) * C + k % C;
+    }
+};
+
 // Shared: register-staged loads (the next tile's global loads are in flight while the current
 // tile is multiplied), then stored to the other of two shared-memory buffers.
 //
 // Tile layouts in shared memory: reduction-major, S[k][row] (row = m for A, n for B), unless
-// A_ROWS / B_ROWS: then S[row][k], for an operand that is contiguous along k in global memory
-// (K_CONTIG), so that its chunk of C consecutive k lands with one 16-byte store instead of C
-// 2-byte stores into C different rows (mma_cta, whose ldmatrix reads either layout).
+// A_ROWS / B_ROWS: then [row][k] (SwizzledRows, a flat array), for an operand that is
+// contiguous along k in global memory (K_CONTIG), so that its chunk of C consecutive k lands
+// with one 16-byte store instead of C 2-byte stores into C different rows (mma_cta, whose
+// ldmatrix reads either layout).
 template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, bool A_ROWS = false,
           bool B_ROWS = false>
 struct Loader {
@@ -288,7 +314,7 @@ struct Loader {
     template <bool K_CONTIG, bool ROWS, class Tile>
     __device__ __forceinline__ static void put(Tile& S, int row, int k, const T* chunk) {
         if constexpr (ROWS) {
-            copy_chunk<C>(&S[row][k], chunk);  // rows are a multiple of 16 bytes long
+            copy_chunk<C>(&S[SwizzledRows<T, BK>::offset(row, k)], chunk);
         } else {
 #pragma unroll
             for (int v = 0; v < C; ++v) {
@@ -364,12 +390,10 @@ __device__ __forceinline__ void store_staged_tile(const Problem& p, const float*
 // (K_CONTIG: dgrad's both, the forward's A) keeps that orientation in shared memory, S[row][k]
 // (Loader's A_ROWS / B_ROWS): each chunk is one 16-byte store, and ldmatrix reads it without
 // .trans.  The others are reduction-major, S[k][row] (rows run along m or n), and ldmatrix
-// transposes (.trans).  Padding keeps every ldmatrix phase (8 rows of 16 bytes) in 32 distinct
-// banks: [k][row] rows are BM + PAD = 136 halves (272 bytes, 68 words: 4 banks apart), [row][k]
-// rows BK + PAD = 40 halves (80 bytes, 20 words: rows 0-7 start at banks 0, 20, 8, 28, 16, 4,
-// 24, 12).  The host model counts ldmatrix wavefronts (tests/test_tensor_core_ptx.py).  (The
-// [row][k] tiles' 16-byte stores still meet 2-way conflicts: 8 lanes store two rows, 20 words
-// apart, so 4 banks overlap; an XOR swizzle, a later step, would make both conflict-free.)
+// transposes (.trans).  Every ldmatrix phase (8 rows of 16 bytes) falls in 32 distinct banks:
+// [k][row] rows are padded to BM + PAD = 136 halves (272 bytes, 68 words: 4 banks apart);
+// [row][k] tiles are swizzled (SwizzledRows, which also keeps their 16-byte stores free of
+// conflicts).  The host model counts ldmatrix wavefronts (tests/test_tensor_core_ptx.py).
 template <typename T, bool VECTOR, class Problem>
 __device__ __forceinline__ void mma_cta(const Problem& p) {
     using C = Config<T, WMMA_HALF>;
@@ -380,12 +404,12 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
     constexpr bool A_ROWS = Problem::A_K_CONTIG, B_ROWS = Problem::B_K_CONTIG;  // [row][k] tiles
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;  // [k][row] tiles' row length
-    constexpr int LDK = BK + C::PAD;                     // [row][k] tiles' row length
-    using TileA = typename Select<A_ROWS, T[BM][LDK], T[BK][LDA]>::type;
-    using TileB = typename Select<B_ROWS, T[BN][LDK], T[BK][LDB]>::type;
+    using Swizzle = SwizzledRows<T, BK>;                 // [row][k] tiles
+    using TileA = typename Select<A_ROWS, T[BM * BK], T[BK][LDA]>::type;
+    using TileB = typename Select<B_ROWS, T[BN * BK], T[BK][LDB]>::type;
 
     // Two tile buffers (Loader::run) and the epilogue's staging: 43 KB with two [k][row] tiles
-    // (wgrad), 45 KB with one [row][k] tile (forward), 48 KB, the static limit, with two (dgrad).
+    // (wgrad), 41 KB with one [row][k] tile (forward), 40 KB with two (dgrad).
     __shared__ __align__(128) TileA As[2];
     __shared__ __align__(128) TileB Bs[2];
     __shared__ __align__(128) float stage[C::WARPS_M * C::WARPS_N][16 * 16];
@@ -417,7 +441,7 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
                 const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
-                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][m + row][k]);
+                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][Swizzle::offset(m + row, k)]);
                 else ptx::ldmatrix<4, true>(a[i], &As[buf][k + row][m]);
             }
             // B fragment registers b[0], b[1] are k + 0..7 and k + 8..15 of one n8 tile; an x4
@@ -427,7 +451,7 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             for (int j = 0; j < FN; j += 2) {
                 unsigned t[4];
                 const int n = wn + MMA_N * j + 8 * (matrix / 2), k = kk + 8 * (matrix % 2);
-                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][n + row][k]);
+                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][Swizzle::offset(n + row, k)]);
                 else ptx::ldmatrix<4, true>(t, &Bs[buf][k + row][n]);
                 b[j][0] = t[0];
                 b[j][1] = t[1];

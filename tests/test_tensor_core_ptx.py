@@ -445,10 +445,10 @@ def run_half_conv_gradients(monkeypatch, source_dir=None):
 
 def test_igemm_main_loop_ldmatrix_is_conflict_free(monkeypatch, tmp_path):
     """The half-type tiles' ldmatrix reads take one wavefront per 8x8 matrix: wgrad's tiles are
-    [k][row] with rows 272 bytes apart (banks skewed by 4 words), dgrad's [row][k] with rows 80
-    bytes apart (20 words).  Without the padding the count sees the conflicts: rows 256 bytes
-    apart put a matrix's 8 rows in the same banks (8 wavefronts), rows 64 bytes apart 4 rows
-    (4 wavefronts)."""
+    [k][row] with rows 272 bytes apart (banks skewed by 4 words), dgrad's [row][k] with 64-byte
+    rows whose 16-byte chunks are XOR-swizzled.  Without the padding and the swizzle the count
+    sees the conflicts (the results stay right): rows 256 bytes apart put a matrix's 8 rows in
+    the same banks (8 wavefronts), rows 64 bytes apart 4 rows (4 wavefronts)."""
     stats, ok = run_half_conv_gradients(monkeypatch)
     assert ok
     for op, s in stats.items():
@@ -457,9 +457,12 @@ def test_igemm_main_loop_ldmatrix_is_conflict_free(monkeypatch, tmp_path):
 
     shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
     tiles = (tmp_path / "igemm_tiles.cuh").read_text()
-    text = "static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm"
-    assert tiles.count(text) == 1
-    (tmp_path / "igemm_tiles.cuh").write_text(tiles.replace(text, "static constexpr int PAD = 0;  //"))
+    for text, replacement in (("static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm",
+                               "static constexpr int PAD = 0;  //"),
+                              ("(chunk ^ line % LINE_CHUNKS)", "chunk")):
+        assert tiles.count(text) == 1
+        tiles = tiles.replace(text, replacement)
+    (tmp_path / "igemm_tiles.cuh").write_text(tiles)
     stats, ok = run_half_conv_gradients(monkeypatch, tmp_path)
     assert ok, "padding changes the speed, not the result"
     factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
