@@ -257,9 +257,11 @@ template <typename T, int BK> struct SwizzledRows {
 // A_ROWS / B_ROWS: then [row][k] (SwizzledRows, a flat array), for an operand that is
 // contiguous along k in global memory (K_CONTIG), so that its chunk of C consecutive k lands
 // with one 16-byte store instead of C 2-byte stores into C different rows (mma_cta, whose
-// ldmatrix reads either layout).
+// ldmatrix reads either layout).  PTX_STORES: such stores, and those of chunks contiguous along
+// the rows of a [k][row] tile, go through ptx::st_shared_16 (sm_80+ callers), whose bank
+// wavefronts the host model counts; the compiled store is the same STS.128.
 template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, bool A_ROWS = false,
-          bool B_ROWS = false>
+          bool B_ROWS = false, bool PTX_STORES = false>
 struct Loader {
     static constexpr int C = ChunkSize<T>::value;
     using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
@@ -314,7 +316,10 @@ struct Loader {
     template <bool K_CONTIG, bool ROWS, class Tile>
     __device__ __forceinline__ static void put(Tile& S, int row, int k, const T* chunk) {
         if constexpr (ROWS) {
-            copy_chunk<C>(&S[SwizzledRows<T, BK>::offset(row, k)], chunk);
+            static_assert(PTX_STORES, "[row][k] tiles are mma_cta's");
+            ptx::st_shared_16(&S[SwizzledRows<T, BK>::offset(row, k)], chunk);
+        } else if constexpr (PTX_STORES && !K_CONTIG) {
+            ptx::st_shared_16(&S[k][row], chunk);  // C consecutive rows of one k: 16 bytes
         } else {
 #pragma unroll
             for (int v = 0; v < C; ++v) {
@@ -430,7 +435,7 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem, A_ROWS, B_ROWS> loader;
+    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem, A_ROWS, B_ROWS, true> loader;
     loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += MMA_K) {

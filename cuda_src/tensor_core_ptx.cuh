@@ -1,6 +1,6 @@
 // Ampere-class warp-level tensor-core and asynchronous-copy primitives as device functions with
-// inline PTX: ldmatrix, mma.sync (m16n8k16 f16/bf16, m16n8k8 TF32) and cp.async (16 bytes,
-// zero-fill).  Each function follows one section of NVIDIA's "Parallel Thread Execution ISA"
+// inline PTX: ldmatrix, mma.sync (m16n8k16 f16/bf16, m16n8k8 TF32), cp.async (16 bytes,
+// zero-fill) and a 16-byte shared-memory store.  Each function follows one section of NVIDIA's "Parallel Thread Execution ISA"
 // document, cited below by section title (section numbers move between ISA versions).
 //
 // Fragments are plain 32-bit registers (``unsigned``): a ``.b16`` pair packs the element at the
@@ -16,7 +16,7 @@
 // checks the emulation against the ISA's fragment tables written out independently.
 //
 // Architectures: mma.sync.m16n8k16 with f16/bf16 inputs, m16n8k8 TF32 and cp.async need sm_80;
-// this header defines them only where GRADOPS_HAS_MMA_SM80 holds.  sm_70/sm_75 builds keep the
+// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16 everywhere).  sm_70/sm_75 builds keep the
 // WMMA and SIMT paths of igemm_tiles.cuh (_conv_igemm.math_kinds decides per dtype and arch which
 // math kinds are instantiated; which primitives a kind uses is decided here, by GRADOPS_ARCH).
 #pragma once
@@ -39,13 +39,25 @@
 namespace gradops {
 namespace ptx {
 
-#if defined(__CUDA_ARCH__) && GRADOPS_HAS_MMA_SM80
-
-// A shared-memory address in the .shared state space (32 bits), as ldmatrix and cp.async take
-// it: a generic pointer to __shared__ memory is converted, not truncated.
+#if defined(__CUDA_ARCH__)
+// A shared-memory address in the .shared state space (32 bits), as ldmatrix, cp.async and
+// st.shared take it: a generic pointer to __shared__ memory is converted, not truncated.
 __device__ __forceinline__ unsigned shared_address(const void* p) {
     return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
+
+// PTX ISA, "Data Movement and Conversion Instructions: st": st.shared.v4.b32, one 16-byte store
+// to shared memory (STS.128), from 16 bytes at src (16-byte aligned, as dst).  What a uint4
+// assignment compiles to; a function so that the host model can count the bank wavefronts of
+// each warp-level store.
+__device__ __forceinline__ void st_shared_16(void* dst, const void* src) {
+    const uint4 v = *static_cast<const uint4*>(src);
+    asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
+                 :: "r"(shared_address(dst)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+#endif
+
+#if defined(__CUDA_ARCH__) && GRADOPS_HAS_MMA_SM80
 
 // ---------------------------------------------------------------- ldmatrix
 // PTX ISA, "Warp-level matrix load instruction: ldmatrix":
@@ -169,6 +181,7 @@ void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)
 void cp_async_16(void* dst, const void* src, bool fill);
 void cp_async_commit_group();
 template <int N> void cp_async_wait_group();
+void st_shared_16(void* dst, const void* src);
 #endif
 // (GRADOPS_HOST_MODEL: tests/cuda_host_runtime.h has defined them, emulated, before this header.)
 

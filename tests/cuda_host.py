@@ -99,8 +99,8 @@ class HostKernels:
                         f'only, only_count, error, error_size); }}')
             code.append(f'extern "C" int signature_{i}(int* codes, int capacity) '
                         f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
-        code.append('extern "C" void shared_stats(long long* out, int reset) { '
-                    'auto& t = gradops_host::scheduler().shared; '
+        code.append('extern "C" void shared_stats(long long* out, int kind, int reset) { '
+                    'auto& t = gradops_host::scheduler().shared[kind]; '
                     'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
         # __launch_bounds__: each bounded kernel template gets a constexpr twin returning its bound,
         # evaluated per instantiation below (the host build ignores the attribute itself).
@@ -175,13 +175,16 @@ class HostKernels:
         count = fn(codes, 64)
         return list(codes[:count])
 
-    def shared_stats(self, reset: bool = True) -> dict[str, int]:
-        """Shared-memory traffic of the emulated warp-level primitives (ldmatrix) since the last
-        reset: ``accesses`` (warp-level instructions), ``wavefronts`` (bank passes they took) and
-        ``ideal`` (the fewest passes the same bytes could take); wavefronts > ideal means bank
-        conflicts.  ``reset``: start counting afresh."""
+    #: The shared-memory primitives whose traffic the host runtime counts (``SharedKind``).
+    SHARED_KINDS = ("ldmatrix", "st_shared_16")
+
+    def shared_stats(self, reset: bool = True, kind: str = "ldmatrix") -> dict[str, int]:
+        """Shared-memory traffic of one emulated primitive (``ldmatrix``, or the 16-byte stores
+        of ``st_shared_16``) since the last reset: ``accesses`` (warp-level instructions),
+        ``wavefronts`` (bank passes they took) and ``ideal`` (the fewest passes the same bytes
+        could take); wavefronts > ideal means bank conflicts.  ``reset``: start counting afresh."""
         out = (ctypes.c_longlong * 3)()
-        self._lib.shared_stats(out, ctypes.c_int(int(reset)))
+        self._lib.shared_stats(out, ctypes.c_int(self.SHARED_KINDS.index(kind)), ctypes.c_int(int(reset)))
         return dict(zip(("accesses", "wavefronts", "ideal"), (int(v) for v in out)))
 
     def launch_bound(self, expression: str) -> int:

@@ -99,11 +99,26 @@ struct WarpExchange {
     alignas(16) unsigned char lane[kWarpSize][kExchangeBytes];
 };
 
-// Shared-memory traffic of the emulated warp-level shared-memory primitives (ldmatrix), since
-// the last reset: warp-level accesses, the wavefronts (bank passes) they take, and the fewest
-// wavefronts the same bytes could take.  wavefronts > ideal means bank conflicts.
+// Shared-memory traffic of the emulated shared-memory primitives, per kind (ldmatrix; 16-byte
+// stores, st_shared_16), since the last reset: warp-level accesses, the wavefronts (bank
+// passes) they take, and the fewest wavefronts the same bytes could take.  wavefronts > ideal
+// means bank conflicts.
 struct SharedStats {
     long long accesses = 0, wavefronts = 0, ideal = 0;
+};
+enum SharedKind { LDMATRIX = 0, STORE_16 = 1, SHARED_KINDS = 2 };
+
+// The 16-byte stores of one warp, grouped into warp-level instructions: lane l's n-th store
+// belongs to the warp's n-th store instruction (the stores of converged code, which is where
+// they are counted: a round that not all 32 lanes reach is never counted).
+struct StoreRound {
+    const void* address[kWarpSize];
+    int filled = 0;
+};
+struct WarpStores {
+    std::deque<StoreRound> rounds;  // not yet complete, oldest first
+    long long done = 0;             // rounds completed and counted
+    long long issued[kWarpSize] = {0};
 };
 
 struct Scheduler {
@@ -114,7 +129,8 @@ struct Scheduler {
     int threads = 0;  // of the running block
     int running_warp = -1;  // the warp that release_barriers lets run on, -1: none yet
     std::vector<WarpExchange> exchange;
-    SharedStats shared;
+    SharedStats shared[SHARED_KINDS];
+    std::vector<WarpStores> warp_stores;
     void (*body)(void*) = nullptr;
     void* body_arg = nullptr;
     char error[512] = {0};
@@ -296,6 +312,7 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.state = RUNNABLE;
             f.started = false;
             s.running_warp = -1;
+            if (t == 0) s.warp_stores.assign((threads + kWarpSize - 1) / kWarpSize, WarpStores{});
             f.copies_open.clear();  // copies a thread of the previous block left in flight
             f.copy_groups.clear();
             getcontext(&f.context);
@@ -508,9 +525,9 @@ template <typename In, typename Compute> inline void warp_collective(const In& m
 // Wavefronts of one warp-level shared-memory access made of ``phases`` phases of 8 lanes, each
 // reading 16 bytes at rows[phase * 8 + i]: a phase is one pass when its 32 words fall in 32
 // distinct banks (4-byte banks, 32 of them); each extra distinct word in a bank costs a pass.
-inline void count_wavefronts(const void* const* rows, int phases) {
+inline void count_wavefronts(const void* const* rows, int phases, SharedKind kind) {
     constexpr int kBanks = 32, kRowWords = 4;
-    SharedStats& stats = scheduler().shared;
+    SharedStats& stats = scheduler().shared[kind];
     ++stats.accesses;
     for (int phase = 0; phase < phases; ++phase) {
         std::uintptr_t words[kBanks][8 * kRowWords];
@@ -593,7 +610,7 @@ template <int X, bool TRANS> inline void ldmatrix(unsigned (&d)[X], const void* 
             }
             d[i] = static_cast<unsigned>(e[0]) | static_cast<unsigned>(e[1]) << 16;
         }
-        if (l == 0) gradops_host::count_wavefronts(rows, X);
+        if (l == 0) gradops_host::count_wavefronts(rows, X, gradops_host::LDMATRIX);
     });
 }
 
@@ -658,6 +675,30 @@ template <int N> inline void cp_async_wait_group() {
             std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, 16 - c.src_bytes);
         }
         f.copy_groups.pop_front();
+    }
+}
+
+// st.shared.v4.b32: the store lands at once; the warp's 16-byte stores are counted per
+// warp-level instruction (4 phases of 8 lanes, as the hardware serves 16-byte accesses).
+inline void st_shared_16(void* dst, const void* src) {
+    if (reinterpret_cast<std::uintptr_t>(dst) % 16)
+        gradops_host::fail("st.shared.v4: a 16-byte store to an address that is not 16-byte aligned");
+    std::memcpy(dst, src, 16);
+    gradops_host::Scheduler& s = gradops_host::scheduler();
+    const int warp = s.current / gradops_host::kWarpSize, l = s.current % gradops_host::kWarpSize;
+    if ((warp + 1) * gradops_host::kWarpSize > s.threads) return;  // a partial warp: not counted
+    gradops_host::WarpStores& w = s.warp_stores[warp];
+    const long long round = w.issued[l]++ - w.done;
+    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
+    gradops_host::StoreRound& r = w.rounds[round];
+    r.address[l] = dst;
+    if (++r.filled == gradops_host::kWarpSize) {
+        constexpr int kPhases = 4;  // 32 lanes x 16 bytes = 4 x 128 bytes
+        gradops_host::count_wavefronts(r.address, kPhases, gradops_host::STORE_16);
+    }
+    while (!w.rounds.empty() && w.rounds.front().filled == gradops_host::kWarpSize) {
+        w.rounds.pop_front();
+        ++w.done;
     }
 }
 

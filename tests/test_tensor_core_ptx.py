@@ -108,6 +108,17 @@ __global__ void load_matrices(const unsigned short* tile, const int* offset, uns
     for (int i = 0; i < X; ++i) out[threadIdx.x * X + i] = d[i];
 }
 
+// One warp: lane l stores 16 bytes (src[8 l ..]) at row l / 4, chunk l % 4 of a tile whose rows
+// are LD 16-bit elements long (the Loader's order for 32-element rows), then copies the tile out.
+template <int LD>
+__global__ void store_rows(const unsigned short* src, unsigned short* out) {
+    __shared__ __align__(128) unsigned short s[8 * LD];
+    const int l = threadIdx.x;
+    st_shared_16(&s[(l / 4) * LD + 8 * (l % 4)], &src[8 * l]);
+    __syncthreads();
+    for (int i = l; i < 8 * LD; i += 32) out[i] = s[i];
+}
+
 // One warp: d = mma(a, b, c) with lane l passing registers a[4 l ..], b[2 l ..], c[4 l ..].
 template <typename T>
 __global__ void mma_m16n8k16_lanes(const unsigned* a, const unsigned* b, const float* c, float* d) {
@@ -227,6 +238,7 @@ EXPRESSIONS = (
     [f"load_matrices<{x}, {bool_arg(t)}, {ld}>" for x in (1, 2, 4) for t in (False, True) for ld in LDS]
     + ["mma_m16n8k16_lanes<__half>", "mma_m16n8k16_lanes<__nv_bfloat16>", "mma_m16n8k8_tf32_lanes"]
     + [f"async_copy<{w}>" for w in (-1, 0, 1)]
+    + [f"store_rows<{ld}>" for ld in (32, 40, 64)]
     + [f"{gemm_name(None)}<{t}, {bool_arg(ak)}, {bool_arg(bk)}>" for t in ("__half", "__nv_bfloat16")
        for ak, bk in LAYOUTS]
     + [f"{gemm_name(bug)}<__half, {bool_arg(ak)}, {bool_arg(bk)}>" for bug in PLANTED for ak, bk in LAYOUTS])
@@ -284,6 +296,18 @@ def test_ldmatrix_bank_conflicts_are_counted(kernels, ld, per_matrix):
     kernels.shared_stats(reset=True)
     kernels.launch(f"load_matrices<4, false, {ld}>", (1,), (32,), [tile, offsets, out], [])
     assert kernels.shared_stats() == {"accesses": 1, "wavefronts": 4 * per_matrix, "ideal": 4}
+
+
+@pytest.mark.parametrize("ld,per_phase", [(32, 1), (40, 2), (64, 2)])
+def test_16_byte_store_bank_conflicts_are_counted(kernels, ld, per_phase):
+    """A warp's 16-byte stores are served 8 lanes (128 bytes) at a time: two 64-byte rows that
+    are adjacent fill the 32 banks once; 80 or 128 bytes apart they overlap (2 wavefronts)."""
+    src = np.arange(256, dtype=np.uint16)
+    out = np.zeros(8 * ld, np.uint16)
+    kernels.shared_stats(reset=True, kind="st_shared_16")
+    kernels.launch(f"store_rows<{ld}>", (1,), (32,), [src, out], [], order="shuffled", seed=4)
+    assert kernels.shared_stats(kind="st_shared_16") == {"accesses": 1, "wavefronts": 4 * per_phase, "ideal": 4}
+    np.testing.assert_array_equal(out.reshape(8, ld)[:, :32], src.reshape(8, 32))
 
 
 def test_ldmatrix_needs_aligned_rows_and_a_whole_warp(kernels):
@@ -433,27 +457,31 @@ def run_half_conv_gradients(monkeypatch, source_dir=None):
     stats, ok = {}, True
     for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
         device.kernel(f"{op}.cu", f"gradops::{op}_igemm<__half, float, 1, false>")  # build, then count afresh
-        device._kernels[f"{op}.cu"].shared_stats(reset=True)
+        kernels = device._kernels[f"{op}.cu"]
+        for kind in kernels.SHARED_KINDS:
+            kernels.shared_stats(reset=True, kind=kind)
         got, want = run_planted_problem(op, "tiled", np.float16, np.random.default_rng(7))
         try:
             assert_close(got, want, np.float16)
         except AssertionError:
             ok = False
-        stats[op] = device._kernels[f"{op}.cu"].shared_stats()
+        stats[op] = {kind: kernels.shared_stats(kind=kind) for kind in kernels.SHARED_KINDS}
     return stats, ok
 
 
-def test_igemm_main_loop_ldmatrix_is_conflict_free(monkeypatch, tmp_path):
-    """The half-type tiles' ldmatrix reads take one wavefront per 8x8 matrix: wgrad's tiles are
-    [k][row] with rows 272 bytes apart (banks skewed by 4 words), dgrad's [row][k] with 64-byte
-    rows whose 16-byte chunks are XOR-swizzled.  Without the padding and the swizzle the count
-    sees the conflicts (the results stay right): rows 256 bytes apart put a matrix's 8 rows in
-    the same banks (8 wavefronts), rows 64 bytes apart 4 rows (4 wavefronts)."""
+def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path):
+    """The half-type tiles' main-loop shared-memory traffic (ldmatrix reads, 16-byte chunk
+    stores) takes the fewest wavefronts: wgrad's tiles are [k][row] with rows 272 bytes apart
+    (ldmatrix rows skewed by 4 banks), dgrad's [row][k] with 64-byte rows whose 16-byte chunks
+    are XOR-swizzled.  Without the padding and the swizzle the count sees the ldmatrix
+    conflicts (the results stay right): rows 256 bytes apart put a matrix's 8 rows in the same
+    banks (8 wavefronts), rows 64 bytes apart 4 rows (4 wavefronts)."""
     stats, ok = run_half_conv_gradients(monkeypatch)
     assert ok
-    for op, s in stats.items():
-        assert s["accesses"] > 0, f"{op}: no ldmatrix ran (the tiled kernels must use mma_cta)"
-        assert s["wavefronts"] == s["ideal"], f"{op}: bank conflicts {s}"
+    for op, by_kind in stats.items():
+        for kind, s in by_kind.items():
+            assert s["accesses"] > 0, f"{op}: no {kind} ran (the tiled kernels must use mma_cta)"
+            assert s["wavefronts"] == s["ideal"], f"{op}: {kind} bank conflicts {s}"
 
     shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
     tiles = (tmp_path / "igemm_tiles.cuh").read_text()
@@ -466,5 +494,8 @@ def test_igemm_main_loop_ldmatrix_is_conflict_free(monkeypatch, tmp_path):
     stats, ok = run_half_conv_gradients(monkeypatch, tmp_path)
     assert ok, "padding changes the speed, not the result"
     factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
-    for op, s in stats.items():
+    for op, by_kind in stats.items():
+        s = by_kind["ldmatrix"]
         assert s["wavefronts"] == factor[op] * s["ideal"], f"{op}: {s}"
+        s = by_kind["st_shared_16"]  # a store phase is two adjacent 64-byte rows either way
+        assert s["wavefronts"] == s["ideal"], f"{op}: {s}"
