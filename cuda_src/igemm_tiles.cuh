@@ -10,15 +10,9 @@
 #pragma once
 
 #include "gradops_common.cuh"
+#include "tensor_core_ptx.cuh"  // GRADOPS_ARCH, and the sm_80 ldmatrix / mma.sync primitives
 #include <mma.h>
 
-// The architecture being compiled, for the tensor-core paths: NVRTC defines __CUDA_ARCH__; the
-// host execution model (tests/cuda_host.py) does not and emulates every tensor-core path.
-#if defined(__CUDA_ARCH__)
-#define GRADOPS_ARCH __CUDA_ARCH__
-#else
-#define GRADOPS_ARCH 100000
-#endif
 // WMMA exists from sm_70 (float16 in, float accumulate); bfloat16 and TF32 fragments from sm_80.
 // mma.h declares nothing else, so the code using them is compiled only where they exist.
 #define GRADOPS_HAS_WMMA (GRADOPS_ARCH >= 700)
@@ -82,12 +76,13 @@ namespace igemm {
 // How the CTA multiplies its tiles.
 enum MathKind {
     SIMT = 0,       // FMA on CUDA cores: float (exact float32 products) and double
-    WMMA_HALF = 1,  // tensor cores, __half / __nv_bfloat16 in, float accumulate (m16n16k16)
+    WMMA_HALF = 1,  // tensor cores, __half / __nv_bfloat16 in, float accumulate: ldmatrix +
+                    // mma.sync.m16n8k16 from sm_80 (mma_cta), WMMA m16n16k16 on sm_70/75
     WMMA_TF32 = 2   // tensor cores, float rounded to TF32 in, float accumulate (m16n16k8); opt-in
 };
 
 // Tile shapes.  Tensor-core CTAs are 128x128 with 8 warps (2 x 4, each a 64x32 patch of 4 x 2
-// 16x16 fragments): large enough to reuse each loaded element 128 times, small enough for two
+// 16x16 WMMA fragments, or 4 x 4 16x8 mma.sync tiles): large enough to reuse each loaded element 128 times, small enough for two
 // tiles plus staging to fit the 48 KiB of static shared memory.
 template <typename T, int Kind> struct Config;
 
@@ -277,12 +272,53 @@ struct ChannelRow {
 
 template <typename T, typename Acc, int Kind, class Problem> struct Core;
 
+// X if B, else Y (std::conditional, which NVRTC's headers need not provide).
+template <bool B, class X, class Y> struct Select { using type = X; };
+template <class X, class Y> struct Select<false, X, Y> { using type = Y; };
+
+// A [row][k] tile of ROWS x BK elements without padding, its 16-byte chunks XOR-swizzled: the
+// tile is cut into 128-byte lines (one pass over the 32 four-byte banks: 8 chunks, i.e.
+// LINE_ROWS = 8 / (BK / C) rows), and chunk c of line L is stored at position c ^ (L % 8) of
+// the line.  Then
+//   * a 16-byte store phase (8 lanes: LINE_ROWS whole rows of one line, the Loader's k-major
+//     chunk order) hits 8 distinct positions, and
+//   * an ldmatrix phase (8 consecutive rows from a multiple of 8, one chunk column c: lines
+//     L0 .. L0 + 8 / LINE_ROWS - 1, L0 a multiple of 8 / LINE_ROWS) hits positions
+//     (c + j BK / C) ^ (L % 8), all distinct,
+// so both take one wavefront (the host model counts ldmatrix wavefronts).  Padding (the
+// [k][row] tiles' remedy) cannot do both for 64-byte rows.
+template <typename T, int BK> struct SwizzledRows {
+    static constexpr int C = ChunkSize<T>::value;     // elements per 16-byte chunk
+    static constexpr int ROW_CHUNKS = BK / C;         // 4 for 32 halves
+    static constexpr int LINE_CHUNKS = 8;             // 128 bytes
+    static constexpr int LINE_ROWS = LINE_CHUNKS / ROW_CHUNKS;
+    static_assert(BK % C == 0 && LINE_CHUNKS % ROW_CHUNKS == 0, "rows of whole chunks, whole rows per line");
+    // The element offset of (row, k) in the tile.
+    __device__ __forceinline__ static int offset(int row, int k) {
+        const int line = row / LINE_ROWS;
+        const int chunk = row % LINE_ROWS * ROW_CHUNKS + k / C;
+        return (line * LINE_CHUNKS + (chunk ^ line % LINE_CHUNKS)) * C + k % C;
+    }
+};
+
 // Shared: register-staged loads (the next tile's global loads are in flight while the current
 // tile is multiplied), then stored to the other of two shared-memory buffers.
-template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem> struct Loader {
+//
+// Tile layouts in shared memory: reduction-major, S[k][row] (row = m for A, n for B), unless
+// A_ROWS / B_ROWS: then [row][k] (SwizzledRows, a flat array), for an operand that is
+// contiguous along k in global memory (K_CONTIG), so that its chunk of C consecutive k lands
+// with one 16-byte store instead of C 2-byte stores into C different rows (mma_cta, whose
+// ldmatrix reads either layout).  PTX_STORES: such stores, and those of chunks contiguous along
+// the rows of a [k][row] tile, go through ptx::st_shared_16 (sm_80+ callers), whose bank
+// wavefronts the host model counts; the compiled store is the same STS.128.
+template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, bool A_ROWS = false,
+          bool B_ROWS = false, bool PTX_STORES = false>
+struct Loader {
     static constexpr int C = ChunkSize<T>::value;
     using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
     using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, C>;
+    static_assert((!A_ROWS || Problem::A_K_CONTIG) && (!B_ROWS || Problem::B_K_CONTIG),
+                  "a [row][k] tile takes whole chunks along k");
     alignas(16) T ra[MapA::CHUNKS * C];
     alignas(16) T rb[MapB::CHUNKS * C];
     // Row cursors of the vector path (see "Row cursors" above); unused by the scalar path.
@@ -351,12 +387,19 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
         }
     }
 
-    template <bool K_CONTIG, int LD>
-    __device__ __forceinline__ static void put(T (*S)[LD], int row, int k, const T* chunk) {
+    template <bool K_CONTIG, bool ROWS, class Tile>
+    __device__ __forceinline__ static void put(Tile& S, int row, int k, const T* chunk) {
+        if constexpr (ROWS) {
+            static_assert(PTX_STORES, "[row][k] tiles are mma_cta's");
+            ptx::st_shared_16(&S[SwizzledRows<T, BK>::offset(row, k)], chunk);
+        } else if constexpr (PTX_STORES && !K_CONTIG) {
+            ptx::st_shared_16(&S[k][row], chunk);  // C consecutive rows of one k: 16 bytes
+        } else {
 #pragma unroll
-        for (int v = 0; v < C; ++v) {
-            if (K_CONTIG) S[k + v][row] = chunk[v];
-            else S[k][row + v] = chunk[v];
+            for (int v = 0; v < C; ++v) {
+                if (K_CONTIG) S[k + v][row] = chunk[v];
+                else S[k][row + v] = chunk[v];
+            }
         }
     }
 
@@ -364,13 +407,14 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
     // buffer i % 2 (``multiply(i % 2)``), the next tile's global loads are in flight and then land
     // in the other buffer, which the barrier at the end of iteration i - 1 freed.  One barrier
     // per tile.
-    template <int LDA, int LDB, class Multiply>
-    __device__ __forceinline__ void run(const Problem& p, int m0, int n0, T (*As)[BK][LDA], T (*Bs)[BK][LDB],
+    // As, Bs: two tiles each (TileA / TileB: 2-D arrays in the layouts above).
+    template <class TileA, class TileB, class Multiply>
+    __device__ __forceinline__ void run(const Problem& p, int m0, int n0, TileA* As, TileB* Bs,
                                         Multiply&& multiply) {
         init_rows(p, m0, n0);
         if (p.k_begin < p.k_end) {
             load(p, m0, n0, p.k_begin);
-            store<LDA, LDB>(As[0], Bs[0]);
+            store(As[0], Bs[0]);
         }
         __syncthreads();
         int buf = 0;
@@ -378,27 +422,150 @@ template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Pr
             const bool more = k0 + BK < p.k_end;
             if (more) load(p, m0, n0, k0 + BK);
             multiply(buf);
-            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);
+            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);
             __syncthreads();  // tile i + 1 is stored, and every thread is done reading tile i
         }
     }
 
-    template <int LDA, int LDB>
-    __device__ __forceinline__ void store(T (*As)[LDA], T (*Bs)[LDB]) const {
+    template <class TileA, class TileB>
+    __device__ __forceinline__ void store(TileA& As, TileB& Bs) const {
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            put<Problem::A_K_CONTIG>(As, row, k, &ra[e * C]);
+            put<Problem::A_K_CONTIG, A_ROWS>(As, row, k, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            put<Problem::B_K_CONTIG>(Bs, row, k, &rb[e * C]);
+            put<Problem::B_K_CONTIG, B_ROWS>(Bs, row, k, &rb[e * C]);
         }
     }
 };
+
+// The tensor-core epilogue: a warp's 16x16 tile of C, staged row-major in ``st`` (each lane
+// wrote its own elements, then __syncwarp), goes to the problem with lanes taking consecutive n
+// (contiguous channels), 8 elements per lane.
+template <class Problem>
+__device__ __forceinline__ void store_staged_tile(const Problem& p, const float* st, int m_base, int n_base,
+                                                  int lane) {
+    constexpr int TILE = 16, LANES = 32;
+#pragma unroll
+    for (int t = 0; t < TILE * TILE / LANES; ++t) {
+        const int e = lane + LANES * t;
+        const int m = m_base + e / TILE, n = n_base + e % TILE;
+        if (m < p.m_size && n < p.n_size) p.store(m, n, st[e]);
+    }
+}
+
+#if GRADOPS_HAS_MMA_SM80
+// Half types on sm_80+: ldmatrix + mma.sync.m16n8k16 (tensor_core_ptx.cuh), with the tiles and
+// loader of the WMMA path.  Against WMMA this fixes the fragment layouts (the ISA's, so that
+// the epilogue writes each lane's own accumulators without a store_matrix_sync round trip
+// through a fragment of unspecified layout) and loads each 8x8 sub-matrix once per warp.
+//
+// The fragments pair elements along k (A row-major: a lane holds A[m][k], A[m][k + 1]; B
+// col-major: B[k][n], B[k + 1][n]).  An operand that is contiguous along k in global memory
+// (K_CONTIG: dgrad's both, the forward's A) keeps that orientation in shared memory, S[row][k]
+// (Loader's A_ROWS / B_ROWS): each chunk is one 16-byte store, and ldmatrix reads it without
+// .trans.  The others are reduction-major, S[k][row] (rows run along m or n), and ldmatrix
+// transposes (.trans).  Every ldmatrix phase (8 rows of 16 bytes) falls in 32 distinct banks:
+// [k][row] rows are padded to BM + PAD = 136 halves (272 bytes, 68 words: 4 banks apart);
+// [row][k] tiles are swizzled (SwizzledRows, which also keeps their 16-byte stores free of
+// conflicts).  The host model counts ldmatrix wavefronts (tests/test_tensor_core_ptx.py).
+template <typename T, bool VECTOR, class Problem>
+__device__ __forceinline__ void mma_cta(const Problem& p) {
+    using C = Config<T, WMMA_HALF>;
+    constexpr int BM = C::BM, BN = C::BN, BK = C::BK;
+    constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;             // mma.sync.m16n8k16
+    constexpr int WM = BM / C::WARPS_M, WN = BN / C::WARPS_N;    // warp patch (64 x 32)
+    constexpr int FM = WM / MMA_M, FN = WN / MMA_N;              // 4 x 4 accumulator tiles per warp
+    static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
+    constexpr bool A_ROWS = Problem::A_K_CONTIG, B_ROWS = Problem::B_K_CONTIG;  // [row][k] tiles
+    constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;  // [k][row] tiles' row length
+    using Swizzle = SwizzledRows<T, BK>;                 // [row][k] tiles
+    using TileA = typename Select<A_ROWS, T[BM * BK], T[BK][LDA]>::type;
+    using TileB = typename Select<B_ROWS, T[BN * BK], T[BK][LDB]>::type;
+
+    // Two tile buffers (Loader::run) and the epilogue's staging: 43 KB with two [k][row] tiles
+    // (wgrad), 41 KB with one [row][k] tile (forward), 40 KB with two (dgrad).
+    __shared__ __align__(128) TileA As[2];
+    __shared__ __align__(128) TileB Bs[2];
+    __shared__ __align__(128) float stage[C::WARPS_M * C::WARPS_N][16 * 16];
+    static_assert(sizeof(As) + sizeof(Bs) + sizeof(stage) <= 48 * 1024, "static shared memory is 48 KiB");
+
+    const int m0 = static_cast<int>(blockIdx.x) * BM;
+    const int n0 = static_cast<int>(blockIdx.y) * BN;
+    const int warp = static_cast<int>(threadIdx.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
+    const int wm = (warp / C::WARPS_N) * WM, wn = (warp % C::WARPS_N) * WN;
+    // ldmatrix.x4: lane l supplies the address of row l % 8 of 8x8 matrix l / 8.
+    const int matrix = lane / 8, row = lane % 8;
+
+    float acc[FM][FN][4];
+#pragma unroll
+    for (int i = 0; i < FM; ++i)
+#pragma unroll
+        for (int j = 0; j < FN; ++j)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
+
+    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem, A_ROWS, B_ROWS, true> loader;
+    loader.run(p, m0, n0, As, Bs, [&](int buf) {
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += MMA_K) {
+            // A fragment registers a[0..3] are the 8x8 blocks (m + 0, k + 0), (m + 8, k + 0),
+            // (m + 0, k + 8), (m + 8, k + 8) of the 16x16 A tile: matrix q starts at m + 8 (q % 2),
+            // k + 8 (q / 2), its rows running along m ([row][k] tile) or k ([k][row]).
+            unsigned a[FM][4];
+#pragma unroll
+            for (int i = 0; i < FM; ++i) {
+                const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
+                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][Swizzle::offset(m + row, k)]);
+                else ptx::ldmatrix<4, true>(a[i], &As[buf][k + row][m]);
+            }
+            // B fragment registers b[0], b[1] are k + 0..7 and k + 8..15 of one n8 tile; an x4
+            // loads two n8 tiles: matrix q starts at n + 8 (q / 2), k + 8 (q % 2).
+            unsigned b[FN][2];
+#pragma unroll
+            for (int j = 0; j < FN; j += 2) {
+                unsigned t[4];
+                const int n = wn + MMA_N * j + 8 * (matrix / 2), k = kk + 8 * (matrix % 2);
+                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][Swizzle::offset(n + row, k)]);
+                else ptx::ldmatrix<4, true>(t, &Bs[buf][k + row][n]);
+                b[j][0] = t[0];
+                b[j][1] = t[1];
+                b[j + 1][0] = t[2];
+                b[j + 1][1] = t[3];
+            }
+#pragma unroll
+            for (int i = 0; i < FM; ++i)
+#pragma unroll
+                for (int j = 0; j < FN; ++j) ptx::mma_m16n8k16<T>(acc[i][j], a[i], b[j], acc[i][j]);
+        }
+    });
+
+    // Epilogue: per 16x16 block (one m16 tile, two n8 tiles), each lane stages its own
+    // accumulators where the C fragment layout puts them (row g + 8 (r / 2), column
+    // 2 t + r % 2 of its n8 tile, g = lane / 4, t = lane % 4), then the warp stores the block.
+    float* st = stage[warp];
+    const int g = lane / 4, t = lane % 4;
+#pragma unroll
+    for (int i = 0; i < FM; ++i) {
+#pragma unroll
+        for (int j = 0; j < FN; j += 2) {
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+#pragma unroll
+                for (int r = 0; r < 4; ++r)
+                    st[(g + 8 * (r / 2)) * 16 + MMA_N * h + 2 * t + r % 2] = acc[i][j + h][r];
+            __syncwarp();  // the staged block is complete
+            store_staged_tile(p, st, m0 + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
+            __syncwarp();  // every lane has read the block before it is overwritten
+        }
+    }
+}
+#endif  // GRADOPS_HAS_MMA_SM80
 
 #if GRADOPS_HAS_WMMA
 // Tensor cores (half types, or float as TF32).
@@ -443,7 +610,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
         for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.0f);
 
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
+    loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += FK) {
             wmma::fragment<wmma::matrix_a, 16, 16, FK, In, wmma::col_major> fa[FM];
@@ -478,12 +645,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
         for (int j = 0; j < FN; ++j) {
             wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);
             __syncwarp();
-#pragma unroll
-            for (int t = 0; t < 16 * 16 / 32; ++t) {
-                int e = lane + 32 * t;
-                int m = m0 + wm + 16 * i + e / 16, n = n0 + wn + 16 * j + e % 16;
-                if (m < p.m_size && n < p.n_size) p.store(m, n, st[e]);
-            }
+            store_staged_tile(p, st, m0 + wm + 16 * i, n0 + wn + 16 * j, lane);
             __syncwarp();
         }
     }
@@ -539,7 +701,7 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
         for (int j = 0; j < TN; ++j) acc[i][j] = Acc(0);
 
     Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem> loader;
-    loader.template run<LDA, LDB>(p, m0, n0, As, Bs, [&](int buf) {
+    loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int k = 0; k < BK; ++k) {
             Acc a[TM], b[TN];
@@ -571,6 +733,9 @@ __device__ __forceinline__ void run_cta(const Problem& p) {
     static_assert(HasTensorCores<T, Kind>::value,
                   "no tensor cores for this element type on this architecture: launch the SIMT kind");
     if constexpr (Kind == SIMT) simt_cta<T, Acc, VECTOR>(p);
+#if GRADOPS_HAS_MMA_SM80
+    else if constexpr (Kind == WMMA_HALF) mma_cta<T, VECTOR>(p);
+#endif
 #if GRADOPS_HAS_WMMA
     else wmma_cta<T, Kind, VECTOR>(p);
 #endif

@@ -4,7 +4,8 @@ CUDA's headers let host compilers build ``__global__``/``__device__`` code (the 
 expand to nothing and cuda_fp16.h / cuda_bf16.h have host conversions).
 ``tests/cuda_host_runtime.h`` supplies the rest of the execution model: blocks and their
 threads (fibers, one block at a time), ``__syncthreads``/``__syncwarp`` barriers, ``__shared__``
-memory and an emulation of ``nvcuda::wmma``; see its header comment.  This checks the kernels'
+memory and emulations of ``nvcuda::wmma`` and of the PTX primitives of
+``cuda_src/tensor_core_ptx.cuh`` (ldmatrix, mma.sync, cp.async); see its header comment.  This checks the kernels'
 index math, tiling, barriers and summation on machines without a GPU; it says nothing about
 speed, memory coalescing or the real tensor-core and warp hardware (the GPU tests cover those).
 
@@ -79,10 +80,14 @@ class HostLaunchError(RuntimeError):
 class HostKernels:
     """The instantiations of one .cu file, compiled for the host."""
 
-    def __init__(self, filename: str, expressions: list[str], source_dir: Path | None = None):
+    def __init__(self, filename: str, expressions: list[str], source_dir: Path | None = None,
+                 arch: int | None = None):
         """``source_dir``: where ``filename`` and its headers are (default: cuda_src/); the
-        runtime's own tests point it at edited copies of the sources."""
+        runtime's own tests point it at edited copies of the sources.  ``arch``: the compute
+        capability (e.g. 75) the build poses as (``GRADOPS_HOST_ARCH``: the kernels take that
+        GPU's code paths, e.g. WMMA instead of mma.sync before sm_80); default the newest."""
         source_dir = Path(source_dir) if source_dir is not None else _build.source_dir()
+        defines = [f"-DGRADOPS_HOST_ARCH={int(arch) * 10}"] if arch is not None else []
         self.filename = filename
         self.expressions = list(expressions)
         code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
@@ -94,6 +99,9 @@ class HostKernels:
                         f'only, only_count, error, error_size); }}')
             code.append(f'extern "C" int signature_{i}(int* codes, int capacity) '
                         f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
+        code.append('extern "C" void shared_stats(long long* out, int kind, int reset) { '
+                    'auto& t = gradops_host::scheduler().shared[kind]; '
+                    'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
         # __launch_bounds__: each bounded kernel template gets a constexpr twin returning its bound,
         # evaluated per instantiation below (the host build ignores the attribute itself).
         bounded = {}
@@ -112,7 +120,8 @@ class HostKernels:
             code.append(f'extern "C" int launch_bound_{i}() {{ return {value}; }}')
         text = "\n".join(code) + "\n"
         sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
-        digest = hashlib.sha256((text + sources + RUNTIME_HEADER.read_text()).encode()).hexdigest()[:16]
+        digest = hashlib.sha256((" ".join(defines) + text + sources + RUNTIME_HEADER.read_text()).encode()
+                                ).hexdigest()[:16]
         directory = Path(tempfile.gettempdir()) / "gradops_host_kernels"
         directory.mkdir(exist_ok=True)
         library = directory / f"{Path(filename).stem}_{digest}.so"
@@ -122,7 +131,7 @@ class HostKernels:
             partial = library.with_suffix(f".{os.getpid()}.tmp")
             # No FMA contraction: sums round exactly as written, on every host architecture.
             build = subprocess.run(["g++", "-std=c++17", "-O1", "-ffp-contract=off", "-shared", "-fPIC", "-w",
-                                    f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}",
+                                    *defines, f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}",
                                     str(source), "-o", str(partial)], capture_output=True, text=True)
             if build.returncode:
                 raise RuntimeError(f"g++ could not build {filename} for the host:\n{build.stderr}")
@@ -166,6 +175,18 @@ class HostKernels:
         count = fn(codes, 64)
         return list(codes[:count])
 
+    #: The shared-memory primitives whose traffic the host runtime counts (``SharedKind``).
+    SHARED_KINDS = ("ldmatrix", "st_shared_16")
+
+    def shared_stats(self, reset: bool = True, kind: str = "ldmatrix") -> dict[str, int]:
+        """Shared-memory traffic of one emulated primitive (``ldmatrix``, or the 16-byte stores
+        of ``st_shared_16``) since the last reset: ``accesses`` (warp-level instructions),
+        ``wavefronts`` (bank passes they took) and ``ideal`` (the fewest passes the same bytes
+        could take); wavefronts > ideal means bank conflicts.  ``reset``: start counting afresh."""
+        out = (ctypes.c_longlong * 3)()
+        self._lib.shared_stats(out, ctypes.c_int(self.SHARED_KINDS.index(kind)), ctypes.c_int(int(reset)))
+        return dict(zip(("accesses", "wavefronts", "ideal"), (int(v) for v in out)))
+
     def launch_bound(self, expression: str) -> int:
         """The kernel's ``__launch_bounds__`` maximum threads per block (1024 when it has none)."""
         return int(getattr(self._lib, f"launch_bound_{self.expressions.index(expression)}")())
@@ -194,6 +215,10 @@ GUARD_ALIGN = 256
 GUARD_MAX = 16 << 20
 GUARD_BYTE = 0xFF
 
+
+#: The first compute capability whose half-type tiled kernels use mma.sync (GRADOPS_HAS_MMA_SM80
+#: in cuda_src/tensor_core_ptx.cuh); the stand-in builds older ones as that architecture.
+FIRST_MMA_SYNC_ARCH = 80
 
 #: CUDA's launch limits: gridDim.x < 2**31, gridDim.y/z and blockDim.z bounds, threads per
 #: block, and the dynamic shared memory a launch gets without an opt-in attribute.
@@ -318,7 +343,8 @@ class HostDevice:
     for tests of the launchers' choices.
 
     ``compute_capability`` (e.g. 75) is what the launchers see as the device's architecture,
-    so tests can run the choices an older GPU gets (the host model runs every instantiation).
+    so tests can run the choices an older GPU gets; below sm_80 the kernels are also built as
+    that architecture (``HostKernels(arch=...)``), so its code paths run (WMMA for half types).
 
     Each launch is checked as CuPy and the driver would check it: grid and block are tuples of
     1-3 positive ints within CUDA's limits and the kernel's ``__launch_bounds__`` (evaluated per
@@ -470,7 +496,12 @@ class HostDevice:
             raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
                                   f"sm_{self.compute_capability}: on that GPU it would not be compiled")
         if filename not in self._kernels:
-            self._kernels[filename] = HostKernels(filename, _build.all_instantiations()[filename], self.source_dir)
+            # Before sm_80 the kernels take other code paths (WMMA for half types, where the
+            # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
+            older = self.compute_capability < FIRST_MMA_SYNC_ARCH
+            self._kernels[filename] = HostKernels(
+                filename, _build.all_instantiations(self.compute_capability if older else None)[filename],
+                self.source_dir, arch=self.compute_capability if older else None)
         kernels = self._kernels[filename]
 
         def launch(grid, block, args, shared_mem=0):

@@ -4,7 +4,8 @@
 // * Blocks run one after another; the threads of a block are fibers (ucontext) on one OS
 //   thread, so a thread runs until it reaches a barrier or ends, then the next one runs.
 //   __syncthreads() and __syncwarp() are real barriers: a thread waits until every thread of its
-//   block (warp) arrives.  A barrier that some threads of the block never reach (divergent
+//   block (warp) arrives.  Warps waiting at __syncwarp are released one at a time, so warps do
+//   not run in lock-step between block barriers (see release_barriers).  A barrier that some threads of the block never reach (divergent
 //   __syncthreads, or threads that exited) is reported as an error instead of hanging.
 // * __shared__ variables become function-local statics: one copy, shared by the block's
 //   threads, reused by the next block (as on a GPU, shared memory is not cleared between blocks).
@@ -21,7 +22,12 @@
 //   (i % 8) * 4 + (j % 8) / 2, which computes and stores only its own; the others hold NaN.  Code that relied on a fragment
 //   layout would show NaN, and a lane that reads what other lanes stored without __syncwarp
 //   races.  Products of half/bfloat16/TF32 inputs are exact in float; sums are in float.
+// * The PTX primitives of cuda_src/tensor_core_ptx.cuh (ldmatrix, mma.sync m16n8k16/m16n8k8,
+//   cp.async) are emulated with the ISA's lane ownership: see "tensor-core PTX emulation" below.
 #pragma once
+
+// Tells the kernel headers that this runtime supplies the emulated PTX primitives.
+#define GRADOPS_HOST_MODEL 1
 
 #include <algorithm>
 #include <cmath>
@@ -29,6 +35,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <limits>
 #include <random>
 #include <tuple>
@@ -67,6 +74,14 @@ constexpr int kWarpSize = 32;
 // A fiber starts on its own stack through makecontext/swapcontext once; after that, switches
 // use _setjmp/_longjmp, which (unlike swapcontext) make no signal-mask system call: the
 // tiled kernels cross a barrier hundreds of thousands of times per test.
+// One emulated cp.async: 16 bytes to dst, of which the first src_bytes come from src and the
+// rest are zeros.  It lands when the thread's wait_group retires its group.
+struct AsyncCopy {
+    void* dst;
+    const void* src;
+    int src_bytes;
+};
+
 struct Fiber {
     ucontext_t context;
     std::jmp_buf resume;
@@ -74,6 +89,36 @@ struct Fiber {
     std::vector<char> stack;
     State state = DONE;
     unsigned x = 0, y = 0, z = 0;
+    std::vector<AsyncCopy> copies_open;                 // issued since the last commit_group
+    std::deque<std::vector<AsyncCopy>> copy_groups;     // committed, oldest first, not yet landed
+};
+
+// Per warp: what each lane publishes for a warp-collective primitive (see the PTX emulation).
+constexpr int kExchangeBytes = 64;
+struct WarpExchange {
+    alignas(16) unsigned char lane[kWarpSize][kExchangeBytes];
+};
+
+// Shared-memory traffic of the emulated shared-memory primitives, per kind (ldmatrix; 16-byte
+// stores, st_shared_16), since the last reset: warp-level accesses, the wavefronts (bank
+// passes) they take, and the fewest wavefronts the same bytes could take.  wavefronts > ideal
+// means bank conflicts.
+struct SharedStats {
+    long long accesses = 0, wavefronts = 0, ideal = 0;
+};
+enum SharedKind { LDMATRIX = 0, STORE_16 = 1, SHARED_KINDS = 2 };
+
+// The 16-byte stores of one warp, grouped into warp-level instructions: lane l's n-th store
+// belongs to the warp's n-th store instruction (the stores of converged code, which is where
+// they are counted: a round that not all 32 lanes reach is never counted).
+struct StoreRound {
+    const void* address[kWarpSize];
+    int filled = 0;
+};
+struct WarpStores {
+    std::deque<StoreRound> rounds;  // not yet complete, oldest first
+    long long done = 0;             // rounds completed and counted
+    long long issued[kWarpSize] = {0};
 };
 
 struct Scheduler {
@@ -81,6 +126,11 @@ struct Scheduler {
     std::jmp_buf back;
     std::vector<Fiber> fibers;
     int current = -1;
+    int threads = 0;  // of the running block
+    int running_warp = -1;  // the warp that release_barriers lets run on, -1: none yet
+    std::vector<WarpExchange> exchange;
+    SharedStats shared[SHARED_KINDS];
+    std::vector<WarpStores> warp_stores;
     void (*body)(void*) = nullptr;
     void* body_arg = nullptr;
     char error[512] = {0};
@@ -107,9 +157,18 @@ inline void trampoline() {
     _longjmp(s.back, 1);
 }
 
-// Release whatever barrier every waiting thread agrees on; false (and s.error) on divergence.
-inline bool release_barriers(Scheduler& s, int threads) {
-    bool released = false;
+// Release a barrier that every waiting thread agrees on; false (and s.error) on divergence.
+// Warp barriers go first, one warp at a time, and the same warp again as long as it waits at
+// one: a warp runs through its warp-collective operations (each a pair of warp barriers in the
+// PTX emulation) up to the next block barrier before the next warp (the first waiting one in
+// forward order, the last in reverse order, a random one when shuffled) moves.  Warps are
+// independent between block barriers, and a warp that runs ahead exposes what another warp
+// has not yet read or written, as threads that run to their barrier one at a time expose races
+// between threads.  Releasing every waiting warp at once would march the warps in lock-step
+// and hide such races.
+template <class Random>
+inline bool release_barriers(Scheduler& s, int threads, int order, Random& random) {
+    int waiting[1024 / kWarpSize], count = 0;
     for (int w0 = 0; w0 < threads; w0 += kWarpSize) {
         int at_warp = 0, lanes = std::min(kWarpSize, threads - w0);
         for (int t = w0; t < w0 + lanes; ++t) at_warp += s.fibers[t].state == AT_WARP_BARRIER;
@@ -120,10 +179,21 @@ inline bool release_barriers(Scheduler& s, int threads) {
                           w0 / kWarpSize, at_warp, lanes, blockIdx.x, blockIdx.y, blockIdx.z);
             return false;
         }
-        for (int t = w0; t < w0 + lanes; ++t) s.fibers[t].state = RUNNABLE;
-        released = true;
+        waiting[count++] = w0 / kWarpSize;
     }
-    if (released) return true;
+    if (count) {
+        int warp = -1;
+        for (int i = 0; i < count; ++i)
+            if (waiting[i] == s.running_warp) warp = s.running_warp;
+        if (warp < 0) {
+            const int pick = order == FORWARD ? 0 : order == REVERSE ? count - 1
+                                                                     : static_cast<int>(random() % count);
+            warp = s.running_warp = waiting[pick];
+        }
+        const int w0 = warp * kWarpSize;
+        for (int t = w0; t < std::min(w0 + kWarpSize, threads); ++t) s.fibers[t].state = RUNNABLE;
+        return true;
+    }
     int at_block = 0, done = 0;
     for (int t = 0; t < threads; ++t) {
         at_block += s.fibers[t].state == AT_BLOCK_BARRIER;
@@ -137,6 +207,7 @@ inline bool release_barriers(Scheduler& s, int threads) {
         return false;
     }
     for (int t = 0; t < threads; ++t) s.fibers[t].state = RUNNABLE;
+    s.running_warp = -1;  // after a block barrier, the next warp is picked afresh
     return true;
 }
 
@@ -166,6 +237,18 @@ struct FaultHandlers {  // installed for one launch, then the previous ones (Pyt
     }
 };
 
+// A kernel error that the emulation detects (a misaligned ldmatrix row, a primitive a partial
+// warp executes): ends the launch like a memory fault, with this message.
+constexpr int kKernelError = 1000;  // sigsetjmp value; above every signal number
+inline char* kernel_error() {
+    static char message[400];
+    return message;
+}
+[[noreturn]] inline void fail(const char* message) {
+    std::snprintf(kernel_error(), 400, "%s", message);
+    siglongjmp(fault_return(), kKernelError);
+}
+
 inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed,
                const unsigned long long* only_blocks, long long only_count, char* error, int error_size);
 
@@ -180,8 +263,12 @@ inline int launch(void (*body)(void*), void* arg, const unsigned* grid, const un
     s.body_arg = arg;
     FaultHandlers handlers;
     if (int signal = sigsetjmp(fault_return(), 1)) {  // 1: restore the signal mask on the way back
-        std::snprintf(error, error_size, "memory fault (signal %d) in block %u,%u,%u thread %u,%u,%u", signal,
-                      blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+        if (signal == kKernelError)
+            std::snprintf(error, error_size, "%s in block %u,%u,%u thread %u,%u,%u", kernel_error(), blockIdx.x,
+                          blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
+        else
+            std::snprintf(error, error_size, "memory fault (signal %d) in block %u,%u,%u thread %u,%u,%u", signal,
+                          blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x, threadIdx.y, threadIdx.z);
         s.current = -1;
         return 1;
     }
@@ -193,7 +280,9 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
     Scheduler& s = scheduler();
     s.error[0] = 0;
     const int threads = static_cast<int>(block[0] * block[1] * block[2]);
+    s.threads = threads;
     if (static_cast<int>(s.fibers.size()) < threads) s.fibers.resize(threads);
+    s.exchange.resize((threads + kWarpSize - 1) / kWarpSize);
     for (auto& f : s.fibers)
         if (f.stack.empty()) f.stack.resize(kStackBytes);
     gridDim = {grid[0], grid[1], grid[2]};
@@ -222,6 +311,10 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.z = t / block[0] / block[1];
             f.state = RUNNABLE;
             f.started = false;
+            s.running_warp = -1;
+            if (t == 0) s.warp_stores.assign((threads + kWarpSize - 1) / kWarpSize, WarpStores{});
+            f.copies_open.clear();  // copies a thread of the previous block left in flight
+            f.copy_groups.clear();
             getcontext(&f.context);
             f.context.uc_stack.ss_sp = f.stack.data();
             f.context.uc_stack.ss_size = f.stack.size();
@@ -245,7 +338,7 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             bool all_done = true;
             for (int t = 0; t < threads; ++t) all_done &= s.fibers[t].state == DONE;
             if (all_done) break;
-            if (!release_barriers(s, threads)) {
+            if (!release_barriers(s, threads, order, random)) {
                 std::snprintf(error, error_size, "%s", s.error);
                 return 1;
             }
@@ -403,3 +496,211 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, flo
 
 }  // namespace wmma
 }  // namespace nvcuda
+
+// ------------------------------------------------------------------ tensor-core PTX emulation
+// The functions of cuda_src/tensor_core_ptx.cuh, on the host.  Warp-collective instructions
+// (ldmatrix, mma.sync) keep the ISA's lane ownership: each lane passes only its own registers
+// and gets only its own results.  A lane publishes its operands in its warp's exchange area,
+// waits at a warp barrier (every lane of the warp must arrive, as .sync.aligned requires), builds
+// its own outputs from every lane's operands, and waits at a second barrier before the area is
+// reused.  A fragment layout that a kernel gets wrong therefore gives wrong numbers here, as on a
+// GPU, instead of being papered over by an emulation that hands every lane the whole tile.
+namespace gradops_host {
+
+// Publish ``mine``, then call ``compute(all, lane)`` with every lane's published value.
+template <typename In, typename Compute> inline void warp_collective(const In& mine, const char* what,
+                                                                     Compute&& compute) {
+    static_assert(sizeof(In) <= kExchangeBytes, "a lane's operands must fit its exchange slot");
+    Scheduler& s = scheduler();
+    const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
+    if ((warp + 1) * kWarpSize > s.threads) fail(what);  // a partial warp: the ISA needs all 32 lanes
+    std::memcpy(s.exchange[warp].lane[l], &mine, sizeof(In));
+    wait_at(AT_WARP_BARRIER);
+    In all[kWarpSize];
+    for (int q = 0; q < kWarpSize; ++q) std::memcpy(&all[q], s.exchange[warp].lane[q], sizeof(In));
+    compute(all, l);
+    wait_at(AT_WARP_BARRIER);  // nobody overwrites a slot while another lane still reads it
+}
+
+// Wavefronts of one warp-level shared-memory access made of ``phases`` phases of 8 lanes, each
+// reading 16 bytes at rows[phase * 8 + i]: a phase is one pass when its 32 words fall in 32
+// distinct banks (4-byte banks, 32 of them); each extra distinct word in a bank costs a pass.
+inline void count_wavefronts(const void* const* rows, int phases, SharedKind kind) {
+    constexpr int kBanks = 32, kRowWords = 4;
+    SharedStats& stats = scheduler().shared[kind];
+    ++stats.accesses;
+    for (int phase = 0; phase < phases; ++phase) {
+        std::uintptr_t words[kBanks][8 * kRowWords];
+        int count[kBanks] = {0};
+        for (int i = 0; i < 8; ++i)
+            for (int w = 0; w < kRowWords; ++w) {
+                const std::uintptr_t word = reinterpret_cast<std::uintptr_t>(rows[phase * 8 + i]) / 4 + w;
+                const int bank = static_cast<int>(word % kBanks);
+                bool seen = false;  // the same word twice is a broadcast, not a conflict
+                for (int j = 0; j < count[bank]; ++j) seen |= words[bank][j] == word;
+                if (!seen) words[bank][count[bank]++] = word;
+            }
+        stats.wavefronts += *std::max_element(count, count + kBanks);
+        stats.ideal += 1;  // 8 rows x 16 bytes = 128 bytes, one pass of 32 banks
+    }
+}
+
+inline float b16_to_float(std::uint16_t bits, const __half*) {
+    __half h;
+    std::memcpy(&h, &bits, 2);
+    return __half2float(h);
+}
+inline float b16_to_float(std::uint16_t bits, const __nv_bfloat16*) {
+    __nv_bfloat16 h;
+    std::memcpy(&h, &bits, 2);
+    return __bfloat162float(h);
+}
+// The low (element 2i) or high (element 2i + 1) half of a packed register, as a float.
+template <typename T> inline float half_of(unsigned r, int high) {
+    return b16_to_float(static_cast<std::uint16_t>(high ? r >> 16 : r & 0xffffu), static_cast<const T*>(nullptr));
+}
+// A TF32 operand as the tensor cores read it: sign, exponent and the top 10 mantissa bits.
+inline float tf32_operand(unsigned r) {
+    r &= 0xffffe000u;
+    float v;
+    std::memcpy(&v, &r, 4);
+    return v;
+}
+
+struct MmaOperands {
+    unsigned a[4], b[2];
+};
+
+// D = A B + C for one lane: d[r] at row g + 8 (r / 2), column 2 t + r % 2 (the C/D fragment of
+// m16n8kK).  The sum is emulated as float(0) + A[row][0] B[0][col] + ... + A[row][K-1] B[K-1][col],
+// left to right, then C + sum: each product of f16/bf16/TF32 inputs is exact in float (at most
+// 2 x 11 significant bits), and the hardware's own order of additions is unspecified, so tests
+// compare with a tolerance of a few float roundings per term.
+template <int K> inline void mma_lane_result(const float (&A)[16][K], const float (&B)[K][8], int l,
+                                             float (&d)[4], const float (&c)[4]) {
+    const int g = l / 4, t = l % 4;
+    float out[4];
+    for (int r = 0; r < 4; ++r) {
+        const int row = g + 8 * (r / 2), col = 2 * t + r % 2;
+        float sum = 0.0f;
+        for (int k = 0; k < K; ++k) sum += A[row][k] * B[k][col];
+        out[r] = c[r] + sum;
+    }
+    for (int r = 0; r < 4; ++r) d[r] = out[r];  // after reading c: d and c may be one array
+}
+
+}  // namespace gradops_host
+
+namespace gradops {
+namespace ptx {
+
+// ldmatrix.sync.aligned.m8n8.xX{.trans}.shared.b16 (layout: see tensor_core_ptx.cuh).
+template <int X, bool TRANS> inline void ldmatrix(unsigned (&d)[X], const void* row) {
+    static_assert(X == 1 || X == 2 || X == 4, "ldmatrix loads 1, 2 or 4 matrices");
+    // Only lanes 0 .. 8X-1 supply addresses; only theirs must be aligned.
+    if (gradops_host::lane() < 8 * X && reinterpret_cast<std::uintptr_t>(row) % 16 != 0)
+        gradops_host::fail("ldmatrix: a row address that is not 16-byte aligned");
+    gradops_host::warp_collective(row, "ldmatrix executed by a partial warp", [&](const void* const* rows, int l) {
+        for (int i = 0; i < X; ++i) {
+            std::uint16_t e[2];
+            for (int h = 0; h < 2; ++h) {
+                // Matrix i's row R, column C element, row R's address from lane 8 i + R.
+                const int R = TRANS ? 2 * (l % 4) + h : l / 4, C = TRANS ? l / 4 : 2 * (l % 4) + h;
+                std::memcpy(&e[h], static_cast<const unsigned char*>(rows[8 * i + R]) + 2 * C, 2);
+            }
+            d[i] = static_cast<unsigned>(e[0]) | static_cast<unsigned>(e[1]) << 16;
+        }
+        if (l == 0) gradops_host::count_wavefronts(rows, X, gradops_host::LDMATRIX);
+    });
+}
+
+// mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32.
+template <typename T>
+inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]) {
+    static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value,
+                  "m16n8k16 takes __half or __nv_bfloat16");
+    gradops_host::MmaOperands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    gradops_host::warp_collective(mine, "mma.sync executed by a partial warp",
+                                  [&](const gradops_host::MmaOperands* all, int l) {
+        float A[16][16], B[16][8];
+        for (int q = 0; q < gradops_host::kWarpSize; ++q) {
+            const int g = q / 4, t = q % 4;
+            for (int r = 0; r < 4; ++r)
+                for (int h = 0; h < 2; ++h)
+                    A[g + 8 * (r % 2)][2 * t + 8 * (r / 2) + h] = gradops_host::half_of<T>(all[q].a[r], h);
+            for (int r = 0; r < 2; ++r)
+                for (int h = 0; h < 2; ++h) B[2 * t + 8 * r + h][g] = gradops_host::half_of<T>(all[q].b[r], h);
+        }
+        gradops_host::mma_lane_result<16>(A, B, l, d, c);
+    });
+}
+
+// mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32.
+inline void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]) {
+    gradops_host::MmaOperands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
+    gradops_host::warp_collective(mine, "mma.sync executed by a partial warp",
+                                  [&](const gradops_host::MmaOperands* all, int l) {
+        float A[16][8], B[8][8];
+        for (int q = 0; q < gradops_host::kWarpSize; ++q) {
+            const int g = q / 4, t = q % 4;
+            for (int r = 0; r < 4; ++r) A[g + 8 * (r % 2)][t + 4 * (r / 2)] = gradops_host::tf32_operand(all[q].a[r]);
+            for (int r = 0; r < 2; ++r) B[t + 4 * r][g] = gradops_host::tf32_operand(all[q].b[r]);
+        }
+        gradops_host::mma_lane_result<8>(A, B, l, d, c);
+    });
+}
+
+// cp.async.cg.shared.global [dst], [src], 16, (fill ? 16 : 0): queued; lands at wait_group.
+inline void cp_async_16(void* dst, const void* src, bool fill) {
+    if (reinterpret_cast<std::uintptr_t>(dst) % 16 || (fill && reinterpret_cast<std::uintptr_t>(src) % 16))
+        gradops_host::fail("cp.async: a 16-byte copy with an address that is not 16-byte aligned");
+    gradops_host::Scheduler& s = gradops_host::scheduler();
+    s.fibers[s.current].copies_open.push_back({dst, src, fill ? 16 : 0});
+}
+
+inline void cp_async_commit_group() {
+    gradops_host::Fiber& f = gradops_host::scheduler().fibers[gradops_host::scheduler().current];
+    f.copy_groups.push_back(std::move(f.copies_open));
+    f.copies_open.clear();
+}
+
+// Every committed group but the newest N lands now, oldest first.  Until then the destination
+// keeps what it held, so a kernel that reads before waiting reads stale data, as it may on a GPU.
+template <int N> inline void cp_async_wait_group() {
+    static_assert(N >= 0, "wait_group takes a non-negative constant");
+    gradops_host::Fiber& f = gradops_host::scheduler().fibers[gradops_host::scheduler().current];
+    while (static_cast<int>(f.copy_groups.size()) > N) {
+        for (const gradops_host::AsyncCopy& c : f.copy_groups.front()) {
+            if (c.src_bytes) std::memcpy(c.dst, c.src, c.src_bytes);
+            std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, 16 - c.src_bytes);
+        }
+        f.copy_groups.pop_front();
+    }
+}
+
+// st.shared.v4.b32: the store lands at once; the warp's 16-byte stores are counted per
+// warp-level instruction (4 phases of 8 lanes, as the hardware serves 16-byte accesses).
+inline void st_shared_16(void* dst, const void* src) {
+    if (reinterpret_cast<std::uintptr_t>(dst) % 16)
+        gradops_host::fail("st.shared.v4: a 16-byte store to an address that is not 16-byte aligned");
+    std::memcpy(dst, src, 16);
+    gradops_host::Scheduler& s = gradops_host::scheduler();
+    const int warp = s.current / gradops_host::kWarpSize, l = s.current % gradops_host::kWarpSize;
+    if ((warp + 1) * gradops_host::kWarpSize > s.threads) return;  // a partial warp: not counted
+    gradops_host::WarpStores& w = s.warp_stores[warp];
+    const long long round = w.issued[l]++ - w.done;
+    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
+    gradops_host::StoreRound& r = w.rounds[round];
+    r.address[l] = dst;
+    if (++r.filled == gradops_host::kWarpSize) {
+        constexpr int kPhases = 4;  // 32 lanes x 16 bytes = 4 x 128 bytes
+        gradops_host::count_wavefronts(r.address, kPhases, gradops_host::STORE_16);
+    }
+    while (!w.rounds.empty() && w.rounds.front().filled == gradops_host::kWarpSize) {
+        w.rounds.pop_front();
+        ++w.done;
+    }
+}
+
+}  // namespace ptx
+}  // namespace gradops

@@ -176,19 +176,39 @@ def tf32(x):
 # launch refused.  (file, text, replacement, op, path)
 PLANTED = {
     "missing-barrier-after-tile-store": (
-        "igemm_tiles.cuh", "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "igemm_tiles.cuh", "            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);\n"
         "            __syncthreads();  // tile i + 1",
-        "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);\n"
+        "            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);\n"
         "            // tile i + 1",
         "conv2d_backprop_filter", np.float64),
     "tile-stored-into-the-buffer-being-read": (
-        "igemm_tiles.cuh", "            if (more) store<LDA, LDB>(As[buf ^ 1], Bs[buf ^ 1]);",
-        "            if (more) store<LDA, LDB>(As[buf], Bs[buf]);",
+        "igemm_tiles.cuh", "            if (more) store(As[buf ^ 1], Bs[buf ^ 1]);",
+        "            if (more) store(As[buf], Bs[buf]);",
         "conv2d_backprop_filter", np.float16),
+    # sm_70/75's half-type tensor-core path (WMMA; the stand-in poses as sm_75: PLANTED_ARCH).
     "wmma-epilogue-missing-syncwarp": (
         "igemm_tiles.cuh", "            wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);\n"
         "            __syncwarp();\n",
         "            wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);\n",
+        "conv2d_backprop_input", np.float16),
+    # sm_80+'s half-type tensor-core path (mma_cta: ldmatrix + mma.sync).
+    "mma-epilogue-missing-syncwarp": (
+        "igemm_tiles.cuh", "            __syncwarp();  // the staged block is complete\n", "\n",
+        "conv2d_backprop_input", np.float16),
+    "mma-a-fragment-loaded-without-trans": (
+        "igemm_tiles.cuh", "ptx::ldmatrix<4, true>(a[i],", "ptx::ldmatrix<4, false>(a[i],",
+        "conv2d_backprop_filter", np.float16),
+    "mma-k-contiguous-a-loaded-with-trans": (
+        "igemm_tiles.cuh", "ptx::ldmatrix<4, false>(a[i],", "ptx::ldmatrix<4, true>(a[i],",
+        "conv2d_backprop_input", np.float16),
+    "mma-swizzled-a-tile-read-unswizzled": (
+        "igemm_tiles.cuh", "&As[buf][Swizzle::offset(m + row, k)]", "&As[buf][(m + row) * BK + k]",
+        "conv2d_backprop_input", np.float16),
+    "mma-b-fragment-n8-tiles-swapped": (
+        "igemm_tiles.cuh", "                b[j][0] = t[0];\n                b[j][1] = t[1];\n"
+        "                b[j + 1][0] = t[2];\n                b[j + 1][1] = t[3];\n",
+        "                b[j][0] = t[2];\n                b[j][1] = t[3];\n"
+        "                b[j + 1][0] = t[0];\n                b[j + 1][1] = t[1];\n",
         "conv2d_backprop_input", np.float16),
     "phase-taps-count-rounds-down": (
         "conv2d_backprop_input.cu", "(filter_size - r + step - 1) / step", "(filter_size - r) / step",
@@ -203,6 +223,11 @@ PLANTED = {
         "conv2d_backprop_filter.cu", "for (int half = kFilterDirectThreads / 2; half > 0; half /= 2)",
         "for (int half = kFilterDirectThreads / 2; half > 1; half /= 2)", "conv2d_backprop_filter", np.float64),
 }
+
+
+#: The compute capability the stand-in reports (and builds the kernels as) for a planted bug,
+#: where it is not the default sm_90.
+PLANTED_ARCH = {"wmma-epilogue-missing-syncwarp": 75}
 
 
 def run_planted_problem(op, path, dtype, rng):
@@ -231,8 +256,9 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     filename, text, replacement, op, dtype = PLANTED[bug]
     path = "direct" if "direct" in bug else "tiled"
 
+    arch = PLANTED_ARCH.get(bug, 90)
     # The real sources get this problem right ...
-    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    cuda_host.HostDevice(order="shuffled", seed=11, compute_capability=arch).install(monkeypatch)
     got, want = run_planted_problem(op, path, dtype, np.random.default_rng(7))
     assert_close(got, want, dtype)
 
@@ -241,7 +267,7 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     source = (tmp_path / filename).read_text()
     assert source.count(text) == 1, "the planted edit must match the source exactly once"
     (tmp_path / filename).write_text(source.replace(text, replacement))
-    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path, compute_capability=arch).install(monkeypatch)
     try:
         got, want = run_planted_problem(op, path, dtype, np.random.default_rng(7))
     except (AssertionError, cuda_host.HostLaunchError):

@@ -1,0 +1,501 @@
+"""The host emulation of cuda_src/tensor_core_ptx.cuh (ldmatrix, mma.sync, cp.async) against
+the PTX ISA.
+
+The fragment layouts are written out here a second time, from the ISA's tables ("Warp-level
+matrix load instruction: ldmatrix", "Matrix Fragments for mma.m16n8k16 with floating point
+type", "Matrix Fragments for mma.m16n8k8"), as Python functions of (lane, register) that the
+tests use to pack operands and unpack results.  A layout error in the emulation then shows as a
+mismatch against these tables instead of cancelling out between two emulated primitives.  On
+top of that, a whole 16x8x16 GEMM through cp.async + ldmatrix + mma is compared with NumPy in
+every operand layout, and copies of that kernel with one deliberate misuse each (a wrong
+``.trans``, lanes addressing the wrong x4 matrix, a missing ``wait_group``, swapped B
+registers) must give a wrong answer.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import numpy as np
+import pytest
+
+import cuda_host
+from conftest import random_array
+
+pytestmark = pytest.mark.skipif(cuda_host.unavailable_reason() is not None,
+                                reason=f"no host build: {cuda_host.unavailable_reason()}")
+
+
+# --------------------------------------------------------------------------- the ISA's tables
+def ldmatrix_element(lane: int, matrix: int, half: int, trans: bool) -> tuple[int, int]:
+    """(row, column) of matrix ``matrix`` that half ``half`` (0: low 16 bits) of lane ``lane``'s
+    destination register ``matrix`` holds: without .trans lane l holds row l/4, columns 2(l%4)
+    and 2(l%4)+1; .trans delivers the transposed matrix."""
+    del matrix  # every matrix has the same layout, in its own register
+    row, col = lane // 4, 2 * (lane % 4) + half
+    return (col, row) if trans else (row, col)
+
+
+def m16n8k16_a(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """A (16x16, row): a_i, i = 2 reg + half, is at row groupID (+8 for i in 2,3,6,7) and column
+    threadID_in_group * 2 + (i & 1) (+8 for i >= 4)."""
+    i = 2 * reg + half
+    group, thread = lane >> 2, lane % 4
+    row = group + (8 if i in (2, 3, 6, 7) else 0)
+    col = thread * 2 + (i & 1) + (8 if i >= 4 else 0)
+    return row, col
+
+
+def m16n8k16_b(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """B (16x8, col): b_i, i = 2 reg + half, is at row (k) threadID_in_group * 2 + (i & 1)
+    (+8 for i >= 2) and column (n) groupID."""
+    i = 2 * reg + half
+    group, thread = lane >> 2, lane % 4
+    return thread * 2 + (i & 1) + (8 if i >= 2 else 0), group
+
+
+def m16n8_c(lane: int, reg: int) -> tuple[int, int]:
+    """C/D (16x8, f32): c_i is at row groupID (+8 for i >= 2), column threadID_in_group * 2 + (i & 1)."""
+    group, thread = lane >> 2, lane % 4
+    return group + (8 if reg >= 2 else 0), thread * 2 + (reg & 1)
+
+
+def m16n8k8_tf32_a(lane: int, reg: int) -> tuple[int, int]:
+    """A (16x8, tf32): a_i at row groupID (+8 for i = 1, 3), column threadID_in_group (+4 for i >= 2)."""
+    group, thread = lane >> 2, lane % 4
+    return group + (8 if reg in (1, 3) else 0), thread + (4 if reg >= 2 else 0)
+
+
+def m16n8k8_tf32_b(lane: int, reg: int) -> tuple[int, int]:
+    """B (8x8, tf32): b_i at row (k) threadID_in_group (+4 for i = 1), column (n) groupID."""
+    group, thread = lane >> 2, lane % 4
+    return thread + (4 if reg == 1 else 0), group
+
+
+def test_the_tables_cover_each_fragment_once():
+    """Each table maps the 32 lanes' registers onto every element of its matrix exactly once."""
+    def covered(cells, shape):
+        grid = np.zeros(shape, int)
+        for r, c in cells:
+            grid[r, c] += 1
+        return np.all(grid == 1)
+
+    lanes = range(32)
+    assert covered([m16n8k16_a(l, r, h) for l in lanes for r in range(4) for h in range(2)], (16, 16))
+    assert covered([m16n8k16_b(l, r, h) for l in lanes for r in range(2) for h in range(2)], (16, 8))
+    assert covered([m16n8_c(l, r) for l in lanes for r in range(4)], (16, 8))
+    assert covered([m16n8k8_tf32_a(l, r) for l in lanes for r in range(4)], (16, 8))
+    assert covered([m16n8k8_tf32_b(l, r) for l in lanes for r in range(2)], (8, 8))
+    for trans in (False, True):
+        assert covered([ldmatrix_element(l, 0, h, trans) for l in lanes for h in range(2)], (8, 8))
+
+
+# --------------------------------------------------------------------------- kernels
+KERNELS = r"""
+#include "gradops_common.cuh"
+#include "tensor_core_ptx.cuh"
+using namespace gradops::ptx;
+
+// One warp: ldmatrix.xX of a 64-row shared tile with LD 16-bit elements per row; lane l's row
+// address is &tile[offset[l]].  out[l * X + i] = lane l's register i.
+template <int X, bool TRANS, int LD>
+__global__ void load_matrices(const unsigned short* tile, const int* offset, unsigned* out) {
+    __shared__ __align__(128) unsigned short s[64 * LD];
+    for (int i = threadIdx.x; i < 64 * LD; i += 32) s[i] = tile[i];
+    __syncthreads();
+    unsigned d[X];
+    ldmatrix<X, TRANS>(d, &s[offset[threadIdx.x]]);
+    for (int i = 0; i < X; ++i) out[threadIdx.x * X + i] = d[i];
+}
+
+// One warp: lane l stores 16 bytes (src[8 l ..]) at row l / 4, chunk l % 4 of a tile whose rows
+// are LD 16-bit elements long (the Loader's order for 32-element rows), then copies the tile out.
+template <int LD>
+__global__ void store_rows(const unsigned short* src, unsigned short* out) {
+    __shared__ __align__(128) unsigned short s[8 * LD];
+    const int l = threadIdx.x;
+    st_shared_16(&s[(l / 4) * LD + 8 * (l % 4)], &src[8 * l]);
+    __syncthreads();
+    for (int i = l; i < 8 * LD; i += 32) out[i] = s[i];
+}
+
+// One warp: d = mma(a, b, c) with lane l passing registers a[4 l ..], b[2 l ..], c[4 l ..].
+template <typename T>
+__global__ void mma_m16n8k16_lanes(const unsigned* a, const unsigned* b, const float* c, float* d) {
+    const int l = threadIdx.x;
+    const unsigned ra[4] = {a[4 * l], a[4 * l + 1], a[4 * l + 2], a[4 * l + 3]};
+    const unsigned rb[2] = {b[2 * l], b[2 * l + 1]};
+    float acc[4] = {c[4 * l], c[4 * l + 1], c[4 * l + 2], c[4 * l + 3]};
+    mma_m16n8k16<T>(acc, ra, rb, acc);  // d aliasing c, as kernels accumulate
+    for (int r = 0; r < 4; ++r) d[4 * l + r] = acc[r];
+}
+
+__global__ void mma_m16n8k8_tf32_lanes(const unsigned* a, const unsigned* b, const float* c, float* d) {
+    const int l = threadIdx.x;
+    const unsigned ra[4] = {a[4 * l], a[4 * l + 1], a[4 * l + 2], a[4 * l + 3]};
+    const unsigned rb[2] = {b[2 * l], b[2 * l + 1]};
+    const float rc[4] = {c[4 * l], c[4 * l + 1], c[4 * l + 2], c[4 * l + 3]};
+    float rd[4];
+    mma_m16n8k8_tf32(rd, ra, rb, rc);
+    for (int r = 0; r < 4; ++r) d[4 * l + r] = rd[r];
+}
+
+// One thread, three 16-byte chunks in two groups (chunk 0; chunks 1 and 2) into a shared buffer
+// that starts as -1.  WAIT < 0: no wait at all; else cp.async.wait_group WAIT.  fill[i] = 0:
+// chunk i is zero-filled (src-size 0).
+template <int WAIT>
+__global__ void async_copy(const float* src, const int* fill, float* out) {
+    __shared__ __align__(16) float s[12];
+    for (int i = 0; i < 12; ++i) s[i] = -1.0f;
+    cp_async_16(&s[0], src, fill[0] != 0);
+    cp_async_commit_group();
+    cp_async_16(&s[4], src + 4, fill[1] != 0);
+    cp_async_16(&s[8], src + 8, fill[2] != 0);
+    cp_async_commit_group();
+    if constexpr (WAIT >= 0) cp_async_wait_group<(WAIT >= 0 ? WAIT : 0)>();
+    for (int i = 0; i < 12; ++i) out[i] = s[i];
+}
+"""
+
+# One warp: c (16x8 row-major float) = a (16x16) b (16x8), both staged in shared memory by
+# cp.async and read with ldmatrix into mma.m16n8k16 fragments.  A_K_MAJOR: a is stored [k][m]
+# (m contiguous, as igemm_tiles.cuh's tiles are), else [m][k]; B_K_MAJOR: b is [k][n], else
+# [n][k].  NAME is replaced per variant (the planted bugs edit copies of this text).
+GEMM = r"""
+template <typename T, bool A_K_MAJOR, bool B_K_MAJOR>
+__global__ void NAME(const T* a, const T* b, float* c) {
+    constexpr int PAD = 8;  // 16 bytes: every row stays 16-byte aligned and rows skew banks
+    __shared__ __align__(128) T As[16][16 + PAD];
+    __shared__ __align__(128) T Bs[16][16 + PAD];
+    const int l = threadIdx.x;
+    // Zero first, so a copy that has not landed reads as zeros, not as a previous launch's data.
+    for (int i = l; i < 16 * (16 + PAD); i += 32) {
+        (&As[0][0])[i] = T(0.0f);
+        (&Bs[0][0])[i] = T(0.0f);
+    }
+    __syncthreads();
+    // 16 rows of 16 elements: two 16-byte chunks per row, one per lane.
+    cp_async_16(&As[l / 2][8 * (l % 2)], a + (l / 2) * 16 + 8 * (l % 2), true);
+    // b: 16 rows of 8 ([k][n]) or 8 rows of 16 ([n][k]), 16 chunks.
+    if (l < 16) {
+        const int row = B_K_MAJOR ? l : l / 2, col = B_K_MAJOR ? 0 : 8 * (l % 2);
+        cp_async_16(&Bs[row][col], b + row * (B_K_MAJOR ? 8 : 16) + col, true);
+    }
+    cp_async_commit_group();
+    cp_async_wait_group<0>();
+    __syncthreads();
+
+    // A's four 8x8 matrices in the order of the A fragment: a[mi] covers rows 8 (mi % 2) and
+    // columns 8 (mi / 2) of the 16x16 tile; lane l addresses row r of matrix mi.
+    const int mi = l / 8, r = l % 8;
+    const int m_off = 8 * (mi % 2), k_off = 8 * (mi / 2);
+    unsigned ra[4];
+    if (A_K_MAJOR) ldmatrix<4, A_K_MAJOR>(ra, &As[k_off + r][m_off]);
+    else ldmatrix<4, A_K_MAJOR>(ra, &As[m_off + r][k_off]);
+    // B's two 8x8 matrices: k rows 0-7, then 8-15.
+    unsigned bt[2];
+    if (B_K_MAJOR) ldmatrix<2, true>(bt, &Bs[l % 16][0]);
+    else ldmatrix<2, false>(bt, &Bs[l % 8][8 * ((l / 8) % 2)]);
+    const unsigned rb[2] = {bt[0], bt[1]};
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    mma_m16n8k16<T>(acc, ra, rb, acc);
+    for (int q = 0; q < 4; ++q) c[(l / 4 + 8 * (q / 2)) * 8 + 2 * (l % 4) + q % 2] = acc[q];
+}
+"""
+
+#: Deliberate misuses, each one edit of GEMM: (text, replacement).
+PLANTED = {
+    # Both A loads (k-major and m-major) take the other transposition.
+    "wrong-trans-on-a": ("ldmatrix<4, A_K_MAJOR>", "ldmatrix<4, !A_K_MAJOR>"),
+    "x4-lanes-address-the-wrong-matrix": ("m_off = 8 * (mi % 2), k_off = 8 * (mi / 2)",
+                                          "m_off = 8 * (mi / 2), k_off = 8 * (mi % 2)"),
+    "missing-wait-group": ("    cp_async_wait_group<0>();\n", "\n"),
+    "swapped-b-registers": ("const unsigned rb[2] = {bt[0], bt[1]};", "const unsigned rb[2] = {bt[1], bt[0]};"),
+}
+
+LAYOUTS = [(ak, bk) for ak in (False, True) for bk in (False, True)]
+LDS = (8, 16, 64, 72)  # row pitch in 16-bit elements: 16, 32, 128 and 144 bytes
+
+
+def gemm_name(bug: str | None) -> str:
+    return "gemm_16816" if bug is None else "gemm_16816_" + bug.replace("-", "_")
+
+
+def gemm_source() -> str:
+    parts = [GEMM.replace("NAME", gemm_name(None))]
+    for bug, (text, replacement) in PLANTED.items():
+        body = GEMM.replace("NAME", gemm_name(bug))
+        assert text in body, f"planted edit {bug} must match the kernel"
+        parts.append(body.replace(text, replacement))
+    return "\n".join(parts)
+
+
+def bool_arg(v: bool) -> str:
+    return "true" if v else "false"
+
+
+EXPRESSIONS = (
+    [f"load_matrices<{x}, {bool_arg(t)}, {ld}>" for x in (1, 2, 4) for t in (False, True) for ld in LDS]
+    + ["mma_m16n8k16_lanes<__half>", "mma_m16n8k16_lanes<__nv_bfloat16>", "mma_m16n8k8_tf32_lanes"]
+    + [f"async_copy<{w}>" for w in (-1, 0, 1)]
+    + [f"store_rows<{ld}>" for ld in (32, 40, 64)]
+    + [f"{gemm_name(None)}<{t}, {bool_arg(ak)}, {bool_arg(bk)}>" for t in ("__half", "__nv_bfloat16")
+       for ak, bk in LAYOUTS]
+    + [f"{gemm_name(bug)}<__half, {bool_arg(ak)}, {bool_arg(bk)}>" for bug in PLANTED for ak, bk in LAYOUTS])
+
+
+@pytest.fixture(scope="module")
+def kernels(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("tensor_core_ptx")
+    for header in ("gradops_common.cuh", "tensor_core_ptx.cuh"):
+        shutil.copy(cuda_host._build.source_dir() / header, directory)
+    (directory / "ptx_model.cu").write_text(KERNELS + gemm_source())
+    return cuda_host.HostKernels("ptx_model.cu", EXPRESSIONS, directory)
+
+
+def bf16():
+    import ml_dtypes
+
+    return ml_dtypes.bfloat16
+
+
+# --------------------------------------------------------------------------- ldmatrix
+@pytest.mark.parametrize("trans", [False, True])
+@pytest.mark.parametrize("x", [1, 2, 4])
+def test_ldmatrix_follows_the_isa_table(kernels, x, trans, rng):
+    """Each lane's registers hold the elements the ISA assigns it, from the rows the
+    address-supplying lanes (8 i + row for matrix i) point at; lanes past 8 x supply nothing
+    (their addresses here are misaligned, and must be ignored)."""
+    ld = 72
+    tile = np.arange(64 * ld, dtype=np.uint16)  # every element its own value
+    rows = rng.permutation(64)[:32]  # any rows, in any order: lane -> row
+    offsets = (rows * ld + 8 * rng.integers(0, ld // 8, 32)).astype(np.int32)
+    offsets[8 * x:] = 3  # not 16-byte aligned: ignored lanes
+    out = np.zeros(32 * x, np.uint32)
+    kernels.launch(f"load_matrices<{x}, {bool_arg(trans)}, {ld}>", (1,), (32,), [tile, offsets, out], [],
+                   order="shuffled", seed=1)
+    want = np.zeros((32, x), np.uint32)
+    for lane in range(32):
+        for i in range(x):
+            halves = []
+            for half in range(2):
+                row, col = ldmatrix_element(lane, i, half, trans)
+                halves.append(int(tile[offsets[8 * i + row] + col]))
+            want[lane, i] = halves[0] | halves[1] << 16
+    np.testing.assert_array_equal(out.reshape(32, x), want)
+
+
+@pytest.mark.parametrize("ld,per_matrix", [(8, 1), (16, 2), (64, 8), (72, 1)])
+def test_ldmatrix_bank_conflicts_are_counted(kernels, ld, per_matrix):
+    """8 rows of 16 bytes at a pitch of 16 or 144 bytes fall in 32 distinct banks (one
+    wavefront per matrix); a 32-byte pitch puts two rows in each bank group (2 wavefronts), a
+    128-byte pitch all eight (8 wavefronts)."""
+    tile = np.zeros(64 * ld, np.uint16)
+    offsets = (np.arange(32) * ld).astype(np.int32)  # lane l -> row l
+    out = np.zeros(32 * 4, np.uint32)
+    kernels.shared_stats(reset=True)
+    kernels.launch(f"load_matrices<4, false, {ld}>", (1,), (32,), [tile, offsets, out], [])
+    assert kernels.shared_stats() == {"accesses": 1, "wavefronts": 4 * per_matrix, "ideal": 4}
+
+
+@pytest.mark.parametrize("ld,per_phase", [(32, 1), (40, 2), (64, 2)])
+def test_16_byte_store_bank_conflicts_are_counted(kernels, ld, per_phase):
+    """A warp's 16-byte stores are served 8 lanes (128 bytes) at a time: two 64-byte rows that
+    are adjacent fill the 32 banks once; 80 or 128 bytes apart they overlap (2 wavefronts)."""
+    src = np.arange(256, dtype=np.uint16)
+    out = np.zeros(8 * ld, np.uint16)
+    kernels.shared_stats(reset=True, kind="st_shared_16")
+    kernels.launch(f"store_rows<{ld}>", (1,), (32,), [src, out], [], order="shuffled", seed=4)
+    assert kernels.shared_stats(kind="st_shared_16") == {"accesses": 1, "wavefronts": 4 * per_phase, "ideal": 4}
+    np.testing.assert_array_equal(out.reshape(8, ld)[:, :32], src.reshape(8, 32))
+
+
+def test_ldmatrix_needs_aligned_rows_and_a_whole_warp(kernels):
+    tile = np.zeros(64 * 8, np.uint16)
+    out = np.zeros(32, np.uint32)
+    misaligned = (np.arange(32) * 8).astype(np.int32)
+    misaligned[5] += 1
+    with pytest.raises(cuda_host.HostLaunchError, match="not 16-byte aligned"):
+        kernels.launch("load_matrices<1, false, 8>", (1,), (32,), [tile, misaligned, out], [])
+    with pytest.raises(cuda_host.HostLaunchError, match="partial warp"):
+        kernels.launch("load_matrices<1, false, 8>", (1,), (16,), [tile, (np.arange(32) * 8).astype(np.int32), out],
+                       [])
+
+
+# --------------------------------------------------------------------------- mma.sync
+def pack_pairs(matrix, cell, regs, dtype):
+    """Lane registers (32 x regs uint32) of 16-bit ``matrix`` per table ``cell(lane, reg, half)``."""
+    bits = np.ascontiguousarray(matrix.astype(dtype)).view(np.uint16)
+    out = np.zeros((32, regs), np.uint32)
+    for lane in range(32):
+        for reg in range(regs):
+            lo, hi = (int(bits[cell(lane, reg, h)]) for h in range(2))
+            out[lane, reg] = lo | hi << 16
+    return out
+
+
+def within_float_sums(got, want, scale):
+    """float sums of exact products: within 16 roundings of the sum of the terms' magnitudes."""
+    return np.all(np.abs(got - want) <= 16 * 2.0**-24 * scale)
+
+
+@pytest.mark.parametrize("type_name", ["__half", "__nv_bfloat16"])
+def test_mma_m16n8k16_follows_the_isa_tables(kernels, rng, type_name):
+    dtype = np.float16 if type_name == "__half" else bf16()
+    a, b = random_array(rng, (16, 16), dtype), random_array(rng, (16, 8), dtype)
+    c = random_array(rng, (16, 8), np.float32)
+    ra = pack_pairs(a, lambda l, r, h: m16n8k16_a(l, r, h), 4, dtype)
+    rb = pack_pairs(b, lambda l, r, h: m16n8k16_b(l, r, h), 2, dtype)
+    rc = np.array([[c[m16n8_c(l, r)] for r in range(4)] for l in range(32)], np.float32)
+    rd = np.full((32, 4), np.nan, np.float32)
+    kernels.launch(f"mma_m16n8k16_lanes<{type_name}>", (1,), (32,), [ra, rb, rc, rd], [], order="shuffled", seed=2)
+    d = np.full((16, 8), np.nan)
+    for lane in range(32):
+        for reg in range(4):
+            d[m16n8_c(lane, reg)] = rd[lane, reg]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))
+
+
+def tf32_bits(x):
+    """float32 rounded to TF32 (cvt.rna: ties away from zero), as the bits of a float32."""
+    return (x.astype(np.float32).view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
+
+
+def test_mma_m16n8k8_tf32_follows_the_isa_tables(kernels, rng):
+    a, b = random_array(rng, (16, 8), np.float32), random_array(rng, (8, 8), np.float32)
+    c = random_array(rng, (16, 8), np.float32)
+    ta, tb = tf32_bits(a), tf32_bits(b)
+    ra = np.array([[ta[m16n8k8_tf32_a(l, r)] for r in range(4)] for l in range(32)], np.uint32)
+    rb = np.array([[tb[m16n8k8_tf32_b(l, r)] for r in range(2)] for l in range(32)], np.uint32)
+    # The tensor cores ignore a TF32 register's low 13 bits: set them, the result must not move.
+    ra |= np.uint32(0x1FFF)
+    rc = np.array([[c[m16n8_c(l, r)] for r in range(4)] for l in range(32)], np.float32)
+    rd = np.full((32, 4), np.nan, np.float32)
+    kernels.launch("mma_m16n8k8_tf32_lanes", (1,), (32,), [ra, rb, rc, rd], [], order="reverse")
+    d = np.full((16, 8), np.nan)
+    for lane in range(32):
+        for reg in range(4):
+            d[m16n8_c(lane, reg)] = rd[lane, reg]
+    a64, b64 = ta.view(np.float32).astype(np.float64), tb.view(np.float32).astype(np.float64)
+    assert not np.array_equal(a64, a.astype(np.float64)), "rounding to TF32 changed some inputs"
+    assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))
+
+
+# --------------------------------------------------------------------------- cp.async
+@pytest.mark.parametrize("wait,landed", [(-1, (False, False, False)), (1, (True, False, False)),
+                                         (0, (True, True, True))])
+def test_cp_async_lands_at_wait_group(kernels, wait, landed):
+    """Copies land when wait_group retires their group: with no wait the buffer still holds what
+    was there (-1), wait_group 1 leaves the newest of two groups in flight, wait_group 0 none;
+    a chunk with src-size 0 lands as zeros."""
+    src = np.arange(1, 13, dtype=np.float32)
+    fill = np.array([1, 1, 0], np.int32)
+    out = np.zeros(12, np.float32)
+    kernels.launch(f"async_copy<{wait}>", (1,), (1,), [src, fill, out], [])
+    want = np.full(12, -1.0, np.float32)
+    for chunk in range(3):
+        if landed[chunk]:
+            want[4 * chunk:4 * chunk + 4] = src[4 * chunk:4 * chunk + 4] if fill[chunk] else 0
+    np.testing.assert_array_equal(out, want)
+
+
+def test_zero_fill_does_not_read_the_source(kernels):
+    """src-size 0 reads nothing: a source address that faults if read is fine."""
+    unmapped = 16 * 4096  # below every mapping of a Linux process, and 16-byte aligned
+    out = np.zeros(12, np.float32)
+    with pytest.raises(cuda_host.HostLaunchError, match="memory fault"):
+        kernels.launch("async_copy<0>", (1,), (1,), [unmapped, np.array([1, 0, 0], np.int32), out], [])
+    kernels.launch("async_copy<0>", (1,), (1,), [unmapped, np.zeros(3, np.int32), out], [])
+    np.testing.assert_array_equal(out, np.zeros(12, np.float32))
+
+
+# --------------------------------------------------------------------------- a whole GEMM
+def run_gemm(kernels, name, type_name, a_k_major, b_k_major, rng, seed=0):
+    dtype = np.float16 if type_name == "__half" else bf16()
+    a, b = random_array(rng, (16, 16), dtype), random_array(rng, (16, 8), dtype)
+    a_stored = np.ascontiguousarray(a.T if a_k_major else a)
+    b_stored = np.ascontiguousarray(b if b_k_major else b.T)
+    c = np.full((16, 8), np.nan, np.float32)
+    kernels.launch(f"{name}<{type_name}, {bool_arg(a_k_major)}, {bool_arg(b_k_major)}>", (1,), (32,),
+                   [a_stored, b_stored, c], [], order="shuffled", seed=seed)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    return c, a64 @ b64, np.abs(a64) @ np.abs(b64)
+
+
+@pytest.mark.parametrize("a_k_major,b_k_major", LAYOUTS)
+@pytest.mark.parametrize("type_name", ["__half", "__nv_bfloat16"])
+def test_gemm_through_cp_async_ldmatrix_and_mma(kernels, rng, type_name, a_k_major, b_k_major):
+    """16x8x16 through cp.async -> ldmatrix -> mma.m16n8k16, against NumPy.  The fragments pair
+    elements along k, so ldmatrix transposes where the stored rows run along m (A k-major) or n
+    (B k-major), and does not where they run along k."""
+    got, want, scale = run_gemm(kernels, gemm_name(None), type_name, a_k_major, b_k_major, rng)
+    assert within_float_sums(got, want, scale)
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_planted_primitive_misuse_fails_the_gemm(kernels, bug):
+    """Every misuse gives a wrong product in every operand layout (the unedited kernel is right on
+    the same inputs: the test above, same seeds)."""
+    for a_k_major, b_k_major in LAYOUTS:
+        got, want, scale = run_gemm(kernels, gemm_name(None), "__half", a_k_major, b_k_major,
+                                    np.random.default_rng(5))
+        assert within_float_sums(got, want, scale)
+        got, want, scale = run_gemm(kernels, gemm_name(bug), "__half", a_k_major, b_k_major,
+                                    np.random.default_rng(5))
+        assert not within_float_sums(got, want, scale), f"{bug} passed with layout {a_k_major, b_k_major}"
+
+
+# --------------------------------------------------------------------------- in the conv kernels
+def run_half_conv_gradients(monkeypatch, source_dir=None):
+    """The float16 wgrad and dgrad of one small problem through the real launchers on the host
+    model (their tiled kernels: mma_cta); returns ({source: shared-memory stats}, results ok?)."""
+    from conftest import assert_close
+    from test_cuda_host import run_planted_problem
+
+    device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
+    stats, ok = {}, True
+    for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
+        device.kernel(f"{op}.cu", f"gradops::{op}_igemm<__half, float, 1, false>")  # build, then count afresh
+        kernels = device._kernels[f"{op}.cu"]
+        for kind in kernels.SHARED_KINDS:
+            kernels.shared_stats(reset=True, kind=kind)
+        got, want = run_planted_problem(op, "tiled", np.float16, np.random.default_rng(7))
+        try:
+            assert_close(got, want, np.float16)
+        except AssertionError:
+            ok = False
+        stats[op] = {kind: kernels.shared_stats(kind=kind) for kind in kernels.SHARED_KINDS}
+    return stats, ok
+
+
+def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path):
+    """The half-type tiles' main-loop shared-memory traffic (ldmatrix reads, 16-byte chunk
+    stores) takes the fewest wavefronts: wgrad's tiles are [k][row] with rows 272 bytes apart
+    (ldmatrix rows skewed by 4 banks), dgrad's [row][k] with 64-byte rows whose 16-byte chunks
+    are XOR-swizzled.  Without the padding and the swizzle the count sees the ldmatrix
+    conflicts (the results stay right): rows 256 bytes apart put a matrix's 8 rows in the same
+    banks (8 wavefronts), rows 64 bytes apart 4 rows (4 wavefronts)."""
+    stats, ok = run_half_conv_gradients(monkeypatch)
+    assert ok
+    for op, by_kind in stats.items():
+        for kind, s in by_kind.items():
+            assert s["accesses"] > 0, f"{op}: no {kind} ran (the tiled kernels must use mma_cta)"
+            assert s["wavefronts"] == s["ideal"], f"{op}: {kind} bank conflicts {s}"
+
+    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
+    tiles = (tmp_path / "igemm_tiles.cuh").read_text()
+    for text, replacement in (("static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm",
+                               "static constexpr int PAD = 0;  //"),
+                              ("(chunk ^ line % LINE_CHUNKS)", "chunk")):
+        assert tiles.count(text) == 1
+        tiles = tiles.replace(text, replacement)
+    (tmp_path / "igemm_tiles.cuh").write_text(tiles)
+    stats, ok = run_half_conv_gradients(monkeypatch, tmp_path)
+    assert ok, "padding changes the speed, not the result"
+    factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
+    for op, by_kind in stats.items():
+        s = by_kind["ldmatrix"]
+        assert s["wavefronts"] == factor[op] * s["ideal"], f"{op}: {s}"
+        s = by_kind["st_shared_16"]  # a store phase is two adjacent 64-byte rows either way
+        assert s["wavefronts"] == s["ideal"], f"{op}: {s}"
