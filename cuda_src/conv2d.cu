@@ -62,9 +62,9 @@ template <typename T, typename Acc> struct ForwardProblem {
     template <int V> __device__ __forceinline__ void b(const BRow& row, int kk, T* dst) const {
         igemm::copy_chunk<V>(dst, filter + static_cast<index_t>(kk) * out_depth + row.offset);
     }
-    __device__ __forceinline__ void store(int m, int n, Acc v) const {
-        output[static_cast<index_t>(m) * out_depth + out_channel0 + n] = from_acc<T, Acc>(v);
-    }
+    __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
+    __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const { output[row + n] = from_acc<T, Acc>(v); }
+    __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 
 // grid: (ceil(batch * out_rows * out_cols / BM), ceil(out_depth / groups / BN), groups).

@@ -86,11 +86,12 @@ template <typename T, typename Acc> struct FilterGradProblem {
     template <int V> __device__ __forceinline__ void b(const BRow& row, int j, T* dst) const {
         igemm::copy_chunk<V>(dst, out_backprop + static_cast<index_t>(j) * out_depth + row.offset);
     }
-    __device__ __forceinline__ void store(int m, int n, Acc v) const {
-        const index_t i = static_cast<index_t>(m) * out_depth + out_channel0 + n;
-        if (partial) partial[i] = v;
-        else filter_grad[i] = from_acc<T, Acc>(v);
+    __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
+    __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const {
+        if (partial) partial[row + n] = v;
+        else filter_grad[row + n] = from_acc<T, Acc>(v);
     }
+    __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 
 // grid: (ceil(M / BM), ceil(out_per_group / BN), groups * splits).  Split z covers reduction

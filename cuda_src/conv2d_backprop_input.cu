@@ -139,13 +139,18 @@ template <typename T, typename Acc> struct InputGradProblem {
         igemm::copy_chunk<V>(dst, filter + ((r * d.filter_cols + s) * d.filter_in_depth + row.offset) * d.out_depth
                                       + out_channel0 + k);
     }
-    __device__ __forceinline__ void store(int m, int c, Acc v) const {
+    // Offset of the input-gradient element (position m, the group's first channel).
+    __device__ __forceinline__ index_t out_row(int m) const {
         int i, j;
         const int n = div_i.divmod(div_j.divmod(m, j), i);
         const index_t h = phase_row + static_cast<index_t>(i) * d.stride_rows;
         const index_t w = phase_col + static_cast<index_t>(j) * d.stride_cols;
-        input_grad[((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0 + c] = from_acc<T, Acc>(v);
+        return ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0;
     }
+    __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const {
+        input_grad[row + c] = from_acc<T, Acc>(v);
+    }
+    __device__ __forceinline__ void store(int m, int c, Acc v) const { store_at(out_row(m), c, v); }
 };
 
 // grid: (ceil(batch * ceil(in_rows / stride_rows) * ceil(in_cols / stride_cols) / BM),

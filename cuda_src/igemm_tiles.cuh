@@ -263,6 +263,8 @@ struct ChannelRow {
 //   struct BRow, BRow b_row(int n) const, template <int V> void b(const BRow& row, int k, T* dst)
 //                                            likewise for B[k][n]
 //   void store(int m, int n, Acc v) const;
+//   index_t out_row(int m) const;            where C's row m starts in the output: store(m, n, v)
+//   void store_at(index_t row, int n, Acc v) const;   is store_at(out_row(m), n, v)
 // The core zero-fills out-of-range elements and only stores in-range ones, so problems need no
 // bounds logic beyond the convolution's own padding.  Row cursors: a thread's chunks keep their
 // GEMM row (m of A, n of B) for the whole reduction, so with 16-byte chunks the loader computes
@@ -444,18 +446,29 @@ struct Loader {
     }
 };
 
-// The tensor-core epilogue: a warp's 16x16 tile of C, staged row-major in ``st`` (each lane
-// wrote its own elements, then __syncwarp), goes to the problem with lanes taking consecutive n
-// (contiguous channels), 8 elements per lane.
+// The tensor-core epilogue.  Where each of the CTA's BM rows of C starts in the output
+// (Problem::out_row, -1 past m_size), located once per CTA: a lane stores elements of 32 rows,
+// and locating a row can cost divisions (dgrad: the input position of m).
+template <int BM, int THREADS, class Problem>
+__device__ __forceinline__ void locate_rows(const Problem& p, int m0, index_t (&rows)[BM]) {
+    for (int r = static_cast<int>(threadIdx.x); r < BM; r += THREADS)
+        rows[r] = m0 + r < p.m_size ? p.out_row(m0 + r) : index_t(-1);
+    __syncthreads();
+}
+
+// A warp's 16x16 tile of C, staged row-major in ``st`` (each lane wrote its own elements, then
+// __syncwarp), goes to the problem with lanes taking consecutive n (contiguous channels), 8
+// elements per lane; ``rows``: the tile's first row's entry of the table locate_rows made.
 template <class Problem>
-__device__ __forceinline__ void store_staged_tile(const Problem& p, const float* st, int m_base, int n_base,
-                                                  int lane) {
+__device__ __forceinline__ void store_staged_tile(const Problem& p, const float* st, const index_t* rows,
+                                                  int n_base, int lane) {
     constexpr int TILE = 16, LANES = 32;
 #pragma unroll
     for (int t = 0; t < TILE * TILE / LANES; ++t) {
         const int e = lane + LANES * t;
-        const int m = m_base + e / TILE, n = n_base + e % TILE;
-        if (m < p.m_size && n < p.n_size) p.store(m, n, st[e]);
+        const index_t row = rows[e / TILE];
+        const int n = n_base + e % TILE;
+        if (row >= 0 && n < p.n_size) p.store_at(row, n, st[e]);
     }
 }
 
@@ -548,6 +561,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     // Epilogue: per 16x16 block (one m16 tile, two n8 tiles), each lane stages its own
     // accumulators where the C fragment layout puts them (row g + 8 (r / 2), column
     // 2 t + r % 2 of its n8 tile, g = lane / 4, t = lane % 4), then the warp stores the block.
+    __shared__ index_t rows[BM];
+    locate_rows<BM, C::THREADS>(p, m0, rows);
     float* st = stage[warp];
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
@@ -560,7 +575,7 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
                 for (int r = 0; r < 4; ++r)
                     st[(g + 8 * (r / 2)) * 16 + MMA_N * h + 2 * t + r % 2] = acc[i][j + h][r];
             __syncwarp();  // the staged block is complete
-            store_staged_tile(p, st, m0 + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
+            store_staged_tile(p, st, rows + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
             __syncwarp();  // every lane has read the block before it is overwritten
         }
     }
@@ -638,6 +653,8 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
 
     // Epilogue: each fragment goes through the warp's 16x16 staging buffer so that lanes write
     // consecutive n (contiguous channels) and the problem sees plain (m, n) coordinates.
+    __shared__ index_t rows[BM];
+    locate_rows<BM, C::THREADS>(p, m0, rows);
     float* st = stage[warp];
 #pragma unroll
     for (int i = 0; i < FM; ++i) {
@@ -645,7 +662,7 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
         for (int j = 0; j < FN; ++j) {
             wmma::store_matrix_sync(st, acc[i][j], 16, wmma::mem_row_major);
             __syncwarp();
-            store_staged_tile(p, st, m0 + wm + 16 * i, n0 + wn + 16 * j, lane);
+            store_staged_tile(p, st, rows + wm + 16 * i, n0 + wn + 16 * j, lane);
             __syncwarp();
         }
     }
