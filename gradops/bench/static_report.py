@@ -208,6 +208,10 @@ def block_size(expression: str) -> int:
         args = template_args(expression)
         c_type = {v[0]: k for k, v in _conv_igemm._build.C_TYPES.items()}[args[0]]
         return _conv_igemm.TILES[(c_type, int(args[2]))][3]
+    if "_input_tiled<" in expression:
+        from .static_tiled import DepthwiseTile
+
+        return DepthwiseTile.of(expression, False, False, 1).threads
     if "conv2d_backprop_filter_direct<" in expression:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
     return _runtime.BLOCK_1D
@@ -437,6 +441,8 @@ def reference_paths(kernel) -> dict | None:
 
 def _reference_paths(kernel) -> dict | None:
     width = element_width(kernel.expression)
+    if "_input_tiled<" in kernel.expression:
+        return _tiled_reference_paths(kernel)
     if kernel.source == DEPTHWISE_SOURCE:
         args = template_args(kernel.expression)
         kh, kw, sh, sw = (int(a) for a in args[3:7])
@@ -472,6 +478,35 @@ def _reference_paths(kernel) -> dict | None:
         return {"work": "element in one pooling cell (disjoint pooling)", "per_element": one,
                 "per_element_2x2_cells": four, "path": _path_summary(counts), "call_sites": _call_sites(kernel.cfg)}
     return None
+
+
+def _tiled_reference_paths(kernel) -> dict:
+    """The kernel table's figures for a tiled depthwise instantiation: one thread's common path
+    (:mod:`.static_tiled`) at multiplier 1 (16-byte staging in NHWC), and for float
+    accumulators the paired multiplier 2 beside it."""
+    from . import static_tiled as st
+
+    nhwc = template_args(kernel.expression)[2] == "0"
+    one = st.depthwise_tiled_path(kernel, nhwc, False, 1)
+    t = one["tile"]
+    staging = f"{t.load_width}-byte staging" + ("" if nhwc else " (NCHW planes)")
+    record = {"work": f"one thread of an interior {t.tile[0]}x{t.tile[1]}-position tile, multiplier 1, {staging}, "
+                      f"finite filter; / {t.outputs // t.threads} outputs per thread",
+              "per_element": one["per_element"], "thread_instructions": one["instructions"],
+              "path": one["path"], "call_sites": _kernel_call_sites(kernel.cfg),
+              "global_bytes_per_element": one["global_bytes_per_element"], "tiled": True}
+    if t.v == 2:  # float accumulators: multiplier 2 pairs its slices
+        two = st.depthwise_tiled_path(kernel, nhwc, True, 2)
+        record["paired_m2_per_element"] = two["per_element"]
+        record["extra_text"] = f"m2 paired: {two['per_element']:.1f}"
+    else:
+        record["extra_text"] = "-"
+    return record
+
+
+def _kernel_call_sites(cfg) -> int:
+    """Subroutine calls anywhere in the kernel (each a slow path beside an inline fast path)."""
+    return sum(1 for x in cfg.function.instructions if x.base == "CALL" and (x.target or "").startswith("$"))
 
 
 def _two_stage_reference_paths(kernel, width: int) -> dict | None:
@@ -558,6 +593,10 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
                     "device": device.key, "not_modelled": f"not modelled: {exc}"}
     kernel = _kernel_for(case, dtype, g, kernels, f"sm_{device.arch}")
     try:
+        if "_input_tiled<" in kernel.expression:
+            from . import static_tiled as st
+
+            return st.predict_depthwise(case, dtype_name, device, kernel, g, st.depthwise_launch(g, dtype))
         return _predict(case, dtype_name, device, kernel, g)
     except (_sass.PathError, ValueError) as exc:
         return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
@@ -627,10 +666,7 @@ def _stage(name: str, device: Device, kernel, elements: int, mean_cost: float, p
     if round_trips != 1.0 and occ["warps_per_sm"]:
         # A thread's loop is a chain of round trips: at least one wave of them, however few threads.
         waves = max(1.0, elements / (device.sms * occ["warps_per_sm"] * 32))
-        limits["limits_ms"]["occupancy"] = waves * round_trips * device.dram_latency_s * 1e3
-        limiter = max(limits["limits_ms"], key=limits["limits_ms"].get)
-        limits.update(limiter=limiter, predicted_ms=limits["limits_ms"][limiter],
-                      pct_hbm=100 * traffic / (limits["limits_ms"][limiter] / 1e3) / device.bandwidth)
+        with_latency_limit(limits, device, traffic, waves * round_trips * device.dram_latency_s)
     return {"stage": name, "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2_bytes,
             "sass_per_element": mean_cost, "round_trips_per_element": round_trips,
             "resident_warps_per_sm": occ["warps_per_sm"], **limits}
@@ -848,6 +884,16 @@ def roofline(device: Device, elements: int, sass_per_element: float, classes_per
             "limits_ms": {k: v * 1e3 for k, v in limits.items()}, "limiter": limiter, "predicted_ms": seconds * 1e3,
             "pct_hbm": 100 * traffic / seconds / device.bandwidth,
             "budget_per_element_75pct_hbm": instruction_budget(device, traffic, elements)}
+
+
+def with_latency_limit(limits: dict, device: Device, traffic: float, seconds: float) -> dict:
+    """Replaces a :func:`roofline` result's occupancy limit by ``seconds`` (a latency chain the
+    caller models) and re-picks the limiter and prediction."""
+    limits["limits_ms"]["occupancy"] = seconds * 1e3
+    limiter = max(limits["limits_ms"], key=limits["limits_ms"].get)
+    limits.update(limiter=limiter, predicted_ms=limits["limits_ms"][limiter],
+                  pct_hbm=100 * traffic / (limits["limits_ms"][limiter] / 1e3) / device.bandwidth)
+    return limits
 
 
 def instruction_budget(device: Device, traffic: float, elements: int, fraction: float = BUDGET_FRACTION) -> float:
