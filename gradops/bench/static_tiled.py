@@ -163,6 +163,16 @@ class DepthwiseTile:
     def store_width(self) -> int:
         return self.width if (self.nchw or self.paired or self.v == 1) else 2 * self.width
 
+    def shared_words(self) -> int:
+        """4-byte words a thread stores to shared memory (a lower bound: the filter's 16-byte
+        stores, made by the warps whose slots hold taps, are left to the path): 16-byte staging
+        widens each tile load to accumulators; scalar staging stores each value it loads; NCHW
+        also passes its results (V, or the pair sum, per position) through shared memory."""
+        if self.vector:
+            return self._vector_steps()[1] * (VECTOR_BYTES // self.width) * self.acc // 4
+        results = self.item[0] * self.item[1] * (1 if self.paired else self.v) if self.nchw else 0
+        return (self.loads() + results) * self.acc // 4
+
     def round_trips(self) -> int:
         """Dependent global-load round trips per thread before its sums can start: per slice,
         16-byte staging issues its loads in batches of 12 (all at once up to 16); scalar NHWC
@@ -225,30 +235,62 @@ def _global(ins, base: str, width: int) -> bool:
     return ins.base == base and _sass.access_width(ins) == width
 
 
-def common_path(kernel, loads: int, load_width: int, stores: int, store_width: int, trips: dict,
-                through, slack: int = 16) -> tuple[int, Counter]:
-    """(instructions, counts) of the cheapest kernel path through ``through`` with exactly
-    ``stores`` global stores of ``store_width`` bytes and the fewest global loads of
-    ``load_width`` bytes that is at least ``loads``."""
-    from ..backends.cuda._sass import PathError
+def shared_words(ins) -> int:
+    """4-byte words a shared-memory store writes (the compiler merges neighbouring stores)."""
+    from ..backends.cuda import _sass
 
-    load_kind, store_kind = f"LDG.{8 * load_width}", f"STG.{8 * store_width}"
-    # k = stores + weight x loads: one table entry per (loads, stores) pair, since no path makes
-    # more stores than the kernel holds (none sits in a loop: checked on the chosen path below).
-    weight = 1 + sum(1 for x in kernel.function.instructions if _global(x, "STG", store_width))
-    counted = (lambda ins: weight if _global(ins, "LDG", load_width) else int(_global(ins, "STG", store_width)))
-    table = kernel.cfg.function_table(counted, trips, kmax=weight * (loads + slack) + stores, through=through)
-    for k in sorted(table, key=lambda k: (k // weight, table[k][0])):
-        cost, counts = table[k]
-        if counts[store_kind] == stores and counts[load_kind] >= loads:
-            return cost, counts
-    raise PathError(f"{kernel.expression}: no path with {stores} {store_kind} and >= {loads} {load_kind} "
-                    f"(paths: {sorted((k, t[1][load_kind], t[1][store_kind]) for k, t in table.items())[:12]})")
+    return _sass.access_width(ins) // 4 if ins.base == "STS" else 0
+
+
+def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared: int, trips: dict,
+                through, slack: int = 16) -> tuple[int, Counter]:
+    """(instructions, counts) of the cheapest kernel path through ``through`` with exactly the
+    global stores ``(bytes per thread, count)``, the fewest global loads ``(bytes, count)`` at
+    least the count, and then the fewest shared-memory words stored at least ``shared``.
+
+    The shared words keep a path from leaving a staging loop's or the result pass's stores
+    early (their guards are run-time conditions the CFG cannot evaluate).  The three counts are
+    one table key, ``stores + a x words + a b x loads``, with radices a, b past any count the
+    key may hold (stores sit in no loop; every staging loop iteration loads), checked on the
+    chosen path."""
+    from ..backends.cuda._sass import KeyLimit, PathError
+
+    load_kind, store_kind = f"LDG.{8 * loads[0]}", f"STG.{8 * stores[0]}"
+    a = 1 + sum(1 for x in kernel.function.instructions if _global(x, "STG", stores[0]))
+    b = 1 + shared + slack
+
+    def counted(ins) -> int:
+        if _global(ins, "LDG", loads[0]):
+            return a * b
+        return int(_global(ins, "STG", stores[0])) + a * shared_words(ins)
+
+    limit = KeyLimit(a * b * (loads[1] + slack) + a * b - 1, lambda k: k % a <= stores[1] and (k // a) % b < b - 1)
+    table = kernel.cfg.function_table(counted, trips, kmax=limit, through=through)
+    candidates = []
+    for k, (cost, counts) in table.items():
+        words = (k // a) % b
+        if counts[store_kind] == stores[1] and words >= shared and counts[load_kind] >= loads[1]:
+            candidates.append((counts[load_kind], words, cost, counts))
+    if not candidates:
+        raise PathError(f"{kernel.expression}: no path with {stores[1]} {store_kind}, >= {loads[1]} {load_kind} "
+                        f"and >= {shared} words of shared stores")
+    *_, cost, counts = min(candidates, key=lambda c: c[:3])  # fewest loads, then shared words, then cheapest
+    return cost, counts
+
+
+_PATHS: dict = {}
 
 
 def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -> dict:
     """One thread's common path of a tiled depthwise instantiation for a launch choice, with
-    its per-element figures (see the module docstring)."""
+    its per-element figures (see the module docstring); cached per kernel object and choice."""
+    key = (id(kernel), vector, paired, multiplier)
+    if key not in _PATHS or _PATHS[key][0] is not kernel:
+        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier))
+    return _PATHS[key][1]
+
+
+def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -> dict:
     from ..backends.cuda._sass import PathError
 
     t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier)
@@ -258,8 +300,8 @@ def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) ->
     if fma != depthwise_fma_per_slice(t):
         raise PathError(f"{kernel.expression}: the FMA-richest block holds {fma} FMAs, the source's tap loops "
                         f"{depthwise_fma_per_slice(t)}")
-    cost, counts = common_path(kernel, t.loads(), t.load_width, t.stores(), t.store_width,
-                               {1: (t.slices, None)}, through)
+    cost, counts = common_path(kernel, (t.store_width, t.stores()), (t.load_width, t.loads()),
+                               t.shared_words(), {1: (t.slices, None)}, through)
     from .static_report import _path_summary
 
     return {"tile": t, "instructions": cost, "counts": counts, "path": _path_summary(counts),

@@ -413,7 +413,8 @@ class CFG:
         """``{k: (instructions, counts)}``: the cheapest path through one iteration of ``loop``
         (header to a latch, cold blocks excluded) that executes exactly ``k`` instructions for
         which ``counted(instruction)`` holds, for every reachable ``k <= kmax`` (``counted`` may
-        return an int weight instead: ``k`` is then the sum of the weights).
+        return an int weight instead: ``k`` is then the sum of the weights; ``kmax`` may be a
+        :class:`KeyLimit`).
 
         ``trips`` maps the depth of an inner loop *relative to* ``loop`` (1: directly nested) to
         ``(iterations, counted per iteration or None)``: each time the path enters such a loop
@@ -527,7 +528,7 @@ class CFG:
                 summary = summarize(instructions)
                 out = {}
                 for k, (c, counts) in table.items():
-                    if k + k_here <= kmax:
+                    if _fits(k + k_here, kmax):
                         out[k + k_here] = (c + cost, counts + summary)
                 done[v] = out
                 for w, _ in edges[v]:
@@ -602,13 +603,31 @@ def _merge(into: dict, table: dict) -> None:
             into[k] = (c, counts)
 
 
+class KeyLimit:
+    """A ``kmax`` that also bounds the digits of a key packed from several counts: ``k`` fits
+    when ``k <= kmax`` and ``valid(k)`` (e.g. no count past its radix, where it would alias)."""
+
+    def __init__(self, kmax: int, valid):
+        self.kmax, self.valid = kmax, valid
+
+
+def _fits(k: int, kmax) -> bool:
+    if isinstance(kmax, KeyLimit):
+        return k <= kmax.kmax and kmax.valid(k)
+    return k <= kmax
+
+
+def _bound(kmax) -> int:
+    return kmax.kmax if isinstance(kmax, KeyLimit) else kmax
+
+
 def _combine(a: dict, b: dict, kmax: int) -> dict:
     """Min-plus convolution: a path of ``a`` followed by one of ``b``."""
     out: dict = {}
     for ka, (ca, na) in a.items():
         for kb, (cb, nb) in b.items():
             k = ka + kb
-            if k <= kmax and (k not in out or ca + cb < out[k][0]):
+            if _fits(k, kmax) and (k not in out or ca + cb < out[k][0]):
                 out[k] = (ca + cb, na + nb)
     return out
 
@@ -627,7 +646,7 @@ def _repeat(cycle: dict, exit_table: dict, fixed, kmax: int) -> dict:
         return out
     best = dict(exit_table)
     acc = exit_table
-    for _ in range(kmax + 1):
+    for _ in range(_bound(kmax) + 1):
         acc = _combine(cycle, acc, kmax)
         before = dict(best)
         _merge(best, acc)
