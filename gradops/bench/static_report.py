@@ -8,7 +8,10 @@ sm_90 and sm_80, reads their SASS (:mod:`gradops.backends.cuda._sass`) and write
 
 Per kernel: registers, shared memory, spills, occupancy at the launcher's block size, the
 global loads and stores with their widths, and the SASS instructions of the steady-state
-path per output element.  The path's *work* is given per kernel family (see
+path per output element.  The tiled depthwise kernel, which stages a tile per CTA, is
+modelled by :mod:`.static_tiled` (one thread's common path through the whole kernel); the
+staged fractional average pooling kernel is not modelled yet.  The path's *work* is given per
+kernel family (see
 :func:`depthwise_work`, :func:`fractional_work`, :func:`depthwise_filter_row_work`,
 :func:`depthwise_filter_reduce_work`, :func:`fractional_select_work` and
 :func:`fractional_gather_work`); :mod:`._sass` finds the cheapest path
@@ -125,6 +128,20 @@ ASSUMPTIONS = [
     "channels, possibly of two pixels; NCHW: 32 consecutive columns, possibly of several rows) and each costs the "
     "path of the union of its threads' taps; fractional warps (32 channels of one pixel, depth 64 or 256) do not "
     "diverge.",
+    "Depthwise input gradient, tiled kernel (gradops.bench.static_tiled): one thread's common path through the "
+    "whole kernel: every barrier's block and the unchecked inner loop's (finite filter: the block with the most "
+    "FFMA, which must hold the source's tap count) passed, the global loads and stores of one thread of an "
+    "interior tile (the busiest lane: guarded last steps taken; the fewest loads >= that count), at least the "
+    "staged tile's words stored to shared memory, the multiplier-slice loop run once per slice (once when "
+    "multiplier 2 is paired), staging loops as their loads need; 16-byte staging where the launcher chooses it "
+    "(NHWC, multiplier 1 or paired, channels a multiple of 16 bytes, aligned arrays). SASS/elem of a kernel: path "
+    "x threads per CTA / outputs of a full tile. Per shape: every CTA of the launcher's grid is charged the "
+    "interior path (edge tiles' checks not counted; the positions an overhanging tile computes but does not "
+    "store are), SASS/elem = that / the shape's elements. DRAM: compulsory bytes; L2: each CTA's staged tile "
+    "with halo, filter slice and outputs; latency: waves of resident CTAs (occupancy at the launcher's block of "
+    "128 or 64 threads) x the dependent staging round trips per CTA (16-byte staging: one per batch of up to 16 "
+    "loads; scalar NHWC: the filter then one per unrolled-by-4 step; NCHW: the filter then one per channel step) "
+    "x 600 ns, per slice.",
     "Kernel time only: no launch latency, no allocation, no host-to-device copy of the fractional cell tables "
     "(the GPU benchmark's CUDA-event time includes all of those).",
     "Two-kernel ops (depthwise filter gradient: partial sums then their fixed-order sum; fractional max pooling "
@@ -984,7 +1001,10 @@ def markdown(report: dict) -> str:
     lines += ["", "## Per kernel: depthwise and fractional pooling (SASS, steady-state path per output element)", "",
               "SASS/elem: instructions on the steady-state path per output element (one thread, one element); "
               "per tap: the cost of one more tap; calls: subroutine call sites (slow paths of 64-bit integer or "
-              "double division) in the grid-stride loop; occupancy at the launcher's 256-thread blocks.", "",
+              "double division) in the grid-stride loop; occupancy at the launcher's 256-thread blocks. Tiled "
+              "depthwise kernels (`_tiled<`): one thread's common path through the whole kernel x threads per CTA "
+              "/ outputs of a full tile (multiplier 1; the 'per tap' column gives multiplier 2 paired), global "
+              "ld/st are one thread's, occupancy at the launcher's 128- or 64-thread blocks.", "",
               "| arch | kernel | regs | smem | spills | warps/SM (limiter) | global ld/st on the path | SASS/elem | "
               "per tap | IMAD / int / FP64 / MUFU / conv on the path | calls | work |",
               "|---|---|---:|---:|---:|---|---|---:|---:|---|---:|---|"]

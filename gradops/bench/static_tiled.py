@@ -140,10 +140,16 @@ class DepthwiseTile:
         rows, cols = self.staged
         filter_loads = -(-taps * self.channels // self.threads)
         if self.nchw:
-            tile_loads = (self.channels // (self.threads // 32)) * -(-rows * cols // 32)
+            steps, (chunks, _) = self.channel_steps()
+            tile_loads = steps * chunks
         else:
-            tile_loads = -(-rows * cols * self.channels // self.threads)
+            tile_loads = self.nhwc_staging_loads()
         return self.slices * (filter_loads + tile_loads)
+
+    def nhwc_staging_loads(self) -> int:
+        """Scalar NHWC staging: elements of the staged tile per thread (its first thread's count)."""
+        rows, cols = self.staged
+        return -(-rows * cols * self.channels // self.threads)
 
     @property
     def load_width(self) -> int:
@@ -162,6 +168,13 @@ class DepthwiseTile:
     @property
     def store_width(self) -> int:
         return self.width if (self.nchw or self.paired or self.v == 1) else 2 * self.width
+
+    def channel_steps(self) -> tuple[int, tuple[int, int]]:
+        """NCHW staging: (iterations of the channel loop, (loads, shared words) per iteration):
+        CHANNELS / warps channels per warp, one element per 32-position chunk."""
+        rows, cols = self.staged
+        chunks = -(-rows * cols // 32)
+        return self.channels // (self.threads // 32), (chunks, chunks * self.acc // 4)
 
     def shared_words(self) -> int:
         """4-byte words a thread stores to shared memory (a lower bound: the filter's 16-byte
@@ -185,7 +198,7 @@ class DepthwiseTile:
         if self.nchw:
             per_slice = 1 + self.channels // (self.threads // 32)
         else:
-            per_slice = 1 + -(-(-(-rows * cols * self.channels // self.threads)) // 4)
+            per_slice = 1 + -(-self.nhwc_staging_loads() // 4)
         return self.slices * per_slice
 
     def l2_bytes_per_cta(self) -> int:
@@ -247,6 +260,7 @@ def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared:
     """(instructions, counts) of the cheapest kernel path through ``through`` with exactly the
     global stores ``(bytes per thread, count)``, the fewest global loads ``(bytes, count)`` at
     least the count, and then the fewest shared-memory words stored at least ``shared``.
+    ``trips``: ``{loop depth: (iterations, (loads, shared words or None) per iteration, or None)}``.
 
     The shared words keep a path from leaving a staging loop's or the result pass's stores
     early (their guards are run-time conditions the CFG cannot evaluate).  The three counts are
@@ -265,6 +279,14 @@ def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared:
         return int(_global(ins, "STG", stores[0])) + a * shared_words(ins)
 
     limit = KeyLimit(a * b * (loads[1] + slack) + a * b - 1, lambda k: k % a <= stores[1] and (k // a) % b < b - 1)
+    # A loop given (trips, (loads, words or None) per iteration) runs exactly that work per iteration.
+    def per_iteration(per):
+        if per is None:
+            return None
+        loads_each, words_each = per
+        return lambda k: k // (a * b) == loads_each and (words_each is None or (k // a) % b == words_each)
+
+    trips = {d: (t, per_iteration(per)) for d, (t, per) in trips.items()}
     table = kernel.cfg.function_table(counted, trips, kmax=limit, through=through)
     candidates = []
     for k, (cost, counts) in table.items():
@@ -300,8 +322,13 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -
     if fma != depthwise_fma_per_slice(t):
         raise PathError(f"{kernel.expression}: the FMA-richest block holds {fma} FMAs, the source's tap loops "
                         f"{depthwise_fma_per_slice(t)}")
+    trips = {1: (t.slices, (t.loads() // t.slices, None))}  # every slice stages the same loads
+    if t.nchw:  # the channel loop (unroll 1): CHANNELS / warps steps of one load and store per chunk
+        trips[2] = t.channel_steps()
+    elif not t.vector:  # the staging loop unrolled by 4: its remainder (< 4 loads) runs before it, unrolled
+        trips[2] = (t.nhwc_staging_loads() // 4, (4, 4 * t.acc // 4))
     cost, counts = common_path(kernel, (t.store_width, t.stores()), (t.load_width, t.loads()),
-                               t.shared_words(), {1: (t.slices, None)}, through)
+                               t.shared_words(), trips, through)
     from .static_report import _path_summary
 
     return {"tile": t, "instructions": cost, "counts": counts, "path": _path_summary(counts),

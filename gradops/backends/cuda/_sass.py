@@ -634,12 +634,14 @@ def _combine(a: dict, b: dict, kmax: int) -> dict:
 
 def _repeat(cycle: dict, exit_table: dict, fixed, kmax: int) -> dict:
     """An inner loop run as a whole: ``t - 1`` full iterations then the last one to an exit.
-    ``fixed``: ``(t, counted per iteration or None)``, or None for any ``t >= 1``."""
+    ``fixed``: ``(t, counted per iteration or None)``, or None for any ``t >= 1``; the count per
+    iteration may be a predicate on an iteration's key (a packed key's digits)."""
     if fixed is not None:
         t, per = fixed
         if per is not None:  # the last header visit may also leave before any counted access
-            cycle = {k: v for k, v in cycle.items() if k == per}
-            exit_table = {k: v for k, v in exit_table.items() if k in (0, per)}
+            ok = per if callable(per) else (lambda k: k == per)  # a predicate on one iteration's key
+            cycle = {k: v for k, v in cycle.items() if ok(k)}
+            exit_table = {k: v for k, v in exit_table.items() if k == 0 or ok(k)}
         out = exit_table
         for _ in range(t - 1):
             out = _combine(cycle, out, kmax)
