@@ -425,3 +425,164 @@ def test_launch_block_sizes_are_the_launchers():
     assert sr.block_size("gradops::fractional_avg_pool_grad<float, double>") == 256  # _runtime.BLOCK_1D
     assert sr.block_size("gradops::conv2d_backprop_filter_direct<float, float, 0>") == 128
     assert sr.block_size("gradops::conv2d_backprop_input_igemm<__half, float, 1, false>") == 256
+
+
+# --------------------------------------------------------------------------- staged tile kernels
+
+#: A kernel body without a loop: a branch whose fall-through side loads (cheap) and whose taken
+#: side holds the sums (dearer), joined before a store and EXIT.
+DIAMOND = """
+	.section	.text._Z1dv,"ax",@progbits
+.text._Z1dv:
+        /*0000*/                   S2R R0, SR_TID.X ;
+        /*0010*/                   ISETP.GE.AND P0, PT, R0, 0x10, PT ;
+        /*0020*/               @P0 BRA `(.L_x_1) ;
+        /*0030*/                   LDG.E R2, desc[UR4][R4.64] ;
+        /*0040*/                   BRA `(.L_x_2) ;
+.L_x_1:
+        /*0050*/                   FFMA R2, R2, R3, R2 ;
+        /*0060*/                   FFMA R2, R2, R3, R2 ;
+        /*0070*/                   FFMA R2, R2, R3, R2 ;
+.L_x_2:
+        /*0080*/                   STG.E desc[UR4][R4.64], R2 ;
+        /*0090*/                   EXIT ;
+"""
+
+
+def test_function_table_paths_through_required_blocks():
+    """Entry (3) then load side (2) or sums (3), then store + EXIT (2): the cheapest path to the
+    EXIT loads; forced through the sums' block it costs 8 and loads nothing; a count weight of
+    10 per store makes the key 10 x stores + loads."""
+    cfg = _sass.CFG(_sass.parse_listing(DIAMOND)["_Z1dv"])
+    sums = next(b for b in cfg.blocks if any(x.base == "FFMA" for x in cfg.instructions(b)))
+    table = cfg.function_table(lambda ins: _sass.is_global_load(ins, 4))
+    assert {k: c for k, (c, _) in table.items()} == {0: 8, 1: 7}
+    forced = cfg.function_table(lambda ins: _sass.is_global_load(ins, 4), through=[sums])
+    assert {k: c for k, (c, _) in forced.items()} == {0: 8} and forced[0][1]["FFMA"] == 3
+    weighted = cfg.function_table(lambda ins: 10 * (ins.base == "STG") + _sass.is_global_load(ins, 4))
+    assert sorted(weighted) == [10, 11]
+    limited = cfg.function_table(lambda ins: 10 * (ins.base == "STG") + _sass.is_global_load(ins, 4),
+                                 kmax=_sass.KeyLimit(20, lambda k: k % 10 == 0))
+    assert sorted(limited) == [10]
+
+
+@pytest.fixture(scope="module")
+def tiled_kernels():
+    """Two tiled depthwise instantiations of today's source and the float16 NHWC one of the
+    measured revision (git show), sm_90 (seconds)."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    import subprocess
+
+    from gradops.bench import static_tiled as st
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    import numpy as np
+
+    half = dw._tiled_expression(np.float16, "NHWC", (3, 3, 1, 1))
+    single = dw._tiled_expression(np.float32, "NCHW", (3, 3, 1, 1))
+    now = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], only=[half, single])}
+    root = Path(__file__).resolve().parents[1]
+    try:
+        old_text = subprocess.check_output(["git", "show", f"{st.MEASURED_DEPTHWISE_REVISION}:cuda_src/{sr.DEPTHWISE_SOURCE}"],
+                                           cwd=root, text=True, stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        old_text = None
+    old = (_sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], texts={sr.DEPTHWISE_SOURCE: old_text}, only=[half])[0]
+           if old_text else None)
+    return now[half], now[single], old
+
+
+def test_tiled_depthwise_path_follows_the_staging_choice(tiled_kernels):
+    """float16 NHWC 3x3/1: the 16-byte path stages 1 filter vector and 10 rows of 18 positions
+    with LDG.128 and stores 16 positions x 2 channels as 16 four-byte stores; scalar staging
+    makes ceil(9 x 32 / 128) = 3 filter and 180 x 32 / 128 = 45 tile loads of 2 bytes instead,
+    and costs more; multiplier 2 unpaired runs the slice loop twice (twice the loads); paired,
+    it stages like multiplier 1 and stores the pair sum (2 bytes) per position."""
+    from gradops.bench import static_tiled as st
+
+    half, _, _ = tiled_kernels
+    vector = st.depthwise_tiled_path(half, True, False, 1)
+    assert vector["path"]["memory"]["LDG.128"] == 11 and "LDG.16" not in vector["path"]["memory"]
+    assert vector["path"]["memory"]["STG.32"] == 16 and vector["path"]["memory"]["STS.128"] >= 20
+    assert vector["per_element"] == pytest.approx(vector["instructions"] / 32) and 5 < vector["per_element"] < 60
+    scalar = st.depthwise_tiled_path(half, False, False, 1)
+    assert scalar["path"]["memory"]["LDG.16"] == 48 and "LDG.128" not in scalar["path"]["memory"]
+    assert scalar["instructions"] > vector["instructions"]
+    two = st.depthwise_tiled_path(half, False, False, 2)
+    assert two["path"]["memory"]["LDG.16"] == 96 and two["counts"]["FFMA"] >= 2 * 288
+    assert 1.5 * scalar["instructions"] < two["instructions"] < 2 * scalar["instructions"]
+    paired = st.depthwise_tiled_path(half, True, True, 2)
+    assert paired["path"]["memory"]["LDG.128"] == 11 and paired["path"]["memory"]["STG.16"] == 16
+    assert abs(paired["instructions"] - vector["instructions"]) < 0.05 * vector["instructions"]
+    assert paired["per_element"] == pytest.approx(paired["instructions"] / 16)
+
+
+def test_tiled_inner_loop_matches_a_hand_count(tiled_kernels):
+    """The block the path is forced through holds the unchecked sums: 4 x 4 positions x 9 taps
+    x 2 channels = 288 FFMA for 3x3 stride 1 (the hand count), which the source's loop
+    arithmetic (depthwise_fma_per_slice) also gives; NCHW's path stores its 32 results through
+    shared memory and its 32 global stores are 4-byte, one per (position, channel)."""
+    from gradops.bench import static_tiled as st
+
+    half, single, _ = tiled_kernels
+    for kernel in (half, single):
+        block = st.through_blocks(kernel.cfg)[-1]
+        assert st.fma_count(kernel.cfg.instructions(block)) == 288 == st.depthwise_fma_per_slice(
+            st.DepthwiseTile.of(kernel.expression, True, False, 1))
+    nchw = st.depthwise_tiled_path(single, False, False, 1)
+    memory = nchw["path"]["memory"]
+    assert memory["STG.32"] == 32 and memory["LDG.32"] == 3 + 8 * 6  # filter, then 8 channels x 6 chunks
+    assert memory.get("STS.32", 0) + 2 * memory.get("STS.64", 0) >= 51 + 32
+
+
+def test_tiled_count_is_stable_across_the_pairing_change(tiled_kernels):
+    """The measured revision's source differs from today's by the multiplier pairing only: its
+    multiplier-1 path (16-byte staging) must cost within 5% of today's."""
+    from gradops.bench import static_tiled as st
+
+    half, _, old = tiled_kernels
+    if old is None:
+        pytest.skip(f"revision {st.MEASURED_DEPTHWISE_REVISION} is not in this checkout's history")
+    now, then = st.depthwise_tiled_path(half, True, False, 1), st.depthwise_tiled_path(old, True, False, 1)
+    assert then["path"]["memory"]["LDG.128"] == 11
+    assert abs(now["instructions"] - then["instructions"]) < 0.05 * now["instructions"]
+
+
+def test_tiled_depthwise_predictions(tiled_kernels):
+    """A MobileNetV2 3x3/1 float16 NHWC shape through the report: modelled (not 'not modelled'),
+    the label kept, every CTA of the launcher's grid charged; multiplier 2 pairs (twice the CTAs)."""
+    half, _, _ = tiled_kernels
+    kernels = {("sm_90", half.expression): half}
+    device = sr.DEVICES[0]
+    cases = [c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_INPUT and c.label.startswith("dw1 ")
+             and c.label.endswith("NHWC")]
+    one, two = (sr.predict(c, "float16", device, kernels) for c in cases[:2])
+    assert "not_modelled" not in one and one["tiled"]["vector_loads"] and not one["tiled"]["paired_multipliers"]
+    assert two["tiled"]["paired_multipliers"] and two["tiled"]["ctas"] == 2 * one["tiled"]["ctas"]
+    assert one["predicted_ms"] == max(one["limits_ms"].values()) > 0
+    assert one["sass_per_element"] == pytest.approx(one["tiled"]["kernel_per_element"])  # 112 x 112: full tiles
+    record = sr.reference_paths(half)
+    assert record["per_element"] == pytest.approx(one["tiled"]["kernel_per_element"]) and record["call_sites"] == 0
+    assert sr.block_size(half.expression) == 128
+
+
+def test_calibration_markdown_is_generated_from_its_json():
+    """benchmarks/static_calibration.py's committed markdown is what its committed JSON renders
+    (no hand edits), its measured times are the Nsight Compute run's, and every predicted
+    figure is labelled."""
+    root = Path(__file__).resolve().parents[1]
+    results = root / "benchmarks" / "results" / "gpu_h100_2026-11-22"
+    spec = importlib.util.spec_from_file_location("static_calibration", root / "benchmarks" / "static_calibration.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    import json
+
+    report = json.loads((results / "static_calibration.json").read_text())
+    assert module.markdown(report) == (results / "static_calibration.md").read_text()
+    measured = {(e["suite"], e["label"], e["dtype"]): e["measured_us"] for e in module.measured_cases(results)}
+    assert len(measured) == len(report["rows"]) > 100
+    for row in report["rows"]:
+        assert row["measured_us"] == pytest.approx(measured[(row["suite"], row["label"], row["dtype"])])
+    assert report["meta"]["label"] == "predicted, not measured"
+    assert "**predicted, not measured**" in (results / "static_calibration.md").read_text()

@@ -8,7 +8,10 @@ sm_90 and sm_80, reads their SASS (:mod:`gradops.backends.cuda._sass`) and write
 
 Per kernel: registers, shared memory, spills, occupancy at the launcher's block size, the
 global loads and stores with their widths, and the SASS instructions of the steady-state
-path per output element.  The path's *work* is given per kernel family (see
+path per output element.  The tiled depthwise kernel, which stages a tile per CTA, is
+modelled by :mod:`.static_tiled` (one thread's common path through the whole kernel); the
+staged fractional average pooling kernel is not modelled yet.  The path's *work* is given per
+kernel family (see
 :func:`depthwise_work`, :func:`fractional_work`, :func:`depthwise_filter_row_work`,
 :func:`depthwise_filter_reduce_work`, :func:`fractional_select_work` and
 :func:`fractional_gather_work`); :mod:`._sass` finds the cheapest path
@@ -125,6 +128,20 @@ ASSUMPTIONS = [
     "channels, possibly of two pixels; NCHW: 32 consecutive columns, possibly of several rows) and each costs the "
     "path of the union of its threads' taps; fractional warps (32 channels of one pixel, depth 64 or 256) do not "
     "diverge.",
+    "Depthwise input gradient, tiled kernel (gradops.bench.static_tiled): one thread's common path through the "
+    "whole kernel: every barrier's block and the unchecked inner loop's (finite filter: the block with the most "
+    "FFMA, which must hold the source's tap count) passed, the global loads and stores of one thread of an "
+    "interior tile (the busiest lane: guarded last steps taken; the fewest loads >= that count), at least the "
+    "staged tile's words stored to shared memory, the multiplier-slice loop run once per slice (once when "
+    "multiplier 2 is paired), staging loops as their loads need; 16-byte staging where the launcher chooses it "
+    "(NHWC, multiplier 1 or paired, channels a multiple of 16 bytes, aligned arrays). SASS/elem of a kernel: path "
+    "x threads per CTA / outputs of a full tile. Per shape: every CTA of the launcher's grid is charged the "
+    "interior path (edge tiles' checks not counted; the positions an overhanging tile computes but does not "
+    "store are), SASS/elem = that / the shape's elements. DRAM: compulsory bytes; L2: each CTA's staged tile "
+    "with halo, filter slice and outputs; latency: waves of resident CTAs (occupancy at the launcher's block of "
+    "128 or 64 threads) x the dependent staging round trips per CTA (16-byte staging: one per batch of up to 16 "
+    "loads; scalar NHWC: the filter then one per unrolled-by-4 step; NCHW: the filter then one per channel step) "
+    "x 600 ns, per slice.",
     "Kernel time only: no launch latency, no allocation, no host-to-device copy of the fractional cell tables "
     "(the GPU benchmark's CUDA-event time includes all of those).",
     "Two-kernel ops (depthwise filter gradient: partial sums then their fixed-order sum; fractional max pooling "
@@ -208,6 +225,10 @@ def block_size(expression: str) -> int:
         args = template_args(expression)
         c_type = {v[0]: k for k, v in _conv_igemm._build.C_TYPES.items()}[args[0]]
         return _conv_igemm.TILES[(c_type, int(args[2]))][3]
+    if "_input_tiled<" in expression:
+        from .static_tiled import DepthwiseTile
+
+        return DepthwiseTile.of(expression, False, False, 1).threads
     if "conv2d_backprop_filter_direct<" in expression:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
     return _runtime.BLOCK_1D
@@ -437,6 +458,8 @@ def reference_paths(kernel) -> dict | None:
 
 def _reference_paths(kernel) -> dict | None:
     width = element_width(kernel.expression)
+    if "_input_tiled<" in kernel.expression:
+        return _tiled_reference_paths(kernel)
     if kernel.source == DEPTHWISE_SOURCE:
         args = template_args(kernel.expression)
         kh, kw, sh, sw = (int(a) for a in args[3:7])
@@ -472,6 +495,35 @@ def _reference_paths(kernel) -> dict | None:
         return {"work": "element in one pooling cell (disjoint pooling)", "per_element": one,
                 "per_element_2x2_cells": four, "path": _path_summary(counts), "call_sites": _call_sites(kernel.cfg)}
     return None
+
+
+def _tiled_reference_paths(kernel) -> dict:
+    """The kernel table's figures for a tiled depthwise instantiation: one thread's common path
+    (:mod:`.static_tiled`) at multiplier 1 (16-byte staging in NHWC), and for float
+    accumulators the paired multiplier 2 beside it."""
+    from . import static_tiled as st
+
+    nhwc = template_args(kernel.expression)[2] == "0"
+    one = st.depthwise_tiled_path(kernel, nhwc, False, 1)
+    t = one["tile"]
+    staging = f"{t.load_width}-byte staging" + ("" if nhwc else " (NCHW planes)")
+    record = {"work": f"one thread of an interior {t.tile[0]}x{t.tile[1]}-position tile, multiplier 1, {staging}, "
+                      f"finite filter; / {t.outputs // t.threads} outputs per thread",
+              "per_element": one["per_element"], "thread_instructions": one["instructions"],
+              "path": one["path"], "call_sites": _kernel_call_sites(kernel.cfg),
+              "global_bytes_per_element": one["global_bytes_per_element"], "tiled": True}
+    if t.v == 2:  # float accumulators: multiplier 2 pairs its slices
+        two = st.depthwise_tiled_path(kernel, nhwc, True, 2)
+        record["paired_m2_per_element"] = two["per_element"]
+        record["extra_text"] = f"m2 paired: {two['per_element']:.1f}"
+    else:
+        record["extra_text"] = "-"
+    return record
+
+
+def _kernel_call_sites(cfg) -> int:
+    """Subroutine calls anywhere in the kernel (each a slow path beside an inline fast path)."""
+    return sum(1 for x in cfg.function.instructions if x.base == "CALL" and (x.target or "").startswith("$"))
 
 
 def _two_stage_reference_paths(kernel, width: int) -> dict | None:
@@ -558,6 +610,10 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
                     "device": device.key, "not_modelled": f"not modelled: {exc}"}
     kernel = _kernel_for(case, dtype, g, kernels, f"sm_{device.arch}")
     try:
+        if "_input_tiled<" in kernel.expression:
+            from . import static_tiled as st
+
+            return st.predict_depthwise(case, dtype_name, device, kernel, g, st.depthwise_launch(g, dtype))
         return _predict(case, dtype_name, device, kernel, g)
     except (_sass.PathError, ValueError) as exc:
         return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
@@ -627,10 +683,7 @@ def _stage(name: str, device: Device, kernel, elements: int, mean_cost: float, p
     if round_trips != 1.0 and occ["warps_per_sm"]:
         # A thread's loop is a chain of round trips: at least one wave of them, however few threads.
         waves = max(1.0, elements / (device.sms * occ["warps_per_sm"] * 32))
-        limits["limits_ms"]["occupancy"] = waves * round_trips * device.dram_latency_s * 1e3
-        limiter = max(limits["limits_ms"], key=limits["limits_ms"].get)
-        limits.update(limiter=limiter, predicted_ms=limits["limits_ms"][limiter],
-                      pct_hbm=100 * traffic / (limits["limits_ms"][limiter] / 1e3) / device.bandwidth)
+        with_latency_limit(limits, device, traffic, waves * round_trips * device.dram_latency_s)
     return {"stage": name, "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2_bytes,
             "sass_per_element": mean_cost, "round_trips_per_element": round_trips,
             "resident_warps_per_sm": occ["warps_per_sm"], **limits}
@@ -850,6 +903,16 @@ def roofline(device: Device, elements: int, sass_per_element: float, classes_per
             "budget_per_element_75pct_hbm": instruction_budget(device, traffic, elements)}
 
 
+def with_latency_limit(limits: dict, device: Device, traffic: float, seconds: float) -> dict:
+    """Replaces a :func:`roofline` result's occupancy limit by ``seconds`` (a latency chain the
+    caller models) and re-picks the limiter and prediction."""
+    limits["limits_ms"]["occupancy"] = seconds * 1e3
+    limiter = max(limits["limits_ms"], key=limits["limits_ms"].get)
+    limits.update(limiter=limiter, predicted_ms=limits["limits_ms"][limiter],
+                  pct_hbm=100 * traffic / (limits["limits_ms"][limiter] / 1e3) / device.bandwidth)
+    return limits
+
+
 def instruction_budget(device: Device, traffic: float, elements: int, fraction: float = BUDGET_FRACTION) -> float:
     """SASS instructions per output element at which the scheduler limit equals the time to
     move ``traffic`` bytes at ``fraction`` of HBM bandwidth."""
@@ -938,7 +1001,10 @@ def markdown(report: dict) -> str:
     lines += ["", "## Per kernel: depthwise and fractional pooling (SASS, steady-state path per output element)", "",
               "SASS/elem: instructions on the steady-state path per output element (one thread, one element); "
               "per tap: the cost of one more tap; calls: subroutine call sites (slow paths of 64-bit integer or "
-              "double division) in the grid-stride loop; occupancy at the launcher's 256-thread blocks.", "",
+              "double division) in the grid-stride loop; occupancy at the launcher's 256-thread blocks. Tiled "
+              "depthwise kernels (`_tiled<`): one thread's common path through the whole kernel x threads per CTA "
+              "/ outputs of a full tile (multiplier 1; the 'per tap' column gives multiplier 2 paired), global "
+              "ld/st are one thread's, occupancy at the launcher's 128- or 64-thread blocks.", "",
               "| arch | kernel | regs | smem | spills | warps/SM (limiter) | global ld/st on the path | SASS/elem | "
               "per tap | IMAD / int / FP64 / MUFU / conv on the path | calls | work |",
               "|---|---|---:|---:|---:|---|---|---:|---:|---|---:|---|"]

@@ -141,23 +141,30 @@ def arch_number(arch) -> int:
     return int(str(arch).removeprefix("sm_").removeprefix("compute_"))
 
 
-def _compiled(archs, sources, ptxas_verbose: bool):
+def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, only=None):
     """Compile each listed source for each arch with NVRTC (cuda.core, no GPU needed); yields
     ``(source file, arch, name expressions, ObjectCode, compile log)``.  Raises on the first
-    compile error with NVRTC's log."""
+    compile error with NVRTC's log.  ``texts``: ``{source file: text}`` compiled in place of the
+    checkout's file (e.g. an older revision's, with today's headers); ``only``: the name
+    expressions to compile (default: every one the launchers ask for)."""
     import io
 
     from cuda.core import Program, ProgramOptions
 
     include = [str(source_dir())] + cuda_include_dirs(13)
+    texts = texts or {}
     for arch in archs:
         todo = all_instantiations(arch_number(arch))
         if sources is not None:
             todo = {k: v for k, v in todo.items() if k in sources}
+        if only is not None:
+            todo = {k: [e for e in v if e in only] for k, v in todo.items()}
+            todo = {k: v for k, v in todo.items() if v}
         for filename, expressions in sorted(todo.items()):
             options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
                                      ptxas_options=["-v"] if ptxas_verbose else None)
-            program = Program(source_code(filename), "c++", options)
+            text = texts[filename] if filename in texts else source_code(filename)
+            program = Program(text, "c++", options)
             log = io.StringIO()
             try:
                 code = program.compile("cubin", name_expressions=tuple(expressions), logs=log)

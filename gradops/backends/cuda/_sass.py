@@ -412,7 +412,9 @@ class CFG:
                    kmax: int = 64) -> dict[int, tuple[int, Counter]]:
         """``{k: (instructions, counts)}``: the cheapest path through one iteration of ``loop``
         (header to a latch, cold blocks excluded) that executes exactly ``k`` instructions for
-        which ``counted(instruction)`` holds, for every reachable ``k <= kmax``.
+        which ``counted(instruction)`` holds, for every reachable ``k <= kmax`` (``counted`` may
+        return an int weight instead: ``k`` is then the sum of the weights; ``kmax`` may be a
+        :class:`KeyLimit`).
 
         ``trips`` maps the depth of an inner loop *relative to* ``loop`` (1: directly nested) to
         ``(iterations, counted per iteration or None)``: each time the path enters such a loop
@@ -424,6 +426,22 @@ class CFG:
             raise PathError(f"no path through the loop at {self.blocks[loop.header].start} avoids the cold blocks")
         return cycle
 
+    def function_table(self, counted=lambda ins: False, trips: dict | None = None, kmax: int = 64,
+                       through=()) -> dict[int, tuple[int, Counter]]:
+        """``{k: (instructions, counts)}``: the cheapest path through the whole kernel, from its
+        first instruction to an ``EXIT``, with exactly ``k`` counted instructions (a staged tile
+        kernel's thread runs its body once, not a grid-stride loop).  ``trips`` as in
+        :meth:`path_table`, by depth (top-level loops are depth 1).  ``through``: blocks every
+        path must pass (in each iteration of the loops holding them), e.g. the barriers and the
+        unchecked inner loop of a tiled kernel; this keeps a path from mixing a branch's two
+        sides that no thread combines (skipping the sums but storing them)."""
+        region = Loop(0, frozenset(self.blocks), ())
+        region.children = self.top_loops()
+        ends, _ = self._tables(region, counted, trips or {}, kmax, 0, frozenset(through), terminal=True)
+        if not ends:
+            raise PathError("no path from the entry to an EXIT avoids the cold blocks and passes the required blocks")
+        return ends
+
     def path(self, loop: Loop, k: int, counted=lambda ins: False, trips: dict | None = None) -> tuple[int, Counter]:
         """The cheapest path of :meth:`path_table` with exactly ``k`` counted instructions."""
         table = self.path_table(loop, counted, trips, kmax=max(k, 0))
@@ -432,9 +450,12 @@ class CFG:
                             f"(possible: {sorted(table)})")
         return table[k]
 
-    def _tables(self, loop: Loop, counted, trips, kmax, base_depth):
+    def _tables(self, loop: Loop, counted, trips, kmax, base_depth, through=frozenset(), terminal=False):
         """(cycle table, {exiting block: table}) of one iteration of ``loop``: header to the end
-        of a latch, and header to the end of each block with an edge leaving the loop."""
+        of a latch, and header to the end of each block with an edge leaving the loop.  With
+        ``terminal`` (the whole function as a region) the first table is instead the paths to
+        the end of a block that ends in ``EXIT``.  Paths pass every block of ``through`` that the
+        region holds (a nested loop holding one is passed as a whole)."""
         child_of = {}
         for child in loop.children:
             for n in child.blocks:
@@ -457,12 +478,13 @@ class CFG:
                 edges[n].append((node(s), None))
         child_tables = {}
         for key, child in children.items():
-            cyc, exits = self._tables(child, counted, trips, kmax, base_depth)
+            cyc, exits = self._tables(child, counted, trips, kmax, base_depth, through)
             child_tables[key] = (cyc, exits)
             for u in exits:
                 for s in self.blocks[u].succs:
                     if s in loop.blocks and s not in child.blocks and s != loop.header:
                         edges[key].append((node(s), u))
+        ends_allowed = _require(edges, {node(b) for b in through if b in loop.blocks}, nodes)
         # Topological order of the region (back edges to the header removed; reducible CFGs
         # give a DAG once inner loops are collapsed).
         indegree = Counter()
@@ -481,7 +503,7 @@ class CFG:
             raise PathError("irreducible control flow in a loop body")
 
         into: dict = {v: {} for v in nodes}
-        into[loop.header] = {0: (0, Counter())}
+        into[node(loop.header)] = {0: (0, Counter())}
         done: dict = {}       # node -> table at its end (blocks), or {exiting block: table} (loops)
         for v in order:
             table = into[v]
@@ -501,29 +523,78 @@ class CFG:
                 if self.cold(v):
                     continue
                 instructions = self.instructions(v)
-                k_here = sum(1 for x in instructions if counted(x))
+                k_here = sum(int(counted(x)) for x in instructions)  # a bool, or a weight
                 cost = len(instructions)
                 summary = summarize(instructions)
                 out = {}
                 for k, (c, counts) in table.items():
-                    if k + k_here <= kmax:
+                    if _fits(k + k_here, kmax):
                         out[k + k_here] = (c + cost, counts + summary)
                 done[v] = out
                 for w, _ in edges[v]:
                     _merge(into[w], out)
         cycle: dict = {}
         for latch in loop.latches:
-            if latch in own and latch in done:  # (a back edge from inside a child loop is not followed)
+            # (a back edge from inside a child loop is not followed)
+            if latch in own and latch in done and latch in ends_allowed:
                 _merge(cycle, done[latch])
         exits = {}
         for n in own:
-            if n in done and any(s not in loop.blocks for s in self.blocks[n].succs):
+            if n in done and n in ends_allowed and any(s not in loop.blocks for s in self.blocks[n].succs):
                 exits[n] = done[n]
         for key, child in children.items():  # a child loop's exit straight out of this loop
             for u, table in done.get(key, {}).items():
-                if any(s not in loop.blocks for s in self.blocks[u].succs):
+                if key in ends_allowed and any(s not in loop.blocks for s in self.blocks[u].succs):
                     _merge(exits.setdefault(u, {}), table)
+        if terminal:
+            ends: dict = {}
+            for n in own:
+                if n in done and n in ends_allowed and self._exits_kernel(n):
+                    _merge(ends, done[n])
+            for key in children:
+                for u, table in done.get(key, {}).items():
+                    if key in ends_allowed and self._exits_kernel(u):
+                        _merge(ends, table)
+            return ends, exits
         return cycle, exits
+
+    def _exits_kernel(self, block: int) -> bool:
+        """Whether a block ends in ``EXIT`` (or ``RET``), predicated or not."""
+        return self.instructions(block)[-1].base in _ENDS
+
+
+def _require(edges: dict, required: set, nodes: set) -> set:
+    """Keeps only the edges of paths through every node of ``required`` (in place) and returns
+    the nodes such a path may end at.  For one required node r of the DAG: its ancestors A and
+    descendants D; an edge stays when it runs within A, from A to r, from r into D or within D
+    (an edge from A past r into D bypasses it); a path ends in D or at r."""
+    allowed = set(nodes)
+    for r in required:
+        ancestors, descendants = _reach(edges, r, forward=False), _reach(edges, r, forward=True)
+        before, after = ancestors | {r}, descendants | {r}
+        for v in edges:
+            edges[v] = [(w, u) for w, u in edges[v]
+                        if (v in ancestors and w in before) or (v in after and w in descendants)]
+        allowed &= after
+    return allowed
+
+
+def _reach(edges: dict, start, forward: bool) -> set:
+    """Nodes reachable from ``start`` (forward) or reaching it (not ``start`` itself unless on a cycle)."""
+    if forward:
+        step = {v: [w for w, _ in outs] for v, outs in edges.items()}
+    else:
+        step = {v: [] for v in edges}
+        for v, outs in edges.items():
+            for w, _ in outs:
+                step.setdefault(w, []).append(v)
+    seen, stack = set(), list(step.get(start, []))
+    while stack:
+        v = stack.pop()
+        if v not in seen:
+            seen.add(v)
+            stack.extend(step.get(v, []))
+    return seen
 
 
 def _merge(into: dict, table: dict) -> None:
@@ -532,32 +603,52 @@ def _merge(into: dict, table: dict) -> None:
             into[k] = (c, counts)
 
 
+class KeyLimit:
+    """A ``kmax`` that also bounds the digits of a key packed from several counts: ``k`` fits
+    when ``k <= kmax`` and ``valid(k)`` (e.g. no count past its radix, where it would alias)."""
+
+    def __init__(self, kmax: int, valid):
+        self.kmax, self.valid = kmax, valid
+
+
+def _fits(k: int, kmax) -> bool:
+    if isinstance(kmax, KeyLimit):
+        return k <= kmax.kmax and kmax.valid(k)
+    return k <= kmax
+
+
+def _bound(kmax) -> int:
+    return kmax.kmax if isinstance(kmax, KeyLimit) else kmax
+
+
 def _combine(a: dict, b: dict, kmax: int) -> dict:
     """Min-plus convolution: a path of ``a`` followed by one of ``b``."""
     out: dict = {}
     for ka, (ca, na) in a.items():
         for kb, (cb, nb) in b.items():
             k = ka + kb
-            if k <= kmax and (k not in out or ca + cb < out[k][0]):
+            if _fits(k, kmax) and (k not in out or ca + cb < out[k][0]):
                 out[k] = (ca + cb, na + nb)
     return out
 
 
 def _repeat(cycle: dict, exit_table: dict, fixed, kmax: int) -> dict:
     """An inner loop run as a whole: ``t - 1`` full iterations then the last one to an exit.
-    ``fixed``: ``(t, counted per iteration or None)``, or None for any ``t >= 1``."""
+    ``fixed``: ``(t, counted per iteration or None)``, or None for any ``t >= 1``; the count per
+    iteration may be a predicate on an iteration's key (a packed key's digits)."""
     if fixed is not None:
         t, per = fixed
         if per is not None:  # the last header visit may also leave before any counted access
-            cycle = {k: v for k, v in cycle.items() if k == per}
-            exit_table = {k: v for k, v in exit_table.items() if k in (0, per)}
+            ok = per if callable(per) else (lambda k: k == per)  # a predicate on one iteration's key
+            cycle = {k: v for k, v in cycle.items() if ok(k)}
+            exit_table = {k: v for k, v in exit_table.items() if k == 0 or ok(k)}
         out = exit_table
         for _ in range(t - 1):
             out = _combine(cycle, out, kmax)
         return out
     best = dict(exit_table)
     acc = exit_table
-    for _ in range(kmax + 1):
+    for _ in range(_bound(kmax) + 1):
         acc = _combine(cycle, acc, kmax)
         before = dict(best)
         _merge(best, acc)
@@ -648,12 +739,15 @@ class KernelSass:
         return Counter(k for x in instructions if (k := memory_kind(x)))
 
 
-def compile_kernels(archs=("sm_80", "sm_90"), sources=None) -> list[KernelSass]:
-    """Compile every instantiation of ``sources`` (None: all) for each arch and analyse it."""
+def compile_kernels(archs=("sm_80", "sm_90"), sources=None, texts: dict | None = None, only=None) -> list[KernelSass]:
+    """Compile every instantiation of ``sources`` (None: all; ``only``: just these name
+    expressions) for each arch and analyse it; ``texts`` overrides source files' text (see
+    :func:`._build._compiled`)."""
     from . import _build
 
     out = []
-    for filename, arch, expressions, code, log in _build._compiled(archs, sources, ptxas_verbose=True):
+    for filename, arch, expressions, code, log in _build._compiled(archs, sources, ptxas_verbose=True, texts=texts,
+                                                                     only=only):
         cubin = bytes(code.code)
         listing = parse_listing(disassemble(cubin))
         usage = res_usage(cubin)

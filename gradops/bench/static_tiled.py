@@ -1,0 +1,420 @@
+"""Static model of the staged tile kernels: **predicted, not measured**.
+
+The depthwise input gradient's tiled kernel (``depthwise_conv2d_native_backprop_input_tiled``)
+and the fractional average pooling gradient (``fractional_avg_pool_grad``) have no grid-stride
+loop whose iteration is one element: a CTA stages a tile in shared memory, synchronises, and
+each thread computes several outputs from it.  So one thread's whole run is the unit here.
+
+What is counted (per kernel instantiation and launch choice)
+-----------------------------------------------------------
+**The common path of one thread**: the cheapest path from the kernel's first instruction to an
+``EXIT`` (:meth:`gradops.backends.cuda._sass.CFG.function_table`) that
+
+* passes every block holding a barrier (``BAR``) and, for depthwise, the block holding the most
+  FFMA/DFMA instructions (the unchecked inner loop: finite filter; its FFMA count is checked
+  against the tap arithmetic of the source, :func:`depthwise_fma_per_slice`), in every
+  iteration of the loops holding them, so that no path skips the sums yet stores them;
+* makes at least the global loads of the staging width and exactly the global stores of the
+  result width that a thread of a full, interior tile makes (the busiest lane of each warp:
+  guarded last steps counted as taken), computed from the tile shape below, with the fewest
+  such loads any path has (a guarded load that the compiler predicated counts either way);
+* runs the multiplier-slice loop ``slices`` times; the staging loops that are loops in SASS
+  (the scalar NHWC loop unrolled by 4, the NCHW channel loop) as often as their loads need.
+
+Every instruction on the path counts once (predicated or not, branches and ``BSSY``/``BSYNC``
+included).  Every warp of the CTA is charged the whole path (a warp issues the union of its
+lanes' paths; warps whose lanes skip a guarded last load are over-counted by those few
+instructions).  Per output element: ``path x threads per CTA / outputs per CTA`` (outputs of a
+full tile).  Per shape, every CTA of the launch grid is charged the interior CTA's cost: tiles
+that overhang the image (7x7 and 14x14 maps in 8 x 16 tiles) pay for positions they do not
+store, so a shape's SASS per element can be far above the kernel's.
+
+Edge tiles take checked staging and stores (a few more instructions per load and store);
+that is not counted.  The depthwise kernel's shared memory is static; occupancy comes from the
+launcher's block size, the registers and the shared memory (:func:`._sass.occupancy`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass
+
+from .static_report import template_args
+
+#: dwconv:: constants of cuda_src/depthwise_conv2d_native_backprop_input.cu.
+POSITION_BYTES, LANE_BYTES, VECTOR_BYTES, BATCH = 128, 8, 16, 12
+C_WIDTHS = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}
+
+
+@dataclass(frozen=True)
+class DepthwiseTile:
+    """The tile shape of one tiled instantiation (``dwconv::Shape``, ``Axis``, ``Block``) and
+    what one thread of an interior tile loads and stores, for a launch choice: ``vector``
+    (16-byte staging), ``paired`` (multiplier 2 staged as one slice), ``slices`` (passes of the
+    multiplier-slice loop)."""
+
+    width: int
+    acc: int
+    nchw: bool
+    kh: int
+    kw: int
+    sh: int
+    sw: int
+    r: int
+    vector: bool
+    paired: bool
+    slices: int
+
+    @classmethod
+    def of(cls, expression: str, vector: bool, paired: bool, multiplier: int) -> "DepthwiseTile":
+        a = template_args(expression)
+        kh, kw, sh, sw, r = (int(x) for x in a[3:8])
+        nchw = a[2] == "1"
+        return cls(C_WIDTHS[a[0]], C_WIDTHS[a[1]], nchw, kh, kw, sh, sw, r, vector and not nchw, paired,
+                   1 if paired else multiplier)
+
+    # ---- dwconv::Shape / Block / Axis
+    @property
+    def tall(self) -> bool:
+        return (self.kh, self.kw, self.sh, self.sw) == (5, 5, 1, 1)
+
+    @property
+    def item(self) -> tuple[int, int]:
+        return (7 if self.tall else 4), 4
+
+    @property
+    def tile(self) -> tuple[int, int]:
+        """(rows, cols) of input positions per CTA."""
+        return self.item[0] * self.r, 4 * (2 if self.tall else 4)
+
+    @property
+    def channels(self) -> int:
+        """Staged channels per CTA (``Block::CHANNELS``)."""
+        return POSITION_BYTES // self.acc
+
+    @property
+    def v(self) -> int:
+        return LANE_BYTES // self.acc
+
+    @property
+    def threads(self) -> int:
+        rows, cols = self.tile
+        return 16 * (rows // self.item[0]) * (cols // self.item[1])
+
+    @property
+    def staged(self) -> tuple[int, int]:
+        """Staged out_backprop rows and columns (tile / stride + halo)."""
+        rows, cols = self.tile
+        return rows // self.sh + (self.kh - 1) // self.sh, cols // self.sw + (self.kw - 1) // self.sw
+
+    @property
+    def window(self) -> tuple[int, int]:
+        return ((self.item[0] - 1) // self.sh + (self.kh - 1) // self.sh + 1,
+                (self.item[1] - 1) // self.sw + (self.kw - 1) // self.sw + 1)
+
+    @property
+    def outputs(self) -> int:
+        """Input-gradient elements one full CTA produces: tile positions x its input channels."""
+        rows, cols = self.tile
+        return rows * cols * (self.channels // (2 if self.paired else 1))
+
+    # ---- one thread's global memory instructions (busiest lane, full interior tile)
+    def _vector_steps(self) -> tuple[int, int]:
+        """(filter loads, tile loads) of the 16-byte staging."""
+        per_position = self.channels // (VECTOR_BYTES // self.width)
+        slots = self.threads // per_position
+        rows, cols = self.staged
+        filter_steps = -(-self.kh * self.kw // slots)
+        if slots >= cols:
+            steps = -(-rows // (slots // cols))
+        else:
+            steps = -(-rows * cols // slots)
+        return filter_steps, steps
+
+    def loads(self) -> int:
+        """Global loads of the staging width per thread (all slices)."""
+        if self.vector:
+            return sum(self._vector_steps())
+        taps = self.kh * self.kw
+        rows, cols = self.staged
+        filter_loads = -(-taps * self.channels // self.threads)
+        if self.nchw:
+            steps, (chunks, _) = self.channel_steps()
+            tile_loads = steps * chunks
+        else:
+            tile_loads = self.nhwc_staging_loads()
+        return self.slices * (filter_loads + tile_loads)
+
+    def nhwc_staging_loads(self) -> int:
+        """Scalar NHWC staging: elements of the staged tile per thread (its first thread's count)."""
+        rows, cols = self.staged
+        return -(-rows * cols * self.channels // self.threads)
+
+    @property
+    def load_width(self) -> int:
+        return VECTOR_BYTES if self.vector else self.width
+
+    def stores(self) -> int:
+        """Global stores per thread: NHWC one per position of the work item (both channels in one
+        store, or the pair sum); NCHW the shared-memory transpose's per-thread share."""
+        if not self.nchw:
+            return self.item[0] * self.item[1]
+        positions = self.tile[0] * self.tile[1]
+        if self.threads >= positions:
+            return -(-self.channels // (self.threads // positions))
+        return -(-positions // self.threads) * self.channels
+
+    @property
+    def store_width(self) -> int:
+        return self.width if (self.nchw or self.paired or self.v == 1) else 2 * self.width
+
+    def channel_steps(self) -> tuple[int, tuple[int, int]]:
+        """NCHW staging: (iterations of the channel loop, (loads, shared words) per iteration):
+        CHANNELS / warps channels per warp, one element per 32-position chunk."""
+        rows, cols = self.staged
+        chunks = -(-rows * cols // 32)
+        return self.channels // (self.threads // 32), (chunks, chunks * self.acc // 4)
+
+    def shared_words(self) -> int:
+        """4-byte words a thread stores to shared memory (a lower bound: the filter's 16-byte
+        stores, made by the warps whose slots hold taps, are left to the path): 16-byte staging
+        widens each tile load to accumulators; scalar staging stores each value it loads; NCHW
+        also passes its results (V, or the pair sum, per position) through shared memory."""
+        if self.vector:
+            return self._vector_steps()[1] * (VECTOR_BYTES // self.width) * self.acc // 4
+        results = self.item[0] * self.item[1] * (1 if self.paired else self.v) if self.nchw else 0
+        return (self.loads() + results) * self.acc // 4
+
+    def round_trips(self) -> int:
+        """Dependent global-load round trips per thread before its sums can start: per slice,
+        16-byte staging issues its loads in batches of 12 (all at once up to 16); scalar NHWC
+        staging one unrolled-by-4 step at a time after the filter; NCHW one channel at a time
+        after the filter."""
+        if self.vector:
+            filter_steps, steps = self._vector_steps()
+            return self.slices * (1 if steps <= 16 else -(-steps // BATCH))
+        rows, cols = self.staged
+        if self.nchw:
+            per_slice = 1 + self.channels // (self.threads // 32)
+        else:
+            per_slice = 1 + -(-self.nhwc_staging_loads() // 4)
+        return self.slices * per_slice
+
+    def l2_bytes_per_cta(self) -> int:
+        """out_backprop tile with its halo and the filter slice, read from L2 once per CTA, and
+        the CTA's outputs written."""
+        rows, cols = self.staged
+        return self.width * (rows * cols * self.channels * self.slices + self.kh * self.kw * self.channels *
+                             self.slices) + self.width * self.outputs
+
+
+def depthwise_fma_per_slice(t: DepthwiseTile) -> int:
+    """FMAs of one thread's unchecked inner loop per slice, from the source's loops
+    (``accumulate``): every staged value of the window times every tap carrying it to one of the
+    work item's positions, V channels each."""
+    rows, cols = t.window
+    halo_r, halo_c = (t.kh - 1) // t.sh, (t.kw - 1) // t.sw
+    count = 0
+    for wr in range(rows):
+        for wc in range(cols):
+            for i in range(t.item[0]):
+                r = i - (wr - halo_r) * t.sh
+                if not 0 <= r < t.kh:
+                    continue
+                for j in range(t.item[1]):
+                    s = j - (wc - halo_c) * t.sw
+                    if 0 <= s < t.kw:
+                        count += t.v
+    return count
+
+
+def fma_count(instructions) -> int:
+    return sum(1 for x in instructions if x.base in ("FFMA", "DFMA"))
+
+
+def through_blocks(cfg, inner_loop: bool = True) -> list[int]:
+    """The blocks a tiled kernel's common path passes: every barrier's, and (``inner_loop``)
+    the block with the most FFMA/DFMA (the unchecked sums)."""
+    blocks = [n for n in cfg.blocks if any(x.base == "BAR" for x in cfg.instructions(n))]
+    if inner_loop:
+        blocks.append(max(cfg.blocks, key=lambda n: fma_count(cfg.instructions(n))))
+    return blocks
+
+
+def _global(ins, base: str, width: int) -> bool:
+    from ..backends.cuda import _sass
+
+    return ins.base == base and _sass.access_width(ins) == width
+
+
+def shared_words(ins) -> int:
+    """4-byte words a shared-memory store writes (the compiler merges neighbouring stores)."""
+    from ..backends.cuda import _sass
+
+    return _sass.access_width(ins) // 4 if ins.base == "STS" else 0
+
+
+def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared: int, trips: dict,
+                through, slack: int = 16) -> tuple[int, Counter]:
+    """(instructions, counts) of the cheapest kernel path through ``through`` with exactly the
+    global stores ``(bytes per thread, count)``, the fewest global loads ``(bytes, count)`` at
+    least the count, and then the fewest shared-memory words stored at least ``shared``.
+    ``trips``: ``{loop depth: (iterations, (loads, shared words or None) per iteration, or None)}``.
+
+    The shared words keep a path from leaving a staging loop's or the result pass's stores
+    early (their guards are run-time conditions the CFG cannot evaluate).  The three counts are
+    one table key, ``stores + a x words + a b x loads``, with radices a, b past any count the
+    key may hold (stores sit in no loop; every staging loop iteration loads), checked on the
+    chosen path."""
+    from ..backends.cuda._sass import KeyLimit, PathError
+
+    load_kind, store_kind = f"LDG.{8 * loads[0]}", f"STG.{8 * stores[0]}"
+    a = 1 + sum(1 for x in kernel.function.instructions if _global(x, "STG", stores[0]))
+    b = 1 + shared + slack
+
+    def counted(ins) -> int:
+        if _global(ins, "LDG", loads[0]):
+            return a * b
+        return int(_global(ins, "STG", stores[0])) + a * shared_words(ins)
+
+    limit = KeyLimit(a * b * (loads[1] + slack) + a * b - 1, lambda k: k % a <= stores[1] and (k // a) % b < b - 1)
+    # A loop given (trips, (loads, words or None) per iteration) runs exactly that work per iteration.
+    def per_iteration(per):
+        if per is None:
+            return None
+        loads_each, words_each = per
+        return lambda k: k // (a * b) == loads_each and (words_each is None or (k // a) % b == words_each)
+
+    trips = {d: (t, per_iteration(per)) for d, (t, per) in trips.items()}
+    table = kernel.cfg.function_table(counted, trips, kmax=limit, through=through)
+    candidates = []
+    for k, (cost, counts) in table.items():
+        words = (k // a) % b
+        if counts[store_kind] == stores[1] and words >= shared and counts[load_kind] >= loads[1]:
+            candidates.append((counts[load_kind], words, cost, counts))
+    if not candidates:
+        raise PathError(f"{kernel.expression}: no path with {stores[1]} {store_kind}, >= {loads[1]} {load_kind} "
+                        f"and >= {shared} words of shared stores")
+    *_, cost, counts = min(candidates, key=lambda c: c[:3])  # fewest loads, then shared words, then cheapest
+    return cost, counts
+
+
+_PATHS: dict = {}
+
+
+def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -> dict:
+    """One thread's common path of a tiled depthwise instantiation for a launch choice, with
+    its per-element figures (see the module docstring); cached per kernel object and choice."""
+    key = (id(kernel), vector, paired, multiplier)
+    if key not in _PATHS or _PATHS[key][0] is not kernel:
+        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier))
+    return _PATHS[key][1]
+
+
+def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -> dict:
+    from ..backends.cuda._sass import PathError
+
+    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier)
+    cfg = kernel.cfg
+    through = through_blocks(cfg)
+    fma = fma_count(cfg.instructions(through[-1]))
+    if fma != depthwise_fma_per_slice(t):
+        raise PathError(f"{kernel.expression}: the FMA-richest block holds {fma} FMAs, the source's tap loops "
+                        f"{depthwise_fma_per_slice(t)}")
+    trips = {1: (t.slices, (t.loads() // t.slices, None))}  # every slice stages the same loads
+    if t.nchw:  # the channel loop (unroll 1): CHANNELS / warps steps of one load and store per chunk
+        trips[2] = t.channel_steps()
+    elif not t.vector:  # the staging loop unrolled by 4: its remainder (< 4 loads) runs before it, unrolled
+        trips[2] = (t.nhwc_staging_loads() // 4, (4, 4 * t.acc // 4))
+    cost, counts = common_path(kernel, (t.store_width, t.stores()), (t.load_width, t.loads()),
+                               t.shared_words(), trips, through)
+    from .static_report import _path_summary
+
+    return {"tile": t, "instructions": cost, "counts": counts, "path": _path_summary(counts),
+            "per_element": cost * t.threads / t.outputs, "loads": t.loads(), "load_width": t.load_width,
+            "stores": t.stores(), "store_width": t.store_width,
+            "global_bytes_per_element": (t.loads() * t.load_width + t.stores() * t.store_width) * t.threads /
+            t.outputs}
+
+
+def classes_per_element(counts: Counter, scale: float) -> dict:
+    return {k.removeprefix("class:"): v * scale for k, v in counts.items() if k.startswith("class:")}
+
+
+def ctas_in_flight(device, occ: dict) -> float:
+    return device.sms * max(occ["blocks_per_sm"], 1e-9)
+
+
+def latency_limit_s(device, ctas: int, occ: dict, round_trips: float) -> float:
+    """Waves of resident CTAs x dependent round trips per CTA x DRAM latency (at least one wave)."""
+    if not occ["blocks_per_sm"]:
+        return math.inf
+    return max(1.0, ctas / ctas_in_flight(device, occ)) * round_trips * device.dram_latency_s
+
+
+# --------------------------------------------------------------------------- launches and shapes
+
+#: The commit whose depthwise kernel the H100 Nsight Compute run measured (before the tiled
+#: kernel paired multiplier 2: every multiplier staged one slice per pass, scalar loads past 1).
+MEASURED_DEPTHWISE_REVISION = "d2276ad"
+
+
+@dataclass(frozen=True)
+class DepthwiseLaunch:
+    """The tiled depthwise kernel's launch choices for one shape (16-byte-aligned arrays, as the
+    benchmark's freshly allocated ones are)."""
+
+    vector: bool
+    paired: bool
+    ctas: int
+
+
+def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
+    """The launcher's choices for ``g`` today, or (``revision`` =
+    :data:`MEASURED_DEPTHWISE_REVISION`) those of the measured revision: no pairing, 16-byte
+    staging only at multiplier 1, 32 (float accumulators) input channels per CTA."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    from ..backends.cuda import _runtime
+
+    if revision is None:
+        return DepthwiseLaunch(dw.use_vector_loads(g, dtype, ()), dw.pair_multipliers(g, dtype),
+                               math.prod(dw.tile_grid(g, dtype)))
+    if revision != MEASURED_DEPTHWISE_REVISION:
+        raise ValueError(f"launch rules of revision {revision} are not known here")
+    across, down = dw.tiles(g)
+    vector = g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % _runtime.vector_width(dtype) == 0
+    return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch)
+
+
+def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: DepthwiseLaunch) -> dict:
+    """The roofline of one depthwise input-gradient shape run by the tiled kernel: every CTA of
+    the launch grid costs the interior CTA's common path (module docstring); issue, DRAM
+    (compulsory bytes), L2 (each CTA's staged tile with halo, filter slice and outputs) and the
+    latency limit (waves of resident CTAs x dependent staging round trips x DRAM latency)."""
+    from ..backends.cuda import _sass
+    from .metrics import bytes_moved
+    from .static_report import DTYPES, roofline, with_latency_limit
+
+    width = DTYPES[dtype_name].itemsize
+    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier)
+    t = path["tile"]
+    elements = math.prod(g.input_shape)
+    threads = launch.ctas * t.threads
+    per_element = path["instructions"] * threads / elements
+    traffic = bytes_moved(case, g, width)
+    l2 = launch.ctas * t.l2_bytes_per_cta()
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], t.threads)
+    limits = roofline(device, elements, per_element, classes_per_element(path["counts"], threads / elements),
+                      traffic, l2, occ["warps_per_sm"] * 32)
+    with_latency_limit(limits, device, traffic, latency_limit_s(device, launch.ctas, occ, t.round_trips()))
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
+            "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "tiled": {"ctas": launch.ctas, "threads_per_cta": t.threads, "vector_loads": launch.vector,
+                      "paired_multipliers": launch.paired, "slices": t.slices,
+                      "thread_instructions": path["instructions"], "kernel_per_element": path["per_element"],
+                      "round_trips": t.round_trips(), "blocks_per_sm": occ["blocks_per_sm"],
+                      "tile_fill": elements / (launch.ctas * t.outputs)}}
