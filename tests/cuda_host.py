@@ -232,6 +232,21 @@ MAX_DYNAMIC_SHARED_BYTES = 48 * 1024
 LAUNCH_BOUNDS = re.compile(r"template\s*<([^;{}]*?)>\s*__global__\s+void\s+__launch_bounds__\(([^()]*)\)\s*(\w+)\s*\(")
 
 
+def planted_sources(directory, filename: str, *edits: tuple[str, str]) -> Path:
+    """A copy of the kernel sources in ``directory`` with each (text, replacement) of ``edits``
+    made in ``filename``, for planted-bug tests (``HostDevice(source_dir=...)`` builds it).  Each
+    text must occur exactly once: a planted edit that matches nothing would test nothing."""
+    directory = Path(directory)
+    shutil.copytree(_build.source_dir(), directory, dirs_exist_ok=True)
+    path = directory / filename
+    source = path.read_text()
+    for text, replacement in edits:
+        assert source.count(text) == 1, "the planted edit must match the source exactly once"
+        source = source.replace(text, replacement)
+    path.write_text(source)
+    return directory
+
+
 def max_threads_bound(bounds: str) -> str:
     """The first argument of ``__launch_bounds__(max_threads[, min_blocks[, max_cluster]])``:
     the text up to the first comma outside angle brackets."""

@@ -263,10 +263,7 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_close(got, want, dtype)
 
     # ... and the edited ones do not.
-    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
-    source = (tmp_path / filename).read_text()
-    assert source.count(text) == 1, "the planted edit must match the source exactly once"
-    (tmp_path / filename).write_text(source.replace(text, replacement))
+    cuda_host.planted_sources(tmp_path, filename, (text, replacement))
     cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path, compute_capability=arch).install(monkeypatch)
     try:
         got, want = run_planted_problem(op, path, dtype, np.random.default_rng(7))
@@ -348,10 +345,7 @@ def test_planted_depthwise_tiled_kernel_bugs_fail_the_comparison(bug, tmp_path, 
         assert_same_result(*run_depthwise_planted(problem, np.random.default_rng(7)), problem[6])
 
     # ... and the edited one gets every one of them wrong.
-    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
-    source = (tmp_path / DEPTHWISE_SOURCE).read_text()
-    assert source.count(text) == 1, "the planted edit must match the source exactly once"
-    (tmp_path / DEPTHWISE_SOURCE).write_text(source.replace(text, replacement))
+    cuda_host.planted_sources(tmp_path, DEPTHWISE_SOURCE, (text, replacement))
     cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
     for problem in problems:
         try:

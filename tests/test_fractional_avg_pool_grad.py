@@ -1073,11 +1073,7 @@ def test_planted_checks_pass_on_the_real_source(host_kernels, share_probe, rng):
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 def test_planted_kernel_bugs_are_caught(bug, tmp_path, rng):
     text, replacement, check = PLANTED[bug]
-    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
-    path = tmp_path / cuda_launcher.SOURCE
-    source = path.read_text()
-    assert source.count(text) == 1, "the planted edit must match the source exactly once"
-    path.write_text(source.replace(text, replacement))
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
     if check == "share-probe":
         sizes = np.array(HARD_RECIPROCALS)
         _, recip = probe_shares(share_probe_kernels(tmp_path), "float", np.ones(sizes.size, np.float32), sizes)

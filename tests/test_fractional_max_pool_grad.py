@@ -639,7 +639,6 @@ def _planted_problem(wrong_output=False):
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     import importlib
-    import shutil
 
     import cuda_host
 
@@ -659,10 +658,7 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         np.testing.assert_array_equal(got, want)
 
     # ... and the edited one does not.
-    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
-    source = (tmp_path / cuda_launcher.SOURCE).read_text()
-    assert source.count(text) == 1, "the planted edit must match the source exactly once"
-    (tmp_path / cuda_launcher.SOURCE).write_text(source.replace(text, replacement))
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
     cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
     try:
         got, want = _planted_problem(wrong_output)

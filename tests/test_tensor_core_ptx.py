@@ -483,14 +483,10 @@ def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path):
             assert s["accesses"] > 0, f"{op}: no {kind} ran (the tiled kernels must use mma_cta)"
             assert s["wavefronts"] == s["ideal"], f"{op}: {kind} bank conflicts {s}"
 
-    shutil.copytree(cuda_host._build.source_dir(), tmp_path, dirs_exist_ok=True)
-    tiles = (tmp_path / "igemm_tiles.cuh").read_text()
-    for text, replacement in (("static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm",
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh",
+                              ("static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm",
                                "static constexpr int PAD = 0;  //"),
-                              ("(chunk ^ line % LINE_CHUNKS)", "chunk")):
-        assert tiles.count(text) == 1
-        tiles = tiles.replace(text, replacement)
-    (tmp_path / "igemm_tiles.cuh").write_text(tiles)
+                              ("(chunk ^ line % LINE_CHUNKS)", "chunk"))
     stats, ok = run_half_conv_gradients(monkeypatch, tmp_path)
     assert ok, "padding changes the speed, not the result"
     factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
