@@ -56,12 +56,15 @@ template <typename T, typename Acc> struct ForwardProblem {
     using BRow = igemm::ChannelRow;
     __device__ __forceinline__ ARow a_row(int m) const { return x.position_row(m, m < m_size); }
     __device__ __forceinline__ BRow b_row(int n) const { return {n < n_size, static_cast<int>(out_channel0) + n}; }
-    template <int V> __device__ __forceinline__ void a(const ARow& row, int kk, T* dst) const {
-        x.template gather<V>(row, kk, dst);
+    using KPos = typename igemm::InputOperand<T>::Tap;
+    __device__ __forceinline__ KPos k_pos(int kk) const { return x.tap(kk); }
+    __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const { x.advance(pos, step); }
+    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& kk) const { return x.gather(row, kk); }
+    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos& kk) const {
+        return filter + static_cast<index_t>(kk.k) * out_depth + row.offset;
     }
-    template <int V> __device__ __forceinline__ void b(const BRow& row, int kk, T* dst) const {
-        igemm::copy_chunk<V>(dst, filter + static_cast<index_t>(kk) * out_depth + row.offset);
-    }
+    __device__ __forceinline__ const T* a_base() const { return x.input; }
+    __device__ __forceinline__ const T* b_base() const { return filter; }
     __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
     __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const { output[row + n] = from_acc<T, Acc>(v); }
     __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }

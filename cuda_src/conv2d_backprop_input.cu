@@ -90,13 +90,28 @@ template <typename T, typename Acc> struct InputGradProblem {
     int phase_row, phase_col;
     PhaseTaps taps_r, taps_s;
     int p_step, q_step;  // out_backprop rows (columns) between consecutive taps of the phase
-    int out_rows, out_cols;
+    // 32-bit sizes (the launcher checks that an image of out_backprop and the filter fit).
+    int out_rows, out_cols, out_depth, out_per_group, filter_cols, tap_elements;  // Cg * out_depth
+    index_t out_image;  // out_rows * out_cols * out_depth
     index_t in_channel0, out_channel0;
 
-    // (tap row index ri, tap col index si, out channel k within the group) of reduction index
-    // kk: the phase's taps r = taps_r.first + ri * taps_r.step, likewise s.
-    __device__ __forceinline__ void tap_indices(int kk, int& ri, int& si, int& k) const {
-        ri = div_taps_s.divmod(div_kg.divmod(kk, k), si);
+    // The reduction cursor: kk = (ri * taps_s.count + si) * out_per_group + k, the phase's taps
+    // r = taps_r.first + ri * taps_r.step (likewise s) and out channel k within the group.
+    struct KPos {
+        int k, ri, si, c;  // k: the reduction index kk; c: the out channel
+    };
+    __device__ __forceinline__ KPos k_pos(int kk) const {
+        int c, si;
+        const int ri = div_taps_s.divmod(div_kg.divmod(kk, c), si);
+        return {kk, ri, si, c};
+    }
+    __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const {
+        pos.k += step.k;
+        pos.c += step.c;
+        pos.si += step.si;
+        pos.ri += step.ri;
+        if (pos.c >= out_per_group) { pos.c -= out_per_group; ++pos.si; }
+        if (pos.si >= taps_s.count) { pos.si -= taps_s.count; ++pos.ri; }
     }
 
     // Row cursor of A: input position m = (n, i, j) as the out_backprop row and column its
@@ -107,38 +122,38 @@ template <typename T, typename Acc> struct InputGradProblem {
     // stride), so the main loop divides by no stride.
     struct ARow {  // 32-bit: the launcher checks the padded extents (_conv_igemm.cursor_extents)
         bool in_range;
-        int n, p0, q0;
+        const T* image;  // out_backprop's image n, at the group's first channel
+        int p0, q0;
     };
     using BRow = igemm::ChannelRow;  // input channel c (within the group)
     __device__ __forceinline__ ARow a_row(int m) const {
         int i, j;
         const int n = div_i.divmod(div_j.divmod(m, j), i);
-        return {m < m_size, n,
+        return {m < m_size, out_backprop + n * out_image + out_channel0,
                 static_cast<int>((phase_row + static_cast<index_t>(i) * d.stride_rows + d.pad_top -
                                   static_cast<index_t>(taps_r.first) * d.dilation_rows) / d.stride_rows),
                 static_cast<int>((phase_col + static_cast<index_t>(j) * d.stride_cols + d.pad_left -
                                   static_cast<index_t>(taps_s.first) * d.dilation_cols) / d.stride_cols)};
     }
-    __device__ __forceinline__ BRow b_row(int c) const { return {c < n_size, c}; }
+    // B's row part: input channel c's filter row at the group's first out channel.
+    __device__ __forceinline__ BRow b_row(int c) const {
+        return {c < n_size, c * out_depth + static_cast<int>(out_channel0)};
+    }
 
     // Chunks run along out channels k (the reduction's fastest part) in both operands.
-    template <int V> __device__ __forceinline__ void a(const ARow& row, int kk, T* dst) const {
-        int ri, si, k;
-        tap_indices(kk, ri, si, k);
-        const int p = row.p0 - ri * p_step;
-        const int q = row.q0 - si * q_step;
-        if (p < 0 || p >= out_rows || q < 0 || q >= out_cols) return igemm::zero_chunk<V>(dst);
-        igemm::copy_chunk<V>(dst, out_backprop + ((static_cast<index_t>(row.n) * out_rows + p) * out_cols + q) *
-                                                     d.out_depth + out_channel0 + k);
+    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& kk) const {
+        const int p = row.p0 - kk.ri * p_step;
+        const int q = row.q0 - kk.si * q_step;
+        if (p < 0 || p >= out_rows || q < 0 || q >= out_cols) return nullptr;
+        return row.image + ((p * out_cols + q) * out_depth + kk.c);
     }
-    template <int V> __device__ __forceinline__ void b(const BRow& row, int kk, T* dst) const {
-        int ri, si, k;
-        tap_indices(kk, ri, si, k);
-        const index_t r = taps_r.first + static_cast<index_t>(ri) * taps_r.step;
-        const index_t s = taps_s.first + static_cast<index_t>(si) * taps_s.step;
-        igemm::copy_chunk<V>(dst, filter + ((r * d.filter_cols + s) * d.filter_in_depth + row.offset) * d.out_depth
-                                      + out_channel0 + k);
+    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos& kk) const {
+        const int r = taps_r.first + kk.ri * taps_r.step;
+        const int s = taps_s.first + kk.si * taps_s.step;
+        return filter + ((r * filter_cols + s) * tap_elements + row.offset + kk.c);
     }
+    __device__ __forceinline__ const T* a_base() const { return out_backprop; }
+    __device__ __forceinline__ const T* b_base() const { return filter; }
     // Offset of the input-gradient element (position m, the group's first channel).
     __device__ __forceinline__ index_t out_row(int m) const {
         int i, j;
@@ -180,7 +195,12 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     prob.q_step = static_cast<int>(prob.taps_s.step * d.dilation_cols / d.stride_cols);
     prob.out_rows = static_cast<int>(d.out_rows);
     prob.out_cols = static_cast<int>(d.out_cols);
+    prob.out_depth = static_cast<int>(d.out_depth);
+    prob.filter_cols = static_cast<int>(d.filter_cols);
+    prob.out_image = d.out_rows * d.out_cols * d.out_depth;
     const index_t out_per_group = d.out_per_group();
+    prob.out_per_group = static_cast<int>(out_per_group);
+    prob.tap_elements = static_cast<int>(d.filter_in_depth * d.out_depth);
     prob.m_size = static_cast<int>(m_size);
     prob.n_size = static_cast<int>(d.filter_in_depth);
     prob.k_begin = 0;

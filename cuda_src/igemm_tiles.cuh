@@ -184,34 +184,41 @@ template <int ROWS, int BK, int THREADS, bool K_CONTIG, int C> struct TileMap {
 // with tap = (r * filter_cols + s) * Cg + c and position = (n * out_rows + p) * out_cols + q is
 // input[n][p * stride_rows + r * dilation_rows - pad_top][q * stride_cols + s * dilation_cols -
 // pad_left][group's first channel + c], zero in the padding.  Chunks run along c.
+//
+// 32-bit: the launchers check that padded coordinates plus the dilated filter's extent, the
+// channel counts and one image's elements fit (_conv_igemm.cursor_extents), so every coordinate
+// and every offset inside an image below does; only the image's start is 64-bit.
 template <typename T> struct InputOperand {
     const T* __restrict__ input;
-    ConvDims d;
     FastDiv div_cg, div_s, div_q, div_p;
     int channel0;
-    // The sizes the cursors combine, as 32-bit ints (see below).
-    int in_rows, in_cols, stride_rows, stride_cols, dilation_rows, dilation_cols, pad_top, pad_left;
+    int in_rows, in_cols, in_depth, out_rows, out_cols, filter_cols, filter_in_depth;
+    int stride_rows, stride_cols, dilation_rows, dilation_cols, pad_top, pad_left;
+    index_t image;  // elements per image, in_rows * in_cols * in_depth
 
-    __device__ __forceinline__ InputOperand() : input(nullptr), d{}, channel0(0) {}
+    __device__ __forceinline__ InputOperand() : input(nullptr), channel0(0) {}
     __device__ __forceinline__ InputOperand(const T* input_, const ConvDims& dims, index_t group)
-        : input(input_), d(dims), div_cg(static_cast<int>(dims.filter_in_depth)),
+        : input(input_), div_cg(static_cast<int>(dims.filter_in_depth)),
           div_s(static_cast<int>(dims.filter_cols)), div_q(static_cast<int>(dims.out_cols)),
           div_p(static_cast<int>(dims.out_rows)), channel0(static_cast<int>(group * dims.filter_in_depth)),
           in_rows(static_cast<int>(dims.in_rows)), in_cols(static_cast<int>(dims.in_cols)),
+          in_depth(static_cast<int>(dims.in_depth)), out_rows(static_cast<int>(dims.out_rows)),
+          out_cols(static_cast<int>(dims.out_cols)), filter_cols(static_cast<int>(dims.filter_cols)),
+          filter_in_depth(static_cast<int>(dims.filter_in_depth)),
           stride_rows(static_cast<int>(dims.stride_rows)), stride_cols(static_cast<int>(dims.stride_cols)),
           dilation_rows(static_cast<int>(dims.dilation_rows)), dilation_cols(static_cast<int>(dims.dilation_cols)),
-          pad_top(static_cast<int>(dims.pad_top)), pad_left(static_cast<int>(dims.pad_left)) {}
+          pad_top(static_cast<int>(dims.pad_top)), pad_left(static_cast<int>(dims.pad_left)),
+          image(dims.in_rows * dims.in_cols * dims.in_depth) {}
 
     // Row cursors (see "Row cursors" below): what a fixed tap, or a fixed position, contributes.
-    // 32-bit: the launchers check that padded coordinates plus the dilated filter's extent and
-    // the channel counts fit (_conv_igemm.cursor_extents), so every coordinate below does.
     struct TapRow {
         bool in_range;
         int h_offset, w_offset, channel;  // r * dilation_rows - pad_top, ...; input channel
     };
     struct PositionRow {
         bool in_range;
-        int n, h_base, w_base;  // p * stride_rows - pad_top, q * stride_cols - pad_left
+        const T* image;      // the position's image in the input
+        int h_base, w_base;  // p * stride_rows - pad_top, q * stride_cols - pad_left
     };
     __device__ __forceinline__ TapRow tap_row(int tap, bool in_range) const {
         int c, s;
@@ -221,26 +228,60 @@ template <typename T> struct InputOperand {
     __device__ __forceinline__ PositionRow position_row(int position, bool in_range) const {
         int q, p;
         const int n = div_p.divmod(div_q.divmod(position, q), p);
-        return {in_range, n, p * stride_rows - pad_top, q * stride_cols - pad_left};
+        return {in_range, input + n * image, p * stride_rows - pad_top, q * stride_cols - pad_left};
     }
 
-    // Element (tap, position) of the gather and the V - 1 after it along channels, with the
-    // tap's part from a cursor (filter gradient) ...
-    template <int V> __device__ __forceinline__ void gather(const TapRow& tap, int position, T* dst) const {
+    // Reduction cursors (see "Reduction cursors" below).  The filter gradient reduces over
+    // positions, the forward convolution over taps; each cursor is its index decomposed.
+    struct Position {
+        int k, n, p, q;  // k = (n * out_rows + p) * out_cols + q
+    };
+    struct Tap {
+        int k, r, s, c;  // k = (r * filter_cols + s) * Cg + c
+    };
+    __device__ __forceinline__ Position position(int j) const {
         int q, p;
-        const int n = div_p.divmod(div_q.divmod(position, q), p);
-        load<V>(n, p * stride_rows + tap.h_offset, q * stride_cols + tap.w_offset, tap.channel, dst);
+        const int n = div_p.divmod(div_q.divmod(j, q), p);
+        return {j, n, p, q};
+    }
+    __device__ __forceinline__ Tap tap(int kk) const {
+        int c, s;
+        const int r = div_s.divmod(div_cg.divmod(kk, c), s);
+        return {kk, r, s, c};
+    }
+    // pos -> pos + step (step: a decomposed index, each digit below its radix, so one carry
+    // per digit suffices).
+    __device__ __forceinline__ void advance(Position& pos, const Position& step) const {
+        pos.k += step.k;
+        pos.q += step.q;
+        pos.p += step.p;
+        pos.n += step.n;
+        if (pos.q >= out_cols) { pos.q -= out_cols; ++pos.p; }
+        if (pos.p >= out_rows) { pos.p -= out_rows; ++pos.n; }
+    }
+    __device__ __forceinline__ void advance(Tap& t, const Tap& step) const {
+        t.k += step.k;
+        t.c += step.c;
+        t.s += step.s;
+        t.r += step.r;
+        if (t.c >= filter_in_depth) { t.c -= filter_in_depth; ++t.s; }
+        if (t.s >= filter_cols) { t.s -= filter_cols; ++t.r; }
+    }
+
+    // The address of element (tap, position) of the gather (null in the padding), with the
+    // tap's part from a row cursor (filter gradient) ...
+    __device__ __forceinline__ const T* gather(const TapRow& tap, const Position& pos) const {
+        return at(input + pos.n * image, pos.p * stride_rows + tap.h_offset, pos.q * stride_cols + tap.w_offset,
+                  tap.channel);
     }
     // ... or the position's (forward convolution).
-    template <int V> __device__ __forceinline__ void gather(const PositionRow& position, int tap, T* dst) const {
-        int c, s;
-        const int r = div_s.divmod(div_cg.divmod(tap, c), s);
-        load<V>(position.n, position.h_base + r * dilation_rows, position.w_base + s * dilation_cols, channel0 + c,
-                dst);
+    __device__ __forceinline__ const T* gather(const PositionRow& position, const Tap& t) const {
+        return at(position.image, position.h_base + t.r * dilation_rows, position.w_base + t.s * dilation_cols,
+                  channel0 + t.c);
     }
-    template <int V> __device__ __forceinline__ void load(int n, int h, int w, int channel, T* dst) const {
-        if (h < 0 || h >= in_rows || w < 0 || w >= in_cols) return zero_chunk<V>(dst);
-        copy_chunk<V>(dst, input + ((static_cast<index_t>(n) * in_rows + h) * in_cols + w) * d.in_depth + channel);
+    __device__ __forceinline__ const T* at(const T* image_start, int h, int w, int channel) const {
+        if (h < 0 || h >= in_rows || w < 0 || w >= in_cols) return nullptr;
+        return image_start + ((h * in_cols + w) * in_depth + channel);
     }
 };
 
@@ -257,10 +298,19 @@ struct ChannelRow {
 //   static constexpr bool A_K_CONTIG, B_K_CONTIG;
 //   struct ARow { bool in_range; ... };      what A's addresses take from m, computed once
 //   ARow a_row(int m) const;                 (in_range: m < m_size)
-//   template <int V> void a(const ARow& row, int k, T* dst) const;
-//                                            A[m][k] and, for V > 1, the V-1 elements after it
-//                                            along A's contiguous dimension (V is 1 or C)
-//   struct BRow, BRow b_row(int n) const, template <int V> void b(const BRow& row, int k, T* dst)
+//   struct KPos { int k; ... };              a reduction index k and its decomposition
+//   KPos k_pos(int k) const;                 (divisions: see "Reduction cursors")
+//   void k_advance(KPos& pos, const KPos& step) const;
+//                                            pos of k -> pos of k + step.k, step = k_pos(BK)
+//   const T* a_src(const ARow& row, const KPos& k) const;
+//                                            the address of A[m][k] (with 16-byte chunks: and
+//                                            of the C - 1 elements after it along A's
+//                                            contiguous dimension), null where A is zero
+//                                            (padding, taps off the image)
+//   const T* a_base() const;                 a valid address in A's tensor: cp.async takes a
+//                                            source address even for a zero chunk, of which it
+//                                            reads no byte
+//   struct BRow, BRow b_row(int n) const, b_src, b_base
 //                                            likewise for B[k][n]
 //   void store(int m, int n, Acc v) const;
 //   index_t out_row(int m) const;            where C's row m starts in the output: store(m, n, v)
@@ -271,6 +321,10 @@ struct ChannelRow {
 // each chunk's ARow / BRow once, before the main loop, and each k-tile only decomposes k (the
 // per-row index math, divisions included, leaves the loop).  The scalar path makes one per
 // element per tile instead: C rows per chunk would hold too many registers.
+//
+// Reduction cursors: likewise a chunk's k advances by BK per tile, so the vector path
+// decomposes its k once (Problem::k_pos, divisions) and then adds the decomposition of BK digit
+// by digit, one carry per digit (Problem::k_advance): no division in the main loop.
 
 template <typename T, typename Acc, int Kind, class Problem> struct Core;
 
@@ -278,24 +332,37 @@ template <typename T, typename Acc, int Kind, class Problem> struct Core;
 template <bool B, class X, class Y> struct Select { using type = X; };
 template <class X, class Y> struct Select<false, X, Y> { using type = Y; };
 
-// A [row][k] tile of ROWS x BK elements without padding, its 16-byte chunks XOR-swizzled: the
-// tile is cut into 128-byte lines (one pass over the 32 four-byte banks: 8 chunks, i.e.
-// LINE_ROWS = 8 / (BK / C) rows), and chunk c of line L is stored at position c ^ (L % 8) of
-// the line.  Then
-//   * a 16-byte store phase (8 lanes: LINE_ROWS whole rows of one line, the Loader's k-major
+// ---------------------------------------------------------------- shared-memory tile layouts
+// Where element (row, k) of a ROWS x BK tile lives in shared memory.  Three layouts:
+// * Padded: T[BK][ROWS + PAD], reduction-major, rows skewed by the padding (the SIMT and WMMA
+//   tiles); a chunk is stored element by element.
+// * SwizzledRows: [row][k] for an operand contiguous along k (K_CONTIG), no padding, 16-byte
+//   chunks XOR-swizzled (below); a chunk is one 16-byte store or cp.async.
+// * SwizzledCols: [k][row] for an operand contiguous along its rows, likewise swizzled.
+// The swizzled layouts are mma_cta's, whose ldmatrix reads [row][k] without and [k][row] with
+// .trans; both take one wavefront per 8-lane phase for its 16-byte stores and for ldmatrix.
+struct Padded {
+    static constexpr bool SWIZZLED = false;
+};
+
+// [row][k], BK elements per row: the tile is cut into 128-byte lines (one pass over the 32
+// four-byte banks: 8 chunks, i.e. LINE_ROWS = 8 / (BK / C) rows), and chunk c of line L is
+// stored at position c ^ (L % 8) of the line.  Then
+//   * a 16-byte store phase (8 lanes: LINE_ROWS whole rows of one line, the loaders' k-major
 //     chunk order) hits 8 distinct positions, and
 //   * an ldmatrix phase (8 consecutive rows from a multiple of 8, one chunk column c: lines
 //     L0 .. L0 + 8 / LINE_ROWS - 1, L0 a multiple of 8 / LINE_ROWS) hits positions
 //     (c + j BK / C) ^ (L % 8), all distinct,
-// so both take one wavefront (the host model counts ldmatrix wavefronts).  Padding (the
-// [k][row] tiles' remedy) cannot do both for 64-byte rows.
-template <typename T, int BK> struct SwizzledRows {
+// so both take one wavefront (the host model counts them).  Padding cannot do both for 64-byte
+// rows.
+template <typename T, int ROWS, int BK> struct SwizzledRows {
+    static constexpr bool SWIZZLED = true, K_CONTIG = true;
+    static constexpr int ELEMENTS = ROWS * BK;
     static constexpr int C = ChunkSize<T>::value;     // elements per 16-byte chunk
     static constexpr int ROW_CHUNKS = BK / C;         // 4 for 32 halves
     static constexpr int LINE_CHUNKS = 8;             // 128 bytes
     static constexpr int LINE_ROWS = LINE_CHUNKS / ROW_CHUNKS;
     static_assert(BK % C == 0 && LINE_CHUNKS % ROW_CHUNKS == 0, "rows of whole chunks, whole rows per line");
-    // The element offset of (row, k) in the tile.
     __device__ __forceinline__ static int offset(int row, int k) {
         const int line = row / LINE_ROWS;
         const int chunk = row % LINE_ROWS * ROW_CHUNKS + k / C;
@@ -303,46 +370,111 @@ template <typename T, int BK> struct SwizzledRows {
     }
 };
 
-// Shared: register-staged loads (the next tile's global loads are in flight while the current
-// tile is multiplied), then stored to the other of two shared-memory buffers.
-//
-// Tile layouts in shared memory: reduction-major, S[k][row] (row = m for A, n for B), unless
-// A_ROWS / B_ROWS: then [row][k] (SwizzledRows, a flat array), for an operand that is
-// contiguous along k in global memory (K_CONTIG), so that its chunk of C consecutive k lands
-// with one 16-byte store instead of C 2-byte stores into C different rows (mma_cta, whose
-// ldmatrix reads either layout).  PTX_STORES: such stores, and those of chunks contiguous along
-// the rows of a [k][row] tile, go through ptx::st_shared_16 (sm_80+ callers), whose bank
-// wavefronts the host model counts; the compiled store is the same STS.128.
-template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, bool A_ROWS = false,
-          bool B_ROWS = false, bool PTX_STORES = false>
-struct Loader {
+// [k][row], ROWS elements per k (256 bytes for 128 halves: whole 128-byte lines), chunk c of
+// row k stored at chunk position c ^ (k % 8).  A store phase (8 lanes: 8 consecutive chunks of
+// one k, the loaders' row-major chunk order for an operand contiguous along rows) and an
+// ldmatrix.trans phase (rows k0 .. k0 + 7, k0 a multiple of 8, one chunk column) each hit 8
+// distinct positions modulo 8, i.e. 8 distinct groups of 4 banks.  Unpadded and unswizzled,
+// the 8 rows of an ldmatrix phase are 256 bytes apart: one bank group, 8 wavefronts.
+template <typename T, int ROWS, int BK> struct SwizzledCols {
+    static constexpr bool SWIZZLED = true, K_CONTIG = false;
+    static constexpr int ELEMENTS = ROWS * BK;
+    static constexpr int C = ChunkSize<T>::value;
+    static constexpr int LINE_CHUNKS = 8;
+    static_assert(ROWS % (C * LINE_CHUNKS) == 0, "rows of whole 128-byte lines");
+    __device__ __forceinline__ static int offset(int row, int k) {
+        return k * ROWS + ((row / C) ^ (k % LINE_CHUNKS)) * C + row % C;
+    }
+};
+
+// mma_cta's layout of an operand: chunks run along k (K_CONTIG) or along the rows.
+template <typename T, int ROWS, int BK, bool K_CONTIG>
+using Swizzled = typename Select<K_CONTIG, SwizzledRows<T, ROWS, BK>, SwizzledCols<T, ROWS, BK>>::type;
+
+// ---------------------------------------------------------------- loaders
+// Which chunks a thread loads and their row cursors (see "Row cursors" above), shared by the
+// two loaders below.  The scalar path (VECTOR false) keeps no cursors.
+template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem>
+struct ChunkRows {
     static constexpr int C = ChunkSize<T>::value;
     using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
     using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, C>;
-    static_assert((!A_ROWS || Problem::A_K_CONTIG) && (!B_ROWS || Problem::B_K_CONTIG),
-                  "a [row][k] tile takes whole chunks along k");
-    alignas(16) T ra[MapA::CHUNKS * C];
-    alignas(16) T rb[MapB::CHUNKS * C];
-    // Row cursors of the vector path (see "Row cursors" above); unused by the scalar path.
+    using KPos = typename Problem::KPos;
+    // Reduction cursors, one per distinct k offset among a thread's chunks: the chunks of a map
+    // contiguous along k share one (its threads cover a row's BK / C chunks a whole number of
+    // times), a map contiguous along rows gives each chunk its own (k = thread / (ROWS / C) +
+    // e * THREADS / (ROWS / C)).  B uses A's cursors when its map gives the same offsets.
+    static_assert(THREADS % (BK / C) == 0 && THREADS % (BM / C) == 0 && THREADS % (BN / C) == 0,
+                  "a thread's chunks have k offsets fixed per map kind");
+    static constexpr int KA = Problem::A_K_CONTIG ? 1 : MapA::CHUNKS;
+    static constexpr bool B_USES_A = Problem::A_K_CONTIG == Problem::B_K_CONTIG &&
+                                     (Problem::A_K_CONTIG || (BM == BN && MapA::CHUNKS == MapB::CHUNKS));
+    static constexpr int KB = Problem::B_K_CONTIG ? 1 : MapB::CHUNKS;
     typename Problem::ARow arow[VECTOR ? MapA::CHUNKS : 1];
     typename Problem::BRow brow[VECTOR ? MapB::CHUNKS : 1];
+    KPos ka[KA];
+    KPos kb[B_USES_A ? 1 : KB];
+    KPos step;  // the decomposition of BK
 
+    __device__ __forceinline__ static constexpr int a_slot(int e) { return Problem::A_K_CONTIG ? 0 : e; }
+    __device__ __forceinline__ static constexpr int b_slot(int e) { return Problem::B_K_CONTIG ? 0 : e; }
+    __device__ __forceinline__ const KPos& b_pos(int e) const { return B_USES_A ? ka[b_slot(e)] : kb[b_slot(e)]; }
+
+    // Row cursors and reduction cursors at the reduction's first tile.
     __device__ __forceinline__ void init_rows(const Problem& p, int m0, int n0) {
         if constexpr (VECTOR) {
+            step = p.k_pos(BK);
 #pragma unroll
             for (int e = 0; e < MapA::CHUNKS; ++e) {
                 int row, k;
                 MapA::at(e, row, k);
                 arow[e] = p.a_row(m0 + row);
+                if (a_slot(e) == e) ka[e] = p.k_pos(p.k_begin + k);
             }
 #pragma unroll
             for (int e = 0; e < MapB::CHUNKS; ++e) {
                 int row, k;
                 MapB::at(e, row, k);
                 brow[e] = p.b_row(n0 + row);
+                if (!B_USES_A && b_slot(e) == e) kb[e] = p.k_pos(p.k_begin + k);
             }
         }
     }
+    // The cursors of the next tile.
+    __device__ __forceinline__ void advance(const Problem& p) {
+#pragma unroll
+        for (int e = 0; e < KA; ++e) p.k_advance(ka[e], step);
+        if constexpr (!B_USES_A) {
+#pragma unroll
+            for (int e = 0; e < KB; ++e) p.k_advance(kb[e], step);
+        }
+    }
+    // The source of vector chunk e of the current tile (null: a zero chunk).  A chunk is in
+    // range or out of range as a whole (along the contiguous dimension the extents are
+    // multiples of C).
+    __device__ __forceinline__ const T* a_chunk(const Problem& p, int e) const {
+        const KPos& k = ka[a_slot(e)];
+        return arow[e].in_range && k.k < p.k_end ? p.a_src(arow[e], k) : nullptr;
+    }
+    __device__ __forceinline__ const T* b_chunk(const Problem& p, int e) const {
+        const KPos& k = b_pos(e);
+        return brow[e].in_range && k.k < p.k_end ? p.b_src(brow[e], k) : nullptr;
+    }
+};
+
+// Register-staged loads (the next tile's global loads are in flight while the current tile is
+// multiplied), then stored to the other of two shared-memory buffers: every kind on every
+// architecture where the multistage loader below does not run.  LayoutA / LayoutB: Padded (2-D
+// tiles S[k][row]) or a swizzled layout (flat tiles).
+template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, class LayoutA = Padded,
+          class LayoutB = Padded>
+struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
+    using Base = ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem>;
+    using typename Base::MapA;
+    using typename Base::MapB;
+    static constexpr int C = Base::C;
+    alignas(16) T ra[MapA::CHUNKS * C];
+    alignas(16) T rb[MapB::CHUNKS * C];
 
     // One chunk of A (IS_A) or B starting at GEMM row ``row`` (m or n, below ``rows``) and
     // reduction index k (below k_end), element by element (the scalar path).
@@ -352,50 +484,41 @@ struct Loader {
 #pragma unroll
         for (int v = 0; v < C; ++v) {
             const int r = K_CONTIG ? row : row + v, kk = K_CONTIG ? k + v : k;
-            if (r < rows && kk < p.k_end) {
-                if constexpr (IS_A) p.template a<1>(p.a_row(r), kk, dst + v);
-                else p.template b<1>(p.b_row(r), kk, dst + v);
-            } else {
-                dst[v] = from_acc<T, float>(0.0f);
-            }
+            const T* src = nullptr;
+            if (r < rows && kk < p.k_end)
+                src = IS_A ? p.a_src(p.a_row(r), p.k_pos(kk)) : p.b_src(p.b_row(r), p.k_pos(kk));
+            dst[v] = src ? *src : from_acc<T, float>(0.0f);
         }
     }
 
-    // The chunks of the tile at k0.  The vector path: a chunk is in range or out of range as a
-    // whole (along the contiguous dimension the extents are multiples of C), and its row part
-    // comes from its cursor.
+    __device__ __forceinline__ static void fetch_vector(const T* src, T* dst) {
+        if (src) copy_chunk<C>(dst, src);
+        else zero_chunk<C>(dst);
+    }
+
+    // The chunks of the tile at k0 (the vector path: at the reduction cursors).
     __device__ __forceinline__ void load(const Problem& p, int m0, int n0, int k0) {
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            if constexpr (VECTOR) {
-                if (arow[e].in_range && k0 + k < p.k_end) p.template a<C>(arow[e], k0 + k, &ra[e * C]);
-                else zero_chunk<C>(&ra[e * C]);
-            } else {
-                fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
-            }
+            if constexpr (VECTOR) fetch_vector(this->a_chunk(p, e), &ra[e * C]);
+            else fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            if constexpr (VECTOR) {
-                if (brow[e].in_range && k0 + k < p.k_end) p.template b<C>(brow[e], k0 + k, &rb[e * C]);
-                else zero_chunk<C>(&rb[e * C]);
-            } else {
-                fetch_scalar<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
-            }
+            if constexpr (VECTOR) fetch_vector(this->b_chunk(p, e), &rb[e * C]);
+            else fetch_scalar<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
         }
     }
 
-    template <bool K_CONTIG, bool ROWS, class Tile>
+    template <bool K_CONTIG, class Layout, class Tile>
     __device__ __forceinline__ static void put(Tile& S, int row, int k, const T* chunk) {
-        if constexpr (ROWS) {
-            static_assert(PTX_STORES, "[row][k] tiles are mma_cta's");
-            ptx::st_shared_16(&S[SwizzledRows<T, BK>::offset(row, k)], chunk);
-        } else if constexpr (PTX_STORES && !K_CONTIG) {
-            ptx::st_shared_16(&S[k][row], chunk);  // C consecutive rows of one k: 16 bytes
+        if constexpr (Layout::SWIZZLED) {
+            static_assert(Layout::K_CONTIG == K_CONTIG, "a swizzled tile stores whole chunks");
+            ptx::st_shared_16(&S[Layout::offset(row, k)], chunk);
         } else {
 #pragma unroll
             for (int v = 0; v < C; ++v) {
@@ -408,12 +531,12 @@ struct Loader {
     // The double-buffered main loop over the reduction: while the CTA multiplies tile i from
     // buffer i % 2 (``multiply(i % 2)``), the next tile's global loads are in flight and then land
     // in the other buffer, which the barrier at the end of iteration i - 1 freed.  One barrier
-    // per tile.
-    // As, Bs: two tiles each (TileA / TileB: 2-D arrays in the layouts above).
+    // per tile; the last one also frees the buffers for the epilogue.
+    // As, Bs: two tiles each.
     template <class TileA, class TileB, class Multiply>
     __device__ __forceinline__ void run(const Problem& p, int m0, int n0, TileA* As, TileB* Bs,
                                         Multiply&& multiply) {
-        init_rows(p, m0, n0);
+        this->init_rows(p, m0, n0);
         if (p.k_begin < p.k_end) {
             load(p, m0, n0, p.k_begin);
             store(As[0], Bs[0]);
@@ -422,7 +545,10 @@ struct Loader {
         int buf = 0;
         for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
             const bool more = k0 + BK < p.k_end;
-            if (more) load(p, m0, n0, k0 + BK);
+            if (more) {
+                if constexpr (VECTOR) this->advance(p);
+                load(p, m0, n0, k0 + BK);
+            }
             multiply(buf);
             if (more) store(As[buf ^ 1], Bs[buf ^ 1]);
             __syncthreads();  // tile i + 1 is stored, and every thread is done reading tile i
@@ -435,22 +561,98 @@ struct Loader {
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            put<Problem::A_K_CONTIG, A_ROWS>(As, row, k, &ra[e * C]);
+            put<Problem::A_K_CONTIG, LayoutA>(As, row, k, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            put<Problem::B_K_CONTIG, B_ROWS>(Bs, row, k, &rb[e * C]);
+            put<Problem::B_K_CONTIG, LayoutB>(Bs, row, k, &rb[e * C]);
         }
     }
 };
+
+#if GRADOPS_HAS_MMA_SM80
+// The multistage main loop (sm_80+, 16-byte chunks, swizzled tiles): each chunk goes from
+// global to shared memory by cp.async (zero-filled where the problem has no source), with no
+// register staging, STAGES tiles in flight.  The k-tiles run t = 0, 1, ...; tile t lives in
+// stage t % STAGES and its copies form the thread's commit group t (a group, possibly empty,
+// is committed for every t, so the group count is the tile count).  Iteration t:
+//   wait_group<STAGES - 2>   this thread's copies of tile t have landed (groups <= t), while
+//                            the next STAGES - 2 tiles' copies may still be in flight;
+//   __syncthreads            every thread's copies of tile t have, and every thread has
+//                            finished reading tile t - 1 (iteration t - 1's multiply);
+//   issue tile t + STAGES - 1 into stage (t - 1) % STAGES, which that barrier freed; commit;
+//   multiply(t % STAGES).
+// One barrier per k-tile.  After the loop every group is waited for and a barrier frees the
+// stages for the epilogue.
+template <typename T, int BM, int BN, int BK, int THREADS, int STAGES, class Problem, class LayoutA, class LayoutB>
+struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem> {
+    using Base = ChunkRows<T, BM, BN, BK, THREADS, true, Problem>;
+    using typename Base::MapA;
+    using typename Base::MapB;
+    static_assert(STAGES >= 2, "at least one tile in flight while one is multiplied");
+    static_assert(LayoutA::SWIZZLED && LayoutB::SWIZZLED && LayoutA::K_CONTIG == Problem::A_K_CONTIG &&
+                      LayoutB::K_CONTIG == Problem::B_K_CONTIG,
+                  "cp.async copies whole 16-byte chunks into swizzled tiles");
+
+    // Every chunk of the tile at the reduction cursors into tiles sa, sb (zero chunks read no
+    // byte of the base).
+    __device__ __forceinline__ void issue(const Problem& p, T* sa, T* sb) const {
+#pragma unroll
+        for (int e = 0; e < MapA::CHUNKS; ++e) {
+            int row, k;
+            MapA::at(e, row, k);
+            const T* src = this->a_chunk(p, e);
+            ptx::cp_async_16(sa + LayoutA::offset(row, k), src ? src : p.a_base(), src != nullptr);
+        }
+#pragma unroll
+        for (int e = 0; e < MapB::CHUNKS; ++e) {
+            int row, k;
+            MapB::at(e, row, k);
+            const T* src = this->b_chunk(p, e);
+            ptx::cp_async_16(sb + LayoutB::offset(row, k), src ? src : p.b_base(), src != nullptr);
+        }
+    }
+
+    // As, Bs: STAGES tiles each (flat arrays of LayoutA::ELEMENTS, LayoutB::ELEMENTS).
+    template <class TileA, class TileB, class Multiply>
+    __device__ __forceinline__ void run(const Problem& p, int m0, int n0, TileA* As, TileB* Bs,
+                                        Multiply&& multiply) {
+        this->init_rows(p, m0, n0);
+        const int tiles = p.k_begin < p.k_end ? (p.k_end - p.k_begin + BK - 1) / BK : 0;
+#pragma unroll
+        for (int s = 0; s < STAGES - 1; ++s) {
+            if (s < tiles) {
+                issue(p, As[s], Bs[s]);
+                this->advance(p);
+            }
+            ptx::cp_async_commit_group();
+        }
+        int read = 0, write = STAGES - 1;  // the stages of tile t and of tile t + STAGES - 1
+        for (int t = 0; t < tiles; ++t) {
+            ptx::cp_async_wait_group<STAGES - 2>();
+            __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free
+            if (t + STAGES - 1 < tiles) {
+                issue(p, As[write], Bs[write]);
+                this->advance(p);
+            }
+            ptx::cp_async_commit_group();
+            multiply(read);
+            read = read + 1 == STAGES ? 0 : read + 1;
+            write = write + 1 == STAGES ? 0 : write + 1;
+        }
+        ptx::cp_async_wait_group<0>();
+        __syncthreads();  // every thread is done reading its last tile: the epilogue may reuse it
+    }
+};
+#endif  // GRADOPS_HAS_MMA_SM80
 
 // The tensor-core epilogue.  Where each of the CTA's BM rows of C starts in the output
 // (Problem::out_row, -1 past m_size), located once per CTA: a lane stores elements of 32 rows,
 // and locating a row can cost divisions (dgrad: the input position of m).
 template <int BM, int THREADS, class Problem>
-__device__ __forceinline__ void locate_rows(const Problem& p, int m0, index_t (&rows)[BM]) {
+__device__ __forceinline__ void locate_rows(const Problem& p, int m0, index_t* rows) {
     for (int r = static_cast<int>(threadIdx.x); r < BM; r += THREADS)
         rows[r] = m0 + r < p.m_size ? p.out_row(m0 + r) : index_t(-1);
     __syncthreads();
@@ -473,20 +675,22 @@ __device__ __forceinline__ void store_staged_tile(const Problem& p, const float*
 }
 
 #if GRADOPS_HAS_MMA_SM80
-// Half types on sm_80+: ldmatrix + mma.sync.m16n8k16 (tensor_core_ptx.cuh), with the tiles and
-// loader of the WMMA path.  Against WMMA this fixes the fragment layouts (the ISA's, so that
-// the epilogue writes each lane's own accumulators without a store_matrix_sync round trip
-// through a fragment of unspecified layout) and loads each 8x8 sub-matrix once per warp.
+// Half types on sm_80+: ldmatrix + mma.sync.m16n8k16 (tensor_core_ptx.cuh).  Against WMMA this
+// fixes the fragment layouts (the ISA's, so that the epilogue writes each lane's own
+// accumulators without a store_matrix_sync round trip through a fragment of unspecified layout)
+// and loads each 8x8 sub-matrix once per warp.
 //
 // The fragments pair elements along k (A row-major: a lane holds A[m][k], A[m][k + 1]; B
 // col-major: B[k][n], B[k + 1][n]).  An operand that is contiguous along k in global memory
-// (K_CONTIG: dgrad's both, the forward's A) keeps that orientation in shared memory, S[row][k]
-// (Loader's A_ROWS / B_ROWS): each chunk is one 16-byte store, and ldmatrix reads it without
-// .trans.  The others are reduction-major, S[k][row] (rows run along m or n), and ldmatrix
-// transposes (.trans).  Every ldmatrix phase (8 rows of 16 bytes) falls in 32 distinct banks:
-// [k][row] rows are padded to BM + PAD = 136 halves (272 bytes, 68 words: 4 banks apart);
-// [row][k] tiles are swizzled (SwizzledRows, which also keeps their 16-byte stores free of
-// conflicts).  The host model counts ldmatrix wavefronts (tests/test_tensor_core_ptx.py).
+// (K_CONTIG: dgrad's both, the forward's A) keeps that orientation in shared memory, [row][k]
+// (SwizzledRows), and ldmatrix reads it without .trans; the others are [k][row] (SwizzledCols,
+// rows along m or n) and ldmatrix transposes.  Either way a chunk is one 16-byte store or
+// cp.async, and every store phase and ldmatrix phase takes one wavefront (the host model counts
+// them, tests/test_tensor_core_ptx.py).
+//
+// Main loop: with 16-byte chunks (VECTOR), the multistage cp.async pipeline (AsyncLoader,
+// STAGES = 3); otherwise the register-staged double buffer (Loader), whose scalar loads
+// cp.async cannot take.  The epilogue's staging and row table reuse the tiles' shared memory.
 template <typename T, bool VECTOR, class Problem>
 __device__ __forceinline__ void mma_cta(const Problem& p) {
     using C = Config<T, WMMA_HALF>;
@@ -494,19 +698,26 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;             // mma.sync.m16n8k16
     constexpr int WM = BM / C::WARPS_M, WN = BN / C::WARPS_N;    // warp patch (64 x 32)
     constexpr int FM = WM / MMA_M, FN = WN / MMA_N;              // 4 x 4 accumulator tiles per warp
+    constexpr int WARPS = C::WARPS_M * C::WARPS_N;
     static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
     constexpr bool A_ROWS = Problem::A_K_CONTIG, B_ROWS = Problem::B_K_CONTIG;  // [row][k] tiles
-    constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;  // [k][row] tiles' row length
-    using Swizzle = SwizzledRows<T, BK>;                 // [row][k] tiles
-    using TileA = typename Select<A_ROWS, T[BM * BK], T[BK][LDA]>::type;
-    using TileB = typename Select<B_ROWS, T[BN * BK], T[BK][LDB]>::type;
-
-    // Two tile buffers (Loader::run) and the epilogue's staging: 43 KB with two [k][row] tiles
-    // (wgrad), 41 KB with one [row][k] tile (forward), 40 KB with two (dgrad).
-    __shared__ __align__(128) TileA As[2];
-    __shared__ __align__(128) TileB Bs[2];
-    __shared__ __align__(128) float stage[C::WARPS_M * C::WARPS_N][16 * 16];
-    static_assert(sizeof(As) + sizeof(Bs) + sizeof(stage) <= 48 * 1024, "static shared memory is 48 KiB");
+    using LayoutA = Swizzled<T, BM, BK, A_ROWS>;
+    using LayoutB = Swizzled<T, BN, BK, B_ROWS>;
+    using TileA = T[LayoutA::ELEMENTS];
+    using TileB = T[LayoutB::ELEMENTS];
+    // Three stages of 16 KB fill the 48 KiB of static shared memory; 16 warps per SM need the
+    // registers of 2 CTAs anyway (MinBlocks), and 4 CTAs' stages fit an H100 SM's 228 KB.
+    constexpr int STAGES = VECTOR ? 3 : 2;
+    constexpr int TILES_BYTES = STAGES * static_cast<int>(sizeof(TileA) + sizeof(TileB));
+    // The epilogue: a 16x16 float block per warp, then the row table.
+    constexpr int STAGE_FLOATS = 16 * 16;
+    constexpr int EPILOGUE_BYTES = WARPS * STAGE_FLOATS * static_cast<int>(sizeof(float)) +
+                                   BM * static_cast<int>(sizeof(index_t));
+    constexpr int SHARED_BYTES = TILES_BYTES > EPILOGUE_BYTES ? TILES_BYTES : EPILOGUE_BYTES;
+    static_assert(SHARED_BYTES <= 48 * 1024, "static shared memory is 48 KiB");
+    __shared__ __align__(128) unsigned char shared[SHARED_BYTES];
+    TileA* As = reinterpret_cast<TileA*>(shared);
+    TileB* Bs = reinterpret_cast<TileB*>(shared + STAGES * sizeof(TileA));
 
     const int m0 = static_cast<int>(blockIdx.x) * BM;
     const int n0 = static_cast<int>(blockIdx.y) * BN;
@@ -523,7 +734,9 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-    Loader<T, BM, BN, BK, C::THREADS, VECTOR, Problem, A_ROWS, B_ROWS, true> loader;
+    using MainLoop = typename Select<VECTOR, AsyncLoader<T, BM, BN, BK, C::THREADS, STAGES, Problem, LayoutA, LayoutB>,
+                                     Loader<T, BM, BN, BK, C::THREADS, false, Problem, LayoutA, LayoutB>>::type;
+    MainLoop loader;
     loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
         for (int kk = 0; kk < BK; kk += MMA_K) {
@@ -534,8 +747,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
                 const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
-                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][Swizzle::offset(m + row, k)]);
-                else ptx::ldmatrix<4, true>(a[i], &As[buf][k + row][m]);
+                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][LayoutA::offset(m + row, k)]);
+                else ptx::ldmatrix<4, true>(a[i], &As[buf][LayoutA::offset(m, k + row)]);
             }
             // B fragment registers b[0], b[1] are k + 0..7 and k + 8..15 of one n8 tile; an x4
             // loads two n8 tiles: matrix q starts at n + 8 (q / 2), k + 8 (q % 2).
@@ -544,8 +757,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             for (int j = 0; j < FN; j += 2) {
                 unsigned t[4];
                 const int n = wn + MMA_N * j + 8 * (matrix / 2), k = kk + 8 * (matrix % 2);
-                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][Swizzle::offset(n + row, k)]);
-                else ptx::ldmatrix<4, true>(t, &Bs[buf][k + row][n]);
+                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][LayoutB::offset(n + row, k)]);
+                else ptx::ldmatrix<4, true>(t, &Bs[buf][LayoutB::offset(n, k + row)]);
                 b[j][0] = t[0];
                 b[j][1] = t[1];
                 b[j + 1][0] = t[2];
@@ -561,9 +774,10 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     // Epilogue: per 16x16 block (one m16 tile, two n8 tiles), each lane stages its own
     // accumulators where the C fragment layout puts them (row g + 8 (r / 2), column
     // 2 t + r % 2 of its n8 tile, g = lane / 4, t = lane % 4), then the warp stores the block.
-    __shared__ index_t rows[BM];
+    // The main loop ended with a barrier after the last tile was read: the tiles' memory is free.
+    index_t* rows = reinterpret_cast<index_t*>(shared + WARPS * STAGE_FLOATS * sizeof(float));
     locate_rows<BM, C::THREADS>(p, m0, rows);
-    float* st = stage[warp];
+    float* st = reinterpret_cast<float*>(shared) + warp * STAGE_FLOATS;
     const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < FM; ++i) {

@@ -100,13 +100,14 @@ struct WarpExchange {
 };
 
 // Shared-memory traffic of the emulated shared-memory primitives, per kind (ldmatrix; 16-byte
-// stores, st_shared_16), since the last reset: warp-level accesses, the wavefronts (bank
+// stores, st_shared_16; the shared-memory writes of 16-byte cp.async, counted as 16-byte
+// stores' are), since the last reset: warp-level accesses, the wavefronts (bank
 // passes) they take, and the fewest wavefronts the same bytes could take.  wavefronts > ideal
 // means bank conflicts.
 struct SharedStats {
     long long accesses = 0, wavefronts = 0, ideal = 0;
 };
-enum SharedKind { LDMATRIX = 0, STORE_16 = 1, SHARED_KINDS = 2 };
+enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, SHARED_KINDS = 3 };
 
 // The 16-byte stores of one warp, grouped into warp-level instructions: lane l's n-th store
 // belongs to the warp's n-th store instruction (the stores of converged code, which is where
@@ -130,7 +131,7 @@ struct Scheduler {
     int running_warp = -1;  // the warp that release_barriers lets run on, -1: none yet
     std::vector<WarpExchange> exchange;
     SharedStats shared[SHARED_KINDS];
-    std::vector<WarpStores> warp_stores;
+    std::vector<WarpStores> warp_stores[SHARED_KINDS];  // per kind of 16-byte store
     void (*body)(void*) = nullptr;
     void* body_arg = nullptr;
     char error[512] = {0};
@@ -312,7 +313,8 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.state = RUNNABLE;
             f.started = false;
             s.running_warp = -1;
-            if (t == 0) s.warp_stores.assign((threads + kWarpSize - 1) / kWarpSize, WarpStores{});
+            if (t == 0)
+                for (auto& stores : s.warp_stores) stores.assign((threads + kWarpSize - 1) / kWarpSize, WarpStores{});
             f.copies_open.clear();  // copies a thread of the previous block left in flight
             f.copy_groups.clear();
             getcontext(&f.context);
@@ -545,6 +547,28 @@ inline void count_wavefronts(const void* const* rows, int phases, SharedKind kin
     }
 }
 
+// One lane's 16-byte shared-memory write of ``kind`` (st.shared.v4, or cp.async's write side):
+// the warp's writes of a kind are counted per warp-level instruction, 4 phases of 8 lanes as
+// the hardware serves 16-byte accesses.
+inline void count_store_16(const void* dst, SharedKind kind) {
+    Scheduler& s = scheduler();
+    const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
+    if ((warp + 1) * kWarpSize > s.threads) return;  // a partial warp: not counted
+    WarpStores& w = s.warp_stores[kind][warp];
+    const long long round = w.issued[l]++ - w.done;
+    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
+    StoreRound& r = w.rounds[round];
+    r.address[l] = dst;
+    if (++r.filled == kWarpSize) {
+        constexpr int kPhases = 4;  // 32 lanes x 16 bytes = 4 x 128 bytes
+        count_wavefronts(r.address, kPhases, kind);
+    }
+    while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
+        w.rounds.pop_front();
+        ++w.done;
+    }
+}
+
 inline float b16_to_float(std::uint16_t bits, const __half*) {
     __half h;
     std::memcpy(&h, &bits, 2);
@@ -656,6 +680,7 @@ inline void cp_async_16(void* dst, const void* src, bool fill) {
         gradops_host::fail("cp.async: a 16-byte copy with an address that is not 16-byte aligned");
     gradops_host::Scheduler& s = gradops_host::scheduler();
     s.fibers[s.current].copies_open.push_back({dst, src, fill ? 16 : 0});
+    gradops_host::count_store_16(dst, gradops_host::CP_ASYNC);
 }
 
 inline void cp_async_commit_group() {
@@ -678,28 +703,12 @@ template <int N> inline void cp_async_wait_group() {
     }
 }
 
-// st.shared.v4.b32: the store lands at once; the warp's 16-byte stores are counted per
-// warp-level instruction (4 phases of 8 lanes, as the hardware serves 16-byte accesses).
+// st.shared.v4.b32: the store lands at once; counted (gradops_host::count_store_16).
 inline void st_shared_16(void* dst, const void* src) {
     if (reinterpret_cast<std::uintptr_t>(dst) % 16)
         gradops_host::fail("st.shared.v4: a 16-byte store to an address that is not 16-byte aligned");
     std::memcpy(dst, src, 16);
-    gradops_host::Scheduler& s = gradops_host::scheduler();
-    const int warp = s.current / gradops_host::kWarpSize, l = s.current % gradops_host::kWarpSize;
-    if ((warp + 1) * gradops_host::kWarpSize > s.threads) return;  // a partial warp: not counted
-    gradops_host::WarpStores& w = s.warp_stores[warp];
-    const long long round = w.issued[l]++ - w.done;
-    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
-    gradops_host::StoreRound& r = w.rounds[round];
-    r.address[l] = dst;
-    if (++r.filled == gradops_host::kWarpSize) {
-        constexpr int kPhases = 4;  // 32 lanes x 16 bytes = 4 x 128 bytes
-        gradops_host::count_wavefronts(r.address, kPhases, gradops_host::STORE_16);
-    }
-    while (!w.rounds.empty() && w.rounds.front().filled == gradops_host::kWarpSize) {
-        w.rounds.pop_front();
-        ++w.done;
-    }
+    gradops_host::count_store_16(dst, gradops_host::STORE_16);
 }
 
 }  // namespace ptx

@@ -14,12 +14,14 @@ registers) must give a wrong answer.
 
 from __future__ import annotations
 
+import importlib
 import shutil
 
 import numpy as np
 import pytest
 
 import cuda_host
+import gradops
 from conftest import random_array
 
 pytestmark = pytest.mark.skipif(cuda_host.unavailable_reason() is not None,
@@ -447,20 +449,46 @@ def test_planted_primitive_misuse_fails_the_gemm(kernels, bug):
 
 
 # --------------------------------------------------------------------------- in the conv kernels
-def run_half_conv_gradients(monkeypatch, source_dir=None):
+def run_half_conv_gradient(op, vector, rng):
+    """(launcher result, NumPy result) of one float16 problem through the tiled kernel:
+    ``vector`` False, 6 and 4 channels (scalar loads, the register-staged double buffer);
+    True, 16 and 48 (16-byte chunks, the cp.async pipeline; 48 out channels give dgrad's
+    phases 2 to 6 reduction tiles, the last one partial, and carries in every digit of its
+    reduction cursor).  Stride 2, SAME padding, two tiles along the GEMM's rows, 3 reduction
+    tiles for wgrad."""
+    import cupy  # the installed HostDevice
+
+    from conv_cases import NO_PADS, conv_geometry
+
+    launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
+    depth = 16 if vector else 6
+    x_shape, f_shape, strides = (2, 13, 11, depth), (3, 3, depth, 48 if vector else 4), (2, 2)
+    x, filt = random_array(rng, x_shape, np.float16), random_array(rng, f_shape, np.float16)
+    a = dict(strides=[1, *strides, 1], padding="SAME")
+    dy = gradops.conv2d(x, filt, **a, backend="numpy")
+    g = conv_geometry(op, x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
+    if op == "conv2d_backprop_filter":
+        got = launcher.conv2d_backprop_filter(g, cupy.asarray(x), cupy.asarray(dy), path="tiled", vector=vector)
+        return got, gradops.conv2d_backprop_filter(x, f_shape, dy, **a, backend="numpy")
+    got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled", vector=vector)
+    return got, gradops.conv2d_backprop_input(x_shape, filt, dy, **a, backend="numpy")
+
+
+def run_half_conv_gradients(monkeypatch, vector, source_dir=None):
     """The float16 wgrad and dgrad of one small problem through the real launchers on the host
-    model (their tiled kernels: mma_cta); returns ({source: shared-memory stats}, results ok?)."""
+    model (their tiled kernels: mma_cta); returns ({op: {kind: shared-memory stats}}, results
+    ok?)."""
     from conftest import assert_close
-    from test_cuda_host import run_planted_problem
 
     device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
     stats, ok = {}, True
     for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
-        device.kernel(f"{op}.cu", f"gradops::{op}_igemm<__half, float, 1, false>")  # build, then count afresh
+        # build, then count afresh
+        device.kernel(f"{op}.cu", f"gradops::{op}_igemm<__half, float, 1, {'true' if vector else 'false'}>")
         kernels = device._kernels[f"{op}.cu"]
         for kind in kernels.SHARED_KINDS:
             kernels.shared_stats(reset=True, kind=kind)
-        got, want = run_planted_problem(op, "tiled", np.float16, np.random.default_rng(7))
+        got, want = run_half_conv_gradient(op, vector, np.random.default_rng(7))
         try:
             assert_close(got, want, np.float16)
         except AssertionError:
@@ -469,29 +497,86 @@ def run_half_conv_gradients(monkeypatch, source_dir=None):
     return stats, ok
 
 
-def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path):
+#: Each main loop's shared-memory writes: the register-staged loader's 16-byte stores, or the
+#: pipeline's cp.async copies.
+WRITES = {False: "st_shared_16", True: "cp_async"}
+
+
+@pytest.mark.parametrize("vector", [False, True], ids=["scalar-double-buffer", "vector-cp-async"])
+def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path, vector):
     """The half-type tiles' main-loop shared-memory traffic (ldmatrix reads, 16-byte chunk
-    stores) takes the fewest wavefronts: wgrad's tiles are [k][row] with rows 272 bytes apart
-    (ldmatrix rows skewed by 4 banks), dgrad's [row][k] with 64-byte rows whose 16-byte chunks
-    are XOR-swizzled.  Without the padding and the swizzle the count sees the ldmatrix
-    conflicts (the results stay right): rows 256 bytes apart put a matrix's 8 rows in the same
-    banks (8 wavefronts), rows 64 bytes apart 4 rows (4 wavefronts)."""
-    stats, ok = run_half_conv_gradients(monkeypatch)
+    stores or cp.async writes) takes the fewest wavefronts: wgrad's tiles are [k][row] with
+    256-byte rows, dgrad's [row][k] with 64-byte rows, both with XOR-swizzled 16-byte chunks.
+    Without the swizzles the count sees the ldmatrix conflicts (the results stay right): rows
+    256 bytes apart put a matrix's 8 rows in the same banks (8 wavefronts), rows 64 bytes
+    apart 4 rows (4 wavefronts)."""
+    stats, ok = run_half_conv_gradients(monkeypatch, vector)
     assert ok
     for op, by_kind in stats.items():
-        for kind, s in by_kind.items():
+        for kind in ("ldmatrix", WRITES[vector]):
+            s = by_kind[kind]
             assert s["accesses"] > 0, f"{op}: no {kind} ran (the tiled kernels must use mma_cta)"
             assert s["wavefronts"] == s["ideal"], f"{op}: {kind} bank conflicts {s}"
+        unused = WRITES[not vector]
+        assert by_kind[unused]["accesses"] == 0, f"{op}: {unused} ran in the other main loop"
 
     cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh",
-                              ("static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm",
-                               "static constexpr int PAD = 0;  //"),
-                              ("(chunk ^ line % LINE_CHUNKS)", "chunk"))
-    stats, ok = run_half_conv_gradients(monkeypatch, tmp_path)
-    assert ok, "padding changes the speed, not the result"
+                              ("(chunk ^ line % LINE_CHUNKS)", "chunk"),
+                              ("((row / C) ^ (k % LINE_CHUNKS))", "(row / C)"))
+    stats, ok = run_half_conv_gradients(monkeypatch, vector, tmp_path)
+    assert ok, "the swizzle changes the speed, not the result"
     factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
     for op, by_kind in stats.items():
         s = by_kind["ldmatrix"]
         assert s["wavefronts"] == factor[op] * s["ideal"], f"{op}: {s}"
-        s = by_kind["st_shared_16"]  # a store phase is two adjacent 64-byte rows either way
+        s = by_kind[WRITES[vector]]  # a write phase is 128 contiguous bytes either way
         assert s["wavefronts"] == s["ideal"], f"{op}: {s}"
+
+
+# Bugs planted in the cp.async pipeline (AsyncLoader) and the reduction cursors, each run on the
+# 16-byte-chunk problems of run_half_conv_gradient (file, text, replacement, ops it must break).
+PIPELINE_PLANTED = {
+    "cp-async-missing-wait-group": (
+        "igemm_tiles.cuh", "            ptx::cp_async_wait_group<STAGES - 2>();\n", "\n", None),
+    "cp-async-waits-for-one-group-too-few": (
+        "igemm_tiles.cuh", "ptx::cp_async_wait_group<STAGES - 2>();", "ptx::cp_async_wait_group<STAGES - 1>();", None),
+    "cp-async-missing-barrier-after-wait": (
+        "igemm_tiles.cuh", "            __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free\n",
+        "\n", None),
+    "cp-async-issues-into-the-stage-being-read": (
+        "igemm_tiles.cuh", "issue(p, As[write], Bs[write]);", "issue(p, As[read], Bs[read]);", None),
+    "cp-async-copies-a-unswizzled": (
+        "igemm_tiles.cuh", "ptx::cp_async_16(sa + LayoutA::offset(row, k),",
+        "ptx::cp_async_16(sa + (LayoutA::K_CONTIG ? row * BK + k : k * BM + row),", None),
+    "cp-async-zero-chunk-filled-from-the-base": (
+        "igemm_tiles.cuh", "ptx::cp_async_16(sa + LayoutA::offset(row, k), src ? src : p.a_base(), src != nullptr);",
+        "ptx::cp_async_16(sa + LayoutA::offset(row, k), src ? src : p.a_base(), true);",
+        # wgrad's A is zero in the padding; dgrad's SAME stride-2 phases never leave out_backprop
+        ("conv2d_backprop_filter",)),
+    "position-cursor-drops-the-column-carry": (
+        "igemm_tiles.cuh", "if (pos.q >= out_cols) { pos.q -= out_cols; ++pos.p; }",
+        "if (pos.q >= out_cols) { pos.q -= out_cols; }", ("conv2d_backprop_filter",)),
+    "dgrad-cursor-drops-the-tap-carry": (
+        "conv2d_backprop_input.cu", "if (pos.si >= taps_s.count) { pos.si -= taps_s.count; ++pos.ri; }",
+        "if (pos.si >= taps_s.count) { pos.si -= taps_s.count; }", ("conv2d_backprop_input",)),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PIPELINE_PLANTED))
+def test_planted_pipeline_bugs_fail_the_comparison(monkeypatch, tmp_path, bug):
+    """The multistage main loop's synchronisation, stage rotation, swizzle and zero fill, and
+    the reduction cursors' carries: each planted bug makes an op the real sources get right
+    (test_igemm_main_loop_shared_memory_is_conflict_free) give a wrong result, or the launch
+    is refused (a barrier error or a write outside an array)."""
+    from conftest import assert_close
+
+    filename, text, replacement, ops = PIPELINE_PLANTED[bug]
+    cuda_host.planted_sources(tmp_path, filename, (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=3, source_dir=tmp_path).install(monkeypatch)
+    for op in ops or ("conv2d_backprop_filter", "conv2d_backprop_input"):
+        try:
+            got, want = run_half_conv_gradient(op, True, np.random.default_rng(7))
+        except (AssertionError, cuda_host.HostLaunchError):
+            continue  # refused
+        with pytest.raises(AssertionError):
+            assert_close(got, want, np.float16)

@@ -143,12 +143,15 @@ def fits_int32(*values: int) -> bool:
 
 
 def cursor_extents(g) -> tuple[int, ...]:
-    """What the tiled kernels' 32-bit row cursors (igemm_tiles.cuh, "Row cursors") hold or
-    reach: padded input rows and columns plus a stride and the dilated filter's extent (every
-    input coordinate a tap or a phase computes lies inside), and the channel counts."""
+    """What the tiled kernels' 32-bit cursors and offsets (igemm_tiles.cuh, "Row cursors")
+    hold or reach: padded input rows and columns plus a stride and the dilated filter's extent
+    (every input coordinate a tap or a phase computes lies inside), the channel counts, and
+    the elements of one input image, one output image and the filter (offsets inside an image
+    are 32-bit; only an image's start is 64-bit)."""
     return (g.in_rows + g.pad_top + g.pad_bottom + g.stride_rows + (g.filter_rows - 1) * g.dilation_rows,
             g.in_cols + g.pad_left + g.pad_right + g.stride_cols + (g.filter_cols - 1) * g.dilation_cols,
-            g.in_depth, g.out_depth)
+            g.in_depth, g.out_depth, g.in_rows * g.in_cols * g.in_depth, g.out_rows * g.out_cols * g.out_depth,
+            g.filter_rows * g.filter_cols * g.filter_in_depth * g.out_depth)
 
 
 def ceil_div(a: int, b: int) -> int:
