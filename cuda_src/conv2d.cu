@@ -54,14 +54,14 @@ template <typename T, typename Acc> struct ForwardProblem {
 
     using ARow = typename igemm::InputOperand<T>::PositionRow;
     using BRow = igemm::ChannelRow;
-    __device__ __forceinline__ ARow a_row(int m) const { return x.position_row(m, m < m_size); }
-    __device__ __forceinline__ BRow b_row(int n) const { return {n < n_size, static_cast<int>(out_channel0) + n}; }
+    __device__ __forceinline__ ARow a_row(int m) const { return x.position_row(m); }
+    __device__ __forceinline__ BRow b_row(int n) const { return {static_cast<int>(out_channel0) + n}; }
     using KPos = typename igemm::InputOperand<T>::Tap;
     __device__ __forceinline__ KPos k_pos(int kk) const { return x.tap(kk); }
     __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const { x.advance(pos, step); }
-    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& kk) const { return x.gather(row, kk); }
-    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos& kk) const {
-        return filter + static_cast<index_t>(kk.k) * out_depth + row.offset;
+    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& tap, int) const { return x.gather(row, tap); }
+    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos&, int kk) const {
+        return filter + static_cast<index_t>(kk) * out_depth + row.offset;
     }
     __device__ __forceinline__ const T* a_base() const { return x.input; }
     __device__ __forceinline__ const T* b_base() const { return filter; }

@@ -78,14 +78,14 @@ template <typename T, typename Acc> struct FilterGradProblem {
 
     using ARow = typename igemm::InputOperand<T>::TapRow;
     using BRow = igemm::ChannelRow;
-    __device__ __forceinline__ ARow a_row(int m) const { return x.tap_row(m, m < m_size); }
-    __device__ __forceinline__ BRow b_row(int n) const { return {n < n_size, static_cast<int>(out_channel0) + n}; }
+    __device__ __forceinline__ ARow a_row(int m) const { return x.tap_row(m); }
+    __device__ __forceinline__ BRow b_row(int n) const { return {static_cast<int>(out_channel0) + n}; }
     using KPos = typename igemm::InputOperand<T>::Position;
     __device__ __forceinline__ KPos k_pos(int j) const { return x.position(j); }
     __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const { x.advance(pos, step); }
-    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& j) const { return x.gather(row, j); }
-    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos& j) const {
-        return out_backprop + static_cast<index_t>(j.k) * out_depth + row.offset;
+    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& pos, int) const { return x.gather(row, pos); }
+    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos&, int j) const {
+        return out_backprop + static_cast<index_t>(j) * out_depth + row.offset;
     }
     __device__ __forceinline__ const T* a_base() const { return x.input; }
     __device__ __forceinline__ const T* b_base() const { return out_backprop; }

@@ -98,15 +98,14 @@ template <typename T, typename Acc> struct InputGradProblem {
     // The reduction cursor: kk = (ri * taps_s.count + si) * out_per_group + k, the phase's taps
     // r = taps_r.first + ri * taps_r.step (likewise s) and out channel k within the group.
     struct KPos {
-        int k, ri, si, c;  // k: the reduction index kk; c: the out channel
+        int ri, si, c;  // c: the out channel
     };
     __device__ __forceinline__ KPos k_pos(int kk) const {
         int c, si;
         const int ri = div_taps_s.divmod(div_kg.divmod(kk, c), si);
-        return {kk, ri, si, c};
+        return {ri, si, c};
     }
     __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const {
-        pos.k += step.k;
         pos.c += step.c;
         pos.si += step.si;
         pos.ri += step.ri;
@@ -121,7 +120,6 @@ template <typename T, typename Acc> struct InputGradProblem {
     // taps_r.step * dilation_rows / stride_rows (exact: step * dilation is a multiple of the
     // stride), so the main loop divides by no stride.
     struct ARow {  // 32-bit: the launcher checks the padded extents (_conv_igemm.cursor_extents)
-        bool in_range;
         const T* image;  // out_backprop's image n, at the group's first channel
         int p0, q0;
     };
@@ -129,7 +127,7 @@ template <typename T, typename Acc> struct InputGradProblem {
     __device__ __forceinline__ ARow a_row(int m) const {
         int i, j;
         const int n = div_i.divmod(div_j.divmod(m, j), i);
-        return {m < m_size, out_backprop + n * out_image + out_channel0,
+        return {out_backprop + n * out_image + out_channel0,
                 static_cast<int>((phase_row + static_cast<index_t>(i) * d.stride_rows + d.pad_top -
                                   static_cast<index_t>(taps_r.first) * d.dilation_rows) / d.stride_rows),
                 static_cast<int>((phase_col + static_cast<index_t>(j) * d.stride_cols + d.pad_left -
@@ -137,17 +135,17 @@ template <typename T, typename Acc> struct InputGradProblem {
     }
     // B's row part: input channel c's filter row at the group's first out channel.
     __device__ __forceinline__ BRow b_row(int c) const {
-        return {c < n_size, c * out_depth + static_cast<int>(out_channel0)};
+        return {c * out_depth + static_cast<int>(out_channel0)};
     }
 
     // Chunks run along out channels k (the reduction's fastest part) in both operands.
-    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& kk) const {
+    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& kk, int) const {
         const int p = row.p0 - kk.ri * p_step;
         const int q = row.q0 - kk.si * q_step;
         if (p < 0 || p >= out_rows || q < 0 || q >= out_cols) return nullptr;
         return row.image + ((p * out_cols + q) * out_depth + kk.c);
     }
-    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos& kk) const {
+    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos& kk, int) const {
         const int r = taps_r.first + kk.ri * taps_r.step;
         const int s = taps_s.first + kk.si * taps_s.step;
         return filter + ((r * filter_cols + s) * tap_elements + row.offset + kk.c);

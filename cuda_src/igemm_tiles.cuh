@@ -212,47 +212,44 @@ template <typename T> struct InputOperand {
 
     // Row cursors (see "Row cursors" below): what a fixed tap, or a fixed position, contributes.
     struct TapRow {
-        bool in_range;
         int h_offset, w_offset, channel;  // r * dilation_rows - pad_top, ...; input channel
     };
     struct PositionRow {
-        bool in_range;
         const T* image;      // the position's image in the input
         int h_base, w_base;  // p * stride_rows - pad_top, q * stride_cols - pad_left
     };
-    __device__ __forceinline__ TapRow tap_row(int tap, bool in_range) const {
+    __device__ __forceinline__ TapRow tap_row(int tap) const {
         int c, s;
         const int r = div_s.divmod(div_cg.divmod(tap, c), s);
-        return {in_range, r * dilation_rows - pad_top, s * dilation_cols - pad_left, channel0 + c};
+        return {r * dilation_rows - pad_top, s * dilation_cols - pad_left, channel0 + c};
     }
-    __device__ __forceinline__ PositionRow position_row(int position, bool in_range) const {
+    __device__ __forceinline__ PositionRow position_row(int position) const {
         int q, p;
         const int n = div_p.divmod(div_q.divmod(position, q), p);
-        return {in_range, input + n * image, p * stride_rows - pad_top, q * stride_cols - pad_left};
+        return {input + n * image, p * stride_rows - pad_top, q * stride_cols - pad_left};
     }
 
     // Reduction cursors (see "Reduction cursors" below).  The filter gradient reduces over
     // positions, the forward convolution over taps; each cursor is its index decomposed.
     struct Position {
-        int k, n, p, q;  // k = (n * out_rows + p) * out_cols + q
+        int n, p, q;  // of position (n * out_rows + p) * out_cols + q
     };
     struct Tap {
-        int k, r, s, c;  // k = (r * filter_cols + s) * Cg + c
+        int r, s, c;  // of tap (r * filter_cols + s) * Cg + c
     };
     __device__ __forceinline__ Position position(int j) const {
         int q, p;
         const int n = div_p.divmod(div_q.divmod(j, q), p);
-        return {j, n, p, q};
+        return {n, p, q};
     }
     __device__ __forceinline__ Tap tap(int kk) const {
         int c, s;
         const int r = div_s.divmod(div_cg.divmod(kk, c), s);
-        return {kk, r, s, c};
+        return {r, s, c};
     }
     // pos -> pos + step (step: a decomposed index, each digit below its radix, so one carry
     // per digit suffices).
     __device__ __forceinline__ void advance(Position& pos, const Position& step) const {
-        pos.k += step.k;
         pos.q += step.q;
         pos.p += step.p;
         pos.n += step.n;
@@ -260,7 +257,6 @@ template <typename T> struct InputOperand {
         if (pos.p >= out_rows) { pos.p -= out_rows; ++pos.n; }
     }
     __device__ __forceinline__ void advance(Tap& t, const Tap& step) const {
-        t.k += step.k;
         t.c += step.c;
         t.s += step.s;
         t.r += step.r;
@@ -288,7 +284,6 @@ template <typename T> struct InputOperand {
 // The row cursor of an operand whose row is a channel with a fixed offset (out_backprop and the
 // filter along out channels, the filter along input channels).
 struct ChannelRow {
-    bool in_range;
     int offset;
 };
 
@@ -296,13 +291,13 @@ struct ChannelRow {
 // Problem interface (all indices int, offsets inside it 64-bit):
 //   int m_size, n_size, k_begin, k_end;
 //   static constexpr bool A_K_CONTIG, B_K_CONTIG;
-//   struct ARow { bool in_range; ... };      what A's addresses take from m, computed once
-//   ARow a_row(int m) const;                 (in_range: m < m_size)
-//   struct KPos { int k; ... };              a reduction index k and its decomposition
+//   struct ARow;                             what A's addresses take from m, computed once
+//   ARow a_row(int m) const;                 (m < m_size)
+//   struct KPos;                             the decomposition of a reduction index k
 //   KPos k_pos(int k) const;                 (divisions: see "Reduction cursors")
 //   void k_advance(KPos& pos, const KPos& step) const;
-//                                            pos of k -> pos of k + step.k, step = k_pos(BK)
-//   const T* a_src(const ARow& row, const KPos& k) const;
+//                                            k's -> (k + BK)'s, step = k_pos(BK)
+//   const T* a_src(const ARow& row, const KPos& pos, int k) const;
 //                                            the address of A[m][k] (with 16-byte chunks: and
 //                                            of the C - 1 elements after it along A's
 //                                            contiguous dimension), null where A is zero
@@ -315,8 +310,10 @@ struct ChannelRow {
 //   void store(int m, int n, Acc v) const;
 //   index_t out_row(int m) const;            where C's row m starts in the output: store(m, n, v)
 //   void store_at(index_t row, int n, Acc v) const;   is store_at(out_row(m), n, v)
-// The core zero-fills out-of-range elements and only stores in-range ones, so problems need no
-// bounds logic beyond the convolution's own padding.  Row cursors: a thread's chunks keep their
+// The core zero-fills elements past k_end, gives the rows of a tile past m_size (n_size) row 0's
+// sources (valid addresses; those rows' results are never stored, and each row of C depends
+// only on its own row of A, each column on its column of B), and only stores in-range elements,
+// so problems need no bounds logic beyond the convolution's own padding.  Row cursors: a thread's chunks keep their
 // GEMM row (m of A, n of B) for the whole reduction, so with 16-byte chunks the loader computes
 // each chunk's ARow / BRow once, before the main loop, and each k-tile only decomposes k (the
 // per-row index math, divisions included, leaves the loop).  The scalar path makes one per
@@ -393,8 +390,11 @@ using Swizzled = typename Select<K_CONTIG, SwizzledRows<T, ROWS, BK>, SwizzledCo
 
 // ---------------------------------------------------------------- loaders
 // Which chunks a thread loads and their row cursors (see "Row cursors" above), shared by the
-// two loaders below.  The scalar path (VECTOR false) keeps no cursors.
-template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem>
+// two loaders below.  The scalar path (VECTOR false) keeps no cursors.  CURSORS: reduction
+// cursors too (the multistage loader); without them each tile decomposes its chunks' k afresh,
+// which holds fewer registers across the loop (the register-staged loader, whose SIMT
+// instantiations are FMA-bound and at the 128-register bound of 2 CTAs per SM).
+template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, bool CURSORS = false>
 struct ChunkRows {
     static constexpr int C = ChunkSize<T>::value;
     using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
@@ -412,8 +412,8 @@ struct ChunkRows {
     static constexpr int KB = Problem::B_K_CONTIG ? 1 : MapB::CHUNKS;
     typename Problem::ARow arow[VECTOR ? MapA::CHUNKS : 1];
     typename Problem::BRow brow[VECTOR ? MapB::CHUNKS : 1];
-    KPos ka[KA];
-    KPos kb[B_USES_A ? 1 : KB];
+    KPos ka[CURSORS ? KA : 1];
+    KPos kb[CURSORS && !B_USES_A ? KB : 1];
     KPos step;  // the decomposition of BK
 
     __device__ __forceinline__ static constexpr int a_slot(int e) { return Problem::A_K_CONTIG ? 0 : e; }
@@ -423,24 +423,24 @@ struct ChunkRows {
     // Row cursors and reduction cursors at the reduction's first tile.
     __device__ __forceinline__ void init_rows(const Problem& p, int m0, int n0) {
         if constexpr (VECTOR) {
-            step = p.k_pos(BK);
+            if constexpr (CURSORS) step = p.k_pos(BK);
 #pragma unroll
             for (int e = 0; e < MapA::CHUNKS; ++e) {
                 int row, k;
                 MapA::at(e, row, k);
-                arow[e] = p.a_row(m0 + row);
-                if (a_slot(e) == e) ka[e] = p.k_pos(p.k_begin + k);
+                arow[e] = p.a_row(m0 + row < p.m_size ? m0 + row : 0);
+                if (CURSORS && a_slot(e) == e) ka[e] = p.k_pos(p.k_begin + k);
             }
 #pragma unroll
             for (int e = 0; e < MapB::CHUNKS; ++e) {
                 int row, k;
                 MapB::at(e, row, k);
-                brow[e] = p.b_row(n0 + row);
-                if (!B_USES_A && b_slot(e) == e) kb[e] = p.k_pos(p.k_begin + k);
+                brow[e] = p.b_row(n0 + row < p.n_size ? n0 + row : 0);
+                if (CURSORS && !B_USES_A && b_slot(e) == e) kb[e] = p.k_pos(p.k_begin + k);
             }
         }
     }
-    // The cursors of the next tile.
+    // The reduction cursors of the next tile.
     __device__ __forceinline__ void advance(const Problem& p) {
 #pragma unroll
         for (int e = 0; e < KA; ++e) p.k_advance(ka[e], step);
@@ -449,16 +449,20 @@ struct ChunkRows {
             for (int e = 0; e < KB; ++e) p.k_advance(kb[e], step);
         }
     }
-    // The source of vector chunk e of the current tile (null: a zero chunk).  A chunk is in
-    // range or out of range as a whole (along the contiguous dimension the extents are
-    // multiples of C).
-    __device__ __forceinline__ const T* a_chunk(const Problem& p, int e) const {
-        const KPos& k = ka[a_slot(e)];
-        return arow[e].in_range && k.k < p.k_end ? p.a_src(arow[e], k) : nullptr;
+    // The source of vector chunk e of the tile at k0 (null: a zero chunk); with CURSORS, the
+    // cursors are at that tile.  A chunk is in range or out of range as a whole (along the
+    // contiguous dimension the extents are multiples of C).
+    __device__ __forceinline__ const T* a_chunk(const Problem& p, int e, int k0) const {
+        int row, k;
+        MapA::at(e, row, k);
+        if (k0 + k >= p.k_end) return nullptr;
+        return p.a_src(arow[e], CURSORS ? ka[a_slot(e)] : p.k_pos(k0 + k), k0 + k);
     }
-    __device__ __forceinline__ const T* b_chunk(const Problem& p, int e) const {
-        const KPos& k = b_pos(e);
-        return brow[e].in_range && k.k < p.k_end ? p.b_src(brow[e], k) : nullptr;
+    __device__ __forceinline__ const T* b_chunk(const Problem& p, int e, int k0) const {
+        int row, k;
+        MapB::at(e, row, k);
+        if (k0 + k >= p.k_end) return nullptr;
+        return p.b_src(brow[e], CURSORS ? b_pos(e) : p.k_pos(k0 + k), k0 + k);
     }
 };
 
@@ -486,7 +490,7 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
             const int r = K_CONTIG ? row : row + v, kk = K_CONTIG ? k + v : k;
             const T* src = nullptr;
             if (r < rows && kk < p.k_end)
-                src = IS_A ? p.a_src(p.a_row(r), p.k_pos(kk)) : p.b_src(p.b_row(r), p.k_pos(kk));
+                src = IS_A ? p.a_src(p.a_row(r), p.k_pos(kk), kk) : p.b_src(p.b_row(r), p.k_pos(kk), kk);
             dst[v] = src ? *src : from_acc<T, float>(0.0f);
         }
     }
@@ -502,14 +506,17 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            if constexpr (VECTOR) fetch_vector(this->a_chunk(p, e), &ra[e * C]);
+            // Rows past the GEMM load zeros here; the results do not need them, but with the
+            // check ptxas keeps the f32 wgrad and f64 dgrad instantiations within the 128
+            // registers of 2 CTAs per SM (without it, 4-8 bytes spill on sm_80 / sm_90).
+            if constexpr (VECTOR) fetch_vector(m0 + row < p.m_size ? this->a_chunk(p, e, k0) : nullptr, &ra[e * C]);
             else fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            if constexpr (VECTOR) fetch_vector(this->b_chunk(p, e), &rb[e * C]);
+            if constexpr (VECTOR) fetch_vector(n0 + row < p.n_size ? this->b_chunk(p, e, k0) : nullptr, &rb[e * C]);
             else fetch_scalar<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
         }
     }
@@ -545,10 +552,7 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         int buf = 0;
         for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
             const bool more = k0 + BK < p.k_end;
-            if (more) {
-                if constexpr (VECTOR) this->advance(p);
-                load(p, m0, n0, k0 + BK);
-            }
+            if (more) load(p, m0, n0, k0 + BK);
             multiply(buf);
             if (more) store(As[buf ^ 1], Bs[buf ^ 1]);
             __syncthreads();  // tile i + 1 is stored, and every thread is done reading tile i
@@ -587,8 +591,8 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
 // One barrier per k-tile.  After the loop every group is waited for and a barrier frees the
 // stages for the epilogue.
 template <typename T, int BM, int BN, int BK, int THREADS, int STAGES, class Problem, class LayoutA, class LayoutB>
-struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem> {
-    using Base = ChunkRows<T, BM, BN, BK, THREADS, true, Problem>;
+struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
+    using Base = ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true>;
     using typename Base::MapA;
     using typename Base::MapB;
     static_assert(STAGES >= 2, "at least one tile in flight while one is multiplied");
@@ -598,19 +602,19 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem> {
 
     // Every chunk of the tile at the reduction cursors into tiles sa, sb (zero chunks read no
     // byte of the base).
-    __device__ __forceinline__ void issue(const Problem& p, T* sa, T* sb) const {
+    __device__ __forceinline__ void issue(const Problem& p, int k0, T* sa, T* sb) const {
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            const T* src = this->a_chunk(p, e);
+            const T* src = this->a_chunk(p, e, k0);
             ptx::cp_async_16(sa + LayoutA::offset(row, k), src ? src : p.a_base(), src != nullptr);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            const T* src = this->b_chunk(p, e);
+            const T* src = this->b_chunk(p, e, k0);
             ptx::cp_async_16(sb + LayoutB::offset(row, k), src ? src : p.b_base(), src != nullptr);
         }
     }
@@ -620,21 +624,23 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem> {
     __device__ __forceinline__ void run(const Problem& p, int m0, int n0, TileA* As, TileB* Bs,
                                         Multiply&& multiply) {
         this->init_rows(p, m0, n0);
-        const int tiles = p.k_begin < p.k_end ? (p.k_end - p.k_begin + BK - 1) / BK : 0;
 #pragma unroll
         for (int s = 0; s < STAGES - 1; ++s) {
-            if (s < tiles) {
-                issue(p, As[s], Bs[s]);
+            if (p.k_begin + s * BK < p.k_end) {
+                issue(p, p.k_begin + s * BK, As[s], Bs[s]);
                 this->advance(p);
             }
             ptx::cp_async_commit_group();
         }
         int read = 0, write = STAGES - 1;  // the stages of tile t and of tile t + STAGES - 1
-        for (int t = 0; t < tiles; ++t) {
+        // k0: tile t's reduction index (below 2^31 - 129 + (STAGES - 1) * BK: the launchers
+        // keep the extents below INT32_LIMIT)
+        for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
             ptx::cp_async_wait_group<STAGES - 2>();
             __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free
-            if (t + STAGES - 1 < tiles) {
-                issue(p, As[write], Bs[write]);
+            const int k_next = k0 + (STAGES - 1) * BK;
+            if (k_next < p.k_end) {
+                issue(p, k_next, As[write], Bs[write]);
                 this->advance(p);
             }
             ptx::cp_async_commit_group();

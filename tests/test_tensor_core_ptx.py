@@ -544,7 +544,7 @@ PIPELINE_PLANTED = {
         "igemm_tiles.cuh", "            __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free\n",
         "\n", None),
     "cp-async-issues-into-the-stage-being-read": (
-        "igemm_tiles.cuh", "issue(p, As[write], Bs[write]);", "issue(p, As[read], Bs[read]);", None),
+        "igemm_tiles.cuh", "issue(p, k_next, As[write], Bs[write]);", "issue(p, k_next, As[read], Bs[read]);", None),
     "cp-async-copies-a-unswizzled": (
         "igemm_tiles.cuh", "ptx::cp_async_16(sa + LayoutA::offset(row, k),",
         "ptx::cp_async_16(sa + (LayoutA::K_CONTIG ? row * BK + k : k * BM + row),", None),
