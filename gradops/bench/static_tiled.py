@@ -32,6 +32,18 @@ store, so a shape's SASS per element can be far above the kernel's.
 Edge tiles take checked staging and stores (a few more instructions per load and store);
 that is not counted.  The depthwise kernel's shared memory is static; occupancy comes from the
 launcher's block size, the registers and the shared memory (:func:`._sass.occupancy`).
+
+Fractional average pooling (:func:`predict_fractional`)
+------------------------------------------------------
+Its threads do unequal work (a tile's staging slots go to its first threads; a position lies
+in one or two row and column cells), so every warp of every tile of the launch is enumerated
+from the launcher's own ``plan()``, ``cell_tables()`` and ``tile_cell_ranges()``
+(:func:`fractional_warps`) and charged its busiest lane's path (:func:`fractional_warp_cost`):
+the whole-kernel *frame* (:func:`fractional_frame_cost`: both barriers, the lane's staged cells
+with their 16-byte loads and at least their shares' words stored to shared memory, one position
+of 1 x 1 cells) plus, per position in place of that one, the cheapest iteration of the position
+loop reading the position's cells' words from shared memory with the source's table loads
+(:func:`fractional_position_cost`).  SASS per element: 32 x the warps' instructions / elements.
 """
 
 from __future__ import annotations
