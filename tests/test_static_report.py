@@ -620,7 +620,31 @@ def test_fractional_staging_path_matches_a_hand_count(fractional_kernels):
         assert counts["BAR"] == 2 and counts["STG.128"] == 1 and counts["LDS.128"] == shares // 8
         idle, idle_counts = st.fractional_frame_cost(kernel, 0, 4, True)
         assert idle_counts["DMUL"] == idle_counts["LDG.128"] == idle_counts["STS.128"] == 0 and idle < cost
-    assert st.staging_serialised(half) and st.staging_serialised(single)
+
+
+def test_fractional_staging_round_trips(fractional_kernels):
+    """Today's staging lane issues its cell's 4 vector loads together (one round trip, 2 with
+    the table chain); the measured revision's kernel loaded each vector after the previous one's
+    Inf/NaN branch (4 serialised round trips, 5 in all)."""
+    import subprocess
+
+    from gradops.bench import static_tiled as st
+
+    half = fractional_kernels[0]
+    assert not st.staging_serialised(half)
+    assert st.fractional_round_trips(half, {st.FractionalWarp(1, 4, 1, (1,)): 1}) == 2
+    root = Path(__file__).resolve().parents[1]
+    try:
+        text = subprocess.check_output(["git", "show", f"{st.MEASURED_FRACTIONAL_REVISION}:cuda_src/{sr.FRACTIONAL_SOURCE}"],
+                                       cwd=root, text=True, stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pytest.skip(f"revision {st.MEASURED_FRACTIONAL_REVISION} is not in this checkout's history")
+    old = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE], texts={sr.FRACTIONAL_SOURCE: text},
+                                only=[half.expression])[0]
+    assert st.staging_serialised(old)
+    assert st.fractional_round_trips(old, {st.FractionalWarp(1, 4, 1, (1,)): 1}) == 5
+    cost, counts = st.fractional_frame_cost(old, 1, 4, True)
+    assert (counts["LDG.128"], counts["DMUL"], counts["DFMA"], counts["STS.128"]) == (4, 32, 70, 16)
 
 
 def test_fractional_position_loop_matches_a_hand_count(fractional_kernels):
