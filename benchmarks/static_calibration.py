@@ -5,7 +5,9 @@ For every depthwise input-gradient and fractional average pooling case that
 the kernel time of the kernel *as measured*: the depthwise source of the measured revision
 (:data:`gradops.bench.static_tiled.MEASURED_DEPTHWISE_REVISION`, compiled from ``git show``
 with today's headers, launched by that revision's rules: no paired multipliers, 16-byte
-staging only at multiplier 1) and today's fractional source when it is unchanged since then.
+staging only at multiplier 1) and the fractional average pooling source of that revision
+(:data:`gradops.bench.static_tiled.MEASURED_FRACTIONAL_REVISION`, ``git show`` likewise),
+launched as that revision's own launcher module (``git show``, run beside today's) plans it.
 It writes ``static_calibration.md`` and ``.json`` into that folder, measured and predicted
 columns apart, with the ratio measured / predicted and its geometric mean and spread.
 
@@ -73,9 +75,16 @@ def _tiled_expression(case, dtype):
     return dw._tiled_expression(dtype, g.data_format, shape, dw.item_rows_per_tile(g))
 
 
+def _fractional_launch(case, dtype):
+    """(launcher module, plan, expression) of the measured revision's fractional launcher."""
+    fr = st.fractional_launcher(st.MEASURED_FRACTIONAL_REVISION)
+    plan = fr.plan(case.geometry(), dtype)
+    return fr, plan, fr._expression(dtype, plan.index, plan.vector)
+
+
 def compile_measured(entries) -> tuple[dict, dict]:
     """({expression: kernel} of the measured revision's depthwise source, {expression: kernel} of
-    today's fractional source), sm_90."""
+    its fractional source), sm_90."""
     from gradops.backends.cuda import _sass
 
     revision = st.MEASURED_DEPTHWISE_REVISION
@@ -83,7 +92,10 @@ def compile_measured(entries) -> tuple[dict, dict]:
     wanted = {_tiled_expression(_case(e), DTYPES[e["dtype"]]) for e in entries if e["op"] == DEPTHWISE_INPUT}
     depthwise = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
                                                                  texts={sr.DEPTHWISE_SOURCE: old}, only=wanted)}
-    fractional = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE])}
+    frac_text = _git("show", f"{st.MEASURED_FRACTIONAL_REVISION}:cuda_src/{sr.FRACTIONAL_SOURCE}")
+    wanted = {_fractional_launch(_case(e), DTYPES[e["dtype"]])[2] for e in entries if e["op"] == FRACTIONAL}
+    fractional = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE],
+                                                                  texts={sr.FRACTIONAL_SOURCE: frac_text}, only=wanted)}
     return depthwise, fractional
 
 
@@ -97,9 +109,9 @@ def predict(entry, depthwise: dict, fractional: dict) -> dict:
     case, dtype = _case(entry), DTYPES[entry["dtype"]]
     g = case.geometry()
     if entry["op"] == FRACTIONAL:
-        kernel = fractional[sr._kernel_for(case, dtype, g, {("sm_90", e): k for e, k in fractional.items()},
-                                           "sm_90").expression]
-        p = sr.predict(case, entry["dtype"], DEVICE, {("sm_90", kernel.expression): kernel})
+        fr, plan, expression = _fractional_launch(case, dtype)
+        kernel = fractional[expression]
+        p = st.predict_fractional(case, entry["dtype"], DEVICE, kernel, g, plan, fr)
     else:
         kernel = depthwise[_tiled_expression(case, dtype)]
         launch = st.depthwise_launch(g, dtype, st.MEASURED_DEPTHWISE_REVISION)
@@ -124,7 +136,7 @@ def _spread(values) -> float:
 
 def _group(row) -> str:
     if row["op"] == FRACTIONAL:
-        return f"fractional {row['dtype']}"
+        return f"fractional {row['dtype']} {'overlapping' if 'overlapping' in row['label'] else 'disjoint'}"
     label = row["label"]
     layout = "NCHW" if label.endswith("NCHW") else "NHWC"
     mult = label.split()[-2]
@@ -135,7 +147,7 @@ def build(results: Path = RESULTS) -> dict:
     entries = measured_cases(results)
     print(f"compiling the measured kernels of {len(entries)} cases (sm_90)", file=sys.stderr, flush=True)
     depthwise, fractional = compile_measured(entries)
-    changed = _git("diff", "--stat", st.MEASURED_DEPTHWISE_REVISION, "--", f"cuda_src/{sr.FRACTIONAL_SOURCE}").strip()
+    changed = _git("diff", "--stat", st.MEASURED_FRACTIONAL_REVISION, "--", f"cuda_src/{sr.FRACTIONAL_SOURCE}").strip()
     rows = []
     for e in entries:
         print(f"predicting {e['suite']} {e['label']} {e['dtype']}", file=sys.stderr, flush=True)
@@ -154,6 +166,7 @@ def build(results: Path = RESULTS) -> dict:
     return {"meta": {"label": LABEL, "commit": _git("rev-parse", "--short", "HEAD").strip(),
                      "measured": str(results.relative_to(ROOT)),
                      "depthwise_revision": st.MEASURED_DEPTHWISE_REVISION,
+                     "fractional_revision": st.MEASURED_FRACTIONAL_REVISION,
                      "fractional_source_changed_since": changed or None, "device": DEVICE.key},
             "rows": rows, "summary": summarise(rows)}
 
@@ -167,6 +180,8 @@ def summarise(rows) -> dict:
             groups[_group(r)].append(r["ratio"])
             groups[f"predicted limiter: {r['predicted']['limiter']}"].append(r["ratio"])
             groups["all modelled"].append(r["ratio"])
+            if r["op"] == FRACTIONAL:
+                groups["fractional (all)"].append(r["ratio"])
     return {k: {"cases": len(v), "geomean": _geo(v), "spread": _spread(v), "min": min(v), "max": max(v)}
             for k, v in groups.items()}
 
@@ -182,8 +197,11 @@ def markdown(report: dict) -> str:
         "issue efficiency 1.0, 3.35 TB/s, 6.5 TB/s L2 assumed, 600 ns DRAM latency assumed) for the kernel *as "
         f"measured*: the depthwise tiled kernel compiled from `git show {m['depthwise_revision']}` (no paired "
         "multipliers then: multiplier 2 staged one slice per pass with scalar loads) with that revision's launch "
-        "rules; the fractional kernel from today's source (unchanged since: "
-        f"{'yes' if not m['fractional_source_changed_since'] else 'NO, ' + m['fractional_source_changed_since']}).",
+        "rules; the staged fractional average pooling kernel compiled from `git show "
+        f"{m.get('fractional_revision', m['depthwise_revision'])}` (today's source differs: "
+        f"{'no' if not m['fractional_source_changed_since'] else 'yes, ' + m['fractional_source_changed_since']}) and "
+        "planned by that revision's own launcher (`git show`, its plan() and tables), every warp of every tile "
+        "charged its busiest lane's path (static report's assumptions).",
         "- ratio = measured time / predicted time (1 = the model explains the time; > 1 = slower than predicted).",
         "",
         "## Summary (ratio measured / predicted)", "",

@@ -47,8 +47,10 @@
 //   holds about 2 input positions (6 when overlapping): dividing per element would repeat it
 //   2-6 times.  The block stages the shares of every cell in its tile's cell range (row lo..hi x
 //   column lo..hi, host-computed per tile) as doubles, __syncthreads, and every thread sums from
-//   there.  One staging thread per cell: one reciprocal of the cell size, then up to 4 vectors
-//   of out_backprop (16-byte loads), 2 shares per 16-byte shared-memory store.  Cells straddling
+//   there.  One staging thread per cell: up to 4 vectors of out_backprop (16-byte loads, all
+//   issued before the cell size is read or any vector is tested for Inf/NaN, so a cell costs one
+//   memory round trip, not one per vector), one reciprocal of the cell size, 2 shares per
+//   16-byte shared-memory store.  Cells straddling
 //   two tiles are staged by both (about 1.2 staged cells per cell for 32 x 8 tiles at 1.44).
 // * Exact shares without a division per element (the part of the kernel that must be right; it
 //   is checked bit for bit against NumPy's division by tests/test_fractional_avg_pool_grad.py, on
@@ -408,19 +410,26 @@ __global__ void fractional_avg_pool_grad(
                             double* const s_row = shares + (t * rows + i) * cols * cell_stride;
                             for (int j = slot & ((1 << stage_cols_log2) - 1); j < cols; j += 1 << stage_cols_log2) {
                                 const I col_cell = col_lo + j;
+                                const T* const dy = dy_row + col_cell * depth;
+                                // The block's (at most kBlockVectors) vectors of channels that exist,
+                                // all loaded before the cell's size is known and before any is tested
+                                // for Inf/NaN (a branch on its data): one memory round trip per cell,
+                                // not one per vector.  (An empty cell's vectors exist: its row and
+                                // column lie within the tile's cell range.)
+                                const int vectors = static_cast<int>(min(static_cast<I>(blockDim.x), (depth - c0) / V));
+                                Vector<T, V> d[kBlockVectors];
+#pragma unroll
+                                for (int q = 0; q < kBlockVectors; ++q) {
+                                    if (q < vectors) d[q] = *reinterpret_cast<const Vector<T, V>*>(dy + q * V);
+                                }
                                 const I size = row_size * col_sizes[col_cell];
                                 if (size == 0) continue;  // an empty cell is in no list
                                 const double b = static_cast<double>(size);  // exact: below 2^50
                                 const double y = reciprocal(b);
-                                const T* const dy = dy_row + col_cell * depth;
                                 double* const s = s_row + j * cell_stride;
-                                // The block's (at most kBlockVectors) vectors of channels that exist.
-                                const int vectors = static_cast<int>(min(static_cast<I>(blockDim.x), (depth - c0) / V));
 #pragma unroll
                                 for (int q = 0; q < kBlockVectors; ++q) {
-                                    if (q == vectors) break;
-                                    const Vector<T, V> d = *reinterpret_cast<const Vector<T, V>*>(dy + q * V);
-                                    stage_shares<T, V>(d, b, y, s + q * V);
+                                    if (q < vectors) stage_shares<T, V>(d[q], b, y, s + q * V);
                                 }
                             }
                         }

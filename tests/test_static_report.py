@@ -40,6 +40,7 @@ import platform
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from gradops.backends.cuda import _sass
@@ -287,9 +288,8 @@ def test_nvidia_tools_are_installed():
 def test_fractional_kernel_end_to_end(tmp_path):
     """Compile the fractional kernel for sm_90 and sm_80, read its resources from ptxas and
     cuobjdump, and run the fractional suite through the report.  The kernel stages each tile's
-    shares in shared memory: the grid-stride path counter cannot attribute its instructions to
-    elements, and the report must say so rather than print a number (its per-element counts
-    are in benchmarks/fractional_sass/)."""
+    shares in shared memory: the staged model (static_tiled) charges every warp of the launch,
+    so every average pooling shape has a prediction and the kernel table a per-element figure."""
     device = sr.DEVICES[0]
     report = sr.build(("sm_90", "sm_80"), conv=False, suites=("fractional",), dtypes=("float16",), devices=(device,))
     kernels = {r["kernel"]: r for r in report["kernels"] if r["arch"] == "sm_90"}
@@ -298,12 +298,13 @@ def test_fractional_kernel_end_to_end(tmp_path):
     assert half["registers"] == half["cuobjdump"]["REG"]
     assert half["cuobjdump"]["SHARED"] - half["shared_bytes"] in (0, 1024)
     assert half["occupancy"]["warps_per_sm"] > 0
-    assert half["steady_state"]["not_modelled"].startswith(sr.NOT_MODELLED)
+    assert "not_modelled" not in half["steady_state"] and half["steady_state"]["tiled"]
+    assert 10 < half["steady_state"]["per_element"] < half["steady_state"]["overlapping_per_element"] < 60
 
     predictions = report["predictions"]
     assert [(p["label"], p["op"]) for p in predictions] == [(c.label, c.op) for c in sr.suite("fractional")]
     average = [p for p in predictions if p["op"] == FRACTIONAL]
-    assert average and all("not_modelled" in p and "predicted_ms" not in p for p in average)
+    assert average and all(p["predicted_ms"] == max(p["limits_ms"].values()) > 0 for p in average), average
     # the max pooling gradient's two kernels are grid-stride kernels the counter models
     maximum = [p for p in predictions if p["op"] == FRACTIONAL_MAX]
     assert len(maximum) == 4 and all(p["predicted_ms"] > 0 for p in maximum), maximum
@@ -312,20 +313,21 @@ def test_fractional_kernel_end_to_end(tmp_path):
     assert meta["label"] == "predicted, not measured" and meta["tools"]["nvdisasm"].startswith("13.")
     paths = sr.write(report, tmp_path)
     text = paths[1].read_text()
-    assert "PREDICTED, NOT MEASURED" in text and "not modelled: a staged tile kernel" in text
+    assert "PREDICTED, NOT MEASURED" in text and "| not modelled" not in text
+    assert "Fractional average pooling gradient, staged tile kernel" in text
     loaded = sr.load_predictions(paths[0])
     row = {"op": FRACTIONAL, "label": predictions[0]["label"], "dtype": "float16"}
     bench = {"meta": {"peaks": {"device": device.key}}, "rows": [row]}
     from gradops.bench import report as report_mod
 
-    assert report_mod.attach_predictions(bench, loaded) == 0 and "predicted" not in row
+    assert report_mod.attach_predictions(bench, loaded) == 1 and row["predicted"]["ms"] == average[0]["predicted_ms"]
     row = {"op": FRACTIONAL_MAX, "label": maximum[0]["label"], "dtype": "float16"}
     bench = {"meta": {"peaks": {"device": device.key}}, "rows": [row]}
     assert report_mod.attach_predictions(bench, loaded) == 1 and row["predicted"]["ms"] == maximum[0]["predicted_ms"]
     assert "fractional_max_pool_select<__half, int>" in text and "(gather)" in text
     # avg and max share labels: the roofline table names the op
     assert f"| fractional | frac max | {maximum[0]['label']} | float16 |" in text
-    assert f"| fractional | frac avg | {average[0]['label']} | float16 | - |" in text
+    assert f"| fractional | frac avg | {average[0]['label']} | float16 | {average[0]['bytes'] / 1e6:.1f} |" in text
 
 
 @pytest.fixture(scope="module")
@@ -586,3 +588,127 @@ def test_calibration_markdown_is_generated_from_its_json():
         assert row["measured_us"] == pytest.approx(measured[(row["suite"], row["label"], row["dtype"])])
     assert report["meta"]["label"] == "predicted, not measured"
     assert "**predicted, not measured**" in (results / "static_calibration.md").read_text()
+
+
+# --------------------------------------------------------------------------- staged fractional kernel
+
+
+@pytest.fixture(scope="module")
+def fractional_kernels():
+    """The float16 (V = 8) and float32 (V = 4 and 1) staged instantiations with 32-bit indices,
+    sm_90 (seconds)."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    wanted = [f"gradops::fractional_avg_pool_grad<{t}>" for t in ("__half, int, 8", "float, int, 4", "float, int, 1")]
+    compiled = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE], only=wanted)}
+    return [compiled[e] for e in wanted]
+
+
+def test_fractional_staging_path_matches_a_hand_count(fractional_kernels):
+    """A staging lane's cell: 4 vectors of 16 bytes (LDG.128), each share a / b as q0 = a y
+    (one DMUL) then two FMAs, and one reciprocal of the cell size (3 Newton steps of 2 DFMA):
+    float16 (8 channels a vector) 32 shares = 32 DMUL and 2 x 32 + 6 = 70 DFMA, stored two per
+    STS.128 (16); float32 16 shares = 16 DMUL, 38 DFMA, 8 STS.128.  A lane that stages nothing
+    has none of them; both pass the two barriers."""
+    from gradops.bench import static_tiled as st
+
+    half, single, _ = fractional_kernels
+    for kernel, shares in ((half, 32), (single, 16)):
+        cost, counts = st.fractional_frame_cost(kernel, 1, 4, True)
+        assert (counts["LDG.128"], counts["DMUL"], counts["DFMA"], counts["STS.128"]) == (4, shares, 2 * shares + 6,
+                                                                                           shares // 2)
+        assert counts["BAR"] == 2 and counts["STG.128"] == 1 and counts["LDS.128"] == shares // 8
+        idle, idle_counts = st.fractional_frame_cost(kernel, 0, 4, True)
+        assert idle_counts["DMUL"] == idle_counts["LDG.128"] == idle_counts["STS.128"] == 0 and idle < cost
+
+
+def test_fractional_staging_round_trips(fractional_kernels):
+    """Today's staging lane issues its cell's 4 vector loads together (one round trip, 2 with
+    the table chain); the measured revision's kernel loaded each vector after the previous one's
+    Inf/NaN branch (4 serialised round trips, 5 in all)."""
+    import subprocess
+
+    from gradops.bench import static_tiled as st
+
+    half = fractional_kernels[0]
+    assert not st.staging_serialised(half)
+    assert st.fractional_round_trips(half, {st.FractionalWarp(1, 4, 1, (1,)): 1}) == 2
+    root = Path(__file__).resolve().parents[1]
+    try:
+        text = subprocess.check_output(["git", "show", f"{st.MEASURED_FRACTIONAL_REVISION}:cuda_src/{sr.FRACTIONAL_SOURCE}"],
+                                       cwd=root, text=True, stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pytest.skip(f"revision {st.MEASURED_FRACTIONAL_REVISION} is not in this checkout's history")
+    old = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE], texts={sr.FRACTIONAL_SOURCE: text},
+                                only=[half.expression])[0]
+    assert st.staging_serialised(old)
+    assert st.fractional_round_trips(old, {st.FractionalWarp(1, 4, 1, (1,)): 1}) == 5
+    cost, counts = st.fractional_frame_cost(old, 1, 4, True)
+    assert (counts["LDG.128"], counts["DMUL"], counts["DFMA"], counts["STS.128"]) == (4, 32, 70, 16)
+
+
+def test_fractional_position_loop_matches_a_hand_count(fractional_kernels):
+    """Per position of the float16 kernel: 4 LDS.128 (8 doubles) per cell; the first cell is
+    loaded, each further cell adds 8 DADD; 2 offsets + one row-cell id per row cell are loaded
+    from the tables; one STG.128.  2 x 1 cells (the row-cell loop) and 1 x 2 (the second column
+    cell) read the same words but are different paths."""
+    from gradops.bench import static_tiled as st
+
+    half = fractional_kernels[0]
+    for (rows, cols), cells in {(1, 1): 1, (1, 2): 2, (2, 1): 2, (2, 2): 4}.items():
+        cost, counts = st.fractional_position_cost(half, rows, cols)
+        assert counts["LDS.128"] == 4 * cells and counts["DADD"] == 8 * (cells - 1) and counts["STG.128"] == 1
+        assert counts["LDG"] == 2 + rows
+    assert st.fractional_position_cost(half, 2, 1)[0] != st.fractional_position_cost(half, 1, 2)[0]
+
+
+def test_fractional_warps_cover_the_gradient_once():
+    """The warp enumeration follows the launcher's plan and tables: every (lane, position) of
+    every warp is V elements of the gradient, each once (the benchmark shapes have no idle
+    lane); every tile stages, in ceil(row cells x stage_cols / 32) warps (all 8 past 256 slots)."""
+    from gradops.bench import static_tiled as st
+
+    fr = st.fractional_launcher()
+    for case in [c for c in sr.suite("fractional") if c.op == FRACTIONAL]:
+        g = case.geometry()
+        for dtype in (np.float16, np.float32):
+            p = fr.plan(g, np.dtype(dtype))
+            warps, info = st.fractional_warps(g, p)
+            warps_per_tile = p.block[0] * p.block[1] // 32
+            assert info["ctas"] == math.prod(p.grid) and sum(warps.values()) == info["ctas"] * warps_per_tile
+            assert sum(n * len(w.rows) for w, n in warps.items()) * 32 * p.vector == math.prod(g.input_shape)
+            ranges = fr.tile_cell_ranges(*fr.cell_tables(g.row_starts, g.row_ends, g.in_rows)[:2], p.tile_height)
+            staging = sum(min(warps_per_tile, -(-int(hi - lo + 1) * p.stage_cols // 32))
+                          for lo, hi in ranges.reshape(-1, 2))
+            assert sum(n for w, n in warps.items() if w.staged) == staging * info["ctas"] // p.row_tiles
+
+
+def test_fractional_predictions(fractional_kernels):
+    """The fractional suite's float16 and float32 shapes through the report: the launcher's
+    kernel and plan, every CTA of its grid charged, labelled limits."""
+    half, single, _ = fractional_kernels
+    kernels = {("sm_90", k.expression): k for k in (half, single)}
+    device = sr.DEVICES[0]
+    fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
+    for case in [c for c in sr.suite("fractional") if c.op == FRACTIONAL]:
+        for dtype, kernel in (("float16", half), ("float32", single)):
+            p = sr.predict(case, dtype, device, kernels)
+            plan = fr.plan(case.geometry(), sr.DTYPES[dtype])
+            assert "not_modelled" not in p and p["kernel"] == kernel.expression
+            assert p["tiled"]["ctas"] == math.prod(plan.grid) and p["tiled"]["plan"]["tile_rows"] == plan.tile_rows
+            assert p["predicted_ms"] == max(p["limits_ms"].values()) > 0 and 10 < p["sass_per_element"] < 60
+
+
+def test_fractional_measured_launcher_is_its_revisions_code():
+    """The calibration plans the measured kernel's launches with the measured revision's own
+    launcher (git show), which for the benchmark shapes plans as today's does."""
+    from gradops.bench import static_tiled as st
+
+    try:
+        old = st.fractional_launcher(st.MEASURED_FRACTIONAL_REVISION)
+    except Exception:
+        pytest.skip(f"revision {st.MEASURED_FRACTIONAL_REVISION} is not in this checkout's history")
+    now = st.fractional_launcher()
+    assert old is not now and old.__file__.startswith(st.MEASURED_FRACTIONAL_REVISION)
+    g = next(c for c in sr.suite("fractional") if c.op == FRACTIONAL).geometry()
+    assert old.plan(g, np.dtype(np.float16)).__dict__ == now.plan(g, np.dtype(np.float16)).__dict__

@@ -8,11 +8,11 @@ sm_90 and sm_80, reads their SASS (:mod:`gradops.backends.cuda._sass`) and write
 
 Per kernel: registers, shared memory, spills, occupancy at the launcher's block size, the
 global loads and stores with their widths, and the SASS instructions of the steady-state
-path per output element.  The tiled depthwise kernel, which stages a tile per CTA, is
-modelled by :mod:`.static_tiled` (one thread's common path through the whole kernel); the
-staged fractional average pooling kernel is not modelled yet.  The path's *work* is given per
-kernel family (see
-:func:`depthwise_work`, :func:`fractional_work`, :func:`depthwise_filter_row_work`,
+path per output element.  The kernels that stage a tile per CTA, the tiled depthwise input
+gradient and the fractional average pooling gradient, are modelled by :mod:`.static_tiled`
+(a thread's, or every warp's, common path through the whole kernel).  For the grid-stride
+kernels the path's *work* is given per kernel family (see
+:func:`depthwise_work`, :func:`depthwise_filter_row_work`,
 :func:`depthwise_filter_reduce_work`, :func:`fractional_select_work` and
 :func:`fractional_gather_work`); :mod:`._sass` finds the cheapest path
 through the grid-stride loop body that does exactly that work with no slow-path call.
@@ -105,29 +105,29 @@ ASSUMPTIONS = [
     "scheduler limit.",
     "HBM: 3.35 TB/s (H100 SXM), 2.039 TB/s (A100 SXM 80GB), NVIDIA datasheets (gradops.bench.metrics). DRAM bytes "
     "are the compulsory bytes the GPU benchmark also uses (every tensor read once, the gradient written once), plus "
-    "the six int64 cell tables for fractional pooling.",
+    "the cell tables for fractional pooling (average: the launcher's ten tables in its index type, as uploaded; "
+    "max: six tables).",
     "L2 -> SM bandwidth: 6.5 TB/s (H100 SXM), 4.5 TB/s (A100): ASSUMED, not an NVIDIA figure (order of magnitude of "
     "public microbenchmarks); L2 traffic model: L1 catches reuse within a thread block (neighbouring columns) but "
     "not between input rows (other blocks), so depthwise reads out_backprop filter_rows times from L2 and each "
-    "block's filter slice once; fractional pooling reads out_backprop (mean input rows per row cell) times.",
+    "block's filter slice once; fractional average pooling reads each tile's staged cells once per tile (cells "
+    "straddling two tiles twice) and writes the gradient once.",
     "Occupancy/latency limit: Little's law with one element (one grid-stride iteration) in flight per resident "
     "thread and one loaded DRAM round trip of 600 ns per iteration (ASSUMED, both GPUs): time = elements / (SMs x "
     "resident threads per SM) x 600 ns. Resident threads come from the occupancy formula (cuda_occupancy.h) at the "
     "launcher's block size (256 threads for the 1-D kernels).",
-    "Steady-state path: the cheapest path through one grid-stride iteration that makes exactly the element's "
-    "element-width global loads (depthwise: out_backprop and filter, 2 per tap and multiplier; fractional: one "
-    "out_backprop load per pooling cell), with every inner loop run as the work requires (depthwise multiplier "
-    "loop: depth_multiplier times per tap; fractional row-cell loop: once per row cell with one load per column "
-    "cell) and no block that calls a subroutine (the slow paths of 64-bit integer division with operands of more "
-    "than 32 bits and of full-range double division, which the benchmark shapes never take). Every instruction on "
-    "the path counts once, predicated or not.",
+    "Steady-state path (grid-stride kernels): the cheapest path through one grid-stride iteration that makes "
+    "exactly the element's element-width global loads (depthwise: out_backprop and filter, 2 per tap and "
+    "multiplier), with every inner loop run as the work requires (depthwise multiplier loop: depth_multiplier "
+    "times per tap) and no block that calls a subroutine (the slow paths of 64-bit integer division with "
+    "operands of more than 32 bits and of full-range double division, which the benchmark shapes never take). "
+    "Every instruction on the path counts once, predicated or not.",
     "Depthwise taps: for a specialised (unrolled) kernel the optimiser places the element's k valid taps on the "
     "cheapest k tap slots; an element whose taps span more filter rows than that placement pays one more row "
     "entry (~40-100 instructions) than counted (stride-2 kernels only).",
     "Warps: a warp executes the union of its threads' paths. Depthwise warps are enumerated per shape (NHWC: 32 "
     "channels, possibly of two pixels; NCHW: 32 consecutive columns, possibly of several rows) and each costs the "
-    "path of the union of its threads' taps; fractional warps (32 channels of one pixel, depth 64 or 256) do not "
-    "diverge.",
+    "path of the union of its threads' taps; fractional average pooling warps: see its entry below.",
     "Depthwise input gradient, tiled kernel (gradops.bench.static_tiled): one thread's common path through the "
     "whole kernel: every barrier's block and the unchecked inner loop's (finite filter: the block with the most "
     "FFMA, which must hold the source's tap count) passed, the global loads and stores of one thread of an "
@@ -142,6 +142,26 @@ ASSUMPTIONS = [
     "128 or 64 threads) x the dependent staging round trips per CTA (16-byte staging: one per batch of up to 16 "
     "loads; scalar NHWC: the filter then one per unrolled-by-4 step; NCHW: the filter then one per channel step) "
     "x 600 ns, per slice.",
+    "Fractional average pooling gradient, staged tile kernel (gradops.bench.static_tiled): the launch and tile "
+    "shape are the launcher's own plan() for the shape and dtype (16-byte vectors of channels where the depth "
+    "allows, aligned arrays), its cells and per-tile cell ranges its own cell_tables() and tile_cell_ranges(). "
+    "Every warp of every tile of the grid is enumerated and charged its busiest lane's path: staging (the most "
+    "cells any lane stages, one per staging slot), positions (the warp's rows: the most row cells any lane's "
+    "position lies in) and column cells (the most of the warp's columns). A warp's path = the cheapest whole-kernel "
+    "path (both barriers passed, the grid loops and the batch-staging loop once, the slot loop once per staged "
+    "cell) with exactly one V-element global store and 2V shared words read (one position of 1 x 1 cells; none "
+    "for a warp with no position), the fewest staging-width global loads >= vectors x staged cells and >= 2V "
+    "shared words stored per staged vector (the finite-vector path: 16-byte shared stores, cheaper than the "
+    "Inf/NaN path's 8-byte ones); plus per position, in place of that one, the cheapest iteration of the position "
+    "loop (the innermost loop that reads shared memory and stores to global memory) reading exactly 2V words per "
+    "cell with the source's index-table loads (2 row offsets + 1 row-cell id per row cell: this tells the row-cell "
+    "loop from the second column cell). Tiles taking the direct path, several batch items per tile or positions "
+    "in no cell are not modelled (none at the benchmark shapes). SASS/elem = 32 x the warps' instructions / "
+    "input-gradient elements. Latency: waves of resident CTAs (occupancy at the plan's 256-thread block and 48 KiB "
+    "of static shared memory) x (1 round trip for the tile's table chain + one per out_backprop vector the busiest "
+    "staging lane loads, as its loads are serialised: each vector's load sits in its own block ending in the "
+    "branch on that vector's finiteness) x 600 ns; the position loop's table and shared-memory loads (L1) are not "
+    "counted.",
     "Kernel time only: no launch latency, no allocation, no host-to-device copy of the fractional cell tables "
     "(the GPU benchmark's CUDA-event time includes all of those).",
     "Two-kernel ops (depthwise filter gradient: partial sums then their fixed-order sum; fractional max pooling "
@@ -301,11 +321,6 @@ def depthwise_work(taps: int, multiplier: int) -> tuple[int, tuple[int, int]]:
     return 2 * taps * multiplier, (multiplier, 2)
 
 
-def fractional_work(row_cells: int, col_cells: int) -> tuple[int, tuple[int, int]]:
-    """(counted loads, trips of the row-cell loop) of an element in row_cells x col_cells cells."""
-    return row_cells * col_cells, (row_cells, col_cells)
-
-
 def depthwise_filter_row_work(cols: int) -> tuple[int, dict]:
     """(counted loads, trips) of one partial sum of the depthwise filter gradient's first kernel
     over one in-image output row of ``cols`` in-image output columns: an input and an
@@ -374,11 +389,6 @@ def fractional_warp_cells(g) -> Counter:
     rows, cols = Counter(np.diff(row_offsets).tolist()), Counter(np.diff(col_offsets).tolist())
     warps_per_pixel = g.batch * g.depth / 32
     return Counter({(int(r), int(c)): nr * nc * warps_per_pixel for r, nr in rows.items() for c, nc in cols.items()})
-
-
-def _mean_cells_per_row_cell(starts, ends) -> float:
-    sizes = np.asarray(ends) - np.asarray(starts) + 1
-    return float(sizes.mean())
 
 
 # --------------------------------------------------------------------------- kernel figures
@@ -453,6 +463,8 @@ def reference_paths(kernel) -> dict | None:
     try:
         return _reference_paths(kernel)
     except (PathError, ValueError) as exc:
+        if kernel.source == FRACTIONAL_SOURCE:  # the staged model's own limits (static_tiled)
+            return {"not_modelled": f"not modelled: {exc}"}
         return {"not_modelled": f"{NOT_MODELLED} ({exc})"}
 
 
@@ -487,14 +499,41 @@ def _reference_paths(kernel) -> dict | None:
     if kernel.source in (DEPTHWISE_FILTER_SOURCE, FRACTIONAL_MAX_SOURCE):
         return _two_stage_reference_paths(kernel, width)
     if kernel.source == FRACTIONAL_SOURCE:
-        if width not in (2, 4):
-            return None  # 8-byte elements load like the int64 cell tables: not counted apart
-        model = PathModel(kernel, width)
-        one, counts = model.cost(*fractional_work(1, 1))
-        four, _ = model.cost(*fractional_work(2, 2))
-        return {"work": "element in one pooling cell (disjoint pooling)", "per_element": one,
-                "per_element_2x2_cells": four, "path": _path_summary(counts), "call_sites": _call_sites(kernel.cfg)}
+        return _fractional_reference_paths(kernel)
     return None
+
+
+def fractional_reference_cases() -> tuple[Case, Case]:
+    """The shapes the kernel table gives the staged fractional kernel's figures for: the
+    fractional suite's first disjoint and first overlapping average pooling case."""
+    cases = [c for c in suite("fractional") if c.op == FRACTIONAL]
+    return (next(c for c in cases if "overlapping" not in c.label), next(c for c in cases if "overlapping" in c.label))
+
+
+def _fractional_reference_paths(kernel) -> dict:
+    """The kernel table's figures for a staged fractional average pooling instantiation
+    (:mod:`.static_tiled`): the whole launch of the suite's first disjoint shape with the
+    launcher's plan (index type and vector width forced to the instantiation's), every warp of
+    every tile charged its busiest lane's path, per input-gradient element; the overlapping
+    shape's figure beside it.  The path shown is the launch's commonest staging warp's."""
+    from . import static_tiled as st
+
+    disjoint, overlapping = fractional_reference_cases()
+    g, og = disjoint.geometry(), overlapping.geometry()
+    p = st.fractional_plan(g, kernel.expression)
+    model = st.fractional_tiled(kernel, g, p)
+    other = st.fractional_tiled(kernel, og, st.fractional_plan(og, kernel.expression))
+    staging = max((w for w in model["warps"] if w.staged), key=lambda w: model["warps"][w])
+    _, counts = st.fractional_warp_cost(kernel, staging)
+    return {"work": f"{disjoint.label}: every warp of the launch's {model['ctas']} tiles "
+                    f"({p.block[0]}x{p.block[1]} threads, {p.tile_height}x{p.tile_cols} positions, V={p.vector}); "
+                    f"path of a staging warp ({staging.staged} cell, {len(staging.rows)} positions)",
+            "per_element": model["per_element"], "overlapping_per_element": other["per_element"],
+            "extra_text": f"overlapping: {other['per_element']:.1f}",
+            "path": _path_summary(counts), "call_sites": _kernel_call_sites(kernel.cfg),
+            "staging_warp": {"staged": staging.staged, "vectors": staging.vectors, "cols": staging.cols,
+                             "rows": list(staging.rows), "instructions": counts["total"]},
+            "tiled": True}
 
 
 def _tiled_reference_paths(kernel) -> dict:
@@ -591,7 +630,15 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str):
                                                        dw.item_rows_per_tile(geometry)))]
         return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]
     fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
-    return kernels[(arch, fr._expression(dtype))]
+    p = _fractional_launch(geometry, dtype)  # the launcher's plan: its index type and vector width
+    return kernels[(arch, fr._expression(dtype, p.index, p.vector))]
+
+
+def _fractional_launch(geometry, dtype):
+    """The fractional launcher's plan for a benchmark call (fresh, 16-byte-aligned arrays)."""
+    import importlib
+
+    return importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").plan(geometry, dtype)
 
 
 def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
@@ -614,10 +661,15 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
             from . import static_tiled as st
 
             return st.predict_depthwise(case, dtype_name, device, kernel, g, st.depthwise_launch(g, dtype))
+        if case.op == FRACTIONAL:
+            from . import static_tiled as st
+
+            return st.predict_fractional(case, dtype_name, device, kernel, g, _fractional_launch(g, dtype))
         return _predict(case, dtype_name, device, kernel, g)
     except (_sass.PathError, ValueError) as exc:
+        reason = f"not modelled: {exc}" if case.op == FRACTIONAL else f"{NOT_MODELLED} ({exc})"
         return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
-                "kernel": kernel.expression, "not_modelled": f"{NOT_MODELLED} ({exc})"}
+                "kernel": kernel.expression, "not_modelled": reason}
 
 
 def _predict(case: Case, dtype_name: str, device: Device, kernel, g) -> dict:
@@ -627,19 +679,14 @@ def _predict(case: Case, dtype_name: str, device: Device, kernel, g) -> dict:
     width = dtype.itemsize
     elements = math.prod(g.input_shape)
     model = PathModel(kernel, width)
-    if case.op == DEPTHWISE_INPUT:
-        mult = g.depth_multiplier
-        warps = depthwise_warp_taps(g)
-        work = {taps: depthwise_work(taps, mult) for taps in warps}
-        out_bytes = width * math.prod(g.out_backprop_shape)
-        filter_slice = g.filter_rows * g.filter_cols * mult * width * min(g.in_depth, 256)
-        l2_bytes = (g.filter_rows * out_bytes + math.ceil(elements / 256) * filter_slice + width * elements)
-    else:
-        warps = fractional_warp_cells(g)
-        work = {cells: fractional_work(*cells) for cells in warps}
-        out_bytes = width * math.prod(g.output_shape)
-        rows_per_cell = _mean_cells_per_row_cell(g.row_starts, g.row_ends)
-        l2_bytes = rows_per_cell * out_bytes + width * elements
+    if case.op != DEPTHWISE_INPUT:  # the staged fractional kernel: static_tiled.predict_fractional
+        raise ValueError(f"{case.op}: no grid-stride model")
+    mult = g.depth_multiplier
+    warps = depthwise_warp_taps(g)
+    work = {taps: depthwise_work(taps, mult) for taps in warps}
+    out_bytes = width * math.prod(g.out_backprop_shape)
+    filter_slice = g.filter_rows * g.filter_cols * mult * width * min(g.in_depth, 256)
+    l2_bytes = (g.filter_rows * out_bytes + math.ceil(elements / 256) * filter_slice + width * elements)
     total_warps = sum(warps.values())
     mean_cost, pipe_counts = 0.0, Counter()
     for key, n in warps.items():
@@ -649,8 +696,6 @@ def _predict(case: Case, dtype_name: str, device: Device, kernel, g) -> dict:
             if cls.startswith("class:"):
                 pipe_counts[cls.removeprefix("class:")] += v * n / total_warps
     traffic = bytes_moved(case, g, width)
-    if case.op == FRACTIONAL:
-        traffic += 8 * (2 * g.in_rows + g.out_rows + 2 * g.in_cols + g.out_cols)
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], block_size(kernel.expression))
     limits = roofline(device, elements, mean_cost, pipe_counts, traffic, l2_bytes, occ["warps_per_sm"] * 32)
     return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
@@ -1004,7 +1049,10 @@ def markdown(report: dict) -> str:
               "double division) in the grid-stride loop; occupancy at the launcher's 256-thread blocks. Tiled "
               "depthwise kernels (`_tiled<`): one thread's common path through the whole kernel x threads per CTA "
               "/ outputs of a full tile (multiplier 1; the 'per tap' column gives multiplier 2 paired), global "
-              "ld/st are one thread's, occupancy at the launcher's 128- or 64-thread blocks.", "",
+              "ld/st are one thread's, occupancy at the launcher's 128- or 64-thread blocks. Staged fractional "
+              "average pooling (`fractional_avg_pool_grad<`): every warp of the whole launch of the fractional "
+              "suite's first disjoint shape (the 'per tap' column: its first overlapping one) / elements; ld/st and "
+              "pipe counts are one staging warp's path.", "",
               "| arch | kernel | regs | smem | spills | warps/SM (limiter) | global ld/st on the path | SASS/elem | "
               "per tap | IMAD / int / FP64 / MUFU / conv on the path | calls | work |",
               "|---|---|---:|---:|---:|---|---|---:|---:|---|---:|---|"]
@@ -1015,7 +1063,7 @@ def markdown(report: dict) -> str:
         if "not_modelled" in s:
             lines.append(f"| {r['arch']} | `{_short(r['kernel'])}` | {r['registers']} | {r['shared_bytes']} | "
                          f"{r['spill_stores']}/{r['spill_loads']} | {r['occupancy']['warps_per_sm']} "
-                         f"({r['occupancy']['limiter']}) | - | - | - | - | - | {NOT_MODELLED.split(';')[0]} |")
+                         f"({r['occupancy']['limiter']}) | - | - | - | - | - | {s['not_modelled'].split(';')[0]} |")
             continue
         c = s["path"]["classes"]
         occ = r["occupancy"]

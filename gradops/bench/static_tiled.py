@@ -32,6 +32,18 @@ store, so a shape's SASS per element can be far above the kernel's.
 Edge tiles take checked staging and stores (a few more instructions per load and store);
 that is not counted.  The depthwise kernel's shared memory is static; occupancy comes from the
 launcher's block size, the registers and the shared memory (:func:`._sass.occupancy`).
+
+Fractional average pooling (:func:`predict_fractional`)
+------------------------------------------------------
+Its threads do unequal work (a tile's staging slots go to its first threads; a position lies
+in one or two row and column cells), so every warp of every tile of the launch is enumerated
+from the launcher's own ``plan()``, ``cell_tables()`` and ``tile_cell_ranges()``
+(:func:`fractional_warps`) and charged its busiest lane's path (:func:`fractional_warp_cost`):
+the whole-kernel *frame* (:func:`fractional_frame_cost`: both barriers, the lane's staged cells
+with their 16-byte loads and at least their shares' words stored to shared memory, one position
+of 1 x 1 cells) plus, per position in place of that one, the cheapest iteration of the position
+loop reading the position's cells' words from shared memory with the source's table loads
+(:func:`fractional_position_cost`).  SASS per element: 32 x the warps' instructions / elements.
 """
 
 from __future__ import annotations
@@ -255,47 +267,62 @@ def shared_words(ins) -> int:
     return _sass.access_width(ins) // 4 if ins.base == "STS" else 0
 
 
+def shared_reads(ins) -> int:
+    """4-byte words a shared-memory load reads."""
+    from ..backends.cuda import _sass
+
+    return _sass.access_width(ins) // 4 if ins.base == "LDS" else 0
+
+
 def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared: int, trips: dict,
-                through, slack: int = 16) -> tuple[int, Counter]:
+                through, slack: int = 16, reads: int | None = None) -> tuple[int, Counter]:
     """(instructions, counts) of the cheapest kernel path through ``through`` with exactly the
     global stores ``(bytes per thread, count)``, the fewest global loads ``(bytes, count)`` at
-    least the count, and then the fewest shared-memory words stored at least ``shared``.
+    least the count, and then the fewest shared-memory words stored at least ``shared``;
+    ``reads``: also exactly that many 4-byte words loaded from shared memory (the staged
+    kernels that sum from shared memory; None: not counted).
     ``trips``: ``{loop depth: (iterations, (loads, shared words or None) per iteration, or None)}``.
 
     The shared words keep a path from leaving a staging loop's or the result pass's stores
-    early (their guards are run-time conditions the CFG cannot evaluate).  The three counts are
-    one table key, ``stores + a x words + a b x loads``, with radices a, b past any count the
-    key may hold (stores sit in no loop; every staging loop iteration loads), checked on the
-    chosen path."""
+    early (their guards are run-time conditions the CFG cannot evaluate).  The counts are
+    one table key, ``stores + a x words + a b x read words + a b c x loads``, with radices a,
+    b, c past any count the key may hold (stores sit in no loop; every staging loop iteration
+    loads), checked on the chosen path (c = 1 and no read digit when ``reads`` is None)."""
     from ..backends.cuda._sass import KeyLimit, PathError
 
     load_kind, store_kind = f"LDG.{8 * loads[0]}", f"STG.{8 * stores[0]}"
     a = 1 + sum(1 for x in kernel.function.instructions if _global(x, "STG", stores[0]))
     b = 1 + shared + slack
+    c = 1 if reads is None else reads + 2  # the read digit may reach reads + 1 (pruned past that)
 
     def counted(ins) -> int:
         if _global(ins, "LDG", loads[0]):
-            return a * b
-        return int(_global(ins, "STG", stores[0])) + a * shared_words(ins)
+            return a * b * c
+        weight = int(_global(ins, "STG", stores[0])) + a * shared_words(ins)
+        return weight + (a * b * shared_reads(ins) if reads is not None else 0)
 
-    limit = KeyLimit(a * b * (loads[1] + slack) + a * b - 1, lambda k: k % a <= stores[1] and (k // a) % b < b - 1)
+    def valid(k) -> bool:
+        return k % a <= stores[1] and (k // a) % b < b - 1 and (reads is None or (k // (a * b)) % c <= reads)
+
+    limit = KeyLimit(a * b * c * (loads[1] + slack) + a * b * c - 1, valid)
     # A loop given (trips, (loads, words or None) per iteration) runs exactly that work per iteration.
     def per_iteration(per):
         if per is None:
             return None
         loads_each, words_each = per
-        return lambda k: k // (a * b) == loads_each and (words_each is None or (k // a) % b == words_each)
+        return lambda k: k // (a * b * c) == loads_each and (words_each is None or (k // a) % b == words_each)
 
     trips = {d: (t, per_iteration(per)) for d, (t, per) in trips.items()}
     table = kernel.cfg.function_table(counted, trips, kmax=limit, through=through)
     candidates = []
     for k, (cost, counts) in table.items():
         words = (k // a) % b
-        if counts[store_kind] == stores[1] and words >= shared and counts[load_kind] >= loads[1]:
+        if (counts[store_kind] == stores[1] and words >= shared and counts[load_kind] >= loads[1]
+                and (reads is None or (k // (a * b)) % c == reads)):
             candidates.append((counts[load_kind], words, cost, counts))
     if not candidates:
-        raise PathError(f"{kernel.expression}: no path with {stores[1]} {store_kind}, >= {loads[1]} {load_kind} "
-                        f"and >= {shared} words of shared stores")
+        raise PathError(f"{kernel.expression}: no path with {stores[1]} {store_kind}, >= {loads[1]} {load_kind}, "
+                        f">= {shared} words of shared stores" + ("" if reads is None else f", {reads} words read"))
     *_, cost, counts = min(candidates, key=lambda c: c[:3])  # fewest loads, then shared words, then cheapest
     return cost, counts
 
@@ -418,3 +445,316 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
                       "thread_instructions": path["instructions"], "kernel_per_element": path["per_element"],
                       "round_trips": t.round_trips(), "blocks_per_sm": occ["blocks_per_sm"],
                       "tile_fill": elements / (launch.ctas * t.outputs)}}
+
+
+# --------------------------------------------------------------------------- fractional average pooling
+
+#: The H100 Nsight Compute run measured the fractional kernel of the same commit as the depthwise one.
+MEASURED_FRACTIONAL_REVISION = MEASURED_DEPTHWISE_REVISION
+FRACTIONAL_LAUNCHER = "gradops.backends.cuda.fractional_avg_pool_grad"
+_LAUNCHERS: dict = {}
+
+
+def fractional_launcher(revision: str | None = None):
+    """The fractional average pooling launcher module: today's, or (``revision``) that commit's
+    ``gradops/backends/cuda/fractional_avg_pool_grad.py`` (``git show``) run as a sibling module,
+    so its own :func:`plan` and tables decide the launch of the kernel it launched."""
+    import importlib
+
+    if revision is None:
+        return importlib.import_module(FRACTIONAL_LAUNCHER)
+    if revision not in _LAUNCHERS:
+        import subprocess
+        import sys
+        import types
+        from pathlib import Path
+
+        path = FRACTIONAL_LAUNCHER.replace(".", "/") + ".py"
+        text = subprocess.check_output(["git", "show", f"{revision}:{path}"], text=True,
+                                       cwd=Path(__file__).resolve().parents[2])
+        name = f"{FRACTIONAL_LAUNCHER}_at_{revision}"
+        module = types.ModuleType(name)
+        module.__package__, module.__file__ = FRACTIONAL_LAUNCHER.rsplit(".", 1)[0], f"{revision}:{path}"
+        sys.modules[name] = module  # dataclasses look their module up
+        exec(compile(text, module.__file__, "exec"), module.__dict__)
+        _LAUNCHERS[revision] = module
+    return _LAUNCHERS[revision]
+
+
+def fractional_plan(g, expression: str, revision: str | None = None):
+    """The launcher's plan of ``g`` for the instantiation ``expression`` (its element type, index
+    type and vector width forced as the expression names them; aligned tensors)."""
+    fr = fractional_launcher(revision)
+    element, index, vector = template_args(expression)
+    dtype = next(d for d, c in fr.ELEMENT_TYPES.items() if c == element)
+    return fr.plan(g, dtype, index=index, vector=int(vector))
+
+
+@dataclass(frozen=True)
+class FractionalWarp:
+    """What one warp of the staged fractional kernel does in one tile (its busiest lane per
+    phase): ``staged`` cells a lane stages (one per staging slot it visits: the launcher's
+    ``stage_cols`` is at least the tile's column cells) with ``vectors`` 16-byte (or element)
+    loads each, then per position it sums and stores, the row cells of that position (``rows``), each
+    with ``cols`` column cells (a lane's column is fixed: the warp's most)."""
+
+    staged: int
+    vectors: int
+    cols: int
+    rows: tuple[int, ...]
+
+
+def fractional_warps(g, p, fr=None) -> tuple[Counter, dict]:
+    """(``{FractionalWarp: warps}`` over the whole launch, {"ctas": tiles, "staged_cells": cells
+    staged in all, "round_trips": ...}) for geometry ``g`` and plan ``p``, from the launcher's own
+    cell tables and tile ranges (``fr``: the launcher module).  Every tile must take the staged
+    path, stage one batch item and each position lie in a cell (the benchmark shapes do);
+    otherwise :class:`PathError` (not modelled)."""
+    import numpy as np
+
+    from ..backends.cuda._sass import PathError
+
+    fr = fr or fractional_launcher()
+    row_offsets, row_cells, _ = fr.cell_tables(g.row_starts, g.row_ends, g.in_rows)
+    col_offsets, col_cells, _ = fr.cell_tables(g.col_starts, g.col_ends, g.in_cols)
+    row_ranges = fr.tile_cell_ranges(row_offsets, row_cells, p.tile_height).reshape(-1, 2)
+    col_ranges = fr.tile_cell_ranges(col_offsets, col_cells, p.tile_cols).reshape(-1, 2)
+    rows_at, cols_at = np.diff(row_offsets), np.diff(col_offsets)
+    bx, by = p.block
+    threads = bx * by
+    if threads % 32:
+        raise PathError(f"a block of {threads} threads is not whole warps")
+    lane = np.arange(threads)
+    cv, ty = lane % bx, lane // bx
+    tcl, trl = p.tile_cols.bit_length() - 1, p.tile_rows.bit_length() - 1
+    tx, tz, tn = ty & (p.tile_cols - 1), (ty >> tcl) & (p.tile_rows - 1), ty >> (tcl + trl)
+    cell_doubles = p.cell_doubles
+    cells_fit = p.share_cells if p.share_cells * cell_doubles <= fr.SHARE_CAPACITY else 0
+    vectors_total = g.depth // p.vector
+    warps: Counter = Counter()
+    staged_cells = 0
+
+    def weight(count_full, count_last, last_differs):
+        return ((count_full, False), (count_last, True)) if last_differs else ((count_full + count_last, False),)
+
+    batch_groups = weight(p.batch_tiles - 1, 1, g.batch % p.tile_batch != 0)
+    channel_groups = weight(p.channel_blocks - 1, 1, vectors_total % p.block_vectors != 0)
+    for ct, (col_lo, col_hi) in enumerate(col_ranges):
+        nc = int(col_hi - col_lo + 1)
+        x = ct * p.tile_cols + tx
+        for by_, (row_lo, row_hi) in enumerate(row_ranges):
+            nr = int(row_hi - row_lo + 1)
+            if not (nr > 0 and nc > 0 and nr <= cells_fit and nc <= cells_fit and nr * nc <= cells_fit):
+                raise PathError(f"tile ({by_}, {ct}) takes the direct path ({nr} x {nc} cells, {cells_fit} fit)")
+            # Staging: slots thread, thread + threads, ... below nr x stage_cols; a slot's columns
+            # j = slot % stage_cols, + stage_cols, ... below nc.
+            slots = nr * p.stage_cols
+            per_lane = np.zeros(threads, np.int64)
+            for first in range(0, slots, threads):
+                slot = lane + first
+                per_lane += np.where(slot < slots, np.maximum(0, -(-(nc - slot % p.stage_cols) // p.stage_cols)), 0)
+            y0 = by_ * p.tile_height + tz
+            positions = np.where(y0 < g.in_rows, np.minimum(p.rows_per_thread, -(-(g.in_rows - y0) // p.tile_rows)), 0)
+            for nb, last_batch in batch_groups:
+                n_first = (p.batch_tiles - 1 if last_batch else 0) * p.tile_batch
+                staged_batch = min(p.tile_batch, g.batch - n_first)
+                if staged_batch > 1:
+                    raise PathError(f"a tile stages {staged_batch} batch items (modelled: one)")
+                for ncb, last_channels in channel_groups:
+                    cb = p.channel_blocks - 1 if last_channels else 0
+                    vectors = min(bx, vectors_total - cb * p.block_vectors)
+                    c = cb * p.block_vectors * p.vector + cv * p.vector
+                    has = (n_first + tn < g.batch) & (c < g.depth) & (x < g.in_cols)
+                    tiles = nb * ncb
+                    staged_cells += tiles * nr * nc * staged_batch
+                    for w in range(threads // 32):
+                        lanes = slice(32 * w, 32 * w + 32)
+                        h = has[lanes]
+                        count = int(positions[lanes][h].max()) if h.any() else 0
+                        rows = []
+                        for i in range(count):
+                            ys = (y0[lanes] + i * p.tile_rows)[h]
+                            ys = ys[ys < g.in_rows]
+                            rows.append(int(rows_at[ys].max()))
+                        cols = int(cols_at[x[lanes][h]].max()) if count else 0
+                        if count and (min(rows) == 0 or cols_at[x[lanes][h]].min() == 0):
+                            raise PathError("a position in no pooling cell (stores zeros): not modelled")
+                        key = FractionalWarp(int(per_lane[lanes].max()), vectors, cols, tuple(rows))
+                        warps[key] += tiles
+    ctas = p.channel_blocks * p.col_tiles * p.row_tiles * p.batch_tiles
+    return warps, {"ctas": ctas, "staged_cells": staged_cells, "threads": threads}
+
+
+def _fractional_kinds(kernel) -> dict:
+    """Widths of one staged fractional instantiation: element, vector V, the staging load (16
+    bytes, or the element when V = 1) and the result store (V elements)."""
+    from .static_report import element_width
+
+    vector = template_args(kernel.expression)[2]
+    width, v = element_width(kernel.expression), int(vector)
+    return {"width": width, "v": v, "load": 16 if v > 1 else width,
+            "store": v * width}
+
+
+def position_loop(cfg):
+    """The staged path's position loop: the innermost loop holding both a shared-memory load and a
+    global store (the direct path's loop reads no shared memory)."""
+    from ..backends.cuda._sass import PathError
+
+    loops = [lp for lp in cfg.loops
+             if {"LDS", "STG"} <= {x.base for x in cfg.loop_instructions(lp)}]
+    if not loops:
+        raise PathError("no loop both reads shared memory and stores to global memory")
+    return min(loops, key=lambda lp: len(lp.blocks))
+
+
+_FRACTIONAL: dict = {}
+
+
+def fractional_position_cost(kernel, rows: int, cols: int) -> tuple[int, Counter]:
+    """(instructions, counts) of one iteration of the position loop summing a position in ``rows``
+    row cells x ``cols`` column cells: exactly 2V words read from shared memory per cell and the
+    source's table loads, any width (two row offsets, one row-cell id per row cell, one
+    column-cell id per row cell and column cell past the first two; the loop loads nothing else
+    from global memory) - the second count tells the row-cell loop from the second column cell,
+    which read the same words."""
+    from ..backends.cuda import _sass
+    from ..backends.cuda._sass import KeyLimit, PathError
+
+    key = ("position", id(kernel), rows, cols)
+    if key in _FRACTIONAL and _FRACTIONAL[key][0] is kernel:
+        return _FRACTIONAL[key][1]
+    k = _fractional_kinds(kernel)
+    cfg = kernel.cfg
+    loop = position_loop(cfg)
+    radix = 64
+    index_loads = 2 + rows + rows * max(cols - 2, 0)
+    words = 2 * k["v"] * rows * cols
+    if index_loads >= radix:
+        raise PathError(f"{rows} x {cols} cells: too many table loads to count")
+
+    def counted(ins) -> int:  # every global load of the loop is a table load (64-bit tables' ids may load as 32-bit)
+        return radix * shared_reads(ins) + int(_sass.is_global_load(ins))
+
+    table = cfg.path_table(loop, counted, {}, kmax=KeyLimit(radix * words + radix - 1, lambda q: q % radix < radix - 1))
+    target = radix * words + index_loads
+    if target not in table:
+        raise PathError(f"{kernel.expression}: no position-loop iteration reads {words} words and makes "
+                        f"{index_loads} index loads ({rows} x {cols} cells)")
+    _FRACTIONAL[key] = (kernel, table[target])
+    return table[target]
+
+
+def fractional_frame_cost(kernel, staged: int, vectors: int, positions: bool) -> tuple[int, Counter]:
+    """(instructions, counts) of a thread's whole path through the staged tile with one position
+    of 1 x 1 cells (or none): every barrier passed, the grid loops and the staging batch loop
+    run once, ``staged`` cells staged (the slot loop ``staged`` times, the column loop once per
+    slot: ``vectors`` loads of the staging width per cell, at least 2V words stored to shared
+    memory per vector), exactly one store of V elements and 2V words read
+    (:func:`common_path`); the position loop's nested loops run as the counts allow (never,
+    for one 1 x 1 position)."""
+    key = ("frame", id(kernel), staged, vectors, positions)
+    if key in _FRACTIONAL and _FRACTIONAL[key][0] is kernel:
+        return _FRACTIONAL[key][1]
+    k = _fractional_kinds(kernel)
+    trips = {d: (1, None) for d in range(1, 7)}
+    trips[5] = (max(staged, 1), None)  # the slot loop (depth 5; the position loop's inner loops are not entered)
+    result = common_path(kernel, (k["store"], int(positions)), (k["load"], staged * vectors),
+                         staged * vectors * 2 * k["v"], trips, through_blocks(kernel.cfg, inner_loop=False),
+                         reads=2 * k["v"] * int(positions))
+    _FRACTIONAL[key] = (kernel, result)
+    return result
+
+
+def fractional_warp_cost(kernel, w: FractionalWarp) -> tuple[int, Counter]:
+    """One warp's path in one tile: the frame (:func:`fractional_frame_cost`, its one position
+    a 1 x 1 one) plus, per position, its position-loop iteration in place of the frame's."""
+    cost, counts = fractional_frame_cost(kernel, w.staged, w.vectors, bool(w.rows))
+    counts = Counter(counts)
+    if w.rows:
+        base, base_counts = fractional_position_cost(kernel, 1, 1)
+        cost -= base
+        counts.subtract(base_counts)
+        for r in w.rows:
+            c, cc = fractional_position_cost(kernel, r, w.cols)
+            cost += c
+            counts.update(cc)
+    return cost, counts
+
+
+def staging_serialised(kernel) -> bool:
+    """Whether the staging lane's loads of one cell's vectors are issued one after another: each
+    in its own block, which ends in the branch on that vector's finiteness (so the next load waits
+    for this one's data)."""
+    k = _fractional_kinds(kernel)
+    cfg = kernel.cfg
+    loop = position_loop(cfg)
+    blocks = [n for n in cfg.blocks if n not in loop.blocks
+              and any(_global(x, "LDG", k["load"]) for x in cfg.instructions(n))]
+    return len(blocks) >= 2 and all(sum(_global(x, "LDG", k["load"]) for x in cfg.instructions(n)) == 1
+                                    for n in blocks)
+
+
+def fractional_tiled(kernel, g, p, fr=None) -> dict:
+    """The whole launch of ``g`` with plan ``p``: issued warp-instructions (every warp of every
+    tile its busiest lane's path, :func:`fractional_warp_cost`), per element, per pipe class."""
+    warps, info = fractional_warps(g, p, fr)
+    total, counts = 0, Counter()
+    for w, n in warps.items():
+        cost, c = fractional_warp_cost(kernel, w)
+        total += n * cost
+        for key, v in c.items():
+            counts[key] += n * v
+    elements = g.batch * g.in_rows * g.in_cols * g.depth
+    return {"warp_instructions": total, "per_element": 32 * total / elements, "counts": counts,
+            "classes_per_element": classes_per_element(counts, 32 / elements), "warps": warps, **info,
+            "elements": elements}
+
+
+def fractional_round_trips(kernel, warps: Counter) -> int:
+    """Dependent DRAM round trips per tile before its sums: 1 for the table chain (the tile's cell
+    ranges, then the cell sizes: L2-resident, counted as one) plus the busiest staging lane's
+    out_backprop loads of its cells: one per vector when they are serialised (:func:`staging_serialised`), else
+    one for all."""
+    vectors = max((w.vectors for w in warps if w.staged), default=0)
+    cells = max((w.staged for w in warps), default=0)
+    return 1 + cells * (vectors if staging_serialised(kernel) else min(vectors, 1))
+
+
+def predict_fractional(case, dtype_name: str, device, kernel, g, p, fr=None) -> dict:
+    """The roofline of one fractional average pooling shape run by the staged tile kernel with the
+    launcher's plan ``p`` (module docstring): issue (every warp of every tile), DRAM (compulsory
+    bytes and the plan's cell tables), L2 (each tile's staged cells read, the outputs written),
+    latency (waves of resident CTAs x the tile's dependent round trips x DRAM latency)."""
+    from ..backends.cuda import _sass
+    from .metrics import bytes_moved
+    from .static_report import DTYPES, roofline, with_latency_limit
+
+    fr = fr or fractional_launcher()
+    width = DTYPES[dtype_name].itemsize
+    model = fractional_tiled(kernel, g, p, fr)
+    elements = model["elements"]
+    tables = sum(len(t) for t in fr.kernel_tables(g, p)) * fr.INDEX_TYPES[p.index].itemsize
+    traffic = bytes_moved(case, g, width) + tables
+    l2 = model["staged_cells"] * p.block_vectors * p.vector * width + width * elements + tables
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], model["threads"])
+    limits = roofline(device, elements, model["per_element"], model["classes_per_element"], traffic, l2,
+                      occ["warps_per_sm"] * 32)
+    trips = fractional_round_trips(kernel, model["warps"])
+    with_latency_limit(limits, device, traffic, latency_limit_s(device, model["ctas"], occ, trips))
+    warps_per_tile = model["threads"] // 32
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
+            "sass_per_element": model["per_element"], "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "tiled": {"ctas": model["ctas"], "threads_per_cta": model["threads"], "plan": _plan_dict(p),
+                      "staging_warps_per_cta": sum(n for w, n in model["warps"].items() if w.staged) / model["ctas"],
+                      "mean_positions_per_warp": sum(len(w.rows) * n for w, n in model["warps"].items()) /
+                      (model["ctas"] * warps_per_tile),
+                      "round_trips": trips, "blocks_per_sm": occ["blocks_per_sm"],
+                      "staging_serialised": staging_serialised(kernel)}}
+
+
+def _plan_dict(p) -> dict:
+    from dataclasses import asdict
+
+    return asdict(p)

@@ -240,14 +240,15 @@ def instruction_class(instruction: Instruction) -> str:
 
 def summarize(instructions) -> Counter:
     """Counts of a path's or region's instructions: ``total``, each :data:`CLASSES` class,
-    each memory kind (``LDG.16``) and the bases the tiled kernels are judged by."""
+    each memory kind (``LDG.16``) and the bases the tiled kernels are judged by (the staged
+    fractional kernel's FP64 share and sum arithmetic among them)."""
     counts: Counter = Counter()
     for ins in instructions:
         counts["total"] += 1
         counts[f"class:{instruction_class(ins)}"] += 1
         if kind := memory_kind(ins):
             counts[kind] += 1
-        if ins.base in ("HMMA", "LDS", "LDSM", "LDG", "STS", "STG", "BAR", "FFMA", "LDGSTS"):
+        if ins.base in ("HMMA", "LDS", "LDSM", "LDG", "STS", "STG", "BAR", "FFMA", "LDGSTS", "DFMA", "DMUL", "DADD"):
             counts[ins.base] += 1
     return counts
 
