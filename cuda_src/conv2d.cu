@@ -59,9 +59,11 @@ template <typename T, typename Acc> struct ForwardProblem {
     using KPos = typename igemm::InputOperand<T>::Tap;
     __device__ __forceinline__ KPos k_pos(int kk) const { return x.tap(kk); }
     __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const { x.advance(pos, step); }
-    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& tap, int) const { return x.gather(row, tap); }
-    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos&, int kk) const {
-        return filter + static_cast<index_t>(kk) * out_depth + row.offset;
+    __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& tap, int) const {
+        return x.gather(row, tap);
+    }
+    __device__ __forceinline__ igemm::Src<T> b_src(const BRow& row, const KPos&, int kk) const {
+        return {filter + static_cast<index_t>(kk) * out_depth + row.offset, true};
     }
     __device__ __forceinline__ const T* a_base() const { return x.input; }
     __device__ __forceinline__ const T* b_base() const { return filter; }

@@ -83,9 +83,11 @@ template <typename T, typename Acc> struct FilterGradProblem {
     using KPos = typename igemm::InputOperand<T>::Position;
     __device__ __forceinline__ KPos k_pos(int j) const { return x.position(j); }
     __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const { x.advance(pos, step); }
-    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& pos, int) const { return x.gather(row, pos); }
-    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos&, int j) const {
-        return out_backprop + static_cast<index_t>(j) * out_depth + row.offset;
+    __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& pos, int) const {
+        return x.gather(row, pos);
+    }
+    __device__ __forceinline__ igemm::Src<T> b_src(const BRow& row, const KPos&, int j) const {
+        return {out_backprop + static_cast<index_t>(j) * out_depth + row.offset, true};
     }
     __device__ __forceinline__ const T* a_base() const { return x.input; }
     __device__ __forceinline__ const T* b_base() const { return out_backprop; }

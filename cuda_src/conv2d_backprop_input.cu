@@ -139,16 +139,15 @@ template <typename T, typename Acc> struct InputGradProblem {
     }
 
     // Chunks run along out channels k (the reduction's fastest part) in both operands.
-    __device__ __forceinline__ const T* a_src(const ARow& row, const KPos& kk, int) const {
+    __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& kk, int) const {
         const int p = row.p0 - kk.ri * p_step;
         const int q = row.q0 - kk.si * q_step;
-        if (p < 0 || p >= out_rows || q < 0 || q >= out_cols) return nullptr;
-        return row.image + ((p * out_cols + q) * out_depth + kk.c);
+        return {row.image + ((p * out_cols + q) * out_depth + kk.c), p >= 0 && p < out_rows && q >= 0 && q < out_cols};
     }
-    __device__ __forceinline__ const T* b_src(const BRow& row, const KPos& kk, int) const {
+    __device__ __forceinline__ igemm::Src<T> b_src(const BRow& row, const KPos& kk, int) const {
         const int r = taps_r.first + kk.ri * taps_r.step;
         const int s = taps_s.first + kk.si * taps_s.step;
-        return filter + ((r * filter_cols + s) * tap_elements + row.offset + kk.c);
+        return {filter + ((r * filter_cols + s) * tap_elements + row.offset + kk.c), true};
     }
     __device__ __forceinline__ const T* a_base() const { return out_backprop; }
     __device__ __forceinline__ const T* b_base() const { return filter; }

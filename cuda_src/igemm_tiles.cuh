@@ -180,6 +180,15 @@ template <int ROWS, int BK, int THREADS, bool K_CONTIG, int C> struct TileMap {
 };
 
 // ---------------------------------------------------------------- the input operand
+// Where a chunk comes from: its address, and whether it exists (false: padding, a tap off the
+// image, a reduction index past the end; the chunk is then zeros and ``ptr`` is not read).  A
+// flag rather than a null pointer, so that the loaders test the bounds predicate itself, not a
+// 64-bit pointer.
+template <typename T> struct Src {
+    const T* ptr;
+    bool ok;
+};
+
 // The gathered input of the forward and filter-gradient GEMMs (NHWC): element (tap, position)
 // with tap = (r * filter_cols + s) * Cg + c and position = (n * out_rows + p) * out_cols + q is
 // input[n][p * stride_rows + r * dilation_rows - pad_top][q * stride_cols + s * dilation_cols -
@@ -264,20 +273,20 @@ template <typename T> struct InputOperand {
         if (t.s >= filter_cols) { t.s -= filter_cols; ++t.r; }
     }
 
-    // The address of element (tap, position) of the gather (null in the padding), with the
-    // tap's part from a row cursor (filter gradient) ...
-    __device__ __forceinline__ const T* gather(const TapRow& tap, const Position& pos) const {
+    // Element (tap, position) of the gather (not ok in the padding), with the tap's part from a
+    // row cursor (filter gradient) ...
+    __device__ __forceinline__ Src<T> gather(const TapRow& tap, const Position& pos) const {
         return at(input + pos.n * image, pos.p * stride_rows + tap.h_offset, pos.q * stride_cols + tap.w_offset,
                   tap.channel);
     }
     // ... or the position's (forward convolution).
-    __device__ __forceinline__ const T* gather(const PositionRow& position, const Tap& t) const {
+    __device__ __forceinline__ Src<T> gather(const PositionRow& position, const Tap& t) const {
         return at(position.image, position.h_base + t.r * dilation_rows, position.w_base + t.s * dilation_cols,
                   channel0 + t.c);
     }
-    __device__ __forceinline__ const T* at(const T* image_start, int h, int w, int channel) const {
-        if (h < 0 || h >= in_rows || w < 0 || w >= in_cols) return nullptr;
-        return image_start + ((h * in_cols + w) * in_depth + channel);
+    __device__ __forceinline__ Src<T> at(const T* image_start, int h, int w, int channel) const {
+        return {image_start + ((h * in_cols + w) * in_depth + channel),
+                h >= 0 && h < in_rows && w >= 0 && w < in_cols};
     }
 };
 
@@ -297,10 +306,10 @@ struct ChannelRow {
 //   KPos k_pos(int k) const;                 (divisions: see "Reduction cursors")
 //   void k_advance(KPos& pos, const KPos& step) const;
 //                                            k's -> (k + BK)'s, step = k_pos(BK)
-//   const T* a_src(const ARow& row, const KPos& pos, int k) const;
+//   Src<T> a_src(const ARow& row, const KPos& pos, int k) const;
 //                                            the address of A[m][k] (with 16-byte chunks: and
 //                                            of the C - 1 elements after it along A's
-//                                            contiguous dimension), null where A is zero
+//                                            contiguous dimension), not ok where A is zero
 //                                            (padding, taps off the image)
 //   const T* a_base() const;                 a valid address in A's tensor: cp.async takes a
 //                                            source address even for a zero chunk, of which it
@@ -452,17 +461,19 @@ struct ChunkRows {
     // The source of vector chunk e of the tile at k0 (null: a zero chunk); with CURSORS, the
     // cursors are at that tile.  A chunk is in range or out of range as a whole (along the
     // contiguous dimension the extents are multiples of C).
-    __device__ __forceinline__ const T* a_chunk(const Problem& p, int e, int k0) const {
+    __device__ __forceinline__ Src<T> a_chunk(const Problem& p, int e, int k0) const {
         int row, k;
         MapA::at(e, row, k);
-        if (k0 + k >= p.k_end) return nullptr;
-        return p.a_src(arow[e], CURSORS ? ka[a_slot(e)] : p.k_pos(k0 + k), k0 + k);
+        Src<T> s = p.a_src(arow[e], CURSORS ? ka[a_slot(e)] : p.k_pos(k0 + k), k0 + k);
+        s.ok = s.ok && k0 + k < p.k_end;
+        return s;
     }
-    __device__ __forceinline__ const T* b_chunk(const Problem& p, int e, int k0) const {
+    __device__ __forceinline__ Src<T> b_chunk(const Problem& p, int e, int k0) const {
         int row, k;
         MapB::at(e, row, k);
-        if (k0 + k >= p.k_end) return nullptr;
-        return p.b_src(brow[e], CURSORS ? b_pos(e) : p.k_pos(k0 + k), k0 + k);
+        Src<T> s = p.b_src(brow[e], CURSORS ? b_pos(e) : p.k_pos(k0 + k), k0 + k);
+        s.ok = s.ok && k0 + k < p.k_end;
+        return s;
     }
 };
 
@@ -488,15 +499,17 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
 #pragma unroll
         for (int v = 0; v < C; ++v) {
             const int r = K_CONTIG ? row : row + v, kk = K_CONTIG ? k + v : k;
-            const T* src = nullptr;
-            if (r < rows && kk < p.k_end)
-                src = IS_A ? p.a_src(p.a_row(r), p.k_pos(kk), kk) : p.b_src(p.b_row(r), p.k_pos(kk), kk);
-            dst[v] = src ? *src : from_acc<T, float>(0.0f);
+            dst[v] = from_acc<T, float>(0.0f);
+            if (r < rows && kk < p.k_end) {
+                const Src<T> src =
+                    IS_A ? p.a_src(p.a_row(r), p.k_pos(kk), kk) : p.b_src(p.b_row(r), p.k_pos(kk), kk);
+                if (src.ok) dst[v] = *src.ptr;
+            }
         }
     }
 
-    __device__ __forceinline__ static void fetch_vector(const T* src, T* dst) {
-        if (src) copy_chunk<C>(dst, src);
+    __device__ __forceinline__ static void fetch_vector(const Src<T>& src, T* dst) {
+        if (src.ok) copy_chunk<C>(dst, src.ptr);
         else zero_chunk<C>(dst);
     }
 
@@ -509,14 +522,22 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
             // Rows past the GEMM load zeros here; the results do not need them, but with the
             // check ptxas keeps the f32 wgrad and f64 dgrad instantiations within the 128
             // registers of 2 CTAs per SM (without it, 4-8 bytes spill on sm_80 / sm_90).
-            if constexpr (VECTOR) fetch_vector(m0 + row < p.m_size ? this->a_chunk(p, e, k0) : nullptr, &ra[e * C]);
+            if constexpr (VECTOR) {
+                Src<T> s = this->a_chunk(p, e, k0);
+                s.ok = s.ok && m0 + row < p.m_size;
+                fetch_vector(s, &ra[e * C]);
+            }
             else fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            if constexpr (VECTOR) fetch_vector(n0 + row < p.n_size ? this->b_chunk(p, e, k0) : nullptr, &rb[e * C]);
+            if constexpr (VECTOR) {
+                Src<T> s = this->b_chunk(p, e, k0);
+                s.ok = s.ok && n0 + row < p.n_size;
+                fetch_vector(s, &rb[e * C]);
+            }
             else fetch_scalar<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
         }
     }
@@ -607,15 +628,15 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
             MapA::at(e, row, k);
-            const T* src = this->a_chunk(p, e, k0);
-            ptx::cp_async_16(sa + LayoutA::offset(row, k), src ? src : p.a_base(), src != nullptr);
+            const Src<T> src = this->a_chunk(p, e, k0);
+            ptx::cp_async_16(sa + LayoutA::offset(row, k), src.ok ? src.ptr : p.a_base(), src.ok);
         }
 #pragma unroll
         for (int e = 0; e < MapB::CHUNKS; ++e) {
             int row, k;
             MapB::at(e, row, k);
-            const T* src = this->b_chunk(p, e, k0);
-            ptx::cp_async_16(sb + LayoutB::offset(row, k), src ? src : p.b_base(), src != nullptr);
+            const Src<T> src = this->b_chunk(p, e, k0);
+            ptx::cp_async_16(sb + LayoutB::offset(row, k), src.ok ? src.ptr : p.b_base(), src.ok);
         }
     }
 

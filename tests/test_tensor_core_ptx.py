@@ -549,8 +549,8 @@ PIPELINE_PLANTED = {
         "igemm_tiles.cuh", "ptx::cp_async_16(sa + LayoutA::offset(row, k),",
         "ptx::cp_async_16(sa + (LayoutA::K_CONTIG ? row * BK + k : k * BM + row),", None),
     "cp-async-zero-chunk-filled-from-the-base": (
-        "igemm_tiles.cuh", "ptx::cp_async_16(sa + LayoutA::offset(row, k), src ? src : p.a_base(), src != nullptr);",
-        "ptx::cp_async_16(sa + LayoutA::offset(row, k), src ? src : p.a_base(), true);",
+        "igemm_tiles.cuh", "ptx::cp_async_16(sa + LayoutA::offset(row, k), src.ok ? src.ptr : p.a_base(), src.ok);",
+        "ptx::cp_async_16(sa + LayoutA::offset(row, k), src.ok ? src.ptr : p.a_base(), true);",
         # wgrad's A is zero in the padding; dgrad's SAME stride-2 phases never leave out_backprop
         ("conv2d_backprop_filter",)),
     "position-cursor-drops-the-column-carry": (
