@@ -69,6 +69,9 @@ template <typename T, typename Acc> struct ForwardProblem {
     __device__ __forceinline__ const T* b_base() const { return filter; }
     __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
     __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const { output[row + n] = from_acc<T, Acc>(v); }
+    __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const {
+        igemm::store_chunk8(output + row + n, v);
+    }
     __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 

@@ -96,6 +96,15 @@ template <typename T, typename Acc> struct FilterGradProblem {
         if (partial) partial[row + n] = v;
         else filter_grad[row + n] = from_acc<T, Acc>(v);
     }
+    // Eight float partial sums are two 16-byte stores.
+    __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const {
+        if (partial) {
+            reinterpret_cast<float4*>(partial + row + n)[0] = *reinterpret_cast<const float4*>(v);
+            reinterpret_cast<float4*>(partial + row + n)[1] = *reinterpret_cast<const float4*>(v + 4);
+        } else {
+            igemm::store_chunk8(filter_grad + row + n, v);
+        }
+    }
     __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 

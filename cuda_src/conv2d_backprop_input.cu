@@ -151,18 +151,28 @@ template <typename T, typename Acc> struct InputGradProblem {
     }
     __device__ __forceinline__ const T* a_base() const { return out_backprop; }
     __device__ __forceinline__ const T* b_base() const { return filter; }
-    // Offset of the input-gradient element (position m, the group's first channel).
-    __device__ __forceinline__ index_t out_row(int m) const {
+    // Offset of the input-gradient element (position m, the group's first channel).  The
+    // tensor-core epilogue's row table (out_row, once per CTA after the main loop) rebuilds its
+    // divisors from the phase's extents, opaque to the optimiser, so that the prologue's are
+    // not kept in registers across the main loop; the SIMT epilogue (store, per element)
+    // uses the prologue's.
+    __device__ __forceinline__ index_t out_row_by(int m, const FastDiv& by_i, const FastDiv& by_j) const {
         int i, j;
-        const int n = div_i.divmod(div_j.divmod(m, j), i);
+        const int n = by_i.divmod(by_j.divmod(m, j), i);
         const index_t h = phase_row + static_cast<index_t>(i) * d.stride_rows;
         const index_t w = phase_col + static_cast<index_t>(j) * d.stride_cols;
         return ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0;
     }
+    __device__ __forceinline__ index_t out_row(int m) const {
+        return out_row_by(m, FastDiv(igemm::opaque(div_i.divisor)), FastDiv(igemm::opaque(div_j.divisor)));
+    }
     __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const {
         input_grad[row + c] = from_acc<T, Acc>(v);
     }
-    __device__ __forceinline__ void store(int m, int c, Acc v) const { store_at(out_row(m), c, v); }
+    __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const {
+        igemm::store_chunk8(input_grad + row + c, v);
+    }
+    __device__ __forceinline__ void store(int m, int c, Acc v) const { store_at(out_row_by(m, div_i, div_j), c, v); }
 };
 
 // grid: (ceil(batch * ceil(in_rows / stride_rows) * ceil(in_cols / stride_cols) / BM),

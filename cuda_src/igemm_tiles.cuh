@@ -319,6 +319,10 @@ struct ChannelRow {
 //   void store(int m, int n, Acc v) const;
 //   index_t out_row(int m) const;            where C's row m starts in the output: store(m, n, v)
 //   void store_at(index_t row, int n, Acc v) const;   is store_at(out_row(m), n, v)
+//   void store_chunk(index_t row, int n, const float (&v)[8]) const;
+//                                            store_at of n .. n + 7 as 16-byte stores (the
+//                                            half-type tensor-core epilogue with 16-byte
+//                                            chunks: n and the row start are multiples of 8)
 // The core zero-fills elements past k_end, gives the rows of a tile past m_size (n_size) row 0's
 // sources (valid addresses; those rows' results are never stored, and each row of C depends
 // only on its own row of A, each column on its column of B), and only stores in-range elements,
@@ -685,6 +689,31 @@ __device__ __forceinline__ void locate_rows(const Problem& p, int m0, index_t* r
     __syncthreads();
 }
 
+// Eight floats as eight T in one 16-byte store (dst 16-byte aligned; T a half type).
+template <typename T> __device__ __forceinline__ void store_chunk8(T* dst, const float (&v)[8]) {
+    static_assert(sizeof(T) == 2, "eight half-type elements make 16 bytes");
+    alignas(16) T h[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) h[e] = from_acc<T, float>(v[e]);
+    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(h);
+}
+
+// The same tile with 16-byte chunks along n (VECTOR): lane l stores row l / 2, columns
+// 8 (l % 2) .. + 7 with two 16-byte shared-memory reads and one (or, for float partial sums,
+// two) 16-byte global stores, where the scalar version makes 8 two-byte stores.
+template <class Problem>
+__device__ __forceinline__ void store_staged_chunks(const Problem& p, const float* st, const index_t* rows,
+                                                    int n_base, int lane) {
+    constexpr int TILE = 16, CHUNK = 8;
+    const int r = lane / (TILE / CHUNK), c = lane % (TILE / CHUNK) * CHUNK;
+    const index_t row = rows[r];
+    if (row < 0 || n_base + c >= p.n_size) return;  // n_size is a multiple of 8: whole chunks
+    float v[CHUNK];
+    *reinterpret_cast<float4*>(v) = *reinterpret_cast<const float4*>(st + r * TILE + c);
+    *reinterpret_cast<float4*>(v + 4) = *reinterpret_cast<const float4*>(st + r * TILE + c + 4);
+    p.store_chunk(row, n_base + c, v);
+}
+
 // A warp's 16x16 tile of C, staged row-major in ``st`` (each lane wrote its own elements, then
 // __syncwarp), goes to the problem with lanes taking consecutive n (contiguous channels), 8
 // elements per lane; ``rows``: the tile's first row's entry of the table locate_rows made.
@@ -816,7 +845,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
                 for (int r = 0; r < 4; ++r)
                     st[(g + 8 * (r / 2)) * 16 + MMA_N * h + 2 * t + r % 2] = acc[i][j + h][r];
             __syncwarp();  // the staged block is complete
-            store_staged_tile(p, st, rows + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
+            if constexpr (VECTOR) store_staged_chunks(p, st, rows + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
+            else store_staged_tile(p, st, rows + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
             __syncwarp();  // every lane has read the block before it is overwritten
         }
     }
