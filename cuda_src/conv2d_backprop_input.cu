@@ -52,23 +52,28 @@ __global__ void conv2d_backprop_input_direct(const T* __restrict__ filter, const
 
 // The filter taps of one dimension that reach input positions with a given phase
 // (position mod stride): r = first + i * step for i < count.
+// 32-bit: the launcher checks that strides, pads and filter sizes fit (cursor_extents), and
+// the dilation enters only modulo the stride.
 struct PhaseTaps {
     int first, step, count;
     __device__ __forceinline__ PhaseTaps() : first(0), step(1), count(0) {}
-    __device__ __forceinline__ PhaseTaps(index_t phase, index_t pad, index_t stride, index_t dilation,
-                                         index_t filter_size) {
+    __device__ __forceinline__ PhaseTaps(int phase, int pad, int stride, int dilation_mod_stride, int filter_size) {
         // r * dilation = phase + pad (mod stride) has solutions r = first (mod stride / gcd).
-        index_t a = stride, b = dilation;
-        while (b) { index_t t = a % b; a = b; b = t; }
-        step = static_cast<int>(stride / a);
+        int a = stride, b = dilation_mod_stride;
+        while (b) { const int t = a % b; a = b; b = t; }
+        step = stride / a;
+        const int target = (phase + pad) % stride;
         first = 0;
         count = 0;  // no tap reaches this phase unless a solution is found below
-        for (index_t r = 0; r < step; ++r) {
-            if ((r * dilation - phase - pad) % stride == 0) {
-                first = static_cast<int>(r);
-                count = r < filter_size ? static_cast<int>((filter_size - r + step - 1) / step) : 0;
+        int residue = 0;  // r * dilation mod stride
+        for (int r = 0; r < step; ++r) {
+            if (residue == target) {
+                first = r;
+                count = r < filter_size ? (filter_size - r + step - 1) / step : 0;
                 break;
             }
+            residue += dilation_mod_stride;
+            if (residue >= stride) residue -= stride;
         }
     }
 };
@@ -186,18 +191,24 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     InputGradProblem<T, Acc> prob{};
     prob.d = GRADOPS_CONV_DIMS;
     const ConvDims& d = prob.d;
-    const index_t phases = d.stride_rows * d.stride_cols;
-    const index_t group = blockIdx.z / phases, phase = blockIdx.z % phases;
-    prob.phase_row = static_cast<int>(phase / d.stride_cols);
-    prob.phase_col = static_cast<int>(phase % d.stride_cols);
+    // 32-bit prologue (the launcher checks the extents; the grid's z, groups x phases, is
+    // below 65536): no 64-bit division.
+    const int stride_r = static_cast<int>(stride_rows), stride_c = static_cast<int>(stride_cols);
+    const int phases = stride_r * stride_c;
+    const int group = static_cast<int>(blockIdx.z) / phases, phase = static_cast<int>(blockIdx.z) % phases;
+    prob.phase_row = phase / stride_c;
+    prob.phase_col = phase % stride_c;
     // Input positions of this phase per dimension (none when the phase is past the image).
-    const index_t rows = d.in_rows > prob.phase_row ? ceil_div(d.in_rows - prob.phase_row, d.stride_rows) : 0;
-    const index_t cols = d.in_cols > prob.phase_col ? ceil_div(d.in_cols - prob.phase_col, d.stride_cols) : 0;
+    const int image_rows = static_cast<int>(in_rows), image_cols = static_cast<int>(in_cols);
+    const int rows = image_rows > prob.phase_row ? (image_rows - prob.phase_row + stride_r - 1) / stride_r : 0;
+    const int cols = image_cols > prob.phase_col ? (image_cols - prob.phase_col + stride_c - 1) / stride_c : 0;
     const index_t m_size = d.batch * rows * cols;
     if (static_cast<index_t>(blockIdx.x) * igemm::Config<T, Kind>::BM >= m_size) return;  // whole CTA
 
-    prob.taps_r = PhaseTaps(prob.phase_row, d.pad_top, d.stride_rows, d.dilation_rows, d.filter_rows);
-    prob.taps_s = PhaseTaps(prob.phase_col, d.pad_left, d.stride_cols, d.dilation_cols, d.filter_cols);
+    prob.taps_r = PhaseTaps(prob.phase_row, static_cast<int>(d.pad_top), stride_r,
+                            static_cast<int>(d.dilation_rows % stride_r), static_cast<int>(d.filter_rows));
+    prob.taps_s = PhaseTaps(prob.phase_col, static_cast<int>(d.pad_left), stride_c,
+                            static_cast<int>(d.dilation_cols % stride_c), static_cast<int>(d.filter_cols));
     prob.p_step = static_cast<int>(prob.taps_r.step * d.dilation_rows / d.stride_rows);
     prob.q_step = static_cast<int>(prob.taps_s.step * d.dilation_cols / d.stride_cols);
     prob.out_rows = static_cast<int>(d.out_rows);

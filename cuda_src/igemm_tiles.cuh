@@ -54,11 +54,36 @@ struct FastDiv {
     int shift;
     int divisor;
     __device__ __forceinline__ FastDiv() : mul(1), shift(0), divisor(1) {}
+    // Every thread builds its divisors in the prologue, so the constructor avoids a 64-bit
+    // integer division (a called slow path of about a hundred instructions) and a loop: the
+    // quotient 2^shift / d (in [2^31, 2^32]) as 2^shift times the correctly rounded double
+    // reciprocal of d is within 2^-21 of the exact one, so its floor is at most two below
+    // ceil(2^shift / d) and never above it; exact 64-bit products (below 2^63) settle it.
     __device__ __forceinline__ explicit FastDiv(int d) : divisor(d) {
-        int log2_ceil = 0;
-        while ((1LL << log2_ceil) < d) ++log2_ceil;
+        const int log2_ceil = d > 1 ? 32 - clz32(static_cast<unsigned>(d - 1)) : 0;
         shift = 31 + log2_ceil;
-        mul = ((1ULL << shift) + static_cast<unsigned long long>(d) - 1) / static_cast<unsigned long long>(d);
+        const unsigned long long power = 1ULL << shift, dd = static_cast<unsigned long long>(d);
+        mul = static_cast<unsigned long long>(static_cast<double>(power) * reciprocal(static_cast<double>(d)));
+        if (mul * dd < power) ++mul;
+        if (mul * dd < power) ++mul;
+    }
+    // 1 / x correctly rounded (times a power of two, still the correctly rounded quotient).
+    __device__ __forceinline__ static double reciprocal(double x) {
+#if defined(__CUDA_ARCH__)
+        return __drcp_rn(x);
+#else
+        return 1.0 / x;
+#endif
+    }
+    // Count of leading zero bits (x > 0).
+    __device__ __forceinline__ static int clz32(unsigned x) {
+#if defined(__CUDA_ARCH__)
+        return __clz(static_cast<int>(x));
+#else
+        int n = 0;
+        while (!(x & 0x80000000u)) { x <<= 1; ++n; }
+        return n;
+#endif
     }
     __device__ __forceinline__ int div(int n) const {
         return static_cast<int>((static_cast<unsigned long long>(n) * mul) >> shift);

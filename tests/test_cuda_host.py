@@ -562,3 +562,57 @@ def test_a_block_past_the_launch_bounds_is_refused(monkeypatch):
     args = (a, a, a, a, *(np.int64(1),) * 19)
     with pytest.raises(cuda_host.HostLaunchError, match="exceeds the kernel's __launch_bounds__ \\(256"):
         launch((1,), (512,), args)
+
+
+# --------------------------------------------------------------------------- fast division
+FAST_DIV_KERNEL = r"""
+#include "igemm_tiles.cuh"
+// out[i * count + j] = FastDiv(divisors[i]).div(numerators[i * count + j]), a thread per divisor.
+__global__ void fast_div_check(const int* divisors, const int* numerators, int* out, long long n_divisors,
+                               long long count) {
+    GRADOPS_GRID_STRIDE_LOOP(i, n_divisors) {
+        const gradops::FastDiv by(divisors[i]);
+        for (long long j = 0; j < count; ++j) out[i * count + j] = by.div(numerators[i * count + j]);
+    }
+}
+"""
+
+
+def test_fast_division_is_exact(tmp_path):
+    """igemm's FastDiv (magic multiplier from a double quotient, settled by exact products) gives
+    floor(n / d) for every divisor up to 4096, powers of two and their neighbours, divisors above
+    2^22 (where the double quotient alone can be two short) and random ones up to 2^31 - 1, on
+    numerators at 0, around multiples of d and near 2^31.  A magic number one too small fails
+    (planted: the settling products removed)."""
+    rng = np.random.default_rng(5)
+    limit = 2**31 - 1
+    divisors = set(range(1, 4097))
+    for k in range(1, 31):
+        divisors |= {2**k - 1, 2**k, 2**k + 1}
+    divisors |= set(int(v) for v in rng.integers(2**22, limit, 3000)) | {limit, limit - 1}
+    divisors = np.array(sorted(d for d in divisors if 1 <= d <= limit), dtype=np.int32)
+    count = 12
+    numerators = np.empty((divisors.size, count), dtype=np.int64)
+    for i, d in enumerate(divisors.astype(np.int64)):
+        q = limit // d
+        numerators[i] = [0, 1, d - 1, d, d + 1, q * d - 1, q * d, limit, limit - 1,
+                         *rng.integers(0, limit, 3)]
+    numerators = np.clip(numerators, 0, limit).astype(np.int32)
+    want = numerators.astype(np.int64) // divisors.astype(np.int64)[:, None]
+
+    def run(directory):
+        (directory / "fast_div.cu").write_text(FAST_DIV_KERNEL)
+        kernels = cuda_host.HostKernels("fast_div.cu", ["fast_div_check"], directory)
+        out = np.full(numerators.shape, -1, dtype=np.int32)
+        kernels.run("fast_div_check", [divisors, numerators, out], [divisors.size, count])
+        return out
+
+    good = tmp_path / "good"
+    good.mkdir()
+    cuda_host.planted_sources(good, "igemm_tiles.cuh")
+    assert np.array_equal(run(good), want)
+
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    cuda_host.planted_sources(bad, "igemm_tiles.cuh", ("        if (mul * dd < power) ++mul;\n" * 2, ""))
+    assert not np.array_equal(run(bad), want)
