@@ -392,7 +392,7 @@ struct Padded {
 // rows.
 template <typename T, int ROWS, int BK> struct SwizzledRows {
     static constexpr bool SWIZZLED = true, K_CONTIG = true;
-    static constexpr int ELEMENTS = ROWS * BK;
+    static constexpr int ELEMENTS = ROWS * BK, ROW_ELEMENTS = BK;
     static constexpr int C = ChunkSize<T>::value;     // elements per 16-byte chunk
     static constexpr int ROW_CHUNKS = BK / C;         // 4 for 32 halves
     static constexpr int LINE_CHUNKS = 8;             // 128 bytes
@@ -420,6 +420,15 @@ template <typename T, int ROWS, int BK> struct SwizzledCols {
     __device__ __forceinline__ static int offset(int row, int k) {
         return k * ROWS + ((row / C) ^ (k % LINE_CHUNKS)) * C + row % C;
     }
+};
+
+// mma_cta's ldmatrix addresses in a [row][k] tile: one per operand and k-step, plus a constant
+// per 16-row block b of the warp's patch.  16 rows are 16 / LINE_ROWS = 8 whole lines, so the
+// swizzle's line index mod 8 is unchanged and block b is b * 16 rows' elements further (mma_cta
+// static_asserts it).  ([k][row] tiles keep one address per block: the block moves the chunk
+// index, which the swizzle XORs.)
+template <class Layout> struct RowBlocks {
+    __device__ __forceinline__ static constexpr int rows(int b) { return b * 16 * Layout::ROW_ELEMENTS; }
 };
 
 // mma_cta's layout of an operand: chunks run along k (K_CONTIG) or along the rows.
@@ -682,7 +691,7 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
             }
             ptx::cp_async_commit_group();
         }
-        int read = 0, write = STAGES - 1;  // the stages of tile t and of tile t + STAGES - 1
+        int read = 0;  // tile t's stage; tile t + STAGES - 1 goes to the one before it
         // k0: tile t's reduction index (below 2^31 - 129 + (STAGES - 1) * BK: the launchers
         // keep the extents below INT32_LIMIT)
         for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK) {
@@ -690,13 +699,13 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
             __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free
             const int k_next = k0 + (STAGES - 1) * BK;
             if (k_next < p.k_end) {
+                const int write = read == 0 ? STAGES - 1 : read - 1;
                 issue(p, k_next, As[write], Bs[write]);
                 this->advance(p);
             }
             ptx::cp_async_commit_group();
             multiply(read);
             read = read + 1 == STAGES ? 0 : read + 1;
-            write = write + 1 == STAGES ? 0 : write + 1;
         }
         ptx::cp_async_wait_group<0>();
         __syncthreads();  // every thread is done reading its last tile: the epilogue may reuse it
@@ -786,6 +795,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     using LayoutB = Swizzled<T, BN, BK, B_ROWS>;
     using TileA = T[LayoutA::ELEMENTS];
     using TileB = T[LayoutB::ELEMENTS];
+    static_assert((16 / SwizzledRows<T, BM, BK>::LINE_ROWS) % SwizzledRows<T, BM, BK>::LINE_CHUNKS == 0,
+                  "RowBlocks: a [row][k] tile's 16-row blocks at constant offsets");
     // Three stages of 16 KB fill the 48 KiB of static shared memory; 16 warps per SM need the
     // registers of 2 CTAs anyway (MinBlocks), and 4 CTAs' stages fit an H100 SM's 228 KB.
     constexpr int STAGES = VECTOR ? 3 : 2;
@@ -825,20 +836,22 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             // (m + 0, k + 8), (m + 8, k + 8) of the 16x16 A tile: matrix q starts at m + 8 (q % 2),
             // k + 8 (q / 2), its rows running along m ([row][k] tile) or k ([k][row]).
             unsigned a[FM][4];
+            const int a_base = LayoutA::offset(wm + 8 * (matrix % 2) + row, kk + 8 * (matrix / 2));  // [row][k]
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
                 const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
-                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][LayoutA::offset(m + row, k)]);
+                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][a_base + RowBlocks<LayoutA>::rows(i)]);
                 else ptx::ldmatrix<4, true>(a[i], &As[buf][LayoutA::offset(m, k + row)]);
             }
             // B fragment registers b[0], b[1] are k + 0..7 and k + 8..15 of one n8 tile; an x4
             // loads two n8 tiles: matrix q starts at n + 8 (q / 2), k + 8 (q % 2).
             unsigned b[FN][2];
+            const int b_base = LayoutB::offset(wn + 8 * (matrix / 2) + row, kk + 8 * (matrix % 2));  // [row][k]
 #pragma unroll
             for (int j = 0; j < FN; j += 2) {
                 unsigned t[4];
                 const int n = wn + MMA_N * j + 8 * (matrix / 2), k = kk + 8 * (matrix % 2);
-                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][LayoutB::offset(n + row, k)]);
+                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][b_base + RowBlocks<LayoutB>::rows(j / 2)]);
                 else ptx::ldmatrix<4, true>(t, &Bs[buf][LayoutB::offset(n, k + row)]);
                 b[j][0] = t[0];
                 b[j][1] = t[1];
@@ -1061,13 +1074,15 @@ template <typename T, int Kind> struct Threads { static constexpr int value = Co
 // registers per thread) wherever they fit without spilling on sm_80 and sm_90 with nvcc 13
 // (tests/test_cuda_compile.py checks every instantiation), one elsewhere.  Two fit: double
 // (SIMT); half types on CUDA cores but in dgrad (whose epilogue decomposes every stored
-// element's index); half types on tensor cores in wgrad; float on CUDA cores in wgrad with
-// 16-byte loads.  TF32, and forward and dgrad on tensor cores, spill under 128 registers.
+// element's index); half types on tensor cores in wgrad, and in dgrad with 16-byte chunks (the
+// cp.async pipeline: no register staging, ldmatrix addresses from one base per k-step); float
+// on CUDA cores in wgrad with 16-byte loads.  TF32, the forward kernel on tensor cores (8 bytes
+// spill on sm_80) and scalar-load dgrad on tensor cores spill under 128 registers.
 enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
 template <typename T, int Kind, int Op, bool VECTOR> struct MinBlocks {
     static constexpr bool HALF = sizeof(T) == 2;
     static constexpr bool TWO_FIT = sizeof(T) == 8 || (HALF && Kind == SIMT && Op != DGRAD) ||
-                                    (HALF && Kind != SIMT && Op == WGRAD) ||
+                                    (HALF && Kind != SIMT && (Op == WGRAD || (Op == DGRAD && VECTOR))) ||
                                     (!HALF && Kind == SIMT && Op == WGRAD && VECTOR);
     static constexpr int value = TWO_FIT ? 2 : 1;
 };

@@ -202,7 +202,8 @@ PLANTED = {
         "igemm_tiles.cuh", "ptx::ldmatrix<4, false>(a[i],", "ptx::ldmatrix<4, true>(a[i],",
         "conv2d_backprop_input", np.float16),
     "mma-swizzled-a-tile-read-unswizzled": (
-        "igemm_tiles.cuh", "&As[buf][LayoutA::offset(m + row, k)]", "&As[buf][(m + row) * BK + k]",
+        "igemm_tiles.cuh", "LayoutA::offset(wm + 8 * (matrix % 2) + row, kk + 8 * (matrix / 2))",
+        "(wm + 8 * (matrix % 2) + row) * BK + kk + 8 * (matrix / 2)",
         "conv2d_backprop_input", np.float16),
     "mma-b-fragment-n8-tiles-swapped": (
         "igemm_tiles.cuh", "                b[j][0] = t[0];\n                b[j][1] = t[1];\n"
