@@ -144,14 +144,35 @@ __global__ void depthwise_conv2d_native_backprop_input(
 // which skips the staged positions outside out_backprop.
 //
 // Loads.  With M = 1 or paired multipliers, NHWC, an out_backprop channel count that is a
-// multiple of 16 / sizeof(T) and 16-byte aligned arrays (the launcher's `vector_loads`),
-// staging moves 16 bytes per load and keeps up to kBatch loads per thread in flight;
-// otherwise one element per load.  NCHW stages from the
-// channel planes: the 32 lanes of a warp take 32 consecutive staged positions of one channel
-// (coalesced), and a pad of 2 accumulators per staged position spreads their shared-memory
-// stores over 16 banks (2-way) where an unpadded 128-byte position would put them all in one.
-// NHWC stores two channels at a time when in_depth is even; NCHW passes the results through
-// shared memory so that consecutive threads store consecutive columns of a channel plane.
+// multiple of 16 / sizeof(T) and 16-byte aligned arrays (bit 0 of the launcher's
+// `vector_loads`), staging moves 16 bytes per load and keeps up to kBatch loads per thread in
+// flight; otherwise one element per load.  NHWC stores two channels at a time when in_depth
+// is even.
+//
+// NCHW (issue 15).  The CTA, its work items and the channel-inner staged tile are NHWC's; only
+// the way in and out differs, since out_backprop and in_backprop are channel planes:
+// * staging (stage_planes): plane rows.  With out_cols a multiple of 16 / sizeof(T) and an
+//   aligned out_backprop (bit 0 of `vector_loads`, any multiplier) a thread loads 16-byte
+//   chunks of one channel's staged row (the chunks are aligned, so the first starts up to
+//   VEC - 1 columns before the staged tile: o_col0 & (VEC - 1)), widens them and stores the
+//   chunk's staged columns to their positions (one 4-byte store each: the tile is channel-
+//   inner); consecutive lanes take consecutive chunks of a row (coalesced), all of a thread's
+//   rows are loaded before any is stored, offsets are 32-bit.  Otherwise the same with one
+//   element per chunk.
+// * results (store_planes): each work item writes its rows to shared-memory channel planes
+//   (16-byte stores of 4 columns), then a warp stores whole rows of one plane, 4 columns per
+//   store where in_cols % 4 == 0 and tiles start at a multiple of 4 (bit 1 of `vector_loads`),
+//   else element by element.
+// The staged positions keep a pad of 2 accumulators (STRIDE = CHANNELS + 2) so that the
+//   element stores of lanes on neighbouring chunks spread over the banks (at most 2-way).
+// Why (static SASS, sm_90, float16 3x3/1, per element): the earlier NCHW staging had each
+// warp load 32 consecutive staged positions of one channel (2-byte loads straddling 2-3 rows
+// of 18 columns, 64-bit address math and a predicate per load, one channel per iteration of a
+// rolled loop: 8 dependent round trips) and stored 32 results per thread one 2-byte store at a
+// time with 64-bit offsets (10 instructions each): 50 instructions per element against NHWC's
+// 23.  Now 31 (3x3/2: 34 -> 19, 5x5/2: 40 -> 26; 5x5/1, 14 x 8 tiles: 69 -> 53).  Transposing
+// to NHWC and back instead moves out_backprop and in_backprop three times each (3x the bytes
+// of a memory-bound kernel) for a cost per element not far below this one.
 
 namespace dwconv {
 
@@ -374,6 +395,190 @@ template <int COLS, int STEP> struct GridWalk {
     }
 };
 
+
+// The type A where B holds, else C (std::conditional without the standard library).
+template <bool B, typename A, typename C> struct Pick { using type = A; };
+template <typename A, typename C> struct Pick<false, A, C> { using type = C; };
+
+// Four accumulators to 16-byte aligned shared memory (one 16-byte store, two for double).
+__device__ __forceinline__ void put_four(float* dst, float a, float b, float c, float d) {
+    *reinterpret_cast<float4*>(dst) = make_float4(a, b, c, d);
+}
+__device__ __forceinline__ void put_four(double* dst, double a, double b, double c, double d) {
+    reinterpret_cast<double2*>(dst)[0] = make_double2(a, b);
+    reinterpret_cast<double2*>(dst)[1] = make_double2(c, d);
+}
+
+// ---- NCHW staging and stores (see "NCHW" above)
+
+// Loads of the busiest thread when UNITS units x ROWS rows are split into (unit, row group)
+// pairs, GROUPS row groups (rows g, g + GROUPS, ...), dealt to THREADS threads in turn.
+__host__ __device__ constexpr int busiest_loads(int units, int rows, int threads, int groups) {
+    return (units * groups + threads - 1) / threads * ((rows + groups - 1) / groups);
+}
+// Its loads plus its (unit, row group) pairs, each of which costs about a load's instructions
+// in index math (a division and a remainder by UNITS, offsets and predicates).
+__host__ __device__ constexpr int staging_cost(int units, int rows, int threads, int groups) {
+    return busiest_loads(units, rows, threads, groups) + (units * groups + threads - 1) / threads;
+}
+// The number of row groups (1 .. ROWS) that makes the busiest thread's staging cheapest (the
+// fewest groups among equals).
+__host__ __device__ constexpr int row_groups(int units, int rows, int threads) {
+    int best = 1;
+    for (int g = 2; g <= rows; ++g)
+        if (staging_cost(units, rows, threads, g) < staging_cost(units, rows, threads, best)) best = g;
+    return best;
+}
+
+// Rows ROWS x columns COLS of CHANNELS channel planes of out_backprop into the channel-inner
+// staged tile (stage[(row * COLS + col) * STRIDE + channel]), zeros outside out_backprop or past
+// the CTA's channels.  ``plane0``: offset of staged channel 0's plane; ``plane_step``: between
+// staged channels; ``channels``: staged channels that exist.  VEC > 1: 16-byte loads of VEC
+// elements (every plane row starts 16-byte aligned: out_cols % VEC == 0 and an aligned array)
+// on the aligned chunks covering the staged columns, o_col0 - shift .. (so a chunk lies wholly
+// inside or wholly outside out_backprop's columns); VEC = 1: one element per load.  A unit is
+// (chunk, channel), chunk fastest (consecutive lanes: consecutive chunks of one plane row,
+// coalesced); (unit, row group) pairs go to threads t, t + THREADS, ... (row_groups: the
+// cheapest staging for the busiest thread), each pair's rows issued in batches of kBatch loads
+// before any is widened and stored.  Offsets are 32-bit (every tensor < 2^31 elements).
+template <int VEC, int CHANNELS, int ROWS, int COLS, int STRIDE, int THREADS, typename T, typename Acc>
+__device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop, Acc* __restrict__ stage, unsigned t,
+                                             int plane0, int plane_step, int channels, int o_row0, int o_col0,
+                                             int out_rows, int out_cols) {
+    // Element 0 of chunk 0 is column o_col0 - shift (shift 0 for one-element loads).
+    constexpr int CHUNKS = (COLS + 2 * (VEC - 1)) / VEC;
+    constexpr int UNITS = CHUNKS * CHANNELS;
+    constexpr int GROUPS = row_groups(UNITS, ROWS, THREADS);
+    constexpr int PAIRS = UNITS * GROUPS;
+    constexpr int PAIR_STEPS = (PAIRS + THREADS - 1) / THREADS;
+    constexpr int STEPS = (ROWS + GROUPS - 1) / GROUPS;  // rows per pair
+    constexpr int BATCH = STEPS > kBatch ? kBatch : STEPS;
+    using Raw = typename Pick<VEC == 1, T, uint4>::type;
+    const int shift = VEC == 1 ? 0 : (o_col0 & (VEC - 1));
+#pragma unroll
+    for (int ps = 0; ps < PAIR_STEPS; ++ps) {
+        const unsigned pair = t + ps * THREADS;
+        if (PAIRS % THREADS != 0 && pair >= PAIRS) break;
+        const unsigned unit = GROUPS == 1 ? pair : pair % UNITS;
+        const int group = GROUPS == 1 ? 0 : static_cast<int>(pair / UNITS);
+        const int chunk = static_cast<int>(unit % CHUNKS), channel = static_cast<int>(unit / CHUNKS);
+        const int first = chunk * VEC - shift;  // staged column of the chunk's element 0
+        const int col = o_col0 + first;         // its out_backprop column
+        // The chunk lies inside out_backprop's columns (all of it or none: VEC divides out_cols)
+        // and holds a staged column.
+        const bool used = channel < channels && static_cast<unsigned>(col) < static_cast<unsigned>(out_cols) &&
+                          (VEC == 1 || first + VEC > 0) && (VEC == 1 || first < COLS);
+        // (an unused chunk's channel may lie past the tensor: its offset is formed from channel 0)
+        int offset = plane0 + (channel < channels ? channel : 0) * plane_step + (o_row0 + group) * out_cols + col;
+        const int row_step = GROUPS * out_cols;
+        Acc* const to = stage + (group * COLS + first) * STRIDE + channel;
+#pragma unroll
+        for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
+            Raw raw[BATCH];
+#pragma unroll
+            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                const int row = group + k * GROUPS;
+                if (ROWS % GROUPS != 0 && k + 1 == STEPS && row >= ROWS) break;
+                if constexpr (VEC == 1) {
+                    raw[k - k0] = from_acc<T>(Acc(0));
+                } else {
+                    raw[k - k0] = make_uint4(0, 0, 0, 0);
+                }
+                if (used && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
+                    raw[k - k0] = *reinterpret_cast<const Raw*>(out_backprop + offset);
+                offset += row_step;
+            }
+#pragma unroll
+            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                const int row = group + k * GROUPS;
+                if (ROWS % GROUPS != 0 && k + 1 == STEPS && row >= ROWS) break;
+                Acc* const at = to + k * GROUPS * COLS * STRIDE;
+                if constexpr (VEC == 1) {
+                    at[0] = to_acc<Acc>(raw[k - k0]);
+                } else {
+                    Acc values[VEC];
+                    widen<T, Acc>(raw[k - k0], values);
+#pragma unroll
+                    for (int e = 0; e < VEC; ++e)  // the chunk's elements that are staged columns
+                        if (static_cast<unsigned>(first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];
+                }
+            }
+        }
+    }
+}
+
+// Four accumulators, rounded to T, to four consecutive elements in one store (8 bytes for the
+// 16-bit types, 16 for float, two of 16 for double; ``dst`` aligned to 4 elements).
+template <typename T> __device__ __forceinline__ void store_four(T* dst, float4 v);
+template <> __device__ __forceinline__ void store_four<__half>(__half* dst, float4 v) {
+    const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(dst) = make_uint2(*reinterpret_cast<const unsigned*>(&a),
+                                                *reinterpret_cast<const unsigned*>(&b));
+}
+template <> __device__ __forceinline__ void store_four<__nv_bfloat16>(__nv_bfloat16* dst, float4 v) {
+    const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
+    *reinterpret_cast<uint2*>(dst) = make_uint2(*reinterpret_cast<const unsigned*>(&a),
+                                                *reinterpret_cast<const unsigned*>(&b));
+}
+template <> __device__ __forceinline__ void store_four<float>(float* dst, float4 v) {
+    *reinterpret_cast<float4*>(dst) = v;
+}
+
+// The NCHW result pass: the tile's channel planes out[channel * OUT_PLANE + row * TILE_COLS +
+// col] (accumulators) to in_backprop.  Thread t takes quads of 4 columns u = t, t + THREADS, ...
+// (quad fastest, then row, then channel: a warp writes whole rows of one plane), with one
+// 4-element store where ``four`` (in_cols % 4 == 0 and the tile's columns start at a multiple of
+// 4, so a quad is all inside the image or all outside), else element by element.  ``first``:
+// in_backprop offset of (channel 0, y0, x0); ``plane``: in_rows * in_cols; ``channels``: the
+// CTA's channels that exist (``slots`` of CHANNELS quads' channels hold results).
+template <int CHANNELS, int TILE_ROWS, int TILE_COLS, int OUT_PLANE, int THREADS, typename T, typename Acc>
+__device__ __forceinline__ void store_planes(T* __restrict__ in_backprop, const Acc* __restrict__ out, unsigned t,
+                                             int first, int plane, int channels, int slots, int y0, int x0,
+                                             int in_rows, int in_cols, bool four) {
+    constexpr int QUADS = TILE_COLS / 4;
+    constexpr int PER_CHANNEL = QUADS * TILE_ROWS;
+    constexpr int UNITS = CHANNELS * PER_CHANNEL;
+    constexpr int STEPS = (UNITS + THREADS - 1) / THREADS;
+    static_assert(TILE_COLS % 4 == 0 && OUT_PLANE % 4 == 0, "quads of 4 accumulators, 16-byte aligned");
+#pragma unroll
+    for (int s = 0; s < STEPS; ++s) {
+        const unsigned u = t + s * THREADS;
+        if (UNITS % THREADS != 0 && u >= UNITS) break;
+        const int channel = static_cast<int>(u / PER_CHANNEL);
+        if (channel >= slots) break;  // uniform per step when THREADS divides PER_CHANNEL
+        const int within = static_cast<int>(u % PER_CHANNEL);
+        const int row = within / QUADS, col = (within % QUADS) * 4;
+        const int y = y0 + row, x = x0 + col;
+        if (channel >= channels || static_cast<unsigned>(y) >= static_cast<unsigned>(in_rows)) continue;
+        T* const dst = in_backprop + (first + channel * plane + row * in_cols + col);
+        const Acc* const src = out + channel * OUT_PLANE + row * TILE_COLS + col;
+        if constexpr (sizeof(Acc) == 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src);
+            if (four) {
+                if (x < in_cols) store_four<T>(dst, v);
+            } else {
+                const float e[4] = {v.x, v.y, v.z, v.w};
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = from_acc<T>(e[k]);
+            }
+        } else {  // double
+            const double2 a = *reinterpret_cast<const double2*>(src), b = *reinterpret_cast<const double2*>(src + 2);
+            if (four) {
+                if (x < in_cols) {
+                    reinterpret_cast<double2*>(dst)[0] = a;
+                    reinterpret_cast<double2*>(dst)[1] = b;
+                }
+            } else {
+                const double e[4] = {a.x, a.y, b.x, b.y};
+#pragma unroll
+                for (int k = 0; k < 4; ++k)
+                    if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = e[k];
+            }
+        }
+    }
+}
+
 }  // namespace dwconv
 
 // Template: element and accumulator type, layout, filter rows/cols, stride rows/cols, work
@@ -402,8 +607,8 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     constexpr int STRIDE = CHANNELS + (L == NCHW ? 2 : 0);
     constexpr int POSITIONS = Rows::STAGED * Cols::STAGED;
     constexpr int STAGE_SIZE = POSITIONS * STRIDE;
-    // NCHW results pass through shared memory: channel planes of the tile, odd plane stride.
-    constexpr int OUT_PLANE = S::TILE_POSITIONS + 1;
+    // NCHW results pass through shared memory: channel planes of the tile, each 16-byte aligned.
+    constexpr int OUT_PLANE = S::TILE_POSITIONS + 4;
     constexpr int OUT_SIZE = L == NCHW ? CHANNELS * OUT_PLANE : 0;
     constexpr int BUFFER = STAGE_SIZE > OUT_SIZE ? STAGE_SIZE : OUT_SIZE;
     constexpr int TAPS = KH * KW;
@@ -461,6 +666,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 
     if (tid == 0) nonfinite_slice = -1;
     const bool vector = L == NHWC && vector_loads != 0 && slices == 1;
+    const bool nchw_rows16 = L == NCHW && (vector_loads & 1) != 0;
     for (int q = 0; q < slices; ++q) {
         __syncthreads();  // the flag is initialised; the previous slice has been read
         const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
@@ -620,43 +826,19 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                     stage[position * STRIDE + c] = value;
                 }
             } else {
-                // NCHW: lane l of warp w moves staged positions l, l + 32, ... (consecutive columns
-                // of a channel plane: coalesced) of channels w, w + WARPS, ...  Each position's
-                // offset in a plane and whether it lies inside out_backprop are computed once,
-                // then every channel costs a pointer step.
-                constexpr int WARPS = THREADS / 32;
-                constexpr int CHUNKS = (POSITIONS + 31) / 32;
-                const int lane32 = static_cast<int>(t % 32), warp = static_cast<int>(t / 32);
-                int offset[CHUNKS];
-                unsigned inside = 0;  // bit k: position lane32 + 32 k exists and lies inside
-#pragma unroll
-                for (int k = 0; k < CHUNKS; ++k) {
-                    const int position = lane32 + 32 * k;
-                    const int o_row = o_row0 + position / Cols::STAGED, o_col = o_col0 + position % Cols::STAGED;
-                    offset[k] = o_row * out_cols + o_col;
-                    if ((POSITIONS % 32 == 0 || position < POSITIONS) &&
-                        static_cast<unsigned>(o_row) < static_cast<unsigned>(out_rows) &&
-                        static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols))
-                        inside |= 1u << k;
-                }
+                // NCHW: rows of the channel planes, 16-byte chunks where rows are aligned (bit 0
+                // of vector_loads), else one element per load (see "NCHW" and stage_planes).
                 const int plane = out_rows * out_cols;
-                const T* from = out_backprop + (static_cast<long long>(n) * out_depth + oc0 + warp * channel_step + q) *
-                                                   plane;
-                const long long step = static_cast<long long>(WARPS) * channel_step * plane;
-                Acc* to = stage + lane32 * STRIDE + warp;
-#pragma unroll 1
-                for (int c = warp; c < CHANNELS; c += WARPS) {
-                    const bool channel_in = c0 + (c >> pairs) < in_depth;
-#pragma unroll
-                    for (int k = 0; k < CHUNKS; ++k) {
-                        if (POSITIONS % 32 != 0 && k + 1 == CHUNKS && lane32 + 32 * k >= POSITIONS) break;
-                        Acc value = Acc(0);
-                        if (channel_in && (inside >> k & 1u)) value = to_acc<Acc>(from[offset[k]]);
-                        to[32 * k * STRIDE] = value;
-                    }
-                    from += step;
-                    to += WARPS;
-                }
+                const int plane0 = (n * out_depth + oc0 + q) * plane;
+                const int staged_channels = min(CHANNELS, (in_depth - c0) << pairs);
+                if (nchw_rows16)
+                    stage_planes<VectorSize<T>::value, CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
+                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
+                        out_rows, out_cols);
+                else
+                    stage_planes<1, CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
+                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
+                        out_rows, out_cols);
             }
         }
         if (finite != Acc(0)) nonfinite_slice = q;  // NaN: some value was Inf or NaN
@@ -689,46 +871,27 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             store_item_nhwc<false, T>(first, acc, y_first, x_first, in_rows, in_cols, in_depth, channel + 1 < in_depth);
     } else {
         __syncthreads();  // every thread is done reading the staged tile
-        if (active) {
+        if (active) {  // the work item's rows, 4 columns per 16-byte store, into channel planes
 #pragma unroll
-            for (int i = 0; i < S::ITEM_ROWS; ++i)
+            for (int i = 0; i < S::ITEM_ROWS; ++i) {
+                const int p = (i0 + i) * S::TILE_COLS + j0;
+                static_assert(S::ITEM_COLS == 4, "a work item row is one quad");
+                if (V == 2 && pairs) {
+                    put_four(stage + lane * OUT_PLANE + p, pair_sum(acc[i][0]), pair_sum(acc[i][1]),
+                             pair_sum(acc[i][2]), pair_sum(acc[i][3]));
+                } else {
 #pragma unroll
-                for (int j = 0; j < S::ITEM_COLS; ++j) {
-                    const int p = (i0 + i) * S::TILE_COLS + j0 + j;
-                    if (V == 2 && pairs) {
-                        stage[lane * OUT_PLANE + p] = pair_sum(acc[i][j]);
-                    } else {
-#pragma unroll
-                        for (int u = 0; u < V; ++u) stage[(V * lane + u) * OUT_PLANE + p] = acc[i][j][u];
-                    }
-                }
-        }
-        __syncthreads();
-        // Thread t stores positions t, t + THREADS, ... of the tile (consecutive threads:
-        // consecutive columns) of every channel, or with more threads than positions, position
-        // t % TILE_POSITIONS of channels t / TILE_POSITIONS + k * THREADS / TILE_POSITIONS.
-        constexpr bool WIDE = THREADS >= S::TILE_POSITIONS;
-        static_assert(!WIDE || THREADS % S::TILE_POSITIONS == 0, "");
-        constexpr int PER_THREAD = WIDE ? 1 : (S::TILE_POSITIONS + THREADS - 1) / THREADS;
-        constexpr int CHANNEL_STEP = WIDE ? THREADS / S::TILE_POSITIONS : 1;
-        const int plane = in_rows * in_cols;
-        const int channels_left = min(in_depth - c0, in_per_cta);
-        const int first = WIDE ? static_cast<int>(tid) / S::TILE_POSITIONS : 0;
-#pragma unroll
-        for (int j = 0; j < PER_THREAD; ++j) {
-            const int p = (WIDE ? static_cast<int>(tid) % S::TILE_POSITIONS : static_cast<int>(tid)) + j * THREADS;
-            const int y = y0 + p / S::TILE_COLS, x = x0 + p % S::TILE_COLS;
-            if ((S::TILE_POSITIONS % THREADS == 0 || p < S::TILE_POSITIONS) &&
-                static_cast<unsigned>(y) < static_cast<unsigned>(in_rows) &&
-                static_cast<unsigned>(x) < static_cast<unsigned>(in_cols)) {
-                T* to = in_backprop + (static_cast<long long>(n) * in_depth + c0 + first) * plane + y * in_cols + x;
-#pragma unroll
-                for (int c = 0; c < CHANNELS; c += CHANNEL_STEP) {
-                    if (first + c < channels_left) to[0] = from_acc<T>(stage[(first + c) * OUT_PLANE + p]);
-                    to += static_cast<long long>(CHANNEL_STEP) * plane;
+                    for (int u = 0; u < V; ++u)
+                        put_four(stage + (V * lane + u) * OUT_PLANE + p, acc[i][0][u], acc[i][1][u], acc[i][2][u],
+                                 acc[i][3][u]);
                 }
             }
         }
+        __syncthreads();
+        const int plane = in_rows * in_cols;
+        store_planes<CHANNELS, S::TILE_ROWS, S::TILE_COLS, OUT_PLANE, THREADS>(
+            in_backprop, stage, tid, (n * in_depth + c0) * plane + y0 * in_cols + x0, plane,
+            min(in_depth - c0, in_per_cta), in_per_cta, y0, x0, in_rows, in_cols, (vector_loads & 2) != 0);
     }
 }
 

@@ -276,13 +276,20 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 
 # Bugs planted in copies of the depthwise tiled kernel, each run on problems the real source
 # gets right: (text, replacement, [(problem, ...)]), a problem being (x_shape NHWC, filter
-# size, stride, padding, pads, multiplier, dtype, Inf at filter tap (0, 0) of channel 1?).
+# size, stride, padding, pads, multiplier, dtype, Inf at filter tap (0, 0) of channel 1?[,
+# layout: "NHWC" unless given; NCHW runs the same sizes with channels first]).
 DEPTHWISE_SOURCE = "depthwise_conv2d_native_backprop_input.cu"
 DW_3X3 = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float16, False)   # 16-byte staging, slot columns
 DW_5X5_S2 = ((2, 19, 23, 12), 5, 2, "EXPLICIT", ((1, 2), (3, 0)), 1, np.float32, False)  # odd pads
 DW_F32_S1 = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, False)  # 16-byte staging, walked rows
 DW_M2 = ((1, 9, 18, 37), 5, 1, "SAME", NO_PADS, 2, np.float64, False)  # one element per load
 DW_INF = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, True)
+# NCHW (a ninth field): 16-byte chunks of out_backprop rows starting 7 (float16) or 3 (float32)
+# columns before the tile, two row groups per unit (float32), 4-column result stores with the
+# image ending inside the last tile (40 = 16 + 16 + 8 and 20 = 16 + 4 columns).
+DW_NCHW_F16 = ((2, 13, 40, 20), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NCHW")
+DW_NCHW_F32 = ((1, 11, 20, 36), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")
+DW_NCHW_M3 = ((1, 11, 32, 9), 3, 2, "SAME", NO_PADS, 3, np.float32, False, "NCHW")  # three slices
 DEPTHWISE_PLANTED = {
     "depthwise-tile-read-before-the-barrier": (
         "        __syncthreads();  // the slice is staged\n", "\n", [DW_3X3, DW_M2]),
@@ -298,6 +305,20 @@ DEPTHWISE_PLANTED = {
     "depthwise-row-walk-without-carry": ("            offset += wrap;\n", "\n", [DW_F32_S1]),
     "depthwise-padding-taps-multiplied": ("            if (nonfinite_slice != q) {", "            if (true) {",
                                           [DW_INF]),
+    # NCHW plane-row staging and quad stores
+    "depthwise-nchw-chunks-ignore-the-column-phase": (
+        "const int shift = VEC == 1 ? 0 : (o_col0 & (VEC - 1));", "const int shift = 0;",
+        [DW_NCHW_F16, DW_NCHW_F32]),
+    "depthwise-nchw-row-groups-step-one-row": (
+        "const int row_step = GROUPS * out_cols;", "const int row_step = out_cols;", [DW_NCHW_F32]),
+    "depthwise-nchw-chunk-edge-not-clipped": (
+        "if (static_cast<unsigned>(first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];",
+        "if (first + e < COLS) at[e * STRIDE] = values[e];", [DW_NCHW_F16, DW_NCHW_F32]),
+    "depthwise-nchw-quads-stored-past-the-image": (
+        "if (x < in_cols) store_four<T>(dst, v);", "store_four<T>(dst, v);", [DW_NCHW_F16, DW_NCHW_F32]),
+    "depthwise-nchw-slice-planes-not-offset": (
+        "const int plane0 = (n * out_depth + oc0 + q) * plane;", "const int plane0 = (n * out_depth + oc0) * plane;",
+        [DW_NCHW_M3]),
 }
 
 
@@ -308,22 +329,27 @@ def run_depthwise_planted(problem, rng):
     launcher = importlib.import_module(f"gradops.backends.cuda.{DEPTHWISE_SOURCE[:-3]}")
     from gradops._geometry import conv2d_geometry
 
-    x_shape, f, stride, padding, pads, multiplier, dtype, inf = problem
+    x_shape, f, stride, padding, pads, multiplier, dtype, inf, *layout = problem
+    layout = layout[0] if layout else "NHWC"
     n, h, w, c = x_shape
     filt = random_array(rng, (f, f, c, multiplier), dtype)
     if inf:
         filt[0, 0, 1, 0] = np.inf
-    explicit = [0, 0, *pads[0], *pads[1], 0, 0] if padding == "EXPLICIT" else []
-    args = dict(strides=[1, stride, stride, 1], padding=padding, explicit_paddings=explicit)
     out = [reference.window(size, f, stride, 1, padding, pad)[0] for size, pad in zip((h, w), pads)]
-    dy_shape = (n, *out, c * multiplier)
+    if layout == "NHWC":
+        explicit = [0, 0, *pads[0], *pads[1], 0, 0] if padding == "EXPLICIT" else []
+        strides, sizes, dy_shape = [1, stride, stride, 1], list(x_shape), (n, *out, c * multiplier)
+    else:
+        explicit = [0, 0, 0, 0, *pads[0], *pads[1]] if padding == "EXPLICIT" else []
+        strides, sizes, dy_shape = [1, 1, stride, stride], [n, c, h, w], (n, c * multiplier, *out)
+    args = dict(strides=strides, padding=padding, explicit_paddings=explicit, data_format=layout)
     dy = random_array(rng, dy_shape, dtype)
-    g = conv2d_geometry(DEPTHWISE_SOURCE[:-3], x_shape, filt.shape, dy_shape, args["strides"], padding, explicit,
-                        "NHWC", [1, 1, 1, 1], depthwise=True)
+    g = conv2d_geometry(DEPTHWISE_SOURCE[:-3], tuple(sizes), filt.shape, dy_shape, strides, padding, explicit,
+                        layout, [1, 1, 1, 1], depthwise=True)
     got = launcher.depthwise_conv2d_native_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled")
     with warnings.catch_warnings():  # the NumPy backend's own products of Inf and padded zeros
         warnings.simplefilter("ignore", RuntimeWarning)
-        want = gradops.depthwise_conv2d_native_backprop_input(list(x_shape), filt, dy, **args, backend="numpy")
+        want = gradops.depthwise_conv2d_native_backprop_input(sizes, filt, dy, **args, backend="numpy")
     return np.asarray(got), want
 
 

@@ -642,6 +642,18 @@ TILE_EDGE_CASES = {
     "f16-s1-m2-c20-paired": ((2, 17, 19, 20), (3, 3), (1, 1), "SAME", NO_PADS, 2, np.float16),
     "bf16-s2-m2-c17-oddpads": ((1, 13, 21, 17), (3, 3), (2, 2), "EXPLICIT", ((1, 2), (3, 0)), 2, ml_dtypes.bfloat16),
     "f16-s1-5x5-7x7-m2-c36": ((2, 7, 7, 36), (5, 5), (1, 1), "SAME", NO_PADS, 2, np.float16),
+    # NCHW plane-row staging: out_backprop rows a multiple of the vector width (16-byte chunks)
+    # whose first staged column sits at every phase of a chunk (shift 0 .. width - 1: pads and
+    # strides), partial channel blocks, multipliers; in_cols a multiple of 4 or not, tiles at a
+    # multiple of 4 columns or one before (4-column result stores or element stores)
+    "f16-s1-rows16-shift7-c33": ((2, 10, 32, 33), (3, 3), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f16-s1-rows16-shift4": ((1, 9, 24, 20), (3, 3), (1, 1), "EXPLICIT", ((1, 1), (6, 4)), 1, np.float16),
+    "bf16-s2-rows16-shift7-m3": ((1, 11, 32, 9), (3, 3), (2, 2), "SAME", NO_PADS, 3, ml_dtypes.bfloat16),
+    "f32-s1-5x5-rows16-shift1-m2": ((2, 16, 20, 18), (5, 5), (1, 1), "EXPLICIT", ((2, 2), (1, 3)), 2, np.float32),
+    "f32-s2-5x5-rows16-oddpad": ((1, 17, 16, 34), (5, 5), (2, 2), "SAME", NO_PADS, 1, np.float32),
+    "f64-s1-rows16-shift0": ((1, 9, 14, 17), (3, 3), (1, 1), "EXPLICIT", ((1, 1), (0, 2)), 1, np.float64),
+    "f16-s1-5x5-7x7-rows-short": ((2, 7, 16, 40), (5, 5), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f32-s2-3x3-m2-paired-rows16": ((2, 12, 16, 20), (3, 3), (2, 2), "SAME", NO_PADS, 2, np.float32),
 }
 
 
@@ -659,7 +671,10 @@ def test_cuda_tiled_tile_edges(cuda_device, rng, case, data_format):
     chunk = 16 // np.dtype(dtype).itemsize
     paired = multiplier == 2 and np.dtype(dtype) != np.float64
     assert cuda_launcher.pair_multipliers(g, np.dtype(dtype)) == paired
-    vector = data_format == "NHWC" and (multiplier == 1 or paired) and x_shape[3] * multiplier % chunk == 0
+    if data_format == "NHWC":
+        vector = (multiplier == 1 or paired) and x_shape[3] * multiplier % chunk == 0
+    else:  # NCHW: 16-byte chunks of out_backprop rows, any multiplier
+        vector = g.out_cols % chunk == 0
     if vector:
         assert cuda_launcher.use_vector_loads(g, np.dtype(dtype), (to_gpu(kwargs["filter"]),
                                                                    to_gpu(kwargs["out_backprop"])))

@@ -15,12 +15,14 @@ Two paths (see the .cu file); ``path=`` forces one (the tests run both on small 
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
 
 NCHW runs the tiled kernel in its own layout rather than transposing: it stages out_backprop
-from the channel planes (one element per load, a warp on consecutive columns of one plane)
-and writes the result through shared memory so that consecutive threads store consecutive
-columns.  Each byte of out_backprop and of the result then crosses DRAM once, where a
-transpose to NHWC and back would move both tensors three times (read, write the NHWC copy,
-read it again); the price is one-element rather than 16-byte staging loads (about 33-70 SASS
-instructions per element for float16 against 12-38 in NHWC, counted in sm_90 SASS).
+from the channel planes a row at a time (16-byte chunks of a row where out_cols is a multiple
+of 16 / itemsize and the array is aligned, :func:`use_vector_loads`; any multiplier) and writes
+the result through shared memory so that a warp stores whole rows of a plane (4 columns per
+store where :func:`four_wide_stores` holds).  Each byte of out_backprop and of the result then
+crosses DRAM once, where a transpose to NHWC and back would move both tensors three times
+(read, write the NHWC copy, read it again); the price is one 4-byte shared-memory store per
+staged element instead of NHWC's 16-byte ones (about 19-53 SASS instructions per element for
+float16 against 12-37 in NHWC, sm_90 static counts; 33-69 before the row staging).
 
 Both paths compute every element in a fixed order (bitwise reproducible results) and skip
 taps that fall on padding, so an Inf or NaN in the filter reaches only the elements it
@@ -203,22 +205,37 @@ def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
 
 
 def vector_loads_possible(g: Conv2DGeometry, dtype) -> bool:
-    """The part of :func:`use_vector_loads` that does not depend on the arrays."""
+    """The part of :func:`use_vector_loads` that does not depend on the arrays: NHWC, multiplier
+    1 or paired and out_backprop channels a multiple of the vector width; NCHW, out_backprop
+    rows (out_cols) a multiple of it, any multiplier."""
+    if g.data_format == "NCHW":
+        return g.out_cols % _runtime.vector_width(dtype) == 0
     one_slice = g.depth_multiplier == 1 or pair_multipliers(g, dtype)
-    return (g.data_format == "NHWC" and one_slice
-            and (g.in_depth * g.depth_multiplier) % _runtime.vector_width(dtype) == 0)
+    return one_slice and (g.in_depth * g.depth_multiplier) % _runtime.vector_width(dtype) == 0
+
+
+def four_wide_stores(g: Conv2DGeometry) -> bool:
+    """NCHW: whether the tiled kernel stores its results 4 columns per store (bit 1 of its
+    ``vector_loads``): in_cols a multiple of 4 and every tile's first column too (tiles start
+    pad_left % stride_cols columns before the image).  in_backprop is a fresh allocation, so
+    aligned."""
+    return g.data_format == "NCHW" and g.in_cols % 4 == 0 and g.pad_left % g.stride_cols == 0
 
 
 def use_vector_loads(g: Conv2DGeometry, dtype, arrays, vector: bool | None = None) -> bool:
     """Whether the tiled kernel stages with 16-byte loads: NHWC, multiplier 1 or paired
     (:func:`pair_multipliers`), an out_backprop channel count that is a multiple of 16 / itemsize
-    (so no load straddles a position) and 16-byte aligned arrays.  ``vector`` (tests) forces the
-    choice; True raises when it cannot hold."""
+    (so no load straddles a position) and 16-byte aligned arrays; NCHW (chunks of plane rows),
+    out_cols a multiple of 16 / itemsize (every row starts aligned) and an aligned out_backprop,
+    any multiplier.  ``vector`` (tests) forces the choice; True raises when it cannot hold."""
     chunk = _runtime.vector_width(dtype)  # dwconv::kVectorBytes
     eligible = vector_loads_possible(g, dtype) and _runtime.vector_aligned(*arrays)
     if vector is None:
         return eligible
     if vector and not eligible:
+        if g.data_format == "NCHW":
+            raise ValueError(f"vector loads need (NCHW) out_backprop rows of a multiple of {chunk} elements and a "
+                             f"16-byte aligned out_backprop")
         raise ValueError(f"vector loads need NHWC, multiplier 1 (or 2 with float accumulators), an out_backprop "
                          f"channel count that is a multiple of {chunk} and 16-byte aligned arrays")
     return bool(vector)
@@ -241,8 +258,9 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None) -> str:
 def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
     """What a tiled launch for ``g`` takes that does not depend on the arrays, worked out once
     per geometry and dtype (every call with the same shapes and attributes reuses it): the
-    name expression, grid, block, the int arguments before ``vector_loads`` and after it, and
-    whether 16-byte loads are possible but for the arrays' alignment."""
+    name expression, grid, block, the int arguments before ``vector_loads`` and after it,
+    whether 16-byte loads are possible but for the arrays' alignment, and the NCHW store bit of
+    ``vector_loads`` (2 for :func:`four_wide_stores`, else 0)."""
     i32 = _runtime.i32
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
     return (_tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g)), tile_grid(g, dtype),
@@ -250,7 +268,7 @@ def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
             tuple(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                    g.pad_top, g.pad_left, tiles(g)[0])),
             (i32(1 if columns_per_warp(g) else 0), i32(1 if pair_multipliers(g, dtype) else 0)),
-            vector_loads_possible(g, dtype))
+            vector_loads_possible(g, dtype), 2 if four_wide_stores(g) else 0)
 
 
 def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backprop, *, path: str | None = None,
@@ -281,12 +299,14 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         _runtime.launch_1d(fn, in_backprop.size, args)
         return in_backprop
 
-    expression, grid, block, sizes, flags, vector_possible = _tiled_plan(g, np.dtype(dtype))
+    expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype))
+    # NCHW reads the filter one element per load: only out_backprop's alignment matters there.
+    aligned = (out_backprop,) if g.data_format == "NCHW" else (filter, out_backprop)
     if vector is None:
-        vector = vector_possible and _runtime.vector_aligned(filter, out_backprop)
+        vector = vector_possible and _runtime.vector_aligned(*aligned)
     else:
-        vector = use_vector_loads(g, dtype, (filter, out_backprop), vector)
+        vector = use_vector_loads(g, dtype, aligned, vector)
     args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop), *sizes,
-            _runtime.i32(1 if vector else 0), *flags)
+            _runtime.i32((1 if vector else 0) | stores), *flags)
     _runtime.kernel(SOURCE, expression)(grid, block, args)
     return in_backprop
