@@ -543,16 +543,16 @@ def _tiled_reference_paths(kernel) -> dict:
     from . import static_tiled as st
 
     nhwc = template_args(kernel.expression)[2] == "0"
-    one = st.depthwise_tiled_path(kernel, nhwc, False, 1)
+    one = st.depthwise_tiled_path(kernel, True, False, 1)  # 16-byte staging (NCHW: chunks of plane rows)
     t = one["tile"]
-    staging = f"{t.load_width}-byte staging" + ("" if nhwc else " (NCHW planes)")
+    staging = f"{t.load_width}-byte staging" + ("" if nhwc else f" (NCHW plane rows, {t.store_width}-byte stores)")
     record = {"work": f"one thread of an interior {t.tile[0]}x{t.tile[1]}-position tile, multiplier 1, {staging}, "
                       f"finite filter; / {t.outputs // t.threads} outputs per thread",
               "per_element": one["per_element"], "thread_instructions": one["instructions"],
               "path": one["path"], "call_sites": _kernel_call_sites(kernel.cfg),
               "global_bytes_per_element": one["global_bytes_per_element"], "tiled": True}
     if t.v == 2:  # float accumulators: multiplier 2 pairs its slices
-        two = st.depthwise_tiled_path(kernel, nhwc, True, 2)
+        two = st.depthwise_tiled_path(kernel, True, True, 2)
         record["paired_m2_per_element"] = two["per_element"]
         record["extra_text"] = f"m2 paired: {two['per_element']:.1f}"
     else:

@@ -19,7 +19,13 @@ What is counted (per kernel instantiation and launch choice)
   guarded last steps counted as taken), computed from the tile shape below, with the fewest
   such loads any path has (a guarded load that the compiler predicated counts either way);
 * runs the multiplier-slice loop ``slices`` times; the staging loops that are loops in SASS
-  (the scalar NHWC loop unrolled by 4, the NCHW channel loop) as often as their loads need.
+  (the scalar NHWC loop unrolled by 4; the NCHW channel loop of the measured revision, before
+  the plane-row staging, whose loops are unrolled) as often as their loads need.
+
+NCHW plane-row staging (``stage_planes``, :meth:`DepthwiseTile.plane_steps`): the load count
+is the busiest thread's tile loads (16-byte chunks or elements); with 16-byte chunks the
+filter's element loads are not counted, so a path may leave out the up to 3 of them that a
+branch guards (a few instructions per thread).
 
 Every instruction on the path counts once (predicated or not, branches and ``BSSY``/``BSYNC``
 included).  Every warp of the CTA is charged the whole path (a warp issues the union of its
@@ -77,14 +83,22 @@ class DepthwiseTile:
     vector: bool
     paired: bool
     slices: int
+    #: NCHW only: the plane-row staging and quad stores (``stage_planes`` / ``store_planes``,
+    #: issue 15); False: the earlier staging of 32 consecutive staged positions per warp and
+    #: channel (the H100-measured revision).  ``vector`` then means 16-byte row chunks.
+    rows: bool = True
+    #: NCHW with ``rows``: 4-element result stores (in_cols % 4 == 0, tiles at a multiple of 4).
+    four: bool = True
 
     @classmethod
-    def of(cls, expression: str, vector: bool, paired: bool, multiplier: int) -> "DepthwiseTile":
+    def of(cls, expression: str, vector: bool, paired: bool, multiplier: int, rows: bool = True,
+           four: bool = True) -> "DepthwiseTile":
         a = template_args(expression)
         kh, kw, sh, sw, r = (int(x) for x in a[3:8])
         nchw = a[2] == "1"
-        return cls(C_WIDTHS[a[0]], C_WIDTHS[a[1]], nchw, kh, kw, sh, sw, r, vector and not nchw, paired,
-                   1 if paired else multiplier)
+        rows = nchw and rows
+        return cls(C_WIDTHS[a[0]], C_WIDTHS[a[1]], nchw, kh, kw, sh, sw, r, vector and (rows or not nchw), paired,
+                   1 if paired else multiplier, rows, rows and four)
 
     # ---- dwconv::Shape / Block / Axis
     @property
@@ -144,8 +158,27 @@ class DepthwiseTile:
             steps = -(-rows * cols // slots)
         return filter_steps, steps
 
+    def plane_steps(self) -> tuple[int, int, int]:
+        """NCHW row staging (``stage_planes``): (elements per load, unit steps, rows per unit step)
+        of the busiest thread."""
+        vec = VECTOR_BYTES // self.width if self.vector else 1
+        rows, cols = self.staged
+        units = (cols + 2 * (vec - 1)) // vec * self.channels
+
+        def cost(groups):  # dwconv::staging_cost / row_groups
+            pairs = -(-units * groups // self.threads)
+            return pairs * -(-rows // groups) + pairs
+
+        groups = min(range(1, rows + 1), key=lambda g: (cost(g), g))
+        return vec, -(-units * groups // self.threads), -(-rows // groups)
+
     def loads(self) -> int:
-        """Global loads of the staging width per thread (all slices)."""
+        """Global loads of the staging width per thread (all slices); NCHW 16-byte row staging:
+        its tile loads only (the filter's element loads come with them)."""
+        if self.nchw and self.rows:
+            _, unit_steps, steps = self.plane_steps()
+            filter_loads = 0 if self.vector else -(-self.kh * self.kw * self.channels // self.threads)
+            return self.slices * (filter_loads + unit_steps * steps)
         if self.vector:
             return sum(self._vector_steps())
         taps = self.kh * self.kw
@@ -169,9 +202,15 @@ class DepthwiseTile:
 
     def stores(self) -> int:
         """Global stores per thread: NHWC one per position of the work item (both channels in one
-        store, or the pair sum); NCHW the shared-memory transpose's per-thread share."""
+        store, or the pair sum); NCHW the shared-memory transpose's per-thread share (row staging:
+        quads of 4 columns, one store each, two for float64, or 4 element stores)."""
         if not self.nchw:
             return self.item[0] * self.item[1]
+        if self.rows:
+            rows, cols = self.tile
+            slots = self.channels // (2 if self.paired else 1)
+            steps = -(-slots * rows * (cols // 4) // self.threads)
+            return steps * ((2 if self.width == 8 else 1) if self.four else 4)
         positions = self.tile[0] * self.tile[1]
         if self.threads >= positions:
             return -(-self.channels // (self.threads // positions))
@@ -179,6 +218,8 @@ class DepthwiseTile:
 
     @property
     def store_width(self) -> int:
+        if self.nchw and self.four:
+            return min(4 * self.width, VECTOR_BYTES)
         return self.width if (self.nchw or self.paired or self.v == 1) else 2 * self.width
 
     def channel_steps(self) -> tuple[int, tuple[int, int]]:
@@ -193,6 +234,10 @@ class DepthwiseTile:
         stores, made by the warps whose slots hold taps, are left to the path): 16-byte staging
         widens each tile load to accumulators; scalar staging stores each value it loads; NCHW
         also passes its results (V, or the pair sum, per position) through shared memory."""
+        if self.nchw and self.rows:  # thread 0's chunk at shift 0 (every element staged), and the results
+            results = self.item[0] * self.item[1] * (1 if self.paired else self.v)
+            vec, unit_steps, steps = self.plane_steps()
+            return (self.slices * unit_steps * steps * min(vec, self.staged[1]) + results) * self.acc // 4
         if self.vector:
             return self._vector_steps()[1] * (VECTOR_BYTES // self.width) * self.acc // 4
         results = self.item[0] * self.item[1] * (1 if self.paired else self.v) if self.nchw else 0
@@ -203,6 +248,9 @@ class DepthwiseTile:
         16-byte staging issues its loads in batches of 12 (all at once up to 16); scalar NHWC
         staging one unrolled-by-4 step at a time after the filter; NCHW one channel at a time
         after the filter."""
+        if self.nchw and self.rows:  # the filter, then each unit step's rows in batches of 12
+            _, unit_steps, steps = self.plane_steps()
+            return self.slices * (1 + unit_steps * -(-steps // BATCH))
         if self.vector:
             filter_steps, steps = self._vector_steps()
             return self.slices * (1 if steps <= 16 else -(-steps // BATCH))
@@ -330,19 +378,22 @@ def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared:
 _PATHS: dict = {}
 
 
-def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -> dict:
+def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
+                         four: bool = True) -> dict:
     """One thread's common path of a tiled depthwise instantiation for a launch choice, with
-    its per-element figures (see the module docstring); cached per kernel object and choice."""
-    key = (id(kernel), vector, paired, multiplier)
+    its per-element figures (see the module docstring); cached per kernel object and choice.
+    ``rows`` / ``four``: NCHW staging and stores (:class:`DepthwiseTile`)."""
+    key = (id(kernel), vector, paired, multiplier, rows, four)
     if key not in _PATHS or _PATHS[key][0] is not kernel:
-        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier))
+        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, four))
     return _PATHS[key][1]
 
 
-def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -> dict:
+def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
+                          four: bool = True) -> dict:
     from ..backends.cuda._sass import PathError
 
-    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier)
+    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, four)
     cfg = kernel.cfg
     through = through_blocks(cfg)
     fma = fma_count(cfg.instructions(through[-1]))
@@ -350,7 +401,7 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int) -
         raise PathError(f"{kernel.expression}: the FMA-richest block holds {fma} FMAs, the source's tap loops "
                         f"{depthwise_fma_per_slice(t)}")
     trips = {1: (t.slices, (t.loads() // t.slices, None))}  # every slice stages the same loads
-    if t.nchw:  # the channel loop (unroll 1): CHANNELS / warps steps of one load and store per chunk
+    if t.nchw and not t.rows:  # the channel loop (unroll 1): CHANNELS / warps steps of one load and store per chunk
         trips[2] = t.channel_steps()
     elif not t.vector:  # the staging loop unrolled by 4: its remainder (< 4 loads) runs before it, unrolled
         trips[2] = (t.nhwc_staging_loads() // 4, (4, 4 * t.acc // 4))
@@ -395,6 +446,9 @@ class DepthwiseLaunch:
     vector: bool
     paired: bool
     ctas: int
+    #: NCHW: plane-row staging (False: the measured revision's) and 4-element result stores.
+    rows: bool = True
+    four: bool = True
 
 
 def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
@@ -408,12 +462,13 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
 
     if revision is None:
         return DepthwiseLaunch(dw.use_vector_loads(g, dtype, ()), dw.pair_multipliers(g, dtype),
-                               math.prod(dw.tile_grid(g, dtype)))
+                               math.prod(dw.tile_grid(g, dtype)), True, dw.four_wide_stores(g))
     if revision != MEASURED_DEPTHWISE_REVISION:
         raise ValueError(f"launch rules of revision {revision} are not known here")
     across, down = dw.tiles(g)
     vector = g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % _runtime.vector_width(dtype) == 0
-    return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch)
+    return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch,
+                           False, False)
 
 
 def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: DepthwiseLaunch) -> dict:
@@ -426,7 +481,7 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
     from .static_report import DTYPES, roofline, with_latency_limit
 
     width = DTYPES[dtype_name].itemsize
-    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier)
+    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.four)
     t = path["tile"]
     elements = math.prod(g.input_shape)
     threads = launch.ctas * t.threads
