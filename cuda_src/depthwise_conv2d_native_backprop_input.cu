@@ -430,79 +430,104 @@ __host__ __device__ constexpr int row_groups(int units, int rows, int threads) {
     return best;
 }
 
+// The raw type of a chunk of BYTES bytes, and its VEC elements widened to accumulators.
+template <int BYTES> struct ChunkOf;
+template <> struct ChunkOf<2> { using type = unsigned short; };
+template <> struct ChunkOf<4> { using type = unsigned; };
+template <> struct ChunkOf<8> { using type = uint2; };
+template <> struct ChunkOf<16> { using type = uint4; };
+template <typename T, typename Acc, int VEC, typename Raw>
+__device__ __forceinline__ void widen_chunk(const Raw& raw, Acc (&out)[VEC]) {
+    if constexpr (sizeof(Raw) == kVectorBytes) {
+        widen<T, Acc>(raw, out);
+    } else {
+        const T* v = reinterpret_cast<const T*>(&raw);
+#pragma unroll
+        for (int e = 0; e < VEC; ++e) out[e] = to_acc<Acc>(v[e]);
+    }
+}
+// Registers of loaded chunks a thread keeps in flight before widening them (the 16-byte
+// staging's kBatch x 4, rounded to whole rows of the common tiles).
+constexpr int kBatchWords = 40;
+constexpr int kBatchLoads = 16;  // and at most this many loads (each needs its address)
+
 // Rows ROWS x columns COLS of CHANNELS channel planes of out_backprop into the channel-inner
 // staged tile (stage[(row * COLS + col) * STRIDE + channel]), zeros outside out_backprop or past
 // the CTA's channels.  ``plane0``: offset of staged channel 0's plane; ``plane_step``: between
-// staged channels; ``channels``: staged channels that exist.  VEC > 1: 16-byte loads of VEC
-// elements (every plane row starts 16-byte aligned: out_cols % VEC == 0 and an aligned array)
-// on the aligned chunks covering the staged columns, o_col0 - shift .. (so a chunk lies wholly
-// inside or wholly outside out_backprop's columns); VEC = 1: one element per load.  A unit is
-// (chunk, channel), chunk fastest (consecutive lanes: consecutive chunks of one plane row,
-// coalesced); (unit, row group) pairs go to threads t, t + THREADS, ... (row_groups: the
-// cheapest staging for the busiest thread), each pair's rows issued in batches of kBatch loads
-// before any is widened and stored.  Offsets are 32-bit (every tensor < 2^31 elements).
+// staged channels; ``channels``: staged channels that exist.  Loads of VEC elements (16, 8 or 4
+// bytes; VEC = 1: one element): every plane row starts aligned to a chunk (VEC divides out_cols,
+// the array is aligned), the chunks are aligned, so the first starts shift = o_col0 mod VEC
+// columns before the staged tile and each lies wholly inside or wholly outside out_backprop's
+// columns.  A unit is (chunk, channel), chunk fastest (consecutive lanes: consecutive chunks of
+// one plane row, coalesced); (unit, row group) pairs go to threads t, t + THREADS, ...
+// (row_groups: the cheapest staging for the busiest thread), and a thread's loads, all its
+// pairs' rows in turn, are issued kBatchWords registers at a time before any is widened and
+// stored.  Offsets are 32-bit (every tensor < 2^31 elements).
 template <int VEC, int CHANNELS, int ROWS, int COLS, int STRIDE, int THREADS, typename T, typename Acc>
 __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop, Acc* __restrict__ stage, unsigned t,
                                              int plane0, int plane_step, int channels, int o_row0, int o_col0,
                                              int out_rows, int out_cols) {
-    // Element 0 of chunk 0 is column o_col0 - shift (shift 0 for one-element loads).
     constexpr int CHUNKS = (COLS + 2 * (VEC - 1)) / VEC;
     constexpr int UNITS = CHUNKS * CHANNELS;
     constexpr int GROUPS = row_groups(UNITS, ROWS, THREADS);
     constexpr int PAIRS = UNITS * GROUPS;
     constexpr int PAIR_STEPS = (PAIRS + THREADS - 1) / THREADS;
     constexpr int STEPS = (ROWS + GROUPS - 1) / GROUPS;  // rows per pair
-    constexpr int BATCH = STEPS > kBatch ? kBatch : STEPS;
-    using Raw = typename Pick<VEC == 1, T, uint4>::type;
-    const int shift = VEC == 1 ? 0 : (o_col0 & (VEC - 1));
-#pragma unroll
-    for (int ps = 0; ps < PAIR_STEPS; ++ps) {
+    constexpr int LOADS = PAIR_STEPS * STEPS;
+    using Raw = typename ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
+    constexpr int WORDS = sizeof(Raw) < 4 ? 1 : static_cast<int>(sizeof(Raw)) / 4;
+    constexpr int CAP = kBatchWords / WORDS < kBatchLoads ? kBatchWords / WORDS : kBatchLoads;
+    constexpr int BATCH = LOADS > CAP ? CAP : LOADS;
+    const int shift = o_col0 & (VEC - 1);
+    const int row_step = GROUPS * out_cols;
+    // The pair of step ps: whether it exists and its chunk holds staged data, the offset of its
+    // first row's chunk and where that chunk's element 0 is staged (column ``first``).
+    struct Pair {
+        bool used;
+        int group, first, offset;
+        Acc* to;
+    };
+    auto pair_of = [&](int ps) {
+        Pair p;
         const unsigned pair = t + ps * THREADS;
-        if (PAIRS % THREADS != 0 && pair >= PAIRS) break;
         const unsigned unit = GROUPS == 1 ? pair : pair % UNITS;
-        const int group = GROUPS == 1 ? 0 : static_cast<int>(pair / UNITS);
+        p.group = GROUPS == 1 ? 0 : static_cast<int>(pair / UNITS);
         const int chunk = static_cast<int>(unit % CHUNKS), channel = static_cast<int>(unit / CHUNKS);
-        const int first = chunk * VEC - shift;  // staged column of the chunk's element 0
-        const int col = o_col0 + first;         // its out_backprop column
-        // The chunk lies inside out_backprop's columns (all of it or none: VEC divides out_cols)
-        // and holds a staged column.
-        const bool used = channel < channels && static_cast<unsigned>(col) < static_cast<unsigned>(out_cols) &&
-                          (VEC == 1 || first + VEC > 0) && (VEC == 1 || first < COLS);
+        p.first = chunk * VEC - shift;
+        const int col = o_col0 + p.first;
+        p.used = (PAIRS % THREADS == 0 || pair < PAIRS) && channel < channels &&
+                 static_cast<unsigned>(col) < static_cast<unsigned>(out_cols) && p.first + VEC > 0 && p.first < COLS;
         // (an unused chunk's channel may lie past the tensor: its offset is formed from channel 0)
-        int offset = plane0 + (channel < channels ? channel : 0) * plane_step + (o_row0 + group) * out_cols + col;
-        const int row_step = GROUPS * out_cols;
-        Acc* const to = stage + (group * COLS + first) * STRIDE + channel;
+        p.offset = plane0 + (channel < channels ? channel : 0) * plane_step + (o_row0 + p.group) * out_cols + col;
+        p.to = stage + (p.group * COLS + p.first) * STRIDE + channel;
+        return p;
+    };
 #pragma unroll
-        for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
-            Raw raw[BATCH];
+    for (int i0 = 0; i0 < LOADS; i0 += BATCH) {
+        Raw raw[BATCH];
 #pragma unroll
-            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                const int row = group + k * GROUPS;
-                if (ROWS % GROUPS != 0 && k + 1 == STEPS && row >= ROWS) break;
-                if constexpr (VEC == 1) {
-                    raw[k - k0] = from_acc<T>(Acc(0));
-                } else {
-                    raw[k - k0] = make_uint4(0, 0, 0, 0);
-                }
-                if (used && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
-                    raw[k - k0] = *reinterpret_cast<const Raw*>(out_backprop + offset);
-                offset += row_step;
-            }
+        for (int i = i0; i < i0 + BATCH && i < LOADS; ++i) {
+            const int ps = i / STEPS, k = i % STEPS;
+            if (PAIRS % THREADS != 0 && ps + 1 == PAIR_STEPS && t + ps * THREADS >= PAIRS) break;
+            const Pair p = pair_of(ps);
+            const int row = p.group + k * GROUPS;
+            raw[i - i0] = Raw{};
+            if (p.used && (ROWS % GROUPS == 0 || row < ROWS) &&
+                static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
+                raw[i - i0] = *reinterpret_cast<const Raw*>(out_backprop + (p.offset + k * row_step));
+        }
 #pragma unroll
-            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                const int row = group + k * GROUPS;
-                if (ROWS % GROUPS != 0 && k + 1 == STEPS && row >= ROWS) break;
-                Acc* const at = to + k * GROUPS * COLS * STRIDE;
-                if constexpr (VEC == 1) {
-                    at[0] = to_acc<Acc>(raw[k - k0]);
-                } else {
-                    Acc values[VEC];
-                    widen<T, Acc>(raw[k - k0], values);
+        for (int i = i0; i < i0 + BATCH && i < LOADS; ++i) {
+            const int ps = i / STEPS, k = i % STEPS;
+            if (PAIRS % THREADS != 0 && ps + 1 == PAIR_STEPS && t + ps * THREADS >= PAIRS) break;
+            const Pair p = pair_of(ps);
+            if (ROWS % GROUPS != 0 && p.group + k * GROUPS >= ROWS) continue;
+            Acc* const at = p.to + k * GROUPS * COLS * STRIDE;
+            Acc values[VEC];
+            widen_chunk<T, Acc, VEC>(raw[i - i0], values);
 #pragma unroll
-                    for (int e = 0; e < VEC; ++e)  // the chunk's elements that are staged columns
-                        if (static_cast<unsigned>(first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];
-                }
-            }
+            for (int e = 0; e < VEC; ++e)  // the chunk's elements that are staged columns
+                if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];
         }
     }
 }
@@ -666,7 +691,6 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 
     if (tid == 0) nonfinite_slice = -1;
     const bool vector = L == NHWC && vector_loads != 0 && slices == 1;
-    const bool nchw_rows16 = L == NCHW && (vector_loads & 1) != 0;
     for (int q = 0; q < slices; ++q) {
         __syncthreads();  // the flag is initialised; the previous slice has been read
         const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
@@ -831,8 +855,19 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 const int plane = out_rows * out_cols;
                 const int plane0 = (n * out_depth + oc0 + q) * plane;
                 const int staged_channels = min(CHANNELS, (in_depth - c0) << pairs);
-                if (nchw_rows16)
-                    stage_planes<VectorSize<T>::value, CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
+                // Chunk bytes: 16, 8 or 4 (bits 0, 2, 3 of vector_loads), else one element.
+                const int chunk_bytes = (vector_loads & 1) ? 16 : (vector_loads & 4) ? 8 : (vector_loads & 8) ? 4 : 0;
+                constexpr int W = static_cast<int>(sizeof(T));
+                if (chunk_bytes == 16)
+                    stage_planes<16 / W, CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
+                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
+                        out_rows, out_cols);
+                else if (W < 8 && chunk_bytes == 8)
+                    stage_planes<(W < 8 ? 8 / W : 1), CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
+                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
+                        out_rows, out_cols);
+                else if (W < 4 && chunk_bytes == 4)
+                    stage_planes<(W < 4 ? 4 / W : 1), CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
                         out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
                         out_rows, out_cols);
                 else

@@ -290,6 +290,7 @@ DW_INF = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, True)
 DW_NCHW_F16 = ((2, 13, 40, 20), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NCHW")
 DW_NCHW_F32 = ((1, 11, 20, 36), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")
 DW_NCHW_M3 = ((1, 11, 32, 9), 3, 2, "SAME", NO_PADS, 3, np.float32, False, "NCHW")  # three slices
+DW_NCHW_ROWS8 = ((1, 9, 28, 12), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NCHW")  # 8-byte chunks
 DEPTHWISE_PLANTED = {
     "depthwise-tile-read-before-the-barrier": (
         "        __syncthreads();  // the slice is staged\n", "\n", [DW_3X3, DW_M2]),
@@ -307,13 +308,14 @@ DEPTHWISE_PLANTED = {
                                           [DW_INF]),
     # NCHW plane-row staging and quad stores
     "depthwise-nchw-chunks-ignore-the-column-phase": (
-        "const int shift = VEC == 1 ? 0 : (o_col0 & (VEC - 1));", "const int shift = 0;",
-        [DW_NCHW_F16, DW_NCHW_F32]),
+        "const int shift = o_col0 & (VEC - 1);", "const int shift = 0;", [DW_NCHW_F16, DW_NCHW_F32, DW_NCHW_ROWS8]),
+    "depthwise-nchw-8-byte-chunks-taken-for-16": (
+        "(vector_loads & 4) ? 8 :", "(vector_loads & 4) ? 16 :", [DW_NCHW_ROWS8]),
     "depthwise-nchw-row-groups-step-one-row": (
         "const int row_step = GROUPS * out_cols;", "const int row_step = out_cols;", [DW_NCHW_F32]),
     "depthwise-nchw-chunk-edge-not-clipped": (
-        "if (static_cast<unsigned>(first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];",
-        "if (first + e < COLS) at[e * STRIDE] = values[e];", [DW_NCHW_F16, DW_NCHW_F32]),
+        "if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];",
+        "if (VEC == 1 || p.first + e < COLS) at[e * STRIDE] = values[e];", [DW_NCHW_F16, DW_NCHW_F32, DW_NCHW_ROWS8]),
     "depthwise-nchw-quads-stored-past-the-image": (
         "if (x < in_cols) store_four<T>(dst, v);", "store_four<T>(dst, v);", [DW_NCHW_F16, DW_NCHW_F32]),
     "depthwise-nchw-slice-planes-not-offset": (

@@ -654,6 +654,12 @@ TILE_EDGE_CASES = {
     "f64-s1-rows16-shift0": ((1, 9, 14, 17), (3, 3), (1, 1), "EXPLICIT", ((1, 1), (0, 2)), 1, np.float64),
     "f16-s1-5x5-7x7-rows-short": ((2, 7, 16, 40), (5, 5), (1, 1), "SAME", NO_PADS, 1, np.float16),
     "f32-s2-3x3-m2-paired-rows16": ((2, 12, 16, 20), (3, 3), (2, 2), "SAME", NO_PADS, 2, np.float32),
+    # NCHW rows that take 8- or 4-byte chunks (auto): float16 rows of 14 (4 bytes) and 28 (8
+    # bytes), float32 rows of 14 (8 bytes)
+    "f16-s1-rows4-14x14-shift1": ((1, 14, 14, 24), (3, 3), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f32-s1-rows8-shift0-m2": ((2, 9, 14, 12), (3, 3), (1, 1), "EXPLICIT", ((1, 1), (2, 0)), 2, np.float32),
+    "bf16-s2-5x5-rows8-shift2": ((1, 11, 56, 10), (5, 5), (2, 2), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+    "f16-s1-5x5-7x28-rows8-m3": ((1, 7, 28, 11), (5, 5), (1, 1), "SAME", NO_PADS, 3, np.float16),
 }
 
 
@@ -684,6 +690,31 @@ def test_cuda_tiled_tile_edges(cuda_device, rng, case, data_format):
             cuda_call(kwargs, path="tiled", vector=True)
     check_cuda(kwargs, ref, scale, path="tiled", vector=False, device=cuda_device)
     check_cuda(kwargs, ref, scale, device=cuda_device)  # auto: the tiled kernel
+
+
+def test_nchw_staging_chunk_choice():
+    """NCHW staging loads the widest chunk (16, 8 or 4 bytes, more than one element) that divides
+    an out_backprop row and the array's alignment, else one element; 4-column result stores
+    need in_cols % 4 == 0 and tiles that start at a multiple of 4 (pad_left % stride == 0)."""
+    from gradops._geometry import conv2d_geometry
+
+    def geometry(w, s=1, pads=None):
+        explicit = [0, 0, 0, 0, 1, 1, *pads] if pads else []
+        out = -(-w // s) if not pads else (w + sum(pads) - 3) // s + 1
+        return conv2d_geometry(OP, (1, 8, 6, w), (3, 3, 8, 1), (1, 8, -(-6 // s) if not pads else 5 // s + 1, out),
+                               [1, 1, s, s], "EXPLICIT" if pads else "SAME", explicit, "NCHW", [1, 1, 1, 1],
+                               depthwise=True)
+
+    chunk = cuda_launcher.nchw_chunk_bytes
+    for w, half, single, double in ((112, 16, 16, 16), (56, 16, 16, 16), (28, 8, 16, 16), (14, 4, 8, 16),
+                                    (7, 2, 4, 8), (10, 4, 8, 16)):
+        g = geometry(w)
+        assert (chunk(g, np.float16), chunk(g, np.float32), chunk(g, np.float64)) == (half, single, double), w
+    assert cuda_launcher.use_vector_loads(geometry(56), np.dtype(np.float16), ())
+    assert not cuda_launcher.use_vector_loads(geometry(28), np.dtype(np.float16), ())  # 8-byte chunks
+    assert cuda_launcher.four_wide_stores(geometry(28)) and not cuda_launcher.four_wide_stores(geometry(14))
+    assert cuda_launcher.four_wide_stores(geometry(28, 2))  # SAME, even size, stride 2: pad_left 0
+    assert not cuda_launcher.four_wide_stores(geometry(28, 2, (1, 0)))  # tiles start one column early
 
 
 @pytest.mark.parametrize("columns", [False, True], ids=["side-by-side", "one-above-the-other"])

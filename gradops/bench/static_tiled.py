@@ -62,6 +62,8 @@ from .static_report import template_args
 
 #: dwconv:: constants of cuda_src/depthwise_conv2d_native_backprop_input.cu.
 POSITION_BYTES, LANE_BYTES, VECTOR_BYTES, BATCH = 128, 8, 16, 12
+#: dwconv::kBatchWords, kBatchLoads: the NCHW plane-row staging's loads in flight per thread.
+NCHW_BATCH_WORDS, NCHW_BATCH_LOADS = 40, 16
 C_WIDTHS = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}
 
 
@@ -89,16 +91,18 @@ class DepthwiseTile:
     rows: bool = True
     #: NCHW with ``rows``: 4-element result stores (in_cols % 4 == 0, tiles at a multiple of 4).
     four: bool = True
+    #: NCHW with ``rows`` and ``vector``: bytes per staging load (16, 8 or 4).
+    chunk: int = VECTOR_BYTES
 
     @classmethod
     def of(cls, expression: str, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-           four: bool = True) -> "DepthwiseTile":
+           four: bool = True, chunk: int = VECTOR_BYTES) -> "DepthwiseTile":
         a = template_args(expression)
         kh, kw, sh, sw, r = (int(x) for x in a[3:8])
         nchw = a[2] == "1"
         rows = nchw and rows
         return cls(C_WIDTHS[a[0]], C_WIDTHS[a[1]], nchw, kh, kw, sh, sw, r, vector and (rows or not nchw), paired,
-                   1 if paired else multiplier, rows, rows and four)
+                   1 if paired else multiplier, rows, rows and four, chunk)
 
     # ---- dwconv::Shape / Block / Axis
     @property
@@ -161,7 +165,7 @@ class DepthwiseTile:
     def plane_steps(self) -> tuple[int, int, int]:
         """NCHW row staging (``stage_planes``): (elements per load, unit steps, rows per unit step)
         of the busiest thread."""
-        vec = VECTOR_BYTES // self.width if self.vector else 1
+        vec = self.chunk // self.width if self.vector else 1
         rows, cols = self.staged
         units = (cols + 2 * (vec - 1)) // vec * self.channels
 
@@ -198,6 +202,8 @@ class DepthwiseTile:
 
     @property
     def load_width(self) -> int:
+        if self.nchw and self.rows and self.vector:
+            return self.chunk
         return VECTOR_BYTES if self.vector else self.width
 
     def stores(self) -> int:
@@ -248,9 +254,11 @@ class DepthwiseTile:
         16-byte staging issues its loads in batches of 12 (all at once up to 16); scalar NHWC
         staging one unrolled-by-4 step at a time after the filter; NCHW one channel at a time
         after the filter."""
-        if self.nchw and self.rows:  # the filter, then each unit step's rows in batches of 12
-            _, unit_steps, steps = self.plane_steps()
-            return self.slices * (1 + unit_steps * -(-steps // BATCH))
+        if self.nchw and self.rows:  # the filter, then all the thread's loads in batches (stage_planes)
+            vec, unit_steps, steps = self.plane_steps()
+            words = max(1, vec * self.width // 4)
+            batch = min(NCHW_BATCH_WORDS // words, NCHW_BATCH_LOADS)
+            return self.slices * (1 + -(-unit_steps * steps // batch))
         if self.vector:
             filter_steps, steps = self._vector_steps()
             return self.slices * (1 if steps <= 16 else -(-steps // BATCH))
@@ -379,21 +387,21 @@ _PATHS: dict = {}
 
 
 def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                         four: bool = True) -> dict:
+                         four: bool = True, chunk: int = VECTOR_BYTES) -> dict:
     """One thread's common path of a tiled depthwise instantiation for a launch choice, with
     its per-element figures (see the module docstring); cached per kernel object and choice.
-    ``rows`` / ``four``: NCHW staging and stores (:class:`DepthwiseTile`)."""
-    key = (id(kernel), vector, paired, multiplier, rows, four)
+    ``rows`` / ``four`` / ``chunk``: NCHW staging and stores (:class:`DepthwiseTile`)."""
+    key = (id(kernel), vector, paired, multiplier, rows, four, chunk)
     if key not in _PATHS or _PATHS[key][0] is not kernel:
-        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, four))
+        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, four, chunk))
     return _PATHS[key][1]
 
 
 def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                          four: bool = True) -> dict:
+                          four: bool = True, chunk: int = VECTOR_BYTES) -> dict:
     from ..backends.cuda._sass import PathError
 
-    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, four)
+    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, four, chunk)
     cfg = kernel.cfg
     through = through_blocks(cfg)
     fma = fma_count(cfg.instructions(through[-1]))
@@ -405,8 +413,10 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
         trips[2] = t.channel_steps()
     elif not t.vector:  # the staging loop unrolled by 4: its remainder (< 4 loads) runs before it, unrolled
         trips[2] = (t.nhwc_staging_loads() // 4, (4, 4 * t.acc // 4))
+    # NCHW row staging: the filter's element stores (a word each) come on top of the lower bound
+    slack = 16 + (t.slices * -(-t.kh * t.kw * t.channels // t.threads) * t.acc // 4 if t.nchw and t.rows else 0)
     cost, counts = common_path(kernel, (t.store_width, t.stores()), (t.load_width, t.loads()),
-                               t.shared_words(), trips, through)
+                               t.shared_words(), trips, through, slack=slack)
     from .static_report import _path_summary
 
     return {"tile": t, "instructions": cost, "counts": counts, "path": _path_summary(counts),
@@ -446,9 +456,11 @@ class DepthwiseLaunch:
     vector: bool
     paired: bool
     ctas: int
-    #: NCHW: plane-row staging (False: the measured revision's) and 4-element result stores.
+    #: NCHW: plane-row staging (False: the measured revision's), 4-element result stores, and
+    #: the staging chunk (bytes; ``vector`` when it holds more than one element).
     rows: bool = True
     four: bool = True
+    chunk: int = VECTOR_BYTES
 
 
 def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
@@ -461,6 +473,12 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
     from ..backends.cuda import _runtime
 
     if revision is None:
+        if g.data_format == "NCHW":
+            import numpy as _np
+
+            chunk = dw.nchw_chunk_bytes(g, dtype)
+            return DepthwiseLaunch(chunk > _np.dtype(dtype).itemsize, dw.pair_multipliers(g, dtype),
+                                   math.prod(dw.tile_grid(g, dtype)), True, dw.four_wide_stores(g), chunk)
         return DepthwiseLaunch(dw.use_vector_loads(g, dtype, ()), dw.pair_multipliers(g, dtype),
                                math.prod(dw.tile_grid(g, dtype)), True, dw.four_wide_stores(g))
     if revision != MEASURED_DEPTHWISE_REVISION:
@@ -481,7 +499,8 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
     from .static_report import DTYPES, roofline, with_latency_limit
 
     width = DTYPES[dtype_name].itemsize
-    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.four)
+    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.four,
+                                launch.chunk)
     t = path["tile"]
     elements = math.prod(g.input_shape)
     threads = launch.ctas * t.threads
@@ -496,6 +515,7 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
             "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
             "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
             "tiled": {"ctas": launch.ctas, "threads_per_cta": t.threads, "vector_loads": launch.vector,
+                      "load_bytes": t.load_width, "store_bytes": t.store_width,
                       "paired_multipliers": launch.paired, "slices": t.slices,
                       "thread_instructions": path["instructions"], "kernel_per_element": path["per_element"],
                       "round_trips": t.round_trips(), "blocks_per_sm": occ["blocks_per_sm"],

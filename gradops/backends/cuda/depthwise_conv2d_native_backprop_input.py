@@ -15,8 +15,8 @@ Two paths (see the .cu file); ``path=`` forces one (the tests run both on small 
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
 
 NCHW runs the tiled kernel in its own layout rather than transposing: it stages out_backprop
-from the channel planes a row at a time (16-byte chunks of a row where out_cols is a multiple
-of 16 / itemsize and the array is aligned, :func:`use_vector_loads`; any multiplier) and writes
+from the channel planes a row at a time (chunks of 16, 8 or 4 bytes of a row, the widest that
+divides the row and the array's alignment, :func:`nchw_chunk_bytes`; any multiplier) and writes
 the result through shared memory so that a warp stores whole rows of a plane (4 columns per
 store where :func:`four_wide_stores` holds).  Each byte of out_backprop and of the result then
 crosses DRAM once, where a transpose to NHWC and back would move both tensors three times
@@ -208,10 +208,27 @@ def vector_loads_possible(g: Conv2DGeometry, dtype) -> bool:
     """The part of :func:`use_vector_loads` that does not depend on the arrays: NHWC, multiplier
     1 or paired and out_backprop channels a multiple of the vector width; NCHW, out_backprop
     rows (out_cols) a multiple of it, any multiplier."""
-    if g.data_format == "NCHW":
-        return g.out_cols % _runtime.vector_width(dtype) == 0
+    if g.data_format == "NCHW":  # the widest chunk is a 16-byte one
+        return nchw_chunk_bytes(g, dtype) == _runtime.VECTOR_BYTES
     one_slice = g.depth_multiplier == 1 or pair_multipliers(g, dtype)
     return one_slice and (g.in_depth * g.depth_multiplier) % _runtime.vector_width(dtype) == 0
+
+
+#: NCHW staging chunks (bytes) and their bits in the kernel's ``vector_loads`` (bit 1 is the
+#: 4-column stores of :func:`four_wide_stores`).
+NCHW_CHUNK_BITS = {16: 1, 8: 4, 4: 8}
+
+
+def nchw_chunk_bytes(g: Conv2DGeometry, dtype, arrays=()) -> int:
+    """NCHW staging: the widest chunk (16, 8 or 4 bytes, more than one element) that divides an
+    out_backprop row (out_cols x itemsize) and to which ``arrays`` (out_backprop) are aligned,
+    or the element size (one element per load)."""
+    itemsize = np.dtype(dtype).itemsize
+    for chunk in NCHW_CHUNK_BITS:
+        if (chunk > itemsize and g.out_cols * itemsize % chunk == 0
+                and all(int(_runtime.pointer(a)) % chunk == 0 for a in arrays)):
+            return chunk
+    return itemsize
 
 
 def four_wide_stores(g: Conv2DGeometry) -> bool:
@@ -300,13 +317,19 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         return in_backprop
 
     expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype))
-    # NCHW reads the filter one element per load: only out_backprop's alignment matters there.
-    aligned = (out_backprop,) if g.data_format == "NCHW" else (filter, out_backprop)
-    if vector is None:
-        vector = vector_possible and _runtime.vector_aligned(*aligned)
+    if g.data_format == "NCHW":  # the filter is read one element per load: out_backprop's alignment decides
+        if vector is None:
+            chunk = nchw_chunk_bytes(g, dtype, (out_backprop,))
+        else:  # tests: 16-byte chunks (checked), or one element per load
+            chunk = _runtime.VECTOR_BYTES if use_vector_loads(g, dtype, (out_backprop,), vector) else 0
+        bits = NCHW_CHUNK_BITS.get(chunk, 0) | stores
     else:
-        vector = use_vector_loads(g, dtype, aligned, vector)
+        if vector is None:
+            vector = vector_possible and _runtime.vector_aligned(filter, out_backprop)
+        else:
+            vector = use_vector_loads(g, dtype, (filter, out_backprop), vector)
+        bits = 1 if vector else 0
     args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop), *sizes,
-            _runtime.i32((1 if vector else 0) | stores), *flags)
+            _runtime.i32(bits), *flags)
     _runtime.kernel(SOURCE, expression)(grid, block, args)
     return in_backprop
