@@ -151,14 +151,14 @@ __global__ void depthwise_conv2d_native_backprop_input(
 //
 // NCHW (issue 15).  The CTA, its work items and the channel-inner staged tile are NHWC's; only
 // the way in and out differs, since out_backprop and in_backprop are channel planes:
-// * staging (stage_planes): plane rows.  With out_cols a multiple of 16 / sizeof(T) and an
-//   aligned out_backprop (bit 0 of `vector_loads`, any multiplier) a thread loads 16-byte
-//   chunks of one channel's staged row (the chunks are aligned, so the first starts up to
-//   VEC - 1 columns before the staged tile: o_col0 & (VEC - 1)), widens them and stores the
-//   chunk's staged columns to their positions (one 4-byte store each: the tile is channel-
-//   inner); consecutive lanes take consecutive chunks of a row (coalesced), all of a thread's
-//   rows are loaded before any is stored, offsets are 32-bit.  Otherwise the same with one
-//   element per chunk.
+// * staging (stage_planes): plane rows.  A thread loads chunks of 16, 8 or 4 bytes (bits 0, 2,
+//   3 of `vector_loads`: the widest that divides an out_backprop row, with an aligned array;
+//   any multiplier), or single elements, of one channel's staged rows (the chunks are aligned,
+//   so the first starts up to VEC - 1 columns before the staged tile: o_col0 & (VEC - 1)),
+//   widens them and stores the chunk's staged columns to their positions (one 4-byte store
+//   each: the tile is channel-inner); consecutive lanes take consecutive chunks of a row
+//   (coalesced), a thread's loads are issued in batches before any is stored, offsets are
+//   32-bit.
 // * results (store_planes): each work item writes its rows to shared-memory channel planes
 //   (16-byte stores of 4 columns), then a warp stores whole rows of one plane, 4 columns per
 //   store where in_cols % 4 == 0 and tiles start at a multiple of 4 (bit 1 of `vector_loads`),
@@ -170,9 +170,10 @@ __global__ void depthwise_conv2d_native_backprop_input(
 // of 18 columns, 64-bit address math and a predicate per load, one channel per iteration of a
 // rolled loop: 8 dependent round trips) and stored 32 results per thread one 2-byte store at a
 // time with 64-bit offsets (10 instructions each): 50 instructions per element against NHWC's
-// 23.  Now 31 (3x3/2: 34 -> 19, 5x5/2: 40 -> 26; 5x5/1, 14 x 8 tiles: 69 -> 53).  Transposing
-// to NHWC and back instead moves out_backprop and in_backprop three times each (3x the bytes
-// of a memory-bound kernel) for a cost per element not far below this one.
+// 23.  Now 33 with 16-byte chunks (3x3/2: 34 -> 21, 5x5/2: 40 -> 27; 5x5/1, 14 x 8 tiles:
+// 69 -> 54); the rest of the gap is one shared-memory store per staged element and the
+// result pass.  Transposing to NHWC and back instead moves out_backprop and in_backprop three
+// times each (3x the bytes of a memory-bound kernel); see benchmarks/README.md.
 
 namespace dwconv {
 

@@ -21,8 +21,9 @@ the result through shared memory so that a warp stores whole rows of a plane (4 
 store where :func:`four_wide_stores` holds).  Each byte of out_backprop and of the result then
 crosses DRAM once, where a transpose to NHWC and back would move both tensors three times
 (read, write the NHWC copy, read it again); the price is one 4-byte shared-memory store per
-staged element instead of NHWC's 16-byte ones (about 19-53 SASS instructions per element for
-float16 against 12-37 in NHWC, sm_90 static counts; 33-69 before the row staging).
+staged element instead of NHWC's 16-byte ones (about 21-61 SASS instructions per element for
+float16 against 12-41 in NHWC, sm_90 static counts with 16-byte chunks; 34-81 before the row
+staging).
 
 Both paths compute every element in a fixed order (bitwise reproducible results) and skip
 taps that fall on padding, so an Inf or NaN in the filter reaches only the elements it
