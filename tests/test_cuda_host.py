@@ -231,24 +231,27 @@ PLANTED = {
 PLANTED_ARCH = {"wmma-epilogue-missing-syncwarp": 75}
 
 
-def run_planted_problem(op, path, dtype, rng):
+def run_planted_problem(op, path, dtype, rng, depths=(6, 4), vector=None, splits=2):
     """(launcher result, NumPy backend result) of a problem with two tiles along the GEMM's rows,
-    stride 2 and, for the filter gradient's tiled path, a 2-way split reduction whose first
-    split spans several reduction tiles (84 = 2 x 7 x 6 reduction indices).  Its even
-    channel counts give float64 the tiled kernels' vector loads (2 elements); float16 (8) not."""
+    stride 2 and, for the filter gradient's tiled path, a ``splits``-way split reduction (by
+    default 2, whose first split spans several reduction tiles: 84 = 2 x 7 x 6 reduction
+    indices).  ``depths``: input and output channels.  The default even counts give float64 the
+    tiled kernels' vector loads (2 elements); float16 (8) not.  ``vector`` forces the choice."""
     import cupy  # the installed HostDevice: its arrays sit between NaN guards
 
     launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
-    x_shape, f_shape, strides = (2, 13, 11, 6), (3, 3, 6, 4), (2, 2)
+    x_shape, f_shape, strides = (2, 13, 11, depths[0]), (3, 3, *depths), (2, 2)
     x, filt = random_array(rng, x_shape, dtype), random_array(rng, f_shape, dtype)
     a = dict(strides=[1, *strides, 1], padding="SAME")
     dy = gradops.conv2d(x, filt, **a, backend="numpy")
     g = conv_geometry(op, x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
+    options = {} if vector is None else {"vector": vector}
     if op == "conv2d_backprop_filter":
-        got = launcher.conv2d_backprop_filter(g, cupy.asarray(x), cupy.asarray(dy), path=path,
-                                              **({"splits": 2} if path == "tiled" else {}))
+        if path == "tiled" and splits:
+            options["splits"] = splits
+        got = launcher.conv2d_backprop_filter(g, cupy.asarray(x), cupy.asarray(dy), path=path, **options)
         return got, gradops.conv2d_backprop_filter(x, f_shape, dy, **a, backend="numpy")
-    got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path=path)
+    got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path=path, **options)
     return got, gradops.conv2d_backprop_input(x_shape, filt, dy, **a, backend="numpy")
 
 

@@ -14,14 +14,12 @@ registers) must give a wrong answer.
 
 from __future__ import annotations
 
-import importlib
 import shutil
 
 import numpy as np
 import pytest
 
 import cuda_host
-import gradops
 from conftest import random_array
 
 pytestmark = pytest.mark.skipif(cuda_host.unavailable_reason() is not None,
@@ -450,28 +448,17 @@ def test_planted_primitive_misuse_fails_the_gemm(kernels, bug):
 
 # --------------------------------------------------------------------------- in the conv kernels
 def run_half_conv_gradient(op, vector, rng):
-    """(launcher result, NumPy result) of one float16 problem through the tiled kernel:
-    ``vector`` False, 6 and 4 channels (scalar loads, the register-staged double buffer);
-    True, 16 and 48 (16-byte chunks, the cp.async pipeline; 48 out channels give dgrad's
-    phases 2 to 6 reduction tiles, the last one partial, and carries in every digit of its
-    reduction cursor).  Stride 2, SAME padding, two tiles along the GEMM's rows, 3 reduction
-    tiles for wgrad."""
-    import cupy  # the installed HostDevice
+    """(launcher result, NumPy result) of test_cuda_host's planted-bug problem in float16
+    through the tiled kernel: ``vector`` False, its 6 and 4 channels (scalar loads, the
+    register-staged double buffer, wgrad split 2 ways); True, 16 and 48 channels, unsplit
+    (16-byte chunks, the cp.async pipeline; 48 out channels give dgrad's phases 2 to 6
+    reduction tiles, the last one partial, and carries in every digit of its reduction cursor;
+    wgrad has 3 reduction tiles)."""
+    from test_cuda_host import run_planted_problem
 
-    from conv_cases import NO_PADS, conv_geometry
-
-    launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
-    depth = 16 if vector else 6
-    x_shape, f_shape, strides = (2, 13, 11, depth), (3, 3, depth, 48 if vector else 4), (2, 2)
-    x, filt = random_array(rng, x_shape, np.float16), random_array(rng, f_shape, np.float16)
-    a = dict(strides=[1, *strides, 1], padding="SAME")
-    dy = gradops.conv2d(x, filt, **a, backend="numpy")
-    g = conv_geometry(op, x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
-    if op == "conv2d_backprop_filter":
-        got = launcher.conv2d_backprop_filter(g, cupy.asarray(x), cupy.asarray(dy), path="tiled", vector=vector)
-        return got, gradops.conv2d_backprop_filter(x, f_shape, dy, **a, backend="numpy")
-    got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled", vector=vector)
-    return got, gradops.conv2d_backprop_input(x_shape, filt, dy, **a, backend="numpy")
+    if vector:
+        return run_planted_problem(op, "tiled", np.float16, rng, depths=(16, 48), vector=True, splits=None)
+    return run_planted_problem(op, "tiled", np.float16, rng, vector=False)
 
 
 def run_half_conv_gradients(monkeypatch, vector, source_dir=None):
