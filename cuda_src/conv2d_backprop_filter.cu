@@ -9,6 +9,9 @@
 // * conv2d_backprop_filter_igemm: NHWC implicit GEMM, M = filter taps x in channels (r, s, c),
 //   N = out channels of the group, reduction over batch x output positions (n, p, q), optionally
 //   split across CTAs (blockIdx.z) into a float/double scratch that split_reduce sums in order.
+// * conv2d_backprop_filter_1x1_igemm: the same GEMM for a 1x1 filter at stride 1 without
+//   padding (most ResNet layers), where position j reads input row j: no decomposition of
+//   positions and no bounds tests in the main loop.
 #include "igemm_tiles.cuh"
 
 namespace gradops {
@@ -80,14 +83,24 @@ template <typename T, typename Acc> struct FilterGradProblem {
     using BRow = igemm::ChannelRow;
     __device__ __forceinline__ ARow a_row(int m) const { return x.tap_row(m); }
     __device__ __forceinline__ BRow b_row(int n) const { return {static_cast<int>(out_channel0) + n}; }
-    using KPos = typename igemm::InputOperand<T>::Position;
-    __device__ __forceinline__ KPos k_pos(int j) const { return x.position(j); }
-    __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const { x.advance(pos, step); }
-    __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& pos, int) const {
-        return x.gather(row, pos);
+    // Reduction cursor: position j in the input, and out_backprop's row j as a pointer (a tile
+    // advances it by one 64-bit add: step.dy - out_backprop).
+    struct KPos {
+        typename igemm::InputOperand<T>::Position x;
+        const T* dy;
+    };
+    __device__ __forceinline__ KPos k_pos(int j) const {
+        return {x.position(j), out_backprop + static_cast<index_t>(j) * out_depth};
     }
-    __device__ __forceinline__ igemm::Src<T> b_src(const BRow& row, const KPos&, int j) const {
-        return {out_backprop + static_cast<index_t>(j) * out_depth + row.offset, true};
+    __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const {
+        x.advance(pos.x, step.x);
+        pos.dy += step.dy - out_backprop;
+    }
+    __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& pos, int) const {
+        return x.gather(row, pos.x);
+    }
+    __device__ __forceinline__ igemm::Src<T> b_src(const BRow& row, const KPos& pos, int) const {
+        return {pos.dy + row.offset, true};
     }
     __device__ __forceinline__ const T* a_base() const { return x.input; }
     __device__ __forceinline__ const T* b_base() const { return out_backprop; }
@@ -132,6 +145,87 @@ conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ 
     prob.partial = splits > 1 ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth * d.out_depth
                               : nullptr;
     prob.out_depth = d.out_depth;
+    prob.out_channel0 = group * d.out_per_group();
+    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
+}
+
+// The GEMM of conv2d_backprop_filter_1x1_igemm (NHWC): with a 1x1 filter at stride 1 and no
+// padding, position j reads input row j, so A[c][j] = input[j][group's channel c] and
+// B[j][k] = out_backprop[j][k]: both operands are plain row-major matrices contiguous along
+// their rows.  The reduction cursor is two row pointers, advanced by one 64-bit add each.
+template <typename T, typename Acc> struct PointwiseFilterGradProblem {
+    static constexpr bool A_K_CONTIG = false;
+    static constexpr bool B_K_CONTIG = false;
+
+    int m_size, n_size, k_begin, k_end;
+    const T* __restrict__ input;
+    const T* __restrict__ out_backprop;
+    T* __restrict__ filter_grad;
+    Acc* __restrict__ partial;  // this split's slice of the scratch, or null
+    index_t in_depth, out_depth, in_channel0, out_channel0;
+
+    using ARow = igemm::ChannelRow;  // the input channel (group's first + c)
+    using BRow = igemm::ChannelRow;  // the out channel (group's first + n)
+    struct KPos {
+        const T* x;   // input row j
+        const T* dy;  // out_backprop row j
+    };
+    __device__ __forceinline__ ARow a_row(int c) const { return {static_cast<int>(in_channel0) + c}; }
+    __device__ __forceinline__ BRow b_row(int n) const { return {static_cast<int>(out_channel0) + n}; }
+    __device__ __forceinline__ KPos k_pos(int j) const {
+        return {input + static_cast<index_t>(j) * in_depth, out_backprop + static_cast<index_t>(j) * out_depth};
+    }
+    __device__ __forceinline__ void k_advance(KPos& pos, const KPos& step) const {
+        pos.x += step.x - input;
+        pos.dy += step.dy - out_backprop;
+    }
+    __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& pos, int) const {
+        return {pos.x + row.offset, true};
+    }
+    __device__ __forceinline__ igemm::Src<T> b_src(const BRow& row, const KPos& pos, int) const {
+        return {pos.dy + row.offset, true};
+    }
+    __device__ __forceinline__ const T* a_base() const { return input; }
+    __device__ __forceinline__ const T* b_base() const { return out_backprop; }
+    // The HWIO filter of a 1x1 convolution is [in channel c within the group][out channel].
+    __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
+    __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const {
+        if (partial) partial[row + n] = v;
+        else filter_grad[row + n] = from_acc<T, Acc>(v);
+    }
+    __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const {
+        if (partial) {
+            reinterpret_cast<float4*>(partial + row + n)[0] = *reinterpret_cast<const float4*>(v);
+            reinterpret_cast<float4*>(partial + row + n)[1] = *reinterpret_cast<const float4*>(v + 4);
+        } else {
+            igemm::store_chunk8(filter_grad + row + n, v);
+        }
+    }
+    __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
+};
+
+// grid and splits as for conv2d_backprop_filter_igemm; the launcher takes it for
+// filter_rows == filter_cols == 1, strides 1 and no padding, with 16-byte loads.
+template <typename T, typename Acc, int Kind, bool VECTOR>
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR>::value)
+conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                 T* __restrict__ filter_grad, Acc* __restrict__ partial,
+                                 GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
+    const ConvDims d = GRADOPS_CONV_DIMS;
+    const index_t group = blockIdx.z / splits, split = blockIdx.z % splits;
+    const index_t reduction = d.batch * d.out_rows * d.out_cols;
+    PointwiseFilterGradProblem<T, Acc> prob;
+    prob.m_size = static_cast<int>(d.filter_in_depth);
+    prob.n_size = static_cast<int>(d.out_per_group());
+    prob.k_begin = static_cast<int>(split * split_size);
+    prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
+    prob.input = input;
+    prob.out_backprop = out_backprop;
+    prob.filter_grad = filter_grad;
+    prob.partial = splits > 1 ? partial + split * d.filter_in_depth * d.out_depth : nullptr;
+    prob.in_depth = d.in_depth;
+    prob.out_depth = d.out_depth;
+    prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * d.out_per_group();
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }

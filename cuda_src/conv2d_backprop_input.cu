@@ -3,7 +3,8 @@
 // input row h from output row p = (h + pad_top - r * dilation_rows) / stride_rows when that
 // division is exact and 0 <= p < out_rows (columns alike); g = c / Cg, Cg = filter_in_depth.
 //
-// Two paths (the launcher, gradops/backends/cuda/conv2d_backprop_input.py, picks one):
+// Four kernels; the launcher (gradops/backends/cuda/conv2d_backprop_input.py) picks one: its
+// direct path runs _direct or _few_channels, its tiled path _igemm or _1x1_igemm.
 // * conv2d_backprop_input_direct: any layout and size, one thread per input element gathering
 //   its taps (deterministic: no scatter, no atomics).
 // * conv2d_backprop_input_igemm: NHWC implicit GEMM per (group, stride phase).  Input rows with
@@ -11,6 +12,12 @@
 //   r * dilation_rows = h + pad_top mod stride_rows), so each phase is a dense GEMM over exactly
 //   the taps that contribute: no work on the zeros a naive transposed convolution multiplies.
 //   M = batch x the phase's input positions, N = Cg, reduction over (phase taps, out channels).
+// * conv2d_backprop_input_few_channels: NHWC, one group, at most 4 input channels (the
+//   stem), where a GEMM tile would be mostly padding: one thread per input position.
+// * conv2d_backprop_input_1x1_igemm: a 1x1 filter at stride 1 without padding (most ResNet
+//   layers), where input position m reads out_backprop row m only: the plain GEMM
+//   input_grad[m][c] = sum over k of out_backprop[m][k] * filter[c][k] per group, with no
+//   decomposition of positions or taps in the prologue, the main loop or the epilogue.
 #include "igemm_tiles.cuh"
 
 namespace gradops {
@@ -233,6 +240,138 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * out_per_group;
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
+}
+
+// The GEMM of conv2d_backprop_input_1x1_igemm (NHWC, one group): rows of out_backprop and of
+// the filter's [in channel][out channel] matrix are both contiguous along the reduction.
+template <typename T, typename Acc> struct PointwiseInputGradProblem {
+    static constexpr bool A_K_CONTIG = true;
+    static constexpr bool B_K_CONTIG = true;
+
+    int m_size, n_size, k_begin, k_end;
+    const T* __restrict__ filter;
+    const T* __restrict__ out_backprop;
+    T* __restrict__ input_grad;
+    index_t out_depth, in_depth, in_channel0, out_channel0;
+
+    struct ARow {
+        const T* row;  // out_backprop's row m at the group's first out channel
+    };
+    using BRow = igemm::ChannelRow;  // filter row of input channel c, at the group's first out channel
+    using KPos = int;                // the out channel within the group
+    __device__ __forceinline__ ARow a_row(int m) const { return {out_backprop + m * out_depth + out_channel0}; }
+    __device__ __forceinline__ BRow b_row(int c) const { return {static_cast<int>(c * out_depth + out_channel0)}; }
+    __device__ __forceinline__ KPos k_pos(int k) const { return k; }
+    __device__ __forceinline__ void k_advance(KPos& k, const KPos& step) const { k += step; }
+    __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& k, int) const { return {row.row + k, true}; }
+    __device__ __forceinline__ igemm::Src<T> b_src(const BRow& row, const KPos& k, int) const {
+        return {filter + (row.offset + k), true};
+    }
+    __device__ __forceinline__ const T* a_base() const { return out_backprop; }
+    __device__ __forceinline__ const T* b_base() const { return filter; }
+    __device__ __forceinline__ index_t out_row(int m) const { return m * in_depth + in_channel0; }
+    __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const {
+        input_grad[row + c] = from_acc<T, Acc>(v);
+    }
+    __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const {
+        igemm::store_chunk8(input_grad + row + c, v);
+    }
+    __device__ __forceinline__ void store(int m, int c, Acc v) const { store_at(out_row(m), c, v); }
+};
+
+// grid: (ceil(batch * in_rows * in_cols / BM), ceil(Cg / BN), groups); the launcher takes it for
+// filter_rows == filter_cols == 1, strides 1 and no padding (out_backprop's positions are the
+// input's).  VECTOR as for conv2d_backprop_input_igemm.
+template <typename T, typename Acc, int Kind, bool VECTOR>
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
+conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
+                                T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
+    const ConvDims d = GRADOPS_CONV_DIMS;
+    const index_t group = blockIdx.z;
+    PointwiseInputGradProblem<T, Acc> prob;
+    prob.m_size = static_cast<int>(d.batch * d.in_rows * d.in_cols);
+    prob.n_size = static_cast<int>(d.filter_in_depth);
+    prob.k_begin = 0;
+    prob.k_end = static_cast<int>(d.out_per_group());
+    prob.filter = filter;
+    prob.out_backprop = out_backprop;
+    prob.input_grad = input_grad;
+    prob.out_depth = d.out_depth;
+    prob.in_depth = d.in_depth;
+    prob.in_channel0 = group * d.filter_in_depth;
+    prob.out_channel0 = group * d.out_per_group();
+    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
+}
+
+// conv2d_backprop_input_few_channels: NHWC, one group, CIN <= 4 input channels (the stem: an
+// image's 3), where a GEMM tile would be almost all padding.  Thread = one input position,
+// producing its CIN channels.  CTA (x, h, n): input row h of image n, so the row's stride phase
+// (hence its filter rows) is uniform in the CTA; along the row, threads take columns phase by
+// phase (w = phase + j * stride_cols), so a warp shares its filter columns except where it
+// crosses into the next phase.  Per tap that reaches the position, out_backprop's row of
+// out_depth channels and the filter's CIN rows (warp-uniform addresses) are read in 16-byte
+// chunks.  The taps come from PhaseTaps as in the GEMM kernel below: no division per tap.
+// 32-bit offsets inside an image and in the filter (the launcher checks them); 64-bit image
+// starts.  Fixed summation order (taps, then channels): deterministic.
+constexpr int kFewChannelThreads = 128;
+
+template <typename T, typename Acc, int CIN>
+__global__ void __launch_bounds__(kFewChannelThreads)
+conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __restrict__ out_backprop,
+                                   T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
+    constexpr int C = igemm::ChunkSize<T>::value;  // elements per 16-byte chunk
+    const int stride_r = static_cast<int>(stride_rows), stride_c = static_cast<int>(stride_cols);
+    const int image_cols = static_cast<int>(in_cols);
+    const int phase_cols = (image_cols + stride_c - 1) / stride_c;  // columns per column phase
+    const int slot = static_cast<int>(blockIdx.x) * kFewChannelThreads + static_cast<int>(threadIdx.x);
+    if (slot >= stride_c * phase_cols) return;
+    const int phase_col = slot / phase_cols;
+    const int w = phase_col + (slot - phase_col * phase_cols) * stride_c;
+    if (w >= image_cols) return;
+    const int h = static_cast<int>(blockIdx.y), n = static_cast<int>(blockIdx.z);
+    const int dil_r = static_cast<int>(dilation_rows), dil_c = static_cast<int>(dilation_cols);
+    const int pad_t = static_cast<int>(pad_top), pad_l = static_cast<int>(pad_left);
+    const int rows_out = static_cast<int>(out_rows), cols_out = static_cast<int>(out_cols);
+    const int depth_out = static_cast<int>(out_depth), taps_cols = static_cast<int>(filter_cols);
+
+    const PhaseTaps taps_r(h % stride_r, pad_t, stride_r, dil_r % stride_r, static_cast<int>(filter_rows));
+    const PhaseTaps taps_s(phase_col, pad_l, stride_c, dil_c % stride_c, taps_cols);
+    // The out_backprop row (column) the phase's first tap reads: exact divisions.
+    const int p0 = (h + pad_t - taps_r.first * dil_r) / stride_r, p_step = taps_r.step * dil_r / stride_r;
+    const int q0 = (w + pad_l - taps_s.first * dil_c) / stride_c, q_step = taps_s.step * dil_c / stride_c;
+    const T* image = out_backprop + static_cast<index_t>(n) * out_rows * out_cols * out_depth;
+
+    Acc acc[CIN];
+#pragma unroll
+    for (int c = 0; c < CIN; ++c) acc[c] = Acc(0);
+    for (int ri = 0; ri < taps_r.count; ++ri) {
+        const int p = p0 - ri * p_step;
+        if (p < 0) break;  // decreases with ri
+        if (p >= rows_out) continue;
+        const int r = taps_r.first + ri * taps_r.step;
+        for (int si = 0; si < taps_s.count; ++si) {
+            const int q = q0 - si * q_step;
+            if (q < 0) break;
+            if (q >= cols_out) continue;
+            const int s = taps_s.first + si * taps_s.step;
+            const T* dy = image + (p * cols_out + q) * depth_out;
+            const T* f = filter + (r * taps_cols + s) * CIN * depth_out;
+            for (int k = 0; k < depth_out; k += C) {
+                alignas(16) T dyk[C];
+                *reinterpret_cast<uint4*>(dyk) = *reinterpret_cast<const uint4*>(dy + k);
+#pragma unroll
+                for (int c = 0; c < CIN; ++c) {
+                    alignas(16) T fk[C];
+                    *reinterpret_cast<uint4*>(fk) = *reinterpret_cast<const uint4*>(f + c * depth_out + k);
+#pragma unroll
+                    for (int e = 0; e < C; ++e) acc[c] += to_acc<Acc>(fk[e]) * to_acc<Acc>(dyk[e]);
+                }
+            }
+        }
+    }
+    T* out = input_grad + ((static_cast<index_t>(n) * in_rows + h) * in_cols + w) * CIN;
+#pragma unroll
+    for (int c = 0; c < CIN; ++c) out[c] = from_acc<T, Acc>(acc[c]);
 }
 
 }  // namespace gradops

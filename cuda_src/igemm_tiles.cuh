@@ -189,18 +189,32 @@ template <int V, typename T> __device__ __forceinline__ void zero_chunk(T* dst) 
 }
 
 // A tile of ROWS (the m or n extent) x BK elements, loaded by THREADS threads in chunks of C
-// into registers and then stored reduction-major into shared memory.  K_CONTIG: the operand is
-// contiguous along k in global memory, so a chunk spans C consecutive k and consecutive threads
-// take consecutive chunks along k (else along rows).
+// and stored into shared memory.  K_CONTIG: the operand is contiguous along k in global memory,
+// so a chunk spans C consecutive k and consecutive threads take consecutive chunks along k
+// (else along rows).  Either way all of a thread's chunks share one k offset, so a thread keeps
+// one reduction cursor per operand: along k, chunk e is THREADS chunks further (THREADS is a
+// multiple of a row's BK / C chunks); along rows, PER_K consecutive threads cover one k's
+// ROWS / C chunks, chunk e of a thread PER_K chunks after chunk e - 1.  8 consecutive lanes
+// still take 8 consecutive chunks of one k (a 128-byte store or cp.async phase, one global
+// segment).
 template <int ROWS, int BK, int THREADS, bool K_CONTIG, int C> struct TileMap {
     static constexpr int CHUNKS = ROWS * BK / (THREADS * C);  // per thread
     static_assert(ROWS * BK % (THREADS * C) == 0, "tile must divide evenly among threads");
     static_assert((K_CONTIG ? BK : ROWS) % C == 0, "chunks must tile the contiguous dimension");
+    static_assert(K_CONTIG ? THREADS % (BK / C) == 0 : (ROWS / C) % CHUNKS == 0,
+                  "a thread's chunks share one k offset");
+    static constexpr int PER_K = K_CONTIG ? 0 : ROWS / C / CHUNKS;  // threads per k (rows map)
     // First (row, k) of this thread's chunk e.
     __device__ __forceinline__ static void at(int e, int& row, int& k) {
-        int t = static_cast<int>(threadIdx.x) + e * THREADS;
-        if (K_CONTIG) { k = t % (BK / C) * C; row = t / (BK / C); }
-        else          { row = t % (ROWS / C) * C; k = t / (ROWS / C); }
+        const int t = static_cast<int>(threadIdx.x);
+        if constexpr (K_CONTIG) {
+            const int u = t + e * THREADS;
+            k = u % (BK / C) * C;
+            row = u / (BK / C);
+        } else {
+            row = (t % PER_K + e * PER_K) * C;
+            k = t / PER_K;
+        }
     }
 };
 
@@ -266,7 +280,8 @@ template <typename T> struct InputOperand {
     // Reduction cursors (see "Reduction cursors" below).  The filter gradient reduces over
     // positions, the forward convolution over taps; each cursor is its index decomposed.
     struct Position {
-        int n, p, q;  // of position (n * out_rows + p) * out_cols + q
+        const T* image;  // input image n of position (n * out_rows + p) * out_cols + q
+        int p, q;
     };
     struct Tap {
         int r, s, c;  // of tap (r * filter_cols + s) * Cg + c
@@ -274,7 +289,7 @@ template <typename T> struct InputOperand {
     __device__ __forceinline__ Position position(int j) const {
         int q, p;
         const int n = div_p.divmod(div_q.divmod(j, q), p);
-        return {n, p, q};
+        return {input + n * image, p, q};
     }
     __device__ __forceinline__ Tap tap(int kk) const {
         int c, s;
@@ -283,12 +298,14 @@ template <typename T> struct InputOperand {
     }
     // pos -> pos + step (step: a decomposed index, each digit below its radix, so one carry
     // per digit suffices).
+    // A position's image is a pointer, so that moving to the next image is one 64-bit add and
+    // a gather adds only its 32-bit offset inside the image (step.image - input: step's images).
     __device__ __forceinline__ void advance(Position& pos, const Position& step) const {
         pos.q += step.q;
         pos.p += step.p;
-        pos.n += step.n;
+        pos.image += step.image - input;
         if (pos.q >= out_cols) { pos.q -= out_cols; ++pos.p; }
-        if (pos.p >= out_rows) { pos.p -= out_rows; ++pos.n; }
+        if (pos.p >= out_rows) { pos.p -= out_rows; pos.image += image; }
     }
     __device__ __forceinline__ void advance(Tap& t, const Tap& step) const {
         t.c += step.c;
@@ -301,7 +318,7 @@ template <typename T> struct InputOperand {
     // Element (tap, position) of the gather (not ok in the padding), with the tap's part from a
     // row cursor (filter gradient) ...
     __device__ __forceinline__ Src<T> gather(const TapRow& tap, const Position& pos) const {
-        return at(input + pos.n * image, pos.p * stride_rows + tap.h_offset, pos.q * stride_cols + tap.w_offset,
+        return at(pos.image, pos.p * stride_rows + tap.h_offset, pos.q * stride_cols + tap.w_offset,
                   tap.channel);
     }
     // ... or the position's (forward convolution).
@@ -359,9 +376,9 @@ struct ChannelRow {
 //
 // Reduction cursors: likewise a chunk's k advances by BK per tile, so the vector path
 // decomposes its k once (Problem::k_pos, divisions) and then adds the decomposition of BK digit
-// by digit, one carry per digit (Problem::k_advance): no division in the main loop.
-
-template <typename T, typename Acc, int Kind, class Problem> struct Core;
+// by digit, one carry per digit (Problem::k_advance): no division in the main loop.  A cursor
+// may hold pointers (the filter gradient's input image and out_backprop row), which a tile
+// advances by the pointer difference of BK's decomposition.
 
 // X if B, else Y (std::conditional, which NVRTC's headers need not provide).
 template <bool B, class X, class Y> struct Select { using type = X; };
@@ -447,25 +464,16 @@ struct ChunkRows {
     using MapA = TileMap<BM, BK, THREADS, Problem::A_K_CONTIG, C>;
     using MapB = TileMap<BN, BK, THREADS, Problem::B_K_CONTIG, C>;
     using KPos = typename Problem::KPos;
-    // Reduction cursors, one per distinct k offset among a thread's chunks: the chunks of a map
-    // contiguous along k share one (its threads cover a row's BK / C chunks a whole number of
-    // times), a map contiguous along rows gives each chunk its own (k = thread / (ROWS / C) +
-    // e * THREADS / (ROWS / C)).  B uses A's cursors when its map gives the same offsets.
-    static_assert(THREADS % (BK / C) == 0 && THREADS % (BM / C) == 0 && THREADS % (BN / C) == 0,
-                  "a thread's chunks have k offsets fixed per map kind");
-    static constexpr int KA = Problem::A_K_CONTIG ? 1 : MapA::CHUNKS;
+    // Reduction cursors: one per operand, since a thread's chunks of one map share their k
+    // offset (TileMap); B uses A's when the two maps give the same offset.
     static constexpr bool B_USES_A = Problem::A_K_CONTIG == Problem::B_K_CONTIG &&
-                                     (Problem::A_K_CONTIG || (BM == BN && MapA::CHUNKS == MapB::CHUNKS));
-    static constexpr int KB = Problem::B_K_CONTIG ? 1 : MapB::CHUNKS;
+                                     (Problem::A_K_CONTIG || MapA::PER_K == MapB::PER_K);
     typename Problem::ARow arow[VECTOR ? MapA::CHUNKS : 1];
     typename Problem::BRow brow[VECTOR ? MapB::CHUNKS : 1];
-    KPos ka[CURSORS ? KA : 1];
-    KPos kb[CURSORS && !B_USES_A ? KB : 1];
-    KPos step;  // the decomposition of BK
+    KPos ka, kb;  // kb unused when B_USES_A
+    KPos step;    // the decomposition of BK
 
-    __device__ __forceinline__ static constexpr int a_slot(int e) { return Problem::A_K_CONTIG ? 0 : e; }
-    __device__ __forceinline__ static constexpr int b_slot(int e) { return Problem::B_K_CONTIG ? 0 : e; }
-    __device__ __forceinline__ const KPos& b_pos(int e) const { return B_USES_A ? ka[b_slot(e)] : kb[b_slot(e)]; }
+    __device__ __forceinline__ const KPos& b_pos() const { return B_USES_A ? ka : kb; }
 
     // Row cursors and reduction cursors at the reduction's first tile.
     __device__ __forceinline__ void init_rows(const Problem& p, int m0, int n0) {
@@ -476,25 +484,21 @@ struct ChunkRows {
                 int row, k;
                 MapA::at(e, row, k);
                 arow[e] = p.a_row(m0 + row < p.m_size ? m0 + row : 0);
-                if (CURSORS && a_slot(e) == e) ka[e] = p.k_pos(p.k_begin + k);
+                if (CURSORS && e == 0) ka = p.k_pos(p.k_begin + k);
             }
 #pragma unroll
             for (int e = 0; e < MapB::CHUNKS; ++e) {
                 int row, k;
                 MapB::at(e, row, k);
                 brow[e] = p.b_row(n0 + row < p.n_size ? n0 + row : 0);
-                if (CURSORS && !B_USES_A && b_slot(e) == e) kb[e] = p.k_pos(p.k_begin + k);
+                if (CURSORS && !B_USES_A && e == 0) kb = p.k_pos(p.k_begin + k);
             }
         }
     }
     // The reduction cursors of the next tile.
     __device__ __forceinline__ void advance(const Problem& p) {
-#pragma unroll
-        for (int e = 0; e < KA; ++e) p.k_advance(ka[e], step);
-        if constexpr (!B_USES_A) {
-#pragma unroll
-            for (int e = 0; e < KB; ++e) p.k_advance(kb[e], step);
-        }
+        p.k_advance(ka, step);
+        if constexpr (!B_USES_A) p.k_advance(kb, step);
     }
     // The source of vector chunk e of the tile at k0 (null: a zero chunk); with CURSORS, the
     // cursors are at that tile.  A chunk is in range or out of range as a whole (along the
@@ -502,14 +506,14 @@ struct ChunkRows {
     __device__ __forceinline__ Src<T> a_chunk(const Problem& p, int e, int k0) const {
         int row, k;
         MapA::at(e, row, k);
-        Src<T> s = p.a_src(arow[e], CURSORS ? ka[a_slot(e)] : p.k_pos(k0 + k), k0 + k);
+        Src<T> s = p.a_src(arow[e], CURSORS ? ka : p.k_pos(k0 + k), k0 + k);
         s.ok = s.ok && k0 + k < p.k_end;
         return s;
     }
     __device__ __forceinline__ Src<T> b_chunk(const Problem& p, int e, int k0) const {
         int row, k;
         MapB::at(e, row, k);
-        Src<T> s = p.b_src(brow[e], CURSORS ? b_pos(e) : p.k_pos(k0 + k), k0 + k);
+        Src<T> s = p.b_src(brow[e], CURSORS ? b_pos() : p.k_pos(k0 + k), k0 + k);
         s.ok = s.ok && k0 + k < p.k_end;
         return s;
     }

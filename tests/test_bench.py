@@ -574,3 +574,20 @@ def test_conv_prediction_reads_kernel_names_and_counts_k_tiles():
                         "SAME", [], "NHWC", [1, 1, 1, 1])
     taps = (4, 2, 2, 1)
     assert cp.warp_k_tiles("conv2d_backprop_input", g, np.float16, 1) == (4 * 8, sum(8 * t * 2 for t in taps))
+
+
+def test_conv_prediction_maps_1x1_cases_to_the_1x1_kernels():
+    """Cases the launchers now run on the _1x1_igemm kernels (1x1, stride 1, no padding, 16-byte
+    loads) are predicted with those kernels' figures; others keep the measured kernel."""
+    cp = _load_benchmark_script("conv_prediction")
+    from gradops._geometry import conv2d_geometry
+
+    one = conv2d_geometry("Conv2DBackpropInput", (2, 16, 16, 64), (1, 1, 64, 64), (2, 16, 16, 64), [1, 1, 1, 1],
+                          "VALID", [], "NHWC", [1, 1, 1, 1])
+    strided = conv2d_geometry("Conv2DBackpropInput", (2, 16, 16, 64), (1, 1, 64, 64), (2, 8, 8, 64), [1, 2, 2, 1],
+                              "VALID", [], "NHWC", [1, 1, 1, 1])
+    for op in ("conv2d_backprop_input", "conv2d_backprop_filter"):
+        vector, scalar = f"gradops::{op}_igemm<__half, float, 1, true>", f"gradops::{op}_igemm<__half, float, 1, false>"
+        assert cp.current_kernel(vector, one) == f"gradops::{op}_1x1_igemm<__half, float, 1, true>"
+        assert cp.current_kernel(scalar, one) == scalar
+        assert cp.current_kernel(vector, strided) == vector

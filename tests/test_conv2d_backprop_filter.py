@@ -13,6 +13,7 @@ from hypothesis import assume
 
 import gradops
 import reference
+from gradops.backends.cuda import _conv_igemm as ig
 from conftest import assert_close, random_array, to_gpu, to_host
 from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
@@ -242,7 +243,7 @@ def test_reference_agrees_with_tensorflow(tf, rng, padding, pads, strides):
 
 
 def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding, dilations=(1, 1), pads=NO_PADS,
-             path=None, splits=None, vector=None):
+             path=None, splits=None, vector=None, pointwise=None):
     """(CUDA result on the host, NumPy backend result, geometry) of one random problem."""
     x, fshape, dy = make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, dilations, pads)
     xl, dyl = to_layout(x, layout), to_layout(dy, layout)
@@ -253,6 +254,8 @@ def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding
         kw["splits"] = splits
     if vector is not None:
         kw["vector"] = vector
+    if pointwise is not None:
+        kw["pointwise"] = pointwise
     got = cuda_launcher("conv2d_backprop_filter").conv2d_backprop_filter(g, to_gpu(xl), to_gpu(dyl), **kw)
     want = gradops.conv2d_backprop_filter(xl, fshape, dyl, **attrs(layout, strides, padding, dilations, pads),
                                           backend="numpy")
@@ -302,6 +305,27 @@ def test_cuda_property_tiled_matches_numpy(cuda_device, p):
     dtype = p.pop("dtype")
     got, want, _ = run_cuda(rng, dtype, p.pop("layout"), path="tiled", splits=splits, **p)
     assert_close(got, want, dtype)
+
+
+@DTYPES
+@LAYOUTS
+@pytest.mark.parametrize("groups,cg,og,h,w,splits", [(1, 64, 64, 5, 7, 1), (1, 136, 200, 9, 16, 3),
+                                                     (2, 16, 40, 3, 3, 2), (1, 8, 8, 1, 1, 1)],
+                         ids=["64x64", "partial-tiles-split", "grouped-split", "one-position"])
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_cuda_1x1_kernel(cuda_device, rng, dtype, layout, groups, cg, og, h, w, splits, padding):
+    """A 1x1 filter at stride 1 without padding takes the plain-GEMM kernel automatically (where
+    16-byte loads hold), and it matches the NumPy backend and the general tiled kernel: partial
+    tiles in M, N and the reduction, several reduction tiles, split reductions, groups."""
+    args = (dtype, layout, 2, h, w, groups, cg, og, 1, 1, (1, 1), padding)
+    got, want, g = run_cuda(np.random.default_rng(7), *args, path="tiled", splits=splits)
+    general, _, _ = run_cuda(np.random.default_rng(7), *args, path="tiled", splits=splits, pointwise=False)
+    assert ig.pointwise_eligible(g)
+    assert_close(got, want, dtype)
+    assert_close(general, want, dtype)
+    if cuda_device is not None:  # the host stand-in records its launches
+        names = [e for e, _, _ in cuda_device.launches if "_igemm<" in e]
+        assert "_1x1_igemm<" in names[0] and "_1x1_igemm<" not in names[1], names
 
 
 @DTYPES

@@ -13,6 +13,7 @@ from hypothesis import assume
 
 import gradops
 import reference
+from gradops.backends.cuda import _conv_igemm as ig
 from conftest import assert_close, random_array, to_gpu, to_host
 from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
@@ -359,6 +360,124 @@ def test_cuda_several_tiles(cuda_device, rng, path, dtype, layout, strides, dila
     """Problems larger than one CTA tile in every GEMM dimension (partial edge tiles, many
     reduction steps, grouped), including stride phases that no filter tap reaches."""
     check_cuda(rng, dtype, layout, 2, 14, 13, 2, 136, 72, 3, 3, strides, "SAME", dilations, path=path)
+
+
+@DTYPES
+@LAYOUTS
+@pytest.mark.parametrize("groups,cg,og,h,w", [(1, 64, 64, 5, 7), (1, 136, 200, 9, 16), (2, 16, 40, 3, 3), (1, 8, 8, 1, 1)],
+                         ids=["64x64", "partial-tiles", "grouped", "one-position"])
+@pytest.mark.parametrize("padding", ["VALID", "SAME"])
+def test_cuda_1x1_kernel(cuda_device, rng, dtype, layout, groups, cg, og, h, w, padding):
+    """A 1x1 filter at stride 1 without padding takes the plain-GEMM kernel automatically (where
+    16-byte loads hold), and it matches the NumPy backend and the general tiled kernel:
+    partial tiles in M, N and the reduction, several reduction tiles, groups."""
+    x_shape, filt, dy = make_problem(rng, dtype, 2, h, w, groups, cg, og, 1, 1, (1, 1), padding, (1, 1), NO_PADS)
+    dyl = to_layout(dy, layout)
+    g = conv_geometry("conv2d_backprop_input", to_layout(np.empty(x_shape, dtype), layout).shape, filt.shape,
+                      dyl.shape, layout, (1, 1), padding, (1, 1), NO_PADS)
+    launcher = cuda_launcher("conv2d_backprop_input")
+    assert ig.pointwise_eligible(g)
+    want = gradops.conv2d_backprop_input(g.input_shape, filt, dyl, **attrs(layout, (1, 1), padding, (1, 1), NO_PADS),
+                                         backend="numpy")
+    got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dyl), path="tiled"))
+    general = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dyl), path="tiled", pointwise=False))
+    assert_close(got, want, dtype)
+    assert_close(general, want, dtype)
+    if cuda_device is not None:  # the host stand-in records its launches
+        names = [e for e, _, _ in cuda_device.launches if "conv2d_backprop_input" in e]
+        assert "_1x1_igemm<" in names[0] and "_1x1_igemm<" not in names[1], names
+
+
+FEW_CHANNEL_CASES = {  # cin, r, s, strides, padding, dilations, pads
+    "stem-7x7-s2-same": (3, 7, 7, (2, 2), "SAME", (1, 1), NO_PADS),
+    "3x3-s1-valid-1ch": (1, 3, 3, (1, 1), "VALID", (1, 1), NO_PADS),
+    "5x3-s31-d22-same-4ch": (4, 5, 3, (3, 1), "SAME", (2, 2), NO_PADS),  # a phase's taps 2 rows (columns) apart
+    "explicit-asymmetric-2ch": (2, 3, 3, (2, 1), "EXPLICIT", (1, 1), ((2, 0), (1, 3))),
+}
+
+
+@DTYPES
+@LAYOUTS
+@pytest.mark.parametrize("case", sorted(FEW_CHANNEL_CASES))
+def test_cuda_few_channel_kernel(cuda_device, rng, dtype, layout, case):
+    """At most 4 input channels in one group (the stem) take the few-channel kernel on the
+    direct path automatically: it matches the NumPy backend and the general direct kernel with
+    strides, dilations, SAME/VALID/EXPLICIT padding, positions no tap reaches, in both layouts."""
+    cin, r, s, strides, padding, dilations, pads = FEW_CHANNEL_CASES[case]
+    x_shape, filt, dy = make_problem(rng, dtype, 2, 11, 13, 1, cin, 16, r, s, strides, padding, dilations, pads)
+    dyl = to_layout(dy, layout)
+    g = conv_geometry("conv2d_backprop_input", to_layout(np.empty(x_shape, dtype), layout).shape, filt.shape,
+                      dyl.shape, layout, strides, padding, dilations, pads)
+    launcher = cuda_launcher("conv2d_backprop_input")
+    assert launcher.few_channels_eligible(g, dtype)
+    want = gradops.conv2d_backprop_input(g.input_shape, filt, dyl, **attrs(layout, strides, padding, dilations, pads),
+                                         backend="numpy")
+    got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dyl)))
+    general = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dyl), path="direct", few_channels=False))
+    assert_close(got, want, dtype)
+    assert_close(general, want, dtype)
+    if cuda_device is not None:  # the host stand-in records its launches
+        names = [e for e, _, _ in cuda_device.launches if "conv2d_backprop_input" in e]
+        assert "_few_channels<" in names[0] and "_few_channels<" not in names[1], names
+
+
+@pytest.mark.parametrize("text,replacement", [
+    ("const int q = q0 - si * q_step;", "const int q = q0 - si;"),
+    ("const int p = p0 - ri * p_step;", "const int p = p0 - ri;"),
+    ("for (int e = 0; e < C; ++e) acc[c] += to_acc<Acc>(fk[e]) * to_acc<Acc>(dyk[e]);",
+     "for (int e = 1; e < C; ++e) acc[c] += to_acc<Acc>(fk[e]) * to_acc<Acc>(dyk[e]);"),
+], ids=["column-tap-step", "row-tap-step", "chunk-skips-its-first-channel"])
+def test_planted_few_channel_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
+    """Each bug planted in the few-channel kernel makes test_cuda_few_channel_kernel's dilated
+    case give a wrong result on the host model."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "conv2d_backprop_input.cu", (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    cin, r, s, strides, padding, dilations, pads = FEW_CHANNEL_CASES["5x3-s31-d22-same-4ch"]
+    rng = np.random.default_rng(5)
+    x_shape, filt, dy = make_problem(rng, np.float32, 2, 11, 13, 1, cin, 16, r, s, strides, padding, dilations, pads)
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", strides, padding, dilations, pads)
+    got = to_host(cuda_launcher("conv2d_backprop_input").conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy),
+                                                                                few_channels=True, path="direct"))
+    want = gradops.conv2d_backprop_input(x_shape, filt, dy, **attrs("NHWC", strides, padding, dilations, pads),
+                                         backend="numpy")
+    with pytest.raises(AssertionError):
+        assert_close(got, want, np.float32)
+
+
+def test_few_channel_kernel_eligibility():
+    """One group, at most 4 input channels, out channels in whole 16-byte chunks."""
+    launcher = cuda_launcher("conv2d_backprop_input")
+
+    def geometry(cin, cout, groups=1):
+        return conv_geometry("conv2d_backprop_input", (1, 8, 8, cin), (3, 3, cin // groups, cout), (1, 4, 4, cout),
+                             "NHWC", (2, 2), "SAME", (1, 1), NO_PADS)
+
+    assert launcher.few_channels_eligible(geometry(3, 64), np.float16)
+    assert launcher.few_channels_eligible(geometry(4, 8), np.float16)
+    assert not launcher.few_channels_eligible(geometry(5, 64), np.float16)
+    assert not launcher.few_channels_eligible(geometry(4, 64, groups=2), np.float16)
+    assert not launcher.few_channels_eligible(geometry(3, 12), np.float16)  # 12 halves: not whole chunks
+    assert launcher.few_channels_eligible(geometry(3, 12), np.float32)
+
+
+def test_1x1_kernel_eligibility():
+    """Only a 1x1 filter at stride 1 without padding reads out_backprop's row m for input row m."""
+    launcher = cuda_launcher("conv2d_backprop_input")
+
+    def geometry(r, strides, padding, pads=NO_PADS, h=6):
+        return conv_geometry("conv2d_backprop_input", (1, h, h, 8), (r, r, 8, 8), (1, 6, 6, 8) if strides == (1, 1)
+                             else (1, 3, 3, 8), "NHWC", strides, padding, (1, 1), pads)
+
+    assert ig.pointwise_eligible(geometry(1, (1, 1), "VALID"))
+    assert ig.pointwise_eligible(geometry(1, (1, 1), "SAME"))
+    assert not ig.pointwise_eligible(geometry(1, (2, 2), "VALID"))
+    assert not ig.pointwise_eligible(geometry(3, (1, 1), "SAME"))
+    assert not ig.pointwise_eligible(geometry(1, (1, 1), "EXPLICIT", ((1, 0), (0, 1)), h=5))
 
 
 @drawn_problems(150, cuda_conv_problems())

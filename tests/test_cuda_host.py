@@ -215,11 +215,11 @@ PLANTED = {
         "conv2d_backprop_input.cu", "(filter_size - r + step - 1) / step", "(filter_size - r) / step",
         "conv2d_backprop_input", np.float64),
     "split-reduction-reads-past-the-batch": (
-        "conv2d_backprop_filter.cu", "min(reduction, (split + 1) * split_size)", "(split + 1) * split_size",
+        "conv2d_backprop_filter.cu", "min(reduction, (split + 1) * split_size));\n    prob.x =",
+        "(split + 1) * split_size);\n    prob.x =",
         "conv2d_backprop_filter", np.float64),
     "vector-chunk-start-not-scaled": (
-        "igemm_tiles.cuh", "if (K_CONTIG) { k = t % (BK / C) * C; row = t / (BK / C); }",
-        "if (K_CONTIG) { k = t % (BK / C); row = t / (BK / C); }", "conv2d_backprop_input", np.float64),
+        "igemm_tiles.cuh", "k = u % (BK / C) * C;", "k = u % (BK / C);", "conv2d_backprop_input", np.float64),
     "filter-direct-tree-reduction-off-by-one": (
         "conv2d_backprop_filter.cu", "for (int half = kFilterDirectThreads / 2; half > 0; half /= 2)",
         "for (int half = kFilterDirectThreads / 2; half > 1; half /= 2)", "conv2d_backprop_filter", np.float64),

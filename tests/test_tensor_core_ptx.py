@@ -14,13 +14,16 @@ registers) must give a wrong answer.
 
 from __future__ import annotations
 
+import importlib
 import shutil
 
 import numpy as np
 import pytest
 
 import cuda_host
+import gradops
 from conftest import random_array
+from conv_cases import NO_PADS, conv_geometry
 
 pytestmark = pytest.mark.skipif(cuda_host.unavailable_reason() is not None,
                                 reason=f"no host build: {cuda_host.unavailable_reason()}")
@@ -543,10 +546,84 @@ PIPELINE_PLANTED = {
     "position-cursor-drops-the-column-carry": (
         "igemm_tiles.cuh", "if (pos.q >= out_cols) { pos.q -= out_cols; ++pos.p; }",
         "if (pos.q >= out_cols) { pos.q -= out_cols; }", ("conv2d_backprop_filter",)),
+    "rows-map-gives-every-chunk-the-first-row": (
+        "igemm_tiles.cuh", "row = (t % PER_K + e * PER_K) * C;", "row = (t % PER_K) * C;", ("conv2d_backprop_filter",)),
+    "position-cursor-drops-the-image-carry": (
+        "igemm_tiles.cuh", "if (pos.p >= out_rows) { pos.p -= out_rows; pos.image += image; }",
+        "if (pos.p >= out_rows) { pos.p -= out_rows; }", ("conv2d_backprop_filter",)),
+    "wgrad-cursor-keeps-the-first-out-backprop-row": (
+        "conv2d_backprop_filter.cu", "x.advance(pos.x, step.x);\n        pos.dy += step.dy - out_backprop;",
+        "x.advance(pos.x, step.x);", ("conv2d_backprop_filter",)),
     "dgrad-cursor-drops-the-tap-carry": (
         "conv2d_backprop_input.cu", "if (pos.si >= taps_s.count) { pos.si -= taps_s.count; ++pos.ri; }",
         "if (pos.si >= taps_s.count) { pos.si -= taps_s.count; }", ("conv2d_backprop_input",)),
 }
+
+
+def run_half_1x1_gradient(op, rng):
+    """(launcher result, NumPy result) of a float16 1x1 stride-1 problem on the ``_1x1_igemm``
+    kernels: 2 x 13 x 11 positions of 16 -> 48 channels (dgrad: 2 reduction tiles, the last one
+    partial; wgrad: 9, the last one partial; the N tile partial in both)."""
+    import cupy
+
+    launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
+    x_shape, f_shape = (2, 13, 11, 16), (1, 1, 16, 48)
+    x, filt = random_array(rng, x_shape, np.float16), random_array(rng, f_shape, np.float16)
+    a = dict(strides=[1, 1, 1, 1], padding="VALID")
+    dy = gradops.conv2d(x, filt, **a, backend="numpy")
+    g = conv_geometry(op, x_shape, f_shape, dy.shape, "NHWC", (1, 1), "VALID", (1, 1), NO_PADS)
+    if op == "conv2d_backprop_filter":
+        got = launcher.conv2d_backprop_filter(g, cupy.asarray(x), cupy.asarray(dy), path="tiled", splits=1,
+                                              pointwise=True)
+        return got, gradops.conv2d_backprop_filter(x, f_shape, dy, **a, backend="numpy")
+    got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled", pointwise=True)
+    return got, gradops.conv2d_backprop_input(x_shape, filt, dy, **a, backend="numpy")
+
+
+# Bugs planted in the 1x1 kernels' problems (file, text, replacement, op).  Each stays inside
+# the arrays: a planted write far past an array's guard bytes would corrupt the test process.
+POINTWISE_PLANTED = {
+    "1x1-wgrad-cursor-keeps-the-first-out-backprop-row": (
+        "conv2d_backprop_filter.cu", "pos.x += step.x - input;\n        pos.dy += step.dy - out_backprop;",
+        "pos.x += step.x - input;", "conv2d_backprop_filter"),
+    "1x1-wgrad-every-row-reads-the-first-channels": (
+        "conv2d_backprop_filter.cu", "ARow a_row(int c) const { return {static_cast<int>(in_channel0) + c}; }",
+        "ARow a_row(int) const { return {static_cast<int>(in_channel0)}; }", "conv2d_backprop_filter"),
+    "1x1-dgrad-cursor-not-advanced": (
+        "conv2d_backprop_input.cu", "void k_advance(KPos& k, const KPos& step) const { k += step; }",
+        "void k_advance(KPos&, const KPos&) const {}", "conv2d_backprop_input"),
+    "1x1-dgrad-filter-row-stride-is-in-depth": (
+        "conv2d_backprop_input.cu", "BRow b_row(int c) const { return {static_cast<int>(c * out_depth + out_channel0)}; }",
+        "BRow b_row(int c) const { return {static_cast<int>(c * in_depth + out_channel0)}; }", "conv2d_backprop_input"),
+}
+
+
+@pytest.mark.parametrize("op", ["conv2d_backprop_filter", "conv2d_backprop_input"])
+def test_1x1_kernels_match_numpy_on_the_planted_problem(monkeypatch, op):
+    """The real sources get the 1x1 problem of the planted-bug test right."""
+    from conftest import assert_close
+
+    device = cuda_host.HostDevice(order="shuffled", seed=3).install(monkeypatch)
+    got, want = run_half_1x1_gradient(op, np.random.default_rng(7))
+    assert_close(got, want, np.float16)
+    assert any("_1x1_igemm<" in name for name, _, _ in device.launches)
+
+
+@pytest.mark.parametrize("bug", sorted(POINTWISE_PLANTED))
+def test_planted_1x1_kernel_bugs_fail_the_comparison(monkeypatch, tmp_path, bug):
+    """Each bug planted in a 1x1 kernel's cursor or row arithmetic gives a wrong result (or a
+    refused launch: a write outside an array)."""
+    from conftest import assert_close
+
+    filename, text, replacement, op = POINTWISE_PLANTED[bug]
+    cuda_host.planted_sources(tmp_path, filename, (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=3, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = run_half_1x1_gradient(op, np.random.default_rng(7))
+    except (AssertionError, cuda_host.HostLaunchError):
+        return  # refused
+    with pytest.raises(AssertionError):
+        assert_close(got, want, np.float16)
 
 
 @pytest.mark.parametrize("bug", sorted(PIPELINE_PLANTED))

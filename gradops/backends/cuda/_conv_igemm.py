@@ -203,6 +203,23 @@ def cpp_bool(value: bool) -> str:
 PATHS = ("direct", "tiled")
 
 
+def pointwise_eligible(g) -> bool:
+    """Whether a conv's input positions are its output positions (1x1 filter, strides 1, no
+    padding), so that its GEMMs are plain row-major ones: the ``_1x1_igemm`` kernels, which
+    have 16-byte loads only."""
+    return (g.filter_rows == g.filter_cols == 1 and g.stride_rows == g.stride_cols == 1
+            and g.pad_top == g.pad_bottom == g.pad_left == g.pad_right == 0)
+
+
+def pick_pointwise(g, vector: bool, pointwise: bool | None) -> bool:
+    """Whether the tiled path runs its ``_1x1_igemm`` kernel: where it can (16-byte loads and
+    :func:`pointwise_eligible`) unless ``pointwise`` (tests) is False; True raises where it cannot."""
+    can = vector and pointwise_eligible(g)
+    if pointwise and not can:
+        raise ValueError("the 1x1 kernel needs a 1x1 filter, strides 1, no padding and 16-byte loads")
+    return can and pointwise is not False
+
+
 def pick_path(path, eligible: bool, gemm_m: int, gemm_n: int) -> str:
     """The caller's ``path`` if valid, else tiled when it can run and both GEMM output
     dimensions reach a tile's worth of work, else direct."""

@@ -5,7 +5,9 @@ batch x output positions.  ``tiled``: implicit GEMM (tensor cores for float16/bf
 SIMT FMA for float32 unless ``gradops.options(allow_tf32=True)``, SIMT for float64) on NHWC
 tensors (NCHW is transposed to NHWC first), with the reduction split across CTAs when the
 filter alone gives too few tiles; the partial sums go to a scratch buffer from CuPy's pool and a
-second kernel adds them in a fixed order, so results are bitwise reproducible.
+second kernel adds them in a fixed order, so results are bitwise reproducible.  A 1x1 filter
+at stride 1 without padding, with 16-byte loads, takes the tiled path's plain-GEMM kernel
+(``_1x1_igemm``: no position decomposition, no bounds tests).
 """
 
 from __future__ import annotations
@@ -35,13 +37,19 @@ def _tiled_name(dtype, kind: int, vector: bool) -> str:
     return f"gradops::conv2d_backprop_filter_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
 
 
+def _pointwise_name(dtype, kind: int) -> str:
+    return f"gradops::conv2d_backprop_filter_1x1_igemm<{ig.template_types(dtype)}, {kind}, true>"
+
+
 def _reduce_name(dtype) -> str:
     return f"gradops::split_reduce<{ig.template_types(dtype)}>"
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """The name expressions compute capability ``arch`` can run (None: every one)."""
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch)}
+    pointwise = [_pointwise_name(dtype, kind) for dtype in ig.instantiation_dtypes()
+                 for kind in ig.math_kinds(dtype, arch)]
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + pointwise}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -82,13 +90,13 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 
 
 def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = None, splits: int | None = None,
-                           vector: bool | None = None):
+                           vector: bool | None = None, pointwise: bool | None = None):
     """HWIO filter gradient [filter_rows, filter_cols, filter_in_depth, out_depth] of ``input``
     and ``out_backprop`` (both in ``geometry.data_format``), in their dtype.
 
-    ``path`` ("direct" / "tiled"), ``splits`` and ``vector`` (tiled only: the split count,
-    16-byte or scalar loads) override the automatic choices; the tests use them to run every
-    path on small shapes.
+    ``path`` ("direct" / "tiled"), ``splits``, ``vector`` and ``pointwise`` (tiled only: the
+    split count, 16-byte or scalar loads, the 1x1 kernel where it can run or the general one)
+    override the automatic choices; the tests use them to run every path on small shapes.
     """
     import cupy
 
@@ -122,7 +130,8 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * splits)
     vector = ig.use_vector_loads(g, dtype, (x, dy, out), vector)
-    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector))
+    name = _pointwise_name(dtype, kind) if ig.pick_pointwise(g, vector, pointwise) else _tiled_name(dtype, kind, vector)
+    fn = _runtime.kernel(SOURCE, name)
     fn(grid, (threads,), (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
     if splits > 1:
         reduce = _runtime.kernel(SOURCE, _reduce_name(dtype))

@@ -4,8 +4,10 @@ Two paths.  ``direct``: any layout and size, one thread per input element gather
 that read it.  ``tiled``: implicit GEMM on NHWC tensors (NCHW is transposed to NHWC and back),
 one GEMM per (group, stride phase) so that strided convolutions spend no work on the zeros of
 a dilated out_backprop; tensor cores for float16/bfloat16, exact SIMT FMA for float32 unless
-``gradops.options(allow_tf32=True)``, SIMT for float64.  Both write every element exactly once
-in a fixed order: results are bitwise reproducible.
+``gradops.options(allow_tf32=True)``, SIMT for float64.  A 1x1 filter at stride 1 without
+padding, with 16-byte loads, takes the tiled path's plain-GEMM kernel (``_1x1_igemm``: no
+position or tap decomposition).  Both paths write every element exactly once in a fixed order:
+results are bitwise reproducible.
 """
 
 from __future__ import annotations
@@ -26,9 +28,39 @@ def _tiled_name(dtype, kind: int, vector: bool) -> str:
     return f"gradops::conv2d_backprop_input_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
 
 
+def _few_channels_name(dtype, channels: int) -> str:
+    return f"gradops::conv2d_backprop_input_few_channels<{ig.template_types(dtype)}, {channels}>"
+
+
+#: The few-channel kernel's input channel counts (its CIN template argument).
+FEW_CHANNELS = (1, 2, 3, 4)
+#: ``kFewChannelThreads`` in the kernel source.
+FEW_CHANNEL_THREADS = 128
+
+
+def few_channels_eligible(g, dtype, arrays=()) -> bool:
+    """Whether the direct path can run the few-channel kernel: one group of at most 4 input
+    channels, out channels in whole 16-byte chunks, 16-byte aligned arrays, the grid's y and z
+    (input rows, batch) within CUDA's limits, and 32-bit offsets inside an out_backprop image,
+    the filter and a padded row or column."""
+    chunk = _runtime.vector_width(dtype)
+    return (g.groups == 1 and g.in_depth in FEW_CHANNELS and g.out_depth % chunk == 0
+            and _runtime.vector_aligned(*arrays)
+            and g.in_rows <= ig.GRID_YZ_LIMIT and g.batch <= ig.GRID_YZ_LIMIT
+            and ig.fits_int32(g.out_rows * g.out_cols * g.out_depth, ig.prod(g.filter_shape),
+                              g.in_cols * g.stride_cols, *ig.cursor_extents(g)))
+
+
+def _pointwise_name(dtype, kind: int) -> str:
+    return f"gradops::conv2d_backprop_input_1x1_igemm<{ig.template_types(dtype)}, {kind}, true>"
+
+
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """The name expressions compute capability ``arch`` can run (None: every one)."""
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, arch=arch)}
+    pointwise = [_pointwise_name(dtype, kind) for dtype in ig.instantiation_dtypes()
+                 for kind in ig.math_kinds(dtype, arch)]
+    few = [_few_channels_name(dtype, c) for dtype in ig.instantiation_dtypes() for c in FEW_CHANNELS]
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, arch=arch) + pointwise + few}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -56,11 +88,15 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 
 
 def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = None,
-                          vector: bool | None = None):
+                          vector: bool | None = None, pointwise: bool | None = None,
+                          few_channels: bool | None = None):
     """Input gradient (shape ``geometry.input_shape``, in ``geometry.data_format``) from the HWIO
-    ``filter`` and ``out_backprop``, in their dtype.  ``path`` ("direct" / "tiled") and ``vector``
-    (tiled only: 16-byte or scalar loads) override the automatic choices; the tests use them to
-    run every path on small shapes."""
+    ``filter`` and ``out_backprop``, in their dtype.  ``path`` ("direct" / "tiled"), ``vector``
+    (tiled only: 16-byte or scalar loads), ``pointwise`` (tiled only: the 1x1 kernel where
+    :func:`._conv_igemm.pointwise_eligible` and 16-byte loads allow it, else the general one)
+    and ``few_channels`` (direct only: the few-channel kernel where :func:`few_channels_eligible`,
+    else the general one) override the automatic choices; the tests use them to run every path
+    on small shapes."""
     import cupy
 
     g = geometry
@@ -73,6 +109,16 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     dy = _runtime.contiguous(out_backprop)
     dims = ig.dims_args(g)
 
+    if path == "direct" and few_channels is not False and few_channels_eligible(g, dtype, (w, dy)):
+        dy = ig.to_nhwc(dy, g.data_format)
+        out = cupy.empty((g.batch, g.in_rows, g.in_cols, g.in_depth), dtype)  # NHWC; every element written
+        fn = _runtime.kernel(SOURCE, _few_channels_name(dtype, g.in_depth))
+        columns = g.stride_cols * ig.ceil_div(g.in_cols, g.stride_cols)  # the kernel's column slots
+        fn((ig.ceil_div(columns, FEW_CHANNEL_THREADS), g.in_rows, g.batch), (FEW_CHANNEL_THREADS,), (w, dy, out, *dims))
+        return ig.from_nhwc(out, g.data_format)
+    if few_channels:
+        raise ValueError("the few-channel kernel needs one group of at most 4 input channels, out channels in "
+                         "16-byte chunks, aligned arrays and sizes its grid and 32-bit offsets can hold")
     if path == "direct":
         out = cupy.empty(g.input_shape, dtype)
         fn = _runtime.kernel(SOURCE, _direct_name(dtype, g.data_format))
@@ -86,6 +132,7 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     m, n, _ = _gemm_sizes(g)
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * g.stride_rows * g.stride_cols)
     vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
-    fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector))
+    name = _pointwise_name(dtype, kind) if ig.pick_pointwise(g, vector, pointwise) else _tiled_name(dtype, kind, vector)
+    fn = _runtime.kernel(SOURCE, name)
     fn(grid, (threads,), (w, dy, out, *dims))
     return ig.from_nhwc(out, g.data_format)
