@@ -306,21 +306,51 @@ conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restric
 // conv2d_backprop_input_few_channels: NHWC, one group, CIN <= 4 input channels (the stem: an
 // image's 3), where a GEMM tile would be almost all padding.  Thread = one input position,
 // producing its CIN channels.  CTA (x, h, n): input row h of image n, so the row's stride phase
-// (hence its filter rows) is uniform in the CTA; along the row, threads take columns phase by
-// phase (w = phase + j * stride_cols), so a warp shares its filter columns except where it
-// crosses into the next phase.  Per tap that reaches the position, out_backprop's row of
-// out_depth channels and the filter's CIN rows (warp-uniform addresses) are read in 16-byte
-// chunks.  The taps come from PhaseTaps as in the GEMM kernel below: no division per tap.
-// 32-bit offsets inside an image and in the filter (the launcher checks them); 64-bit image
-// starts.  Fixed summation order (taps, then channels): deterministic.
-constexpr int kFewChannelThreads = 128;
+// (hence its filter rows) is uniform in the CTA, and the CTA stages those filter rows once, as
+// Acc, in shared memory; along the row, threads take columns phase by phase (w = phase + j *
+// stride_cols), so a warp shares its filter columns (broadcast shared-memory reads) except
+// where it crosses into the next phase.  Per tap that reaches the position: out_backprop's row
+// of out_depth channels in 16-byte chunks, each chunk's elements converted once and multiplied
+// by the CIN staged filter rows.  The taps come from PhaseTaps as in the GEMM kernel below: no
+// division per tap.  32-bit offsets inside an image and in the filter (the launcher checks
+// them); 64-bit image starts.  Fixed summation order (taps, then channels): deterministic.
+constexpr int kFewChannelThreads = 256;
+// Shared memory for the staged filter rows: 40 KB, so 5 CTAs fit an H100 SM (228 KB) and the
+// kernel stays within the 48 KB of static shared memory.  The launcher requires the whole
+// filter to fit (FEW_CHANNEL_FILTER_BYTES).
+constexpr int kFewChannelFilterBytes = 40 * 1024;
 
 template <typename T, typename Acc, int CIN>
 __global__ void __launch_bounds__(kFewChannelThreads)
 conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                                    T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
     constexpr int C = igemm::ChunkSize<T>::value;  // elements per 16-byte chunk
+    constexpr int AC = static_cast<int>(sizeof(uint4) / sizeof(Acc));  // Acc per 16-byte shared read
+    static_assert(C % AC == 0, "a chunk is whole shared-memory reads");
+    __shared__ __align__(16) Acc staged[kFewChannelFilterBytes / sizeof(Acc)];
+
     const int stride_r = static_cast<int>(stride_rows), stride_c = static_cast<int>(stride_cols);
+    const int h = static_cast<int>(blockIdx.y), n = static_cast<int>(blockIdx.z);
+    const int dil_r = static_cast<int>(dilation_rows), dil_c = static_cast<int>(dilation_cols);
+    const int pad_t = static_cast<int>(pad_top), pad_l = static_cast<int>(pad_left);
+    const int rows_out = static_cast<int>(out_rows), cols_out = static_cast<int>(out_cols);
+    const int depth_out = static_cast<int>(out_depth), taps_cols = static_cast<int>(filter_cols);
+    const int tap_elements = CIN * depth_out;  // one (r, s) of the HWIO filter
+
+    // The row phase's filter rows r = first + ri * step, staged as staged[(ri * S + s) * CIN *
+    // out_depth + c * out_depth + k], 16 bytes of T at a time.
+    const PhaseTaps taps_r(h % stride_r, pad_t, stride_r, dil_r % stride_r, static_cast<int>(filter_rows));
+    const int row_chunks = taps_cols * tap_elements / C;  // one filter row's chunks
+    for (int e = static_cast<int>(threadIdx.x); e < taps_r.count * row_chunks; e += kFewChannelThreads) {
+        const int ri = e / row_chunks, chunk = e - ri * row_chunks;
+        alignas(16) T v[C];
+        *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(
+            filter + (taps_r.first + ri * taps_r.step) * taps_cols * tap_elements + chunk * C);
+#pragma unroll
+        for (int i = 0; i < C; ++i) staged[e * C + i] = to_acc<Acc>(v[i]);
+    }
+    __syncthreads();
+
     const int image_cols = static_cast<int>(in_cols);
     const int phase_cols = (image_cols + stride_c - 1) / stride_c;  // columns per column phase
     const int slot = static_cast<int>(blockIdx.x) * kFewChannelThreads + static_cast<int>(threadIdx.x);
@@ -328,13 +358,7 @@ conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __rest
     const int phase_col = slot / phase_cols;
     const int w = phase_col + (slot - phase_col * phase_cols) * stride_c;
     if (w >= image_cols) return;
-    const int h = static_cast<int>(blockIdx.y), n = static_cast<int>(blockIdx.z);
-    const int dil_r = static_cast<int>(dilation_rows), dil_c = static_cast<int>(dilation_cols);
-    const int pad_t = static_cast<int>(pad_top), pad_l = static_cast<int>(pad_left);
-    const int rows_out = static_cast<int>(out_rows), cols_out = static_cast<int>(out_cols);
-    const int depth_out = static_cast<int>(out_depth), taps_cols = static_cast<int>(filter_cols);
 
-    const PhaseTaps taps_r(h % stride_r, pad_t, stride_r, dil_r % stride_r, static_cast<int>(filter_rows));
     const PhaseTaps taps_s(phase_col, pad_l, stride_c, dil_c % stride_c, taps_cols);
     // The out_backprop row (column) the phase's first tap reads: exact divisions.
     const int p0 = (h + pad_t - taps_r.first * dil_r) / stride_r, p_step = taps_r.step * dil_r / stride_r;
@@ -348,23 +372,27 @@ conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __rest
         const int p = p0 - ri * p_step;
         if (p < 0) break;  // decreases with ri
         if (p >= rows_out) continue;
-        const int r = taps_r.first + ri * taps_r.step;
         for (int si = 0; si < taps_s.count; ++si) {
             const int q = q0 - si * q_step;
             if (q < 0) break;
             if (q >= cols_out) continue;
-            const int s = taps_s.first + si * taps_s.step;
             const T* dy = image + (p * cols_out + q) * depth_out;
-            const T* f = filter + (r * taps_cols + s) * CIN * depth_out;
+            const Acc* f = staged + (ri * taps_cols + taps_s.first + si * taps_s.step) * tap_elements;
             for (int k = 0; k < depth_out; k += C) {
-                alignas(16) T dyk[C];
-                *reinterpret_cast<uint4*>(dyk) = *reinterpret_cast<const uint4*>(dy + k);
+                alignas(16) T chunk[C];
+                *reinterpret_cast<uint4*>(chunk) = *reinterpret_cast<const uint4*>(dy + k);
+                Acc dyk[C];
+#pragma unroll
+                for (int e = 0; e < C; ++e) dyk[e] = to_acc<Acc>(chunk[e]);
 #pragma unroll
                 for (int c = 0; c < CIN; ++c) {
-                    alignas(16) T fk[C];
-                    *reinterpret_cast<uint4*>(fk) = *reinterpret_cast<const uint4*>(f + c * depth_out + k);
 #pragma unroll
-                    for (int e = 0; e < C; ++e) acc[c] += to_acc<Acc>(fk[e]) * to_acc<Acc>(dyk[e]);
+                    for (int e0 = 0; e0 < C; e0 += AC) {
+                        alignas(16) Acc fk[AC];
+                        *reinterpret_cast<uint4*>(fk) = *reinterpret_cast<const uint4*>(f + c * depth_out + k + e0);
+#pragma unroll
+                        for (int e = 0; e < AC; ++e) acc[c] += fk[e] * dyk[e0 + e];
+                    }
                 }
             }
         }

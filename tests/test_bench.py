@@ -591,3 +591,22 @@ def test_conv_prediction_maps_1x1_cases_to_the_1x1_kernels():
         assert cp.current_kernel(vector, one) == f"gradops::{op}_1x1_igemm<__half, float, 1, true>"
         assert cp.current_kernel(scalar, one) == scalar
         assert cp.current_kernel(vector, strided) == vector
+
+
+def test_few_channel_prediction_counts_each_warps_busiest_lane():
+    """benchmarks/few_channel_prediction.py's grid count against a brute-force count of the taps
+    that reach each input position (3x3 SAME, stride 1, 8x8 image: one 256-thread CTA per row,
+    its first warp holding the row's 8 columns, the other 7 warps idle)."""
+    cp = _load_benchmark_script("few_channel_prediction")
+    from gradops._geometry import conv2d_geometry
+
+    g = conv2d_geometry("Conv2DBackpropInput", (2, 8, 8, 3), (3, 3, 3, 16), (2, 8, 8, 16), [1, 1, 1, 1],
+                        "SAME", [], "NHWC", [1, 1, 1, 1])
+    figures = {"channel_loop": 10, "loads_128": 2, "tap_loop_rest": 5, "rest": 100}
+    total, warps = cp.warp_instructions(g, figures, 2)  # float16: 16 channels per iteration, 1 iteration
+
+    def taps(h, w):
+        return sum(1 for r in range(3) for s in range(3) if 0 <= h + 1 - r < 8 and 0 <= w + 1 - s < 8)
+
+    want = sum(8 * 100 + max(taps(h, w) for w in range(8)) * (10 + 5) for h in range(8)) * 2
+    assert (total, warps) == (want, 2 * 8 * 8)

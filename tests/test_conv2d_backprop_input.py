@@ -424,9 +424,9 @@ def test_cuda_few_channel_kernel(cuda_device, rng, dtype, layout, case):
 @pytest.mark.parametrize("text,replacement", [
     ("const int q = q0 - si * q_step;", "const int q = q0 - si;"),
     ("const int p = p0 - ri * p_step;", "const int p = p0 - ri;"),
-    ("for (int e = 0; e < C; ++e) acc[c] += to_acc<Acc>(fk[e]) * to_acc<Acc>(dyk[e]);",
-     "for (int e = 1; e < C; ++e) acc[c] += to_acc<Acc>(fk[e]) * to_acc<Acc>(dyk[e]);"),
-], ids=["column-tap-step", "row-tap-step", "chunk-skips-its-first-channel"])
+    ("staged[e * C + i] = to_acc<Acc>(v[i]);", "staged[e * C + i] = to_acc<Acc>(v[0]);"),
+    ("const int row_chunks = taps_cols * tap_elements / C;", "const int row_chunks = tap_elements / C;"),
+], ids=["column-tap-step", "row-tap-step", "staging-repeats-a-chunk's-first-element", "staging-takes-one-column"])
 def test_planted_few_channel_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
     """Each bug planted in the few-channel kernel makes test_cuda_few_channel_kernel's dilated
     case give a wrong result on the host model."""

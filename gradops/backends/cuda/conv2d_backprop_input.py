@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..._dtypes import accumulator_dtype
 from . import _conv_igemm as ig
 from . import _runtime
 
@@ -34,17 +35,22 @@ def _few_channels_name(dtype, channels: int) -> str:
 
 #: The few-channel kernel's input channel counts (its CIN template argument).
 FEW_CHANNELS = (1, 2, 3, 4)
-#: ``kFewChannelThreads`` in the kernel source.
-FEW_CHANNEL_THREADS = 128
+#: ``kFewChannelThreads`` and ``kFewChannelFilterBytes`` in the kernel source: the filter is
+#: staged in shared memory in the accumulator type.
+FEW_CHANNEL_THREADS = 256
+FEW_CHANNEL_FILTER_BYTES = 40 * 1024
 
 
 def few_channels_eligible(g, dtype, arrays=()) -> bool:
     """Whether the direct path can run the few-channel kernel: one group of at most 4 input
-    channels, out channels in whole 16-byte chunks, 16-byte aligned arrays, the grid's y and z
-    (input rows, batch) within CUDA's limits, and 32-bit offsets inside an out_backprop image,
-    the filter and a padded row or column."""
+    channels, out channels in whole 16-byte chunks, the filter within the kernel's shared
+    memory (as accumulator values), 16-byte aligned arrays, the grid's y and z (input rows,
+    batch) within CUDA's limits, and 32-bit offsets inside an out_backprop image, the filter
+    and a padded row or column."""
     chunk = _runtime.vector_width(dtype)
+    staged = ig.prod(g.filter_shape) * np.dtype(accumulator_dtype(dtype)).itemsize
     return (g.groups == 1 and g.in_depth in FEW_CHANNELS and g.out_depth % chunk == 0
+            and staged <= FEW_CHANNEL_FILTER_BYTES
             and _runtime.vector_aligned(*arrays)
             and g.in_rows <= ig.GRID_YZ_LIMIT and g.batch <= ig.GRID_YZ_LIMIT
             and ig.fits_int32(g.out_rows * g.out_cols * g.out_depth, ig.prod(g.filter_shape),
