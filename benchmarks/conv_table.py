@@ -432,8 +432,8 @@ def _assumption_lines(a: Assumptions) -> list[str]:
         "pure instruction bound. Both points are FITTED to the measured run below: 16 warps from the measured wgrad "
         "kernel, 8 warps mostly from the measured dgrad kernel. They stand in for latency, barriers and occupancy, "
         "which the model does not otherwise describe. Every f16/bf16 kernel these tables use runs 16 warps per SM, as "
-        "the measured wgrad kernel did. Its main loop differs (cp.async staging, 184 or 146 instructions per k-tile "
-        "instead of 369), so carrying the efficiency over is an extrapolation.",
+        "the measured wgrad kernel did. Their main loops differ from the measured ones (cp.async staging, fewer "
+        "instructions per k-tile: the static report's figures), so carrying the efficiency over is an extrapolation.",
         f"- Tensor cores, our kernels: mma.sync reaches {a.mma_sync_fraction:.3f} of the dense wgmma peak (ASSUMED, "
         f"not measured here), so {half / 1e12:.0f} TFLOP/s for f16/bf16 and {tf32 / 1e12:.0f} TFLOP/s for TF32. "
         f"The dense wgmma peaks are NVIDIA's datasheet figures, sparse figures halved: {a.wgmma_half_peak / 1e12:.1f} "
