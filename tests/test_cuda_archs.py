@@ -57,6 +57,10 @@ def test_every_kernel_a_launch_can_ask_for_is_instantiated_for_its_arch(arch, al
                     assert launcher._tiled_name(dtype, kind, vector) in names
                 for layout in ig.LAYOUT:
                     assert launcher._direct_name(dtype, layout) in names
+                if hasattr(launcher, "_pointwise_name"):  # the gradients' 1x1 kernels
+                    assert launcher._pointwise_name(dtype, kind) in names
+                if hasattr(launcher, "_few_channels_name"):  # the input gradient's stem kernel
+                    assert all(launcher._few_channels_name(dtype, c) in names for c in launcher.FEW_CHANNELS)
 
 
 @pytest.mark.parametrize("arch, dtype, allow_tf32, kind, note", [
@@ -121,6 +125,54 @@ def test_older_gpus_run_the_tiled_kernels_they_have(monkeypatch, rng, arch, dtyp
     tiled = [e for e, _, _ in device.launches if "_igemm<" in e]
     assert tiled and all(int(e.split(",")[2]) == kind for e in tiled), device.launches
     assert_close(to_host(got), want, dtype)
+
+
+@pytest.mark.parametrize("arch, dtype, allow_tf32, kind", [
+    (75, bfloat16, False, ig.SIMT),
+    (75, np.float32, True, ig.SIMT),
+    (75, np.float16, False, ig.WMMA_HALF),
+    (60, np.float16, False, ig.SIMT),
+])
+@pytest.mark.parametrize("op", ["conv2d_backprop_input", "conv2d_backprop_filter"])
+def test_older_gpus_run_the_1x1_kernels(monkeypatch, rng, arch, dtype, allow_tf32, kind, op):
+    """A 1x1 stride-1 convolution runs the _1x1_igemm kernel of the arch's math kind (the
+    register-staged loader below sm_80) and agrees with the float64 NumPy reference."""
+    device = cuda_host.HostDevice(order="shuffled", seed=arch, compute_capability=arch).install(monkeypatch)
+    import cupy
+
+    x = random_array(rng, (2, 9, 9, 16), dtype)
+    w = random_array(rng, (1, 1, 16, 40), dtype)
+    dy = random_array(rng, (2, 9, 9, 40), dtype)
+    with gradops.options(allow_tf32=allow_tf32):
+        if op == "conv2d_backprop_input":
+            got = gradops.conv2d_backprop_input(list(x.shape), cupy.asarray(w), cupy.asarray(dy), [1, 1, 1, 1],
+                                                "VALID", backend="cuda")
+            want = reference.conv2d_backprop_input(x.shape, w.astype(np.float64), dy.astype(np.float64),
+                                                   (1, 1), "VALID")
+        else:
+            got = gradops.conv2d_backprop_filter(cupy.asarray(x), list(w.shape), cupy.asarray(dy), [1, 1, 1, 1],
+                                                 "VALID", backend="cuda")
+            want = reference.conv2d_backprop_filter(x.astype(np.float64), w.shape, dy.astype(np.float64),
+                                                    (1, 1), "VALID")
+    tiled = [e for e, _, _ in device.launches if "_igemm<" in e]
+    assert tiled and all("_1x1_igemm<" in e and int(e.split(",")[2]) == kind for e in tiled), device.launches
+    assert_close(to_host(got), want, dtype)
+
+
+@pytest.mark.parametrize("arch", [60, 75])
+def test_older_gpus_run_the_few_channel_kernel(monkeypatch, rng, arch):
+    """The stem's input gradient (3 input channels) takes the few-channel kernel on any arch."""
+    device = cuda_host.HostDevice(order="shuffled", seed=arch, compute_capability=arch).install(monkeypatch)
+    import cupy
+
+    w = random_array(rng, (7, 7, 3, 16), np.float16)
+    dy = random_array(rng, (2, 6, 6, 16), np.float16)
+    got = gradops.conv2d_backprop_input([2, 12, 12, 3], cupy.asarray(w), cupy.asarray(dy), [1, 2, 2, 1], "SAME",
+                                        backend="cuda")
+    want = reference.conv2d_backprop_input((2, 12, 12, 3), w.astype(np.float64), dy.astype(np.float64), (2, 2),
+                                           "SAME")
+    assert any("_few_channels<" in e for e, _, _ in device.launches), device.launches
+    assert_close(to_host(got), want, np.float16)
 
 
 def test_the_decision_says_why_an_older_gpu_runs_on_cuda_cores(monkeypatch, rng):
