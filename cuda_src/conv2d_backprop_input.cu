@@ -319,9 +319,12 @@ constexpr int kFewChannelThreads = 256;
 // kernel stays within the 48 KB of static shared memory.  The launcher requires the whole
 // filter to fit (FEW_CHANNEL_FILTER_BYTES).
 constexpr int kFewChannelFilterBytes = 40 * 1024;
+// At least 2 CTAs per SM (<= 128 registers).  Without a minimum ptxas (CUDA 13) spills some
+// instantiations at 48-64 registers; with 4 it spills others.
+constexpr int kFewChannelMinBlocks = 2;
 
 template <typename T, typename Acc, int CIN>
-__global__ void __launch_bounds__(kFewChannelThreads)
+__global__ void __launch_bounds__(kFewChannelThreads, kFewChannelMinBlocks)
 conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                                    T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
     constexpr int C = igemm::ChunkSize<T>::value;  // elements per 16-byte chunk
@@ -340,14 +343,23 @@ conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __rest
     // The row phase's filter rows r = first + ri * step, staged as staged[(ri * S + s) * CIN *
     // out_depth + c * out_depth + k], 16 bytes of T at a time.
     const PhaseTaps taps_r(h % stride_r, pad_t, stride_r, dil_r % stride_r, static_cast<int>(filter_rows));
+    // 16 bytes as C elements of T or AC of Acc, kept in registers (a union, not an address-taken array).
+    union Chunk {
+        uint4 raw;
+        T e[C];
+    };
+    union Staged {
+        uint4 raw;
+        Acc e[AC];
+    };
     const int row_chunks = taps_cols * tap_elements / C;  // one filter row's chunks
     for (int e = static_cast<int>(threadIdx.x); e < taps_r.count * row_chunks; e += kFewChannelThreads) {
         const int ri = e / row_chunks, chunk = e - ri * row_chunks;
-        alignas(16) T v[C];
-        *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(
+        Chunk v;
+        v.raw = *reinterpret_cast<const uint4*>(
             filter + (taps_r.first + ri * taps_r.step) * taps_cols * tap_elements + chunk * C);
 #pragma unroll
-        for (int i = 0; i < C; ++i) staged[e * C + i] = to_acc<Acc>(v[i]);
+        for (int i = 0; i < C; ++i) staged[e * C + i] = to_acc<Acc>(v.e[i]);
     }
     __syncthreads();
 
@@ -379,19 +391,19 @@ conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __rest
             const T* dy = image + (p * cols_out + q) * depth_out;
             const Acc* f = staged + (ri * taps_cols + taps_s.first + si * taps_s.step) * tap_elements;
             for (int k = 0; k < depth_out; k += C) {
-                alignas(16) T chunk[C];
-                *reinterpret_cast<uint4*>(chunk) = *reinterpret_cast<const uint4*>(dy + k);
+                Chunk chunk;
+                chunk.raw = *reinterpret_cast<const uint4*>(dy + k);
                 Acc dyk[C];
 #pragma unroll
-                for (int e = 0; e < C; ++e) dyk[e] = to_acc<Acc>(chunk[e]);
+                for (int e = 0; e < C; ++e) dyk[e] = to_acc<Acc>(chunk.e[e]);
 #pragma unroll
                 for (int c = 0; c < CIN; ++c) {
 #pragma unroll
                     for (int e0 = 0; e0 < C; e0 += AC) {
-                        alignas(16) Acc fk[AC];
-                        *reinterpret_cast<uint4*>(fk) = *reinterpret_cast<const uint4*>(f + c * depth_out + k + e0);
+                        Staged fk;
+                        fk.raw = *reinterpret_cast<const uint4*>(f + c * depth_out + k + e0);
 #pragma unroll
-                        for (int e = 0; e < AC; ++e) acc[c] += fk[e] * dyk[e0 + e];
+                        for (int e = 0; e < AC; ++e) acc[c] += fk.e[e] * dyk[e0 + e];
                     }
                 }
             }

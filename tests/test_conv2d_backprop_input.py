@@ -424,7 +424,7 @@ def test_cuda_few_channel_kernel(cuda_device, rng, dtype, layout, case):
 @pytest.mark.parametrize("text,replacement", [
     ("const int q = q0 - si * q_step;", "const int q = q0 - si;"),
     ("const int p = p0 - ri * p_step;", "const int p = p0 - ri;"),
-    ("staged[e * C + i] = to_acc<Acc>(v[i]);", "staged[e * C + i] = to_acc<Acc>(v[0]);"),
+    ("staged[e * C + i] = to_acc<Acc>(v.e[i]);", "staged[e * C + i] = to_acc<Acc>(v.e[0]);"),
     ("const int row_chunks = taps_cols * tap_elements / C;", "const int row_chunks = tap_elements / C;"),
 ], ids=["column-tap-step", "row-tap-step", "staging-repeats-a-chunk's-first-element", "staging-takes-one-column"])
 def test_planted_few_channel_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
