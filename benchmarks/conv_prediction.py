@@ -18,7 +18,9 @@ the tiled kernel:
 * predicted: measured time x (current / baseline warp-instructions) for the tiled kernel, other
   kernels (split-K reduction, the direct kernel) unchanged: the time if the kernel were
   issue-bound, so an optimistic bound where the utilisation is low.  It does not credit the
-  occupancy column (more warps per SM hide more latency).
+  occupancy column (more warps per SM hide more latency), nor the input gradient's split
+  reduction for small grids (more CTAs: the GPU fuller), which it charges the split CTAs' extra
+  prologues and epilogues plus the reduction kernel's DRAM time.
 
     PYTHONPATH=. python benchmarks/conv_prediction.py RESULTS_DIR BASELINE.json CURRENT.json > out.md
 """
@@ -45,6 +47,7 @@ from gradops.bench import suites  # noqa: E402
 #: What the issue utilisation assumes of the H100 SXM the baseline ran on (ncu with
 #: --clock-control none: the GPU boosts, to at most 1980 MHz).
 SMS, SCHEDULERS, CLOCK_HZ = 132, 4, 1.98e9
+BANDWIDTH = 3.35e12  # H100 SXM HBM3, bytes/s (NVIDIA's datasheet)
 LABEL = "predicted, not measured"
 
 
@@ -77,8 +80,10 @@ def _phase_taps(phase: int, pad: int, stride: int, dilation: int, size: int) -> 
     return sum(1 for r in range(size) if (r * dilation - phase - pad) % stride == 0)
 
 
-def warp_k_tiles(op: str, g, dtype, kind: int) -> tuple[int, int]:
-    """(warps, warp x k-tile iterations of the main loop) of the tiled kernel's whole grid."""
+def warp_k_tiles(op: str, g, dtype, kind: int, split: bool = False) -> tuple[int, int]:
+    """(warps, warp x k-tile iterations of the main loop) of the tiled kernel's whole grid;
+    ``split``: with the input gradient's split reduction as today's launcher chooses it (the
+    measured kernels had none)."""
     bm, bn, bk, threads = ig.TILES[(np.dtype(dtype), kind)]
     warps = threads // 32
     if op == "conv2d_backprop_filter":
@@ -91,6 +96,8 @@ def warp_k_tiles(op: str, g, dtype, kind: int) -> tuple[int, int]:
         return ctas * splits * warps, ctas * warps * k_tiles
     total, all_warps = 0, 0
     kg = g.out_depth // g.groups
+    dgrad = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input")
+    splits, split_size = dgrad.split_count(g, dtype, kind) if split else (1, 1 << 62)
     for pr in range(g.stride_rows):
         for pc in range(g.stride_cols):
             rows = ig.ceil_div(g.in_rows - pr, g.stride_rows) if g.in_rows > pr else 0
@@ -98,8 +105,9 @@ def warp_k_tiles(op: str, g, dtype, kind: int) -> tuple[int, int]:
             taps = (_phase_taps(pr, g.pad_top, g.stride_rows, g.dilation_rows, g.filter_rows) *
                     _phase_taps(pc, g.pad_left, g.stride_cols, g.dilation_cols, g.filter_cols))
             ctas = ig.ceil_div(g.batch * rows * cols, bm) * ig.ceil_div(g.filter_in_depth, bn) * g.groups
-            total += ctas * warps * ig.ceil_div(taps * kg, bk)
-            all_warps += ctas * warps
+            for s in range(splits):
+                total += ctas * warps * ig.ceil_div(max(0, min(split_size, taps * kg - s * split_size)), bk)
+                all_warps += ctas * warps
     return all_warps, total
 
 
@@ -131,21 +139,33 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
         old, new = before[expr], after[current_expr]
         dtype = np.dtype(suites.DTYPES[e["dtype"]])
         kind = int(expr.split(",")[2])
-        warps, warp_tiles = warp_k_tiles(e["op"], case.geometry(), dtype, kind)
+        g = case.geometry()
+        grids = {"old": warp_k_tiles(e["op"], g, dtype, kind)}
+        # The current launcher splits small dgrad grids (the measured kernels never did).
+        split = e["op"] == suites.CONV_INPUT and current != baseline
+        grids["new"] = warp_k_tiles(e["op"], g, dtype, kind, split=split)
+        splits = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input").split_count(
+            g, dtype, kind)[0] if split else 1
 
-        def issued(record):
+        def issued(record, grid):
+            warps, warp_tiles = grids[grid]
             loop = record["main_loop"]["instructions"]
             return warp_tiles * loop + warps * (record["sass_instructions"] - loop)
 
-        scale = issued(new) / issued(old)
-        predicted = measured - k["ns"] + k["ns"] * scale
-        row.update(kernel=expr.split("<")[1].rstrip(">") + (" -> 1x1 kernel" if current_expr != expr else ""),
+        scale = issued(new, "new") / issued(old, "old")
+        # With a split, the second kernel's DRAM time (partials read, the gradient written).
+        elements = g.batch * g.in_rows * g.in_cols * g.in_depth
+        reduce_ns = (splits * elements * 4 + elements * dtype.itemsize) / BANDWIDTH * 1e9 if splits > 1 else 0.0
+        predicted = measured - k["ns"] + k["ns"] * scale + reduce_ns
+        warp_tiles = grids["old"][1]
+        row.update(kernel=expr.split("<")[1].rstrip(">") + (" -> 1x1 kernel" if current_expr != expr else "")
+                   + (f", split {splits} ways" if splits > 1 else ""),
                    main_loop_before=old["main_loop"]["instructions"],
                    main_loop_after=new["main_loop"]["instructions"],
                    warps_before=old["occupancy"]["warps_per_sm"], warps_after=new["occupancy"]["warps_per_sm"],
-                   main_loop_share=warp_tiles * old["main_loop"]["instructions"] / issued(old),
-                   issue_utilisation=issued(old) / (SMS * SCHEDULERS * CLOCK_HZ) / (k["ns"] * 1e-9),
-                   predicted_us=predicted / 1e3)
+                   main_loop_share=warp_tiles * old["main_loop"]["instructions"] / issued(old, "old"),
+                   issue_utilisation=issued(old, "old") / (SMS * SCHEDULERS * CLOCK_HZ) / (k["ns"] * 1e-9),
+                   splits=splits, predicted_us=predicted / 1e3)
         out.append(row)
     return out
 

@@ -167,9 +167,9 @@ class Plan:
     vector: bool | None = None
     tile: tuple[int, int, int, int] | None = None  # BM, BN, BK, threads
     splits: int = 1
-    #: (CTAs, k-tiles each) groups: wgrad's splits (the last may be shorter), dgrad's phases.
+    #: (CTAs, k-tiles each) groups: wgrad's splits (the last may be shorter), dgrad's phases x splits.
     groups: list[tuple[int, int]] = field(default_factory=list)
-    reduce_elements: int = 0  # filter elements the split-K reduction sums (0: no reduction)
+    reduce_elements: int = 0  # gradient elements the split-K reduction sums (0: no reduction)
     general: str | None = None  # the general tiled kernel, where a report predates the 1x1 kernels
 
     @property
@@ -215,6 +215,8 @@ def plan(op: str, g, dtype, allow_tf32: bool = False) -> Plan:
         p.reduce_elements = m * n * g.groups if splits > 1 else 0
         return p
     kg = g.out_depth // g.groups
+    splits, split_size = LAUNCHERS[suites.CONV_INPUT].split_count(g, dtype, kind)
+    p.splits = splits
     for pr in range(g.stride_rows):
         for pc in range(g.stride_cols):
             rows = ig.ceil_div(g.in_rows - pr, g.stride_rows) if g.in_rows > pr else 0
@@ -222,7 +224,9 @@ def plan(op: str, g, dtype, allow_tf32: bool = False) -> Plan:
             taps = (_phase_taps(pr, g.pad_top, g.stride_rows, g.dilation_rows, g.filter_rows)
                     * _phase_taps(pc, g.pad_left, g.stride_cols, g.dilation_cols, g.filter_cols))
             ctas = ig.ceil_div(g.batch * rows * cols, bm) * ig.ceil_div(g.filter_in_depth, bn) * g.groups
-            p.groups.append((ctas, ig.ceil_div(taps * kg, bk)))
+            for s in range(splits):  # a split past the phase's reduction runs no k-tile (writes zeros)
+                p.groups.append((ctas, ig.ceil_div(max(0, min(split_size, taps * kg - s * split_size)), bk)))
+    p.reduce_elements = g.batch * g.in_rows * g.in_cols * g.in_depth if splits > 1 else 0
     return p
 
 
@@ -447,7 +451,7 @@ def _assumption_lines(a: Assumptions) -> list[str]:
         "Re-reads that miss L2 are not counted.",
         "- Wave quantisation multiplies the issue and math terms by ceil(w) / w, where w = CTAs / (SMs x resident CTAs "
         "per SM). Resident CTAs per SM come from the static report's occupancy.",
-        f"- Split-K reduction (wgrad, when splits > 1) takes max(bytes / HBM + {a.reduce_fixed_s * 1e6:.1f} us, "
+        f"- Split-K reduction (when splits > 1; dgrad splits only grids below {ig.SPLIT_TARGET_CTAS // 2} CTAs) takes max(bytes / HBM + {a.reduce_fixed_s * 1e6:.1f} us, "
         f"splits x {a.reduce_per_split_s * 1e9:.0f} ns). Both constants are FITTED to the measured reduction kernels "
         "(7 to 25 us at batch 32), not derived.",
         f"- cuDNN: overhead + max(FLOPs / (efficiency x dense peak), compulsory DRAM time). Efficiency is "

@@ -75,8 +75,7 @@ template <typename T, typename Acc> struct FilterGradProblem {
     int m_size, n_size, k_begin, k_end;
     igemm::InputOperand<T> x;  // A[m][j] = x's element (tap m, position j)
     const T* __restrict__ out_backprop;
-    T* __restrict__ filter_grad;
-    Acc* __restrict__ partial;  // this split's slice of the scratch, or null
+    igemm::SplitStore<T, Acc> dst;  // the filter gradient, or this split's slice of the scratch
     index_t out_depth, out_channel0;
 
     using ARow = typename igemm::InputOperand<T>::TapRow;
@@ -105,19 +104,8 @@ template <typename T, typename Acc> struct FilterGradProblem {
     __device__ __forceinline__ const T* a_base() const { return x.input; }
     __device__ __forceinline__ const T* b_base() const { return out_backprop; }
     __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
-    __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const {
-        if (partial) partial[row + n] = v;
-        else filter_grad[row + n] = from_acc<T, Acc>(v);
-    }
-    // Eight float partial sums are two 16-byte stores.
-    __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const {
-        if (partial) {
-            reinterpret_cast<float4*>(partial + row + n)[0] = *reinterpret_cast<const float4*>(v);
-            reinterpret_cast<float4*>(partial + row + n)[1] = *reinterpret_cast<const float4*>(v + 4);
-        } else {
-            igemm::store_chunk8(filter_grad + row + n, v);
-        }
-    }
+    __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const { dst.at(row + n, v); }
+    __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const { dst.chunk(row + n, v); }
     __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 
@@ -141,9 +129,9 @@ conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ 
     prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
     prob.x = igemm::InputOperand<T>(input, d, group);
     prob.out_backprop = out_backprop;
-    prob.filter_grad = filter_grad;
-    prob.partial = splits > 1 ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth * d.out_depth
-                              : nullptr;
+    prob.dst = {filter_grad, splits > 1 ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth *
+                                                    d.out_depth
+                                        : nullptr};
     prob.out_depth = d.out_depth;
     prob.out_channel0 = group * d.out_per_group();
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
@@ -160,8 +148,7 @@ template <typename T, typename Acc> struct PointwiseFilterGradProblem {
     int m_size, n_size, k_begin, k_end;
     const T* __restrict__ input;
     const T* __restrict__ out_backprop;
-    T* __restrict__ filter_grad;
-    Acc* __restrict__ partial;  // this split's slice of the scratch, or null
+    igemm::SplitStore<T, Acc> dst;  // the filter gradient, or this split's slice of the scratch
     index_t in_depth, out_depth, in_channel0, out_channel0;
 
     using ARow = igemm::ChannelRow;  // the input channel (group's first + c)
@@ -189,18 +176,8 @@ template <typename T, typename Acc> struct PointwiseFilterGradProblem {
     __device__ __forceinline__ const T* b_base() const { return out_backprop; }
     // The HWIO filter of a 1x1 convolution is [in channel c within the group][out channel].
     __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
-    __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const {
-        if (partial) partial[row + n] = v;
-        else filter_grad[row + n] = from_acc<T, Acc>(v);
-    }
-    __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const {
-        if (partial) {
-            reinterpret_cast<float4*>(partial + row + n)[0] = *reinterpret_cast<const float4*>(v);
-            reinterpret_cast<float4*>(partial + row + n)[1] = *reinterpret_cast<const float4*>(v + 4);
-        } else {
-            igemm::store_chunk8(filter_grad + row + n, v);
-        }
-    }
+    __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const { dst.at(row + n, v); }
+    __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const { dst.chunk(row + n, v); }
     __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 
@@ -221,8 +198,7 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
     prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
     prob.input = input;
     prob.out_backprop = out_backprop;
-    prob.filter_grad = filter_grad;
-    prob.partial = splits > 1 ? partial + split * d.filter_in_depth * d.out_depth : nullptr;
+    prob.dst = {filter_grad, splits > 1 ? partial + split * d.filter_in_depth * d.out_depth : nullptr};
     prob.in_depth = d.in_depth;
     prob.out_depth = d.out_depth;
     prob.in_channel0 = group * d.filter_in_depth;

@@ -96,7 +96,7 @@ template <typename T, typename Acc> struct InputGradProblem {
     int m_size, n_size, k_begin, k_end;
     const T* __restrict__ filter;
     const T* __restrict__ out_backprop;
-    T* __restrict__ input_grad;
+    igemm::SplitStore<T, Acc> dst;  // the input gradient (NHWC), or this split's slice of the scratch
     ConvDims d;
     FastDiv div_kg, div_taps_s, div_j, div_i;
     int phase_row, phase_col;
@@ -178,31 +178,32 @@ template <typename T, typename Acc> struct InputGradProblem {
     __device__ __forceinline__ index_t out_row(int m) const {
         return out_row_by(m, FastDiv(igemm::opaque(div_i.divisor)), FastDiv(igemm::opaque(div_j.divisor)));
     }
-    __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const {
-        input_grad[row + c] = from_acc<T, Acc>(v);
-    }
-    __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const {
-        igemm::store_chunk8(input_grad + row + c, v);
-    }
+    __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const { dst.at(row + c, v); }
+    __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const { dst.chunk(row + c, v); }
     __device__ __forceinline__ void store(int m, int c, Acc v) const { store_at(out_row_by(m, div_i, div_j), c, v); }
 };
 
 // grid: (ceil(batch * ceil(in_rows / stride_rows) * ceil(in_cols / stride_cols) / BM),
-//        ceil(Cg / BN), groups * stride_rows * stride_cols).
-// Every input element belongs to exactly one phase and is written once (zero when no tap reaches it).
+//        ceil(Cg / BN), groups * stride_rows * stride_cols * splits).
+// Every input element belongs to exactly one phase and is written once (zero when no tap reaches
+// it).  Split z % splits covers reduction indices [split * split_size, (split + 1) * split_size)
+// of its phase's GEMM; with splits > 1 it writes its sums to partial[split][input element]
+// (NHWC; zero where its range holds none of the phase's taps) and split_reduce adds them.
 // VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
 template <typename T, typename Acc, int Kind, bool VECTOR>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
 conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
-                            T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
+                            T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
+                            long long splits, long long split_size) {
     InputGradProblem<T, Acc> prob{};
     prob.d = GRADOPS_CONV_DIMS;
     const ConvDims& d = prob.d;
     // 32-bit prologue (the launcher checks the extents; the grid's z, groups x phases, is
     // below 65536): no 64-bit division.
     const int stride_r = static_cast<int>(stride_rows), stride_c = static_cast<int>(stride_cols);
-    const int phases = stride_r * stride_c;
-    const int group = static_cast<int>(blockIdx.z) / phases, phase = static_cast<int>(blockIdx.z) % phases;
+    const int phases = stride_r * stride_c, split_count = static_cast<int>(splits);
+    const int split = static_cast<int>(blockIdx.z) % split_count, group_phase = static_cast<int>(blockIdx.z) / split_count;
+    const int group = group_phase / phases, phase = group_phase % phases;
     prob.phase_row = phase / stride_c;
     prob.phase_col = phase % stride_c;
     // Input positions of this phase per dimension (none when the phase is past the image).
@@ -228,11 +229,12 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     prob.tap_elements = static_cast<int>(d.filter_in_depth * d.out_depth);
     prob.m_size = static_cast<int>(m_size);
     prob.n_size = static_cast<int>(d.filter_in_depth);
-    prob.k_begin = 0;
-    prob.k_end = static_cast<int>(static_cast<index_t>(prob.taps_r.count) * prob.taps_s.count * out_per_group);
+    const int reduction = prob.taps_r.count * prob.taps_s.count * static_cast<int>(out_per_group);
+    prob.k_begin = split * static_cast<int>(split_size);
+    prob.k_end = min(reduction, prob.k_begin + static_cast<int>(split_size));
     prob.filter = filter;
     prob.out_backprop = out_backprop;
-    prob.input_grad = input_grad;
+    prob.dst = {input_grad, split_count > 1 ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
     prob.div_kg = FastDiv(static_cast<int>(out_per_group));
     prob.div_taps_s = FastDiv(prob.taps_s.count > 0 ? prob.taps_s.count : 1);
     prob.div_j = FastDiv(static_cast<int>(cols));
@@ -251,7 +253,7 @@ template <typename T, typename Acc> struct PointwiseInputGradProblem {
     int m_size, n_size, k_begin, k_end;
     const T* __restrict__ filter;
     const T* __restrict__ out_backprop;
-    T* __restrict__ input_grad;
+    igemm::SplitStore<T, Acc> dst;  // the input gradient (NHWC), or this split's slice of the scratch
     index_t out_depth, in_depth, in_channel0, out_channel0;
 
     struct ARow {
@@ -270,32 +272,29 @@ template <typename T, typename Acc> struct PointwiseInputGradProblem {
     __device__ __forceinline__ const T* a_base() const { return out_backprop; }
     __device__ __forceinline__ const T* b_base() const { return filter; }
     __device__ __forceinline__ index_t out_row(int m) const { return m * in_depth + in_channel0; }
-    __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const {
-        input_grad[row + c] = from_acc<T, Acc>(v);
-    }
-    __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const {
-        igemm::store_chunk8(input_grad + row + c, v);
-    }
+    __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const { dst.at(row + c, v); }
+    __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const { dst.chunk(row + c, v); }
     __device__ __forceinline__ void store(int m, int c, Acc v) const { store_at(out_row(m), c, v); }
 };
 
-// grid: (ceil(batch * in_rows * in_cols / BM), ceil(Cg / BN), groups); the launcher takes it for
-// filter_rows == filter_cols == 1, strides 1 and no padding (out_backprop's positions are the
-// input's).  VECTOR as for conv2d_backprop_input_igemm.
+// grid: (ceil(batch * in_rows * in_cols / BM), ceil(Cg / BN), groups * splits); the launcher
+// takes it for filter_rows == filter_cols == 1, strides 1 and no padding (out_backprop's
+// positions are the input's).  Splits and VECTOR as for conv2d_backprop_input_igemm.
 template <typename T, typename Acc, int Kind, bool VECTOR>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
 conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
-                                T* __restrict__ input_grad, GRADOPS_CONV_DIMS_PARAMS) {
+                                T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
+                                long long splits, long long split_size) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const index_t group = blockIdx.z;
+    const index_t group = blockIdx.z / splits, split = blockIdx.z % splits;
     PointwiseInputGradProblem<T, Acc> prob;
     prob.m_size = static_cast<int>(d.batch * d.in_rows * d.in_cols);
     prob.n_size = static_cast<int>(d.filter_in_depth);
-    prob.k_begin = 0;
-    prob.k_end = static_cast<int>(d.out_per_group());
+    prob.k_begin = static_cast<int>(split * split_size);
+    prob.k_end = static_cast<int>(min(d.out_per_group(), (split + 1) * split_size));
     prob.filter = filter;
     prob.out_backprop = out_backprop;
-    prob.input_grad = input_grad;
+    prob.dst = {input_grad, splits > 1 ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
     prob.out_depth = d.out_depth;
     prob.in_depth = d.in_depth;
     prob.in_channel0 = group * d.filter_in_depth;

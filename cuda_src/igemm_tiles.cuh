@@ -1091,6 +1091,26 @@ template <typename T, int Kind, int Op, bool VECTOR> struct MinBlocks {
     static constexpr int value = TWO_FIT ? 2 : 1;
 };
 
+// Where a problem's C lands: the output, or with a split reduction (partial not null) this
+// split's slice of the float / double scratch, which split_reduce sums in split order.
+template <typename T, typename Acc> struct SplitStore {
+    T* __restrict__ out;
+    Acc* __restrict__ partial;
+    __device__ __forceinline__ void at(index_t i, Acc v) const {
+        if (partial) partial[i] = v;
+        else out[i] = from_acc<T, Acc>(v);
+    }
+    // Eight float sums at i (a multiple of 8): one 16-byte store of T, or two of floats.
+    __device__ __forceinline__ void chunk(index_t i, const float (&v)[8]) const {
+        if (partial) {
+            reinterpret_cast<float4*>(partial + i)[0] = *reinterpret_cast<const float4*>(v);
+            reinterpret_cast<float4*>(partial + i)[1] = *reinterpret_cast<const float4*>(v + 4);
+        } else {
+            store_chunk8(out + i, v);
+        }
+    }
+};
+
 }  // namespace igemm
 
 // Second stage of a split reduction: out[i] = sum over splits of partial[s][i], in split order,

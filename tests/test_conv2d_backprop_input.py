@@ -388,6 +388,74 @@ def test_cuda_1x1_kernel(cuda_device, rng, dtype, layout, groups, cg, og, h, w, 
         assert "_1x1_igemm<" in names[0] and "_1x1_igemm<" not in names[1], names
 
 
+@DTYPES
+@pytest.mark.parametrize("splits", [2, 3])
+@pytest.mark.parametrize("r,strides,dilations,pointwise", [(3, (1, 1), (1, 1), None), (3, (2, 2), (1, 1), None),
+                                                           (3, (3, 2), (2, 3), None), (1, (1, 1), (1, 1), True),
+                                                           (1, (1, 1), (1, 1), False)],
+                         ids=["3x3-s1", "3x3-s2", "s32-d23", "1x1-kernel", "1x1-general"])
+def test_cuda_split_reduction(cuda_device, rng, dtype, splits, r, strides, dilations, pointwise):
+    """A reduction split across CTAs (a float/double scratch summed in split order) gives the
+    NumPy backend's result: several reduction tiles per split, phases whose taps leave the last
+    splits empty, the 1x1 kernel and the general one; both layouts through NHWC."""
+    layout = "NCHW" if splits == 3 else "NHWC"
+    x_shape, filt, dy = make_problem(rng, dtype, 2, 9, 10, 1, 16, 136, r, r, strides, "SAME", dilations, NO_PADS)
+    dyl = to_layout(dy, layout)
+    g = conv_geometry("conv2d_backprop_input", to_layout(np.empty(x_shape, dtype), layout).shape, filt.shape,
+                      dyl.shape, layout, strides, "SAME", dilations, NO_PADS)
+    launcher = cuda_launcher("conv2d_backprop_input")
+    assert launcher.split_count(g, np.dtype(dtype), ig.math_kind(dtype), splits)[0] == splits
+    want = gradops.conv2d_backprop_input(g.input_shape, filt, dyl, **attrs(layout, strides, "SAME", dilations, NO_PADS),
+                                         backend="numpy")
+    options = {} if pointwise is None else {"pointwise": pointwise}
+    got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dyl), path="tiled", splits=splits, **options))
+    assert_close(got, want, dtype)
+    if cuda_device is not None:  # the host stand-in records its launches: the GEMM, then the sum
+        names = [e for e, _, _ in cuda_device.launches]
+        assert "split_reduce<" in names[-1] and any(n.endswith(", true>") and "igemm" in n for n in names), names
+
+
+@pytest.mark.parametrize("text,replacement", [
+    ("prob.k_end = min(reduction, prob.k_begin + static_cast<int>(split_size));",
+     "prob.k_end = min(reduction, prob.k_begin + 2 * static_cast<int>(split_size));"),
+    ("prob.dst = {input_grad, split_count > 1 ? partial + split * d.batch",
+     "prob.dst = {input_grad, split_count > 1 ? partial + 0 * split * d.batch"),
+], ids=["splits-overlap", "splits-share-one-slice"])
+def test_planted_split_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
+    """Bugs planted in the general kernel's split ranges and scratch slices give wrong results."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "conv2d_backprop_input.cu", (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    rng = np.random.default_rng(5)
+    x_shape, filt, dy = make_problem(rng, np.float32, 2, 9, 10, 1, 16, 136, 3, 3, (2, 2), "SAME", (1, 1), NO_PADS)
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", (2, 2), "SAME", (1, 1), NO_PADS)
+    got = to_host(cuda_launcher("conv2d_backprop_input").conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy),
+                                                                                path="tiled", splits=3))
+    want = gradops.conv2d_backprop_input(x_shape, filt, dy, **attrs("NHWC", (2, 2), "SAME", (1, 1), NO_PADS),
+                                         backend="numpy")
+    with pytest.raises(AssertionError):
+        assert_close(got, want, np.float32)
+
+
+def test_split_count_fills_small_grids_only():
+    """The automatic split count: ResNet-50's 7x7 layers at batch 32 (52 CTAs of 128 x 128) split,
+    large grids and short reductions do not."""
+    launcher = cuda_launcher("conv2d_backprop_input")
+
+    def geometry(batch, size, cin, cout, r):
+        return conv_geometry("conv2d_backprop_input", (batch, size, size, cin), (r, r, cin, cout),
+                             (batch, size, size, cout), "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
+
+    kind = ig.WMMA_HALF  # the sm_80+ tile
+    assert launcher.split_count(geometry(32, 7, 512, 512, 3), np.float16, kind)[0] == 4  # 52 CTAs, 144 k-tiles
+    assert launcher.split_count(geometry(256, 7, 512, 512, 3), np.float16, kind)[0] == 1  # 392 CTAs
+    assert launcher.split_count(geometry(32, 7, 512, 128, 1), np.float16, kind)[0] == 1  # 4 k-tiles
+
+
 FEW_CHANNEL_CASES = {  # cin, r, s, strides, padding, dilations, pads
     "stem-7x7-s2-same": (3, 7, 7, (2, 2), "SAME", (1, 1), NO_PADS),
     "3x3-s1-valid-1ch": (1, 3, 3, (1, 1), "VALID", (1, 1), NO_PADS),

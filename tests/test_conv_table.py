@@ -101,7 +101,8 @@ def test_limiter_follows_the_parameters(ct, tmp_path):
 
 
 def test_plan_agrees_with_conv_prediction(ct):
-    """The grid this model builds gives conv_prediction.warp_k_tiles' warps and warp x k-tiles."""
+    """The grid this model builds (with the input gradient's split reduction) gives
+    conv_prediction.warp_k_tiles' warps and warp x k-tiles."""
     cp = _load("conv_prediction")
     for case in ct.resnet50_cases(32):
         g = case.geometry()
@@ -109,7 +110,7 @@ def test_plan_agrees_with_conv_prediction(ct):
             p = ct.plan(case.op, g, dtype)
             if p.path == "direct":
                 continue
-            warps, warp_tiles = cp.warp_k_tiles(case.op, g, dtype, p.kind)
+            warps, warp_tiles = cp.warp_k_tiles(case.op, g, dtype, p.kind, split=True)
             assert p.ctas * p.warps_per_cta == warps
             assert sum(c * p.warps_per_cta * k for c, k in p.groups) == warp_tiles
     # float32 is exact SIMT by default and TF32 tensor cores with allow_tf32; half types use mma.sync

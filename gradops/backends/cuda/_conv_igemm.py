@@ -203,6 +203,27 @@ def cpp_bool(value: bool) -> str:
 PATHS = ("direct", "tiled")
 
 
+#: A split reduction aims at this many CTAs.  A constant rather than a multiple of the SM count
+#: so that the summation order, hence every bit of the result, is the same on every GPU.
+SPLIT_TARGET_CTAS = 256
+#: Each split gets at least this many BK-deep reduction steps, so that the scratch traffic of a
+#: split (one partial tile per CTA) stays small next to the loads it replaces.
+SPLIT_MIN_K_TILES = 16
+
+
+def split_reduction(ctas: int, red: int, bk: int, z_limit: int, splits: int | None = None) -> tuple[int, int]:
+    """(splits, split_size) of a reduction of ``red`` indices over a grid of ``ctas`` CTAs:
+    ``splits`` chunks of ``split_size`` indices (a multiple of BK), by default enough to give
+    about SPLIT_TARGET_CTAS CTAs with at least SPLIT_MIN_K_TILES k-tiles each; at most
+    ``z_limit`` (the grid's z room); no empty trailing split."""
+    k_tiles = ceil_div(red, bk)
+    if splits is None:
+        splits = min(SPLIT_TARGET_CTAS // max(1, ctas), k_tiles // SPLIT_MIN_K_TILES)
+    splits = max(1, min(splits, z_limit))
+    split_size = ceil_div(k_tiles, splits) * bk
+    return ceil_div(red, split_size), split_size
+
+
 def pointwise_eligible(g) -> bool:
     """Whether a conv's input positions are its output positions (1x1 filter, strides 1, no
     padding), so that its GEMMs are plain row-major ones: the ``_1x1_igemm`` kernels, which

@@ -21,12 +21,6 @@ from . import _runtime
 SOURCE = "conv2d_backprop_filter.cu"
 #: ``kFilterDirectThreads`` in the kernel source (a power of two, for its tree reduction).
 FILTER_DIRECT_THREADS = 128
-#: The split count aims at this many CTAs.  A constant rather than a multiple of the SM count
-#: so that the summation order, hence every bit of the result, is the same on every GPU.
-TARGET_CTAS = 256
-#: Each split gets at least this many BK-deep reduction steps, so that the scratch traffic of
-#: a split (one M x N partial tile) stays small next to the loads it replaces.
-MIN_K_TILES_PER_SPLIT = 16
 
 
 def _direct_name(dtype, layout: str) -> str:
@@ -66,21 +60,14 @@ def tiled_eligible(g, dtype) -> bool:
             and ig.ceil_div(n, bn) <= ig.GRID_YZ_LIMIT and g.groups <= ig.GRID_YZ_LIMIT)
 
 
-def split_count(g, dtype, kind: int) -> tuple[int, int]:
+def split_count(g, dtype, kind: int, splits: int | None = None) -> tuple[int, int]:
     """(splits, split_size): the reduction is cut into ``splits`` chunks of ``split_size``
-    indices (a multiple of BK), enough to give about TARGET_CTAS CTAs."""
+    indices (a multiple of BK), by default enough to give about ig.SPLIT_TARGET_CTAS CTAs
+    (:func:`._conv_igemm.split_reduction`); ``splits`` (tests) overrides the count."""
     bm, bn, bk, _ = ig.TILES[(np.dtype(dtype), kind)]
     m, n, red = _gemm_sizes(g)
     tiles = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * g.groups
-    k_tiles = ig.ceil_div(red, bk)
-    splits = max(1, min(TARGET_CTAS // tiles, k_tiles // MIN_K_TILES_PER_SPLIT, ig.GRID_YZ_LIMIT // g.groups))
-    return _normalise_splits(splits, red, bk)
-
-
-def _normalise_splits(splits: int, red: int, bk: int) -> tuple[int, int]:
-    k_tiles = ig.ceil_div(red, bk)
-    split_size = ig.ceil_div(k_tiles, max(1, splits)) * bk
-    return ig.ceil_div(red, split_size), split_size  # no empty trailing split
+    return ig.split_reduction(tiles, red, bk, ig.GRID_YZ_LIMIT // g.groups, splits)
 
 
 def supports(op, geometry, dtype) -> tuple[bool, str]:
@@ -118,14 +105,11 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
         return out
 
     kind = ig.math_kind(dtype)
-    bm, bn, bk, threads = ig.TILES[(dtype, kind)]
+    bm, bn, _, threads = ig.TILES[(dtype, kind)]
     x = ig.to_nhwc(x, g.data_format)
     dy = ig.to_nhwc(dy, g.data_format)
-    m, n, red = _gemm_sizes(g)
-    if splits is None:
-        splits, split_size = split_count(g, dtype, kind)
-    else:
-        splits, split_size = _normalise_splits(min(splits, ig.GRID_YZ_LIMIT // g.groups), red, bk)
+    m, n, _ = _gemm_sizes(g)
+    splits, split_size = split_count(g, dtype, kind, splits)
     # One float (double for float64) partial filter per split; unused (empty) without a split.
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * splits)

@@ -6,8 +6,10 @@ one GEMM per (group, stride phase) so that strided convolutions spend no work on
 a dilated out_backprop; tensor cores for float16/bfloat16, exact SIMT FMA for float32 unless
 ``gradops.options(allow_tf32=True)``, SIMT for float64.  A 1x1 filter at stride 1 without
 padding, with 16-byte loads, takes the tiled path's plain-GEMM kernel (``_1x1_igemm``: no
-position or tap decomposition).  Both paths write every element exactly once in a fixed order:
-results are bitwise reproducible.
+position or tap decomposition).  Where the grid would under-fill the GPU, the tiled path splits
+the reduction across CTAs into a float/double scratch shaped like the input gradient, which a
+second kernel sums in split order.  Both paths write every element in a fixed order: results
+are bitwise reproducible.
 """
 
 from __future__ import annotations
@@ -57,6 +59,10 @@ def few_channels_eligible(g, dtype, arrays=()) -> bool:
                               g.in_cols * g.stride_cols, *ig.cursor_extents(g)))
 
 
+def _reduce_name(dtype) -> str:
+    return f"gradops::split_reduce<{ig.template_types(dtype)}>"
+
+
 def _pointwise_name(dtype, kind: int) -> str:
     return f"gradops::conv2d_backprop_input_1x1_igemm<{ig.template_types(dtype)}, {kind}, true>"
 
@@ -66,7 +72,7 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     pointwise = [_pointwise_name(dtype, kind) for dtype in ig.instantiation_dtypes()
                  for kind in ig.math_kinds(dtype, arch)]
     few = [_few_channels_name(dtype, c) for dtype in ig.instantiation_dtypes() for c in FEW_CHANNELS]
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, arch=arch) + pointwise + few}
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + pointwise + few}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -87,6 +93,17 @@ def tiled_eligible(g, dtype) -> bool:
             and g.groups * g.stride_rows * g.stride_cols <= ig.GRID_YZ_LIMIT)
 
 
+def split_count(g, dtype, kind: int, splits: int | None = None) -> tuple[int, int]:
+    """(splits, split_size) of the tiled path's reduction (:func:`._conv_igemm.split_reduction`
+    over the grid of every phase; the reduction's bound is the one of all taps, so a phase with
+    fewer taps leaves its last splits empty: they write zeros).  ``splits`` (tests) overrides."""
+    bm, bn, bk, _ = ig.TILES[(np.dtype(dtype), kind)]
+    m, n, red = _gemm_sizes(g)
+    groups_phases = g.groups * g.stride_rows * g.stride_cols
+    ctas = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * groups_phases
+    return ig.split_reduction(ctas, red, bk, ig.GRID_YZ_LIMIT // groups_phases, splits)
+
+
 def supports(op, geometry, dtype) -> tuple[bool, str]:
     if geometry.depthwise:
         return False, "depthwise filters are not handled by the conv2d_backprop_input kernels"
@@ -95,14 +112,14 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 
 def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = None,
                           vector: bool | None = None, pointwise: bool | None = None,
-                          few_channels: bool | None = None):
+                          few_channels: bool | None = None, splits: int | None = None):
     """Input gradient (shape ``geometry.input_shape``, in ``geometry.data_format``) from the HWIO
     ``filter`` and ``out_backprop``, in their dtype.  ``path`` ("direct" / "tiled"), ``vector``
     (tiled only: 16-byte or scalar loads), ``pointwise`` (tiled only: the 1x1 kernel where
     :func:`._conv_igemm.pointwise_eligible` and 16-byte loads allow it, else the general one)
-    and ``few_channels`` (direct only: the few-channel kernel where :func:`few_channels_eligible`,
-    else the general one) override the automatic choices; the tests use them to run every path
-    on small shapes."""
+    ``few_channels`` (direct only: the few-channel kernel where :func:`few_channels_eligible`,
+    else the general one) and ``splits`` (tiled only: the split count) override the automatic
+    choices; the tests use them to run every path on small shapes."""
     import cupy
 
     g = geometry
@@ -136,9 +153,15 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     dy = ig.to_nhwc(dy, g.data_format)
     out = cupy.empty((g.batch, g.in_rows, g.in_cols, g.in_depth), dtype)  # NHWC; every element written
     m, n, _ = _gemm_sizes(g)
-    grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * g.stride_rows * g.stride_cols)
+    splits, split_size = split_count(g, dtype, kind, splits)
+    # One float (double for float64) partial input gradient per split; unused (empty) without a split.
+    partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
+    grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * g.stride_rows * g.stride_cols * splits)
     vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
     name = _pointwise_name(dtype, kind) if ig.pick_pointwise(g, vector, pointwise) else _tiled_name(dtype, kind, vector)
     fn = _runtime.kernel(SOURCE, name)
-    fn(grid, (threads,), (w, dy, out, *dims))
+    fn(grid, (threads,), (w, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
+    if splits > 1:
+        reduce = _runtime.kernel(SOURCE, _reduce_name(dtype))
+        _runtime.launch_1d(reduce, out.size, (partial, out, np.int64(out.size), np.int64(splits)))
     return ig.from_nhwc(out, g.data_format)
