@@ -67,13 +67,17 @@ def expression(ncu_name: str) -> str | None:
     return f"{m.group(1)}<{', '.join(args)}>"
 
 
-def current_kernel(measured: str, g) -> str:
-    """The instantiation today's launcher runs where the measured run ran ``measured``: the
-    ``_1x1_igemm`` kernel (same grid) for a 1x1 filter at stride 1 without padding with 16-byte
-    loads, else the same one."""
-    if measured.endswith(", true>") and "_1x1_" not in measured and ig.pointwise_eligible(g):
-        return measured.replace("_igemm<", "_1x1_igemm<")
-    return measured
+def current_kernel(measured: str, g, split: bool = False) -> str:
+    """The instantiation today's launcher runs where the measured run ran ``measured`` (whose
+    names predate the input gradient's SPLIT argument): the ``_1x1_igemm`` kernel (same grid)
+    for a 1x1 filter at stride 1 without padding with 16-byte loads, else the same kind; the
+    input gradient's with ``split`` as its last argument."""
+    name = measured
+    if name.endswith(", true>") and "_1x1_" not in name and ig.pointwise_eligible(g):
+        name = name.replace("_igemm<", "_1x1_igemm<")
+    if "conv2d_backprop_input" in name:
+        name = f"{name[:-1]}, {ig.cpp_bool(split)}>"
+    return name
 
 
 def _phase_taps(phase: int, pad: int, stride: int, dilation: int, size: int) -> int:
@@ -133,19 +137,19 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
             continue
         (k, expr), = tiled
         case = by_label[("resnet50", e["label"], e["op"])]
-        current_expr = current_kernel(expr, case.geometry())
-        if current_expr not in after:  # a report of kernels older than the 1x1 ones
-            current_expr = expr
-        old, new = before[expr], after[current_expr]
         dtype = np.dtype(suites.DTYPES[e["dtype"]])
         kind = int(expr.split(",")[2])
         g = case.geometry()
-        grids = {"old": warp_k_tiles(e["op"], g, dtype, kind)}
         # The current launcher splits small dgrad grids (the measured kernels never did).
         split = e["op"] == suites.CONV_INPUT and current != baseline
-        grids["new"] = warp_k_tiles(e["op"], g, dtype, kind, split=split)
         splits = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input").split_count(
             g, dtype, kind)[0] if split else 1
+        current_expr = current_kernel(expr, g, splits > 1)
+        if current_expr not in after:  # a report of the measured kernels themselves
+            current_expr = expr
+        old, new = before[expr], after[current_expr]
+        grids = {"old": warp_k_tiles(e["op"], g, dtype, kind),
+                 "new": warp_k_tiles(e["op"], g, dtype, kind, split=split)}
 
         def issued(record, grid):
             warps, warp_tiles = grids[grid]
@@ -158,7 +162,7 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
         reduce_ns = (splits * elements * 4 + elements * dtype.itemsize) / BANDWIDTH * 1e9 if splits > 1 else 0.0
         predicted = measured - k["ns"] + k["ns"] * scale + reduce_ns
         warp_tiles = grids["old"][1]
-        row.update(kernel=expr.split("<")[1].rstrip(">") + (" -> 1x1 kernel" if current_expr != expr else "")
+        row.update(kernel=expr.split("<")[1].rstrip(">") + (" -> 1x1 kernel" if "_1x1_" in current_expr else "")
                    + (f", split {splits} ways" if splits > 1 else ""),
                    main_loop_before=old["main_loop"]["instructions"],
                    main_loop_after=new["main_loop"]["instructions"],

@@ -47,6 +47,7 @@ import importlib
 import itertools
 import json
 import math
+import re
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field, replace
@@ -200,9 +201,13 @@ def plan(op: str, g, dtype, allow_tf32: bool = False) -> Plan:
         return Plan("direct")
     bm, bn, bk, threads = ig.TILES[(dtype, kind)]
     vector = ig.use_vector_loads(g, dtype, ())
-    # A 1x1 filter at stride 1 without padding runs the _1x1_igemm kernel (same grid and tile).
-    name = (launcher._pointwise_name(dtype, kind) if ig.pick_pointwise(g, vector, None)
-            else launcher._tiled_name(dtype, kind, vector))
+    # A 1x1 filter at stride 1 without padding runs the _1x1_igemm kernel (same grid and tile);
+    # the input gradient's kernels have a SPLIT argument (true where the launcher splits).
+    split = {}
+    if op == suites.CONV_INPUT:
+        split = {"split": LAUNCHERS[op].split_count(g, dtype, kind)[0] > 1}
+    name = (launcher._pointwise_name(dtype, kind, **split) if ig.pick_pointwise(g, vector, None)
+            else launcher._tiled_name(dtype, kind, vector, **split))
     p = Plan("tiled", name, kind, vector, (bm, bn, bk, threads))
     p.general = launcher._tiled_name(dtype, kind, vector)
     if op == suites.CONV_FILTER:
@@ -246,8 +251,10 @@ def predict_ours(op: str, g, dtype, allow_tf32: bool, kernels: dict[str, dict], 
     row = {"path": p.path, "flops": g.flops}
     if p.path == "direct":
         return row
-    if p.kernel not in kernels:  # a static report of kernels older than the 1x1 ones
+    if p.kernel not in kernels:  # a static report of kernels older than the 1x1 (or split) ones
         p.kernel = p.general
+    if p.kernel not in kernels:  # ... or older than the input gradient's SPLIT argument
+        p.kernel = re.sub(r", (true|false), (true|false)>$", r", \1>", p.kernel)
     rec = kernels[p.kernel]
     loop = rec["main_loop"]["instructions"]
     rest = rec["sass_instructions"] - loop

@@ -190,8 +190,11 @@ template <typename T, typename Acc> struct InputGradProblem {
 // of its phase's GEMM; with splits > 1 it writes its sums to partial[split][input element]
 // (NHWC; zero where its range holds none of the phase's taps) and split_reduce adds them.
 // VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
-template <typename T, typename Acc, int Kind, bool VECTOR>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
+// SPLIT: whether the launcher splits the reduction (splits > 1); an unsplit instantiation has
+// no scratch path in its epilogue.
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
+__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value,
+                                  igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR, SPLIT>::value)
 conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                             T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
                             long long splits, long long split_size) {
@@ -201,7 +204,7 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     // 32-bit prologue (the launcher checks the extents; the grid's z, groups x phases, is
     // below 65536): no 64-bit division.
     const int stride_r = static_cast<int>(stride_rows), stride_c = static_cast<int>(stride_cols);
-    const int phases = stride_r * stride_c, split_count = static_cast<int>(splits);
+    const int phases = stride_r * stride_c, split_count = SPLIT ? static_cast<int>(splits) : 1;
     const int split = static_cast<int>(blockIdx.z) % split_count, group_phase = static_cast<int>(blockIdx.z) / split_count;
     const int group = group_phase / phases, phase = group_phase % phases;
     prob.phase_row = phase / stride_c;
@@ -234,7 +237,7 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     prob.k_end = min(reduction, prob.k_begin + static_cast<int>(split_size));
     prob.filter = filter;
     prob.out_backprop = out_backprop;
-    prob.dst = {input_grad, split_count > 1 ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
+    prob.dst = {input_grad, SPLIT ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
     prob.div_kg = FastDiv(static_cast<int>(out_per_group));
     prob.div_taps_s = FastDiv(prob.taps_s.count > 0 ? prob.taps_s.count : 1);
     prob.div_j = FastDiv(static_cast<int>(cols));
@@ -279,14 +282,15 @@ template <typename T, typename Acc> struct PointwiseInputGradProblem {
 
 // grid: (ceil(batch * in_rows * in_cols / BM), ceil(Cg / BN), groups * splits); the launcher
 // takes it for filter_rows == filter_cols == 1, strides 1 and no padding (out_backprop's
-// positions are the input's).  Splits and VECTOR as for conv2d_backprop_input_igemm.
-template <typename T, typename Acc, int Kind, bool VECTOR>
+// positions are the input's).  Splits, VECTOR and SPLIT as for conv2d_backprop_input_igemm.
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
 conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                                 T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
                                 long long splits, long long split_size) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const index_t group = blockIdx.z / splits, split = blockIdx.z % splits;
+    const index_t split_count = SPLIT ? splits : 1;
+    const index_t group = blockIdx.z / split_count, split = blockIdx.z % split_count;
     PointwiseInputGradProblem<T, Acc> prob;
     prob.m_size = static_cast<int>(d.batch * d.in_rows * d.in_cols);
     prob.n_size = static_cast<int>(d.filter_in_depth);
@@ -294,7 +298,7 @@ conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restric
     prob.k_end = static_cast<int>(min(d.out_per_group(), (split + 1) * split_size));
     prob.filter = filter;
     prob.out_backprop = out_backprop;
-    prob.dst = {input_grad, splits > 1 ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
+    prob.dst = {input_grad, SPLIT ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
     prob.out_depth = d.out_depth;
     prob.in_depth = d.in_depth;
     prob.in_channel0 = group * d.filter_in_depth;

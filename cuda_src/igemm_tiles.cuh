@@ -1083,10 +1083,15 @@ template <typename T, int Kind> struct Threads { static constexpr int value = Co
 // on CUDA cores in wgrad with 16-byte loads.  TF32, the forward kernel on tensor cores (8 bytes
 // spill on sm_80) and scalar-load dgrad on tensor cores spill under 128 registers.
 enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
-template <typename T, int Kind, int Op, bool VECTOR> struct MinBlocks {
+// SPLIT: the input gradient's split-reduction instantiation, whose float64 scalar variant
+// needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).
+template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false> struct MinBlocks {
     static constexpr bool HALF = sizeof(T) == 2;
-    static constexpr bool TWO_FIT = sizeof(T) == 8 || (HALF && Kind == SIMT && Op != DGRAD) ||
-                                    (HALF && Kind != SIMT && (Op == WGRAD || (Op == DGRAD && VECTOR))) ||
+    // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.
+    static constexpr bool MMA_SYNC = GRADOPS_HAS_MMA_SM80;
+    static constexpr bool TWO_FIT = (sizeof(T) == 8 && !(Op == DGRAD && SPLIT && !VECTOR)) ||
+                                    (HALF && Kind == SIMT && Op != DGRAD) ||
+                                    (HALF && Kind != SIMT && (Op == WGRAD || (Op == DGRAD && VECTOR && MMA_SYNC))) ||
                                     (!HALF && Kind == SIMT && Op == WGRAD && VECTOR);
     static constexpr int value = TWO_FIT ? 2 : 1;
 };

@@ -474,7 +474,8 @@ def run_half_conv_gradients(monkeypatch, vector, source_dir=None):
     stats, ok = {}, True
     for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
         # build, then count afresh
-        device.kernel(f"{op}.cu", f"gradops::{op}_igemm<__half, float, 1, {'true' if vector else 'false'}>")
+        launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
+        device.kernel(f"{op}.cu", launcher._tiled_name(np.float16, 1, vector))
         kernels = device._kernels[f"{op}.cu"]
         for kind in kernels.SHARED_KINDS:
             kernels.shared_stats(reset=True, kind=kind)

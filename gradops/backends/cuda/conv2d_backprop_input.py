@@ -27,8 +27,9 @@ def _direct_name(dtype, layout: str) -> str:
     return f"gradops::conv2d_backprop_input_direct<{ig.template_types(dtype)}, {ig.LAYOUT[layout]}>"
 
 
-def _tiled_name(dtype, kind: int, vector: bool) -> str:
-    return f"gradops::conv2d_backprop_input_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
+def _tiled_name(dtype, kind: int, vector: bool, split: bool = False) -> str:
+    return (f"gradops::conv2d_backprop_input_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}, "
+            f"{ig.cpp_bool(split)}>")
 
 
 def _few_channels_name(dtype, channels: int) -> str:
@@ -63,16 +64,18 @@ def _reduce_name(dtype) -> str:
     return f"gradops::split_reduce<{ig.template_types(dtype)}>"
 
 
-def _pointwise_name(dtype, kind: int) -> str:
-    return f"gradops::conv2d_backprop_input_1x1_igemm<{ig.template_types(dtype)}, {kind}, true>"
+def _pointwise_name(dtype, kind: int, split: bool = False) -> str:
+    return f"gradops::conv2d_backprop_input_1x1_igemm<{ig.template_types(dtype)}, {kind}, true, {ig.cpp_bool(split)}>"
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """The name expressions compute capability ``arch`` can run (None: every one)."""
-    pointwise = [_pointwise_name(dtype, kind) for dtype in ig.instantiation_dtypes()
-                 for kind in ig.math_kinds(dtype, arch)]
+    pointwise = [_pointwise_name(dtype, kind, split) for dtype in ig.instantiation_dtypes()
+                 for kind in ig.math_kinds(dtype, arch) for split in (False, True)]
     few = [_few_channels_name(dtype, c) for dtype in ig.instantiation_dtypes() for c in FEW_CHANNELS]
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + pointwise + few}
+    split = [_tiled_name(dtype, kind, vector, split=True) for dtype in ig.instantiation_dtypes()
+             for kind in ig.math_kinds(dtype, arch) for vector in (False, True)]
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + split + pointwise + few}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -158,7 +161,9 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * g.stride_rows * g.stride_cols * splits)
     vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
-    name = _pointwise_name(dtype, kind) if ig.pick_pointwise(g, vector, pointwise) else _tiled_name(dtype, kind, vector)
+    split = splits > 1
+    name = (_pointwise_name(dtype, kind, split) if ig.pick_pointwise(g, vector, pointwise)
+            else _tiled_name(dtype, kind, vector, split))
     fn = _runtime.kernel(SOURCE, name)
     fn(grid, (threads,), (w, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
     if splits > 1:
