@@ -98,10 +98,19 @@ def warp_k_tiles(op: str, g, dtype, kind: int, split: bool = False) -> tuple[int
         ctas = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * g.groups
         k_tiles = sum(ig.ceil_div(min(split_size, red - s * split_size), bk) for s in range(splits))
         return ctas * splits * warps, ctas * warps * k_tiles
-    total, all_warps = 0, 0
+    groups = dgrad_groups(g, dtype, kind, split)
+    return sum(c for c, _ in groups) * warps, sum(c * k for c, k in groups) * warps
+
+
+def dgrad_groups(g, dtype, kind: int, split: bool = False) -> list[tuple[int, int]]:
+    """``[(CTAs, k-tiles each)]`` of the input gradient's tiled grid, per (stride phase, split):
+    a phase's working CTAs (those past its positions return at once), a split past the phase's
+    reduction none of its k-tiles.  ``split`` as for :func:`warp_k_tiles`."""
+    bm, bn, bk, _ = ig.TILES[(np.dtype(dtype), kind)]
     kg = g.out_depth // g.groups
     dgrad = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input")
     splits, split_size = dgrad.split_count(g, dtype, kind) if split else (1, 1 << 62)
+    groups = []
     for pr in range(g.stride_rows):
         for pc in range(g.stride_cols):
             rows = ig.ceil_div(g.in_rows - pr, g.stride_rows) if g.in_rows > pr else 0
@@ -109,10 +118,9 @@ def warp_k_tiles(op: str, g, dtype, kind: int, split: bool = False) -> tuple[int
             taps = (_phase_taps(pr, g.pad_top, g.stride_rows, g.dilation_rows, g.filter_rows) *
                     _phase_taps(pc, g.pad_left, g.stride_cols, g.dilation_cols, g.filter_cols))
             ctas = ig.ceil_div(g.batch * rows * cols, bm) * ig.ceil_div(g.filter_in_depth, bn) * g.groups
-            for s in range(splits):
-                total += ctas * warps * ig.ceil_div(max(0, min(split_size, taps * kg - s * split_size)), bk)
-                all_warps += ctas * warps
-    return all_warps, total
+            groups += [(ctas, ig.ceil_div(max(0, min(split_size, taps * kg - s * split_size)), bk))
+                       for s in range(splits)]
+    return groups
 
 
 def rows(results: str, baseline: str, current: str) -> list[dict]:

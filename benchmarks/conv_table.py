@@ -65,6 +65,8 @@ from gradops.backends.cuda import _conv_igemm as ig  # noqa: E402
 from gradops.backends.cuda import _runtime  # noqa: E402
 from gradops.bench import metrics, suites  # noqa: E402
 
+import conv_prediction  # noqa: E402  (the input gradient's grid per phase and split)
+
 # The launcher modules (the package re-exports functions of the same names).
 WGRAD = importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter")
 DGRAD = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input")
@@ -182,11 +184,6 @@ class Plan:
         return self.tile[3] // 32
 
 
-def _phase_taps(phase: int, pad: int, stride: int, dilation: int, size: int) -> int:
-    """Filter taps of one dimension that reach input positions of this phase (dgrad)."""
-    return sum(1 for r in range(size) if (r * dilation - phase - pad) % stride == 0)
-
-
 def plan(op: str, g, dtype, allow_tf32: bool = False) -> Plan:
     """The launcher's choices for geometry ``g`` on compute capability 9.0, from its own
     functions (``tiled_eligible``, ``pick_path``, ``math_kind``, ``split_count``,
@@ -219,18 +216,9 @@ def plan(op: str, g, dtype, allow_tf32: bool = False) -> Plan:
         p.groups = [(tiles * per_split.count(k), k) for k in sorted(set(per_split), reverse=True)]
         p.reduce_elements = m * n * g.groups if splits > 1 else 0
         return p
-    kg = g.out_depth // g.groups
-    splits, split_size = LAUNCHERS[suites.CONV_INPUT].split_count(g, dtype, kind)
+    splits = DGRAD.split_count(g, dtype, kind)[0]
     p.splits = splits
-    for pr in range(g.stride_rows):
-        for pc in range(g.stride_cols):
-            rows = ig.ceil_div(g.in_rows - pr, g.stride_rows) if g.in_rows > pr else 0
-            cols = ig.ceil_div(g.in_cols - pc, g.stride_cols) if g.in_cols > pc else 0
-            taps = (_phase_taps(pr, g.pad_top, g.stride_rows, g.dilation_rows, g.filter_rows)
-                    * _phase_taps(pc, g.pad_left, g.stride_cols, g.dilation_cols, g.filter_cols))
-            ctas = ig.ceil_div(g.batch * rows * cols, bm) * ig.ceil_div(g.filter_in_depth, bn) * g.groups
-            for s in range(splits):  # a split past the phase's reduction runs no k-tile (writes zeros)
-                p.groups.append((ctas, ig.ceil_div(max(0, min(split_size, taps * kg - s * split_size)), bk)))
+    p.groups = conv_prediction.dgrad_groups(g, dtype, kind, split=True)
     p.reduce_elements = g.batch * g.in_rows * g.in_cols * g.in_depth if splits > 1 else 0
     return p
 
