@@ -67,12 +67,7 @@ def _case(entry):
 
 
 def _tiled_expression(case, dtype):
-    import importlib
-
-    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-    g = case.geometry()
-    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
-    return dw._tiled_expression(dtype, g.data_format, shape, dw.item_rows_per_tile(g))
+    return st.measured_depthwise_expression(case.geometry(), dtype)
 
 
 def _fractional_launch(case, dtype):

@@ -178,26 +178,29 @@ __global__ void depthwise_conv2d_native_backprop_input(
 namespace dwconv {
 
 // The work split of one specialisation.  A work item (one thread): ITEM_ROWS x ITEM_COLS
-// positions x V channels; a CTA: R x TILE_ITEM_COLS work items per lane, i.e. a tile of
-// TILE_ROWS x TILE_COLS positions.  4 x 4 positions and 2 x 4 work items (8 x 16 positions)
-// everywhere but 5x5 stride 1, where 7 x 4 positions and 2 x 2 work items (14 x 8 positions)
-// read fewer staged values and carry the per-thread fixed costs over more elements (28 x 2
-// per thread against 16 x 2).  Its tile stages 18 x 12 positions (a 16-row tile of 4 x 4
-// items would need 20 x 20, past the 48 KiB of static shared memory for float), and 14 rows
-// divide the 7 x 2^k feature maps of 224 x 224 networks exactly.  R = 1 (one work item down a
-// tile, 7 x 8 positions) is for 5x5 stride-1 images of at most 7 rows, which a 14-row tile
-// would half fill.
-template <int KH, int KW, int SH, int SW, int R> struct Shape {
+// positions x V channels; a CTA: R x C work items per lane, i.e. a tile of TILE_ROWS x
+// TILE_COLS positions.  4 x 4 positions and 2 x 4 work items (8 x 16 positions) everywhere but
+// 5x5 stride 1, where 7 x 4 positions and 2 x 2 work items (14 x 8 positions) read fewer
+// staged values and carry the per-thread fixed costs over more elements (28 x 2 per thread
+// against 16 x 2).  Its tile stages 18 x 12 positions (a 16-row tile of 4 x 4 items would need
+// 20 x 20, past the 48 KiB of static shared memory for float), and 14 rows divide the 7 x 2^k
+// feature maps of 224 x 224 networks exactly.  Small images take smaller tiles, which a full
+// one would mostly leave empty: R = 1 (one work item down a tile, 7 x 8 positions) for 5x5
+// stride-1 images of at most 7 rows, and C = 2 (8 x 8 positions) for the other filters where
+// the last 8 x 16 tile would be at most half inside the image (7 x 7 maps fill 77% of an 8 x 8
+// tile against 38% of an 8 x 16 one; 56 columns 100% against 87.5%).
+template <int KH, int KW, int SH, int SW, int R, int C> struct Shape {
     static constexpr bool TALL = KH == 5 && KW == 5 && SH == 1 && SW == 1;
     static constexpr int ITEM_ROWS = TALL ? 7 : 4;
     static constexpr int ITEM_COLS = 4;
     static_assert(R == 1 || R == 2, "one or two work items down a tile");
+    static_assert(C == 2 || (C == 4 && !TALL), "two or four work items across a tile (two for 5x5 stride 1)");
     static constexpr int TILE_ITEM_ROWS = R;
-    static constexpr int TILE_ITEM_COLS = TALL ? 2 : 4;
+    static constexpr int TILE_ITEM_COLS = C;
     static constexpr int TILE_ITEMS = TILE_ITEM_ROWS * TILE_ITEM_COLS;
     static constexpr int TILE_ROWS = ITEM_ROWS * TILE_ITEM_ROWS;  // 8, or 14 (7)
     static constexpr int TILE_COLS = ITEM_COLS * TILE_ITEM_COLS;  // 16, or 8
-    static constexpr int TILE_POSITIONS = TILE_ROWS * TILE_COLS;  // 128, or 112
+    static constexpr int TILE_POSITIONS = TILE_ROWS * TILE_COLS;  // 128, 112, 64 or 56
 };
 // Bytes of accumulators per staged position: one 128-byte shared-memory row (32 banks).
 constexpr int kPositionBytes = 128;
@@ -299,12 +302,12 @@ template <typename T, typename Acc, int V> __device__ __forceinline__ void store
 // The taps of one work item: every staged value of its window times every filter tap that
 // carries it to one of the work item's positions.  CHECKED skips staged positions outside
 // out_backprop (window rows [row_begin, row_end) x columns [col_begin, col_end) are inside).
-template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int STRIDE>
+template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int C, int STRIDE>
 __device__ __forceinline__ void accumulate(
     const Acc* __restrict__ window, const Lane<Acc> (&w)[KH * KW],
-    Acc (&acc)[Shape<KH, KW, SH, SW, R>::ITEM_ROWS][Shape<KH, KW, SH, SW, R>::ITEM_COLS][Block<Acc>::V], int row_begin,
+    Acc (&acc)[Shape<KH, KW, SH, SW, R, C>::ITEM_ROWS][Shape<KH, KW, SH, SW, R, C>::ITEM_COLS][Block<Acc>::V], int row_begin,
     int row_end, int col_begin, int col_end) {
-    using S = Shape<KH, KW, SH, SW, R>;
+    using S = Shape<KH, KW, SH, SW, R, C>;
     using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
     using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
 #pragma unroll
@@ -608,27 +611,27 @@ __device__ __forceinline__ void store_planes(T* __restrict__ in_backprop, const 
 }  // namespace dwconv
 
 // Template: element and accumulator type, layout, filter rows/cols, stride rows/cols, work
-// items down a tile (Shape).  Sizes are int: the launcher runs this kernel only when every
+// items down and across a tile (Shape).  Sizes are int: the launcher runs this kernel only when every
 // tensor has fewer than 2^31 elements and every padded coordinate fits.  vector_loads: 16-byte
 // staging loads (see "Loads"); columns_per_warp: how a warp's two work items sit in the tile
 // (below); pair_multipliers: 1 for paired multipliers (see "Multipliers"; M = 2 and V = 2
 // only), 0 otherwise.  Grid: (tiles across x channel blocks of CHANNELS input channels, or
-// CHANNELS / 2 when paired, tiles down, batch); block: LANES x the
-// tile's work items (128; 64, or 32 for R = 1, at 5x5 stride 1).  No __launch_bounds__: with it
+// CHANNELS / 2 when paired, tiles down, batch); block: LANES x the tile's work items (128, or
+// 64 for C = 2; 64, or 32 for R = 1, at 5x5 stride 1).  No __launch_bounds__: with it
 // ptxas spilled registers in some instantiations; without it none spills (the 5x5 stride-1
 // kernels use 150-190 registers, their 2 or 1 warps per CTA still fit 6-10 CTAs per SM).
-template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R>
+template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R, int C>
 __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
     int pad_left, int tiles_across, int vector_loads, int columns_per_warp, int pair_multipliers) {
     using namespace dwconv;
     using B = Block<Acc>;
-    using S = Shape<KH, KW, SH, SW, R>;
+    using S = Shape<KH, KW, SH, SW, R, C>;
     using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
     using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
     constexpr int CHANNELS = B::CHANNELS, V = B::V, LANES = B::LANES;
-    constexpr int THREADS = LANES * S::TILE_ITEMS;  // 128, or 64 (32) for 5x5 stride 1
+    constexpr int THREADS = LANES * S::TILE_ITEMS;  // 128, 64 or 32
     // Accumulators per staged position: CHANNELS, padded by 2 in NCHW (see "Loads").
     constexpr int STRIDE = CHANNELS + (L == NCHW ? 2 : 0);
     constexpr int POSITIONS = Rows::STAGED * Cols::STAGED;
@@ -886,12 +889,12 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             for (int tap = 0; tap < TAPS; ++tap)
                 w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
             if (nonfinite_slice != q) {
-                accumulate<false, Acc, KH, KW, SH, SW, R, STRIDE>(window, w, acc, 0, 0, 0, 0);
+                accumulate<false, Acc, KH, KW, SH, SW, R, C, STRIDE>(window, w, acc, 0, 0, 0, 0);
             } else {
                 // The part of this thread's window inside out_backprop (computed here, from
                 // opaque values, so that it is not hoisted into the common path).
                 const int window_row = opaque(o_row0 + i0 / SH), window_col = opaque(o_col0 + j0 / SW);
-                accumulate<true, Acc, KH, KW, SH, SW, R, STRIDE>(
+                accumulate<true, Acc, KH, KW, SH, SW, R, C, STRIDE>(
                     window, w, acc, max(0, -window_row), min(Rows::WINDOW, out_rows - window_row),
                     max(0, -window_col), min(Cols::WINDOW, out_cols - window_col));
             }

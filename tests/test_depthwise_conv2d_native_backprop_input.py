@@ -345,7 +345,8 @@ def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
     for the direct kernel, and every dtype x layout x specialisation for the tiled one."""
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
-    assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES))
+    assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
+                                   + len(cuda_launcher.NARROW_TILES))
     for dtype in FLOAT_DTYPES:
         for data_format in ("NHWC", "NCHW"):
             for shape in (*cuda_launcher.SPECIALISATIONS, cuda_launcher.GENERIC):
@@ -354,6 +355,8 @@ def test_instantiations_cover_every_launch():
                 assert cuda_launcher._tiled_expression(dtype, data_format, shape) in listed
             for shape in cuda_launcher.SHORT_TILES:
                 assert cuda_launcher._tiled_expression(dtype, data_format, shape, 1) in listed
+            for shape in cuda_launcher.NARROW_TILES:
+                assert cuda_launcher._tiled_expression(dtype, data_format, shape, 2, 2) in listed
 
 
 def test_specialisation_choice():
@@ -660,6 +663,15 @@ TILE_EDGE_CASES = {
     "f32-s1-rows8-shift0-m2": ((2, 9, 14, 12), (3, 3), (1, 1), "EXPLICIT", ((1, 1), (2, 0)), 2, np.float32),
     "bf16-s2-5x5-rows8-shift2": ((1, 11, 56, 10), (5, 5), (2, 2), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
     "f16-s1-5x5-7x28-rows8-m3": ((1, 7, 28, 11), (5, 5), (1, 1), "SAME", NO_PADS, 3, np.float16),
+    # images of at most 8 columns (from the first tile's start): 8 x 8 tiles (C = 2) for 3x3
+    # and 5x5 stride 2; 7 x 7 maps (MobileNetV2's last blocks), a tile starting one column
+    # before a 7-column image, 8 columns exactly, rows past one tile, paired and odd multipliers
+    "f16-s1-narrow-7x7-c40": ((2, 7, 7, 40), (3, 3), (1, 1), "SAME", NO_PADS, 1, np.float16),
+    "f32-s1-narrow-7x7-m2-c24": ((2, 7, 7, 24), (3, 3), (1, 1), "SAME", NO_PADS, 2, np.float32),
+    "bf16-s2-narrow-oddpad-7": ((1, 9, 7, 16), (3, 3), (2, 2), "EXPLICIT", ((1, 0), (1, 1)), 1, ml_dtypes.bfloat16),
+    "f16-s2-5x5-narrow-8-m3": ((2, 13, 8, 10), (5, 5), (2, 2), "SAME", NO_PADS, 3, np.float16),
+    "f64-s1-narrow-20x8-c18": ((1, 20, 8, 18), (3, 3), (1, 1), "EXPLICIT", ((2, 0), (0, 2)), 1, np.float64),
+    "f32-s1-narrow-3x5-c33": ((2, 3, 5, 33), (3, 3), (1, 1), "SAME", NO_PADS, 1, np.float32),
 }
 
 
@@ -717,15 +729,21 @@ def test_nchw_staging_chunk_choice():
     assert not cuda_launcher.four_wide_stores(geometry(28, 2, (1, 0)))  # tiles start one column early
 
 
+@pytest.mark.parametrize("narrow", [False, True], ids=["full-width", "narrow"])
 @pytest.mark.parametrize("columns", [False, True], ids=["side-by-side", "one-above-the-other"])
 @pytest.mark.parametrize("shape", [((3, 3), (1, 1)), ((5, 5), (2, 2)), ((5, 5), (1, 1))], ids=["3x3-s1", "5x5-s2", "5x5-s1"])
-def test_cuda_tiled_warp_pairings(cuda_device, rng, monkeypatch, shape, columns):
+def test_cuda_tiled_warp_pairings(cuda_device, rng, monkeypatch, shape, columns, narrow):
     """Both ways a warp's two work items can sit in a tile give the right result (the launcher
-    picks one per geometry; here each is forced), on images that end inside a tile both ways."""
+    picks one per geometry; here each is forced), on images that end inside a tile both ways,
+    with full-width tiles and (forced on a wide image) narrow 8 x 8 ones."""
     filt_hw, strides = shape
+    if narrow and (*filt_hw, *strides) not in cuda_launcher.NARROW_TILES:
+        pytest.skip("5x5 stride 1 has no narrower tile than its full one")
     kwargs, ref, scale = make_case(rng, x_shape=(2, 19, 29, 24), filt_hw=filt_hw, multiplier=1, strides=strides,
                                    padding="SAME", dtype=np.float32)
     monkeypatch.setattr(cuda_launcher, "columns_per_warp", lambda g: columns)
+    if narrow:
+        monkeypatch.setattr(cuda_launcher, "item_cols_per_tile", lambda g: 2)
     # a fresh plan cache: the cached plans hold the pairing that earlier calls computed
     monkeypatch.setattr(cuda_launcher, "_tiled_plan", functools.lru_cache(cuda_launcher._tiled_plan.__wrapped__))
     check_cuda(kwargs, ref, scale, path="tiled", device=cuda_device)
@@ -748,6 +766,49 @@ def test_warp_pairing_choice():
     assert cuda_launcher.item_rows_per_tile(geometry(8, 28, 5, 1)) == 2
     assert not cuda_launcher.columns_per_warp(geometry(20, 32, 3, 1))  # 20 rows: an item row of 8 + 4 idles
     assert cuda_launcher.columns_per_warp(geometry(16, 20, 3, 1))  # 20 columns: 3 item columns of 16 + 4 idle
+
+
+def test_narrow_tile_choice():
+    """8 x 8 tiles (two work items across) for 3x3 and 5x5 stride-2 filters where 8-column tiles
+    cover the columns from the first tile's start (pad_left % stride before the image) with
+    fewer columns than 16-column ones; 16-column tiles otherwise; 5x5 stride 1 keeps its
+    8-column tiles (with 14 or 7 rows)."""
+    from gradops._geometry import conv2d_geometry
+
+    def geometry(h, w, f, s, pad_left=None):
+        if pad_left is None:
+            padding, explicit = "SAME", []
+            out_w = -(-w // s)
+        else:
+            padding, explicit = "EXPLICIT", [0, 0, 1, 1, pad_left, 1, 0, 0]
+            out_w = (w + pad_left + 1 - f) // s + 1
+        return conv2d_geometry(OP, (1, h, w, 8), (f, f, 8, 1),
+                               (1, -(-h // s) if pad_left is None else (h + 2 - f) // s + 1, out_w, 8),
+                               [1, s, s, 1], padding, explicit, "NHWC", [1, 1, 1, 1], depthwise=True)
+
+    def cols(g):
+        return cuda_launcher.item_cols_per_tile(g), cuda_launcher.tile_shape(g)
+
+    assert cols(geometry(7, 7, 3, 1)) == (2, (8, 8, 4))
+    assert cols(geometry(14, 8, 3, 1)) == (2, (8, 8, 4))
+    assert cols(geometry(14, 9, 3, 1)) == (4, (8, 16, 8))
+    assert cols(geometry(14, 14, 3, 1)) == (4, (8, 16, 8))
+    assert cols(geometry(8, 56, 3, 1)) == (2, (8, 8, 4))  # 56 columns: 7 narrow tiles against 4 wide
+    assert cols(geometry(8, 28, 3, 1)) == (4, (8, 16, 8))  # 32 columns either way
+    assert cols(geometry(8, 24, 3, 2)) == (2, (8, 8, 4))
+    assert cols(geometry(8, 112, 3, 1)) == (4, (8, 16, 8))
+    assert cols(geometry(7, 7, 3, 2, pad_left=1)) == (2, (8, 8, 4))  # the first tile starts one column early
+    assert cols(geometry(7, 8, 3, 2, pad_left=1)) == (4, (8, 16, 8))  # 9 columns from the tile's start
+    assert cols(geometry(7, 7, 5, 2)) == (2, (8, 8, 4))  # SAME: pad_left 2
+    assert cols(geometry(7, 8, 5, 2)) == (4, (8, 16, 8))  # SAME: pad_left 1, 9 columns
+    assert cols(geometry(7, 7, 5, 1)) == (2, (7, 8, 2))
+    assert cols(geometry(14, 7, 5, 1)) == (2, (14, 8, 4))
+    assert cuda_launcher.tile_threads(geometry(7, 7, 3, 1)) == 64
+    assert cuda_launcher.tiles(geometry(7, 7, 3, 1)) == (1, 1)
+    assert cuda_launcher.tiles(geometry(7, 7, 3, 1), full_width=True) == (1, 1)
+    assert cuda_launcher.tile_shape(geometry(7, 7, 3, 1), full_width=True) == (8, 16, 8)
+    assert cuda_launcher.tiled_expression(geometry(7, 7, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 2, 2>")
+    assert cuda_launcher.tiled_expression(geometry(14, 14, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 2, 4>")
 
 
 @pytest.mark.parametrize("case", [dict(filt_hw=(3, 3), dilations=(2, 2)), dict(filt_hw=(5, 5), strides=(1, 2)),

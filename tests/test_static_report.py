@@ -490,7 +490,8 @@ def tiled_kernels():
                                            cwd=root, text=True, stderr=subprocess.DEVNULL)
     except (subprocess.CalledProcessError, FileNotFoundError):
         old_text = None
-    old = (_sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], texts={sr.DEPTHWISE_SOURCE: old_text}, only=[half])[0]
+    old = (_sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], texts={sr.DEPTHWISE_SOURCE: old_text},
+                                 only=[st.measured_name(half)])[0]
            if old_text else None)
     return now[half], now[single], old
 

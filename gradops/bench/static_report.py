@@ -625,9 +625,7 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str):
     if case.op == DEPTHWISE_INPUT:
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
         if dw.pick_path(geometry, dtype) == "tiled":  # the kernel the launcher runs for this shape
-            shape = (geometry.filter_rows, geometry.filter_cols, geometry.stride_rows, geometry.stride_cols)
-            return kernels[(arch, dw._tiled_expression(dtype, geometry.data_format, shape,
-                                                       dw.item_rows_per_tile(geometry)))]
+            return kernels[(arch, dw.tiled_expression(geometry, dtype))]
         return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]
     fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
     p = _fractional_launch(geometry, dtype)  # the launcher's plan: its index type and vector width

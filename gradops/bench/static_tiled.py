@@ -93,16 +93,20 @@ class DepthwiseTile:
     four: bool = True
     #: NCHW with ``rows`` and ``vector``: bytes per staging load (16, 8 or 4).
     chunk: int = VECTOR_BYTES
+    #: Work items across a tile (``Shape``'s C); 0: the full tile's (4, or 2 for 5x5 stride 1),
+    #: as in revisions whose kernel had no C.
+    c: int = 0
 
     @classmethod
     def of(cls, expression: str, vector: bool, paired: bool, multiplier: int, rows: bool = True,
            four: bool = True, chunk: int = VECTOR_BYTES) -> "DepthwiseTile":
         a = template_args(expression)
         kh, kw, sh, sw, r = (int(x) for x in a[3:8])
+        c = int(a[8]) if len(a) > 8 else 0
         nchw = a[2] == "1"
         rows = nchw and rows
         return cls(C_WIDTHS[a[0]], C_WIDTHS[a[1]], nchw, kh, kw, sh, sw, r, vector and (rows or not nchw), paired,
-                   1 if paired else multiplier, rows, rows and four, chunk)
+                   1 if paired else multiplier, rows, rows and four, chunk, c)
 
     # ---- dwconv::Shape / Block / Axis
     @property
@@ -116,7 +120,7 @@ class DepthwiseTile:
     @property
     def tile(self) -> tuple[int, int]:
         """(rows, cols) of input positions per CTA."""
-        return self.item[0] * self.r, 4 * (2 if self.tall else 4)
+        return self.item[0] * self.r, 4 * (self.c or (2 if self.tall else 4))
 
     @property
     def channels(self) -> int:
@@ -483,7 +487,7 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
                                math.prod(dw.tile_grid(g, dtype)), True, dw.four_wide_stores(g))
     if revision != MEASURED_DEPTHWISE_REVISION:
         raise ValueError(f"launch rules of revision {revision} are not known here")
-    across, down = dw.tiles(g)
+    across, down = dw.tiles(g, full_width=True)
     vector = g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % _runtime.vector_width(dtype) == 0
     return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch,
                            False, False)
@@ -528,6 +532,22 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
 MEASURED_FRACTIONAL_REVISION = MEASURED_DEPTHWISE_REVISION
 FRACTIONAL_LAUNCHER = "gradops.backends.cuda.fractional_avg_pool_grad"
 _LAUNCHERS: dict = {}
+
+
+def measured_name(expression: str) -> str:
+    """A full-width tiled depthwise instantiation of today's source as
+    :data:`MEASURED_DEPTHWISE_REVISION` names it: its kernel had no ``C`` (every tile full
+    width), so its name ends at ``R``."""
+    return expression.rsplit(", ", 1)[0] + ">"
+
+
+def measured_depthwise_expression(g, dtype) -> str:
+    """The tiled instantiation :data:`MEASURED_DEPTHWISE_REVISION` launched for ``g``."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    return measured_name(dw._tiled_expression(dtype, g.data_format, shape, dw.item_rows_per_tile(g)))
 
 
 def fractional_launcher(revision: str | None = None):

@@ -141,12 +141,19 @@ def arch_number(arch) -> int:
     return int(str(arch).removeprefix("sm_").removeprefix("compute_"))
 
 
+def _kernel_name(expression: str) -> str:
+    """The template's name in a name expression (``ns::kernel<args>`` -> ``ns::kernel``)."""
+    return expression.split("<", 1)[0].strip()
+
+
 def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, only=None):
     """Compile each listed source for each arch with NVRTC (cuda.core, no GPU needed); yields
     ``(source file, arch, name expressions, ObjectCode, compile log)``.  Raises on the first
     compile error with NVRTC's log.  ``texts``: ``{source file: text}`` compiled in place of the
     checkout's file (e.g. an older revision's, with today's headers); ``only``: the name
-    expressions to compile (default: every one the launchers ask for)."""
+    expressions to compile (default: every one the launchers ask for; for a file in ``texts``,
+    also names the launchers no longer ask for, of kernels the file's launcher still has: an
+    older revision may have spelled its template arguments differently)."""
     import io
 
     from cuda.core import Program, ProgramOptions
@@ -158,7 +165,9 @@ def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, on
         if sources is not None:
             todo = {k: v for k, v in todo.items() if k in sources}
         if only is not None:
-            todo = {k: [e for e in v if e in only] for k, v in todo.items()}
+            todo = {k: [e for e in v if e in only] + sorted(
+                        e for e in only if e not in v and k in texts and _kernel_name(e) in {_kernel_name(x) for x in v})
+                    for k, v in todo.items()}
             todo = {k: v for k, v in todo.items() if v}
         for filename, expressions in sorted(todo.items()):
             options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,

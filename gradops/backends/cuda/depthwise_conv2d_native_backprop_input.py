@@ -2,8 +2,9 @@
 
 Two paths (see the .cu file); ``path=`` forces one (the tests run both on small shapes):
 
-* ``tiled``: a CTA per (8 x 16 input-gradient positions, or 14 x 8 for 5x5 stride 1 and 7 x 8
-  for 5x5 stride 1 on images of at most 7 rows; 32 channels, 16 for float64 and 16 when
+* ``tiled``: a CTA per (8 x 16 input-gradient positions, or 14 x 8 for 5x5 stride 1; 7 x 8 for
+  5x5 stride 1 on images of at most 7 rows and 8 x 8 for the others where 16-column tiles
+  would leave half a tile empty, :func:`tile_shape`; 32 channels, 16 for float64 and 16 when
   multiplier 2 is paired, see :func:`pair_multipliers`) stages the
   out_backprop tile with its halo and the filter slice in shared memory (16-byte loads when
   :func:`use_vector_loads` holds), and each thread computes 4 x 4 (7 x 4) positions x 2
@@ -71,14 +72,30 @@ def _expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> st
     return f"{KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}>"
 
 
-def _tiled_expression(dtype, data_format: str, shape: tuple[int, int, int, int], item_rows: int = 2) -> str:
+#: The tiled kernel's filter shape with 7 x 4 work items (``dwconv::Shape::TALL``): 2 of them
+#: across a tile, where the others have 4 of 4 x 4.
+TALL = (5, 5, 1, 1)
+
+
+def full_item_cols(shape: tuple[int, int, int, int]) -> int:
+    """Work items across a full tile (the kernel's ``C``): 4, or 2 for :data:`TALL`."""
+    return 2 if shape == TALL else 4
+
+
+def _tiled_expression(dtype, data_format: str, shape: tuple[int, int, int, int], item_rows: int = 2,
+                      item_cols: int | None = None) -> str:
     element, accumulator = _build.c_types(dtype)
     kh, kw, sh, sw = shape
-    return f"{TILED_KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}, {item_rows}>"
+    item_cols = full_item_cols(shape) if item_cols is None else item_cols
+    return (f"{TILED_KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}, {item_rows}, "
+            f"{item_cols}>")
 
 
 #: The tiled instantiations with one work item down a tile (``R`` = 1): 5x5 stride 1 only.
-SHORT_TILES = ((5, 5, 1, 1),)
+SHORT_TILES = (TALL,)
+#: The tiled instantiations with two work items across a tile (``C`` = 2, 8 x 8 positions)
+#: besides :data:`TALL`'s full ones: every other specialisation.
+NARROW_TILES = tuple(shape for shape in SPECIALISATIONS if shape != TALL)
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
@@ -90,6 +107,7 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
             names += [_expression(dtype, data_format, shape) for shape in (*SPECIALISATIONS, GENERIC)]
             names += [_tiled_expression(dtype, data_format, shape) for shape in SPECIALISATIONS]
             names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
+            names += [_tiled_expression(dtype, data_format, shape, 2, 2) for shape in NARROW_TILES]
     return {SOURCE: names}
 
 
@@ -120,26 +138,45 @@ def item_rows_per_tile(g: Conv2DGeometry) -> int:
     return 1 if shape in SHORT_TILES and g.in_rows <= 7 else 2
 
 
-def tile_shape(g: Conv2DGeometry) -> tuple[int, int, int]:
+def item_cols_per_tile(g: Conv2DGeometry) -> int:
+    """Work items across a tile (the kernel's ``C``): 4 (2 for 5x5 stride 1), or 2 for the other
+    filters where 8-column tiles cover the image's columns, counted from the first tile's start
+    (pad_left % stride_cols columns before the image), with fewer columns than 16-column ones:
+    where the last 16-column tile would be at most half inside the image.  A 7 x 7 map fills 77%
+    of an 8 x 8 tile against 38% of an 8 x 16 one, a 56-column map 100% against 87.5%.  Elsewhere
+    16-column tiles, whose staged halo and fixed costs per CTA are spread over twice the
+    positions (the static model predicts the narrow tile 0-10% dearer per element where both
+    cover the image alike, 28 or 112 columns)."""
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    cols = g.in_cols + g.pad_left % g.stride_cols
+    if shape in NARROW_TILES and -(-cols // 8) * 8 < -(-cols // 16) * 16:
+        return 2
+    return full_item_cols(shape)
+
+
+def tile_shape(g: Conv2DGeometry, full_width: bool = False) -> tuple[int, int, int]:
     """(tile rows, tile cols, work items) of the tiled kernel for ``g`` (``dwconv::Shape``):
-    8 x 16 positions in 8 work items of 4 x 4, or for 5x5 stride 1, 14 x 8 in 4 of 7 x 4 (7 x 8
-    in 2 for images of at most 7 rows)."""
-    if (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols) == (5, 5, 1, 1):
-        rows = item_rows_per_tile(g)
-        return 7 * rows, 8, 2 * rows
-    return 8, 16, 8
+    8 x 16 positions in 8 work items of 4 x 4 (8 x 8 in 4, :func:`item_cols_per_tile`), or
+    for 5x5 stride 1, 14 x 8 in 4 of 7 x 4 (7 x 8 in 2 for images of at most 7 rows).
+    ``full_width``: the full tile's columns whatever the image (the static model of revisions
+    without narrow tiles)."""
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    rows, cols = item_rows_per_tile(g), (full_item_cols(shape) if full_width else item_cols_per_tile(g))
+    item_rows = 7 if shape == TALL else 4
+    return item_rows * rows, 4 * cols, rows * cols
 
 
 def tile_threads(g: Conv2DGeometry) -> int:
-    """Threads per CTA of the tiled kernel: one per (lane of LANE_BYTES, work item): 128 (64
-    for 5x5 stride 1)."""
+    """Threads per CTA of the tiled kernel: one per (lane of LANE_BYTES, work item): 128, or 64
+    for narrow tiles and 5x5 stride 1 (32 for its short tiles)."""
     return POSITION_BYTES // LANE_BYTES * tile_shape(g)[2]
 
 
-def tiles(g: Conv2DGeometry) -> tuple[int, int]:
+def tiles(g: Conv2DGeometry, full_width: bool = False) -> tuple[int, int]:
     """(tiles across, tiles down).  Tiles start at a multiple of the stride in padded
-    coordinates, so with an odd pad and stride 2 the first starts one position before the image."""
-    rows, cols, _ = tile_shape(g)
+    coordinates, so with an odd pad and stride 2 the first starts one position before the image.
+    ``full_width``: as :func:`tile_shape`."""
+    rows, cols, _ = tile_shape(g, full_width)
     return (-(-(g.in_cols + g.pad_left % g.stride_cols) // cols),
             -(-(g.in_rows + g.pad_top % g.stride_rows) // rows))
 
@@ -272,6 +309,12 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None) -> str:
     return path
 
 
+def tiled_expression(g: Conv2DGeometry, dtype) -> str:
+    """The name expression of the tiled instantiation the launcher runs for ``g``."""
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    return _tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g), item_cols_per_tile(g))
+
+
 @functools.lru_cache(maxsize=256)
 def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
     """What a tiled launch for ``g`` takes that does not depend on the arrays, worked out once
@@ -280,8 +323,7 @@ def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
     whether 16-byte loads are possible but for the arrays' alignment, and the NCHW store bit of
     ``vector_loads`` (2 for :func:`four_wide_stores`, else 0)."""
     i32 = _runtime.i32
-    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
-    return (_tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g)), tile_grid(g, dtype),
+    return (tiled_expression(g, dtype), tile_grid(g, dtype),
             (tile_threads(g),),
             tuple(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                    g.pad_top, g.pad_left, tiles(g)[0])),
