@@ -8,8 +8,12 @@
 // Two kernels, no floating-point atomics, so every bit of the result is reproducible:
 // * ..._partial: the batch x output rows (n, p) are cut into ``slices`` fixed runs of
 //   ``rows_per_slice``; one thread per (slice, tap, k) sums its run in a fixed order into
-//   partial[slice][tap][k] (float, double for float64).  Consecutive threads take consecutive
-//   k, so NHWC reads of out_backprop are coalesced and neighbouring threads share input reads.
+//   partial[slice][tap][k] (float, double for float64).  A warp takes 32 consecutive k (a
+//   channel group, the last one padded with idle lanes) of one tap, and consecutive warps the
+//   taps of one group: NHWC reads of out_backprop are coalesced, and the 8 warps of a 256-thread
+//   block, 8 taps of the same channels and rows, read the same out_backprop sectors and
+//   overlapping input rows, which L1 serves once (k fastest over all of out_depth instead put a
+//   block on one or two taps wherever out_depth >= 128, and each tap re-read out_backprop from L2).
 // * ..._reduce: one thread per filter element adds the slices' partial sums in slice order
 //   and rounds once to T.
 // The launcher (gradops/backends/cuda/depthwise_conv2d_native_backprop_filter.py) picks the
@@ -43,16 +47,20 @@ __global__ void depthwise_conv2d_native_backprop_filter_partial(
     const I rows_per_slice = static_cast<I>(rows_per_slice_);
     const I out_depth = in_depth * multiplier;
     const I taps = static_cast<I>(filter_rows_) * filter_cols;
-    const I total = static_cast<I>(slices_) * taps * out_depth;
+    constexpr int kGroup = 32;  // k per channel group: one warp
+    const I groups = (out_depth + kGroup - 1) / kGroup;
+    const I total = static_cast<I>(slices_) * groups * taps * kGroup;
     const I all_rows = batch * out_rows;
     const DwTensor<L, I> in{in_rows, in_cols, in_depth};
     const DwTensor<L, I> out{out_rows, out_cols, out_depth};
 
     for (I e = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x); e < total;
          e += static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x)) {
-        const I k = e % out_depth;
-        const I rest = e / out_depth;
-        const I tap = rest % taps, slice = rest / taps;
+        const I lane = e % kGroup, rest = e / kGroup;
+        const I tap = rest % taps, group_slice = rest / taps;
+        const I group = group_slice % groups, slice = group_slice / groups;
+        const I k = group * kGroup + lane;
+        if (k >= out_depth) continue;  // the last group's idle lanes
         const I r = tap / filter_cols, s = tap % filter_cols;
         const I c = k / multiplier;
         const I row_offset = r * dilation_rows - pad_top;
@@ -75,7 +83,7 @@ __global__ void depthwise_conv2d_native_backprop_filter_partial(
                 acc += to_acc<Acc>(input[in.offset(n, h, w, c)]) * to_acc<Acc>(out_backprop[out.offset(n, p, q, k)]);
             }
         }
-        partial[e] = acc;
+        partial[(slice * taps + tap) * out_depth + k] = acc;
     }
 }
 
@@ -86,6 +94,10 @@ __global__ void depthwise_conv2d_native_backprop_filter_reduce(const Acc* __rest
                                                                 long long slices) {
     GRADOPS_GRID_STRIDE_LOOP(e, elements) {
         Acc acc = partial[e];
+        // Unrolled so that 16 loads are in flight at once (the sums stay in slice order): a
+        // filter element sums hundreds of slices, and the grid is only taps x out_depth threads,
+        // too few to hide a DRAM round trip per 4 loads.
+#pragma unroll 16
         for (index_t z = 1; z < slices; ++z) acc += partial[z * elements + e];
         filter_grad[e] = from_acc<T, Acc>(acc);
     }

@@ -479,18 +479,22 @@ def test_host_input_of_more_than_2_31_elements(monkeypatch):
                   padding="VALID", explicit_paddings=[], data_format="NHWC", dilations=[1, 1, 1, 1])
     g = geometry_of(kwargs)
     slices, rows_per_slice = cuda_launcher.slicing(g)
-    total["partial"] = slices * 9
+    # threads: one per (slice, tap, lane of a 32-lane channel group); one channel, so lane 0 of
+    # each (slice, tap) computes partial sum slice * 9 + tap and the others idle
+    total["partial"] = cuda_launcher.partial_threads(g, slices)
+    assert total["partial"] == slices * 9 * 32
     cuda_launcher.depthwise_conv2d_native_backprop_filter(g, x, dy_gpu)
     expression, grid, block = next(launch for launch in device.launches if "_partial<" in launch[0])
     assert expression.endswith(", long long>")  # the 64-bit variant
     count, args = launches[0]
     assert count == total["partial"]
-    partial = np.asarray(device._view(int(args[2]), (count,), np.float32, None))  # the float32 partial sums
+    partial = np.asarray(device._view(int(args[2]), (slices * 9,), np.float32, None))  # the float32 partial sums
     run = block_filter(expression, grid)[0]
     starts = np.arange(run * block[0], count, block[0] * grid[0])
-    written = (starts[:, None] + np.arange(block[0])[None, :]).reshape(-1)
-    written = written[written < count]
-    assert written.size > 100 and written[-1] == count - 1
+    threads = (starts[:, None] + np.arange(block[0])[None, :]).reshape(-1)
+    threads = threads[(threads < count) & (threads % 32 == 0)]
+    written = threads // 32
+    assert written.size > 3 and written[-1] == slices * 9 - 1
     deepest = 0
     for e in written:
         slice_, tap = divmod(int(e), 9)
@@ -634,15 +638,19 @@ PLANTED = {  # name: (text of the real source, its replacement)
     "last-column-dropped": ("min(out_cols, last_col / stride_cols + 1)", "min(out_cols, last_col / stride_cols)"),
     "channel-of-output-wrong": ("const I c = k / multiplier;", "const I c = k % in_depth;"),
     "dilation-ignored-on-rows": ("const I row_offset = r * dilation_rows - pad_top;", "const I row_offset = r - pad_top;"),
+    "idle-lanes-not-skipped": ("if (k >= out_depth) continue;", ""),
+    "channel-group-ignored": ("const I k = group * kGroup + lane;", "const I k = lane;"),
+    "reduce-sums-a-wrong-tap": ("acc += partial[z * elements + e];", "acc += partial[z * elements + (e + 1) % elements];"),
 }
 
 
 def run_planted_problem(rng):
     """(launcher result, NumPy backend result): SAME padding, column stride 2, row dilation 2,
-    multiplier 2, and 4 uneven slices of the 10 (batch, out_row) pairs."""
+    multiplier 2 on 17 channels (34 out_backprop channels: a full channel group of 32 and one
+    of 2 with 30 idle lanes), and 4 uneven slices of the 10 (batch, out_row) pairs."""
     import cupy  # the installed HostDevice: its arrays sit between NaN guards
 
-    kwargs, _, _, _ = cuda_case(rng, x_shape=(2, 5, 9, 3), filt_hw=(3, 3), multiplier=2, strides=(1, 2),
+    kwargs, _, _, _ = cuda_case(rng, x_shape=(2, 5, 9, 17), filt_hw=(3, 3), multiplier=2, strides=(1, 2),
                                 dilations=(2, 1), padding="SAME")
     got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
         geometry_of(kwargs), cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), slices=4)

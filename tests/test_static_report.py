@@ -209,22 +209,21 @@ def test_depthwise_filter_partial_groups_by_hand():
     # (in-image rows, skipped rows, in-image columns): warps.  Per slice, each filter row gives
     # two 7-column taps and one 8-column tap; (3, 1) rows for r = 0 in slice 0 and r = 2 in slice 1.
     assert groups == {(3, 1, 7): 4, (3, 1, 8): 2, (4, 0, 7): 8, (4, 0, 8): 4}
-    # depth 48: warps straddle two taps and pay the dearer (more in-image steps)
+    # depth 48: two channel groups (32 and 16 k, the second warp half idle) per (slice, tap),
+    # each warp on one tap's path
     g48 = Case("t", "t", DEPTHWISE_FILTER, (1, 8, 8, 48), "NHWC", (3, 3, 48, 1), (1, 1), "SAME").geometry()
-    straddled = sr.filter_partial_groups(g48, slices=2, rows_per_slice=4)
-    assert sum(straddled.values()) == 2 * 9 * 48 // 32
-    assert max(r * c for r, _, c in straddled) == 4 * 8
+    assert sr.filter_partial_groups(g48, slices=2, rows_per_slice=4) == {key: 2 * n for key, n in groups.items()}
 
 
 def test_depthwise_filter_l2_bytes_by_hand():
-    """Depth 32: a 256-thread block holds 8 taps, sharing out_backprop and (per filter row) the
-    input; depth 512: one tap per block, no sharing."""
+    """A 256-thread block holds 8 taps of one channel group of 32 k, sharing out_backprop and
+    (per filter row) the input, whatever the depth (512 k: 16 groups, each read by 9 / 8 blocks)."""
     g = Case("t", "t", DEPTHWISE_FILTER, (2, 8, 8, 32), "NHWC", (3, 3, 32, 1), (1, 1), "SAME").geometry()
     positions = 2 * 8 * 8
     # 9 / 8 blocks per channel group; 8 taps span ceil(8 / 3) = 3 filter rows
     assert sr.filter_partial_l2_bytes(g, 2, 256) == pytest.approx(2 * positions * 9 / 8 * (32 + 32 * 3))
     wide = Case("t", "t", DEPTHWISE_FILTER, (2, 8, 8, 256), "NHWC", (3, 3, 256, 2), (1, 1), "SAME").geometry()
-    assert sr.filter_partial_l2_bytes(wide, 4, 256) == pytest.approx(4 * positions * 9 * (512 + 256 * 1))
+    assert sr.filter_partial_l2_bytes(wide, 4, 256) == pytest.approx(4 * positions * 9 / 8 * (512 + 256 * 3))
 
 
 def test_fractional_max_groups_and_work():

@@ -174,9 +174,10 @@ ASSUMPTIONS = [
     "image runs its in-image columns (2 element loads each), the others skip. Cost of rows x columns: the "
     "cheapest one-row path with the fewest loads >= 2 x columns (the unrolled column loop's remainder is "
     "predicated, counted whether it executes or not), plus per further row the second row's increment, plus per "
-    "skipped row a no-load row iteration. A warp spanning two (slice, tap) groups pays the dearer. L2 -> SM bytes: "
-    "a 256-thread block holds 256 / out_depth taps of one slice (at least 1), which share out_backprop reads, and "
-    "its taps of one filter row share input rows (L1), nothing shared between blocks; the partial-sum buffer "
+    "skipped row a no-load row iteration. A warp is 32 k (a channel group; the last one's idle lanes skip) of one "
+    "(slice, tap) and takes its path; threads: the channel groups padded to 32 lanes. L2 -> SM bytes: a 256-thread "
+    "block holds 8 taps of one (slice, channel group), which share out_backprop reads, and its taps of one filter "
+    "row share input rows (L1), nothing shared between blocks; the partial-sum buffer "
     "(at most about 2^17 accumulators) is written to and read from L2, not DRAM. Round trips: the unrolled column "
     "loop issues its loads together, so a row costs ceil(columns / steps per unrolled iteration) + 1 loaded DRAM "
     "round trips (600 ns, as above), a skipped row 1; the latency limit is max(1, threads / resident threads) "
@@ -768,9 +769,9 @@ def _two_stage(case: Case, dtype_name: str, device: Device, g, elements: int, st
 
 def filter_partial_groups(g, slices: int, rows_per_slice: int) -> Counter:
     """``{(in-image rows, out-of-image rows, in-image columns): warps}`` of the depthwise filter
-    gradient's first kernel: thread e is partial sum (slice, tap, k), k fastest; a warp that
-    spans two (slice, tap) groups pays the dearer one (the union of two such paths is the path
-    with the larger trip counts)."""
+    gradient's first kernel: a warp is 32 consecutive k (a channel group, the last one padded
+    with idle lanes, which skip the loop) of one (slice, tap), so every warp of a (slice, tap)
+    takes its path."""
     taps, depth = g.filter_rows * g.filter_cols, g.out_depth
     all_rows = g.batch * g.out_rows
     # rows of each slice whose input row is in the image, per filter row r
@@ -788,24 +789,20 @@ def filter_partial_groups(g, slices: int, rows_per_slice: int) -> Counter:
     cols = np.maximum(q_end - q_begin, 0)                                # [s]
     tap_r, tap_s = np.divmod(np.arange(taps), g.filter_cols)
     keys = np.stack([valid[:, tap_r], (length - valid[:, tap_r]), np.broadcast_to(cols[tap_s], (slices, taps))],
-                    axis=-1).reshape(-1, 3)                              # per (slice, tap) group
-    total = slices * taps * depth
-    first = np.arange(0, total, 32)
-    a, b = first // depth, np.minimum(first + 31, total - 1) // depth
-    ka, kb = keys[a], keys[b]
-    # the dearer of the two groups: more in-image steps, then more rows
-    dearer = np.where(((kb[:, 0] * kb[:, 2]) > (ka[:, 0] * ka[:, 2]))[:, None], kb, ka)
-    return Counter(map(tuple, dearer.tolist()))
+                    axis=-1).reshape(-1, 3)                              # per (slice, tap)
+    groups = -(-depth // 32)                                             # warps per (slice, tap)
+    return Counter({key: n * groups for key, n in Counter(map(tuple, keys.tolist())).items()})
 
 
 def filter_partial_l2_bytes(g, width: int, block: int) -> float:
     """L2 -> SM bytes of the depthwise filter gradient's first kernel: a block of ``block``
-    threads holds t = block / out_depth taps of one slice (at least 1), which share their
+    threads holds t = block / 32 taps of one (slice, channel group of 32 k) (at most every tap;
+    a block that straddles two groups is counted as whole t-tap runs), which share their
     out_backprop reads, and whose taps of one filter row share input rows (L1 catches that,
     nothing between blocks); the multiplier's threads of an input channel share its sectors."""
     taps = g.filter_rows * g.filter_cols
     positions = g.batch * g.out_rows * g.out_cols
-    t = max(1, min(taps, block // max(1, g.out_depth)))
+    t = max(1, min(taps, block // 32))
     blocks = taps / t  # blocks per (slice, channel group) that read the same data
     filter_rows = min(g.filter_rows, math.ceil(t / g.filter_cols))
     return width * positions * blocks * (g.out_depth + g.in_depth * filter_rows)
@@ -847,7 +844,8 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     from ..backends.cuda import _runtime
 
     # The launcher's grid: at most BLOCKS_PER_SM blocks per SM of this device.
-    threads = min(-(-partials // _runtime.BLOCK_1D), device.sms * _runtime.BLOCKS_PER_SM) * _runtime.BLOCK_1D
+    work = dwf.partial_threads(g, slices)  # partial sums, the last channel group padded to 32 lanes
+    threads = min(-(-work // _runtime.BLOCK_1D), device.sms * _runtime.BLOCKS_PER_SM) * _runtime.BLOCK_1D
     bits = 32 if dwf.fits_int32(g, slices, threads) else 64
     partial = kernels[(arch, dwf._partial_expression(dtype, g.data_format, bits))]
     reduce = kernels[(arch, dwf._reduce_expression(dtype))]
@@ -866,7 +864,7 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
             if cls.startswith("class:"):
                 pipes[cls.removeprefix("class:")] += v * n / total
     reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
-    first = _stage("partial", device, partial, partials, mean, pipes, reads,
+    first = _stage("partial", device, partial, work, mean, pipes, reads,
                    filter_partial_l2_bytes(g, width, _runtime.BLOCK_1D) + acc * partials, trips)
 
     filter_elements = taps * g.out_depth

@@ -29,6 +29,8 @@ INDEX_TYPES = {32: "int", 64: "long long"}
 #: the summation order (hence every bit of the result) is the same on every GPU.
 TARGET_PARTIALS = 1 << 17
 INT32_MAX = 2**31 - 1
+#: k per channel group of the partial kernel (``kGroup``): a warp's lanes.
+GROUP = 32
 
 
 def _partial_expression(dtype, data_format: str, index_bits: int) -> str:
@@ -61,12 +63,18 @@ def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]
     return -(-rows // rows_per_slice), rows_per_slice  # no empty trailing slice
 
 
+def partial_threads(g: Conv2DGeometry, slices: int) -> int:
+    """Threads of the partial kernel's grid-stride loop: one per (slice, channel group, tap,
+    lane), the last channel group padded to :data:`GROUP` lanes."""
+    return slices * -(-g.out_depth // GROUP) * g.filter_rows * g.filter_cols * GROUP
+
+
 def fits_int32(g: Conv2DGeometry, slices: int, threads: int) -> bool:
-    """Whether the partial kernel's 32-bit variant is exact: every tensor, the partial buffer
+    """Whether the partial kernel's 32-bit variant is exact: every tensor, its thread index
     (plus one grid stride, ``threads``), every padded coordinate and the (batch, out_row)
     run bounds below 2**31."""
     sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * g.out_depth,
-             slices * g.filter_rows * g.filter_cols * g.out_depth + threads,
+             partial_threads(g, slices) + threads,
              g.out_rows * g.stride_rows + (g.filter_rows - 1) * g.dilation_rows + g.pad_top + g.in_rows,
              g.out_cols * g.stride_cols + (g.filter_cols - 1) * g.dilation_cols + g.pad_left + g.in_cols,
              2 * g.batch * g.out_rows)  # a slice's end before clamping: up to twice the rows
@@ -103,7 +111,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         slices, rows_per_slice = slicing(g, target=max(1, slices) * g.filter_rows * g.filter_cols * g.out_depth)
     elements = g.filter_rows * g.filter_cols * g.out_depth
     total = slices * elements
-    threads = min(-(-total // _runtime.BLOCK_1D), _runtime.sm_count() * _runtime.BLOCKS_PER_SM) * _runtime.BLOCK_1D
+    work = partial_threads(g, slices)
+    threads = min(-(-work // _runtime.BLOCK_1D), _runtime.sm_count() * _runtime.BLOCKS_PER_SM) * _runtime.BLOCK_1D
     narrow = fits_int32(g, slices, threads)
     if index_bits is None:
         index_bits = 32 if narrow else 64
@@ -114,7 +123,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     partial = cupy.empty((total,), accumulator_dtype(dtype))
     grad = cupy.empty(g.filter_shape, dtype)
     fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
-    _runtime.launch_1d(fn, total, (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+    _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
                                    *kernel_scalars(g, slices, rows_per_slice)))
     reduce = _runtime.kernel(SOURCE, _reduce_expression(dtype))
     _runtime.launch_1d(reduce, elements, (_runtime.pointer(partial), _runtime.pointer(grad),
