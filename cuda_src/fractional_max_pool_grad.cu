@@ -17,14 +17,20 @@
 // refuses the call unless every recomputed maximum == orig_output (so a NaN maximum is always
 // refused).  Then it adds out_backprop to the chosen elements in output order, in T.
 //
-// * fractional_max_pool_select: one thread per output element repeats TF's scan, stores the
-//   chosen element's flat input offset, and sets *mismatch = 1 (a plain store: every writer
-//   writes the same value) where the maximum differs from orig_output.  The launcher reads the
-//   flag back and refuses the call, as TF does.
-// * fractional_max_pool_gather: one thread per input element sums, over the cells containing it
+// * fractional_max_pool_select: per output element (a thread takes V, see Channels) repeats
+//   TF's scan, stores the chosen element's flat input offset, and sets *mismatch = 1 (a plain
+//   store: every writer writes the same value) where the maximum differs from orig_output.  The
+//   launcher reads the flag back and refuses the call, as TF does.
+// * fractional_max_pool_gather: per input element (V per thread) sums, over the cells containing it
 //   in increasing (row cell, column cell) order, which is increasing output offset, the
 //   out_backprop elements whose chosen offset is its own.  Each sum is TF's, term by term in
 //   TF's order, starting from zero, in T (float for the half types, rounded once).
+//
+// Channels.  A thread takes V adjacent channels of one pixel (V = 4 where the launcher finds
+// depth % 4 == 0 and aligned arrays, else 1): its index math, cell bounds and table reads are
+// shared by V elements, and its loads and stores of elements and chosen offsets are V wide (8
+// bytes of float16, 16 of float or int).  Each channel keeps its own scan and its own sum, in
+// the order above, so the result is bitwise that of V = 1.
 //
 // Indices are I: int when every tensor and table has fewer than 2^31 elements, else long long.
 // Grid-stride loops never step past `total` (no signed overflow near 2^31).
@@ -46,44 +52,74 @@ template <typename I> __device__ __forceinline__ I next(I i, I stride, I total) 
     return total - i > stride ? i + stride : total;
 }
 
+// V adjacent values of type X in one access (16-byte aligned at most: 32 bytes are two loads).
+template <typename X, int V> struct alignas(V * sizeof(X) < 16 ? V * sizeof(X) : 16) Pack {
+    X v[V];
+};
+template <int V, typename X> __device__ __forceinline__ Pack<X, V> load_pack(const X* p) {
+    return *reinterpret_cast<const Pack<X, V>*>(p);
+}
+template <int V, typename X> __device__ __forceinline__ void store_pack(X* p, const Pack<X, V>& value) {
+    *reinterpret_cast<Pack<X, V>*>(p) = value;
+}
+
 }  // namespace fractional_max
 
-template <typename T, typename I>
+// Thread work: V channels c .. c + V - 1 of output pixel (n, r, q).
+template <typename T, typename I, int V>
 __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, const T* __restrict__ orig_output,
                                            I* __restrict__ chosen, int* __restrict__ mismatch,
                                            const I* __restrict__ row_bounds, const I* __restrict__ col_bounds,
                                            I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols) {
     using namespace fractional_max;
-    const I total = batch * out_rows * out_cols * depth;
+    const I groups = depth / V;  // the launcher takes V = 4 only where V divides depth
+    const I total = batch * out_rows * out_cols * groups;
     const I stride = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
-    for (I o = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-         o < total; o = next(o, stride, total)) {
-        I rest = o;
-        const I c = rest % depth; rest /= depth;
+    for (I t = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+         t < total; t = next(t, stride, total)) {
+        I rest = t;
+        const I c = rest % groups * V; rest /= groups;
         const I q = rest % out_cols; rest /= out_cols;
         const I r = rest % out_rows;
         const I n = rest / out_rows;
+        const I o = ((n * out_rows + r) * out_cols + q) * depth + c;  // the first channel's output offset
         const I y0 = row_bounds[2 * r], y1 = row_bounds[2 * r + 1];
         const I x0 = col_bounds[2 * q], x1 = col_bounds[2 * q + 1];
-        I best = ((n * in_rows + y0) * in_cols + x0) * depth + c;
-        auto best_value = widen(orig_input[best]);
+        const I first = ((n * in_rows + y0) * in_cols + x0) * depth + c;
+        Pack<I, V> best;
+        typename Acc<T>::type best_value[V];
+        const Pack<T, V> start = load_pack<V>(orig_input + first);
+#pragma unroll
+        for (int u = 0; u < V; ++u) {
+            best.v[u] = first + u;
+            best_value[u] = widen(start.v[u]);
+        }
         for (I y = y0; y <= y1; ++y) {
             const I row = (n * in_rows + y) * in_cols;
             for (I x = (y == y0 ? x0 + 1 : x0); x <= x1; ++x) {
                 const I offset = (row + x) * depth + c;
-                const auto value = widen(orig_input[offset]);
-                if (best_value < value) {  // TF's test: strictly greater, NaN never
-                    best_value = value;
-                    best = offset;
+                const Pack<T, V> values = load_pack<V>(orig_input + offset);
+#pragma unroll
+                for (int u = 0; u < V; ++u) {
+                    const auto value = widen(values.v[u]);
+                    if (best_value[u] < value) {  // TF's test: strictly greater, NaN never
+                        best_value[u] = value;
+                        best.v[u] = offset + u;
+                    }
                 }
             }
         }
-        chosen[o] = best;
-        if (!(best_value == widen(orig_output[o]))) *mismatch = 1;
+        store_pack<V>(chosen + o, best);
+        const Pack<T, V> maxima = load_pack<V>(orig_output + o);
+        bool differs = false;
+#pragma unroll
+        for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+        if (differs) *mismatch = 1;
     }
 }
 
-template <typename T, typename I>
+// Thread work: V channels c .. c + V - 1 of input pixel (n, y, x).
+template <typename T, typename I, int V>
 __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, const I* __restrict__ chosen,
                                            T* __restrict__ in_backprop,
                                            const I* __restrict__ row_offsets, const I* __restrict__ row_cells,
@@ -91,24 +127,44 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
                                            I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols) {
     using namespace fractional_max;
     typedef typename Acc<T>::type A;
-    const I total = batch * in_rows * in_cols * depth;
+    const I groups = depth / V;
+    const I total = batch * in_rows * in_cols * groups;
     const I stride = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
-    for (I i = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
-         i < total; i = next(i, stride, total)) {
-        I rest = i;
-        const I c = rest % depth; rest /= depth;
+    for (I t = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+         t < total; t = next(t, stride, total)) {
+        I rest = t;
+        const I c = rest % groups * V; rest /= groups;
         const I x = rest % in_cols; rest /= in_cols;
         const I y = rest % in_rows;
         const I n = rest / in_rows;
-        A sum = A(0);
+        const I i = ((n * in_rows + y) * in_cols + x) * depth + c;  // the first channel's input offset
+        A sum[V];
+#pragma unroll
+        for (int u = 0; u < V; ++u) sum[u] = A(0);
+        const I q_begin = col_offsets[x], q_end = col_offsets[x + 1];
         for (I rk = row_offsets[y]; rk < row_offsets[y + 1]; ++rk) {
             const I base = (n * out_rows + row_cells[rk]) * out_cols;
-            for (I qk = col_offsets[x]; qk < col_offsets[x + 1]; ++qk) {
+            for (I qk = q_begin; qk < q_end; ++qk) {
                 const I o = (base + col_cells[qk]) * depth + c;
-                if (chosen[o] == i) sum += to_acc<A, T>(out_backprop[o]);
+                const Pack<I, V> picks = load_pack<V>(chosen + o);
+                bool match[V], any = false;
+#pragma unroll
+                for (int u = 0; u < V; ++u) {
+                    match[u] = picks.v[u] == i + u;
+                    any |= match[u];
+                }
+                if (any) {  // at most one cell per channel chooses an element of a disjoint pool
+                    const Pack<T, V> grads = load_pack<V>(out_backprop + o);
+#pragma unroll
+                    for (int u = 0; u < V; ++u)
+                        if (match[u]) sum[u] += to_acc<A, T>(grads.v[u]);
+                }
             }
         }
-        in_backprop[i] = from_acc<T, A>(sum);
+        Pack<T, V> result;
+#pragma unroll
+        for (int u = 0; u < V; ++u) result.v[u] = from_acc<T, A>(sum[u]);
+        store_pack<V>(in_backprop + i, result);
     }
 }
 

@@ -417,6 +417,52 @@ def test_cuda_matches_numpy_bit_for_bit(cuda_device, case, overlapping, dtype):
     _check_cuda(*_cuda_case(rng, shape, rows, cols, overlapping, dtype), rows, cols, overlapping)
 
 
+@pytest.mark.parametrize("vector", [True, False], ids=["4-channels", "1-channel"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_cuda_channels_per_thread(cuda_device, overlapping, dtype, vector):
+    """4 channels per thread (depth a multiple of 4) and 1, forced on the same problems: bit for
+    bit NumPy's result (tied inputs, overlapping cells, several channel groups per pixel), and
+    the launcher's own choice (4) through the public API."""
+    rng = np.random.default_rng(31)
+    for shape, seed in (((2, 7, 9, 8), 3), ((1, 6, 5, 12), 5)):
+        rows = gradops.fractional_pooling_sequence(shape[1], 1.44, True, seed=seed)
+        cols = gradops.fractional_pooling_sequence(shape[2], 1.44, False, seed=seed + 1)
+        x, y, dy = _cuda_case(rng, shape, rows, cols, overlapping, dtype)
+        _check_cuda(x, y, dy, rows, cols, overlapping)
+        import importlib
+
+        from gradops._geometry import fractional_max_pool_geometry
+
+        launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+        g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols,
+                                         overlapping)
+        got = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), vector=vector)
+        want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
+        np.testing.assert_array_equal(to_host(got).view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_channels_per_thread_choice():
+    """4 channels per thread where depth is a multiple of 4 (and the arrays aligned), else 1;
+    forcing 4 on a depth of 6 is refused."""
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+
+    def geometry(depth):
+        return fractional_max_pool_geometry("fractional_max_pool_grad", (1, 5, 5, depth), (1, 3, 3, depth),
+                                            (1, 3, 3, depth), [0, 2, 4, 5], [0, 1, 3, 5], False)
+
+    assert launcher.channels_per_thread(geometry(8)) == 4
+    assert launcher.channels_per_thread(geometry(64)) == 4
+    assert launcher.channels_per_thread(geometry(6)) == 1
+    assert launcher.channels_per_thread(geometry(8), vector=False) == 1
+    with pytest.raises(ValueError, match="multiple of 4"):
+        launcher.channels_per_thread(geometry(6), vector=True)
+
+
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
 def test_cuda_64_bit_indexing_path(cuda_device, overlapping):
     """The "long long" instantiations (taken past 2**31 elements), forced on a small problem."""
@@ -610,20 +656,25 @@ def test_cuda_default_dispatch_and_deterministic(cuda_device):
 # ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)
 
 PLANTED = {  # name: (text of the real source, its replacement)
-    "ties-go-to-the-last": ("if (best_value < value) {", "if (best_value <= value) {"),
+    "ties-go-to-the-last": ("if (best_value[u] < value) {", "if (best_value[u] <= value) {"),
     "first-element-skipped-twice": ("(y == y0 ? x0 + 1 : x0)", "x0 + 1"),
     "last-row-of-a-cell-dropped": ("for (I y = y0; y <= y1; ++y)", "for (I y = y0; y < y1; ++y)"),
     "mismatch-never-flagged": ("*mismatch = 1;", "*mismatch = 0;"),
-    "overlap-sums-one-cell-only": ("qk < col_offsets[x + 1]; ++qk)", "qk < col_offsets[x] + 1; ++qk)"),
-    "chosen-compared-with-the-wrong-index": ("if (chosen[o] == i)", "if (chosen[o] == i + 1)"),
+    "overlap-sums-one-cell-only": ("q_end = col_offsets[x + 1];", "q_end = col_offsets[x] + 1;"),
+    "chosen-compared-with-the-wrong-index": ("match[u] = picks.v[u] == i + u;", "match[u] = picks.v[u] == i + u + 1;"),
+    "select-drops-the-channel-of-a-lane": ("best.v[u] = offset + u;", "best.v[u] = offset;"),
+    "gather-adds-only-when-lane-0-matches": ("if (any) {", "if (match[0]) {"),
+    "gather-reads-the-first-channel-only": ("const I c = rest % groups * V; rest /= groups;\n        const I x",
+                                            "const I c = 0; rest /= groups;\n        const I x"),
 }
 
 
 def _planted_problem(wrong_output=False):
-    """(CUDA result or the error it raised, NumPy result): overlapping cells over a tied input."""
+    """(CUDA result or the error it raised, NumPy result): overlapping cells over a tied input,
+    8 channels (4 per thread)."""
     rng = np.random.default_rng(5)
     rows, cols = [0, 2, 4, 6], [0, 3, 5, 7]
-    x, y, dy = _cuda_case(rng, (2, 7, 8, 3), rows, cols, True, np.float32)
+    x, y, dy = _cuda_case(rng, (2, 7, 8, 8), rows, cols, True, np.float32)
     if wrong_output:
         y = y.copy()
         y.reshape(-1)[4] += 1

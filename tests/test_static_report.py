@@ -226,6 +226,23 @@ def test_depthwise_filter_l2_bytes_by_hand():
     assert sr.filter_partial_l2_bytes(wide, 4, 256) == pytest.approx(4 * positions * 9 / 8 * (512 + 256 * 3))
 
 
+def test_pixel_warps_by_hand():
+    """16 threads per pixel: a warp spans 2 consecutive pixels and pays the larger sizes of the
+    two; 64 threads per pixel: 2 warps per pixel, each on its pixel's sizes."""
+    pairs = sr.pixel_warps([1, 2], [1, 2, 2, 1], batch=3, threads_per_pixel=16)
+    assert pairs == {(1, 2): 2 * 3, (2, 2): 2 * 3}
+    whole = sr.pixel_warps([1, 2], [1, 2, 2, 1], batch=3, threads_per_pixel=64)
+    assert whole == {(1, 1): 12, (1, 2): 12, (2, 1): 12, (2, 2): 12}
+    # V = 4 channels per thread on 64 channels: 16 threads per pixel, 2 pixels per warp
+    disjoint = Case("t", "t", FRACTIONAL_MAX, (2, 20, 20, 64), pooling_ratio=1.44, seed=3).geometry()
+    select, gather = sr.fractional_max_groups(disjoint, 4)
+    # 13 x 13 output pixels per image: 85 warps of 2 pixels (the last one's second padded)
+    assert sum(select.values()) == 2 * -(-(disjoint.out_rows * disjoint.out_cols) // 2)
+    assert gather == {(1, 1): 2 * 20 * 20 * 64 / 4 / 32}  # disjoint: every pixel in one cell
+    assert sr.fractional_gather_work(2, 2, 1, 1) == (2 + 2 * (1 + 2 * 3), {1: (2, None)})
+    assert sr.fractional_select_work(2, 3, 2) == (4 + 2 * 7, {1: (2, None)})
+
+
 def test_fractional_max_groups_and_work():
     disjoint = Case("t", "t", FRACTIONAL_MAX, (2, 20, 20, 64), pooling_ratio=1.44, seed=3).geometry()
     select, gather = sr.fractional_max_groups(disjoint)
@@ -323,7 +340,7 @@ def test_fractional_kernel_end_to_end(tmp_path):
     row = {"op": FRACTIONAL_MAX, "label": maximum[0]["label"], "dtype": "float16"}
     bench = {"meta": {"peaks": {"device": device.key}}, "rows": [row]}
     assert report_mod.attach_predictions(bench, loaded) == 1 and row["predicted"]["ms"] == maximum[0]["predicted_ms"]
-    assert "fractional_max_pool_select<__half, int>" in text and "(gather)" in text
+    assert "fractional_max_pool_select<__half, int, 4>" in text and "(gather)" in text
     # avg and max share labels: the roofline table names the op
     assert f"| fractional | frac max | {maximum[0]['label']} | float16 |" in text
     assert f"| fractional | frac avg | {average[0]['label']} | float16 | {average[0]['bytes'] / 1e6:.1f} |" in text
@@ -358,7 +375,8 @@ def test_new_kernels_have_per_element_figures(new_kernels):
         else:
             assert path["per_element_2x2_cells"] > path["per_element"]
         modelled += 1
-    assert modelled == 3 * 2 + 3 + 3 * 2  # partial (2 layouts), reduce, select and gather per dtype
+    # partial (2 layouts), reduce, select and gather (1 and 4 channels per thread) per dtype
+    assert modelled == 3 * 2 + 3 + 3 * 2 * 2
 
 
 def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):

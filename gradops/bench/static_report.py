@@ -185,11 +185,15 @@ ASSUMPTIONS = [
     "Depthwise filter gradient, second kernel: per filter element, `slices` accumulator loads (the fewest >= that "
     "a path makes), ceil(slices / loads per unrolled iteration) + 1 round trips of 600 ns in one wave (taps x "
     "out_depth threads); DRAM: the filter gradient written; L2: the partial sums read.",
-    "Fractional max pooling gradient: select, one output element per iteration, counts the loads of the element "
-    "and index widths (four cell bounds, orig_output, every element of the cell) with the row loop run once per "
-    "cell row; gather, one input element per iteration, counts index-width loads (two row offsets, per row cell "
-    "its index, per cell its column-cell index and chosen offset) with the row-cell loop run once per row cell; "
-    "both take the fewest loads >= those counts. A cell's out_backprop load and add for the element it chose are "
+    "Fractional max pooling gradient: a thread takes V channels of one pixel (V = 4 where depth % 4 == 0, as at "
+    "every benchmark shape, with aligned arrays; else 1), its element and index accesses packs of V (16 bytes at "
+    "most per load); SASS per element = the thread's path / V, and a warp spanning several pixels (32 V < depth "
+    "does not hold) pays the union of their paths. Select, one thread per iteration, counts the loads of the "
+    "index width and of the element pack (four cell bounds, orig_output, every element of the cell) with the row "
+    "loop run once per cell row; gather counts index-width and pack loads (two row offsets, per row cell its "
+    "index, per cell its column-cell index and chosen-offset pack, and with V = 4 its out_backprop pack: some "
+    "channel of the pack matches in most cells) with the row-cell loop run once per row cell; both take the "
+    "fewest loads >= those counts. With V = 1 a cell's out_backprop load and add for the element it chose are "
     "predicated in gather's unrolled column loop (counted on every path) and a skipped branch of about 10 "
     "instructions on its remainder path (under-counted: about out/in = 0.48 matches per input element). DRAM: "
     "orig_input, orig_output, out_backprop read and the gradient written once, plus the chosen-offset buffer "
@@ -336,23 +340,27 @@ def depthwise_filter_reduce_work(slices: int) -> tuple[int, dict]:
     return slices, {}
 
 
-def fractional_select_work(rows: int, cols: int) -> tuple[int, dict]:
-    """(counted loads, trips) of one output element of max pooling's select kernel whose cell
-    is rows x cols, counting loads of the element's and the index's width: the four cell
-    bounds, orig_output and every element of the cell; the row loop run ``rows`` times (the
-    cell's loads after the first fall in whichever row iterations the cheapest path picks)."""
-    return 4 + 1 + rows * cols, {1: (rows, None)}
+def fractional_select_work(rows: int, cols: int, pack_loads: int = 1) -> tuple[int, dict]:
+    """(counted loads, trips) of one thread of max pooling's select kernel whose cell is rows x
+    cols, counting loads of the index's width and of the thread's pack of channels (V
+    elements: ``pack_loads`` loads each, 2 for V = 4 float64): the four cell bounds, then
+    orig_output and every element of the cell, a pack each; the row loop run ``rows`` times
+    (the cell's loads after the first fall in whichever row iterations the cheapest path
+    picks)."""
+    return 4 + pack_loads * (1 + rows * cols), {1: (rows, None)}
 
 
-def fractional_gather_work(row_cells: int, col_cells: int) -> tuple[int, dict]:
-    """(counted loads, trips) of one input element of max pooling's gather kernel lying in
-    row_cells x col_cells cells, counting loads of the index's width: its two row offsets, per
-    row cell its cell index (and whatever per-row loads the compiler did not hoist: paths take
-    the fewest loads >= this count), per cell its column-cell index and chosen offset; the
-    row-cell loop run row_cells times.  A cell that chose the element adds its out_backprop
-    load and add: predicated (so counted on every path) in the unrolled column loop, a branch
-    on the remainder path that the cheapest path skips (at most one match per cell)."""
-    return 2 + row_cells * (1 + 2 * col_cells), {1: (row_cells, None)}
+def fractional_gather_work(row_cells: int, col_cells: int, chosen_loads: int = 1,
+                           grad_loads: int = 0) -> tuple[int, dict]:
+    """(counted loads, trips) of one thread of max pooling's gather kernel whose pixel lies in
+    row_cells x col_cells cells, counting loads of the index's width and of the packs: its
+    two row offsets, per row cell its cell index (and whatever per-row loads the compiler did
+    not hoist: paths take the fewest loads >= this count), per cell its column-cell index, its
+    chosen offsets (``chosen_loads`` per pack) and, where counted (``grad_loads``, V = 4: some
+    channel of the pack matches in most cells), its out_backprop pack; the row-cell loop run
+    row_cells times.  With V = 1 a cell that chose the element adds its out_backprop load and
+    add on a branch that the cheapest path skips (at most one match per cell)."""
+    return 2 + row_cells * (1 + col_cells * (1 + chosen_loads + grad_loads)), {1: (row_cells, None)}
 
 
 def _valid_taps(in_size, pad, filter_size, dilation, stride, out_size) -> np.ndarray:
@@ -570,7 +578,9 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
     """The kernel table's figures for the depthwise filter gradient's and max pooling's kernels
     (float16/bfloat16/float32 with 32-bit indices: the benchmark's; others are left out)."""
     args = template_args(kernel.expression)
-    if width not in (2, 4) or args[-1] != "int" and "_reduce<" not in kernel.expression:
+    max_pool = "_select<" in kernel.expression or "_gather<" in kernel.expression
+    index_type = args[1] if max_pool else args[-1]  # max pooling: <T, I, V>
+    if width not in (2, 4) or index_type != "int" and "_reduce<" not in kernel.expression:
         return None
     cfg = kernel.cfg
     if "_partial<" in kernel.expression:
@@ -593,20 +603,22 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
                 "per_element": one, "extra_text": f"per slice {(many - one) / 64:.1f}",
                 "per_slice": (many - one) / 64, "path": _path_summary(counts), "call_sites": _call_sites(cfg),
                 "loads_per_batch": loads_per_batch(kernel, acc)}
-    index = 4  # the int instantiations (args[-1] == "int")
+    index, v = 4, int(args[2])  # the int instantiations; V channels per thread (packs of <= 16 bytes here)
     if "_select<" in kernel.expression:
-        model = PathModel(kernel, tuple(sorted({width, index})))
+        model = PathModel(kernel, tuple(sorted({v * width, index})))
         one, counts = model.cost(*fractional_select_work(1, 1), at_least=True)
         four, _ = model.cost(*fractional_select_work(2, 2), at_least=True)
-        return {"work": "output element of a 1x1 cell (disjoint pooling)", "per_element": one,
-                "extra_text": f"2x2 cell: {four}", "per_element_2x2_cells": four, "path": _path_summary(counts),
-                "call_sites": _call_sites(cfg)}
-    model = PathModel(kernel, index)
-    one, counts = model.cost(*fractional_gather_work(1, 1), at_least=True)
-    four, _ = model.cost(*fractional_gather_work(2, 2), at_least=True)
-    return {"work": "input element in 1 row cell x 1 column cell, not chosen", "per_element": one,
-            "extra_text": f"2x2 cells: {four}", "per_element_2x2_cells": four, "path": _path_summary(counts),
-            "call_sites": _call_sites(cfg)}
+        return {"work": f"output element of a 1x1 cell (disjoint pooling), {v} per thread", "per_element": one / v,
+                "extra_text": f"2x2 cell: {four / v:.1f}", "per_element_2x2_cells": four / v,
+                "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
+    model = PathModel(kernel, tuple(sorted({index, v * index} | ({v * width} if v > 1 else set()))))
+    grad = 1 if v > 1 else 0
+    one, counts = model.cost(*fractional_gather_work(1, 1, 1, grad), at_least=True)
+    four, _ = model.cost(*fractional_gather_work(2, 2, 1, grad), at_least=True)
+    chosen = "a channel of the pack chosen" if v > 1 else "not chosen"
+    return {"work": f"input element in 1 row cell x 1 column cell, {chosen}, {v} per thread",
+            "per_element": one / v, "extra_text": f"2x2 cells: {four / v:.1f}", "per_element_2x2_cells": four / v,
+            "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
 
 
 def _call_sites(cfg) -> int:
@@ -876,14 +888,37 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     return _two_stage(case, dtype_name, device, g, partials, [first, second])
 
 
-def fractional_max_groups(g) -> tuple[Counter, Counter]:
+def pixel_warps(row_sizes, col_sizes, batch: int, threads_per_pixel: float) -> Counter:
+    """``{(row size, col size): warps}`` over an image of len(row_sizes) x len(col_sizes) pixels
+    whose pixel (y, x) has sizes (row_sizes[y], col_sizes[x]) (cell extents, or the cells a
+    pixel lies in), ``threads_per_pixel`` consecutive threads each: a warp of 32 threads spans
+    32 / threads_per_pixel consecutive pixels in row-major order where that is more than one,
+    and pays the union of their paths (the larger of each size); warps that would straddle two
+    images are counted as if each image's pixels filled whole warps."""
+    rows, cols = np.asarray(row_sizes, np.int64), np.asarray(col_sizes, np.int64)
+    if threads_per_pixel >= 32:
+        per_pixel = batch * threads_per_pixel / 32
+        r, c = Counter(rows.tolist()), Counter(cols.tolist())
+        return Counter({(int(h), int(w)): nh * nw * per_pixel for h, nh in r.items() for w, nw in c.items()})
+    k = int(32 // threads_per_pixel)
+    r = np.repeat(rows, cols.size)
+    c = np.tile(cols, rows.size)
+    pad = -r.size % k
+    r, c = np.pad(r, (0, pad), mode="edge").reshape(-1, k), np.pad(c, (0, pad), mode="edge").reshape(-1, k)
+    keys = np.stack([r.max(axis=1), c.max(axis=1)], axis=1)
+    return Counter({(int(h), int(w)): n * batch for (h, w), n in Counter(map(tuple, keys.tolist())).items()})
+
+
+def fractional_max_groups(g, channels: int = 1) -> tuple[Counter, Counter]:
     """``({(cell rows, cell cols): warps}`` of the select kernel, ``{(row cells, col cells):
-    warps}`` of the gather kernel): warps are 32 channels of one pixel (depth % 32 == 0)."""
-    rows = Counter((np.asarray(g.row_ends) - np.asarray(g.row_starts) + 1).tolist())
-    cols = Counter((np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1).tolist())
-    per_pixel = g.batch * g.depth / 32
-    select = Counter({(int(h), int(w)): nh * nw * per_pixel for h, nh in rows.items() for w, nw in cols.items()})
-    return select, fractional_warp_cells(g)
+    warps}`` of the gather kernel), a thread taking ``channels`` channels of one pixel
+    (:func:`pixel_warps`: depth / channels threads per pixel)."""
+    threads = g.depth / channels
+    select = pixel_warps(np.asarray(g.row_ends) - np.asarray(g.row_starts) + 1,
+                         np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1, g.batch, threads)
+    row_offsets, col_offsets = g.cells_by_index("rows")[0], g.cells_by_index("cols")[0]
+    gather = pixel_warps(np.diff(row_offsets), np.diff(col_offsets), g.batch, threads)
+    return select, gather
 
 
 def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
@@ -897,23 +932,32 @@ def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels
     index = fm.index_type(g)
     iw = fm.INDEX_TYPES[index].itemsize
     arch = f"sm_{device.arch}"
-    select = kernels[(arch, fm._expression(fm.KERNELS[0], dtype, index))]
-    gather = kernels[(arch, fm._expression(fm.KERNELS[1], dtype, index))]
+    v = fm.channels_per_thread(g)  # aligned arrays assumed
+    select = kernels[(arch, fm._expression(fm.KERNELS[0], dtype, index, v))]
+    gather = kernels[(arch, fm._expression(fm.KERNELS[1], dtype, index, v))]
     inputs, outputs = math.prod(g.input_shape), math.prod(g.output_shape)
-    cells, by_index = fractional_max_groups(g)
+    cells, by_index = fractional_max_groups(g, v)
 
-    smodel = PathModel(select, tuple(sorted({width, iw})))
-    scost, spipes = _mean_path(smodel, {k: (n, fractional_select_work(*k)) for k, n in cells.items()})
+    # A pack of V elements (indices) is one load of V x width bytes, or 16-byte loads above 16.
+    def pack(size):
+        return min(16, v * size), max(1, v * size // 16)
+
+    element_width, element_loads = pack(width)
+    index_width, index_loads = pack(iw)
+    smodel = PathModel(select, tuple(sorted({element_width, iw})))
+    scost, spipes = _mean_path(smodel, {k: (n, fractional_select_work(*k, element_loads)) for k, n in cells.items()})
     mean_cell = sum(h * w * n for (h, w), n in cells.items()) / sum(cells.values())
     bounds = iw * 2 * (g.out_rows + g.out_cols)
-    first = _stage("select", device, select, outputs, scost, spipes, width * (inputs + outputs) + iw * outputs + bounds,
-                   width * outputs * (mean_cell + 1) + iw * outputs)
+    first = _stage("select", device, select, outputs // v, scost, spipes,
+                   width * (inputs + outputs) + iw * outputs + bounds, width * outputs * (mean_cell + 1) + iw * outputs)
 
-    gmodel = PathModel(gather, iw)
-    gcost, gpipes = _mean_path(gmodel, {k: (n, fractional_gather_work(*k)) for k, n in by_index.items()})
+    gmodel = PathModel(gather, tuple(sorted({iw, index_width} | ({element_width} if v > 1 else set()))))
+    gwork = {k: (n, fractional_gather_work(*k, index_loads, element_loads if v > 1 else 0)) for k, n in by_index.items()}
+    gcost, gpipes = _mean_path(gmodel, gwork)
     mean_cells = sum(r * c * n for (r, c), n in by_index.items()) / sum(by_index.values())
     tables = iw * (g.in_rows + g.in_cols + 2 + g.cell_table_entries)
-    second = _stage("gather", device, gather, inputs, gcost, gpipes, width * (outputs + inputs) + iw * outputs + tables,
+    second = _stage("gather", device, gather, inputs // v, gcost, gpipes,
+                    width * (outputs + inputs) + iw * outputs + tables,
                     iw * inputs * mean_cells + width * (outputs + inputs))
     return _two_stage(case, dtype_name, device, g, inputs, [first, second])
 

@@ -3,7 +3,8 @@
 Two launches on the current stream: ``fractional_max_pool_select`` (each cell's chosen element,
 by TF's scan, and a flag set where orig_output is not the recomputed maximum) and
 ``fractional_max_pool_gather`` (each input element sums the out_backprop of the cells that
-chose it).  The flag is read back before the result is returned, so this op synchronises the
+chose it), each thread on :data:`VECTOR` adjacent channels where depth allows
+(:func:`channels_per_thread`), else one.  The flag is read back before the result is returned, so this op synchronises the
 host: TF refuses a call whose orig_output does not match (InvalidArgumentError), and so must
 gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
 containing it) are built on the host and uploaded once per geometry, index type, device and
@@ -25,17 +26,38 @@ SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
+#: Channels per thread (the kernels' ``V``): :data:`VECTOR` where :func:`channels_per_thread`
+#: allows, else 1.
+VECTOR = 4
+CHANNELS = (1, VECTOR)
 
 
-def _expression(kernel: str, dtype, index: str) -> str:
-    return f"{kernel}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}>"
+def _expression(kernel: str, dtype, index: str, channels: int = 1) -> str:
+    return f"{kernel}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}>"
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture): both
-    kernels per dtype, with 32- and 64-bit indexing."""
-    return {SOURCE: [_expression(kernel, dtype, index)
-                     for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES]}
+    kernels per dtype, with 32- and 64-bit indexing, 1 or :data:`VECTOR` channels per thread."""
+    return {SOURCE: [_expression(kernel, dtype, index, v)
+                     for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES for v in CHANNELS]}
+
+
+def _pack_alignment(itemsize: int) -> int:
+    """Alignment of a :data:`VECTOR`-wide access (``fractional_max::Pack``): 16 bytes at most."""
+    return min(_runtime.VECTOR_BYTES, VECTOR * itemsize)
+
+
+def channels_per_thread(g: FractionalPoolGeometry, arrays=(), vector: bool | None = None) -> int:
+    """:data:`VECTOR` when depth is a multiple of it and ``arrays`` (orig_input, orig_output,
+    out_backprop; the chosen offsets and the result are fresh allocations) are aligned for
+    its accesses, else 1.  ``vector`` (tests) forces the choice; True raises when it cannot
+    hold."""
+    eligible = g.depth % VECTOR == 0 and all(
+        int(_runtime.pointer(a)) % _pack_alignment(np.dtype(a.dtype).itemsize) == 0 for a in arrays)
+    if vector and not eligible:
+        raise ValueError(f"{VECTOR} channels per thread need a depth that is a multiple of {VECTOR} and aligned arrays")
+    return VECTOR if (eligible if vector is None else vector) else 1
 
 
 def index_type(g: FractionalPoolGeometry) -> str:
@@ -56,11 +78,12 @@ def kernel_tables(g: FractionalPoolGeometry, index: str) -> list[np.ndarray]:
 
 
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output, out_backprop, *,
-                             index: str | None = None):
+                             index: str | None = None, vector: bool | None = None):
     """Input gradient [N, in_rows, in_cols, C] (NHWC) in the inputs' dtype.
 
     orig_input, orig_output, out_backprop: CuPy arrays on the current device, any strides.
-    ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems).
+    ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems),
+    ``vector`` :data:`VECTOR` or 1 channels per thread (:func:`channels_per_thread`).
     Raises InvalidArgumentError, as TF does, when orig_output is not the recomputed maxima.
     """
     import cupy
@@ -76,10 +99,11 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     row_bounds, col_bounds, row_offsets, row_cells, col_offsets, col_cells = (
         _runtime.pointer(packed, o) for o in offsets)
     sizes = tuple(wide(v) for v in (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols))
+    v = channels_per_thread(g, (x, y, dy), vector)
     chosen = cupy.empty(g.output_shape, INDEX_TYPES[index])
     mismatch = cupy.zeros((1,), np.int32)
-    select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index))
-    _runtime.launch_1d(select, int(np.prod(g.output_shape)),
+    select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index, v))
+    _runtime.launch_1d(select, int(np.prod(g.output_shape)) // v,
                        (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen), _runtime.pointer(mismatch),
                         row_bounds, col_bounds, *sizes))
     if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
@@ -87,8 +111,8 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
             "fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
             "sequences (TF: tensor_out_dup is not the same as tensor_out)")
     in_backprop = cupy.empty(g.input_shape, dtype)
-    gather = _runtime.kernel(SOURCE, _expression(KERNELS[1], dtype, index))
-    _runtime.launch_1d(gather, int(np.prod(g.input_shape)),
+    gather = _runtime.kernel(SOURCE, _expression(KERNELS[1], dtype, index, v))
+    _runtime.launch_1d(gather, int(np.prod(g.input_shape)) // v,
                        (_runtime.pointer(dy), _runtime.pointer(chosen), _runtime.pointer(in_backprop),
                         row_offsets, row_cells, col_offsets, col_cells, *sizes))
     return in_backprop
