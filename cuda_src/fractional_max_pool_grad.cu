@@ -26,11 +26,12 @@
 //   out_backprop elements whose chosen offset is its own.  Each sum is TF's, term by term in
 //   TF's order, starting from zero, in T (float for the half types, rounded once).
 //
-// Channels.  A thread takes V adjacent channels of one pixel (V = 4 where the launcher finds
-// depth % 4 == 0 and aligned arrays, else 1): its index math, cell bounds and table reads are
-// shared by V elements, and its loads and stores of elements and chosen offsets are V wide (8
-// bytes of float16, 16 of float or int).  Each channel keeps its own scan and its own sum, in
-// the order above, so the result is bitwise that of V = 1.
+// Channels.  A thread takes V adjacent channels of one pixel (V = 8 for the 2-byte types, 4 for
+// the others, where the launcher finds depth % V == 0 and aligned arrays; else 1): its index
+// math, cell bounds and table reads are shared by V elements, and its loads and stores of
+// elements and chosen offsets are packs of V (16 bytes per access: 16 bytes of float16 or
+// float, 32 of int offsets for V = 8).  Each channel keeps its own scan and its own sum, in the
+// order above, so the result is bitwise that of V = 1.
 //
 // Indices are I: int when every tensor and table has fewer than 2^31 elements, else long long.
 // Grid-stride loops never step past `total` (no signed overflow near 2^31).
@@ -72,7 +73,7 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
                                            const I* __restrict__ row_bounds, const I* __restrict__ col_bounds,
                                            I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols) {
     using namespace fractional_max;
-    const I groups = depth / V;  // the launcher takes V = 4 only where V divides depth
+    const I groups = depth / V;  // the launcher takes V > 1 only where V divides depth
     const I total = batch * out_rows * out_cols * groups;
     const I stride = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
     for (I t = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);

@@ -417,15 +417,15 @@ def test_cuda_matches_numpy_bit_for_bit(cuda_device, case, overlapping, dtype):
     _check_cuda(*_cuda_case(rng, shape, rows, cols, overlapping, dtype), rows, cols, overlapping)
 
 
-@pytest.mark.parametrize("vector", [True, False], ids=["4-channels", "1-channel"])
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "1-channel"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
 def test_cuda_channels_per_thread(cuda_device, overlapping, dtype, vector):
-    """4 channels per thread (depth a multiple of 4) and 1, forced on the same problems: bit for
-    bit NumPy's result (tied inputs, overlapping cells, several channel groups per pixel), and
-    the launcher's own choice (4) through the public API."""
+    """8 (2-byte types) or 4 channels per thread, and 1, forced on the same problems: bit for bit
+    NumPy's result (tied inputs, overlapping cells, one and three channel groups per pixel),
+    and the launcher's own choice (vectors) through the public API."""
     rng = np.random.default_rng(31)
-    for shape, seed in (((2, 7, 9, 8), 3), ((1, 6, 5, 12), 5)):
+    for shape, seed in (((2, 7, 9, 8), 3), ((1, 6, 5, 24), 5)):
         rows = gradops.fractional_pooling_sequence(shape[1], 1.44, True, seed=seed)
         cols = gradops.fractional_pooling_sequence(shape[2], 1.44, False, seed=seed + 1)
         x, y, dy = _cuda_case(rng, shape, rows, cols, overlapping, dtype)
@@ -443,8 +443,8 @@ def test_cuda_channels_per_thread(cuda_device, overlapping, dtype, vector):
 
 
 def test_channels_per_thread_choice():
-    """4 channels per thread where depth is a multiple of 4 (and the arrays aligned), else 1;
-    forcing 4 on a depth of 6 is refused."""
+    """8 (2-byte types) or 4 channels per thread where depth is a multiple of that (and the
+    arrays aligned), else 1; forcing vectors on a depth they do not divide is refused."""
     import importlib
 
     from gradops._geometry import fractional_max_pool_geometry
@@ -455,12 +455,15 @@ def test_channels_per_thread_choice():
         return fractional_max_pool_geometry("fractional_max_pool_grad", (1, 5, 5, depth), (1, 3, 3, depth),
                                             (1, 3, 3, depth), [0, 2, 4, 5], [0, 1, 3, 5], False)
 
-    assert launcher.channels_per_thread(geometry(8)) == 4
-    assert launcher.channels_per_thread(geometry(64)) == 4
-    assert launcher.channels_per_thread(geometry(6)) == 1
-    assert launcher.channels_per_thread(geometry(8), vector=False) == 1
+    f16, f32, f64 = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+    assert launcher.channels_per_thread(geometry(8), f32) == 4
+    assert launcher.channels_per_thread(geometry(64), f16) == 8
+    assert launcher.channels_per_thread(geometry(12), f16) == 1 and launcher.channels_per_thread(geometry(12), f64) == 4
+    assert launcher.channels_per_thread(geometry(6), f32) == 1
+    assert launcher.channels_per_thread(geometry(8), f32, vector=False) == 1
     with pytest.raises(ValueError, match="multiple of 4"):
-        launcher.channels_per_thread(geometry(6), vector=True)
+        launcher.channels_per_thread(geometry(6), f32, vector=True)
+    assert launcher.pack_accesses(8, 4) == (16, 2) and launcher.pack_accesses(4, 2) == (8, 1)
 
 
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])

@@ -185,9 +185,9 @@ ASSUMPTIONS = [
     "Depthwise filter gradient, second kernel: per filter element, `slices` accumulator loads (the fewest >= that "
     "a path makes), ceil(slices / loads per unrolled iteration) + 1 round trips of 600 ns in one wave (taps x "
     "out_depth threads); DRAM: the filter gradient written; L2: the partial sums read.",
-    "Fractional max pooling gradient: a thread takes V channels of one pixel (V = 4 where depth % 4 == 0, as at "
-    "every benchmark shape, with aligned arrays; else 1), its element and index accesses packs of V (16 bytes at "
-    "most per load); SASS per element = the thread's path / V, and a warp spanning several pixels (32 V < depth "
+    "Fractional max pooling gradient: a thread takes V channels of one pixel (V = 8 for float16/bfloat16, 4 for "
+    "the others, where depth % V == 0, as at every benchmark shape, with aligned arrays; else 1), its element and "
+    "index accesses packs of V (16 bytes per load: a 32-byte pack is two); SASS per element = the thread's path / V, and a warp spanning several pixels (32 V < depth "
     "does not hold) pays the union of their paths. Select, one thread per iteration, counts the loads of the "
     "index width and of the element pack (four cell bounds, orig_output, every element of the cell) with the row "
     "loop run once per cell row; gather counts index-width and pack loads (two row offsets, per row cell its "
@@ -603,18 +603,23 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
                 "per_element": one, "extra_text": f"per slice {(many - one) / 64:.1f}",
                 "per_slice": (many - one) / 64, "path": _path_summary(counts), "call_sites": _call_sites(cfg),
                 "loads_per_batch": loads_per_batch(kernel, acc)}
-    index, v = 4, int(args[2])  # the int instantiations; V channels per thread (packs of <= 16 bytes here)
+    import importlib
+
+    fm = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    index, v = 4, int(args[2])  # the int instantiations; V channels per thread
+    element_width, element_loads = fm.pack_accesses(v, width)
+    index_width, index_loads = fm.pack_accesses(v, index)
     if "_select<" in kernel.expression:
-        model = PathModel(kernel, tuple(sorted({v * width, index})))
-        one, counts = model.cost(*fractional_select_work(1, 1), at_least=True)
-        four, _ = model.cost(*fractional_select_work(2, 2), at_least=True)
+        model = PathModel(kernel, tuple(sorted({element_width, index})))
+        one, counts = model.cost(*fractional_select_work(1, 1, element_loads), at_least=True)
+        four, _ = model.cost(*fractional_select_work(2, 2, element_loads), at_least=True)
         return {"work": f"output element of a 1x1 cell (disjoint pooling), {v} per thread", "per_element": one / v,
                 "extra_text": f"2x2 cell: {four / v:.1f}", "per_element_2x2_cells": four / v,
                 "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
-    model = PathModel(kernel, tuple(sorted({index, v * index} | ({v * width} if v > 1 else set()))))
-    grad = 1 if v > 1 else 0
-    one, counts = model.cost(*fractional_gather_work(1, 1, 1, grad), at_least=True)
-    four, _ = model.cost(*fractional_gather_work(2, 2, 1, grad), at_least=True)
+    model = PathModel(kernel, tuple(sorted({index, index_width} | ({element_width} if v > 1 else set()))))
+    grad = element_loads if v > 1 else 0
+    one, counts = model.cost(*fractional_gather_work(1, 1, index_loads, grad), at_least=True)
+    four, _ = model.cost(*fractional_gather_work(2, 2, index_loads, grad), at_least=True)
     chosen = "a channel of the pack chosen" if v > 1 else "not chosen"
     return {"work": f"input element in 1 row cell x 1 column cell, {chosen}, {v} per thread",
             "per_element": one / v, "extra_text": f"2x2 cells: {four / v:.1f}", "per_element_2x2_cells": four / v,
@@ -932,18 +937,13 @@ def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels
     index = fm.index_type(g)
     iw = fm.INDEX_TYPES[index].itemsize
     arch = f"sm_{device.arch}"
-    v = fm.channels_per_thread(g)  # aligned arrays assumed
+    v = fm.channels_per_thread(g, dtype)  # aligned arrays assumed
     select = kernels[(arch, fm._expression(fm.KERNELS[0], dtype, index, v))]
     gather = kernels[(arch, fm._expression(fm.KERNELS[1], dtype, index, v))]
     inputs, outputs = math.prod(g.input_shape), math.prod(g.output_shape)
     cells, by_index = fractional_max_groups(g, v)
-
-    # A pack of V elements (indices) is one load of V x width bytes, or 16-byte loads above 16.
-    def pack(size):
-        return min(16, v * size), max(1, v * size // 16)
-
-    element_width, element_loads = pack(width)
-    index_width, index_loads = pack(iw)
+    element_width, element_loads = fm.pack_accesses(v, width)
+    index_width, index_loads = fm.pack_accesses(v, iw)
     smodel = PathModel(select, tuple(sorted({element_width, iw})))
     scost, spipes = _mean_path(smodel, {k: (n, fractional_select_work(*k, element_loads)) for k, n in cells.items()})
     mean_cell = sum(h * w * n for (h, w), n in cells.items()) / sum(cells.values())

@@ -3,10 +3,10 @@
 Two launches on the current stream: ``fractional_max_pool_select`` (each cell's chosen element,
 by TF's scan, and a flag set where orig_output is not the recomputed maximum) and
 ``fractional_max_pool_gather`` (each input element sums the out_backprop of the cells that
-chose it), each thread on :data:`VECTOR` adjacent channels where depth allows
-(:func:`channels_per_thread`), else one.  The flag is read back before the result is returned, so this op synchronises the
-host: TF refuses a call whose orig_output does not match (InvalidArgumentError), and so must
-gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
+chose it), each thread on :func:`vector_channels` adjacent channels where depth allows
+(:func:`channels_per_thread`), else one.  The flag is read back before the result is
+returned, so this op synchronises the host: TF refuses a call whose orig_output does not
+match (InvalidArgumentError), and so must gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
 containing it) are built on the host and uploaded once per geometry, index type, device and
 stream, then kept (the small LRU of device copies that fractional_avg_pool_grad's launcher
 keeps), so a training loop that repeats a geometry uploads nothing after its first call.
@@ -26,10 +26,10 @@ SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
-#: Channels per thread (the kernels' ``V``): :data:`VECTOR` where :func:`channels_per_thread`
-#: allows, else 1.
-VECTOR = 4
-CHANNELS = (1, VECTOR)
+def vector_channels(dtype) -> int:
+    """Channels per thread of the vector instantiations (the kernels' ``V``): 8 for the 2-byte
+    types (16 bytes of elements per access), 4 for the others (16, or 32 in two accesses)."""
+    return 8 if np.dtype(dtype).itemsize == 2 else 4
 
 
 def _expression(kernel: str, dtype, index: str, channels: int = 1) -> str:
@@ -38,26 +38,31 @@ def _expression(kernel: str, dtype, index: str, channels: int = 1) -> str:
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture): both
-    kernels per dtype, with 32- and 64-bit indexing, 1 or :data:`VECTOR` channels per thread."""
+    kernels per dtype, with 32- and 64-bit indexing, 1 or :func:`vector_channels` channels per
+    thread."""
     return {SOURCE: [_expression(kernel, dtype, index, v)
-                     for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES for v in CHANNELS]}
+                     for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES
+                     for v in (1, vector_channels(dtype))]}
 
 
-def _pack_alignment(itemsize: int) -> int:
-    """Alignment of a :data:`VECTOR`-wide access (``fractional_max::Pack``): 16 bytes at most."""
-    return min(_runtime.VECTOR_BYTES, VECTOR * itemsize)
+def pack_accesses(channels: int, itemsize: int) -> tuple[int, int]:
+    """(bytes per access, accesses) of a pack of ``channels`` values (``fractional_max::Pack``:
+    aligned to 16 bytes at most, so larger packs take several 16-byte accesses)."""
+    size = channels * itemsize
+    return min(_runtime.VECTOR_BYTES, size), max(1, size // _runtime.VECTOR_BYTES)
 
 
-def channels_per_thread(g: FractionalPoolGeometry, arrays=(), vector: bool | None = None) -> int:
-    """:data:`VECTOR` when depth is a multiple of it and ``arrays`` (orig_input, orig_output,
-    out_backprop; the chosen offsets and the result are fresh allocations) are aligned for
-    its accesses, else 1.  ``vector`` (tests) forces the choice; True raises when it cannot
-    hold."""
-    eligible = g.depth % VECTOR == 0 and all(
-        int(_runtime.pointer(a)) % _pack_alignment(np.dtype(a.dtype).itemsize) == 0 for a in arrays)
+def channels_per_thread(g: FractionalPoolGeometry, dtype, arrays=(), vector: bool | None = None) -> int:
+    """:func:`vector_channels` when depth is a multiple of it and ``arrays`` (orig_input,
+    orig_output, out_backprop; the chosen offsets and the result are fresh allocations) are
+    aligned for its accesses, else 1.  ``vector`` (tests) forces the choice; True raises when
+    it cannot hold."""
+    v = vector_channels(dtype)
+    alignment = pack_accesses(v, np.dtype(dtype).itemsize)[0]
+    eligible = g.depth % v == 0 and all(int(_runtime.pointer(a)) % alignment == 0 for a in arrays)
     if vector and not eligible:
-        raise ValueError(f"{VECTOR} channels per thread need a depth that is a multiple of {VECTOR} and aligned arrays")
-    return VECTOR if (eligible if vector is None else vector) else 1
+        raise ValueError(f"{v} channels per thread need a depth that is a multiple of {v} and aligned arrays")
+    return v if (eligible if vector is None else vector) else 1
 
 
 def index_type(g: FractionalPoolGeometry) -> str:
@@ -83,7 +88,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
 
     orig_input, orig_output, out_backprop: CuPy arrays on the current device, any strides.
     ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems),
-    ``vector`` :data:`VECTOR` or 1 channels per thread (:func:`channels_per_thread`).
+    ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`).
     Raises InvalidArgumentError, as TF does, when orig_output is not the recomputed maxima.
     """
     import cupy
@@ -99,7 +104,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     row_bounds, col_bounds, row_offsets, row_cells, col_offsets, col_cells = (
         _runtime.pointer(packed, o) for o in offsets)
     sizes = tuple(wide(v) for v in (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols))
-    v = channels_per_thread(g, (x, y, dy), vector)
+    v = channels_per_thread(g, dtype, (x, y, dy), vector)
     chosen = cupy.empty(g.output_shape, INDEX_TYPES[index])
     mismatch = cupy.zeros((1,), np.int32)
     select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index, v))
