@@ -33,6 +33,11 @@
 // float, 32 of int offsets for V = 8).  Each channel keeps its own scan and its own sum, in the
 // order above, so the result is bitwise that of V = 1.
 //
+// The chosen element, C: its flat input offset (C = I), or where every cell has at most 256
+// elements its place in the cell's scan, row-major from 0 (C = unsigned char: a quarter or an
+// eighth of the bytes written by select and read by gather; gather then recomputes the
+// place of its own element in each cell from the cell bounds).
+//
 // Indices are I: int when every tensor and table has fewer than 2^31 elements, else long long.
 // Grid-stride loops never step past `total` (no signed overflow near 2^31).
 #include "gradops_common.cuh"
@@ -67,9 +72,9 @@ template <int V, typename X> __device__ __forceinline__ void store_pack(X* p, co
 }  // namespace fractional_max
 
 // Thread work: V channels c .. c + V - 1 of output pixel (n, r, q).
-template <typename T, typename I, int V>
+template <typename T, typename I, int V, typename C>
 __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, const T* __restrict__ orig_output,
-                                           I* __restrict__ chosen, int* __restrict__ mismatch,
+                                           C* __restrict__ chosen, int* __restrict__ mismatch,
                                            const I* __restrict__ row_bounds, const I* __restrict__ col_bounds,
                                            I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols) {
     using namespace fractional_max;
@@ -87,17 +92,20 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
         const I y0 = row_bounds[2 * r], y1 = row_bounds[2 * r + 1];
         const I x0 = col_bounds[2 * q], x1 = col_bounds[2 * q + 1];
         const I first = ((n * in_rows + y0) * in_cols + x0) * depth + c;
-        Pack<I, V> best;
+        constexpr bool LOCAL = sizeof(C) == 1;  // the place in the cell's scan, else the flat offset
+        Pack<C, V> best;
         typename Acc<T>::type best_value[V];
         const Pack<T, V> start = load_pack<V>(orig_input + first);
 #pragma unroll
         for (int u = 0; u < V; ++u) {
-            best.v[u] = first + u;
+            best.v[u] = LOCAL ? C(0) : static_cast<C>(first + u);
             best_value[u] = widen(start.v[u]);
         }
+        I place = 0;  // of the element (y, x) in the cell's scan
         for (I y = y0; y <= y1; ++y) {
             const I row = (n * in_rows + y) * in_cols;
             for (I x = (y == y0 ? x0 + 1 : x0); x <= x1; ++x) {
+                ++place;
                 const I offset = (row + x) * depth + c;
                 const Pack<T, V> values = load_pack<V>(orig_input + offset);
 #pragma unroll
@@ -105,7 +113,7 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
                     const auto value = widen(values.v[u]);
                     if (best_value[u] < value) {  // TF's test: strictly greater, NaN never
                         best_value[u] = value;
-                        best.v[u] = offset + u;
+                        best.v[u] = static_cast<C>(LOCAL ? place : offset + u);
                     }
                 }
             }
@@ -120,11 +128,12 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
 }
 
 // Thread work: V channels c .. c + V - 1 of input pixel (n, y, x).
-template <typename T, typename I, int V>
-__global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, const I* __restrict__ chosen,
+template <typename T, typename I, int V, typename C>
+__global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, const C* __restrict__ chosen,
                                            T* __restrict__ in_backprop,
                                            const I* __restrict__ row_offsets, const I* __restrict__ row_cells,
                                            const I* __restrict__ col_offsets, const I* __restrict__ col_cells,
+                                           const I* __restrict__ row_bounds, const I* __restrict__ col_bounds,
                                            I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols) {
     using namespace fractional_max;
     typedef typename Acc<T>::type A;
@@ -142,16 +151,25 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
         A sum[V];
 #pragma unroll
         for (int u = 0; u < V; ++u) sum[u] = A(0);
+        constexpr bool LOCAL = sizeof(C) == 1;
         const I q_begin = col_offsets[x], q_end = col_offsets[x + 1];
         for (I rk = row_offsets[y]; rk < row_offsets[y + 1]; ++rk) {
-            const I base = (n * out_rows + row_cells[rk]) * out_cols;
+            const I cell_row = row_cells[rk];
+            const I base = (n * out_rows + cell_row) * out_cols;
+            const I rows_above = LOCAL ? y - row_bounds[2 * cell_row] : 0;  // rows of the cell before y
             for (I qk = q_begin; qk < q_end; ++qk) {
-                const I o = (base + col_cells[qk]) * depth + c;
-                const Pack<I, V> picks = load_pack<V>(chosen + o);
+                const I cell_col = col_cells[qk];
+                const I o = (base + cell_col) * depth + c;
+                const Pack<C, V> picks = load_pack<V>(chosen + o);
+                I place = 0;  // of (y, x) in the cell's scan
+                if (LOCAL) {
+                    const I x0 = col_bounds[2 * cell_col];
+                    place = rows_above * (col_bounds[2 * cell_col + 1] - x0 + 1) + (x - x0);
+                }
                 bool match[V], any = false;
 #pragma unroll
                 for (int u = 0; u < V; ++u) {
-                    match[u] = picks.v[u] == i + u;
+                    match[u] = LOCAL ? picks.v[u] == static_cast<C>(place) : picks.v[u] == static_cast<C>(i + u);
                     any |= match[u];
                 }
                 if (any) {  // at most one cell per channel chooses an element of a disjoint pool

@@ -417,13 +417,15 @@ def test_cuda_matches_numpy_bit_for_bit(cuda_device, case, overlapping, dtype):
     _check_cuda(*_cuda_case(rng, shape, rows, cols, overlapping, dtype), rows, cols, overlapping)
 
 
+@pytest.mark.parametrize("local", [True, False], ids=["cell-places", "flat-offsets"])
 @pytest.mark.parametrize("vector", [True, False], ids=["vector", "1-channel"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
-def test_cuda_channels_per_thread(cuda_device, overlapping, dtype, vector):
-    """8 (2-byte types) or 4 channels per thread, and 1, forced on the same problems: bit for bit
-    NumPy's result (tied inputs, overlapping cells, one and three channel groups per pixel),
-    and the launcher's own choice (vectors) through the public API."""
+def test_cuda_channels_per_thread(cuda_device, overlapping, dtype, vector, local):
+    """8 (2-byte types) or 4 channels per thread, and 1, with the chosen elements as one-byte
+    cell places or flat offsets, forced on the same problems: bit for bit NumPy's result (tied
+    inputs, overlapping cells, one and three channel groups per pixel), and the launcher's own
+    choice (vectors, places) through the public API."""
     rng = np.random.default_rng(31)
     for shape, seed in (((2, 7, 9, 8), 3), ((1, 6, 5, 24), 5)):
         rows = gradops.fractional_pooling_sequence(shape[1], 1.44, True, seed=seed)
@@ -437,9 +439,70 @@ def test_cuda_channels_per_thread(cuda_device, overlapping, dtype, vector):
         launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
         g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols,
                                          overlapping)
-        got = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), vector=vector)
+        got = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), vector=vector, local=local)
         want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
         np.testing.assert_array_equal(to_host(got).view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+@pytest.mark.parametrize("misaligned", ["orig_input", "orig_output", "out_backprop"])
+def test_cuda_misaligned_array_takes_one_channel_per_thread(cuda_device, misaligned):
+    """An array that starts 2 bytes into its allocation cannot be read in 16-byte packs: the
+    launcher runs one channel per thread (and refuses vector=True), with the same result."""
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    rng = np.random.default_rng(8)
+    rows = gradops.fractional_pooling_sequence(7, 1.44, True, seed=2)
+    cols = gradops.fractional_pooling_sequence(9, 1.44, False, seed=3)
+    x, y, dy = _cuda_case(rng, (2, 7, 9, 16), rows, cols, False, np.float16)
+    arrays = {"orig_input": x, "orig_output": y, "out_backprop": dy}
+    gpu = {name: to_gpu(a) for name, a in arrays.items()}
+    a = arrays[misaligned]
+    padded = to_gpu(np.concatenate([np.zeros(1, a.dtype), a.reshape(-1)]))
+    gpu[misaligned] = padded[1:].reshape(a.shape)
+    assert gpu[misaligned].flags.c_contiguous
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, False)
+    order = (gpu["orig_input"], gpu["orig_output"], gpu["out_backprop"])
+    assert launcher.channels_per_thread(g, x.dtype, order) == 1
+    assert launcher.channels_per_thread(g, x.dtype, (to_gpu(x), to_gpu(y), to_gpu(dy))) == 8
+    with pytest.raises(ValueError, match="aligned arrays"):
+        launcher.fractional_max_pool_grad(g, *order, vector=True)
+    got = to_host(launcher.fractional_max_pool_grad(g, *order))
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, False, backend="numpy")
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def test_cell_places_choice_and_a_large_cell():
+    """One-byte cell places where every cell has at most 256 elements (rows x columns of the
+    longest cells), flat offsets otherwise: a 17 x 16 cell (272 elements) takes offsets, and the
+    result still matches NumPy; forcing places on it is refused."""
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+
+    def geometry(rows, cols, in_rows, in_cols):
+        out = (1, len(rows) - 1, len(cols) - 1, 2)
+        return fractional_max_pool_geometry("fractional_max_pool_grad", (1, in_rows, in_cols, 2), out, out, rows,
+                                            cols, False)
+
+    assert launcher.largest_cell(geometry([0, 16, 17], [0, 16, 17], 17, 17)) == 256
+    assert launcher.local_places(geometry([0, 16, 17], [0, 16, 17], 17, 17))
+    big = geometry([0, 17, 18], [0, 16, 17], 18, 17)
+    assert launcher.largest_cell(big) == 272 and not launcher.local_places(big)
+    with pytest.raises(ValueError, match="at most 256"):
+        launcher.local_places(big, True)
+
+
+def test_cuda_large_cells_take_flat_offsets(cuda_device):
+    """A 17 x 16 cell (272 elements, past a byte's places): flat offsets, NumPy's result."""
+    rng = np.random.default_rng(12)
+    rows, cols = [0, 17, 18], [0, 16, 17]
+    x, y, dy = _cuda_case(rng, (1, 18, 17, 4), rows, cols, False, np.float32)
+    _check_cuda(x, y, dy, rows, cols, False)
 
 
 def test_channels_per_thread_choice():
@@ -658,23 +721,33 @@ def test_cuda_default_dispatch_and_deterministic(cuda_device):
 
 # ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)
 
-PLANTED = {  # name: (text of the real source, its replacement)
+PLANTED = {  # name: (text of the real source, its replacement[, chosen elements as cell places or flat offsets])
     "ties-go-to-the-last": ("if (best_value[u] < value) {", "if (best_value[u] <= value) {"),
     "first-element-skipped-twice": ("(y == y0 ? x0 + 1 : x0)", "x0 + 1"),
     "last-row-of-a-cell-dropped": ("for (I y = y0; y <= y1; ++y)", "for (I y = y0; y < y1; ++y)"),
     "mismatch-never-flagged": ("*mismatch = 1;", "*mismatch = 0;"),
     "overlap-sums-one-cell-only": ("q_end = col_offsets[x + 1];", "q_end = col_offsets[x] + 1;"),
-    "chosen-compared-with-the-wrong-index": ("match[u] = picks.v[u] == i + u;", "match[u] = picks.v[u] == i + u + 1;"),
-    "select-drops-the-channel-of-a-lane": ("best.v[u] = offset + u;", "best.v[u] = offset;"),
+    "chosen-compared-with-the-wrong-index": ("picks.v[u] == static_cast<C>(i + u)",
+                                             "picks.v[u] == static_cast<C>(i + u + 1)", False),
+    "select-drops-the-channel-of-a-lane": ("LOCAL ? place : offset + u", "LOCAL ? place : offset", False),
+    "select-place-not-advanced": ("++place;", "", True),
+    "gather-place-ignores-the-rows-above": ("place = rows_above * (", "place = 0 * (", True),
+    "gather-place-ignores-the-column": ("+ (x - x0);", ";", True),
     "gather-adds-only-when-lane-0-matches": ("if (any) {", "if (match[0]) {"),
     "gather-reads-the-first-channel-only": ("const I c = rest % groups * V; rest /= groups;\n        const I x",
                                             "const I c = 0; rest /= groups;\n        const I x"),
 }
 
 
-def _planted_problem(wrong_output=False):
+def _planted_problem(wrong_output=False, local=None):
     """(CUDA result or the error it raised, NumPy result): overlapping cells over a tied input,
-    8 channels (4 per thread)."""
+    8 channels (4 per thread); ``local``: the chosen elements as cell places or flat offsets
+    (None: the launcher's choice, places)."""
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
     rng = np.random.default_rng(5)
     rows, cols = [0, 2, 4, 6], [0, 3, 5, 7]
     x, y, dy = _cuda_case(rng, (2, 7, 8, 8), rows, cols, True, np.float32)
@@ -682,9 +755,9 @@ def _planted_problem(wrong_output=False):
         y = y.copy()
         y.reshape(-1)[4] += 1
     want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, True, backend="numpy") if not wrong_output else None
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, True)
     try:
-        got = to_host(gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), rows, cols, True,
-                                                       backend="cuda"))
+        got = to_host(launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), local=local))
     except gradops.InvalidArgumentError as exc:
         return exc, want
     return got, want
@@ -701,11 +774,12 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(f"cannot build the kernel sources for the host: {reason}")
-    text, replacement = PLANTED[bug]
+    text, replacement, *local = PLANTED[bug]
+    local = local[0] if local else None
     wrong_output = bug == "mismatch-never-flagged"  # that bug shows only on an orig_output to refuse
     # The real source gets this problem right (or refuses it) ...
     cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
-    got, want = _planted_problem(wrong_output)
+    got, want = _planted_problem(wrong_output, local)
     if wrong_output:
         assert isinstance(got, gradops.InvalidArgumentError)
     else:
@@ -715,7 +789,7 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
     cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
     try:
-        got, want = _planted_problem(wrong_output)
+        got, want = _planted_problem(wrong_output, local)
     except (AssertionError, cuda_host.HostLaunchError):
         return  # refused: a read or write outside an array
     if wrong_output:

@@ -240,6 +240,8 @@ def test_pixel_warps_by_hand():
     assert sum(select.values()) == 2 * -(-(disjoint.out_rows * disjoint.out_cols) // 2)
     assert gather == {(1, 1): 2 * 20 * 20 * 64 / 4 / 32}  # disjoint: every pixel in one cell
     assert sr.fractional_gather_work(2, 2, 1, 1) == (2 + 2 * (1 + 2 * 3), {1: (2, None)})
+    # cell places: per row cell its first row, per cell its first and last column
+    assert sr.fractional_gather_work(2, 2, 1, 1, local=True) == (2 + 2 * (2 + 2 * 5), {1: (2, None)})
     assert sr.fractional_select_work(2, 3, 2) == (4 + 2 * 7, {1: (2, None)})
 
 
@@ -340,7 +342,7 @@ def test_fractional_kernel_end_to_end(tmp_path):
     row = {"op": FRACTIONAL_MAX, "label": maximum[0]["label"], "dtype": "float16"}
     bench = {"meta": {"peaks": {"device": device.key}}, "rows": [row]}
     assert report_mod.attach_predictions(bench, loaded) == 1 and row["predicted"]["ms"] == maximum[0]["predicted_ms"]
-    assert "fractional_max_pool_select<__half, int, 8>" in text and "(gather)" in text
+    assert "fractional_max_pool_select<__half, int, 8, unsigned char>" in text and "(gather)" in text
     # avg and max share labels: the roofline table names the op
     assert f"| fractional | frac max | {maximum[0]['label']} | float16 |" in text
     assert f"| fractional | frac avg | {average[0]['label']} | float16 | {average[0]['bytes'] / 1e6:.1f} |" in text
@@ -375,8 +377,9 @@ def test_new_kernels_have_per_element_figures(new_kernels):
         else:
             assert path["per_element_2x2_cells"] > path["per_element"]
         modelled += 1
-    # partial (2 layouts), reduce, select and gather (1 and 4 channels per thread) per dtype
-    assert modelled == 3 * 2 + 3 + 3 * 2 * 2
+    # partial (2 layouts), reduce, select and gather (1 or vector channels per thread, flat offsets or
+    # cell places) per dtype
+    assert modelled == 3 * 2 + 3 + 3 * 2 * 2 * 2
 
 
 def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):

@@ -196,8 +196,10 @@ ASSUMPTIONS = [
     "fewest loads >= those counts. With V = 1 a cell's out_backprop load and add for the element it chose are "
     "predicated in gather's unrolled column loop (counted on every path) and a skipped branch of about 10 "
     "instructions on its remainder path (under-counted: about out/in = 0.48 matches per input element). DRAM: "
-    "orig_input, orig_output, out_backprop read and the gradient written once, plus the chosen-offset buffer "
-    "written by select and read by gather (index width x output elements, each way) and the cell tables; L2: each "
+    "orig_input, orig_output, out_backprop read and the gradient written once, plus the chosen-element buffer "
+    "written by select and read by gather (output elements x 1 byte, each way, where every cell has at most 256 "
+    "elements, as at the benchmark shapes: the chosen element's place in its cell; else x the index width: its "
+    "flat offset; gather then also reads the cell bounds) and the cell tables; L2: each "
     "cell's elements (select), each cell's chosen offset (gather). One loaded DRAM round trip per element, as for "
     "the other 1-D kernels (the cell tables are a few KB, L1/L2-resident).",
 ]
@@ -351,7 +353,7 @@ def fractional_select_work(rows: int, cols: int, pack_loads: int = 1) -> tuple[i
 
 
 def fractional_gather_work(row_cells: int, col_cells: int, chosen_loads: int = 1,
-                           grad_loads: int = 0) -> tuple[int, dict]:
+                           grad_loads: int = 0, local: bool = False) -> tuple[int, dict]:
     """(counted loads, trips) of one thread of max pooling's gather kernel whose pixel lies in
     row_cells x col_cells cells, counting loads of the index's width and of the packs: its
     two row offsets, per row cell its cell index (and whatever per-row loads the compiler did
@@ -359,8 +361,11 @@ def fractional_gather_work(row_cells: int, col_cells: int, chosen_loads: int = 1
     chosen offsets (``chosen_loads`` per pack) and, where counted (``grad_loads``, V = 4: some
     channel of the pack matches in most cells), its out_backprop pack; the row-cell loop run
     row_cells times.  With V = 1 a cell that chose the element adds its out_backprop load and
-    add on a branch that the cheapest path skips (at most one match per cell)."""
-    return 2 + row_cells * (1 + col_cells * (1 + chosen_loads + grad_loads)), {1: (row_cells, None)}
+    add on a branch that the cheapest path skips (at most one match per cell).  With ``local``
+    places, also per row cell its first row and per cell its first and last column (the
+    element's place in the cell)."""
+    per_row, per_cell = (2, 3) if local else (1, 1)
+    return 2 + row_cells * (per_row + col_cells * (per_cell + chosen_loads + grad_loads)), {1: (row_cells, None)}
 
 
 def _valid_taps(in_size, pad, filter_size, dilation, stride, out_size) -> np.ndarray:
@@ -579,7 +584,7 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
     (float16/bfloat16/float32 with 32-bit indices: the benchmark's; others are left out)."""
     args = template_args(kernel.expression)
     max_pool = "_select<" in kernel.expression or "_gather<" in kernel.expression
-    index_type = args[1] if max_pool else args[-1]  # max pooling: <T, I, V>
+    index_type = args[1] if max_pool else args[-1]  # max pooling: <T, I, V, C>
     if width not in (2, 4) or index_type != "int" and "_reduce<" not in kernel.expression:
         return None
     cfg = kernel.cfg
@@ -607,8 +612,9 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
 
     fm = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
     index, v = 4, int(args[2])  # the int instantiations; V channels per thread
+    local = args[3] == fm.LOCAL_TYPE  # chosen elements as one-byte cell places
     element_width, element_loads = fm.pack_accesses(v, width)
-    index_width, index_loads = fm.pack_accesses(v, index)
+    index_width, index_loads = fm.pack_accesses(v, 1 if local else index)
     if "_select<" in kernel.expression:
         model = PathModel(kernel, tuple(sorted({element_width, index})))
         one, counts = model.cost(*fractional_select_work(1, 1, element_loads), at_least=True)
@@ -618,10 +624,11 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
                 "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
     model = PathModel(kernel, tuple(sorted({index, index_width} | ({element_width} if v > 1 else set()))))
     grad = element_loads if v > 1 else 0
-    one, counts = model.cost(*fractional_gather_work(1, 1, index_loads, grad), at_least=True)
-    four, _ = model.cost(*fractional_gather_work(2, 2, index_loads, grad), at_least=True)
+    one, counts = model.cost(*fractional_gather_work(1, 1, index_loads, grad, local), at_least=True)
+    four, _ = model.cost(*fractional_gather_work(2, 2, index_loads, grad, local), at_least=True)
     chosen = "a channel of the pack chosen" if v > 1 else "not chosen"
-    return {"work": f"input element in 1 row cell x 1 column cell, {chosen}, {v} per thread",
+    places = ", cell places" if local else ""
+    return {"work": f"input element in 1 row cell x 1 column cell, {chosen}, {v} per thread{places}",
             "per_element": one / v, "extra_text": f"2x2 cells: {four / v:.1f}", "per_element_2x2_cells": four / v,
             "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
 
@@ -938,27 +945,30 @@ def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels
     iw = fm.INDEX_TYPES[index].itemsize
     arch = f"sm_{device.arch}"
     v = fm.channels_per_thread(g, dtype)  # aligned arrays assumed
-    select = kernels[(arch, fm._expression(fm.KERNELS[0], dtype, index, v))]
-    gather = kernels[(arch, fm._expression(fm.KERNELS[1], dtype, index, v))]
+    local = fm.local_places(g)
+    cw = 1 if local else iw  # bytes per chosen element
+    select = kernels[(arch, fm._expression(fm.KERNELS[0], dtype, index, v, local))]
+    gather = kernels[(arch, fm._expression(fm.KERNELS[1], dtype, index, v, local))]
     inputs, outputs = math.prod(g.input_shape), math.prod(g.output_shape)
     cells, by_index = fractional_max_groups(g, v)
     element_width, element_loads = fm.pack_accesses(v, width)
-    index_width, index_loads = fm.pack_accesses(v, iw)
+    index_width, index_loads = fm.pack_accesses(v, cw)
     smodel = PathModel(select, tuple(sorted({element_width, iw})))
     scost, spipes = _mean_path(smodel, {k: (n, fractional_select_work(*k, element_loads)) for k, n in cells.items()})
     mean_cell = sum(h * w * n for (h, w), n in cells.items()) / sum(cells.values())
     bounds = iw * 2 * (g.out_rows + g.out_cols)
     first = _stage("select", device, select, outputs // v, scost, spipes,
-                   width * (inputs + outputs) + iw * outputs + bounds, width * outputs * (mean_cell + 1) + iw * outputs)
+                   width * (inputs + outputs) + cw * outputs + bounds, width * outputs * (mean_cell + 1) + cw * outputs)
 
     gmodel = PathModel(gather, tuple(sorted({iw, index_width} | ({element_width} if v > 1 else set()))))
-    gwork = {k: (n, fractional_gather_work(*k, index_loads, element_loads if v > 1 else 0)) for k, n in by_index.items()}
+    gwork = {k: (n, fractional_gather_work(*k, index_loads, element_loads if v > 1 else 0, local))
+             for k, n in by_index.items()}
     gcost, gpipes = _mean_path(gmodel, gwork)
     mean_cells = sum(r * c * n for (r, c), n in by_index.items()) / sum(by_index.values())
-    tables = iw * (g.in_rows + g.in_cols + 2 + g.cell_table_entries)
+    tables = iw * (g.in_rows + g.in_cols + 2 + g.cell_table_entries) + (bounds if local else 0)
     second = _stage("gather", device, gather, inputs // v, gcost, gpipes,
-                    width * (outputs + inputs) + iw * outputs + tables,
-                    iw * inputs * mean_cells + width * (outputs + inputs))
+                    width * (outputs + inputs) + cw * outputs + tables,
+                    cw * inputs * mean_cells + width * (outputs + inputs))
     return _two_stage(case, dtype_name, device, g, inputs, [first, second])
 
 

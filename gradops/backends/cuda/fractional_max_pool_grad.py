@@ -4,7 +4,8 @@ Two launches on the current stream: ``fractional_max_pool_select`` (each cell's 
 by TF's scan, and a flag set where orig_output is not the recomputed maximum) and
 ``fractional_max_pool_gather`` (each input element sums the out_backprop of the cells that
 chose it), each thread on :func:`vector_channels` adjacent channels where depth allows
-(:func:`channels_per_thread`), else one.  The flag is read back before the result is
+(:func:`channels_per_thread`), else one; the chosen element passes between them as a one-byte
+place in its cell where cells are small enough (:func:`local_places`), else a flat offset.  The flag is read back before the result is
 returned, so this op synchronises the host: TF refuses a call whose orig_output does not
 match (InvalidArgumentError), and so must gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
 containing it) are built on the host and uploaded once per geometry, index type, device and
@@ -32,17 +33,43 @@ def vector_channels(dtype) -> int:
     return 8 if np.dtype(dtype).itemsize == 2 else 4
 
 
-def _expression(kernel: str, dtype, index: str, channels: int = 1) -> str:
-    return f"{kernel}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}>"
+#: The chosen element's type where it is a place in the cell's scan (:func:`local_places`).
+LOCAL_TYPE = "unsigned char"
+#: Most elements a cell may have for :data:`LOCAL_TYPE` places (0 .. 255).
+LOCAL_CELL_LIMIT = 256
+
+
+def _expression(kernel: str, dtype, index: str, channels: int = 1, local: bool = False) -> str:
+    chosen = LOCAL_TYPE if local else index
+    return f"{kernel}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}, {chosen}>"
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture): both
     kernels per dtype, with 32- and 64-bit indexing, 1 or :func:`vector_channels` channels per
-    thread."""
-    return {SOURCE: [_expression(kernel, dtype, index, v)
+    thread, and flat offsets or cell places as the chosen elements."""
+    return {SOURCE: [_expression(kernel, dtype, index, v, local)
                      for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES
-                     for v in (1, vector_channels(dtype))]}
+                     for v in (1, vector_channels(dtype)) for local in (False, True)]}
+
+
+def largest_cell(g: FractionalPoolGeometry) -> int:
+    """Elements of the largest cell (rows x columns; cells of one row sequence are independent
+    of the columns', so the largest is the longest row cell times the longest column cell)."""
+    rows = max((e - s + 1 for s, e in zip(g.row_starts, g.row_ends)), default=0)
+    cols = max((e - s + 1 for s, e in zip(g.col_starts, g.col_ends)), default=0)
+    return rows * cols
+
+
+def local_places(g: FractionalPoolGeometry, local: bool | None = None) -> bool:
+    """Whether select stores each chosen element as its place in the cell's scan (one byte)
+    rather than its flat input offset (4 or 8 bytes): where every cell has at most
+    :data:`LOCAL_CELL_LIMIT` elements (fractional pooling's cells are a few elements).
+    ``local`` (tests) forces the choice; True raises when a cell is too large."""
+    eligible = largest_cell(g) <= LOCAL_CELL_LIMIT
+    if local and not eligible:
+        raise ValueError(f"one-byte places need cells of at most {LOCAL_CELL_LIMIT} elements")
+    return eligible if local is None else bool(local)
 
 
 def pack_accesses(channels: int, itemsize: int) -> tuple[int, int]:
@@ -83,12 +110,13 @@ def kernel_tables(g: FractionalPoolGeometry, index: str) -> list[np.ndarray]:
 
 
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output, out_backprop, *,
-                             index: str | None = None, vector: bool | None = None):
+                             index: str | None = None, vector: bool | None = None, local: bool | None = None):
     """Input gradient [N, in_rows, in_cols, C] (NHWC) in the inputs' dtype.
 
     orig_input, orig_output, out_backprop: CuPy arrays on the current device, any strides.
     ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems),
-    ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`).
+    ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`),
+    ``local`` cell places or flat offsets as the chosen elements (:func:`local_places`).
     Raises InvalidArgumentError, as TF does, when orig_output is not the recomputed maxima.
     """
     import cupy
@@ -105,9 +133,10 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
         _runtime.pointer(packed, o) for o in offsets)
     sizes = tuple(wide(v) for v in (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols))
     v = channels_per_thread(g, dtype, (x, y, dy), vector)
-    chosen = cupy.empty(g.output_shape, INDEX_TYPES[index])
+    local = local_places(g, local)
+    chosen = cupy.empty(g.output_shape, np.uint8 if local else INDEX_TYPES[index])
     mismatch = cupy.zeros((1,), np.int32)
-    select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index, v))
+    select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index, v, local))
     _runtime.launch_1d(select, int(np.prod(g.output_shape)) // v,
                        (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen), _runtime.pointer(mismatch),
                         row_bounds, col_bounds, *sizes))
@@ -116,8 +145,8 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
             "fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
             "sequences (TF: tensor_out_dup is not the same as tensor_out)")
     in_backprop = cupy.empty(g.input_shape, dtype)
-    gather = _runtime.kernel(SOURCE, _expression(KERNELS[1], dtype, index, v))
+    gather = _runtime.kernel(SOURCE, _expression(KERNELS[1], dtype, index, v, local))
     _runtime.launch_1d(gather, int(np.prod(g.input_shape)) // v,
                        (_runtime.pointer(dy), _runtime.pointer(chosen), _runtime.pointer(in_backprop),
-                        row_offsets, row_cells, col_offsets, col_cells, *sizes))
+                        row_offsets, row_cells, col_offsets, col_cells, row_bounds, col_bounds, *sizes))
     return in_backprop
