@@ -12,8 +12,9 @@
 //   channel group, the last one padded with idle lanes) of one tap, and consecutive warps the
 //   taps of one group: NHWC reads of out_backprop are coalesced, and the 8 warps of a 256-thread
 //   block, 8 taps of the same channels and rows, read the same out_backprop sectors and
-//   overlapping input rows, which L1 serves once (k fastest over all of out_depth instead put a
-//   block on one or two taps wherever out_depth >= 128, and each tap re-read out_backprop from L2).
+//   overlapping input rows, which L1 can serve once (not measured yet; k fastest over all of
+//   out_depth instead put a block on one or two taps wherever out_depth >= 128, and each tap
+//   re-read out_backprop from L2).
 // * ..._reduce: one thread per filter element adds the slices' partial sums in slice order
 //   and rounds once to T.
 // The launcher (gradops/backends/cuda/depthwise_conv2d_native_backprop_filter.py) picks the

@@ -3,11 +3,12 @@
 Two launches on the current stream: ``fractional_max_pool_select`` (each cell's chosen element,
 by TF's scan, and a flag set where orig_output is not the recomputed maximum) and
 ``fractional_max_pool_gather`` (each input element sums the out_backprop of the cells that
-chose it), each thread on :func:`vector_channels` adjacent channels where depth allows
-(:func:`channels_per_thread`), else one; the chosen element passes between them as a one-byte
-place in its cell where cells are small enough (:func:`local_places`), else a flat offset.  The flag is read back before the result is
-returned, so this op synchronises the host: TF refuses a call whose orig_output does not
-match (InvalidArgumentError), and so must gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
+chose it).  A thread takes :func:`vector_channels` adjacent channels where depth allows
+(:func:`channels_per_thread`), else one; the chosen element passes between the kernels as a
+one-byte place in its cell where cells are small enough (:func:`local_places`), else as a flat
+offset.  The flag is read back before the result is returned, so this op synchronises the
+host: TF refuses a call whose orig_output does not match (InvalidArgumentError), and so must
+gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
 containing it) are built on the host and uploaded once per geometry, index type, device and
 stream, then kept (the small LRU of device copies that fractional_avg_pool_grad's launcher
 keeps), so a training loop that repeats a geometry uploads nothing after its first call.
@@ -27,6 +28,8 @@ SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
+
+
 def vector_channels(dtype) -> int:
     """Channels per thread of the vector instantiations (the kernels' ``V``): 8 for the 2-byte
     types (16 bytes of elements per access), 4 for the others (16, or 32 in two accesses)."""
