@@ -294,15 +294,20 @@ DW_NCHW_F16 = ((2, 13, 40, 20), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NC
 DW_NCHW_F32 = ((1, 11, 20, 36), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")
 DW_NCHW_M3 = ((1, 11, 32, 9), 3, 2, "SAME", NO_PADS, 3, np.float32, False, "NCHW")  # three slices
 DW_NCHW_ROWS8 = ((1, 9, 28, 12), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NCHW")  # 8-byte chunks
+# Narrow 8 x 8 tiles (a tenth field): three tiles across 20 columns (the last one 4 past the
+# image), and a 7 x 7 map in one tile.
+DW_NARROW_NHWC = ((2, 9, 20, 40), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NHWC", "narrow")
+DW_NARROW_NCHW = ((1, 11, 20, 36), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW", "narrow")
+DW_NARROW_7X7 = ((2, 7, 7, 24), 3, 2, "SAME", NO_PADS, 2, np.float32, False, "NHWC", "narrow")
 DEPTHWISE_PLANTED = {
     "depthwise-tile-read-before-the-barrier": (
-        "        __syncthreads();  // the slice is staged\n", "\n", [DW_3X3, DW_M2]),
+        "        __syncthreads();  // the slice is staged\n", "\n", [DW_3X3, DW_M2, DW_NARROW_NHWC]),
     "depthwise-halo-one-row-short": (
         "constexpr int STEPS = (Rows::STAGED + GROUPS - 1) / GROUPS;",
         "constexpr int STEPS = (Rows::STAGED - 1 + GROUPS - 1) / GROUPS;", [DW_3X3]),
     "depthwise-staged-rows-start-one-late": (
         "tile_row * (S::TILE_ROWS / SH) - Rows::HALO;", "tile_row * (S::TILE_ROWS / SH) - Rows::HALO + 1;",
-        [DW_3X3, DW_M2]),
+        [DW_3X3, DW_M2, DW_NARROW_7X7]),
     "depthwise-tile-ignores-the-pad-phase": (
         "const int y0 = tile_row * S::TILE_ROWS - pad_top % SH;", "const int y0 = tile_row * S::TILE_ROWS;",
         [DW_5X5_S2]),
@@ -320,10 +325,17 @@ DEPTHWISE_PLANTED = {
         "if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];",
         "if (VEC == 1 || p.first + e < COLS) at[e * STRIDE] = values[e];", [DW_NCHW_F16, DW_NCHW_F32, DW_NCHW_ROWS8]),
     "depthwise-nchw-quads-stored-past-the-image": (
-        "if (x < in_cols) store_four<T>(dst, v);", "store_four<T>(dst, v);", [DW_NCHW_F16, DW_NCHW_F32]),
+        "if (x < in_cols) store_four<T>(dst, v);", "store_four<T>(dst, v);", [DW_NCHW_F16, DW_NCHW_F32, DW_NARROW_NCHW]),
     "depthwise-nchw-slice-planes-not-offset": (
         "const int plane0 = (n * out_depth + oc0 + q) * plane;", "const int plane0 = (n * out_depth + oc0) * plane;",
         [DW_NCHW_M3]),
+    # narrow tiles: the tile origin and its staged columns must follow the tile's own width
+    "depthwise-tile-origin-assumes-16-columns": (
+        "const int x0 = tile_col * S::TILE_COLS - pad_left % SW;", "const int x0 = tile_col * 16 - pad_left % SW;",
+        [DW_NARROW_NHWC, DW_NARROW_NCHW]),
+    "depthwise-staged-columns-assume-16-columns": (
+        "tile_col * (S::TILE_COLS / SW) - Cols::HALO;", "tile_col * (16 / SW) - Cols::HALO;",
+        [DW_NARROW_NHWC, DW_NARROW_NCHW]),
 }
 
 
@@ -334,8 +346,13 @@ def run_depthwise_planted(problem, rng):
     launcher = importlib.import_module(f"gradops.backends.cuda.{DEPTHWISE_SOURCE[:-3]}")
     from gradops._geometry import conv2d_geometry
 
-    x_shape, f, stride, padding, pads, multiplier, dtype, inf, *layout = problem
-    layout = layout[0] if layout else "NHWC"
+    x_shape, f, stride, padding, pads, multiplier, dtype, inf, *rest = problem
+    layout = rest[0] if rest else "NHWC"
+    narrow = len(rest) > 1 and rest[1] == "narrow"
+    if not narrow and (f, stride) == (5, 1):
+        narrow = None  # 5x5 stride 1: its one tile width
+    elif not narrow:
+        narrow = False
     n, h, w, c = x_shape
     filt = random_array(rng, (f, f, c, multiplier), dtype)
     if inf:
@@ -351,7 +368,10 @@ def run_depthwise_planted(problem, rng):
     dy = random_array(rng, dy_shape, dtype)
     g = conv2d_geometry(DEPTHWISE_SOURCE[:-3], tuple(sizes), filt.shape, dy_shape, strides, padding, explicit,
                         layout, [1, 1, 1, 1], depthwise=True)
-    got = launcher.depthwise_conv2d_native_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled")
+    # full-width tiles, which these problems' sizes were chosen for (image edges inside a tile,
+    # chunk phases, row groups); the narrow ones (DW_NARROW_*) are forced likewise
+    got = launcher.depthwise_conv2d_native_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled",
+                                                          narrow=narrow)
     with warnings.catch_warnings():  # the NumPy backend's own products of Inf and padded zeros
         warnings.simplefilter("ignore", RuntimeWarning)
         want = gradops.depthwise_conv2d_native_backprop_input(sizes, filt, dy, **args, backend="numpy")
@@ -405,7 +425,7 @@ def test_public_api_routes_host_device_arrays_to_the_cuda_kernels(monkeypatch):
     assert isinstance(got, cupy.ndarray) and got.device.id == 0
     assert gradops.last_backend_decision().backend == "cuda"
     assert [name for name, _, _ in device.launches] == [
-        "gradops::depthwise_conv2d_native_backprop_input_tiled<double, double, 0, 3, 3, 1, 1, 2>"]
+        "gradops::depthwise_conv2d_native_backprop_input_tiled<double, double, 0, 3, 3, 1, 1, 2, 2>"]  # 4 columns: narrow
     want = gradops.depthwise_conv2d_native_backprop_input([1, 5, 4, 2], w, dy, [1, 1, 1, 1], "SAME")
     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-12)
 

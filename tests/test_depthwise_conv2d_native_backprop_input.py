@@ -463,16 +463,17 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled"], ids=["auto", "direct", "tiled"])
 
 
-def cuda_call(kwargs, path=None, vector=None, **tensors):
+def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
     """gradops on the GPU for a make_case call: through the public API (backend="cuda"), or with
-    ``path`` / ``vector`` given, through the launcher with that path forced.  ``tensors``
-    override the GPU arrays."""
+    ``path`` / ``vector`` / ``narrow`` given, through the launcher with that choice forced.
+    ``tensors`` override the GPU arrays."""
     gpu = dict(kwargs, filter=to_gpu(kwargs["filter"]), out_backprop=to_gpu(kwargs["out_backprop"]))
     gpu.update(tensors)
-    if path is None and vector is None:
+    if path is None and vector is None and narrow is None:
         return gradops.depthwise_conv2d_native_backprop_input(**gpu, backend="cuda")
     return cuda_launcher.depthwise_conv2d_native_backprop_input(geometry_of(kwargs), gpu["filter"],
-                                                                gpu["out_backprop"], path=path, vector=vector)
+                                                                gpu["out_backprop"], path=path, vector=vector,
+                                                                narrow=narrow)
 
 
 def launched(device):
@@ -482,7 +483,7 @@ def launched(device):
     return "tiled" if "_tiled<" in device.launches[-1][0] else "direct"
 
 
-def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None):
+def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=None):
     """The CUDA result has the right type, shape and dtype and matches both the loops and the
     NumPy backend.  ``path="tiled"`` on a geometry the tiled kernel does not take must be
     refused (ValueError) instead; on the host stand-in (``device``) the launched kernel is
@@ -495,7 +496,7 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None):
         with pytest.raises(ValueError, match="tiled kernel cannot run"):
             cuda_call(kwargs, path=path, vector=vector)
         return None
-    got = cuda_call(kwargs, path=path, vector=vector)
+    got = cuda_call(kwargs, path=path, vector=vector, narrow=narrow)
     assert isinstance(got, cupy.ndarray)
     assert got.dtype == dtype and got.shape == tuple(kwargs["input_sizes"])
     if device is not None and 0 not in got.shape and kwargs["filter"].size and kwargs["out_backprop"].size:
@@ -741,12 +742,10 @@ def test_cuda_tiled_warp_pairings(cuda_device, rng, monkeypatch, shape, columns,
         pytest.skip("5x5 stride 1 has no narrower tile than its full one")
     kwargs, ref, scale = make_case(rng, x_shape=(2, 19, 29, 24), filt_hw=filt_hw, multiplier=1, strides=strides,
                                    padding="SAME", dtype=np.float32)
-    monkeypatch.setattr(cuda_launcher, "columns_per_warp", lambda g: columns)
-    if narrow:
-        monkeypatch.setattr(cuda_launcher, "item_cols_per_tile", lambda g: 2)
+    monkeypatch.setattr(cuda_launcher, "columns_per_warp", lambda g, item_cols=None: columns)
     # a fresh plan cache: the cached plans hold the pairing that earlier calls computed
     monkeypatch.setattr(cuda_launcher, "_tiled_plan", functools.lru_cache(cuda_launcher._tiled_plan.__wrapped__))
-    check_cuda(kwargs, ref, scale, path="tiled", device=cuda_device)
+    check_cuda(kwargs, ref, scale, path="tiled", narrow=narrow, device=cuda_device)
 
 
 def test_warp_pairing_choice():
@@ -805,8 +804,13 @@ def test_narrow_tile_choice():
     assert cols(geometry(14, 7, 5, 1)) == (2, (14, 8, 4))
     assert cuda_launcher.tile_threads(geometry(7, 7, 3, 1)) == 64
     assert cuda_launcher.tiles(geometry(7, 7, 3, 1)) == (1, 1)
-    assert cuda_launcher.tiles(geometry(7, 7, 3, 1), full_width=True) == (1, 1)
-    assert cuda_launcher.tile_shape(geometry(7, 7, 3, 1), full_width=True) == (8, 16, 8)
+    assert cuda_launcher.tiles(geometry(7, 7, 3, 1), 4) == (1, 1)
+    assert cuda_launcher.tile_shape(geometry(7, 7, 3, 1), 4) == (8, 16, 8)
+    assert cuda_launcher.pick_item_cols(geometry(7, 7, 3, 1), narrow=False) == 4
+    assert cuda_launcher.pick_item_cols(geometry(14, 14, 3, 1), narrow=True) == 2
+    assert cuda_launcher.pick_item_cols(geometry(7, 7, 5, 1), narrow=False) == 2  # 5x5 stride 1: its full tile
+    with pytest.raises(ValueError, match="narrow tiles are for"):
+        cuda_launcher.pick_item_cols(geometry(7, 7, 5, 1), narrow=True)
     assert cuda_launcher.tiled_expression(geometry(7, 7, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 2, 2>")
     assert cuda_launcher.tiled_expression(geometry(14, 14, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 2, 4>")
 

@@ -487,7 +487,7 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
                                math.prod(dw.tile_grid(g, dtype)), True, dw.four_wide_stores(g))
     if revision != MEASURED_DEPTHWISE_REVISION:
         raise ValueError(f"launch rules of revision {revision} are not known here")
-    across, down = dw.tiles(g, full_width=True)
+    across, down = dw.tiles(g, dw.pick_item_cols(g, narrow=False))  # no narrow tiles then
     vector = g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % _runtime.vector_width(dtype) == 0
     return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch,
                            False, False)

@@ -154,44 +154,55 @@ def item_cols_per_tile(g: Conv2DGeometry) -> int:
     return full_item_cols(shape)
 
 
-def tile_shape(g: Conv2DGeometry, full_width: bool = False) -> tuple[int, int, int]:
+def pick_item_cols(g: Conv2DGeometry, narrow: bool | None = None) -> int:
+    """Work items across a tile: :func:`item_cols_per_tile`'s choice, or (``narrow``, tests and
+    the static model of revisions without narrow tiles) 2 or the full tile's; True raises for
+    5x5 stride 1, whose full tile is already two work items wide."""
+    shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
+    if narrow is None:
+        return item_cols_per_tile(g)
+    if narrow and shape not in NARROW_TILES:
+        raise ValueError("narrow tiles are for 3x3 filters and 5x5 filters at stride 2")
+    return 2 if narrow else full_item_cols(shape)
+
+
+def tile_shape(g: Conv2DGeometry, item_cols: int | None = None) -> tuple[int, int, int]:
     """(tile rows, tile cols, work items) of the tiled kernel for ``g`` (``dwconv::Shape``):
     8 x 16 positions in 8 work items of 4 x 4 (8 x 8 in 4, :func:`item_cols_per_tile`), or
     for 5x5 stride 1, 14 x 8 in 4 of 7 x 4 (7 x 8 in 2 for images of at most 7 rows).
-    ``full_width``: the full tile's columns whatever the image (the static model of revisions
-    without narrow tiles)."""
+    ``item_cols``: work items across (:func:`pick_item_cols`; None: the launcher's choice)."""
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
-    rows, cols = item_rows_per_tile(g), (full_item_cols(shape) if full_width else item_cols_per_tile(g))
+    rows, cols = item_rows_per_tile(g), (item_cols_per_tile(g) if item_cols is None else item_cols)
     item_rows = 7 if shape == TALL else 4
     return item_rows * rows, 4 * cols, rows * cols
 
 
-def tile_threads(g: Conv2DGeometry) -> int:
+def tile_threads(g: Conv2DGeometry, item_cols: int | None = None) -> int:
     """Threads per CTA of the tiled kernel: one per (lane of LANE_BYTES, work item): 128, or 64
     for narrow tiles and 5x5 stride 1 (32 for its short tiles)."""
-    return POSITION_BYTES // LANE_BYTES * tile_shape(g)[2]
+    return POSITION_BYTES // LANE_BYTES * tile_shape(g, item_cols)[2]
 
 
-def tiles(g: Conv2DGeometry, full_width: bool = False) -> tuple[int, int]:
+def tiles(g: Conv2DGeometry, item_cols: int | None = None) -> tuple[int, int]:
     """(tiles across, tiles down).  Tiles start at a multiple of the stride in padded
     coordinates, so with an odd pad and stride 2 the first starts one position before the image.
-    ``full_width``: as :func:`tile_shape`."""
-    rows, cols, _ = tile_shape(g, full_width)
+    ``item_cols``: as :func:`tile_shape`."""
+    rows, cols, _ = tile_shape(g, item_cols)
     return (-(-(g.in_cols + g.pad_left % g.stride_cols) // cols),
             -(-(g.in_rows + g.pad_top % g.stride_rows) // rows))
 
 
-def columns_per_warp(g: Conv2DGeometry) -> bool:
+def columns_per_warp(g: Conv2DGeometry, item_cols: int | None = None) -> bool:
     """How a warp's two work items sit in a tile of two item rows (the kernel's
     ``columns_per_warp``): one above the other (True) or side by side (False), whichever idles
     more whole warps where the image ends inside the last tile row or column; an idle warp skips
     the inner loop, a warp with one empty work item does not."""
-    rows, cols, items = tile_shape(g)
+    rows, cols, items = tile_shape(g, item_cols)
     if item_rows_per_tile(g) != 2:
         return False
     across_items = items // 2
     item_rows, item_cols = rows // 2, cols // across_items
-    across, down = tiles(g)
+    across, down = tiles(g, item_cols)
     spare_cols = (across * cols - g.pad_left % g.stride_cols - g.in_cols) // item_cols  # item columns past the image
     spare_rows = (down * rows - g.pad_top % g.stride_rows - g.in_rows) // item_rows
     idle_columns = spare_cols * down
@@ -216,9 +227,9 @@ def input_channels_per_cta(g: Conv2DGeometry, dtype) -> int:
     return tile_channels(dtype) // (2 if pair_multipliers(g, dtype) else 1)
 
 
-def tile_grid(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
+def tile_grid(g: Conv2DGeometry, dtype, item_cols: int | None = None) -> tuple[int, int, int]:
     """The tiled kernel's grid: (tiles across x channel blocks, tiles down, batch)."""
-    across, down = tiles(g)
+    across, down = tiles(g, item_cols)
     return across * -(-g.in_depth // input_channels_per_cta(g, dtype)), down, g.batch
 
 
@@ -309,37 +320,39 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None) -> str:
     return path
 
 
-def tiled_expression(g: Conv2DGeometry, dtype) -> str:
+def tiled_expression(g: Conv2DGeometry, dtype, item_cols: int | None = None) -> str:
     """The name expression of the tiled instantiation the launcher runs for ``g``."""
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
-    return _tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g), item_cols_per_tile(g))
+    item_cols = item_cols_per_tile(g) if item_cols is None else item_cols
+    return _tiled_expression(dtype, g.data_format, shape, item_rows_per_tile(g), item_cols)
 
 
 @functools.lru_cache(maxsize=256)
-def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
+def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype, item_cols: int) -> tuple:
     """What a tiled launch for ``g`` takes that does not depend on the arrays, worked out once
-    per geometry and dtype (every call with the same shapes and attributes reuses it): the
+    per geometry, dtype and tile width (every call with the same shapes and attributes reuses it): the
     name expression, grid, block, the int arguments before ``vector_loads`` and after it,
     whether 16-byte loads are possible but for the arrays' alignment, and the NCHW store bit of
     ``vector_loads`` (2 for :func:`four_wide_stores`, else 0)."""
     i32 = _runtime.i32
-    return (tiled_expression(g, dtype), tile_grid(g, dtype),
-            (tile_threads(g),),
+    return (tiled_expression(g, dtype, item_cols), tile_grid(g, dtype, item_cols),
+            (tile_threads(g, item_cols),),
             tuple(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
-                                   g.pad_top, g.pad_left, tiles(g)[0])),
-            (i32(1 if columns_per_warp(g) else 0), i32(1 if pair_multipliers(g, dtype) else 0)),
+                                   g.pad_top, g.pad_left, tiles(g, item_cols)[0])),
+            (i32(1 if columns_per_warp(g, item_cols) else 0), i32(1 if pair_multipliers(g, dtype) else 0)),
             vector_loads_possible(g, dtype), 2 if four_wide_stores(g) else 0)
 
 
 def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backprop, *, path: str | None = None,
-                                           vector: bool | None = None):
+                                           vector: bool | None = None, narrow: bool | None = None):
     """Input gradient [N, in_rows, in_cols, in_depth] in ``g.data_format``, out_backprop's dtype.
 
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled") and ``vector`` (tiled only: 16-byte or scalar staging loads) override
-    the automatic choices.
+    ("direct" / "tiled"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
+    ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) override the
+    automatic choices.
     """
     import cupy
 
@@ -359,7 +372,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         _runtime.launch_1d(fn, in_backprop.size, args)
         return in_backprop
 
-    expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype))
+    expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype),
+                                                                                pick_item_cols(g, narrow))
     if g.data_format == "NCHW":  # the filter is read one element per load: out_backprop's alignment decides
         if vector is None:
             chunk = nchw_chunk_bytes(g, dtype, (out_backprop,))
