@@ -67,6 +67,17 @@ def expression(ncu_name: str) -> str | None:
     return f"{m.group(1)}<{', '.join(args)}>"
 
 
+def few_channel_wgrad(g, dtype) -> bool:
+    """Whether today's filter-gradient launcher runs its few-channel kernel on an sm_90 GPU."""
+    from unittest import mock
+
+    from gradops.backends.cuda import _runtime
+
+    wgrad = importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter")
+    with mock.patch.object(_runtime, "compute_capability", return_value=90):
+        return wgrad.few_channels_eligible(g, dtype)
+
+
 def current_kernel(measured: str, g, split: bool = False) -> str:
     """The instantiation today's launcher runs where the measured run ran ``measured`` (whose
     names predate the input gradient's SPLIT argument): the ``_1x1_igemm`` kernel (same grid)
@@ -148,6 +159,11 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
         dtype = np.dtype(suites.DTYPES[e["dtype"]])
         kind = int(expr.split(",")[2])
         g = case.geometry()
+        if e["op"] == suites.CONV_FILTER and current != baseline and few_channel_wgrad(g, dtype):
+            # Today's launcher runs another kernel (another grid): no ratio of main loops applies.
+            row.update(kernel="few-channels", predicted_us=measured / 1e3)
+            out.append(row)
+            continue
         # The current launcher splits small dgrad grids (the measured kernels never did).
         split = e["op"] == suites.CONV_INPUT and current != baseline
         splits = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input").split_count(
@@ -214,6 +230,12 @@ def markdown(table: list[dict], results: str, baseline: str, current: str) -> st
             lines.append(f"| {r['label']} | {r['op']} | {r['dtype']} | direct (now the few-channel kernel: "
                          f"benchmarks/few_channel_prediction.py) | - | - | - | - | {r['measured_us']:.1f} | "
                          f"{r['predicted_us']:.1f} (the measured direct kernel's, an upper bound) | "
+                         f"{r['cudnn_us']:.1f} |")
+            continue
+        if r["kernel"] == "few-channels":
+            lines.append(f"| {r['label']} | {r['op']} | {r['dtype']} | tiled (now the few-channel kernel: modelled in "
+                         f"conv_resnet50_predicted.md) | - | - | - | - | {r['measured_us']:.1f} | "
+                         f"{r['predicted_us']:.1f} (the measured tiled kernel's, an upper bound) | "
                          f"{r['cudnn_us']:.1f} |")
             continue
         lines.append(f"| {r['label']} | {r['op']} | {r['dtype']} | `{r['kernel']}` | {r['main_loop_before']} -> "

@@ -12,6 +12,9 @@
 // * conv2d_backprop_filter_1x1_igemm: the same GEMM for a 1x1 filter at stride 1 without
 //   padding (most ResNet layers), where position j reads input row j: no decomposition of
 //   positions and no bounds tests in the main loop.
+// * conv2d_backprop_filter_few_channels: NHWC, one group, at most 4 input channels (the stem),
+//   float16 / bfloat16 on sm_80 and newer: a GEMM tile sized for 64 out channels x 64 taps,
+//   with a per-CTA tap table instead of a per-element decomposition (see the kernel).
 #include "igemm_tiles.cuh"
 
 namespace gradops {
@@ -205,5 +208,213 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
     prob.out_channel0 = group * d.out_per_group();
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }
+
+// ---------------------------------------------------------------- the few-channel kernel
+// conv2d_backprop_filter_few_channels: NHWC, one group, CIN <= 4 input channels (an image's 3 in
+// a network's stem), T = __half or __nv_bfloat16, sm_80 and newer.  The GEMM is transposed from
+// the general kernel's: D[k][tap] = sum over positions j of out_backprop[j][k] * x[j][tap], tap =
+// (r * filter_cols + s) * CIN + c, so that out_backprop's contiguous channels are mma.sync's A
+// rows and the gathered input its B columns, both staged in shared memory as [j][row] tiles
+// (ldmatrix.trans).  Why a kernel of its own: the general kernel's 128 x 128 tile holds 147 x 64
+// useful elements of the 7x7 stem in two tiles (29%), and its scalar gather decomposes every
+// element's tap and position (two FastDiv divisions each: 3,558 instructions per warp per k-tile,
+// sm_90).  Here a CTA owns 64 out channels x 64 taps; each tap's (r, s, c) is decomposed once
+// per CTA into a table of its offset and its row and column shifts, each position once per
+// k-tile per thread, so a gathered element costs a (broadcast) table read, two bounds tests and
+// a 2-byte load.  Thread t gathers position jj = t % 32 of the k-tile for the 16 taps of warp
+// t / 32 and stores them as two 16-byte rows; out_backprop's rows are 16-byte loads.  Register-
+// staged double buffering: the next k-tile's loads are in flight during the current one's
+// mma.sync.  The reduction is split across CTAs (blockIdx.z) into a float scratch that
+// split_reduce sums in order, as the general kernel's: bitwise deterministic.  The launcher
+// checks out_depth % 8 == 0, 16-byte aligned arrays and 32-bit offsets inside an image.
+constexpr int kFewFilterOut = 64;       // out channels per CTA (mma M)
+constexpr int kFewFilterTaps = 64;      // taps per CTA (mma N)
+constexpr int kFewFilterBK = 32;        // positions per k-tile: two m16n8k16 k-steps
+constexpr int kFewFilterThreads = 128;  // 4 warps, each 32 out channels x 32 taps
+// 16 bytes of padding per shared-memory row (72 elements, 144 bytes): the 8 rows of an
+// ldmatrix matrix, or 8 lanes' 16-byte stores to 8 rows, then start 4 banks apart and cover
+// all 32 banks once (no conflicts).
+constexpr int kFewFilterPad = 8;
+// A tap past the filter's end gets this row shift: every position's row plus it is negative
+// (the launcher keeps padded coordinates below 2^30), so the bounds test fails and it gathers 0.
+constexpr int kFewFilterNoTap = -(1 << 30);
+
+#if GRADOPS_HAS_MMA_SM80
+// p, opaque to the optimiser (see the gather), and a load through such a pointer: it no longer
+// knows the pointer is global, so the load says so (ld.global.nc, as for the restrict input).
+template <typename T> __device__ __forceinline__ const T* few_filter_opaque(const T* p) {
+    asm volatile("" : "+l"(p));
+    return p;
+}
+template <typename T> __device__ __forceinline__ T few_filter_load(const T* p) {
+#if defined(__CUDA_ARCH__)
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+
+// One tap of the CTA's table: its offset in an image relative to a position's window origin, and
+// its row and column shifts (r * dilation_rows, s * dilation_cols).
+struct alignas(16) FewFilterTap {
+    int offset, row, col, unused;
+};
+
+template <typename T, int CIN>
+__global__ void __launch_bounds__(kFewFilterThreads)
+conv2d_backprop_filter_few_channels(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                    T* __restrict__ filter_grad, float* __restrict__ partial,
+                                    GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
+    static_assert(CIN >= 1 && CIN <= 4, "one to four input channels");
+    constexpr int BK = kFewFilterBK, ROW = kFewFilterTaps + kFewFilterPad;
+    static_assert(kFewFilterOut == kFewFilterTaps, "both tiles share the row length");
+    constexpr int WARPS = kFewFilterThreads / 32;
+    constexpr int GATHER = kFewFilterTaps / WARPS;  // taps a thread gathers per position: 16
+    static_assert(BK == 32 && GATHER % 8 == 0, "a lane per position; whole 16-byte rows");
+    constexpr int DY_CHUNKS = BK * kFewFilterOut / 8 / kFewFilterThreads;  // 16-byte loads per thread: 2
+    __shared__ __align__(16) T xs[2][BK][ROW];  // gathered input [j][tap]
+    __shared__ __align__(16) T dys[2][BK][ROW];  // out_backprop [j][k]
+    __shared__ FewFilterTap table[kFewFilterTaps];
+
+    const int tid = static_cast<int>(threadIdx.x), warp = tid / 32, lane = tid % 32;
+    const int taps = static_cast<int>(filter_rows * filter_cols) * CIN;
+    const int tap0 = static_cast<int>(blockIdx.x) * kFewFilterTaps;
+    const int k0 = static_cast<int>(blockIdx.y) * kFewFilterOut;
+    const int depth = static_cast<int>(out_depth);
+    const index_t split = blockIdx.z;
+    const index_t reduction = batch * out_rows * out_cols;
+    const int j_begin = static_cast<int>(split * split_size);
+    const int j_end = static_cast<int>(min(reduction, (split + 1) * split_size));
+    const int rows_in = static_cast<int>(in_rows), cols_in = static_cast<int>(in_cols);
+
+    if (tid < kFewFilterTaps) {
+        const int tap = tap0 + tid;
+        FewFilterTap e{0, kFewFilterNoTap, 0, 0};
+        if (tap < taps) {
+            const int c = tap % CIN, rs = tap / CIN;
+            const int s = rs % static_cast<int>(filter_cols), r = rs / static_cast<int>(filter_cols);
+            e.row = r * static_cast<int>(dilation_rows);
+            e.col = s * static_cast<int>(dilation_cols);
+            e.offset = (e.row * cols_in + e.col) * CIN + c;
+        }
+        table[tid] = e;
+    }
+    const FastDiv div_q(static_cast<int>(out_cols)), div_p(static_cast<int>(out_rows));
+    const index_t image = in_rows * in_cols * CIN;
+    const int stride_r = static_cast<int>(stride_rows), stride_c = static_cast<int>(stride_cols);
+    const int pad_t = static_cast<int>(pad_top), pad_l = static_cast<int>(pad_left);
+
+    alignas(16) T gathered[GATHER];
+    uint4 dy[DY_CHUNKS];
+    // The k-tile at j0 into registers: this thread's position's GATHER taps, and its chunks of
+    // out_backprop (chunk u = tid + i * THREADS: row u / 8, channels (u % 8) * 8 ..).
+    auto load = [&](int j0) {
+        const int j = j0 + lane;
+        int q, p;
+        const int n = div_p.divmod(div_q.divmod(j < j_end ? j : j_begin, q), p);
+        const int h0 = p * stride_r - pad_t, w0 = q * stride_c - pad_l;
+        // The window's origin (64-bit, possibly outside the image: only in-bounds taps read
+        // through it) is opaque to the optimiser: otherwise it sinks the origin's 64-bit math
+        // into every tap's predicated load, and each gathered element costs about 12
+        // instructions instead of 7.
+        const T* const window = few_filter_opaque(input + n * image + (h0 * cols_in + w0) * CIN);
+        // Past the end, out_backprop's rows are 0, but a clamped position's input may be inf or
+        // NaN (0 * inf is NaN): gather 0 there too.
+        const bool position_in = j < j_end;
+#pragma unroll
+        for (int u = 0; u < GATHER; ++u) {
+            const FewFilterTap e = table[warp * GATHER + u];
+            gathered[u] = from_acc<T, float>(0.0f);
+            if (position_in && static_cast<unsigned>(h0 + e.row) < static_cast<unsigned>(rows_in) &&
+                static_cast<unsigned>(w0 + e.col) < static_cast<unsigned>(cols_in))
+                gathered[u] = few_filter_load(window + e.offset);
+        }
+#pragma unroll
+        for (int i = 0; i < DY_CHUNKS; ++i) {
+            const int u = tid + i * kFewFilterThreads, row = u / 8, channel = k0 + u % 8 * 8;
+            dy[i] = make_uint4(0, 0, 0, 0);
+            if (j0 + row < j_end && channel < depth)
+                dy[i] = *reinterpret_cast<const uint4*>(out_backprop + static_cast<index_t>(j0 + row) * depth + channel);
+        }
+    };
+    auto store = [&](int buf) {
+#pragma unroll
+        for (int u = 0; u < GATHER; u += 8) ptx::st_shared_16(&xs[buf][lane][warp * GATHER + u], &gathered[u]);
+#pragma unroll
+        for (int i = 0; i < DY_CHUNKS; ++i) {
+            const int u = tid + i * kFewFilterThreads;
+            ptx::st_shared_16(&dys[buf][u / 8][u % 8 * 8], &dy[i]);
+        }
+    };
+
+    // Warp patch: out channels wm .. wm + 31 (two m16 tiles) x taps wn .. wn + 31 (four n8 tiles).
+    const int wm = (warp % 2) * 32, wn = (warp / 2) * 32;
+    const int matrix = lane / 8, row = lane % 8;  // ldmatrix.x4: lane l addresses row l % 8 of matrix l / 8
+    float acc[2][4][4];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) acc[i][jn][r] = 0.0f;
+
+    __syncthreads();  // the tap table
+    if (j_begin < j_end) {
+        load(j_begin);
+        store(0);
+    }
+    __syncthreads();
+    int buf = 0;
+    for (int j0 = j_begin; j0 < j_end; j0 += BK, buf ^= 1) {
+        const bool more = j0 + BK < j_end;
+        if (more) load(j0 + BK);
+#pragma unroll
+        for (int kk = 0; kk < BK; kk += 16) {
+            // A (16 out channels x 16 positions) from the [j][k] tile, transposed: matrix q is
+            // channels + 8 (q % 2), positions + 8 (q / 2), as in igemm::mma_cta.
+            unsigned a[2][4];
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+                ptx::ldmatrix<4, true>(a[i], &dys[buf][kk + 8 * (matrix / 2) + row][wm + 16 * i + 8 * (matrix % 2)]);
+            // B (16 positions x 8 taps), two n8 tiles per x4: matrix q is taps + 8 (q / 2),
+            // positions + 8 (q % 2).
+            unsigned b[4][2];
+#pragma unroll
+            for (int jn = 0; jn < 4; jn += 2) {
+                unsigned t4[4];
+                ptx::ldmatrix<4, true>(t4, &xs[buf][kk + 8 * (matrix % 2) + row][wn + 8 * jn + 8 * (matrix / 2)]);
+                b[jn][0] = t4[0];
+                b[jn][1] = t4[1];
+                b[jn + 1][0] = t4[2];
+                b[jn + 1][1] = t4[3];
+            }
+#pragma unroll
+            for (int i = 0; i < 2; ++i)
+#pragma unroll
+                for (int jn = 0; jn < 4; ++jn) ptx::mma_m16n8k16<T>(acc[i][jn], a[i], b[jn], acc[i][jn]);
+        }
+        if (more) store(buf ^ 1);
+        __syncthreads();  // the next tile is stored, and every warp is done reading this one
+    }
+
+    // C fragment: acc[i][jn][r] is out channel wm + 16 i + g + 8 (r / 2), tap wn + 8 jn + 2 t +
+    // r % 2 (g = lane / 4, t = lane % 4); HWIO element tap * out_depth + channel.
+    const int g = lane / 4, t = lane % 4;
+    const index_t filter_elements = static_cast<index_t>(taps) * depth;
+    float* const slice = splits > 1 ? partial + split * filter_elements : nullptr;
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (int jn = 0; jn < 4; ++jn)
+#pragma unroll
+            for (int r = 0; r < 4; ++r) {
+                const int channel = k0 + wm + 16 * i + g + 8 * (r / 2), tap = tap0 + wn + 8 * jn + 2 * t + r % 2;
+                if (channel >= depth || tap >= taps) continue;
+                const int e = tap * depth + channel;
+                if (slice) slice[e] = acc[i][jn][r];
+                else filter_grad[e] = from_acc<T, float>(acc[i][jn][r]);
+            }
+}
+#endif  // GRADOPS_HAS_MMA_SM80
 
 }  // namespace gradops

@@ -7,6 +7,7 @@ only gradops-vs-gradops checks are the adjoint identities and V2 == V1.
 
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 from hypothesis import assume
@@ -243,7 +244,7 @@ def test_reference_agrees_with_tensorflow(tf, rng, padding, pads, strides):
 
 
 def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding, dilations=(1, 1), pads=NO_PADS,
-             path=None, splits=None, vector=None, pointwise=None):
+             path=None, splits=None, vector=None, pointwise=None, few_channels=None):
     """(CUDA result on the host, NumPy backend result, geometry) of one random problem."""
     x, fshape, dy = make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, dilations, pads)
     xl, dyl = to_layout(x, layout), to_layout(dy, layout)
@@ -256,6 +257,8 @@ def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding
         kw["vector"] = vector
     if pointwise is not None:
         kw["pointwise"] = pointwise
+    if few_channels is not None:
+        kw["few_channels"] = few_channels
     got = cuda_launcher("conv2d_backprop_filter").conv2d_backprop_filter(g, to_gpu(xl), to_gpu(dyl), **kw)
     want = gradops.conv2d_backprop_filter(xl, fshape, dyl, **attrs(layout, strides, padding, dilations, pads),
                                           backend="numpy")
@@ -326,6 +329,103 @@ def test_cuda_1x1_kernel(cuda_device, rng, dtype, layout, groups, cg, og, h, w, 
     if cuda_device is not None:  # the host stand-in records its launches
         names = [e for e, _, _ in cuda_device.launches if "_igemm<" in e]
         assert "_1x1_igemm<" in names[0] and "_1x1_igemm<" not in names[1], names
+
+
+# (n, h, w, in channels, out channels, r, s, strides, padding, dilations, pads) of the few-channel
+# kernel's problems: the stem's 7x7 stride 2 (147 taps: three tap tiles, the last partial), one
+# and two out-channel tiles (the second partial), dilations, asymmetric explicit padding, a 1x1
+# filter (3 taps), one position per image.
+FEW_CHANNEL_CASES = {
+    "stem-7x7-s2": (2, 11, 13, 3, 16, 7, 7, (2, 2), "EXPLICIT", (1, 1), ((3, 3), (3, 3))),
+    "1-channel-72-out": (2, 9, 7, 1, 72, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS),
+    "2-channels-dilated": (3, 10, 6, 2, 8, 3, 2, (2, 1), "VALID", (2, 3), NO_PADS),
+    "4-channels-asymmetric": (1, 8, 9, 4, 64, 4, 3, (1, 2), "EXPLICIT", (1, 1), ((2, 0), (1, 3))),
+    "1x1": (2, 5, 6, 3, 24, 1, 1, (1, 1), "VALID", (1, 1), NO_PADS),
+    "one-position": (2, 3, 3, 3, 8, 3, 3, (1, 1), "VALID", (1, 1), NO_PADS),
+    "5x5-s2-72-out": (2, 17, 19, 3, 72, 5, 5, (2, 2), "SAME", (1, 1), NO_PADS),  # the planted-bug problem
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+@LAYOUTS
+@pytest.mark.parametrize("case", list(FEW_CHANNEL_CASES))
+@pytest.mark.parametrize("splits", [None, 1, 3])
+def test_cuda_few_channels(cuda_device, rng, dtype, layout, case, splits):
+    """One to four input channels (a stem) in a half type take the few-channel kernel
+    automatically; it matches the NumPy backend and the general tiled kernel with its tap table
+    past the filter's end, partial out-channel tiles, padding, strides, dilations, and with and
+    without a split reduction (``splits=None``: the launcher's choice)."""
+    n, h, w, cin, cout, r, s, strides, padding, dilations, pads = FEW_CHANNEL_CASES[case]
+    args = (dtype, layout, n, h, w, 1, cin, cout, r, s, strides, padding, dilations, pads)
+    got, want, g = run_cuda(np.random.default_rng(11), *args, path="tiled", splits=splits)
+    assert_close(got, want, dtype)
+    launched = [] if cuda_device is None else [e for e, _, _ in cuda_device.launches]
+    if cuda_device is not None:
+        few_splits = cuda_launcher("conv2d_backprop_filter").few_channels_split_count(g, splits)[0]
+        assert ["_few_channels<" in e for e in launched] == [True] + [False] * (few_splits > 1), launched
+        assert splits is None or 1 <= few_splits <= splits
+    general, _, _ = run_cuda(np.random.default_rng(11), *args, path="tiled", splits=splits, few_channels=False)
+    assert_close(general, want, dtype)
+    if cuda_device is not None:
+        assert not any("_few_channels<" in e for e, _, _ in cuda_device.launches[len(launched):])
+
+
+@pytest.mark.parametrize("dtype,groups,cin,cout,why", [
+    (np.float32, 1, 3, 16, "float32"), (np.float64, 1, 3, 16, "float64"), (np.float16, 2, 2, 16, "two groups"),
+    (np.float16, 1, 5, 16, "five channels"), (np.float16, 1, 3, 12, "out_depth not a multiple of 8")])
+def test_cuda_few_channels_eligibility(cuda_device, rng, dtype, groups, cin, cout, why):
+    """Where the few-channel kernel cannot run, the general kernel does (same results) and
+    forcing it is refused."""
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    args = (dtype, "NHWC", 2, 6, 5, groups, cin, cout // groups, 3, 3, (1, 1), "SAME")
+    got, want, g = run_cuda(rng, *args, path="tiled")
+    assert_close(got, want, dtype)
+    assert not launcher.few_channels_eligible(g, dtype)
+    with pytest.raises(ValueError, match="few-channel kernel needs"):
+        run_cuda(rng, *args, path="tiled", few_channels=True)
+
+
+def test_cuda_few_channels_needs_30_bit_coordinates(cuda_device):
+    """An image of 2**30 or more elements (or coordinates that far) leaves the few-channel kernel
+    (its missing-tap sentinel is -2**30) for the general one, whose limit is 2**31."""
+    launcher = cuda_launcher("conv2d_backprop_filter")
+
+    def geometry(h, w):
+        return conv_geometry("conv2d_backprop_filter", (1, h, w, 3), (3, 3, 3, 8), (1, h // 2, w // 2, 8), "NHWC",
+                             (2, 2), "SAME", (1, 1), NO_PADS)
+
+    assert launcher.few_channels_eligible(geometry(2**14, 2**14), np.float16)  # input: 3 * 2**28 elements
+    big = geometry(2**14, 2**14 + 2**13)  # 3 * 1.5 * 2**28 > 2**30
+    assert not launcher.few_channels_eligible(big, np.float16)
+    assert launcher.tiled_eligible(big, np.float16)
+
+
+def test_cuda_few_channels_needs_aligned_out_backprop(cuda_device, rng):
+    """out_backprop's rows are read 16 bytes at a time: a view 2 bytes into an allocation falls
+    back to the general kernel."""
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    x, fshape, dy = make_problem(rng, np.float16, 2, 6, 7, 1, 3, 8, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
+    buffer = to_gpu(np.zeros(dy.size + 1, np.float16))
+    dy_view = buffer[1:].reshape(dy.shape)
+    dy_view[...] = to_gpu(dy)
+    g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
+    assert launcher.few_channels_eligible(g, np.float16, (to_gpu(dy),))
+    assert not launcher.few_channels_eligible(g, np.float16, (dy_view,))
+    got = to_host(launcher.conv2d_backprop_filter(g, to_gpu(x), dy_view, path="tiled"))
+    assert_close(got, expected_grad(x, fshape, dy, (1, 1), "SAME", (1, 1), NO_PADS), np.float16)
+    if cuda_device is not None:
+        assert not any("_few_channels<" in e for e, _, _ in cuda_device.launches)
+
+
+def test_cuda_few_channels_split_count():
+    """The stem at batch 32 (147 taps x 64 out channels: 3 CTAs) splits its 401,408 positions
+    into enough chunks for about FEW_TARGET_CTAS CTAs, each a whole number of k-tiles."""
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    g = conv_geometry("conv2d_backprop_filter", (32, 224, 224, 3), (7, 7, 3, 64), (32, 112, 112, 64), "NHWC",
+                      (2, 2), "SAME", (1, 1), NO_PADS)
+    splits, size = launcher.few_channels_split_count(g)
+    assert size % launcher.FEW_BK == 0 and (splits - 1) * size < 32 * 112 * 112 <= splits * size
+    assert 3 * splits == pytest.approx(launcher.FEW_TARGET_CTAS, rel=0.01)
 
 
 @DTYPES
@@ -482,3 +582,33 @@ def test_cuda_more_than_2_31_elements(path):
             bound = 2.0**-10 * abs(want) + 1e-5 * float(cupy.abs(terms).sum())
             assert abs(float(got[0, 0, ch, k]) - want) <= bound, (ch, k)
     del x, dy
+
+
+@pytest.mark.parametrize("text,replacement", [
+    ("static_cast<unsigned>(w0 + e.col) < static_cast<unsigned>(cols_in))", "true)"),
+    ("if (j0 + row < j_end && channel < depth)", "if (channel < depth)"),
+    ("if (more) store(buf ^ 1);", "if (more) store(buf);"),
+    ("tap = tap0 + wn + 8 * jn + 2 * t + r % 2;", "tap = tap0 + wn + 8 * jn + 2 * t + r / 2;"),
+    ("&dys[buf][kk + 8 * (matrix / 2) + row][wm + 16 * i + 8 * (matrix % 2)]",
+     "&dys[buf][kk + 8 * (matrix % 2) + row][wm + 16 * i + 8 * (matrix / 2)]"),
+    ("const int j_end = static_cast<int>(min(reduction, (split + 1) * split_size));",
+     "const int j_end = static_cast<int>(min(reduction, (split + 2) * split_size));"),
+    ("e.offset = (e.row * cols_in + e.col) * CIN + c;", "e.offset = (e.row * cols_in + e.col) * CIN;"),
+], ids=["column-bounds-dropped", "out-backprop-rows-past-the-split",
+        "double-buffer-overwritten", "fragment-tap-mapping", "ldmatrix-a-matrices-swapped", "splits-overlap",
+        "tap-channel-dropped"])
+def test_planted_few_channel_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
+    """Bugs planted in the few-channel kernel's gather, masks, double buffer, fragments and
+    split ranges give wrong results on a padded, strided problem with partial tiles and two splits
+    of several k-tiles each."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "conv2d_backprop_filter.cu", (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    got, want, _ = run_cuda(np.random.default_rng(5), np.float16, "NHWC", 2, 17, 19, 1, 3, 72, 5, 5, (2, 2), "SAME",
+                            path="tiled", splits=2, few_channels=True)
+    with pytest.raises(AssertionError):
+        assert_close(got, want, np.float16)

@@ -41,6 +41,11 @@ def _synthetic_report(ct, path: Path, loop: int = 200, sass: int = 1000, per_sm:
                     kernels.append({"arch": "sm_90", "kernel": launcher._tiled_name(dtype, kind, vector),
                                     "sass_instructions": sass, "main_loop": {"instructions": loop},
                                     "occupancy": {"blocks_per_sm": per_sm}})
+    for dtype in (np.float16, bfloat16):  # the filter gradient's few-channel kernels
+        for channels in ct.WGRAD.FEW_CHANNELS:
+            kernels.append({"arch": "sm_90", "kernel": ct.WGRAD._few_channels_name(dtype, channels),
+                            "sass_instructions": sass, "main_loop": {"instructions": loop},
+                            "occupancy": {"blocks_per_sm": per_sm}})
     path.write_text(json.dumps({"meta": {"commit": "synthetic", "date": "-"}, "kernels": kernels}))
     return str(path)
 
@@ -108,7 +113,7 @@ def test_plan_agrees_with_conv_prediction(ct):
         g = case.geometry()
         for dtype in (np.float16, np.float32):
             p = ct.plan(case.op, g, dtype)
-            if p.path == "direct":
+            if p.path == "direct" or "_few_channels<" in p.kernel:  # (tested below)
                 continue
             warps, warp_tiles = cp.warp_k_tiles(case.op, g, dtype, p.kind, split=True)
             assert p.ctas * p.warps_per_cta == warps
@@ -118,6 +123,28 @@ def test_plan_agrees_with_conv_prediction(ct):
     assert ct.plan(ct.OPS[0], g, np.float32).kind == ig.SIMT
     assert ct.plan(ct.OPS[0], g, np.float32, allow_tf32=True).kind == ig.WMMA_TF32
     assert ct.plan(ct.OPS[0], g, bfloat16).kind == ig.WMMA_HALF
+
+
+def test_stem_wgrad_plans_the_few_channel_kernel(ct, tmp_path):
+    """conv1's filter gradient in a half type runs the few-channel kernel: 147 taps x 64 out
+    channels in 3 CTAs of 4 warps, times the launcher's splits, 32 positions per k-tile; with a
+    report that lacks the kernel (an older revision's), the general kernel's plan."""
+    conv1 = next(c for c in ct.resnet50_cases(32) if c.label.startswith("conv1") and c.op == ct.OPS[0])
+    g = conv1.geometry()
+    p = ct.plan(conv1.op, g, np.float16)
+    splits, split_size = ct.WGRAD.few_channels_split_count(g)
+    assert p.kernel == "gradops::conv2d_backprop_filter_few_channels<__half, 3>" and p.splits == splits > 1
+    assert p.ctas == 3 * splits and p.warps_per_cta == 4
+    assert sum(c * k for c, k in p.groups) == 3 * ig.ceil_div(32 * 112 * 112, 32)
+    assert p.reduce_elements == 147 * 64
+    assert ct.plan(conv1.op, g, np.float32).kernel != p.kernel  # float32: the general kernel
+    general = ct.plan(conv1.op, g, np.float16, few_channels=False)
+    assert "_igemm<" in general.kernel
+    a = ct.Assumptions()
+    report = ct.static_kernels(_synthetic_report(ct, tmp_path / "static.json"))
+    assert ct.predict_ours(conv1.op, g, np.float16, False, report, a)["kernel"] == p.kernel
+    del report[p.kernel]
+    assert ct.predict_ours(conv1.op, g, np.float16, False, report, a)["kernel"] == general.kernel
 
 
 def test_issue_efficiency_points_interpolate(ct):

@@ -59,7 +59,11 @@ def test_every_kernel_a_launch_can_ask_for_is_instantiated_for_its_arch(arch, al
                     assert launcher._direct_name(dtype, layout) in names
                 if hasattr(launcher, "_pointwise_name"):  # the gradients' 1x1 kernels
                     assert launcher._pointwise_name(dtype, kind) in names
-                if hasattr(launcher, "_few_channels_name"):  # the input gradient's stem kernel
+                if hasattr(launcher, "few_channels_kernel"):  # the filter gradient's: half types, sm_80+
+                    few = launcher.few_channels_kernel(dtype, arch)
+                    assert few == (dtype in launcher.FEW_DTYPES and arch >= 80)
+                    assert all((launcher._few_channels_name(dtype, c) in names) == few for c in launcher.FEW_CHANNELS)
+                elif hasattr(launcher, "_few_channels_name"):  # the input gradient's stem kernel
                     assert all(launcher._few_channels_name(dtype, c) in names for c in launcher.FEW_CHANNELS)
 
 

@@ -258,6 +258,8 @@ def block_size(expression: str) -> int:
         return DepthwiseTile.of(expression, False, False, 1).threads
     if "conv2d_backprop_filter_direct<" in expression:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
+    if "conv2d_backprop_filter_few_channels<" in expression:
+        return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FEW_THREADS
     return _runtime.BLOCK_1D
 
 
@@ -424,7 +426,7 @@ def kernel_record(kernel) -> dict:
         "sass_instructions": len(kernel.function.instructions),
         "memory_static": dict(sorted(kernel.memory_instructions().items())),
     }
-    if "_igemm<" in kernel.expression:
+    if "_igemm<" in kernel.expression or "conv2d_backprop_filter_few_channels<" in kernel.expression:
         record["main_loop"] = main_loop_summary(kernel)
     return record
 

@@ -59,6 +59,11 @@ TENSOR_CORE_ARCH = {
 }
 
 
+#: The first compute capability with mma.sync.m16n8k16 and ldmatrix (``GRADOPS_HAS_MMA_SM80`` in
+#: cuda_src/tensor_core_ptx.cuh): kernels written only with them exist from this one on.
+MMA_SYNC_ARCH = 80
+
+
 def has_kind(dtype, kind: int, arch: int | None) -> bool:
     """Whether compute capability ``arch`` (e.g. 75; None: any architecture) can run ``kind`` on
     ``dtype``: SIMT everywhere, tensor cores from :data:`TENSOR_CORE_ARCH`."""
@@ -211,14 +216,15 @@ SPLIT_TARGET_CTAS = 256
 SPLIT_MIN_K_TILES = 16
 
 
-def split_reduction(ctas: int, red: int, bk: int, z_limit: int, splits: int | None = None) -> tuple[int, int]:
+def split_reduction(ctas: int, red: int, bk: int, z_limit: int, splits: int | None = None,
+                    target_ctas: int = SPLIT_TARGET_CTAS) -> tuple[int, int]:
     """(splits, split_size) of a reduction of ``red`` indices over a grid of ``ctas`` CTAs:
     ``splits`` chunks of ``split_size`` indices (a multiple of BK), by default enough to give
-    about SPLIT_TARGET_CTAS CTAs with at least SPLIT_MIN_K_TILES k-tiles each; at most
+    about ``target_ctas`` CTAs with at least SPLIT_MIN_K_TILES k-tiles each; at most
     ``z_limit`` (the grid's z room); no empty trailing split."""
     k_tiles = ceil_div(red, bk)
     if splits is None:
-        splits = min(SPLIT_TARGET_CTAS // max(1, ctas), k_tiles // SPLIT_MIN_K_TILES)
+        splits = min(target_ctas // max(1, ctas), k_tiles // SPLIT_MIN_K_TILES)
     splits = max(1, min(splits, z_limit))
     split_size = ceil_div(k_tiles, splits) * bk
     return ceil_div(red, split_size), split_size

@@ -7,20 +7,38 @@ tensors (NCHW is transposed to NHWC first), with the reduction split across CTAs
 filter alone gives too few tiles; the partial sums go to a scratch buffer from CuPy's pool and a
 second kernel adds them in a fixed order, so results are bitwise reproducible.  A 1x1 filter
 at stride 1 without padding, with 16-byte loads, takes the tiled path's plain-GEMM kernel
-(``_1x1_igemm``: no position decomposition, no bounds tests).
+(``_1x1_igemm``: no position decomposition, no bounds tests).  A filter of one to four input
+channels (a network's stem: an image's 3), one group, float16 / bfloat16 on sm_80 and newer,
+takes ``_few_channels``: 64 out channels x 64 taps per CTA with a per-CTA tap table.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from ..._dtypes import accumulator_dtype
+from ..._dtypes import accumulator_dtype, bfloat16
 from . import _conv_igemm as ig
 from . import _runtime
 
 SOURCE = "conv2d_backprop_filter.cu"
 #: ``kFilterDirectThreads`` in the kernel source (a power of two, for its tree reduction).
 FILTER_DIRECT_THREADS = 128
+
+#: ``kFewFilterOut``, ``kFewFilterTaps``, ``kFewFilterBK``, ``kFewFilterThreads``: the few-channel
+#: kernel's out channels and taps per CTA, positions per k-tile, threads per CTA.
+FEW_OUT, FEW_TAPS, FEW_BK, FEW_THREADS = 64, 64, 32, 128
+#: The few-channel kernel's input channel counts (its CIN template argument).
+FEW_CHANNELS = (1, 2, 3, 4)
+#: The few-channel kernel's split reduction aims at this many CTAs (a constant, for bitwise
+#: reproducibility across GPUs): its CTAs are a quarter of the general kernel's tile and a stem
+#: has 3 of them before the split, so twice the general target keeps every SM of a large GPU
+#: busy with several CTAs.
+FEW_TARGET_CTAS = 2 * ig.SPLIT_TARGET_CTAS
+#: Its 32-bit coordinates must stay below this: a missing tap's row shift is -2**30
+#: (``kFewFilterNoTap``), which must make every padded row negative without overflowing.
+FEW_COORD_LIMIT = 2**30
+#: dtypes the few-channel kernel takes (mma.sync on half types).
+FEW_DTYPES = (np.dtype(np.float16), bfloat16)
 
 
 def _direct_name(dtype, layout: str) -> str:
@@ -39,11 +57,17 @@ def _reduce_name(dtype) -> str:
     return f"gradops::split_reduce<{ig.template_types(dtype)}>"
 
 
+def _few_channels_name(dtype, channels: int) -> str:
+    return f"gradops::conv2d_backprop_filter_few_channels<{ig.template_types(dtype).split(', ')[0]}, {channels}>"
+
+
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """The name expressions compute capability ``arch`` can run (None: every one)."""
     pointwise = [_pointwise_name(dtype, kind) for dtype in ig.instantiation_dtypes()
                  for kind in ig.math_kinds(dtype, arch)]
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + pointwise}
+    few = [_few_channels_name(dtype, c) for dtype in FEW_DTYPES for c in FEW_CHANNELS
+           if arch is None or arch >= ig.MMA_SYNC_ARCH]
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + pointwise + few}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -70,6 +94,45 @@ def split_count(g, dtype, kind: int, splits: int | None = None) -> tuple[int, in
     return ig.split_reduction(tiles, red, bk, ig.GRID_YZ_LIMIT // g.groups, splits)
 
 
+def few_channels_kernel(dtype, arch: int | None = None) -> bool:
+    """Whether compute capability ``arch`` (None: the current device's) has the few-channel
+    kernel for ``dtype``: float16 / bfloat16 on tensor cores with mma.sync."""
+    if arch is None:
+        arch = _runtime.compute_capability()
+    return (np.dtype(dtype) in FEW_DTYPES and ig.math_kind(dtype, arch) == ig.WMMA_HALF
+            and arch >= ig.MMA_SYNC_ARCH)
+
+
+def few_channels_eligible(g, dtype, arrays=()) -> bool:
+    """Whether the few-channel kernel can run this call: one group, FEW_CHANNELS input
+    channels, out_depth a multiple of 8 (16-byte rows of out_backprop) with ``arrays`` (the
+    out_backprop it reads) 16-byte aligned, float16 / bfloat16 on tensor cores with mma.sync (sm_80+), and its 32-bit
+    positions, coordinates and offsets below FEW_COORD_LIMIT."""
+    if not few_channels_kernel(dtype) or g.groups != 1 or g.filter_in_depth not in FEW_CHANNELS:
+        return False
+    red = g.batch * g.out_rows * g.out_cols
+    return (g.out_depth % _runtime.vector_width(dtype) == 0 and _runtime.vector_aligned(*arrays)
+            and all(0 <= v < FEW_COORD_LIMIT for v in (red + FEW_BK, *ig.cursor_extents(g)))
+            and ig.ceil_div(g.out_depth, FEW_OUT) <= ig.GRID_YZ_LIMIT)
+
+
+def pick_few_channels(g, dtype, out_backprop, few_channels: bool | None) -> bool:
+    """Whether the tiled path runs the few-channel kernel: wherever it can, unless
+    ``few_channels`` (tests) is False; True raises where it cannot."""
+    can = few_channels_eligible(g, dtype, (out_backprop,))
+    if few_channels and not can:
+        raise ValueError("the few-channel kernel needs one group, 1 to 4 input channels, out_depth a multiple of 8, "
+                         "16-byte aligned out_backprop and float16 / bfloat16 on sm_80 or newer")
+    return can and few_channels is not False
+
+
+def few_channels_split_count(g, splits: int | None = None) -> tuple[int, int]:
+    """(splits, split_size) of the few-channel kernel's reduction over batch x positions."""
+    taps, _, red = _gemm_sizes(g)
+    ctas = ig.ceil_div(taps, FEW_TAPS) * ig.ceil_div(g.out_depth, FEW_OUT)
+    return ig.split_reduction(ctas, red, FEW_BK, ig.GRID_YZ_LIMIT, splits, target_ctas=FEW_TARGET_CTAS)
+
+
 def supports(op, geometry, dtype) -> tuple[bool, str]:
     if geometry.depthwise:
         return False, "depthwise filters are not handled by the conv2d_backprop_filter kernels"
@@ -77,13 +140,15 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 
 
 def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = None, splits: int | None = None,
-                           vector: bool | None = None, pointwise: bool | None = None):
+                           vector: bool | None = None, pointwise: bool | None = None,
+                           few_channels: bool | None = None):
     """HWIO filter gradient [filter_rows, filter_cols, filter_in_depth, out_depth] of ``input``
     and ``out_backprop`` (both in ``geometry.data_format``), in their dtype.
 
-    ``path`` ("direct" / "tiled"), ``splits``, ``vector`` and ``pointwise`` (tiled only: the
-    split count, 16-byte or scalar loads, the 1x1 kernel where it can run or the general one)
-    override the automatic choices; the tests use them to run every path on small shapes.
+    ``path`` ("direct" / "tiled"), ``splits``, ``vector``, ``pointwise`` and ``few_channels``
+    (tiled only: the split count, 16-byte or scalar loads, the 1x1 kernel or the few-channel
+    kernel where they can run, or the general one) override the automatic choices; the tests
+    use them to run every path on small shapes.
     """
     import cupy
 
@@ -109,6 +174,8 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     x = ig.to_nhwc(x, g.data_format)
     dy = ig.to_nhwc(dy, g.data_format)
     m, n, _ = _gemm_sizes(g)
+    if pick_few_channels(g, dtype, dy, few_channels):
+        return _few_channels(g, x, dy, out, dims, splits)
     splits, split_size = split_count(g, dtype, kind, splits)
     # One float (double for float64) partial filter per split; unused (empty) without a split.
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
@@ -117,7 +184,26 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     name = _pointwise_name(dtype, kind) if ig.pick_pointwise(g, vector, pointwise) else _tiled_name(dtype, kind, vector)
     fn = _runtime.kernel(SOURCE, name)
     fn(grid, (threads,), (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
-    if splits > 1:
-        reduce = _runtime.kernel(SOURCE, _reduce_name(dtype))
-        _runtime.launch_1d(reduce, out.size, (partial, out, np.int64(out.size), np.int64(splits)))
+    _reduce_splits(out, partial, splits)
     return out
+
+
+def _few_channels(g, x, dy, out, dims, splits: int | None):
+    """The few-channel kernel on NHWC ``x`` and ``dy`` into HWIO ``out``."""
+    import cupy
+
+    splits, split_size = few_channels_split_count(g, splits)
+    partial = cupy.empty((splits, out.size) if splits > 1 else (0,), np.float32)
+    grid = (ig.ceil_div(g.filter_rows * g.filter_cols * g.filter_in_depth, FEW_TAPS),
+            ig.ceil_div(g.out_depth, FEW_OUT), splits)
+    fn = _runtime.kernel(SOURCE, _few_channels_name(out.dtype, g.filter_in_depth))
+    fn(grid, (FEW_THREADS,), (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
+    _reduce_splits(out, partial, splits)
+    return out
+
+
+def _reduce_splits(out, partial, splits: int) -> None:
+    """Sum ``splits`` partial filters (float, double for float64) into ``out`` in split order."""
+    if splits > 1:
+        reduce = _runtime.kernel(SOURCE, _reduce_name(out.dtype))
+        _runtime.launch_1d(reduce, out.size, (partial, out, np.int64(out.size), np.int64(splits)))
