@@ -612,3 +612,36 @@ def test_planted_few_channel_bugs_fail_the_comparison(monkeypatch, tmp_path, tex
                             path="tiled", splits=2, few_channels=True)
     with pytest.raises(AssertionError):
         assert_close(got, want, np.float16)
+
+
+@pytest.mark.parametrize("pad", [True, False], ids=["padded-rows", "planted-unpadded-rows"])
+def test_few_channel_shared_memory_is_conflict_free(monkeypatch, tmp_path, pad):
+    """The few-channel kernel's ldmatrix reads and 16-byte stores take the fewest wavefronts:
+    its shared rows are 144 bytes (16 bytes of padding), so 8 rows of a matrix, or 8 lanes'
+    stores to 8 rows, start 4 banks apart.  Planted 128-byte rows put them in the same banks:
+    the count sees 8 wavefronts per ldmatrix matrix (the result stays right)."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    source_dir = None
+    if not pad:
+        cuda_host.planted_sources(tmp_path, "conv2d_backprop_filter.cu",
+                                  ("constexpr int kFewFilterPad = 8;", "constexpr int kFewFilterPad = 0;"))
+        source_dir = tmp_path
+    device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    device.kernel(launcher.SOURCE, launcher._few_channels_name(np.float16, 3))  # build, then count afresh
+    kernels = device._kernels[launcher.SOURCE]
+    for kind in kernels.SHARED_KINDS:
+        kernels.shared_stats(reset=True, kind=kind)
+    got, want, _ = run_cuda(np.random.default_rng(3), np.float16, "NHWC", 2, 9, 11, 1, 3, 72, 5, 5, (2, 2), "SAME",
+                            path="tiled", few_channels=True)
+    assert_close(got, want, np.float16)
+    reads, writes = (kernels.shared_stats(kind=kind) for kind in ("ldmatrix", "st_shared_16"))
+    assert reads["accesses"] > 0 and writes["accesses"] > 0
+    if pad:
+        assert reads["wavefronts"] == reads["ideal"] and writes["wavefronts"] == writes["ideal"], (reads, writes)
+    else:
+        assert reads["wavefronts"] == 8 * reads["ideal"] and writes["wavefronts"] > writes["ideal"], (reads, writes)
