@@ -398,6 +398,12 @@ def test_cuda_few_channels_needs_30_bit_coordinates(cuda_device):
     big = geometry(2**14, 2**14 + 2**13)  # 3 * 1.5 * 2**28 > 2**30
     assert not launcher.few_channels_eligible(big, np.float16)
     assert launcher.tiled_eligible(big, np.float16)
+    # A one-row image whose explicit padding (and stride) puts the padded rows x columns x
+    # channels, which bound window origins (h0 * in_cols + w0) * CIN, past 2**30.
+    padded = conv_geometry("conv2d_backprop_filter", (1, 1, 2**19, 3), (1, 1, 3, 8), (1, 3, 1024, 8), "NHWC",
+                           (512, 512), "EXPLICIT", (1, 1), ((512, 512), (0, 0)))
+    assert all(v < 2**30 for v in ig.cursor_extents(padded))
+    assert not launcher.few_channels_eligible(padded, np.float16)
 
 
 def test_cuda_few_channels_needs_aligned_out_backprop(cuda_device, rng):

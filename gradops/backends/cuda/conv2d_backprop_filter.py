@@ -111,8 +111,12 @@ def few_channels_eligible(g, dtype, arrays=()) -> bool:
     if not few_channels_kernel(dtype) or g.groups != 1 or g.filter_in_depth not in FEW_CHANNELS:
         return False
     red = g.batch * g.out_rows * g.out_cols
+    rows, cols = ig.cursor_extents(g)[:2]
+    # A window origin (h0 * in_cols + w0) * CIN and a tap's offset are 32-bit: both lie within
+    # the padded, dilated extent of rows x columns x channels.
+    window = rows * cols * g.filter_in_depth
     return (g.out_depth % _runtime.vector_width(dtype) == 0 and _runtime.vector_aligned(*arrays)
-            and all(0 <= v < FEW_COORD_LIMIT for v in (red + FEW_BK, *ig.cursor_extents(g)))
+            and all(0 <= v < FEW_COORD_LIMIT for v in (red + FEW_BK, window, *ig.cursor_extents(g)))
             and ig.ceil_div(g.out_depth, FEW_OUT) <= ig.GRID_YZ_LIMIT)
 
 
