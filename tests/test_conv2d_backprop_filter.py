@@ -423,6 +423,21 @@ def test_cuda_few_channels_needs_aligned_out_backprop(cuda_device, rng):
         assert not any("_few_channels<" in e for e, _, _ in cuda_device.launches)
 
 
+def test_cuda_few_channels_bitwise_deterministic(cuda_device, rng):
+    """Two runs of the few-channel kernel with a split reduction give the same bits; on the host
+    the second executes blocks and threads in another order (a race check)."""
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    x, fshape, dy = make_problem(rng, np.float16, 2, 17, 19, 1, 3, 72, 5, 5, (2, 2), "SAME", (1, 1), NO_PADS)
+    g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", (2, 2), "SAME", (1, 1), NO_PADS)
+    xg, dyg = to_gpu(x), to_gpu(dy)
+    first = to_host(launcher.conv2d_backprop_filter(g, xg, dyg, path="tiled", splits=3, few_channels=True))
+    if cuda_device is not None:
+        cuda_device.seed += 1
+    second = to_host(launcher.conv2d_backprop_filter(g, xg, dyg, path="tiled", splits=3, few_channels=True))
+    np.testing.assert_array_equal(first.view(np.uint8), second.view(np.uint8))
+    assert_close(first, expected_grad(x, fshape, dy, (2, 2), "SAME", (1, 1), NO_PADS), np.float16)
+
+
 def test_cuda_few_channels_split_count():
     """The stem at batch 32 (147 taps x 64 out channels: 3 CTAs) splits its 401,408 positions
     into enough chunks for about FEW_TARGET_CTAS CTAs, each a whole number of k-tiles."""
