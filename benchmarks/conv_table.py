@@ -109,6 +109,12 @@ class Assumptions:
     #: fitted to the measured reduction kernels of the batch-32 float16 run.
     reduce_fixed_s: float = 4e-6
     reduce_per_split_s: float = 125e-9
+    #: Whether the reduction is today's batched split_reduce (cuda_src/igemm_tiles.cuh: batches of
+    #: 32 splits, about two DRAM round trips each from its sm_90 SASS, then tail batches of 8,
+    #: one round trip each) or the measured revision's plain loop (unrolled 4 deep by nvcc: a
+    #: round trip per 4 splits, which is what reduce_per_split_s was fitted to).  ASSUMED: a
+    #: round trip of the batched kernel costs what 4 splits of the measured one did.
+    reduce_batched: bool = True
     #: cuDNN: a fixed cost per call + max(FLOPs / (efficiency x dense peak of the math it uses),
     #: compulsory DRAM time).  Defaults: fitted per op to the measured batch-32 float16 cuDNN
     #: kernels (least squares on log time; gradops' own layout copies excluded; conv1 left out:
@@ -120,6 +126,13 @@ class Assumptions:
     #: The math cuDNN uses for float32: "tf32" (TensorFlow's default on Ampere and newer:
     #: tf.config.experimental.enable_tensor_float_32_execution is on) or "fp32".
     cudnn_f32_math: str = "tf32"
+
+    def reduce_latency_s(self, splits: int) -> float:
+        """The split-K reduction's chain of DRAM round trips per thread (see reduce_batched)."""
+        if not self.reduce_batched:
+            return splits * self.reduce_per_split_s
+        full, tail = divmod(splits - 1, 32)
+        return (2 * full + math.ceil(tail / 8)) * 4 * self.reduce_per_split_s
 
     def issue_eff(self, warps_per_sm: int) -> float:
         """Issue efficiency at ``warps_per_sm`` resident warps (interpolated in the points)."""
@@ -293,7 +306,7 @@ def predict_ours(op: str, g, dtype, allow_tf32: bool, kernels: dict[str, dict], 
     reduce = 0.0
     if p.reduce_elements:
         reduce_bytes = p.splits * p.reduce_elements * 4 + p.reduce_elements * itemsize
-        reduce = max(reduce_bytes / a.bandwidth + a.reduce_fixed_s, p.splits * a.reduce_per_split_s)
+        reduce = max(reduce_bytes / a.bandwidth + a.reduce_fixed_s, a.reduce_latency_s(p.splits))
     total = main + reduce
     if reduce > total / 4:
         limiter += "+reduce"
@@ -378,7 +391,8 @@ def measured_rows(results: str, measured_static: str, a: Assumptions) -> list[di
             continue
         g = case.geometry()
         ks = by_case[e["i"]]
-        ours = predict_ours(case.op, g, np.float16, False, kernels, a, case)
+        # the measured revision's kernels, its plain split_reduce loop included
+        ours = predict_ours(case.op, g, np.float16, False, kernels, replace(a, reduce_batched=False), case)
         reduce_ns = sum(k["ns"] for k in ks if "split_reduce" in k["name"])
         out.append({"layer": case.layer, "op": case.op, **ours,
                     "measured_s": sum(k["ns"] for k in ks) * 1e-9, "measured_reduce_s": reduce_ns * 1e-9,
@@ -471,7 +485,12 @@ def _assumption_lines(a: Assumptions) -> list[str]:
         "per SM). Resident CTAs per SM come from the static report's occupancy.",
         f"- Split-K reduction (when splits > 1; dgrad splits only grids below {ig.SPLIT_TARGET_CTAS // 2} CTAs) takes max(bytes / HBM + {a.reduce_fixed_s * 1e6:.1f} us, "
         f"splits x {a.reduce_per_split_s * 1e9:.0f} ns). Both constants are FITTED to the measured reduction kernels "
-        "(7 to 25 us at batch 32), not derived.",
+        "(7 to 25 us at batch 32), not derived. The measured kernel was a plain loop that nvcc unrolled 4 deep (one "
+        "DRAM round trip per 4 splits); today's split_reduce loads 32 splits before adding them (about 2 round trips "
+        "per batch, sm_90 SASS) and then the rest in batches of 8 (1 round trip each), so its latency term is "
+        f"round trips x {4 * a.reduce_per_split_s * 1e9:.0f} ns"
+        + (" (ASSUMED: a round trip costs what 4 measured splits did)." if a.reduce_batched else
+           " (switched off here: --reduce-batched false)."),
         f"- cuDNN: overhead + max(FLOPs / (efficiency x dense peak), compulsory DRAM time). Efficiency is "
         f"{a.cudnn_efficiency_wgrad:.2f} (wgrad) and {a.cudnn_efficiency_dgrad:.2f} (dgrad) of the dense peak "
         f"({a.wgmma_half_peak / 1e12:.1f} TFLOP/s for f16/bf16). The fixed overhead per call is "
@@ -625,6 +644,12 @@ def _calibration(measured: list[dict], a: Assumptions) -> list[str]:
     return lines + [""]
 
 
+def _boolean(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+    return text.lower() == "true"
+
+
 def _points(text: str) -> tuple[tuple[int, float], ...]:
     """``"8=0.34,16=0.5"`` (or one number for every occupancy) as (warps, efficiency) points."""
     if "=" not in text:
@@ -641,7 +666,9 @@ def main(argv=None) -> None:
     ap.add_argument("--batches", type=int, nargs="+", default=list(BATCHES))
     for name, value in asdict(d).items():
         flag = "--" + name.replace("_", "-")
-        if isinstance(value, str):
+        if isinstance(value, bool):
+            ap.add_argument(flag, type=_boolean, default=value, metavar="true|false")
+        elif isinstance(value, str):
             ap.add_argument(flag, default=value, choices=("tf32", "fp32"))
         elif isinstance(value, tuple):
             ap.add_argument(flag, type=_points, default=value, metavar="WARPS=EFF,...",

@@ -666,3 +666,46 @@ def test_few_channel_shared_memory_is_conflict_free(monkeypatch, tmp_path, pad):
         assert reads["wavefronts"] == reads["ideal"] and writes["wavefronts"] == writes["ideal"], (reads, writes)
     else:
         assert reads["wavefronts"] == 8 * reads["ideal"] and writes["wavefronts"] > writes["ideal"], (reads, writes)
+
+
+def _many_splits(dtype, few_channels: bool):
+    """The filter gradient of a 2 x 40 x 40 image (3,200 positions: 100 k-tiles of 32) split 50
+    ways (60 asked for, 2 k-tiles each): split_reduce's batch of 32 splits, two whole tail
+    batches of 8 and a partial one."""
+    args = (dtype, "NHWC", 2, 40, 40, 1, 3, 16, 3, 3, (1, 1), "SAME")
+    return run_cuda(np.random.default_rng(9), *args, path="tiled", splits=60, few_channels=few_channels)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16-few-channels", "float32-general"])
+def test_cuda_split_reduce_many_splits(cuda_device, dtype):
+    """split_reduce sums 50 (58) splits (a batch, whole and partial tail batches) to the reference."""
+    few = np.dtype(dtype) == np.float16
+    got, want, g = _many_splits(dtype, few)
+    assert_close(got, want, dtype)
+    if cuda_device is not None:
+        names = [e for e, _, _ in cuda_device.launches]
+        assert "split_reduce<" in names[-1] and ("_few_channels<" in names[-2]) == few, names
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    splits = (launcher.few_channels_split_count(g, 60) if few else
+              launcher.split_count(g, np.dtype(dtype), ig.math_kind(dtype, 90), 60))[0]
+    assert splits == (50 if few else 58)  # float32's SIMT k-tiles are 8 positions: 400 of them, 7 per split
+
+
+@pytest.mark.parametrize("text,replacement", [
+    ("for (int u = 0; u < kSplitReduceBatch; ++u) v[u] = p[(s + u) * total];",
+     "for (int u = 0; u < kSplitReduceBatch; ++u) v[u] = p[(s + u + 1) * total];"),
+    ("for (; s < splits; s += kSplitReduceTail) {", "for (; s < splits; s += kSplitReduceTail + 1) {"),
+    ("                if (s + u < splits) sum += v[u];", "                if (s + u + 1 < splits) sum += v[u];"),
+], ids=["batch-reads-one-split-on", "tail-skips-a-split", "tail-drops-the-last-split"])
+def test_planted_split_reduce_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
+    """Bugs planted in split_reduce's batch and tail loops give wrong results on 50 splits."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=9, source_dir=tmp_path).install(monkeypatch)
+    got, want, _ = _many_splits(np.float16, True)
+    with pytest.raises(AssertionError):
+        assert_close(got, want, np.float16)

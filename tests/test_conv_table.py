@@ -164,3 +164,19 @@ def test_committed_table_is_labelled():
     assert calibration and "**measured**" in calibration
     assert not [line for line in before.splitlines() if line.startswith("|") and "measured" in line]
     assert not math.isnan(float(before.split("| wgrad | float16 | 256 | 24 | ")[1].split(" |")[0]))
+
+
+def test_reduction_latency_counts_round_trips(ct):
+    """Today's split_reduce: 2 round trips per batch of 32 splits after the first, 1 per tail
+    batch of 8, each costing 4 of the measured plain loop's fitted per-split time; the plain
+    loop (the measured revision's, --reduce-batched false) keeps splits x that time."""
+    a = ct.Assumptions(reduce_per_split_s=100e-9)
+    assert a.reduce_latency_s(2) == pytest.approx(400e-9)  # 1 split in a tail batch
+    assert a.reduce_latency_s(9) == pytest.approx(400e-9)  # 8: one tail batch
+    assert a.reduce_latency_s(33) == pytest.approx(800e-9)  # one batch of 32
+    assert a.reduce_latency_s(50) == pytest.approx((2 + 3) * 400e-9)  # 32 + 8 + 8 + 1
+    plain = replace(a, reduce_batched=False)
+    assert plain.reduce_latency_s(50) == pytest.approx(50 * 100e-9)
+    assert ct._boolean("false") is False and ct._boolean("True") is True
+    with pytest.raises(Exception):
+        ct._boolean("0")
