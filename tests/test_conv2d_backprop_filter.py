@@ -34,6 +34,26 @@ def make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, di
     return x, (r, s, cg, groups * og), dy
 
 
+def misaligned_on_gpu(a):
+    """A contiguous device copy of ``a`` that starts one element into its allocation (not
+    16-byte aligned)."""
+    view = to_gpu(np.zeros(a.size + 1, a.dtype))[1:].reshape(a.shape)
+    view[...] = to_gpu(a)
+    return view
+
+
+def planted_host_device(monkeypatch, tmp_path, filename, edit, seed):
+    """The host stand-in built from kernel sources with ``edit`` (text, replacement) made in
+    ``filename`` (skips where the host model cannot build)."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, filename, edit)
+    return cuda_host.HostDevice(order="shuffled", seed=seed, source_dir=tmp_path).install(monkeypatch)
+
+
 def expected_grad(x, filter_shape, dy, strides, padding, dilations, pads):
     return reference.conv2d_backprop_filter(x.astype(np.float64), filter_shape, dy.astype(np.float64),
                                             strides, padding, dilations, pads)
@@ -411,9 +431,7 @@ def test_cuda_few_channels_needs_aligned_out_backprop(cuda_device, rng):
     back to the general kernel."""
     launcher = cuda_launcher("conv2d_backprop_filter")
     x, fshape, dy = make_problem(rng, np.float16, 2, 6, 7, 1, 3, 8, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
-    buffer = to_gpu(np.zeros(dy.size + 1, np.float16))
-    dy_view = buffer[1:].reshape(dy.shape)
-    dy_view[...] = to_gpu(dy)
+    dy_view = misaligned_on_gpu(dy)
     g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
     assert launcher.few_channels_eligible(g, np.float16, (to_gpu(dy),))
     assert not launcher.few_channels_eligible(g, np.float16, (dy_view,))
@@ -468,9 +486,7 @@ def test_cuda_vector_loads_need_aligned_arrays(cuda_device, rng):
     time: the automatic choice falls back to scalar loads, and forcing vector loads is refused."""
     launcher = cuda_launcher("conv2d_backprop_filter")
     x, fshape, dy = make_problem(rng, np.float32, 2, 6, 7, 1, 8, 8, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
-    buffer = to_gpu(np.zeros(x.size + 1, np.float32))
-    x_view = buffer[1:].reshape(x.shape)
-    x_view[...] = to_gpu(x)
+    x_view = misaligned_on_gpu(x)
     g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
     with pytest.raises(ValueError, match="16-byte aligned"):
         launcher.conv2d_backprop_filter(g, x_view, to_gpu(dy), path="tiled", vector=True)
@@ -622,13 +638,7 @@ def test_planted_few_channel_bugs_fail_the_comparison(monkeypatch, tmp_path, tex
     """Bugs planted in the few-channel kernel's gather, masks, double buffer, fragments and
     split ranges give wrong results on a padded, strided problem with partial tiles and two splits
     of several k-tiles each."""
-    import cuda_host
-
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    cuda_host.planted_sources(tmp_path, "conv2d_backprop_filter.cu", (text, replacement))
-    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    planted_host_device(monkeypatch, tmp_path, "conv2d_backprop_filter.cu", (text, replacement), seed=5)
     got, want, _ = run_cuda(np.random.default_rng(5), np.float16, "NHWC", 2, 17, 19, 1, 3, 72, 5, 5, (2, 2), "SAME",
                             path="tiled", splits=2, few_channels=True)
     with pytest.raises(AssertionError):
@@ -699,13 +709,7 @@ def test_cuda_split_reduce_many_splits(cuda_device, dtype):
 ], ids=["batch-reads-one-split-on", "tail-skips-a-split", "tail-drops-the-last-split"])
 def test_planted_split_reduce_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
     """Bugs planted in split_reduce's batch and tail loops give wrong results on 50 splits."""
-    import cuda_host
-
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", (text, replacement))
-    cuda_host.HostDevice(order="shuffled", seed=9, source_dir=tmp_path).install(monkeypatch)
+    planted_host_device(monkeypatch, tmp_path, "igemm_tiles.cuh", (text, replacement), seed=9)
     got, want, _ = _many_splits(np.float16, True)
     with pytest.raises(AssertionError):
         assert_close(got, want, np.float16)

@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..._dtypes import accumulator_dtype, bfloat16
+from . import _build, _runtime
 from . import _conv_igemm as ig
-from . import _runtime
 
 SOURCE = "conv2d_backprop_filter.cu"
 #: ``kFilterDirectThreads`` in the kernel source (a power of two, for its tree reduction).
@@ -58,7 +58,7 @@ def _reduce_name(dtype) -> str:
 
 
 def _few_channels_name(dtype, channels: int) -> str:
-    return f"gradops::conv2d_backprop_filter_few_channels<{ig.template_types(dtype).split(', ')[0]}, {channels}>"
+    return f"gradops::conv2d_backprop_filter_few_channels<{_build.c_types(dtype)[0]}, {channels}>"
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
