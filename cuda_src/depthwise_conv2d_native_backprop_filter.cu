@@ -20,7 +20,7 @@
 // The launcher (gradops/backends/cuda/depthwise_conv2d_native_backprop_filter.py) picks the
 // slicing from the geometry alone (never from the GPU), and I = int where every index and
 // offset fits in 32 bits (cheaper division and address math), else long long.
-#include "gradops_common.cuh"
+#include "depthwise_tiles.cuh"
 
 namespace gradops {
 
@@ -85,6 +85,327 @@ __global__ void depthwise_conv2d_native_backprop_filter_partial(
             }
         }
         partial[(slice * taps + tap) * out_depth + k] = acc;
+    }
+}
+
+// ==================================================================== the tiled kernel
+//
+// depthwise_conv2d_native_backprop_filter_tiled: the same partial sums, from a CTA that owns
+// CHANNELS out_backprop channels (one 128-byte accumulator row per position: 32 float or 16
+// double, dwconv::Block) and a slice of units.  A unit is TILE_ROWS x TILE_COLS output positions
+// of one image; units are numbered (image, tile row, tile column), column fastest, and slice z
+// takes units [z * units_per_slice, (z + 1) * units_per_slice).  Per unit the CTA stages, in
+// shared memory, the input rows and columns its positions read (channel-inner, widened to
+// accumulators, zeros outside the image), 16-byte loads where the layout allows.  A thread
+// (lane: V adjacent channels; work item: ITEM_ROWS x ITEM_COLS output positions) loads its own
+// out_backprop values and multiplies each staged value of its window into every tap that value
+// reaches: the K x K x V filter-gradient sums live in registers for the whole slice, and nothing
+// is divided per element.  At the end the CTA's work items add their sums in item order through
+// shared memory and write partial[slice][tap][k]; the _reduce kernel sums the slices.
+//
+// Compile-time filter size K x K and stride S (K in {3, 5}, S in {1, 2}), dilation 1, NHWC,
+// every tensor below 2^31 elements; the launcher checks and runs the _partial kernel otherwise.
+// Output channel k = c * M + m reads input channel c: the staged tile holds, for each output
+// channel of the CTA, its input channel's value (multiplier 2 stores each loaded value twice).
+//
+// Padding.  TF skips taps outside the input and never reads output positions past out_rows x
+// out_cols.  The staged tile holds zeros outside the image and a thread takes zeros for
+// out_backprop positions past the output, so every such product is w * 0 = +-0, which leaves a
+// sum unchanged (a sum starting at +0 never becomes -0) unless the other factor is Inf or NaN.
+// So each unit checks what it loaded (a NaN-propagating probe, one FMA per value) and, where
+// anything is not finite (__syncthreads_or), runs the checked loop, which skips exactly the
+// taps and positions TF skips.
+namespace dwfilter {
+
+using dwconv::Block;
+using dwconv::Lane;
+using dwconv::kVectorBytes;
+
+// Work items per CTA: with 16 lanes, 128 threads.
+constexpr int kItems = 8;
+constexpr int kThreads = 16 * kItems;
+// CTAs per SM the register allocation must allow: 3 (at most 168 registers a thread; without
+// it nvcc held 5x5 stride-1 float16 at 128 and spilled), 2 for 5x5 stride 2 with 4- and 8-byte
+// elements, which spill at 168 (sm_80 and sm_90 SASS).
+template <typename T, int K, int S> struct MinBlocks {
+    static constexpr int value = K == 5 && S == 2 && sizeof(T) >= 4 ? 2 : 3;
+};
+// Staging loads a thread issues before it widens and stores any of them.
+constexpr int kStageBatch = 8;
+
+// The tile of one specialisation.  Work items of 2 x 4 positions at stride 1 (a 4 x 6 window
+// of 24 staged values feeds 2 x 4 x 9 taps), 1 x 4 at stride 2 (3 x 9 values for 4 x 9 taps);
+// C work items across a tile and kItems / C down it: 4 x 16 / 2 x 16 positions (C = 4), or
+// 8 x 8 / 4 x 8 (C = 2) for narrow maps, which a 16-wide tile would leave half empty.
+template <int K, int S, int C> struct Shape {
+    static_assert((K == 3 || K == 5) && (S == 1 || S == 2) && (C == 2 || C == 4), "3x3 or 5x5, stride 1 or 2");
+    static constexpr int ITEM_ROWS = S == 1 ? 2 : 1;
+    static constexpr int ITEM_COLS = 4;
+    static constexpr int TILE_ROWS = kItems / C * ITEM_ROWS;
+    static constexpr int TILE_COLS = C * ITEM_COLS;
+    // Input rows / columns staged per unit, and read by one work item.
+    static constexpr int STAGED_ROWS = (TILE_ROWS - 1) * S + K;
+    static constexpr int STAGED_COLS = (TILE_COLS - 1) * S + K;
+    static constexpr int WINDOW_ROWS = (ITEM_ROWS - 1) * S + K;
+    static constexpr int WINDOW_COLS = (ITEM_COLS - 1) * S + K;
+};
+
+// Multiplies 0 into p: p becomes NaN once any x is Inf or NaN, and stays +0 otherwise.
+template <typename Acc> __device__ __forceinline__ void probe(Acc& p, Acc x) { p += x * Acc(0); }
+
+// The work item's sums: every staged value of its window times its out_backprop values, into
+// every tap that carries the one to the other.  CHECKED skips staged rows outside [row_begin,
+// row_end), columns outside [col_begin, col_end) and positions outside rows x cols.
+template <bool CHECKED, typename Acc, int K, int S, int C>
+__device__ __forceinline__ void accumulate(const Acc* __restrict__ window,
+                                           const Lane<Acc> (&dy)[Shape<K, S, C>::ITEM_ROWS][Shape<K, S, C>::ITEM_COLS],
+                                           Acc (&acc)[K * K][Block<Acc>::V], int row_begin, int row_end,
+                                           int col_begin, int col_end, int rows, int cols) {
+    using Sh = Shape<K, S, C>;
+#pragma unroll
+    for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
+#pragma unroll
+        for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
+            if (CHECKED && (wr < row_begin || wr >= row_end || wc < col_begin || wc >= col_end)) continue;
+            const Lane<Acc> x = *reinterpret_cast<const Lane<Acc>*>(window + (wr * Sh::STAGED_COLS + wc) *
+                                                                              Block<Acc>::CHANNELS);
+#pragma unroll
+            for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
+                const int r = wr - i * S;  // the tap that carries window row wr to position row i
+                if (r < 0 || r >= K || (CHECKED && i >= rows)) continue;
+#pragma unroll
+                for (int j = 0; j < Sh::ITEM_COLS; ++j) {
+                    const int s = wc - j * S;
+                    if (s < 0 || s >= K || (CHECKED && j >= cols)) continue;
+#pragma unroll
+                    for (int u = 0; u < Block<Acc>::V; ++u) acc[r * K + s][u] += x.v[u] * dy[i][j].v[u];
+                }
+            }
+        }
+    }
+}
+
+// A lane's V out_backprop values at offset ``at`` (channels k .. k + V - 1 of one position):
+// one load where ``vector`` (V * sizeof(T) aligned, whole lanes), else one per channel below
+// ``channels_left`` (= out_depth - k), zeros past it.
+template <typename T, typename Acc>
+__device__ __forceinline__ Lane<Acc> load_lane(const T* __restrict__ out_backprop, int at, bool vector,
+                                               int channels_left) {
+    constexpr int V = Block<Acc>::V;
+    Lane<Acc> v;
+    if constexpr (V == 2 && sizeof(T) == 2) {
+        if (vector) {
+            const float2 f = dwconv::to_float2(*reinterpret_cast<const typename dwconv::TwoOf<T>::type*>(out_backprop + at));
+            v.v[0] = f.x;
+            v.v[1] = f.y;
+            return v;
+        }
+    } else if constexpr (V == 2) {
+        if (vector) {
+            const float2 f = *reinterpret_cast<const float2*>(out_backprop + at);
+            v.v[0] = f.x;
+            v.v[1] = f.y;
+            return v;
+        }
+    }
+#pragma unroll
+    for (int u = 0; u < V; ++u) v.v[u] = u < channels_left ? to_acc<Acc>(out_backprop[at + u]) : Acc(0);
+    return v;
+}
+
+
+// The staged tile of one unit: STAGED positions (COLS per row) from input row y0 / column x0 of
+// image row offset ``image``, channel-inner, widened to accumulators, zeros outside the image
+// and past the channels; every value also goes into the NaN probe ``bad``.  Both loops are
+// unrolled over a thread's share (compile-time), kStageBatch loads issued before any store.
+//
+// stage_vectors: 16-byte loads of VEC input channels, staged as VEC * M output channels (M = 1
+// or 2: each value twice); in_depth a multiple of VEC and a 16-byte aligned input.
+template <typename T, typename Acc, int STAGED, int COLS, int M>
+__device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
+                                              int image, int y0, int x0, int k0, int in_rows, int in_cols,
+                                              int in_depth, Acc& bad) {
+    constexpr int CHANNELS = Block<Acc>::CHANNELS;
+    constexpr int VEC = kVectorBytes / static_cast<int>(sizeof(T));
+    constexpr int PER_POSITION = CHANNELS / (VEC * M);  // loads per staged position
+    constexpr int CHUNKS = STAGED * PER_POSITION;
+    constexpr int PER_THREAD = (CHUNKS + kThreads - 1) / kThreads;
+    const int c0 = k0 / M;  // the CTA's first input channel
+#pragma unroll
+    for (int b0 = 0; b0 < PER_THREAD; b0 += kStageBatch) {
+        uint4 raw[kStageBatch];
+#pragma unroll
+        for (int b = 0; b < kStageBatch && b0 + b < PER_THREAD; ++b) {
+            const int e = tid + (b0 + b) * kThreads;
+            const int position = e / PER_POSITION, chunk = e % PER_POSITION;
+            const int y = y0 + position / COLS, x = x0 + position % COLS, c = c0 + chunk * VEC;
+            raw[b] = make_uint4(0, 0, 0, 0);
+            if ((CHUNKS % kThreads == 0 || e < CHUNKS) && y >= 0 && y < in_rows && x >= 0 && x < in_cols &&
+                c < in_depth)
+                raw[b] = *reinterpret_cast<const uint4*>(input + ((image + y) * in_cols + x) * in_depth + c);
+        }
+#pragma unroll
+        for (int b = 0; b < kStageBatch && b0 + b < PER_THREAD; ++b) {
+            const int e = tid + (b0 + b) * kThreads;
+            if (CHUNKS % kThreads != 0 && e >= CHUNKS) break;
+            Acc v[VEC];
+            dwconv::widen<T, Acc>(raw[b], v);
+#pragma unroll
+            for (int u = 0; u < VEC; ++u) probe(bad, v[u]);
+            Acc* dst = staged + e / PER_POSITION * CHANNELS + e % PER_POSITION * VEC * M;
+            if constexpr (M == 1) {
+                dwconv::store16<Acc, VEC>(dst, v);
+            } else {
+                Acc twice[2 * VEC];
+#pragma unroll
+                for (int u = 0; u < VEC; ++u) twice[2 * u] = twice[2 * u + 1] = v[u];
+                dwconv::store16<Acc, 2 * VEC>(dst, twice);
+            }
+        }
+    }
+}
+
+// stage_elements: one element per load, any multiplier: output channel k0 + e reads input
+// channel (k0 + e) / multiplier.
+template <typename T, typename Acc, int STAGED, int COLS>
+__device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
+                                               int image, int y0, int x0, int k0, int in_rows, int in_cols,
+                                               int in_depth, int multiplier, Acc& bad) {
+    constexpr int CHANNELS = Block<Acc>::CHANNELS;
+    constexpr int ELEMENTS = STAGED * CHANNELS;
+    constexpr int PER_THREAD = (ELEMENTS + kThreads - 1) / kThreads;
+    const int out_depth = in_depth * multiplier;
+#pragma unroll 1
+    for (int b0 = 0; b0 < PER_THREAD; b0 += kStageBatch) {
+        T raw[kStageBatch];
+#pragma unroll
+        for (int b = 0; b < kStageBatch; ++b) {
+            const int e = tid + (b0 + b) * kThreads;
+            const int position = e / CHANNELS, channel = k0 + e % CHANNELS;
+            const int y = y0 + position / COLS, x = x0 + position % COLS;
+            raw[b] = from_acc<T, Acc>(Acc(0));
+            if (e < ELEMENTS && y >= 0 && y < in_rows && x >= 0 && x < in_cols && channel < out_depth)
+                raw[b] = input[((image + y) * in_cols + x) * in_depth + channel / multiplier];
+        }
+#pragma unroll
+        for (int b = 0; b < kStageBatch; ++b) {
+            const int e = tid + (b0 + b) * kThreads;
+            if (e >= ELEMENTS) break;
+            const Acc v = to_acc<Acc>(raw[b]);
+            probe(bad, v);
+            staged[e] = v;
+        }
+    }
+}
+
+}  // namespace dwfilter
+
+// staging: 0 one element per load (any multiplier), 1 16-byte loads (multiplier 1), 2 16-byte
+// loads of multiplier 2 (each value staged twice); the launcher picks it (in_depth a multiple
+// of 16 / sizeof(T) and an aligned input for 1 and 2).  lane_loads: out_backprop read V
+// channels per load (out_depth a multiple of V, aligned).  partial: [slices][K * K][out_depth].
+template <typename T, typename Acc, int K, int S, int C>
+__global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K, S>::value)) depthwise_conv2d_native_backprop_filter_tiled(
+        const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
+        int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
+        int tiles_down, int tiles_across, int units, int units_per_slice, int staging, int lane_loads) {
+    using namespace dwfilter;
+    using Sh = Shape<K, S, C>;
+    constexpr int CHANNELS = Block<Acc>::CHANNELS, V = Block<Acc>::V, LANES = Block<Acc>::LANES;
+    constexpr int STAGED = Sh::STAGED_ROWS * Sh::STAGED_COLS;
+    constexpr int STAGE_BYTES = STAGED * CHANNELS * static_cast<int>(sizeof(Acc));
+    constexpr int SUM_BYTES = kItems * K * K * CHANNELS * static_cast<int>(sizeof(Acc));
+    // The staged tile, then (after the last unit) the work items' sums.
+    __shared__ __align__(16) unsigned char shared[STAGE_BYTES > SUM_BYTES ? STAGE_BYTES : SUM_BYTES];
+    Acc* const staged = reinterpret_cast<Acc*>(shared);
+
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % LANES, item = tid / LANES;
+    const int item_row = item / C, item_col = item % C;
+    const int out_depth = in_depth * multiplier;
+    const int k0 = static_cast<int>(blockIdx.x) * CHANNELS;
+    const int k = k0 + lane * V;
+    const int slice = static_cast<int>(blockIdx.y);
+    // The work item's first window row / column within the staged tile, and its positions'.
+    const int window_row0 = item_row * Sh::ITEM_ROWS * S, window_col0 = item_col * Sh::ITEM_COLS * S;
+    const Acc* const window = staged + (window_row0 * Sh::STAGED_COLS + window_col0) * CHANNELS + lane * V;
+
+    Acc acc[K * K][V];
+#pragma unroll
+    for (int t = 0; t < K * K; ++t)
+#pragma unroll
+        for (int u = 0; u < V; ++u) acc[t][u] = Acc(0);
+
+    const int first = slice * units_per_slice;
+    const int stop = min(units, first + units_per_slice);
+    for (int unit = first; unit < stop; ++unit) {
+        const int tile_col = unit % tiles_across, rest = unit / tiles_across;
+        const int tile_row = rest % tiles_down, n = rest / tiles_down;
+        const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;  // first output position
+        const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;                  // its first input position
+        const int image = n * in_rows;
+        Acc bad = Acc(0);
+        __syncthreads();  // the previous unit's staged tile has been read
+
+        if (staging == 1) {
+            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, image, y0, x0, k0, in_rows, in_cols,
+                                                             in_depth, bad);
+        } else if (staging == 2) {
+            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2>(input, staged, tid, image, y0, x0, k0, in_rows, in_cols,
+                                                             in_depth, bad);
+        } else {
+            stage_elements<T, Acc, STAGED, Sh::STAGED_COLS>(input, staged, tid, image, y0, x0, k0, in_rows, in_cols,
+                                                           in_depth, multiplier, bad);
+        }
+
+        // The work item's out_backprop values (zeros past the output or the channels).
+        const int p = p0 + item_row * Sh::ITEM_ROWS, q = q0 + item_col * Sh::ITEM_COLS;
+        const int rows = min(Sh::ITEM_ROWS, out_rows - p), cols = min(Sh::ITEM_COLS, out_cols - q);
+        Lane<Acc> dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+#pragma unroll
+        for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
+#pragma unroll
+            for (int j = 0; j < Sh::ITEM_COLS; ++j) {
+                if (i < rows && j < cols && k < out_depth) {
+                    const int at = ((n * out_rows + p + i) * out_cols + q + j) * out_depth + k;
+                    dy[i][j] = load_lane<T, Acc>(out_backprop, at, lane_loads != 0, out_depth - k);
+                } else {
+#pragma unroll
+                    for (int u = 0; u < V; ++u) dy[i][j].v[u] = Acc(0);
+                }
+#pragma unroll
+                for (int u = 0; u < V; ++u) probe(bad, dy[i][j].v[u]);
+            }
+        }
+
+        if (!__syncthreads_or(bad != bad)) {  // every loaded value finite (bad is NaN otherwise)
+            accumulate<false, Acc, K, S, C>(window, dy, acc, 0, 0, 0, 0, 0, 0);
+        } else {
+            // Window rows / columns inside the image: y0 + window_row0 + wr in [0, in_rows).
+            const int wy = y0 + window_row0, wx = x0 + window_col0;
+            accumulate<true, Acc, K, S, C>(window, dy, acc, max(0, -wy), in_rows - wy, max(0, -wx), in_cols - wx,
+                                           rows, cols);
+        }
+    }
+
+    // The work items' sums, added in item order.
+    __syncthreads();  // the last unit's staged tile has been read
+    Acc* const sums = staged;  // [item][tap][channel]
+#pragma unroll
+    for (int t = 0; t < K * K; ++t) {
+        Lane<Acc> v;
+#pragma unroll
+        for (int u = 0; u < V; ++u) v.v[u] = acc[t][u];
+        *reinterpret_cast<Lane<Acc>*>(sums + (item * K * K + t) * CHANNELS + lane * V) = v;
+    }
+    __syncthreads();
+    for (int e = tid; e < K * K * CHANNELS; e += kThreads) {
+        const int t = e / CHANNELS, channel = e % CHANNELS;
+        if (k0 + channel >= out_depth) continue;
+        Acc sum = sums[t * CHANNELS + channel];
+#pragma unroll
+        for (int w = 1; w < kItems; ++w) sum += sums[(w * K * K + t) * CHANNELS + channel];
+        partial[(slice * K * K + t) * out_depth + k0 + channel] = sum;
     }
 }
 

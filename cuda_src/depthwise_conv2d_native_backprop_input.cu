@@ -18,7 +18,7 @@
 //   out_backprop  [batch, out_rows, out_cols, in_depth * depth_multiplier] in L
 //   in_backprop   [batch, in_rows, in_cols, in_depth]                     in L
 // Output channel c * depth_multiplier + m reads input channel c through filter[:, :, c, m].
-#include "gradops_common.cuh"
+#include "depthwise_tiles.cuh"
 
 namespace gradops {
 
@@ -202,21 +202,9 @@ template <int KH, int KW, int SH, int SW, int R, int C> struct Shape {
     static constexpr int TILE_COLS = ITEM_COLS * TILE_ITEM_COLS;  // 16, or 8
     static constexpr int TILE_POSITIONS = TILE_ROWS * TILE_COLS;  // 128, 112, 64 or 56
 };
-// Bytes of accumulators per staged position: one 128-byte shared-memory row (32 banks).
-constexpr int kPositionBytes = 128;
-// Global loads of the vector path, and how many of them a thread keeps in flight (4 registers
-// each) before widening them into shared memory, when it has more than 16 to make.
-constexpr int kVectorBytes = 16;
+// How many 16-byte loads a thread keeps in flight (4 registers each) before widening them
+// into shared memory, when it has more than 16 to make.
 constexpr int kBatch = 12;
-
-// Bytes of accumulators one thread reads per staged position: 2 float or 1 double channels.
-constexpr int kLaneBytes = 8;
-
-template <typename Acc> struct Block {
-    static constexpr int CHANNELS = kPositionBytes / static_cast<int>(sizeof(Acc));  // 32 float, 16 double
-    static constexpr int V = kLaneBytes / static_cast<int>(sizeof(Acc));             // channels per thread
-    static constexpr int LANES = CHANNELS / V;                                         // 16
-};
 
 // One spatial dimension of the tile (see "Indices" above).
 template <int K, int S, int TILE, int ITEM> struct Axis {
@@ -232,50 +220,6 @@ template <int K, int S, int TILE, int ITEM> struct Axis {
 __device__ __forceinline__ int opaque(int x) {
     asm volatile("" : "+r"(x));
     return x;
-}
-
-// The V channels of one thread at one position: one 8-byte shared-memory access.
-template <typename Acc> struct alignas(kLaneBytes) Lane {
-    Acc v[kLaneBytes / sizeof(Acc)];
-};
-
-template <typename T> struct TwoOf;
-template <> struct TwoOf<__half> { using type = __half2; };
-template <> struct TwoOf<__nv_bfloat16> { using type = __nv_bfloat162; };
-__device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
-__device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
-
-// 16 bytes of T (one vector load) widened to accumulators.
-template <typename T> struct VectorSize {
-    static constexpr int value = kVectorBytes / static_cast<int>(sizeof(T));
-};
-template <typename T, typename Acc>
-__device__ __forceinline__ void widen(const uint4& raw, Acc (&out)[VectorSize<T>::value]) {
-    if constexpr (sizeof(T) == sizeof(Acc)) {  // float, double: the bits as they are
-        const Acc* v = reinterpret_cast<const Acc*>(&raw);
-#pragma unroll
-        for (int u = 0; u < VectorSize<T>::value; ++u) out[u] = v[u];
-    } else {  // __half, __nv_bfloat16: four pairs
-        const typename TwoOf<T>::type* h = reinterpret_cast<const typename TwoOf<T>::type*>(&raw);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) {
-            const float2 f = to_float2(h[u]);
-            out[2 * u] = f.x;
-            out[2 * u + 1] = f.y;
-        }
-    }
-}
-
-// N accumulators to 16-byte aligned shared memory, 16 bytes per store.
-template <typename Acc, int N> __device__ __forceinline__ void store16(Acc* dst, const Acc (&v)[N]) {
-    if constexpr (sizeof(Acc) == 4) {
-#pragma unroll
-        for (int u = 0; u < N; u += 4)
-            reinterpret_cast<float4*>(dst)[u / 4] = make_float4(v[u], v[u + 1], v[u + 2], v[u + 3]);
-    } else {
-#pragma unroll
-        for (int u = 0; u < N; u += 2) reinterpret_cast<double2*>(dst)[u / 2] = make_double2(v[u], v[u + 1]);
-    }
 }
 
 // Two adjacent channels of one position, rounded to T, in one store (offset even).

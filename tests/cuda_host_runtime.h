@@ -402,6 +402,19 @@ int launch_kernel(void (*fn)(Args...), void* const* pointers, const long long* s
 
 inline void __syncthreads() { gradops_host::wait_at(gradops_host::AT_BLOCK_BARRIER); }
 inline void __syncwarp(unsigned = 0xffffffffu) { gradops_host::wait_at(gradops_host::AT_WARP_BARRIER); }
+// A block barrier that also ORs a predicate over the block's threads.  Here three barriers
+// (contribute, read, reset before anyone can contribute to the next call), one on the GPU: the
+// extra two only order the threads more than the hardware would.
+inline int __syncthreads_or(int predicate) {
+    static int any = 0;
+    if (predicate) any = 1;
+    __syncthreads();
+    const int result = any;
+    __syncthreads();
+    any = 0;
+    __syncthreads();
+    return result;
+}
 
 // ------------------------------------------------------------------ nvcuda::wmma emulation
 namespace nvcuda {

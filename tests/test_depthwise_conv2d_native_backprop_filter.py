@@ -397,9 +397,13 @@ def test_instantiations_cover_every_launch():
     from gradops.backends.cuda import _build
 
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
-    assert len(listed) == 4 * (2 * 2 + 1)
+    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2)
     for dtype in FLOAT_DTYPES:
         assert cuda_launcher._reduce_expression(dtype) in listed
+        for k in (3, 5):
+            for s in (1, 2):
+                for c in (2, 4):
+                    assert cuda_launcher._tiled_expression(dtype, k, s, c) in listed
         for data_format in ("NHWC", "NCHW"):
             for bits in (32, 64):
                 assert cuda_launcher._partial_expression(dtype, data_format, bits) in listed
@@ -538,6 +542,109 @@ def test_cuda_slices_and_index_widths(cuda_device, rng, slices, index_bits):
         kwargs, x, dy, case = cuda_case(rng, x_shape=(3, 9, 8, 2), filt_hw=(3, 3), multiplier=2, strides=(2, 1),
                                         padding="SAME", data_format=data_format)
         check_cuda(kwargs, x, dy, case, slices=slices, index_bits=index_bits)
+
+
+# ---- the tiled kernel (NHWC, 3x3 / 5x5 at stride 1 / 2, no dilation)
+
+TILED_SHAPES = [(k, s, c) for k in (3, 5) for s in (1, 2) for c in (2, 4)]
+
+
+def test_tiled_kernel_is_picked_where_it_runs():
+    """NHWC 3x3 / 5x5 at equal strides 1 / 2 without dilation takes the tiled kernel; NCHW,
+    other filters, unequal strides, dilations do not; the tile width covers narrow maps with
+    fewer positions."""
+    def geometry(x_shape=(2, 14, 14, 32), filt=3, strides=(1, 1), dilations=(1, 1), data_format="NHWC"):
+        n, h, w, c = x_shape
+        x = x_shape if data_format == "NHWC" else (n, c, h, w)
+        oh, ow = -(-h // strides[0]), -(-w // strides[1])
+        dy = (n, oh, ow, c) if data_format == "NHWC" else (n, c, oh, ow)
+        return conv2d_geometry(OP, x, (filt, filt, c, 1), dy, attr4(*strides, data_format), "SAME", [],
+                               data_format, attr4(*dilations, data_format), depthwise=True)
+
+    for filt in (3, 5):
+        for stride in (1, 2):
+            assert cuda_launcher.tiled_eligible(geometry(filt=filt, strides=(stride, stride)), np.float16)
+    for g in (geometry(data_format="NCHW"), geometry(filt=7), geometry(strides=(1, 2)),
+              geometry(dilations=(2, 2)), geometry(filt=1)):
+        assert not cuda_launcher.tiled_eligible(g, np.float32)
+    assert cuda_launcher.pick_items_across(geometry((1, 7, 7, 8))) == 2  # 8 x 8 tiles: one for 7 x 7
+    assert cuda_launcher.pick_items_across(geometry((1, 56, 56, 8))) == 2  # 16 columns: 3.5 tiles across
+    assert cuda_launcher.pick_items_across(geometry((1, 112, 112, 8))) == 4  # both exact: the wider
+    assert cuda_launcher.pick_items_across(geometry((1, 64, 64, 8), strides=(2, 2))) == 4
+    with pytest.raises(ValueError, match="tiled"):
+        cuda_launcher.pick_tiled(geometry(data_format="NCHW"), np.float32, True)
+
+
+def test_tiled_slicing_is_a_function_of_the_geometry():
+    """Slices cover every tile once, none empty, about TILED_TARGET_CTAS CTAs, and at least
+    TILED_MIN_UNITS tiles per slice where there are that many."""
+    for batch, size, channels, stride in ((1, 1, 1, 1), (32, 112, 32, 1), (32, 14, 576, 1), (2, 5, 1024, 2),
+                                          (128, 56, 144, 2), (3, 9, 40, 1)):
+        g = conv2d_geometry(OP, (batch, size, size, channels), (3, 3, channels, 1),
+                            (batch, -(-size // stride), -(-size // stride), channels), attr4(stride, stride, "NHWC"),
+                            "SAME", [], "NHWC", [1, 1, 1, 1], depthwise=True)
+        for dtype in (np.float32, np.float64):
+            c = cuda_launcher.pick_items_across(g)
+            down, across = cuda_launcher.tile_counts(g, c)
+            units = batch * down * across
+            slices, per = cuda_launcher.tiled_slicing(g, dtype, c)
+            assert slices >= 1 and per >= 1 and (slices - 1) * per < units <= slices * per
+            blocks = -(-channels // cuda_launcher.tiled_channels(dtype))
+            assert per >= min(units, cuda_launcher.TILED_MIN_UNITS)
+            assert blocks * slices < cuda_launcher.TILED_TARGET_CTAS + blocks
+
+
+@pytest.mark.parametrize("filt,stride,items_across", TILED_SHAPES, ids=[f"f{k}-s{s}-c{c}" for k, s, c in TILED_SHAPES])
+def test_cuda_tiled_shapes(cuda_device, rng, filt, stride, items_across):
+    """Every specialisation and tile width: SAME, VALID and asymmetric EXPLICIT padding, maps
+    that end inside a tile, multipliers 1 and 2 staged with 16-byte loads and 3 one element
+    at a time, 40 float channels (a full block of 32 and one of 8), float64 (blocks of 16);
+    slices of 1, 2 and 3 tiles (the last one short)."""
+    paddings = [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1, 3)))]
+    for i, (padding, pads) in enumerate(paddings):
+        for multiplier, channels, dtype in ((1, 40, np.float32), (2, 8, np.float16), (3, 3, np.float64)):
+            kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 11 + i, 13 + 3 * i, channels), filt_hw=(filt, filt),
+                                            multiplier=multiplier, strides=(stride, stride), padding=padding,
+                                            pads=pads, dtype=dtype)
+            check_cuda(kwargs, x, dy, case, tiled=True, items_across=items_across, units_per_slice=1 + i)
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("multiplier", [1, 2], ids=lambda m: f"M{m}")
+def test_cuda_tiled_staging_modes(cuda_device, rng, multiplier, dtype):
+    """16-byte staging (in_depth a multiple of 16 / itemsize) and element staging of the same
+    call agree with the loops, and out_backprop lanes read in one load or per channel."""
+    channels = 16 // np.dtype(dtype).itemsize * 2
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 9, 10, channels), filt_hw=(3, 3), multiplier=multiplier,
+                                    padding="SAME", dtype=dtype)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.staging_mode(g, dtype, to_gpu(kwargs["input"])) == multiplier
+    vector = check_cuda(kwargs, x, dy, case, tiled=True)
+    element = check_cuda(kwargs, x, dy, case, tiled=True, staging=0)
+    assert vector.tobytes() == element.tobytes()  # the same sums in the same order
+
+
+def test_cuda_tiled_nonfinite_values_meet_no_padding(cuda_device):
+    """Inf and NaN reach exactly the taps TF's loops give them: an Inf next to the padding, a
+    NaN in out_backprop at the image corner (where padded zeros would make NaN of every tap)
+    and an Inf in an input column no output reads (VALID, stride 2)."""
+    x = np.ones((1, 9, 10, 2), np.float32)
+    x[0, 0, 3, 0] = np.inf
+    x[0, 4, 9, 1] = np.inf  # column 9: VALID 3x3 stride 2 reads columns 0..8 only
+    for strides, padding in (((1, 1), "SAME"), ((2, 2), "VALID"), ((2, 2), "SAME")):
+        oh = x.shape[1] // strides[0] if padding == "SAME" else (x.shape[1] - 3) // strides[0] + 1
+        ow = -(-x.shape[2] // strides[1]) if padding == "SAME" else (x.shape[2] - 3) // strides[1] + 1
+        oh = -(-x.shape[1] // strides[0]) if padding == "SAME" else oh
+        dy = np.ones((1, oh, ow, 2), np.float32)
+        dy[0, 0, 0, 1] = np.nan
+        got = gradops.depthwise_conv2d_native_backprop_filter(to_gpu(x), [3, 3, 2, 1], to_gpu(dy),
+                                                              [1, *strides, 1], padding, backend="cuda")
+        ref, _ = expected_grad(x.astype(np.float64), (3, 3, 2, 1), dy.astype(np.float64), strides, padding, (1, 1),
+                               NO_PADS)
+        np.testing.assert_array_equal(np.isnan(to_host(got)), np.isnan(ref))
+        np.testing.assert_array_equal(np.isinf(to_host(got)), np.isinf(ref))
+        finite = np.isfinite(ref)
+        np.testing.assert_allclose(to_host(got)[finite], ref[finite], rtol=1e-6)
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -679,3 +786,73 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         return  # refused: a write outside an array
     with pytest.raises(AssertionError):
         assert_close(got, want, np.float64)
+
+
+PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source, its replacement)
+    "tiled-slice-drops-its-last-tile": ("const int stop = min(units, first + units_per_slice);",
+                                        "const int stop = min(units, first + units_per_slice - 1);"),
+    "tiled-slice-runs-past-the-tiles": ("const int stop = min(units, first + units_per_slice);",
+                                        "const int stop = first + units_per_slice;"),
+    "tiled-stages-a-row-past-the-image": ("(CHUNKS % kThreads == 0 || e < CHUNKS) && y >= 0 && y < in_rows",
+                                          "(CHUNKS % kThreads == 0 || e < CHUNKS) && y >= 0 && y <= in_rows"),
+    "tiled-no-barrier-before-restaging": ("__syncthreads();  // the previous unit's staged tile has been read", ""),
+    "tiled-item-sums-skip-the-last-item": ("for (int w = 1; w < kItems; ++w)", "for (int w = 1; w < kItems - 1; ++w)"),
+    "tiled-taps-mirrored": ("const int r = wr - i * S;  // the tap", "const int r = K - 1 - (wr - i * S);  // the tap"),
+    "tiled-last-output-column-dropped": ("cols = min(Sh::ITEM_COLS, out_cols - q)",
+                                         "cols = min(Sh::ITEM_COLS, out_cols - q - 1)"),
+    "tiled-checked-loop-ignores-the-top-edge": ("max(0, -wy), in_rows - wy", "0, in_rows - wy"),
+    "tiled-never-checks-nonfinite": ("if (!__syncthreads_or(bad != bad))", "if (!__syncthreads_or(0))"),
+    "tiled-multiplier-2-staged-once": ("twice[2 * u] = twice[2 * u + 1] = v[u];",
+                                       "twice[2 * u] = v[u], twice[2 * u + 1] = Acc(0);"),
+    "tiled-channel-block-ignored": ("const int k0 = static_cast<int>(blockIdx.x) * CHANNELS;", "const int k0 = 0;"),
+}
+
+
+def run_planted_tiled_problem(rng):
+    """(launcher result, loops' result): SAME 3x3 stride 1 on 3 images of 9 x 11, multiplier 2
+    on 20 float32 channels (40 out_backprop channels: blocks of 32 and 8, 16-byte staging of
+    multiplier 2), 12 tiles of 8 x 8 in slices of 5 (the last one short), and a NaN in out_backprop at one image's corner
+    (the checked loop: taps that would meet the padding stay finite)."""
+    import cupy  # the installed HostDevice
+
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(3, 9, 11, 20), filt_hw=(3, 3), multiplier=2, padding="SAME",
+                                    dtype=np.float32)
+    dy = dy.copy()
+    dy[1, 0, 0, 5] = np.nan
+    kwargs["out_backprop"] = dy.astype(np.float32)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.staging_mode(g, np.float32, cupy.asarray(kwargs["input"])) == 2
+    got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+        g, cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), tiled=True, items_across=2,
+        units_per_slice=5)
+    want, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+    return to_host(got), want
+
+
+def assert_same_nonfinite_and_close(got, want):
+    assert np.array_equal(np.isnan(got), np.isnan(want)) and np.array_equal(np.isinf(got), np.isinf(want))
+    finite = np.isfinite(want)
+    assert_close(got[finite], want[finite], np.float32, max(1.0, float(np.abs(want[finite]).max())))
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_TILED))
+def test_planted_tiled_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    text, replacement = PLANTED_TILED[bug]
+    cuda_host.HostDevice(order="shuffled", seed=3).install(monkeypatch)
+    got, want = run_planted_tiled_problem(np.random.default_rng(5))
+    assert np.isnan(want).any() and np.isfinite(want).any()
+    assert_same_nonfinite_and_close(got, want)
+
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=3, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = run_planted_tiled_problem(np.random.default_rng(5))
+    except (AssertionError, cuda_host.HostLaunchError):
+        return  # refused: a read or write outside an array
+    with pytest.raises(AssertionError):
+        assert_same_nonfinite_and_close(got, want)

@@ -374,12 +374,14 @@ def test_new_kernels_have_per_element_figures(new_kernels):
             assert path["loads_per_batch"] >= 8  # the column loop is unrolled: its loads issue together
         elif "_reduce<" in expression:
             assert 2 < path["per_slice"] < 20
+        elif "_filter_tiled<" in expression:  # per out_backprop element of one unit
+            assert path["per_unit"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
         else:
             assert path["per_element_2x2_cells"] > path["per_element"]
         modelled += 1
-    # partial (2 layouts), reduce, select and gather (1 or vector channels per thread, flat offsets or
-    # cell places) per dtype
-    assert modelled == 3 * 2 + 3 + 3 * 2 * 2 * 2
+    # partial (2 layouts), reduce, tiled (8 specialisations), select and gather (1 or vector channels per
+    # thread, flat offsets or cell places) per dtype
+    assert modelled == 3 * 2 + 3 + 3 * 8 + 3 * 2 * 2 * 2
 
 
 def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):
@@ -402,8 +404,11 @@ def test_new_ops_predictions(new_kernels):
         p = sr.predict(case, "float16", device, new_kernels)
         assert "not_modelled" not in p, p
         assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
-        assert [st["stage"] for st in p["stages"]] == (["partial", "reduce"] if case.op == DEPTHWISE_FILTER
-                                                      else ["select", "gather"])
+        if case.op == DEPTHWISE_FILTER:  # NHWC 3x3 at stride 1 / 2: the tiled kernel's partial sums
+            first = "tiled" if case.geometry().data_format == "NHWC" else "partial"
+            assert [st["stage"] for st in p["stages"]] == [first, "reduce"]
+        else:
+            assert [st["stage"] for st in p["stages"]] == ["select", "gather"]
         assert p["bytes"] >= p["compulsory_bytes"] > 0 and p["limiter"].endswith(")")
         for st in p["stages"]:
             assert st["predicted_ms"] == max(st["limits_ms"].values())

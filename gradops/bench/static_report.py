@@ -182,6 +182,15 @@ ASSUMPTIONS = [
     "loop issues its loads together, so a row costs ceil(columns / steps per unrolled iteration) + 1 loaded DRAM "
     "round trips (600 ns, as above), a skipped row 1; the latency limit is max(1, threads / resident threads) "
     "waves x round trips per thread x 600 ns (a thread's rows are a chain; an upper bound where loads hit L1/L2).",
+    "Depthwise filter gradient, tiled first kernel (NHWC 3x3 / 5x5 at stride 1 / 2, the launcher's choice "
+    "wherever it runs; its rows give SASS/elem and the budget per out_backprop element, position x channel): a "
+    "thread's instructions = units of its CTA x the cheapest path through one iteration of the unit loop that "
+    "passes its barriers and the unchecked sums (the FMA-richest block) with the busiest thread's 16-byte staging "
+    "loads and all its work item's out_backprop loads, plus fixed instructions (every instruction outside the "
+    "loops, an upper bound, and the cheapest iteration of the work items' final sum x its trips); every tile is "
+    "counted whole (positions past the output cost what inside ones do). L2 -> SM bytes: each unit's staged input "
+    "(tile with halo, a block's input channels) and out_backprop tile, and the partial sums written. Latency: "
+    "waves of resident CTAs x (2 round trips per unit: staging, then the out_backprop loads + 1) x 600 ns.",
     "Depthwise filter gradient, second kernel: per filter element, `slices` accumulator loads (the fewest >= that "
     "a path makes), ceil(slices / loads per unrolled iteration) + 1 round trips of 600 ns in one wave (taps x "
     "out_depth threads); DRAM: the filter gradient written; L2: the partial sums read.",
@@ -256,6 +265,8 @@ def block_size(expression: str) -> int:
         from .static_tiled import DepthwiseTile
 
         return DepthwiseTile.of(expression, False, False, 1).threads
+    if "_backprop_filter_tiled<" in expression:
+        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").TILED_THREADS
     if "conv2d_backprop_filter_direct<" in expression:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
     if "conv2d_backprop_filter_few_channels<" in expression:
@@ -585,6 +596,8 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
     """The kernel table's figures for the depthwise filter gradient's and max pooling's kernels
     (float16/bfloat16/float32 with 32-bit indices: the benchmark's; others are left out)."""
     args = template_args(kernel.expression)
+    if "_filter_tiled<" in kernel.expression:
+        return _filter_tiled_reference_paths(kernel, width) if width in (2, 4) else None
     max_pool = "_select<" in kernel.expression or "_gather<" in kernel.expression
     index_type = args[1] if max_pool else args[-1]  # max pooling: <T, I, V, C>
     if width not in (2, 4) or index_type != "int" and "_reduce<" not in kernel.expression:
@@ -633,6 +646,26 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
     return {"work": f"input element in 1 row cell x 1 column cell, {chosen}, {v} per thread{places}",
             "per_element": one / v, "extra_text": f"2x2 cells: {four / v:.1f}", "per_element_2x2_cells": four / v,
             "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
+
+
+def _filter_tiled_reference_paths(kernel, width: int) -> dict:
+    """The kernel table's figures for the tiled depthwise filter-gradient kernel: one unit of a
+    thread (16-byte staging of multiplier 1, an interior tile of a 56 x 56 x 144 map) per
+    out_backprop element it multiplies in (its work item's positions x V channels)."""
+    from .._geometry import conv2d_geometry
+
+    k, s, c = (int(a) for a in template_args(kernel.expression)[2:5])
+    size, channels = 56, 144
+    g = conv2d_geometry("depthwise_conv2d_native_backprop_filter", (1, size, size, channels),
+                        (k, k, channels, 1), (1, size // s, size // s, channels), [1, s, s, 1], "SAME", [], "NHWC",
+                        [1, 1, 1, 1], depthwise=True)
+    dtype = {2: np.float16, 4: np.float32}[width]
+    per_unit, fixed, counts = filter_tiled_unit_cost(kernel, dtype, g)
+    outputs = (2 if s == 1 else 1) * 4 * (8 // np.dtype(accumulator_dtype(dtype)).itemsize)
+    return {"work": f"one unit of one thread: {outputs} out_backprop elements (its work item's positions x "
+                    f"channels), 16-byte staging, multiplier 1", "per_element": per_unit / outputs,
+            "extra_text": f"unit {per_unit}, fixed {fixed}", "per_unit": per_unit, "fixed": fixed,
+            "path": _path_summary(counts), "call_sites": _kernel_call_sites(kernel.cfg)}
 
 
 def _call_sites(cfg) -> int:
@@ -855,13 +888,123 @@ def filter_partial_cost(model: PathModel, rows: int, skipped: int, cols: int) ->
     return cost, counts
 
 
+def filter_tiled_unit_cost(kernel, dtype, g) -> tuple[int, int, Counter]:
+    """(instructions per unit, fixed instructions, counts per unit) of one thread of the tiled
+    depthwise filter-gradient kernel, 16-byte staging: the cheapest path through one iteration
+    of its unit loop that passes the barriers and the unchecked sums (the FMA-richest block)
+    and makes the busiest thread's staging loads and every out_backprop load of a work item
+    inside the output; fixed: the rest of a thread's work (every instruction outside the loops,
+    an upper bound, and the cheapest iteration of the work items' final sum, ceil(K * K *
+    CHANNELS / threads) times)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    cfg = kernel.cfg
+    through = st.through_blocks(cfg)
+    unit = next(lp for lp in cfg.top_loops() if through[-1] in lp.blocks)
+    epilogue = [lp for lp in cfg.top_loops() if lp is not unit]
+    width, acc = np.dtype(dtype).itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
+    lane = 8  # dwconv::kLaneBytes: a lane's out_backprop channels in one load (V x element, or one double)
+    lane_bytes = lane * width // acc
+    rows, cols = (2 if g.stride_rows == 1 else 1), 4  # a work item's positions (dwfilter::Shape)
+    channels = dwf.tiled_channels(dtype)
+    tile_rows, tile_cols = dwf.tile_shape(g, int(template_args(kernel.expression)[4]))
+    staged = ((tile_rows - 1) * g.stride_rows + g.filter_rows) * ((tile_cols - 1) * g.stride_cols + g.filter_cols)
+    vec = 16 // width
+    chunks = staged * (channels // (vec * g.depth_multiplier))
+    staging_loads = -(-chunks // dwf.TILED_THREADS)
+    weight = 64  # the key: out_backprop loads x weight + staging loads
+
+    def counted(ins):
+        if _sass.is_global_load(ins, 16):
+            return 1
+        return weight if _sass.is_global_load(ins, lane_bytes) else 0
+
+    thr = frozenset(n for n in through if n in unit.blocks)
+    cycle, _ = cfg._tables(unit, counted, {1: (1, None)}, weight * (rows * cols + 1), unit.depth, thr)
+    keys = [k for k in cycle if k // weight == rows * cols and k % weight <= staging_loads]
+    if not keys:
+        raise _sass.PathError(f"{kernel.expression}: no unit path with {rows * cols} out_backprop loads")
+    per_unit, counts = cycle[max(keys)]
+    epilogue_iterations = -(-g.filter_rows * g.filter_cols * channels // dwf.TILED_THREADS)
+    fixed = 0
+    for lp in epilogue:
+        table = cfg.path_table(lp, kmax=0)
+        fixed += epilogue_iterations * min(cost for cost, _ in table.values())
+    outside = set(cfg.blocks) - unit.blocks - set().union(*(lp.blocks for lp in epilogue))
+    fixed += sum(len(cfg.instructions(n)) for n in outside if not cfg.cold(n))  # every one: an upper bound
+    return per_unit, fixed, counts
+
+
+def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+    """Both kernels of the depthwise filter gradient when the tiled kernel makes the partial
+    sums (16-byte staging).  Per element: per out_backprop element (position x channel)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    dtype = DTYPES[dtype_name]
+    width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
+    arch = f"sm_{device.arch}"
+    c = dwf.pick_items_across(g)
+    kernel = kernels[(arch, dwf._tiled_expression(dtype, g.filter_rows, g.stride_rows, c))]
+    reduce = kernels[(arch, dwf._reduce_expression(dtype))]
+    slices, per_slice = dwf.tiled_slicing(g, dtype, c)
+    down, across = dwf.tile_counts(g, c)
+    units = g.batch * down * across
+    blocks = -(-g.out_depth // dwf.tiled_channels(dtype))
+    ctas = blocks * slices
+    per_unit, fixed, counts = filter_tiled_unit_cost(kernel, dtype, g)
+    elements = math.prod(g.out_backprop_shape)
+    threads = ctas * dwf.TILED_THREADS
+    thread_instructions = blocks * dwf.TILED_THREADS * (units * per_unit) + threads * fixed
+    per_element = thread_instructions / elements
+    pipes = {k.removeprefix("class:"): v * blocks * dwf.TILED_THREADS * units / elements
+             for k, v in counts.items() if k.startswith("class:")}
+    reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
+    taps = g.filter_rows * g.filter_cols
+    partials = slices * taps * g.out_depth
+    tile_rows, tile_cols = dwf.tile_shape(g, c)
+    staged = ((tile_rows - 1) * g.stride_rows + g.filter_rows) * ((tile_cols - 1) * g.stride_cols + g.filter_cols)
+    channels = dwf.tiled_channels(dtype)
+    staged_channels = channels // g.depth_multiplier  # input channels a CTA loads per position
+    l2 = blocks * units * width * (staged * staged_channels + tile_rows * tile_cols * channels) + acc * partials
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.TILED_THREADS)
+    limits = roofline(device, elements, per_element, pipes, reads, l2, occ["warps_per_sm"] * 32)
+    # A CTA's chain: per unit the staging loads, then (after their stores) the out_backprop loads.
+    round_trips = 2 * per_slice + 1
+    with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
+    first = {"stage": "tiled", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
+             "sass_per_element": per_element, "round_trips_per_element": round_trips,
+             "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+             "tiled": {"ctas": ctas, "slices": slices, "units_per_slice": per_slice, "units": units,
+                       "thread_instructions_per_unit": per_unit, "thread_fixed_instructions": fixed,
+                       "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /
+                       (down * across * tile_rows * tile_cols)}}
+    filter_elements = taps * g.out_depth
+    rmodel = PathModel(reduce, acc)
+    rcost, rpipes = _mean_path(rmodel, {slices: (1, depthwise_filter_reduce_work(slices))})
+    rtrips = math.ceil(slices / max(1, loads_per_batch(reduce, acc))) + 1
+    second = _stage("reduce", device, reduce, filter_elements, rcost, rpipes, width * filter_elements,
+                    acc * partials + width * filter_elements, rtrips)
+    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+
+
 def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
     """Both kernels of the depthwise filter gradient (partial sums, then their fixed-order sum).
-    Per element: per partial sum (one thread of the first kernel)."""
+    Per element: per partial sum (one thread of the first kernel); the tiled kernel where the
+    launcher runs it (:func:`_predict_depthwise_filter_tiled`: per out_backprop element)."""
     import importlib
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     dtype = DTYPES[dtype_name]
+    if dwf.tiled_eligible(g, dtype) and g.depth_multiplier <= 2 and g.in_depth % (16 // dtype.itemsize) == 0:
+        return _predict_depthwise_filter_tiled(case, dtype_name, device, kernels, g)
     width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
     arch = f"sm_{device.arch}"
     slices, rows_per_slice = dwf.slicing(g)
@@ -1154,7 +1297,8 @@ def markdown(report: dict) -> str:
               f"Budget: SASS per element that keeps the scheduler limit at {BUDGET_FRACTION:.0%} of HBM. "
               "Two-kernel ops (depthwise filter gradient, fractional max pooling gradient): limits and predicted "
               "time summed over both kernels, the limiter is the dearer kernel's (named); SASS/elem and budget per "
-              "partial sum (filter gradient) or per input element (max pooling); MB includes max pooling's "
+              "partial sum (filter gradient; per out_backprop element where the tiled kernel runs) or per input element "
+              "(max pooling); MB includes max pooling's "
               "chosen-offset buffer and cell tables.", ""]
     for device in meta["devices"]:
         rows = [p for p in report["predictions"] if p["device"] == device["key"]]

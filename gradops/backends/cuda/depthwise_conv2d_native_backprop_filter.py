@@ -1,14 +1,20 @@
 """Launcher for cuda_src/depthwise_conv2d_native_backprop_filter.cu.
 
-Two launches (see the .cu file): partial sums of fixed slices of batch x output rows per
+Two launches (see the .cu file): partial sums of fixed slices of the output positions per
 (tap, out_backprop channel) into a float (double for float64) scratch buffer, then a fixed-
 order sum of the slices, rounded once to the element type.  No atomics: the slicing depends
 on the geometry only, never on the GPU, so results are bitwise reproducible everywhere.
-Index math is 32-bit where every index and offset fits (:func:`fits_int32`), else 64-bit.
-Either layout runs in place (no transpose).  CuPy is imported only when a call runs.
+
+The partial sums come from the tiled kernel (a CTA per channel block and slice of tiles, the
+sums in registers) where it runs (:func:`tiled_eligible`: NHWC, 3x3 or 5x5 at stride 1 or 2,
+no dilation, 32-bit offsets), else from the per-element ``_partial`` kernel (any geometry and
+layout, 32-bit index math where every index fits, :func:`fits_int32`, else 64-bit).  Either
+layout runs in place (no transpose).  CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -19,6 +25,7 @@ from . import _build, _runtime
 SOURCE = "depthwise_conv2d_native_backprop_filter.cu"
 PARTIAL_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_partial"
 REDUCE_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_reduce"
+TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_tiled"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
 LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -32,6 +39,25 @@ INT32_MAX = 2**31 - 1
 #: k per channel group of the partial kernel (``kGroup``): a warp's lanes.
 GROUP = 32
 
+#: The tiled kernel's specialisations: square filters and equal strides (``dwfilter::Shape``).
+TILED_FILTERS = (3, 5)
+TILED_STRIDES = (1, 2)
+#: Work items across a tile (``C``): 4 (16 output columns) or 2 (8, for narrow maps).
+TILED_ITEMS_ACROSS = (4, 2)
+#: Threads per CTA (``dwfilter::kThreads``) and work items per CTA (``kItems``).
+TILED_THREADS = 128
+TILED_ITEMS = 8
+#: Output channels per CTA (``dwconv::Block<Acc>::CHANNELS``): 128 bytes of accumulators.
+TILED_CHANNEL_BYTES = 128
+#: The tiled slicing aims at about this many CTAs (channel blocks x slices): several waves on
+#: any GPU, a constant so that the summation order is the same everywhere ...
+TILED_TARGET_CTAS = 512
+#: ... with at least this many tiles per slice where there are enough, so that a CTA's final
+#: sum of its work items (and the partial buffer it writes) is spread over several tiles.
+TILED_MIN_UNITS = 2
+#: Largest grid y extent (slices) CUDA allows.
+MAX_GRID_Y = 65535
+
 
 def _partial_expression(dtype, data_format: str, index_bits: int) -> str:
     element, accumulator = _build.c_types(dtype)
@@ -43,6 +69,11 @@ def _reduce_expression(dtype) -> str:
     return f"{REDUCE_KERNEL}<{element}, {accumulator}>"
 
 
+def _tiled_expression(dtype, filter_size: int, stride: int, items_across: int) -> str:
+    element, accumulator = _build.c_types(dtype)
+    return f"{TILED_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}, {items_across}>"
+
+
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture)."""
     names = []
@@ -50,7 +81,90 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
         for data_format in LAYOUTS:
             names += [_partial_expression(dtype, data_format, bits) for bits in INDEX_TYPES]
         names.append(_reduce_expression(dtype))
+        names += [_tiled_expression(dtype, k, s, c) for k in TILED_FILTERS for s in TILED_STRIDES
+                  for c in TILED_ITEMS_ACROSS]
     return {SOURCE: names}
+
+
+# --------------------------------------------------------------------------- the tiled kernel
+
+def tiled_channels(dtype) -> int:
+    """Output channels per CTA of the tiled kernel: 32 (float accumulators) or 16 (double)."""
+    return TILED_CHANNEL_BYTES // accumulator_dtype(dtype).itemsize
+
+
+def tile_shape(g: Conv2DGeometry, items_across: int) -> tuple[int, int]:
+    """(rows, columns) of output positions per tile (``dwfilter::Shape``): work items of 2 x 4
+    positions at stride 1, 1 x 4 at stride 2, ``items_across`` across and 8 / that down."""
+    item_rows = 2 if g.stride_rows == 1 else 1
+    return TILED_ITEMS // items_across * item_rows, items_across * 4
+
+
+def tile_counts(g: Conv2DGeometry, items_across: int) -> tuple[int, int]:
+    """(tiles down, tiles across) covering the output."""
+    rows, cols = tile_shape(g, items_across)
+    return -(-g.out_rows // rows), -(-g.out_cols // cols)
+
+
+def pick_items_across(g: Conv2DGeometry) -> int:
+    """The tile width whose tiles cover the output with the fewest positions (the wider on a tie)."""
+    def covered(c):
+        down, across = tile_counts(g, c)
+        return down * across * math.prod(tile_shape(g, c))
+    return min(TILED_ITEMS_ACROSS, key=covered)
+
+
+def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the tiled kernel can run ``g``: NHWC, a 3x3 or 5x5 filter at stride 1x1 or 2x2,
+    no dilation, and 32-bit offsets (both tensors and the partial buffer below 2**31 elements)."""
+    if not (g.data_format == "NHWC" and g.filter_rows == g.filter_cols and g.filter_rows in TILED_FILTERS
+            and g.stride_rows == g.stride_cols and g.stride_rows in TILED_STRIDES
+            and g.dilation_rows == g.dilation_cols == 1):
+        return False
+    slices, _ = tiled_slicing(g, dtype, pick_items_across(g))
+    down, across = tile_counts(g, pick_items_across(g))
+    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth,
+             g.batch * g.out_rows * g.out_cols * g.out_depth,
+             slices * g.filter_rows * g.filter_cols * g.out_depth,
+             g.batch * down * across + TILED_MIN_UNITS * slices)
+    return max(sizes) <= INT32_MAX
+
+
+def tiled_slicing(g: Conv2DGeometry, dtype, items_across: int) -> tuple[int, int]:
+    """(slices, tiles per slice) of the tiled kernel: about :data:`TILED_TARGET_CTAS` CTAs with
+    at least :data:`TILED_MIN_UNITS` tiles per slice (where there are that many), from the
+    geometry alone."""
+    down, across = tile_counts(g, items_across)
+    units = g.batch * down * across
+    blocks = -(-g.out_depth // tiled_channels(dtype))
+    slices = max(1, min(-(-TILED_TARGET_CTAS // blocks), units // TILED_MIN_UNITS, MAX_GRID_Y))
+    per_slice = -(-units // slices)
+    return -(-units // per_slice), per_slice  # no empty trailing slice
+
+
+def pick_tiled(g: Conv2DGeometry, dtype, tiled: bool | None = None) -> bool:
+    """``tiled`` if given (True checked), else whether the tiled kernel can run ``g``."""
+    eligible = tiled_eligible(g, dtype)
+    if tiled and not eligible:
+        raise ValueError("the tiled kernel cannot run this geometry (NCHW, a filter or stride other than 3x3 / 5x5 "
+                         "at 1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
+    return eligible if tiled is None else bool(tiled)
+
+
+def staging_mode(g: Conv2DGeometry, dtype, input) -> int:
+    """The tiled kernel's ``staging``: 1 (16-byte loads, multiplier 1) or 2 (multiplier 2) where
+    in_depth is a multiple of 16 / itemsize and the input 16-byte aligned, else 0 (one element
+    per load)."""
+    if g.depth_multiplier > 2 or g.in_depth % _runtime.vector_width(dtype) or not _runtime.vector_aligned(input):
+        return 0
+    return g.depth_multiplier
+
+
+def lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
+    """Whether the tiled kernel reads a lane's out_backprop channels in one load: out_depth a
+    multiple of the lane's channels and out_backprop aligned to their bytes."""
+    v = 8 // accumulator_dtype(dtype).itemsize  # dwconv::kLaneBytes / sizeof(Acc)
+    return g.out_depth % v == 0 and int(_runtime.pointer(out_backprop)) % (v * np.dtype(dtype).itemsize) == 0
 
 
 def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]:
@@ -90,13 +204,18 @@ def kernel_scalars(g: Conv2DGeometry, slices: int, rows_per_slice: int) -> tuple
 
 
 def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backprop, *, slices: int | None = None,
-                                            index_bits: int | None = None):
+                                            index_bits: int | None = None, tiled: bool | None = None,
+                                            staging: int | None = None, items_across: int | None = None,
+                                            units_per_slice: int | None = None):
     """Filter gradient [filter_rows, filter_cols, in_depth, depth_multiplier] in the input's dtype.
 
     input: [N, in_rows, in_cols, in_depth], out_backprop: [N, out_rows, out_cols, in_depth *
     depth_multiplier], both in ``g.data_format``, CuPy arrays on the current device, any strides.
-    Launches on the current stream without synchronising.  ``slices`` (a target slice count)
-    and ``index_bits`` (32 / 64) override the automatic choices; the tests use them.
+    Launches on the current stream without synchronising.  The tests override the automatic
+    choices: ``tiled`` (the tiled kernel or the per-element one); for the per-element kernel
+    ``slices`` (a target slice count) and ``index_bits`` (32 / 64); for the tiled one
+    ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4) and
+    ``units_per_slice`` (tiles per slice).
     """
     import cupy
 
@@ -105,26 +224,47 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         return cupy.empty(g.filter_shape, dtype)
     if 0 in (g.batch, g.out_rows, g.out_cols):  # nothing to sum
         return cupy.zeros(g.filter_shape, dtype)
-    if slices is None:
-        slices, rows_per_slice = slicing(g)
-    else:
-        slices, rows_per_slice = slicing(g, target=max(1, slices) * g.filter_rows * g.filter_cols * g.out_depth)
-    elements = g.filter_rows * g.filter_cols * g.out_depth
-    total = slices * elements
-    work = partial_threads(g, slices)
-    threads = min(-(-work // _runtime.BLOCK_1D), _runtime.sm_count() * _runtime.BLOCKS_PER_SM) * _runtime.BLOCK_1D
-    narrow = fits_int32(g, slices, threads)
-    if index_bits is None:
-        index_bits = 32 if narrow else 64
-    elif index_bits == 32 and not narrow:
-        raise ValueError("32-bit indices cannot address this geometry")
     x = _runtime.contiguous(input)
     dy = _runtime.contiguous(out_backprop)
-    partial = cupy.empty((total,), accumulator_dtype(dtype))
+    elements = g.filter_rows * g.filter_cols * g.out_depth
+    if tiled is None and (slices is not None or index_bits is not None):
+        tiled = False  # the per-element kernel's overrides
+    if pick_tiled(g, dtype, tiled):
+        c = pick_items_across(g) if items_across is None else items_across
+        slices, per_slice = tiled_slicing(g, dtype, c)
+        if units_per_slice is not None:
+            per_slice = units_per_slice
+            slices = -(-g.batch * math.prod(tile_counts(g, c)) // per_slice)
+        mode = staging_mode(g, dtype, x) if staging is None else staging
+        if mode and mode != staging_mode(g, dtype, x):
+            raise ValueError("16-byte staging needs multiplier 1 or 2, in_depth a multiple of 16 / itemsize and a "
+                             "16-byte aligned input")
+        down, across = tile_counts(g, c)
+        partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
+        fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c))
+        i32 = _runtime.i32
+        fn((-(-g.out_depth // tiled_channels(dtype)), slices), (TILED_THREADS,),
+           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+            *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
+                               g.pad_top, g.pad_left, down, across, g.batch * down * across, per_slice, mode,
+                               int(lane_loads(g, dtype, dy))))))
+    else:
+        if slices is None:
+            slices, rows_per_slice = slicing(g)
+        else:
+            slices, rows_per_slice = slicing(g, target=max(1, slices) * elements)
+        work = partial_threads(g, slices)
+        threads = min(-(-work // _runtime.BLOCK_1D), _runtime.sm_count() * _runtime.BLOCKS_PER_SM) * _runtime.BLOCK_1D
+        narrow = fits_int32(g, slices, threads)
+        if index_bits is None:
+            index_bits = 32 if narrow else 64
+        elif index_bits == 32 and not narrow:
+            raise ValueError("32-bit indices cannot address this geometry")
+        partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
+        fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
+        _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+                                       *kernel_scalars(g, slices, rows_per_slice)))
     grad = cupy.empty(g.filter_shape, dtype)
-    fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
-    _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
-                                   *kernel_scalars(g, slices, rows_per_slice)))
     reduce = _runtime.kernel(SOURCE, _reduce_expression(dtype))
     _runtime.launch_1d(reduce, elements, (_runtime.pointer(partial), _runtime.pointer(grad),
                                           _runtime.i64(elements), _runtime.i64(slices)))
