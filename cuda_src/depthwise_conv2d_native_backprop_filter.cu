@@ -5,8 +5,12 @@
 // NaN never meets a padded zero).  The filter gradient [R, S, C, M] in memory is
 // [tap = r * S + s][k = c * M + m], the out_backprop channel order.
 //
-// Two kernels, no floating-point atomics, so every bit of the result is reproducible:
-// * ..._partial: the batch x output rows (n, p) are cut into ``slices`` fixed runs of
+// Two launches, no floating-point atomics, so every bit of the result is reproducible: partial
+// sums of fixed slices of the output positions, then their fixed-order sum.
+// * ..._tiled (NHWC 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the tiled
+//   kernel" below): the partial sums of a slice of output tiles x 32 (float) or 16 (double)
+//   channels per CTA, the input tile staged in shared memory, the sums in registers.
+// * ..._partial (every other geometry, either layout): the batch x output rows (n, p) are cut into ``slices`` fixed runs of
 //   ``rows_per_slice``; one thread per (slice, tap, k) sums its run in a fixed order into
 //   partial[slice][tap][k] (float, double for float64).  A warp takes 32 consecutive k (a
 //   channel group, the last one padded with idle lanes) of one tap, and consecutive warps the
@@ -15,8 +19,8 @@
 //   overlapping input rows, which L1 can serve once (not measured yet; k fastest over all of
 //   out_depth instead put a block on one or two taps wherever out_depth >= 128, and each tap
 //   re-read out_backprop from L2).
-// * ..._reduce: one thread per filter element adds the slices' partial sums in slice order
-//   and rounds once to T.
+// * ..._reduce: the slices' partial sums of each filter element added in a fixed order (eight
+//   groups of slices, then the groups), rounded once to T.
 // The launcher (gradops/backends/cuda/depthwise_conv2d_native_backprop_filter.py) picks the
 // slicing from the geometry alone (never from the GPU), and I = int where every index and
 // offset fits in 32 bits (cheaper division and address math), else long long.
@@ -214,17 +218,25 @@ __device__ __forceinline__ Lane<Acc> load_lane(const T* __restrict__ out_backpro
 }
 
 
-// The staged tile of one unit: STAGED positions (COLS per row) from input row y0 / column x0 of
-// image row offset ``image``, channel-inner, widened to accumulators, zeros outside the image
-// and past the channels; every value also goes into the NaN probe ``bad``.  Both loops are
+// The staged rows [row_begin, row_end) and columns [col_begin, col_end) inside the image.
+struct Box {
+    int row_begin, row_end, col_begin, col_end;
+    __device__ __forceinline__ bool holds(int row, int col) const {
+        return row >= row_begin && row < row_end && col >= col_begin && col < col_end;
+    }
+};
+
+// The staged tile of one unit: STAGED positions (COLS per row) from input offset ``tile_at``
+// (staged position 0, channel 0; negative where the tile starts outside the image), channel-
+// inner, widened to accumulators, zeros outside ``inside`` and past the channels; every value
+// also goes into the NaN probe ``bad``.  Both loops are
 // unrolled over a thread's share (compile-time), kStageBatch loads issued before any store.
 //
 // stage_vectors: 16-byte loads of VEC input channels, staged as VEC * M output channels (M = 1
 // or 2: each value twice); in_depth a multiple of VEC and a 16-byte aligned input.
 template <typename T, typename Acc, int STAGED, int COLS, int M>
 __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
-                                              int image, int y0, int x0, int k0, int in_rows, int in_cols,
-                                              int in_depth, Acc& bad) {
+                                              int tile_at, Box inside, int k0, int in_cols, int in_depth, Acc& bad) {
     constexpr int CHANNELS = Block<Acc>::CHANNELS;
     constexpr int VEC = kVectorBytes / static_cast<int>(sizeof(T));
     constexpr int PER_POSITION = CHANNELS / (VEC * M);  // loads per staged position
@@ -236,13 +248,13 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
         uint4 raw[kStageBatch];
 #pragma unroll
         for (int b = 0; b < kStageBatch && b0 + b < PER_THREAD; ++b) {
+            // Everything but the unit's tile_at and box is the same for every unit (hoisted).
             const int e = tid + (b0 + b) * kThreads;
-            const int position = e / PER_POSITION, chunk = e % PER_POSITION;
-            const int y = y0 + position / COLS, x = x0 + position % COLS, c = c0 + chunk * VEC;
+            const int position = e / PER_POSITION, c = c0 + e % PER_POSITION * VEC;
+            const int row = position / COLS, col = position % COLS;
             raw[b] = make_uint4(0, 0, 0, 0);
-            if ((CHUNKS % kThreads == 0 || e < CHUNKS) && y >= 0 && y < in_rows && x >= 0 && x < in_cols &&
-                c < in_depth)
-                raw[b] = *reinterpret_cast<const uint4*>(input + ((image + y) * in_cols + x) * in_depth + c);
+            if ((CHUNKS % kThreads == 0 || e < CHUNKS) && inside.holds(row, col) && c < in_depth)
+                raw[b] = *reinterpret_cast<const uint4*>(input + (tile_at + (row * in_cols + col) * in_depth + c));
         }
 #pragma unroll
         for (int b = 0; b < kStageBatch && b0 + b < PER_THREAD; ++b) {
@@ -269,8 +281,8 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
 // channel (k0 + e) / multiplier.
 template <typename T, typename Acc, int STAGED, int COLS>
 __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
-                                               int image, int y0, int x0, int k0, int in_rows, int in_cols,
-                                               int in_depth, int multiplier, Acc& bad) {
+                                               int tile_at, Box inside, int k0, int in_cols, int in_depth,
+                                               int multiplier, Acc& bad) {
     constexpr int CHANNELS = Block<Acc>::CHANNELS;
     constexpr int ELEMENTS = STAGED * CHANNELS;
     constexpr int PER_THREAD = (ELEMENTS + kThreads - 1) / kThreads;
@@ -282,10 +294,10 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
         for (int b = 0; b < kStageBatch; ++b) {
             const int e = tid + (b0 + b) * kThreads;
             const int position = e / CHANNELS, channel = k0 + e % CHANNELS;
-            const int y = y0 + position / COLS, x = x0 + position % COLS;
+            const int row = position / COLS, col = position % COLS;
             raw[b] = from_acc<T, Acc>(Acc(0));
-            if (e < ELEMENTS && y >= 0 && y < in_rows && x >= 0 && x < in_cols && channel < out_depth)
-                raw[b] = input[((image + y) * in_cols + x) * in_depth + channel / multiplier];
+            if (e < ELEMENTS && inside.holds(row, col) && channel < out_depth)
+                raw[b] = input[tile_at + (row * in_cols + col) * in_depth + channel / multiplier];
         }
 #pragma unroll
         for (int b = 0; b < kStageBatch; ++b) {
@@ -338,43 +350,57 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 
     const int first = slice * units_per_slice;
     const int stop = min(units, first + units_per_slice);
+    // The unit's (image, tile row, tile column), advanced by one per unit without a division.
+    int tile_col = first % tiles_across, tile_row = first / tiles_across % tiles_down;
+    int n = first / tiles_across / tiles_down;
+    const int row_step = out_cols * out_depth;  // between out_backprop rows
     for (int unit = first; unit < stop; ++unit) {
-        const int tile_col = unit % tiles_across, rest = unit / tiles_across;
-        const int tile_row = rest % tiles_down, n = rest / tiles_down;
         const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;  // first output position
         const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;                  // its first input position
-        const int image = n * in_rows;
         Acc bad = Acc(0);
-        __syncthreads();  // the previous unit's staged tile has been read
 
-        if (staging == 1) {
-            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, image, y0, x0, k0, in_rows, in_cols,
-                                                             in_depth, bad);
-        } else if (staging == 2) {
-            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2>(input, staged, tid, image, y0, x0, k0, in_rows, in_cols,
-                                                             in_depth, bad);
-        } else {
-            stage_elements<T, Acc, STAGED, Sh::STAGED_COLS>(input, staged, tid, image, y0, x0, k0, in_rows, in_cols,
-                                                           in_depth, multiplier, bad);
-        }
-
-        // The work item's out_backprop values (zeros past the output or the channels).
+        // The work item's out_backprop values (zeros past the output or the channels), loaded
+        // before the barrier and the staging so that their round trip overlaps both.
         const int p = p0 + item_row * Sh::ITEM_ROWS, q = q0 + item_col * Sh::ITEM_COLS;
         const int rows = min(Sh::ITEM_ROWS, out_rows - p), cols = min(Sh::ITEM_COLS, out_cols - q);
+        const int item_at = ((n * out_rows + p) * out_cols + q) * out_depth + k;
         Lane<Acc> dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
 #pragma unroll
         for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
 #pragma unroll
             for (int j = 0; j < Sh::ITEM_COLS; ++j) {
                 if (i < rows && j < cols && k < out_depth) {
-                    const int at = ((n * out_rows + p + i) * out_cols + q + j) * out_depth + k;
-                    dy[i][j] = load_lane<T, Acc>(out_backprop, at, lane_loads != 0, out_depth - k);
+                    dy[i][j] = load_lane<T, Acc>(out_backprop, item_at + i * row_step + j * out_depth,
+                                                 lane_loads != 0, out_depth - k);
                 } else {
 #pragma unroll
                     for (int u = 0; u < V; ++u) dy[i][j].v[u] = Acc(0);
                 }
 #pragma unroll
                 for (int u = 0; u < V; ++u) probe(bad, dy[i][j].v[u]);
+            }
+        }
+        __syncthreads();  // the previous unit's staged tile has been read
+
+        // The staged tile: offset of its first position's channel 0 (negative where the tile
+        // starts above or left of the image) and the staged rows / columns inside the image.
+        const int tile_at = ((n * in_rows + y0) * in_cols + x0) * in_depth;
+        const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
+        if (staging == 1) {
+            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, tile_at, inside, k0, in_cols,
+                                                             in_depth, bad);
+        } else if (staging == 2) {
+            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2>(input, staged, tid, tile_at, inside, k0, in_cols,
+                                                             in_depth, bad);
+        } else {
+            stage_elements<T, Acc, STAGED, Sh::STAGED_COLS>(input, staged, tid, tile_at, inside, k0, in_cols,
+                                                           in_depth, multiplier, bad);
+        }
+        if (++tile_col == tiles_across) {
+            tile_col = 0;
+            if (++tile_row == tiles_down) {
+                tile_row = 0;
+                ++n;
             }
         }
 
@@ -409,19 +435,36 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
     }
 }
 
-// filter_grad[e] = sum over z in [0, slices) of partial[z * elements + e], in that order.
+// filter_grad[e] = the slices' partial sums partial[z * elements + e], added in a fixed order
+// and rounded once to T.  A CTA: kReduceElements consecutive e (a warp reads one slice's run of
+// them: coalesced) x kReduceGroups groups of slices; group g adds slices g, g + kReduceGroups,
+// ... in ascending order, then group 0 adds the groups' sums in group order.  Neither order
+// depends on the GPU.  (A filter element often sums hundreds of slices, and the grid is only
+// taps x out_depth elements: one thread per element would wait for hundreds of loads in turn.)
+constexpr int kReduceElements = 32;
+constexpr int kReduceGroups = 8;
+constexpr int kReduceThreads = kReduceElements * kReduceGroups;
+
 template <typename T, typename Acc>
-__global__ void depthwise_conv2d_native_backprop_filter_reduce(const Acc* __restrict__ partial,
-                                                                T* __restrict__ filter_grad, long long elements,
-                                                                long long slices) {
-    GRADOPS_GRID_STRIDE_LOOP(e, elements) {
-        Acc acc = partial[e];
-        // Unrolled so that 16 loads are in flight at once (the sums stay in slice order): a
-        // filter element sums hundreds of slices, and the grid is only taps x out_depth threads,
-        // too few to hide a DRAM round trip per 4 loads.
+__global__ void __launch_bounds__(kReduceThreads) depthwise_conv2d_native_backprop_filter_reduce(
+        const Acc* __restrict__ partial, T* __restrict__ filter_grad, long long elements, long long slices) {
+    __shared__ Acc sums[kReduceGroups][kReduceElements];
+    const int lane = static_cast<int>(threadIdx.x) % kReduceElements;
+    const int group = static_cast<int>(threadIdx.x) / kReduceElements;
+    const index_t e = static_cast<index_t>(blockIdx.x) * kReduceElements + lane;
+    Acc acc = Acc(0);
+    if (e < elements) {
+        // Unrolled so that 16 loads are in flight at once (the sum stays in slice order).
 #pragma unroll 16
-        for (index_t z = 1; z < slices; ++z) acc += partial[z * elements + e];
-        filter_grad[e] = from_acc<T, Acc>(acc);
+        for (index_t z = group; z < slices; z += kReduceGroups) acc += partial[z * elements + e];
+    }
+    sums[group][lane] = acc;
+    __syncthreads();
+    if (group == 0 && e < elements) {
+        Acc sum = sums[0][lane];
+#pragma unroll
+        for (int g = 1; g < kReduceGroups; ++g) sum += sums[g][lane];
+        filter_grad[e] = from_acc<T, Acc>(sum);
     }
 }
 

@@ -738,8 +738,11 @@ def test_gpu_cudnn_and_cuda_kernels_agree(rng, dtype):
 # ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)
 
 PLANTED = {  # name: (text of the real source, its replacement)
-    "reduce-drops-the-last-slice": ("for (index_t z = 1; z < slices; ++z)",
-                                    "for (index_t z = 1; z < slices - 1; ++z)"),
+    "reduce-drops-the-last-slice": ("for (index_t z = group; z < slices; z += kReduceGroups)",
+                                    "for (index_t z = group; z < slices - 1; z += kReduceGroups)"),
+    "reduce-skips-a-group": ("for (int g = 1; g < kReduceGroups; ++g)", "for (int g = 2; g < kReduceGroups; ++g)"),
+    "reduce-reads-the-groups-before-the-barrier": ("sums[group][lane] = acc;\n    __syncthreads();",
+                                                   "sums[group][lane] = acc;"),
     "last-slice-runs-past-the-batch": ("min(all_rows, first + rows_per_slice)", "first + rows_per_slice"),
     "first-column-rounds-down": ("(-col_offset + stride_cols - 1) / stride_cols", "-col_offset / stride_cols"),
     "last-column-dropped": ("min(out_cols, last_col / stride_cols + 1)", "min(out_cols, last_col / stride_cols)"),
@@ -793,8 +796,7 @@ PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source,
                                         "const int stop = min(units, first + units_per_slice - 1);"),
     "tiled-slice-runs-past-the-tiles": ("const int stop = min(units, first + units_per_slice);",
                                         "const int stop = first + units_per_slice;"),
-    "tiled-stages-a-row-past-the-image": ("(CHUNKS % kThreads == 0 || e < CHUNKS) && y >= 0 && y < in_rows",
-                                          "(CHUNKS % kThreads == 0 || e < CHUNKS) && y >= 0 && y <= in_rows"),
+    "tiled-stages-a-row-past-the-image": ("return row >= row_begin && row < row_end", "return row >= row_begin && row <= row_end"),
     "tiled-no-barrier-before-restaging": ("__syncthreads();  // the previous unit's staged tile has been read", ""),
     "tiled-item-sums-skip-the-last-item": ("for (int w = 1; w < kItems; ++w)", "for (int w = 1; w < kItems - 1; ++w)"),
     "tiled-taps-mirrored": ("const int r = wr - i * S;  // the tap", "const int r = K - 1 - (wr - i * S);  // the tap"),

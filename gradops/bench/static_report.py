@@ -10,11 +10,11 @@ Per kernel: registers, shared memory, spills, occupancy at the launcher's block 
 global loads and stores with their widths, and the SASS instructions of the steady-state
 path per output element.  The kernels that stage a tile per CTA, the tiled depthwise input
 gradient and the fractional average pooling gradient, are modelled by :mod:`.static_tiled`
-(a thread's, or every warp's, common path through the whole kernel).  For the grid-stride
-kernels the path's *work* is given per kernel family (see
-:func:`depthwise_work`, :func:`depthwise_filter_row_work`,
-:func:`depthwise_filter_reduce_work`, :func:`fractional_select_work` and
-:func:`fractional_gather_work`); :mod:`._sass` finds the cheapest path
+(a thread's, or every warp's, common path through the whole kernel); the tiled depthwise
+filter gradient and its reduction here (:func:`filter_tiled_unit_cost`,
+:func:`filter_reduce_cost`).  For the grid-stride kernels the path's *work* is given per
+kernel family (see :func:`depthwise_work`, :func:`depthwise_filter_row_work`,
+:func:`fractional_select_work` and :func:`fractional_gather_work`); :mod:`._sass` finds the cheapest path
 through the grid-stride loop body that does exactly that work with no slow-path call.
 
 Per benchmark shape (the ``mobilenetv2``, ``efficientnet`` and ``fractional`` suites of
@@ -190,10 +190,13 @@ ASSUMPTIONS = [
     "loops, an upper bound, and the cheapest iteration of the work items' final sum x its trips); every tile is "
     "counted whole (positions past the output cost what inside ones do). L2 -> SM bytes: each unit's staged input "
     "(tile with halo, a block's input channels) and out_backprop tile, and the partial sums written. Latency: "
-    "waves of resident CTAs x (2 round trips per unit: staging, then the out_backprop loads + 1) x 600 ns.",
-    "Depthwise filter gradient, second kernel: per filter element, `slices` accumulator loads (the fewest >= that "
-    "a path makes), ceil(slices / loads per unrolled iteration) + 1 round trips of 600 ns in one wave (taps x "
-    "out_depth threads); DRAM: the filter gradient written; L2: the partial sums read.",
+    "waves of resident CTAs x (1 round trip per unit: the out_backprop loads are issued before the barrier and "
+    "overlap the staging loads; + 1) x 600 ns.",
+    "Depthwise filter gradient, second kernel: 8 threads (groups of slices) per filter element, each costing the "
+    "busiest thread's path (group 0: ceil(slices / 8) accumulator loads, the fewest >= that a path makes, the "
+    "barrier and the groups' sum; an upper bound for the other groups); latency: waves of resident 256-thread "
+    "CTAs x (ceil(loads / 16) + 1) round trips of 600 ns; DRAM: the filter gradient written; L2: the partial "
+    "sums read.",
     "Fractional max pooling gradient: a thread takes V channels of one pixel (V = 8 for float16/bfloat16, 4 for "
     "the others, where depth % V == 0, as at every benchmark shape, with aligned arrays; else 1), its element and "
     "index accesses packs of V (16 bytes per load: a 32-byte pack is two); SASS per element = the thread's path / V, and a warp spanning several pixels (32 V < depth "
@@ -265,6 +268,8 @@ def block_size(expression: str) -> int:
         from .static_tiled import DepthwiseTile
 
         return DepthwiseTile.of(expression, False, False, 1).threads
+    if "depthwise_conv2d_native_backprop_filter_reduce<" in expression:
+        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").REDUCE_THREADS
     if "_backprop_filter_tiled<" in expression:
         return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").TILED_THREADS
     if "conv2d_backprop_filter_direct<" in expression:
@@ -347,12 +352,6 @@ def depthwise_filter_row_work(cols: int) -> tuple[int, dict]:
     out_backprop load per column, the row loop run once (:func:`filter_partial_cost` extends
     it to several rows)."""
     return 2 * cols, {1: (1, None)}
-
-
-def depthwise_filter_reduce_work(slices: int) -> tuple[int, dict]:
-    """(counted loads, trips) of one filter element of the second kernel: one accumulator load
-    per slice (the accumulator's width is the counted one), the slice loop free."""
-    return slices, {}
 
 
 def fractional_select_work(rows: int, cols: int, pack_loads: int = 1) -> tuple[int, dict]:
@@ -615,14 +614,12 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
                 "per_step": (long - short) / 64, "per_row": row - short, "path": _path_summary(counts),
                 "call_sites": _call_sites(cfg), "loads_per_batch": loads_per_batch(kernel, width)}
     if "_reduce<" in kernel.expression:
-        acc = 8 if args[1] == "double" else 4
-        model = PathModel(kernel, acc)
-        one, counts = model.cost(*depthwise_filter_reduce_work(1), at_least=True)
-        many, _ = model.cost(*depthwise_filter_reduce_work(65), at_least=True)
-        return {"work": "one filter element summing 1 slice (1 accumulator load); per slice: mean over slices 2-65",
+        one, counts = filter_reduce_cost(kernel, 1)
+        many, _ = filter_reduce_cost(kernel, 65)
+        return {"work": "the busiest thread (group 0) of a filter element summing 1 slice (1 accumulator load) and "
+                        "the groups; per slice: mean over its slices 2-65",
                 "per_element": one, "extra_text": f"per slice {(many - one) / 64:.1f}",
-                "per_slice": (many - one) / 64, "path": _path_summary(counts), "call_sites": _call_sites(cfg),
-                "loads_per_batch": loads_per_batch(kernel, acc)}
+                "per_slice": (many - one) / 64, "path": _path_summary(counts), "call_sites": _kernel_call_sites(cfg)}
     import importlib
 
     fm = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
@@ -916,19 +913,25 @@ def filter_tiled_unit_cost(kernel, dtype, g) -> tuple[int, int, Counter]:
     vec = 16 // width
     chunks = staged * (channels // (vec * g.depth_multiplier))
     staging_loads = -(-chunks // dwf.TILED_THREADS)
-    weight = 64  # the key: out_backprop loads x weight + staging loads
+    # The key: staging loads + dy_weight x out_backprop loads + sts_weight x 16-byte shared stores
+    # (the staging loop may leave after any chunk: the path must store every chunk it loads).
+    stores = vec * g.depth_multiplier * acc // 16  # 16-byte stores per chunk: VEC x M accumulators
+    dy_weight, sts_weight = 32, 32 * 16
 
     def counted(ins):
         if _sass.is_global_load(ins, 16):
             return 1
-        return weight if _sass.is_global_load(ins, lane_bytes) else 0
+        if _sass.is_global_load(ins, lane_bytes):
+            return dy_weight
+        return sts_weight if ins.base == "STS" and _sass.access_width(ins) == 16 else 0
 
     thr = frozenset(n for n in through if n in unit.blocks)
-    cycle, _ = cfg._tables(unit, counted, {1: (1, None)}, weight * (rows * cols + 1), unit.depth, thr)
-    keys = [k for k in cycle if k // weight == rows * cols and k % weight <= staging_loads]
-    if not keys:
-        raise _sass.PathError(f"{kernel.expression}: no unit path with {rows * cols} out_backprop loads")
-    per_unit, counts = cycle[max(keys)]
+    key = staging_loads + dy_weight * rows * cols + sts_weight * staging_loads * stores
+    cycle, _ = cfg._tables(unit, counted, {1: (1, None)}, key, unit.depth, thr)
+    if key not in cycle:
+        raise _sass.PathError(f"{kernel.expression}: no unit path with {rows * cols} out_backprop loads, "
+                              f"{staging_loads} staging loads and their {staging_loads * stores} 16-byte stores")
+    per_unit, counts = cycle[key]
     epilogue_iterations = -(-g.filter_rows * g.filter_cols * channels // dwf.TILED_THREADS)
     fixed = 0
     for lp in epilogue:
@@ -937,6 +940,48 @@ def filter_tiled_unit_cost(kernel, dtype, g) -> tuple[int, int, Counter]:
     outside = set(cfg.blocks) - unit.blocks - set().union(*(lp.blocks for lp in epilogue))
     fixed += sum(len(cfg.instructions(n)) for n in outside if not cfg.cold(n))  # every one: an upper bound
     return per_unit, fixed, counts
+
+
+def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
+    """(instructions, counts) of the busiest thread of the depthwise filter gradient's reduction
+    (a thread of group 0): the fewest accumulator loads >= ``loads`` a path makes (the unrolled
+    slice loop's remainder is predicated), the barrier, and the groups' sum and its store."""
+    from ..backends.cuda._sass import PathError
+
+    cfg = kernel.cfg
+    acc = 8 if template_args(kernel.expression)[1] == "double" else 4
+    through = [n for n in cfg.blocks if any(x.base in ("BAR", "STG") for x in cfg.instructions(n))]
+    table = cfg.function_table(counted_loads(acc), {}, kmax=loads + PREDICATED_SLACK, through=through)
+    fewest = min((k for k in table if k >= loads), default=None)
+    if fewest is None:
+        raise PathError(f"{kernel.expression}: no path makes {loads} or more accumulator loads")
+    return table[fewest]
+
+
+def filter_reduce_stage(device: Device, kernel, slices: int, filter_elements: int, width: int, acc: int) -> dict:
+    """The reduction's roofline: kReduceGroups threads per filter element, each costing the
+    busiest thread's path (an upper bound: only group 0 adds the groups), ceil(slices / groups)
+    loads each; DRAM: the filter gradient written; L2: the partial sums read; latency: waves of
+    resident CTAs x (ceil(loads / 16) round trips of the unrolled loop + 1 for the store)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    loads = -(-slices // dwf.REDUCE_GROUPS)
+    cost, counts = filter_reduce_cost(kernel, loads)
+    per_element = dwf.REDUCE_GROUPS * cost
+    pipes = {k.removeprefix("class:"): v * dwf.REDUCE_GROUPS for k, v in counts.items() if k.startswith("class:")}
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.REDUCE_THREADS)
+    traffic, l2 = width * filter_elements, acc * slices * filter_elements + width * filter_elements
+    limits = roofline(device, filter_elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
+    round_trips = -(-loads // 16) + 1
+    ctas = -(-filter_elements // dwf.REDUCE_ELEMENTS)
+    with_latency_limit(limits, device, traffic, st.latency_limit_s(device, ctas, occ, round_trips))
+    return {"stage": "reduce", "kernel": kernel.expression, "elements": filter_elements, "bytes": traffic,
+            "l2_bytes": l2, "sass_per_element": per_element, "round_trips_per_element": round_trips,
+            "resident_warps_per_sm": occ["warps_per_sm"], **limits}
 
 
 def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
@@ -976,8 +1021,9 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     l2 = blocks * units * width * (staged * staged_channels + tile_rows * tile_cols * channels) + acc * partials
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.TILED_THREADS)
     limits = roofline(device, elements, per_element, pipes, reads, l2, occ["warps_per_sm"] * 32)
-    # A CTA's chain: per unit the staging loads, then (after their stores) the out_backprop loads.
-    round_trips = 2 * per_slice + 1
+    # A CTA's chain: one round trip per unit (its out_backprop loads, issued before the barrier,
+    # overlap its staging loads), and the partial sums' stores.
+    round_trips = per_slice + 1
     with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
     first = {"stage": "tiled", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
              "sass_per_element": per_element, "round_trips_per_element": round_trips,
@@ -986,12 +1032,7 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
                        "thread_instructions_per_unit": per_unit, "thread_fixed_instructions": fixed,
                        "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /
                        (down * across * tile_rows * tile_cols)}}
-    filter_elements = taps * g.out_depth
-    rmodel = PathModel(reduce, acc)
-    rcost, rpipes = _mean_path(rmodel, {slices: (1, depthwise_filter_reduce_work(slices))})
-    rtrips = math.ceil(slices / max(1, loads_per_batch(reduce, acc))) + 1
-    second = _stage("reduce", device, reduce, filter_elements, rcost, rpipes, width * filter_elements,
-                    acc * partials + width * filter_elements, rtrips)
+    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
@@ -1036,12 +1077,7 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     first = _stage("partial", device, partial, work, mean, pipes, reads,
                    filter_partial_l2_bytes(g, width, _runtime.BLOCK_1D) + acc * partials, trips)
 
-    filter_elements = taps * g.out_depth
-    rmodel = PathModel(reduce, acc)
-    rcost, rpipes = _mean_path(rmodel, {slices: (1, depthwise_filter_reduce_work(slices))})
-    rtrips = math.ceil(slices / max(1, loads_per_batch(reduce, acc))) + 1
-    second = _stage("reduce", device, reduce, filter_elements, rcost, rpipes, width * filter_elements,
-                    acc * partials + width * filter_elements, rtrips)
+    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
     return _two_stage(case, dtype_name, device, g, partials, [first, second])
 
 

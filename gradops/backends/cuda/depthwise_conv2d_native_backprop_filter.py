@@ -38,6 +38,10 @@ TARGET_PARTIALS = 1 << 17
 INT32_MAX = 2**31 - 1
 #: k per channel group of the partial kernel (``kGroup``): a warp's lanes.
 GROUP = 32
+#: The reduction's CTA: kReduceElements filter elements x kReduceGroups groups of slices.
+REDUCE_ELEMENTS = 32
+REDUCE_GROUPS = 8
+REDUCE_THREADS = REDUCE_ELEMENTS * REDUCE_GROUPS
 
 #: The tiled kernel's specialisations: square filters and equal strides (``dwfilter::Shape``).
 TILED_FILTERS = (3, 5)
@@ -51,10 +55,10 @@ TILED_ITEMS = 8
 TILED_CHANNEL_BYTES = 128
 #: The tiled slicing aims at about this many CTAs (channel blocks x slices): several waves on
 #: any GPU, a constant so that the summation order is the same everywhere ...
-TILED_TARGET_CTAS = 512
+TILED_TARGET_CTAS = 384
 #: ... with at least this many tiles per slice where there are enough, so that a CTA's final
 #: sum of its work items (and the partial buffer it writes) is spread over several tiles.
-TILED_MIN_UNITS = 2
+TILED_MIN_UNITS = 4
 #: Largest grid y extent (slices) CUDA allows.
 MAX_GRID_Y = 65535
 
@@ -266,6 +270,6 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                        *kernel_scalars(g, slices, rows_per_slice)))
     grad = cupy.empty(g.filter_shape, dtype)
     reduce = _runtime.kernel(SOURCE, _reduce_expression(dtype))
-    _runtime.launch_1d(reduce, elements, (_runtime.pointer(partial), _runtime.pointer(grad),
-                                          _runtime.i64(elements), _runtime.i64(slices)))
+    reduce((-(-elements // REDUCE_ELEMENTS),), (REDUCE_THREADS,),
+           (_runtime.pointer(partial), _runtime.pointer(grad), _runtime.i64(elements), _runtime.i64(slices)))
     return grad
