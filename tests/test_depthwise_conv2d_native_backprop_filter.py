@@ -858,3 +858,19 @@ def test_planted_tiled_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatc
         return  # refused: a read or write outside an array
     with pytest.raises(AssertionError):
         assert_same_nonfinite_and_close(got, want)
+
+
+def test_tiled_kernel_needs_32_bit_offsets_of_whole_tiles():
+    """The tiled kernel forms the offsets of whole tiles (past the output, and padded rows of
+    the input before the image) before it tests them: geometries whose tensors fit 2**31 but
+    whose tiles' offsets would not take the per-element kernel."""
+    def geometry(rows, cols, channels, pads=(1, 1, 1, 1)):
+        out_rows, out_cols = rows + pads[0] + pads[1] - 2, cols + pads[2] + pads[3] - 2
+        return conv2d_geometry(OP, (1, rows, cols, channels), (3, 3, channels, 1), (1, out_rows, out_cols, channels),
+                               [1, 1, 1, 1], "EXPLICIT", [0, 0, *pads, 0, 0], "NHWC", [1, 1, 1, 1], depthwise=True)
+
+    assert cuda_launcher.tiled_eligible(geometry(56, 56, 144), np.float16)
+    near = geometry(4096, 4096, 96)  # 1.6e9 elements: the tensors fit, their tiles' offsets too
+    assert 4096 * 4096 * 96 < 2**31 and cuda_launcher.tiled_eligible(near, np.float16)
+    assert not cuda_launcher.tiled_eligible(geometry(4096, 4096, 127), np.float16)  # 2.13e9: tiles past the end
+    assert not cuda_launcher.tiled_eligible(geometry(64, 64, 8, (2**24, 0, 1, 1)), np.float32)  # huge top pad

@@ -126,9 +126,13 @@ def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
             and g.dilation_rows == g.dilation_cols == 1):
         return False
     slices, _ = tiled_slicing(g, dtype, pick_items_across(g))
-    down, across = tile_counts(g, pick_items_across(g))
-    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth,
-             g.batch * g.out_rows * g.out_cols * g.out_depth,
+    down, across = tile_counts(g, min(TILED_ITEMS_ACROSS))  # the most tiles of either width
+    # The kernel forms offsets of whole tiles before it tests them: output positions up to 8
+    # rows / 16 columns past the output; staged input rows from -pad_top to 14 past the padded
+    # bottom (a last tile's 7 further rows at stride 2), columns from -pad_left to 30 past.
+    sizes = ((g.batch * g.in_rows + g.pad_bottom + 16) * (g.in_cols + g.pad_right + 32) * g.in_depth,
+             (g.pad_top + 1) * (g.in_cols + g.pad_left + 1) * g.in_depth,
+             (g.batch * g.out_rows + 8) * (g.out_cols + 16) * g.out_depth,
              slices * g.filter_rows * g.filter_cols * g.out_depth,
              g.batch * down * across + TILED_MIN_UNITS * slices)
     return max(sizes) <= INT32_MAX
