@@ -108,7 +108,8 @@ __global__ void depthwise_conv2d_native_backprop_filter_partial(
 // shared memory and write partial[slice][tap][k]; the _reduce kernel sums the slices.
 //
 // Compile-time filter size K x K and stride S (K in {3, 5}, S in {1, 2}), dilation 1, NHWC,
-// every tensor below 2^31 elements; the launcher checks and runs the _partial kernel otherwise.
+// and 32-bit offsets for whole tiles (positions past the output and staged rows and columns
+// outside the image included); the launcher checks and runs the _partial kernel otherwise.
 // Output channel k = c * M + m reads input channel c: the staged tile holds, for each output
 // channel of the CTA, its input channel's value (multiplier 2 stores each loaded value twice).
 //
@@ -125,9 +126,10 @@ using dwconv::Block;
 using dwconv::Lane;
 using dwconv::kVectorBytes;
 
-// Work items per CTA: with 16 lanes, 128 threads.
+// Work items per CTA: with 16 lanes (float or double accumulators alike), 128 threads.
 constexpr int kItems = 8;
-constexpr int kThreads = 16 * kItems;
+constexpr int kThreads = Block<float>::LANES * kItems;
+static_assert(Block<double>::LANES == Block<float>::LANES, "one thread count for every accumulator");
 // CTAs per SM the register allocation must allow: 3 (at most 168 registers a thread; without
 // it nvcc held 5x5 stride-1 float16 at 128 and spilled), 2 for 5x5 stride 2 with 4- and 8-byte
 // elements, which spill at 168 (sm_80 and sm_90 SASS).

@@ -767,29 +767,34 @@ def run_planted_problem(rng):
     return to_host(got), gradops.depthwise_conv2d_native_backprop_filter(**kwargs, backend="numpy")
 
 
-@pytest.mark.parametrize("bug", sorted(PLANTED))
-def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+def assert_planted_bug_caught(edit, run, check, seed, tmp_path, monkeypatch):
+    """``run()`` gives (launcher result, reference) that pass ``check`` from the real kernel
+    source, and that fail it (or the launch is refused) with ``edit`` (text, replacement)
+    planted in a copy of the source."""
     import cuda_host
 
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(f"cannot build the kernel sources for the host: {reason}")
-    text, replacement = PLANTED[bug]
     # The real source gets this problem right ...
-    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
-    got, want = run_planted_problem(np.random.default_rng(7))
-    assert_close(got, want, np.float64)
+    cuda_host.HostDevice(order="shuffled", seed=seed).install(monkeypatch)
+    check(*run())
 
     # ... and the edited one does not.
-    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
-    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, edit)
+    cuda_host.HostDevice(order="shuffled", seed=seed, source_dir=tmp_path).install(monkeypatch)
     try:
-        got, want = run_planted_problem(np.random.default_rng(7))
+        got, want = run()
     except (AssertionError, cuda_host.HostLaunchError):
-        return  # refused: a write outside an array
+        return  # refused: a read or write outside an array
     with pytest.raises(AssertionError):
-        assert_close(got, want, np.float64)
+        check(got, want)
 
+
+@pytest.mark.parametrize("bug", sorted(PLANTED))
+def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED[bug], lambda: run_planted_problem(np.random.default_rng(7)),
+                              lambda got, want: assert_close(got, want, np.float64), 11, tmp_path, monkeypatch)
 
 PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source, its replacement)
     "tiled-slice-drops-its-last-tile": ("const int stop = min(units, first + units_per_slice);",
@@ -828,6 +833,7 @@ def run_planted_tiled_problem(rng):
         g, cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), tiled=True, items_across=2,
         units_per_slice=5)
     want, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+    assert np.isnan(want).any() and np.isfinite(want).any()
     return to_host(got), want
 
 
@@ -839,26 +845,8 @@ def assert_same_nonfinite_and_close(got, want):
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_TILED))
 def test_planted_tiled_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
-    import cuda_host
-
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
-    text, replacement = PLANTED_TILED[bug]
-    cuda_host.HostDevice(order="shuffled", seed=3).install(monkeypatch)
-    got, want = run_planted_tiled_problem(np.random.default_rng(5))
-    assert np.isnan(want).any() and np.isfinite(want).any()
-    assert_same_nonfinite_and_close(got, want)
-
-    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
-    cuda_host.HostDevice(order="shuffled", seed=3, source_dir=tmp_path).install(monkeypatch)
-    try:
-        got, want = run_planted_tiled_problem(np.random.default_rng(5))
-    except (AssertionError, cuda_host.HostLaunchError):
-        return  # refused: a read or write outside an array
-    with pytest.raises(AssertionError):
-        assert_same_nonfinite_and_close(got, want)
-
+    assert_planted_bug_caught(PLANTED_TILED[bug], lambda: run_planted_tiled_problem(np.random.default_rng(5)),
+                              assert_same_nonfinite_and_close, 3, tmp_path, monkeypatch)
 
 def test_tiled_kernel_needs_32_bit_offsets_of_whole_tiles():
     """The tiled kernel forms the offsets of whole tiles (past the output, and padded rows of

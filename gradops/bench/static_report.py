@@ -649,6 +649,8 @@ def _filter_tiled_reference_paths(kernel, width: int) -> dict:
     """The kernel table's figures for the tiled depthwise filter-gradient kernel: one unit of a
     thread (16-byte staging of multiplier 1, an interior tile of a 56 x 56 x 144 map) per
     out_backprop element it multiplies in (its work item's positions x V channels)."""
+    import importlib
+
     from .._geometry import conv2d_geometry
 
     k, s, c = (int(a) for a in template_args(kernel.expression)[2:5])
@@ -658,7 +660,8 @@ def _filter_tiled_reference_paths(kernel, width: int) -> dict:
                         [1, 1, 1, 1], depthwise=True)
     dtype = {2: np.float16, 4: np.float32}[width]
     per_unit, fixed, counts = filter_tiled_unit_cost(kernel, dtype, g)
-    outputs = (2 if s == 1 else 1) * 4 * (8 // np.dtype(accumulator_dtype(dtype)).itemsize)
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    outputs = math.prod(dwf.item_shape(g)) * dwf.lane_channels(dtype)
     return {"work": f"one unit of one thread: {outputs} out_backprop elements (its work item's positions x "
                     f"channels), 16-byte staging, multiplier 1", "per_element": per_unit / outputs,
             "extra_text": f"unit {per_unit}, fixed {fixed}", "per_unit": per_unit, "fixed": fixed,
@@ -904,12 +907,10 @@ def filter_tiled_unit_cost(kernel, dtype, g) -> tuple[int, int, Counter]:
     unit = next(lp for lp in cfg.top_loops() if through[-1] in lp.blocks)
     epilogue = [lp for lp in cfg.top_loops() if lp is not unit]
     width, acc = np.dtype(dtype).itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
-    lane = 8  # dwconv::kLaneBytes: a lane's out_backprop channels in one load (V x element, or one double)
-    lane_bytes = lane * width // acc
-    rows, cols = (2 if g.stride_rows == 1 else 1), 4  # a work item's positions (dwfilter::Shape)
+    lane_bytes = dwf.lane_channels(dtype) * width  # a lane's out_backprop channels in one load
+    rows, cols = dwf.item_shape(g)
     channels = dwf.tiled_channels(dtype)
-    tile_rows, tile_cols = dwf.tile_shape(g, int(template_args(kernel.expression)[4]))
-    staged = ((tile_rows - 1) * g.stride_rows + g.filter_rows) * ((tile_cols - 1) * g.stride_cols + g.filter_cols)
+    staged = math.prod(dwf.staged_shape(g, int(template_args(kernel.expression)[4])))
     vec = 16 // width
     chunks = staged * (channels // (vec * g.depth_multiplier))
     staging_loads = -(-chunks // dwf.TILED_THREADS)
@@ -1015,7 +1016,7 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     taps = g.filter_rows * g.filter_cols
     partials = slices * taps * g.out_depth
     tile_rows, tile_cols = dwf.tile_shape(g, c)
-    staged = ((tile_rows - 1) * g.stride_rows + g.filter_rows) * ((tile_cols - 1) * g.stride_cols + g.filter_cols)
+    staged = math.prod(dwf.staged_shape(g, c))
     channels = dwf.tiled_channels(dtype)
     staged_channels = channels // g.depth_multiplier  # input channels a CTA loads per position
     l2 = blocks * units * width * (staged * staged_channels + tile_rows * tile_cols * channels) + acc * partials
@@ -1044,7 +1045,7 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     dtype = DTYPES[dtype_name]
-    if dwf.tiled_eligible(g, dtype) and g.depth_multiplier <= 2 and g.in_depth % (16 // dtype.itemsize) == 0:
+    if dwf.tiled_eligible(g, dtype) and dwf.vector_staging_possible(g, dtype):  # the benchmark's aligned arrays
         return _predict_depthwise_filter_tiled(case, dtype_name, device, kernels, g)
     width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
     arch = f"sm_{device.arch}"

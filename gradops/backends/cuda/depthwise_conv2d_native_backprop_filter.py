@@ -51,8 +51,10 @@ TILED_ITEMS_ACROSS = (4, 2)
 #: Threads per CTA (``dwfilter::kThreads``) and work items per CTA (``kItems``).
 TILED_THREADS = 128
 TILED_ITEMS = 8
-#: Output channels per CTA (``dwconv::Block<Acc>::CHANNELS``): 128 bytes of accumulators.
+#: Output channels per CTA (``dwconv::Block<Acc>::CHANNELS``): 128 bytes of accumulators; a
+#: thread's lane of them (``dwconv::kLaneBytes``): 8 bytes.
 TILED_CHANNEL_BYTES = 128
+TILED_LANE_BYTES = 8
 #: The tiled slicing aims at about this many CTAs (channel blocks x slices): several waves on
 #: any GPU, a constant so that the summation order is the same everywhere ...
 TILED_TARGET_CTAS = 384
@@ -97,11 +99,28 @@ def tiled_channels(dtype) -> int:
     return TILED_CHANNEL_BYTES // accumulator_dtype(dtype).itemsize
 
 
+def lane_channels(dtype) -> int:
+    """Output channels of one thread's lane (``dwconv::Block<Acc>::V``): 2 float or 1 double."""
+    return TILED_LANE_BYTES // accumulator_dtype(dtype).itemsize
+
+
+def item_shape(g: Conv2DGeometry) -> tuple[int, int]:
+    """(rows, columns) of output positions per work item (``dwfilter::Shape``): 2 x 4 at
+    stride 1, 1 x 4 at stride 2."""
+    return (2 if g.stride_rows == 1 else 1), 4
+
+
 def tile_shape(g: Conv2DGeometry, items_across: int) -> tuple[int, int]:
-    """(rows, columns) of output positions per tile (``dwfilter::Shape``): work items of 2 x 4
-    positions at stride 1, 1 x 4 at stride 2, ``items_across`` across and 8 / that down."""
-    item_rows = 2 if g.stride_rows == 1 else 1
-    return TILED_ITEMS // items_across * item_rows, items_across * 4
+    """(rows, columns) of output positions per tile (``dwfilter::Shape``): ``items_across``
+    work items across and 8 / that down."""
+    item_rows, item_cols = item_shape(g)
+    return TILED_ITEMS // items_across * item_rows, items_across * item_cols
+
+
+def staged_shape(g: Conv2DGeometry, items_across: int) -> tuple[int, int]:
+    """(rows, columns) of input positions a tile stages (``Shape::STAGED_ROWS / STAGED_COLS``)."""
+    rows, cols = tile_shape(g, items_across)
+    return (rows - 1) * g.stride_rows + g.filter_rows, (cols - 1) * g.stride_cols + g.filter_cols
 
 
 def tile_counts(g: Conv2DGeometry, items_across: int) -> tuple[int, int]:
@@ -159,19 +178,23 @@ def pick_tiled(g: Conv2DGeometry, dtype, tiled: bool | None = None) -> bool:
     return eligible if tiled is None else bool(tiled)
 
 
+def vector_staging_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the tiled kernel can stage with 16-byte loads but for the input's alignment:
+    multiplier 1 or 2 and in_depth a multiple of 16 / itemsize."""
+    return g.depth_multiplier <= 2 and g.in_depth % _runtime.vector_width(dtype) == 0
+
+
 def staging_mode(g: Conv2DGeometry, dtype, input) -> int:
     """The tiled kernel's ``staging``: 1 (16-byte loads, multiplier 1) or 2 (multiplier 2) where
-    in_depth is a multiple of 16 / itemsize and the input 16-byte aligned, else 0 (one element
-    per load)."""
-    if g.depth_multiplier > 2 or g.in_depth % _runtime.vector_width(dtype) or not _runtime.vector_aligned(input):
-        return 0
-    return g.depth_multiplier
+    :func:`vector_staging_possible` and the input is 16-byte aligned, else 0 (one element per
+    load)."""
+    return g.depth_multiplier if vector_staging_possible(g, dtype) and _runtime.vector_aligned(input) else 0
 
 
 def lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
     """Whether the tiled kernel reads a lane's out_backprop channels in one load: out_depth a
     multiple of the lane's channels and out_backprop aligned to their bytes."""
-    v = 8 // accumulator_dtype(dtype).itemsize  # dwconv::kLaneBytes / sizeof(Acc)
+    v = lane_channels(dtype)
     return g.out_depth % v == 0 and int(_runtime.pointer(out_backprop)) % (v * np.dtype(dtype).itemsize) == 0
 
 
