@@ -6,9 +6,11 @@
 // Cell tables (built on the host from the validated geometry, element type I as the indices):
 //   row_bounds  [2 * out_rows]   first and last input row of each row cell (inclusive; every
 //                                cell is non-empty: the geometry refuses empty ones, as TF does)
-//   row_offsets [in_rows + 1]    input row y lies in the row cells
-//   row_cells   [entries]        row_cells[row_offsets[y] .. row_offsets[y + 1]), increasing
-//   col_bounds, col_offsets, col_cells: the same for columns.
+//   row_offsets [in_rows + 1]    input row y lies in the row cells of
+//   row_entries [entries]        row_entries[row_offsets[y] .. row_offsets[y + 1]), in increasing
+//                                cell order, each a CellEntry: the cell, the rows of the cell
+//                                above y and the cell's row count (16 bytes for int: one load)
+//   col_bounds, col_offsets, col_entries: the same for columns.
 //
 // What is computed (TF's fractional_max_pool_op.cc).  Per output element (n, r, q, c), TF scans
 // its cell row by row, each row left to right, takes the first element and replaces the choice
@@ -24,7 +26,13 @@
 // * fractional_max_pool_gather: per input element (V per thread) sums, over the cells containing it
 //   in increasing (row cell, column cell) order, which is increasing output offset, the
 //   out_backprop elements whose chosen offset is its own.  Each sum is TF's, term by term in
-//   TF's order, starting from zero, in T (float for the half types, rounded once).
+//   TF's order, starting from zero, in T (float for the half types, rounded once).  Per cell it
+//   makes one entry load (the column cell and, with the row entry, the element's place in the
+//   cell: rows above x columns + columns left), one load of the V choices, and compares them
+//   four one-byte places per word (Matches); 32-bit kernels split the thread index by
+//   host-computed multiply-shifts, not divisions.  Why (static SASS, sm_90, float16, V = 8,
+//   one-byte places, per element): a pixel in 2 x 2 cells (overlapping pooling) cost 58
+//   instructions with per-cell bound loads, byte-by-byte compares and three divisions; 34 now.
 //
 // Channels.  A thread takes V adjacent channels of one pixel (V = 8 for the 2-byte types, 4 for
 // the others, where the launcher finds depth % V == 0 and aligned arrays; else 1): its index
@@ -68,6 +76,73 @@ template <int V, typename X> __device__ __forceinline__ Pack<X, V> load_pack(con
 template <int V, typename X> __device__ __forceinline__ void store_pack(X* p, const Pack<X, V>& value) {
     *reinterpret_cast<Pack<X, V>*>(p) = value;
 }
+
+
+// One entry of gather's per-index cell lists (row_entries / col_entries): a cell containing the
+// index, in increasing cell order, with the index's distance from the cell's first index
+// (`before`: rows above it in the cell, or columns left of it) and the cell's size along that
+// dimension.  16 bytes for int: one load per entry.
+template <typename I> struct alignas(4 * sizeof(I) < 16 ? 4 * sizeof(I) : 16) CellEntry {
+    I cell, before, size, unused;
+};
+
+// n / divisor for 0 <= n < 2^31 as (n * magic) >> shift (32-bit indices; the host's
+// division_magic), a division for 64-bit ones.
+__device__ __forceinline__ int divide(int n, int, unsigned magic, int shift) {
+    return static_cast<int>((static_cast<unsigned long long>(static_cast<unsigned>(n)) * magic) >> shift);
+}
+__device__ __forceinline__ long long divide(long long n, long long divisor, unsigned, int) { return n / divisor; }
+
+// Which of a thread's V channels chose the element: for cell places (LOCAL), the bytes of the
+// V one-byte places equal to the element's, found four at a time in each 32-bit word (bit 7 of
+// byte u set where byte u matches: no byte extraction per channel); for flat offsets, bit u.
+template <int V, bool LOCAL> struct Matches {
+    static constexpr int WORDS = LOCAL ? (V + 3) / 4 : 1;
+    unsigned word[WORDS];
+    __device__ __forceinline__ Matches() {
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) word[k] = 0u;
+    }
+    __device__ __forceinline__ void set(int u, bool match) { word[0] |= static_cast<unsigned>(match) << u; }
+    // The V one-byte places at ``at`` against ``place`` (< 256), loaded as whole words where V
+    // is a multiple of 4 (the pack is then aligned to 4 bytes at least), else byte by byte.
+    __device__ __forceinline__ void places(const unsigned char* at, unsigned place) {
+        const unsigned spread = place * 0x01010101u;
+        unsigned w[WORDS];
+        if constexpr (V % 4 == 0) {
+            const Pack<unsigned, WORDS> words = load_pack<WORDS>(reinterpret_cast<const unsigned*>(at));
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k) w[k] = words.v[k];
+        } else {
+            const Pack<unsigned char, V> bytes = load_pack<V>(at);
+#pragma unroll
+            for (int k = 0; k < WORDS; ++k) {
+                w[k] = 0u;
+#pragma unroll
+                for (int b = 0; b < 4 && 4 * k + b < V; ++b) w[k] |= static_cast<unsigned>(bytes.v[4 * k + b]) << (8 * b);
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) {
+            // x is zero in the matching bytes; ((x & 0x7f7f7f7f) + 0x7f7f7f7f) sets bit 7 of every
+            // byte whose low 7 bits are not all zero, without carries between bytes; or-ing x sets
+            // it for bytes with bit 7 set; so its complement's bit 7 marks exactly the zero bytes
+            // (of the V that exist: ``live``).
+            const unsigned x = w[k] ^ spread;
+            const unsigned live = V - 4 * k >= 4 ? 0x80808080u : (0x80808080u >> (8 * (4 - (V - 4 * k))));
+            word[k] = ~(((x & 0x7f7f7f7fu) + 0x7f7f7f7fu) | x) & live;
+        }
+    }
+    __device__ __forceinline__ bool any() const {
+        unsigned all = 0u;
+#pragma unroll
+        for (int k = 0; k < WORDS; ++k) all |= word[k];
+        return all != 0u;
+    }
+    __device__ __forceinline__ bool has(int u) const {
+        return LOCAL ? (word[u / 4] >> (8 * (u % 4) + 7)) & 1u : (word[0] >> u) & 1u;
+    }
+};
 
 }  // namespace fractional_max
 
@@ -127,14 +202,19 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
     }
 }
 
-// Thread work: V channels c .. c + V - 1 of input pixel (n, y, x).
+// Thread work: V channels c .. c + V - 1 of input pixel (n, y, x).  ``pixel_magic`` and the
+// other multiply-shift pairs (32-bit indices only; the launcher's division_magic) divide by
+// groups = depth / V, in_cols and in_rows without a division instruction.
 template <typename T, typename I, int V, typename C>
 __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, const C* __restrict__ chosen,
                                            T* __restrict__ in_backprop,
-                                           const I* __restrict__ row_offsets, const I* __restrict__ row_cells,
-                                           const I* __restrict__ col_offsets, const I* __restrict__ col_cells,
-                                           const I* __restrict__ row_bounds, const I* __restrict__ col_bounds,
-                                           I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols) {
+                                           const I* __restrict__ row_offsets,
+                                           const fractional_max::CellEntry<I>* __restrict__ row_entries,
+                                           const I* __restrict__ col_offsets,
+                                           const fractional_max::CellEntry<I>* __restrict__ col_entries,
+                                           I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols,
+                                           unsigned groups_magic, int groups_shift, unsigned cols_magic,
+                                           int cols_shift, unsigned rows_magic, int rows_shift) {
     using namespace fractional_max;
     typedef typename Acc<T>::type A;
     const I groups = depth / V;
@@ -142,41 +222,39 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
     const I stride = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
     for (I t = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
          t < total; t = next(t, stride, total)) {
-        I rest = t;
-        const I c = rest % groups * V; rest /= groups;
-        const I x = rest % in_cols; rest /= in_cols;
-        const I y = rest % in_rows;
-        const I n = rest / in_rows;
-        const I i = ((n * in_rows + y) * in_cols + x) * depth + c;  // the first channel's input offset
+        const I pixel = divide(t, groups, groups_magic, groups_shift);  // (n * in_rows + y) * in_cols + x
+        const I c = (t - pixel * groups) * V;
+        const I image_row = divide(pixel, in_cols, cols_magic, cols_shift);  // n * in_rows + y
+        const I x = pixel - image_row * in_cols;
+        const I n = divide(image_row, in_rows, rows_magic, rows_shift);
+        const I y = image_row - n * in_rows;
+        const I i = t * V;  // the first channel's input offset, pixel * depth + c
         A sum[V];
 #pragma unroll
         for (int u = 0; u < V; ++u) sum[u] = A(0);
         constexpr bool LOCAL = sizeof(C) == 1;
         const I q_begin = col_offsets[x], q_end = col_offsets[x + 1];
-        for (I rk = row_offsets[y]; rk < row_offsets[y + 1]; ++rk) {
-            const I cell_row = row_cells[rk];
-            const I base = (n * out_rows + cell_row) * out_cols;
-            const I rows_above = LOCAL ? y - row_bounds[2 * cell_row] : 0;  // rows of the cell before y
+        const I rk_end = row_offsets[y + 1];
+        for (I rk = row_offsets[y]; rk < rk_end; ++rk) {
+            const CellEntry<I> row = row_entries[rk];
+            const I base = (n * out_rows + row.cell) * out_cols;
             for (I qk = q_begin; qk < q_end; ++qk) {
-                const I cell_col = col_cells[qk];
-                const I o = (base + cell_col) * depth + c;
-                const Pack<C, V> picks = load_pack<V>(chosen + o);
-                I place = 0;  // of (y, x) in the cell's scan
-                if (LOCAL) {
-                    const I x0 = col_bounds[2 * cell_col];
-                    place = rows_above * (col_bounds[2 * cell_col + 1] - x0 + 1) + (x - x0);
-                }
-                bool match[V], any = false;
+                const CellEntry<I> col = col_entries[qk];
+                const I o = (base + col.cell) * depth + c;
+                Matches<V, LOCAL> mine;
+                if constexpr (LOCAL) {  // (y, x)'s place in the cell's scan
+                    mine.places(reinterpret_cast<const unsigned char*>(chosen + o),
+                                static_cast<unsigned>(row.before * col.size + col.before));
+                } else {
+                    const Pack<C, V> picks = load_pack<V>(chosen + o);
 #pragma unroll
-                for (int u = 0; u < V; ++u) {
-                    match[u] = LOCAL ? picks.v[u] == static_cast<C>(place) : picks.v[u] == static_cast<C>(i + u);
-                    any |= match[u];
+                    for (int u = 0; u < V; ++u) mine.set(u, picks.v[u] == static_cast<C>(i + u));
                 }
-                if (any) {  // at most one cell per channel chooses an element of a disjoint pool
+                if (mine.any()) {  // at most one cell per channel chooses an element of a disjoint pool
                     const Pack<T, V> grads = load_pack<V>(out_backprop + o);
 #pragma unroll
                     for (int u = 0; u < V; ++u)
-                        if (match[u]) sum[u] += to_acc<A, T>(grads.v[u]);
+                        if (mine.has(u)) sum[u] += to_acc<A, T>(grads.v[u]);
                 }
             }
         }

@@ -653,7 +653,8 @@ def test_host_input_of_more_than_2_31_elements(monkeypatch):
     assert launcher.index_type(g) == "long long"
     got = launcher.fractional_max_pool_grad(g, x, cupy.asarray(y.reshape(shape_out)),
                                             cupy.asarray(dy.reshape(shape_out)))
-    assert all(expression.endswith(", long long>") for expression, _, _ in device.launches)
+    # <T, I, V, C>: every launch indexes in 64 bits (C is the chosen elements' type)
+    assert all(expression.split(", ")[1] == "long long" for expression, _, _ in device.launches)
     expression, grid, block = device.launches[-1]
     assert "_gather<" in expression
     run = block_filter(expression, grid)[0]
@@ -731,31 +732,49 @@ PLANTED = {  # name: (text of the real source, its replacement[, chosen elements
                                              "picks.v[u] == static_cast<C>(i + u + 1)", False),
     "select-drops-the-channel-of-a-lane": ("LOCAL ? place : offset + u", "LOCAL ? place : offset", False),
     "select-place-not-advanced": ("++place;", "", True),
-    "gather-place-ignores-the-rows-above": ("place = rows_above * (", "place = 0 * (", True),
-    "gather-place-ignores-the-column": ("+ (x - x0);", ";", True),
-    "gather-adds-only-when-lane-0-matches": ("if (any) {", "if (match[0]) {"),
-    "gather-reads-the-first-channel-only": ("const I c = rest % groups * V; rest /= groups;\n        const I x",
-                                            "const I c = 0; rest /= groups;\n        const I x"),
+    "gather-place-ignores-the-rows-above": ("row.before * col.size", "0 * col.size", True),
+    "gather-place-ignores-the-column": ("+ col.before)", ")", True),
+    "gather-adds-only-when-lane-0-matches": ("if (mine.any()) {", "if (mine.has(0)) {"),
+    "gather-reads-the-first-channel-only": ("const I c = (t - pixel * groups) * V;", "const I c = 0;"),
+    "gather-byte-match-ignores-bit-7": ("| x) & live;", ") & live;", True),
+    "gather-byte-match-lets-carries-cross": ("((x & 0x7f7f7f7fu) + 0x7f7f7f7fu)", "(x + 0x7f7f7f7fu)", True),
+    "gather-takes-channel-3-for-channel-1": ("(word[u / 4] >> (8 * (u % 4) + 7)) & 1u",
+                                             "(word[u / 4] >> (8 * ((u ^ 2) % 4) + 7)) & 1u", True),
+    "gather-division-shift-off-by-one": ("* magic) >> shift);", "* magic) >> (shift + 1));"),
+    "gather-row-entries-one-short": ("const I rk_end = row_offsets[y + 1];", "const I rk_end = row_offsets[y + 1] - 1;"),
 }
 
 
-def _planted_problem(wrong_output=False, local=None):
+#: Bugs in gather's byte matching that only places of 128 or more show: their planted problem
+#: has cells of 12 x 12 = 144 elements.
+LARGE_CELL_BUGS = {"gather-byte-match-ignores-bit-7", "gather-byte-match-lets-carries-cross"}
+
+
+def _planted_problem(wrong_output=False, local=None, large_cells=False):
     """(CUDA result or the error it raised, NumPy result): overlapping cells over a tied input,
     8 channels (4 per thread); ``local``: the chosen elements as cell places or flat offsets
-    (None: the launcher's choice, places)."""
+    (None: the launcher's choice, places).  ``large_cells``: instead, disjoint 12 x 12 cells of
+    distinct values, so that chosen places run past 127 (one-byte places with bit 7 set)."""
     import importlib
 
     from gradops._geometry import fractional_max_pool_geometry
 
     launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
     rng = np.random.default_rng(5)
-    rows, cols = [0, 2, 4, 6], [0, 3, 5, 7]
-    x, y, dy = _cuda_case(rng, (2, 7, 8, 8), rows, cols, True, np.float32)
+    if large_cells:
+        rows, cols, overlapping = [0, 12, 24], [0, 12, 24], False
+        x = rng.permutation(2 * 24 * 24 * 8).astype(np.float32).reshape(2, 24, 24, 8)
+        y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+        dy = rng.standard_normal(y.shape).astype(np.float32)
+    else:
+        rows, cols, overlapping = [0, 2, 4, 6], [0, 3, 5, 7], True
+        x, y, dy = _cuda_case(rng, (2, 7, 8, 8), rows, cols, overlapping, np.float32)
     if wrong_output:
         y = y.copy()
         y.reshape(-1)[4] += 1
-    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, True, backend="numpy") if not wrong_output else None
-    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, True)
+    want = (gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
+            if not wrong_output else None)
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, overlapping)
     try:
         got = to_host(launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), local=local))
     except gradops.InvalidArgumentError as exc:
@@ -777,9 +796,10 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     text, replacement, *local = PLANTED[bug]
     local = local[0] if local else None
     wrong_output = bug == "mismatch-never-flagged"  # that bug shows only on an orig_output to refuse
+    large = bug in LARGE_CELL_BUGS
     # The real source gets this problem right (or refuses it) ...
     cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
-    got, want = _planted_problem(wrong_output, local)
+    got, want = _planted_problem(wrong_output, local, large)
     if wrong_output:
         assert isinstance(got, gradops.InvalidArgumentError)
     else:
@@ -789,7 +809,7 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
     cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
     try:
-        got, want = _planted_problem(wrong_output, local)
+        got, want = _planted_problem(wrong_output, local, large)
     except (AssertionError, cuda_host.HostLaunchError):
         return  # refused: a read or write outside an array
     if wrong_output:

@@ -239,9 +239,9 @@ def test_pixel_warps_by_hand():
     # 13 x 13 output pixels per image: 85 warps of 2 pixels (the last one's second padded)
     assert sum(select.values()) == 2 * -(-(disjoint.out_rows * disjoint.out_cols) // 2)
     assert gather == {(1, 1): 2 * 20 * 20 * 64 / 4 / 32}  # disjoint: every pixel in one cell
-    assert sr.fractional_gather_work(2, 2, 1, 1) == (2 + 2 * (1 + 2 * 3), {1: (2, None)})
-    # cell places: per row cell its first row, per cell its first and last column
-    assert sr.fractional_gather_work(2, 2, 1, 1, local=True) == (2 + 2 * (2 + 2 * 5), {1: (2, None)})
+    # 4 cell-list offsets; per row cell its entry; per cell its column entry (which also gives
+    # the element's place), the chosen pack and the out_backprop pack
+    assert sr.fractional_gather_work(2, 2, 1, 1) == (4 + 2 * (1 + 2 * 3), {1: (2, None)})
     assert sr.fractional_select_work(2, 3, 2) == (4 + 2 * 7, {1: (2, None)})
 
 
@@ -251,9 +251,9 @@ def test_fractional_max_groups_and_work():
     assert sum(select.values()) == 2 * disjoint.out_rows * disjoint.out_cols * 64 / 32  # a warp per output pixel
     assert sum(h * w * n for (h, w), n in select.items()) == 2 * 20 * 20 * 64 / 32  # disjoint cells tile the input
     assert gather == {(1, 1): 2 * 20 * 20 * 64 / 32}
-    # work: 4 bounds + orig_output + the cell; 2 offsets + per row cell 1 + 2 per cell
+    # work: 4 bounds + orig_output + the cell; 4 offsets + per row cell 1 + 2 per cell
     assert sr.fractional_select_work(2, 3) == (11, {1: (2, None)})
-    assert sr.fractional_gather_work(2, 2) == (12, {1: (2, None)})
+    assert sr.fractional_gather_work(2, 2) == (14, {1: (2, None)})
     assert sr.depthwise_filter_row_work(5) == (10, {1: (1, None)})
 
 

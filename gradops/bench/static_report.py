@@ -365,19 +365,21 @@ def fractional_select_work(rows: int, cols: int, pack_loads: int = 1) -> tuple[i
 
 
 def fractional_gather_work(row_cells: int, col_cells: int, chosen_loads: int = 1,
-                           grad_loads: int = 0, local: bool = False) -> tuple[int, dict]:
+                           grad_loads: int = 0) -> tuple[int, dict]:
     """(counted loads, trips) of one thread of max pooling's gather kernel whose pixel lies in
-    row_cells x col_cells cells, counting loads of the index's width and of the packs: its
-    two row offsets, per row cell its cell index (and whatever per-row loads the compiler did
-    not hoist: paths take the fewest loads >= this count), per cell its column-cell index, its
-    chosen offsets (``chosen_loads`` per pack) and, where counted (``grad_loads``, V = 4: some
-    channel of the pack matches in most cells), its out_backprop pack; the row-cell loop run
-    row_cells times.  With V = 1 a cell that chose the element adds its out_backprop load and
-    add on a branch that the cheapest path skips (at most one match per cell).  With ``local``
-    places, also per row cell its first row and per cell its first and last column (the
-    element's place in the cell)."""
-    per_row, per_cell = (2, 3) if local else (1, 1)
-    return 2 + row_cells * (per_row + col_cells * (per_cell + chosen_loads + grad_loads)), {1: (row_cells, None)}
+    row_cells x col_cells cells, counting loads of the index's width, of cell entries and of
+    the packs: its four cell-list offsets (row and column, begin and end), per row cell its
+    entry, per cell its column entry (16 bytes each with 32-bit indices: the cell, and the
+    distances and size that give the element's place), its chosen elements (``chosen_loads``
+    per pack) and, where counted (``grad_loads``, V > 1: some channel of the pack matches in
+    most cells), its out_backprop pack; the row-cell loop run row_cells times.  With V = 1 a
+    cell that chose the element adds its out_backprop load and add on a branch that the
+    cheapest path skips (at most one match per cell)."""
+    return 4 + row_cells * (1 + col_cells * (1 + chosen_loads + grad_loads)), {1: (row_cells, None)}
+
+
+#: Bytes of one entry of gather's cell lists with 32-bit indices (``fractional_max::CellEntry<int>``).
+GATHER_ENTRY_BYTES = 16
 
 
 def _valid_taps(in_size, pad, filter_size, dilation, stride, out_size) -> np.ndarray:
@@ -634,10 +636,11 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
         return {"work": f"output element of a 1x1 cell (disjoint pooling), {v} per thread", "per_element": one / v,
                 "extra_text": f"2x2 cell: {four / v:.1f}", "per_element_2x2_cells": four / v,
                 "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
-    model = PathModel(kernel, tuple(sorted({index, index_width} | ({element_width} if v > 1 else set()))))
+    widths = {index, index_width, GATHER_ENTRY_BYTES} | ({element_width} if v > 1 else set())
+    model = PathModel(kernel, tuple(sorted(widths)))
     grad = element_loads if v > 1 else 0
-    one, counts = model.cost(*fractional_gather_work(1, 1, index_loads, grad, local), at_least=True)
-    four, _ = model.cost(*fractional_gather_work(2, 2, index_loads, grad, local), at_least=True)
+    one, counts = model.cost(*fractional_gather_work(1, 1, index_loads, grad), at_least=True)
+    four, _ = model.cost(*fractional_gather_work(2, 2, index_loads, grad), at_least=True)
     chosen = "a channel of the pack chosen" if v > 1 else "not chosen"
     places = ", cell places" if local else ""
     return {"work": f"input element in 1 row cell x 1 column cell, {chosen}, {v} per thread{places}",
@@ -1142,12 +1145,13 @@ def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels
     first = _stage("select", device, select, outputs // v, scost, spipes,
                    width * (inputs + outputs) + cw * outputs + bounds, width * outputs * (mean_cell + 1) + cw * outputs)
 
-    gmodel = PathModel(gather, tuple(sorted({iw, index_width} | ({element_width} if v > 1 else set()))))
-    gwork = {k: (n, fractional_gather_work(*k, index_loads, element_loads if v > 1 else 0, local))
+    entry_width = min(4 * iw, 16)  # fractional_max::CellEntry: 16-byte aligned at most
+    gmodel = PathModel(gather, tuple(sorted({iw, index_width, entry_width} | ({element_width} if v > 1 else set()))))
+    gwork = {k: (n, fractional_gather_work(*k, index_loads, element_loads if v > 1 else 0))
              for k, n in by_index.items()}
     gcost, gpipes = _mean_path(gmodel, gwork)
     mean_cells = sum(r * c * n for (r, c), n in by_index.items()) / sum(by_index.values())
-    tables = iw * (g.in_rows + g.in_cols + 2 + g.cell_table_entries) + (bounds if local else 0)
+    tables = iw * (g.in_rows + g.in_cols + 2 + 4 * g.cell_table_entries)  # offsets, entries of 4 values
     second = _stage("gather", device, gather, inputs // v, gcost, gpipes,
                     width * (outputs + inputs) + cw * outputs + tables,
                     cw * inputs * mean_cells + width * (outputs + inputs))

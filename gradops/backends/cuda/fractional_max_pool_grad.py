@@ -9,7 +9,7 @@ one-byte place in its cell where cells are small enough (:func:`local_places`), 
 offset.  The flag is read back before the result is returned, so this op synchronises the
 host: TF refuses a call whose orig_output does not match (InvalidArgumentError), and so must
 gradops, which needs the answer.  Cell tables (bounds per cell, and per input index the cells
-containing it) are built on the host and uploaded once per geometry, index type, device and
+containing it, with its place in each: :func:`cell_entries`) are built on the host and uploaded once per geometry, index type, device and
 stream, then kept (the small LRU of device copies that fractional_avg_pool_grad's launcher
 keeps), so a training loop that repeats a geometry uploads nothing after its first call.
 CuPy is imported only when a call runs.
@@ -22,7 +22,7 @@ import numpy as np
 from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
-from .fractional_avg_pool_grad import ELEMENT_TYPES, cached_tables
+from .fractional_avg_pool_grad import ELEMENT_TYPES, cached_tables, division_magic
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
@@ -102,14 +102,35 @@ def index_type(g: FractionalPoolGeometry) -> str:
     return "int" if largest < 2**31 else "long long"
 
 
+def cell_entries(starts, ends, in_size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(offsets [in_size + 1], entries [n, 4]) of one dimension, int64, for gather: index i lies
+    in the cells of entries[offsets[i]:offsets[i + 1]], in cell order, each entry (cell, the
+    index's distance from the cell's first index, the cell's size, 0): the kernel's
+    ``fractional_max::CellEntry``."""
+    offsets, cells = cells_by_index(starts, ends, in_size)
+    starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
+    index = np.repeat(np.arange(in_size, dtype=np.int64), np.diff(offsets))
+    entries = np.stack([cells, index - starts[cells], ends[cells] - starts[cells] + 1, np.zeros_like(cells)], axis=1)
+    return offsets, entries.reshape(-1, 4)
+
+
 def kernel_tables(g: FractionalPoolGeometry, index: str) -> list[np.ndarray]:
-    """The tables in the kernels' order: row bounds, column bounds (select); row offsets and
-    cells, column offsets and cells (gather); in the index type."""
+    """The tables, flat, in the index type: row entries and column entries (gather's, first, so
+    that each starts 16-byte aligned in the packed upload: both are whole entries of 4 values),
+    row bounds and column bounds (select's: first and last index of each cell), row offsets and
+    column offsets (gather's)."""
+    row_offsets, row_entries = cell_entries(g.row_starts, g.row_ends, g.in_rows)
+    col_offsets, col_entries = cell_entries(g.col_starts, g.col_ends, g.in_cols)
     row_bounds = np.stack([g.row_starts, g.row_ends], axis=1).reshape(-1)
     col_bounds = np.stack([g.col_starts, g.col_ends], axis=1).reshape(-1)
-    tables = [row_bounds, col_bounds, *cells_by_index(g.row_starts, g.row_ends, g.in_rows),
-              *cells_by_index(g.col_starts, g.col_ends, g.in_cols)]
+    tables = [row_entries.reshape(-1), col_entries.reshape(-1), row_bounds, col_bounds, row_offsets, col_offsets]
     return [np.asarray(t).astype(INDEX_TYPES[index]) for t in tables]
+
+
+def gather_magic(g: FractionalPoolGeometry, channels: int) -> tuple:
+    """Gather's multiply-shift pairs (magic, shift) for dividing by depth / channels, in_cols and
+    in_rows (32-bit indexing; the 64-bit kernel divides and ignores them)."""
+    return tuple(v for divisor in (g.depth // channels, g.in_cols, g.in_rows) for v in division_magic(max(1, divisor)))
 
 
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output, out_backprop, *,
@@ -132,7 +153,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     dy = _runtime.contiguous(out_backprop)
     key = ("max", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends)
     packed, offsets = cached_tables(key, lambda: kernel_tables(g, index))
-    row_bounds, col_bounds, row_offsets, row_cells, col_offsets, col_cells = (
+    row_entries, col_entries, row_bounds, col_bounds, row_offsets, col_offsets = (
         _runtime.pointer(packed, o) for o in offsets)
     sizes = tuple(wide(v) for v in (g.batch, g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols))
     v = channels_per_thread(g, dtype, (x, y, dy), vector)
@@ -151,5 +172,5 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     gather = _runtime.kernel(SOURCE, _expression(KERNELS[1], dtype, index, v, local))
     _runtime.launch_1d(gather, int(np.prod(g.input_shape)) // v,
                        (_runtime.pointer(dy), _runtime.pointer(chosen), _runtime.pointer(in_backprop),
-                        row_offsets, row_cells, col_offsets, col_cells, row_bounds, col_bounds, *sizes))
+                        row_offsets, row_entries, col_offsets, col_entries, *sizes, *gather_magic(g, v)))
     return in_backprop
