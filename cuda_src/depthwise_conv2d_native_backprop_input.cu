@@ -149,30 +149,34 @@ __global__ void depthwise_conv2d_native_backprop_input(
 // flight; otherwise one element per load.  NHWC stores two channels at a time when in_depth
 // is even.
 //
-// NCHW (issue 15).  The CTA, its work items and the channel-inner staged tile are NHWC's; only
-// the way in and out differs, since out_backprop and in_backprop are channel planes:
+// NCHW (issue 15).  The CTA and its work items are NHWC's; the staged tile is position-inner
+// (Planes: a plane of staged rows per staged slot), since out_backprop and in_backprop are
+// channel planes:
+// * slots: a thread's V accumulators are slots lane and lane + LANES (NHWC: V * lane + u), so
+//   that the lanes of a quarter-warp read consecutive planes; paired multipliers stage input
+//   channel c0 + j's two slices as slots j and j + LANES.
 // * staging (stage_planes): plane rows.  A thread loads chunks of 16, 8 or 4 bytes (bits 0, 2,
 //   3 of `vector_loads`: the widest that divides an out_backprop row, with an aligned array;
-//   any multiplier), or single elements, of one channel's staged rows (the chunks are aligned,
-//   so the first starts up to VEC - 1 columns before the staged tile: o_col0 & (VEC - 1)),
-//   widens them and stores the chunk's staged columns to their positions (one 4-byte store
-//   each: the tile is channel-inner); consecutive lanes take consecutive chunks of a row
-//   (coalesced), a thread's loads are issued in batches before any is stored, offsets are
-//   32-bit.
-// * results (store_planes): each work item writes its rows to shared-memory channel planes
-//   (16-byte stores of 4 columns), then a warp stores whole rows of one plane, 4 columns per
-//   store where in_cols % 4 == 0 and tiles start at a multiple of 4 (bit 1 of `vector_loads`),
-//   else element by element.
-// The staged positions keep a pad of 2 accumulators (STRIDE = CHANNELS + 2) so that the
-//   element stores of lanes on neighbouring chunks spread over the banks (at most 2-way).
-// Why (static SASS, sm_90, float16 3x3/1, per element): the earlier NCHW staging had each
-// warp load 32 consecutive staged positions of one channel (2-byte loads straddling 2-3 rows
-// of 18 columns, 64-bit address math and a predicate per load, one channel per iteration of a
-// rolled loop: 8 dependent round trips) and stored 32 results per thread one 2-byte store at a
-// time with 64-bit offsets (10 instructions each): 50 instructions per element against NHWC's
-// 23.  Now 33 with 16-byte chunks (3x3/2: 34 -> 21, 5x5/2: 40 -> 27; 5x5/1, 14 x 8 tiles:
-// 69 -> 54); the rest of the gap is one shared-memory store per staged element and the
-// result pass.  Transposing to NHWC and back instead moves out_backprop and in_backprop three
+//   any multiplier), or single elements, of one slot's staged rows (the chunks are aligned, so
+//   the first starts up to VEC - 1 columns before the staged tile: o_col0 & (VEC - 1)), widens
+//   them and stores them along the staged row: runs of up to 4 columns per store where o_col0
+//   is a multiple of the run, else one store per element; consecutive lanes take consecutive
+//   chunks of a row (coalesced), a thread's loads are issued in batches before any is stored,
+//   offsets are 32-bit.
+// * taps (accumulate_planes): per slot and window row, 4 columns per 16-byte load at stride 1
+//   (2 per 8-byte load at stride 2): planes an odd number of 16 bytes apart keep the 8 lanes of
+//   each quarter-warp on distinct bank groups.
+// * results: straight from the registers, a work item row of 4 columns per store where in_cols
+//   % 4 == 0 and tiles start at a multiple of 4 (bit 1 of `vector_loads`), else element by
+//   element.
+// Why (static SASS, sm_90, float16, one thread of an interior tile, per element): the first
+// NCHW path had each warp load 32 consecutive staged positions of one channel (2-byte loads,
+// 64-bit address math, 8 dependent round trips) and stored results one 2-byte store at a time
+// with 64-bit offsets: 50 instructions per element at 3x3/1 against NHWC's 23.  Plane-row
+// chunks into NHWC's channel-inner tile made that 33 (3x3/2 21, 5x5/2 27, 5x5/1 54), paying a
+// 4-byte shared-memory store per staged element and a result pass through shared memory; the
+// position-inner tile makes it 29 (3x3/2 18, 5x5/2 25, 5x5/1 48; float32 3x3/1 31 -> 29, 5x5/1
+// 50 -> 42).  Transposing to NHWC and back instead moves out_backprop and in_backprop three
 // times each (3x the bytes of a memory-bound kernel); see benchmarks/README.md.
 
 namespace dwconv {
@@ -357,6 +361,27 @@ __device__ __forceinline__ void put_four(double* dst, double a, double b, double
     reinterpret_cast<double2*>(dst)[1] = make_double2(c, d);
 }
 
+// RUN (1, 2 or 4) accumulators to shared memory aligned to RUN of them, in one store (two for 4
+// double).
+template <int RUN> __device__ __forceinline__ void put_run(float* dst, const float* v) {
+    if constexpr (RUN == 4) {
+        put_four(dst, v[0], v[1], v[2], v[3]);
+    } else if constexpr (RUN == 2) {
+        *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
+    } else {
+        dst[0] = v[0];
+    }
+}
+template <int RUN> __device__ __forceinline__ void put_run(double* dst, const double* v) {
+    if constexpr (RUN == 4) {
+        put_four(dst, v[0], v[1], v[2], v[3]);
+    } else if constexpr (RUN == 2) {
+        *reinterpret_cast<double2*>(dst) = make_double2(v[0], v[1]);
+    } else {
+        dst[0] = v[0];
+    }
+}
+
 // ---- NCHW staging and stores (see "NCHW" above)
 
 // Loads of the busiest thread when UNITS units x ROWS rows are split into (unit, row group)
@@ -399,22 +424,28 @@ __device__ __forceinline__ void widen_chunk(const Raw& raw, Acc (&out)[VEC]) {
 constexpr int kBatchWords = 40;
 constexpr int kBatchLoads = 16;  // and at most this many loads (each needs its address)
 
-// Rows ROWS x columns COLS of CHANNELS channel planes of out_backprop into the channel-inner
-// staged tile (stage[(row * COLS + col) * STRIDE + channel]), zeros outside out_backprop or past
-// the CTA's channels.  ``plane0``: offset of staged channel 0's plane; ``plane_step``: between
-// staged channels; ``channels``: staged channels that exist.  Loads of VEC elements (16, 8 or 4
-// bytes; VEC = 1: one element): every plane row starts aligned to a chunk (VEC divides out_cols,
-// the array is aligned), the chunks are aligned, so the first starts shift = o_col0 mod VEC
-// columns before the staged tile and each lies wholly inside or wholly outside out_backprop's
-// columns.  A unit is (chunk, channel), chunk fastest (consecutive lanes: consecutive chunks of
-// one plane row, coalesced); (unit, row group) pairs go to threads t, t + THREADS, ...
-// (row_groups: the cheapest staging for the busiest thread), and a thread's loads, all its
-// pairs' rows in turn, are issued kBatchWords registers at a time before any is widened and
-// stored.  Offsets are 32-bit (every tensor < 2^31 elements).
-template <int VEC, int CHANNELS, int ROWS, int COLS, int STRIDE, int THREADS, typename T, typename Acc>
+// Rows ROWS x columns COLS of CHANNELS channel planes of out_backprop into the position-inner
+// staged tile (stage[slot * CP + row * RP + col], see Planes), zeros outside out_backprop or
+// past the CTA's channels.  ``plane0``: offset of staged slot 0's plane; slot s's plane is
+// (s % 16) * step_lo + (s / 16) * step_hi further (unpaired: consecutive out_backprop channels
+// M apart, so step_hi = 16 * step_lo; paired, NCHW's slot order, see Planes: step_lo = 2 planes,
+// step_hi = 1); ``channels``: slots that exist (s < channels, or unpaired s % 16 < channels when
+// ``paired``).  Loads of VEC elements (16, 8 or 4 bytes; VEC = 1: one element): every plane row
+// starts aligned to a chunk (VEC divides out_cols, the array is aligned), the chunks are aligned,
+// so the first starts shift = o_col0 mod VEC columns before the staged tile and each lies wholly
+// inside or wholly outside out_backprop's columns.  A unit is (chunk, slot), chunk fastest
+// (consecutive lanes: consecutive chunks of one plane row, coalesced); (unit, row group) pairs go
+// to threads t, t + THREADS, ... (row_groups: the cheapest staging for the busiest thread), and a
+// thread's loads, all its pairs' rows in turn, are issued kBatchWords registers at a time before
+// any is widened and stored.  Where o_col0 is a multiple of RUN = min(VEC, 4), a chunk's runs
+// of RUN columns are aligned runs of the staged row: one store each (16 bytes for 4 float, 8
+// for 2; columns up to RP - 1 past COLS get the neighbouring out_backprop values, which no tap
+// reads); else one store per staged element.
+// Offsets are 32-bit (every tensor < 2^31 elements).
+template <int VEC, int CHANNELS, int ROWS, int COLS, int RP, int CP, int THREADS, typename T, typename Acc>
 __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop, Acc* __restrict__ stage, unsigned t,
-                                             int plane0, int plane_step, int channels, int o_row0, int o_col0,
-                                             int out_rows, int out_cols) {
+                                             int plane0, int step_lo, int step_hi, int channels, bool paired,
+                                             int o_row0, int o_col0, int out_rows, int out_cols) {
     constexpr int CHUNKS = (COLS + 2 * (VEC - 1)) / VEC;
     constexpr int UNITS = CHUNKS * CHANNELS;
     constexpr int GROUPS = row_groups(UNITS, ROWS, THREADS);
@@ -426,7 +457,10 @@ __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop,
     constexpr int WORDS = sizeof(Raw) < 4 ? 1 : static_cast<int>(sizeof(Raw)) / 4;
     constexpr int CAP = kBatchWords / WORDS < kBatchLoads ? kBatchWords / WORDS : kBatchLoads;
     constexpr int BATCH = LOADS > CAP ? CAP : LOADS;
+    static_assert(RP % 4 == 0 && RP >= COLS, "staged rows of whole quads");
     const int shift = o_col0 & (VEC - 1);
+    constexpr int RUN = VEC < 4 ? VEC : 4;  // accumulators per shared-memory store
+    const bool runs = (o_col0 & (RUN - 1)) == 0;  // the chunk's runs are runs of the staged row
     const int row_step = GROUPS * out_cols;
     // The pair of step ps: whether it exists and its chunk holds staged data, the offset of its
     // first row's chunk and where that chunk's element 0 is staged (column ``first``).
@@ -440,14 +474,16 @@ __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop,
         const unsigned pair = t + ps * THREADS;
         const unsigned unit = GROUPS == 1 ? pair : pair % UNITS;
         p.group = GROUPS == 1 ? 0 : static_cast<int>(pair / UNITS);
-        const int chunk = static_cast<int>(unit % CHUNKS), channel = static_cast<int>(unit / CHUNKS);
+        const int chunk = static_cast<int>(unit % CHUNKS), slot = static_cast<int>(unit / CHUNKS);
         p.first = chunk * VEC - shift;
         const int col = o_col0 + p.first;
-        p.used = (PAIRS % THREADS == 0 || pair < PAIRS) && channel < channels &&
+        const bool slot_in = paired ? (slot & 15) < channels : slot < channels;
+        p.used = (PAIRS % THREADS == 0 || pair < PAIRS) && slot_in &&
                  static_cast<unsigned>(col) < static_cast<unsigned>(out_cols) && p.first + VEC > 0 && p.first < COLS;
-        // (an unused chunk's channel may lie past the tensor: its offset is formed from channel 0)
-        p.offset = plane0 + (channel < channels ? channel : 0) * plane_step + (o_row0 + p.group) * out_cols + col;
-        p.to = stage + (p.group * COLS + p.first) * STRIDE + channel;
+        // (an unused chunk's slot may lie past the tensor: its offset is formed from slot 0)
+        p.offset = plane0 + (slot_in ? (slot & 15) * step_lo + (slot >> 4) * step_hi : 0) +
+                   (o_row0 + p.group) * out_cols + col;
+        p.to = stage + slot * CP + p.group * RP + p.first;
         return p;
     };
 #pragma unroll
@@ -470,12 +506,18 @@ __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop,
             if (PAIRS % THREADS != 0 && ps + 1 == PAIR_STEPS && t + ps * THREADS >= PAIRS) break;
             const Pair p = pair_of(ps);
             if (ROWS % GROUPS != 0 && p.group + k * GROUPS >= ROWS) continue;
-            Acc* const at = p.to + k * GROUPS * COLS * STRIDE;
+            Acc* const at = p.to + k * GROUPS * RP;
             Acc values[VEC];
             widen_chunk<T, Acc, VEC>(raw[i - i0], values);
+            if (RUN > 1 && runs) {  // the chunk's runs that are staged columns, one store each
 #pragma unroll
-            for (int e = 0; e < VEC; ++e)  // the chunk's elements that are staged columns
-                if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];
+                for (int e = 0; e < VEC; e += RUN)
+                    if (static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) put_run<RUN>(at + e, values + e);
+            } else {
+#pragma unroll
+                for (int e = 0; e < VEC; ++e)  // the chunk's elements that are staged columns
+                    if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e] = values[e];
+            }
         }
     }
 }
@@ -497,60 +539,105 @@ template <> __device__ __forceinline__ void store_four<float>(float* dst, float4
     *reinterpret_cast<float4*>(dst) = v;
 }
 
-// The NCHW result pass: the tile's channel planes out[channel * OUT_PLANE + row * TILE_COLS +
-// col] (accumulators) to in_backprop.  Thread t takes quads of 4 columns u = t, t + THREADS, ...
-// (quad fastest, then row, then channel: a warp writes whole rows of one plane), with one
-// 4-element store where ``four`` (in_cols % 4 == 0 and the tile's columns start at a multiple of
-// 4, so a quad is all inside the image or all outside), else element by element.  ``first``:
-// in_backprop offset of (channel 0, y0, x0); ``plane``: in_rows * in_cols; ``channels``: the
-// CTA's channels that exist (``slots`` of CHANNELS quads' channels hold results).
-template <int CHANNELS, int TILE_ROWS, int TILE_COLS, int OUT_PLANE, int THREADS, typename T, typename Acc>
-__device__ __forceinline__ void store_planes(T* __restrict__ in_backprop, const Acc* __restrict__ out, unsigned t,
-                                             int first, int plane, int channels, int slots, int y0, int x0,
-                                             int in_rows, int in_cols, bool four) {
-    constexpr int QUADS = TILE_COLS / 4;
-    constexpr int PER_CHANNEL = QUADS * TILE_ROWS;
-    constexpr int UNITS = CHANNELS * PER_CHANNEL;
-    constexpr int STEPS = (UNITS + THREADS - 1) / THREADS;
-    static_assert(TILE_COLS % 4 == 0 && OUT_PLANE % 4 == 0, "quads of 4 accumulators, 16-byte aligned");
-#pragma unroll
-    for (int s = 0; s < STEPS; ++s) {
-        const unsigned u = t + s * THREADS;
-        if (UNITS % THREADS != 0 && u >= UNITS) break;
-        const int channel = static_cast<int>(u / PER_CHANNEL);
-        if (channel >= slots) break;  // uniform per step when THREADS divides PER_CHANNEL
-        const int within = static_cast<int>(u % PER_CHANNEL);
-        const int row = within / QUADS, col = (within % QUADS) * 4;
-        const int y = y0 + row, x = x0 + col;
-        if (channel >= channels || static_cast<unsigned>(y) >= static_cast<unsigned>(in_rows)) continue;
-        T* const dst = in_backprop + (first + channel * plane + row * in_cols + col);
-        const Acc* const src = out + channel * OUT_PLANE + row * TILE_COLS + col;
+// Four accumulators of one channel row (columns x .. x + 3, x < in_cols), rounded to T: one
+// store where ``four`` (in_cols % 4 == 0 and the tile's columns start at a multiple of 4, so the
+// quad is aligned and inside the image), else element by element.
+template <typename T, typename Acc>
+__device__ __forceinline__ void store_quad(T* dst, const Acc (&v)[4], int x, int in_cols, bool four) {
+    if (four) {
         if constexpr (sizeof(Acc) == 4) {
-            const float4 v = *reinterpret_cast<const float4*>(src);
-            if (four) {
-                if (x < in_cols) store_four<T>(dst, v);
-            } else {
-                const float e[4] = {v.x, v.y, v.z, v.w};
+            store_four<T>(dst, make_float4(v[0], v[1], v[2], v[3]));
+        } else {
+            reinterpret_cast<double2*>(dst)[0] = make_double2(v[0], v[1]);
+            reinterpret_cast<double2*>(dst)[1] = make_double2(v[2], v[3]);
+        }
+        return;
+    }
 #pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = from_acc<T>(e[k]);
-            }
-        } else {  // double
-            const double2 a = *reinterpret_cast<const double2*>(src), b = *reinterpret_cast<const double2*>(src + 2);
-            if (four) {
-                if (x < in_cols) {
-                    reinterpret_cast<double2*>(dst)[0] = a;
-                    reinterpret_cast<double2*>(dst)[1] = b;
+    for (int k = 0; k < 4; ++k)
+        if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = from_acc<T>(v[k]);
+}
+
+// READ consecutive accumulators of 16-byte (READ x sizeof(Acc) bytes) aligned shared memory in
+// one load.
+template <int READ, typename Acc> __device__ __forceinline__ void load_run(const Acc* src, Acc* out) {
+    if constexpr (READ * sizeof(Acc) == 16 && sizeof(Acc) == 4) {
+        const float4 v = *reinterpret_cast<const float4*>(src);
+        out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
+    } else if constexpr (READ * sizeof(Acc) == 16) {
+        const double2 v = *reinterpret_cast<const double2*>(src);
+        out[0] = v.x, out[1] = v.y;
+    } else {
+        static_assert(READ == 2 && sizeof(Acc) == 4, "8-byte runs of float");
+        const float2 v = *reinterpret_cast<const float2*>(src);
+        out[0] = v.x, out[1] = v.y;
+    }
+}
+
+// NCHW's taps of one work item (accumulate's, from the position-inner tile): per channel u,
+// per window row, the row's staged values READ at a time (the item's first column is a
+// multiple of READ), then every tap that carries each to one of the item's positions; each
+// accumulator's terms in accumulate's order (window row, then column).  ``window``: the staged
+// value of window (0, 0) of the thread's slot 0 (slot u is u * LANES * CP further).
+template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int C, int READ, int RP, int CP>
+__device__ __forceinline__ void accumulate_planes(
+    const Acc* __restrict__ window, const Lane<Acc> (&w)[KH * KW],
+    Acc (&acc)[Shape<KH, KW, SH, SW, R, C>::ITEM_ROWS][Shape<KH, KW, SH, SW, R, C>::ITEM_COLS][Block<Acc>::V], int row_begin,
+    int row_end, int col_begin, int col_end) {
+    using S = Shape<KH, KW, SH, SW, R, C>;
+    using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
+    using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
+    constexpr int RUNS = (Cols::WINDOW + READ - 1) / READ;
+#pragma unroll
+    for (int u = 0; u < Block<Acc>::V; ++u) {
+#pragma unroll
+        for (int wr = 0; wr < Rows::WINDOW; ++wr) {
+            Acc row[RUNS * READ];
+#pragma unroll
+            for (int k = 0; k < RUNS; ++k)
+                load_run<READ>(window + u * Block<Acc>::LANES * CP + wr * RP + k * READ, row + k * READ);
+#pragma unroll
+            for (int wc = 0; wc < Cols::WINDOW; ++wc) {
+                if (CHECKED && (wr < row_begin || wr >= row_end || wc < col_begin || wc >= col_end)) continue;
+                const Acc v = row[wc];
+#pragma unroll
+                for (int i = 0; i < S::ITEM_ROWS; ++i) {
+                    const int r = i - (wr - Rows::HALO) * SH;
+                    if (r < 0 || r >= KH) continue;
+#pragma unroll
+                    for (int j = 0; j < S::ITEM_COLS; ++j) {
+                        const int s = j - (wc - Cols::HALO) * SW;
+                        if (s < 0 || s >= KW) continue;
+                        acc[i][j][u] += w[r * KW + s].v[u] * v;
+                    }
                 }
-            } else {
-                const double e[4] = {a.x, a.y, b.x, b.y};
-#pragma unroll
-                for (int k = 0; k < 4; ++k)
-                    if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = e[k];
             }
         }
     }
 }
+
+// The position-inner staged tile of NCHW (see "NCHW"): slot s's plane at s * CP, staged row r at
+// r * RP, column c at c.  A thread's work item reads READ columns per load from its first
+// column (a multiple of ITEM_COLS / SW: 16 bytes at stride 1, 8 at stride 2 for float); rows
+// hold whole quads and every column those loads reach; CP / UNIT is odd, so the 8 lanes of a
+// quarter-warp (consecutive slots, one column) hit 8 different 16-byte bank groups.
+template <typename Acc, int KH, int KW, int SH, int SW, int R, int C> struct Planes {
+    using S = Shape<KH, KW, SH, SW, R, C>;
+    using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
+    using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
+    static constexpr int UNIT = 16 / static_cast<int>(sizeof(Acc));  // accumulators per 16 bytes
+    static constexpr int ITEM_STEP = S::ITEM_COLS / SW;               // first columns of work items
+    static constexpr int READ = ITEM_STEP % UNIT == 0 ? UNIT : 2;
+    static_assert(ITEM_STEP % READ == 0, "work items start at a whole read");
+    static constexpr int RUNS = (Cols::WINDOW + READ - 1) / READ;
+    static constexpr int REACH = (S::TILE_COLS - S::ITEM_COLS) / SW + RUNS * READ;  // columns the reads reach
+    static constexpr int WIDE = REACH > Cols::STAGED ? REACH : Cols::STAGED;
+    static constexpr int RP = (WIDE + 3) / 4 * 4;
+    static constexpr int PLANE = Rows::STAGED * RP;
+    static constexpr int CP = (PLANE / UNIT) % 2 == 1 ? PLANE : PLANE + UNIT;
+    static constexpr int SIZE = Block<Acc>::CHANNELS * CP;
+    static_assert(RP % UNIT == 0 && CP % UNIT == 0 && (CP / UNIT) % 2 == 1, "16-byte rows, odd 16-byte planes");
+};
 
 }  // namespace dwconv
 
@@ -576,14 +663,11 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
     constexpr int CHANNELS = B::CHANNELS, V = B::V, LANES = B::LANES;
     constexpr int THREADS = LANES * S::TILE_ITEMS;  // 128, 64 or 32
-    // Accumulators per staged position: CHANNELS, padded by 2 in NCHW (see "Loads").
-    constexpr int STRIDE = CHANNELS + (L == NCHW ? 2 : 0);
+    // NHWC: CHANNELS accumulators per staged position; NCHW: channel planes (Planes).
+    constexpr int STRIDE = CHANNELS;
     constexpr int POSITIONS = Rows::STAGED * Cols::STAGED;
-    constexpr int STAGE_SIZE = POSITIONS * STRIDE;
-    // NCHW results pass through shared memory: channel planes of the tile, each 16-byte aligned.
-    constexpr int OUT_PLANE = S::TILE_POSITIONS + 4;
-    constexpr int OUT_SIZE = L == NCHW ? CHANNELS * OUT_PLANE : 0;
-    constexpr int BUFFER = STAGE_SIZE > OUT_SIZE ? STAGE_SIZE : OUT_SIZE;
+    using P = Planes<Acc, KH, KW, SH, SW, R, C>;
+    constexpr int BUFFER = L == NCHW ? P::SIZE : POSITIONS * STRIDE;
     constexpr int TAPS = KH * KW;
 
     __shared__ __align__(16) Acc stage[BUFFER];
@@ -623,11 +707,15 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const int item_col = columns ? item / 2 : item % S::TILE_ITEM_COLS;
     const int i0 = item_row * S::ITEM_ROWS;  // first row / column within the tile
     const int j0 = item_col * S::ITEM_COLS;
-    const int channel = c0 + ((V * lane) >> pairs);  // this thread's (first) input channel
+    // This thread's (first) input channel.  NHWC: staged slots V * lane .. V * lane + V - 1 (one
+    // input channel when paired); NCHW: slots lane and lane + LANES, which belong to input
+    // channels c0 + lane and c0 + lane + LANES, or (paired) both to c0 + lane.
+    const int channel = L == NCHW ? c0 + lane : c0 + ((V * lane) >> pairs);
     const int y_first = y0 + i0, x_first = x0 + j0;
     const bool active = channel < in_depth && y_first < in_rows && y_first + S::ITEM_ROWS > 0 && x_first < in_cols &&
                         x_first + S::ITEM_COLS > 0;
-    const Acc* window = stage + ((i0 / SH) * Cols::STAGED + j0 / SW) * STRIDE + V * lane;
+    const Acc* window = L == NCHW ? stage + lane * P::CP + (i0 / SH) * P::RP + j0 / SW
+                                  : stage + ((i0 / SH) * Cols::STAGED + j0 / SW) * STRIDE + V * lane;
 
     Acc acc[S::ITEM_ROWS][S::ITEM_COLS][V];
 #pragma unroll
@@ -768,17 +856,22 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 for (int u = 0; u < ELEMENTS; ++u) finite += values[u] * Acc(0);
             }
         } else {
-            // The filter slice one element per load: thread t takes channel t % CHANNELS of taps
-            // t / CHANNELS, + THREADS / CHANNELS, ...
+            // The filter slice one element per load: thread t takes slot t % CHANNELS of taps
+            // t / CHANNELS, + THREADS / CHANNELS, ...  Slot c is out_backprop channel oc0 + c *
+            // channel_step + q, except NCHW's paired order: slot c = j + LANES * m is channel
+            // 2 (c0 + j) + m.
             constexpr int COUNT = TAPS * CHANNELS;
             const int c = static_cast<int>(t % CHANNELS);
-            const bool channel_in = c0 + (c >> pairs) < in_depth;
+            const bool nchw_pairs = L == NCHW && pairs;
+            const int in_slot = nchw_pairs ? c % LANES : c >> pairs;  // its input channel - c0
+            const int slot_channel = nchw_pairs ? 2 * (c % LANES) + c / LANES : c * channel_step + q;
+            const bool channel_in = c0 + in_slot < in_depth;
 #pragma unroll
             for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
                 const int tap = static_cast<int>(t / CHANNELS) + k * (THREADS / CHANNELS);
                 if (COUNT % THREADS != 0 && tap >= TAPS) break;
                 Acc value = Acc(0);
-                if (channel_in) value = to_acc<Acc>(filter[tap * out_depth + oc0 + c * channel_step + q]);
+                if (channel_in) value = to_acc<Acc>(filter[tap * out_depth + oc0 + slot_channel]);
                 taps[tap * CHANNELS + c] = value;
                 finite += value * Acc(0);
             }
@@ -802,26 +895,31 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                 // of vector_loads), else one element per load (see "NCHW" and stage_planes).
                 const int plane = out_rows * out_cols;
                 const int plane0 = (n * out_depth + oc0 + q) * plane;
-                const int staged_channels = min(CHANNELS, (in_depth - c0) << pairs);
+                // Slots that exist (paired: input channels, each with both slots); the planes of
+                // slots s and s + LANES (unpaired: channels LANES * M apart; paired: the two
+                // multiplier slices of one input channel, 1 apart).
+                const int staged_channels = pairs ? min(LANES, in_depth - c0) : min(CHANNELS, in_depth - c0);
+                const int step_lo = (pairs ? 2 : channel_step) * plane;
+                const int step_hi = pairs ? plane : LANES * channel_step * plane;
                 // Chunk bytes: 16, 8 or 4 (bits 0, 2, 3 of vector_loads), else one element.
                 const int chunk_bytes = (vector_loads & 1) ? 16 : (vector_loads & 4) ? 8 : (vector_loads & 8) ? 4 : 0;
                 constexpr int W = static_cast<int>(sizeof(T));
                 if (chunk_bytes == 16)
-                    stage_planes<16 / W, CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
-                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
-                        out_rows, out_cols);
+                    stage_planes<16 / W, CHANNELS, Rows::STAGED, Cols::STAGED, P::RP, P::CP, THREADS>(
+                        out_backprop, stage, t, plane0, step_lo, step_hi, staged_channels, pairs != 0, o_row0,
+                        o_col0, out_rows, out_cols);
                 else if (W < 8 && chunk_bytes == 8)
-                    stage_planes<(W < 8 ? 8 / W : 1), CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
-                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
-                        out_rows, out_cols);
+                    stage_planes<(W < 8 ? 8 / W : 1), CHANNELS, Rows::STAGED, Cols::STAGED, P::RP, P::CP, THREADS>(
+                        out_backprop, stage, t, plane0, step_lo, step_hi, staged_channels, pairs != 0, o_row0,
+                        o_col0, out_rows, out_cols);
                 else if (W < 4 && chunk_bytes == 4)
-                    stage_planes<(W < 4 ? 4 / W : 1), CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
-                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
-                        out_rows, out_cols);
+                    stage_planes<(W < 4 ? 4 / W : 1), CHANNELS, Rows::STAGED, Cols::STAGED, P::RP, P::CP, THREADS>(
+                        out_backprop, stage, t, plane0, step_lo, step_hi, staged_channels, pairs != 0, o_row0,
+                        o_col0, out_rows, out_cols);
                 else
-                    stage_planes<1, CHANNELS, Rows::STAGED, Cols::STAGED, STRIDE, THREADS>(
-                        out_backprop, stage, t, plane0, channel_step * plane, staged_channels, o_row0, o_col0,
-                        out_rows, out_cols);
+                    stage_planes<1, CHANNELS, Rows::STAGED, Cols::STAGED, P::RP, P::CP, THREADS>(
+                        out_backprop, stage, t, plane0, step_lo, step_hi, staged_channels, pairs != 0, o_row0,
+                        o_col0, out_rows, out_cols);
             }
         }
         if (finite != Acc(0)) nonfinite_slice = q;  // NaN: some value was Inf or NaN
@@ -830,17 +928,32 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         if (active) {
             Lane<Acc> w[TAPS];
 #pragma unroll
-            for (int tap = 0; tap < TAPS; ++tap)
-                w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
+            for (int tap = 0; tap < TAPS; ++tap) {
+                if (L == NCHW) {  // slots lane, lane + LANES
+#pragma unroll
+                    for (int u = 0; u < V; ++u) w[tap].v[u] = taps[tap * CHANNELS + lane + u * LANES];
+                } else {
+                    w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
+                }
+            }
             if (nonfinite_slice != q) {
-                accumulate<false, Acc, KH, KW, SH, SW, R, C, STRIDE>(window, w, acc, 0, 0, 0, 0);
+                if (L == NCHW)
+                    accumulate_planes<false, Acc, KH, KW, SH, SW, R, C, P::READ, P::RP, P::CP>(window, w, acc, 0, 0, 0,
+                                                                                            0);
+                else
+                    accumulate<false, Acc, KH, KW, SH, SW, R, C, STRIDE>(window, w, acc, 0, 0, 0, 0);
             } else {
                 // The part of this thread's window inside out_backprop (computed here, from
                 // opaque values, so that it is not hoisted into the common path).
                 const int window_row = opaque(o_row0 + i0 / SH), window_col = opaque(o_col0 + j0 / SW);
-                accumulate<true, Acc, KH, KW, SH, SW, R, C, STRIDE>(
-                    window, w, acc, max(0, -window_row), min(Rows::WINDOW, out_rows - window_row),
-                    max(0, -window_col), min(Cols::WINDOW, out_cols - window_col));
+                const int row_begin = max(0, -window_row), row_end = min(Rows::WINDOW, out_rows - window_row);
+                const int col_begin = max(0, -window_col), col_end = min(Cols::WINDOW, out_cols - window_col);
+                if (L == NCHW)
+                    accumulate_planes<true, Acc, KH, KW, SH, SW, R, C, P::READ, P::RP, P::CP>(
+                        window, w, acc, row_begin, row_end, col_begin, col_end);
+                else
+                    accumulate<true, Acc, KH, KW, SH, SW, R, C, STRIDE>(window, w, acc, row_begin, row_end,
+                                                                       col_begin, col_end);
             }
         }
     }
@@ -852,29 +965,25 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             store_item_nhwc<true, T>(first, acc, y_first, x_first, in_rows, in_cols, in_depth, false);
         else
             store_item_nhwc<false, T>(first, acc, y_first, x_first, in_rows, in_cols, in_depth, channel + 1 < in_depth);
-    } else {
-        __syncthreads();  // every thread is done reading the staged tile
-        if (active) {  // the work item's rows, 4 columns per 16-byte store, into channel planes
+    } else if (active) {
+        // NCHW: each work item row of each channel, 4 columns per store where in_cols and the
+        // tile's columns allow (bit 1 of vector_loads), straight from the registers.
+        const bool four = (vector_loads & 2) != 0;
+#pragma unroll
+        for (int u = 0; u < (pairs ? 1 : V); ++u) {
+            const int c = channel + u * LANES;
+            if (u > 0 && c >= in_depth) break;
+            T* const first = in_backprop + ((n * in_depth + c) * in_rows + y_first) * in_cols + x_first;
 #pragma unroll
             for (int i = 0; i < S::ITEM_ROWS; ++i) {
-                const int p = (i0 + i) * S::TILE_COLS + j0;
-                static_assert(S::ITEM_COLS == 4, "a work item row is one quad");
-                if (V == 2 && pairs) {
-                    put_four(stage + lane * OUT_PLANE + p, pair_sum(acc[i][0]), pair_sum(acc[i][1]),
-                             pair_sum(acc[i][2]), pair_sum(acc[i][3]));
-                } else {
+                if (static_cast<unsigned>(y_first + i) >= static_cast<unsigned>(in_rows)) continue;
+                Acc quad[4];
 #pragma unroll
-                    for (int u = 0; u < V; ++u)
-                        put_four(stage + (V * lane + u) * OUT_PLANE + p, acc[i][0][u], acc[i][1][u], acc[i][2][u],
-                                 acc[i][3][u]);
-                }
+                for (int j = 0; j < 4; ++j) quad[j] = pairs ? pair_sum(acc[i][j]) : acc[i][j][u];
+                static_assert(S::ITEM_COLS == 4, "a work item row is one quad");
+                store_quad<T>(first + i * in_cols, quad, x_first, in_cols, four);
             }
         }
-        __syncthreads();
-        const int plane = in_rows * in_cols;
-        store_planes<CHANNELS, S::TILE_ROWS, S::TILE_COLS, OUT_PLANE, THREADS>(
-            in_backprop, stage, tid, (n * in_depth + c0) * plane + y0 * in_cols + x0, plane,
-            min(in_depth - c0, in_per_cta), in_per_cta, y0, x0, in_rows, in_cols, (vector_loads & 2) != 0);
     }
 }
 

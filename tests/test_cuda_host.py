@@ -294,6 +294,14 @@ DW_NCHW_F16 = ((2, 13, 40, 20), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NC
 DW_NCHW_F32 = ((1, 11, 20, 36), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")
 DW_NCHW_M3 = ((1, 11, 32, 9), 3, 2, "SAME", NO_PADS, 3, np.float32, False, "NCHW")  # three slices
 DW_NCHW_ROWS8 = ((1, 9, 28, 12), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NCHW")  # 8-byte chunks
+# NCHW staging stores: runs of 4 columns with chunks starting 4 columns before the tile (o_col0 =
+# 4 mod 8), and element stores with chunks starting 6 before it (o_col0 = 2 mod 4); staged rows
+# of 18 columns in rows of 20 (the pitch is not the width).  Paired multiplier 2: NCHW's slot
+# order.
+DW_NCHW_SHIFT4 = ((1, 9, 24, 20), 3, 1, "EXPLICIT", ((1, 1), (6, 4)), 1, np.float16, False, "NCHW")
+DW_NCHW_ODD = ((1, 9, 32, 20), 3, 1, "EXPLICIT", ((1, 1), (0, 2)), 1, np.float16, False, "NCHW")
+DW_NCHW_PAIRED = ((1, 11, 20, 18), 3, 1, "SAME", NO_PADS, 2, np.float32, False, "NCHW")
+DW_NCHW_COLS30 = ((2, 9, 30, 12), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")  # element result stores
 # Narrow 8 x 8 tiles (a tenth field): three tiles across 20 columns (the last one 4 past the
 # image), and a 7 x 7 map in one tile.
 DW_NARROW_NHWC = ((2, 9, 20, 40), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NHWC", "narrow")
@@ -322,10 +330,30 @@ DEPTHWISE_PLANTED = {
     "depthwise-nchw-row-groups-step-one-row": (
         "const int row_step = GROUPS * out_cols;", "const int row_step = out_cols;", [DW_NCHW_F32]),
     "depthwise-nchw-chunk-edge-not-clipped": (
-        "if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e * STRIDE] = values[e];",
-        "if (VEC == 1 || p.first + e < COLS) at[e * STRIDE] = values[e];", [DW_NCHW_F16, DW_NCHW_F32, DW_NCHW_ROWS8]),
-    "depthwise-nchw-quads-stored-past-the-image": (
-        "if (x < in_cols) store_four<T>(dst, v);", "store_four<T>(dst, v);", [DW_NCHW_F16, DW_NCHW_F32, DW_NARROW_NCHW]),
+        "if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e] = values[e];",
+        "if (VEC == 1 || p.first + e >= 0) at[e] = values[e];", [DW_NCHW_ODD]),
+    "depthwise-nchw-runs-not-clipped": (
+        "if (static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) put_run<RUN>(at + e, values + e);",
+        "put_run<RUN>(at + e, values + e);", [DW_NCHW_SHIFT4]),
+    "depthwise-nchw-staged-rows-pitched-by-their-width": (
+        "Acc* const at = p.to + k * GROUPS * RP;", "Acc* const at = p.to + k * GROUPS * COLS;",
+        [DW_NCHW_F16, DW_NCHW_SHIFT4]),
+    "depthwise-nchw-lane-takes-adjacent-slots": (
+        "w[tap].v[u] = taps[tap * CHANNELS + lane + u * LANES];", "w[tap].v[u] = taps[tap * CHANNELS + V * lane + u];",
+        [DW_NCHW_F16, DW_NCHW_F32]),
+    "depthwise-nchw-paired-filter-in-nhwc-order": (
+        "nchw_pairs ? 2 * (c % LANES) + c / LANES : c * channel_step + q", "c * channel_step + q", [DW_NCHW_PAIRED]),
+    "depthwise-nchw-paired-planes-one-apart": (
+        "const int step_lo = (pairs ? 2 : channel_step) * plane;", "const int step_lo = (pairs ? 1 : channel_step) * plane;",
+        [DW_NCHW_PAIRED]),
+    "depthwise-nchw-second-slot-stored-as-the-next-channel": (
+        "const int c = channel + u * LANES;", "const int c = channel + u;", [DW_NCHW_F16, DW_NCHW_F32]),
+    "depthwise-nchw-rows-stored-past-the-image": (
+        "if (static_cast<unsigned>(y_first + i) >= static_cast<unsigned>(in_rows)) continue;\n                Acc quad",
+        "\n                Acc quad", [DW_NCHW_F16, DW_NCHW_F32, DW_NARROW_NCHW]),
+    "depthwise-nchw-elements-stored-past-the-image": (
+        "if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = from_acc<T>(v[k]);",
+        "dst[k] = from_acc<T>(v[k]);", [DW_NCHW_COLS30]),
     "depthwise-nchw-slice-planes-not-offset": (
         "const int plane0 = (n * out_depth + oc0 + q) * plane;", "const int plane0 = (n * out_depth + oc0) * plane;",
         [DW_NCHW_M3]),

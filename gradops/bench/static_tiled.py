@@ -85,7 +85,7 @@ class DepthwiseTile:
     vector: bool
     paired: bool
     slices: int
-    #: NCHW only: the plane-row staging and quad stores (``stage_planes`` / ``store_planes``,
+    #: NCHW only: the plane-row staging and quad stores (``stage_planes``, ``store_quad``,
     #: issue 15); False: the earlier staging of 32 consecutive staged positions per warp and
     #: channel (the H100-measured revision).  ``vector`` then means 16-byte row chunks.
     rows: bool = True
@@ -212,8 +212,9 @@ class DepthwiseTile:
 
     def stores(self) -> int:
         """Global stores per thread: NHWC one per position of the work item (both channels in one
-        store, or the pair sum); NCHW the shared-memory transpose's per-thread share (row staging:
-        quads of 4 columns, one store each, two for float64, or 4 element stores)."""
+        store, or the pair sum); NCHW with row staging the work item's rows of each channel (quads
+        of 4 columns, one store each, two for float64, or 4 element stores); the measured
+        revision's NCHW the shared-memory transpose's per-thread share."""
         if not self.nchw:
             return self.item[0] * self.item[1]
         if self.rows:
@@ -242,12 +243,12 @@ class DepthwiseTile:
     def shared_words(self) -> int:
         """4-byte words a thread stores to shared memory (a lower bound: the filter's 16-byte
         stores, made by the warps whose slots hold taps, are left to the path): 16-byte staging
-        widens each tile load to accumulators; scalar staging stores each value it loads; NCHW
-        also passes its results (V, or the pair sum, per position) through shared memory."""
-        if self.nchw and self.rows:  # thread 0's chunk at shift 0 (every element staged), and the results
-            results = self.item[0] * self.item[1] * (1 if self.paired else self.v)
+        widens each tile load to accumulators; scalar staging stores each value it loads; the
+        measured revision's NCHW also passed its results (V, or the pair sum, per position)
+        through shared memory (row staging stores them from registers)."""
+        if self.nchw and self.rows:  # thread 0's chunk at shift 0 (every element staged); results go out directly
             vec, unit_steps, steps = self.plane_steps()
-            return (self.slices * unit_steps * steps * min(vec, self.staged[1]) + results) * self.acc // 4
+            return self.slices * unit_steps * steps * min(vec, self.staged[1]) * self.acc // 4
         if self.vector:
             return self._vector_steps()[1] * (VECTOR_BYTES // self.width) * self.acc // 4
         results = self.item[0] * self.item[1] * (1 if self.paired else self.v) if self.nchw else 0

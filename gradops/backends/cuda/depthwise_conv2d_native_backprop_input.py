@@ -17,14 +17,16 @@ Two paths (see the .cu file); ``path=`` forces one (the tests run both on small 
 
 NCHW runs the tiled kernel in its own layout rather than transposing: it stages out_backprop
 from the channel planes a row at a time (chunks of 16, 8 or 4 bytes of a row, the widest that
-divides the row and the array's alignment, :func:`nchw_chunk_bytes`; any multiplier) and writes
-the result through shared memory so that a warp stores whole rows of a plane (4 columns per
-store where :func:`four_wide_stores` holds).  Each byte of out_backprop and of the result then
-crosses DRAM once, where a transpose to NHWC and back would move both tensors three times
-(read, write the NHWC copy, read it again); the price is one 4-byte shared-memory store per
-staged element instead of NHWC's 16-byte ones (about 21-61 SASS instructions per element for
-float16 against 12-41 in NHWC, sm_90 static counts with 16-byte chunks; 34-81 before the row
-staging).
+divides the row and the array's alignment, :func:`nchw_chunk_bytes`; any multiplier) into a
+position-inner tile (a plane of staged rows per channel, runs of up to 4 columns per
+shared-memory store where the chunks' phase allows), reads it 4 columns per 16-byte load, and
+stores each work item's rows from registers (4 columns per store where
+:func:`four_wide_stores` holds).  Each byte of out_backprop and of the result then crosses DRAM
+once, where a transpose to NHWC and back would move both tensors three times (read, write the
+NHWC copy, read it again); the price is a chunk's 2-8 shared-memory stores against NHWC's one
+or two 16-byte ones (about 18-57 SASS instructions per element for float16 against 12-41 in
+NHWC, sm_90 static counts with 16-byte chunks; 21-61 with NHWC's channel-inner tile and a result
+pass through shared memory, 34-81 before the row staging).
 
 Both paths compute every element in a fixed order (bitwise reproducible results) and skip
 taps that fall on padding, so an Inf or NaN in the filter reaches only the elements it
