@@ -427,10 +427,10 @@ constexpr int kBatchLoads = 16;  // and at most this many loads (each needs its 
 // Rows ROWS x columns COLS of CHANNELS channel planes of out_backprop into the position-inner
 // staged tile (stage[slot * CP + row * RP + col], see Planes), zeros outside out_backprop or
 // past the CTA's channels.  ``plane0``: offset of staged slot 0's plane; slot s's plane is
-// (s % 16) * step_lo + (s / 16) * step_hi further (unpaired: consecutive out_backprop channels
-// M apart, so step_hi = 16 * step_lo; paired, NCHW's slot order, see Planes: step_lo = 2 planes,
-// step_hi = 1); ``channels``: slots that exist (s < channels, or unpaired s % 16 < channels when
-// ``paired``).  Loads of VEC elements (16, 8 or 4 bytes; VEC = 1: one element): every plane row
+// (s % 16) * step_lo + (s / 16) * step_hi further (16 = LANES; unpaired: consecutive
+// out_backprop channels M apart, so step_hi = 16 * step_lo; paired, NCHW's slot order (see
+// "NCHW"): step_lo = 2 planes, step_hi = 1); ``channels``: slots that exist (s < channels;
+// when ``paired``, input channels: s % 16 < channels).  Loads of VEC elements (16, 8 or 4 bytes; VEC = 1: one element): every plane row
 // starts aligned to a chunk (VEC divides out_cols, the array is aligned), the chunks are aligned,
 // so the first starts shift = o_col0 mod VEC columns before the staged tile and each lies wholly
 // inside or wholly outside out_backprop's columns.  A unit is (chunk, slot), chunk fastest
@@ -458,6 +458,7 @@ __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop,
     constexpr int CAP = kBatchWords / WORDS < kBatchLoads ? kBatchWords / WORDS : kBatchLoads;
     constexpr int BATCH = LOADS > CAP ? CAP : LOADS;
     static_assert(RP % 4 == 0 && RP >= COLS, "staged rows of whole quads");
+    static_assert(Block<Acc>::LANES == 16, "slot s: plane index s & 15 within s >> 4");
     const int shift = o_col0 & (VEC - 1);
     constexpr int RUN = VEC < 4 ? VEC : 4;  // accumulators per shared-memory store
     const bool runs = (o_col0 & (RUN - 1)) == 0;  // the chunk's runs are runs of the staged row
