@@ -250,7 +250,7 @@ template <typename T, typename Acc, int V> __device__ __forceinline__ void store
 // The taps of one work item: every staged value of its window times every filter tap that
 // carries it to one of the work item's positions.  CHECKED skips staged positions outside
 // out_backprop (window rows [row_begin, row_end) x columns [col_begin, col_end) are inside).
-template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int C, int STRIDE>
+template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int C>
 __device__ __forceinline__ void accumulate(
     const Acc* __restrict__ window, const Lane<Acc> (&w)[KH * KW],
     Acc (&acc)[Shape<KH, KW, SH, SW, R, C>::ITEM_ROWS][Shape<KH, KW, SH, SW, R, C>::ITEM_COLS][Block<Acc>::V], int row_begin,
@@ -263,7 +263,7 @@ __device__ __forceinline__ void accumulate(
 #pragma unroll
         for (int wc = 0; wc < Cols::WINDOW; ++wc) {
             if (CHECKED && (wr < row_begin || wr >= row_end || wc < col_begin || wc >= col_end)) continue;
-            const Lane<Acc> v = *reinterpret_cast<const Lane<Acc>*>(window + (wr * Cols::STAGED + wc) * STRIDE);
+            const Lane<Acc> v = *reinterpret_cast<const Lane<Acc>*>(window + (wr * Cols::STAGED + wc) * Block<Acc>::CHANNELS);
 #pragma unroll
             for (int i = 0; i < S::ITEM_ROWS; ++i) {
                 const int r = i - (wr - Rows::HALO) * SH;  // the tap row that carries staged row wr to row i
@@ -363,20 +363,14 @@ __device__ __forceinline__ void put_four(double* dst, double a, double b, double
 
 // RUN (1, 2 or 4) accumulators to shared memory aligned to RUN of them, in one store (two for 4
 // double).
-template <int RUN> __device__ __forceinline__ void put_run(float* dst, const float* v) {
+template <int RUN, typename Acc> __device__ __forceinline__ void put_run(Acc* dst, const Acc* v) {
     if constexpr (RUN == 4) {
         put_four(dst, v[0], v[1], v[2], v[3]);
     } else if constexpr (RUN == 2) {
-        *reinterpret_cast<float2*>(dst) = make_float2(v[0], v[1]);
-    } else {
-        dst[0] = v[0];
-    }
-}
-template <int RUN> __device__ __forceinline__ void put_run(double* dst, const double* v) {
-    if constexpr (RUN == 4) {
-        put_four(dst, v[0], v[1], v[2], v[3]);
-    } else if constexpr (RUN == 2) {
-        *reinterpret_cast<double2*>(dst) = make_double2(v[0], v[1]);
+        using Two = typename Pick<sizeof(Acc) == 4, float2, double2>::type;
+        Two two;
+        two.x = v[0], two.y = v[1];
+        *reinterpret_cast<Two*>(dst) = two;
     } else {
         dst[0] = v[0];
     }
@@ -546,12 +540,10 @@ template <> __device__ __forceinline__ void store_four<float>(float* dst, float4
 template <typename T, typename Acc>
 __device__ __forceinline__ void store_quad(T* dst, const Acc (&v)[4], int x, int in_cols, bool four) {
     if (four) {
-        if constexpr (sizeof(Acc) == 4) {
+        if constexpr (sizeof(Acc) == 4)
             store_four<T>(dst, make_float4(v[0], v[1], v[2], v[3]));
-        } else {
-            reinterpret_cast<double2*>(dst)[0] = make_double2(v[0], v[1]);
-            reinterpret_cast<double2*>(dst)[1] = make_double2(v[2], v[3]);
-        }
+        else  // double: T is double
+            put_four(dst, v[0], v[1], v[2], v[3]);
         return;
     }
 #pragma unroll
@@ -664,11 +656,10 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     using Cols = Axis<KW, SW, S::TILE_COLS, S::ITEM_COLS>;
     constexpr int CHANNELS = B::CHANNELS, V = B::V, LANES = B::LANES;
     constexpr int THREADS = LANES * S::TILE_ITEMS;  // 128, 64 or 32
-    // NHWC: CHANNELS accumulators per staged position; NCHW: channel planes (Planes).
-    constexpr int STRIDE = CHANNELS;
+    // The staged tile: NHWC, CHANNELS accumulators per staged position; NCHW, channel planes (Planes).
     constexpr int POSITIONS = Rows::STAGED * Cols::STAGED;
     using P = Planes<Acc, KH, KW, SH, SW, R, C>;
-    constexpr int BUFFER = L == NCHW ? P::SIZE : POSITIONS * STRIDE;
+    constexpr int BUFFER = L == NCHW ? P::SIZE : POSITIONS * CHANNELS;
     constexpr int TAPS = KH * KW;
 
     __shared__ __align__(16) Acc stage[BUFFER];
@@ -716,7 +707,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const bool active = channel < in_depth && y_first < in_rows && y_first + S::ITEM_ROWS > 0 && x_first < in_cols &&
                         x_first + S::ITEM_COLS > 0;
     const Acc* window = L == NCHW ? stage + lane * P::CP + (i0 / SH) * P::RP + j0 / SW
-                                  : stage + ((i0 / SH) * Cols::STAGED + j0 / SW) * STRIDE + V * lane;
+                                  : stage + ((i0 / SH) * Cols::STAGED + j0 / SW) * CHANNELS + V * lane;
 
     Acc acc[S::ITEM_ROWS][S::ITEM_COLS][V];
 #pragma unroll
@@ -773,7 +764,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                     // A pointer advanced by GROUPS rows per step: two adds, no multiply.
                     const T* from = out_backprop + (origin + group * row_step + col * out_depth);
                     const long long advance = static_cast<long long>(GROUPS) * row_step;
-                    Acc* const to = stage + (group * Cols::STAGED + col) * STRIDE + c;
+                    Acc* const to = stage + (group * Cols::STAGED + col) * CHANNELS + c;
                     const bool inside = col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows;
                     constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
 #pragma unroll
@@ -803,7 +794,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                                 break;
                             Acc values[ELEMENTS];
                             widen<T, Acc>(raw[k - k0], values);
-                            store16(to + k * GROUPS * Cols::STAGED * STRIDE, values);
+                            store16(to + k * GROUPS * Cols::STAGED * CHANNELS, values);
                         }
                     }
                 }
@@ -843,7 +834,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                         if (POSITIONS % SLOTS != 0 && slot + k * SLOTS >= POSITIONS) break;
                         Acc values[ELEMENTS];
                         widen<T, Acc>(raw[k - k0], values);
-                        store16(stage + (slot + k * SLOTS) * STRIDE + c, values);
+                        store16(stage + (slot + k * SLOTS) * CHANNELS + c, values);
                     }
                 }
             }
@@ -889,7 +880,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                         static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols) && c0 + (c >> pairs) < in_depth)
                         value = to_acc<Acc>(out_backprop[((n * out_rows + o_row) * out_cols + o_col) * out_depth +
                                                          oc0 + c * channel_step + q]);
-                    stage[position * STRIDE + c] = value;
+                    stage[position * CHANNELS + c] = value;
                 }
             } else {
                 // NCHW: rows of the channel planes, 16-byte chunks where rows are aligned (bit 0
@@ -942,7 +933,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                     accumulate_planes<false, Acc, KH, KW, SH, SW, R, C, P::READ, P::RP, P::CP>(window, w, acc, 0, 0, 0,
                                                                                             0);
                 else
-                    accumulate<false, Acc, KH, KW, SH, SW, R, C, STRIDE>(window, w, acc, 0, 0, 0, 0);
+                    accumulate<false, Acc, KH, KW, SH, SW, R, C>(window, w, acc, 0, 0, 0, 0);
             } else {
                 // The part of this thread's window inside out_backprop (computed here, from
                 // opaque values, so that it is not hoisted into the common path).
@@ -953,8 +944,8 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
                     accumulate_planes<true, Acc, KH, KW, SH, SW, R, C, P::READ, P::RP, P::CP>(
                         window, w, acc, row_begin, row_end, col_begin, col_end);
                 else
-                    accumulate<true, Acc, KH, KW, SH, SW, R, C, STRIDE>(window, w, acc, row_begin, row_end,
-                                                                       col_begin, col_end);
+                    accumulate<true, Acc, KH, KW, SH, SW, R, C>(window, w, acc, row_begin, row_end, col_begin,
+                                                               col_end);
             }
         }
     }
