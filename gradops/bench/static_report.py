@@ -378,8 +378,10 @@ def fractional_gather_work(row_cells: int, col_cells: int, chosen_loads: int = 1
     return 4 + row_cells * (1 + col_cells * (1 + chosen_loads + grad_loads)), {1: (row_cells, None)}
 
 
-#: Bytes of one entry of gather's cell lists with 32-bit indices (``fractional_max::CellEntry<int>``).
-GATHER_ENTRY_BYTES = 16
+def gather_entry_bytes(index_width: int) -> int:
+    """Bytes per load of an entry of gather's cell lists (``fractional_max::CellEntry<I>``: four
+    indices, 16-byte aligned at most, so a 32-byte entry of 64-bit indices is two loads)."""
+    return min(4 * index_width, 16)
 
 
 def _valid_taps(in_size, pad, filter_size, dilation, stride, out_size) -> np.ndarray:
@@ -636,7 +638,7 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
         return {"work": f"output element of a 1x1 cell (disjoint pooling), {v} per thread", "per_element": one / v,
                 "extra_text": f"2x2 cell: {four / v:.1f}", "per_element_2x2_cells": four / v,
                 "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
-    widths = {index, index_width, GATHER_ENTRY_BYTES} | ({element_width} if v > 1 else set())
+    widths = {index, index_width, gather_entry_bytes(index)} | ({element_width} if v > 1 else set())
     model = PathModel(kernel, tuple(sorted(widths)))
     grad = element_loads if v > 1 else 0
     one, counts = model.cost(*fractional_gather_work(1, 1, index_loads, grad), at_least=True)
@@ -1145,8 +1147,8 @@ def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels
     first = _stage("select", device, select, outputs // v, scost, spipes,
                    width * (inputs + outputs) + cw * outputs + bounds, width * outputs * (mean_cell + 1) + cw * outputs)
 
-    entry_width = min(4 * iw, 16)  # fractional_max::CellEntry: 16-byte aligned at most
-    gmodel = PathModel(gather, tuple(sorted({iw, index_width, entry_width} | ({element_width} if v > 1 else set()))))
+    gmodel = PathModel(gather, tuple(sorted({iw, index_width, gather_entry_bytes(iw)} |
+                                            ({element_width} if v > 1 else set()))))
     gwork = {k: (n, fractional_gather_work(*k, index_loads, element_loads if v > 1 else 0))
              for k, n in by_index.items()}
     gcost, gpipes = _mean_path(gmodel, gwork)
