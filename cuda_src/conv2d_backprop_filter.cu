@@ -121,16 +121,19 @@ template <typename T, typename Acc, int Kind, bool VECTOR>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR>::value)
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
-                             GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
+                             GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size,
+                             GRADOPS_INPUT_DIVS_PARAMS) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const index_t group = blockIdx.z / splits, split = blockIdx.z % splits;
+    // 32-bit: the grid's z (groups x splits) is below 65536.
+    const int split_count = static_cast<int>(splits);
+    const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
     FilterGradProblem<T, Acc> prob;
     prob.m_size = static_cast<int>(d.filter_rows * d.filter_cols * d.filter_in_depth);
     prob.n_size = static_cast<int>(d.out_per_group());
     prob.k_begin = static_cast<int>(split * split_size);
     prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
-    prob.x = igemm::InputOperand<T>(input, d, group);
+    prob.x = igemm::InputOperand<T>(input, d, group, GRADOPS_INPUT_DIVS(d));
     prob.out_backprop = out_backprop;
     prob.dst = {filter_grad, splits > 1 ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth *
                                                     d.out_depth
@@ -192,7 +195,8 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
                                  T* __restrict__ filter_grad, Acc* __restrict__ partial,
                                  GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const index_t group = blockIdx.z / splits, split = blockIdx.z % splits;
+    const int split_count = static_cast<int>(splits);  // 32-bit: the grid's z is below 65536
+    const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
     PointwiseFilterGradProblem<T, Acc> prob;
     prob.m_size = static_cast<int>(d.filter_in_depth);

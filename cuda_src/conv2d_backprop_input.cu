@@ -64,6 +64,7 @@ __global__ void conv2d_backprop_input_direct(const T* __restrict__ filter, const
 struct PhaseTaps {
     int first, step, count;
     __device__ __forceinline__ PhaseTaps() : first(0), step(1), count(0) {}
+    __device__ __forceinline__ PhaseTaps(int first_, int step_, int count_) : first(first_), step(step_), count(count_) {}
     __device__ __forceinline__ PhaseTaps(int phase, int pad, int stride, int dilation_mod_stride, int filter_size) {
         // r * dilation = phase + pad (mod stride) has solutions r = first (mod stride / gcd).
         int a = stride, b = dilation_mod_stride;
@@ -85,6 +86,49 @@ struct PhaseTaps {
     }
 };
 
+// The launcher's plan of the grid (gradops/backends/cuda/conv2d_backprop_input.py:
+// phase_plans), in int words: a header, then one entry per stride phase.  Computed once per
+// geometry on the host (and cached on the device), it holds what every thread's prologue would
+// otherwise derive with integer divisions (64-bit ones among them), a gcd loop and FastDiv
+// constructions.  A FastDiv is three words: magic, shift, divisor.  Both records are whole
+// 16-byte words (int4 loads).
+namespace phase_plan {
+enum Header { SPLITS = 0, PHASES = 3, OUT_PER_GROUP = 6, HEADER_WORDS = 12 };
+enum Entry {
+    M_SIZE = 0,      // batch x the phase's input positions (rows x cols)
+    REDUCTION = 1,   // taps_r.count x taps_s.count x out_per_group
+    PHASE_ROW = 2,
+    PHASE_COL = 3,
+    P_OFFSET = 4,    // the out_backprop row of position i's first tap, minus i (q alike)
+    Q_OFFSET = 5,
+    P_STEP = 6,      // out_backprop rows between consecutive taps of the phase (q alike)
+    Q_STEP = 7,
+    TAPS_R_FIRST = 8,
+    TAPS_R_STEP = 9,
+    TAPS_S_FIRST = 10,
+    TAPS_S_STEP = 11,
+    DIV_J = 12,      // FastDiv by the phase's input columns
+    DIV_I = 15,      // ... by its input rows
+    DIV_TAPS_S = 18, // ... by its column tap count (1 when no tap reaches it)
+    ENTRY_WORDS = 24
+};
+static_assert(HEADER_WORDS % 4 == 0 && ENTRY_WORDS % 4 == 0, "records of whole int4 words");
+// N words from src (16-byte aligned).
+template <int N> __device__ __forceinline__ void load(const int* __restrict__ src, int (&w)[N]) {
+#pragma unroll
+    for (int i = 0; i < N / 4; ++i) {
+        const int4 v = reinterpret_cast<const int4*>(src)[i];
+        w[4 * i] = v.x;
+        w[4 * i + 1] = v.y;
+        w[4 * i + 2] = v.z;
+        w[4 * i + 3] = v.w;
+    }
+}
+__device__ __forceinline__ FastDiv fast_div(const int* w) {
+    return FastDiv(static_cast<unsigned>(w[0]), w[1], w[2]);
+}
+}  // namespace phase_plan
+
 // The implicit GEMM of one (group, row phase, col phase), NHWC.  m = (n, i, j) is input
 // position (phase_row + i * stride_rows, phase_col + j * stride_cols); the reduction index is
 // (tap row index, tap col index, out channel k) with k fastest.
@@ -98,9 +142,11 @@ template <typename T, typename Acc> struct InputGradProblem {
     const T* __restrict__ out_backprop;
     igemm::SplitStore<T, Acc> dst;  // the input gradient (NHWC), or this split's slice of the scratch
     ConvDims d;
+    const int* __restrict__ entry;  // the phase's plan entry (phase_plan)
     FastDiv div_kg, div_taps_s, div_j, div_i;
     int phase_row, phase_col;
-    PhaseTaps taps_r, taps_s;
+    PhaseTaps taps_r, taps_s;  // taps_r.count unused (in the plan's reduction)
+    int p_offset, q_offset;    // see a_row
     int p_step, q_step;  // out_backprop rows (columns) between consecutive taps of the phase
     // 32-bit sizes (the launcher checks that an image of out_backprop and the filter fit).
     int out_rows, out_cols, out_depth, out_per_group, filter_cols, tap_elements;  // Cg * out_depth
@@ -127,10 +173,11 @@ template <typename T, typename Acc> struct InputGradProblem {
 
     // Row cursor of A: input position m = (n, i, j) as the out_backprop row and column its
     // phase's first taps read, p0 = (phase_row + i * stride_rows + pad_top - taps_r.first *
-    // dilation_rows) / stride_rows (exact: the phase's taps make the numerator a multiple of
-    // the stride), and likewise q0.  Tap index ri then reads row p0 - ri * p_step, p_step =
-    // taps_r.step * dilation_rows / stride_rows (exact: step * dilation is a multiple of the
-    // stride), so the main loop divides by no stride.
+    // dilation_rows) / stride_rows = i + p_offset (exact: the phase's taps make the numerator
+    // a multiple of the stride; the plan holds p_offset), and likewise q0.  Tap index ri then
+    // reads row p0 - ri * p_step, p_step = taps_r.step * dilation_rows / stride_rows (exact:
+    // step * dilation is a multiple of the stride), so neither the prologue nor the main loop
+    // divides by a stride.
     struct ARow {  // 32-bit: the launcher checks the padded extents (_conv_igemm.cursor_extents)
         const T* image;  // out_backprop's image n, at the group's first channel
         int p0, q0;
@@ -139,11 +186,7 @@ template <typename T, typename Acc> struct InputGradProblem {
     __device__ __forceinline__ ARow a_row(int m) const {
         int i, j;
         const int n = div_i.divmod(div_j.divmod(m, j), i);
-        return {out_backprop + n * out_image + out_channel0,
-                static_cast<int>((phase_row + static_cast<index_t>(i) * d.stride_rows + d.pad_top -
-                                  static_cast<index_t>(taps_r.first) * d.dilation_rows) / d.stride_rows),
-                static_cast<int>((phase_col + static_cast<index_t>(j) * d.stride_cols + d.pad_left -
-                                  static_cast<index_t>(taps_s.first) * d.dilation_cols) / d.stride_cols)};
+        return {out_backprop + n * out_image + out_channel0, i + p_offset, j + q_offset};
     }
     // B's row part: input channel c's filter row at the group's first out channel.
     __device__ __forceinline__ BRow b_row(int c) const {
@@ -164,8 +207,8 @@ template <typename T, typename Acc> struct InputGradProblem {
     __device__ __forceinline__ const T* a_base() const { return out_backprop; }
     __device__ __forceinline__ const T* b_base() const { return filter; }
     // Offset of the input-gradient element (position m, the group's first channel).  The
-    // tensor-core epilogue's row table (out_row, once per CTA after the main loop) rebuilds its
-    // divisors from the phase's extents, opaque to the optimiser, so that the prologue's are
+    // tensor-core epilogue's row table (out_row, once per CTA after the main loop) reloads its
+    // divisors from the plan at an offset opaque to the optimiser, so that the prologue's are
     // not kept in registers across the main loop; the SIMT epilogue (store, per element)
     // uses the prologue's.
     __device__ __forceinline__ index_t out_row_by(int m, const FastDiv& by_i, const FastDiv& by_j) const {
@@ -176,7 +219,9 @@ template <typename T, typename Acc> struct InputGradProblem {
         return ((n * d.in_rows + h) * d.in_cols + w) * d.in_depth + in_channel0;
     }
     __device__ __forceinline__ index_t out_row(int m) const {
-        return out_row_by(m, FastDiv(igemm::opaque(div_i.divisor)), FastDiv(igemm::opaque(div_j.divisor)));
+        int w[phase_plan::ENTRY_WORDS];
+        phase_plan::load(entry + igemm::opaque(0), w);
+        return out_row_by(m, phase_plan::fast_div(w + phase_plan::DIV_I), phase_plan::fast_div(w + phase_plan::DIV_J));
     }
     __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const { dst.at(row + c, v); }
     __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const { dst.chunk(row + c, v); }
@@ -189,6 +234,7 @@ template <typename T, typename Acc> struct InputGradProblem {
 // it).  Split z % splits covers reduction indices [split * split_size, (split + 1) * split_size)
 // of its phase's GEMM; with splits > 1 it writes its sums to partial[split][input element]
 // (NHWC; zero where its range holds none of the phase's taps) and split_reduce adds them.
+// plan: the launcher's phase_plan (header, then an entry per phase; 16-byte aligned).
 // VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
 // SPLIT: whether the launcher splits the reduction (splits > 1); an unsplit instantiation has
 // no scratch path in its epilogue.
@@ -196,54 +242,53 @@ template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value,
                                   igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR, SPLIT>::value)
 conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
-                            T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
-                            long long splits, long long split_size) {
+                            T* __restrict__ input_grad, Acc* __restrict__ partial, const int* __restrict__ plan,
+                            GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
+    using namespace phase_plan;
     InputGradProblem<T, Acc> prob{};
     prob.d = GRADOPS_CONV_DIMS;
     const ConvDims& d = prob.d;
-    // 32-bit prologue (the launcher checks the extents; the grid's z, groups x phases, is
-    // below 65536): no 64-bit division.
-    const int stride_r = static_cast<int>(stride_rows), stride_c = static_cast<int>(stride_cols);
-    const int phases = stride_r * stride_c, split_count = SPLIT ? static_cast<int>(splits) : 1;
-    const int split = static_cast<int>(blockIdx.z) % split_count, group_phase = static_cast<int>(blockIdx.z) / split_count;
-    const int group = group_phase / phases, phase = group_phase % phases;
-    prob.phase_row = phase / stride_c;
-    prob.phase_col = phase % stride_c;
-    // Input positions of this phase per dimension (none when the phase is past the image).
-    const int image_rows = static_cast<int>(in_rows), image_cols = static_cast<int>(in_cols);
-    const int rows = image_rows > prob.phase_row ? (image_rows - prob.phase_row + stride_r - 1) / stride_r : 0;
-    const int cols = image_cols > prob.phase_col ? (image_cols - prob.phase_col + stride_c - 1) / stride_c : 0;
-    const index_t m_size = d.batch * rows * cols;
-    if (static_cast<index_t>(blockIdx.x) * igemm::Config<T, Kind>::BM >= m_size) return;  // whole CTA
+    // z = (group x phases + phase) x splits + split, below 65536.
+    int header[HEADER_WORDS];
+    load(plan, header);
+    int split = 0, phase;
+    const int group_phase = SPLIT ? fast_div(header + SPLITS).divmod(static_cast<int>(blockIdx.z), split)
+                                  : static_cast<int>(blockIdx.z);
+    const int group = fast_div(header + PHASES).divmod(group_phase, phase);
+    prob.entry = plan + HEADER_WORDS + ENTRY_WORDS * phase;
+    int w[ENTRY_WORDS];
+    load(prob.entry, w);
+    prob.m_size = w[M_SIZE];
+    if (static_cast<index_t>(blockIdx.x) * igemm::Config<T, Kind>::BM >= prob.m_size) return;  // whole CTA
 
-    prob.taps_r = PhaseTaps(prob.phase_row, static_cast<int>(d.pad_top), stride_r,
-                            static_cast<int>(d.dilation_rows % stride_r), static_cast<int>(d.filter_rows));
-    prob.taps_s = PhaseTaps(prob.phase_col, static_cast<int>(d.pad_left), stride_c,
-                            static_cast<int>(d.dilation_cols % stride_c), static_cast<int>(d.filter_cols));
-    prob.p_step = static_cast<int>(prob.taps_r.step * d.dilation_rows / d.stride_rows);
-    prob.q_step = static_cast<int>(prob.taps_s.step * d.dilation_cols / d.stride_cols);
+    prob.phase_row = w[PHASE_ROW];
+    prob.phase_col = w[PHASE_COL];
+    prob.p_offset = w[P_OFFSET];
+    prob.q_offset = w[Q_OFFSET];
+    prob.p_step = w[P_STEP];
+    prob.q_step = w[Q_STEP];
+    prob.div_j = fast_div(w + DIV_J);
+    prob.div_i = fast_div(w + DIV_I);
+    prob.div_taps_s = fast_div(w + DIV_TAPS_S);
+    prob.div_kg = fast_div(header + OUT_PER_GROUP);
+    prob.taps_r = PhaseTaps(w[TAPS_R_FIRST], w[TAPS_R_STEP], 0);
+    prob.taps_s = PhaseTaps(w[TAPS_S_FIRST], w[TAPS_S_STEP], prob.div_taps_s.divisor);
+    // 32-bit sizes (the launcher checks that an image of out_backprop and the filter fit).
     prob.out_rows = static_cast<int>(d.out_rows);
     prob.out_cols = static_cast<int>(d.out_cols);
     prob.out_depth = static_cast<int>(d.out_depth);
     prob.filter_cols = static_cast<int>(d.filter_cols);
     prob.out_image = d.out_rows * d.out_cols * d.out_depth;
-    const index_t out_per_group = d.out_per_group();
-    prob.out_per_group = static_cast<int>(out_per_group);
+    prob.out_per_group = prob.div_kg.divisor;
     prob.tap_elements = static_cast<int>(d.filter_in_depth * d.out_depth);
-    prob.m_size = static_cast<int>(m_size);
     prob.n_size = static_cast<int>(d.filter_in_depth);
-    const int reduction = prob.taps_r.count * prob.taps_s.count * static_cast<int>(out_per_group);
     prob.k_begin = split * static_cast<int>(split_size);
-    prob.k_end = min(reduction, prob.k_begin + static_cast<int>(split_size));
+    prob.k_end = min(w[REDUCTION], prob.k_begin + static_cast<int>(split_size));
     prob.filter = filter;
     prob.out_backprop = out_backprop;
     prob.dst = {input_grad, SPLIT ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
-    prob.div_kg = FastDiv(static_cast<int>(out_per_group));
-    prob.div_taps_s = FastDiv(prob.taps_s.count > 0 ? prob.taps_s.count : 1);
-    prob.div_j = FastDiv(static_cast<int>(cols));
-    prob.div_i = FastDiv(static_cast<int>(rows));
     prob.in_channel0 = group * d.filter_in_depth;
-    prob.out_channel0 = group * out_per_group;
+    prob.out_channel0 = group * static_cast<index_t>(prob.out_per_group);
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }
 
@@ -289,8 +334,8 @@ conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restric
                                 T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
                                 long long splits, long long split_size) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const index_t split_count = SPLIT ? splits : 1;
-    const index_t group = blockIdx.z / split_count, split = blockIdx.z % split_count;
+    const int split_count = SPLIT ? static_cast<int>(splits) : 1;  // 32-bit: the grid's z is below 65536
+    const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
     PointwiseInputGradProblem<T, Acc> prob;
     prob.m_size = static_cast<int>(d.batch * d.in_rows * d.in_cols);
     prob.n_size = static_cast<int>(d.filter_in_depth);

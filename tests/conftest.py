@@ -121,13 +121,14 @@ FOREIGN_GPU_WRAPPERS = pytest.mark.parametrize("wrapper", [CudaArrayInterfaceOnl
 
 
 @pytest.fixture(autouse=True)
-def _fresh_fractional_table_cache():
-    """The fractional-pooling launcher keeps device copies of its cell tables; a test's CPU
-    stand-in (and the memory it holds) must not outlive the test through that cache."""
+def _fresh_launch_table_cache():
+    """The launchers keep device copies of their tables (fractional pooling's cells, the input
+    gradient's phase plans); a test's CPU stand-in (and the memory it holds) must not outlive
+    the test through that cache."""
     yield
     import importlib
 
-    importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").clear_table_cache()
+    importlib.import_module("gradops.backends.cuda._runtime").clear_table_cache()
 
 
 def _install_host_device(request, monkeypatch):

@@ -421,8 +421,8 @@ def test_cuda_split_reduction(cuda_device, rng, dtype, splits, r, strides, dilat
 
 
 @pytest.mark.parametrize("text,replacement", [
-    ("prob.k_end = min(reduction, prob.k_begin + static_cast<int>(split_size));",
-     "prob.k_end = min(reduction, prob.k_begin + 2 * static_cast<int>(split_size));"),
+    ("prob.k_end = min(w[REDUCTION], prob.k_begin + static_cast<int>(split_size));",
+     "prob.k_end = min(w[REDUCTION], prob.k_begin + 2 * static_cast<int>(split_size));"),
     ("prob.k_begin + static_cast<int>(split_size));\n    prob.filter = filter;\n    prob.out_backprop = out_backprop;\n"
      "    prob.dst = {input_grad, SPLIT ? partial + split",
      "prob.k_begin + static_cast<int>(split_size));\n    prob.filter = filter;\n    prob.out_backprop = out_backprop;\n"
@@ -446,6 +446,140 @@ def test_planted_split_bugs_fail_the_comparison(monkeypatch, tmp_path, text, rep
                                          backend="numpy")
     with pytest.raises(AssertionError):
         assert_close(got, want, np.float32)
+
+
+PLAN_BUG_TEXTS = [
+    ("prob.p_offset = w[P_OFFSET];", "prob.p_offset = w[Q_OFFSET];"),
+    ("prob.taps_s = PhaseTaps(w[TAPS_S_FIRST], w[TAPS_S_STEP]", "prob.taps_s = PhaseTaps(w[TAPS_R_FIRST], w[TAPS_S_STEP]"),
+    ("const int group = fast_div(header + PHASES).divmod(group_phase, phase);",
+     "const int group = fast_div(header + SPLITS).divmod(group_phase, phase);"),
+    ("return out_row_by(m, phase_plan::fast_div(w + phase_plan::DIV_I), phase_plan::fast_div(w + phase_plan::DIV_J));",
+     "return out_row_by(m, phase_plan::fast_div(w + phase_plan::DIV_J), phase_plan::fast_div(w + phase_plan::DIV_I));"),
+    ("prob.entry = plan + HEADER_WORDS + ENTRY_WORDS * phase;",  # (a permutation of phases would be harmless)
+     "prob.entry = plan + HEADER_WORDS + ENTRY_WORDS * (phase / 2 * 2);"),
+]
+
+
+@pytest.mark.parametrize("text,replacement", PLAN_BUG_TEXTS,
+                         ids=["row-offset-from-columns", "column-taps-from-rows", "phase-decoded-by-splits",
+                              "epilogue-divisors-swapped", "two-phases-share-an-entry"])
+def _plan_problem(dtype):
+    """The planted plan bugs' problem (rows and columns differ in size, padding, stride and
+    dilation; two splits), run on the installed device: (the tiled kernel's result, NumPy's)."""
+    rng = np.random.default_rng(5)
+    strides, dilations, pads = (2, 3), (1, 2), ((2, 1), (0, 2))
+    x_shape, filt, dy = make_problem(rng, dtype, 2, 9, 14, 1, 16, 24, 3, 4, strides, "EXPLICIT", dilations, pads)
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", strides, "EXPLICIT", dilations,
+                      pads)
+    got = to_host(cuda_launcher("conv2d_backprop_input").conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy),
+                                                                                path="tiled", splits=2))
+    want = gradops.conv2d_backprop_input(x_shape, filt, dy, **attrs("NHWC", strides, "EXPLICIT", dilations, pads),
+                                         backend="numpy")
+    return got, want
+
+
+@pytest.mark.parametrize("text,replacement", PLAN_BUG_TEXTS,
+                         ids=["row-offset-from-columns", "column-taps-from-rows", "phase-decoded-by-splits",
+                              "epilogue-divisors-swapped", "two-phases-share-an-entry"])
+def test_planted_plan_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
+    """Bugs planted where the general kernel reads the launcher's phase plan give wrong results
+    (or writes the host model's guards catch) in float16, whose tensor-core epilogue rereads
+    the plan."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    source = (cuda_host._build.source_dir() / "conv2d_backprop_input.cu").read_text()
+    assert source.count(text) == 1
+    cuda_host.planted_sources(tmp_path, "conv2d_backprop_input.cu", (text, replacement))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    with pytest.raises(AssertionError):
+        got, want = _plan_problem(np.float16)
+        assert_close(got, want, np.float16)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+def test_planted_plan_problem_passes_unplanted(monkeypatch, dtype):
+    """test_planted_plan_bugs_fail_the_comparison's problem, on the real kernel: correct."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.HostDevice(order="shuffled", seed=5).install(monkeypatch)
+    got, want = _plan_problem(dtype)
+    assert_close(got, want, dtype)
+
+
+def test_phase_plan_words_are_the_kernels():
+    """The launcher writes each plan word where the kernel's phase_plan enums read it."""
+    import re
+
+    import cuda_host
+
+    launcher = cuda_launcher("conv2d_backprop_input")
+    source = (cuda_host._build.source_dir() / launcher.SOURCE).read_text()
+    block = source[source.index("namespace phase_plan {"):source.index("}  // namespace phase_plan")]
+    enums = {name: int(value) for name, value in re.findall(r"\b([A-Z_]+) = (\d+)", block)}
+    assert enums == {**launcher.PLAN_HEADER, **launcher.PLAN_ENTRY}
+
+
+def _fast_div_words_divide(words, numerators):
+    magic, shift, divisor = int(np.int32(words[0]).view(np.uint32)), int(words[1]), int(words[2])
+    return all((n * magic) >> shift == n // divisor for n in numerators)
+
+
+@pytest.mark.parametrize("stride_rows,stride_cols", [(1, 1), (2, 2), (3, 2), (1, 4), (4, 3)])
+def test_phase_plans_against_brute_force(stride_rows, stride_cols):
+    """Every word of the plan from its definition: per phase, the taps that reach its positions
+    (searched over the filter), its positions, and the out_backprop row each (position, tap)
+    reads; the FastDivs divide exactly."""
+    launcher = cuda_launcher("conv2d_backprop_input")
+    rng = np.random.default_rng(stride_rows * 10 + stride_cols)
+    numerators = [0, 1, 2, 3, 7, 1000, 2**20 + 3, 2**31 - 1, *rng.integers(0, 2**31, 64).tolist()]
+    for _ in range(40):
+        r, s = (int(v) for v in rng.integers(1, 6, 2))
+        dilations = tuple(int(v) for v in rng.integers(1, 5, 2))
+        pads = tuple((int(a), int(b)) for a, b in rng.integers(0, 4, (2, 2)))
+        h = int(rng.integers((r - 1) * dilations[0] + 1, 20))
+        w = int(rng.integers((s - 1) * dilations[1] + 1, 20))
+        cg, og, n, splits = 2, int(rng.integers(1, 40)), int(rng.integers(1, 4)), int(rng.integers(1, 6))
+        strides = (stride_rows, stride_cols)
+        x_shape, filt, dy = make_problem(rng, np.float32, n, h, w, 1, cg, og, r, s, strides, "EXPLICIT", dilations,
+                                         pads)
+        g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", strides, "EXPLICIT",
+                          dilations, pads)
+        plan = launcher.phase_plans(g, splits)
+        head, entry = launcher.PLAN_HEADER, launcher.PLAN_ENTRY
+        assert plan.dtype == np.int32 and len(plan) == head["HEADER_WORDS"] + strides[0] * strides[1] * entry[
+            "ENTRY_WORDS"]
+        for name, divisor in (("SPLITS", splits), ("PHASES", strides[0] * strides[1]), ("OUT_PER_GROUP", og)):
+            words = plan[head[name]:head[name] + 3]
+            assert words[2] == divisor and _fast_div_words_divide(words, numerators)
+        for phase_row in range(strides[0]):
+            for phase_col in range(strides[1]):
+                at = head["HEADER_WORDS"] + (phase_row * strides[1] + phase_col) * entry["ENTRY_WORDS"]
+                e = {k: int(plan[at + v]) for k, v in entry.items() if k != "ENTRY_WORDS"}
+                taps_r = [t for t in range(r) if (phase_row + pads[0][0] - t * dilations[0]) % strides[0] == 0]
+                taps_s = [t for t in range(s) if (phase_col + pads[1][0] - t * dilations[1]) % strides[1] == 0]
+                rows, cols = range(phase_row, h, strides[0]), range(phase_col, w, strides[1])
+                assert (e["PHASE_ROW"], e["PHASE_COL"]) == (phase_row, phase_col)
+                assert e["M_SIZE"] == n * len(rows) * len(cols)
+                assert e["REDUCTION"] == len(taps_r) * len(taps_s) * og
+                for taps, first, step in ((taps_r, e["TAPS_R_FIRST"], e["TAPS_R_STEP"]),
+                                          (taps_s, e["TAPS_S_FIRST"], e["TAPS_S_STEP"])):
+                    assert taps == list(range(first, len(taps) and max(taps) + 1, step))
+                for name, size in (("DIV_I", len(rows)), ("DIV_J", len(cols)), ("DIV_TAPS_S", len(taps_s))):
+                    words = [plan[at + entry[name] + k] for k in range(3)]
+                    assert words[2] == max(size, 1) and _fast_div_words_divide(words, numerators)
+                # The out_backprop row (column) position i (j) reads at tap index ri (si).
+                for i, hh in enumerate(rows):
+                    for ri, t in enumerate(taps_r):
+                        assert i + e["P_OFFSET"] - ri * e["P_STEP"] == (hh + pads[0][0] - t * dilations[0]) // strides[0]
+                for j, ww in enumerate(cols):
+                    for si, t in enumerate(taps_s):
+                        assert j + e["Q_OFFSET"] - si * e["Q_STEP"] == (ww + pads[1][0] - t * dilations[1]) // strides[1]
 
 
 def test_split_count_fills_small_grids_only():

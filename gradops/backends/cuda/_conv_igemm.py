@@ -50,6 +50,14 @@ def dims_args(g) -> tuple:
     return tuple(np.int64(v) for v in values)
 
 
+def input_div_args(g) -> tuple:
+    """The ``GRADOPS_INPUT_DIVS_PARAMS`` scalars (cuda_src/igemm_tiles.cuh): the FastDiv
+    constants (magic, shift) of the input operand's divisors, filter_in_depth, filter_cols,
+    out_cols and out_rows."""
+    return tuple(v for d in (g.filter_in_depth, g.filter_cols, g.out_cols, g.out_rows)
+                 for v in _runtime.division_magic(max(d, 1)))
+
+
 #: The first compute capability with tensor cores (WMMA) for each (dtype, kind): float16 from
 #: Volta, bfloat16 and TF32 from Ampere (``igemm::HasTensorCores`` in the kernel source).
 TENSOR_CORE_ARCH = {

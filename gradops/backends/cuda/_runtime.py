@@ -26,6 +26,7 @@ import os
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from pathlib import Path
 
 import numpy as np
@@ -229,3 +230,70 @@ def i64(value: int) -> np.int64:
 def i32(value: int) -> np.int32:
     """A kernel scalar argument of C++ type ``int`` (only for values that are provably small)."""
     return np.int32(value)
+
+
+# --------------------------------------------------------------------------- launch tables
+
+#: Device copies of launch tables kept (per device, stream and everything a table depends on).
+TABLE_CACHE_SIZE = 16
+
+
+def division_magic(divisor: int) -> tuple[np.uint32, np.int32]:
+    """(m, s) with n // divisor == (n * m) >> s for every 0 <= n < 2**31 (m < 2**32): the
+    constants of ``FastDiv`` (cuda_src/igemm_tiles.cuh) and of the fractional pooling kernels'
+    index splits, computed once on the host instead of in every thread."""
+    shift = 31 + (int(divisor) - 1).bit_length()
+    magic = -(-(1 << shift) // int(divisor))
+    assert magic < 2**32
+    return np.uint32(magic), i32(shift)
+
+
+_table_cache: OrderedDict = OrderedDict()
+_table_lock = threading.Lock()
+
+
+def _current_stream(cupy):
+    """CuPy's current stream; None for a CuPy-like module without streams (the CPU stand-in of
+    the tests, on which every launch completes at once)."""
+    get = getattr(cupy.cuda, "get_current_stream", None)
+    return get() if get is not None else None
+
+
+def cached_tables(key: tuple, build):
+    """(device array, element offset of each table in it) of the host tables ``build()``
+    returns, packed into one upload on the current device and stream, cached under ``key``
+    (which must name everything the tables depend on) in a small LRU shared by the launchers
+    that pass tables (fractional pooling's cells, the input gradient's phase plans;
+    :data:`TABLE_CACHE_SIZE` entries).
+
+    The full key adds the CuPy module (the tests' CPU stand-in is a new one per emulated GPU),
+    the device and the stream.  Per stream, because the upload is queued on the current stream:
+    a kernel on another stream could read the tables before they arrive, and the memory of an
+    evicted copy returns to the pool of the stream that allocated it.  The entry keeps the stream
+    object, so its handle is not reused while the entry lives.
+    """
+    import cupy
+
+    stream = _current_stream(cupy)
+    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr), *key)
+    with _table_lock:
+        entry = _table_cache.get(key)
+        if entry is not None:
+            _table_cache.move_to_end(key)
+            return entry[0], entry[1]
+    tables = build()
+    offsets = tuple(int(v) for v in np.cumsum([0] + [len(t) for t in tables[:-1]]))
+    # One upload: CuPy stages host data through pinned memory and copies on the current stream.
+    packed = cupy.asarray(np.concatenate(tables))
+    with _table_lock:
+        _table_cache[key] = (packed, offsets, stream)
+        _table_cache.move_to_end(key)
+        while len(_table_cache) > TABLE_CACHE_SIZE:
+            _table_cache.popitem(last=False)
+    return packed, offsets
+
+
+def clear_table_cache() -> None:
+    """Drop every cached device copy of the launch tables."""
+    with _table_lock:
+        _table_cache.clear()

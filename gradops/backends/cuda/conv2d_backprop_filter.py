@@ -185,9 +185,11 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * splits)
     vector = ig.use_vector_loads(g, dtype, (x, dy, out), vector)
-    name = _pointwise_name(dtype, kind) if ig.pick_pointwise(g, vector, pointwise) else _tiled_name(dtype, kind, vector)
-    fn = _runtime.kernel(SOURCE, name)
-    fn(grid, (threads,), (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
+    args = (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size))
+    if ig.pick_pointwise(g, vector, pointwise):
+        _runtime.kernel(SOURCE, _pointwise_name(dtype, kind))(grid, (threads,), args)
+    else:
+        _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector))(grid, (threads,), (*args, *ig.input_div_args(g)))
     _reduce_splits(out, partial, splits)
     return out
 

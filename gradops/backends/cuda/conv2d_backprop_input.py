@@ -14,6 +14,8 @@ are bitwise reproducible.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..._dtypes import accumulator_dtype
@@ -107,6 +109,78 @@ def split_count(g, dtype, kind: int, splits: int | None = None) -> tuple[int, in
     return ig.split_reduction(ctas, red, bk, ig.GRID_YZ_LIMIT // groups_phases, splits)
 
 
+#: The general tiled kernel's plan (cuda_src/conv2d_backprop_input.cu, namespace phase_plan):
+#: word indices of the header and of each phase's entry (a FastDiv takes three words: magic,
+#: shift, divisor), and their sizes, each a whole number of int4s.
+PLAN_HEADER = {"SPLITS": 0, "PHASES": 3, "OUT_PER_GROUP": 6, "HEADER_WORDS": 12}
+PLAN_ENTRY = {"M_SIZE": 0, "REDUCTION": 1, "PHASE_ROW": 2, "PHASE_COL": 3, "P_OFFSET": 4, "Q_OFFSET": 5,
+              "P_STEP": 6, "Q_STEP": 7, "TAPS_R_FIRST": 8, "TAPS_R_STEP": 9, "TAPS_S_FIRST": 10,
+              "TAPS_S_STEP": 11, "DIV_J": 12, "DIV_I": 15, "DIV_TAPS_S": 18, "ENTRY_WORDS": 24}
+_FAST_DIV_FIELDS = {"SPLITS", "PHASES", "OUT_PER_GROUP", "DIV_J", "DIV_I", "DIV_TAPS_S"}
+
+
+def _record(layout: dict, size: str, **fields) -> list[int]:
+    """One plan record: each field at its word index, a FastDiv field (a divisor) as its
+    three words."""
+    words = [0] * layout[size]
+    for name, value in fields.items():
+        at = layout[name.upper()]
+        if name.upper() in _FAST_DIV_FIELDS:
+            magic, shift = _runtime.division_magic(value)
+            words[at:at + 3] = [int(np.uint32(magic).view(np.int32)), int(shift), value]
+        else:
+            words[at] = value
+    return words
+
+
+def phase_taps(phase: int, pad: int, stride: int, dilation: int, filter_size: int) -> tuple[int, int, int]:
+    """(first, step, count): the filter taps r = first + i * step, i < count, of one dimension
+    that reach the input positions of ``phase`` (position mod stride), i.e. those with
+    r * dilation = phase + pad (mod stride); the kernels' ``PhaseTaps``."""
+    step = stride // math.gcd(stride, dilation % stride)
+    target = (phase + pad) % stride
+    for r in range(step):
+        if r * dilation % stride == target:
+            return r, step, (ig.ceil_div(filter_size - r, step) if r < filter_size else 0)
+    return 0, step, 0
+
+
+def phase_plans(g, splits: int) -> np.ndarray:
+    """The general tiled kernel's plan (int32): a header (FastDivs by ``splits``, by the phase
+    count and by the out channels per group), then per phase (row phase major) the phase's
+    positions, reduction, taps, cursor offsets and FastDivs (the kernel's ``phase_plan``
+    names each word).  What every thread would otherwise compute in its prologue."""
+    out_per_group = g.out_depth // g.groups
+    words = _record(PLAN_HEADER, "HEADER_WORDS", splits=splits, phases=g.stride_rows * g.stride_cols,
+                    out_per_group=out_per_group)
+    for phase_row in range(g.stride_rows):
+        for phase_col in range(g.stride_cols):
+            first_r, step_r, count_r = phase_taps(phase_row, g.pad_top, g.stride_rows, g.dilation_rows, g.filter_rows)
+            first_s, step_s, count_s = phase_taps(phase_col, g.pad_left, g.stride_cols, g.dilation_cols,
+                                                  g.filter_cols)
+            rows = ig.ceil_div(g.in_rows - phase_row, g.stride_rows) if g.in_rows > phase_row else 0
+            cols = ig.ceil_div(g.in_cols - phase_col, g.stride_cols) if g.in_cols > phase_col else 0
+            # The offsets are exact divisions where the phase has taps (its taps make the
+            # numerators multiples of the stride) and unused where it has none.
+            words += _record(PLAN_ENTRY, "ENTRY_WORDS", m_size=g.batch * rows * cols,
+                             reduction=count_r * count_s * out_per_group, phase_row=phase_row, phase_col=phase_col,
+                             p_offset=(phase_row + g.pad_top - first_r * g.dilation_rows) // g.stride_rows,
+                             q_offset=(phase_col + g.pad_left - first_s * g.dilation_cols) // g.stride_cols,
+                             p_step=step_r * g.dilation_rows // g.stride_rows,
+                             q_step=step_s * g.dilation_cols // g.stride_cols,
+                             taps_r_first=first_r, taps_r_step=step_r, taps_s_first=first_s, taps_s_step=step_s,
+                             div_j=max(cols, 1), div_i=max(rows, 1), div_taps_s=max(count_s, 1))
+    return np.asarray(words, np.int64).astype(np.int32)
+
+
+def _device_plan(g, splits: int):
+    """:func:`phase_plans` on the device: built and uploaded once per geometry and split count."""
+    key = ("conv2d_backprop_input plan", splits, g.batch, g.in_rows, g.in_cols, g.in_depth, g.filter_rows,
+           g.filter_cols, g.out_depth, g.groups, g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols,
+           g.pad_top, g.pad_left)
+    return _runtime.cached_tables(key, lambda: [phase_plans(g, splits)])[0]
+
+
 def supports(op, geometry, dtype) -> tuple[bool, str]:
     if geometry.depthwise:
         return False, "depthwise filters are not handled by the conv2d_backprop_input kernels"
@@ -162,10 +236,13 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * g.stride_rows * g.stride_cols * splits)
     vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
     split = splits > 1
-    name = (_pointwise_name(dtype, kind, split) if ig.pick_pointwise(g, vector, pointwise)
-            else _tiled_name(dtype, kind, vector, split))
-    fn = _runtime.kernel(SOURCE, name)
-    fn(grid, (threads,), (w, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)))
+    tail = (*dims, np.int64(splits), np.int64(split_size))
+    if ig.pick_pointwise(g, vector, pointwise):
+        fn = _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split))
+        fn(grid, (threads,), (w, dy, out, partial, *tail))
+    else:
+        fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split))
+        fn(grid, (threads,), (w, dy, out, partial, _device_plan(g, splits), *tail))
     if splits > 1:
         reduce = _runtime.kernel(SOURCE, _reduce_name(dtype))
         _runtime.launch_1d(reduce, out.size, (partial, out, np.int64(out.size), np.int64(splits)))

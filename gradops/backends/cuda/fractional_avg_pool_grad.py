@@ -12,8 +12,6 @@ call.  CuPy is imported only when a call runs.
 from __future__ import annotations
 
 import functools
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +19,7 @@ import numpy as np
 from ..._errors import BackendUnavailableError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _build, _runtime
+from ._runtime import TABLE_CACHE_SIZE, cached_tables, clear_table_cache, division_magic  # noqa: F401 (re-exported)
 
 SOURCE = "fractional_avg_pool_grad.cu"
 KERNEL = "gradops::fractional_avg_pool_grad"
@@ -43,8 +42,6 @@ BLOCK_VECTORS = 4
 MAX_CELL_SIZE = 2**50
 #: Input rows per thread at most (each thread sums and stores one position per row).
 ROWS_PER_THREAD = 8
-#: Device copies of cell tables kept (per device, stream, geometry and tile shape).
-TABLE_CACHE_SIZE = 16
 
 
 def _expression(dtype, index: str = "int", vector: int | None = None) -> str:
@@ -223,14 +220,6 @@ def kernel_tables(g: FractionalPoolGeometry, p: Plan) -> list[np.ndarray]:
     return [t.astype(INDEX_TYPES[p.index]) for t in tables]
 
 
-def division_magic(divisor: int) -> tuple[np.uint32, np.int32]:
-    """(m, s) with n // divisor == (n * m) >> s for every 0 <= n < 2**31 (m < 2**32)."""
-    shift = 31 + (int(divisor) - 1).bit_length()
-    magic = -(-(1 << shift) // int(divisor))
-    assert magic < 2**32
-    return np.uint32(magic), _runtime.i32(shift)
-
-
 def kernel_scalars(g: FractionalPoolGeometry, p: Plan) -> tuple:
     """The kernel's scalar parameters, in order, after its pointers: sizes and tile counts in the
     index type, then the division constants, tile shape and staged-cell capacity as ``int``."""
@@ -243,17 +232,6 @@ def kernel_scalars(g: FractionalPoolGeometry, p: Plan) -> tuple:
             _runtime.i32(p.stage_cols.bit_length() - 1), _runtime.i32(p.share_cells))
 
 
-_table_cache: OrderedDict = OrderedDict()
-_table_lock = threading.Lock()
-
-
-def _current_stream(cupy):
-    """CuPy's current stream; None for a CuPy-like module without streams (the CPU stand-in of
-    the tests, on which every launch completes at once)."""
-    get = getattr(cupy.cuda, "get_current_stream", None)
-    return get() if get is not None else None
-
-
 def device_tables(g: FractionalPoolGeometry, p: Plan):
     """(device array, element offset of each table in it) for ``g`` and ``p`` on the current
     device and stream: uploaded on the first call, then taken from the cache (see
@@ -262,45 +240,6 @@ def device_tables(g: FractionalPoolGeometry, p: Plan):
     key = ("avg", p.index, p.tile_height, p.tile_cols, g.in_rows, g.in_cols, g.row_starts, g.row_ends,
            g.col_starts, g.col_ends)
     return cached_tables(key, lambda: kernel_tables(g, p))
-
-
-def cached_tables(key: tuple, build):
-    """(device array, element offset of each table in it) of the host tables ``build()``
-    returns, packed into one upload on the current device and stream, cached under ``key``
-    (which must name everything the tables depend on) in a small LRU shared by the fractional
-    pooling launchers (:data:`TABLE_CACHE_SIZE` entries).
-
-    The full key adds the CuPy module (the tests' CPU stand-in is a new one per emulated GPU),
-    the device and the stream.  Per stream, because the upload is queued on the current stream:
-    a kernel on another stream could read the tables before they arrive, and the memory of an
-    evicted copy returns to the pool of the stream that allocated it.  The entry keeps the stream
-    object, so its handle is not reused while the entry lives.
-    """
-    import cupy
-
-    stream = _current_stream(cupy)
-    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr), *key)
-    with _table_lock:
-        entry = _table_cache.get(key)
-        if entry is not None:
-            _table_cache.move_to_end(key)
-            return entry[0], entry[1]
-    tables = build()
-    offsets = tuple(int(v) for v in np.cumsum([0] + [len(t) for t in tables[:-1]]))
-    # One upload: CuPy stages host data through pinned memory and copies on the current stream.
-    packed = cupy.asarray(np.concatenate(tables))
-    with _table_lock:
-        _table_cache[key] = (packed, offsets, stream)
-        _table_cache.move_to_end(key)
-        while len(_table_cache) > TABLE_CACHE_SIZE:
-            _table_cache.popitem(last=False)
-    return packed, offsets
-
-
-def clear_table_cache() -> None:
-    """Drop every cached device copy of the cell tables (average and max pooling's)."""
-    with _table_lock:
-        _table_cache.clear()
 
 
 def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop, *, index: str | None = None,

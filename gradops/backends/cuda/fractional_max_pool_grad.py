@@ -22,7 +22,8 @@ import numpy as np
 from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
-from .fractional_avg_pool_grad import ELEMENT_TYPES, cached_tables, division_magic
+from ._runtime import cached_tables, division_magic
+from .fractional_avg_pool_grad import ELEMENT_TYPES
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
