@@ -80,13 +80,13 @@ def few_channel_wgrad(g, dtype) -> bool:
 
 def current_kernel(measured: str, g, split: bool = False) -> str:
     """The instantiation today's launcher runs where the measured run ran ``measured`` (whose
-    names predate the input gradient's SPLIT argument): the ``_1x1_igemm`` kernel (same grid)
-    for a 1x1 filter at stride 1 without padding with 16-byte loads, else the same kind; the
-    input gradient's with ``split`` as its last argument."""
+    names predate the tiled kernels' SPLIT argument): the ``_1x1_igemm`` kernel (same grid)
+    for a 1x1 filter at stride 1 without padding with 16-byte loads, else the same kind; with
+    ``split`` as its last argument."""
     name = measured
     if name.endswith(", true>") and "_1x1_" not in name and ig.pointwise_eligible(g):
         name = name.replace("_igemm<", "_1x1_igemm<")
-    if "conv2d_backprop_input" in name:
+    if "_igemm<" in name:
         name = f"{name[:-1]}, {ig.cpp_bool(split)}>"
     return name
 
@@ -164,10 +164,11 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
             row.update(kernel="few-channels", predicted_us=measured / 1e3)
             out.append(row)
             continue
-        # The current launcher splits small dgrad grids (the measured kernels never did).
+        # The current launcher splits small dgrad grids (the measured kernels never did); the
+        # filter gradient split as it does today.
         split = e["op"] == suites.CONV_INPUT and current != baseline
-        splits = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input").split_count(
-            g, dtype, kind)[0] if split else 1
+        launcher = importlib.import_module(f"gradops.backends.cuda.{e['op']}")
+        splits = launcher.split_count(g, dtype, kind)[0] if split or e["op"] == suites.CONV_FILTER else 1
         current_expr = current_kernel(expr, g, splits > 1)
         if current_expr not in after:  # a report of the measured kernels themselves
             current_expr = expr

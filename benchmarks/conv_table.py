@@ -217,10 +217,8 @@ def plan(op: str, g, dtype, allow_tf32: bool = False, few_channels: bool = True)
     bm, bn, bk, threads = ig.TILES[(dtype, kind)]
     vector = ig.use_vector_loads(g, dtype, ())
     # A 1x1 filter at stride 1 without padding runs the _1x1_igemm kernel (same grid and tile);
-    # the input gradient's kernels have a SPLIT argument (true where the launcher splits).
-    split = {}
-    if op == suites.CONV_INPUT:
-        split = {"split": LAUNCHERS[op].split_count(g, dtype, kind)[0] > 1}
+    # both ops' kernels have a SPLIT argument (true where the launcher splits).
+    split = {"split": LAUNCHERS[op].split_count(g, dtype, kind)[0] > 1}
     name = (launcher._pointwise_name(dtype, kind, **split) if ig.pick_pointwise(g, vector, None)
             else launcher._tiled_name(dtype, kind, vector, **split))
     p = Plan("tiled", name, kind, vector, (bm, bn, bk, threads))

@@ -70,7 +70,7 @@ conv2d_backprop_filter_direct(const T* __restrict__ input, const T* __restrict__
 
 // The implicit GEMM seen by igemm::run_cta (NHWC).  m = (r * filter_cols + s) * Cg + c is the
 // HWIO row, so C[m][n] lands at m * out_depth + group's first channel + n.
-template <typename T, typename Acc> struct FilterGradProblem {
+template <typename T, typename Acc, bool SPLIT> struct FilterGradProblem {
     // input is contiguous along channels (m), out_backprop along out channels (n).
     static constexpr bool A_K_CONTIG = false;
     static constexpr bool B_K_CONTIG = false;
@@ -78,7 +78,7 @@ template <typename T, typename Acc> struct FilterGradProblem {
     int m_size, n_size, k_begin, k_end;
     igemm::InputOperand<T> x;  // A[m][j] = x's element (tap m, position j)
     const T* __restrict__ out_backprop;
-    igemm::SplitStore<T, Acc> dst;  // the filter gradient, or this split's slice of the scratch
+    igemm::SplitStore<T, Acc, SPLIT> dst;  // the filter gradient, or this split's slice of the scratch
     index_t out_depth, out_channel0;
 
     using ARow = typename igemm::InputOperand<T>::TapRow;
@@ -116,8 +116,9 @@ template <typename T, typename Acc> struct FilterGradProblem {
 // indices [z * split_size, (z + 1) * split_size); with splits > 1 it writes partial sums to
 // partial[z][filter element] instead of filter_grad.
 // VECTOR: 16-byte loads (filter_in_depth and out_per_group multiples of 16 / sizeof(T), pointers
-// 16-byte aligned).
-template <typename T, typename Acc, int Kind, bool VECTOR>
+// 16-byte aligned).  SPLIT: whether the launcher splits the reduction (splits > 1); an unsplit
+// instantiation has no scratch path in its epilogue.
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR>::value)
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
@@ -125,19 +126,18 @@ conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ 
                              GRADOPS_INPUT_DIVS_PARAMS) {
     const ConvDims d = GRADOPS_CONV_DIMS;
     // 32-bit: the grid's z (groups x splits) is below 65536.
-    const int split_count = static_cast<int>(splits);
+    const int split_count = SPLIT ? static_cast<int>(splits) : 1;
     const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
-    FilterGradProblem<T, Acc> prob;
+    FilterGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.filter_rows * d.filter_cols * d.filter_in_depth);
     prob.n_size = static_cast<int>(d.out_per_group());
     prob.k_begin = static_cast<int>(split * split_size);
     prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
     prob.x = igemm::InputOperand<T>(input, d, group, GRADOPS_INPUT_DIVS(d));
     prob.out_backprop = out_backprop;
-    prob.dst = {filter_grad, splits > 1 ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth *
-                                                    d.out_depth
-                                        : nullptr};
+    prob.dst = {filter_grad,
+                SPLIT ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth * d.out_depth : nullptr};
     prob.out_depth = d.out_depth;
     prob.out_channel0 = group * d.out_per_group();
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
@@ -147,14 +147,14 @@ conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ 
 // padding, position j reads input row j, so A[c][j] = input[j][group's channel c] and
 // B[j][k] = out_backprop[j][k]: both operands are plain row-major matrices contiguous along
 // their rows.  The reduction cursor is two row pointers, advanced by one 64-bit add each.
-template <typename T, typename Acc> struct PointwiseFilterGradProblem {
+template <typename T, typename Acc, bool SPLIT> struct PointwiseFilterGradProblem {
     static constexpr bool A_K_CONTIG = false;
     static constexpr bool B_K_CONTIG = false;
 
     int m_size, n_size, k_begin, k_end;
     const T* __restrict__ input;
     const T* __restrict__ out_backprop;
-    igemm::SplitStore<T, Acc> dst;  // the filter gradient, or this split's slice of the scratch
+    igemm::SplitStore<T, Acc, SPLIT> dst;  // the filter gradient, or this split's slice of the scratch
     index_t in_depth, out_depth, in_channel0, out_channel0;
 
     using ARow = igemm::ChannelRow;  // the input channel (group's first + c)
@@ -187,25 +187,25 @@ template <typename T, typename Acc> struct PointwiseFilterGradProblem {
     __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 
-// grid and splits as for conv2d_backprop_filter_igemm; the launcher takes it for
+// grid, splits and SPLIT as for conv2d_backprop_filter_igemm; the launcher takes it for
 // filter_rows == filter_cols == 1, strides 1 and no padding, with 16-byte loads.
-template <typename T, typename Acc, int Kind, bool VECTOR>
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR>::value)
 conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                  T* __restrict__ filter_grad, Acc* __restrict__ partial,
                                  GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const int split_count = static_cast<int>(splits);  // 32-bit: the grid's z is below 65536
+    const int split_count = SPLIT ? static_cast<int>(splits) : 1;  // 32-bit: the grid's z is below 65536
     const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
-    PointwiseFilterGradProblem<T, Acc> prob;
+    PointwiseFilterGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.filter_in_depth);
     prob.n_size = static_cast<int>(d.out_per_group());
     prob.k_begin = static_cast<int>(split * split_size);
     prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
     prob.input = input;
     prob.out_backprop = out_backprop;
-    prob.dst = {filter_grad, splits > 1 ? partial + split * d.filter_in_depth * d.out_depth : nullptr};
+    prob.dst = {filter_grad, SPLIT ? partial + split * d.filter_in_depth * d.out_depth : nullptr};
     prob.in_depth = d.in_depth;
     prob.out_depth = d.out_depth;
     prob.in_channel0 = group * d.filter_in_depth;

@@ -132,7 +132,7 @@ __device__ __forceinline__ FastDiv fast_div(const int* w) {
 // The implicit GEMM of one (group, row phase, col phase), NHWC.  m = (n, i, j) is input
 // position (phase_row + i * stride_rows, phase_col + j * stride_cols); the reduction index is
 // (tap row index, tap col index, out channel k) with k fastest.
-template <typename T, typename Acc> struct InputGradProblem {
+template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
     // out_backprop and the filter are both contiguous along out channels (the reduction).
     static constexpr bool A_K_CONTIG = true;
     static constexpr bool B_K_CONTIG = true;
@@ -140,7 +140,7 @@ template <typename T, typename Acc> struct InputGradProblem {
     int m_size, n_size, k_begin, k_end;
     const T* __restrict__ filter;
     const T* __restrict__ out_backprop;
-    igemm::SplitStore<T, Acc> dst;  // the input gradient (NHWC), or this split's slice of the scratch
+    igemm::SplitStore<T, Acc, SPLIT> dst;  // the input gradient (NHWC), or this split's slice of the scratch
     ConvDims d;
     const int* __restrict__ entry;  // the phase's plan entry (phase_plan)
     FastDiv div_kg, div_taps_s, div_j, div_i;
@@ -245,7 +245,7 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
                             T* __restrict__ input_grad, Acc* __restrict__ partial, const int* __restrict__ plan,
                             GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
     using namespace phase_plan;
-    InputGradProblem<T, Acc> prob{};
+    InputGradProblem<T, Acc, SPLIT> prob{};
     prob.d = GRADOPS_CONV_DIMS;
     const ConvDims& d = prob.d;
     // z = (group x phases + phase) x splits + split, below 65536.
@@ -294,14 +294,14 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
 
 // The GEMM of conv2d_backprop_input_1x1_igemm (NHWC, one group): rows of out_backprop and of
 // the filter's [in channel][out channel] matrix are both contiguous along the reduction.
-template <typename T, typename Acc> struct PointwiseInputGradProblem {
+template <typename T, typename Acc, bool SPLIT> struct PointwiseInputGradProblem {
     static constexpr bool A_K_CONTIG = true;
     static constexpr bool B_K_CONTIG = true;
 
     int m_size, n_size, k_begin, k_end;
     const T* __restrict__ filter;
     const T* __restrict__ out_backprop;
-    igemm::SplitStore<T, Acc> dst;  // the input gradient (NHWC), or this split's slice of the scratch
+    igemm::SplitStore<T, Acc, SPLIT> dst;  // the input gradient (NHWC), or this split's slice of the scratch
     index_t out_depth, in_depth, in_channel0, out_channel0;
 
     struct ARow {
@@ -336,7 +336,7 @@ conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restric
     const ConvDims d = GRADOPS_CONV_DIMS;
     const int split_count = SPLIT ? static_cast<int>(splits) : 1;  // 32-bit: the grid's z is below 65536
     const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
-    PointwiseInputGradProblem<T, Acc> prob;
+    PointwiseInputGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.batch * d.in_rows * d.in_cols);
     prob.n_size = static_cast<int>(d.filter_in_depth);
     prob.k_begin = static_cast<int>(split * split_size);

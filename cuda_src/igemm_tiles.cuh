@@ -1130,18 +1130,19 @@ template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false> struct 
     static constexpr int value = TWO_FIT ? 2 : 1;
 };
 
-// Where a problem's C lands: the output, or with a split reduction (partial not null) this
-// split's slice of the float / double scratch, which split_reduce sums in split order.
-template <typename T, typename Acc> struct SplitStore {
+// Where a problem's C lands: the output or, with a split reduction (SPLIT), this split's slice
+// of the float / double scratch, which split_reduce sums in split order.  A template argument,
+// not a null test, so that an instantiation carries one store path.
+template <typename T, typename Acc, bool SPLIT> struct SplitStore {
     T* __restrict__ out;
-    Acc* __restrict__ partial;
+    Acc* __restrict__ partial;  // unused without SPLIT
     __device__ __forceinline__ void at(index_t i, Acc v) const {
-        if (partial) partial[i] = v;
+        if constexpr (SPLIT) partial[i] = v;
         else out[i] = from_acc<T, Acc>(v);
     }
     // Eight float sums at i (a multiple of 8): one 16-byte store of T, or two of floats.
     __device__ __forceinline__ void chunk(index_t i, const float (&v)[8]) const {
-        if (partial) {
+        if constexpr (SPLIT) {
             reinterpret_cast<float4*>(partial + i)[0] = *reinterpret_cast<const float4*>(v);
             reinterpret_cast<float4*>(partial + i)[1] = *reinterpret_cast<const float4*>(v + 4);
         } else {

@@ -586,11 +586,12 @@ def test_conv_prediction_maps_1x1_cases_to_the_1x1_kernels():
                           "VALID", [], "NHWC", [1, 1, 1, 1])
     strided = conv2d_geometry("Conv2DBackpropInput", (2, 16, 16, 64), (1, 1, 64, 64), (2, 8, 8, 64), [1, 2, 2, 1],
                               "VALID", [], "NHWC", [1, 1, 1, 1])
+    # both ops' tiled kernels gained a SPLIT argument since the measured run
     wgrad = "gradops::conv2d_backprop_filter_igemm<__half, float, 1, {}>"
-    assert cp.current_kernel(wgrad.format("true"), one) == "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true>"
-    assert cp.current_kernel(wgrad.format("false"), one) == wgrad.format("false")
-    assert cp.current_kernel(wgrad.format("true"), strided) == wgrad.format("true")
-    # the input gradient's kernels gained a SPLIT argument since the measured run
+    assert (cp.current_kernel(wgrad.format("true"), one, True)
+            == "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>")
+    assert cp.current_kernel(wgrad.format("false"), one) == wgrad.format("false, false")
+    assert cp.current_kernel(wgrad.format("true"), strided) == wgrad.format("true, false")
     dgrad = "gradops::conv2d_backprop_input_igemm<__half, float, 1, {}>"
     assert cp.current_kernel(dgrad.format("true"), one, True) == "gradops::conv2d_backprop_input_1x1_igemm<__half, float, 1, true, true>"
     assert cp.current_kernel(dgrad.format("false"), one) == dgrad.format("false, false")

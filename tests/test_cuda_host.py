@@ -622,7 +622,7 @@ def test_a_launcher_that_skips_the_contiguous_copy_is_caught(monkeypatch):
 
 
 def test_launch_bounds_are_read_per_instantiation(kernels):
-    tiled = "gradops::conv2d_backprop_filter_igemm<float, float, 0, false>"
+    tiled = "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, false>"
     direct = "gradops::conv2d_backprop_filter_direct<double, double, 1>"
     host = cuda_host.HostKernels("conv2d_backprop_filter.cu", [tiled, direct])
     assert host.launch_bound(tiled) == 256  # igemm::Threads<float, SIMT>
@@ -637,9 +637,9 @@ def test_a_block_past_the_launch_bounds_is_refused(monkeypatch):
     import cupy
 
     a = cupy.zeros((4,), np.float32)
-    tiled = "gradops::conv2d_backprop_filter_igemm<float, float, 0, false>"
+    tiled = "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, false>"
     launch = device.kernel("conv2d_backprop_filter.cu", tiled)
-    args = (a, a, a, a, *(np.int64(1),) * 19)
+    args = (a, a, a, a, *(np.int64(1),) * 19, *(np.uint32(2**31), np.int32(31)) * 4)  # dims, splits, FastDivs by 1
     with pytest.raises(cuda_host.HostLaunchError, match="exceeds the kernel's __launch_bounds__ \\(256"):
         launch((1,), (512,), args)
 

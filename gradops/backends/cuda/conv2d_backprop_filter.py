@@ -45,12 +45,13 @@ def _direct_name(dtype, layout: str) -> str:
     return f"gradops::conv2d_backprop_filter_direct<{ig.template_types(dtype)}, {ig.LAYOUT[layout]}>"
 
 
-def _tiled_name(dtype, kind: int, vector: bool) -> str:
-    return f"gradops::conv2d_backprop_filter_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}>"
+def _tiled_name(dtype, kind: int, vector: bool, split: bool = False) -> str:
+    return (f"gradops::conv2d_backprop_filter_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}, "
+            f"{ig.cpp_bool(split)}>")
 
 
-def _pointwise_name(dtype, kind: int) -> str:
-    return f"gradops::conv2d_backprop_filter_1x1_igemm<{ig.template_types(dtype)}, {kind}, true>"
+def _pointwise_name(dtype, kind: int, split: bool = False) -> str:
+    return f"gradops::conv2d_backprop_filter_1x1_igemm<{ig.template_types(dtype)}, {kind}, true, {ig.cpp_bool(split)}>"
 
 
 def _reduce_name(dtype) -> str:
@@ -63,11 +64,13 @@ def _few_channels_name(dtype, channels: int) -> str:
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """The name expressions compute capability ``arch`` can run (None: every one)."""
-    pointwise = [_pointwise_name(dtype, kind) for dtype in ig.instantiation_dtypes()
-                 for kind in ig.math_kinds(dtype, arch)]
+    pointwise = [_pointwise_name(dtype, kind, split) for dtype in ig.instantiation_dtypes()
+                 for kind in ig.math_kinds(dtype, arch) for split in (False, True)]
     few = [_few_channels_name(dtype, c) for dtype in FEW_DTYPES for c in FEW_CHANNELS
            if arch is None or arch >= ig.MMA_SYNC_ARCH]
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + pointwise + few}
+    split = [_tiled_name(dtype, kind, vector, split=True) for dtype in ig.instantiation_dtypes()
+             for kind in ig.math_kinds(dtype, arch) for vector in (False, True)]
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + split + pointwise + few}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -185,11 +188,12 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * splits)
     vector = ig.use_vector_loads(g, dtype, (x, dy, out), vector)
-    args = (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size))
+    args, split = (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)), splits > 1
     if ig.pick_pointwise(g, vector, pointwise):
-        _runtime.kernel(SOURCE, _pointwise_name(dtype, kind))(grid, (threads,), args)
+        _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split))(grid, (threads,), args)
     else:
-        _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector))(grid, (threads,), (*args, *ig.input_div_args(g)))
+        fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split))
+        fn(grid, (threads,), (*args, *ig.input_div_args(g)))
     _reduce_splits(out, partial, splits)
     return out
 
