@@ -178,8 +178,9 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
 
         def issued(record, grid):
             warps, warp_tiles = grids[grid]
-            loop = record["main_loop"]["instructions"]
-            return warp_tiles * loop + warps * (record["sass_instructions"] - loop)
+            loop = record["main_loop"]["instructions"]  # per k-tile; the body may hold several
+            return warp_tiles * loop + warps * (record["sass_instructions"] -
+                                                record["main_loop"].get("iteration_instructions", loop))
 
         scale = issued(new, "new") / issued(old, "old")
         # With a split, the second kernel's DRAM time (partials read, the gradient written).

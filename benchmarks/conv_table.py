@@ -278,8 +278,8 @@ def predict_ours(op: str, g, dtype, allow_tf32: bool, kernels: dict[str, dict], 
     if p.kernel not in kernels:  # ... or older than the input gradient's SPLIT argument
         p.kernel = re.sub(r", (true|false), (true|false)>$", r", \1>", p.kernel)
     rec = kernels[p.kernel]
-    loop = rec["main_loop"]["instructions"]
-    rest = rec["sass_instructions"] - loop
+    loop = rec["main_loop"]["instructions"]  # per k-tile
+    rest = rec["sass_instructions"] - rec["main_loop"].get("iteration_instructions", loop)
     per_sm = rec["occupancy"]["blocks_per_sm"]
     bm, bn, bk, _ = p.tile
     warps = p.warps_per_cta

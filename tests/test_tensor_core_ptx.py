@@ -534,6 +534,10 @@ PIPELINE_PLANTED = {
     "cp-async-missing-barrier-after-wait": (
         "igemm_tiles.cuh", "            __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free\n",
         "\n", None),
+    "unrolled-stages-run-past-the-reduction": (
+        "igemm_tiles.cuh", "                if (k0 >= p.k_end) break;\n", "\n",
+        # wgrad's 3 reduction tiles are a whole iteration; dgrad's phases have 2 to 6
+        ("conv2d_backprop_input",)),
     "cp-async-issues-into-the-stage-being-read": (
         "igemm_tiles.cuh", "issue(p, k_next, As[write], Bs[write]);", "issue(p, k_next, As[read], Bs[read]);", None),
     "cp-async-copies-a-unswizzled": (

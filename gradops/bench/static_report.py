@@ -452,7 +452,9 @@ def _sass_arch(arch: str) -> int:
 def main_loop_summary(kernel) -> dict | None:
     """Per k-tile figures of a tiled kernel: the innermost loop holding a barrier and the MMA
     (or FMA) instructions; every instruction of its body (nested loops once, slow-path blocks
-    left out) counted once per iteration, per warp."""
+    left out) counted once per iteration, per warp, divided by the k-tiles an iteration runs
+    (one barrier each: the multistage loop runs STAGES tiles per iteration).
+    ``iteration_instructions`` is the undivided body."""
     cfg = kernel.cfg
     math_ops = ("HMMA", "FFMA", "DFMA")
     candidates = []
@@ -466,10 +468,16 @@ def main_loop_summary(kernel) -> dict | None:
     _, lp, body = min(candidates, key=lambda c: c[0])
     counts = Counter(x.base for x in body)
     memory = Counter(k for x in body if (k := _memory_kind(x)))
+    tiles = counts["BAR"]
+
+    def per_tile(n):
+        return n // tiles if n % tiles == 0 else round(n / tiles, 1)
+
     return {"header_offset": kernel.function.instructions[cfg.blocks[lp.header].start].offset,
-            "depth": lp.depth, "instructions": len(body),
-            **{op: counts[op] for op in ("HMMA", "FFMA", "DFMA", "LDS", "LDSM", "LDG", "STS", "LDGSTS", "BAR")},
-            "memory": dict(sorted(memory.items()))}
+            "depth": lp.depth, "k_tiles_per_iteration": tiles, "iteration_instructions": len(body),
+            "instructions": per_tile(len(body)),
+            **{op: per_tile(counts[op]) for op in ("HMMA", "FFMA", "DFMA", "LDS", "LDSM", "LDG", "STS", "LDGSTS", "BAR")},
+            "memory": {k: per_tile(v) for k, v in sorted(memory.items())}}
 
 
 def _memory_kind(ins):
@@ -1323,7 +1331,9 @@ def markdown(report: dict) -> str:
     if conv:
         lines += ["", "## Per kernel: tiled convolution main loop (per k-tile, per warp; first cut)", "",
                   "Static count of the innermost loop holding the barrier and the MMA/FMA instructions: every "
-                  "instruction of its body once (nested loops once, slow-path blocks left out).", "",
+                  "instruction of its body once (nested loops once, slow-path blocks left out), divided by the "
+                  "k-tiles an iteration runs (its barriers: the cp.async pipeline's loop runs its 3 stages per "
+                  "iteration).", "",
                   "| arch | kernel | regs | smem | warps/SM (limiter) | instr | HMMA | FFMA | LDS+LDSM | LDG (widths) | STS | "
                   "BAR |", "|---|---|---:|---:|---|---:|---:|---:|---:|---|---:|---:|"]
         for r in conv:
