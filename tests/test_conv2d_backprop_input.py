@@ -512,6 +512,28 @@ def test_planted_plan_problem_passes_unplanted(monkeypatch, dtype):
     assert_close(got, want, dtype)
 
 
+def test_planted_launcher_phase_taps_bug_fails_the_comparison(monkeypatch):
+    """The tiled kernel takes its taps from the launcher's plan: a phase_taps that rounds the
+    tap count down (the kernels' former in-thread bug, planted on the host) gives wrong results."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    launcher = cuda_launcher("conv2d_backprop_input")
+    real = launcher.phase_taps
+
+    def rounds_down(phase, pad, stride, dilation, filter_size):
+        first, step, _ = real(phase, pad, stride, dilation, filter_size)
+        return first, step, max(0, (filter_size - first) // step)
+
+    monkeypatch.setattr(launcher, "phase_taps", rounds_down)
+    cuda_host.HostDevice(order="shuffled", seed=5).install(monkeypatch)
+    with pytest.raises(AssertionError):
+        got, want = _plan_problem(np.float32)
+        assert_close(got, want, np.float32)
+
+
 def test_phase_plan_words_are_the_kernels():
     """The launcher writes each plan word where the kernel's phase_plan enums read it."""
     import re
@@ -635,7 +657,9 @@ def test_cuda_few_channel_kernel(cuda_device, rng, dtype, layout, case):
     ("const int p = p0 - ri * p_step;", "const int p = p0 - ri;"),
     ("staged[e * C + i] = to_acc<Acc>(v.e[i]);", "staged[e * C + i] = to_acc<Acc>(v.e[0]);"),
     ("const int row_chunks = taps_cols * tap_elements / C;", "const int row_chunks = tap_elements / C;"),
-], ids=["column-tap-step", "row-tap-step", "staging-repeats-a-chunk's-first-element", "staging-takes-one-column"])
+    ("(filter_size - r + step - 1) / step", "(filter_size - r) / step"),
+], ids=["column-tap-step", "row-tap-step", "staging-repeats-a-chunk's-first-element", "staging-takes-one-column",
+        "phase-taps-count-rounds-down"])
 def test_planted_few_channel_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement):
     """Each bug planted in the few-channel kernel makes test_cuda_few_channel_kernel's dilated
     case give a wrong result on the host model."""

@@ -38,9 +38,10 @@ def _synthetic_report(ct, path: Path, loop: int = 200, sass: int = 1000, per_sm:
         for dtype in (np.float16, bfloat16, np.float32):
             for kind in ig.math_kinds(dtype, ct.ARCH):
                 for vector in (False, True):
-                    kernels.append({"arch": "sm_90", "kernel": launcher._tiled_name(dtype, kind, vector),
-                                    "sass_instructions": sass, "main_loop": {"instructions": loop},
-                                    "occupancy": {"blocks_per_sm": per_sm}})
+                    for split in (False, True):
+                        kernels.append({"arch": "sm_90", "kernel": launcher._tiled_name(dtype, kind, vector, split),
+                                        "sass_instructions": sass, "main_loop": {"instructions": loop},
+                                        "occupancy": {"blocks_per_sm": per_sm}})
     for dtype in (np.float16, bfloat16):  # the filter gradient's few-channel kernels
         for channels in ct.WGRAD.FEW_CHANNELS:
             kernels.append({"arch": "sm_90", "kernel": ct.WGRAD._few_channels_name(dtype, channels),

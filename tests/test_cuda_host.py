@@ -211,9 +211,6 @@ PLANTED = {
         "                b[j][0] = t[2];\n                b[j][1] = t[3];\n"
         "                b[j + 1][0] = t[0];\n                b[j + 1][1] = t[1];\n",
         "conv2d_backprop_input", np.float16),
-    "phase-taps-count-rounds-down": (
-        "conv2d_backprop_input.cu", "(filter_size - r + step - 1) / step", "(filter_size - r) / step",
-        "conv2d_backprop_input", np.float64),
     "split-reduction-reads-past-the-batch": (
         "conv2d_backprop_filter.cu", "min(reduction, (split + 1) * split_size));\n    prob.x =",
         "(split + 1) * split_size);\n    prob.x =",
