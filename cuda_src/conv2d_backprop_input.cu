@@ -234,7 +234,8 @@ template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
 // it).  Split z % splits covers reduction indices [split * split_size, (split + 1) * split_size)
 // of its phase's GEMM; with splits > 1 it writes its sums to partial[split][input element]
 // (NHWC; zero where its range holds none of the phase's taps) and split_reduce adds them.
-// plan: the launcher's phase_plan (header, then an entry per phase; 16-byte aligned).
+// plan: the launcher's phase_plan (header, then an entry per phase; 16-byte aligned); the
+// split count is its header's (splits stays in the argument list the 1x1 kernel shares).
 // VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
 // SPLIT: whether the launcher splits the reduction (splits > 1); an unsplit instantiation has
 // no scratch path in its epilogue.
@@ -302,15 +303,19 @@ template <typename T, typename Acc, bool SPLIT> struct PointwiseInputGradProblem
     const T* __restrict__ filter;
     const T* __restrict__ out_backprop;
     igemm::SplitStore<T, Acc, SPLIT> dst;  // the input gradient (NHWC), or this split's slice of the scratch
-    index_t out_depth, in_depth, in_channel0, out_channel0;
+    // 32-bit channel counts and channel indices (4 registers, not 8: the split instantiations
+    // fit 128 registers without a spill); row offsets are 64-bit products.
+    int out_depth, in_depth, in_channel0, out_channel0;
 
     struct ARow {
         const T* row;  // out_backprop's row m at the group's first out channel
     };
     using BRow = igemm::ChannelRow;  // filter row of input channel c, at the group's first out channel
     using KPos = int;                // the out channel within the group
-    __device__ __forceinline__ ARow a_row(int m) const { return {out_backprop + m * out_depth + out_channel0}; }
-    __device__ __forceinline__ BRow b_row(int c) const { return {static_cast<int>(c * out_depth + out_channel0)}; }
+    __device__ __forceinline__ ARow a_row(int m) const {
+        return {out_backprop + static_cast<index_t>(m) * out_depth + out_channel0};
+    }
+    __device__ __forceinline__ BRow b_row(int c) const { return {c * out_depth + out_channel0}; }
     __device__ __forceinline__ KPos k_pos(int k) const { return k; }
     __device__ __forceinline__ void k_advance(KPos& k, const KPos& step) const { k += step; }
     __device__ __forceinline__ igemm::Src<T> a_src(const ARow& row, const KPos& k, int) const { return {row.row + k, true}; }
@@ -319,7 +324,7 @@ template <typename T, typename Acc, bool SPLIT> struct PointwiseInputGradProblem
     }
     __device__ __forceinline__ const T* a_base() const { return out_backprop; }
     __device__ __forceinline__ const T* b_base() const { return filter; }
-    __device__ __forceinline__ index_t out_row(int m) const { return m * in_depth + in_channel0; }
+    __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * in_depth + in_channel0; }
     __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const { dst.at(row + c, v); }
     __device__ __forceinline__ void store_chunk(index_t row, int c, const float (&v)[8]) const { dst.chunk(row + c, v); }
     __device__ __forceinline__ void store(int m, int c, Acc v) const { store_at(out_row(m), c, v); }
@@ -327,15 +332,21 @@ template <typename T, typename Acc, bool SPLIT> struct PointwiseInputGradProblem
 
 // grid: (ceil(batch * in_rows * in_cols / BM), ceil(Cg / BN), groups * splits); the launcher
 // takes it for filter_rows == filter_cols == 1, strides 1 and no padding (out_backprop's
-// positions are the input's).  Splits, VECTOR and SPLIT as for conv2d_backprop_input_igemm.
+// positions are the input's).  Splits, VECTOR and SPLIT as for conv2d_backprop_input_igemm;
+// split_magic, split_shift: FastDiv constants of splits (_runtime.division_magic).
 template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
 __global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
 conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                                 T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
-                                long long splits, long long split_size) {
+                                long long splits, long long split_size, unsigned split_magic, int split_shift) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const int split_count = SPLIT ? static_cast<int>(splits) : 1;  // 32-bit: the grid's z is below 65536
-    const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
+    // z = group x splits + split (below 65536), split by the host's FastDiv constants: the
+    // split index and its scratch slice stay in uniform registers (a vector division made the
+    // slice offset a vector value that the split instantiation spilled across the main loop).
+    int split = 0;
+    const index_t group = SPLIT ? FastDiv(split_magic, split_shift, static_cast<int>(splits))
+                                      .divmod(static_cast<int>(blockIdx.z), split)
+                                : static_cast<int>(blockIdx.z);
     PointwiseInputGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.batch * d.in_rows * d.in_cols);
     prob.n_size = static_cast<int>(d.filter_in_depth);
@@ -344,10 +355,10 @@ conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restric
     prob.filter = filter;
     prob.out_backprop = out_backprop;
     prob.dst = {input_grad, SPLIT ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
-    prob.out_depth = d.out_depth;
-    prob.in_depth = d.in_depth;
-    prob.in_channel0 = group * d.filter_in_depth;
-    prob.out_channel0 = group * d.out_per_group();
+    prob.out_depth = static_cast<int>(d.out_depth);
+    prob.in_depth = static_cast<int>(d.in_depth);
+    prob.in_channel0 = static_cast<int>(group * d.filter_in_depth);
+    prob.out_channel0 = static_cast<int>(group * d.out_per_group());
     igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
 }
 

@@ -65,7 +65,8 @@ struct FastDiv {
         asm volatile("" : "+r"(magic), "+r"(shift_));
         return FastDiv(magic, shift_, d);
     }
-    // Every thread builds its divisors in the prologue, so the constructor avoids a 64-bit
+    // Built in the kernel (the forward convolution's threads build theirs in the prologue;
+    // the gradients' come from the host, above), so the constructor avoids a 64-bit
     // integer division (a called slow path of about a hundred instructions) and a loop: the
     // quotient 2^shift / d (in [2^31, 2^32]) as 2^shift times the correctly rounded double
     // reciprocal of d is within 2^-21 of the exact one, so its floor is at most two below
@@ -108,8 +109,8 @@ struct FastDiv {
 };
 
 // The FastDiv constants of InputOperand's divisors (by filter_in_depth, filter_cols, out_cols,
-// out_rows), from the launcher (_conv_igemm.input_div_args): kernel arguments, read from the
-// constant bank, instead of four constructions in every thread's prologue.
+// out_rows), from the launcher (_conv_igemm.input_div_args): kernel arguments, pinned in
+// registers (FastDiv::pinned), instead of four constructions in every thread's prologue.
 #define GRADOPS_INPUT_DIVS_PARAMS                                                                 \
     unsigned cg_magic, int cg_shift, unsigned s_magic, int s_shift, unsigned q_magic, int q_shift, \
     unsigned p_magic, int p_shift

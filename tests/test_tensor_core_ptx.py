@@ -598,8 +598,8 @@ POINTWISE_PLANTED = {
         "conv2d_backprop_input.cu", "void k_advance(KPos& k, const KPos& step) const { k += step; }",
         "void k_advance(KPos&, const KPos&) const {}", "conv2d_backprop_input"),
     "1x1-dgrad-filter-row-stride-is-in-depth": (
-        "conv2d_backprop_input.cu", "BRow b_row(int c) const { return {static_cast<int>(c * out_depth + out_channel0)}; }",
-        "BRow b_row(int c) const { return {static_cast<int>(c * in_depth + out_channel0)}; }", "conv2d_backprop_input"),
+        "conv2d_backprop_input.cu", "BRow b_row(int c) const { return {c * out_depth + out_channel0}; }",
+        "BRow b_row(int c) const { return {c * in_depth + out_channel0}; }", "conv2d_backprop_input"),
 }
 
 

@@ -239,7 +239,7 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     tail = (*dims, np.int64(splits), np.int64(split_size))
     if ig.pick_pointwise(g, vector, pointwise):
         fn = _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split))
-        fn(grid, (threads,), (w, dy, out, partial, *tail))
+        fn(grid, (threads,), (w, dy, out, partial, *tail, *_runtime.division_magic(splits)))
     else:
         fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split))
         fn(grid, (threads,), (w, dy, out, partial, _device_plan(g, splits), *tail))
