@@ -91,10 +91,6 @@ def current_kernel(measured: str, g, split: bool = False) -> str:
     return name
 
 
-def _phase_taps(phase: int, pad: int, stride: int, dilation: int, size: int) -> int:
-    return sum(1 for r in range(size) if (r * dilation - phase - pad) % stride == 0)
-
-
 def warp_k_tiles(op: str, g, dtype, kind: int, split: bool = False) -> tuple[int, int]:
     """(warps, warp x k-tile iterations of the main loop) of the tiled kernel's whole grid;
     ``split``: with the input gradient's split reduction as today's launcher chooses it (the
@@ -118,19 +114,17 @@ def dgrad_groups(g, dtype, kind: int, split: bool = False) -> list[tuple[int, in
     a phase's working CTAs (those past its positions return at once), a split past the phase's
     reduction none of its k-tiles.  ``split`` as for :func:`warp_k_tiles`."""
     bm, bn, bk, _ = ig.TILES[(np.dtype(dtype), kind)]
-    kg = g.out_depth // g.groups
     dgrad = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input")
     splits, split_size = dgrad.split_count(g, dtype, kind) if split else (1, 1 << 62)
+    # Each phase's positions and reduction, from the launcher's own plan of the grid.
+    plan = dgrad.phase_plans(g, splits)[dgrad.PLAN_HEADER["HEADER_WORDS"]:]
+    entries = plan.reshape(-1, dgrad.PLAN_ENTRY["ENTRY_WORDS"])
     groups = []
-    for pr in range(g.stride_rows):
-        for pc in range(g.stride_cols):
-            rows = ig.ceil_div(g.in_rows - pr, g.stride_rows) if g.in_rows > pr else 0
-            cols = ig.ceil_div(g.in_cols - pc, g.stride_cols) if g.in_cols > pc else 0
-            taps = (_phase_taps(pr, g.pad_top, g.stride_rows, g.dilation_rows, g.filter_rows) *
-                    _phase_taps(pc, g.pad_left, g.stride_cols, g.dilation_cols, g.filter_cols))
-            ctas = ig.ceil_div(g.batch * rows * cols, bm) * ig.ceil_div(g.filter_in_depth, bn) * g.groups
-            groups += [(ctas, ig.ceil_div(max(0, min(split_size, taps * kg - s * split_size)), bk))
-                       for s in range(splits)]
+    for entry in entries:
+        m_size, reduction = int(entry[dgrad.PLAN_ENTRY["M_SIZE"]]), int(entry[dgrad.PLAN_ENTRY["REDUCTION"]])
+        ctas = ig.ceil_div(m_size, bm) * ig.ceil_div(g.filter_in_depth, bn) * g.groups
+        groups += [(ctas, ig.ceil_div(max(0, min(split_size, reduction - s * split_size)), bk))
+                   for s in range(splits)]
     return groups
 
 

@@ -703,11 +703,18 @@ def test_cuda_split_reduce_many_splits(cuda_device, dtype):
     assert splits == (50 if few else 58)  # float32's SIMT k-tiles are 8 positions: 400 of them, 7 per split
 
 
+def _divisor_problem(dtype):
+    """(CUDA result, NumPy result) of the host-divisor tests' problem on the tiled kernel: 24
+    input channels, a 3 x 2 filter, out_backprop 5 x 7 (four distinct divisors)."""
+    got, want, _ = run_cuda(np.random.default_rng(4), dtype, "NHWC", 2, 10, 14, 1, 24, 16, 3, 2, (2, 2), "SAME",
+                            path="tiled")
+    return got, want
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
 def test_host_divisor_problem_passes_unplanted(cuda_device, dtype):
     """test_planted_host_divisor_bugs_fail_the_comparison's problem on the real kernel: correct."""
-    got, want, _ = run_cuda(np.random.default_rng(4), dtype, "NHWC", 2, 10, 14, 1, 24, 16, 3, 2, (2, 2), "SAME",
-                            path="tiled")
+    got, want = _divisor_problem(dtype)
     assert_close(got, want, dtype)
 
 
@@ -720,12 +727,10 @@ def test_host_divisor_problem_passes_unplanted(cuda_device, dtype):
 @pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
 def test_planted_host_divisor_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement, dtype):
     """The general kernel divides by the launcher's FastDiv constants (input_div_args): a kernel
-    that pairs a divisor with another's constants gives wrong results (24 input channels, a
-    3 x 2 filter, out_backprop 5 x 7: four distinct divisors)."""
+    that pairs a divisor with another's constants gives wrong results on _divisor_problem."""
     planted_host_device(monkeypatch, tmp_path, "igemm_tiles.cuh", (text, replacement), seed=4)
     with pytest.raises(AssertionError):
-        got, want, _ = run_cuda(np.random.default_rng(4), dtype, "NHWC", 2, 10, 14, 1, 24, 16, 3, 2, (2, 2), "SAME",
-                                path="tiled")
+        got, want = _divisor_problem(dtype)
         assert_close(got, want, dtype)
 
 

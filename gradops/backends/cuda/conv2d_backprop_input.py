@@ -175,10 +175,8 @@ def phase_plans(g, splits: int) -> np.ndarray:
 
 def _device_plan(g, splits: int):
     """:func:`phase_plans` on the device: built and uploaded once per geometry and split count."""
-    key = ("conv2d_backprop_input plan", splits, g.batch, g.in_rows, g.in_cols, g.in_depth, g.filter_rows,
-           g.filter_cols, g.out_depth, g.groups, g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols,
-           g.pad_top, g.pad_left)
-    return _runtime.cached_tables(key, lambda: [phase_plans(g, splits)])[0]
+    # The geometry is frozen (hashable) and names everything the plan depends on.
+    return _runtime.cached_tables(("conv2d_backprop_input plan", splits, g), lambda: [phase_plans(g, splits)])[0]
 
 
 def supports(op, geometry, dtype) -> tuple[bool, str]:
