@@ -78,7 +78,14 @@ def few_channel_wgrad(g, dtype) -> bool:
         return wgrad.few_channels_eligible(g, dtype)
 
 
-def current_kernel(measured: str, g, split: bool = False) -> str:
+def current_tile(op: str, g, dtype, kind: int) -> ig.Tile:
+    """The tile today's launcher picks on an sm_90 GPU (16-byte aligned arrays, as CuPy's)."""
+    launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
+    m, n, _ = launcher._gemm_sizes(g)
+    return ig.pick_tile(dtype, kind, ig.use_vector_loads(g, dtype, ()), m, n, arch=90)
+
+
+def current_kernel(measured: str, g, split: bool = False, tile_args: str = "") -> str:
     """The instantiation today's launcher runs where the measured run ran ``measured`` (whose
     names predate the tiled kernels' SPLIT argument): the ``_1x1_igemm`` kernel (same grid)
     for a 1x1 filter at stride 1 without padding with 16-byte loads, else the same kind; with
@@ -87,35 +94,39 @@ def current_kernel(measured: str, g, split: bool = False) -> str:
     if name.endswith(", true>") and "_1x1_" not in name and ig.pointwise_eligible(g):
         name = name.replace("_igemm<", "_1x1_igemm<")
     if "_igemm<" in name:
-        name = f"{name[:-1]}, {ig.cpp_bool(split)}>"
+        name = f"{name[:-1]}, {ig.cpp_bool(split)}{tile_args}>"
     return name
 
 
-def warp_k_tiles(op: str, g, dtype, kind: int, split: bool = False) -> tuple[int, int]:
+def warp_k_tiles(op: str, g, dtype, kind: int, split: bool = False, tile: ig.Tile | None = None
+                 ) -> tuple[int, int]:
     """(warps, warp x k-tile iterations of the main loop) of the tiled kernel's whole grid;
     ``split``: with the input gradient's split reduction as today's launcher chooses it (the
-    measured kernels had none)."""
-    bm, bn, bk, threads = ig.TILES[(np.dtype(dtype), kind)]
+    measured kernels had none); ``tile``: the tile launched (default: the kind's default, as
+    measured)."""
+    tile = tile or ig.default_tile(dtype, kind)
+    bm, bn, bk, threads = tile[:4]
     warps = threads // 32
     if op == "conv2d_backprop_filter":
         # the launcher module (the package re-exports a function of the same name)
         wgrad = importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter")
         m, n, red = wgrad._gemm_sizes(g)
-        splits, split_size = wgrad.split_count(g, dtype, kind)
+        splits, split_size = wgrad.split_count(g, dtype, kind, tile=tile)
         ctas = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * g.groups
         k_tiles = sum(ig.ceil_div(min(split_size, red - s * split_size), bk) for s in range(splits))
         return ctas * splits * warps, ctas * warps * k_tiles
-    groups = dgrad_groups(g, dtype, kind, split)
+    groups = dgrad_groups(g, dtype, kind, split, tile)
     return sum(c for c, _ in groups) * warps, sum(c * k for c, k in groups) * warps
 
 
-def dgrad_groups(g, dtype, kind: int, split: bool = False) -> list[tuple[int, int]]:
+def dgrad_groups(g, dtype, kind: int, split: bool = False, tile: ig.Tile | None = None) -> list[tuple[int, int]]:
     """``[(CTAs, k-tiles each)]`` of the input gradient's tiled grid, per (stride phase, split):
     a phase's working CTAs (those past its positions return at once), a split past the phase's
-    reduction none of its k-tiles.  ``split`` as for :func:`warp_k_tiles`."""
-    bm, bn, bk, _ = ig.TILES[(np.dtype(dtype), kind)]
+    reduction none of its k-tiles.  ``split`` and ``tile`` as for :func:`warp_k_tiles`."""
+    tile = tile or ig.default_tile(dtype, kind)
+    bm, bn, bk = tile[:3]
     dgrad = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input")
-    splits, split_size = dgrad.split_count(g, dtype, kind) if split else (1, 1 << 62)
+    splits, split_size = dgrad.split_count(g, dtype, kind, tile=tile) if split else (1, 1 << 62)
     # Each phase's positions and reduction, from the launcher's own plan of the grid.
     plan = dgrad.phase_plans(g, splits)[dgrad.PLAN_HEADER["HEADER_WORDS"]:]
     entries = plan.reshape(-1, dgrad.PLAN_ENTRY["ENTRY_WORDS"])
@@ -163,14 +174,23 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
         # measured time holds its reduction kernel).
         split = e["op"] == suites.CONV_INPUT and current != baseline
         launcher = importlib.import_module(f"gradops.backends.cuda.{e['op']}")
-        splits = launcher.split_count(g, dtype, kind)[0] if split else 1
-        kernel_splits = launcher.split_count(g, dtype, kind)[0] if e["op"] == suites.CONV_FILTER else splits
-        current_expr = current_kernel(expr, g, kernel_splits > 1)
+        # Today's tile (a narrower one for 64-channel GEMMs) where the report has its kernels.
+        tile = current_tile(e["op"], g, dtype, kind) if current != baseline else ig.default_tile(dtype, kind)
+        splits = launcher.split_count(g, dtype, kind, tile=tile)[0] if split else 1
+        kernel_splits = (launcher.split_count(g, dtype, kind, tile=tile)[0] if e["op"] == suites.CONV_FILTER
+                         else splits)
+        current_expr = current_kernel(expr, g, kernel_splits > 1, tile.args)
+        if current_expr not in after and tile.args:  # a report older than the tile shapes
+            tile = ig.default_tile(dtype, kind)
+            splits = launcher.split_count(g, dtype, kind, tile=tile)[0] if split else 1
+            kernel_splits = (launcher.split_count(g, dtype, kind, tile=tile)[0] if e["op"] == suites.CONV_FILTER
+                             else splits)
+            current_expr = current_kernel(expr, g, kernel_splits > 1)
         if current_expr not in after:  # a report of the measured kernels themselves
             current_expr = expr
         old, new = before[expr], after[current_expr]
         grids = {"old": warp_k_tiles(e["op"], g, dtype, kind),
-                 "new": warp_k_tiles(e["op"], g, dtype, kind, split=split)}
+                 "new": warp_k_tiles(e["op"], g, dtype, kind, split=split, tile=tile)}
 
         def issued(record, grid):
             warps, warp_tiles = grids[grid]
@@ -185,6 +205,7 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
         predicted = measured - k["ns"] + k["ns"] * scale + reduce_ns
         warp_tiles = grids["old"][1]
         row.update(kernel=expr.split("<")[1].rstrip(">") + (" -> 1x1 kernel" if "_1x1_" in current_expr else "")
+                   + (f", {tile.bm}x{tile.bn} tile" if tile.args and current_expr != expr else "")
                    + (f", split {splits} ways" if splits > 1 else ""),
                    main_loop_before=old["main_loop"]["instructions"],
                    main_loop_after=new["main_loop"]["instructions"],

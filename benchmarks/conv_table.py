@@ -197,12 +197,12 @@ class Plan:
         return self.tile[3] // 32
 
 
-def plan(op: str, g, dtype, allow_tf32: bool = False, few_channels: bool = True) -> Plan:
+def plan(op: str, g, dtype, allow_tf32: bool = False, few_channels: bool = True, tiles: bool = True) -> Plan:
     """The launcher's choices for geometry ``g`` on compute capability 9.0, from its own
     functions (``tiled_eligible``, ``pick_path``, ``math_kind``, ``split_count``,
     ``use_vector_loads`` with 16-byte aligned arrays, as CuPy allocates them, and the filter
     gradient's ``few_channels_eligible``; ``few_channels=False``: as a revision without that
-    kernel chose)."""
+    kernel chose; ``tiles=False``: the default tile, as a revision without the narrower ones)."""
     launcher = LAUNCHERS[op]
     dtype = np.dtype(dtype)
     with options(allow_tf32=allow_tf32), mock.patch.object(_runtime, "compute_capability", return_value=ARCH):
@@ -214,27 +214,28 @@ def plan(op: str, g, dtype, allow_tf32: bool = False, few_channels: bool = True)
         return Plan("direct")
     if few:
         return _few_channels_plan(g, dtype, kind)
-    bm, bn, bk, threads = ig.TILES[(dtype, kind)]
     vector = ig.use_vector_loads(g, dtype, ())
+    tile = ig.pick_tile(dtype, kind, vector, m, n, arch=ARCH) if tiles else ig.default_tile(dtype, kind)
+    bm, bn, bk, threads = tile[:4]
     # A 1x1 filter at stride 1 without padding runs the _1x1_igemm kernel (same grid and tile);
     # both ops' kernels have a SPLIT argument (true where the launcher splits).
-    split = {"split": LAUNCHERS[op].split_count(g, dtype, kind)[0] > 1}
-    name = (launcher._pointwise_name(dtype, kind, **split) if ig.pick_pointwise(g, vector, None)
-            else launcher._tiled_name(dtype, kind, vector, **split))
+    split = LAUNCHERS[op].split_count(g, dtype, kind, tile=tile)[0] > 1
+    name = (launcher._pointwise_name(dtype, kind, split, tile.args) if ig.pick_pointwise(g, vector, None)
+            else launcher._tiled_name(dtype, kind, vector, split, tile.args))
     p = Plan("tiled", name, kind, vector, (bm, bn, bk, threads))
     p.general = launcher._tiled_name(dtype, kind, vector)
     if op == suites.CONV_FILTER:
         m, n, red = WGRAD._gemm_sizes(g)
-        splits, split_size = WGRAD.split_count(g, dtype, kind)
+        splits, split_size = WGRAD.split_count(g, dtype, kind, tile=tile)
         tiles = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * g.groups
         per_split = [ig.ceil_div(min(split_size, red - s * split_size), bk) for s in range(splits)]
         p.splits = splits
         p.groups = [(tiles * per_split.count(k), k) for k in sorted(set(per_split), reverse=True)]
         p.reduce_elements = m * n * g.groups if splits > 1 else 0
         return p
-    splits = DGRAD.split_count(g, dtype, kind)[0]
+    splits = DGRAD.split_count(g, dtype, kind, tile=tile)[0]
     p.splits = splits
-    p.groups = conv_prediction.dgrad_groups(g, dtype, kind, split=True)
+    p.groups = conv_prediction.dgrad_groups(g, dtype, kind, split=True, tile=tile)
     p.reduce_elements = g.batch * g.in_rows * g.in_cols * g.in_depth if splits > 1 else 0
     return p
 
@@ -273,6 +274,8 @@ def predict_ours(op: str, g, dtype, allow_tf32: bool, kernels: dict[str, dict], 
         return row
     if p.kernel not in kernels and "_few_channels<" in p.kernel:  # a report older than that kernel
         p = plan(op, g, dtype, allow_tf32, few_channels=False)
+    if p.kernel not in kernels and p.tile[:2] != ig.default_tile(dtype, p.kind)[:2]:  # ... or the tile shapes
+        p = plan(op, g, dtype, allow_tf32, tiles=False)
     if p.kernel not in kernels:  # a static report of kernels older than the 1x1 (or split) ones
         p.kernel = p.general
     if p.kernel not in kernels:  # ... or older than the input gradient's SPLIT argument

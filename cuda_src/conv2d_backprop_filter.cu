@@ -118,8 +118,8 @@ template <typename T, typename Acc, bool SPLIT> struct FilterGradProblem {
 // VECTOR: 16-byte loads (filter_in_depth and out_per_group multiples of 16 / sizeof(T), pointers
 // 16-byte aligned).  SPLIT: whether the launcher splits the reduction (splits > 1); an unsplit
 // instantiation has no scratch path in its epilogue.
-template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR>::value)
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT, int TILE_M = 128, int TILE_N = 128>
+__global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR, false, TILE_M, TILE_N>::value)
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
                              GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size,
@@ -140,7 +140,7 @@ conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ 
                 SPLIT ? partial + split * d.filter_rows * d.filter_cols * d.filter_in_depth * d.out_depth : nullptr};
     prob.out_depth = d.out_depth;
     prob.out_channel0 = group * d.out_per_group();
-    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
+    igemm::run_cta<T, Acc, Kind, VECTOR, TILE_M, TILE_N>(prob);
 }
 
 // The GEMM of conv2d_backprop_filter_1x1_igemm (NHWC): with a 1x1 filter at stride 1 and no
@@ -189,8 +189,8 @@ template <typename T, typename Acc, bool SPLIT> struct PointwiseFilterGradProble
 
 // grid, splits and SPLIT as for conv2d_backprop_filter_igemm; the launcher takes it for
 // filter_rows == filter_cols == 1, strides 1 and no padding, with 16-byte loads.
-template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR>::value)
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT, int TILE_M = 128, int TILE_N = 128>
+__global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR, false, TILE_M, TILE_N>::value)
 conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                  T* __restrict__ filter_grad, Acc* __restrict__ partial,
                                  GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
@@ -210,7 +210,7 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
     prob.out_depth = d.out_depth;
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * d.out_per_group();
-    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
+    igemm::run_cta<T, Acc, Kind, VECTOR, TILE_M, TILE_N>(prob);
 }
 
 // ---------------------------------------------------------------- the few-channel kernel

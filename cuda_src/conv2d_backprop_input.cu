@@ -239,9 +239,9 @@ template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
 // VECTOR: 16-byte loads (out_per_group a multiple of 16 / sizeof(T), pointers 16-byte aligned).
 // SPLIT: whether the launcher splits the reduction (splits > 1); an unsplit instantiation has
 // no scratch path in its epilogue.
-template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value,
-                                  igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR, SPLIT>::value)
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT, int TILE_M = 128, int TILE_N = 128>
+__global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value,
+                                  igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR, SPLIT, TILE_M, TILE_N>::value)
 conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                             T* __restrict__ input_grad, Acc* __restrict__ partial, const int* __restrict__ plan,
                             GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
@@ -260,7 +260,7 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     int w[ENTRY_WORDS];
     load(prob.entry, w);
     prob.m_size = w[M_SIZE];
-    if (static_cast<index_t>(blockIdx.x) * igemm::Config<T, Kind>::BM >= prob.m_size) return;  // whole CTA
+    if (static_cast<index_t>(blockIdx.x) * igemm::Tile<T, Kind, TILE_M, TILE_N>::BM >= prob.m_size) return;  // whole CTA
 
     prob.phase_row = w[PHASE_ROW];
     prob.phase_col = w[PHASE_COL];
@@ -290,7 +290,7 @@ conv2d_backprop_input_igemm(const T* __restrict__ filter, const T* __restrict__ 
     prob.dst = {input_grad, SPLIT ? partial + split * d.batch * d.in_rows * d.in_cols * d.in_depth : nullptr};
     prob.in_channel0 = group * d.filter_in_depth;
     prob.out_channel0 = group * static_cast<index_t>(prob.out_per_group);
-    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
+    igemm::run_cta<T, Acc, Kind, VECTOR, TILE_M, TILE_N>(prob);
 }
 
 // The GEMM of conv2d_backprop_input_1x1_igemm (NHWC, one group): rows of out_backprop and of
@@ -334,8 +334,8 @@ template <typename T, typename Acc, bool SPLIT> struct PointwiseInputGradProblem
 // takes it for filter_rows == filter_cols == 1, strides 1 and no padding (out_backprop's
 // positions are the input's).  Splits, VECTOR and SPLIT as for conv2d_backprop_input_igemm;
 // split_magic, split_shift: FastDiv constants of splits (_runtime.division_magic).
-template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR>::value)
+template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT, int TILE_M = 128, int TILE_N = 128>
+__global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR, false, TILE_M, TILE_N>::value)
 conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                                 T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
                                 long long splits, long long split_size, unsigned split_magic, int split_shift) {
@@ -359,7 +359,7 @@ conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restric
     prob.in_depth = static_cast<int>(d.in_depth);
     prob.in_channel0 = static_cast<int>(group * d.filter_in_depth);
     prob.out_channel0 = static_cast<int>(group * d.out_per_group());
-    igemm::run_cta<T, Acc, Kind, VECTOR>(prob);
+    igemm::run_cta<T, Acc, Kind, VECTOR, TILE_M, TILE_N>(prob);
 }
 
 // conv2d_backprop_input_few_channels: NHWC, one group, CIN <= 4 input channels (the stem: an

@@ -132,7 +132,8 @@ enum MathKind {
 
 // Tile shapes.  Tensor-core CTAs are 128x128 with 8 warps (2 x 4, each a 64x32 patch of 4 x 2
 // 16x16 WMMA fragments, or 4 x 4 16x8 mma.sync tiles): large enough to reuse each loaded element 128 times, small enough for two
-// tiles plus staging to fit the 48 KiB of static shared memory.
+// tiles plus staging to fit the 48 KiB of static shared memory.  The mma.sync path also has
+// 128x64 and 64x128 (MmaConfig) for 64-channel GEMMs.
 template <typename T, int Kind> struct Config;
 
 // Whether this architecture has tensor cores for element type T in math kind Kind (the launchers
@@ -148,6 +149,19 @@ template <typename T> struct Config<T, WMMA_HALF> {
     static constexpr int FRAG_K = 16;
     static constexpr int PAD = 8;  // 16 bytes: keeps WMMA's ldm a multiple of 16 bytes, skews banks
     static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+};
+
+// The mma.sync path's tile shapes (sm_80+, 16-byte chunks): TILE_M x TILE_N CTAs built of the
+// same 64 x 32 warp patches, so every shape runs the same warp code.  128 x 128 (8 warps) is
+// the default and equals Config<T, WMMA_HALF>; 128 x 64 and 64 x 128 (4 warps) are for GEMMs
+// with 64 columns or rows (64-channel layers), where a 128-wide tile would be half padding
+// (_conv_igemm.pick_tile chooses).
+template <typename T, int TILE_M, int TILE_N> struct MmaConfig {
+    static constexpr int BM = TILE_M, BN = TILE_N, BK = Config<T, WMMA_HALF>::BK;
+    static constexpr int WARP_M = 64, WARP_N = 32;  // a warp's patch: 4 x 4 m16n8 accumulator tiles
+    static constexpr int WARPS_M = BM / WARP_M, WARPS_N = BN / WARP_N;
+    static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
+    static_assert(BM % WARP_M == 0 && BN % WARP_N == 0, "a tile is whole warp patches");
 };
 
 template <> struct Config<float, WMMA_TF32> {
@@ -828,12 +842,14 @@ __device__ __forceinline__ void store_staged_tile(const Problem& p, const float*
 // Main loop: with 16-byte chunks (VECTOR), the multistage cp.async pipeline (AsyncLoader,
 // STAGES = 3); otherwise the register-staged double buffer (Loader), whose scalar loads
 // cp.async cannot take.  The epilogue's staging and row table reuse the tiles' shared memory.
-template <typename T, bool VECTOR, class Problem>
+template <typename T, bool VECTOR, int TILE_M, int TILE_N, class Problem>
 __device__ __forceinline__ void mma_cta(const Problem& p) {
-    using C = Config<T, WMMA_HALF>;
+    using C = MmaConfig<T, TILE_M, TILE_N>;
+    static_assert(TILE_M != 128 || TILE_N != 128 || C::THREADS == Config<T, WMMA_HALF>::THREADS,
+                  "the default tile is Config<T, WMMA_HALF>'s (the launchers' TILES)");
     constexpr int BM = C::BM, BN = C::BN, BK = C::BK;
     constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;             // mma.sync.m16n8k16
-    constexpr int WM = BM / C::WARPS_M, WN = BN / C::WARPS_N;    // warp patch (64 x 32)
+    constexpr int WM = C::WARP_M, WN = C::WARP_N;                 // warp patch (64 x 32)
     constexpr int FM = WM / MMA_M, FN = WN / MMA_N;              // 4 x 4 accumulator tiles per warp
     constexpr int WARPS = C::WARPS_M * C::WARPS_N;
     static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
@@ -1100,22 +1116,32 @@ __device__ __forceinline__ void simt_cta(const Problem& p) {
     }
 }
 
-// VECTOR: 16-byte global loads (see the tile loading section).
-template <typename T, typename Acc, int Kind, bool VECTOR, class Problem>
+// VECTOR: 16-byte global loads (see the tile loading section).  TILE_M x TILE_N: the CTA's
+// tile, other than 128 x 128 only for the mma.sync path with 16-byte chunks (MmaConfig).
+template <typename T, typename Acc, int Kind, bool VECTOR, int TILE_M = 128, int TILE_N = 128, class Problem>
 __device__ __forceinline__ void run_cta(const Problem& p) {
     static_assert(HasTensorCores<T, Kind>::value,
                   "no tensor cores for this element type on this architecture: launch the SIMT kind");
+    static_assert((TILE_M == 128 && TILE_N == 128) || (Kind == WMMA_HALF && VECTOR && GRADOPS_HAS_MMA_SM80),
+                  "tile shapes other than 128 x 128 are the mma.sync path's, with 16-byte chunks");
     if constexpr (Kind == SIMT) simt_cta<T, Acc, VECTOR>(p);
 #if GRADOPS_HAS_MMA_SM80
-    else if constexpr (Kind == WMMA_HALF) mma_cta<T, VECTOR>(p);
+    else if constexpr (Kind == WMMA_HALF) mma_cta<T, VECTOR, TILE_M, TILE_N>(p);
 #endif
 #if GRADOPS_HAS_WMMA
     else wmma_cta<T, Kind, VECTOR>(p);
 #endif
 }
 
-// Threads per CTA of a tiled kernel (the launchers read the same numbers, see _igemm.py).
-template <typename T, int Kind> struct Threads { static constexpr int value = Config<T, Kind>::THREADS; };
+// A tiled kernel's CTA tile: Config<T, Kind>'s for the default 128 x 128 (64 x 64 for double),
+// MmaConfig's for the other mma.sync shapes.  The launchers read the same numbers
+// (_conv_igemm.TILES, MMA_TILES).
+template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128>
+using Tile = typename Select<TILE_M == 128 && TILE_N == 128, Config<T, Kind>, MmaConfig<T, TILE_M, TILE_N>>::type;
+// Threads per CTA of a tiled kernel.
+template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128> struct Threads {
+    static constexpr int value = Tile<T, Kind, TILE_M, TILE_N>::THREADS;
+};
 // CTAs per SM each kernel is compiled for (__launch_bounds__'s second argument), so that one
 // CTA's barrier does not idle the whole SM: two of the 256-thread kernels (at most 128
 // registers per thread) wherever they fit without spilling on sm_80 and sm_90 with nvcc 13
@@ -1127,8 +1153,10 @@ template <typename T, int Kind> struct Threads { static constexpr int value = Co
 // spill on sm_80) and scalar-load dgrad on tensor cores spill under 128 registers.
 enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
 // SPLIT: the input gradient's split-reduction instantiation, whose float64 scalar variant
-// needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).
-template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false> struct MinBlocks {
+// needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).  The 128-thread tiles
+// (MmaConfig) ask for twice the CTAs: the same 128-register budget per thread.
+template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false, int TILE_M = 128, int TILE_N = 128>
+struct MinBlocks {
     static constexpr bool HALF = sizeof(T) == 2;
     // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.
     static constexpr bool MMA_SYNC = GRADOPS_HAS_MMA_SM80;
@@ -1136,7 +1164,7 @@ template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false> struct 
                                     (HALF && Kind == SIMT && Op != DGRAD) ||
                                     (HALF && Kind != SIMT && (Op == WGRAD || (Op == DGRAD && VECTOR && MMA_SYNC))) ||
                                     (!HALF && Kind == SIMT && Op == WGRAD && VECTOR);
-    static constexpr int value = TWO_FIT ? 2 : 1;
+    static constexpr int value = (TWO_FIT ? 2 : 1) * (256 / Threads<T, Kind, TILE_M, TILE_N>::value);
 };
 
 // Where a problem's C lands: the output or, with a split reduction (SPLIT), this split's slice

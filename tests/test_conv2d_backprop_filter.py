@@ -16,7 +16,7 @@ import gradops
 import reference
 from gradops.backends.cuda import _conv_igemm as ig
 from conftest import assert_close, random_array, to_gpu, to_host
-from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
+from conv_cases import (ALL_REPRESENTATIVE, HALF_DTYPES, MMA_TILE_SHAPES, template_args, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
                         non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,
@@ -264,7 +264,7 @@ def test_reference_agrees_with_tensorflow(tf, rng, padding, pads, strides):
 
 
 def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding, dilations=(1, 1), pads=NO_PADS,
-             path=None, splits=None, vector=None, pointwise=None, few_channels=None):
+             path=None, splits=None, vector=None, pointwise=None, few_channels=None, tile=None):
     """(CUDA result on the host, NumPy backend result, geometry) of one random problem."""
     x, fshape, dy = make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, dilations, pads)
     xl, dyl = to_layout(x, layout), to_layout(dy, layout)
@@ -279,6 +279,8 @@ def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding
         kw["pointwise"] = pointwise
     if few_channels is not None:
         kw["few_channels"] = few_channels
+    if tile is not None:
+        kw["tile"] = tile
     got = cuda_launcher("conv2d_backprop_filter").conv2d_backprop_filter(g, to_gpu(xl), to_gpu(dyl), **kw)
     want = gradops.conv2d_backprop_filter(xl, fshape, dyl, **attrs(layout, strides, padding, dilations, pads),
                                           backend="numpy")
@@ -478,8 +480,29 @@ def test_cuda_vector_loads(cuda_device, rng, dtype, layout, vector):
                             splits=2, vector=vector)
     assert_close(got, want, dtype)
     if cuda_device is not None:
-        # ..., VECTOR, SPLIT> (two splits)
-        assert any(name.endswith(f", {str(vector).lower()}, true>") for name, _, _ in cuda_device.launches)
+        # ..., VECTOR, SPLIT[, TILE_M, TILE_N]> (two splits)
+        assert any(template_args(name)[3:5] == [str(vector).lower(), "true"] for name, _, _ in cuda_device.launches
+                   if "_igemm<" in name)
+
+
+@HALF_DTYPES
+@MMA_TILE_SHAPES
+@pytest.mark.parametrize("cg,r,strides,splits", [(8, 3, (1, 1), None), (8, 3, (2, 2), 2), (72, 1, (1, 1), None),
+                                                 (72, 1, (1, 1), 2)],
+                         ids=["3x3-s1", "3x3-s2-split", "1x1-kernel", "1x1-kernel-split"])
+def test_cuda_tile_shapes(cuda_device, rng, dtype, tile, cg, r, strides, splits):
+    """Each mma.sync tile shape, forced, matches the NumPy backend: M = 72 taps x input channels
+    and N = 72 output channels (a full and a partial 64-wide tile, one partial 128-wide one),
+    several k-tiles of positions, a split reduction, the general and the 1x1 kernel; the launch
+    runs that shape's instantiation with its threads."""
+    got, want, g = run_cuda(rng, dtype, "NHWC", 2, 9, 10, 1, cg, 72, r, r, strides, "SAME", path="tiled",
+                            splits=splits, tile=tile)
+    assert_close(got, want, dtype)
+    if cuda_device is not None:  # the host stand-in records its launches
+        (name, grid, block), = [launch for launch in cuda_device.launches if "_igemm<" in launch[0]]
+        assert ("_1x1_igemm<" in name) == (r == 1)
+        assert template_args(name)[5:] == ([] if tile == (128, 128) else [str(tile[0]), str(tile[1])])
+        assert block == (ig.mma_tile_threads(tile),) and grid[:2] == (ig.ceil_div(72, tile[0]), ig.ceil_div(72, tile[1]))
 
 
 def test_cuda_vector_loads_need_aligned_arrays(cuda_device, rng):

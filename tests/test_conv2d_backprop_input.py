@@ -15,7 +15,7 @@ import gradops
 import reference
 from gradops.backends.cuda import _conv_igemm as ig
 from conftest import assert_close, random_array, to_gpu, to_host
-from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
+from conv_cases import (ALL_REPRESENTATIVE, HALF_DTYPES, MMA_TILE_SHAPES, template_args, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
                         non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,
@@ -331,7 +331,7 @@ def run_cuda(rng, dtype, layout, n, h, w, groups, cg, og, r, s, strides, padding
 
 def vector_arg(expression: str) -> str:
     """The VECTOR template argument of a tiled kernel's name (T, Acc, Kind, VECTOR[, SPLIT])."""
-    return expression.split("<", 1)[1].rstrip(">").split(", ")[3]
+    return template_args(expression)[3]
 
 
 def check_cuda(rng, dtype, *args, **kwargs):
@@ -417,7 +417,85 @@ def test_cuda_split_reduction(cuda_device, rng, dtype, splits, r, strides, dilat
     assert_close(got, want, dtype)
     if cuda_device is not None:  # the host stand-in records its launches: the GEMM, then the sum
         names = [e for e, _, _ in cuda_device.launches]
-        assert "split_reduce<" in names[-1] and any("igemm" in n and n.endswith(", true>") for n in names), names
+        assert "split_reduce<" in names[-1] and any("igemm" in n and template_args(n)[4] == "true" for n in names), names
+
+
+@HALF_DTYPES
+@MMA_TILE_SHAPES
+@pytest.mark.parametrize("r,strides,splits", [(3, (1, 1), None), (3, (2, 2), 2), (1, (1, 1), None), (1, (1, 1), 2)],
+                         ids=["3x3-s1", "3x3-s2-split", "1x1-kernel", "1x1-kernel-split"])
+def test_cuda_tile_shapes(cuda_device, rng, dtype, tile, r, strides, splits):
+    """Each mma.sync tile shape, forced, matches the NumPy backend: 72 input channels (N: a
+    full and a partial 64-wide column, one partial 128-wide one), 2 x 9 x 10 positions (M:
+    partial tiles of 64 and 128 rows), several k-tiles, stride phases, a split reduction, the
+    general and the 1x1 kernel; the launch runs that shape's instantiation with its threads."""
+    x_shape, filt, dy = make_problem(rng, dtype, 2, 9, 10, 1, 72, 48, r, r, strides, "SAME", (1, 1), NO_PADS)
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
+    launcher = cuda_launcher("conv2d_backprop_input")
+    got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy), path="tiled", splits=splits, tile=tile))
+    want = gradops.conv2d_backprop_input(x_shape, filt, dy, **attrs("NHWC", strides, "SAME", (1, 1), NO_PADS),
+                                         backend="numpy")
+    assert_close(got, want, dtype)
+    if cuda_device is not None:  # the host stand-in records its launches
+        (name, grid, block), = [launch for launch in cuda_device.launches if "_igemm<" in launch[0]]
+        assert ("_1x1_igemm<" in name) == (r == 1)
+        assert template_args(name)[5:] == ([] if tile == (128, 128) else [str(tile[0]), str(tile[1])])
+        m, n, _ = launcher._gemm_sizes(g)  # the largest phase's M (all 180 positions at stride 1), N = 72
+        assert block == (ig.mma_tile_threads(tile),) and grid[:2] == (ig.ceil_div(m, tile[0]), ig.ceil_div(n, tile[1]))
+
+
+@pytest.mark.parametrize("tile", [(128, 128), (128, 64), (64, 128)], ids=["128x128", "128x64", "64x128"])
+def test_planted_warp_grid_bug_fails_the_narrow_tiles(monkeypatch, tmp_path, tile):
+    """mma_cta with the default tile's 2 x 4 warp grid hard-coded: 128 x 64's 2 x 2 warps then
+    compute the wrong patches; 128 x 128 and 64 x 128 (1 x 4: the same warp columns) stay
+    right, so the tests below tell the shapes' warp grids apart."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", (
+        "const int wm = (warp / C::WARPS_N) * WM, wn = (warp % C::WARPS_N) * WN;\n"
+        "    // ldmatrix.x4: lane l",
+        "const int wm = (warp / 4) * WM, wn = (warp % 4) * WN;\n    // ldmatrix.x4: lane l"))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    rng = np.random.default_rng(5)
+    x_shape, filt, dy = make_problem(rng, np.float16, 2, 9, 10, 1, 72, 48, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
+    got = to_host(cuda_launcher("conv2d_backprop_input").conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy),
+                                                                                path="tiled", tile=tile))
+    want = gradops.conv2d_backprop_input(x_shape, filt, dy, **attrs("NHWC", (1, 1), "SAME", (1, 1), NO_PADS),
+                                         backend="numpy")
+    if tile != (128, 64):
+        assert_close(got, want, np.float16)
+    else:
+        with pytest.raises(AssertionError):
+            assert_close(got, want, np.float16)
+
+
+def test_tile_choice():
+    """The tile heuristic: a narrower mma.sync tile where it cuts the padded GEMM area to at most
+    3/4 (64-channel layers), the default elsewhere and wherever only the default exists."""
+    def pick(m, n, dtype=np.float16, kind=ig.WMMA_HALF, vector=True, arch=90, **kw):
+        return ig.pick_tile(dtype, kind, vector, m, n, arch=arch, **kw)[:2]
+
+    assert pick(3136, 64) == (128, 64)  # dgrad of a 64-channel input: a 128-wide tile is half padding
+    assert pick(576, 64) == (128, 64)  # wgrad 3x3 64 -> 64: M = 9 x 64 taps x channels
+    assert pick(64, 256) == (64, 128)  # wgrad 1x1 64 -> 256
+    assert pick(64, 64) == (128, 64)  # both narrow shapes pad alike: the first
+    assert pick(576, 192) == (128, 64)  # 3/4 of the default's area
+    assert pick(576, 320) == (128, 128)  # 5/6: not worth the narrower tile's extra copies
+    assert pick(3136, 256) == (128, 128)
+    assert ig.pick_tile(np.float16, ig.WMMA_HALF, True, 3136, 64, arch=90).threads == 128
+    # Only the mma.sync path has other shapes: not scalar loads, CUDA cores, TF32 or sm_75's WMMA.
+    assert pick(3136, 64, vector=False) == (128, 128)
+    assert pick(3136, 64, arch=75) == (128, 128)
+    assert pick(3136, 64, dtype=np.float32, kind=ig.SIMT) == (128, 128)
+    assert pick(3136, 64, dtype=np.float32, kind=ig.WMMA_TF32) == (128, 128)
+    assert pick(3136, 64, dtype=np.float64, kind=ig.SIMT) == (64, 64)
+    with pytest.raises(ValueError, match="tile"):
+        pick(3136, 64, vector=False, tile=(128, 64))
+    assert pick(3136, 256, tile=(64, 128)) == (64, 128)
 
 
 @pytest.mark.parametrize("text,replacement", [
@@ -460,9 +538,6 @@ PLAN_BUG_TEXTS = [
 ]
 
 
-@pytest.mark.parametrize("text,replacement", PLAN_BUG_TEXTS,
-                         ids=["row-offset-from-columns", "column-taps-from-rows", "phase-decoded-by-splits",
-                              "epilogue-divisors-swapped", "two-phases-share-an-entry"])
 def _plan_problem(dtype):
     """The planted plan bugs' problem (rows and columns differ in size, padding, stride and
     dilation; two splits), run on the installed device: (the tiled kernel's result, NumPy's)."""

@@ -107,8 +107,8 @@ def test_limiter_follows_the_parameters(ct, tmp_path):
 
 
 def test_plan_agrees_with_conv_prediction(ct):
-    """The grid this model builds (with the input gradient's split reduction) gives
-    conv_prediction.warp_k_tiles' warps and warp x k-tiles."""
+    """The grid this model builds (with the input gradient's split reduction and the launcher's
+    tile) gives conv_prediction.warp_k_tiles' warps and warp x k-tiles."""
     cp = _load("conv_prediction")
     for case in ct.resnet50_cases(32):
         g = case.geometry()
@@ -116,7 +116,9 @@ def test_plan_agrees_with_conv_prediction(ct):
             p = ct.plan(case.op, g, dtype)
             if p.path == "direct" or "_few_channels<" in p.kernel:  # (tested below)
                 continue
-            warps, warp_tiles = cp.warp_k_tiles(case.op, g, dtype, p.kind, split=True)
+            tile = cp.current_tile(case.op, g, dtype, p.kind)
+            assert p.tile == tile[:4]
+            warps, warp_tiles = cp.warp_k_tiles(case.op, g, dtype, p.kind, split=True, tile=tile)
             assert p.ctas * p.warps_per_cta == warps
             assert sum(c * p.warps_per_cta * k for c, k in p.groups) == warp_tiles
     # float32 is exact SIMT by default and TF32 tensor cores with allow_tf32; half types use mma.sync
@@ -146,6 +148,31 @@ def test_stem_wgrad_plans_the_few_channel_kernel(ct, tmp_path):
     assert ct.predict_ours(conv1.op, g, np.float16, False, report, a)["kernel"] == p.kernel
     del report[p.kernel]
     assert ct.predict_ours(conv1.op, g, np.float16, False, report, a)["kernel"] == general.kernel
+
+
+def test_64_channel_layers_plan_the_narrow_tiles(ct, tmp_path):
+    """The launcher's narrower tiles where a 128-wide one would be half padding: conv2's 3x3
+    layer (input gradient N = 64 input channels, filter gradient N = 64 output channels) runs
+    128 x 64 tiles of 4 warps, the filter gradient of 1x1 64 -> 256 (M = 64 input channels)
+    64 x 128; 256-channel GEMMs keep 128 x 128; float32 (SIMT) has only the default.  With a
+    report that lacks the narrow kernels (an older revision's), the default tile's plan."""
+    cases = {(c.label, c.op): c.geometry() for c in ct.resnet50_cases(32)}
+    dgrad, wgrad = ct.suites.CONV_INPUT, ct.suites.CONV_FILTER
+    for op in (dgrad, wgrad):
+        p = ct.plan(op, cases[("conv2 3x3 64 NHWC", op)], np.float16)
+        assert p.tile == (128, 64, 32, 128) and p.warps_per_cta == 4 and p.kernel.endswith(", 128, 64>")
+        assert ct.plan(op, cases[("conv2 3x3 64 NHWC", op)], np.float32).tile[:2] == (128, 128)
+    assert ct.plan(wgrad, cases[("conv2 1x1 64->256 NHWC", wgrad)], np.float16).tile[:2] == (64, 128)
+    assert ct.plan(dgrad, cases[("conv2 1x1 256->64 NHWC", dgrad)], np.float16).tile[:2] == (128, 128)
+    g = cases[("conv2 3x3 64 NHWC", dgrad)]
+    a = ct.Assumptions()
+    report = ct.static_kernels(_synthetic_report(ct, tmp_path / "static.json"))
+    narrow = ct.plan(dgrad, g, np.float16)
+    row = ct.predict_ours(dgrad, g, np.float16, False, report, a)
+    assert row["kernel"] == ct.plan(dgrad, g, np.float16, tiles=False).kernel and row["warps_per_cta"] == 8
+    report[narrow.kernel] = dict(report[row["kernel"]])
+    row = ct.predict_ours(dgrad, g, np.float16, False, report, a)
+    assert row["kernel"] == narrow.kernel and row["warps_per_cta"] == 4
 
 
 def test_issue_efficiency_points_interpolate(ct):

@@ -262,6 +262,8 @@ def block_size(expression: str) -> int:
 
     if "_igemm<" in expression:
         args = template_args(expression)
+        if len(args) == 7:  # ..., SPLIT, TILE_M, TILE_N: a tile shape other than the default
+            return _conv_igemm.mma_tile_threads((int(args[5]), int(args[6])))
         c_type = {v[0]: k for k, v in _conv_igemm._build.C_TYPES.items()}[args[0]]
         return _conv_igemm.TILES[(c_type, int(args[2]))][3]
     if "_input_tiled<" in expression:

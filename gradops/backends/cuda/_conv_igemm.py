@@ -9,6 +9,7 @@ imports CuPy at module level.
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import numpy as np
 
@@ -32,6 +33,80 @@ TILES = {
     (np.dtype(np.float32), SIMT): (128, 128, 8, 256),
     (np.dtype(np.float64), SIMT): (64, 64, 8, 256),
 }
+
+#: The tile shapes (BM, BN) of the mma.sync path (``igemm::MmaConfig``; sm_80+, half types on
+#: tensor cores, 16-byte chunks), built of the same 64 x 32 warp patches: the default 128 x 128
+#: (TILES's) and the 4-warp 128 x 64 and 64 x 128 for GEMMs with 64 columns or rows.
+DEFAULT_TILE = (128, 128)
+MMA_TILES = (DEFAULT_TILE, (128, 64), (64, 128))
+#: A narrower tile is taken where its padded GEMM area (the tiles' M x N, the MMAs a launch
+#: issues) is at most this fraction of the default tile's: it halves the work of a 64-channel
+#: GEMM, but each of its warps issues 6 instead of 4 chunk copies per k-tile and its CTA's
+#: fixed work (prologue, epilogue) covers half the outputs, so a small saving is not worth it.
+NARROW_TILE_AREA = 0.75
+
+
+def mma_tile_threads(tile: tuple[int, int]) -> int:
+    """Threads of an mma.sync tile: a warp per 64 x 32 patch."""
+    return 32 * (tile[0] // 64) * (tile[1] // 32)
+
+
+def tile_shapes(dtype, kind: int, vector: bool, arch: int | None = None) -> tuple[tuple[int, int], ...]:
+    """The (BM, BN) tile shapes instantiated for this dtype, kind and load width on compute
+    capability ``arch`` (None: any): :data:`MMA_TILES` for the mma.sync path, else the default."""
+    mma = (np.dtype(dtype), kind) in TENSOR_CORE_ARCH and kind == WMMA_HALF
+    if mma and vector and (arch is None or arch >= MMA_SYNC_ARCH):
+        return MMA_TILES
+    return (DEFAULT_TILE,)
+
+
+def tile_template_args(tile: tuple[int, int]) -> str:
+    """The kernels' trailing ``TILE_M, TILE_N`` template arguments: none for the default tile
+    (its name expressions stay those of the kernels before tile shapes existed)."""
+    return "" if tuple(tile) == DEFAULT_TILE else f", {tile[0]}, {tile[1]}"
+
+
+class Tile(NamedTuple):
+    """A launch's CTA tile: its extents, threads, and the kernels' trailing template arguments
+    (:func:`tile_template_args`)."""
+    bm: int
+    bn: int
+    bk: int
+    threads: int
+    args: str = ""
+
+
+def default_tile(dtype, kind: int) -> Tile:
+    return Tile(*TILES[(np.dtype(dtype), kind)])
+
+
+def pick_tile(dtype, kind: int, vector: bool, m: int, n: int, arch: int | None = None,
+              tile: tuple[int, int] | None = None) -> Tile:
+    """The :class:`Tile` a GEMM of M x N runs: the shape of
+    :func:`tile_shapes` with the least padded area, a narrower one only where that area is at
+    most :data:`NARROW_TILE_AREA` of the default's (ties: the default, then 128 x 64) and its
+    grid's y fits.  ``arch``: default the current device's.  ``tile`` (tests) forces a shape;
+    one this call cannot run raises."""
+    if arch is None and kind == WMMA_HALF and vector:
+        arch = _runtime.compute_capability()
+    shapes = tile_shapes(dtype, kind, vector, arch)
+    if tile is not None:
+        if tuple(tile) not in shapes:
+            raise ValueError(f"tile {tuple(tile)} cannot run this call (shapes: {shapes})")
+        chosen = tuple(tile)
+    else:
+        def area(shape):
+            return ceil_div(m, shape[0]) * shape[0] * ceil_div(n, shape[1]) * shape[1]
+
+        chosen = DEFAULT_TILE
+        for shape in shapes[1:]:
+            if (area(shape) <= NARROW_TILE_AREA * area(DEFAULT_TILE) and area(shape) < area(chosen)
+                    and ceil_div(n, shape[1]) <= GRID_YZ_LIMIT):
+                chosen = shape
+    if chosen == DEFAULT_TILE:
+        return default_tile(dtype, kind)
+    return Tile(*chosen, TILES[(np.dtype(dtype), kind)][2], mma_tile_threads(chosen), tile_template_args(chosen))
+
 
 #: GEMM indices in the tiled kernels are 32-bit (offsets are 64-bit): every GEMM extent must
 #: stay below this, with room for one tile (<= 128) past the end so index + tile cannot overflow.
@@ -265,6 +340,15 @@ def pick_path(path, eligible: bool, gemm_m: int, gemm_n: int) -> str:
     if path == "tiled" and not eligible:
         raise ValueError("the tiled kernel cannot run this geometry (sizes beyond 32-bit GEMM indices)")
     return path
+
+
+def tile_variant_names(*names, arch: int | None = None) -> list[str]:
+    """The instantiations of the tile shapes other than the default (:func:`tile_shapes`, 16-byte
+    chunks) that compute capability ``arch`` can run (None: any), unsplit and split:
+    ``name(dtype, kind, split, tile_args)`` for each of ``names``."""
+    return [name(dtype, kind, split, tile_template_args(tile)) for name in names
+            for dtype in instantiation_dtypes() for kind in math_kinds(dtype, arch)
+            for tile in tile_shapes(dtype, kind, True, arch)[1:] for split in (False, True)]
 
 
 def kernel_names(direct_name, tiled_name, *per_dtype, arch: int | None = None) -> list[str]:

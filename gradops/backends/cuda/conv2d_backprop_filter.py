@@ -45,13 +45,14 @@ def _direct_name(dtype, layout: str) -> str:
     return f"gradops::conv2d_backprop_filter_direct<{ig.template_types(dtype)}, {ig.LAYOUT[layout]}>"
 
 
-def _tiled_name(dtype, kind: int, vector: bool, split: bool = False) -> str:
+def _tiled_name(dtype, kind: int, vector: bool, split: bool = False, tile_args: str = "") -> str:
     return (f"gradops::conv2d_backprop_filter_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}, "
-            f"{ig.cpp_bool(split)}>")
+            f"{ig.cpp_bool(split)}{tile_args}>")
 
 
-def _pointwise_name(dtype, kind: int, split: bool = False) -> str:
-    return f"gradops::conv2d_backprop_filter_1x1_igemm<{ig.template_types(dtype)}, {kind}, true, {ig.cpp_bool(split)}>"
+def _pointwise_name(dtype, kind: int, split: bool = False, tile_args: str = "") -> str:
+    return (f"gradops::conv2d_backprop_filter_1x1_igemm<{ig.template_types(dtype)}, {kind}, true, "
+            f"{ig.cpp_bool(split)}{tile_args}>")
 
 
 def _reduce_name(dtype) -> str:
@@ -70,7 +71,10 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
            if arch is None or arch >= ig.MMA_SYNC_ARCH]
     split = [_tiled_name(dtype, kind, vector, split=True) for dtype in ig.instantiation_dtypes()
              for kind in ig.math_kinds(dtype, arch) for vector in (False, True)]
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + split + pointwise + few}
+    narrow = ig.tile_variant_names(lambda dtype, kind, split, args: _tiled_name(dtype, kind, True, split, args),
+                                   _pointwise_name, arch=arch)
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + split + pointwise + few
+            + narrow}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -87,11 +91,12 @@ def tiled_eligible(g, dtype) -> bool:
             and ig.ceil_div(n, bn) <= ig.GRID_YZ_LIMIT and g.groups <= ig.GRID_YZ_LIMIT)
 
 
-def split_count(g, dtype, kind: int, splits: int | None = None) -> tuple[int, int]:
+def split_count(g, dtype, kind: int, splits: int | None = None, tile=None) -> tuple[int, int]:
     """(splits, split_size): the reduction is cut into ``splits`` chunks of ``split_size``
     indices (a multiple of BK), by default enough to give about ig.SPLIT_TARGET_CTAS CTAs
-    (:func:`._conv_igemm.split_reduction`); ``splits`` (tests) overrides the count."""
-    bm, bn, bk, _ = ig.TILES[(np.dtype(dtype), kind)]
+    (:func:`._conv_igemm.split_reduction`); ``splits`` (tests) overrides the count; ``tile``:
+    the :class:`._conv_igemm.Tile` launched (default: the kind's default)."""
+    bm, bn, bk = (tile or ig.default_tile(dtype, kind))[:3]
     m, n, red = _gemm_sizes(g)
     tiles = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * g.groups
     return ig.split_reduction(tiles, red, bk, ig.GRID_YZ_LIMIT // g.groups, splits)
@@ -148,14 +153,15 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 
 def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = None, splits: int | None = None,
                            vector: bool | None = None, pointwise: bool | None = None,
-                           few_channels: bool | None = None):
+                           few_channels: bool | None = None, tile: tuple[int, int] | None = None):
     """HWIO filter gradient [filter_rows, filter_cols, filter_in_depth, out_depth] of ``input``
     and ``out_backprop`` (both in ``geometry.data_format``), in their dtype.
 
-    ``path`` ("direct" / "tiled"), ``splits``, ``vector``, ``pointwise`` and ``few_channels``
-    (tiled only: the split count, 16-byte or scalar loads, the 1x1 kernel or the few-channel
-    kernel where they can run, or the general one) override the automatic choices; the tests
-    use them to run every path on small shapes.
+    ``path`` ("direct" / "tiled"), ``splits``, ``vector``, ``pointwise``, ``few_channels`` and
+    ``tile`` (tiled only: the split count, 16-byte or scalar loads, the 1x1 kernel or the
+    few-channel kernel where they can run, or the general one, the (BM, BN) tile shape of
+    :func:`._conv_igemm.pick_tile`) override the automatic choices; the tests use them to run
+    every path on small shapes.
     """
     import cupy
 
@@ -177,23 +183,23 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
         return out
 
     kind = ig.math_kind(dtype)
-    bm, bn, _, threads = ig.TILES[(dtype, kind)]
     x = ig.to_nhwc(x, g.data_format)
     dy = ig.to_nhwc(dy, g.data_format)
     m, n, _ = _gemm_sizes(g)
     if pick_few_channels(g, dtype, dy, few_channels):
         return _few_channels(g, x, dy, out, dims, splits)
-    splits, split_size = split_count(g, dtype, kind, splits)
+    vector = ig.use_vector_loads(g, dtype, (x, dy, out), vector)
+    shape = ig.pick_tile(dtype, kind, vector, m, n, tile=tile)
+    splits, split_size = split_count(g, dtype, kind, splits, shape)
     # One float (double for float64) partial filter per split; unused (empty) without a split.
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
-    grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * splits)
-    vector = ig.use_vector_loads(g, dtype, (x, dy, out), vector)
+    grid = (ig.ceil_div(m, shape.bm), ig.ceil_div(n, shape.bn), g.groups * splits)
     args, split = (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)), splits > 1
     if ig.pick_pointwise(g, vector, pointwise):
-        _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split))(grid, (threads,), args)
+        _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split, shape.args))(grid, (shape.threads,), args)
     else:
-        fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split))
-        fn(grid, (threads,), (*args, *ig.input_div_args(g)))
+        fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split, shape.args))
+        fn(grid, (shape.threads,), (*args, *ig.input_div_args(g)))
     _reduce_splits(out, partial, splits)
     return out
 

@@ -29,9 +29,9 @@ def _direct_name(dtype, layout: str) -> str:
     return f"gradops::conv2d_backprop_input_direct<{ig.template_types(dtype)}, {ig.LAYOUT[layout]}>"
 
 
-def _tiled_name(dtype, kind: int, vector: bool, split: bool = False) -> str:
+def _tiled_name(dtype, kind: int, vector: bool, split: bool = False, tile_args: str = "") -> str:
     return (f"gradops::conv2d_backprop_input_igemm<{ig.template_types(dtype)}, {kind}, {ig.cpp_bool(vector)}, "
-            f"{ig.cpp_bool(split)}>")
+            f"{ig.cpp_bool(split)}{tile_args}>")
 
 
 def _few_channels_name(dtype, channels: int) -> str:
@@ -66,8 +66,9 @@ def _reduce_name(dtype) -> str:
     return f"gradops::split_reduce<{ig.template_types(dtype)}>"
 
 
-def _pointwise_name(dtype, kind: int, split: bool = False) -> str:
-    return f"gradops::conv2d_backprop_input_1x1_igemm<{ig.template_types(dtype)}, {kind}, true, {ig.cpp_bool(split)}>"
+def _pointwise_name(dtype, kind: int, split: bool = False, tile_args: str = "") -> str:
+    return (f"gradops::conv2d_backprop_input_1x1_igemm<{ig.template_types(dtype)}, {kind}, true, "
+            f"{ig.cpp_bool(split)}{tile_args}>")
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
@@ -77,7 +78,10 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     few = [_few_channels_name(dtype, c) for dtype in ig.instantiation_dtypes() for c in FEW_CHANNELS]
     split = [_tiled_name(dtype, kind, vector, split=True) for dtype in ig.instantiation_dtypes()
              for kind in ig.math_kinds(dtype, arch) for vector in (False, True)]
-    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + split + pointwise + few}
+    narrow = ig.tile_variant_names(lambda dtype, kind, split, args: _tiled_name(dtype, kind, True, split, args),
+                                   _pointwise_name, arch=arch)
+    return {SOURCE: ig.kernel_names(_direct_name, _tiled_name, _reduce_name, arch=arch) + split + pointwise + few
+            + narrow}
 
 
 def _gemm_sizes(g) -> tuple[int, int, int]:
@@ -98,11 +102,12 @@ def tiled_eligible(g, dtype) -> bool:
             and g.groups * g.stride_rows * g.stride_cols <= ig.GRID_YZ_LIMIT)
 
 
-def split_count(g, dtype, kind: int, splits: int | None = None) -> tuple[int, int]:
+def split_count(g, dtype, kind: int, splits: int | None = None, tile=None) -> tuple[int, int]:
     """(splits, split_size) of the tiled path's reduction (:func:`._conv_igemm.split_reduction`
     over the grid of every phase; the reduction's bound is the one of all taps, so a phase with
-    fewer taps leaves its last splits empty: they write zeros).  ``splits`` (tests) overrides."""
-    bm, bn, bk, _ = ig.TILES[(np.dtype(dtype), kind)]
+    fewer taps leaves its last splits empty: they write zeros).  ``splits`` (tests) overrides;
+    ``tile``: the :class:`._conv_igemm.Tile` launched (default: the kind's default)."""
+    bm, bn, bk = (tile or ig.default_tile(dtype, kind))[:3]
     m, n, red = _gemm_sizes(g)
     groups_phases = g.groups * g.stride_rows * g.stride_cols
     ctas = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * groups_phases
@@ -187,14 +192,16 @@ def supports(op, geometry, dtype) -> tuple[bool, str]:
 
 def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = None,
                           vector: bool | None = None, pointwise: bool | None = None,
-                          few_channels: bool | None = None, splits: int | None = None):
+                          few_channels: bool | None = None, splits: int | None = None,
+                          tile: tuple[int, int] | None = None):
     """Input gradient (shape ``geometry.input_shape``, in ``geometry.data_format``) from the HWIO
     ``filter`` and ``out_backprop``, in their dtype.  ``path`` ("direct" / "tiled"), ``vector``
     (tiled only: 16-byte or scalar loads), ``pointwise`` (tiled only: the 1x1 kernel where
     :func:`._conv_igemm.pointwise_eligible` and 16-byte loads allow it, else the general one)
     ``few_channels`` (direct only: the few-channel kernel where :func:`few_channels_eligible`,
-    else the general one) and ``splits`` (tiled only: the split count) override the automatic
-    choices; the tests use them to run every path on small shapes."""
+    else the general one), ``splits`` (tiled only: the split count) and ``tile`` (tiled only:
+    the (BM, BN) tile shape, :func:`._conv_igemm.pick_tile`) override the automatic choices; the
+    tests use them to run every path on small shapes."""
     import cupy
 
     g = geometry
@@ -224,23 +231,23 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
         return out
 
     kind = ig.math_kind(dtype)
-    bm, bn, _, threads = ig.TILES[(dtype, kind)]
     dy = ig.to_nhwc(dy, g.data_format)
     out = cupy.empty((g.batch, g.in_rows, g.in_cols, g.in_depth), dtype)  # NHWC; every element written
     m, n, _ = _gemm_sizes(g)
-    splits, split_size = split_count(g, dtype, kind, splits)
+    vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
+    shape = ig.pick_tile(dtype, kind, vector, m, n, tile=tile)
+    splits, split_size = split_count(g, dtype, kind, splits, shape)
     # One float (double for float64) partial input gradient per split; unused (empty) without a split.
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
-    grid = (ig.ceil_div(m, bm), ig.ceil_div(n, bn), g.groups * g.stride_rows * g.stride_cols * splits)
-    vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
+    grid = (ig.ceil_div(m, shape.bm), ig.ceil_div(n, shape.bn), g.groups * g.stride_rows * g.stride_cols * splits)
     split = splits > 1
     tail = (*dims, np.int64(splits), np.int64(split_size))
     if ig.pick_pointwise(g, vector, pointwise):
-        fn = _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split))
-        fn(grid, (threads,), (w, dy, out, partial, *tail, *_runtime.division_magic(splits)))
+        fn = _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split, shape.args))
+        fn(grid, (shape.threads,), (w, dy, out, partial, *tail, *_runtime.division_magic(splits)))
     else:
-        fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split))
-        fn(grid, (threads,), (w, dy, out, partial, _device_plan(g, splits), *tail))
+        fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split, shape.args))
+        fn(grid, (shape.threads,), (w, dy, out, partial, _device_plan(g, splits), *tail))
     if splits > 1:
         reduce = _runtime.kernel(SOURCE, _reduce_name(dtype))
         _runtime.launch_1d(reduce, out.size, (partial, out, np.int64(out.size), np.int64(splits)))
