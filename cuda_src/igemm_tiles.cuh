@@ -242,6 +242,9 @@ template <int ROWS, int BK, int THREADS, bool K_CONTIG, int C> struct TileMap {
     static_assert(K_CONTIG ? THREADS % (BK / C) == 0 : (ROWS / C) % CHUNKS == 0,
                   "a thread's chunks share one k offset");
     static constexpr int PER_K = K_CONTIG ? 0 : ROWS / C / CHUNKS;  // threads per k (rows map)
+    // The k an 8-lane store phase covers (rows map): 1 where 8 or more lanes share a k.
+    static constexpr int PHASE_KS = K_CONTIG || PER_K >= 8 ? 1 : 8 / PER_K;
+    static_assert(K_CONTIG || PER_K >= 8 || 8 % PER_K == 0, "a store phase covers whole runs of one k");
     // First (row, k) of this thread's chunk e.
     __device__ __forceinline__ static void at(int e, int& row, int& k) {
         const int t = static_cast<int>(threadIdx.x);
@@ -467,19 +470,29 @@ template <typename T, int ROWS, int BK> struct SwizzledRows {
 };
 
 // [k][row], ROWS elements per k (256 bytes for 128 halves: whole 128-byte lines), chunk c of
-// row k stored at chunk position c ^ (k % 8).  A store phase (8 lanes: 8 consecutive chunks of
-// one k, the loaders' row-major chunk order for an operand contiguous along rows) and an
-// ldmatrix.trans phase (rows k0 .. k0 + 7, k0 a multiple of 8, one chunk column) each hit 8
-// distinct positions modulo 8, i.e. 8 distinct groups of 4 banks.  Unpadded and unswizzled,
-// the 8 rows of an ldmatrix phase are 256 bytes apart: one bank group, 8 wavefronts.
-template <typename T, int ROWS, int BK> struct SwizzledCols {
+// row k stored at chunk position c ^ swizzle(k).  A store phase (8 lanes: PHASE_KS consecutive
+// k, 8 / PHASE_KS consecutive chunks from a multiple of that in each, the loaders' row-major
+// chunk order for an operand contiguous along rows) and an ldmatrix.trans phase (rows
+// k0 .. k0 + 7, k0 a multiple of 8, one chunk column) each hit 8 distinct positions modulo 8,
+// i.e. 8 distinct groups of 4 banks.  swizzle(k) is k % 8 where a phase is one k (PHASE_KS = 1:
+// the 128 x 128 tiles); with PHASE_KS k per phase (the 4-warp tiles: 4 lanes per k), the k of a
+// phase differ in the swizzle's high bits (k % PHASE_KS selects which 8 / PHASE_KS positions)
+// and k / PHASE_KS runs through the rest, still a permutation of 0..7 over 8 consecutive k.
+// Unpadded and unswizzled, the 8 rows of an ldmatrix phase are 256 bytes apart: one bank group,
+// 8 wavefronts.
+template <typename T, int ROWS, int BK, int PHASE_KS = 1> struct SwizzledCols {
     static constexpr bool SWIZZLED = true, K_CONTIG = false;
     static constexpr int ELEMENTS = ROWS * BK;
     static constexpr int C = ChunkSize<T>::value;
     static constexpr int LINE_CHUNKS = 8;
+    static constexpr int RUN = LINE_CHUNKS / PHASE_KS;  // chunks of one k in a store phase
     static_assert(ROWS % (C * LINE_CHUNKS) == 0, "rows of whole 128-byte lines");
+    static_assert(LINE_CHUNKS % PHASE_KS == 0, "whole runs of chunks per k in a store phase");
+    __device__ __forceinline__ static constexpr int swizzle(int k) {
+        return (k % PHASE_KS) * RUN ^ (k / PHASE_KS) % RUN;
+    }
     __device__ __forceinline__ static int offset(int row, int k) {
-        return k * ROWS + ((row / C) ^ (k % LINE_CHUNKS)) * C + row % C;
+        return k * ROWS + ((row / C) ^ swizzle(k % LINE_CHUNKS)) * C + row % C;
     }
 };
 
@@ -492,9 +505,10 @@ template <class Layout> struct RowBlocks {
     __device__ __forceinline__ static constexpr int rows(int b) { return b * 16 * Layout::ROW_ELEMENTS; }
 };
 
-// mma_cta's layout of an operand: chunks run along k (K_CONTIG) or along the rows.
-template <typename T, int ROWS, int BK, bool K_CONTIG>
-using Swizzled = typename Select<K_CONTIG, SwizzledRows<T, ROWS, BK>, SwizzledCols<T, ROWS, BK>>::type;
+// mma_cta's layout of an operand: chunks run along k (K_CONTIG) or along the rows; PHASE_KS:
+// the k of one 8-lane store phase (TileMap::PHASE_KS).
+template <typename T, int ROWS, int BK, bool K_CONTIG, int PHASE_KS = 1>
+using Swizzled = typename Select<K_CONTIG, SwizzledRows<T, ROWS, BK>, SwizzledCols<T, ROWS, BK, PHASE_KS>>::type;
 
 // ---------------------------------------------------------------- loaders
 // Which chunks a thread loads and their row cursors (see "Row cursors" above), shared by the
@@ -854,8 +868,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     constexpr int WARPS = C::WARPS_M * C::WARPS_N;
     static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
     constexpr bool A_ROWS = Problem::A_K_CONTIG, B_ROWS = Problem::B_K_CONTIG;  // [row][k] tiles
-    using LayoutA = Swizzled<T, BM, BK, A_ROWS>;
-    using LayoutB = Swizzled<T, BN, BK, B_ROWS>;
+    using LayoutA = Swizzled<T, BM, BK, A_ROWS, TileMap<BM, BK, C::THREADS, A_ROWS, ChunkSize<T>::value>::PHASE_KS>;
+    using LayoutB = Swizzled<T, BN, BK, B_ROWS, TileMap<BN, BK, C::THREADS, B_ROWS, ChunkSize<T>::value>::PHASE_KS>;
     using TileA = T[LayoutA::ELEMENTS];
     using TileB = T[LayoutB::ELEMENTS];
     static_assert((16 / SwizzledRows<T, BM, BK>::LINE_ROWS) % SwizzledRows<T, BM, BK>::LINE_CHUNKS == 0,

@@ -228,12 +228,13 @@ PLANTED = {
 PLANTED_ARCH = {"wmma-epilogue-missing-syncwarp": 75}
 
 
-def run_planted_problem(op, path, dtype, rng, depths=(6, 4), vector=None, splits=2):
+def run_planted_problem(op, path, dtype, rng, depths=(6, 4), vector=None, splits=2, tile=None):
     """(launcher result, NumPy backend result) of a problem with two tiles along the GEMM's rows,
     stride 2 and, for the filter gradient's tiled path, a ``splits``-way split reduction (by
     default 2, whose first split spans several reduction tiles: 84 = 2 x 7 x 6 reduction
     indices).  ``depths``: input and output channels.  The default even counts give float64 the
-    tiled kernels' vector loads (2 elements); float16 (8) not.  ``vector`` forces the choice."""
+    tiled kernels' vector loads (2 elements); float16 (8) not.  ``vector`` and ``tile`` (the
+    tiled path's (BM, BN)) force the choices."""
     import cupy  # the installed HostDevice: its arrays sit between NaN guards
 
     launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
@@ -243,6 +244,8 @@ def run_planted_problem(op, path, dtype, rng, depths=(6, 4), vector=None, splits
     dy = gradops.conv2d(x, filt, **a, backend="numpy")
     g = conv_geometry(op, x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
     options = {} if vector is None else {"vector": vector}
+    if tile is not None:
+        options["tile"] = tile
     if op == "conv2d_backprop_filter":
         if path == "tiled" and splits:
             options["splits"] = splits

@@ -450,7 +450,7 @@ def test_planted_primitive_misuse_fails_the_gemm(kernels, bug):
 
 
 # --------------------------------------------------------------------------- in the conv kernels
-def run_half_conv_gradient(op, vector, rng):
+def run_half_conv_gradient(op, vector, rng, tile=None):
     """(launcher result, NumPy result) of test_cuda_host's planted-bug problem in float16
     through the tiled kernel: ``vector`` False, its 6 and 4 channels (scalar loads, the
     register-staged double buffer, wgrad split 2 ways); True, 16 and 48 channels, unsplit
@@ -460,11 +460,12 @@ def run_half_conv_gradient(op, vector, rng):
     from test_cuda_host import run_planted_problem
 
     if vector:
-        return run_planted_problem(op, "tiled", np.float16, rng, depths=(16, 48), vector=True, splits=None)
+        return run_planted_problem(op, "tiled", np.float16, rng, depths=(16, 48), vector=True, splits=None,
+                                   tile=tile)
     return run_planted_problem(op, "tiled", np.float16, rng, vector=False)
 
 
-def run_half_conv_gradients(monkeypatch, vector, source_dir=None):
+def run_half_conv_gradients(monkeypatch, vector, source_dir=None, tile=None):
     """The float16 wgrad and dgrad of one small problem through the real launchers on the host
     model (their tiled kernels: mma_cta); returns ({op: {kind: shared-memory stats}}, results
     ok?)."""
@@ -479,7 +480,7 @@ def run_half_conv_gradients(monkeypatch, vector, source_dir=None):
         kernels = device._kernels[f"{op}.cu"]
         for kind in kernels.SHARED_KINDS:
             kernels.shared_stats(reset=True, kind=kind)
-        got, want = run_half_conv_gradient(op, vector, np.random.default_rng(7))
+        got, want = run_half_conv_gradient(op, vector, np.random.default_rng(7), tile)
         try:
             assert_close(got, want, np.float16)
         except AssertionError:
@@ -493,15 +494,19 @@ def run_half_conv_gradients(monkeypatch, vector, source_dir=None):
 WRITES = {False: "st_shared_16", True: "cp_async"}
 
 
-@pytest.mark.parametrize("vector", [False, True], ids=["scalar-double-buffer", "vector-cp-async"])
-def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path, vector):
+@pytest.mark.parametrize("vector,tile", [(False, None), (True, (128, 128)), (True, (128, 64)), (True, (64, 128))],
+                         ids=["scalar-double-buffer", "vector-cp-async", "vector-cp-async-128x64",
+                              "vector-cp-async-64x128"])
+def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path, vector, tile):
     """The half-type tiles' main-loop shared-memory traffic (ldmatrix reads, 16-byte chunk
-    stores or cp.async writes) takes the fewest wavefronts: wgrad's tiles are [k][row] with
-    256-byte rows, dgrad's [row][k] with 64-byte rows, both with XOR-swizzled 16-byte chunks.
-    Without the swizzles the count sees the ldmatrix conflicts (the results stay right): rows
-    256 bytes apart put a matrix's 8 rows in the same banks (8 wavefronts), rows 64 bytes
-    apart 4 rows (4 wavefronts)."""
-    stats, ok = run_half_conv_gradients(monkeypatch, vector)
+    stores or cp.async writes) takes the fewest wavefronts, in every tile shape: wgrad's tiles
+    are [k][row] with 256-byte rows (128-byte ones for a 64-wide side), dgrad's [row][k] with
+    64-byte rows, both with XOR-swizzled 16-byte chunks.  Without the swizzles the count sees
+    the ldmatrix conflicts (the results stay right): rows 128 or 256 bytes apart put a matrix's
+    8 rows in the same banks (8 wavefronts), rows 64 bytes apart 4 rows (4 wavefronts); and in
+    the 4-warp tiles, whose 8-lane write phases cover 2 k of wgrad's [k][row] tiles (4 lanes
+    per k), the writes conflict too."""
+    stats, ok = run_half_conv_gradients(monkeypatch, vector, tile=tile)
     assert ok
     for op, by_kind in stats.items():
         for kind in ("ldmatrix", WRITES[vector]):
@@ -513,15 +518,33 @@ def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path, v
 
     cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh",
                               ("(chunk ^ line % LINE_CHUNKS)", "chunk"),
-                              ("((row / C) ^ (k % LINE_CHUNKS))", "(row / C)"))
-    stats, ok = run_half_conv_gradients(monkeypatch, vector, tmp_path)
+                              ("((row / C) ^ swizzle(k % LINE_CHUNKS))", "(row / C)"))
+    stats, ok = run_half_conv_gradients(monkeypatch, vector, tmp_path, tile=tile)
     assert ok, "the swizzle changes the speed, not the result"
     factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
+    four_warps = tile not in (None, (128, 128))
     for op, by_kind in stats.items():
         s = by_kind["ldmatrix"]
         assert s["wavefronts"] == factor[op] * s["ideal"], f"{op}: {s}"
-        s = by_kind[WRITES[vector]]  # a write phase is 128 contiguous bytes either way
-        assert s["wavefronts"] == s["ideal"], f"{op}: {s}"
+        s = by_kind[WRITES[vector]]
+        if four_warps and op == "conv2d_backprop_filter":  # 2 k 128 or 256 bytes apart per phase
+            assert s["wavefronts"] > s["ideal"], f"{op}: {s}"
+        else:  # a write phase is 128 contiguous bytes
+            assert s["wavefronts"] == s["ideal"], f"{op}: {s}"
+
+
+@pytest.mark.parametrize("tile", [(128, 64), (64, 128)], ids=["128x64", "64x128"])
+def test_planted_swizzle_of_one_k_per_phase_conflicts_in_the_narrow_tiles(monkeypatch, tmp_path, tile):
+    """The 128 x 128 tiles' swizzle (k % 8) in the 4-warp tiles: wgrad's cp.async write phases
+    (two k, chunks 0..3 of each) then hit each bank group twice; results stay right."""
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh",
+                              ("return (k % PHASE_KS) * RUN ^ (k / PHASE_KS) % RUN;", "return k;"))
+    stats, ok = run_half_conv_gradients(monkeypatch, True, tmp_path, tile=tile)
+    assert ok
+    s = stats["conv2d_backprop_filter"]["cp_async"]
+    assert s["wavefronts"] == 2 * s["ideal"], s
+    s = stats["conv2d_backprop_filter"]["ldmatrix"]  # 8 consecutive k: k % 8 is a permutation too
+    assert s["wavefronts"] == s["ideal"], s
 
 
 # Bugs planted in the cp.async pipeline (AsyncLoader) and the reduction cursors, each run on the
