@@ -484,7 +484,11 @@ def _assumption_lines(a: Assumptions) -> list[str]:
         "Re-reads that miss L2 are not counted.",
         "- Wave quantisation multiplies the issue and math terms by ceil(w) / w, where w = CTAs / (SMs x resident CTAs "
         "per SM). Resident CTAs per SM come from the static report's occupancy.",
-        f"- Split-K reduction (when splits > 1; dgrad splits only grids below {ig.SPLIT_TARGET_CTAS // 2} CTAs) takes max(bytes / HBM + {a.reduce_fixed_s * 1e6:.1f} us, "
+        "- Tiles: the launcher's (`_conv_igemm.pick_tile`): 128 x 128, or for half types 128 x 64 / 64 x 128 "
+        "(4 warps) where the narrower tile cuts the padded GEMM area to 3/4 or less of a grid of several "
+        "128 x 128 tiles (64-channel layers); a 4-warp launch's split reduction aims at twice the CTAs.",
+        f"- Split-K reduction (when splits > 1; dgrad splits only grids below {ig.SPLIT_TARGET_CTAS // 2} CTAs of "
+        "8 warps) takes max(bytes / HBM + {a.reduce_fixed_s * 1e6:.1f} us, "
         f"splits x {a.reduce_per_split_s * 1e9:.0f} ns). Both constants are FITTED to the measured reduction kernels "
         "(7 to 25 us at batch 32), not derived. The measured kernel was a plain loop that nvcc unrolled 4 deep (one "
         "DRAM round trip per 4 splits); today's split_reduce loads 32 splits before adding them (about 2 round trips "

@@ -505,6 +505,23 @@ def test_cuda_tile_shapes(cuda_device, rng, dtype, tile, cg, r, strides, splits)
         assert block == (ig.mma_tile_threads(tile),) and grid[:2] == (ig.ceil_div(72, tile[0]), ig.ceil_div(72, tile[1]))
 
 
+def test_split_targets_scale_with_the_tile():
+    """A 4-warp tile's split reduction aims at twice the CTAs, each over twice the k-tiles: the
+    same warps and work per split as the 128 x 128 tile's.  ResNet-50's 3x3 64-channel filter
+    gradient at batch 32 (M = 576, N = 64, 3136 k-tiles): 5 tiles x 51 splits of 8 warps by
+    default, 5 x 98 of 4 warps in 128 x 64 tiles (the launcher's choice)."""
+    assert ig.split_targets(256) == {"target_ctas": 256, "min_k_tiles": 16}
+    assert ig.split_targets(128) == {"target_ctas": 512, "min_k_tiles": 32}
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    g = conv_geometry("conv2d_backprop_filter", (32, 56, 56, 64), (3, 3, 64, 64), (32, 56, 56, 64), "NHWC", (1, 1),
+                      "SAME", (1, 1), NO_PADS)
+    m, n, _ = launcher._gemm_sizes(g)
+    tile = ig.pick_tile(np.float16, ig.WMMA_HALF, True, m, n, arch=90)
+    assert tile[:4] == (128, 64, 32, 128)
+    assert launcher.split_count(g, np.float16, ig.WMMA_HALF)[0] == 51
+    assert launcher.split_count(g, np.float16, ig.WMMA_HALF, tile=tile)[0] == 98
+
+
 def test_cuda_vector_loads_need_aligned_arrays(cuda_device, rng):
     """A contiguous view that starts 4 bytes into an allocation cannot be read 16 bytes at a
     time: the automatic choice falls back to scalar loads, and forcing vector loads is refused."""

@@ -475,14 +475,16 @@ def test_planted_warp_grid_bug_fails_the_narrow_tiles(monkeypatch, tmp_path, til
 
 def test_tile_choice():
     """The tile heuristic: a narrower mma.sync tile where it cuts the padded GEMM area to at most
-    3/4 (64-channel layers), the default elsewhere and wherever only the default exists."""
+    3/4 (64-channel layers) of a grid of several default tiles, the default elsewhere and
+    wherever only the default exists."""
     def pick(m, n, dtype=np.float16, kind=ig.WMMA_HALF, vector=True, arch=90, **kw):
         return ig.pick_tile(dtype, kind, vector, m, n, arch=arch, **kw)[:2]
 
     assert pick(3136, 64) == (128, 64)  # dgrad of a 64-channel input: a 128-wide tile is half padding
     assert pick(576, 64) == (128, 64)  # wgrad 3x3 64 -> 64: M = 9 x 64 taps x channels
     assert pick(64, 256) == (64, 128)  # wgrad 1x1 64 -> 256
-    assert pick(64, 64) == (128, 64)  # both narrow shapes pad alike: the first
+    assert pick(192, 64) == (128, 64)  # both narrow shapes pad alike: the first
+    assert pick(64, 64) == (128, 128)  # a single tile either way (the split reduction fills the GPU)
     assert pick(576, 192) == (128, 64)  # 3/4 of the default's area
     assert pick(576, 320) == (128, 128)  # 5/6: not worth the narrower tile's extra copies
     assert pick(3136, 256) == (128, 128)

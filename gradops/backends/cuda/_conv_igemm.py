@@ -84,8 +84,8 @@ def pick_tile(dtype, kind: int, vector: bool, m: int, n: int, arch: int | None =
               tile: tuple[int, int] | None = None) -> Tile:
     """The :class:`Tile` a GEMM of M x N runs: the shape of
     :func:`tile_shapes` with the least padded area, a narrower one only where that area is at
-    most :data:`NARROW_TILE_AREA` of the default's (ties: the default, then 128 x 64) and its
-    grid's y fits.  ``arch``: default the current device's.  ``tile`` (tests) forces a shape;
+    most :data:`NARROW_TILE_AREA` of the default's (ties: the default, then 128 x 64), the
+    default's grid is more than one tile and the narrower grid's y fits.  ``arch``: default the current device's.  ``tile`` (tests) forces a shape;
     one this call cannot run raises."""
     if arch is None and kind == WMMA_HALF and vector:
         arch = _runtime.compute_capability()
@@ -99,7 +99,11 @@ def pick_tile(dtype, kind: int, vector: bool, m: int, n: int, arch: int | None =
             return ceil_div(m, shape[0]) * shape[0] * ceil_div(n, shape[1]) * shape[1]
 
         chosen = DEFAULT_TILE
-        for shape in shapes[1:]:
+        # One default tile: its padding costs no CTA (a narrower tile leaves the tile count at
+        # one), and the split reduction that fills the GPU would take twice the CTAs of half
+        # the warps, for the same warps (the 1x1 64 -> 64 filter gradient).
+        single = ceil_div(m, DEFAULT_TILE[0]) * ceil_div(n, DEFAULT_TILE[1]) == 1
+        for shape in shapes[1:] if not single else ():
             if (area(shape) <= NARROW_TILE_AREA * area(DEFAULT_TILE) and area(shape) < area(chosen)
                     and ceil_div(n, shape[1]) <= GRID_YZ_LIMIT):
                 chosen = shape
@@ -297,17 +301,28 @@ SPLIT_TARGET_CTAS = 256
 #: Each split gets at least this many BK-deep reduction steps, so that the scratch traffic of a
 #: split (one partial tile per CTA) stays small next to the loads it replaces.
 SPLIT_MIN_K_TILES = 16
+#: Both targets are for CTAs of this many threads.  A launch of smaller CTAs (the 4-warp tiles)
+#: aims at proportionally more CTAs, each split proportionally more k-tiles
+#: (:func:`split_targets`): the same warps, the same warp x k-tile work per split, so no more
+#: partial sums (scratch bytes) than with the larger tile.
+SPLIT_TARGET_THREADS = 256
+
+
+def split_targets(threads: int) -> dict[str, int]:
+    """:func:`split_reduction`'s ``target_ctas`` and ``min_k_tiles`` for CTAs of ``threads``."""
+    scale = SPLIT_TARGET_THREADS // threads
+    return {"target_ctas": SPLIT_TARGET_CTAS * scale, "min_k_tiles": SPLIT_MIN_K_TILES * scale}
 
 
 def split_reduction(ctas: int, red: int, bk: int, z_limit: int, splits: int | None = None,
-                    target_ctas: int = SPLIT_TARGET_CTAS) -> tuple[int, int]:
+                    target_ctas: int = SPLIT_TARGET_CTAS, min_k_tiles: int = SPLIT_MIN_K_TILES) -> tuple[int, int]:
     """(splits, split_size) of a reduction of ``red`` indices over a grid of ``ctas`` CTAs:
     ``splits`` chunks of ``split_size`` indices (a multiple of BK), by default enough to give
-    about ``target_ctas`` CTAs with at least SPLIT_MIN_K_TILES k-tiles each; at most
+    about ``target_ctas`` CTAs with at least ``min_k_tiles`` k-tiles each; at most
     ``z_limit`` (the grid's z room); no empty trailing split."""
     k_tiles = ceil_div(red, bk)
     if splits is None:
-        splits = min(target_ctas // max(1, ctas), k_tiles // SPLIT_MIN_K_TILES)
+        splits = min(target_ctas // max(1, ctas), k_tiles // min_k_tiles)
     splits = max(1, min(splits, z_limit))
     split_size = ceil_div(k_tiles, splits) * bk
     return ceil_div(red, split_size), split_size

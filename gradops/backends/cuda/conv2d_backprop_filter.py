@@ -93,13 +93,14 @@ def tiled_eligible(g, dtype) -> bool:
 
 def split_count(g, dtype, kind: int, splits: int | None = None, tile=None) -> tuple[int, int]:
     """(splits, split_size): the reduction is cut into ``splits`` chunks of ``split_size``
-    indices (a multiple of BK), by default enough to give about ig.SPLIT_TARGET_CTAS CTAs
+    indices (a multiple of BK), by default enough to give about ig.SPLIT_TARGET_CTAS CTAs of 256 threads
     (:func:`._conv_igemm.split_reduction`); ``splits`` (tests) overrides the count; ``tile``:
     the :class:`._conv_igemm.Tile` launched (default: the kind's default)."""
-    bm, bn, bk = (tile or ig.default_tile(dtype, kind))[:3]
+    bm, bn, bk, threads = (tile or ig.default_tile(dtype, kind))[:4]
     m, n, red = _gemm_sizes(g)
     tiles = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * g.groups
-    return ig.split_reduction(tiles, red, bk, ig.GRID_YZ_LIMIT // g.groups, splits)
+    return ig.split_reduction(tiles, red, bk, ig.GRID_YZ_LIMIT // g.groups, splits,
+                              **ig.split_targets(threads))
 
 
 def few_channels_kernel(dtype, arch: int | None = None) -> bool:

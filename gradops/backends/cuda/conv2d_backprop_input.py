@@ -107,11 +107,12 @@ def split_count(g, dtype, kind: int, splits: int | None = None, tile=None) -> tu
     over the grid of every phase; the reduction's bound is the one of all taps, so a phase with
     fewer taps leaves its last splits empty: they write zeros).  ``splits`` (tests) overrides;
     ``tile``: the :class:`._conv_igemm.Tile` launched (default: the kind's default)."""
-    bm, bn, bk = (tile or ig.default_tile(dtype, kind))[:3]
+    bm, bn, bk, threads = (tile or ig.default_tile(dtype, kind))[:4]
     m, n, red = _gemm_sizes(g)
     groups_phases = g.groups * g.stride_rows * g.stride_cols
     ctas = ig.ceil_div(m, bm) * ig.ceil_div(n, bn) * groups_phases
-    return ig.split_reduction(ctas, red, bk, ig.GRID_YZ_LIMIT // groups_phases, splits)
+    return ig.split_reduction(ctas, red, bk, ig.GRID_YZ_LIMIT // groups_phases, splits,
+                              **ig.split_targets(threads))
 
 
 #: The general tiled kernel's plan (cuda_src/conv2d_backprop_input.cu, namespace phase_plan):
