@@ -1161,10 +1161,10 @@ template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128> struct Threa
 // registers per thread) wherever they fit without spilling on sm_80 and sm_90 with nvcc 13
 // (tests/test_cuda_compile.py checks every instantiation), one elsewhere.  Two fit: double
 // (SIMT); half types on CUDA cores but in dgrad (whose epilogue decomposes every stored
-// element's index); half types on tensor cores in wgrad, and in dgrad with 16-byte chunks (the
-// cp.async pipeline: no register staging, ldmatrix addresses from one base per k-step); float
-// on CUDA cores in wgrad with 16-byte loads.  TF32, the forward kernel on tensor cores (8 bytes
-// spill on sm_80) and scalar-load dgrad on tensor cores spill under 128 registers.
+// element's index); half types on tensor cores with mma.sync (sm_80+; the scalar-load dgrad
+// since its per-phase geometry comes from the launcher's plan: 182 -> 125 registers on sm_90,
+// no spill); float on CUDA cores in wgrad with 16-byte loads.  TF32, the forward kernel on
+// tensor cores (8 bytes spill on sm_80) and dgrad on WMMA (before sm_80) spill under 128.
 enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
 // SPLIT: the input gradient's split-reduction instantiation, whose float64 scalar variant
 // needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).  The 128-thread tiles
@@ -1176,7 +1176,7 @@ struct MinBlocks {
     static constexpr bool MMA_SYNC = GRADOPS_HAS_MMA_SM80;
     static constexpr bool TWO_FIT = (sizeof(T) == 8 && !(Op == DGRAD && SPLIT && !VECTOR)) ||
                                     (HALF && Kind == SIMT && Op != DGRAD) ||
-                                    (HALF && Kind != SIMT && (Op == WGRAD || (Op == DGRAD && VECTOR && MMA_SYNC))) ||
+                                    (HALF && Kind != SIMT && (Op == WGRAD || (Op == DGRAD && MMA_SYNC))) ||
                                     (!HALF && Kind == SIMT && Op == WGRAD && VECTOR);
     static constexpr int value = (TWO_FIT ? 2 : 1) * (256 / Threads<T, Kind, TILE_M, TILE_N>::value);
 };
