@@ -174,18 +174,19 @@ def rows(results: str, baseline: str, current: str) -> list[dict]:
         # measured time holds its reduction kernel).
         split = e["op"] == suites.CONV_INPUT and current != baseline
         launcher = importlib.import_module(f"gradops.backends.cuda.{e['op']}")
+        def launch(tile):
+            """(the input gradient's splits, today's kernel) with ``tile``."""
+            count = launcher.split_count(g, dtype, kind, tile=tile)[0]
+            splits = count if split else 1
+            kernel_splits = count if e["op"] == suites.CONV_FILTER else splits
+            return splits, current_kernel(expr, g, kernel_splits > 1, tile.args)
+
         # Today's tile (a narrower one for 64-channel GEMMs) where the report has its kernels.
         tile = current_tile(e["op"], g, dtype, kind) if current != baseline else ig.default_tile(dtype, kind)
-        splits = launcher.split_count(g, dtype, kind, tile=tile)[0] if split else 1
-        kernel_splits = (launcher.split_count(g, dtype, kind, tile=tile)[0] if e["op"] == suites.CONV_FILTER
-                         else splits)
-        current_expr = current_kernel(expr, g, kernel_splits > 1, tile.args)
+        splits, current_expr = launch(tile)
         if current_expr not in after and tile.args:  # a report older than the tile shapes
             tile = ig.default_tile(dtype, kind)
-            splits = launcher.split_count(g, dtype, kind, tile=tile)[0] if split else 1
-            kernel_splits = (launcher.split_count(g, dtype, kind, tile=tile)[0] if e["op"] == suites.CONV_FILTER
-                             else splits)
-            current_expr = current_kernel(expr, g, kernel_splits > 1)
+            splits, current_expr = launch(tile)
         if current_expr not in after:  # a report of the measured kernels themselves
             current_expr = expr
         old, new = before[expr], after[current_expr]

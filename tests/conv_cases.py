@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 import reference
 from conftest import FLOAT_DTYPES, random_array
+from gradops.backends.cuda import _conv_igemm
 
 NO_PADS = ((0, 0), (0, 0))
 
@@ -244,16 +245,10 @@ def cuda_launcher(op):
     return importlib.import_module(f"gradops.backends.cuda.{op}")
 
 
-def template_args(expression: str) -> list[str]:
-    """``"gradops::k<__half, float, 1, true>"`` -> ``["__half", "float", "1", "true"]``."""
-    return expression.split("<", 1)[1].rstrip(">").split(", ")
-
-
 #: The half types: the tensor-core (mma.sync) kernels' dtypes, and with them their tile shapes.
 HALF_DTYPES = pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=dtype_id)
 #: Every mma.sync tile shape (BM, BN) of the tiled conv kernels.
-MMA_TILE_SHAPES = pytest.mark.parametrize("tile", [(128, 128), (128, 64), (64, 128)],
-                                          ids=["128x128", "128x64", "64x128"])
+MMA_TILE_SHAPES = pytest.mark.parametrize("tile", _conv_igemm.MMA_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
 
 
 def conv_geometry(op, input_shape, filter_shape, out_backprop_shape, layout, strides, padding, dilations, pads):

@@ -15,8 +15,10 @@ from hypothesis import assume
 import gradops
 import reference
 from gradops.backends.cuda import _conv_igemm as ig
+from gradops.bench.static_report import template_args
 from conftest import assert_close, random_array, to_gpu, to_host
-from conv_cases import (ALL_REPRESENTATIVE, HALF_DTYPES, MMA_TILE_SHAPES, template_args, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
+from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, HALF_DTYPES, LAYOUTS,
+                        MMA_TILE_SHAPES, NON_CONTIGUOUS,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
                         non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,

@@ -14,8 +14,10 @@ from hypothesis import assume
 import gradops
 import reference
 from gradops.backends.cuda import _conv_igemm as ig
+from gradops.bench.static_report import template_args
 from conftest import assert_close, random_array, to_gpu, to_host
-from conv_cases import (ALL_REPRESENTATIVE, HALF_DTYPES, MMA_TILE_SHAPES, template_args, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, LAYOUTS, NON_CONTIGUOUS,
+from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, HALF_DTYPES, LAYOUTS,
+                        MMA_TILE_SHAPES, NON_CONTIGUOUS,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
                         non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,
@@ -444,7 +446,7 @@ def test_cuda_tile_shapes(cuda_device, rng, dtype, tile, r, strides, splits):
         assert block == (ig.mma_tile_threads(tile),) and grid[:2] == (ig.ceil_div(m, tile[0]), ig.ceil_div(n, tile[1]))
 
 
-@pytest.mark.parametrize("tile", [(128, 128), (128, 64), (64, 128)], ids=["128x128", "128x64", "64x128"])
+@MMA_TILE_SHAPES
 def test_planted_warp_grid_bug_fails_the_narrow_tiles(monkeypatch, tmp_path, tile):
     """mma_cta with the default tile's 2 x 4 warp grid hard-coded: 128 x 64's 2 x 2 warps then
     compute the wrong patches; 128 x 128 and 64 x 128 (1 x 4: the same warp columns) stay

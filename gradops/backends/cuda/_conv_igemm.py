@@ -85,8 +85,8 @@ def pick_tile(dtype, kind: int, vector: bool, m: int, n: int, arch: int | None =
     """The :class:`Tile` a GEMM of M x N runs: the shape of
     :func:`tile_shapes` with the least padded area, a narrower one only where that area is at
     most :data:`NARROW_TILE_AREA` of the default's (ties: the default, then 128 x 64), the
-    default's grid is more than one tile and the narrower grid's y fits.  ``arch``: default the current device's.  ``tile`` (tests) forces a shape;
-    one this call cannot run raises."""
+    default's grid is more than one tile and the narrower grid's y fits.  ``arch``: default the
+    current device's.  ``tile`` (tests) forces a shape; one this call cannot run raises."""
     if arch is None and kind == WMMA_HALF and vector:
         arch = _runtime.compute_capability()
     shapes = tile_shapes(dtype, kind, vector, arch)
