@@ -486,7 +486,9 @@ def _assumption_lines(a: Assumptions) -> list[str]:
         "per SM). Resident CTAs per SM come from the static report's occupancy.",
         "- Tiles: the launcher's (`_conv_igemm.pick_tile`): 128 x 128, or for half types 128 x 64 / 64 x 128 "
         "(4 warps) where the narrower tile cuts the padded GEMM area to 3/4 or less of a grid of several "
-        "128 x 128 tiles (64-channel layers); a 4-warp launch's split reduction aims at twice the CTAs.",
+        "128 x 128 tiles (64-channel layers), and 64 x 64 (2 warps) where it cuts that of the tile it would "
+        "replace to 3/4 or less per halving of the warps; a launch of 4 or 2 warps per CTA aims its split "
+        "reduction at 2 or 4 times the CTAs.",
         f"- Split-K reduction (when splits > 1; dgrad splits only grids below {ig.SPLIT_TARGET_CTAS // 2} CTAs of "
         "8 warps) takes max(bytes / HBM + {a.reduce_fixed_s * 1e6:.1f} us, "
         f"splits x {a.reduce_per_split_s * 1e9:.0f} ns). Both constants are FITTED to the measured reduction kernels "

@@ -133,7 +133,7 @@ enum MathKind {
 // Tile shapes.  Tensor-core CTAs are 128x128 with 8 warps (2 x 4, each a 64x32 patch of 4 x 2
 // 16x16 WMMA fragments, or 4 x 4 16x8 mma.sync tiles): large enough to reuse each loaded element 128 times, small enough for two
 // tiles plus staging to fit the 48 KiB of static shared memory.  The mma.sync path also has
-// 128x64 and 64x128 (MmaConfig) for 64-channel GEMMs.
+// 128x64, 64x128 and 64x64 (MmaConfig) for 64-channel GEMMs.
 template <typename T, int Kind> struct Config;
 
 // Whether this architecture has tensor cores for element type T in math kind Kind (the launchers
@@ -154,8 +154,8 @@ template <typename T> struct Config<T, WMMA_HALF> {
 // The mma.sync path's tile shapes (sm_80+, 16-byte chunks): TILE_M x TILE_N CTAs built of the
 // same 64 x 32 warp patches, so every shape runs the same warp code.  128 x 128 (8 warps) is
 // the default and equals Config<T, WMMA_HALF>; 128 x 64 and 64 x 128 (4 warps) are for GEMMs
-// with 64 columns or rows (64-channel layers), where a 128-wide tile would be half padding
-// (_conv_igemm.pick_tile chooses).
+// with 64 columns or rows (64-channel layers), where a 128-wide tile would be half padding, and
+// 64 x 64 (2 warps) for GEMMs with both (_conv_igemm.pick_tile chooses).
 template <typename T, int TILE_M, int TILE_N> struct MmaConfig {
     static constexpr int BM = TILE_M, BN = TILE_N, BK = Config<T, WMMA_HALF>::BK;
     static constexpr int WARP_M = 64, WARP_N = 32;  // a warp's patch: 4 x 4 m16n8 accumulator tiles
@@ -475,7 +475,8 @@ template <typename T, int ROWS, int BK> struct SwizzledRows {
 // chunk order for an operand contiguous along rows) and an ldmatrix.trans phase (rows
 // k0 .. k0 + 7, k0 a multiple of 8, one chunk column) each hit 8 distinct positions modulo 8,
 // i.e. 8 distinct groups of 4 banks.  swizzle(k) is k % 8 where a phase is one k (PHASE_KS = 1:
-// the 128 x 128 tiles); with PHASE_KS k per phase (the 4-warp tiles: 4 lanes per k), the k of a
+// the 128 x 128 tiles); with PHASE_KS k per phase (4-warp tiles: 4 lanes per k, 2 k; 64 x 64:
+// 2 lanes per k, 4 k), the k of a
 // phase differ in the swizzle's high bits (k % PHASE_KS selects which 8 / PHASE_KS positions)
 // and k / PHASE_KS runs through the rest, still a permutation of 0..7 over 8 consecutive k.
 // Unpadded and unswizzled, the 8 rows of an ldmatrix phase are 256 bytes apart: one bank group,
@@ -1167,8 +1168,8 @@ template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128> struct Threa
 // tensor cores (8 bytes spill on sm_80) and dgrad on WMMA (before sm_80) spill under 128.
 enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
 // SPLIT: the input gradient's split-reduction instantiation, whose float64 scalar variant
-// needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).  The 128-thread tiles
-// (MmaConfig) ask for twice the CTAs: the same 128-register budget per thread.
+// needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).  The 128- and 64-thread
+// tiles (MmaConfig) ask for 2 and 4 times the CTAs: the same 128-register budget per thread.
 template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false, int TILE_M = 128, int TILE_N = 128>
 struct MinBlocks {
     static constexpr bool HALF = sizeof(T) == 2;

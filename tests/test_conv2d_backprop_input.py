@@ -446,49 +446,71 @@ def test_cuda_tile_shapes(cuda_device, rng, dtype, tile, r, strides, splits):
         assert block == (ig.mma_tile_threads(tile),) and grid[:2] == (ig.ceil_div(m, tile[0]), ig.ceil_div(n, tile[1]))
 
 
+#: Warp grids planted in mma_cta, and the tiles each one breaks: the default tile's 4 warp
+#: columns hard-coded (128 x 64's 2 x 2 warps compute the wrong patches; 1-row grids and the
+#: default's own stay right), and warps numbered down 2 rows first (a permutation of the 2-row
+#: grids' patches, so 128 x 128 and 128 x 64 stay right; the 1-row grids of 64 x 128 and 64 x 64
+#: put warp 1 below the tile: wrong results, or the host model's memory fault where its epilogue
+#: reads past the tile's row table).
+PLANTED_WARP_GRIDS = {
+    "four-warp-columns": ("const int wm = (warp / 4) * WM, wn = (warp % 4) * WN;", {(128, 64)}),
+    "two-warp-rows-first": ("const int wm = (warp % 2) * WM, wn = (warp / 2) * WN;", {(64, 128), (64, 64)}),
+}
+
+
+@pytest.mark.parametrize("grid", PLANTED_WARP_GRIDS)
 @MMA_TILE_SHAPES
-def test_planted_warp_grid_bug_fails_the_narrow_tiles(monkeypatch, tmp_path, tile):
-    """mma_cta with the default tile's 2 x 4 warp grid hard-coded: 128 x 64's 2 x 2 warps then
-    compute the wrong patches; 128 x 128 and 64 x 128 (1 x 4: the same warp columns) stay
-    right, so the tests below tell the shapes' warp grids apart."""
+def test_planted_warp_grid_bug_fails_the_narrow_tiles(monkeypatch, tmp_path, tile, grid):
+    """A wrong warp grid in mma_cta gives wrong results in exactly the tiles whose patches it
+    misplaces (PLANTED_WARP_GRIDS): each narrow tile's warp grid is told apart from the others'."""
     import cuda_host
 
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(reason)
+    planted, breaks = PLANTED_WARP_GRIDS[grid]
     cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", (
         "const int wm = (warp / C::WARPS_N) * WM, wn = (warp % C::WARPS_N) * WN;\n"
         "    // ldmatrix.x4: lane l",
-        "const int wm = (warp / 4) * WM, wn = (warp % 4) * WN;\n    // ldmatrix.x4: lane l"))
+        planted + "\n    // ldmatrix.x4: lane l"))
     cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
     rng = np.random.default_rng(5)
     x_shape, filt, dy = make_problem(rng, np.float16, 2, 9, 10, 1, 72, 48, 3, 3, (1, 1), "SAME", (1, 1), NO_PADS)
     g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", (1, 1), "SAME", (1, 1), NO_PADS)
-    got = to_host(cuda_launcher("conv2d_backprop_input").conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy),
-                                                                                path="tiled", tile=tile))
     want = gradops.conv2d_backprop_input(x_shape, filt, dy, **attrs("NHWC", (1, 1), "SAME", (1, 1), NO_PADS),
                                          backend="numpy")
-    if tile != (128, 64):
+
+    def run():
+        launcher = cuda_launcher("conv2d_backprop_input")
+        got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy), path="tiled", tile=tile))
         assert_close(got, want, np.float16)
+
+    if tuple(tile) not in breaks:
+        run()
     else:
-        with pytest.raises(AssertionError):
-            assert_close(got, want, np.float16)
+        with pytest.raises((AssertionError, cuda_host.HostLaunchError)):
+            run()
 
 
 def test_tile_choice():
-    """The tile heuristic: a narrower mma.sync tile where it cuts the padded GEMM area to at most
-    3/4 (64-channel layers) of a grid of several default tiles, the default elsewhere and
-    wherever only the default exists."""
+    """The tile heuristic: a mma.sync tile of fewer warps where it cuts the padded GEMM area to
+    at most 3/4 of the larger tile's (64-channel layers) in a grid of several default tiles, the
+    default elsewhere and wherever only the default exists."""
     def pick(m, n, dtype=np.float16, kind=ig.WMMA_HALF, vector=True, arch=90, **kw):
         return ig.pick_tile(dtype, kind, vector, m, n, arch=arch, **kw)[:2]
 
     assert pick(3136, 64) == (128, 64)  # dgrad of a 64-channel input: a 128-wide tile is half padding
-    assert pick(576, 64) == (128, 64)  # wgrad 3x3 64 -> 64: M = 9 x 64 taps x channels
-    assert pick(64, 256) == (64, 128)  # wgrad 1x1 64 -> 256
-    assert pick(192, 64) == (128, 64)  # both narrow shapes pad alike: the first
+    assert pick(576, 64) == (128, 64)  # wgrad 3x3 64 -> 64: M = 9 x 64 (64 x 64 would save 1/10)
+    assert pick(64, 256) == (64, 128)  # wgrad 1x1 64 -> 256 (64 x 64: as much padding, fewer warps)
+    assert pick(320, 64) == (128, 64)  # both 4-warp shapes pad alike: the first
+    assert pick(192, 64) == (64, 64)  # 3/4 of 128 x 64's area: 2 warps
+    assert pick(192, 192) == (64, 64)  # 3/4 of 128 x 64's, which is 3/4 of the default's
     assert pick(64, 64) == (128, 128)  # a single tile either way (the split reduction fills the GPU)
+    assert ig.pick_tile(np.float16, ig.WMMA_HALF, True, 192, 64, arch=90).threads == 64
     assert pick(576, 192) == (128, 64)  # 3/4 of the default's area
     assert pick(576, 320) == (128, 128)  # 5/6: not worth the narrower tile's extra copies
+    # 64 x 64 has 3/4 of the default's area there, with a quarter of its warps: it needs (3/4)^2
+    assert pick(320, 320) == (128, 128)  # 64 x 64: 0.69 of the default's area
     assert pick(3136, 256) == (128, 128)
     assert ig.pick_tile(np.float16, ig.WMMA_HALF, True, 3136, 64, arch=90).threads == 128
     # Only the mma.sync path has other shapes: not scalar loads, CUDA cores, TF32 or sm_75's WMMA.

@@ -494,9 +494,10 @@ def run_half_conv_gradients(monkeypatch, vector, source_dir=None, tile=None):
 WRITES = {False: "st_shared_16", True: "cp_async"}
 
 
-@pytest.mark.parametrize("vector,tile", [(False, None), (True, (128, 128)), (True, (128, 64)), (True, (64, 128))],
+@pytest.mark.parametrize("vector,tile", [(False, None), (True, (128, 128)), (True, (128, 64)), (True, (64, 128)),
+                                         (True, (64, 64))],
                          ids=["scalar-double-buffer", "vector-cp-async", "vector-cp-async-128x64",
-                              "vector-cp-async-64x128"])
+                              "vector-cp-async-64x128", "vector-cp-async-64x64"])
 def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path, vector, tile):
     """The half-type tiles' main-loop shared-memory traffic (ldmatrix reads, 16-byte chunk
     stores or cp.async writes) takes the fewest wavefronts, in every tile shape: wgrad's tiles
@@ -504,8 +505,8 @@ def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path, v
     64-byte rows, both with XOR-swizzled 16-byte chunks.  Without the swizzles the count sees
     the ldmatrix conflicts (the results stay right): rows 128 or 256 bytes apart put a matrix's
     8 rows in the same banks (8 wavefronts), rows 64 bytes apart 4 rows (4 wavefronts); and in
-    the 4-warp tiles, whose 8-lane write phases cover 2 k of wgrad's [k][row] tiles (4 lanes
-    per k), the writes conflict too."""
+    the narrow tiles, whose 8-lane write phases cover 2 k (4 warps: 4 lanes per k) or 4 k (64 x
+    64: 2 lanes per k) of wgrad's [k][row] tiles, the writes conflict too."""
     stats, ok = run_half_conv_gradients(monkeypatch, vector, tile=tile)
     assert ok
     for op, by_kind in stats.items():
@@ -522,21 +523,22 @@ def test_igemm_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path, v
     stats, ok = run_half_conv_gradients(monkeypatch, vector, tmp_path, tile=tile)
     assert ok, "the swizzle changes the speed, not the result"
     factor = {"conv2d_backprop_filter": 8, "conv2d_backprop_input": 4}
-    four_warps = tile not in (None, (128, 128))
+    narrow = tile not in (None, (128, 128))
     for op, by_kind in stats.items():
         s = by_kind["ldmatrix"]
         assert s["wavefronts"] == factor[op] * s["ideal"], f"{op}: {s}"
         s = by_kind[WRITES[vector]]
-        if four_warps and op == "conv2d_backprop_filter":  # 2 k 128 or 256 bytes apart per phase
+        if narrow and op == "conv2d_backprop_filter":  # 2 or 4 k 128 or 256 bytes apart per phase
             assert s["wavefronts"] > s["ideal"], f"{op}: {s}"
         else:  # a write phase is 128 contiguous bytes
             assert s["wavefronts"] == s["ideal"], f"{op}: {s}"
 
 
-@pytest.mark.parametrize("tile", [(128, 64), (64, 128)], ids=["128x64", "64x128"])
+@pytest.mark.parametrize("tile", [(128, 64), (64, 128), (64, 64)], ids=["128x64", "64x128", "64x64"])
 def test_planted_swizzle_of_one_k_per_phase_conflicts_in_the_narrow_tiles(monkeypatch, tmp_path, tile):
-    """The 128 x 128 tiles' swizzle (k % 8) in the 4-warp tiles: wgrad's cp.async write phases
-    (two k, chunks 0..3 of each) then hit each bank group twice; results stay right."""
+    """The 128 x 128 tiles' swizzle (k % 8) in the narrow tiles: wgrad's cp.async write phases
+    (4 warps: two k, chunks 0..3 of each; 64 x 64: four k, chunks 2e and 2e + 1 of each) then
+    hit each bank group twice; results stay right."""
     cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh",
                               ("return (k % PHASE_KS) * RUN ^ (k / PHASE_KS) % RUN;", "return k;"))
     stats, ok = run_half_conv_gradients(monkeypatch, True, tmp_path, tile=tile)

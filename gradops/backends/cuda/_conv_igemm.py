@@ -35,14 +35,17 @@ TILES = {
 }
 
 #: The tile shapes (BM, BN) of the mma.sync path (``igemm::MmaConfig``; sm_80+, half types on
-#: tensor cores, 16-byte chunks), built of the same 64 x 32 warp patches: the default 128 x 128
-#: (TILES's) and the 4-warp 128 x 64 and 64 x 128 for GEMMs with 64 columns or rows.
+#: tensor cores, 16-byte chunks), built of the same 64 x 32 warp patches, largest CTA first: the
+#: default 128 x 128 (TILES's), the 4-warp 128 x 64 and 64 x 128 for GEMMs with 64 columns or
+#: rows, and the 2-warp 64 x 64 for GEMMs with both.
 DEFAULT_TILE = (128, 128)
-MMA_TILES = (DEFAULT_TILE, (128, 64), (64, 128))
-#: A narrower tile is taken where its padded GEMM area (the tiles' M x N, the MMAs a launch
-#: issues) is at most this fraction of the default tile's: it halves the work of a 64-channel
-#: GEMM, but each of its warps issues 6 instead of 4 chunk copies per k-tile and its CTA's
-#: fixed work (prologue, epilogue) covers half the outputs, so a small saving is not worth it.
+MMA_TILES = (DEFAULT_TILE, (128, 64), (64, 128), (64, 64))
+#: A tile of half the warps is taken where its padded GEMM area (the tiles' M x N, the MMAs a
+#: launch issues) is at most this fraction of the larger tile's it would replace (a quarter of
+#: the warps: this fraction squared, as if through the shape between): it halves the work
+#: of a 64-channel GEMM, but each of its warps issues more chunk copies per k-tile (4 warps: 6
+#: instead of 4, 2 warps: 8) and its CTA's fixed work (prologue, epilogue) covers fewer
+#: outputs, so a small saving is not worth it.
 NARROW_TILE_AREA = 0.75
 
 
@@ -82,11 +85,12 @@ def default_tile(dtype, kind: int) -> Tile:
 
 def pick_tile(dtype, kind: int, vector: bool, m: int, n: int, arch: int | None = None,
               tile: tuple[int, int] | None = None) -> Tile:
-    """The :class:`Tile` a GEMM of M x N runs: the shape of
-    :func:`tile_shapes` with the least padded area, a narrower one only where that area is at
-    most :data:`NARROW_TILE_AREA` of the default's (ties: the default, then 128 x 64), the
-    default's grid is more than one tile and the narrower grid's y fits.  ``arch``: default the
-    current device's.  ``tile`` (tests) forces a shape; one this call cannot run raises."""
+    """The :class:`Tile` a GEMM of M x N runs: of the shapes of :func:`tile_shapes`, walked from
+    the default down, a shape replaces the one chosen so far where its padded area is at most
+    :data:`NARROW_TILE_AREA` of that one's per halving of the warps, or smaller with as many warps
+    (ties keep 128 x 64), the default's grid is more than one tile and the shape's grid y fits.  ``arch``:
+    default the current device's.  ``tile`` (tests) forces a shape; one this call cannot run
+    raises."""
     if arch is None and kind == WMMA_HALF and vector:
         arch = _runtime.compute_capability()
     shapes = tile_shapes(dtype, kind, vector, arch)
@@ -100,12 +104,14 @@ def pick_tile(dtype, kind: int, vector: bool, m: int, n: int, arch: int | None =
 
         chosen = DEFAULT_TILE
         # One default tile: its padding costs no CTA (a narrower tile leaves the tile count at
-        # one), and the split reduction that fills the GPU would take twice the CTAs of half
-        # the warps, for the same warps (the 1x1 64 -> 64 filter gradient).
+        # one), and the split reduction that fills the GPU would take more CTAs of fewer warps,
+        # for the same warps (the 1x1 64 -> 64 filter gradient).
         single = ceil_div(m, DEFAULT_TILE[0]) * ceil_div(n, DEFAULT_TILE[1]) == 1
         for shape in shapes[1:] if not single else ():
-            if (area(shape) <= NARROW_TILE_AREA * area(DEFAULT_TILE) and area(shape) < area(chosen)
-                    and ceil_div(n, shape[1]) <= GRID_YZ_LIMIT):
+            halvings = (mma_tile_threads(chosen) // mma_tile_threads(shape)).bit_length() - 1
+            smaller = (area(shape) <= NARROW_TILE_AREA ** halvings * area(chosen) if halvings
+                       else area(shape) < area(chosen))
+            if smaller and ceil_div(n, shape[1]) <= GRID_YZ_LIMIT:
                 chosen = shape
     if chosen == DEFAULT_TILE:
         return default_tile(dtype, kind)
@@ -301,8 +307,8 @@ SPLIT_TARGET_CTAS = 256
 #: Each split gets at least this many BK-deep reduction steps, so that the scratch traffic of a
 #: split (one partial tile per CTA) stays small next to the loads it replaces.
 SPLIT_MIN_K_TILES = 16
-#: Both targets are for CTAs of this many threads.  A launch of smaller CTAs (the 4-warp tiles)
-#: aims at proportionally more CTAs, each split proportionally more k-tiles
+#: Both targets are for CTAs of this many threads.  A launch of smaller CTAs (the 4- and 2-warp
+#: tiles) aims at proportionally more CTAs, each split proportionally more k-tiles
 #: (:func:`split_targets`): the same warps, the same warp x k-tile work per split, so no more
 #: partial sums (scratch bytes) than with the larger tile.
 SPLIT_TARGET_THREADS = 256
