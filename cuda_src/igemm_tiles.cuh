@@ -127,7 +127,8 @@ enum MathKind {
     SIMT = 0,       // FMA on CUDA cores: float (exact float32 products) and double
     WMMA_HALF = 1,  // tensor cores, __half / __nv_bfloat16 in, float accumulate: ldmatrix +
                     // mma.sync.m16n8k16 from sm_80 (mma_cta), WMMA m16n16k16 on sm_70/75
-    WMMA_TF32 = 2   // tensor cores, float rounded to TF32 in, float accumulate (m16n16k8); opt-in
+    WMMA_TF32 = 2   // tensor cores, float rounded to TF32 in, float accumulate: ldmatrix or one-
+                    // element reads + mma.sync.m16n8k8 (mma_cta, sm_80+); opt-in
 };
 
 // Tile shapes.  Tensor-core CTAs are 128x128 with 8 warps (2 x 4, each a 64x32 patch of 4 x 2
@@ -157,7 +158,9 @@ template <typename T> struct Config<T, WMMA_HALF> {
 // with 64 columns or rows (64-channel layers), where a 128-wide tile would be half padding, and
 // 64 x 64 (2 warps) for GEMMs with both (_conv_igemm.pick_tile chooses).
 template <typename T, int TILE_M, int TILE_N> struct MmaConfig {
-    static constexpr int BM = TILE_M, BN = TILE_N, BK = Config<T, WMMA_HALF>::BK;
+    // k-rows of 64 bytes: 32 halves (Config<T, WMMA_HALF>'s BK) or 16 floats (TF32's), so that
+    // a k-tile is two mma k-steps and every swizzled layout sees the same bytes per row.
+    static constexpr int BM = TILE_M, BN = TILE_N, BK = 64 / static_cast<int>(sizeof(T));
     static constexpr int WARP_M = 64, WARP_N = 32;  // a warp's patch: 4 x 4 m16n8 accumulator tiles
     static constexpr int WARPS_M = BM / WARP_M, WARPS_N = BN / WARP_N;
     static constexpr int THREADS = 32 * WARPS_M * WARPS_N;
@@ -841,8 +844,9 @@ __device__ __forceinline__ void store_staged_tile(const Problem& p, const float*
 }
 
 #if GRADOPS_HAS_MMA_SM80
-// Half types on sm_80+: ldmatrix + mma.sync.m16n8k16 (tensor_core_ptx.cuh).  Against WMMA this
-// fixes the fragment layouts (the ISA's, so that the epilogue writes each lane's own
+// Half types on sm_80+: ldmatrix + mma.sync.m16n8k16 (tensor_core_ptx.cuh), and float as TF32:
+// mma.sync.m16n8k8 on operands rounded with cvt.rna.tf32.  Against WMMA this fixes the fragment
+// layouts (the ISA's, so that the epilogue writes each lane's own
 // accumulators without a store_matrix_sync round trip through a fragment of unspecified layout)
 // and loads each 8x8 sub-matrix once per warp.
 //
@@ -854,23 +858,45 @@ __device__ __forceinline__ void store_staged_tile(const Problem& p, const float*
 // cp.async, and every store phase and ldmatrix phase takes one wavefront (the host model counts
 // them, tests/test_tensor_core_ptx.py).
 //
+// TF32 (T = float): m16n8k8's fragments hold the same bytes of a [row][k] tile as m16n8k16's
+// (a 4-byte element where a pair of halves was: A[m][k] at byte 4 t of row g, k + 4 where k + 8
+// was), so a [row][k] tile is read by the same ldmatrix (without .trans) at the same byte
+// offsets.  ldmatrix.trans moves 16-bit elements and cannot transpose floats: a [k][row] tile is
+// read one element per lane (ld_shared_32: A's 4 and B's 2 registers per tile and k-step),
+// conflict-free because its swizzle spreads the 4 k a warp reads (t = lane % 4) over pairs of
+// chunk positions (SwizzledCols with 4 k per phase: k % 4 picks the pair).  Each register is
+// rounded to TF32 before the mma (cvt.rna.tf32.f32: round to nearest, where the tensor cores
+// would truncate).  The 128 x 128 tile only.
+//
 // Main loop: with 16-byte chunks (VECTOR), the multistage cp.async pipeline (AsyncLoader,
 // STAGES = 3); otherwise the register-staged double buffer (Loader), whose scalar loads
 // cp.async cannot take.  The epilogue's staging and row table reuse the tiles' shared memory.
 template <typename T, bool VECTOR, int TILE_M, int TILE_N, class Problem>
 __device__ __forceinline__ void mma_cta(const Problem& p) {
     using C = MmaConfig<T, TILE_M, TILE_N>;
-    static_assert(TILE_M != 128 || TILE_N != 128 || C::THREADS == Config<T, WMMA_HALF>::THREADS,
-                  "the default tile is Config<T, WMMA_HALF>'s (the launchers' TILES)");
+    constexpr bool TF32 = sizeof(T) == 4;
+    static_assert(sizeof(T) == 2 || (TF32 && TILE_M == 128 && TILE_N == 128), "half types, or float as TF32 (128 x 128)");
+    static_assert(TILE_M != 128 || TILE_N != 128 || C::THREADS == Config<T, TF32 ? WMMA_TF32 : WMMA_HALF>::THREADS,
+                  "the default tile is Config<T, Kind>'s (the launchers' TILES)");
     constexpr int BM = C::BM, BN = C::BN, BK = C::BK;
-    constexpr int MMA_M = 16, MMA_N = 8, MMA_K = 16;             // mma.sync.m16n8k16
+    static_assert(BK == Config<T, TF32 ? WMMA_TF32 : WMMA_HALF>::BK, "the launchers' BK (TILES)");
+    // mma.sync.m16n8k16 (halves) or m16n8k8 (TF32): a k-step is 32 bytes of a row, KH elements
+    // per 16-byte half of it (ldmatrix's second matrix column).
+    constexpr int KH = 16 / static_cast<int>(sizeof(T)), MMA_K = 2 * KH;
+    constexpr int MMA_M = 16, MMA_N = 8;
     constexpr int WM = C::WARP_M, WN = C::WARP_N;                 // warp patch (64 x 32)
     constexpr int FM = WM / MMA_M, FN = WN / MMA_N;              // 4 x 4 accumulator tiles per warp
     constexpr int WARPS = C::WARPS_M * C::WARPS_N;
-    static_assert(BK % MMA_K == 0 && FN % 2 == 0, "k-steps of 16; B loaded two n8 tiles per ldmatrix.x4");
+    static_assert(BK % MMA_K == 0 && FN % 2 == 0, "whole k-steps; B loaded two n8 tiles per ldmatrix.x4");
     constexpr bool A_ROWS = Problem::A_K_CONTIG, B_ROWS = Problem::B_K_CONTIG;  // [row][k] tiles
-    using LayoutA = Swizzled<T, BM, BK, A_ROWS, TileMap<BM, BK, C::THREADS, A_ROWS, ChunkSize<T>::value>::PHASE_KS>;
-    using LayoutB = Swizzled<T, BN, BK, B_ROWS, TileMap<BN, BK, C::THREADS, B_ROWS, ChunkSize<T>::value>::PHASE_KS>;
+    // [k][row] tiles' k per swizzle phase: the store phases' (TileMap), or for TF32's one-element
+    // reads 4 (the k of t = lane % 4; its tile's store phases are one k each, which any swizzle
+    // serves).
+    constexpr int KS_A = TileMap<BM, BK, C::THREADS, A_ROWS, ChunkSize<T>::value>::PHASE_KS;
+    constexpr int KS_B = TileMap<BN, BK, C::THREADS, B_ROWS, ChunkSize<T>::value>::PHASE_KS;
+    static_assert(!TF32 || (KS_A == 1 && KS_B == 1), "TF32's [k][row] store phases are one k");
+    using LayoutA = Swizzled<T, BM, BK, A_ROWS, TF32 ? 4 : KS_A>;
+    using LayoutB = Swizzled<T, BN, BK, B_ROWS, TF32 ? 4 : KS_B>;
     using TileA = T[LayoutA::ELEMENTS];
     using TileB = T[LayoutB::ELEMENTS];
     static_assert((16 / SwizzledRows<T, BM, BK>::LINE_ROWS) % SwizzledRows<T, BM, BK>::LINE_CHUNKS == 0,
@@ -895,6 +921,9 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     const int wm = (warp / C::WARPS_N) * WM, wn = (warp % C::WARPS_N) * WN;
     // ldmatrix.x4: lane l supplies the address of row l % 8 of 8x8 matrix l / 8.
     const int matrix = lane / 8, row = lane % 8;
+    // mma fragments: lane l is thread t = l % 4 of group g = l / 4 (the ISA's groupID and
+    // threadID_in_group).
+    const int g = lane / 4, t = lane % 4;
 
     float acc[FM][FN][4];
 #pragma unroll
@@ -914,32 +943,63 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             // (m + 0, k + 8), (m + 8, k + 8) of the 16x16 A tile: matrix q starts at m + 8 (q % 2),
             // k + 8 (q / 2), its rows running along m ([row][k] tile) or k ([k][row]).
             unsigned a[FM][4];
-            const int a_base = LayoutA::offset(wm + 8 * (matrix % 2) + row, kk + 8 * (matrix / 2));  // [row][k]
+            const int a_base = LayoutA::offset(wm + 8 * (matrix % 2) + row, kk + KH * (matrix / 2));  // [row][k]
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
                 const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
-                if constexpr (A_ROWS) ptx::ldmatrix<4, false>(a[i], &As[buf][a_base + RowBlocks<LayoutA>::rows(i)]);
-                else ptx::ldmatrix<4, true>(a[i], &As[buf][LayoutA::offset(m, k + row)]);
+                if constexpr (A_ROWS) {
+                    ptx::ldmatrix<4, false>(a[i], &As[buf][a_base + RowBlocks<LayoutA>::rows(i)]);
+                } else if constexpr (TF32) {  // a[r]: row g + 8 (r % 2), column t + 4 (r / 2)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r)
+                        a[i][r] = ptx::ld_shared_32(
+                            &As[buf][LayoutA::offset(wm + MMA_M * i + g + 8 * (r % 2), kk + t + 4 * (r / 2))]);
+                } else {
+                    ptx::ldmatrix<4, true>(a[i], &As[buf][LayoutA::offset(m, k + row)]);
+                }
             }
             // B fragment registers b[0], b[1] are k + 0..7 and k + 8..15 of one n8 tile; an x4
             // loads two n8 tiles: matrix q starts at n + 8 (q / 2), k + 8 (q % 2).
             unsigned b[FN][2];
-            const int b_base = LayoutB::offset(wn + 8 * (matrix / 2) + row, kk + 8 * (matrix % 2));  // [row][k]
+            const int b_base = LayoutB::offset(wn + 8 * (matrix / 2) + row, kk + KH * (matrix % 2));  // [row][k]
 #pragma unroll
             for (int j = 0; j < FN; j += 2) {
-                unsigned t[4];
+                unsigned q[4];
                 const int n = wn + MMA_N * j + 8 * (matrix / 2), k = kk + 8 * (matrix % 2);
-                if constexpr (B_ROWS) ptx::ldmatrix<4, false>(t, &Bs[buf][b_base + RowBlocks<LayoutB>::rows(j / 2)]);
-                else ptx::ldmatrix<4, true>(t, &Bs[buf][LayoutB::offset(n, k + row)]);
-                b[j][0] = t[0];
-                b[j][1] = t[1];
-                b[j + 1][0] = t[2];
-                b[j + 1][1] = t[3];
+                if constexpr (B_ROWS) {
+                    ptx::ldmatrix<4, false>(q, &Bs[buf][b_base + RowBlocks<LayoutB>::rows(j / 2)]);
+                } else if constexpr (TF32) {  // b[r] of n8 tile h: row (k) t + 4 r, column (n) g
+#pragma unroll
+                    for (int h = 0; h < 2; ++h)
+#pragma unroll
+                        for (int r = 0; r < 2; ++r)
+                            q[2 * h + r] = ptx::ld_shared_32(
+                                &Bs[buf][LayoutB::offset(wn + MMA_N * (j + h) + g, kk + t + 4 * r)]);
+                } else {
+                    ptx::ldmatrix<4, true>(q, &Bs[buf][LayoutB::offset(n, k + row)]);
+                }
+                b[j][0] = q[0];
+                b[j][1] = q[1];
+                b[j + 1][0] = q[2];
+                b[j + 1][1] = q[3];
+            }
+            if constexpr (TF32) {
+#pragma unroll
+                for (int i = 0; i < FM; ++i)
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) a[i][r] = ptx::round_tf32(a[i][r]);
+#pragma unroll
+                for (int j = 0; j < FN; ++j)
+#pragma unroll
+                    for (int r = 0; r < 2; ++r) b[j][r] = ptx::round_tf32(b[j][r]);
             }
 #pragma unroll
             for (int i = 0; i < FM; ++i)
 #pragma unroll
-                for (int j = 0; j < FN; ++j) ptx::mma_m16n8k16<T>(acc[i][j], a[i], b[j], acc[i][j]);
+                for (int j = 0; j < FN; ++j) {
+                    if constexpr (TF32) ptx::mma_m16n8k8_tf32(acc[i][j], a[i], b[j], acc[i][j]);
+                    else ptx::mma_m16n8k16<T>(acc[i][j], a[i], b[j], acc[i][j]);
+                }
         }
     });
 
@@ -950,7 +1010,6 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     index_t* rows = reinterpret_cast<index_t*>(shared + WARPS * STAGE_FLOATS * sizeof(float));
     locate_rows<BM, C::THREADS>(p, m0, rows);
     float* st = reinterpret_cast<float*>(shared) + warp * STAGE_FLOATS;
-    const int g = lane / 4, t = lane % 4;
 #pragma unroll
     for (int i = 0; i < FM; ++i) {
 #pragma unroll
@@ -961,7 +1020,9 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
                 for (int r = 0; r < 4; ++r)
                     st[(g + 8 * (r / 2)) * 16 + MMA_N * h + 2 * t + r % 2] = acc[i][j + h][r];
             __syncwarp();  // the staged block is complete
-            if constexpr (VECTOR) store_staged_chunks(p, st, rows + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
+            // (8-element chunks along n: the half types' 16 bytes; float's n_size need not be a
+            // multiple of 8)
+            if constexpr (VECTOR && !TF32) store_staged_chunks(p, st, rows + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
             else store_staged_tile(p, st, rows + wm + MMA_M * i, n0 + wn + MMA_N * j, lane);
             __syncwarp();  // every lane has read the block before it is overwritten
         }
@@ -970,32 +1031,21 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 #endif  // GRADOPS_HAS_MMA_SM80
 
 #if GRADOPS_HAS_WMMA
-// Tensor cores (half types, or float as TF32).
-template <typename T, int Kind> struct WmmaTypes {
-    using In = T;  // fragment element type
-};
-#if GRADOPS_HAS_WMMA_BF16_TF32
-template <> struct WmmaTypes<float, WMMA_TF32> {
-    using In = nvcuda::wmma::precision::tf32;
-};
-// Round a float fragment's elements to TF32 (the tensor cores read only TF32's bits).
-template <class Fragment> __device__ __forceinline__ void round_to_tf32(Fragment& f) {
-    for (int t = 0; t < f.num_elements; ++t) f.x[t] = nvcuda::wmma::__float_to_tf32(f.x[t]);
-}
-#endif
-
+// Tensor cores through WMMA: float16 on sm_70 / sm_75, which have no mma.sync for mma_cta (its
+// TF32 and bfloat16 kinds exist from sm_80, where mma_cta runs them).
 template <typename T, int Kind, bool VECTOR, class Problem>
 __device__ __forceinline__ void wmma_cta(const Problem& p) {
     using namespace nvcuda;
+    static_assert(Kind == WMMA_HALF && sizeof(T) == 2, "WMMA runs the half types");
     using C = Config<T, Kind>;
-    using In = typename WmmaTypes<T, Kind>::In;
+    using In = T;  // fragment element type
     constexpr int BM = C::BM, BN = C::BN, BK = C::BK, FK = C::FRAG_K;
     constexpr int WM = BM / C::WARPS_M, WN = BN / C::WARPS_N;  // warp patch
     constexpr int FM = WM / 16, FN = WN / 16;                  // 16x16 fragments per warp
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
 
-    // Two tile buffers (Loader::run): 2 x (A + B) + the epilogue's staging is 43 KB for
-    // half types, 41 KB for TF32, under the 48 KB of static shared memory.
+    // Two tile buffers (Loader::run): 2 x (A + B) + the epilogue's staging is 43 KB, under the
+    // 48 KB of static shared memory.
     __shared__ __align__(128) T As[2][BK][LDA];
     __shared__ __align__(128) T Bs[2][BK][LDB];
     __shared__ __align__(128) float stage[C::WARPS_M * C::WARPS_N][16 * 16];
@@ -1018,19 +1068,9 @@ __device__ __forceinline__ void wmma_cta(const Problem& p) {
             wmma::fragment<wmma::matrix_a, 16, 16, FK, In, wmma::col_major> fa[FM];
             wmma::fragment<wmma::matrix_b, 16, 16, FK, In, wmma::row_major> fb[FN];
 #pragma unroll
-            for (int i = 0; i < FM; ++i) {
-                wmma::load_matrix_sync(fa[i], &As[buf][kk][wm + 16 * i], LDA);
-#if GRADOPS_HAS_WMMA_BF16_TF32
-                if constexpr (Kind == WMMA_TF32) round_to_tf32(fa[i]);
-#endif
-            }
+            for (int i = 0; i < FM; ++i) wmma::load_matrix_sync(fa[i], &As[buf][kk][wm + 16 * i], LDA);
 #pragma unroll
-            for (int j = 0; j < FN; ++j) {
-                wmma::load_matrix_sync(fb[j], &Bs[buf][kk][wn + 16 * j], LDB);
-#if GRADOPS_HAS_WMMA_BF16_TF32
-                if constexpr (Kind == WMMA_TF32) round_to_tf32(fb[j]);
-#endif
-            }
+            for (int j = 0; j < FN; ++j) wmma::load_matrix_sync(fb[j], &Bs[buf][kk][wn + 16 * j], LDB);
 #pragma unroll
             for (int i = 0; i < FM; ++i)
 #pragma unroll
@@ -1141,7 +1181,7 @@ __device__ __forceinline__ void run_cta(const Problem& p) {
                   "tile shapes other than 128 x 128 are the mma.sync path's, with 16-byte chunks");
     if constexpr (Kind == SIMT) simt_cta<T, Acc, VECTOR>(p);
 #if GRADOPS_HAS_MMA_SM80
-    else if constexpr (Kind == WMMA_HALF) mma_cta<T, VECTOR, TILE_M, TILE_N>(p);
+    else if constexpr (Kind == WMMA_HALF || Kind == WMMA_TF32) mma_cta<T, VECTOR, TILE_M, TILE_N>(p);
 #endif
 #if GRADOPS_HAS_WMMA
     else wmma_cta<T, Kind, VECTOR>(p);

@@ -1,6 +1,7 @@
 // Ampere-class warp-level tensor-core and asynchronous-copy primitives as device functions with
-// inline PTX: ldmatrix, mma.sync (m16n8k16 f16/bf16, m16n8k8 TF32), cp.async (16 bytes,
-// zero-fill) and a 16-byte shared-memory store.  Each function follows one section of NVIDIA's "Parallel Thread Execution ISA"
+// inline PTX: ldmatrix, mma.sync (m16n8k16 f16/bf16, m16n8k8 TF32), the TF32 rounding its
+// callers apply, cp.async (16 bytes, zero-fill), a 16-byte shared-memory store and a 4-byte
+// shared-memory load.  Each function follows one section of NVIDIA's "Parallel Thread Execution ISA"
 // document, cited below by section title (section numbers move between ISA versions).
 //
 // Fragments are plain 32-bit registers (``unsigned``): a ``.b16`` pair packs the element at the
@@ -16,7 +17,8 @@
 // checks the emulation against the ISA's fragment tables written out independently.
 //
 // Architectures: mma.sync.m16n8k16 with f16/bf16 inputs, m16n8k8 TF32 and cp.async need sm_80;
-// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16 everywhere).  sm_70/sm_75 builds keep the
+// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16 and ld_shared_32
+// everywhere).  sm_70/sm_75 builds keep the
 // WMMA and SIMT paths of igemm_tiles.cuh (_conv_igemm.math_kinds decides per dtype and arch which
 // math kinds are instantiated; which primitives a kind uses is decided here, by GRADOPS_ARCH).
 #pragma once
@@ -54,6 +56,16 @@ __device__ __forceinline__ void st_shared_16(void* dst, const void* src) {
     const uint4 v = *static_cast<const uint4*>(src);
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
                  :: "r"(shared_address(dst)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// PTX ISA, "Data Movement and Conversion Instructions: ld": ld.shared.b32, one 4-byte load from
+// shared memory (LDS.32; src 4-byte aligned), as raw bits.  A function so that the host model
+// counts the bank wavefronts of each warp-level load (the TF32 fragments that ldmatrix cannot
+// transpose); volatile with a memory clobber, as the stores and cp.async waits around it are.
+__device__ __forceinline__ unsigned ld_shared_32(const void* src) {
+    unsigned v;
+    asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(shared_address(src)) : "memory");
+    return v;
 }
 #endif
 
@@ -134,6 +146,17 @@ __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[
 // TF32 inputs are 32-bit registers of which the tensor cores read the top 19 bits (sign,
 // exponent, 10 mantissa bits); callers round with cvt.rna.tf32.f32 first (the project's TF32
 // is opt-in, see gradops.options(allow_tf32=True)).
+//
+// PTX ISA, "Data Movement and Conversion Instructions: cvt": cvt.rna.tf32.f32 rounds a float to
+// TF32 (10 mantissa bits, ties away from zero; the result is a 32-bit register whose low 13
+// bits are zero); Inf and NaN stay Inf and NaN.  ``bits``: the float's bits, as ldmatrix and
+// ld_shared_32 deliver them.
+__device__ __forceinline__ unsigned round_tf32(unsigned bits) {
+    unsigned out;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(out) : "f"(__uint_as_float(bits)));
+    return out;
+}
+
 __device__ __forceinline__ void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
                                                  const float (&c)[4]) {
     asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
@@ -178,10 +201,12 @@ template <int X, bool TRANS> void ldmatrix(unsigned (&d)[X], const void* row);
 template <typename T> void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
                                         const float (&c)[4]);
 void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]);
+unsigned round_tf32(unsigned bits);
 void cp_async_16(void* dst, const void* src, bool fill);
 void cp_async_commit_group();
 template <int N> void cp_async_wait_group();
 void st_shared_16(void* dst, const void* src);
+unsigned ld_shared_32(const void* src);
 #endif
 // (GRADOPS_HOST_MODEL: tests/cuda_host_runtime.h has defined them, emulated, before this header.)
 

@@ -258,3 +258,26 @@ def conv_geometry(op, input_shape, filter_shape, out_backprop_shape, layout, str
     a = attrs(layout, strides, padding, dilations, pads)
     return conv2d_geometry(op, input_shape, filter_shape, out_backprop_shape, a["strides"], padding,
                            a.get("explicit_paddings", ()), layout, a["dilations"])
+
+
+def round_tf32(a) -> np.ndarray:
+    """float32 values rounded as cvt.rna.tf32.f32 rounds them (PTX ISA: to 10 mantissa bits,
+    ties away from zero; Inf and NaN unchanged), as float32, written from the ISA's definition
+    (integer rounding of the bit pattern, not the kernels' or the host model's code)."""
+    a = np.ascontiguousarray(a, np.float32)
+    bits = a.view(np.uint32).astype(np.uint64)
+    rounded = ((bits + 0x1000) & 0xFFFFE000).astype(np.uint32)
+    return np.where(np.isfinite(a), rounded.view(np.float32), a)
+
+
+#: TF32 cases of the tiled kernels (sizes as make_problem's: batch, rows, cols, groups, channels
+#: per group in, out, filter rows, cols, strides): 16-byte chunks on the cp.async pipeline (32
+#: channels: [k][row] tiles read one element per lane in wgrad, [row][k] tiles by ldmatrix in
+#: dgrad), the register-staged scalar path (6 and 5 channels), stride 2 (dgrad's phases) and a
+#: 1x1 filter (the plain-GEMM kernels).
+TF32_CASES = pytest.mark.parametrize("case", [
+    (2, 20, 20, 1, 32, 32, 3, 3, (1, 1)),
+    (2, 11, 9, 1, 6, 5, 3, 3, (1, 1)),
+    (2, 13, 12, 1, 16, 24, 3, 3, (2, 2)),
+    (2, 9, 10, 1, 32, 48, 1, 1, (1, 1)),
+], ids=["vector", "scalar", "stride2", "1x1"])

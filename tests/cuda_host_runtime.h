@@ -101,17 +101,18 @@ struct WarpExchange {
 
 // Shared-memory traffic of the emulated shared-memory primitives, per kind (ldmatrix; 16-byte
 // stores, st_shared_16; the shared-memory writes of 16-byte cp.async, counted as 16-byte
-// stores' are), since the last reset: warp-level accesses, the wavefronts (bank
-// passes) they take, and the fewest wavefronts the same bytes could take.  wavefronts > ideal
-// means bank conflicts.
+// stores' are; 4-byte loads, ld_shared_32), since the last reset: warp-level accesses, the
+// wavefronts (bank passes) they take, and the fewest wavefronts the same bytes could take.
+// wavefronts > ideal means bank conflicts.
 struct SharedStats {
     long long accesses = 0, wavefronts = 0, ideal = 0;
 };
-enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, SHARED_KINDS = 3 };
+enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, LOAD_4 = 3, SHARED_KINDS = 4 };
 
-// The 16-byte stores of one warp, grouped into warp-level instructions: lane l's n-th store
-// belongs to the warp's n-th store instruction (the stores of converged code, which is where
-// they are counted: a round that not all 32 lanes reach is never counted).
+// One kind of shared-memory access (16-byte writes, 4-byte loads) of one warp, grouped into
+// warp-level instructions: lane l's n-th access belongs to the warp's n-th instruction of that
+// kind (the accesses of converged code, which is where they are counted: a round that not all
+// 32 lanes reach is never counted).
 struct StoreRound {
     const void* address[kWarpSize];
     int filled = 0;
@@ -131,7 +132,7 @@ struct Scheduler {
     int running_warp = -1;  // the warp that release_barriers lets run on, -1: none yet
     std::vector<WarpExchange> exchange;
     SharedStats shared[SHARED_KINDS];
-    std::vector<WarpStores> warp_stores[SHARED_KINDS];  // per kind of 16-byte store
+    std::vector<WarpStores> warp_stores[SHARED_KINDS];  // per kind of counted per-lane access
     void (*body)(void*) = nullptr;
     void* body_arg = nullptr;
     char error[512] = {0};
@@ -560,10 +561,31 @@ inline void count_wavefronts(const void* const* rows, int phases, SharedKind kin
     }
 }
 
-// One lane's 16-byte shared-memory write of ``kind`` (st.shared.v4, or cp.async's write side):
-// the warp's writes of a kind are counted per warp-level instruction, 4 phases of 8 lanes as
-// the hardware serves 16-byte accesses.
-inline void count_store_16(const void* dst, SharedKind kind) {
+// Wavefronts of one warp-level 4-byte shared-memory access, lane l at words[l]: one pass over the
+// 32 banks, plus one for each further distinct word in the busiest bank (the same word twice is
+// a broadcast).
+inline void count_word_wavefronts(const void* const* words, SharedKind kind) {
+    constexpr int kBanks = 32;
+    SharedStats& stats = scheduler().shared[kind];
+    ++stats.accesses;
+    std::uintptr_t seen[kBanks][kWarpSize];
+    int count[kBanks] = {0};
+    for (int l = 0; l < kWarpSize; ++l) {
+        const std::uintptr_t word = reinterpret_cast<std::uintptr_t>(words[l]) / 4;
+        const int bank = static_cast<int>(word % kBanks);
+        bool again = false;
+        for (int j = 0; j < count[bank]; ++j) again |= seen[bank][j] == word;
+        if (!again) seen[bank][count[bank]++] = word;
+    }
+    stats.wavefronts += *std::max_element(count, count + kBanks);
+    stats.ideal += 1;  // 32 lanes x 4 bytes = 128 bytes, one pass
+}
+
+// One lane's shared-memory access of ``kind`` (16-byte writes: st.shared.v4, cp.async's write
+// side; 4-byte loads: ld.shared.b32): the warp's accesses of a kind are counted per warp-level
+// instruction, 16-byte ones in 4 phases of 8 lanes as the hardware serves them, 4-byte ones in
+// one phase of 32.
+inline void count_access(const void* dst, SharedKind kind) {
     Scheduler& s = scheduler();
     const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
     if ((warp + 1) * kWarpSize > s.threads) return;  // a partial warp: not counted
@@ -574,7 +596,8 @@ inline void count_store_16(const void* dst, SharedKind kind) {
     r.address[l] = dst;
     if (++r.filled == kWarpSize) {
         constexpr int kPhases = 4;  // 32 lanes x 16 bytes = 4 x 128 bytes
-        count_wavefronts(r.address, kPhases, kind);
+        if (kind == LOAD_4) count_word_wavefronts(r.address, kind);
+        else count_wavefronts(r.address, kPhases, kind);
     }
     while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
         w.rounds.pop_front();
@@ -693,7 +716,7 @@ inline void cp_async_16(void* dst, const void* src, bool fill) {
         gradops_host::fail("cp.async: a 16-byte copy with an address that is not 16-byte aligned");
     gradops_host::Scheduler& s = gradops_host::scheduler();
     s.fibers[s.current].copies_open.push_back({dst, src, fill ? 16 : 0});
-    gradops_host::count_store_16(dst, gradops_host::CP_ASYNC);
+    gradops_host::count_access(dst, gradops_host::CP_ASYNC);
 }
 
 inline void cp_async_commit_group() {
@@ -716,12 +739,30 @@ template <int N> inline void cp_async_wait_group() {
     }
 }
 
-// st.shared.v4.b32: the store lands at once; counted (gradops_host::count_store_16).
+// st.shared.v4.b32: the store lands at once; counted (gradops_host::count_access).
 inline void st_shared_16(void* dst, const void* src) {
     if (reinterpret_cast<std::uintptr_t>(dst) % 16)
         gradops_host::fail("st.shared.v4: a 16-byte store to an address that is not 16-byte aligned");
     std::memcpy(dst, src, 16);
-    gradops_host::count_store_16(dst, gradops_host::STORE_16);
+    gradops_host::count_access(dst, gradops_host::STORE_16);
+}
+
+// ld.shared.b32: the 4 bytes at src (4-byte aligned) as they are now; counted
+// (gradops_host::count_access).
+inline unsigned ld_shared_32(const void* src) {
+    if (reinterpret_cast<std::uintptr_t>(src) % 4)
+        gradops_host::fail("ld.shared.b32: a 4-byte load from an address that is not 4-byte aligned");
+    unsigned v;
+    std::memcpy(&v, src, 4);
+    gradops_host::count_access(src, gradops_host::LOAD_4);
+    return v;
+}
+
+// cvt.rna.tf32.f32 on a float's bits: rounded to 10 mantissa bits, ties away from zero (the
+// low 13 bits cleared); Inf and NaN pass unchanged.
+inline unsigned round_tf32(unsigned bits) {
+    if ((bits & 0x7f800000u) == 0x7f800000u) return bits;
+    return (bits + 0x1000u) & 0xffffe000u;
 }
 
 }  // namespace ptx

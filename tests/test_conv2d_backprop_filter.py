@@ -18,11 +18,11 @@ from gradops.backends.cuda import _conv_igemm as ig
 from gradops.bench.static_report import template_args
 from conftest import assert_close, random_array, to_gpu, to_host
 from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, HALF_DTYPES, LAYOUTS,
-                        MMA_TILE_SHAPES, NON_CONTIGUOUS,
+                        MMA_TILE_SHAPES, NON_CONTIGUOUS, TF32_CASES,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
                         non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,
-                        valid_truncation)
+                        round_tf32, valid_truncation)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -637,6 +637,55 @@ def test_cuda_allow_tf32(cuda_device, rng):
     # TF32 keeps 10 of float32's 23 mantissa bits: products are off by up to ~2**-11 relative.
     assert float(np.max(np.abs(tf32 - want))) <= 1e-2 * scale
     assert not np.array_equal(tf32, exact)
+
+
+def check_tf32(rng, case):
+    """The tiled kernel with allow_tf32 on one TF32_CASES problem against float64 math on its
+    operands rounded to TF32 (round to nearest, ties away: round_tf32, from the ISA), to
+    float32's tolerance; and that this check tells rounding from truncation (float64 math on
+    truncated operands fails it)."""
+    n, h, w, groups, cg, og, r, s, strides = case
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    x, fshape, dy = make_problem(rng, np.float32, n, h, w, groups, cg, og, r, s, strides, "SAME", (1, 1), NO_PADS)
+
+    def reference_on(operand):
+        return gradops.conv2d_backprop_filter(operand(x).astype(np.float64), fshape, operand(dy).astype(np.float64),
+                                              **attrs("NHWC", strides, "SAME"), backend="numpy")
+
+    want = reference_on(round_tf32)
+    with pytest.raises(AssertionError):
+        assert_close(reference_on(lambda a: (a.view(np.uint32) & 0xFFFFE000).view(np.float32)), want, np.float32)
+    g = conv_geometry("conv2d_backprop_filter", x.shape, fshape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
+    with gradops.options(allow_tf32=True):
+        got = to_host(launcher.conv2d_backprop_filter(g, to_gpu(x), to_gpu(dy), path="tiled"))
+    assert_close(got, want, np.float32)
+
+
+@TF32_CASES
+def test_cuda_tf32_is_exact_float_math_on_rounded_operands(cuda_device, rng, case):
+    """With allow_tf32 the tiled kernel's products are those of its operands rounded to TF32,
+    summed in float32 (check_tf32)."""
+    check_tf32(rng, case)
+
+
+@pytest.mark.parametrize("edits", [
+    # mma_cta without cvt.rna.tf32: the tensor cores truncate (the host model as they do)
+    (("a[i][r] = ptx::round_tf32(a[i][r]);", "a[i][r] = a[i][r];"),
+     ("b[j][r] = ptx::round_tf32(b[j][r]);", "b[j][r] = b[j][r];")),
+    # A's one-element reads of the [k][row] tile with registers 1 and 2 swapped
+    (("kk + t + 4 * (r / 2))]);", "kk + t + 4 * (r % 2))]);"),),
+], ids=["tf32-truncates", "tf32-a-fragment-registers-swapped"])
+def test_planted_tf32_bugs_fail_the_comparison(monkeypatch, tmp_path, rng, edits):
+    """Bugs planted in mma_cta's TF32 path fail check_tf32."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", *edits)
+    cuda_host.HostDevice(order="shuffled", seed=6, source_dir=tmp_path).install(monkeypatch)
+    with pytest.raises(AssertionError):
+        check_tf32(rng, (2, 20, 20, 1, 32, 32, 3, 3, (1, 1)))
 
 
 @pytest.mark.gpu

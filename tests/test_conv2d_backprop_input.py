@@ -17,11 +17,11 @@ from gradops.backends.cuda import _conv_igemm as ig
 from gradops.bench.static_report import template_args
 from conftest import assert_close, random_array, to_gpu, to_host
 from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, HALF_DTYPES, LAYOUTS,
-                        MMA_TILE_SHAPES, NON_CONTIGUOUS,
+                        MMA_TILE_SHAPES, NON_CONTIGUOUS, TF32_CASES,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
                         non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,
-                        valid_truncation)
+                        round_tf32, valid_truncation)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -937,6 +937,56 @@ def test_cuda_bitwise_deterministic(cuda_device, rng, dtype, path):
     second = to_host(launcher.conv2d_backprop_input(g, fg, dyg, path=path))
     np.testing.assert_array_equal(first.view(np.uint8), second.view(np.uint8))
     assert_close(first, expected_grad(x_shape, filt, dy, (2, 2), "SAME", (1, 1), NO_PADS), dtype)
+
+
+def check_tf32(rng, case):
+    """The tiled kernel with allow_tf32 on one TF32_CASES problem against float64 math on its
+    operands rounded to TF32 (round to nearest, ties away: round_tf32, from the ISA), to
+    float32's tolerance; and that this check tells rounding from truncation (float64 math on
+    truncated operands fails it)."""
+    n, h, w, groups, cg, og, r, s, strides = case
+    launcher = cuda_launcher("conv2d_backprop_input")
+    x_shape, filt, dy = make_problem(rng, np.float32, n, h, w, groups, cg, og, r, s, strides, "SAME", (1, 1), NO_PADS)
+
+    def reference_on(operand):
+        return gradops.conv2d_backprop_input(x_shape, operand(filt).astype(np.float64),
+                                             operand(dy).astype(np.float64), **attrs("NHWC", strides, "SAME"),
+                                             backend="numpy")
+
+    want = reference_on(round_tf32)
+    with pytest.raises(AssertionError):
+        assert_close(reference_on(lambda a: (a.view(np.uint32) & 0xFFFFE000).view(np.float32)), want, np.float32)
+    g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", strides, "SAME", (1, 1),
+                      NO_PADS)
+    with gradops.options(allow_tf32=True):
+        got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy), path="tiled"))
+    assert_close(got, want, np.float32)
+
+
+@TF32_CASES
+def test_cuda_tf32_is_exact_float_math_on_rounded_operands(cuda_device, rng, case):
+    """With allow_tf32 the tiled kernel's products are those of its operands rounded to TF32,
+    summed in float32 (check_tf32)."""
+    check_tf32(rng, case)
+
+
+@pytest.mark.parametrize("edits", [
+    # the half types' ldmatrix offset (8 elements) for float's [row][k] tiles: the second
+    # matrix column 32 bytes on, the next k-step's
+    (("kk + KH * (matrix / 2));  // [row][k]", "kk + 8 * (matrix / 2));  // [row][k]"),),
+    (("kk + KH * (matrix % 2));  // [row][k]", "kk + 8 * (matrix % 2));  // [row][k]"),),
+], ids=["tf32-a-ldmatrix-half-offset", "tf32-b-ldmatrix-half-offset"])
+def test_planted_tf32_bugs_fail_the_comparison(monkeypatch, tmp_path, rng, edits):
+    """Bugs planted in mma_cta's TF32 path fail check_tf32."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", *edits)
+    cuda_host.HostDevice(order="shuffled", seed=6, source_dir=tmp_path).install(monkeypatch)
+    with pytest.raises(AssertionError):
+        check_tf32(rng, (2, 20, 20, 1, 32, 32, 3, 3, (1, 1)))
 
 
 def test_cuda_allow_tf32(cuda_device, rng):

@@ -143,6 +143,20 @@ __global__ void mma_m16n8k8_tf32_lanes(const unsigned* a, const unsigned* b, con
     for (int r = 0; r < 4; ++r) d[4 * l + r] = rd[r];
 }
 
+// One warp: lane l reads the 4 bytes at word offset[l] of a 1024-word shared tile with
+// ld_shared_32 into out[l].
+__global__ void load_words(const unsigned* tile, const int* offset, unsigned* out) {
+    __shared__ __align__(128) unsigned s[1024];
+    for (int i = threadIdx.x; i < 1024; i += 32) s[i] = tile[i];
+    __syncthreads();
+    out[threadIdx.x] = ld_shared_32(&s[offset[threadIdx.x]]);
+}
+
+// One warp, grid-stride: out[i] = round_tf32(bits[i]).
+__global__ void round_words_to_tf32(const unsigned* bits, unsigned* out, int n) {
+    for (int i = threadIdx.x; i < n; i += 32) out[i] = round_tf32(bits[i]);
+}
+
 // One thread, three 16-byte chunks in two groups (chunk 0; chunks 1 and 2) into a shared buffer
 // that starts as -1.  WAIT < 0: no wait at all; else cp.async.wait_group WAIT.  fill[i] = 0:
 // chunk i is zero-filled (src-size 0).
@@ -240,6 +254,7 @@ def bool_arg(v: bool) -> str:
 EXPRESSIONS = (
     [f"load_matrices<{x}, {bool_arg(t)}, {ld}>" for x in (1, 2, 4) for t in (False, True) for ld in LDS]
     + ["mma_m16n8k16_lanes<__half>", "mma_m16n8k16_lanes<__nv_bfloat16>", "mma_m16n8k8_tf32_lanes"]
+    + ["load_words", "round_words_to_tf32"]
     + [f"async_copy<{w}>" for w in (-1, 0, 1)]
     + [f"store_rows<{ld}>" for ld in (32, 40, 64)]
     + [f"{gemm_name(None)}<{t}, {bool_arg(ak)}, {bool_arg(bk)}>" for t in ("__half", "__nv_bfloat16")
@@ -383,6 +398,43 @@ def test_mma_m16n8k8_tf32_follows_the_isa_tables(kernels, rng):
     a64, b64 = ta.view(np.float32).astype(np.float64), tb.view(np.float32).astype(np.float64)
     assert not np.array_equal(a64, a.astype(np.float64)), "rounding to TF32 changed some inputs"
     assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))
+
+
+def test_round_tf32_follows_the_isa(kernels):
+    """cvt.rna.tf32.f32 (PTX ISA): the nearest value with 10 mantissa bits, ties away from zero,
+    Inf and NaN unchanged: against conv_cases.round_tf32 (NumPy, from the ISA) on ties, values
+    just below and above them, both signs, subnormals, the largest finite float (rounds to Inf)
+    and NaN payloads whose rounding would carry into the exponent."""
+    from conv_cases import round_tf32
+
+    mantissas = np.array([0, 1, 0xFFF, 0x1000, 0x1001, 0x2FFF, 0x3000, 0x7FF000, 0x7FFFFF], np.uint32)
+    exponents = np.array([0, 1, 0x7E, 0x7F, 0xFE], np.uint32) << np.uint32(23)
+    finite = (exponents[:, None] | mantissas[None, :]).ravel()
+    bits = np.concatenate([finite, finite | np.uint32(0x80000000),
+                           np.array([0x7F800000, 0xFF800000, 0x7FC00000, 0x7FFFF000, 0xFFFFFFFF], np.uint32)])
+    out = np.zeros_like(bits)
+    kernels.launch("round_words_to_tf32", (1,), (32,), [bits, out], [np.int32(bits.size)])
+    want = round_tf32(bits.view(np.float32))
+    got = out.view(np.float32)
+    nan = np.isnan(want)
+    np.testing.assert_array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(out[~nan], want.view(np.uint32)[~nan])
+    assert np.isinf(got[bits == 0x7F7FFFFF]).all()  # the largest finite float rounds up to Inf
+    assert (out & np.uint32(0x1FFF) == 0)[~nan].all()
+
+
+@pytest.mark.parametrize("stride,wavefronts", [(1, 1), (2, 2), (32, 32), (0, 1), (33, 1)])
+def test_4_byte_load_reads_and_bank_conflicts_are_counted(kernels, stride, wavefronts):
+    """ld_shared_32 returns the word it addresses; a warp's 32 four-byte loads are one pass when
+    they hit 32 distinct banks (consecutive words, or words 33 apart) or one word (a broadcast),
+    and take 2 or 32 passes when 2 or 32 distinct words share a bank."""
+    tile = np.arange(1024, dtype=np.uint32) * np.uint32(2654435761)
+    offsets = (np.arange(32) * stride % 1024).astype(np.int32)
+    out = np.zeros(32, np.uint32)
+    kernels.shared_stats(reset=True, kind="ld_shared_32")
+    kernels.launch("load_words", (1,), (32,), [tile, offsets, out], [], order="shuffled", seed=2)
+    np.testing.assert_array_equal(out, tile[offsets])
+    assert kernels.shared_stats(kind="ld_shared_32") == {"accesses": 1, "wavefronts": wavefronts, "ideal": 1}
 
 
 # --------------------------------------------------------------------------- cp.async
@@ -547,6 +599,55 @@ def test_planted_swizzle_of_one_k_per_phase_conflicts_in_the_narrow_tiles(monkey
     assert s["wavefronts"] == 2 * s["ideal"], s
     s = stats["conv2d_backprop_filter"]["ldmatrix"]  # 8 consecutive k: k % 8 is a permutation too
     assert s["wavefronts"] == s["ideal"], s
+
+
+def run_tf32_conv_gradients(monkeypatch, source_dir=None):
+    """The TF32 wgrad and dgrad (float32, allow_tf32, 16 and 48 channels: 16-byte chunks, the
+    cp.async pipeline) of test_cuda_host's planted problem on the host model; returns ({op:
+    {kind: shared-memory stats}}, results within TF32's error?)."""
+    from test_cuda_host import run_planted_problem
+
+    device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
+    stats, ok = {}, True
+    for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
+        launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
+        device.kernel(f"{op}.cu", launcher._tiled_name(np.float32, 2, True))
+        kernels = device._kernels[f"{op}.cu"]
+        for kind in kernels.SHARED_KINDS:
+            kernels.shared_stats(reset=True, kind=kind)
+        with gradops.options(allow_tf32=True):
+            got, want = run_planted_problem(op, "tiled", np.float32, np.random.default_rng(7), depths=(16, 48),
+                                            vector=True, splits=None)
+        got = cuda_host.HostDevice.asnumpy(got)
+        ok = ok and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.max(np.abs(want)))
+        stats[op] = {kind: kernels.shared_stats(kind=kind) for kind in kernels.SHARED_KINDS}
+    return stats, ok
+
+
+def test_tf32_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path):
+    """TF32 on mma_cta: wgrad's [k][row] tiles are read one element per lane (ld_shared_32),
+    dgrad's [row][k] tiles by ldmatrix, both written by cp.async, all in the fewest wavefronts.
+    With the half types' swizzle (one k per phase) in place of the TF32 one, the 4 k a warp
+    reads at once (lanes t = 0..3) fall in the same bank groups two by two."""
+    stats, ok = run_tf32_conv_gradients(monkeypatch)
+    assert ok
+    expected = {"conv2d_backprop_filter": ("ld_shared_32", "cp_async"), "conv2d_backprop_input": ("ldmatrix", "cp_async")}
+    for op, kinds in expected.items():
+        for kind in kinds:
+            s = stats[op][kind]
+            assert s["accesses"] > 0 and s["wavefronts"] == s["ideal"], f"{op}: {kind} {s}"
+    assert stats["conv2d_backprop_input"]["ld_shared_32"]["accesses"] == 0
+    assert stats["conv2d_backprop_filter"]["ldmatrix"]["accesses"] == 0
+
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh",
+                              ("using LayoutA = Swizzled<T, BM, BK, A_ROWS, TF32 ? 4 : KS_A>;",
+                               "using LayoutA = Swizzled<T, BM, BK, A_ROWS, KS_A>;"),
+                              ("using LayoutB = Swizzled<T, BN, BK, B_ROWS, TF32 ? 4 : KS_B>;",
+                               "using LayoutB = Swizzled<T, BN, BK, B_ROWS, KS_B>;"))
+    stats, ok = run_tf32_conv_gradients(monkeypatch, tmp_path)
+    assert ok, "the swizzle changes the speed, not the result"
+    s = stats["conv2d_backprop_filter"]["ld_shared_32"]
+    assert s["wavefronts"] == 2 * s["ideal"], s
 
 
 # Bugs planted in the cp.async pipeline (AsyncLoader) and the reduction cursors, each run on the
