@@ -581,12 +581,20 @@ struct ChunkRows {
     }
 };
 
+// A chunk of C floats rounded to TF32 in place (ptx::round_tf32), for the TF32 tiles: each
+// element is rounded once, when it reaches shared memory, not in every warp that reads it.
+template <int C> __device__ __forceinline__ void round_chunk_tf32(float* chunk) {
+#pragma unroll
+    for (int v = 0; v < C; ++v) chunk[v] = __uint_as_float(ptx::round_tf32(__float_as_uint(chunk[v])));
+}
+
 // Register-staged loads (the next tile's global loads are in flight while the current tile is
 // multiplied), then stored to the other of two shared-memory buffers: every kind on every
 // architecture where the multistage loader below does not run.  LayoutA / LayoutB: Padded (2-D
-// tiles S[k][row]) or a swizzled layout (flat tiles).
+// tiles S[k][row]) or a swizzled layout (flat tiles).  ROUND_TF32 (float on mma_cta): chunks are
+// rounded to TF32 on their way to shared memory.
 template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, class LayoutA = Padded,
-          class LayoutB = Padded>
+          class LayoutB = Padded, bool ROUND_TF32 = false>
 struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
     using Base = ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem>;
     using typename Base::MapA;
@@ -685,7 +693,14 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
     }
 
     template <class TileA, class TileB>
-    __device__ __forceinline__ void store(TileA& As, TileB& Bs) const {
+    __device__ __forceinline__ void store(TileA& As, TileB& Bs) {
+        if constexpr (ROUND_TF32) {
+            static_assert(sizeof(T) == 4, "TF32 rounds floats");
+#pragma unroll
+            for (int e = 0; e < MapA::CHUNKS; ++e) round_chunk_tf32<C>(&ra[e * C]);
+#pragma unroll
+            for (int e = 0; e < MapB::CHUNKS; ++e) round_chunk_tf32<C>(&rb[e * C]);
+        }
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
@@ -709,13 +724,16 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
 // is committed for every t, so the group count is the tile count).  Iteration t:
 //   wait_group<STAGES - 2>   this thread's copies of tile t have landed (groups <= t), while
 //                            the next STAGES - 2 tiles' copies may still be in flight;
+//                            (ROUND_TF32: the thread rounds its own chunks of tile t to TF32
+//                            in place, as they have landed and nobody reads them yet)
 //   __syncthreads            every thread's copies of tile t have, and every thread has
 //                            finished reading tile t - 1 (iteration t - 1's multiply);
 //   issue tile t + STAGES - 1 into stage (t - 1) % STAGES, which that barrier freed; commit;
 //   multiply(t % STAGES).
 // One barrier per k-tile.  After the loop every group is waited for and a barrier frees the
 // stages for the epilogue.
-template <typename T, int BM, int BN, int BK, int THREADS, int STAGES, class Problem, class LayoutA, class LayoutB>
+template <typename T, int BM, int BN, int BK, int THREADS, int STAGES, class Problem, class LayoutA, class LayoutB,
+          bool ROUND_TF32 = false>
 struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
     using Base = ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true>;
     using typename Base::MapA;
@@ -744,6 +762,31 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
         }
     }
 
+    // This thread's chunks of the tiles sa, sb rounded to TF32 in place (16-byte loads and
+    // stores at the addresses its cp.async wrote).
+    __device__ __forceinline__ static void round_own_chunks(T* sa, T* sb) {
+        static_assert(sizeof(T) == 4, "TF32 rounds floats");
+        constexpr int C = Base::C;
+#pragma unroll
+        for (int e = 0; e < MapA::CHUNKS; ++e) {
+            int row, k;
+            MapA::at(e, row, k);
+            alignas(16) float v[C];
+            *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(sa + LayoutA::offset(row, k));
+            round_chunk_tf32<C>(v);
+            ptx::st_shared_16(sa + LayoutA::offset(row, k), v);
+        }
+#pragma unroll
+        for (int e = 0; e < MapB::CHUNKS; ++e) {
+            int row, k;
+            MapB::at(e, row, k);
+            alignas(16) float v[C];
+            *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(sb + LayoutB::offset(row, k));
+            round_chunk_tf32<C>(v);
+            ptx::st_shared_16(sb + LayoutB::offset(row, k), v);
+        }
+    }
+
     // As, Bs: STAGES tiles each (flat arrays of LayoutA::ELEMENTS, LayoutB::ELEMENTS).
     template <class TileA, class TileB, class Multiply>
     __device__ __forceinline__ void run(const Problem& p, int m0, int n0, TileA* As, TileB* Bs,
@@ -769,6 +812,7 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
             for (int read = 0; read < STAGES; ++read) {
                 if (k0 >= p.k_end) break;
                 ptx::cp_async_wait_group<STAGES - 2>();
+                if constexpr (ROUND_TF32) round_own_chunks(As[read], Bs[read]);
                 __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free
                 const int k_next = k0 + (STAGES - 1) * BK;
                 if (k_next < p.k_end) {
@@ -864,9 +908,11 @@ __device__ __forceinline__ void store_staged_tile(const Problem& p, const float*
 // offsets.  ldmatrix.trans moves 16-bit elements and cannot transpose floats: a [k][row] tile is
 // read one element per lane (ld_shared_32: A's 4 and B's 2 registers per tile and k-step),
 // conflict-free because its swizzle spreads the 4 k a warp reads (t = lane % 4) over pairs of
-// chunk positions (SwizzledCols with 4 k per phase: k % 4 picks the pair).  Each register is
-// rounded to TF32 before the mma (cvt.rna.tf32.f32: round to nearest, where the tensor cores
-// would truncate).  The 128 x 128 tile only.
+// chunk positions (SwizzledCols with 4 k per phase: k % 4 picks the pair).  The operands are
+// rounded to TF32 (cvt.rna.tf32.f32: round to nearest, where the tensor cores would truncate)
+// once per element, by the thread that brought its chunk into shared memory (the loaders'
+// ROUND_TF32), not once per fragment register in every warp that reads it.  The 128 x 128 tile
+// only.
 //
 // Main loop: with 16-byte chunks (VECTOR), the multistage cp.async pipeline (AsyncLoader,
 // STAGES = 3); otherwise the register-staged double buffer (Loader), whose scalar loads
@@ -933,8 +979,9 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 #pragma unroll
             for (int r = 0; r < 4; ++r) acc[i][j][r] = 0.0f;
 
-    using MainLoop = typename Select<VECTOR, AsyncLoader<T, BM, BN, BK, C::THREADS, STAGES, Problem, LayoutA, LayoutB>,
-                                     Loader<T, BM, BN, BK, C::THREADS, false, Problem, LayoutA, LayoutB>>::type;
+    using MainLoop =
+        typename Select<VECTOR, AsyncLoader<T, BM, BN, BK, C::THREADS, STAGES, Problem, LayoutA, LayoutB, TF32>,
+                        Loader<T, BM, BN, BK, C::THREADS, false, Problem, LayoutA, LayoutB, TF32>>::type;
     MainLoop loader;
     loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
@@ -982,16 +1029,6 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
                 b[j][1] = q[1];
                 b[j + 1][0] = q[2];
                 b[j + 1][1] = q[3];
-            }
-            if constexpr (TF32) {
-#pragma unroll
-                for (int i = 0; i < FM; ++i)
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) a[i][r] = ptx::round_tf32(a[i][r]);
-#pragma unroll
-                for (int j = 0; j < FN; ++j)
-#pragma unroll
-                    for (int r = 0; r < 2; ++r) b[j][r] = ptx::round_tf32(b[j][r]);
             }
 #pragma unroll
             for (int i = 0; i < FM; ++i)

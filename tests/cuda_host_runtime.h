@@ -417,6 +417,18 @@ inline int __syncthreads_or(int predicate) {
     return result;
 }
 
+// The bit casts of CUDA's math API.
+inline unsigned __float_as_uint(float v) {
+    unsigned bits;
+    std::memcpy(&bits, &v, 4);
+    return bits;
+}
+inline float __uint_as_float(unsigned bits) {
+    float v;
+    std::memcpy(&v, &bits, 4);
+    return v;
+}
+
 // ------------------------------------------------------------------ nvcuda::wmma emulation
 namespace nvcuda {
 namespace wmma {

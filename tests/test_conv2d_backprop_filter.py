@@ -669,12 +669,13 @@ def test_cuda_tf32_is_exact_float_math_on_rounded_operands(cuda_device, rng, cas
 
 
 @pytest.mark.parametrize("edits", [
-    # mma_cta without cvt.rna.tf32: the tensor cores truncate (the host model as they do)
-    (("a[i][r] = ptx::round_tf32(a[i][r]);", "a[i][r] = a[i][r];"),
-     ("b[j][r] = ptx::round_tf32(b[j][r]);", "b[j][r] = b[j][r];")),
+    # the loaders without cvt.rna.tf32: the tensor cores truncate (the host model as they do)
+    (("chunk[v] = __uint_as_float(ptx::round_tf32(__float_as_uint(chunk[v])));", "chunk[v] = chunk[v];"),),
+    # the multistage loader rounds only A's chunks
+    (("            round_chunk_tf32<C>(v);\n            ptx::st_shared_16(sb + ", "            ptx::st_shared_16(sb + "),),
     # A's one-element reads of the [k][row] tile with registers 1 and 2 swapped
     (("kk + t + 4 * (r / 2))]);", "kk + t + 4 * (r % 2))]);"),),
-], ids=["tf32-truncates", "tf32-a-fragment-registers-swapped"])
+], ids=["tf32-truncates", "tf32-b-not-rounded", "tf32-a-fragment-registers-swapped"])
 def test_planted_tf32_bugs_fail_the_comparison(monkeypatch, tmp_path, rng, edits):
     """Bugs planted in mma_cta's TF32 path fail check_tf32."""
     import cuda_host

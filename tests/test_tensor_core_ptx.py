@@ -626,12 +626,14 @@ def run_tf32_conv_gradients(monkeypatch, source_dir=None):
 
 def test_tf32_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path):
     """TF32 on mma_cta: wgrad's [k][row] tiles are read one element per lane (ld_shared_32),
-    dgrad's [row][k] tiles by ldmatrix, both written by cp.async, all in the fewest wavefronts.
+    dgrad's [row][k] tiles by ldmatrix, both written by cp.async and rewritten rounded to TF32
+    (st_shared_16, each thread its own chunks), all in the fewest wavefronts.
     With the half types' swizzle (one k per phase) in place of the TF32 one, the 4 k a warp
     reads at once (lanes t = 0..3) fall in the same bank groups two by two."""
     stats, ok = run_tf32_conv_gradients(monkeypatch)
     assert ok
-    expected = {"conv2d_backprop_filter": ("ld_shared_32", "cp_async"), "conv2d_backprop_input": ("ldmatrix", "cp_async")}
+    expected = {"conv2d_backprop_filter": ("ld_shared_32", "cp_async", "st_shared_16"),
+                "conv2d_backprop_input": ("ldmatrix", "cp_async", "st_shared_16")}
     for op, kinds in expected.items():
         for kind in kinds:
             s = stats[op][kind]
