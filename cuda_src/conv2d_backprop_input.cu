@@ -335,7 +335,7 @@ template <typename T, typename Acc, bool SPLIT> struct PointwiseInputGradProblem
 // positions are the input's).  Splits, VECTOR and SPLIT as for conv2d_backprop_input_igemm;
 // split_magic, split_shift: FastDiv constants of splits (_runtime.division_magic).
 template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT, int TILE_M = 128, int TILE_N = 128>
-__global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD, VECTOR, false, TILE_M, TILE_N>::value)
+__global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value, igemm::MinBlocks<T, Kind, igemm::DGRAD_1X1, VECTOR, false, TILE_M, TILE_N>::value)
 conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restrict__ out_backprop,
                                 T* __restrict__ input_grad, Acc* __restrict__ partial, GRADOPS_CONV_DIMS_PARAMS,
                                 long long splits, long long split_size, unsigned split_magic, int split_shift) {

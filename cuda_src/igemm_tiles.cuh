@@ -1241,9 +1241,11 @@ template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128> struct Threa
 // (SIMT); half types on CUDA cores but in dgrad (whose epilogue decomposes every stored
 // element's index); half types on tensor cores with mma.sync (sm_80+; the scalar-load dgrad
 // since its per-phase geometry comes from the launcher's plan: 182 -> 125 registers on sm_90,
-// no spill); float on CUDA cores in wgrad with 16-byte loads.  TF32, the forward kernel on
-// tensor cores (8 bytes spill on sm_80) and dgrad on WMMA (before sm_80) spill under 128.
-enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2 };
+// no spill); float on CUDA cores in wgrad with 16-byte loads; TF32 in the 1x1 dgrad.  The other
+// TF32 kernels (24 bytes spill in the general dgrad on sm_80, over 100 in wgrad), the forward
+// kernel on tensor cores (8 bytes spill on sm_80) and dgrad on WMMA (before sm_80) spill
+// under 128.  DGRAD_1X1: the input gradient's 1x1 kernel, otherwise as DGRAD.
+enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2, DGRAD_1X1 = 3 };
 // SPLIT: the input gradient's split-reduction instantiation, whose float64 scalar variant
 // needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).  The 128- and 64-thread
 // tiles (MmaConfig) ask for 2 and 4 times the CTAs: the same 128-register budget per thread.
@@ -1252,10 +1254,12 @@ struct MinBlocks {
     static constexpr bool HALF = sizeof(T) == 2;
     // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.
     static constexpr bool MMA_SYNC = GRADOPS_HAS_MMA_SM80;
-    static constexpr bool TWO_FIT = (sizeof(T) == 8 && !(Op == DGRAD && SPLIT && !VECTOR)) ||
-                                    (HALF && Kind == SIMT && Op != DGRAD) ||
-                                    (HALF && Kind != SIMT && (Op == WGRAD || (Op == DGRAD && MMA_SYNC))) ||
-                                    (!HALF && Kind == SIMT && Op == WGRAD && VECTOR);
+    static constexpr bool IS_DGRAD = Op == DGRAD || Op == DGRAD_1X1;
+    static constexpr bool TWO_FIT = (sizeof(T) == 8 && !(IS_DGRAD && SPLIT && !VECTOR)) ||
+                                    (HALF && Kind == SIMT && !IS_DGRAD) ||
+                                    (HALF && Kind != SIMT && (Op == WGRAD || (IS_DGRAD && MMA_SYNC))) ||
+                                    (!HALF && Kind == SIMT && Op == WGRAD && VECTOR) ||
+                                    (Kind == WMMA_TF32 && MMA_SYNC && Op == DGRAD_1X1);
     static constexpr int value = (TWO_FIT ? 2 : 1) * (256 / Threads<T, Kind, TILE_M, TILE_N>::value);
 };
 
