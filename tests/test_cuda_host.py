@@ -202,14 +202,14 @@ PLANTED = {
         "igemm_tiles.cuh", "ptx::ldmatrix<4, false>(a[i],", "ptx::ldmatrix<4, true>(a[i],",
         "conv2d_backprop_input", np.float16),
     "mma-swizzled-a-tile-read-unswizzled": (
-        "igemm_tiles.cuh", "LayoutA::offset(wm + 8 * (matrix % 2) + row, kk + 8 * (matrix / 2))",
-        "(wm + 8 * (matrix % 2) + row) * BK + kk + 8 * (matrix / 2)",
+        "igemm_tiles.cuh", "LayoutA::offset(wm + 8 * (matrix % 2) + row, kk + KH * (matrix / 2))",
+        "(wm + 8 * (matrix % 2) + row) * BK + kk + KH * (matrix / 2)",
         "conv2d_backprop_input", np.float16),
     "mma-b-fragment-n8-tiles-swapped": (
-        "igemm_tiles.cuh", "                b[j][0] = t[0];\n                b[j][1] = t[1];\n"
-        "                b[j + 1][0] = t[2];\n                b[j + 1][1] = t[3];\n",
-        "                b[j][0] = t[2];\n                b[j][1] = t[3];\n"
-        "                b[j + 1][0] = t[0];\n                b[j + 1][1] = t[1];\n",
+        "igemm_tiles.cuh", "                b[j][0] = q[0];\n                b[j][1] = q[1];\n"
+        "                b[j + 1][0] = q[2];\n                b[j + 1][1] = q[3];\n",
+        "                b[j][0] = q[2];\n                b[j][1] = q[3];\n"
+        "                b[j + 1][0] = q[0];\n                b[j + 1][1] = q[1];\n",
         "conv2d_backprop_input", np.float16),
     "split-reduction-reads-past-the-batch": (
         "conv2d_backprop_filter.cu", "min(reduction, (split + 1) * split_size));\n    prob.x =",
