@@ -762,28 +762,19 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
         }
     }
 
-    // This thread's chunks of the tiles sa, sb rounded to TF32 in place (16-byte loads and
-    // stores at the addresses its cp.async wrote).
-    __device__ __forceinline__ static void round_own_chunks(T* sa, T* sb) {
+    // This thread's chunks (Map) of tile s (Layout) rounded to TF32 in place: 16-byte loads and
+    // stores at the addresses its cp.async wrote.
+    template <class Map, class Layout> __device__ __forceinline__ static void round_own_chunks(T* s) {
         static_assert(sizeof(T) == 4, "TF32 rounds floats");
         constexpr int C = Base::C;
 #pragma unroll
-        for (int e = 0; e < MapA::CHUNKS; ++e) {
+        for (int e = 0; e < Map::CHUNKS; ++e) {
             int row, k;
-            MapA::at(e, row, k);
+            Map::at(e, row, k);
             alignas(16) float v[C];
-            *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(sa + LayoutA::offset(row, k));
+            *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(s + Layout::offset(row, k));
             round_chunk_tf32<C>(v);
-            ptx::st_shared_16(sa + LayoutA::offset(row, k), v);
-        }
-#pragma unroll
-        for (int e = 0; e < MapB::CHUNKS; ++e) {
-            int row, k;
-            MapB::at(e, row, k);
-            alignas(16) float v[C];
-            *reinterpret_cast<uint4*>(v) = *reinterpret_cast<const uint4*>(sb + LayoutB::offset(row, k));
-            round_chunk_tf32<C>(v);
-            ptx::st_shared_16(sb + LayoutB::offset(row, k), v);
+            ptx::st_shared_16(s + Layout::offset(row, k), v);
         }
     }
 
@@ -812,7 +803,10 @@ struct AsyncLoader : ChunkRows<T, BM, BN, BK, THREADS, true, Problem, true> {
             for (int read = 0; read < STAGES; ++read) {
                 if (k0 >= p.k_end) break;
                 ptx::cp_async_wait_group<STAGES - 2>();
-                if constexpr (ROUND_TF32) round_own_chunks(As[read], Bs[read]);
+                if constexpr (ROUND_TF32) {
+                    round_own_chunks<MapA, LayoutA>(As[read]);
+                    round_own_chunks<MapB, LayoutB>(Bs[read]);
+                }
                 __syncthreads();  // tile t is in shared memory; tile t - 1's stage (write) is free
                 const int k_next = k0 + (STAGES - 1) * BK;
                 if (k_next < p.k_end) {

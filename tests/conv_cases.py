@@ -270,6 +270,46 @@ def round_tf32(a) -> np.ndarray:
     return np.where(np.isfinite(a), rounded.view(np.float32), a)
 
 
+def truncate_tf32(a) -> np.ndarray:
+    """float32 values with the 13 low mantissa bits cleared: what the tensor cores read of an
+    unrounded TF32 operand."""
+    return (np.ascontiguousarray(a, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def check_tf32_rounding(reference_on, run_tiled):
+    """A TF32 result ``run_tiled()`` (run with allow_tf32) against ``reference_on(round_tf32)``
+    (float64 math on the operands rounded as the ISA rounds), to float32's tolerance; and that
+    this check tells rounding from truncation (``reference_on(truncate_tf32)`` fails it).
+    ``reference_on(operand)``: the NumPy backend's result on ``operand`` of each input tensor."""
+    import gradops
+    from conftest import assert_close
+
+    want = reference_on(round_tf32)
+    with pytest.raises(AssertionError):
+        assert_close(reference_on(truncate_tf32), want, np.float32)
+    with gradops.options(allow_tf32=True):
+        got = run_tiled()
+    assert_close(got, want, np.float32)
+
+
+#: The problem the planted TF32 bugs run (TF32_CASES' first).
+TF32_PLANTED_CASE = (2, 20, 20, 1, 32, 32, 3, 3, (1, 1))
+
+
+def check_planted_tf32_bug(monkeypatch, tmp_path, edits, check):
+    """``check()`` fails on the host model built from kernel sources with ``edits`` (text,
+    replacement pairs) made in igemm_tiles.cuh (skips where the host model cannot build)."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", *edits)
+    cuda_host.HostDevice(order="shuffled", seed=6, source_dir=tmp_path).install(monkeypatch)
+    with pytest.raises(AssertionError):
+        check()
+
+
 #: TF32 cases of the tiled kernels (sizes as make_problem's: batch, rows, cols, groups, channels
 #: per group in, out, filter rows, cols, strides): 16-byte chunks on the cp.async pipeline (32
 #: channels: [k][row] tiles read one element per lane in wgrad, [row][k] tiles by ldmatrix in

@@ -17,11 +17,12 @@ from gradops.backends.cuda import _conv_igemm as ig
 from gradops.bench.static_report import template_args
 from conftest import assert_close, random_array, to_gpu, to_host
 from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, HALF_DTYPES, LAYOUTS,
-                        MMA_TILE_SHAPES, NON_CONTIGUOUS, TF32_CASES,
+                        MMA_TILE_SHAPES, NON_CONTIGUOUS, TF32_CASES, TF32_PLANTED_CASE, check_planted_tf32_bug,
+                        check_tf32_rounding,
                         NO_PADS, REPRESENTATIVE, SIZE_TYPES, TF_CASES, attrs, check_drawn, conv_geometry,
                         cuda_conv_problems, cuda_launcher, drawn_problems, empty_cases, from_layout, geometry_grid,
                         non_contiguous, out_size, pads_id, seeded, shape_in, to_layout,
-                        round_tf32, valid_truncation)
+                        valid_truncation)
 
 # --------------------------------------------------------------------------- helpers
 
@@ -940,27 +941,17 @@ def test_cuda_bitwise_deterministic(cuda_device, rng, dtype, path):
 
 
 def check_tf32(rng, case):
-    """The tiled kernel with allow_tf32 on one TF32_CASES problem against float64 math on its
-    operands rounded to TF32 (round to nearest, ties away: round_tf32, from the ISA), to
-    float32's tolerance; and that this check tells rounding from truncation (float64 math on
-    truncated operands fails it)."""
+    """check_tf32_rounding of the tiled kernel on one TF32_CASES problem."""
     n, h, w, groups, cg, og, r, s, strides = case
-    launcher = cuda_launcher("conv2d_backprop_input")
     x_shape, filt, dy = make_problem(rng, np.float32, n, h, w, groups, cg, og, r, s, strides, "SAME", (1, 1), NO_PADS)
-
-    def reference_on(operand):
-        return gradops.conv2d_backprop_input(x_shape, operand(filt).astype(np.float64),
-                                             operand(dy).astype(np.float64), **attrs("NHWC", strides, "SAME"),
-                                             backend="numpy")
-
-    want = reference_on(round_tf32)
-    with pytest.raises(AssertionError):
-        assert_close(reference_on(lambda a: (a.view(np.uint32) & 0xFFFFE000).view(np.float32)), want, np.float32)
     g = conv_geometry("conv2d_backprop_input", x_shape, filt.shape, dy.shape, "NHWC", strides, "SAME", (1, 1),
                       NO_PADS)
-    with gradops.options(allow_tf32=True):
-        got = to_host(launcher.conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy), path="tiled"))
-    assert_close(got, want, np.float32)
+    check_tf32_rounding(
+        lambda operand: gradops.conv2d_backprop_input(x_shape, operand(filt).astype(np.float64),
+                                                      operand(dy).astype(np.float64),
+                                                      **attrs("NHWC", strides, "SAME"), backend="numpy"),
+        lambda: to_host(cuda_launcher("conv2d_backprop_input").conv2d_backprop_input(g, to_gpu(filt), to_gpu(dy),
+                                                                                     path="tiled")))
 
 
 @TF32_CASES
@@ -978,15 +969,7 @@ def test_cuda_tf32_is_exact_float_math_on_rounded_operands(cuda_device, rng, cas
 ], ids=["tf32-a-ldmatrix-half-offset", "tf32-b-ldmatrix-half-offset"])
 def test_planted_tf32_bugs_fail_the_comparison(monkeypatch, tmp_path, rng, edits):
     """Bugs planted in mma_cta's TF32 path fail check_tf32."""
-    import cuda_host
-
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", *edits)
-    cuda_host.HostDevice(order="shuffled", seed=6, source_dir=tmp_path).install(monkeypatch)
-    with pytest.raises(AssertionError):
-        check_tf32(rng, (2, 20, 20, 1, 32, 32, 3, 3, (1, 1)))
+    check_planted_tf32_bug(monkeypatch, tmp_path, edits, lambda: check_tf32(rng, TF32_PLANTED_CASE))
 
 
 def test_cuda_allow_tf32(cuda_device, rng):

@@ -517,28 +517,39 @@ def run_half_conv_gradient(op, vector, rng, tile=None):
     return run_planted_problem(op, "tiled", np.float16, rng, vector=False)
 
 
-def run_half_conv_gradients(monkeypatch, vector, source_dir=None, tile=None):
-    """The float16 wgrad and dgrad of one small problem through the real launchers on the host
-    model (their tiled kernels: mma_cta); returns ({op: {kind: shared-memory stats}}, results
-    ok?)."""
-    from conftest import assert_close
-
+def count_conv_gradients(monkeypatch, dtype, math_kind, vector, solve, source_dir=None):
+    """wgrad and dgrad through the real launchers on the host model, each op's tiled kernel
+    (dtype, math kind, load width) counting its shared-memory traffic afresh; ``solve(op)`` runs
+    the op and says whether its result is right.  Returns ({op: {kind: shared-memory stats}},
+    every result right?)."""
     device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
     stats, ok = {}, True
     for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
         # build, then count afresh
         launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
-        device.kernel(f"{op}.cu", launcher._tiled_name(np.float16, 1, vector))
+        device.kernel(f"{op}.cu", launcher._tiled_name(dtype, math_kind, vector))
         kernels = device._kernels[f"{op}.cu"]
         for kind in kernels.SHARED_KINDS:
             kernels.shared_stats(reset=True, kind=kind)
+        ok = solve(op) and ok
+        stats[op] = {kind: kernels.shared_stats(kind=kind) for kind in kernels.SHARED_KINDS}
+    return stats, ok
+
+
+def run_half_conv_gradients(monkeypatch, vector, source_dir=None, tile=None):
+    """The float16 wgrad and dgrad of one small problem (run_half_conv_gradient) on the host
+    model (their tiled kernels: mma_cta); returns count_conv_gradients's (stats, results ok?)."""
+    from conftest import assert_close
+
+    def solve(op):
         got, want = run_half_conv_gradient(op, vector, np.random.default_rng(7), tile)
         try:
             assert_close(got, want, np.float16)
         except AssertionError:
-            ok = False
-        stats[op] = {kind: kernels.shared_stats(kind=kind) for kind in kernels.SHARED_KINDS}
-    return stats, ok
+            return False
+        return True
+
+    return count_conv_gradients(monkeypatch, np.float16, 1, vector, solve, source_dir)
 
 
 #: Each main loop's shared-memory writes: the register-staged loader's 16-byte stores, or the
@@ -603,25 +614,18 @@ def test_planted_swizzle_of_one_k_per_phase_conflicts_in_the_narrow_tiles(monkey
 
 def run_tf32_conv_gradients(monkeypatch, source_dir=None):
     """The TF32 wgrad and dgrad (float32, allow_tf32, 16 and 48 channels: 16-byte chunks, the
-    cp.async pipeline) of test_cuda_host's planted problem on the host model; returns ({op:
-    {kind: shared-memory stats}}, results within TF32's error?)."""
+    cp.async pipeline) of test_cuda_host's planted problem on the host model; returns
+    count_conv_gradients's (stats, results within TF32's error?)."""
     from test_cuda_host import run_planted_problem
 
-    device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
-    stats, ok = {}, True
-    for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
-        launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
-        device.kernel(f"{op}.cu", launcher._tiled_name(np.float32, 2, True))
-        kernels = device._kernels[f"{op}.cu"]
-        for kind in kernels.SHARED_KINDS:
-            kernels.shared_stats(reset=True, kind=kind)
+    def solve(op):
         with gradops.options(allow_tf32=True):
             got, want = run_planted_problem(op, "tiled", np.float32, np.random.default_rng(7), depths=(16, 48),
                                             vector=True, splits=None)
         got = cuda_host.HostDevice.asnumpy(got)
-        ok = ok and float(np.max(np.abs(got - want))) <= 1e-2 * float(np.max(np.abs(want)))
-        stats[op] = {kind: kernels.shared_stats(kind=kind) for kind in kernels.SHARED_KINDS}
-    return stats, ok
+        return float(np.max(np.abs(got - want))) <= 1e-2 * float(np.max(np.abs(want)))
+
+    return count_conv_gradients(monkeypatch, np.float32, 2, True, solve, source_dir)
 
 
 def test_tf32_main_loop_shared_memory_is_conflict_free(monkeypatch, tmp_path):
