@@ -7,8 +7,8 @@
 //   2^31 elements included); the reference on the GPU for unusual shapes.
 // * depthwise_conv2d_native_backprop_input_tiled: a CTA owns a spatial tile x a block of
 //   channels, stages the out_backprop rows and columns the tile reads (its halo included) and
-//   the filter slice in shared memory, and each thread produces 4 x 4 positions x 2 channels
-//   from registers; 32-bit offsets from blockIdx, no division per element, and tiles aligned to
+//   the filter slice in shared memory, and each thread produces 7 x 4 (stride 1) or 4 x 4
+//   positions x 2 channels from registers; 32-bit offsets from blockIdx, no division per element, and tiles aligned to
 //   the stride so that only taps that land are computed.  Compile-time filter size and stride
 //   (3x3 and 5x5 at strides 1 and 2), dilation 1, every tensor below 2^31 elements: the
 //   launcher checks.
@@ -167,8 +167,8 @@ __global__ void depthwise_conv2d_native_backprop_input(
 //   (2 per 8-byte load at stride 2): planes an odd number of 16 bytes apart keep the 8 lanes of
 //   each quarter-warp on distinct bank groups.
 // * results: straight from the registers, a work item row of 4 columns per store where in_cols
-//   % 4 == 0 and tiles start at a multiple of 4 (bit 1 of `vector_loads`), else element by
-//   element.
+//   % 4 == 0 and tiles start at a multiple of 4 (bit 1 of `vector_loads`), 2 per store where
+//   that holds for 2 (bit 4: 14-column maps), else element by element.
 // Why (static SASS, sm_90, float16, one thread of an interior tile, per element): the first
 // NCHW path had each warp load 32 consecutive staged positions of one channel (2-byte loads,
 // 64-bit address math, 8 dependent round trips) and stored results one 2-byte store at a time
@@ -183,22 +183,26 @@ namespace dwconv {
 
 // The work split of one specialisation.  A work item (one thread): ITEM_ROWS x ITEM_COLS
 // positions x V channels; a CTA: R x C work items per lane, i.e. a tile of TILE_ROWS x
-// TILE_COLS positions.  4 x 4 positions and 2 x 4 work items (8 x 16 positions) everywhere but
-// 5x5 stride 1, where 7 x 4 positions and 2 x 2 work items (14 x 8 positions) read fewer
-// staged values and carry the per-thread fixed costs over more elements (28 x 2 per thread
-// against 16 x 2).  Its tile stages 18 x 12 positions (a 16-row tile of 4 x 4 items would need
-// 20 x 20, past the 48 KiB of static shared memory for float), and 14 rows divide the 7 x 2^k
-// feature maps of 224 x 224 networks exactly.  Small images take smaller tiles, which a full
-// one would mostly leave empty: R = 1 (one work item down a tile, 7 x 8 positions) for 5x5
-// stride-1 images of at most 7 rows, and C = 2 (8 x 8 positions) for the other filters where
-// the last 8 x 16 tile would be at most half inside the image (7 x 7 maps fill 77% of an 8 x 8
-// tile against 38% of an 8 x 16 one; 56 columns 100% against 87.5%).
+// TILE_COLS positions.  At stride 1 (TALL), 7 x 4 positions and 2 x 2 work items (14 x 8
+// positions); at stride 2, 4 x 4 positions (work items start at an even row) and 2 x 4 work
+// items (8 x 16 positions).  Tall items read fewer staged values per position and carry the
+// per-thread fixed costs over more elements (28 x 2 per thread against 16 x 2); a 5x5 tile
+// stages 18 x 12 positions (a 16-row tile of 4 x 4 items would need 20 x 20, past the 48 KiB
+// of static shared memory for float), and 14 rows divide the 7 x 2^k feature maps of 224 x
+// 224 networks exactly, where 8 rows leave a quarter of the last tile of a 28- or 14-row map
+// empty (static SASS, sm_90, float16 3x3/1 per element of a full tile: NHWC 23.0 -> 19.4,
+// paired multiplier 2 46.6 -> 39.6; NCHW with 4-byte chunks 36.4 -> 31.6).  Small images take
+// smaller tiles, which a full one would mostly leave empty: R = 1 (one work item down a tile,
+// 7 x 8 positions) for stride-1 images of at most 7 rows, and C = 2 (8 x 8 positions) at stride
+// 2 where the last 8 x 16 tile would be at most half inside the image (a 7 x 7 map with the
+// first tile one column early fills 77% of an 8 x 8 tile against 38% of an 8 x 16 one; 56
+// columns 100% against 87.5%).
 template <int KH, int KW, int SH, int SW, int R, int C> struct Shape {
-    static constexpr bool TALL = KH == 5 && KW == 5 && SH == 1 && SW == 1;
+    static constexpr bool TALL = SH == 1 && SW == 1;
     static constexpr int ITEM_ROWS = TALL ? 7 : 4;
     static constexpr int ITEM_COLS = 4;
     static_assert(R == 1 || R == 2, "one or two work items down a tile");
-    static_assert(C == 2 || (C == 4 && !TALL), "two or four work items across a tile (two for 5x5 stride 1)");
+    static_assert(C == 2 || (C == 4 && !TALL), "two or four work items across a tile (two at stride 1)");
     static constexpr int TILE_ITEM_ROWS = R;
     static constexpr int TILE_ITEM_COLS = C;
     static constexpr int TILE_ITEMS = TILE_ITEM_ROWS * TILE_ITEM_COLS;
@@ -534,21 +538,34 @@ template <> __device__ __forceinline__ void store_four<float>(float* dst, float4
     *reinterpret_cast<float4*>(dst) = v;
 }
 
-// Four accumulators of one channel row (columns x .. x + 3, x < in_cols), rounded to T: one
-// store where ``four`` (in_cols % 4 == 0 and the tile's columns start at a multiple of 4, so the
-// quad is aligned and inside the image), else element by element.
+// Two accumulators, rounded to T, to two consecutive elements in one store (``dst`` aligned to 2).
+template <typename T, typename Acc> __device__ __forceinline__ void store_two(T* dst, Acc a, Acc b) {
+    if constexpr (sizeof(Acc) == 8)  // double: T is double
+        *reinterpret_cast<double2*>(dst) = make_double2(a, b);
+    else
+        store_pair<T>(dst, a, b);
+}
+
+// Four accumulators of one channel row (columns x .. x + 3, x < in_cols), rounded to T, COLS
+// columns per store: 4 where in_cols % 4 == 0 and the tile's columns start at a multiple of 4
+// (the quad is aligned and inside the image); 2 where that holds for 2 (each pair aligned,
+// wholly inside or outside); else 1.
 template <typename T, typename Acc>
-__device__ __forceinline__ void store_quad(T* dst, const Acc (&v)[4], int x, int in_cols, bool four) {
-    if (four) {
+__device__ __forceinline__ void store_quad(T* dst, const Acc (&v)[4], int x, int in_cols, int cols) {
+    if (cols == 4) {
         if constexpr (sizeof(Acc) == 4)
             store_four<T>(dst, make_float4(v[0], v[1], v[2], v[3]));
         else  // double: T is double
             put_four(dst, v[0], v[1], v[2], v[3]);
-        return;
-    }
+    } else if (cols == 2) {
 #pragma unroll
-    for (int k = 0; k < 4; ++k)
-        if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = from_acc<T>(v[k]);
+        for (int k = 0; k < 4; k += 2)
+            if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) store_two<T>(dst + k, v[k], v[k + 1]);
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k)
+            if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = from_acc<T>(v[k]);
+    }
 }
 
 // READ consecutive accumulators of 16-byte (READ x sizeof(Acc) bytes) aligned shared memory in
@@ -641,9 +658,9 @@ template <typename Acc, int KH, int KW, int SH, int SW, int R, int C> struct Pla
 // (below); pair_multipliers: 1 for paired multipliers (see "Multipliers"; M = 2 and V = 2
 // only), 0 otherwise.  Grid: (tiles across x channel blocks of CHANNELS input channels, or
 // CHANNELS / 2 when paired, tiles down, batch); block: LANES x the tile's work items (128, or
-// 64 for C = 2; 64, or 32 for R = 1, at 5x5 stride 1).  No __launch_bounds__: with it
-// ptxas spilled registers in some instantiations; without it none spills (the 5x5 stride-1
-// kernels use 150-190 registers, their 2 or 1 warps per CTA still fit 6-10 CTAs per SM).
+// 64 for C = 2; 64, or 32 for R = 1, at stride 1).  No __launch_bounds__: with it
+// ptxas spilled registers in some instantiations; without it none spills (the stride-1
+// kernels use 130-200 registers, their 2 or 1 warps per CTA still fit 6-12 CTAs per SM).
 template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R, int C>
 __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
@@ -958,9 +975,9 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         else
             store_item_nhwc<false, T>(first, acc, y_first, x_first, in_rows, in_cols, in_depth, channel + 1 < in_depth);
     } else if (active) {
-        // NCHW: each work item row of each channel, 4 columns per store where in_cols and the
-        // tile's columns allow (bit 1 of vector_loads), straight from the registers.
-        const bool four = (vector_loads & 2) != 0;
+        // NCHW: each work item row of each channel, 4 or 2 columns per store where in_cols and
+        // the tile's columns allow (bits 1 and 4 of vector_loads), straight from the registers.
+        const int store_cols = (vector_loads & 2) ? 4 : (vector_loads & 16) ? 2 : 1;
 #pragma unroll
         for (int u = 0; u < (pairs ? 1 : V); ++u) {
             const int c = channel + u * LANES;
@@ -973,7 +990,7 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 #pragma unroll
                 for (int j = 0; j < 4; ++j) quad[j] = pairs ? pair_sum(acc[i][j]) : acc[i][j][u];
                 static_assert(S::ITEM_COLS == 4, "a work item row is one quad");
-                store_quad<T>(first + i * in_cols, quad, x_first, in_cols, four);
+                store_quad<T>(first + i * in_cols, quad, x_first, in_cols, store_cols);
             }
         }
     }

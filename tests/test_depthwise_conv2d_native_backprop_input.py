@@ -406,7 +406,9 @@ def test_tiled_kernel_needs_32_bit_sizes():
     assert not cuda_launcher.tiled_eligible(geometry((1, 46341, 46500, 1)), f16)
     assert not cuda_launcher.tiled_eligible(geometry((1, 1024, 1024, 1024), 2), f16)  # out_backprop 2**31
     assert not cuda_launcher.tiled_eligible(geometry((65536, 1, 1, 1)), f16)  # gridDim.z
-    assert not cuda_launcher.tiled_eligible(geometry((1, 8 * 65536, 1, 1)), f16)  # gridDim.y
+    # gridDim.y: 3x3 stride 1 tiles are 14 rows (two 7-row work items), so 14 * 65535 rows is the last fit
+    assert cuda_launcher.tiled_eligible(geometry((1, 14 * 65535, 1, 1)), f16)
+    assert not cuda_launcher.tiled_eligible(geometry((1, 14 * 65535 + 1, 1, 1)), f16)
     assert cuda_launcher.pick_path(geometry((1, 46341, 46500, 1)), f16) == "direct"
     with pytest.raises(ValueError, match="tiled kernel cannot run"):
         cuda_launcher.pick_path(geometry((1, 46341, 46500, 1)), f16, "tiled")
@@ -708,7 +710,8 @@ def test_cuda_tiled_tile_edges(cuda_device, rng, case, data_format):
 def test_nchw_staging_chunk_choice():
     """NCHW staging loads the widest chunk (16, 8 or 4 bytes, more than one element) that divides
     an out_backprop row and the array's alignment, else one element; 4-column result stores
-    need in_cols % 4 == 0 and tiles that start at a multiple of 4 (pad_left % stride == 0)."""
+    need in_cols % 4 == 0 and tiles that start at a multiple of 4 (pad_left % stride == 0),
+    2-column ones the same for 2; NHWC stores by position."""
     from gradops._geometry import conv2d_geometry
 
     def geometry(w, s=1, pads=None):
@@ -725,9 +728,13 @@ def test_nchw_staging_chunk_choice():
         assert (chunk(g, np.float16), chunk(g, np.float32), chunk(g, np.float64)) == (half, single, double), w
     assert cuda_launcher.use_vector_loads(geometry(56), np.dtype(np.float16), ())
     assert not cuda_launcher.use_vector_loads(geometry(28), np.dtype(np.float16), ())  # 8-byte chunks
-    assert cuda_launcher.four_wide_stores(geometry(28)) and not cuda_launcher.four_wide_stores(geometry(14))
-    assert cuda_launcher.four_wide_stores(geometry(28, 2))  # SAME, even size, stride 2: pad_left 0
-    assert not cuda_launcher.four_wide_stores(geometry(28, 2, (1, 0)))  # tiles start one column early
+    cols = cuda_launcher.nchw_store_cols
+    assert (cols(geometry(28)), cols(geometry(14)), cols(geometry(7)), cols(geometry(10))) == (4, 2, 1, 2)
+    assert cols(geometry(28, 2)) == 4  # SAME, even size, stride 2: pad_left 0
+    assert cols(geometry(28, 2, (1, 0))) == cols(geometry(14, 2, (1, 0))) == 1  # tiles start one column early
+    nhwc = conv2d_geometry(OP, (1, 6, 28, 8), (3, 3, 8, 1), (1, 6, 28, 8), [1, 1, 1, 1], "SAME", [], "NHWC",
+                           [1, 1, 1, 1], depthwise=True)
+    assert cols(nhwc) == 1
 
 
 @pytest.mark.parametrize("narrow", [False, True], ids=["full-width", "narrow"])
@@ -739,7 +746,7 @@ def test_cuda_tiled_warp_pairings(cuda_device, rng, monkeypatch, shape, columns,
     with full-width tiles and (forced on a wide image) narrow 8 x 8 ones."""
     filt_hw, strides = shape
     if narrow and (*filt_hw, *strides) not in cuda_launcher.NARROW_TILES:
-        pytest.skip("5x5 stride 1 has no narrower tile than its full one")
+        pytest.skip("stride 1 has no narrower tile than its full one")
     kwargs, ref, scale = make_case(rng, x_shape=(2, 19, 29, 24), filt_hw=filt_hw, multiplier=1, strides=strides,
                                    padding="SAME", dtype=np.float32)
     monkeypatch.setattr(cuda_launcher, "columns_per_warp", lambda g, item_cols=None: columns)
@@ -763,15 +770,16 @@ def test_warp_pairing_choice():
     assert not cuda_launcher.columns_per_warp(geometry(7, 28, 5, 1))  # one work item down the tile
     assert cuda_launcher.item_rows_per_tile(geometry(7, 28, 5, 1)) == 1
     assert cuda_launcher.item_rows_per_tile(geometry(8, 28, 5, 1)) == 2
-    assert not cuda_launcher.columns_per_warp(geometry(20, 32, 3, 1))  # 20 rows: an item row of 8 + 4 idles
-    assert cuda_launcher.columns_per_warp(geometry(16, 20, 3, 1))  # 20 columns: 3 item columns of 16 + 4 idle
+    assert not cuda_launcher.columns_per_warp(geometry(20, 32, 3, 2))  # 20 rows: an item row of 24 idles
+    assert cuda_launcher.columns_per_warp(geometry(16, 20, 3, 2))  # 20 columns: an item column of 24 idles
+    assert cuda_launcher.columns_per_warp(geometry(28, 28, 3, 1))  # 3x3 stride 1: 14 x 8 tiles, as 5x5
 
 
 def test_narrow_tile_choice():
     """8 x 8 tiles (two work items across) for 3x3 and 5x5 stride-2 filters where 8-column tiles
     cover the columns from the first tile's start (pad_left % stride before the image) with
-    fewer columns than 16-column ones; 16-column tiles otherwise; 5x5 stride 1 keeps its
-    8-column tiles (with 14 or 7 rows)."""
+    fewer columns than 16-column ones; 16-column tiles otherwise; stride-1 filters keep their
+    8-column tiles of 7-row work items (14 rows, or 7 on images of at most 7 rows)."""
     from gradops._geometry import conv2d_geometry
 
     def geometry(h, w, f, s, pad_left=None):
@@ -788,31 +796,36 @@ def test_narrow_tile_choice():
     def cols(g):
         return cuda_launcher.item_cols_per_tile(g), cuda_launcher.tile_shape(g)
 
-    assert cols(geometry(7, 7, 3, 1)) == (2, (8, 8, 4))
-    assert cols(geometry(14, 8, 3, 1)) == (2, (8, 8, 4))
-    assert cols(geometry(14, 9, 3, 1)) == (4, (8, 16, 8))
-    assert cols(geometry(14, 14, 3, 1)) == (4, (8, 16, 8))
-    assert cols(geometry(8, 56, 3, 1)) == (2, (8, 8, 4))  # 56 columns: 7 narrow tiles against 4 wide
-    assert cols(geometry(8, 28, 3, 1)) == (4, (8, 16, 8))  # 32 columns either way
+    assert cols(geometry(7, 7, 3, 1)) == (2, (7, 8, 2))
+    assert cols(geometry(14, 14, 3, 1)) == cols(geometry(8, 112, 3, 1)) == (2, (14, 8, 4))
+    assert cols(geometry(8, 8, 3, 2)) == (2, (8, 8, 4))
+    assert cols(geometry(8, 10, 3, 2)) == (4, (8, 16, 8))
+    assert cols(geometry(8, 14, 3, 2)) == (4, (8, 16, 8))
+    assert cols(geometry(8, 56, 3, 2)) == (2, (8, 8, 4))  # 56 columns: 7 narrow tiles against 4 wide
+    assert cols(geometry(8, 28, 3, 2)) == (4, (8, 16, 8))  # 32 columns either way
     assert cols(geometry(8, 24, 3, 2)) == (2, (8, 8, 4))
-    assert cols(geometry(8, 112, 3, 1)) == (4, (8, 16, 8))
+    assert cols(geometry(8, 112, 3, 2)) == (4, (8, 16, 8))
     assert cols(geometry(7, 7, 3, 2, pad_left=1)) == (2, (8, 8, 4))  # the first tile starts one column early
     assert cols(geometry(7, 8, 3, 2, pad_left=1)) == (4, (8, 16, 8))  # 9 columns from the tile's start
     assert cols(geometry(7, 7, 5, 2)) == (2, (8, 8, 4))  # SAME: pad_left 2
     assert cols(geometry(7, 8, 5, 2)) == (4, (8, 16, 8))  # SAME: pad_left 1, 9 columns
     assert cols(geometry(7, 7, 5, 1)) == (2, (7, 8, 2))
     assert cols(geometry(14, 7, 5, 1)) == (2, (14, 8, 4))
-    assert cuda_launcher.tile_threads(geometry(7, 7, 3, 1)) == 64
-    assert cuda_launcher.tiles(geometry(7, 7, 3, 1)) == (1, 1)
-    assert cuda_launcher.tiles(geometry(7, 7, 3, 1), 4) == (1, 1)
-    assert cuda_launcher.tile_shape(geometry(7, 7, 3, 1), 4) == (8, 16, 8)
-    assert cuda_launcher.pick_item_cols(geometry(7, 7, 3, 1), narrow=False) == 4
-    assert cuda_launcher.pick_item_cols(geometry(14, 14, 3, 1), narrow=True) == 2
-    assert cuda_launcher.pick_item_cols(geometry(7, 7, 5, 1), narrow=False) == 2  # 5x5 stride 1: its full tile
-    with pytest.raises(ValueError, match="narrow tiles are for"):
-        cuda_launcher.pick_item_cols(geometry(7, 7, 5, 1), narrow=True)
-    assert cuda_launcher.tiled_expression(geometry(7, 7, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 2, 2>")
-    assert cuda_launcher.tiled_expression(geometry(14, 14, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 2, 4>")
+    assert cuda_launcher.tile_threads(geometry(7, 7, 3, 2)) == 64
+    assert cuda_launcher.tile_threads(geometry(7, 7, 3, 1)) == 32
+    assert cuda_launcher.tiles(geometry(7, 7, 3, 2)) == (1, 1)
+    assert cuda_launcher.tiles(geometry(7, 7, 3, 2), 4) == (1, 1)
+    assert cuda_launcher.tile_shape(geometry(7, 7, 3, 2), 4) == (8, 16, 8)
+    assert cuda_launcher.pick_item_cols(geometry(7, 7, 3, 2), narrow=False) == 4
+    assert cuda_launcher.pick_item_cols(geometry(14, 14, 3, 2), narrow=True) == 2
+    for f in (3, 5):  # stride 1: its full tile
+        assert cuda_launcher.pick_item_cols(geometry(7, 7, f, 1), narrow=False) == 2
+        with pytest.raises(ValueError, match="narrow tiles are for"):
+            cuda_launcher.pick_item_cols(geometry(7, 7, f, 1), narrow=True)
+    assert cuda_launcher.tiled_expression(geometry(7, 7, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 1, 2>")
+    assert cuda_launcher.tiled_expression(geometry(14, 14, 3, 1), np.float16).endswith(", 3, 3, 1, 1, 2, 2>")
+    assert cuda_launcher.tiled_expression(geometry(7, 7, 3, 2), np.float16).endswith(", 3, 3, 2, 2, 2, 2>")
+    assert cuda_launcher.tiled_expression(geometry(14, 14, 3, 2), np.float16).endswith(", 3, 3, 2, 2, 2, 4>")
 
 
 @pytest.mark.parametrize("case", [dict(filt_hw=(3, 3), dilations=(2, 2)), dict(filt_hw=(5, 5), strides=(1, 2)),

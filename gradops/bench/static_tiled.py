@@ -89,8 +89,8 @@ class DepthwiseTile:
     #: issue 15); False: the earlier staging of 32 consecutive staged positions per warp and
     #: channel (the H100-measured revision).  ``vector`` then means 16-byte row chunks.
     rows: bool = True
-    #: NCHW with ``rows``: 4-element result stores (in_cols % 4 == 0, tiles at a multiple of 4).
-    four: bool = True
+    #: NCHW with ``rows``: columns per result store (4, 2 or 1: ``nchw_store_cols``).
+    store_cols: int = 4
     #: NCHW with ``rows`` and ``vector``: bytes per staging load (16, 8 or 4).
     chunk: int = VECTOR_BYTES
     #: Work items across a tile (``Shape``'s C); 0: the full tile's (4, or 2 for 5x5 stride 1),
@@ -99,19 +99,23 @@ class DepthwiseTile:
 
     @classmethod
     def of(cls, expression: str, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-           four: bool = True, chunk: int = VECTOR_BYTES) -> "DepthwiseTile":
+           store_cols: int = 4, chunk: int = VECTOR_BYTES) -> "DepthwiseTile":
         a = template_args(expression)
         kh, kw, sh, sw, r = (int(x) for x in a[3:8])
         c = int(a[8]) if len(a) > 8 else 0
         nchw = a[2] == "1"
         rows = nchw and rows
         return cls(C_WIDTHS[a[0]], C_WIDTHS[a[1]], nchw, kh, kw, sh, sw, r, vector and (rows or not nchw), paired,
-                   1 if paired else multiplier, rows, rows and four, chunk, c)
+                   1 if paired else multiplier, rows, store_cols if rows else 1, chunk, c)
 
     # ---- dwconv::Shape / Block / Axis
     @property
     def tall(self) -> bool:
-        return (self.kh, self.kw, self.sh, self.sw) == (5, 5, 1, 1)
+        """7 x 4 work items (``Shape::TALL``): every stride-1 kernel; in the measured revision
+        (no ``C``), 5x5 stride 1 only."""
+        if not self.c:
+            return (self.kh, self.kw, self.sh, self.sw) == (5, 5, 1, 1)
+        return (self.sh, self.sw) == (1, 1)
 
     @property
     def item(self) -> tuple[int, int]:
@@ -221,7 +225,9 @@ class DepthwiseTile:
             rows, cols = self.tile
             slots = self.channels // (2 if self.paired else 1)
             steps = -(-slots * rows * (cols // 4) // self.threads)
-            return steps * ((2 if self.width == 8 else 1) if self.four else 4)
+            if self.store_cols == 4:
+                return steps * (2 if self.width == 8 else 1)
+            return steps * 4 // self.store_cols
         positions = self.tile[0] * self.tile[1]
         if self.threads >= positions:
             return -(-self.channels // (self.threads // positions))
@@ -229,8 +235,8 @@ class DepthwiseTile:
 
     @property
     def store_width(self) -> int:
-        if self.nchw and self.four:
-            return min(4 * self.width, VECTOR_BYTES)
+        if self.nchw and self.store_cols > 1:
+            return min(self.store_cols * self.width, VECTOR_BYTES)
         return self.width if (self.nchw or self.paired or self.v == 1) else 2 * self.width
 
     def channel_steps(self) -> tuple[int, tuple[int, int]]:
@@ -392,21 +398,21 @@ _PATHS: dict = {}
 
 
 def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                         four: bool = True, chunk: int = VECTOR_BYTES) -> dict:
+                         store_cols: int = 4, chunk: int = VECTOR_BYTES) -> dict:
     """One thread's common path of a tiled depthwise instantiation for a launch choice, with
     its per-element figures (see the module docstring); cached per kernel object and choice.
-    ``rows`` / ``four`` / ``chunk``: NCHW staging and stores (:class:`DepthwiseTile`)."""
-    key = (id(kernel), vector, paired, multiplier, rows, four, chunk)
+    ``rows`` / ``store_cols`` / ``chunk``: NCHW staging and stores (:class:`DepthwiseTile`)."""
+    key = (id(kernel), vector, paired, multiplier, rows, store_cols, chunk)
     if key not in _PATHS or _PATHS[key][0] is not kernel:
-        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, four, chunk))
+        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, store_cols, chunk))
     return _PATHS[key][1]
 
 
 def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                          four: bool = True, chunk: int = VECTOR_BYTES) -> dict:
+                          store_cols: int = 4, chunk: int = VECTOR_BYTES) -> dict:
     from ..backends.cuda._sass import PathError
 
-    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, four, chunk)
+    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, store_cols, chunk)
     cfg = kernel.cfg
     through = through_blocks(cfg)
     fma = fma_count(cfg.instructions(through[-1]))
@@ -461,10 +467,10 @@ class DepthwiseLaunch:
     vector: bool
     paired: bool
     ctas: int
-    #: NCHW: plane-row staging (False: the measured revision's), 4-element result stores, and
+    #: NCHW: plane-row staging (False: the measured revision's), columns per result store, and
     #: the staging chunk (bytes; ``vector`` when it holds more than one element).
     rows: bool = True
-    four: bool = True
+    store_cols: int = 4
     chunk: int = VECTOR_BYTES
 
 
@@ -483,15 +489,17 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
 
             chunk = dw.nchw_chunk_bytes(g, dtype)
             return DepthwiseLaunch(chunk > _np.dtype(dtype).itemsize, dw.pair_multipliers(g, dtype),
-                                   math.prod(dw.tile_grid(g, dtype)), True, dw.four_wide_stores(g), chunk)
+                                   math.prod(dw.tile_grid(g, dtype)), True, dw.nchw_store_cols(g), chunk)
         return DepthwiseLaunch(dw.use_vector_loads(g, dtype, ()), dw.pair_multipliers(g, dtype),
-                               math.prod(dw.tile_grid(g, dtype)), True, dw.four_wide_stores(g))
+                               math.prod(dw.tile_grid(g, dtype)), True, dw.nchw_store_cols(g))
     if revision != MEASURED_DEPTHWISE_REVISION:
         raise ValueError(f"launch rules of revision {revision} are not known here")
-    across, down = dw.tiles(g, dw.pick_item_cols(g, narrow=False))  # no narrow tiles then
+    rows, cols, _ = measured_tile(g)  # no narrow tiles then, 7-row work items only at 5x5 stride 1
+    across = -(-(g.in_cols + g.pad_left % g.stride_cols) // cols)
+    down = -(-(g.in_rows + g.pad_top % g.stride_rows) // rows)
     vector = g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % _runtime.vector_width(dtype) == 0
     return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch,
-                           False, False)
+                           False, 1)
 
 
 def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: DepthwiseLaunch) -> dict:
@@ -504,7 +512,7 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
     from .static_report import DTYPES, roofline, with_latency_limit
 
     width = DTYPES[dtype_name].itemsize
-    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.four,
+    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.store_cols,
                                 launch.chunk)
     t = path["tile"]
     elements = math.prod(g.input_shape)
@@ -542,13 +550,23 @@ def measured_name(expression: str) -> str:
     return expression.rsplit(", ", 1)[0] + ">"
 
 
+def measured_tile(g) -> tuple[int, int, int]:
+    """(tile rows, tile cols, work items down) of :data:`MEASURED_DEPTHWISE_REVISION`'s tiled
+    kernel for ``g``: 8 x 16 positions, or for 5x5 stride 1 (its only 7-row work items) 14 x 8,
+    and 7 x 8 on images of at most 7 rows."""
+    if (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols) == (5, 5, 1, 1):
+        down = 1 if g.in_rows <= 7 else 2
+        return 7 * down, 8, down
+    return 8, 16, 2
+
+
 def measured_depthwise_expression(g, dtype) -> str:
     """The tiled instantiation :data:`MEASURED_DEPTHWISE_REVISION` launched for ``g``."""
     import importlib
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
-    return measured_name(dw._tiled_expression(dtype, g.data_format, shape, dw.item_rows_per_tile(g)))
+    return measured_name(dw._tiled_expression(dtype, g.data_format, shape, measured_tile(g)[2]))
 
 
 def fractional_launcher(revision: str | None = None):

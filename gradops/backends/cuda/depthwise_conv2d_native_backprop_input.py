@@ -2,13 +2,13 @@
 
 Two paths (see the .cu file); ``path=`` forces one (the tests run both on small shapes):
 
-* ``tiled``: a CTA per (8 x 16 input-gradient positions, or 14 x 8 for 5x5 stride 1; 7 x 8 for
-  5x5 stride 1 on images of at most 7 rows and 8 x 8 for the others where 16-column tiles
-  would leave half a tile empty, :func:`tile_shape`; 32 channels, 16 for float64 and 16 when
-  multiplier 2 is paired, see :func:`pair_multipliers`) stages the
-  out_backprop tile with its halo and the filter slice in shared memory (16-byte loads when
-  :func:`use_vector_loads` holds), and each thread computes 4 x 4 (7 x 4) positions x 2
-  channels (1 for float64) in registers with 32-bit offsets and no division per element.
+* ``tiled``: a CTA per (14 x 8 input-gradient positions at stride 1, 7 x 8 on images of at
+  most 7 rows; 8 x 16 at stride 2, 8 x 8 where 16-column tiles would leave half a tile empty,
+  :func:`tile_shape`; 32 channels, 16 for float64 and 16 when multiplier 2 is paired, see
+  :func:`pair_multipliers`) stages the out_backprop tile with its halo and the filter slice in
+  shared memory (16-byte loads when :func:`use_vector_loads` holds), and each thread computes
+  7 x 4 (stride 1) or 4 x 4 positions x 2 channels (1 for float64) in registers with 32-bit
+  offsets and no division per element.
   Compile-time 3x3 / 5x5 filters at strides 1x1 / 2x2 (:data:`SPECIALISATIONS`), dilation 1,
   every tensor below 2**31 elements and the grid within CUDA's limits (:func:`tiled_eligible`).
 * ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
@@ -20,8 +20,8 @@ from the channel planes a row at a time (chunks of 16, 8 or 4 bytes of a row, th
 divides the row and the array's alignment, :func:`nchw_chunk_bytes`; any multiplier) into a
 position-inner tile (a plane of staged rows per channel, runs of up to 4 columns per
 shared-memory store where the chunks' phase allows), reads it 4 columns per 16-byte load, and
-stores each work item's rows from registers (4 columns per store where
-:func:`four_wide_stores` holds).  Each byte of out_backprop and of the result then crosses DRAM
+stores each work item's rows from registers (4 or 2 columns per store where
+:func:`nchw_store_cols` allows).  Each byte of out_backprop and of the result then crosses DRAM
 once, where a transpose to NHWC and back would move both tensors three times (read, write the
 NHWC copy, read it again); the price is a chunk's 2-8 shared-memory stores against NHWC's one
 or two 16-byte ones (about 18-57 SASS instructions per element for float16 against 12-41 in
@@ -74,14 +74,14 @@ def _expression(dtype, data_format: str, shape: tuple[int, int, int, int]) -> st
     return f"{KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {kh}, {kw}, {sh}, {sw}>"
 
 
-#: The tiled kernel's filter shape with 7 x 4 work items (``dwconv::Shape::TALL``): 2 of them
-#: across a tile, where the others have 4 of 4 x 4.
-TALL = (5, 5, 1, 1)
+#: The tiled kernel's filter shapes with 7 x 4 work items (``dwconv::Shape::TALL``: stride 1):
+#: 2 of them across a tile, where the stride-2 ones have 4 of 4 x 4.
+TALL = ((3, 3, 1, 1), (5, 5, 1, 1))
 
 
 def full_item_cols(shape: tuple[int, int, int, int]) -> int:
     """Work items across a full tile (the kernel's ``C``): 4, or 2 for :data:`TALL`."""
-    return 2 if shape == TALL else 4
+    return 2 if shape in TALL else 4
 
 
 def _tiled_expression(dtype, data_format: str, shape: tuple[int, int, int, int], item_rows: int = 2,
@@ -93,11 +93,11 @@ def _tiled_expression(dtype, data_format: str, shape: tuple[int, int, int, int],
             f"{item_cols}>")
 
 
-#: The tiled instantiations with one work item down a tile (``R`` = 1): 5x5 stride 1 only.
-SHORT_TILES = (TALL,)
+#: The tiled instantiations with one work item down a tile (``R`` = 1): the stride-1 ones.
+SHORT_TILES = TALL
 #: The tiled instantiations with two work items across a tile (``C`` = 2, 8 x 8 positions)
 #: besides :data:`TALL`'s full ones: every other specialisation.
-NARROW_TILES = tuple(shape for shape in SPECIALISATIONS if shape != TALL)
+NARROW_TILES = tuple(shape for shape in SPECIALISATIONS if shape not in TALL)
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
@@ -134,15 +134,15 @@ def tile_channels(dtype) -> int:
 
 
 def item_rows_per_tile(g: Conv2DGeometry) -> int:
-    """Work items down a tile (the kernel's ``R``): 2, or 1 for a 5x5 stride-1 image of at
-    most 7 rows (one work item's), which a 14-row tile would half fill."""
+    """Work items down a tile (the kernel's ``R``): 2, or 1 for a stride-1 image of at most 7
+    rows (one work item's), which a 14-row tile would half fill."""
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
     return 1 if shape in SHORT_TILES and g.in_rows <= 7 else 2
 
 
 def item_cols_per_tile(g: Conv2DGeometry) -> int:
-    """Work items across a tile (the kernel's ``C``): 4 (2 for 5x5 stride 1), or 2 for the other
-    filters where 8-column tiles cover the image's columns, counted from the first tile's start
+    """Work items across a tile (the kernel's ``C``): 2 at stride 1 (:data:`TALL`); at stride 2,
+    4, or 2 where 8-column tiles cover the image's columns, counted from the first tile's start
     (pad_left % stride_cols columns before the image), with fewer columns than 16-column ones:
     where the last 16-column tile would be at most half inside the image.  A 7 x 7 map fills 77%
     of an 8 x 8 tile against 38% of an 8 x 16 one, a 56-column map 100% against 87.5%.  Elsewhere
@@ -158,30 +158,30 @@ def item_cols_per_tile(g: Conv2DGeometry) -> int:
 
 def pick_item_cols(g: Conv2DGeometry, narrow: bool | None = None) -> int:
     """Work items across a tile: :func:`item_cols_per_tile`'s choice, or (``narrow``, tests and
-    the static model of revisions without narrow tiles) 2 or the full tile's; True raises for
-    5x5 stride 1, whose full tile is already two work items wide."""
+    the static model of revisions without narrow tiles) 2 or the full tile's; True raises at
+    stride 1, whose full tile is already two work items wide."""
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
     if narrow is None:
         return item_cols_per_tile(g)
     if narrow and shape not in NARROW_TILES:
-        raise ValueError("narrow tiles are for 3x3 filters and 5x5 filters at stride 2")
+        raise ValueError("narrow tiles are for the stride-2 filters (3x3 and 5x5 at stride 2)")
     return 2 if narrow else full_item_cols(shape)
 
 
 def tile_shape(g: Conv2DGeometry, item_cols: int | None = None) -> tuple[int, int, int]:
     """(tile rows, tile cols, work items) of the tiled kernel for ``g`` (``dwconv::Shape``):
-    8 x 16 positions in 8 work items of 4 x 4 (8 x 8 in 4, :func:`item_cols_per_tile`), or
-    for 5x5 stride 1, 14 x 8 in 4 of 7 x 4 (7 x 8 in 2 for images of at most 7 rows).
+    at stride 2, 8 x 16 positions in 8 work items of 4 x 4 (8 x 8 in 4, :func:`item_cols_per_tile`);
+    at stride 1, 14 x 8 in 4 of 7 x 4 (7 x 8 in 2 for images of at most 7 rows).
     ``item_cols``: work items across (:func:`pick_item_cols`; None: the launcher's choice)."""
     shape = (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols)
     rows, cols = item_rows_per_tile(g), (item_cols_per_tile(g) if item_cols is None else item_cols)
-    item_rows = 7 if shape == TALL else 4
+    item_rows = 7 if shape in TALL else 4
     return item_rows * rows, 4 * cols, rows * cols
 
 
 def tile_threads(g: Conv2DGeometry, item_cols: int | None = None) -> int:
     """Threads per CTA of the tiled kernel: one per (lane of LANE_BYTES, work item): 128, or 64
-    for narrow tiles and 5x5 stride 1 (32 for its short tiles)."""
+    for narrow tiles and at stride 1 (32 for its short tiles)."""
     return POSITION_BYTES // LANE_BYTES * tile_shape(g, item_cols)[2]
 
 
@@ -265,9 +265,10 @@ def vector_loads_possible(g: Conv2DGeometry, dtype) -> bool:
     return one_slice and (g.in_depth * g.depth_multiplier) % _runtime.vector_width(dtype) == 0
 
 
-#: NCHW staging chunks (bytes) and their bits in the kernel's ``vector_loads`` (bit 1 is the
-#: 4-column stores of :func:`four_wide_stores`).
+#: NCHW staging chunks (bytes) and their bits in the kernel's ``vector_loads``.
 NCHW_CHUNK_BITS = {16: 1, 8: 4, 4: 8}
+#: NCHW result stores of 4 or 2 columns (:func:`nchw_store_cols`) and their bits in ``vector_loads``.
+NCHW_STORE_BITS = {4: 2, 2: 16, 1: 0}
 
 
 def nchw_chunk_bytes(g: Conv2DGeometry, dtype, arrays=()) -> int:
@@ -282,12 +283,14 @@ def nchw_chunk_bytes(g: Conv2DGeometry, dtype, arrays=()) -> int:
     return itemsize
 
 
-def four_wide_stores(g: Conv2DGeometry) -> bool:
-    """NCHW: whether the tiled kernel stores its results 4 columns per store (bit 1 of its
-    ``vector_loads``): in_cols a multiple of 4 and every tile's first column too (tiles start
-    pad_left % stride_cols columns before the image).  in_backprop is a fresh allocation, so
-    aligned."""
-    return g.data_format == "NCHW" and g.in_cols % 4 == 0 and g.pad_left % g.stride_cols == 0
+def nchw_store_cols(g: Conv2DGeometry) -> int:
+    """NCHW: columns per result store of the tiled kernel (:data:`NCHW_STORE_BITS`): 4 where
+    in_cols and every tile's first column are multiples of 4 (tiles start pad_left %
+    stride_cols columns before the image), 2 where they are even (14-column maps), else 1; 1
+    for NHWC.  in_backprop is a fresh allocation, so aligned."""
+    if g.data_format != "NCHW" or g.pad_left % g.stride_cols:
+        return 1
+    return 4 if g.in_cols % 4 == 0 else 2 if g.in_cols % 2 == 0 else 1
 
 
 def use_vector_loads(g: Conv2DGeometry, dtype, arrays, vector: bool | None = None) -> bool:
@@ -335,14 +338,14 @@ def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype, item_cols: int) -> tuple:
     per geometry, dtype and tile width (every call with the same shapes and attributes reuses it): the
     name expression, grid, block, the int arguments before ``vector_loads`` and after it,
     whether 16-byte loads are possible but for the arrays' alignment, and the NCHW store bit of
-    ``vector_loads`` (2 for :func:`four_wide_stores`, else 0)."""
+    ``vector_loads`` (:func:`nchw_store_cols`, :data:`NCHW_STORE_BITS`)."""
     i32 = _runtime.i32
     return (tiled_expression(g, dtype, item_cols), tile_grid(g, dtype, item_cols),
             (tile_threads(g, item_cols),),
             tuple(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                    g.pad_top, g.pad_left, tiles(g, item_cols)[0])),
             (i32(1 if columns_per_warp(g, item_cols) else 0), i32(1 if pair_multipliers(g, dtype) else 0)),
-            vector_loads_possible(g, dtype), 2 if four_wide_stores(g) else 0)
+            vector_loads_possible(g, dtype), NCHW_STORE_BITS[nchw_store_cols(g)])
 
 
 def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backprop, *, path: str | None = None,
