@@ -418,9 +418,10 @@ __device__ __forceinline__ void widen_chunk(const Raw& raw, Acc (&out)[VEC]) {
     }
 }
 // Registers of loaded chunks a thread keeps in flight before widening them (the 16-byte
-// staging's kBatch x 4, rounded to whole rows of the common tiles).
+// staging's kBatch x 4, rounded to whole rows of the common tiles), one load per register for
+// chunks of at most 4 bytes: a 32-thread CTA staging 2-byte elements of a 7 x 7 map (90 loads a
+// thread) waits for 3 batches, not the 6 that a cap of 16 loads made.
 constexpr int kBatchWords = 40;
-constexpr int kBatchLoads = 16;  // and at most this many loads (each needs its address)
 
 // Rows ROWS x columns COLS of CHANNELS channel planes of out_backprop into the position-inner
 // staged tile (stage[slot * CP + row * RP + col], see Planes), zeros outside out_backprop or
@@ -453,7 +454,7 @@ __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop,
     constexpr int LOADS = PAIR_STEPS * STEPS;
     using Raw = typename ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
     constexpr int WORDS = sizeof(Raw) < 4 ? 1 : static_cast<int>(sizeof(Raw)) / 4;
-    constexpr int CAP = kBatchWords / WORDS < kBatchLoads ? kBatchWords / WORDS : kBatchLoads;
+    constexpr int CAP = kBatchWords / WORDS;
     constexpr int BATCH = LOADS > CAP ? CAP : LOADS;
     static_assert(RP % 4 == 0 && RP >= COLS, "staged rows of whole quads");
     static_assert(Block<Acc>::LANES == 16, "slot s: plane index s & 15 within s >> 4");

@@ -70,6 +70,28 @@ def test_listing_is_parsed():
     assert widths == {"LDG.E.U16.CONSTANT": 2, "STG.E.U16": 2, "LDG.E.128": 16}
 
 
+def test_sums_run_joins_a_split_block():
+    """A branch target inside straight-line FFMAs splits them into two blocks; the unchecked
+    sums are the whole fall-through run (2 + 3 FFMAs), not its richer half."""
+    from gradops.bench import static_tiled as st
+
+    name = "_Z4sumsPf"
+    body = ["ISETP.GE.AND P0, PT, R0, 0x1, PT", "BAR.SYNC.DEFER_BLOCKING 0x0", "@P0 BRA `(.L_x_1)"]
+    body += ["FFMA R1, R2, R3, R1"] * 2 + [".L_x_1"] + ["FFMA R1, R2, R3, R1"] * 3 + ["EXIT"]
+    lines, offset = [f"\t.section\t.text.{name},\"ax\",@progbits", f"{name}:", f".text.{name}:"], 0
+    for x in body:
+        if x.startswith(".L"):
+            lines.append(f"{x}:")
+        else:
+            lines.append(f"        /*{offset:04x}*/                   {x} ;")
+            offset += 16
+    cfg = _sass.CFG(_sass.parse_listing("\n".join(lines) + "\n")[name])
+    assert [len(cfg.instructions(n)) for n in cfg.blocks] == [3, 2, 4]  # entry and barrier, 2 FFMAs, 3 and EXIT
+    run = st.sums_run(cfg)
+    assert run == [1, 2] and sum(st.fma_count(cfg.instructions(n)) for n in run) == 5
+    assert st.through_blocks(cfg) == [0, 1, 2]  # the barrier's block, then the run
+
+
 def test_blocks_loops_and_cold_blocks(fixture_cfg):
     cfg = fixture_cfg
     sizes = [len(cfg.instructions(b)) for b in cfg.blocks]
@@ -666,6 +688,25 @@ def test_fractional_staging_path_matches_a_hand_count(fractional_kernels):
         assert counts["BAR"] == 2 and counts["STG.128"] == 1 and counts["LDS.128"] == shares // 8
         idle, idle_counts = st.fractional_frame_cost(kernel, 0, 4, True)
         assert idle_counts["DMUL"] == idle_counts["LDG.128"] == idle_counts["STS.128"] == 0 and idle < cost
+
+
+def test_nchw_row_staging_round_trips():
+    """The model's NCHW staging batches are the kernel's (dwconv::kBatchWords registers of chunks
+    in flight, one load per register up to 4 bytes): a 7 x 8 tile (32 threads, 32 channel slots)
+    stages 9 x 10 positions per slot, 90 loads a thread of 2-byte elements, in 3 batches after
+    the filter's; 16-byte chunks (3 per staged row, 4 registers each) need 27 loads in 3 batches."""
+    import re
+
+    from gradops.bench import static_tiled as st
+
+    text = (Path(__file__).resolve().parents[1] / "cuda_src" / sr.DEPTHWISE_SOURCE).read_text()
+    assert int(re.search(r"constexpr int kBatchWords = (\d+);", text).group(1)) == st.NCHW_BATCH_WORDS
+    half = "gradops::depthwise_conv2d_native_backprop_input_tiled<__half, float, 1, 3, 3, 1, 1, 1, 2>"
+    elements = st.DepthwiseTile.of(half, False, False, 1, True, 1, 2)
+    assert (elements.threads, elements.staged, elements.channels) == (32, (9, 10), 32)
+    assert elements.plane_steps() == (1, 10, 9) and elements.round_trips() == 1 + 3
+    chunks = st.DepthwiseTile.of(half, True, False, 1, True, 4, 16)
+    assert chunks.plane_steps() == (8, 3, 9) and chunks.round_trips() == 1 + 3
 
 
 def test_fractional_staging_round_trips(fractional_kernels):

@@ -185,7 +185,7 @@ ASSUMPTIONS = [
     "Depthwise filter gradient, tiled first kernel (NHWC 3x3 / 5x5 at stride 1 / 2, the launcher's choice "
     "wherever it runs; its rows give SASS/elem and the budget per out_backprop element, position x channel): a "
     "thread's instructions = units of its CTA x the cheapest path through one iteration of the unit loop that "
-    "passes its barriers and the unchecked sums (the FMA-richest block) with the busiest thread's 16-byte staging "
+    "passes its barriers and the unchecked sums (the FMA-richest run of fall-through blocks) with the busiest thread's 16-byte staging "
     "loads and all its work item's out_backprop loads, plus fixed instructions (every instruction outside the "
     "loops, an upper bound, and the cheapest iteration of the work items' final sum x its trips); every tile is "
     "counted whole (positions past the output cost what inside ones do). L2 -> SM bytes: each unit's staged input "
@@ -906,7 +906,7 @@ def filter_partial_cost(model: PathModel, rows: int, skipped: int, cols: int) ->
 def filter_tiled_unit_cost(kernel, dtype, g) -> tuple[int, int, Counter]:
     """(instructions per unit, fixed instructions, counts per unit) of one thread of the tiled
     depthwise filter-gradient kernel, 16-byte staging: the cheapest path through one iteration
-    of its unit loop that passes the barriers and the unchecked sums (the FMA-richest block)
+    of its unit loop that passes the barriers and the unchecked sums (the FMA-richest run of fall-through blocks)
     and makes the busiest thread's staging loads and every out_backprop load of a work item
     inside the output; fixed: the rest of a thread's work (every instruction outside the loops,
     an upper bound, and the cheapest iteration of the work items' final sum, ceil(K * K *
