@@ -315,7 +315,8 @@ def fma_count(instructions) -> int:
 def sums_run(cfg) -> list[int]:
     """The unchecked sums: the run of consecutive blocks holding FFMA/DFMA, each flowing into the
     next, that holds the most.  Usually one block; a branch target inside the straight-line sums
-    splits it (seen in some report runs for the float16 5x5 and 3x3 stride-1 NCHW kernels)."""
+    would split it (two report runs found a float16 stride-1 kernel's richest block short of
+    the source's FFMAs, other runs of the same commit did not; the cause was not found)."""
     runs, run = [[]], []
     for n, b in cfg.blocks.items():
         if not fma_count(cfg.instructions(n)):
