@@ -8,8 +8,8 @@
 // * depthwise_conv2d_native_backprop_input_tiled: a CTA owns a spatial tile x a block of
 //   channels, stages the out_backprop rows and columns the tile reads (its halo included) and
 //   the filter slice in shared memory, and each thread produces 7 x 4 (stride 1) or 4 x 4
-//   positions x 2 channels from registers; 32-bit offsets from blockIdx, no division per element, and tiles aligned to
-//   the stride so that only taps that land are computed.  Compile-time filter size and stride
+//   positions x 2 channels from registers; 32-bit offsets from blockIdx, no division per
+//   element, and tiles aligned to the stride so that only taps that land are computed.  Compile-time filter size and stride
 //   (3x3 and 5x5 at strides 1 and 2), dilation 1, every tensor below 2^31 elements: the
 //   launcher checks.
 //
@@ -661,7 +661,8 @@ template <typename Acc, int KH, int KW, int SH, int SW, int R, int C> struct Pla
 // CHANNELS / 2 when paired, tiles down, batch); block: LANES x the tile's work items (128, or
 // 64 for C = 2; 64, or 32 for R = 1, at stride 1).  No __launch_bounds__: with it
 // ptxas spilled registers in some instantiations; without it none spills (the stride-1
-// kernels use 130-200 registers, their 2 or 1 warps per CTA still fit 6-12 CTAs per SM).
+// kernels use 128-209 registers on sm_90, so registers limit their occupancy: the static
+// report lists it per kernel).
 template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R, int C>
 __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
