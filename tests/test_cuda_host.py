@@ -282,14 +282,14 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 # size, stride, padding, pads, multiplier, dtype, Inf at filter tap (0, 0) of channel 1?[,
 # layout: "NHWC" unless given; NCHW runs the same sizes with channels first]).
 DEPTHWISE_SOURCE = "depthwise_conv2d_native_backprop_input.cu"
-DW_3X3 = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float16, False)   # 16-byte staging, slot columns
+DW_3X3 = ((2, 17, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float16, False)   # 16-byte staging, slot columns, 2 tiles down
 DW_5X5_S2 = ((2, 19, 23, 12), 5, 2, "EXPLICIT", ((1, 2), (3, 0)), 1, np.float32, False)  # odd pads
 DW_F32_S1 = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, False)  # 16-byte staging, walked rows
 DW_M2 = ((1, 9, 18, 37), 5, 1, "SAME", NO_PADS, 2, np.float64, False)  # one element per load
 DW_INF = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, True)
 # NCHW (a ninth field): 16-byte chunks of out_backprop rows starting 7 (float16) or 3 (float32)
-# columns before the tile, two row groups per unit (float32), 4-column result stores with the
-# image ending inside the last tile (40 = 16 + 16 + 8 and 20 = 16 + 4 columns).
+# columns before the tile, 4-column result stores with the image ending inside the last tile
+# (8-column tiles at stride 1: 40 = 5 x 8, 20 = 2 x 8 + 4).
 DW_NCHW_F16 = ((2, 13, 40, 20), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NCHW")
 DW_NCHW_F32 = ((1, 11, 20, 36), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")
 DW_NCHW_M3 = ((1, 11, 32, 9), 3, 2, "SAME", NO_PADS, 3, np.float32, False, "NCHW")  # three slices
@@ -301,12 +301,15 @@ DW_NCHW_ROWS8 = ((1, 9, 28, 12), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "N
 DW_NCHW_SHIFT4 = ((1, 9, 24, 20), 3, 1, "EXPLICIT", ((1, 1), (6, 4)), 1, np.float16, False, "NCHW")
 DW_NCHW_ODD = ((1, 9, 32, 20), 3, 1, "EXPLICIT", ((1, 1), (0, 2)), 1, np.float16, False, "NCHW")
 DW_NCHW_PAIRED = ((1, 11, 20, 18), 3, 1, "SAME", NO_PADS, 2, np.float32, False, "NCHW")
-DW_NCHW_COLS30 = ((2, 9, 30, 12), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")  # element result stores
-# Narrow 8 x 8 tiles (a tenth field): three tiles across 20 columns (the last one 4 past the
-# image), and a 7 x 7 map in one tile.
-DW_NARROW_NHWC = ((2, 9, 20, 40), 3, 1, "SAME", NO_PADS, 1, np.float16, False, "NHWC", "narrow")
-DW_NARROW_NCHW = ((1, 11, 20, 36), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW", "narrow")
+DW_NCHW_COLS29 = ((2, 9, 29, 12), 3, 1, "SAME", NO_PADS, 1, np.float32, False, "NCHW")  # element result stores
+# Narrow 8 x 8 tiles (a tenth field; stride 2 only): three tiles across 20 columns (the last one
+# 4 past the image), and a 7 x 7 map in one tile.
+DW_NARROW_NHWC = ((2, 9, 20, 40), 3, 2, "SAME", NO_PADS, 1, np.float16, False, "NHWC", "narrow")
+DW_NARROW_NCHW = ((1, 11, 20, 36), 3, 2, "SAME", NO_PADS, 1, np.float32, False, "NCHW", "narrow")
 DW_NARROW_7X7 = ((2, 7, 7, 24), 3, 2, "SAME", NO_PADS, 2, np.float32, False, "NHWC", "narrow")
+# Two row groups per staging unit: 5x5 stride 2 on narrow tiles, float32 (64 threads, 3 chunks x
+# 32 slots of 6 staged rows: dwconv::row_groups picks 2).
+DW_NCHW_GROUPS = ((1, 11, 24, 36), 5, 2, "SAME", NO_PADS, 1, np.float32, False, "NCHW", "narrow")
 DEPTHWISE_PLANTED = {
     "depthwise-tile-read-before-the-barrier": (
         "        __syncthreads();  // the slice is staged\n", "\n", [DW_3X3, DW_M2, DW_NARROW_NHWC]),
@@ -328,7 +331,7 @@ DEPTHWISE_PLANTED = {
     "depthwise-nchw-8-byte-chunks-taken-for-16": (
         "(vector_loads & 4) ? 8 :", "(vector_loads & 4) ? 16 :", [DW_NCHW_ROWS8]),
     "depthwise-nchw-row-groups-step-one-row": (
-        "const int row_step = GROUPS * out_cols;", "const int row_step = out_cols;", [DW_NCHW_F32]),
+        "const int row_step = GROUPS * out_cols;", "const int row_step = out_cols;", [DW_NCHW_GROUPS]),
     "depthwise-nchw-chunk-edge-not-clipped": (
         "if (VEC == 1 || static_cast<unsigned>(p.first + e) < static_cast<unsigned>(COLS)) at[e] = values[e];",
         "if (VEC == 1 || p.first + e >= 0) at[e] = values[e];", [DW_NCHW_ODD]),
@@ -353,7 +356,7 @@ DEPTHWISE_PLANTED = {
         "\n                Acc quad", [DW_NCHW_F16, DW_NCHW_F32, DW_NARROW_NCHW]),
     "depthwise-nchw-elements-stored-past-the-image": (
         "if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) dst[k] = from_acc<T>(v[k]);",
-        "dst[k] = from_acc<T>(v[k]);", [DW_NCHW_COLS30]),
+        "dst[k] = from_acc<T>(v[k]);", [DW_NCHW_COLS29]),
     "depthwise-nchw-slice-planes-not-offset": (
         "const int plane0 = (n * out_depth + oc0 + q) * plane;", "const int plane0 = (n * out_depth + oc0) * plane;",
         [DW_NCHW_M3]),
@@ -453,7 +456,7 @@ def test_public_api_routes_host_device_arrays_to_the_cuda_kernels(monkeypatch):
     assert isinstance(got, cupy.ndarray) and got.device.id == 0
     assert gradops.last_backend_decision().backend == "cuda"
     assert [name for name, _, _ in device.launches] == [
-        "gradops::depthwise_conv2d_native_backprop_input_tiled<double, double, 0, 3, 3, 1, 1, 2, 2>"]  # 4 columns: narrow
+        "gradops::depthwise_conv2d_native_backprop_input_tiled<double, double, 0, 3, 3, 1, 1, 1, 2>"]  # 5 rows: R = 1
     want = gradops.depthwise_conv2d_native_backprop_input([1, 5, 4, 2], w, dy, [1, 1, 1, 1], "SAME")
     np.testing.assert_allclose(cupy.asnumpy(got), want, rtol=1e-12)
 
