@@ -114,7 +114,7 @@ class DepthwiseTile:
         """7 x 4 work items (``Shape::TALL``): every stride-1 kernel; in the measured revision
         (no ``C``), 5x5 stride 1 only."""
         if not self.c:
-            return (self.kh, self.kw, self.sh, self.sw) == (5, 5, 1, 1)
+            return (self.kh, self.kw, self.sh, self.sw) == MEASURED_TALL
         return (self.sh, self.sw) == (1, 1)
 
     @property
@@ -476,6 +476,8 @@ def latency_limit_s(device, ctas: int, occ: dict, round_trips: float) -> float:
 #: The commit whose depthwise kernel the H100 Nsight Compute run measured (before the tiled
 #: kernel paired multiplier 2: every multiplier staged one slice per pass, scalar loads past 1).
 MEASURED_DEPTHWISE_REVISION = "d2276ad"
+#: Its only filter shape with 7 x 4 work items (14 x 8 tiles): 5x5 stride 1.
+MEASURED_TALL = (5, 5, 1, 1)
 
 
 @dataclass(frozen=True)
@@ -514,8 +516,7 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
     if revision != MEASURED_DEPTHWISE_REVISION:
         raise ValueError(f"launch rules of revision {revision} are not known here")
     rows, cols, _ = measured_tile(g)  # no narrow tiles then, 7-row work items only at 5x5 stride 1
-    across = -(-(g.in_cols + g.pad_left % g.stride_cols) // cols)
-    down = -(-(g.in_rows + g.pad_top % g.stride_rows) // rows)
+    across, down = dw.tile_counts(g, rows, cols)
     vector = g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % _runtime.vector_width(dtype) == 0
     return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch,
                            False, 1)
@@ -573,7 +574,7 @@ def measured_tile(g) -> tuple[int, int, int]:
     """(tile rows, tile cols, work items down) of :data:`MEASURED_DEPTHWISE_REVISION`'s tiled
     kernel for ``g``: 8 x 16 positions, or for 5x5 stride 1 (its only 7-row work items) 14 x 8,
     and 7 x 8 on images of at most 7 rows."""
-    if (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols) == (5, 5, 1, 1):
+    if (g.filter_rows, g.filter_cols, g.stride_rows, g.stride_cols) == MEASURED_TALL:
         down = 1 if g.in_rows <= 7 else 2
         return 7 * down, 8, down
     return 8, 16, 2

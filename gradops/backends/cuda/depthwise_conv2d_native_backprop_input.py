@@ -186,10 +186,15 @@ def tile_threads(g: Conv2DGeometry, item_cols: int | None = None) -> int:
 
 
 def tiles(g: Conv2DGeometry, item_cols: int | None = None) -> tuple[int, int]:
-    """(tiles across, tiles down).  Tiles start at a multiple of the stride in padded
-    coordinates, so with an odd pad and stride 2 the first starts one position before the image.
-    ``item_cols``: as :func:`tile_shape`."""
+    """(tiles across, tiles down).  ``item_cols``: as :func:`tile_shape`."""
     rows, cols, _ = tile_shape(g, item_cols)
+    return tile_counts(g, rows, cols)
+
+
+def tile_counts(g: Conv2DGeometry, rows: int, cols: int) -> tuple[int, int]:
+    """(tiles across, tiles down) of ``rows`` x ``cols`` tiles.  Tiles start at a multiple of the
+    stride in padded coordinates, so with an odd pad and stride 2 the first starts one position
+    before the image."""
     return (-(-(g.in_cols + g.pad_left % g.stride_cols) // cols),
             -(-(g.in_rows + g.pad_top % g.stride_rows) // rows))
 
