@@ -9,7 +9,10 @@
 # Usage: scripts/check-gpu-install.sh EXTRA [ARCH...]   e.g. cuda13, or cuda12 sm_80 sm_90
 # Settings: GRADOPS_INSTALL_CHECK_DIR (where the environments go; build/install-check),
 #           GRADOPS_INSTALL_CHECK_JOBS (NVRTC programs at once; the number of CPUs),
-#           GRADOPS_INSTALL_CHECK_KEEP=1 keeps the environment afterwards.
+#           GRADOPS_INSTALL_CHECK_KEEP=1 keeps the environment afterwards,
+#           GRADOPS_INSTALL_CHECK_STEP=install only builds the environment (and keeps it),
+#           =compile only compiles, in the environment an install step left (CI downloads the
+#           extras, about 2 GB each, while its tests run; the default does both).
 set -euo pipefail
 extra=${1:?usage: check-gpu-install.sh EXTRA [ARCH...]}
 shift
@@ -18,8 +21,19 @@ base="${GRADOPS_INSTALL_CHECK_DIR:-$root/build/install-check}"
 venv="$base/$extra"
 jobs="${GRADOPS_INSTALL_CHECK_JOBS:-$(nproc)}"
 
-python3 -m venv --clear "$venv"
-"$venv/bin/python" -m pip install -q --disable-pip-version-check "${root}[${extra}]"
+step="${GRADOPS_INSTALL_CHECK_STEP:-all}"
+case "$step" in
+    all|install)
+        python3 -m venv --clear "$venv"
+        "$venv/bin/python" -m pip install -q --disable-pip-version-check "${root}[${extra}]"
+        if [ "$step" = install ]; then exit 0; fi ;;
+    compile)
+        if [ ! -x "$venv/bin/python" ]; then
+            echo "check-gpu-install.sh: no environment at $venv (run the install step first)" >&2
+            exit 2
+        fi ;;
+    *) echo "check-gpu-install.sh: GRADOPS_INSTALL_CHECK_STEP must be all, install or compile" >&2; exit 2 ;;
+esac
 
 arch_args=()
 for arch in "$@"; do arch_args+=(--arch "$arch"); done

@@ -387,7 +387,7 @@ class HostDevice:
         self.launches: list[tuple[str, tuple, tuple]] = []
         # (buffer, guard bytes, payload bytes, device id) of every allocation
         self._buffers: list[tuple[np.ndarray, int, int, int]] = []
-        self._kernels: dict[str, HostKernels] = {}
+        self._kernels: dict[tuple[str, str | None], HostKernels] = {}
         self.Device = self._device_class()
 
     def _device_class(self):
@@ -507,18 +507,27 @@ class HostDevice:
                 raise AssertionError(f"a kernel wrote outside an array of {nbytes} bytes")
 
     # ---- kernels
+    def host_kernels(self, filename: str, expression: str) -> HostKernels:
+        """The host build that runs ``expression`` (built on first use): every instantiation
+        of ``filename`` in one library for the real sources (cached on disk, shared by all
+        tests); for edited copies (``source_dir``, a planted bug per test) ``expression``
+        alone, since g++ takes seconds per instantiation and such a test launches a few."""
+        key = (filename, None if self.source_dir is None else expression)
+        if key not in self._kernels:
+            # Before sm_80 the kernels take other code paths (WMMA for half types, where the
+            # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
+            older = self.compute_capability < FIRST_MMA_SYNC_ARCH
+            expressions = ([expression] if key[1] is not None else
+                           _build.all_instantiations(self.compute_capability if older else None)[filename])
+            self._kernels[key] = HostKernels(filename, expressions, self.source_dir,
+                                             arch=self.compute_capability if older else None)
+        return self._kernels[key]
+
     def kernel(self, filename: str, expression: str):
         if expression not in _build.all_instantiations(self.compute_capability).get(filename, ()):
             raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
                                   f"sm_{self.compute_capability}: on that GPU it would not be compiled")
-        if filename not in self._kernels:
-            # Before sm_80 the kernels take other code paths (WMMA for half types, where the
-            # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
-            older = self.compute_capability < FIRST_MMA_SYNC_ARCH
-            self._kernels[filename] = HostKernels(
-                filename, _build.all_instantiations(self.compute_capability if older else None)[filename],
-                self.source_dir, arch=self.compute_capability if older else None)
-        kernels = self._kernels[filename]
+        kernels = self.host_kernels(filename, expression)
 
         def launch(grid, block, args, shared_mem=0):
             check_launch_configuration(expression, grid, block, shared_mem)

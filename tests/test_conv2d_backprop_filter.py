@@ -741,8 +741,7 @@ def test_few_channel_shared_memory_is_conflict_free(monkeypatch, tmp_path, pad):
         source_dir = tmp_path
     device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=source_dir).install(monkeypatch)
     launcher = cuda_launcher("conv2d_backprop_filter")
-    device.kernel(launcher.SOURCE, launcher._few_channels_name(np.float16, 3))  # build, then count afresh
-    kernels = device._kernels[launcher.SOURCE]
+    kernels = device.host_kernels(launcher.SOURCE, launcher._few_channels_name(np.float16, 3))  # count afresh
     for kind in kernels.SHARED_KINDS:
         kernels.shared_stats(reset=True, kind=kind)
     got, want, _ = run_cuda(np.random.default_rng(3), np.float16, "NHWC", 2, 9, 11, 1, 3, 72, 5, 5, (2, 2), "SAME",

@@ -527,8 +527,7 @@ def count_conv_gradients(monkeypatch, dtype, math_kind, vector, solve, source_di
     for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
         # build, then count afresh
         launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
-        device.kernel(f"{op}.cu", launcher._tiled_name(dtype, math_kind, vector))
-        kernels = device._kernels[f"{op}.cu"]
+        kernels = device.host_kernels(f"{op}.cu", launcher._tiled_name(dtype, math_kind, vector))
         for kind in kernels.SHARED_KINDS:
             kernels.shared_stats(reset=True, kind=kind)
         ok = solve(op) and ok

@@ -99,6 +99,10 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
             row.update(status="failed", detail=f"{type(exc).__name__}: {exc}".strip())
         row["seconds"] = time.perf_counter() - start
 
+    # Longest first, so that no large program is left compiling alone at the end: the cost of a
+    # program grows with its kernels and its source (a rough guess that puts the depthwise input
+    # gradient, about half of the total, first).
+    jobs_todo.sort(key=lambda item: -len(item[3]) * len(_build.source_code(item[2])))
     with _target(_arch_option), ThreadPoolExecutor(max(1, jobs)) as pool:
         list(pool.map(compile_one, jobs_todo))
     return {"nvrtc": f"{nvrtc[0]}.{nvrtc[1]}", "options": options, "foreign": foreign, "missing": missing,
