@@ -512,6 +512,9 @@ class HostDevice:
         of ``filename`` in one library for the real sources (cached on disk, shared by all
         tests); for edited copies (``source_dir``, a planted bug per test) ``expression``
         alone, since g++ takes seconds per instantiation and such a test launches a few."""
+        if expression not in _build.all_instantiations(self.compute_capability).get(filename, ()):
+            raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
+                                  f"sm_{self.compute_capability}: on that GPU it would not be compiled")
         key = (filename, None if self.source_dir is None else expression)
         if key not in self._kernels:
             # Before sm_80 the kernels take other code paths (WMMA for half types, where the
@@ -524,9 +527,6 @@ class HostDevice:
         return self._kernels[key]
 
     def kernel(self, filename: str, expression: str):
-        if expression not in _build.all_instantiations(self.compute_capability).get(filename, ()):
-            raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
-                                  f"sm_{self.compute_capability}: on that GPU it would not be compiled")
         kernels = self.host_kernels(filename, expression)
 
         def launch(grid, block, args, shared_mem=0):
