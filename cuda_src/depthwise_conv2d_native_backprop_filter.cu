@@ -437,6 +437,207 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
     }
 }
 
+// ==================================================================== the planes kernel
+//
+// depthwise_conv2d_native_backprop_filter_planes: the same partial sums for NCHW, where a
+// channel's positions are one contiguous plane per image.  A warp owns one out_backprop channel
+// k (kWarps channels per CTA) and a slice of work items; a work item is ITEM_ROWS x 4 output
+// positions of one image's plane, items numbered (image, item row, item column), column
+// fastest, and slice z takes items [z * items_per_slice, (z + 1) * items_per_slice).  Lane l
+// takes items first + l, first + l + 32, ...: a warp's out_backprop loads are consecutive
+// columns of a plane row (4 per lane, one load where out_cols is a multiple of 4), and its
+// window loads of input plane c = k / M overlap the neighbouring lanes' (L1 serves the overlap).
+// A thread multiplies each value of its window (WINDOW_ROWS x WINDOW_COLS) into every tap that
+// carries it to one of its positions: K x K sums in registers, no shared memory, no barrier and
+// no division in the item loop (the item's coordinates advance by a step of 32 items).
+//
+// Padding.  The loop loads zeros outside the image and past the output.  A zero times a finite
+// value is +-0, which leaves a sum unchanged (a sum starting at +0 never becomes -0), so the sums
+// equal TF's, which skips those taps and positions, unless a zero met an Inf or NaN: then the sum
+// is NaN.  A thread whose K x K sums are not all finite at the end of its slice sums the slice
+// again, skipping exactly what TF skips (the checked loop; a slice with genuine non-finite sums
+// pays it too).  Then the warp adds its lanes' sums in lane order through shared memory and
+// writes partial[slice][tap][k].
+//
+// Compile-time K x K and stride S (K in {3, 5}, S in {1, 2}), dilation 1, NCHW, 32-bit offsets
+// of whole items (positions past the output and window rows and columns outside the image
+// included); the launcher checks and runs the _partial kernel otherwise.
+namespace dwplanes {
+
+constexpr int kWarpSize = 32;
+// Warps (out_backprop channels) per CTA: 128 threads.
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * kWarpSize;
+// CTAs per SM the register allocation must allow: 8 for 3x3 (64 registers a thread, what ptxas
+// picks unasked, no spills), 5 for 5x5 (102: unasked, ptxas held 5x5 stride-2 float at 64 on
+// sm_90 and spilled), 2 with double sums (255).
+template <typename Acc, int K> struct MinBlocks {
+    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? 8 : 5;
+};
+// Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
+constexpr int kItemCols = 4;
+
+// Work items of 4 x 4 positions at stride 1 (a 6 x 6 window of 36 loads feeds 16 x 9 taps at
+// 3x3) and 2 x 4 at stride 2 (5 x 9 loads for 8 x 9 taps), where 2 x 4 at stride 1 would load
+// 4 x 6 values for 8 positions: a third more loads per position.
+template <int K, int S> struct Shape {
+    static_assert((K == 3 || K == 5) && (S == 1 || S == 2), "3x3 or 5x5, stride 1 or 2");
+    static constexpr int ITEM_ROWS = S == 1 ? 4 : 2;
+    static constexpr int ITEM_COLS = kItemCols;
+    static constexpr int WINDOW_ROWS = (ITEM_ROWS - 1) * S + K;
+    static constexpr int WINDOW_COLS = (ITEM_COLS - 1) * S + K;
+};
+
+// The four out_backprop values at ``p`` (4-aligned: out_cols a multiple of 4, an aligned tensor).
+template <typename T, typename Acc> __device__ __forceinline__ void load_four(const T* __restrict__ p, Acc (&v)[4]) {
+    if constexpr (sizeof(T) == 2) {
+        const uint2 raw = *reinterpret_cast<const uint2*>(p);
+        const typename dwconv::TwoOf<T>::type* h = reinterpret_cast<const typename dwconv::TwoOf<T>::type*>(&raw);
+        const float2 a = dwconv::to_float2(h[0]), b = dwconv::to_float2(h[1]);
+        v[0] = a.x;
+        v[1] = a.y;
+        v[2] = b.x;
+        v[3] = b.y;
+    } else if constexpr (sizeof(T) == 4) {
+        const float4 f = *reinterpret_cast<const float4*>(p);
+        v[0] = f.x;
+        v[1] = f.y;
+        v[2] = f.z;
+        v[3] = f.w;
+    } else {
+        const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
+        v[0] = a.x;
+        v[1] = a.y;
+        v[2] = b.x;
+        v[3] = b.y;
+    }
+}
+
+// The geometry a thread's item loop needs (all 32-bit: the launcher checks whole items' offsets).
+struct Planes {
+    int in_rows, in_cols, in_depth, out_rows, out_cols, out_depth, pad_top, pad_left;
+    int item_rows, item_cols;  // work items down / across a plane
+    bool four;                 // out_backprop rows read 4 values per load
+};
+
+// One thread's sums over its items of a slice: items i = first, first + 32, ... below stop, of
+// out_backprop channel k and input channel c.  CHECKED skips window values outside the image and
+// positions past the output; otherwise they are zeros (see "Padding").
+template <bool CHECKED, typename T, typename Acc, int K, int S>
+__device__ __forceinline__ void sum_items(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                          const Planes g, int k, int c, int first, int stop,
+                                          Acc (&acc)[K * K]) {
+    using Sh = Shape<K, S>;
+    // The item's (column, row, image), and the step of kWarpSize items in the same terms.
+    int col = first % g.item_cols, row = first / g.item_cols % g.item_rows;
+    int n = first / g.item_cols / g.item_rows;
+    const int step_cols = kWarpSize % g.item_cols, step_rows = kWarpSize / g.item_cols % g.item_rows;
+    const int step_images = kWarpSize / g.item_cols / g.item_rows;
+    for (int i = first; i < stop; i += kWarpSize) {
+        const int p0 = row * Sh::ITEM_ROWS, q0 = col * Sh::ITEM_COLS;  // the item's first position
+        const int y0 = p0 * S - g.pad_top, x0 = q0 * S - g.pad_left;  // its window's first input position
+        const int rows = min(Sh::ITEM_ROWS, g.out_rows - p0), cols = min(Sh::ITEM_COLS, g.out_cols - q0);
+        const int dy_at = ((n * g.out_depth + k) * g.out_rows + p0) * g.out_cols + q0;
+        const int in_at = ((n * g.in_depth + c) * g.in_rows + y0) * g.in_cols + x0;  // negative above the image
+        // Window rows [row_begin, row_end) and columns [col_begin, col_end) are inside the image.
+        const int row_begin = max(0, -y0), row_end = g.in_rows - y0;
+        const int col_begin = max(0, -x0), col_end = g.in_cols - x0;
+
+        Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+#pragma unroll
+        for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
+            if (g.four && a < rows) {
+                load_four<T, Acc>(out_backprop + dy_at + a * g.out_cols, dy[a]);
+            } else {
+#pragma unroll
+                for (int b = 0; b < Sh::ITEM_COLS; ++b)
+                    dy[a][b] = a < rows && b < cols ? to_acc<Acc>(out_backprop[dy_at + a * g.out_cols + b]) : Acc(0);
+            }
+        }
+#pragma unroll
+        for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
+            const bool row_inside = wr >= row_begin && wr < row_end;
+#pragma unroll
+            for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
+                const bool inside = row_inside && wc >= col_begin && wc < col_end;
+                if (CHECKED && !inside) continue;
+                const Acc x = inside ? to_acc<Acc>(input[in_at + wr * g.in_cols + wc]) : Acc(0);
+#pragma unroll
+                for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
+                    const int r = wr - a * S;  // the tap that carries window row wr to position row a
+                    if (r < 0 || r >= K || (CHECKED && a >= rows)) continue;
+#pragma unroll
+                    for (int b = 0; b < Sh::ITEM_COLS; ++b) {
+                        const int s = wc - b * S;
+                        if (s < 0 || s >= K || (CHECKED && b >= cols)) continue;
+                        acc[r * K + s] += x * dy[a][b];
+                    }
+                }
+            }
+        }
+        col += step_cols;
+        row += step_rows;
+        n += step_images;
+        if (col >= g.item_cols) {
+            col -= g.item_cols;
+            ++row;
+        }
+        if (row >= g.item_rows) {
+            row -= g.item_rows;
+            ++n;
+        }
+    }
+}
+
+}  // namespace dwplanes
+
+// item_rows / item_cols: work items down / across a plane; items: batch x both; lane_loads:
+// out_backprop rows read 4 values per load (out_cols a multiple of 4, an aligned tensor).
+// partial: [slices][K * K][out_depth].
+template <typename T, typename Acc, int K, int S>
+__global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K>::value)) depthwise_conv2d_native_backprop_filter_planes(
+        const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
+        int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
+        int item_rows, int item_cols, int items, int items_per_slice, int lane_loads) {
+    using namespace dwplanes;
+    // A warp's lanes' sums, [tap][lane]; 33 words a tap, so that the lanes adding one tap each
+    // read 32 banks.
+    __shared__ Acc sums[kWarps][K * K][kWarpSize + 1];
+    const int lane = static_cast<int>(threadIdx.x) % kWarpSize, warp = static_cast<int>(threadIdx.x) / kWarpSize;
+    const int out_depth = in_depth * multiplier;
+    const int k = static_cast<int>(blockIdx.x) * kWarps + warp;
+    if (k >= out_depth) return;  // the whole warp: it exchanges its sums with __syncwarp only
+    const int c = k / multiplier;
+    const int slice = static_cast<int>(blockIdx.y);
+    const int first = slice * items_per_slice + lane;
+    const int stop = min(items, slice * items_per_slice + items_per_slice);
+    const Planes g{in_rows, in_cols, in_depth, out_rows, out_cols, out_depth, pad_top, pad_left,
+                   item_rows, item_cols, lane_loads != 0};
+
+    Acc acc[K * K];
+#pragma unroll
+    for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
+    sum_items<false, T, Acc, K, S>(input, out_backprop, g, k, c, first, stop, acc);
+    bool finite = true;
+#pragma unroll
+    for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
+    if (!finite) {
+#pragma unroll
+        for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
+        sum_items<true, T, Acc, K, S>(input, out_backprop, g, k, c, first, stop, acc);
+    }
+
+#pragma unroll
+    for (int t = 0; t < K * K; ++t) sums[warp][t][lane] = acc[t];
+    __syncwarp();
+    if (lane < K * K) {
+        Acc sum = sums[warp][lane][0];
+#pragma unroll
+        for (int l = 1; l < kWarpSize; ++l) sum += sums[warp][lane][l];
+        partial[(slice * K * K + lane) * out_depth + k] = sum;
+    }
+}
+
 // filter_grad[e] = the slices' partial sums partial[z * elements + e], added in a fixed order
 // and rounded once to T.  A CTA: kReduceElements consecutive e (a warp reads one slice's run of
 // them: coalesced) x kReduceGroups groups of slices; group g adds slices g, g + kReduceGroups,

@@ -397,11 +397,12 @@ def test_instantiations_cover_every_launch():
     from gradops.backends.cuda import _build
 
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
-    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2)
+    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2 + 2 * 2)
     for dtype in FLOAT_DTYPES:
         assert cuda_launcher._reduce_expression(dtype) in listed
         for k in (3, 5):
             for s in (1, 2):
+                assert cuda_launcher._planes_expression(dtype, k, s) in listed
                 for c in (2, 4):
                     assert cuda_launcher._tiled_expression(dtype, k, s, c) in listed
         for data_format in ("NHWC", "NCHW"):
@@ -862,3 +863,195 @@ def test_tiled_kernel_needs_32_bit_offsets_of_whole_tiles():
     assert 4096 * 4096 * 96 < 2**31 and cuda_launcher.tiled_eligible(near, np.float16)
     assert not cuda_launcher.tiled_eligible(geometry(4096, 4096, 127), np.float16)  # 2.13e9: tiles past the end
     assert not cuda_launcher.tiled_eligible(geometry(64, 64, 8, (2**24, 0, 1, 1)), np.float32)  # huge top pad
+
+
+# ---- the planes kernel (NCHW, 3x3 / 5x5 at stride 1 / 2, no dilation)
+
+PLANES_SHAPES = [(k, s) for k in (3, 5) for s in (1, 2)]
+
+
+def nchw_geometry(x_shape=(2, 32, 14, 14), filt=3, strides=(1, 1), dilations=(1, 1), data_format="NCHW",
+                  padding="SAME", pads=None):
+    """A depthwise geometry (multiplier 1) from an NCHW (or NHWC) input shape."""
+    n, c, h, w = x_shape if data_format == "NCHW" else (x_shape[0], x_shape[3], x_shape[1], x_shape[2])
+    if padding == "EXPLICIT":
+        oh = (h + pads[0] + pads[1] - filt) // strides[0] + 1
+        ow = (w + pads[2] + pads[3] - filt) // strides[1] + 1
+        explicit = [0, 0, 0, 0, *pads] if data_format == "NCHW" else [0, 0, *pads, 0, 0]
+    else:
+        oh, ow = -(-h // strides[0]), -(-w // strides[1])
+        explicit = []
+    dy = (n, c, oh, ow) if data_format == "NCHW" else (n, oh, ow, c)
+    return conv2d_geometry(OP, x_shape, (filt, filt, c, 1), dy, attr4(*strides, data_format), padding, explicit,
+                           data_format, attr4(*dilations, data_format), depthwise=True)
+
+
+def test_planes_kernel_is_picked_where_it_runs():
+    """NCHW 3x3 / 5x5 at equal strides 1 / 2 without dilation takes the planes kernel; NHWC,
+    other filters, unequal strides and dilations do not, and forcing it there is refused."""
+    for filt in (3, 5):
+        for stride in (1, 2):
+            assert cuda_launcher.planes_eligible(nchw_geometry(filt=filt, strides=(stride, stride)), np.float16)
+    for g in (nchw_geometry((2, 14, 14, 32), data_format="NHWC"), nchw_geometry(filt=7),
+              nchw_geometry(strides=(1, 2)), nchw_geometry(dilations=(2, 2)), nchw_geometry(filt=1)):
+        assert not cuda_launcher.planes_eligible(g, np.float32)
+    with pytest.raises(ValueError, match="planes"):
+        cuda_launcher.pick_planes(nchw_geometry(filt=7), np.float32, True)
+    assert cuda_launcher.pick_planes(nchw_geometry(), np.float32, None)
+    assert not cuda_launcher.pick_planes(nchw_geometry(), np.float32, False)
+
+
+def test_planes_slicing_is_a_function_of_the_geometry():
+    """Slices cover every work item once, none empty, about PLANES_TARGET_WARPS warps, and at
+    least PLANES_MIN_ITEMS items per slice where there are that many."""
+    for batch, size, channels, stride in ((1, 1, 1, 1), (32, 112, 32, 1), (32, 7, 960, 1), (2, 5, 1024, 2),
+                                          (128, 56, 144, 2), (3, 9, 40, 1)):
+        g = nchw_geometry((batch, channels, size, size), strides=(stride, stride))
+        down, across = cuda_launcher.planes_item_counts(g)
+        rows, cols = cuda_launcher.planes_item_shape(g)
+        assert (down - 1) * rows < g.out_rows <= down * rows and (across - 1) * cols < g.out_cols <= across * cols
+        items = batch * down * across
+        slices, per = cuda_launcher.planes_slicing(g)
+        assert slices >= 1 and per >= 1 and (slices - 1) * per < items <= slices * per
+        assert per >= min(items, cuda_launcher.PLANES_MIN_ITEMS)
+        assert channels * slices < cuda_launcher.PLANES_TARGET_WARPS + channels
+
+
+def test_planes_kernel_needs_32_bit_offsets_of_whole_items():
+    """Geometries whose tensors fit 2**31 but whose work items' offsets (rows past the output,
+    a huge padding) would not take the per-element kernel."""
+    assert cuda_launcher.planes_eligible(nchw_geometry((32, 144, 56, 56)), np.float16)
+    near = nchw_geometry((1, 96, 4096, 4096))  # 1.6e9 elements
+    assert 96 * 4096 * 4096 < 2**31 and cuda_launcher.planes_eligible(near, np.float16)
+    tight = nchw_geometry((1, 2047, 1024, 1024))  # 2.1464e9 elements: 1e6 below 2**31, items' rows past it
+    assert 2047 * 1024 * 1024 < 2**31 and not cuda_launcher.planes_eligible(tight, np.float16)
+    huge_pad = nchw_geometry((1, 8, 64, 64), padding="EXPLICIT", pads=(2**24, 0, 1, 1))
+    assert not cuda_launcher.planes_eligible(huge_pad, np.float32)
+
+
+@pytest.mark.parametrize("filt,stride", PLANES_SHAPES, ids=[f"f{k}-s{s}" for k, s in PLANES_SHAPES])
+def test_cuda_planes_shapes(cuda_device, rng, filt, stride):
+    """Every specialisation: SAME, VALID and asymmetric EXPLICIT padding, planes that end inside
+    a work item, out_backprop rows of a multiple of 4 (one load a row) and not, multipliers 1
+    (6 channels: a CTA with idle warps), 2 and 3, every element type, and slices shorter than
+    a warp, of a warp and a bit, and over several images (the item step wrapping images)."""
+    paddings = [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1, 3)))]
+    cases = ((1, 6, np.float32, (3, 8 + 4 * stride, 16)), (2, 3, np.float16, (2, 11, 13)),
+             (3, 2, np.float64, (4, 7, 7)), (1, 2, ml_dtypes.bfloat16, (1, 9, 140)))
+    for i, (padding, pads) in enumerate(paddings):
+        for multiplier, channels, dtype, (n, h, w) in cases:
+            if padding == "VALID" and min(h, w) < filt:
+                continue
+            kwargs, x, dy, case = cuda_case(rng, x_shape=(n, h, w, channels), filt_hw=(filt, filt),
+                                            multiplier=multiplier, strides=(stride, stride), padding=padding,
+                                            pads=pads, data_format="NCHW", dtype=dtype)
+            for per_slice in (None, 5 + 14 * i, 33):
+                check_cuda(kwargs, x, dy, case, planes=True, items_per_slice=per_slice)
+
+
+def test_cuda_planes_one_load_a_row_or_four(cuda_device):
+    """out_backprop rows read 4 values per load (aligned, out_cols a multiple of 4) and one at
+    a time (a misaligned view) give the same bits."""
+    import cupy
+
+    rng = np.random.default_rng(4)
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 9, 12, 3), filt_hw=(3, 3), multiplier=2, padding="SAME",
+                                    data_format="NCHW", dtype=np.float16)
+    g = geometry_of(kwargs)
+    aligned = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
+    shifted = cupy.zeros(aligned.size + 1, aligned.dtype)[1:]
+    shifted[...] = aligned.ravel()
+    shifted = shifted.reshape(aligned.shape)
+    assert cuda_launcher.planes_lane_loads(g, np.float16, aligned)
+    assert not cuda_launcher.planes_lane_loads(g, np.float16, shifted)
+    x_gpu = cupy.asarray(kwargs["input"])
+    four = to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(g, x_gpu, aligned, planes=True))
+    one = to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(g, x_gpu, shifted, planes=True))
+    assert four.tobytes() == one.tobytes()
+    ref, scale = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+    assert_close(four, ref, np.float16, scale)
+
+
+def test_cuda_planes_nonfinite_values_meet_no_padding(cuda_device):
+    """Inf and NaN reach exactly the taps TF's loops give them (the checked loop): an Inf next
+    to the padding, a NaN in out_backprop at the image corner and an Inf in an input column no
+    output reads (VALID, stride 2); and a slice of finite values beside them stays unchecked."""
+    x = np.ones((1, 9, 10, 2), np.float32)
+    x[0, 0, 3, 0] = np.inf
+    x[0, 4, 9, 1] = np.inf  # column 9: VALID 3x3 stride 2 reads columns 0..8 only
+    for strides, padding in (((1, 1), "SAME"), ((2, 2), "VALID"), ((2, 2), "SAME")):
+        if padding == "SAME":
+            oh, ow = -(-x.shape[1] // strides[0]), -(-x.shape[2] // strides[1])
+        else:
+            oh, ow = (x.shape[1] - 3) // strides[0] + 1, (x.shape[2] - 3) // strides[1] + 1
+        dy = np.ones((1, oh, ow, 2), np.float32)
+        dy[0, 0, 0, 1] = np.nan
+        got = gradops.depthwise_conv2d_native_backprop_filter(
+            to_gpu(to_format(x, "NCHW")), [3, 3, 2, 1], to_gpu(to_format(dy, "NCHW")), attr4(*strides, "NCHW"),
+            padding, data_format="NCHW", backend="cuda")
+        ref, _ = expected_grad(x.astype(np.float64), (3, 3, 2, 1), dy.astype(np.float64), strides, padding, (1, 1),
+                               NO_PADS)
+        np.testing.assert_array_equal(np.isnan(to_host(got)), np.isnan(ref))
+        np.testing.assert_array_equal(np.isinf(to_host(got)), np.isinf(ref))
+        finite = np.isfinite(ref)
+        np.testing.assert_allclose(to_host(got)[finite], ref[finite], rtol=1e-6)
+
+
+PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real source, its replacement)
+    "planes-slice-drops-its-last-item": ("const int stop = min(items, slice * items_per_slice + items_per_slice);",
+                                         "const int stop = min(items, slice * items_per_slice + items_per_slice - 1);"),
+    "planes-slice-runs-past-the-items": ("const int stop = min(items, slice * items_per_slice + items_per_slice);",
+                                         "const int stop = slice * items_per_slice + items_per_slice;"),
+    "planes-window-row-past-the-image": ("const bool row_inside = wr >= row_begin && wr < row_end;",
+                                         "const bool row_inside = wr >= row_begin && wr <= row_end;"),
+    "planes-taps-mirrored": ("const int r = wr - a * S;  // the tap", "const int r = K - 1 - (wr - a * S);  // the tap"),
+    "planes-last-output-column-dropped": ("cols = min(Sh::ITEM_COLS, g.out_cols - q0)",
+                                          "cols = min(Sh::ITEM_COLS, g.out_cols - q0 - 1)"),
+    "planes-never-rechecks-nonfinite": ("if (!finite) {", "if (false) {"),
+    "planes-checked-loop-keeps-padding": ("if (CHECKED && !inside) continue;", ""),
+    "planes-step-forgets-the-row-carry": ("            col -= g.item_cols;\n            ++row;",
+                                          "            col -= g.item_cols;"),
+    "planes-step-forgets-the-image-carry": ("            row -= g.item_rows;\n            ++n;",
+                                            "            row -= g.item_rows;"),
+    "planes-lane-sum-skips-the-last-lane": ("for (int l = 1; l < kWarpSize; ++l)", "for (int l = 1; l < kWarpSize - 1; ++l)"),
+    "planes-no-warp-barrier": ("    __syncwarp();\n    if (lane < K * K) {", "    if (lane < K * K) {"),
+    "planes-multiplier-ignored": ("const int c = k / multiplier;", "const int c = k;"),
+    "planes-four-loads-read-past-the-row": ("if (g.four && a < rows) {", "if (g.four) {"),
+}
+
+
+def run_planted_planes_problem(rng):
+    """(launcher results, loops' results), two SAME 3x3 stride-1 problems, multiplier 2 on 3
+    float32 channels, slices of 37 work items (the last one short), so that lanes run several
+    items and a step of 32 items wraps columns, rows and images:
+    * 20 images of 7 x 12: 2 x 3 items a plane, out_backprop rows in one load, and a NaN in
+      out_backprop at one image's corner (the checked loop);
+    * 9 images of 6 x 13: 2 x 4 items, the last column alone in its item, rows one value at a
+      time."""
+    import cupy  # the installed HostDevice
+
+    got, want = [], []
+    for images, rows, cols, nan_image in ((20, 7, 12, 3), (9, 6, 13, None)):
+        kwargs, x, dy, case = cuda_case(rng, x_shape=(images, rows, cols, 3), filt_hw=(3, 3), multiplier=2,
+                                        padding="SAME", data_format="NCHW", dtype=np.float32)
+        dy = dy.copy()
+        if nan_image is not None:
+            dy[nan_image, 0, 0, 5] = np.nan
+        kwargs["out_backprop"] = to_format(dy, "NCHW").astype(np.float32)
+        g = geometry_of(kwargs)
+        gpu_dy = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
+        assert cuda_launcher.planes_lane_loads(g, np.float32, gpu_dy) == (cols % 4 == 0)
+        result = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+            g, cupy.asarray(np.ascontiguousarray(kwargs["input"])), gpu_dy, planes=True, items_per_slice=37)
+        expected, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+        got.append(to_host(result).ravel())
+        want.append(expected.ravel())
+    want = np.concatenate(want)
+    assert np.isnan(want).any() and np.isfinite(want).any()
+    return np.concatenate(got), want
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_PLANES))
+def test_planted_planes_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED_PLANES[bug], lambda: run_planted_planes_problem(np.random.default_rng(6)),
+                              assert_same_nonfinite_and_close, 3, tmp_path, monkeypatch)

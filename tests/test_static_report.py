@@ -398,12 +398,17 @@ def test_new_kernels_have_per_element_figures(new_kernels):
             assert 2 < path["per_slice"] < 20
         elif "_filter_tiled<" in expression:  # per out_backprop element of one unit
             assert path["per_unit"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
+        elif "_filter_planes<" in expression:  # per position of one work item
+            assert path["per_item"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
+            rows, cols = (4, 4) if expression.endswith(", 1>") else (2, 4)
+            k = 3 if ", 3, " in expression else 5
+            assert path["path"]["classes"]["fp32"] >= rows * cols * k * k, path  # the unchecked loop: every product
         else:
             assert path["per_element_2x2_cells"] > path["per_element"]
         modelled += 1
-    # partial (2 layouts), reduce, tiled (8 specialisations), select and gather (1 or vector channels per
-    # thread, flat offsets or cell places) per dtype
-    assert modelled == 3 * 2 + 3 + 3 * 8 + 3 * 2 * 2 * 2
+    # partial (2 layouts), reduce, tiled (8 specialisations), planes (4), select and gather (1 or vector
+    # channels per thread, flat offsets or cell places) per dtype
+    assert modelled == 3 * 2 + 3 + 3 * 8 + 3 * 4 + 3 * 2 * 2 * 2
 
 
 def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):
@@ -426,8 +431,8 @@ def test_new_ops_predictions(new_kernels):
         p = sr.predict(case, "float16", device, new_kernels)
         assert "not_modelled" not in p, p
         assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
-        if case.op == DEPTHWISE_FILTER:  # NHWC 3x3 at stride 1 / 2: the tiled kernel's partial sums
-            first = "tiled" if case.geometry().data_format == "NHWC" else "partial"
+        if case.op == DEPTHWISE_FILTER:  # 3x3 at stride 1 / 2: the tiled (NHWC) or planes (NCHW) kernel's sums
+            first = "tiled" if case.geometry().data_format == "NHWC" else "planes"
             assert [st["stage"] for st in p["stages"]] == [first, "reduce"]
         else:
             assert [st["stage"] for st in p["stages"]] == ["select", "gather"]

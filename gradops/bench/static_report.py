@@ -192,6 +192,17 @@ ASSUMPTIONS = [
     "(tile with halo, a block's input channels) and out_backprop tile, and the partial sums written. Latency: "
     "waves of resident CTAs x (1 round trip per unit: the out_backprop loads are issued before the barrier and "
     "overlap the staging loads; + 1) x 600 ns.",
+    "Depthwise filter gradient, planes first kernel (NCHW 3x3 / 5x5 at stride 1 / 2, the launcher's choice "
+    "wherever it runs; SASS/elem and the budget per out_backprop element): a warp per (channel, slice) issues "
+    "ceil(items of its slice / 32) iterations of its item loop, each the cheapest path through one iteration "
+    "with every window load and a whole item's out_backprop loads (one per row where out_cols is a multiple of "
+    "4 and the arrays aligned, as in the benchmark; else one per value), taken in the cheaper of the kernel's "
+    "two item loops (the unchecked one: the checked loop runs only where a slice's sums are not finite), plus "
+    "every instruction outside the loops (an upper bound); an item past the output costs what an inside one "
+    "does. L2 -> SM bytes: out_backprop once, the input once per multiplier with the halo of a warp's items' "
+    "windows (rows ((rows - 1) S + K) / (rows S), columns of its run of at most 32 items across), and the "
+    "partial sums written. Latency: waves of resident CTAs x (1 round trip per item of the busiest lane + 1) "
+    "x 600 ns.",
     "Depthwise filter gradient, second kernel: 8 threads (groups of slices) per filter element, each costing the "
     "busiest thread's path (group 0: ceil(slices / 8) accumulator loads, the fewest >= that a path makes, the "
     "barrier and the groups' sum; an upper bound for the other groups); latency: waves of resident 256-thread "
@@ -611,6 +622,8 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
     args = template_args(kernel.expression)
     if "_filter_tiled<" in kernel.expression:
         return _filter_tiled_reference_paths(kernel, width) if width in (2, 4) else None
+    if "_filter_planes<" in kernel.expression:
+        return _filter_planes_reference_paths(kernel, width) if width in (2, 4) else None
     max_pool = "_select<" in kernel.expression or "_gather<" in kernel.expression
     index_type = args[1] if max_pool else args[-1]  # max pooling: <T, I, V, C>
     if width not in (2, 4) or index_type != "int" and "_reduce<" not in kernel.expression:
@@ -680,6 +693,28 @@ def _filter_tiled_reference_paths(kernel, width: int) -> dict:
     return {"work": f"one unit of one thread: {outputs} out_backprop elements (its work item's positions x "
                     f"channels), 16-byte staging, multiplier 1", "per_element": per_unit / outputs,
             "extra_text": f"unit {per_unit}, fixed {fixed}", "per_unit": per_unit, "fixed": fixed,
+            "path": _path_summary(counts), "call_sites": _kernel_call_sites(kernel.cfg)}
+
+
+def _filter_planes_reference_paths(kernel, width: int) -> dict:
+    """The kernel table's figures for the planes depthwise filter-gradient kernel: one work
+    item of a thread (a 56 x 56 x 144 NCHW map, out_backprop rows in one load) per position."""
+    import importlib
+
+    from .._geometry import conv2d_geometry
+
+    k, s = (int(a) for a in template_args(kernel.expression)[2:4])
+    size, channels = 56, 144
+    g = conv2d_geometry("depthwise_conv2d_native_backprop_filter", (1, channels, size, size),
+                        (k, k, channels, 1), (1, channels, size // s, size // s), [1, 1, s, s], "SAME", [], "NCHW",
+                        [1, 1, 1, 1], depthwise=True)
+    dtype = {2: np.float16, 4: np.float32}[width]
+    per_item, fixed, counts = filter_planes_item_cost(kernel, dtype, g, four=True)
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    outputs = math.prod(dwf.planes_item_shape(g))
+    return {"work": f"one work item of one thread: {outputs} out_backprop elements (positions of one channel), "
+                    f"out_backprop rows in one load", "per_element": per_item / outputs,
+            "extra_text": f"item {per_item}, fixed {fixed}", "per_item": per_item, "fixed": fixed,
             "path": _path_summary(counts), "call_sites": _kernel_call_sites(kernel.cfg)}
 
 
@@ -1052,6 +1087,102 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
+def filter_planes_item_cost(kernel, dtype, g, four: bool) -> tuple[int, int, Counter]:
+    """(instructions per work item, fixed instructions, counts per item) of one thread of the
+    planes depthwise filter-gradient kernel: the cheapest path through one iteration of an
+    item loop with every window load and every out_backprop load of a whole item (one load a
+    row where ``four``, else one per value), taken in the loop where that path is cheapest
+    (the unchecked loop; the checked one branches per value); fixed: every instruction
+    outside the loops (an upper bound: the lanes' sum in lane order, the finiteness test and
+    the checked loop's set-up)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    cfg = kernel.cfg
+    width = np.dtype(dtype).itemsize
+    rows, cols = dwf.planes_item_shape(g)
+    window = ((rows - 1) * g.stride_rows + g.filter_rows) * ((cols - 1) * g.stride_cols + g.filter_cols)
+    row_bytes = cols * width  # an item row of out_backprop in one load
+    dy_weight = 64  # above any count of element loads: the key says how many of each
+
+    def counted(ins):
+        if four and _sass.is_global_load(ins, row_bytes) or row_bytes > 16 and _sass.is_global_load(ins, 16):
+            return dy_weight
+        return 1 if _sass.is_global_load(ins, width) else 0
+
+    loads_per_row = -(-row_bytes // 16)  # 8-byte doubles: two 16-byte loads a row
+    key = window + (dy_weight * rows * loads_per_row if four else rows * cols)
+    best = None
+    for lp in cfg.top_loops():
+        table = cfg.path_table(lp, counted, kmax=key)
+        if key in table and (best is None or table[key][0] < best[1][0]):
+            best = (lp, table[key])
+    if best is None:
+        raise _sass.PathError(f"{kernel.expression}: no item path with {window} window loads and a whole item's "
+                              f"out_backprop loads")
+    loop, (per_item, counts) = best
+    outside = set(cfg.blocks) - set().union(*(lp.blocks for lp in cfg.top_loops()))
+    fixed = sum(len(cfg.instructions(n)) for n in outside if not cfg.cold(n))
+    return per_item, fixed, counts
+
+
+def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+    """Both kernels of the depthwise filter gradient when the planes kernel makes the partial
+    sums (NCHW).  Per element: per out_backprop element (position x channel)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    dtype = DTYPES[dtype_name]
+    width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
+    arch = f"sm_{device.arch}"
+    kernel = kernels[(arch, dwf._planes_expression(dtype, g.filter_rows, g.stride_rows))]
+    reduce = kernels[(arch, dwf._reduce_expression(dtype))]
+    slices, per_slice = dwf.planes_slicing(g)
+    down, across = dwf.planes_item_counts(g)
+    items = g.batch * down * across
+    four = g.out_cols % dwf.PLANES_ITEM_COLS == 0  # the benchmark's arrays are aligned
+    per_item, fixed, counts = filter_planes_item_cost(kernel, dtype, g, four)
+    # A warp issues its busiest lane's items: ceil(items of its slice / 32).
+    last = items - (slices - 1) * per_slice
+    iterations = (slices - 1) * -(-per_slice // 32) + -(-last // 32)  # per channel, over its slices
+    warps = g.out_depth * slices
+    warp_instructions = g.out_depth * iterations * per_item + warps * fixed
+    elements = math.prod(g.out_backprop_shape)
+    per_element = 32 * warp_instructions / elements
+    pipes = {k.removeprefix("class:"): 32 * v * g.out_depth * iterations / elements
+             for k, v in counts.items() if k.startswith("class:")}
+    reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
+    taps = g.filter_rows * g.filter_cols
+    partials = slices * taps * g.out_depth
+    rows, cols = dwf.planes_item_shape(g)
+    # L2 -> SM: every warp reads its out_backprop once and its input plane with the halo of its
+    # items' windows (rows ((rows - 1) S + K) / (rows S); columns of its run of items across),
+    # once per multiplier (each output channel's warp reads its input channel).
+    run = min(across, 32) * cols * g.stride_cols
+    halo = ((rows - 1) * g.stride_rows + g.filter_rows) / (rows * g.stride_rows) * (run + g.filter_cols - g.stride_cols) / run
+    l2 = width * (math.prod(g.out_backprop_shape) + halo * math.prod(g.input_shape) * g.depth_multiplier) + acc * partials
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.PLANES_THREADS)
+    limits = roofline(device, elements, per_element, pipes, reads, l2, occ["warps_per_sm"] * 32)
+    # A warp's chain: one round trip per item (its loads are independent), and the partial sums' stores.
+    round_trips = -(-per_slice // 32) + 1
+    ctas = -(-g.out_depth // dwf.PLANES_WARPS) * slices
+    with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
+    first = {"stage": "planes", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
+             "sass_per_element": per_element, "round_trips_per_element": round_trips,
+             "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+             "tiled": {"ctas": ctas, "slices": slices, "items_per_slice": per_slice, "items": items,
+                       "thread_instructions_per_item": per_item, "thread_fixed_instructions": fixed,
+                       "item": [rows, cols], "item_fill": g.out_rows * g.out_cols / (down * across * rows * cols),
+                       "out_backprop_row_loads": "one" if four else "per value"}}
+    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
+    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+
+
 def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
     """Both kernels of the depthwise filter gradient (partial sums, then their fixed-order sum).
     Per element: per partial sum (one thread of the first kernel); the tiled kernel where the
@@ -1062,6 +1193,8 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     dtype = DTYPES[dtype_name]
     if dwf.tiled_eligible(g, dtype) and dwf.vector_staging_possible(g, dtype):  # the benchmark's aligned arrays
         return _predict_depthwise_filter_tiled(case, dtype_name, device, kernels, g)
+    if dwf.planes_eligible(g, dtype):
+        return _predict_depthwise_filter_planes(case, dtype_name, device, kernels, g)
     width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
     arch = f"sm_{device.arch}"
     slices, rows_per_slice = dwf.slicing(g)

@@ -7,9 +7,11 @@ on the geometry only, never on the GPU, so results are bitwise reproducible ever
 
 The partial sums come from the tiled kernel (a CTA per channel block and slice of tiles, the
 sums in registers) where it runs (:func:`tiled_eligible`: NHWC, 3x3 or 5x5 at stride 1 or 2,
-no dilation, 32-bit offsets), else from the per-element ``_partial`` kernel (any geometry and
-layout, 32-bit index math where every index fits, :func:`fits_int32`, else 64-bit).  Either
-layout runs in place (no transpose).  CuPy is imported only when a call runs.
+no dilation, 32-bit offsets), from the planes kernel in the same cases for NCHW
+(:func:`planes_eligible`: a warp per out_backprop channel and slice of work items, the sums in
+registers), else from the per-element ``_partial`` kernel (any geometry and layout, 32-bit
+index math where every index fits, :func:`fits_int32`, else 64-bit).  Either layout runs in
+place (no transpose).  CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ SOURCE = "depthwise_conv2d_native_backprop_filter.cu"
 PARTIAL_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_partial"
 REDUCE_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_reduce"
 TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_tiled"
+PLANES_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_planes"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
 LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -64,6 +67,19 @@ TILED_MIN_UNITS = 4
 #: Largest grid y extent (slices) CUDA allows.
 MAX_GRID_Y = 65535
 
+#: The planes kernel (NCHW): a warp per out_backprop channel (``dwplanes::kWarps`` per CTA of
+#: ``kThreads``), work items of 4 x 4 output positions at stride 1, 2 x 4 at stride 2.
+PLANES_WARPS = 4
+PLANES_THREADS = 32 * PLANES_WARPS
+PLANES_ITEM_COLS = 4
+#: The planes slicing aims at about this many warps (channels x slices), a constant so that the
+#: summation order is the same everywhere ...
+PLANES_TARGET_WARPS = 4096
+#: ... with at least this many work items per slice (8 per lane) where there are enough: a
+#: warp's fixed work (its lanes' sum in lane order, 33 shared-memory loads a lane) is then a
+#: small part of its slice.
+PLANES_MIN_ITEMS = 256
+
 
 def _partial_expression(dtype, data_format: str, index_bits: int) -> str:
     element, accumulator = _build.c_types(dtype)
@@ -80,6 +96,11 @@ def _tiled_expression(dtype, filter_size: int, stride: int, items_across: int) -
     return f"{TILED_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}, {items_across}>"
 
 
+def _planes_expression(dtype, filter_size: int, stride: int) -> str:
+    element, accumulator = _build.c_types(dtype)
+    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}>"
+
+
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture)."""
     names = []
@@ -89,6 +110,7 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
         names.append(_reduce_expression(dtype))
         names += [_tiled_expression(dtype, k, s, c) for k in TILED_FILTERS for s in TILED_STRIDES
                   for c in TILED_ITEMS_ACROSS]
+        names += [_planes_expression(dtype, k, s) for k in TILED_FILTERS for s in TILED_STRIDES]
     return {SOURCE: names}
 
 
@@ -198,6 +220,65 @@ def lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
     return g.out_depth % v == 0 and int(_runtime.pointer(out_backprop)) % (v * np.dtype(dtype).itemsize) == 0
 
 
+# --------------------------------------------------------------------------- the planes kernel
+
+def planes_item_shape(g: Conv2DGeometry) -> tuple[int, int]:
+    """(rows, columns) of output positions per work item of the planes kernel
+    (``dwplanes::Shape``): 4 x 4 at stride 1, 2 x 4 at stride 2."""
+    return (4 if g.stride_rows == 1 else 2), PLANES_ITEM_COLS
+
+
+def planes_item_counts(g: Conv2DGeometry) -> tuple[int, int]:
+    """(work items down, work items across) one plane of out_backprop."""
+    rows, cols = planes_item_shape(g)
+    return -(-g.out_rows // rows), -(-g.out_cols // cols)
+
+
+def planes_slicing(g: Conv2DGeometry) -> tuple[int, int]:
+    """(slices, work items per slice) of the planes kernel: about :data:`PLANES_TARGET_WARPS`
+    warps with at least :data:`PLANES_MIN_ITEMS` items per slice (where there are that many),
+    from the geometry alone."""
+    items = g.batch * math.prod(planes_item_counts(g))
+    slices = max(1, min(-(-PLANES_TARGET_WARPS // g.out_depth), items // PLANES_MIN_ITEMS, MAX_GRID_Y))
+    per_slice = -(-items // slices)
+    return -(-items // per_slice), per_slice  # no empty trailing slice
+
+
+def planes_eligible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the planes kernel can run ``g``: NCHW, a 3x3 or 5x5 filter at stride 1x1 or 2x2,
+    no dilation, and 32-bit offsets of whole work items (positions up to 3 rows and columns
+    past the output, window rows and columns from the padding to a stride past the padded
+    image) and of the partial buffer."""
+    if not (g.data_format == "NCHW" and g.filter_rows == g.filter_cols and g.filter_rows in TILED_FILTERS
+            and g.stride_rows == g.stride_cols and g.stride_rows in TILED_STRIDES
+            and g.dilation_rows == g.dilation_cols == 1):
+        return False
+    slices, per_slice = planes_slicing(g)
+    margin = 8  # rows / columns: an item's last positions past the output, times the stride
+    sizes = ((g.batch * g.in_depth * g.in_rows + g.pad_bottom + margin) * (g.in_cols + g.pad_right + margin),
+             (g.pad_top + 1) * (g.in_cols + g.pad_left + 1),
+             (g.batch * g.out_depth * g.out_rows + margin) * (g.out_cols + margin),
+             slices * g.filter_rows * g.filter_cols * g.out_depth,
+             slices * per_slice + per_slice + 32)
+    return max(sizes) <= INT32_MAX
+
+
+def pick_planes(g: Conv2DGeometry, dtype, planes: bool | None = None) -> bool:
+    """``planes`` if given (True checked), else whether the planes kernel can run ``g``."""
+    eligible = planes_eligible(g, dtype)
+    if planes and not eligible:
+        raise ValueError("the planes kernel cannot run this geometry (NHWC, a filter or stride other than 3x3 / 5x5 "
+                         "at 1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
+    return eligible if planes is None else bool(planes)
+
+
+def planes_lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
+    """Whether the planes kernel reads an item row's 4 out_backprop values in one load:
+    out_cols a multiple of 4 and out_backprop aligned to their bytes."""
+    width = PLANES_ITEM_COLS * np.dtype(dtype).itemsize
+    return g.out_cols % PLANES_ITEM_COLS == 0 and int(_runtime.pointer(out_backprop)) % width == 0
+
+
 def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]:
     """(slices, rows_per_slice): batch x out_rows cut into runs so that slices x taps x
     out_depth is about ``target`` (at least one slice, at most one row each)."""
@@ -237,7 +318,8 @@ def kernel_scalars(g: Conv2DGeometry, slices: int, rows_per_slice: int) -> tuple
 def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backprop, *, slices: int | None = None,
                                             index_bits: int | None = None, tiled: bool | None = None,
                                             staging: int | None = None, items_across: int | None = None,
-                                            units_per_slice: int | None = None):
+                                            units_per_slice: int | None = None, planes: bool | None = None,
+                                            items_per_slice: int | None = None):
     """Filter gradient [filter_rows, filter_cols, in_depth, depth_multiplier] in the input's dtype.
 
     input: [N, in_rows, in_cols, in_depth], out_backprop: [N, out_rows, out_cols, in_depth *
@@ -246,7 +328,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     choices: ``tiled`` (the tiled kernel or the per-element one); for the per-element kernel
     ``slices`` (a target slice count) and ``index_bits`` (32 / 64); for the tiled one
     ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4) and
-    ``units_per_slice`` (tiles per slice).
+    ``units_per_slice`` (tiles per slice); ``planes`` (NCHW: the planes kernel or the per-element
+    one) and its ``items_per_slice``.
     """
     import cupy
 
@@ -260,7 +343,24 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     elements = g.filter_rows * g.filter_cols * g.out_depth
     if tiled is None and (slices is not None or index_bits is not None):
         tiled = False  # the per-element kernel's overrides
-    if pick_tiled(g, dtype, tiled):
+    if planes is None and tiled is not None:
+        planes = False  # ``tiled`` names the NHWC tiled kernel or the per-element one
+    if pick_planes(g, dtype, planes):
+        slices, per_slice = planes_slicing(g)
+        if items_per_slice is not None:
+            per_slice = items_per_slice
+        down, across = planes_item_counts(g)
+        items = g.batch * down * across
+        slices = -(-items // per_slice)
+        partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
+        fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows))
+        i32 = _runtime.i32
+        fn((-(-g.out_depth // PLANES_WARPS), slices), (PLANES_THREADS,),
+           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+            *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
+                               g.pad_top, g.pad_left, down, across, items, per_slice,
+                               int(planes_lane_loads(g, dtype, dy))))))
+    elif pick_tiled(g, dtype, tiled):
         c = pick_items_across(g) if items_across is None else items_across
         slices, per_slice = tiled_slicing(g, dtype, c)
         if units_per_slice is not None:
