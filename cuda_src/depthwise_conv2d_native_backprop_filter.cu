@@ -442,16 +442,20 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 // depthwise_conv2d_native_backprop_filter_planes: the same partial sums for NCHW, where a
 // channel's positions are one contiguous plane per image.  A warp owns one out_backprop channel
 // k (kWarps channels per CTA) and a slice of work items; a work item is ITEM_ROWS x 4 output
-// positions of one image's plane, items numbered (image, item row, item column), column
-// fastest, and slice z takes items [z * items_per_slice, (z + 1) * items_per_slice).  Lane l
-// takes items first + l, first + l + 32, ...: a warp's out_backprop loads are consecutive
-// columns of a plane row (4 per lane, one load where out_cols is a multiple of 4), and its
-// window loads of input plane c = k / M overlap the neighbouring lanes' (L1 serves the overlap).
-// A thread multiplies each value of its window (WINDOW_ROWS x WINDOW_COLS) into every tap that
-// carries it to one of its positions: K x K sums in registers, no shared memory, no barrier and
-// no division in the item loop (the item's coordinates advance by a step of 32 items).
+// positions of one image's plane.  The interior items (positions inside the output, window
+// inside the image: a box of item rows x columns per plane) come first, numbered (image, box
+// row, box column), column fastest, then the border items, numbered by image and band; slice z
+// takes items [z * items_per_slice, (z + 1) * items_per_slice).  Lane l takes items first + l,
+// first + l + 32, ...: a warp's out_backprop loads are consecutive columns of a plane row (4 per
+// lane, one load where out_cols is a multiple of 4), and its window loads of input plane
+// c = k / M overlap the neighbouring lanes' (L1 serves the overlap).  A thread multiplies each
+// value of its window (WINDOW_ROWS x WINDOW_COLS) into every tap that carries it to one of its
+// positions: K x K sums in registers, no shared memory and no barrier.  Interior items load
+// without a test and advance by a step of 32 items (no division); a warp's interior items are
+// consecutive, so its lanes take the unconditional loop together.  Border items test each load
+// and find their coordinates by division.
 //
-// Padding.  The loop loads zeros outside the image and past the output.  A zero times a finite
+// Padding.  Border items load zeros outside the image and past the output.  A zero times a finite
 // value is +-0, which leaves a sum unchanged (a sum starting at +0 never becomes -0), so the sums
 // equal TF's, which skips those taps and positions, unless a zero met an Inf or NaN: then the sum
 // is NaN.  A thread whose K x K sums are not all finite at the end of its slice sums the slice
@@ -513,92 +517,145 @@ template <typename T, typename Acc> __device__ __forceinline__ void load_four(co
     }
 }
 
-// The geometry a thread's item loop needs (all 32-bit: the launcher checks whole items' offsets).
+// The geometry a thread's item loops need (all 32-bit: the launcher checks whole items' offsets).
 struct Planes {
     int in_rows, in_cols, in_depth, out_rows, out_cols, out_depth, pad_top, pad_left;
     int item_rows, item_cols;  // work items down / across a plane
-    bool four;                 // out_backprop rows read 4 values per load
+    // The interior box: item rows [box_row0, box_row1) x columns [box_col0, box_col1), whose
+    // positions are inside the output and whose windows inside the image (an empty box is
+    // [item_rows, item_rows) x [item_cols, item_cols)); border_items: the others, per image.
+    int box_row0, box_row1, box_col0, box_col1, border_items;
+    bool four;  // out_backprop rows read 4 values per load
 };
 
-// One thread's sums over its items of a slice: items i = first, first + 32, ... below stop, of
-// out_backprop channel k and input channel c.  CHECKED skips window values outside the image and
-// positions past the output; otherwise they are zeros (see "Padding").
-template <bool CHECKED, typename T, typename Acc, int K, int S>
-__device__ __forceinline__ void sum_items(const T* __restrict__ input, const T* __restrict__ out_backprop,
-                                          const Planes g, int k, int c, int first, int stop,
-                                          Acc (&acc)[K * K]) {
-    using Sh = Shape<K, S>;
-    // The item's (column, row, image), and the step of kWarpSize items in the same terms.
-    int col = first % g.item_cols, row = first / g.item_cols % g.item_rows;
-    int n = first / g.item_cols / g.item_rows;
-    const int step_cols = kWarpSize % g.item_cols, step_rows = kWarpSize / g.item_cols % g.item_rows;
-    const int step_images = kWarpSize / g.item_cols / g.item_rows;
-    for (int i = first; i < stop; i += kWarpSize) {
-        const int p0 = row * Sh::ITEM_ROWS, q0 = col * Sh::ITEM_COLS;  // the item's first position
-        const int y0 = p0 * S - g.pad_top, x0 = q0 * S - g.pad_left;  // its window's first input position
-        const int rows = min(Sh::ITEM_ROWS, g.out_rows - p0), cols = min(Sh::ITEM_COLS, g.out_cols - q0);
-        const int dy_at = ((n * g.out_depth + k) * g.out_rows + p0) * g.out_cols + q0;
-        const int in_at = ((n * g.in_depth + c) * g.in_rows + y0) * g.in_cols + x0;  // negative above the image
-        // Window rows [row_begin, row_end) and columns [col_begin, col_end) are inside the image.
-        const int row_begin = max(0, -y0), row_end = g.in_rows - y0;
-        const int col_begin = max(0, -x0), col_end = g.in_cols - x0;
+// How an item's loads treat the image and output edges: an interior item loads everything
+// unconditionally; a border item loads zeros outside the image and past the output; the checked
+// form skips those values and the products they would make (see "Padding").
+enum ItemLoads { kInterior, kZeroFilled, kChecked };
 
-        Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+// The K x K sums of work item (image n, item row, item column) of out_backprop channel k and
+// input channel c.
+template <int LOADS, typename T, typename Acc, int K, int S>
+__device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                         const Planes& g, int k, int c, int n, int row, int col,
+                                         Acc (&acc)[K * K]) {
+    using Sh = Shape<K, S>;
+    constexpr bool CHECKED = LOADS == kChecked;
+    const int p0 = row * Sh::ITEM_ROWS, q0 = col * Sh::ITEM_COLS;  // the item's first position
+    const int y0 = p0 * S - g.pad_top, x0 = q0 * S - g.pad_left;  // its window's first input position
+    const int rows = min(Sh::ITEM_ROWS, g.out_rows - p0), cols = min(Sh::ITEM_COLS, g.out_cols - q0);
+    const int dy_at = ((n * g.out_depth + k) * g.out_rows + p0) * g.out_cols + q0;
+    const int in_at = ((n * g.in_depth + c) * g.in_rows + y0) * g.in_cols + x0;  // negative above the image
+    // Window rows [row_begin, row_end) and columns [col_begin, col_end) are inside the image.
+    const int row_begin = max(0, -y0), row_end = g.in_rows - y0;
+    const int col_begin = max(0, -x0), col_end = g.in_cols - x0;
+
+    Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
 #pragma unroll
-        for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
-            if (g.four && a < rows) {
-                load_four<T, Acc>(out_backprop + dy_at + a * g.out_cols, dy[a]);
-            } else {
+    for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
+        if (g.four && (LOADS == kInterior || a < rows)) {
+            load_four<T, Acc>(out_backprop + dy_at + a * g.out_cols, dy[a]);
+        } else {
 #pragma unroll
-                for (int b = 0; b < Sh::ITEM_COLS; ++b)
-                    dy[a][b] = a < rows && b < cols ? to_acc<Acc>(out_backprop[dy_at + a * g.out_cols + b]) : Acc(0);
-            }
+            for (int b = 0; b < Sh::ITEM_COLS; ++b)
+                dy[a][b] = LOADS == kInterior || (a < rows && b < cols)
+                               ? to_acc<Acc>(out_backprop[dy_at + a * g.out_cols + b]) : Acc(0);
         }
+    }
 #pragma unroll
-        for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
-            const bool row_inside = wr >= row_begin && wr < row_end;
+    for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
+        const bool row_inside = wr >= row_begin && wr < row_end;
 #pragma unroll
-            for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
-                const bool inside = row_inside && wc >= col_begin && wc < col_end;
-                if (CHECKED && !inside) continue;
-                const Acc x = inside ? to_acc<Acc>(input[in_at + wr * g.in_cols + wc]) : Acc(0);
+        for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
+            const bool inside = LOADS == kInterior || (row_inside && wc >= col_begin && wc < col_end);
+            if (CHECKED && !inside) continue;
+            const Acc x = inside ? to_acc<Acc>(input[in_at + wr * g.in_cols + wc]) : Acc(0);
 #pragma unroll
-                for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
-                    const int r = wr - a * S;  // the tap that carries window row wr to position row a
-                    if (r < 0 || r >= K || (CHECKED && a >= rows)) continue;
+            for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
+                const int r = wr - a * S;  // the tap that carries window row wr to position row a
+                if (r < 0 || r >= K || (CHECKED && a >= rows)) continue;
 #pragma unroll
-                    for (int b = 0; b < Sh::ITEM_COLS; ++b) {
-                        const int s = wc - b * S;
-                        if (s < 0 || s >= K || (CHECKED && b >= cols)) continue;
-                        acc[r * K + s] += x * dy[a][b];
-                    }
+                for (int b = 0; b < Sh::ITEM_COLS; ++b) {
+                    const int s = wc - b * S;
+                    if (s < 0 || s >= K || (CHECKED && b >= cols)) continue;
+                    acc[r * K + s] += x * dy[a][b];
                 }
             }
         }
+    }
+}
+
+// A thread's interior items: i = first, first + 32, ... below stop, numbered (image, box row,
+// box column), column fastest.  Their coordinates advance by a step of 32 items (no division).
+template <typename T, typename Acc, int K, int S>
+__device__ __forceinline__ void sum_interior(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                             const Planes& g, int k, int c, int first, int stop,
+                                             Acc (&acc)[K * K]) {
+    const int box_rows = g.box_row1 - g.box_row0, box_cols = g.box_col1 - g.box_col0;
+    if (first >= stop) return;  // also every empty box: no division by zero
+    int col = first % box_cols, row = first / box_cols % box_rows;
+    int n = first / box_cols / box_rows;
+    const int step_cols = kWarpSize % box_cols, step_rows = kWarpSize / box_cols % box_rows;
+    const int step_images = kWarpSize / box_cols / box_rows;
+    for (int i = first; i < stop; i += kWarpSize) {
+        sum_item<kInterior, T, Acc, K, S>(input, out_backprop, g, k, c, n, g.box_row0 + row, g.box_col0 + col, acc);
         col += step_cols;
         row += step_rows;
         n += step_images;
-        if (col >= g.item_cols) {
-            col -= g.item_cols;
+        if (col >= box_cols) {
+            col -= box_cols;
             ++row;
         }
-        if (row >= g.item_rows) {
-            row -= g.item_rows;
+        if (row >= box_rows) {
+            row -= box_rows;
             ++n;
         }
     }
 }
 
+// A thread's border items: i = first, first + 32, ... below stop, border_items per image, each
+// image's numbered by band: the item rows above the box, those below it (all columns), then
+// the box's rows left and right of it, row by row.
+template <bool CHECKED, typename T, typename Acc, int K, int S>
+__device__ __forceinline__ void sum_border(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                           const Planes& g, int k, int c, int first, int stop,
+                                           Acc (&acc)[K * K]) {
+    const int top = g.box_row0 * g.item_cols, bottom = (g.item_rows - g.box_row1) * g.item_cols;
+    const int box_cols = g.box_col1 - g.box_col0, sides = g.item_cols - box_cols;
+    for (int i = first; i < stop; i += kWarpSize) {
+        const int n = i / g.border_items;
+        int rest = i - n * g.border_items, row, col;
+        if (rest < top) {
+            row = rest / g.item_cols;
+            col = rest - row * g.item_cols;
+        } else if (rest < top + bottom) {
+            rest -= top;
+            row = rest / g.item_cols;
+            col = rest - row * g.item_cols;
+            row += g.box_row1;
+        } else {
+            rest -= top + bottom;
+            row = rest / sides;
+            col = rest - row * sides;
+            row += g.box_row0;
+            col += col < g.box_col0 ? 0 : box_cols;
+        }
+        sum_item<CHECKED ? kChecked : kZeroFilled, T, Acc, K, S>(input, out_backprop, g, k, c, n, row, col, acc);
+    }
+}
+
 }  // namespace dwplanes
 
-// item_rows / item_cols: work items down / across a plane; items: batch x both; lane_loads:
-// out_backprop rows read 4 values per load (out_cols a multiple of 4, an aligned tensor).
-// partial: [slices][K * K][out_depth].
+// item_rows / item_cols: work items down / across a plane; items: batch x both, the interior
+// ones (interior_items: batch x the box) first, then the border ones; lane_loads: out_backprop
+// rows read 4 values per load (out_cols a multiple of 4, an aligned tensor).  partial:
+// [slices][K * K][out_depth].
 template <typename T, typename Acc, int K, int S>
 __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K>::value)) depthwise_conv2d_native_backprop_filter_planes(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
         int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
-        int item_rows, int item_cols, int items, int items_per_slice, int lane_loads) {
+        int item_rows, int item_cols, int box_row0, int box_row1, int box_col0, int box_col1, int interior_items,
+        int items, int items_per_slice, int lane_loads) {
     using namespace dwplanes;
     // A warp's lanes' sums, [tap][lane]; 33 words a tap, so that the lanes adding one tap each
     // read 32 banks.
@@ -611,20 +668,27 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
     const int slice = static_cast<int>(blockIdx.y);
     const int first = slice * items_per_slice + lane;
     const int stop = min(items, slice * items_per_slice + items_per_slice);
+    const int border_items = item_rows * item_cols - (box_row1 - box_row0) * (box_col1 - box_col0);
     const Planes g{in_rows, in_cols, in_depth, out_rows, out_cols, out_depth, pad_top, pad_left,
-                   item_rows, item_cols, lane_loads != 0};
+                   item_rows, item_cols, box_row0, box_row1, box_col0, box_col1, border_items, lane_loads != 0};
+    // The lane's items below interior_items are interior; its first one at or past it is
+    // border item first_border (the lane's items keep their step of 32).
+    const int first_border = (first < interior_items ? first + (interior_items - first + kWarpSize - 1) /
+                              kWarpSize * kWarpSize : first) - interior_items;
 
     Acc acc[K * K];
 #pragma unroll
     for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-    sum_items<false, T, Acc, K, S>(input, out_backprop, g, k, c, first, stop, acc);
+    sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first, min(stop, interior_items), acc);
+    sum_border<false, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop - interior_items, acc);
     bool finite = true;
 #pragma unroll
     for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
     if (!finite) {
 #pragma unroll
         for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-        sum_items<true, T, Acc, K, S>(input, out_backprop, g, k, c, first, stop, acc);
+        sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first, min(stop, interior_items), acc);
+        sum_border<true, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop - interior_items, acc);
     }
 
 #pragma unroll

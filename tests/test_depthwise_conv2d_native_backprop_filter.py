@@ -917,6 +917,21 @@ def test_planes_slicing_is_a_function_of_the_geometry():
         assert channels * slices < cuda_launcher.PLANES_TARGET_WARPS + channels
 
 
+def test_planes_interior_box():
+    """Interior work items: positions inside the output and windows inside the image; an
+    empty box puts every item in the border bands."""
+    g = nchw_geometry((2, 8, 14, 20))  # SAME 3x3 stride 1: pads 1; 4 x 5 items of 4 x 4
+    assert cuda_launcher.planes_item_counts(g) == (4, 5)
+    assert cuda_launcher.planes_interior_box(g) == (1, 3, 1, 4)  # row 3: positions 12..15 pass 14 rows
+    valid = nchw_geometry((1, 8, 16, 16), padding="EXPLICIT", pads=(0, 0, 0, 0))  # VALID: 14 x 14 out
+    assert cuda_launcher.planes_interior_box(valid) == (0, 3, 0, 3)
+    strided = nchw_geometry((1, 8, 56, 56), filt=5, strides=(2, 2))  # 28 x 28 out, items 2 x 4, pads 1 / 2
+    row0, row1, col0, col1 = cuda_launcher.planes_interior_box(strided)
+    assert (row0, col0) == (1, 1) and row1 == 13 and col1 == 6
+    tiny = nchw_geometry((1, 8, 7, 7))
+    assert cuda_launcher.planes_interior_box(tiny) == (2, 2, 2, 2)  # empty
+
+
 def test_planes_kernel_needs_32_bit_offsets_of_whole_items():
     """Geometries whose tensors fit 2**31 but whose work items' offsets (rows past the output,
     a huge padding) would not take the per-element kernel."""
@@ -1009,29 +1024,38 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
                                           "cols = min(Sh::ITEM_COLS, g.out_cols - q0 - 1)"),
     "planes-never-rechecks-nonfinite": ("if (!finite) {", "if (false) {"),
     "planes-checked-loop-keeps-padding": ("if (CHECKED && !inside) continue;", ""),
-    "planes-step-forgets-the-row-carry": ("            col -= g.item_cols;\n            ++row;",
-                                          "            col -= g.item_cols;"),
-    "planes-step-forgets-the-image-carry": ("            row -= g.item_rows;\n            ++n;",
-                                            "            row -= g.item_rows;"),
+    "planes-step-forgets-the-row-carry": ("            col -= box_cols;\n            ++row;",
+                                          "            col -= box_cols;"),
+    "planes-step-forgets-the-image-carry": ("            row -= box_rows;\n            ++n;",
+                                            "            row -= box_rows;"),
+    "planes-interior-items-at-the-box-corner": ("g.box_row0 + row, g.box_col0 + col, acc);", "row, col, acc);"),
+    "planes-bottom-band-from-the-box-top": ("            row += g.box_row1;", "            row += g.box_row0;"),
+    "planes-side-band-skips-no-box-columns": ("col += col < g.box_col0 ? 0 : box_cols;", "col += 0;"),
+    "planes-border-starts-a-step-late": ("kWarpSize * kWarpSize : first) - interior_items;",
+                                         "kWarpSize * kWarpSize : first + kWarpSize) - interior_items;"),
+    "planes-interior-loads-past-the-row": ("if (g.four && (LOADS == kInterior || a < rows)) {", "if (g.four) {"),
     "planes-lane-sum-skips-the-last-lane": ("for (int l = 1; l < kWarpSize; ++l)", "for (int l = 1; l < kWarpSize - 1; ++l)"),
     "planes-no-warp-barrier": ("    __syncwarp();\n    if (lane < K * K) {", "    if (lane < K * K) {"),
     "planes-multiplier-ignored": ("const int c = k / multiplier;", "const int c = k;"),
-    "planes-four-loads-read-past-the-row": ("if (g.four && a < rows) {", "if (g.four) {"),
 }
 
 
 def run_planted_planes_problem(rng):
-    """(launcher results, loops' results), two SAME 3x3 stride-1 problems, multiplier 2 on 3
+    """(launcher results, loops' results), three SAME 3x3 stride-1 problems, multiplier 2 on 3
     float32 channels, slices of 37 work items (the last one short), so that lanes run several
-    items and a step of 32 items wraps columns, rows and images:
-    * 20 images of 7 x 12: 2 x 3 items a plane, out_backprop rows in one load, and a NaN in
-      out_backprop at one image's corner (the checked loop);
+    items, a step of 32 items wraps columns, rows and images, and slices straddle the interior
+    and border items:
+    * 20 images of 7 x 12: 2 x 3 items a plane, none interior, out_backprop rows in one load,
+      and a NaN in out_backprop at one image's corner (the checked loop);
     * 9 images of 6 x 13: 2 x 4 items, the last column alone in its item, rows one value at a
-      time."""
+      time;
+    * 8 images of 14 x 20: 4 x 5 items, 2 x 3 of them interior (top, bottom and side bands
+      around the box; 48 interior items, so a lane's step wraps an interior row and image),
+      rows in one load."""
     import cupy  # the installed HostDevice
 
     got, want = [], []
-    for images, rows, cols, nan_image in ((20, 7, 12, 3), (9, 6, 13, None)):
+    for images, rows, cols, nan_image in ((20, 7, 12, 3), (9, 6, 13, None), (8, 14, 20, None)):
         kwargs, x, dy, case = cuda_case(rng, x_shape=(images, rows, cols, 3), filt_hw=(3, 3), multiplier=2,
                                         padding="SAME", data_format="NCHW", dtype=np.float32)
         dy = dy.copy()
@@ -1039,6 +1063,8 @@ def run_planted_planes_problem(rng):
             dy[nan_image, 0, 0, 5] = np.nan
         kwargs["out_backprop"] = to_format(dy, "NCHW").astype(np.float32)
         g = geometry_of(kwargs)
+        row0, row1, col0, col1 = cuda_launcher.planes_interior_box(g)
+        assert (row1 - row0) * (col1 - col0) == (6 if rows == 14 else 0)
         gpu_dy = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
         assert cuda_launcher.planes_lane_loads(g, np.float32, gpu_dy) == (cols % 4 == 0)
         result = cuda_launcher.depthwise_conv2d_native_backprop_filter(

@@ -194,12 +194,13 @@ ASSUMPTIONS = [
     "overlap the staging loads; + 1) x 600 ns.",
     "Depthwise filter gradient, planes first kernel (NCHW 3x3 / 5x5 at stride 1 / 2, the launcher's choice "
     "wherever it runs; SASS/elem and the budget per out_backprop element): a warp per (channel, slice) issues "
-    "ceil(items of its slice / 32) iterations of its item loop, each the cheapest path through one iteration "
-    "with every window load and a whole item's out_backprop loads (one per row where out_cols is a multiple of "
-    "4 and the arrays aligned, as in the benchmark; else one per value), taken in the cheaper of the kernel's "
-    "two item loops (the unchecked one: the checked loop runs only where a slice's sums are not finite), plus "
-    "every instruction outside the loops (an upper bound); an item past the output costs what an inside one "
-    "does. L2 -> SM bytes: out_backprop once, the input once per multiplier with the halo of a warp's items' "
+    "ceil(interior items of its slice / 32) iterations of the interior item loop and ceil(border items / 32) of "
+    "the border loop, each the cheapest path through one iteration with every window load and a whole item's "
+    "out_backprop loads (one per row where out_cols is a multiple of 4 and the arrays aligned, as in the "
+    "benchmark; else one per value), in the cheapest loop whose window loads are unconditional (interior) and "
+    "the cheapest whose window loads are predicated (border; the checked border loop runs only where a slice's "
+    "sums are not finite); plus every instruction outside the "
+    "loops (an upper bound); a border item past the output costs what an inside one does. L2 -> SM bytes: out_backprop once, the input once per multiplier with the halo of a warp's items' "
     "windows (rows ((rows - 1) S + K) / (rows S), columns of its run of at most 32 items across), and the "
     "partial sums written. Latency: waves of resident CTAs x (1 round trip per item of the busiest lane + 1) "
     "x 600 ns.",
@@ -709,13 +710,14 @@ def _filter_planes_reference_paths(kernel, width: int) -> dict:
                         (k, k, channels, 1), (1, channels, size // s, size // s), [1, 1, s, s], "SAME", [], "NCHW",
                         [1, 1, 1, 1], depthwise=True)
     dtype = {2: np.float16, 4: np.float32}[width]
-    per_item, fixed, counts = filter_planes_item_cost(kernel, dtype, g, four=True)
+    (per_item, counts), (per_border, _), fixed = filter_planes_item_cost(kernel, dtype, g, four=True)
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     outputs = math.prod(dwf.planes_item_shape(g))
-    return {"work": f"one work item of one thread: {outputs} out_backprop elements (positions of one channel), "
-                    f"out_backprop rows in one load", "per_element": per_item / outputs,
-            "extra_text": f"item {per_item}, fixed {fixed}", "per_item": per_item, "fixed": fixed,
-            "path": _path_summary(counts), "call_sites": _kernel_call_sites(kernel.cfg)}
+    return {"work": f"one interior work item of one thread: {outputs} out_backprop elements (positions of one "
+                    f"channel), out_backprop rows in one load", "per_element": per_item / outputs,
+            "extra_text": f"interior item {per_item}, border item {per_border}, fixed {fixed}", "per_item": per_item,
+            "per_border_item": per_border, "fixed": fixed, "path": _path_summary(counts),
+            "call_sites": _kernel_call_sites(kernel.cfg)}
 
 
 def _call_sites(cfg) -> int:
@@ -1087,14 +1089,16 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
-def filter_planes_item_cost(kernel, dtype, g, four: bool) -> tuple[int, int, Counter]:
-    """(instructions per work item, fixed instructions, counts per item) of one thread of the
-    planes depthwise filter-gradient kernel: the cheapest path through one iteration of an
-    item loop with every window load and every out_backprop load of a whole item (one load a
-    row where ``four``, else one per value), taken in the loop where that path is cheapest
-    (the unchecked loop; the checked one branches per value); fixed: every instruction
-    outside the loops (an upper bound: the lanes' sum in lane order, the finiteness test and
-    the checked loop's set-up)."""
+def filter_planes_item_cost(kernel, dtype, g, four: bool) -> tuple[tuple[int, Counter], tuple[int, Counter], int]:
+    """((instructions, counts) per interior work item, the same per border item, fixed
+    instructions) of one thread of the planes depthwise filter-gradient kernel.  An item's cost
+    is the cheapest path through one iteration of an item loop with every window load and
+    every out_backprop load of a whole item (one load a row where ``four``, else one per
+    value); the kernel's loops with such a path cost, from the cheapest: the interior loop
+    (unconditional loads; twice, as the checked re-run repeats it), the border loop (zero-
+    filled loads, coordinates by division: its window loads are predicated; the cheaper one
+    where the checked border loop, run only where a slice's sums are not finite, is too).  Fixed: every instruction outside the loops
+    (an upper bound: the lanes' sum in lane order, the finiteness test and the loops' set-up)."""
     import importlib
 
     from ..backends.cuda import _sass
@@ -1103,7 +1107,7 @@ def filter_planes_item_cost(kernel, dtype, g, four: bool) -> tuple[int, int, Cou
     cfg = kernel.cfg
     width = np.dtype(dtype).itemsize
     rows, cols = dwf.planes_item_shape(g)
-    window = ((rows - 1) * g.stride_rows + g.filter_rows) * ((cols - 1) * g.stride_cols + g.filter_cols)
+    window = math.prod(dwf.planes_window_shape(g))
     row_bytes = cols * width  # an item row of out_backprop in one load
     dy_weight = 64  # above any count of element loads: the key says how many of each
 
@@ -1114,18 +1118,33 @@ def filter_planes_item_cost(kernel, dtype, g, four: bool) -> tuple[int, int, Cou
 
     loads_per_row = -(-row_bytes // 16)  # 8-byte doubles: two 16-byte loads a row
     key = window + (dy_weight * rows * loads_per_row if four else rows * cols)
-    best = None
+    # The interior loops' window loads are unconditional; the border loop's are predicated.
+    found = {False: [], True: []}
     for lp in cfg.top_loops():
-        table = cfg.path_table(lp, counted, kmax=key)
-        if key in table and (best is None or table[key][0] < best[1][0]):
-            best = (lp, table[key])
-    if best is None:
-        raise _sass.PathError(f"{kernel.expression}: no item path with {window} window loads and a whole item's "
-                              f"out_backprop loads")
-    loop, (per_item, counts) = best
+        try:
+            table = cfg.path_table(lp, counted, kmax=key)
+        except _sass.PathError:  # a loop of cold blocks only (a slow path)
+            continue
+        if key in table:
+            guarded = sum(1 for x in cfg.loop_instructions(lp) if x.predicate and _sass.is_global_load(x, width))
+            found[guarded >= window // 2].append(table[key])
+    if not found[False] or not found[True]:
+        raise _sass.PathError(f"{kernel.expression}: no interior and border item loops with {window} window loads "
+                              f"and a whole item's out_backprop loads")
+    interior, border = (min(found[kind], key=lambda cost: cost[0]) for kind in (False, True))
     outside = set(cfg.blocks) - set().union(*(lp.blocks for lp in cfg.top_loops()))
     fixed = sum(len(cfg.instructions(n)) for n in outside if not cfg.cold(n))
-    return per_item, fixed, counts
+    return interior, border, fixed
+
+
+def planes_iterations(items: int, interior: int, slices: int, per_slice: int) -> tuple[int, int]:
+    """(interior, border) item-loop iterations of one channel's warps over its slices: a warp
+    runs ceil(its slice's interior items / 32) interior iterations, then ceil(border items / 32)."""
+    starts = np.arange(slices, dtype=np.int64) * per_slice
+    ends = np.minimum(starts + per_slice, items)
+    inner = np.clip(np.minimum(ends, interior) - starts, 0, None)
+    outer = np.clip(ends - np.maximum(starts, interior), 0, None)
+    return int((-(-inner // 32)).sum()), int((-(-outer // 32)).sum())
 
 
 def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
@@ -1146,16 +1165,21 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
     down, across = dwf.planes_item_counts(g)
     items = g.batch * down * across
     four = g.out_cols % dwf.PLANES_ITEM_COLS == 0  # the benchmark's arrays are aligned
-    per_item, fixed, counts = filter_planes_item_cost(kernel, dtype, g, four)
-    # A warp issues its busiest lane's items: ceil(items of its slice / 32).
-    last = items - (slices - 1) * per_slice
-    iterations = (slices - 1) * -(-per_slice // 32) + -(-last // 32)  # per channel, over its slices
+    (per_interior, interior_counts), (per_border, border_counts), fixed = filter_planes_item_cost(kernel, dtype, g,
+                                                                                                  four)
+    row0, row1, col0, col1 = dwf.planes_interior_box(g)
+    interior = g.batch * (row1 - row0) * (col1 - col0)
+    # A warp issues its busiest lane's items: ceil(interior items of its slice / 32), then the border ones.
+    inner, outer = planes_iterations(items, interior, slices, per_slice)
     warps = g.out_depth * slices
-    warp_instructions = g.out_depth * iterations * per_item + warps * fixed
+    warp_instructions = g.out_depth * (inner * per_interior + outer * per_border) + warps * fixed
     elements = math.prod(g.out_backprop_shape)
     per_element = 32 * warp_instructions / elements
-    pipes = {k.removeprefix("class:"): 32 * v * g.out_depth * iterations / elements
-             for k, v in counts.items() if k.startswith("class:")}
+    pipes = Counter()
+    for counts, iterations in ((interior_counts, inner), (border_counts, outer)):
+        for k, v in counts.items():
+            if k.startswith("class:"):
+                pipes[k.removeprefix("class:")] += 32 * v * g.out_depth * iterations / elements
     reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
     taps = g.filter_rows * g.filter_cols
     partials = slices * taps * g.out_depth
@@ -1176,7 +1200,8 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
              "sass_per_element": per_element, "round_trips_per_element": round_trips,
              "resident_warps_per_sm": occ["warps_per_sm"], **limits,
              "tiled": {"ctas": ctas, "slices": slices, "items_per_slice": per_slice, "items": items,
-                       "thread_instructions_per_item": per_item, "thread_fixed_instructions": fixed,
+                       "interior_items": interior, "thread_instructions_per_interior_item": per_interior,
+                       "thread_instructions_per_border_item": per_border, "thread_fixed_instructions": fixed,
                        "item": [rows, cols], "item_fill": g.out_rows * g.out_cols / (down * across * rows * cols),
                        "out_backprop_row_loads": "one" if four else "per value"}}
     second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)

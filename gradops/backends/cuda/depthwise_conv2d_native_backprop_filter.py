@@ -234,6 +234,32 @@ def planes_item_counts(g: Conv2DGeometry) -> tuple[int, int]:
     return -(-g.out_rows // rows), -(-g.out_cols // cols)
 
 
+def planes_window_shape(g: Conv2DGeometry) -> tuple[int, int]:
+    """(rows, columns) of input positions one work item reads (``Shape::WINDOW_ROWS / _COLS``)."""
+    rows, cols = planes_item_shape(g)
+    return (rows - 1) * g.stride_rows + g.filter_rows, (cols - 1) * g.stride_cols + g.filter_cols
+
+
+def planes_interior_box(g: Conv2DGeometry) -> tuple[int, int, int, int]:
+    """(first row, end row, first column, end column) of the work items of a plane whose
+    positions are inside the output and whose windows are inside the image (the kernel's
+    unconditional loop); an empty box is (down, down, across, across)."""
+    rows, cols = planes_item_shape(g)
+    window_rows, window_cols = planes_window_shape(g)
+    down, across = planes_item_counts(g)
+
+    def span(count, size, out_size, stride, pad, window, in_size):
+        inside = [i for i in range(count) if (i + 1) * size <= out_size and i * size * stride - pad >= 0
+                  and i * size * stride - pad + window <= in_size]
+        return (inside[0], inside[-1] + 1) if inside else (count, count)  # contiguous: each test is monotone
+
+    row0, row1 = span(down, rows, g.out_rows, g.stride_rows, g.pad_top, window_rows, g.in_rows)
+    col0, col1 = span(across, cols, g.out_cols, g.stride_cols, g.pad_left, window_cols, g.in_cols)
+    if row0 == row1 or col0 == col1:
+        return down, down, across, across
+    return row0, row1, col0, col1
+
+
 def planes_slicing(g: Conv2DGeometry) -> tuple[int, int]:
     """(slices, work items per slice) of the planes kernel: about :data:`PLANES_TARGET_WARPS`
     warps with at least :data:`PLANES_MIN_ITEMS` items per slice (where there are that many),
@@ -352,13 +378,15 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         down, across = planes_item_counts(g)
         items = g.batch * down * across
         slices = -(-items // per_slice)
+        row0, row1, col0, col1 = planes_interior_box(g)
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
         fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows))
         i32 = _runtime.i32
         fn((-(-g.out_depth // PLANES_WARPS), slices), (PLANES_THREADS,),
            (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
-                               g.pad_top, g.pad_left, down, across, items, per_slice,
+                               g.pad_top, g.pad_left, down, across, row0, row1, col0, col1,
+                               g.batch * (row1 - row0) * (col1 - col0), items, per_slice,
                                int(planes_lane_loads(g, dtype, dy))))))
     elif pick_tiled(g, dtype, tiled):
         c = pick_items_across(g) if items_across is None else items_across
