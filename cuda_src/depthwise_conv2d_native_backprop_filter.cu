@@ -443,17 +443,16 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 // channel's positions are one contiguous plane per image.  A warp owns one out_backprop channel
 // k (kWarps channels per CTA) and a slice of work items; a work item is ITEM_ROWS x 4 output
 // positions of one image's plane.  The interior items (positions inside the output, window
-// inside the image: a box of item rows x columns per plane) come first, numbered (image, box
-// row, box column), column fastest, then the border items, numbered by image and band; slice z
-// takes items [z * items_per_slice, (z + 1) * items_per_slice).  Lane l takes items first + l,
-// first + l + 32, ...: a warp's out_backprop loads are consecutive columns of a plane row (4 per
+// inside the image: a box of item rows x columns per plane) are numbered (image, box row, box
+// column), column fastest, the border items by image and band; slice z takes a run of each.
+// Lane l takes items first + l, first + l + 32, ... of each run: a warp's out_backprop loads are consecutive columns of a plane row (4 per
 // lane, one load where out_cols is a multiple of 4), and its window loads of input plane
 // c = k / M overlap the neighbouring lanes' (L1 serves the overlap).  A thread multiplies each
 // value of its window (WINDOW_ROWS x WINDOW_COLS) into every tap that carries it to one of its
 // positions: K x K sums in registers, no shared memory and no barrier.  Interior items load
-// without a test and advance by a step of 32 items (no division); a warp's interior items are
-// consecutive, so its lanes take the unconditional loop together.  Border items test each load
-// and find their coordinates by division.
+// without a test and advance by a step of 32 items (no division); the interior items' loop and
+// the border items' loop are separate, so a warp's lanes take each together.  Border items test
+// each load and find their coordinates by division.
 //
 // Padding.  Border items load zeros outside the image and past the output.  A zero times a finite
 // value is +-0, which leaves a sum unchanged (a sum starting at +0 never becomes -0), so the sums
@@ -472,11 +471,13 @@ constexpr int kWarpSize = 32;
 // Warps (out_backprop channels) per CTA: 128 threads.
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
-// CTAs per SM the register allocation must allow: 8 for 3x3 (64 registers a thread, what ptxas
-// picks unasked, no spills), 5 for 5x5 (102: unasked, ptxas held 5x5 stride-2 float at 64 on
-// sm_90 and spilled), 2 with double sums (255).
-template <typename Acc, int K> struct MinBlocks {
-    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? 8 : 5;
+// CTAs per SM the register allocation must allow: at stride 1 6 for 3x3 (85 registers a
+// thread) and 4 for 5x5 (128), at stride 2 5 and 3 (102, 170), 2 with double sums (255).  With
+// fewer registers (8 / 5 CTAs: 64 / 102) the compiler widened each half window value next to its
+// load, so a border item's loads waited for memory 14 times, not 7 (sm_90), and at 6 / 4 CTAs
+// stride 2 spilled.
+template <typename Acc, int K, int S> struct MinBlocks {
+    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (S == 1 ? 6 : 5) : (S == 1 ? 4 : 3);
 };
 // Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
 constexpr int kItemCols = 4;
@@ -562,14 +563,25 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
                                ? to_acc<Acc>(out_backprop[dy_at + a * g.out_cols + b]) : Acc(0);
         }
     }
+    // The window's elements, every load issued before any is widened or multiplied (widening
+    // each value next to its load made the warp wait for it, for half types).
+    T window[Sh::WINDOW_ROWS][Sh::WINDOW_COLS];
 #pragma unroll
     for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
         const bool row_inside = wr >= row_begin && wr < row_end;
 #pragma unroll
         for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
             const bool inside = LOADS == kInterior || (row_inside && wc >= col_begin && wc < col_end);
-            if (CHECKED && !inside) continue;
-            const Acc x = inside ? to_acc<Acc>(input[in_at + wr * g.in_cols + wc]) : Acc(0);
+            window[wr][wc] = inside ? input[in_at + wr * g.in_cols + wc] : from_acc<T, Acc>(Acc(0));
+        }
+    }
+#pragma unroll
+    for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
+#pragma unroll
+        for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
+            // The checked form skips exactly the values the loads above left zero.
+            if (CHECKED && !(wr >= row_begin && wr < row_end && wc >= col_begin && wc < col_end)) continue;
+            const Acc x = to_acc<Acc>(window[wr][wc]);
 #pragma unroll
             for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
                 const int r = wr - a * S;  // the tap that carries window row wr to position row a
@@ -646,16 +658,17 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
 
 }  // namespace dwplanes
 
-// item_rows / item_cols: work items down / across a plane; items: batch x both, the interior
-// ones (interior_items: batch x the box) first, then the border ones; lane_loads: out_backprop
-// rows read 4 values per load (out_cols a multiple of 4, an aligned tensor).  partial:
-// [slices][K * K][out_depth].
+// item_rows / item_cols: work items down / across a plane; interior_items (batch x the box) and
+// border_items (the others), of which slice z takes [z * interior_per_slice, ...) and
+// [z * border_per_slice, ...) (every slice a share of both, so that no warp runs only border
+// items); lane_loads: out_backprop rows read 4 values per load (out_cols a multiple of 4, an
+// aligned tensor).  partial: [slices][K * K][out_depth].
 template <typename T, typename Acc, int K, int S>
-__global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K>::value)) depthwise_conv2d_native_backprop_filter_planes(
+__global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
         int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
         int item_rows, int item_cols, int box_row0, int box_row1, int box_col0, int box_col1, int interior_items,
-        int items, int items_per_slice, int lane_loads) {
+        int border_items, int interior_per_slice, int border_per_slice, int lane_loads) {
     using namespace dwplanes;
     // A warp's lanes' sums, [tap][lane]; 33 words a tap, so that the lanes adding one tap each
     // read 32 banks.
@@ -666,29 +679,27 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
     if (k >= out_depth) return;  // the whole warp: it exchanges its sums with __syncwarp only
     const int c = k / multiplier;
     const int slice = static_cast<int>(blockIdx.y);
-    const int first = slice * items_per_slice + lane;
-    const int stop = min(items, slice * items_per_slice + items_per_slice);
-    const int border_items = item_rows * item_cols - (box_row1 - box_row0) * (box_col1 - box_col0);
+    const int first_interior = slice * interior_per_slice + lane;
+    const int stop_interior = min(interior_items, slice * interior_per_slice + interior_per_slice);
+    const int first_border = slice * border_per_slice + lane;
+    const int stop_border = min(border_items, slice * border_per_slice + border_per_slice);
     const Planes g{in_rows, in_cols, in_depth, out_rows, out_cols, out_depth, pad_top, pad_left,
-                   item_rows, item_cols, box_row0, box_row1, box_col0, box_col1, border_items, lane_loads != 0};
-    // The lane's items below interior_items are interior; its first one at or past it is
-    // border item first_border (the lane's items keep their step of 32).
-    const int first_border = (first < interior_items ? first + (interior_items - first + kWarpSize - 1) /
-                              kWarpSize * kWarpSize : first) - interior_items;
+                   item_rows, item_cols, box_row0, box_row1, box_col0, box_col1,
+                   item_rows * item_cols - (box_row1 - box_row0) * (box_col1 - box_col0), lane_loads != 0};
 
     Acc acc[K * K];
 #pragma unroll
     for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-    sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first, min(stop, interior_items), acc);
-    sum_border<false, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop - interior_items, acc);
+    sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+    sum_border<false, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop_border, acc);
     bool finite = true;
 #pragma unroll
     for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
     if (!finite) {
 #pragma unroll
         for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-        sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first, min(stop, interior_items), acc);
-        sum_border<true, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop - interior_items, acc);
+        sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+        sum_border<true, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop_border, acc);
     }
 
 #pragma unroll

@@ -1013,17 +1013,22 @@ def test_cuda_planes_nonfinite_values_meet_no_padding(cuda_device):
 
 
 PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real source, its replacement)
-    "planes-slice-drops-its-last-item": ("const int stop = min(items, slice * items_per_slice + items_per_slice);",
-                                         "const int stop = min(items, slice * items_per_slice + items_per_slice - 1);"),
-    "planes-slice-runs-past-the-items": ("const int stop = min(items, slice * items_per_slice + items_per_slice);",
-                                         "const int stop = slice * items_per_slice + items_per_slice;"),
+    "planes-slice-drops-its-last-border-item": (
+        "const int stop_border = min(border_items, slice * border_per_slice + border_per_slice);",
+        "const int stop_border = min(border_items, slice * border_per_slice + border_per_slice - 1);"),
+    "planes-slice-runs-into-the-next-interior-run": (
+        "const int stop_interior = min(interior_items, slice * interior_per_slice + interior_per_slice);",
+        "const int stop_interior = min(interior_items, slice * interior_per_slice + interior_per_slice + 1);"),
+    "planes-interior-run-of-the-border-slicing": ("const int first_interior = slice * interior_per_slice + lane;",
+                                                  "const int first_interior = slice * border_per_slice + lane;"),
     "planes-window-row-past-the-image": ("const bool row_inside = wr >= row_begin && wr < row_end;",
                                          "const bool row_inside = wr >= row_begin && wr <= row_end;"),
     "planes-taps-mirrored": ("const int r = wr - a * S;  // the tap", "const int r = K - 1 - (wr - a * S);  // the tap"),
     "planes-last-output-column-dropped": ("cols = min(Sh::ITEM_COLS, g.out_cols - q0)",
                                           "cols = min(Sh::ITEM_COLS, g.out_cols - q0 - 1)"),
     "planes-never-rechecks-nonfinite": ("if (!finite) {", "if (false) {"),
-    "planes-checked-loop-keeps-padding": ("if (CHECKED && !inside) continue;", ""),
+    "planes-checked-loop-keeps-padding": (
+        "if (CHECKED && !(wr >= row_begin && wr < row_end && wc >= col_begin && wc < col_end)) continue;", ""),
     "planes-step-forgets-the-row-carry": ("            col -= box_cols;\n            ++row;",
                                           "            col -= box_cols;"),
     "planes-step-forgets-the-image-carry": ("            row -= box_rows;\n            ++n;",
@@ -1031,8 +1036,6 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
     "planes-interior-items-at-the-box-corner": ("g.box_row0 + row, g.box_col0 + col, acc);", "row, col, acc);"),
     "planes-bottom-band-from-the-box-top": ("            row += g.box_row1;", "            row += g.box_row0;"),
     "planes-side-band-skips-no-box-columns": ("col += col < g.box_col0 ? 0 : box_cols;", "col += 0;"),
-    "planes-border-starts-a-step-late": ("kWarpSize * kWarpSize : first) - interior_items;",
-                                         "kWarpSize * kWarpSize : first + kWarpSize) - interior_items;"),
     "planes-interior-loads-past-the-row": ("if (g.four && (LOADS == kInterior || a < rows)) {", "if (g.four) {"),
     "planes-lane-sum-skips-the-last-lane": ("for (int l = 1; l < kWarpSize; ++l)", "for (int l = 1; l < kWarpSize - 1; ++l)"),
     "planes-no-warp-barrier": ("    __syncwarp();\n    if (lane < K * K) {", "    if (lane < K * K) {"),
@@ -1042,20 +1045,21 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
 
 def run_planted_planes_problem(rng):
     """(launcher results, loops' results), three SAME 3x3 stride-1 problems, multiplier 2 on 3
-    float32 channels, slices of 37 work items (the last one short), so that lanes run several
-    items, a step of 32 items wraps columns, rows and images, and slices straddle the interior
-    and border items:
+    float32 channels, so that lanes run several items and a step of 32 items wraps columns,
+    rows and images:
     * 20 images of 7 x 12: 2 x 3 items a plane, none interior, out_backprop rows in one load,
-      and a NaN in out_backprop at one image's corner (the checked loop);
+      a NaN in out_backprop at one image's corner (the checked loop), slices of 37 items (the
+      last one short);
     * 9 images of 6 x 13: 2 x 4 items, the last column alone in its item, rows one value at a
-      time;
-    * 8 images of 14 x 20: 4 x 5 items, 2 x 3 of them interior (top, bottom and side bands
-      around the box; 48 interior items, so a lane's step wraps an interior row and image),
-      rows in one load."""
+      time, slices of 37;
+    * 11 images of 18 x 20: 5 x 5 items, 3 x 3 of them interior (top, bottom and side bands
+      around the box), rows in one load, two slices with runs of 50 and 49 interior items (a
+      lane's step wraps an interior row and image) and 88 border items each."""
     import cupy  # the installed HostDevice
 
     got, want = [], []
-    for images, rows, cols, nan_image in ((20, 7, 12, 3), (9, 6, 13, None), (8, 14, 20, None)):
+    for images, rows, cols, nan_image, per_slice in ((20, 7, 12, 3, 37), (9, 6, 13, None, 37),
+                                                     (11, 18, 20, None, 140)):
         kwargs, x, dy, case = cuda_case(rng, x_shape=(images, rows, cols, 3), filt_hw=(3, 3), multiplier=2,
                                         padding="SAME", data_format="NCHW", dtype=np.float32)
         dy = dy.copy()
@@ -1064,11 +1068,13 @@ def run_planted_planes_problem(rng):
         kwargs["out_backprop"] = to_format(dy, "NCHW").astype(np.float32)
         g = geometry_of(kwargs)
         row0, row1, col0, col1 = cuda_launcher.planes_interior_box(g)
-        assert (row1 - row0) * (col1 - col0) == (6 if rows == 14 else 0)
+        assert (row1 - row0) * (col1 - col0) == (9 if rows == 18 else 0)
+        if rows == 18:
+            assert cuda_launcher.planes_runs(g, 2) == (99, 176, 50, 88)
         gpu_dy = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
         assert cuda_launcher.planes_lane_loads(g, np.float32, gpu_dy) == (cols % 4 == 0)
         result = cuda_launcher.depthwise_conv2d_native_backprop_filter(
-            g, cupy.asarray(np.ascontiguousarray(kwargs["input"])), gpu_dy, planes=True, items_per_slice=37)
+            g, cupy.asarray(np.ascontiguousarray(kwargs["input"])), gpu_dy, planes=True, items_per_slice=per_slice)
         expected, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
         got.append(to_host(result).ravel())
         want.append(expected.ravel())

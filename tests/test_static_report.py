@@ -454,6 +454,32 @@ def test_depthwise_generic_kernel_path_is_counted():
     assert 50 < path["per_element"] < 2000 and path["per_extra_tap"] > 0
 
 
+def test_load_round_trips_counts_waits_on_loaded_registers():
+    """A wait where an instruction reads (or overwrites) a register that a load issued since the
+    last wait fills; 64-bit loads fill two registers; an address register is a read."""
+    listing = """
+	.section	.text._Z1kv,"ax",@progbits
+.text._Z1kv:
+        /*0000*/                   LDG.E R2, desc[UR4][R10.64] ;
+        /*0010*/                   LDG.E.64 R4, desc[UR4][R10.64+0x4] ;
+        /*0020*/                   FFMA R8, R6, R7, R8 ;
+        /*0030*/                   FFMA R8, R5, R7, R8 ;
+        /*0040*/                   LDG.E R6, desc[UR4][R12.64] ;
+        /*0050*/                   FFMA R8, R2, R7, R8 ;
+        /*0060*/                   HADD2.F32 R9, -RZ, R6.H0_H0 ;
+        /*0070*/                   LDG.E R3, desc[UR4][R6.64] ;
+        /*0080*/                   EXIT ;
+"""
+    ins = _sass.parse_listing(listing)["_Z1kv"].instructions
+    assert _sass.load_round_trips(ins[:3]) == 1  # two loads in flight, R6 not loaded: one trip (the end)
+    assert _sass.load_round_trips(ins[:4]) == 1  # R5, the 64-bit load's second register: the wait
+    assert _sass.load_round_trips(ins[:5]) == 2  # a new load pending at the end
+    assert _sass.load_round_trips(ins[:6]) == 2  # R2 arrived at the first wait
+    assert _sass.load_round_trips(ins[:7]) == 2  # reading R6: the second wait
+    assert _sass.load_round_trips(ins) == 3  # the last load, addressed by R6 (arrived), pending at the end
+    assert _sass.load_round_trips(ins[2:3]) == 0
+
+
 def test_sm80_loop_exit_by_a_call_of_a_local_label():
     """sm_80 code leaves a loop by ``@P0 CALL.REL.NOINC`` to a label of the kernel (the EXIT):
     a conditional jump, not a slow path, so the loop keeps its steady-state path."""

@@ -194,16 +194,18 @@ ASSUMPTIONS = [
     "overlap the staging loads; + 1) x 600 ns.",
     "Depthwise filter gradient, planes first kernel (NCHW 3x3 / 5x5 at stride 1 / 2, the launcher's choice "
     "wherever it runs; SASS/elem and the budget per out_backprop element): a warp per (channel, slice) issues "
-    "ceil(interior items of its slice / 32) iterations of the interior item loop and ceil(border items / 32) of "
-    "the border loop, each the cheapest path through one iteration with every window load and a whole item's "
+    "ceil(its slice's run of interior items / 32) iterations of the interior item loop and ceil(its run of "
+    "border items / 32) of the border loop (each slice a run of both), each the cheapest path through one iteration with every window load and a whole item's "
     "out_backprop loads (one per row where out_cols is a multiple of 4 and the arrays aligned, as in the "
     "benchmark; else one per value), in the cheapest loop whose window loads are unconditional (interior) and "
     "the cheapest whose window loads are predicated (border; the checked border loop runs only where a slice's "
     "sums are not finite); plus every instruction outside the "
     "loops (an upper bound); a border item past the output costs what an inside one does. L2 -> SM bytes: out_backprop once, the input once per multiplier with the halo of a warp's items' "
     "windows (rows ((rows - 1) S + K) / (rows S), columns of its run of at most 32 items across), and the "
-    "partial sums written. Latency: waves of resident CTAs x (1 round trip per item of the busiest lane + 1) "
-    "x 600 ns.",
+    "partial sums written. Latency: waves of resident CTAs x (the busiest warp's items x their dependent load "
+    "round trips + 1) x 600 ns, an item's round trips counted in its loop's SASS in issue order: a wait each "
+    "time an instruction reads or writes a register that a load issued since the last wait fills (each load "
+    "taken as slower than the loop body; half-type window loads widened next to their loads wait per batch).",
     "Depthwise filter gradient, second kernel: 8 threads (groups of slices) per filter element, each costing the "
     "busiest thread's path (group 0: ceil(slices / 8) accumulator loads, the fewest >= that a path makes, the "
     "barrier and the groups' sum; an upper bound for the other groups); latency: waves of resident 256-thread "
@@ -710,13 +712,16 @@ def _filter_planes_reference_paths(kernel, width: int) -> dict:
                         (k, k, channels, 1), (1, channels, size // s, size // s), [1, 1, s, s], "SAME", [], "NCHW",
                         [1, 1, 1, 1], depthwise=True)
     dtype = {2: np.float16, 4: np.float32}[width]
-    (per_item, counts), (per_border, _), fixed = filter_planes_item_cost(kernel, dtype, g, four=True)
+    (per_item, counts), (per_border, _), fixed, (trips, border_trips) = filter_planes_item_cost(kernel, dtype, g,
+                                                                                                  four=True)
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     outputs = math.prod(dwf.planes_item_shape(g))
     return {"work": f"one interior work item of one thread: {outputs} out_backprop elements (positions of one "
                     f"channel), out_backprop rows in one load", "per_element": per_item / outputs,
-            "extra_text": f"interior item {per_item}, border item {per_border}, fixed {fixed}", "per_item": per_item,
-            "per_border_item": per_border, "fixed": fixed, "path": _path_summary(counts),
+            "extra_text": f"interior item {per_item} ({trips} round trips), border item {per_border} "
+                          f"({border_trips}), fixed {fixed}", "per_item": per_item,
+            "per_border_item": per_border, "fixed": fixed, "round_trips": [trips, border_trips],
+            "path": _path_summary(counts),
             "call_sites": _kernel_call_sites(kernel.cfg)}
 
 
@@ -1089,16 +1094,20 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
-def filter_planes_item_cost(kernel, dtype, g, four: bool) -> tuple[tuple[int, Counter], tuple[int, Counter], int]:
+def filter_planes_item_cost(kernel, dtype, g, four: bool):
     """((instructions, counts) per interior work item, the same per border item, fixed
-    instructions) of one thread of the planes depthwise filter-gradient kernel.  An item's cost
+    instructions, (interior, border) load round trips per item) of one thread of the planes
+    depthwise filter-gradient kernel.  An item's cost
     is the cheapest path through one iteration of an item loop with every window load and
     every out_backprop load of a whole item (one load a row where ``four``, else one per
-    value); the kernel's loops with such a path cost, from the cheapest: the interior loop
-    (unconditional loads; twice, as the checked re-run repeats it), the border loop (zero-
-    filled loads, coordinates by division: its window loads are predicated; the cheaper one
-    where the checked border loop, run only where a slice's sums are not finite, is too).  Fixed: every instruction outside the loops
-    (an upper bound: the lanes' sum in lane order, the finiteness test and the loops' set-up)."""
+    value; at least those, where the compiler predicated both forms into one block): in the interior loop (its window loads unconditional; the checked re-run repeats
+    it) and in the border loop (predicated window loads, coordinates by division; where the
+    checked border loop, run only where a slice's sums are not finite, predicates too, the
+    cheaper).  Fixed: the cheapest path from the entry through both loops to the partial
+    sums' store less one cheapest iteration of each (the loops' set-up, the finiteness test,
+    the lanes' sum in lane order), the re-run left out.  Round trips: :func:`_sass.load_round_trips`
+    of each loop's instructions in address order (both out_backprop load forms where the
+    compiler made two: an upper bound)."""
     import importlib
 
     from ..backends.cuda import _sass
@@ -1112,39 +1121,52 @@ def filter_planes_item_cost(kernel, dtype, g, four: bool) -> tuple[tuple[int, Co
     dy_weight = 64  # above any count of element loads: the key says how many of each
 
     def counted(ins):
-        if four and _sass.is_global_load(ins, row_bytes) or row_bytes > 16 and _sass.is_global_load(ins, 16):
-            return dy_weight
+        if _sass.is_global_load(ins, row_bytes) or row_bytes > 16 and _sass.is_global_load(ins, 16):
+            return dy_weight if four else 0  # the row loads count only for the form asked for
         return 1 if _sass.is_global_load(ins, width) else 0
 
     loads_per_row = -(-row_bytes // 16)  # 8-byte doubles: two 16-byte loads a row
     key = window + (dy_weight * rows * loads_per_row if four else rows * cols)
+    # A path with at least the item's loads: where the compiler predicated both out_backprop
+    # forms into one block, its one path has both (an upper bound).
+    slack = dy_weight * rows * loads_per_row + rows * cols
     # The interior loops' window loads are unconditional; the border loop's are predicated.
     found = {False: [], True: []}
     for lp in cfg.top_loops():
         try:
-            table = cfg.path_table(lp, counted, kmax=key)
-        except _sass.PathError:  # a loop of cold blocks only (a slow path)
+            table = cfg.path_table(lp, counted, kmax=key + slack)
+        except _sass.PathError:  # a loop of cold blocks only (a slow path), or no path that loads so much
             continue
-        if key in table:
+        enough = [table[k] for k in table if k >= key]
+        if enough:
             guarded = sum(1 for x in cfg.loop_instructions(lp) if x.predicate and _sass.is_global_load(x, width))
-            found[guarded >= window // 2].append(table[key])
+            found[guarded >= window // 2].append((min(enough, key=lambda cost: cost[0]), lp))
     if not found[False] or not found[True]:
         raise _sass.PathError(f"{kernel.expression}: no interior and border item loops with {window} window loads "
                               f"and a whole item's out_backprop loads")
-    interior, border = (min(found[kind], key=lambda cost: cost[0]) for kind in (False, True))
-    outside = set(cfg.blocks) - set().union(*(lp.blocks for lp in cfg.top_loops()))
-    fixed = sum(len(cfg.instructions(n)) for n in outside if not cfg.cold(n))
-    return interior, border, fixed
+    # The cheapest of each kind; of equal ones the first (the checked re-run repeats the loops later).
+    (interior, inner), (border, outer) = (min(found[kind], key=lambda f: (f[0][0], cfg.blocks[f[1].header].start))
+                                          for kind in (False, True))
+    # Fixed: the cheapest path from the entry through both loops to the partial sums' store, less
+    # one cheapest iteration of each loop (the re-run's set-up and the early exit left out).
+    stores = [n for n in cfg.blocks if any(x.base == "STG" for x in cfg.instructions(n))]
+    through = cfg.function_table(lambda ins: 0, {}, kmax=0, through=stores + [inner.header, outer.header])[0][0]
+    fixed = through - sum(cfg.path_table(lp, kmax=0)[0][0] for lp in (inner, outer))
+    trips = tuple(_sass.load_round_trips(cfg.loop_instructions(lp)) for lp in (inner, outer))
+    return interior, border, fixed, trips
 
 
-def planes_iterations(items: int, interior: int, slices: int, per_slice: int) -> tuple[int, int]:
-    """(interior, border) item-loop iterations of one channel's warps over its slices: a warp
-    runs ceil(its slice's interior items / 32) interior iterations, then ceil(border items / 32)."""
-    starts = np.arange(slices, dtype=np.int64) * per_slice
-    ends = np.minimum(starts + per_slice, items)
-    inner = np.clip(np.minimum(ends, interior) - starts, 0, None)
-    outer = np.clip(ends - np.maximum(starts, interior), 0, None)
-    return int((-(-inner // 32)).sum()), int((-(-outer // 32)).sum())
+def planes_iterations(g, slices: int) -> tuple[np.ndarray, np.ndarray]:
+    """(interior, border) item-loop iterations of each slice's warp: ceil(the slice's run of
+    interior items / 32), then ceil(its run of border items / 32)."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    interior, border, interior_per_slice, border_per_slice = dwf.planes_runs(g, slices)
+    z = np.arange(slices, dtype=np.int64)
+    inner = np.clip(np.minimum(interior - z * interior_per_slice, interior_per_slice), 0, None)
+    outer = np.clip(np.minimum(border - z * border_per_slice, border_per_slice), 0, None)
+    return -(-inner // 32), -(-outer // 32)
 
 
 def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
@@ -1165,12 +1187,13 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
     down, across = dwf.planes_item_counts(g)
     items = g.batch * down * across
     four = g.out_cols % dwf.PLANES_ITEM_COLS == 0  # the benchmark's arrays are aligned
-    (per_interior, interior_counts), (per_border, border_counts), fixed = filter_planes_item_cost(kernel, dtype, g,
-                                                                                                  four)
+    ((per_interior, interior_counts), (per_border, border_counts), fixed,
+     (trips_interior, trips_border)) = filter_planes_item_cost(kernel, dtype, g, four)
     row0, row1, col0, col1 = dwf.planes_interior_box(g)
     interior = g.batch * (row1 - row0) * (col1 - col0)
     # A warp issues its busiest lane's items: ceil(interior items of its slice / 32), then the border ones.
-    inner, outer = planes_iterations(items, interior, slices, per_slice)
+    inner_per_slice, outer_per_slice = planes_iterations(g, slices)
+    inner, outer = int(inner_per_slice.sum()), int(outer_per_slice.sum())
     warps = g.out_depth * slices
     warp_instructions = g.out_depth * (inner * per_interior + outer * per_border) + warps * fixed
     elements = math.prod(g.out_backprop_shape)
@@ -1192,8 +1215,8 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
     l2 = width * (math.prod(g.out_backprop_shape) + halo * math.prod(g.input_shape) * g.depth_multiplier) + acc * partials
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.PLANES_THREADS)
     limits = roofline(device, elements, per_element, pipes, reads, l2, occ["warps_per_sm"] * 32)
-    # A warp's chain: one round trip per item (its loads are independent), and the partial sums' stores.
-    round_trips = -(-per_slice // 32) + 1
+    # The busiest warp's chain: each item's dependent load round trips, and the partial sums' store.
+    round_trips = int((inner_per_slice * trips_interior + outer_per_slice * trips_border).max()) + 1
     ctas = -(-g.out_depth // dwf.PLANES_WARPS) * slices
     with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
     first = {"stage": "planes", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
@@ -1202,6 +1225,7 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
              "tiled": {"ctas": ctas, "slices": slices, "items_per_slice": per_slice, "items": items,
                        "interior_items": interior, "thread_instructions_per_interior_item": per_interior,
                        "thread_instructions_per_border_item": per_border, "thread_fixed_instructions": fixed,
+                       "round_trips_per_interior_item": trips_interior, "round_trips_per_border_item": trips_border,
                        "item": [rows, cols], "item_fill": g.out_rows * g.out_cols / (down * across * rows * cols),
                        "out_backprop_row_loads": "one" if four else "per value"}}
     second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)

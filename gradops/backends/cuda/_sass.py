@@ -201,6 +201,32 @@ def access_width(instruction: Instruction) -> int | None:
     return 4
 
 
+_REGISTER = re.compile(r"\bR(\d+)\b")
+
+
+def load_round_trips(instructions) -> int:
+    """Dependent global-load round trips of a straight run of instructions issued in order,
+    each load's latency taken as longer than the whole run: a round trip ends where an
+    instruction reads a register that a global load issued since the last wait writes (the
+    warp waits for every load issued so far).  A load's destination is its first operand,
+    ``access_width / 4`` consecutive registers from it."""
+    pending: set[int] = set()
+    waits = 0
+    for ins in instructions:
+        regs = [int(r) for r in _REGISTER.findall(ins.operands.split("desc[", 1)[0] if ins.base == "LDG"
+                                                  else ins.operands)]
+        if ins.base == "LDG":
+            sources = [int(r) for r in _REGISTER.findall(ins.operands.split(",", 1)[1])] if "," in ins.operands else []
+        else:
+            sources = regs
+        if pending & set(sources):
+            waits += 1
+            pending.clear()
+        if ins.base == "LDG" and regs:
+            pending.update(range(regs[0], regs[0] + max(1, access_width(ins) // 4)))
+    return waits + (1 if pending else 0)
+
+
 def memory_kind(instruction: Instruction) -> str | None:
     """``"LDG.128"``-style key for loads/stores (op and width), None for anything else."""
     width = access_width(instruction)

@@ -75,10 +75,12 @@ PLANES_ITEM_COLS = 4
 #: The planes slicing aims at about this many warps (channels x slices), a constant so that the
 #: summation order is the same everywhere ...
 PLANES_TARGET_WARPS = 4096
-#: ... with at least this many work items per slice (8 per lane) where there are enough: a
-#: warp's fixed work (its lanes' sum in lane order, 33 shared-memory loads a lane) is then a
-#: small part of its slice.
-PLANES_MIN_ITEMS = 256
+#: ... with at least this many work items per slice (2 per lane) where there are enough: small
+#: maps then have warps enough to keep loads in flight (the static report's latency limit, with
+#: each item's dependent load round trips counted in its SASS, was the binding one at 256 on
+#: every map of 28 x 28 or less), at a warp's fixed work (its lanes' sum in lane order) of about
+#: one item.
+PLANES_MIN_ITEMS = 64
 
 
 def _partial_expression(dtype, data_format: str, index_bits: int) -> str:
@@ -260,6 +262,15 @@ def planes_interior_box(g: Conv2DGeometry) -> tuple[int, int, int, int]:
     return row0, row1, col0, col1
 
 
+def planes_runs(g: Conv2DGeometry, slices: int) -> tuple[int, int, int, int]:
+    """(interior items, border items, interior items per slice, border items per slice): each
+    of ``slices`` slices takes a run of both (the last runs short or empty)."""
+    row0, row1, col0, col1 = planes_interior_box(g)
+    interior = g.batch * (row1 - row0) * (col1 - col0)
+    border = g.batch * math.prod(planes_item_counts(g)) - interior
+    return interior, border, max(1, -(-interior // slices)), max(1, -(-border // slices))
+
+
 def planes_slicing(g: Conv2DGeometry) -> tuple[int, int]:
     """(slices, work items per slice) of the planes kernel: about :data:`PLANES_TARGET_WARPS`
     warps with at least :data:`PLANES_MIN_ITEMS` items per slice (where there are that many),
@@ -374,20 +385,18 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     if pick_planes(g, dtype, planes):
         slices, per_slice = planes_slicing(g)
         if items_per_slice is not None:
-            per_slice = items_per_slice
+            slices = -(-g.batch * math.prod(planes_item_counts(g)) // items_per_slice)
         down, across = planes_item_counts(g)
-        items = g.batch * down * across
-        slices = -(-items // per_slice)
         row0, row1, col0, col1 = planes_interior_box(g)
+        interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
         fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows))
         i32 = _runtime.i32
         fn((-(-g.out_depth // PLANES_WARPS), slices), (PLANES_THREADS,),
            (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
-                               g.pad_top, g.pad_left, down, across, row0, row1, col0, col1,
-                               g.batch * (row1 - row0) * (col1 - col0), items, per_slice,
-                               int(planes_lane_loads(g, dtype, dy))))))
+                               g.pad_top, g.pad_left, down, across, row0, row1, col0, col1, interior, border,
+                               interior_per_slice, border_per_slice, int(planes_lane_loads(g, dtype, dy))))))
     elif pick_tiled(g, dtype, tiled):
         c = pick_items_across(g) if items_across is None else items_across
         slices, per_slice = tiled_slicing(g, dtype, c)
