@@ -10,6 +10,10 @@
 // * ..._tiled (NHWC 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the tiled
 //   kernel" below): the partial sums of a slice of output tiles x 32 (float) or 16 (double)
 //   channels per CTA, the input tile staged in shared memory, the sums in registers.
+// * ..._planes (NCHW 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the planes
+//   kernel" below): the partial sums of a slice of work items of one channel per warp, the
+//   window values loaded from the channel's planes (L1 serves neighbours' overlap), the sums
+//   in registers.
 // * ..._partial (every other geometry, either layout): the batch x output rows (n, p) are cut into ``slices`` fixed runs of
 //   ``rows_per_slice``; one thread per (slice, tap, k) sums its run in a fixed order into
 //   partial[slice][tap][k] (float, double for float64).  A warp takes 32 consecutive k (a
