@@ -528,8 +528,8 @@ struct Planes {
     int item_rows, item_cols;  // work items down / across a plane
     // The interior box: item rows [box_row0, box_row1) x columns [box_col0, box_col1), whose
     // positions are inside the output and whose windows inside the image (an empty box is
-    // [item_rows, item_rows) x [item_cols, item_cols)); border_items: the others, per image.
-    int box_row0, box_row1, box_col0, box_col1, border_items;
+    // [item_rows, item_rows) x [item_cols, item_cols)); the others per image.
+    int box_row0, box_row1, box_col0, box_col1, border_per_image;
     bool four;  // out_backprop rows read 4 values per load
 };
 
@@ -629,7 +629,7 @@ __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const 
     }
 }
 
-// A thread's border items: i = first, first + 32, ... below stop, border_items per image, each
+// A thread's border items: i = first, first + 32, ... below stop, border_per_image per image, each
 // image's numbered by band: the item rows above the box, those below it (all columns), then
 // the box's rows left and right of it, row by row.
 template <bool CHECKED, typename T, typename Acc, int K, int S>
@@ -639,8 +639,8 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
     const int top = g.box_row0 * g.item_cols, bottom = (g.item_rows - g.box_row1) * g.item_cols;
     const int box_cols = g.box_col1 - g.box_col0, sides = g.item_cols - box_cols;
     for (int i = first; i < stop; i += kWarpSize) {
-        const int n = i / g.border_items;
-        int rest = i - n * g.border_items, row, col;
+        const int n = i / g.border_per_image;
+        int rest = i - n * g.border_per_image, row, col;
         if (rest < top) {
             row = rest / g.item_cols;
             col = rest - row * g.item_cols;

@@ -1186,7 +1186,7 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
     slices, per_slice = dwf.planes_slicing(g)
     down, across = dwf.planes_item_counts(g)
     items = g.batch * down * across
-    four = g.out_cols % dwf.PLANES_ITEM_COLS == 0  # the benchmark's arrays are aligned
+    four = dwf.planes_row_loads_possible(g)  # the benchmark's arrays are aligned
     ((per_interior, interior_counts), (per_border, border_counts), fixed,
      (trips_interior, trips_border)) = filter_planes_item_cost(kernel, dtype, g, four)
     row0, row1, col0, col1 = dwf.planes_interior_box(g)

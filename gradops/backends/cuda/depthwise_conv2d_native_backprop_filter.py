@@ -161,12 +161,34 @@ def pick_items_across(g: Conv2DGeometry) -> int:
     return min(TILED_ITEMS_ACROSS, key=covered)
 
 
+def specialised(g: Conv2DGeometry) -> bool:
+    """Whether the tiled (NHWC) and planes (NCHW) kernels have a specialisation for ``g``: a
+    3x3 or 5x5 filter at stride 1x1 or 2x2, no dilation."""
+    return (g.filter_rows == g.filter_cols and g.filter_rows in TILED_FILTERS and g.stride_rows == g.stride_cols
+            and g.stride_rows in TILED_STRIDES and g.dilation_rows == g.dilation_cols == 1)
+
+
+def _slices(units: int, parallel: int, target: int, minimum: int) -> tuple[int, int]:
+    """(slices, units per slice): ``units`` cut into about ``target / parallel`` slices (each
+    run by ``parallel`` CTAs or warps) of at least ``minimum`` units where there are that
+    many, no empty trailing slice."""
+    slices = max(1, min(-(-target // parallel), units // minimum, MAX_GRID_Y))
+    per_slice = -(-units // slices)
+    return -(-units // per_slice), per_slice
+
+
+def _pick(kernel: str, eligible: bool, forced: bool | None, other_layout: str) -> bool:
+    """``forced`` if given (True checked against ``eligible``), else ``eligible``."""
+    if forced and not eligible:
+        raise ValueError(f"the {kernel} kernel cannot run this geometry ({other_layout}, a filter or stride other "
+                         "than 3x3 / 5x5 at 1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
+    return eligible if forced is None else bool(forced)
+
+
 def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
-    """Whether the tiled kernel can run ``g``: NHWC, a 3x3 or 5x5 filter at stride 1x1 or 2x2,
-    no dilation, and 32-bit offsets (both tensors and the partial buffer below 2**31 elements)."""
-    if not (g.data_format == "NHWC" and g.filter_rows == g.filter_cols and g.filter_rows in TILED_FILTERS
-            and g.stride_rows == g.stride_cols and g.stride_rows in TILED_STRIDES
-            and g.dilation_rows == g.dilation_cols == 1):
+    """Whether the tiled kernel can run ``g``: NHWC, :func:`specialised`, and 32-bit offsets
+    (both tensors and the partial buffer below 2**31 elements)."""
+    if not (g.data_format == "NHWC" and specialised(g)):
         return False
     slices, _ = tiled_slicing(g, dtype, pick_items_across(g))
     down, across = tile_counts(g, min(TILED_ITEMS_ACROSS))  # the most tiles of either width
@@ -187,19 +209,12 @@ def tiled_slicing(g: Conv2DGeometry, dtype, items_across: int) -> tuple[int, int
     geometry alone."""
     down, across = tile_counts(g, items_across)
     units = g.batch * down * across
-    blocks = -(-g.out_depth // tiled_channels(dtype))
-    slices = max(1, min(-(-TILED_TARGET_CTAS // blocks), units // TILED_MIN_UNITS, MAX_GRID_Y))
-    per_slice = -(-units // slices)
-    return -(-units // per_slice), per_slice  # no empty trailing slice
+    return _slices(units, -(-g.out_depth // tiled_channels(dtype)), TILED_TARGET_CTAS, TILED_MIN_UNITS)
 
 
 def pick_tiled(g: Conv2DGeometry, dtype, tiled: bool | None = None) -> bool:
     """``tiled`` if given (True checked), else whether the tiled kernel can run ``g``."""
-    eligible = tiled_eligible(g, dtype)
-    if tiled and not eligible:
-        raise ValueError("the tiled kernel cannot run this geometry (NCHW, a filter or stride other than 3x3 / 5x5 "
-                         "at 1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
-    return eligible if tiled is None else bool(tiled)
+    return _pick("tiled", tiled_eligible(g, dtype), tiled, "NCHW")
 
 
 def vector_staging_possible(g: Conv2DGeometry, dtype) -> bool:
@@ -275,45 +290,43 @@ def planes_slicing(g: Conv2DGeometry) -> tuple[int, int]:
     """(slices, work items per slice) of the planes kernel: about :data:`PLANES_TARGET_WARPS`
     warps with at least :data:`PLANES_MIN_ITEMS` items per slice (where there are that many),
     from the geometry alone."""
-    items = g.batch * math.prod(planes_item_counts(g))
-    slices = max(1, min(-(-PLANES_TARGET_WARPS // g.out_depth), items // PLANES_MIN_ITEMS, MAX_GRID_Y))
-    per_slice = -(-items // slices)
-    return -(-items // per_slice), per_slice  # no empty trailing slice
+    return _slices(g.batch * math.prod(planes_item_counts(g)), g.out_depth, PLANES_TARGET_WARPS, PLANES_MIN_ITEMS)
 
 
 def planes_eligible(g: Conv2DGeometry, dtype) -> bool:
-    """Whether the planes kernel can run ``g``: NCHW, a 3x3 or 5x5 filter at stride 1x1 or 2x2,
-    no dilation, and 32-bit offsets of whole work items (positions up to 3 rows and columns
-    past the output, window rows and columns from the padding to a stride past the padded
-    image) and of the partial buffer."""
-    if not (g.data_format == "NCHW" and g.filter_rows == g.filter_cols and g.filter_rows in TILED_FILTERS
-            and g.stride_rows == g.stride_cols and g.stride_rows in TILED_STRIDES
-            and g.dilation_rows == g.dilation_cols == 1):
+    """Whether the planes kernel can run ``g``: NCHW, :func:`specialised`, and 32-bit offsets
+    of whole work items (positions up to 3 rows and columns past the output, window rows and
+    columns from the padding to a stride past the padded image), of the item runs' indices
+    (a lane's past its run's end) and of the partial buffer."""
+    if not (g.data_format == "NCHW" and specialised(g)):
         return False
-    slices, per_slice = planes_slicing(g)
+    slices, _ = planes_slicing(g)
+    _, _, interior_per_slice, border_per_slice = planes_runs(g, slices)
     margin = 8  # rows / columns: an item's last positions past the output, times the stride
     sizes = ((g.batch * g.in_depth * g.in_rows + g.pad_bottom + margin) * (g.in_cols + g.pad_right + margin),
              (g.pad_top + 1) * (g.in_cols + g.pad_left + 1),
              (g.batch * g.out_depth * g.out_rows + margin) * (g.out_cols + margin),
              slices * g.filter_rows * g.filter_cols * g.out_depth,
-             slices * per_slice + per_slice + 32)
+             (slices + 1) * max(interior_per_slice, border_per_slice) + 32)
     return max(sizes) <= INT32_MAX
 
 
 def pick_planes(g: Conv2DGeometry, dtype, planes: bool | None = None) -> bool:
     """``planes`` if given (True checked), else whether the planes kernel can run ``g``."""
-    eligible = planes_eligible(g, dtype)
-    if planes and not eligible:
-        raise ValueError("the planes kernel cannot run this geometry (NHWC, a filter or stride other than 3x3 / 5x5 "
-                         "at 1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
-    return eligible if planes is None else bool(planes)
+    return _pick("planes", planes_eligible(g, dtype), planes, "NHWC")
+
+
+def planes_row_loads_possible(g: Conv2DGeometry) -> bool:
+    """Whether an item row's 4 out_backprop values can be one load but for the array's
+    alignment: out_cols a multiple of 4."""
+    return g.out_cols % PLANES_ITEM_COLS == 0
 
 
 def planes_lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
     """Whether the planes kernel reads an item row's 4 out_backprop values in one load:
-    out_cols a multiple of 4 and out_backprop aligned to their bytes."""
+    :func:`planes_row_loads_possible` and out_backprop aligned to their bytes."""
     width = PLANES_ITEM_COLS * np.dtype(dtype).itemsize
-    return g.out_cols % PLANES_ITEM_COLS == 0 and int(_runtime.pointer(out_backprop)) % width == 0
+    return planes_row_loads_possible(g) and int(_runtime.pointer(out_backprop)) % width == 0
 
 
 def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]:
@@ -383,10 +396,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     if planes is None and tiled is not None:
         planes = False  # ``tiled`` names the NHWC tiled kernel or the per-element one
     if pick_planes(g, dtype, planes):
-        slices, per_slice = planes_slicing(g)
-        if items_per_slice is not None:
-            slices = -(-g.batch * math.prod(planes_item_counts(g)) // items_per_slice)
         down, across = planes_item_counts(g)
+        slices = planes_slicing(g)[0] if items_per_slice is None else -(-g.batch * down * across // items_per_slice)
         row0, row1, col0, col1 = planes_interior_box(g)
         interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
