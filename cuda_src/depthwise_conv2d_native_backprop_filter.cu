@@ -12,8 +12,8 @@
 //   channels per CTA, the input tile staged in shared memory, the sums in registers.
 // * ..._planes (NCHW 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the planes
 //   kernel" below): the partial sums of a slice of work items of one channel per warp, the
-//   window values loaded from the channel's planes (L1 serves neighbours' overlap), the sums
-//   in registers.
+//   window values loaded from the channel's planes (L1 serves neighbours' overlap; in aligned
+//   pairs where in_cols is even), the sums in registers.
 // * ..._partial (every other geometry, either layout): the batch x output rows (n, p) are cut into ``slices`` fixed runs of
 //   ``rows_per_slice``; one thread per (slice, tap, k) sums its run in a fixed order into
 //   partial[slice][tap][k] (float, double for float64).  A warp takes 32 consecutive k (a
@@ -451,7 +451,9 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 // column), column fastest, the border items by image and band; slice z takes a run of each.
 // Lane l takes items first + l, first + l + 32, ... of each run: a warp's out_backprop loads are consecutive columns of a plane row (4 per
 // lane, one load where out_cols is a multiple of 4), and its window loads of input plane
-// c = k / M overlap the neighbouring lanes' (L1 serves the overlap).  A thread multiplies each
+// c = k / M overlap the neighbouring lanes' (L1 serves the overlap); they load aligned pairs
+// of values where in_cols is even (WindowLoads).  An item issues every load (window first,
+// then out_backprop) before it widens any value, so it waits for memory once.  A thread multiplies each
 // value of its window (WINDOW_ROWS x WINDOW_COLS) into every tap that carries it to one of its
 // positions: K x K sums in registers, no shared memory and no barrier.  Interior items load
 // without a test and advance by a step of 32 items (no division); the interior items' loop and
@@ -475,13 +477,13 @@ constexpr int kWarpSize = 32;
 // Warps (out_backprop channels) per CTA: 128 threads.
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * kWarpSize;
-// CTAs per SM the register allocation must allow: at stride 1 6 for 3x3 (85 registers a
-// thread) and 4 for 5x5 (128), at stride 2 5 and 3 (102, 170), 2 with double sums (255).  With
-// fewer registers (8 / 5 CTAs: 64 / 102) the compiler widened each half window value next to its
-// load, so a border item's loads waited for memory 14 times, not 7 (sm_90), and at 6 / 4 CTAs
-// stride 2 spilled.
+// CTAs per SM the register allocation must allow: 5 for 3x3 (102 registers a thread), 4 for
+// 5x5 at stride 1 (128) and 3 at stride 2 (170), 2 with double sums (255).  At 6 CTAs (85
+// registers) 3x3 at stride 1 spilled on sm_80 or sm_90 for some element type and window form;
+// at 6 / 4 CTAs 3x3 / 5x5 at stride 2 spilled.  (Each item's loads are issued before any value
+// is widened: with 64 registers the compiler had widened each half value next to its load.)
 template <typename Acc, int K, int S> struct MinBlocks {
-    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (S == 1 ? 6 : 5) : (S == 1 ? 4 : 3);
+    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? 5 : (S == 1 ? 4 : 3);
 };
 // Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
 constexpr int kItemCols = 4;
@@ -497,30 +499,98 @@ template <int K, int S> struct Shape {
     static constexpr int WINDOW_COLS = (ITEM_COLS - 1) * S + K;
 };
 
-// The four out_backprop values at ``p`` (4-aligned: out_cols a multiple of 4, an aligned tensor).
-template <typename T, typename Acc> __device__ __forceinline__ void load_four(const T* __restrict__ p, Acc (&v)[4]) {
-    if constexpr (sizeof(T) == 2) {
-        const uint2 raw = *reinterpret_cast<const uint2*>(p);
+// How a work item's window is loaded: one value a load (kSingles), or aligned pairs of values
+// (in_cols even, the tensor aligned to a pair: half, bfloat16 and float; a window row's pairs
+// lie in its image row).  A window's first column x0 = q0 * S - pad_left (q0 a multiple of 4)
+// has pad_left's parity: even, its pairs start at the window (kPairs); odd, at the column
+// before it (kPairsFromColumnBefore).  Pairs halve a half window's loads (36 -> 18 or 24 for
+// 3x3 at stride 1) and the registers they fill.
+enum WindowForm { kSingles, kPairs, kPairsFromColumnBefore };
+
+// Two values of T as one load, +0 for both, and either value as a float.  Half types load the
+// pair's bits: selecting a __half2 struct against a zero one made the compiler move its halves
+// one by one, each waiting for the load.
+template <typename T> struct PairOf {  // half, bfloat16
+    using type = unsigned;
+    __device__ __forceinline__ static type zero() { return 0u; }
+    __device__ __forceinline__ static float value(type bits, int i) {
+        const float2 f = dwconv::to_float2(*reinterpret_cast<const typename dwconv::TwoOf<T>::type*>(&bits));
+        return i ? f.y : f.x;
+    }
+};
+template <> struct PairOf<float> {
+    using type = float2;
+    __device__ __forceinline__ static type zero() { return make_float2(0.0f, 0.0f); }
+    __device__ __forceinline__ static float value(type pair, int i) { return i ? pair.y : pair.x; }
+};
+
+template <typename T, int K, int S, int FORM> struct WindowLoads {  // pairs
+    static_assert(sizeof(T) <= 4, "pairs of half, bfloat16 or float");
+    static constexpr int VALUES = 2;  // per load
+    static constexpr int SHIFT = FORM == kPairsFromColumnBefore ? 1 : 0;  // columns loaded left of the window
+    static constexpr int LOADS_PER_ROW = (Shape<K, S>::WINDOW_COLS + SHIFT + 1) / 2;
+    using Load = typename PairOf<T>::type;
+    __device__ __forceinline__ static Load zero() { return PairOf<T>::zero(); }
+    // Window column wc of a row of loads (wc a constant once unrolled).
+    template <typename Acc> __device__ __forceinline__ static Acc value(const Load (&row)[LOADS_PER_ROW], int wc) {
+        const int at = wc + SHIFT;
+        return static_cast<Acc>(PairOf<T>::value(row[at / 2], at % 2));
+    }
+};
+template <typename T, int K, int S> struct WindowLoads<T, K, S, kSingles> {
+    static constexpr int VALUES = 1;
+    static constexpr int SHIFT = 0;
+    static constexpr int LOADS_PER_ROW = Shape<K, S>::WINDOW_COLS;
+    using Load = T;
+    __device__ __forceinline__ static Load zero() { return from_acc<T, float>(0.0f); }
+    template <typename Acc> __device__ __forceinline__ static Acc value(const Load (&row)[LOADS_PER_ROW], int wc) {
+        return to_acc<Acc>(row[wc]);
+    }
+};
+
+// An item row's four out_backprop values as one load (two for double), their zero and their
+// widening; ``p`` 4-aligned (out_cols a multiple of 4, an aligned tensor).  Half types keep the
+// bits until they are widened (see PairOf).
+template <typename T> struct FourOf {  // half, bfloat16
+    using type = uint2;
+    __device__ __forceinline__ static type load(const T* p) { return dwconv::load_vector(reinterpret_cast<const uint2*>(p)); }
+    __device__ __forceinline__ static type zero() { return make_uint2(0u, 0u); }
+    template <typename Acc> __device__ __forceinline__ static void widen(const type& raw, Acc (&v)[4]) {
         const typename dwconv::TwoOf<T>::type* h = reinterpret_cast<const typename dwconv::TwoOf<T>::type*>(&raw);
         const float2 a = dwconv::to_float2(h[0]), b = dwconv::to_float2(h[1]);
         v[0] = a.x;
         v[1] = a.y;
         v[2] = b.x;
         v[3] = b.y;
-    } else if constexpr (sizeof(T) == 4) {
-        const float4 f = *reinterpret_cast<const float4*>(p);
+    }
+};
+template <> struct FourOf<float> {
+    using type = float4;
+    __device__ __forceinline__ static type load(const float* p) { return dwconv::load_vector(reinterpret_cast<const float4*>(p)); }
+    __device__ __forceinline__ static type zero() { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+    __device__ __forceinline__ static void widen(const type& f, float (&v)[4]) {
         v[0] = f.x;
         v[1] = f.y;
         v[2] = f.z;
         v[3] = f.w;
-    } else {
-        const double2 a = reinterpret_cast<const double2*>(p)[0], b = reinterpret_cast<const double2*>(p)[1];
-        v[0] = a.x;
-        v[1] = a.y;
-        v[2] = b.x;
-        v[3] = b.y;
     }
-}
+};
+template <> struct FourOf<double> {
+    struct type {
+        double2 lo, hi;
+    };
+    __device__ __forceinline__ static type load(const double* p) {
+        const double2* q = reinterpret_cast<const double2*>(p);
+        return {dwconv::load_vector(q), dwconv::load_vector(q + 1)};
+    }
+    __device__ __forceinline__ static type zero() { return {make_double2(0.0, 0.0), make_double2(0.0, 0.0)}; }
+    __device__ __forceinline__ static void widen(const type& d, double (&v)[4]) {
+        v[0] = d.lo.x;
+        v[1] = d.lo.y;
+        v[2] = d.hi.x;
+        v[3] = d.hi.y;
+    }
+};
 
 // The geometry a thread's item loops need (all 32-bit: the launcher checks whole items' offsets).
 struct Planes {
@@ -540,7 +610,7 @@ enum ItemLoads { kInterior, kZeroFilled, kChecked };
 
 // The K x K sums of work item (image n, item row, item column) of out_backprop channel k and
 // input channel c.
-template <int LOADS, typename T, typename Acc, int K, int S>
+template <int LOADS, typename T, typename Acc, int K, int S, int PAIRS>
 __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                          const Planes& g, int k, int c, int n, int row, int col,
                                          Acc (&acc)[K * K]) {
@@ -555,29 +625,51 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
     const int row_begin = max(0, -y0), row_end = g.in_rows - y0;
     const int col_begin = max(0, -x0), col_end = g.in_cols - x0;
 
-    Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
-#pragma unroll
-    for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
-        if (g.four && (LOADS == kInterior || a < rows)) {
-            load_four<T, Acc>(out_backprop + dy_at + a * g.out_cols, dy[a]);
-        } else {
-#pragma unroll
-            for (int b = 0; b < Sh::ITEM_COLS; ++b)
-                dy[a][b] = LOADS == kInterior || (a < rows && b < cols)
-                               ? to_acc<Acc>(out_backprop[dy_at + a * g.out_cols + b]) : Acc(0);
-        }
-    }
-    // The window's elements, every load issued before any is widened or multiplied (widening
-    // each value next to its load made the warp wait for it, for half types).
-    T window[Sh::WINDOW_ROWS][Sh::WINDOW_COLS];
+    // The window's elements first, every load issued before any is widened or multiplied
+    // (widening each value next to its load made the warp wait for it, for half types), and
+    // before the out_backprop loads: their branch ends in widening them, and the compiler issued
+    // no load past it, so window loads placed after it waited for the out_backprop loads' round
+    // trip before starting their own.
+    using Wl = WindowLoads<T, K, S, PAIRS>;
+    typename Wl::Load window[Sh::WINDOW_ROWS][Wl::LOADS_PER_ROW];
+    // A row's loads start SHIFT columns left of the window (at the pair holding its first column).
 #pragma unroll
     for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
         const bool row_inside = wr >= row_begin && wr < row_end;
 #pragma unroll
-        for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
-            const bool inside = LOADS == kInterior || (row_inside && wc >= col_begin && wc < col_end);
-            window[wr][wc] = inside ? input[in_at + wr * g.in_cols + wc] : from_acc<T, Acc>(Acc(0));
+        for (int j = 0; j < Wl::LOADS_PER_ROW; ++j) {
+            // The load's first window column; a pair lies inside the image or outside it whole
+            // (in_cols even, the pair at an even column).
+            const int wc = j * Wl::VALUES - Wl::SHIFT;
+            const bool inside = LOADS == kInterior || (row_inside && wc >= -x0 && wc < col_end);
+            const T* at = input + (in_at - Wl::SHIFT + wr * g.in_cols + j * Wl::VALUES);
+            window[wr][j] = inside ? dwconv::load_vector(reinterpret_cast<const typename Wl::Load*>(at)) : Wl::zero();
         }
+    }
+
+    // out_backprop: one uniform branch (g.four), each form's loads issued before any is
+    // widened (a branch per row, with its widening, made a border item wait once a row).
+    Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+    if (g.four) {
+        typename FourOf<T>::type rows_of_four[Sh::ITEM_ROWS];
+#pragma unroll
+        for (int a = 0; a < Sh::ITEM_ROWS; ++a)
+            rows_of_four[a] = LOADS == kInterior || a < rows ? FourOf<T>::load(out_backprop + dy_at + a * g.out_cols)
+                                                              : FourOf<T>::zero();
+#pragma unroll
+        for (int a = 0; a < Sh::ITEM_ROWS; ++a) FourOf<T>::widen(rows_of_four[a], dy[a]);
+    } else {
+        T values[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+#pragma unroll
+        for (int a = 0; a < Sh::ITEM_ROWS; ++a)
+#pragma unroll
+            for (int b = 0; b < Sh::ITEM_COLS; ++b)
+                values[a][b] = LOADS == kInterior || (a < rows && b < cols) ? out_backprop[dy_at + a * g.out_cols + b]
+                                                                            : from_acc<T, Acc>(Acc(0));
+#pragma unroll
+        for (int a = 0; a < Sh::ITEM_ROWS; ++a)
+#pragma unroll
+            for (int b = 0; b < Sh::ITEM_COLS; ++b) dy[a][b] = to_acc<Acc>(values[a][b]);
     }
 #pragma unroll
     for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
@@ -585,7 +677,7 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
         for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
             // The checked form skips exactly the values the loads above left zero.
             if (CHECKED && !(wr >= row_begin && wr < row_end && wc >= col_begin && wc < col_end)) continue;
-            const Acc x = to_acc<Acc>(window[wr][wc]);
+            const Acc x = Wl::template value<Acc>(window[wr], wc);
 #pragma unroll
             for (int a = 0; a < Sh::ITEM_ROWS; ++a) {
                 const int r = wr - a * S;  // the tap that carries window row wr to position row a
@@ -603,7 +695,7 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
 
 // A thread's interior items: i = first, first + 32, ... below stop, numbered (image, box row,
 // box column), column fastest.  Their coordinates advance by a step of 32 items (no division).
-template <typename T, typename Acc, int K, int S>
+template <typename T, typename Acc, int K, int S, int PAIRS>
 __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                              const Planes& g, int k, int c, int first, int stop,
                                              Acc (&acc)[K * K]) {
@@ -614,7 +706,7 @@ __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const 
     const int step_cols = kWarpSize % box_cols, step_rows = kWarpSize / box_cols % box_rows;
     const int step_images = kWarpSize / box_cols / box_rows;
     for (int i = first; i < stop; i += kWarpSize) {
-        sum_item<kInterior, T, Acc, K, S>(input, out_backprop, g, k, c, n, g.box_row0 + row, g.box_col0 + col, acc);
+        sum_item<kInterior, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, n, g.box_row0 + row, g.box_col0 + col, acc);
         col += step_cols;
         row += step_rows;
         n += step_images;
@@ -632,7 +724,7 @@ __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const 
 // A thread's border items: i = first, first + 32, ... below stop, border_per_image per image, each
 // image's numbered by band: the item rows above the box, those below it (all columns), then
 // the box's rows left and right of it, row by row.
-template <bool CHECKED, typename T, typename Acc, int K, int S>
+template <bool CHECKED, typename T, typename Acc, int K, int S, int PAIRS>
 __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                            const Planes& g, int k, int c, int first, int stop,
                                            Acc (&acc)[K * K]) {
@@ -656,7 +748,7 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
             row += g.box_row0;
             col += col < g.box_col0 ? 0 : box_cols;
         }
-        sum_item<CHECKED ? kChecked : kZeroFilled, T, Acc, K, S>(input, out_backprop, g, k, c, n, row, col, acc);
+        sum_item<CHECKED ? kChecked : kZeroFilled, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, n, row, col, acc);
     }
 }
 
@@ -667,7 +759,7 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
 // [z * border_per_slice, ...) (every slice a share of both, so that no warp runs only border
 // items); lane_loads: out_backprop rows read 4 values per load (out_cols a multiple of 4, an
 // aligned tensor).  partial: [slices][K * K][out_depth].
-template <typename T, typename Acc, int K, int S>
+template <typename T, typename Acc, int K, int S, int PAIRS>
 __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
         int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
@@ -694,16 +786,16 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
     Acc acc[K * K];
 #pragma unroll
     for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-    sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
-    sum_border<false, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+    sum_interior<T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+    sum_border<false, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_border, stop_border, acc);
     bool finite = true;
 #pragma unroll
     for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
     if (!finite) {
 #pragma unroll
         for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-        sum_interior<T, Acc, K, S>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
-        sum_border<true, T, Acc, K, S>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+        sum_interior<T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+        sum_border<true, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_border, stop_border, acc);
     }
 
 #pragma unroll

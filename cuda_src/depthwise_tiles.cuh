@@ -34,6 +34,15 @@ template <> struct TwoOf<__nv_bfloat16> { using type = __nv_bfloat162; };
 __device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
 __device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
 
+// One vector load of V from global memory at p, which must be aligned to sizeof(V): a GPU
+// faults on a misaligned vector access; the host model (which a CPU would not fault) checks.
+template <typename V> __device__ __forceinline__ V load_vector(const V* p) {
+#ifdef GRADOPS_HOST_MODEL
+    gradops_host::check_vector_alignment(p, sizeof(V));
+#endif
+    return *p;
+}
+
 // 16 bytes of T (one vector load) widened to accumulators.
 template <typename T> struct VectorSize {
     static constexpr int value = kVectorBytes / static_cast<int>(sizeof(T));

@@ -251,6 +251,13 @@ inline char* kernel_error() {
     siglongjmp(fault_return(), kKernelError);
 }
 
+// A vector load of global memory (cuda_src's load_vector): a GPU faults on an address
+// that is not aligned to its size; a CPU does not, so the model checks.
+inline void check_vector_alignment(const void* p, std::size_t bytes) {
+    if (reinterpret_cast<std::uintptr_t>(p) % bytes)
+        fail("a global vector access to an address that is not aligned to its size (misaligned address)");
+}
+
 inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed,
                const unsigned long long* only_blocks, long long only_count, char* error, int error_size);
 

@@ -397,12 +397,15 @@ def test_instantiations_cover_every_launch():
     from gradops.backends.cuda import _build
 
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
-    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2 + 2 * 2)
+    # Per dtype: partial (2 layouts x 2 index widths), reduce, tiled (2 x 2 x 2), planes (2 x 2
+    # x its window forms: 3, or 1 for double).
+    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1)
     for dtype in FLOAT_DTYPES:
         assert cuda_launcher._reduce_expression(dtype) in listed
         for k in (3, 5):
             for s in (1, 2):
-                assert cuda_launcher._planes_expression(dtype, k, s) in listed
+                for form in cuda_launcher.planes_window_forms(dtype):
+                    assert cuda_launcher._planes_expression(dtype, k, s, form) in listed
                 for c in (2, 4):
                     assert cuda_launcher._tiled_expression(dtype, k, s, c) in listed
         for data_format in ("NHWC", "NCHW"):
@@ -932,6 +935,34 @@ def test_planes_interior_box():
     assert cuda_launcher.planes_interior_box(tiny) == (2, 2, 2, 2)  # empty
 
 
+def test_planes_window_form():
+    """Window loads in pairs where a pair fits a 4- or 8-byte load, in_cols is even and the
+    input aligned to a pair; from the column before the window where pad_left is odd (a
+    window's first column has its parity); one value at a time otherwise."""
+    launcher = cuda_launcher
+    even_pads = nchw_geometry((1, 8, 16, 16), padding="EXPLICIT", pads=(1, 1, 2, 0))
+    odd_pads = nchw_geometry((1, 8, 16, 16))  # SAME 3x3: pad_left 1
+    strided = nchw_geometry((1, 8, 16, 16), strides=(2, 2))  # SAME 3x3 stride 2 on 16: pad_left 0
+    assert (odd_pads.pad_left, strided.pad_left) == (1, 0)
+    for dtype in (np.float16, ml_dtypes.bfloat16, np.float32):
+        assert launcher.planes_window_form(even_pads, dtype) == launcher.PLANES_PAIRS
+        assert launcher.planes_window_form(strided, dtype) == launcher.PLANES_PAIRS
+        assert launcher.planes_window_form(odd_pads, dtype) == launcher.PLANES_PAIRS_FROM_COLUMN_BEFORE
+        assert launcher.planes_window_form(odd_pads, dtype, pairs=False) == launcher.PLANES_SINGLES
+        assert launcher.planes_window_form(nchw_geometry((1, 8, 16, 15)), dtype) == launcher.PLANES_SINGLES
+    assert launcher.planes_window_form(odd_pads, np.float64) == launcher.PLANES_SINGLES
+    with pytest.raises(ValueError, match="pair"):
+        launcher.planes_window_form(nchw_geometry((1, 8, 16, 15)), np.float32, pairs=True)
+    with pytest.raises(ValueError, match="pair"):
+        launcher.planes_window_form(odd_pads, np.float64, pairs=True)
+    rows, cols = launcher.planes_window_shape(odd_pads)
+    assert (rows, cols) == (6, 6)
+    assert launcher.planes_window_loads(odd_pads, np.float16, launcher.PLANES_SINGLES) == (36, 2)
+    assert launcher.planes_window_loads(odd_pads, np.float16, launcher.PLANES_PAIRS_FROM_COLUMN_BEFORE) == (24, 4)
+    assert launcher.planes_window_loads(even_pads, np.float32, launcher.PLANES_PAIRS) == (18, 8)
+    assert launcher.planes_window_loads(strided, np.float32, launcher.PLANES_PAIRS) == (5 * 5, 8)  # 9 columns
+
+
 def test_planes_kernel_needs_32_bit_offsets_of_whole_items():
     """Geometries whose tensors fit 2**31 but whose work items' offsets (rows past the output,
     a huge padding) would not take the per-element kernel."""
@@ -987,6 +1018,42 @@ def test_cuda_planes_one_load_a_row_or_four(cuda_device):
     assert_close(four, ref, np.float16, scale)
 
 
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32], ids=lambda d: np.dtype(d).name)
+def test_cuda_planes_pair_window_loads(cuda_device, dtype):
+    """Window loads in pairs, from the window's first column (pad_left even) and from the
+    column before it (odd), give the bits of one value a load, at every specialisation, with
+    interior and border items; a misaligned input (a view one element in) loads singles."""
+    import cupy
+
+    rng = np.random.default_rng(5)
+    launcher = cuda_launcher
+    for filt, stride in PLANES_SHAPES:
+        for pads in (((1, 2), (2, 1)), ((0, 1), (1, 2)), ((2, 2), (3, 0))):
+            kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 13, 22, 3), filt_hw=(filt, filt), multiplier=2,
+                                            strides=(stride, stride), padding="EXPLICIT", pads=pads,
+                                            data_format="NCHW", dtype=dtype)
+            g = geometry_of(kwargs)
+            x_gpu = cupy.asarray(np.ascontiguousarray(kwargs["input"]))
+            dy_gpu = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
+            form = launcher.planes_window_form(g, dtype, x_gpu)
+            assert form == (launcher.PLANES_PAIRS_FROM_COLUMN_BEFORE if pads[1][0] % 2 else launcher.PLANES_PAIRS)
+            pairs = to_host(launcher.depthwise_conv2d_native_backprop_filter(g, x_gpu, dy_gpu, planes=True,
+                                                                            items_per_slice=7))
+            singles = to_host(launcher.depthwise_conv2d_native_backprop_filter(g, x_gpu, dy_gpu, planes=True,
+                                                                              items_per_slice=7, pairs=False))
+            assert pairs.tobytes() == singles.tobytes(), (filt, stride, pads)
+            check_cuda(kwargs, x, dy, case, planes=True)
+    shifted = cupy.zeros(x_gpu.size + 1, x_gpu.dtype)[1:]
+    shifted[...] = x_gpu.ravel()
+    shifted = shifted.reshape(x_gpu.shape)
+    assert launcher.planes_window_form(g, dtype, shifted) == launcher.PLANES_SINGLES
+    with pytest.raises(ValueError, match="pair"):
+        launcher.depthwise_conv2d_native_backprop_filter(g, shifted, dy_gpu, planes=True, pairs=True)
+    got = to_host(launcher.depthwise_conv2d_native_backprop_filter(g, shifted, dy_gpu, planes=True,
+                                                                  items_per_slice=7))
+    assert got.tobytes() == singles.tobytes()
+
+
 def test_cuda_planes_nonfinite_values_meet_no_padding(cuda_device):
     """Inf and NaN reach exactly the taps TF's loops give them (the checked loop): an Inf next
     to the padding, a NaN in out_backprop at the image corner and an Inf in an input column no
@@ -1036,7 +1103,14 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
     "planes-interior-items-at-the-box-corner": ("g.box_row0 + row, g.box_col0 + col, acc);", "row, col, acc);"),
     "planes-bottom-band-from-the-box-top": ("            row += g.box_row1;", "            row += g.box_row0;"),
     "planes-side-band-skips-no-box-columns": ("col += col < g.box_col0 ? 0 : box_cols;", "col += 0;"),
-    "planes-interior-loads-past-the-row": ("if (g.four && (LOADS == kInterior || a < rows)) {", "if (g.four) {"),
+    "planes-border-loads-past-the-last-row": ("rows_of_four[a] = LOADS == kInterior || a < rows ?",
+                                              "rows_of_four[a] = true ?"),
+    "planes-pair-test-of-the-window-not-the-image": ("const bool inside = LOADS == kInterior || (row_inside && wc >= -x0 && wc < col_end);",
+                                                     "const bool inside = LOADS == kInterior || (row_inside && wc >= col_begin && wc < col_end);"),
+    "planes-pairs-from-the-window-column": ("static constexpr int SHIFT = FORM == kPairsFromColumnBefore ? 1 : 0;",
+                                            "static constexpr int SHIFT = 0;"),
+    "planes-pair-value-always-the-first": ("static float value(type pair, int i) { return i ? pair.y : pair.x; }",
+                                           "static float value(type pair, int i) { return pair.x; }"),
     "planes-lane-sum-skips-the-last-lane": ("for (int l = 1; l < kWarpSize; ++l)", "for (int l = 1; l < kWarpSize - 1; ++l)"),
     "planes-no-warp-barrier": ("    __syncwarp();\n    if (lane < K * K) {", "    if (lane < K * K) {"),
     "planes-multiplier-ignored": ("const int c = k / multiplier;", "const int c = k;"),
@@ -1054,33 +1128,57 @@ def run_planted_planes_problem(rng):
       time, slices of 37;
     * 11 images of 18 x 20: 5 x 5 items, 3 x 3 of them interior (top, bottom and side bands
       around the box), rows in one load, two slices with runs of 50 and 49 interior items (a
-      lane's step wraps an interior row and image) and 88 border items each."""
+      lane's step wraps an interior row and image) and 88 border items each;
+    * VALID, 5 images of 10 x 16 (8 x 14 out): 2 x 4 items, the last column's half past the
+      output (2 x 3 interior), rows one value at a time.
+    Window loads: pairs from the column before the window (SAME: pad_left 1) on even widths,
+    pairs from the window's first column (VALID), one value a time on width 13."""
     import cupy  # the installed HostDevice
 
     got, want = [], []
-    for images, rows, cols, nan_image, per_slice in ((20, 7, 12, 3, 37), (9, 6, 13, None, 37),
-                                                     (11, 18, 20, None, 140)):
+    forms = []
+    for images, rows, cols, nan_image, per_slice, padding in (
+            (20, 7, 12, 3, 37, "SAME"), (9, 6, 13, None, 37, "SAME"), (11, 18, 20, None, 140, "SAME"),
+            (5, 10, 16, None, 37, "VALID")):
         kwargs, x, dy, case = cuda_case(rng, x_shape=(images, rows, cols, 3), filt_hw=(3, 3), multiplier=2,
-                                        padding="SAME", data_format="NCHW", dtype=np.float32)
+                                        padding=padding, data_format="NCHW", dtype=np.float32)
         dy = dy.copy()
         if nan_image is not None:
             dy[nan_image, 0, 0, 5] = np.nan
         kwargs["out_backprop"] = to_format(dy, "NCHW").astype(np.float32)
         g = geometry_of(kwargs)
         row0, row1, col0, col1 = cuda_launcher.planes_interior_box(g)
-        assert (row1 - row0) * (col1 - col0) == (9 if rows == 18 else 0)
+        assert (row1 - row0) * (col1 - col0) == (9 if rows == 18 else 6 if padding == "VALID" else 0)
         if rows == 18:
             assert cuda_launcher.planes_runs(g, 2) == (99, 176, 50, 88)
         gpu_dy = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
-        assert cuda_launcher.planes_lane_loads(g, np.float32, gpu_dy) == (cols % 4 == 0)
+        assert cuda_launcher.planes_lane_loads(g, np.float32, gpu_dy) == (g.out_cols % 4 == 0)
+        gpu_x = cupy.asarray(np.ascontiguousarray(kwargs["input"]))
+        forms.append(cuda_launcher.planes_window_form(g, np.float32, gpu_x))
         result = cuda_launcher.depthwise_conv2d_native_backprop_filter(
-            g, cupy.asarray(np.ascontiguousarray(kwargs["input"])), gpu_dy, planes=True, items_per_slice=per_slice)
-        expected, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
+            g, gpu_x, gpu_dy, planes=True, items_per_slice=per_slice)
+        expected, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), padding, (1, 1), NO_PADS)
         got.append(to_host(result).ravel())
         want.append(expected.ravel())
     want = np.concatenate(want)
     assert np.isnan(want).any() and np.isfinite(want).any()
+    assert forms == [cuda_launcher.PLANES_PAIRS_FROM_COLUMN_BEFORE, cuda_launcher.PLANES_SINGLES,
+                     cuda_launcher.PLANES_PAIRS_FROM_COLUMN_BEFORE, cuda_launcher.PLANES_PAIRS]
     return np.concatenate(got), want
+
+
+def test_host_model_refuses_a_misaligned_pair_load(tmp_path, monkeypatch):
+    """A GPU faults on a misaligned vector load and a CPU does not: the execution model checks
+    ``load_vector``'s alignment, so pair loads planted one column off end the launch."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, PLANTED_PLANES["planes-pairs-from-the-window-column"])
+    cuda_host.HostDevice(source_dir=tmp_path).install(monkeypatch)
+    with pytest.raises(cuda_host.HostLaunchError, match="misaligned"):
+        run_planted_planes_problem(np.random.default_rng(6))
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_PLANES))

@@ -701,23 +701,32 @@ def _filter_tiled_reference_paths(kernel, width: int) -> dict:
 
 def _filter_planes_reference_paths(kernel, width: int) -> dict:
     """The kernel table's figures for the planes depthwise filter-gradient kernel: one work
-    item of a thread (a 56 x 56 x 144 NCHW map, out_backprop rows in one load) per position."""
+    item of a thread (a 56 x 56 x 144 NCHW map, out_backprop rows in one load) per position,
+    its padding (K - 1) / 2 on each side, or for pair window loads the nearest of the parity
+    the kernel's form needs (even: from the window's first column; odd: the column before)."""
     import importlib
 
     from .._geometry import conv2d_geometry
 
-    k, s = (int(a) for a in template_args(kernel.expression)[2:4])
-    size, channels = 56, 144
-    g = conv2d_geometry("depthwise_conv2d_native_backprop_filter", (1, channels, size, size),
-                        (k, k, channels, 1), (1, channels, size // s, size // s), [1, 1, s, s], "SAME", [], "NCHW",
-                        [1, 1, 1, 1], depthwise=True)
-    dtype = {2: np.float16, 4: np.float32}[width]
-    (per_item, counts), (per_border, _), fixed, (trips, border_trips) = filter_planes_item_cost(kernel, dtype, g,
-                                                                                                  four=True)
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    k, s, form = (int(a) for a in template_args(kernel.expression)[2:5])
+    size, channels = 56, 144
+    pad = (k - 1) // 2
+    if form != dwf.PLANES_SINGLES and pad % 2 != (form == dwf.PLANES_PAIRS_FROM_COLUMN_BEFORE):
+        pad -= 1 if pad else -1
+    out = (size + 2 * pad - k) // s + 1
+    g = conv2d_geometry("depthwise_conv2d_native_backprop_filter", (1, channels, size, size),
+                        (k, k, channels, 1), (1, channels, out, out), [1, 1, s, s], "EXPLICIT",
+                        [0, 0, 0, 0, pad, pad, pad, pad], "NCHW", [1, 1, 1, 1], depthwise=True)
+    dtype = {2: np.float16, 4: np.float32}[width]
+    assert dwf.planes_window_form(g, dtype, pairs=form != dwf.PLANES_SINGLES) == form
+    (per_item, counts), (per_border, _), fixed, (trips, border_trips) = filter_planes_item_cost(kernel, dtype, g,
+                                                                                                  True, form)
     outputs = math.prod(dwf.planes_item_shape(g))
+    loads, load_bytes = dwf.planes_window_loads(g, dtype, form)
     return {"work": f"one interior work item of one thread: {outputs} out_backprop elements (positions of one "
-                    f"channel), out_backprop rows in one load", "per_element": per_item / outputs,
+                    f"channel), out_backprop rows in one load, {loads} window loads of {load_bytes} bytes "
+                    f"(padding {pad})", "per_element": per_item / outputs,
             "extra_text": f"interior item {per_item} ({trips} round trips), border item {per_border} "
                           f"({border_trips}), fixed {fixed}", "per_item": per_item,
             "per_border_item": per_border, "fixed": fixed, "round_trips": [trips, border_trips],
@@ -1094,7 +1103,7 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
-def filter_planes_item_cost(kernel, dtype, g, four: bool):
+def filter_planes_item_cost(kernel, dtype, g, four: bool, form: int = 0):
     """((instructions, counts) per interior work item, the same per border item, fixed
     instructions, (interior, border) load round trips per item) of one thread of the planes
     depthwise filter-gradient kernel.  An item's cost
@@ -1105,9 +1114,10 @@ def filter_planes_item_cost(kernel, dtype, g, four: bool):
     checked border loop, run only where a slice's sums are not finite, predicates too, the
     cheaper).  Fixed: the cheapest path from the entry through both loops to the partial
     sums' store less one cheapest iteration of each (the loops' set-up, the finiteness test,
-    the lanes' sum in lane order), the re-run left out.  Round trips: :func:`_sass.load_round_trips`
-    of each loop's instructions in address order (both out_backprop load forms where the
-    compiler made two: an upper bound)."""
+    the lanes' sum in lane order), the re-run left out.  Round trips: the most of
+    :func:`_sass.load_round_trips` along any path through each loop (``CFG.loop_round_trips``;
+    both out_backprop load forms where the compiler predicated them into one block: an upper
+    bound)."""
     import importlib
 
     from ..backends.cuda import _sass
@@ -1116,14 +1126,14 @@ def filter_planes_item_cost(kernel, dtype, g, four: bool):
     cfg = kernel.cfg
     width = np.dtype(dtype).itemsize
     rows, cols = dwf.planes_item_shape(g)
-    window = math.prod(dwf.planes_window_shape(g))
+    window, window_width = dwf.planes_window_loads(g, dtype, form)
     row_bytes = cols * width  # an item row of out_backprop in one load
     dy_weight = 64  # above any count of element loads: the key says how many of each
 
     def counted(ins):
         if _sass.is_global_load(ins, row_bytes) or row_bytes > 16 and _sass.is_global_load(ins, 16):
             return dy_weight if four else 0  # the row loads count only for the form asked for
-        return 1 if _sass.is_global_load(ins, width) else 0
+        return 1 if _sass.is_global_load(ins, window_width) or _sass.is_global_load(ins, width) else 0
 
     loads_per_row = -(-row_bytes // 16)  # 8-byte doubles: two 16-byte loads a row
     key = window + (dy_weight * rows * loads_per_row if four else rows * cols)
@@ -1139,7 +1149,7 @@ def filter_planes_item_cost(kernel, dtype, g, four: bool):
             continue
         enough = [table[k] for k in table if k >= key]
         if enough:
-            guarded = sum(1 for x in cfg.loop_instructions(lp) if x.predicate and _sass.is_global_load(x, width))
+            guarded = sum(1 for x in cfg.loop_instructions(lp) if x.predicate and _sass.is_global_load(x, window_width))
             found[guarded >= window // 2].append((min(enough, key=lambda cost: cost[0]), lp))
     if not found[False] or not found[True]:
         raise _sass.PathError(f"{kernel.expression}: no interior and border item loops with {window} window loads "
@@ -1152,7 +1162,7 @@ def filter_planes_item_cost(kernel, dtype, g, four: bool):
     stores = [n for n in cfg.blocks if any(x.base == "STG" for x in cfg.instructions(n))]
     through = cfg.function_table(lambda ins: 0, {}, kmax=0, through=stores + [inner.header, outer.header])[0][0]
     fixed = through - sum(cfg.path_table(lp, kmax=0)[0][0] for lp in (inner, outer))
-    trips = tuple(_sass.load_round_trips(cfg.loop_instructions(lp)) for lp in (inner, outer))
+    trips = tuple(cfg.loop_round_trips(lp) for lp in (inner, outer))
     return interior, border, fixed, trips
 
 
@@ -1181,14 +1191,15 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
     dtype = DTYPES[dtype_name]
     width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
     arch = f"sm_{device.arch}"
-    kernel = kernels[(arch, dwf._planes_expression(dtype, g.filter_rows, g.stride_rows))]
+    form = dwf.planes_window_form(g, dtype)  # the benchmark's arrays are aligned
+    kernel = kernels[(arch, dwf._planes_expression(dtype, g.filter_rows, g.stride_rows, form))]
     reduce = kernels[(arch, dwf._reduce_expression(dtype))]
     slices, per_slice = dwf.planes_slicing(g)
     down, across = dwf.planes_item_counts(g)
     items = g.batch * down * across
     four = dwf.planes_row_loads_possible(g)  # the benchmark's arrays are aligned
     ((per_interior, interior_counts), (per_border, border_counts), fixed,
-     (trips_interior, trips_border)) = filter_planes_item_cost(kernel, dtype, g, four)
+     (trips_interior, trips_border)) = filter_planes_item_cost(kernel, dtype, g, four, form)
     row0, row1, col0, col1 = dwf.planes_interior_box(g)
     interior = g.batch * (row1 - row0) * (col1 - col0)
     # A warp issues its busiest lane's items: ceil(interior items of its slice / 32), then the border ones.
@@ -1227,7 +1238,9 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
                        "thread_instructions_per_border_item": per_border, "thread_fixed_instructions": fixed,
                        "round_trips_per_interior_item": trips_interior, "round_trips_per_border_item": trips_border,
                        "item": [rows, cols], "item_fill": g.out_rows * g.out_cols / (down * across * rows * cols),
-                       "out_backprop_row_loads": "one" if four else "per value"}}
+                       "out_backprop_row_loads": "one" if four else "per value",
+                       "window_loads": {dwf.PLANES_SINGLES: "per value", dwf.PLANES_PAIRS: "pairs",
+                                        dwf.PLANES_PAIRS_FROM_COLUMN_BEFORE: "pairs from the column before"}[form]}}
     second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 

@@ -433,6 +433,30 @@ class CFG:
         """Every instruction of the loop's blocks (nested loops' too), in address order."""
         return [x for n in sorted(loop.blocks) if include_cold or not self.cold(n) for x in self.instructions(n)]
 
+    def loop_round_trips(self, loop: Loop, limit: int = 4096) -> int:
+        """The most :func:`load_round_trips` of one iteration of ``loop`` along any of its
+        paths (header to a latch, cold blocks excluded), a path's blocks in execution order:
+        the two sides of a branch never both run, so their waits do not add up.  A loop with
+        nested loops, or with more than ``limit`` paths, is counted in address order instead
+        (every block once: an upper bound)."""
+        if loop.children:
+            return load_round_trips(self.loop_instructions(loop))
+        paths: list[list[int]] = []
+        stack = [[loop.header]]
+        while stack:
+            path = stack.pop()
+            last = self.blocks[path[-1]]
+            if last.index in loop.latches and loop.header in last.succs:
+                paths.append(path)
+            for s in last.succs:
+                if s != loop.header and s in loop.blocks and s not in path and not self.cold(s):
+                    stack.append(path + [s])
+            if len(paths) + len(stack) > limit:
+                return load_round_trips(self.loop_instructions(loop))
+        if not paths:
+            raise PathError(f"no path through the loop at {self.blocks[loop.header].start} avoids the cold blocks")
+        return max(load_round_trips([x for n in path for x in self.instructions(n)]) for path in paths)
+
     # ---- paths
 
     def path_table(self, loop: Loop, counted=lambda ins: False, trips: dict | None = None,

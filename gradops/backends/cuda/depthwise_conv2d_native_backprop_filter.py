@@ -75,12 +75,15 @@ PLANES_ITEM_COLS = 4
 #: The planes slicing aims at about this many warps (channels x slices), a constant so that the
 #: summation order is the same everywhere ...
 PLANES_TARGET_WARPS = 4096
-#: ... with at least this many work items per slice (2 per lane) where there are enough: small
-#: maps then have warps enough to keep loads in flight (the static report's latency limit, with
-#: each item's dependent load round trips counted in its SASS, was the binding one at 256 on
-#: every map of 28 x 28 or less), at a warp's fixed work (its lanes' sum in lane order) of about
-#: one item.
-PLANES_MIN_ITEMS = 64
+#: ... with at least this many work items per slice (4 per lane) where there are enough: a
+#: warp's fixed work (its set-up, its lanes' sum in lane order) is about one item, and small
+#: maps still have warps enough to keep loads in flight.  In the static report (H100, the
+#: NCHW MobileNetV2 / EfficientNet layers, once each item waited for its loads once), 128 gave
+#: the best float16 geomeans of 32, 64, 96, 128, 192 and 256; at 256 the latency limit binds.
+PLANES_MIN_ITEMS = 128
+#: The planes kernel's window load forms (``dwplanes::WindowForm``): one value a load, aligned
+#: pairs from the window's first column, aligned pairs from the column before it.
+PLANES_SINGLES, PLANES_PAIRS, PLANES_PAIRS_FROM_COLUMN_BEFORE = 0, 1, 2
 
 
 def _partial_expression(dtype, data_format: str, index_bits: int) -> str:
@@ -98,9 +101,17 @@ def _tiled_expression(dtype, filter_size: int, stride: int, items_across: int) -
     return f"{TILED_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}, {items_across}>"
 
 
-def _planes_expression(dtype, filter_size: int, stride: int) -> str:
+def _planes_expression(dtype, filter_size: int, stride: int, window_form: int = 0) -> str:
     element, accumulator = _build.c_types(dtype)
-    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}>"
+    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}, {window_form}>"
+
+
+def planes_window_forms(dtype) -> tuple[int, ...]:
+    """The planes kernel's window load forms for ``dtype`` (``dwplanes::WindowForm``): singles,
+    and where a pair of values fits a 4- or 8-byte load (not double) pairs from the window's
+    first column or from the column before it."""
+    return (PLANES_SINGLES,) if np.dtype(dtype).itemsize > 4 else (PLANES_SINGLES, PLANES_PAIRS,
+                                                                   PLANES_PAIRS_FROM_COLUMN_BEFORE)
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
@@ -112,7 +123,8 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
         names.append(_reduce_expression(dtype))
         names += [_tiled_expression(dtype, k, s, c) for k in TILED_FILTERS for s in TILED_STRIDES
                   for c in TILED_ITEMS_ACROSS]
-        names += [_planes_expression(dtype, k, s) for k in TILED_FILTERS for s in TILED_STRIDES]
+        names += [_planes_expression(dtype, k, s, f) for k in TILED_FILTERS for s in TILED_STRIDES
+                  for f in planes_window_forms(dtype)]
     return {SOURCE: names}
 
 
@@ -257,6 +269,17 @@ def planes_window_shape(g: Conv2DGeometry) -> tuple[int, int]:
     return (rows - 1) * g.stride_rows + g.filter_rows, (cols - 1) * g.stride_cols + g.filter_cols
 
 
+def planes_window_loads(g: Conv2DGeometry, dtype, form: int) -> tuple[int, int]:
+    """(loads, bytes a load) of one work item's window in load form ``form``
+    (``WindowLoads::LOADS_PER_ROW`` a row)."""
+    rows, cols = planes_window_shape(g)
+    width = np.dtype(dtype).itemsize
+    if form == PLANES_SINGLES:
+        return rows * cols, width
+    shift = 1 if form == PLANES_PAIRS_FROM_COLUMN_BEFORE else 0
+    return rows * -(-(cols + shift) // 2), 2 * width
+
+
 def planes_interior_box(g: Conv2DGeometry) -> tuple[int, int, int, int]:
     """(first row, end row, first column, end column) of the work items of a plane whose
     positions are inside the output and whose windows are inside the image (the kernel's
@@ -322,6 +345,29 @@ def planes_row_loads_possible(g: Conv2DGeometry) -> bool:
     return g.out_cols % PLANES_ITEM_COLS == 0
 
 
+def planes_pair_loads_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the planes kernel can load its windows in pairs but for the array's alignment:
+    a pair fits a 4- or 8-byte load (not double) and in_cols is even (a pair at an even column
+    never straddles two image rows, nor the image's edge)."""
+    return len(planes_window_forms(dtype)) > 1 and g.in_cols % 2 == 0
+
+
+def planes_window_form(g: Conv2DGeometry, dtype, input=None, pairs: bool | None = None) -> int:
+    """The window load form (``dwplanes::WindowForm``) of a launch: pairs where
+    :func:`planes_pair_loads_possible` and ``input`` is aligned to a pair (None: assumed
+    aligned, as the allocator's arrays are), from the column before the window where
+    pad_left is odd (a window starts at column 4 x stride x item - pad_left); else singles.
+    ``pairs`` (tests): False forces singles; True asks for pairs (checked)."""
+    possible = planes_pair_loads_possible(g, dtype) and (
+        input is None or int(_runtime.pointer(input)) % (2 * np.dtype(dtype).itemsize) == 0)
+    if pairs and not possible:
+        raise ValueError("pair window loads need half, bfloat16 or float, an even in_cols and an input aligned "
+                         "to a pair")
+    if not possible or pairs is False:
+        return PLANES_SINGLES
+    return PLANES_PAIRS_FROM_COLUMN_BEFORE if g.pad_left % 2 else PLANES_PAIRS
+
+
 def planes_lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
     """Whether the planes kernel reads an item row's 4 out_backprop values in one load:
     :func:`planes_row_loads_possible` and out_backprop aligned to their bytes."""
@@ -369,7 +415,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                             index_bits: int | None = None, tiled: bool | None = None,
                                             staging: int | None = None, items_across: int | None = None,
                                             units_per_slice: int | None = None, planes: bool | None = None,
-                                            items_per_slice: int | None = None):
+                                            items_per_slice: int | None = None, pairs: bool | None = None):
     """Filter gradient [filter_rows, filter_cols, in_depth, depth_multiplier] in the input's dtype.
 
     input: [N, in_rows, in_cols, in_depth], out_backprop: [N, out_rows, out_cols, in_depth *
@@ -379,7 +425,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     ``slices`` (a target slice count) and ``index_bits`` (32 / 64); for the tiled one
     ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4) and
     ``units_per_slice`` (tiles per slice); ``planes`` (NCHW: the planes kernel or the per-element
-    one) and its ``items_per_slice``.
+    one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time).
     """
     import cupy
 
@@ -401,7 +447,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         row0, row1, col0, col1 = planes_interior_box(g)
         interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
-        fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows))
+        form = planes_window_form(g, dtype, x, pairs)
+        fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows, form))
         i32 = _runtime.i32
         fn((-(-g.out_depth // PLANES_WARPS), slices), (PLANES_THREADS,),
            (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
