@@ -610,7 +610,7 @@ enum ItemLoads { kInterior, kZeroFilled, kChecked };
 
 // The K x K sums of work item (image n, item row, item column) of out_backprop channel k and
 // input channel c.
-template <int LOADS, typename T, typename Acc, int K, int S, int PAIRS>
+template <int LOADS, typename T, typename Acc, int K, int S, int WINDOW_FORM>
 __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                          const Planes& g, int k, int c, int n, int row, int col,
                                          Acc (&acc)[K * K]) {
@@ -630,7 +630,7 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
     // before the out_backprop loads: their branch ends in widening them, and the compiler issued
     // no load past it, so window loads placed after it waited for the out_backprop loads' round
     // trip before starting their own.
-    using Wl = WindowLoads<T, K, S, PAIRS>;
+    using Wl = WindowLoads<T, K, S, WINDOW_FORM>;
     typename Wl::Load window[Sh::WINDOW_ROWS][Wl::LOADS_PER_ROW];
     // A row's loads start SHIFT columns left of the window (at the pair holding its first column).
 #pragma unroll
@@ -695,7 +695,7 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
 
 // A thread's interior items: i = first, first + 32, ... below stop, numbered (image, box row,
 // box column), column fastest.  Their coordinates advance by a step of 32 items (no division).
-template <typename T, typename Acc, int K, int S, int PAIRS>
+template <typename T, typename Acc, int K, int S, int WINDOW_FORM>
 __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                              const Planes& g, int k, int c, int first, int stop,
                                              Acc (&acc)[K * K]) {
@@ -706,7 +706,7 @@ __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const 
     const int step_cols = kWarpSize % box_cols, step_rows = kWarpSize / box_cols % box_rows;
     const int step_images = kWarpSize / box_cols / box_rows;
     for (int i = first; i < stop; i += kWarpSize) {
-        sum_item<kInterior, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, n, g.box_row0 + row, g.box_col0 + col, acc);
+        sum_item<kInterior, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, n, g.box_row0 + row, g.box_col0 + col, acc);
         col += step_cols;
         row += step_rows;
         n += step_images;
@@ -724,7 +724,7 @@ __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const 
 // A thread's border items: i = first, first + 32, ... below stop, border_per_image per image, each
 // image's numbered by band: the item rows above the box, those below it (all columns), then
 // the box's rows left and right of it, row by row.
-template <bool CHECKED, typename T, typename Acc, int K, int S, int PAIRS>
+template <bool CHECKED, typename T, typename Acc, int K, int S, int WINDOW_FORM>
 __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                            const Planes& g, int k, int c, int first, int stop,
                                            Acc (&acc)[K * K]) {
@@ -748,7 +748,7 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
             row += g.box_row0;
             col += col < g.box_col0 ? 0 : box_cols;
         }
-        sum_item<CHECKED ? kChecked : kZeroFilled, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, n, row, col, acc);
+        sum_item<CHECKED ? kChecked : kZeroFilled, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, n, row, col, acc);
     }
 }
 
@@ -758,8 +758,9 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
 // border_items (the others), of which slice z takes [z * interior_per_slice, ...) and
 // [z * border_per_slice, ...) (every slice a share of both, so that no warp runs only border
 // items); lane_loads: out_backprop rows read 4 values per load (out_cols a multiple of 4, an
-// aligned tensor).  partial: [slices][K * K][out_depth].
-template <typename T, typename Acc, int K, int S, int PAIRS>
+// aligned tensor); WINDOW_FORM: a dwplanes::WindowForm (pairs need in_cols even and the input
+// aligned to a pair).  partial: [slices][K * K][out_depth].
+template <typename T, typename Acc, int K, int S, int WINDOW_FORM>
 __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
         int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
@@ -786,16 +787,16 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
     Acc acc[K * K];
 #pragma unroll
     for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-    sum_interior<T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
-    sum_border<false, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+    sum_interior<T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+    sum_border<false, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
     bool finite = true;
 #pragma unroll
     for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
     if (!finite) {
 #pragma unroll
         for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-        sum_interior<T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
-        sum_border<true, T, Acc, K, S, PAIRS>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+        sum_interior<T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+        sum_border<true, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
     }
 
 #pragma unroll
