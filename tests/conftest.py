@@ -84,6 +84,15 @@ def to_gpu(a):
     return cupy.asarray(a.view(f"u{a.itemsize}")).view(a.dtype)
 
 
+def misaligned_on_gpu(a):
+    """A contiguous device copy of ``a`` that starts one element into its allocation (aligned to
+    no more than its element; bfloat16 as raw bits, as to_gpu)."""
+    a = np.ascontiguousarray(a)
+    raw = np.zeros(a.size + 1, f"u{a.itemsize}")
+    raw[1:] = a.reshape(-1).view(raw.dtype)
+    return to_gpu(raw)[1:].view(a.dtype).reshape(a.shape)
+
+
 def to_host(x):
     """A GPU array back as a NumPy array of the same dtype (bfloat16 as raw bits, as to_gpu)."""
     import cupy

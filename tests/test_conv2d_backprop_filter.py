@@ -16,7 +16,7 @@ import gradops
 import reference
 from gradops.backends.cuda import _conv_igemm as ig
 from gradops.bench.static_report import template_args
-from conftest import assert_close, random_array, to_gpu, to_host
+from conftest import assert_close, misaligned_on_gpu, random_array, to_gpu, to_host
 from conv_cases import (ALL_REPRESENTATIVE, ASYMMETRIC_PADS, CUDA_PATHS, DTYPES, GRID_ARGS, HALF_DTYPES, LAYOUTS,
                         MMA_TILE_SHAPES, NON_CONTIGUOUS, TF32_CASES, TF32_PLANTED_CASE, check_planted_tf32_bug,
                         check_tf32_rounding,
@@ -35,14 +35,6 @@ def make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, di
     x = random_array(rng, (n, h, w, groups * cg), dtype)
     dy = random_array(rng, (n, oh, ow, groups * og), dtype)
     return x, (r, s, cg, groups * og), dy
-
-
-def misaligned_on_gpu(a):
-    """A contiguous device copy of ``a`` that starts one element into its allocation (not
-    16-byte aligned)."""
-    view = to_gpu(np.zeros(a.size + 1, a.dtype))[1:].reshape(a.shape)
-    view[...] = to_gpu(a)
-    return view
 
 
 def planted_host_device(monkeypatch, tmp_path, filename, edit, seed):

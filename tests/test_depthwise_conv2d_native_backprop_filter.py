@@ -340,7 +340,7 @@ def test_tensorflow_refuses_the_same_calls(tf, kwargs):
 
 import importlib  # noqa: E402
 
-from conftest import to_gpu, to_host  # noqa: E402
+from conftest import misaligned_on_gpu, to_gpu, to_host  # noqa: E402
 from gradops._geometry import conv2d_geometry  # noqa: E402
 
 cuda_launcher = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
@@ -1005,9 +1005,7 @@ def test_cuda_planes_one_load_a_row_or_four(cuda_device):
                                     data_format="NCHW", dtype=np.float16)
     g = geometry_of(kwargs)
     aligned = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
-    shifted = cupy.zeros(aligned.size + 1, aligned.dtype)[1:]
-    shifted[...] = aligned.ravel()
-    shifted = shifted.reshape(aligned.shape)
+    shifted = misaligned_on_gpu(kwargs["out_backprop"])
     assert cuda_launcher.planes_lane_loads(g, np.float16, aligned)
     assert not cuda_launcher.planes_lane_loads(g, np.float16, shifted)
     x_gpu = cupy.asarray(kwargs["input"])
@@ -1043,9 +1041,7 @@ def test_cuda_planes_pair_window_loads(cuda_device, dtype):
                                                                               items_per_slice=7, pairs=False))
             assert pairs.tobytes() == singles.tobytes(), (filt, stride, pads)
             check_cuda(kwargs, x, dy, case, planes=True)
-    shifted = cupy.zeros(x_gpu.size + 1, x_gpu.dtype)[1:]
-    shifted[...] = x_gpu.ravel()
-    shifted = shifted.reshape(x_gpu.shape)
+    shifted = misaligned_on_gpu(kwargs["input"])
     assert launcher.planes_window_form(g, dtype, shifted) == launcher.PLANES_SINGLES
     with pytest.raises(ValueError, match="pair"):
         launcher.depthwise_conv2d_native_backprop_filter(g, shifted, dy_gpu, planes=True, pairs=True)

@@ -702,8 +702,9 @@ def _filter_tiled_reference_paths(kernel, width: int) -> dict:
 def _filter_planes_reference_paths(kernel, width: int) -> dict:
     """The kernel table's figures for the planes depthwise filter-gradient kernel: one work
     item of a thread (a 56 x 56 x 144 NCHW map, out_backprop rows in one load) per position,
-    its padding (K - 1) / 2 on each side, or for pair window loads the nearest of the parity
-    the kernel's form needs (even: from the window's first column; odd: the column before)."""
+    its padding (K - 1) / 2 on each side, or for pair window loads one less where that has
+    not the parity the kernel's form needs (even: from the window's first column; odd: the
+    column before)."""
     import importlib
 
     from .._geometry import conv2d_geometry
@@ -713,7 +714,7 @@ def _filter_planes_reference_paths(kernel, width: int) -> dict:
     size, channels = 56, 144
     pad = (k - 1) // 2
     if form != dwf.PLANES_SINGLES and pad % 2 != (form == dwf.PLANES_PAIRS_FROM_COLUMN_BEFORE):
-        pad -= 1 if pad else -1
+        pad -= 1  # (K - 1) / 2 >= 1
     out = (size + 2 * pad - k) // s + 1
     g = conv2d_geometry("depthwise_conv2d_native_backprop_filter", (1, channels, size, size),
                         (k, k, channels, 1), (1, channels, out, out), [1, 1, s, s], "EXPLICIT",

@@ -217,9 +217,9 @@ def vector_width(dtype) -> int:
     return VECTOR_BYTES // np.dtype(dtype).itemsize
 
 
-def vector_aligned(*arrays) -> bool:
-    """Whether every array starts on a :data:`VECTOR_BYTES` boundary."""
-    return all(int(pointer(a)) % VECTOR_BYTES == 0 for a in arrays)
+def vector_aligned(*arrays, alignment: int = VECTOR_BYTES) -> bool:
+    """Whether every array starts on an ``alignment``-byte boundary (a vector load's size)."""
+    return all(int(pointer(a)) % alignment == 0 for a in arrays)
 
 
 def i64(value: int) -> np.int64:

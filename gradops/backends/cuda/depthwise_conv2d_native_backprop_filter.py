@@ -349,7 +349,7 @@ def planes_pair_loads_possible(g: Conv2DGeometry, dtype) -> bool:
     """Whether the planes kernel can load its windows in pairs but for the array's alignment:
     a pair fits a 4- or 8-byte load (not double) and in_cols is even (a pair at an even column
     never straddles two image rows, nor the image's edge)."""
-    return len(planes_window_forms(dtype)) > 1 and g.in_cols % 2 == 0
+    return PLANES_PAIRS in planes_window_forms(dtype) and g.in_cols % 2 == 0
 
 
 def planes_window_form(g: Conv2DGeometry, dtype, input=None, pairs: bool | None = None) -> int:
@@ -359,7 +359,7 @@ def planes_window_form(g: Conv2DGeometry, dtype, input=None, pairs: bool | None 
     pad_left is odd (a window starts at column 4 x stride x item - pad_left); else singles.
     ``pairs`` (tests): False forces singles; True asks for pairs (checked)."""
     possible = planes_pair_loads_possible(g, dtype) and (
-        input is None or int(_runtime.pointer(input)) % (2 * np.dtype(dtype).itemsize) == 0)
+        input is None or _runtime.vector_aligned(input, alignment=2 * np.dtype(dtype).itemsize))
     if pairs and not possible:
         raise ValueError("pair window loads need half, bfloat16 or float, an even in_cols and an input aligned "
                          "to a pair")
@@ -372,7 +372,7 @@ def planes_lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
     """Whether the planes kernel reads an item row's 4 out_backprop values in one load:
     :func:`planes_row_loads_possible` and out_backprop aligned to their bytes."""
     width = PLANES_ITEM_COLS * np.dtype(dtype).itemsize
-    return planes_row_loads_possible(g) and int(_runtime.pointer(out_backprop)) % width == 0
+    return planes_row_loads_possible(g) and _runtime.vector_aligned(out_backprop, alignment=width)
 
 
 def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]:
