@@ -82,7 +82,8 @@ def current_tile(op: str, g, dtype, kind: int) -> ig.Tile:
     """The tile today's launcher picks on an sm_90 GPU (16-byte aligned arrays, as CuPy's)."""
     launcher = importlib.import_module(f"gradops.backends.cuda.{op}")
     m, n, _ = launcher._gemm_sizes(g)
-    return ig.pick_tile(dtype, kind, ig.use_vector_loads(g, dtype, ()), m, n, arch=90)
+    vector = ig.use_vector_loads(g, dtype, ())
+    return ig.scalar_table_tile(ig.pick_tile(dtype, kind, vector, m, n, arch=90), dtype, kind, vector)
 
 
 def current_kernel(measured: str, g, split: bool = False, tile_args: str = "") -> str:

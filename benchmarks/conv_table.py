@@ -215,7 +215,8 @@ def plan(op: str, g, dtype, allow_tf32: bool = False, few_channels: bool = True,
     if few:
         return _few_channels_plan(g, dtype, kind)
     vector = ig.use_vector_loads(g, dtype, ())
-    tile = ig.pick_tile(dtype, kind, vector, m, n, arch=ARCH) if tiles else ig.default_tile(dtype, kind)
+    tile = (ig.scalar_table_tile(ig.pick_tile(dtype, kind, vector, m, n, arch=ARCH), dtype, kind, vector) if tiles
+            else ig.default_tile(dtype, kind))
     bm, bn, bk, threads = tile[:4]
     # A 1x1 filter at stride 1 without padding runs the _1x1_igemm kernel (same grid and tile);
     # both ops' kernels have a SPLIT argument (true where the launcher splits).

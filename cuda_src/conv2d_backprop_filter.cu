@@ -106,6 +106,18 @@ template <typename T, typename Acc, bool SPLIT> struct FilterGradProblem {
     }
     __device__ __forceinline__ const T* a_base() const { return x.input; }
     __device__ __forceinline__ const T* b_base() const { return out_backprop; }
+    // The scalar path's row table (igemm::HasRowTable): A's rows are taps.
+    static constexpr bool A_ROW_TABLE = true;
+    using ARowEntry = typename igemm::InputOperand<T>::TapEntry;
+    __device__ __forceinline__ ARowEntry a_row_entry(int m) const { return x.tap_entry(m); }
+    __device__ __forceinline__ static ARowEntry a_row_absent() { return igemm::InputOperand<T>::absent_tap(); }
+    using APosEntry = typename igemm::InputOperand<T>::PositionEntry;
+    __device__ __forceinline__ APosEntry a_pos_entry(const KPos& pos, bool in_reduction) const {
+        return x.position_entry(pos.x, in_reduction);
+    }
+    __device__ __forceinline__ igemm::Src<T> a_entry_src(const APosEntry& pos, const ARowEntry& row) const {
+        return x.gather(pos, row);
+    }
     __device__ __forceinline__ index_t out_row(int m) const { return static_cast<index_t>(m) * out_depth + out_channel0; }
     __device__ __forceinline__ void store_at(index_t row, int n, Acc v) const { dst.at(row + n, v); }
     __device__ __forceinline__ void store_chunk(index_t row, int n, const float (&v)[8]) const { dst.chunk(row + n, v); }
@@ -244,20 +256,6 @@ constexpr int kFewFilterPad = 8;
 constexpr int kFewFilterNoTap = -(1 << 30);
 
 #if GRADOPS_HAS_MMA_SM80
-// p, opaque to the optimiser (see the gather), and a load through such a pointer: it no longer
-// knows the pointer is global, so the load says so (ld.global.nc, as for the restrict input).
-template <typename T> __device__ __forceinline__ const T* few_filter_opaque(const T* p) {
-    asm volatile("" : "+l"(p));
-    return p;
-}
-template <typename T> __device__ __forceinline__ T few_filter_load(const T* p) {
-#if defined(__CUDA_ARCH__)
-    return __ldg(p);
-#else
-    return *p;
-#endif
-}
-
 // One tap of the CTA's table: its offset in an image relative to a position's window origin, and
 // its row and column shifts (r * dilation_rows, s * dilation_cols).
 struct alignas(16) FewFilterTap {
@@ -321,7 +319,7 @@ conv2d_backprop_filter_few_channels(const T* __restrict__ input, const T* __rest
         // through it) is opaque to the optimiser: otherwise it sinks the origin's 64-bit math
         // into every tap's predicated load, and each gathered element costs about 12
         // instructions instead of 7.
-        const T* const window = few_filter_opaque(input + n * image + (h0 * cols_in + w0) * CIN);
+        const T* const window = igemm::opaque(input + n * image + (h0 * cols_in + w0) * CIN);
         // Past the end, out_backprop's rows are 0, but a clamped position's input may be inf or
         // NaN (0 * inf is NaN): gather 0 there too.
         const bool position_in = j < j_end;
@@ -331,7 +329,7 @@ conv2d_backprop_filter_few_channels(const T* __restrict__ input, const T* __rest
             gathered[u] = from_acc<T, float>(0.0f);
             if (position_in && static_cast<unsigned>(h0 + e.row) < static_cast<unsigned>(rows_in) &&
                 static_cast<unsigned>(w0 + e.col) < static_cast<unsigned>(cols_in))
-                gathered[u] = few_filter_load(window + e.offset);
+                gathered[u] = igemm::load_readonly(window + e.offset);
         }
 #pragma unroll
         for (int i = 0; i < DY_CHUNKS; ++i) {

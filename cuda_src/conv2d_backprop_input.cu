@@ -206,6 +206,53 @@ template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
     }
     __device__ __forceinline__ const T* a_base() const { return out_backprop; }
     __device__ __forceinline__ const T* b_base() const { return filter; }
+
+    // The scalar path's k table (igemm::HasKTable): what reduction index kk = (ri, si, c)
+    // contributes, so that an element costs two subtractions, two unsigned compares and one
+    // wide multiply-add instead of kk's decomposition.  32-bit: the launcher keeps (padded rows
+    // x out_cols + padded columns) x out_depth below 2^31 (tiled_eligible), which bounds every
+    // offset between a row cursor's origin and an element.
+    static constexpr bool K_TABLE = true;
+    struct alignas(16) KEntry {  // one 16-byte shared-memory read
+        int dp, dq;    // ri * p_step, si * q_step: out_backprop rows (columns) back from p0 (q0)
+        int a_offset;  // c - (dp * out_cols + dq) * out_depth: from A's row pointer (p0, q0)
+        int b_offset;  // (r * filter_cols + s) * tap_elements + c: from B's row pointer
+    };
+    // Past k_end, dp = p_offset - out_rows puts every row's p = p0 - dp at p0 - p_offset +
+    // out_rows, in [out_rows, out_rows + the last i] (p0 = i + p_offset: see ARow), which the
+    // unsigned row test refuses without wrapping (both terms are below 2^31).
+    __device__ __forceinline__ KEntry k_entry(const KPos& k, bool in_reduction) const {
+        const int dp = k.ri * p_step, dq = k.si * q_step;
+        const int r = taps_r.first + k.ri * taps_r.step, s = taps_s.first + k.si * taps_s.step;
+        return {in_reduction ? dp : static_cast<int>(static_cast<unsigned>(p_offset) - out_rows), dq,
+                k.c - (dp * out_cols + dq) * out_depth, (r * filter_cols + s) * tap_elements + k.c};
+    }
+    // The table path's row cursors: pointers to A's element (p0, q0) (a position the taps may
+    // not reach: the pointer is formed, and only the elements inside are read) and to B's row,
+    // opaque (igemm::opaque) so that each element's address is one wide multiply-add.
+    struct TableARow {
+        const T* origin;  // out_backprop's image n at (p0, q0), the group's first channel
+        int p0, q0;
+    };
+    struct TableBRow {
+        const T* row;  // the filter at input channel c's row, the group's first out channel
+    };
+    __device__ __forceinline__ TableARow table_a_row(int m) const {
+        const ARow a = a_row(m);
+        return {igemm::opaque(a.image + (a.p0 * out_cols + a.q0) * out_depth), a.p0, a.q0};
+    }
+    __device__ __forceinline__ TableBRow table_b_row(int c) const {
+        return {igemm::opaque(filter + b_row(c).offset)};
+    }
+    __device__ __forceinline__ igemm::Src<T> a_entry_src(const TableARow& row, const KEntry& e) const {
+        return {row.origin + e.a_offset,
+                static_cast<unsigned>(row.p0 - e.dp) < static_cast<unsigned>(out_rows) &&
+                    static_cast<unsigned>(row.q0 - e.dq) < static_cast<unsigned>(out_cols)};
+    }
+    __device__ __forceinline__ igemm::Src<T> b_entry_src(const TableBRow& row, const KEntry& e) const {
+        return {row.row + e.b_offset, true};
+    }
+
     // Offset of the input-gradient element (position m, the group's first channel).  The
     // tensor-core epilogue's row table (out_row, once per CTA after the main loop) reloads its
     // divisors from the plan at an offset opaque to the optimiser, so that the prologue's are

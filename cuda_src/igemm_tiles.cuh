@@ -224,6 +224,27 @@ __device__ __forceinline__ int opaque(int x) {
     return x;
 }
 
+// A pointer opaque to the optimiser, likewise: the gathers from a table (the scalar row table,
+// the few-channel kernel) add each element's 32-bit offset to it with one wide multiply-add,
+// instead of folding the pointer's own sum into every element's 64-bit address.  The optimiser
+// then no longer knows that the pointer is global and read-only, so loads through it say so
+// (load_readonly: ld.global.nc, as for a restrict input; a generic load otherwise).
+template <typename P> __device__ __forceinline__ P* opaque(P* x) {
+#ifdef __CUDA_ARCH__
+    asm volatile("" : "+l"(x));
+#else
+    asm volatile("" : "+r"(x));
+#endif
+    return x;
+}
+template <typename T> __device__ __forceinline__ T load_readonly(const T* p) {
+#ifdef __CUDA_ARCH__
+    return __ldg(p);
+#else
+    return *p;
+#endif
+}
+
 template <int V, typename T> __device__ __forceinline__ void zero_chunk(T* dst) {
 #pragma unroll
     for (int v = 0; v < V; ++v) dst[v] = from_acc<T, float>(0.0f);
@@ -380,6 +401,43 @@ template <typename T> struct InputOperand {
         return {image_start + ((h * in_cols + w) * in_depth + channel),
                 h >= 0 && h < in_rows && w >= 0 && w < in_cols};
     }
+
+    // The scalar path's row table (Loader, Problem::A_ROW_TABLE): a tap's row and column offset
+    // and its part of the offset inside an image, computed once per CTA, so that an element
+    // costs two adds, two unsigned compares and an add instead of the tap's decomposition.
+    // Everything is unsigned and wraps mod 2^32: where the element is inside the image, the
+    // position's part + the tap's part is its offset, below 2^31.
+    struct TapEntry {
+        unsigned h, w;  // r * dilation_rows - pad_top, s * dilation_cols - pad_left
+        unsigned offset;
+    };
+    // Absent elements by a row or column of 2^31 (mod 2^32), which no sum with it can bring
+    // below in_rows or in_cols (both below 2^31 - |any tap or position part|, the launcher's
+    // cursor_extents): a tap past the GEMM's rows has h = 2^31, a position past the reduction's
+    // end w = 2^31, so that one of the two tests fails even when both are absent.
+    static constexpr unsigned kAbsent = 0x80000000u;
+    __device__ __forceinline__ static TapEntry absent_tap() { return {kAbsent, 0u, 0u}; }
+    __device__ __forceinline__ TapEntry tap_entry(int tap) const {
+        const TapRow t = tap_row(tap);
+        const unsigned h = static_cast<unsigned>(t.h_offset), w = static_cast<unsigned>(t.w_offset);
+        return {h, w, (h * in_cols + w) * in_depth + static_cast<unsigned>(t.channel)};
+    }
+    struct PositionEntry {
+        const T* image;
+        unsigned h, w;  // p * stride_rows, q * stride_cols
+        unsigned offset;
+    };
+    __device__ __forceinline__ PositionEntry position_entry(const Position& pos, bool in_reduction) const {
+        const unsigned h = static_cast<unsigned>(pos.p * stride_rows), w = static_cast<unsigned>(pos.q * stride_cols);
+        // Both opaque: each element's address is then one add and one wide multiply-add.
+        return {opaque(pos.image), h, in_reduction ? w : kAbsent,
+                static_cast<unsigned>(opaque(static_cast<int>((h * in_cols + w) * in_depth)))};
+    }
+    __device__ __forceinline__ Src<T> gather(const PositionEntry& pos, const TapEntry& tap) const {
+        // Unsigned: one wide multiply-add forms the address.
+        return {pos.image + (pos.offset + tap.offset),
+                pos.h + tap.h < static_cast<unsigned>(in_rows) && pos.w + tap.w < static_cast<unsigned>(in_cols)};
+    }
 };
 
 // The row cursor of an operand whose row is a channel with a fixed offset (out_backprop and the
@@ -421,8 +479,12 @@ struct ChannelRow {
 // so problems need no bounds logic beyond the convolution's own padding.  Row cursors: a thread's chunks keep their
 // GEMM row (m of A, n of B) for the whole reduction, so with 16-byte chunks the loader computes
 // each chunk's ARow / BRow once, before the main loop, and each k-tile only decomposes k (the
-// per-row index math, divisions included, leaves the loop).  The scalar path makes one per
-// element per tile instead: C rows per chunk would hold too many registers.
+// per-row index math, divisions included, leaves the loop).  The scalar path (channel counts
+// not a multiple of C) cannot keep C rows per chunk in registers; instead a problem may keep a
+// table in shared memory, filled outside the inner work: the filter gradient a row table (what
+// each of the CTA's BM taps contributes, once per CTA), the input gradient a k table (what each
+// of a tile's BK reduction indices contributes, one tile ahead; its chunks run along k, so
+// they do keep row cursors).  Without a table, one decomposition per element per tile.
 //
 // Reduction cursors: likewise a chunk's k advances by BK per tile, so the vector path
 // decomposes its k once (Problem::k_pos, divisions) and then adds the decomposition of BK digit
@@ -515,6 +577,67 @@ template <typename T, int ROWS, int BK, bool K_CONTIG, int PHASE_KS = 1>
 using Swizzled = typename Select<K_CONTIG, SwizzledRows<T, ROWS, BK>, SwizzledCols<T, ROWS, BK, PHASE_KS>>::type;
 
 // ---------------------------------------------------------------- loaders
+// Whether Problem keeps a row table for A's scalar path (Problem::A_ROW_TABLE; false where the
+// problem does not say).  Such a problem gathers A along rows (not K_CONTIG) and provides
+//   ARowEntry a_row_entry(int m) const;     what row m contributes (once per CTA), with
+//                                           ARowEntry {unsigned h, w, offset;}
+//   static ARowEntry a_row_absent();        an entry whose elements are all absent (zero)
+//   APosEntry a_pos_entry(const KPos&, bool in_reduction) const;
+//                                           what the reduction index contributes (per tile);
+//                                           not in_reduction: every element absent
+//   Src<T> a_entry_src(const APosEntry&, const ARowEntry&) const;
+template <class P, class = void> struct HasRowTable { static constexpr bool value = false; };
+template <class P> struct HasRowTable<P, decltype(void(P::A_ROW_TABLE))> {
+    static constexpr bool value = P::A_ROW_TABLE;
+};
+
+// Whether Problem keeps a reduction table for its scalar path (Problem::K_TABLE; false where the
+// problem does not say).  Such a problem gathers both operands along k (A_K_CONTIG and
+// B_K_CONTIG), so a chunk is one row and C consecutive k, and provides
+//   KEntry k_entry(const KPos&, bool in_reduction) const;
+//                                           what a reduction index contributes to both
+//                                           operands' elements (16 bytes); past k_end
+//                                           (not in_reduction) A's elements are absent
+//   TableARow table_a_row(int m) const;     the row cursors the loader keeps (likewise B)
+//   Src<T> a_entry_src(const TableARow&, const KEntry&) const;   likewise b_entry_src
+// (B's elements past k_end are the loader's to zero).
+template <class P, class = void> struct HasKTable { static constexpr bool value = false; };
+template <class P> struct HasKTable<P, decltype(void(P::K_TABLE))> {
+    static constexpr bool value = P::K_TABLE;
+};
+
+template <class P, bool HAS> struct KEntryOf { using type = int; };
+template <class P> struct KEntryOf<P, true> { using type = typename P::KEntry; };
+// The row cursors a loader keeps: ARow / BRow, or with a k table the problem's TableARow /
+// TableBRow (from table_a_row / table_b_row), which may hold pointers made opaque once.
+template <class P, bool K_TABLE> struct RowsOf {
+    using A = typename P::ARow;
+    using B = typename P::BRow;
+    __device__ __forceinline__ static A a(const P& p, int m) { return p.a_row(m); }
+    __device__ __forceinline__ static B b(const P& p, int n) { return p.b_row(n); }
+};
+template <class P> struct RowsOf<P, true> {
+    using A = typename P::TableARow;
+    using B = typename P::TableBRow;
+    __device__ __forceinline__ static A a(const P& p, int m) { return p.table_a_row(m); }
+    __device__ __forceinline__ static B b(const P& p, int n) { return p.table_b_row(n); }
+};
+
+// N ints from 16-byte aligned shared memory (N a multiple of 4, or 2).
+template <int N> __device__ __forceinline__ void load_ints(const int* src, int* dst) {
+    if constexpr (N % 4 == 0) {
+#pragma unroll
+        for (int i = 0; i < N; i += 4) {
+            const int4 v = *reinterpret_cast<const int4*>(src + i);
+            dst[i] = v.x, dst[i + 1] = v.y, dst[i + 2] = v.z, dst[i + 3] = v.w;
+        }
+    } else {
+        static_assert(N == 2, "whole int2 or int4 reads");
+        const int2 v = *reinterpret_cast<const int2*>(src);
+        dst[0] = v.x, dst[1] = v.y;
+    }
+}
+
 // Which chunks a thread loads and their row cursors (see "Row cursors" above), shared by the
 // two loaders below.  The scalar path (VECTOR false) keeps no cursors.  CURSORS: reduction
 // cursors too (the multistage loader); without them each tile decomposes its chunks' k afresh,
@@ -530,8 +653,13 @@ struct ChunkRows {
     // offset (TileMap); B uses A's when the two maps give the same offset.
     static constexpr bool B_USES_A = Problem::A_K_CONTIG == Problem::B_K_CONTIG &&
                                      (Problem::A_K_CONTIG || MapA::PER_K == MapB::PER_K);
-    typename Problem::ARow arow[VECTOR ? MapA::CHUNKS : 1];
-    typename Problem::BRow brow[VECTOR ? MapB::CHUNKS : 1];
+    // Row cursors: with 16-byte chunks, or with scalar loads from a k table (whose chunks are
+    // one row each, as 16-byte ones are).
+    static constexpr bool K_TABLE = !VECTOR && HasKTable<Problem>::value;
+    static constexpr bool ROWS = VECTOR || K_TABLE;
+    using Rows = RowsOf<Problem, K_TABLE>;
+    typename Rows::A arow[ROWS ? MapA::CHUNKS : 1];
+    typename Rows::B brow[ROWS ? MapB::CHUNKS : 1];
     KPos ka, kb;  // kb unused when B_USES_A
     KPos step;    // the decomposition of BK
 
@@ -539,20 +667,20 @@ struct ChunkRows {
 
     // Row cursors and reduction cursors at the reduction's first tile.
     __device__ __forceinline__ void init_rows(const Problem& p, int m0, int n0) {
-        if constexpr (VECTOR) {
+        if constexpr (ROWS) {
             if constexpr (CURSORS) step = p.k_pos(BK);
 #pragma unroll
             for (int e = 0; e < MapA::CHUNKS; ++e) {
                 int row, k;
                 MapA::at(e, row, k);
-                arow[e] = p.a_row(m0 + row < p.m_size ? m0 + row : 0);
+                arow[e] = Rows::a(p, m0 + row < p.m_size ? m0 + row : 0);
                 if (CURSORS && e == 0) ka = p.k_pos(p.k_begin + k);
             }
 #pragma unroll
             for (int e = 0; e < MapB::CHUNKS; ++e) {
                 int row, k;
                 MapB::at(e, row, k);
-                brow[e] = p.b_row(n0 + row < p.n_size ? n0 + row : 0);
+                brow[e] = Rows::b(p, n0 + row < p.n_size ? n0 + row : 0);
                 if (CURSORS && !B_USES_A && e == 0) kb = p.k_pos(p.k_begin + k);
             }
         }
@@ -603,6 +731,100 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
     alignas(16) T ra[MapA::CHUNKS * C];
     alignas(16) T rb[MapB::CHUNKS * C];
 
+    // The scalar path's row table of A (HasRowTable): its CTA's BM rows' entries, filled once
+    // before the main loop, as three arrays so that a chunk's C consecutive rows are whole
+    // 16-byte reads.  A thread's rows are fixed for the whole reduction, so the table replaces
+    // a decomposition of every element's row in every tile (wgrad's A: the tap, two divisions).
+    static constexpr bool ROW_TABLE = !VECTOR && HasRowTable<Problem>::value;
+    struct RowTable {
+        unsigned h[BM], w[BM], offset[BM];
+    };
+    __device__ __forceinline__ static RowTable& row_table() {
+        __shared__ __align__(16) RowTable table;
+        return table;
+    }
+    __device__ __forceinline__ static void fill_row_table(const Problem& p, int m0) {
+        static_assert(!Problem::A_K_CONTIG, "the table holds what a row contributes to A's elements");
+        RowTable& table = row_table();
+        for (int i = static_cast<int>(threadIdx.x); i < BM; i += THREADS) {
+            const auto e = m0 + i < p.m_size ? p.a_row_entry(m0 + i) : Problem::a_row_absent();
+            table.h[i] = e.h;
+            table.w[i] = e.w;
+            table.offset[i] = e.offset;
+        }
+    }
+    // The scalar path's k table (HasKTable): the entries of the BK reduction indices of a
+    // tile, for two tiles (slot = tile index % 2).  Each tile's entries are written one
+    // iteration of the main loop ahead, by the first BK threads (one warp; the others skip),
+    // so an element costs its share of one 16-byte shared-memory read instead of k's
+    // decomposition (two divisions) in every thread.
+    using KTableEntry = typename Select<Base::K_TABLE, typename KEntryOf<Problem, Base::K_TABLE>::type, int>::type;
+    __device__ __forceinline__ static KTableEntry (&k_table())[2][BK] {
+        __shared__ __align__(16) KTableEntry table[2][BK];
+        return table;
+    }
+    // The next tile's entries into slot ``slot``: thread t < BK writes reduction index
+    // ``fill_pos`` (a cursor, k_begin + t two tiles ahead at the start, advanced one tile per
+    // fill: no division per tile).
+    typename Problem::KPos fill_pos, fill_step;
+    int fill_k;  // fill_pos's index
+    __device__ __forceinline__ void init_k_table(const Problem& p) {
+        static_assert(BK <= THREADS, "one thread per entry");
+        fill_k = p.k_begin + static_cast<int>(threadIdx.x) % BK;
+        fill_pos = p.k_pos(fill_k);
+        fill_step = p.k_pos(BK);
+    }
+    __device__ __forceinline__ void fill_k_table(const Problem& p, int slot) {
+        const int t = static_cast<int>(threadIdx.x);
+        if (t < BK) {
+            k_table()[slot][t] = p.k_entry(fill_pos, fill_k < p.k_end);
+            p.k_advance(fill_pos, fill_step);
+            fill_k += BK;
+        }
+    }
+    // Every chunk of the tile at k0, from slot ``slot`` of the k table: all of a thread's
+    // chunks of both operands share their k (both maps run along k), so each of the C entries
+    // is read once and serves them all.
+    __device__ __forceinline__ void fetch_k_table(const Problem& p, int k0, int slot) {
+        static_assert(Problem::A_K_CONTIG && Problem::B_K_CONTIG && Base::B_USES_A, "chunks share their k");
+        int row, k;
+        MapA::at(0, row, k);
+#pragma unroll
+        for (int v = 0; v < C; ++v) {
+            const KTableEntry entry = k_table()[slot][k + v];
+            const bool in_reduction = k0 + k + v < p.k_end;
+#pragma unroll
+            for (int e = 0; e < MapA::CHUNKS; ++e) {
+                const Src<T> src = p.a_entry_src(this->arow[e], entry);  // not ok past k_end
+                ra[e * C + v] = from_acc<T, float>(0.0f);
+                if (src.ok) ra[e * C + v] = load_readonly(src.ptr);
+            }
+#pragma unroll
+            for (int e = 0; e < MapB::CHUNKS; ++e) {
+                const Src<T> src = p.b_entry_src(this->brow[e], entry);
+                rb[e * C + v] = from_acc<T, float>(0.0f);
+                if (in_reduction && src.ok) rb[e * C + v] = load_readonly(src.ptr);
+            }
+        }
+    }
+
+    // A's chunk at tile row ``row`` (a multiple of C) and reduction index k, from the table.
+    __device__ __forceinline__ static void fetch_table(const Problem& p, int row, int k, T* dst) {
+        const RowTable& table = row_table();
+        int h[C], w[C], offset[C];
+        load_ints<C>(reinterpret_cast<const int*>(&table.h[row]), h);
+        load_ints<C>(reinterpret_cast<const int*>(&table.w[row]), w);
+        load_ints<C>(reinterpret_cast<const int*>(&table.offset[row]), offset);
+        const auto pos = p.a_pos_entry(p.k_pos(k), k < p.k_end);
+#pragma unroll
+        for (int v = 0; v < C; ++v) {
+            const Src<T> src = p.a_entry_src(pos, {static_cast<unsigned>(h[v]), static_cast<unsigned>(w[v]),
+                                                   static_cast<unsigned>(offset[v])});
+            dst[v] = from_acc<T, float>(0.0f);
+            if (src.ok) dst[v] = load_readonly(src.ptr);
+        }
+    }
+
     // One chunk of A (IS_A) or B starting at GEMM row ``row`` (m or n, below ``rows``) and
     // reduction index k (below k_end), element by element (the scalar path).
     template <bool IS_A, bool K_CONTIG>
@@ -625,8 +847,13 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         else zero_chunk<C>(dst);
     }
 
-    // The chunks of the tile at k0 (the vector path: at the reduction cursors).
-    __device__ __forceinline__ void load(const Problem& p, int m0, int n0, int k0) {
+    // The chunks of the tile at k0 (the vector path: at the reduction cursors; the k table's:
+    // from slot ``slot``).
+    __device__ __forceinline__ void load(const Problem& p, int m0, int n0, int k0, int slot = 0) {
+        if constexpr (Base::K_TABLE) {
+            fetch_k_table(p, k0, slot);
+            return;
+        }
 #pragma unroll
         for (int e = 0; e < MapA::CHUNKS; ++e) {
             int row, k;
@@ -639,6 +866,7 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
                 s.ok = s.ok && m0 + row < p.m_size;
                 fetch_vector(s, &ra[e * C]);
             }
+            else if constexpr (ROW_TABLE) fetch_table(p, row, k0 + k, &ra[e * C]);
             else fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
         }
 #pragma unroll
@@ -677,15 +905,28 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
     __device__ __forceinline__ void run(const Problem& p, int m0, int n0, TileA* As, TileB* Bs,
                                         Multiply&& multiply) {
         this->init_rows(p, m0, n0);
+        if constexpr (ROW_TABLE) {
+            fill_row_table(p, m0);
+            __syncthreads();
+        }
+        if constexpr (Base::K_TABLE) {
+            // Tile i's entries are in slot i % 2: tiles 0 and 1 now, tile i + 2 in iteration i
+            // (into the slot that tile i's load, in iteration i - 1, has finished reading).
+            init_k_table(p);
+            fill_k_table(p, 0);
+            fill_k_table(p, 1);
+            __syncthreads();
+        }
         if (p.k_begin < p.k_end) {
-            load(p, m0, n0, p.k_begin);
+            load(p, m0, n0, p.k_begin, 0);
             store(As[0], Bs[0]);
         }
         __syncthreads();
         int buf = 0;
         for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
             const bool more = k0 + BK < p.k_end;
-            if (more) load(p, m0, n0, k0 + BK);
+            if (more) load(p, m0, n0, k0 + BK, buf ^ 1);
+            if constexpr (Base::K_TABLE) fill_k_table(p, buf);  // tile i + 2
             multiply(buf);
             if (more) store(As[buf ^ 1], Bs[buf ^ 1]);
             __syncthreads();  // tile i + 1 is stored, and every thread is done reading tile i
@@ -1149,10 +1390,20 @@ __device__ __forceinline__ void load_fragment(const T* src, Acc* dst) {
     for (int w = 0; w < W; ++w) dst[w] = to_acc<Acc>(v[w]);
 }
 
+// The SIMT k-tile depth: Config's, but 16 for float with scalar loads from a row table (the
+// launcher's _conv_igemm.pick_tile says the same).  A k-step costs a thread 64 FFMA, 4 LDS.128
+// and one element's scalar load; the deeper tile spreads each tile's fixed work (the position's
+// decomposition, the buffers' addresses, the barrier) over twice the FFMA, which takes wgrad's
+// scalar main loop from 76% FFMA to 80% (sm_90), within the 128 registers of 2 CTAs per SM.
+template <typename T, bool VECTOR, class Problem> struct SimtDepth {
+    static constexpr int value =
+        sizeof(T) == 4 && !VECTOR && (HasRowTable<Problem>::value || HasKTable<Problem>::value) ? 16 : Config<T, SIMT>::BK;
+};
+
 template <typename T, typename Acc, bool VECTOR, class Problem>
 __device__ __forceinline__ void simt_cta(const Problem& p) {
     using C = Config<T, SIMT>;
-    constexpr int BM = C::BM, BN = C::BN, BK = C::BK, TM = C::TM, TN = C::TN;
+    constexpr int BM = C::BM, BN = C::BN, BK = SimtDepth<T, VECTOR, Problem>::value, TM = C::TM, TN = C::TN;
     constexpr int LDA = BM + C::PAD, LDB = BN + C::PAD;
     constexpr int THREADS_N = BN / TN;
     constexpr int W = SimtFragment<T>::W;
@@ -1246,13 +1497,15 @@ enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2, DGRAD_1X1 = 3 };
 template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false, int TILE_M = 128, int TILE_N = 128>
 struct MinBlocks {
     static constexpr bool HALF = sizeof(T) == 2;
-    // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.
+    // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.  The
+    // half types' tensor-core kernels with scalar loads (the row and k tables' cursors and
+    // entries) spill at 128 and run one CTA.
     static constexpr bool MMA_SYNC = GRADOPS_HAS_MMA_SM80;
     static constexpr bool IS_DGRAD = Op == DGRAD || Op == DGRAD_1X1;
     static constexpr bool TWO_FIT = (sizeof(T) == 8 && !(IS_DGRAD && SPLIT && !VECTOR)) ||
                                     (HALF && Kind == SIMT && !IS_DGRAD) ||
-                                    (HALF && Kind != SIMT && (Op == WGRAD || (IS_DGRAD && MMA_SYNC))) ||
-                                    (!HALF && Kind == SIMT && Op == WGRAD && VECTOR) ||
+                                    (HALF && Kind != SIMT && VECTOR && (Op == WGRAD || (IS_DGRAD && MMA_SYNC))) ||
+                                    (!HALF && Kind == SIMT && Op == WGRAD) ||
                                     (Kind == WMMA_TF32 && MMA_SYNC && Op == DGRAD_1X1);
     static constexpr int value = (TWO_FIT ? 2 : 1) * (256 / Threads<T, Kind, TILE_M, TILE_N>::value);
 };

@@ -170,6 +170,100 @@ def tf32(x):
     return ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32).astype(np.float64)
 
 
+# Bugs planted in the filter gradient's scalar row table (igemm_tiles.cuh, Loader::ROW_TABLE),
+# run on a problem of float32 with 30 input channels (scalar loads; 270 taps: three CTAs along
+# the GEMM's rows, whose tables differ) and a two-way split reduction.  The host model's
+# __shared__ variables are function statics that outlive a block (and, being inline functions'
+# statics, are shared with the real sources' build loaded before), so a table read before its
+# barrier finds another CTA's entries, not zeros: only a problem whose CTAs' tables differ
+# shows that bug.
+ROW_TABLE_PLANTED = {
+    "row-table-read-before-its-barrier": (
+        "            fill_row_table(p, m0);\n            __syncthreads();", "            fill_row_table(p, m0);"),
+    "row-table-position-past-the-reduction-not-absent": ("in_reduction ? w : kAbsent,", "w,"),
+    "row-table-columns-read-as-rows": (
+        "load_ints<C>(reinterpret_cast<const int*>(&table.w[row]), w);",
+        "load_ints<C>(reinterpret_cast<const int*>(&table.h[row]), w);"),
+}
+
+
+# Bugs planted in the input gradient's scalar k table (Loader, K_TABLE), run on a problem of
+# float32 with 6 input and 40 output channels (scalar loads; up to 4 taps x 40 channels: up to
+# 10 k-tiles per stride phase, so the table's slots are refilled inside the main loop):
+# run_k_table_problem.
+K_TABLE_PLANTED = {
+    "k-table-read-before-its-barrier": (
+        "            fill_k_table(p, 1);\n            __syncthreads();", "            fill_k_table(p, 1);"),
+    "k-table-refills-the-slot-about-to-be-read": (
+        "fill_k_table(p, buf);  // tile i + 2", "fill_k_table(p, buf ^ 1);  // tile i + 2"),
+    "k-table-entries-past-the-reduction-not-absent": (
+        "return {in_reduction ? dp : static_cast<int>(static_cast<unsigned>(p_offset) - out_rows), dq,",
+        "return {dp, dq,"),
+    "k-table-b-past-the-reduction-not-zeroed": (
+        "if (in_reduction && src.ok) rb[e * C + v]", "if (src.ok) rb[e * C + v]"),
+}
+
+
+def run_k_table_problem(rng, nan_row: bool):
+    """(launcher result, NumPy result) of the k-table problem; ``nan_row``: out_backprop's row 4
+    is NaN in channel 0.  A tile's entries past the end of a phase's reduction (40 or 80 of
+    them: 8 past a multiple of 16) then decompose to the tap row after the phase's last, which
+    reads a row that the element's real taps do not: were they not absent, the NaN (0 * NaN)
+    would reach input-gradient positions that the reference leaves finite."""
+    import cupy
+
+    x_shape, f_shape, strides = (2, 13, 11, 6), (3, 3, 6, 40), (2, 2)
+    filt = random_array(rng, f_shape, np.float32)
+    dy = random_array(rng, (2, 7, 6, 40), np.float32)
+    if nan_row:
+        dy[:, 4, :, 0] = np.nan
+    g = conv_geometry("conv2d_backprop_input", x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
+    launcher = importlib.import_module("gradops.backends.cuda.conv2d_backprop_input")
+    got = launcher.conv2d_backprop_input(g, cupy.asarray(filt), cupy.asarray(dy), path="tiled", vector=False)
+    want = gradops.conv2d_backprop_input(x_shape, filt, dy, strides=[1, *strides, 1], padding="SAME",
+                                         backend="numpy")
+    return np.asarray(got), want
+
+
+def assert_same_with_nan(got, want, dtype):
+    """NaN exactly where ``want`` has NaN, and close elsewhere."""
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want))
+    finite = ~np.isnan(want)
+    assert_close(got[finite], want[finite], dtype)
+
+
+@pytest.mark.parametrize("bug", sorted(K_TABLE_PLANTED))
+def test_planted_k_table_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    def run():
+        nan_row = "absent" in bug
+        got, want = run_k_table_problem(np.random.default_rng(7), nan_row)
+        if nan_row:
+            assert np.isnan(want).any() and not np.isnan(want).all()
+        assert_same_with_nan(got, want, np.float32)
+
+    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    run()
+    filename = "conv2d_backprop_input.cu" if "absent" in bug else "igemm_tiles.cuh"
+    cuda_host.planted_sources(tmp_path, filename, K_TABLE_PLANTED[bug])
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    with pytest.raises((AssertionError, cuda_host.HostLaunchError)):  # wrong, or a fault
+        run()
+
+
+@pytest.mark.parametrize("bug", sorted(ROW_TABLE_PLANTED))
+def test_planted_row_table_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    def run():
+        return run_planted_problem("conv2d_backprop_filter", "tiled", np.float32, np.random.default_rng(7),
+                                   depths=(30, 4), vector=False)
+
+    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    assert_close(*run(), np.float32)
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", ROW_TABLE_PLANTED[bug])
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    with pytest.raises((AssertionError, cuda_host.HostLaunchError)):  # wrong, or a fault
+        assert_close(*run(), np.float32)
+
+
 # --------------------------------------------------------------------------- planted bugs
 # Each entry edits one line of a copy of cuda_src/ and runs a launcher on a problem that the
 # real sources get right (the launcher tests show that): the result must now be wrong, or the

@@ -83,6 +83,20 @@ def default_tile(dtype, kind: int) -> Tile:
     return Tile(*TILES[(np.dtype(dtype), kind)])
 
 
+#: The k-tile depth of the float SIMT kernels with scalar loads from a table (the gradients'
+#: row table and k table; igemm::SimtDepth): twice TILES's.
+TABLE_SIMT_BK = 16
+
+
+def scalar_table_tile(tile: Tile, dtype, kind: int, vector: bool) -> Tile:
+    """``tile`` as the filter and input gradients' kernels run it: float SIMT with scalar loads
+    takes :data:`TABLE_SIMT_BK` (igemm::SimtDepth), so that the split reduction's sizes are
+    whole k-tiles of it."""
+    if not vector and kind == SIMT and np.dtype(dtype) == np.float32:
+        return tile._replace(bk=TABLE_SIMT_BK)
+    return tile
+
+
 def pick_tile(dtype, kind: int, vector: bool, m: int, n: int, arch: int | None = None,
               tile: tuple[int, int] | None = None) -> Tile:
     """The :class:`Tile` a GEMM of M x N runs: of the shapes of :func:`tile_shapes`, walked from

@@ -190,7 +190,7 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     if pick_few_channels(g, dtype, dy, few_channels):
         return _few_channels(g, x, dy, out, dims, splits)
     vector = ig.use_vector_loads(g, dtype, (x, dy, out), vector)
-    shape = ig.pick_tile(dtype, kind, vector, m, n, tile=tile)
+    shape = ig.scalar_table_tile(ig.pick_tile(dtype, kind, vector, m, n, tile=tile), dtype, kind, vector)
     splits, split_size = split_count(g, dtype, kind, splits, shape)
     # One float (double for float64) partial filter per split; unused (empty) without a split.
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))

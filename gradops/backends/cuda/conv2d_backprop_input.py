@@ -94,10 +94,14 @@ def _gemm_sizes(g) -> tuple[int, int, int]:
 
 
 def tiled_eligible(g, dtype) -> bool:
-    """Whether the tiled kernel can run this call (32-bit GEMM indices, grid limits)."""
+    """Whether the tiled kernel can run this call (32-bit GEMM indices, grid limits).  The
+    scalar path's k table also holds offsets of out_backprop between an element and a row
+    cursor's origin, each within the padded extents' rows and columns of an image."""
     m, n, red = _gemm_sizes(g)
     bn = ig.TILES[(np.dtype(dtype), ig.math_kind(dtype))][1]
-    return (ig.fits_int32(m, n, red, g.in_rows, g.in_cols, g.out_rows, g.out_cols, *ig.cursor_extents(g))
+    rows, cols = ig.cursor_extents(g)[:2]
+    return (ig.fits_int32(m, n, red, g.in_rows, g.in_cols, g.out_rows, g.out_cols, *ig.cursor_extents(g),
+                          (rows * g.out_cols + cols) * g.out_depth)
             and ig.ceil_div(n, bn) <= ig.GRID_YZ_LIMIT
             and g.groups * g.stride_rows * g.stride_cols <= ig.GRID_YZ_LIMIT)
 
@@ -236,7 +240,7 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     out = cupy.empty((g.batch, g.in_rows, g.in_cols, g.in_depth), dtype)  # NHWC; every element written
     m, n, _ = _gemm_sizes(g)
     vector = ig.use_vector_loads(g, dtype, (w, dy, out), vector)
-    shape = ig.pick_tile(dtype, kind, vector, m, n, tile=tile)
+    shape = ig.scalar_table_tile(ig.pick_tile(dtype, kind, vector, m, n, tile=tile), dtype, kind, vector)
     splits, split_size = split_count(g, dtype, kind, splits, shape)
     # One float (double for float64) partial input gradient per split; unused (empty) without a split.
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
