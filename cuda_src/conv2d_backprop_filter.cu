@@ -232,9 +232,9 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
 // (r * filter_cols + s) * CIN + c, so that out_backprop's contiguous channels are mma.sync's A
 // rows and the gathered input its B columns, both staged in shared memory as [j][row] tiles
 // (ldmatrix.trans).  Why a kernel of its own: the general kernel's 128 x 128 tile holds 147 x 64
-// useful elements of the 7x7 stem in two tiles (29%), and its scalar gather decomposes every
-// element's tap and position (two FastDiv divisions each: 3,558 instructions per warp per k-tile,
-// sm_90).  Here a CTA owns 64 out channels x 64 taps; each tap's (r, s, c) is decomposed once
+// useful elements of the 7x7 stem in two tiles (29%), and its scalar gather (at the time this
+// kernel was written, a decomposition of every element's tap and position: 3,558 instructions
+// per warp per k-tile, sm_90; now the row table's, 352) still holds a 128 x 128 tile.  Here a CTA owns 64 out channels x 64 taps; each tap's (r, s, c) is decomposed once
 // per CTA into a table of its offset and its row and column shifts, each position once per
 // k-tile per thread, so a gathered element costs a (broadcast) table read, two bounds tests and
 // a 2-byte load.  Thread t gathers position jj = t % 32 of the k-tile for the 16 taps of warp
