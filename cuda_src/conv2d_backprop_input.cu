@@ -246,8 +246,8 @@ template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
     }
     __device__ __forceinline__ igemm::Src<T> a_entry_src(const TableARow& row, const KEntry& e) const {
         return {row.origin + e.a_offset,
-                static_cast<unsigned>(row.p0 - e.dp) < static_cast<unsigned>(out_rows) &&
-                    static_cast<unsigned>(row.q0 - e.dq) < static_cast<unsigned>(out_cols)};
+                static_cast<unsigned>(row.p0) - static_cast<unsigned>(e.dp) < static_cast<unsigned>(out_rows) &&
+                    static_cast<unsigned>(row.q0) - static_cast<unsigned>(e.dq) < static_cast<unsigned>(out_cols)};
     }
     __device__ __forceinline__ igemm::Src<T> b_entry_src(const TableBRow& row, const KEntry& e) const {
         return {row.row + e.b_offset, true};
