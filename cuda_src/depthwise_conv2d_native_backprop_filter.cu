@@ -108,7 +108,10 @@ __global__ void depthwise_conv2d_native_backprop_filter_partial(
 // (lane: V adjacent channels; work item: ITEM_ROWS x ITEM_COLS output positions) loads its own
 // out_backprop values and multiplies each staged value of its window into every tap that value
 // reaches: the K x K x V filter-gradient sums live in registers for the whole slice, and nothing
-// is divided per element.  At the end the CTA's work items add their sums in item order through
+// is divided per element.  A warp's two work items sit side by side or one above the other,
+// as the launcher picks per geometry, so that where the output ends inside the last tile row
+// or column whole warps hold only items past it; those skip the sums (they still stage and
+// meet every barrier).  At the end the CTA's work items add their sums in item order through
 // shared memory and write partial[slice][tap][k]; the _reduce kernel sums the slices.
 //
 // Compile-time filter size K x K and stride S (K in {3, 5}, S in {1, 2}), dilation 1, NHWC,
@@ -321,12 +324,14 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
 // staging: 0 one element per load (any multiplier), 1 16-byte loads (multiplier 1), 2 16-byte
 // loads of multiplier 2 (each value staged twice); the launcher picks it (in_depth a multiple
 // of 16 / sizeof(T) and an aligned input for 1 and 2).  lane_loads: out_backprop read V
-// channels per load (out_depth a multiple of V, aligned).  partial: [slices][K * K][out_depth].
+// channels per load (out_depth a multiple of V, aligned).  columns_per_warp: how a warp's two
+// work items sit in the tile (see below).  partial: [slices][K * K][out_depth].
 template <typename T, typename Acc, int K, int S, int C>
 __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K, S>::value)) depthwise_conv2d_native_backprop_filter_tiled(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
         int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
-        int tiles_down, int tiles_across, int units, int units_per_slice, int staging, int lane_loads) {
+        int tiles_down, int tiles_across, int units, int units_per_slice, int staging, int lane_loads,
+        int columns_per_warp) {
     using namespace dwfilter;
     using Sh = Shape<K, S, C>;
     constexpr int CHANNELS = Block<Acc>::CHANNELS, V = Block<Acc>::V, LANES = Block<Acc>::LANES;
@@ -339,7 +344,15 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % LANES, item = tid / LANES;
-    const int item_row = item / C, item_col = item % C;
+    // A warp holds two work items (32 threads = 2 x LANES): side by side in one item row, or
+    // with columns_per_warp one above the other in one item column (rows 2w and 2w + 1 of
+    // ITEMS_DOWN), whichever the launcher finds idles more whole warps where the output ends
+    // inside a tile: a warp whose two work items lie wholly past the output skips the sums.
+    static_assert(32 == 2 * LANES && C % 2 == 0 && (kItems / C) % 2 == 0, "two work items per warp");
+    constexpr int ITEMS_DOWN = kItems / C;
+    const bool columns = columns_per_warp != 0;
+    const int item_row = columns ? item % ITEMS_DOWN : item / C;
+    const int item_col = columns ? item / ITEMS_DOWN : item % C;
     const int out_depth = in_depth * multiplier;
     const int k0 = static_cast<int>(blockIdx.x) * CHANNELS;
     const int k = k0 + lane * V;
@@ -410,13 +423,19 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
             }
         }
 
-        if (!__syncthreads_or(bad != bad)) {  // every loaded value finite (bad is NaN otherwise)
-            accumulate<false, Acc, K, S, C>(window, dy, acc, 0, 0, 0, 0, 0, 0);
-        } else {
-            // Window rows / columns inside the image: y0 + window_row0 + wr in [0, in_rows).
-            const int wy = y0 + window_row0, wx = x0 + window_col0;
-            accumulate<true, Acc, K, S, C>(window, dy, acc, max(0, -wy), in_rows - wy, max(0, -wx), in_cols - wx,
-                                           rows, cols);
+        const bool nonfinite = __syncthreads_or(bad != bad);  // bad is NaN where a loaded value was not finite
+        // A work item wholly past the output adds only zeros (its out_backprop values are 0 and
+        // the checked loop would skip every position): it skips the sums, and a warp of two such
+        // items skips them as a whole.
+        if (rows > 0 && cols > 0) {
+            if (!nonfinite) {
+                accumulate<false, Acc, K, S, C>(window, dy, acc, 0, 0, 0, 0, 0, 0);
+            } else {
+                // Window rows / columns inside the image: y0 + window_row0 + wr in [0, in_rows).
+                const int wy = y0 + window_row0, wx = x0 + window_col0;
+                accumulate<true, Acc, K, S, C>(window, dy, acc, max(0, -wy), in_rows - wy, max(0, -wx),
+                                               in_cols - wx, rows, cols);
+            }
         }
     }
 

@@ -613,6 +613,66 @@ def test_cuda_tiled_shapes(cuda_device, rng, filt, stride, items_across):
             check_cuda(kwargs, x, dy, case, tiled=True, items_across=items_across, units_per_slice=1 + i)
 
 
+def brute_idle_warps(g, items_across: int, columns: bool) -> int:
+    """Warps of one image's tiles whose two work items lie wholly past the output, by walking
+    every warp of every tile (the kernel's item numbering: ``columns_per_warp``)."""
+    item_rows, item_cols = cuda_launcher.item_shape(g)
+    rows, cols = cuda_launcher.tile_shape(g, items_across)
+    down, across = cuda_launcher.tile_counts(g, items_across)
+    items_down = cuda_launcher.TILED_ITEMS // items_across
+    idle = 0
+    for tile_row in range(down):
+        for tile_col in range(across):
+            for warp in range(cuda_launcher.TILED_ITEMS // 2):
+                inside = []
+                for item in (2 * warp, 2 * warp + 1):
+                    r, c = (item % items_down, item // items_down) if columns else divmod(item, items_across)
+                    inside.append(tile_row * rows + r * item_rows < g.out_rows
+                                  and tile_col * cols + c * item_cols < g.out_cols)
+                idle += not any(inside)
+    return idle
+
+
+def test_tiled_idle_warps_match_the_tiles():
+    """The closed form of idle warps agrees with a walk over every warp, for every tile width,
+    both pairings, both strides and output maps of 1 to 40 rows and columns; the kernel's pairing
+    is the one that idles more warps (side by side on a tie)."""
+    for stride in (1, 2):
+        for out_rows in range(1, 41, 3):
+            for out_cols in range(1, 41, 2):
+                g = conv2d_geometry(OP, (1, out_rows * stride, out_cols * stride, 8), (3, 3, 8, 1),
+                                    (1, out_rows, out_cols, 8), attr4(stride, stride, "NHWC"), "SAME", [], "NHWC",
+                                    [1, 1, 1, 1], depthwise=True)
+                for c in cuda_launcher.TILED_ITEMS_ACROSS:
+                    idle = [cuda_launcher.tiled_idle_warps(g, c, columns) for columns in (False, True)]
+                    assert idle == [brute_idle_warps(g, c, columns) for columns in (False, True)], (g, c)
+                    assert cuda_launcher.tiled_columns_per_warp(g, c) == (idle[1] > idle[0])
+
+
+@pytest.mark.parametrize("filt,stride,items_across", TILED_SHAPES, ids=[f"f{k}-s{s}-c{c}" for k, s, c in TILED_SHAPES])
+def test_cuda_tiled_warp_pairings(cuda_device, rng, filt, stride, items_across):
+    """Both ways of pairing a warp's work items give the loops' sums on maps whose last tile
+    row and column hold items partly inside the output and items wholly past it (which skip the
+    sums), with an Inf in the input there (the checked loop)."""
+    out_rows, out_cols = (9, 11) if items_across == 2 else (5, 21)
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, out_rows * stride, out_cols * stride, 6), filt_hw=(filt, filt),
+                                    multiplier=1, strides=(stride, stride), padding="SAME", dtype=np.float32)
+    g = geometry_of(kwargs)
+    assert (g.out_rows, g.out_cols) == (out_rows, out_cols)
+    assert min(cuda_launcher.tiled_idle_warps(g, items_across, columns) for columns in (False, True)) > 0
+    for columns in (False, True):
+        check_cuda(kwargs, x, dy, case, tiled=True, items_across=items_across, columns_per_warp=columns)
+    x = x.copy()
+    x[1, -1, -1, 2] = np.inf
+    want, _ = expected_grad(x, (filt, filt, 6, 1), dy, (stride, stride), "SAME", (1, 1), NO_PADS)
+    assert np.isinf(want).any() or np.isnan(want).any()
+    for columns in (False, True):
+        got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+            g, to_gpu(x.astype(np.float32)), to_gpu(kwargs["out_backprop"]), tiled=True, items_across=items_across,
+            columns_per_warp=columns)
+        assert_same_nonfinite_and_close(to_host(got), want)
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
 @pytest.mark.parametrize("multiplier", [1, 2], ids=lambda m: f"M{m}")
 def test_cuda_tiled_staging_modes(cuda_device, rng, multiplier, dtype):
@@ -812,7 +872,13 @@ PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source,
     "tiled-last-output-column-dropped": ("cols = min(Sh::ITEM_COLS, out_cols - q)",
                                          "cols = min(Sh::ITEM_COLS, out_cols - q - 1)"),
     "tiled-checked-loop-ignores-the-top-edge": ("max(0, -wy), in_rows - wy", "0, in_rows - wy"),
-    "tiled-never-checks-nonfinite": ("if (!__syncthreads_or(bad != bad))", "if (!__syncthreads_or(0))"),
+    "tiled-never-checks-nonfinite": ("const bool nonfinite = __syncthreads_or(bad != bad);",
+                                     "const bool nonfinite = __syncthreads_or(0);"),
+    "tiled-skips-an-item-one-row-inside": ("if (rows > 0 && cols > 0) {", "if (rows > 1 && cols > 0) {"),
+    "tiled-skips-an-item-partly-inside-across": ("if (rows > 0 && cols > 0) {",
+                                                 "if (rows > 0 && cols == Sh::ITEM_COLS) {"),
+    "tiled-warp-columns-repeat-an-item-row": ("const int item_row = columns ? item % ITEMS_DOWN : item / C;",
+                                              "const int item_row = columns ? item % 2 : item / C;"),
     "tiled-multiplier-2-staged-once": ("twice[2 * u] = twice[2 * u + 1] = v[u];",
                                        "twice[2 * u] = v[u], twice[2 * u + 1] = Acc(0);"),
     "tiled-channel-block-ignored": ("const int k0 = static_cast<int>(blockIdx.x) * CHANNELS;", "const int k0 = 0;"),
@@ -820,10 +886,13 @@ PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source,
 
 
 def run_planted_tiled_problem(rng):
-    """(launcher result, loops' result): SAME 3x3 stride 1 on 3 images of 9 x 11, multiplier 2
-    on 20 float32 channels (40 out_backprop channels: blocks of 32 and 8, 16-byte staging of
-    multiplier 2), 12 tiles of 8 x 8 in slices of 5 (the last one short), and a NaN in out_backprop at one image's corner
-    (the checked loop: taps that would meet the padding stay finite)."""
+    """(launcher results, loops' result twice): SAME 3x3 stride 1 on 3 images of 9 x 11,
+    multiplier 2 on 20 float32 channels (40 out_backprop channels: blocks of 32 and 8, 16-byte
+    staging of multiplier 2), 12 tiles of 8 x 8 in slices of 5 (the last one short), and a NaN in
+    out_backprop at one image's corner (the checked loop: taps that would meet the padding stay
+    finite); once with a warp's work items side by side, once one above the other (the last
+    tile row and column hold items with one row or column inside the output, and items wholly
+    past it: 6 idle warps of 16 per image side by side, 7 one above the other)."""
     import cupy  # the installed HostDevice
 
     kwargs, x, dy, case = cuda_case(rng, x_shape=(3, 9, 11, 20), filt_hw=(3, 3), multiplier=2, padding="SAME",
@@ -833,12 +902,13 @@ def run_planted_tiled_problem(rng):
     kwargs["out_backprop"] = dy.astype(np.float32)
     g = geometry_of(kwargs)
     assert cuda_launcher.staging_mode(g, np.float32, cupy.asarray(kwargs["input"])) == 2
-    got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+    assert [cuda_launcher.tiled_idle_warps(g, 2, columns) for columns in (False, True)] == [6, 7]
+    got = [to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(
         g, cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), tiled=True, items_across=2,
-        units_per_slice=5)
+        units_per_slice=5, columns_per_warp=columns)) for columns in (False, True)]
     want, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
     assert np.isnan(want).any() and np.isfinite(want).any()
-    return to_host(got), want
+    return np.stack(got), np.stack([want, want])
 
 
 def assert_same_nonfinite_and_close(got, want):

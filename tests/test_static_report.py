@@ -441,6 +441,42 @@ def test_new_ops_predictions(new_kernels):
             assert st["predicted_ms"] == max(st["limits_ms"].values())
 
 
+def test_filter_tiled_idle_warps_skip_the_sums(new_kernels):
+    """A warp whose work items lie wholly past the output costs, per unit, the staging loads and
+    barriers but no out_backprop load and none of the sums' FFMAs; the prediction charges the
+    launcher's count of such warps that cost, and a map with none is charged as before."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    device = sr.DEVICES[0]
+    by_label = {c.label: c for c in sr.suite("efficientnet") if c.op == DEPTHWISE_FILTER}
+    idle_case, full_case = by_label["dw5x5-2 28x28x240 5x5/1 m1 NHWC"], by_label["dw5x5-6 7x7x1152 5x5/1 m1 NHWC"]
+    g = idle_case.geometry()
+    for dtype_name in ("float16", "float32"):
+        dtype = sr.DTYPES[dtype_name]
+        c = dwf.pick_items_across(g)
+        kernel = new_kernels[("sm_90", dwf._tiled_expression(dtype, 5, 1, c))]
+        busy, fixed, counts = sr.filter_tiled_unit_cost(kernel, dtype, g)
+        idle, idle_fixed, idle_counts = sr.filter_tiled_unit_cost(kernel, dtype, g, idle=True)
+        lane_load = f"LDG.{8 * dwf.lane_channels(dtype) * dtype.itemsize}"
+        assert counts[lane_load] == 8 and idle_counts[lane_load] == 0  # a 2 x 4 work item's lanes
+        assert idle_counts["LDG.128"] == counts["LDG.128"] and idle_counts["BAR"] == counts["BAR"]
+        assert counts["FFMA"] - idle_counts["FFMA"] >= 25 * 8 * 2  # 25 taps x 8 positions x 2 channels
+        assert idle_fixed == fixed and idle < busy
+        p = sr.predict(idle_case, dtype_name, device, new_kernels)
+        tiled = p["stages"][0]["tiled"]
+        assert tiled["columns_per_warp"] and tiled["idle_warp_units"] == g.batch * dwf.tiled_idle_warps(g, c, True) > 0
+        assert tiled["idle_thread_instructions_per_unit"] == idle
+        units = tiled["units"]
+        charged = (units * 4 - tiled["idle_warp_units"]) * busy + tiled["idle_warp_units"] * idle
+        blocks = -(-g.out_depth // dwf.tiled_channels(dtype))
+        elements = math.prod(g.out_backprop_shape)
+        assert p["stages"][0]["sass_per_element"] == pytest.approx(
+            (blocks * 32 * charged + tiled["ctas"] * dwf.TILED_THREADS * fixed) / elements)
+        full = sr.predict(full_case, dtype_name, device, new_kernels)["stages"][0]["tiled"]
+        assert full["idle_warp_units"] == 0 and full["idle_thread_instructions_per_unit"] == 0
+
+
 @needs_tools
 def test_depthwise_generic_kernel_path_is_counted():
     """A grid-stride kernel the counter does model: the generic depthwise instantiation, one
@@ -700,6 +736,40 @@ def test_tiled_depthwise_predictions(tiled_kernels):
     record = sr.reference_paths(half)
     assert record["per_element"] == pytest.approx(one["tiled"]["kernel_per_element"]) and record["call_sites"] == 0
     assert sr.block_size(half.expression) == 64  # 14 x 8 positions: 4 work items x 16 lanes
+
+
+def test_tiled_depthwise_idle_warps(tiled_kernels):
+    """Warps whose work items lie wholly outside the image skip the sums and the stores: their
+    path makes the busy path's staging loads and barriers, no store and none of the sums' FMAs.
+    A 28 x 28 map (14 x 8 tiles: in the last tile column the second item column is past the
+    image, one warp per tile row with the items one above the other) is charged it for those
+    warps; a 112 x 112 map (whole tiles) has none."""
+    from gradops.bench import static_tiled as st
+
+    half, _, _, _ = tiled_kernels
+    kernels = {("sm_90", half.expression): half}
+    device = sr.DEVICES[0]
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    by_label = {c.label: c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_INPUT}
+    case = by_label["dw5 28x28x192 3x3/1 m1 NHWC"]
+    g = case.geometry()
+    assert dw.columns_per_warp(g) and dw.tiles(g) == (4, 2)
+    p = sr.predict(case, "float16", device, kernels)
+    tiled = p["tiled"]
+    assert tiled["idle_warps"] == 2 * 6 * 32  # 2 per image and block of 32 channels: 6 blocks, batch 32
+    launch = st.depthwise_launch(g, np.float16)
+    choice = (half, launch.vector, launch.paired, 1, launch.rows, launch.store_cols, launch.chunk)
+    busy, idle = st.depthwise_tiled_path(*choice), st.depthwise_tiled_path(*choice, idle=True)
+    store = f"STG.{8 * busy['store_width']}"
+    assert idle["counts"][store] == 0 < busy["counts"][store]
+    assert idle["counts"]["LDG.128"] == busy["counts"]["LDG.128"] and idle["counts"]["BAR"] == busy["counts"]["BAR"]
+    assert busy["counts"]["FFMA"] - idle["counts"]["FFMA"] >= st.depthwise_fma_per_slice(busy["tile"])
+    assert tiled["idle_thread_instructions"] == idle["instructions"] < busy["instructions"]
+    threads = tiled["ctas"] * busy["tile"].threads
+    charged = busy["instructions"] * (threads - 32 * tiled["idle_warps"]) + idle["instructions"] * 32 * tiled["idle_warps"]
+    assert p["sass_per_element"] == pytest.approx(charged / math.prod(g.input_shape))
+    full = sr.predict(by_label["dw1 112x112x32 3x3/1 m1 NHWC"], "float16", device, kernels)
+    assert full["tiled"]["idle_warps"] == 0 and full["tiled"]["idle_thread_instructions"] == 0
 
 
 def test_calibration_markdown_is_generated_from_its_json():

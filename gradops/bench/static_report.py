@@ -137,7 +137,10 @@ ASSUMPTIONS = [
     "(NHWC, multiplier 1 or paired, channels a multiple of 16 bytes, aligned arrays). SASS/elem of a kernel: path "
     "x threads per CTA / outputs of a full tile. Per shape: every CTA of the launcher's grid is charged the "
     "interior path (edge tiles' checks not counted; the positions an overhanging tile computes but does not "
-    "store are), SASS/elem = that / the shape's elements. DRAM: compulsory bytes; L2: each CTA's staged tile "
+    "store are), but for its warps whose two work items lie wholly outside the image (the launcher's tile shape "
+    "and pairing of a warp's items, walked warp by warp), which skip the sums and the stores and are charged "
+    "the cheapest path through the same barriers with the same staging loads and no store; SASS/elem = that / "
+    "the shape's elements. DRAM: compulsory bytes; L2: each CTA's staged tile "
     "with halo, filter slice and outputs; latency: waves of resident CTAs (occupancy at the launcher's block of "
     "128 or 64 threads) x the dependent staging round trips per CTA (16-byte staging: one per batch of up to 16 "
     "loads; scalar NHWC: the filter then one per unrolled-by-4 step; NCHW: the filter then one per channel step) "
@@ -188,7 +191,10 @@ ASSUMPTIONS = [
     "passes its barriers and the unchecked sums (the FMA-richest run of fall-through blocks) with the busiest thread's 16-byte staging "
     "loads and all its work item's out_backprop loads, plus fixed instructions (every instruction outside the "
     "loops, an upper bound, and the cheapest iteration of the work items' final sum x its trips); every tile is "
-    "counted whole (positions past the output cost what inside ones do). L2 -> SM bytes: each unit's staged input "
+    "counted whole (positions past the output cost what inside ones do), except that a warp whose two work items "
+    "lie wholly past the output (the launcher's pairing of a warp's items: side by side or one above the other, "
+    "whichever idles more warps) costs, per unit, the cheapest unit-loop path with the staging loads and barriers "
+    "but no out_backprop load and no sums, which it skips. L2 -> SM bytes: each unit's staged input "
     "(tile with halo, a block's input channels) and out_backprop tile, and the partial sums written. Latency: "
     "waves of resident CTAs x (1 round trip per unit: the out_backprop loads are issued before the barrier and "
     "overlap the staging loads; + 1) x 600 ns.",
@@ -955,12 +961,14 @@ def filter_partial_cost(model: PathModel, rows: int, skipped: int, cols: int) ->
     return cost, counts
 
 
-def filter_tiled_unit_cost(kernel, dtype, g) -> tuple[int, int, Counter]:
+def filter_tiled_unit_cost(kernel, dtype, g, idle: bool = False) -> tuple[int, int, Counter]:
     """(instructions per unit, fixed instructions, counts per unit) of one thread of the tiled
     depthwise filter-gradient kernel, 16-byte staging: the cheapest path through one iteration
     of its unit loop that passes the barriers and the unchecked sums (the FMA-richest run of fall-through blocks)
     and makes the busiest thread's staging loads and every out_backprop load of a work item
-    inside the output; fixed: the rest of a thread's work (every instruction outside the loops,
+    inside the output; ``idle``: instead a thread of a work item wholly past the output, which
+    makes the staging loads and passes the barriers but loads no out_backprop value and skips
+    the sums; fixed: the rest of a thread's work (every instruction outside the loops,
     an upper bound, and the cheapest iteration of the work items' final sum, ceil(K * K *
     CHANNELS / threads) times)."""
     import importlib
@@ -993,11 +1001,12 @@ def filter_tiled_unit_cost(kernel, dtype, g) -> tuple[int, int, Counter]:
             return dy_weight
         return sts_weight if ins.base == "STS" and _sass.access_width(ins) == 16 else 0
 
-    thr = frozenset(n for n in through if n in unit.blocks)
-    key = staging_loads + dy_weight * rows * cols + sts_weight * staging_loads * stores
+    barriers = st.through_blocks(cfg, inner_loop=False)
+    thr = frozenset(n for n in (barriers if idle else through) if n in unit.blocks)
+    key = staging_loads + dy_weight * (0 if idle else rows * cols) + sts_weight * staging_loads * stores
     cycle, _ = cfg._tables(unit, counted, {1: (1, None)}, key, unit.depth, thr)
     if key not in cycle:
-        raise _sass.PathError(f"{kernel.expression}: no unit path with {rows * cols} out_backprop loads, "
+        raise _sass.PathError(f"{kernel.expression}: no unit path with {0 if idle else rows * cols} out_backprop loads, "
                               f"{staging_loads} staging loads and their {staging_loads * stores} 16-byte stores")
     per_unit, counts = cycle[key]
     epilogue_iterations = -(-g.filter_rows * g.filter_cols * channels // dwf.TILED_THREADS)
@@ -1073,12 +1082,20 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     blocks = -(-g.out_depth // dwf.tiled_channels(dtype))
     ctas = blocks * slices
     per_unit, fixed, counts = filter_tiled_unit_cost(kernel, dtype, g)
+    # Warps whose two work items lie wholly past the output skip the sums (the kernel's pairing).
+    columns = dwf.tiled_columns_per_warp(g, c)
+    idle_warps = g.batch * dwf.tiled_idle_warps(g, c, columns)  # warp-units, over the whole output
+    busy_warps = units * dwf.TILED_THREADS // 32 - idle_warps
+    idle_unit, _, idle_counts = filter_tiled_unit_cost(kernel, dtype, g, idle=True) if idle_warps else (0, 0, Counter())
     elements = math.prod(g.out_backprop_shape)
     threads = ctas * dwf.TILED_THREADS
-    thread_instructions = blocks * dwf.TILED_THREADS * (units * per_unit) + threads * fixed
+    thread_instructions = blocks * 32 * (busy_warps * per_unit + idle_warps * idle_unit) + threads * fixed
     per_element = thread_instructions / elements
-    pipes = {k.removeprefix("class:"): v * blocks * dwf.TILED_THREADS * units / elements
-             for k, v in counts.items() if k.startswith("class:")}
+    pipes = Counter()
+    for n_warps, unit_counts in ((busy_warps, counts), (idle_warps, idle_counts)):
+        for k, v in unit_counts.items():
+            if k.startswith("class:"):
+                pipes[k.removeprefix("class:")] += v * blocks * 32 * n_warps / elements
     reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
     taps = g.filter_rows * g.filter_cols
     partials = slices * taps * g.out_depth
@@ -1098,6 +1115,8 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
              "resident_warps_per_sm": occ["warps_per_sm"], **limits,
              "tiled": {"ctas": ctas, "slices": slices, "units_per_slice": per_slice, "units": units,
                        "thread_instructions_per_unit": per_unit, "thread_fixed_instructions": fixed,
+                       "columns_per_warp": columns, "idle_warp_units": idle_warps,
+                       "idle_thread_instructions_per_unit": idle_unit,
                        "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /
                        (down * across * tile_rows * tile_cols)}}
     second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)

@@ -417,23 +417,26 @@ _PATHS: dict = {}
 
 
 def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                         store_cols: int = 4, chunk: int = VECTOR_BYTES) -> dict:
+                         store_cols: int = 4, chunk: int = VECTOR_BYTES, idle: bool = False) -> dict:
     """One thread's common path of a tiled depthwise instantiation for a launch choice, with
     its per-element figures (see the module docstring); cached per kernel object and choice.
-    ``rows`` / ``store_cols`` / ``chunk``: NCHW staging and stores (:class:`DepthwiseTile`)."""
-    key = (id(kernel), vector, paired, multiplier, rows, store_cols, chunk)
+    ``rows`` / ``store_cols`` / ``chunk``: NCHW staging and stores (:class:`DepthwiseTile`).
+    ``idle``: instead the path of a thread whose work item lies wholly outside the image (the
+    kernel's ``active`` false): the same staging and barriers, no sums and no stores."""
+    key = (id(kernel), vector, paired, multiplier, rows, store_cols, chunk, idle)
     if key not in _PATHS or _PATHS[key][0] is not kernel:
-        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, store_cols, chunk))
+        _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, store_cols, chunk,
+                                                     idle))
     return _PATHS[key][1]
 
 
 def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                          store_cols: int = 4, chunk: int = VECTOR_BYTES) -> dict:
+                          store_cols: int = 4, chunk: int = VECTOR_BYTES, idle: bool = False) -> dict:
     from ..backends.cuda._sass import PathError
 
     t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, store_cols, chunk)
     cfg = kernel.cfg
-    through = through_blocks(cfg)
+    through = through_blocks(cfg, inner_loop=not idle)
     fma = sum(fma_count(cfg.instructions(n)) for n in sums_run(cfg))
     if fma != depthwise_fma_per_slice(t):
         raise PathError(f"{kernel.expression}: the unchecked sums hold {fma} FMAs, the source's tap loops "
@@ -445,7 +448,7 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
         trips[2] = (t.nhwc_staging_loads() // 4, (4, 4 * t.acc // 4))
     # NCHW row staging: the filter's element stores (a word each) come on top of the lower bound
     slack = 16 + (t.slices * -(-t.kh * t.kw * t.channels // t.threads) * t.acc // 4 if t.nchw and t.rows else 0)
-    cost, counts = common_path(kernel, (t.store_width, t.stores()), (t.load_width, t.loads()),
+    cost, counts = common_path(kernel, (t.store_width, 0 if idle else t.stores()), (t.load_width, t.loads()),
                                t.shared_words(), trips, through, slack=slack)
     from .static_report import _path_summary
 
@@ -493,6 +496,9 @@ class DepthwiseLaunch:
     rows: bool = True
     store_cols: int = 4
     chunk: int = VECTOR_BYTES
+    #: Whether the model credits warps whose work items lie wholly outside the image with the
+    #: idle path (today's launch; the measured revision's calibration keeps its own model).
+    idle_warps: bool = True
 
 
 def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
@@ -519,30 +525,68 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
     across, down = dw.tile_counts(g, rows, cols)
     vector = g.data_format == "NHWC" and g.depth_multiplier == 1 and g.in_depth % _runtime.vector_width(dtype) == 0
     return DepthwiseLaunch(vector, False, across * -(-g.in_depth // dw.tile_channels(dtype)) * down * g.batch,
-                           False, 1)
+                           False, 1, idle_warps=False)
+
+
+def depthwise_idle_warps(g, dtype, launch: DepthwiseLaunch) -> int:
+    """Warps of the tiled input-gradient kernel's whole launch whose two work items both lie
+    wholly outside the image (the kernel's ``active`` false in all 32 threads: the warp skips the
+    sums and the stores), walked warp by warp over one image's tiles with the launcher's tile
+    shape and pairing (``columns_per_warp``); every channel block and image repeats them (a
+    channel block's lane 0 always holds a channel)."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    tile_rows, tile_cols, items = dw.tile_shape(g)
+    item_rows_per_tile = dw.item_rows_per_tile(g)
+    item_cols_per_tile = items // item_rows_per_tile
+    item_rows, item_cols = tile_rows // item_rows_per_tile, tile_cols // item_cols_per_tile
+    columns = item_rows_per_tile == 2 and dw.columns_per_warp(g)
+    across, down = dw.tiles(g)
+    idle = 0
+    for tile_row in range(down):
+        y0 = tile_row * tile_rows - g.pad_top % g.stride_rows
+        for tile_col in range(across):
+            x0 = tile_col * tile_cols - g.pad_left % g.stride_cols
+            for warp in range(items // 2):
+                active = False
+                for item in (2 * warp, 2 * warp + 1):
+                    r, c = (item % 2, item // 2) if columns else divmod(item, item_cols_per_tile)
+                    y, x = y0 + r * item_rows, x0 + c * item_cols
+                    active |= y < g.in_rows and y + item_rows > 0 and x < g.in_cols and x + item_cols > 0
+                idle += not active
+    blocks = launch.ctas // (across * down * g.batch)
+    return idle * blocks * g.batch
 
 
 def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: DepthwiseLaunch) -> dict:
     """The roofline of one depthwise input-gradient shape run by the tiled kernel: every CTA of
-    the launch grid costs the interior CTA's common path (module docstring); issue, DRAM
-    (compulsory bytes), L2 (each CTA's staged tile with halo, filter slice and outputs) and the
-    latency limit (waves of resident CTAs x dependent staging round trips x DRAM latency)."""
+    the launch grid costs the interior CTA's common path (module docstring), but for its warps
+    whose work items lie wholly outside the image, which cost the idle path (staging and
+    barriers only; :func:`depthwise_idle_warps`); issue, DRAM (compulsory bytes), L2 (each CTA's
+    staged tile with halo, filter slice and outputs) and the latency limit (waves of resident
+    CTAs x dependent staging round trips x DRAM latency)."""
     from ..backends.cuda import _sass
     from .metrics import bytes_moved
     from .static_report import DTYPES, roofline, with_latency_limit
 
     width = DTYPES[dtype_name].itemsize
-    path = depthwise_tiled_path(kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.store_cols,
-                                launch.chunk)
+    choice = (kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.store_cols, launch.chunk)
+    path = depthwise_tiled_path(*choice)
     t = path["tile"]
     elements = math.prod(g.input_shape)
     threads = launch.ctas * t.threads
-    per_element = path["instructions"] * threads / elements
+    idle_warps = depthwise_idle_warps(g, DTYPES[dtype_name], launch) if launch.idle_warps else 0
+    idle = depthwise_tiled_path(*choice, idle=True) if idle_warps else {"instructions": 0, "counts": Counter()}
+    busy_threads = threads - 32 * idle_warps
+    per_element = (path["instructions"] * busy_threads + idle["instructions"] * 32 * idle_warps) / elements
+    pipes = classes_per_element(path["counts"], busy_threads / elements)
+    for k, v in classes_per_element(idle["counts"], 32 * idle_warps / elements).items():
+        pipes[k] = pipes.get(k, 0) + v
     traffic = bytes_moved(case, g, width)
     l2 = launch.ctas * t.l2_bytes_per_cta()
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], t.threads)
-    limits = roofline(device, elements, per_element, classes_per_element(path["counts"], threads / elements),
-                      traffic, l2, occ["warps_per_sm"] * 32)
+    limits = roofline(device, elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
     with_latency_limit(limits, device, traffic, latency_limit_s(device, launch.ctas, occ, t.round_trips()))
     return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
             "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
@@ -551,6 +595,7 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
                       "load_bytes": t.load_width, "store_bytes": t.store_width,
                       "paired_multipliers": launch.paired, "slices": t.slices,
                       "thread_instructions": path["instructions"], "kernel_per_element": path["per_element"],
+                      "idle_warps": idle_warps, "idle_thread_instructions": idle["instructions"],
                       "round_trips": t.round_trips(), "blocks_per_sm": occ["blocks_per_sm"],
                       "tile_fill": elements / (launch.ctas * t.outputs)}}
 

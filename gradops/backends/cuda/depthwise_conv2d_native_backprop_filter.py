@@ -165,6 +165,32 @@ def tile_counts(g: Conv2DGeometry, items_across: int) -> tuple[int, int]:
     return -(-g.out_rows // rows), -(-g.out_cols // cols)
 
 
+def tiled_idle_warps(g: Conv2DGeometry, items_across: int, columns: bool) -> int:
+    """Warps of one image's tiles whose two work items lie wholly past the output (they skip the
+    sums), with a warp's items side by side in an item row (``columns`` False) or one above the
+    other in an item column (True; the kernel's ``columns_per_warp``).  Only the last tile row
+    and column hold such items: ``active_rows`` / ``active_cols`` item rows / columns of them
+    reach into the output."""
+    item_rows, item_cols = item_shape(g)
+    rows, cols = tile_shape(g, items_across)
+    down, across = tile_counts(g, items_across)
+    items_down = TILED_ITEMS // items_across
+    active_rows = -(-(g.out_rows - (down - 1) * rows) // item_rows)
+    active_cols = -(-(g.out_cols - (across - 1) * cols) // item_cols)
+    if columns:  # a warp: item rows 2w, 2w + 1 of one item column
+        return ((items_across - active_cols) * (items_down // 2) * down
+                + (items_down // 2 - -(-active_rows // 2)) * (items_across * (across - 1) + active_cols))
+    # a warp: item columns 2w, 2w + 1 of one item row
+    return ((items_down - active_rows) * (items_across // 2) * across
+            + (items_across // 2 - -(-active_cols // 2)) * (items_down * (down - 1) + active_rows))
+
+
+def tiled_columns_per_warp(g: Conv2DGeometry, items_across: int) -> bool:
+    """The kernel's ``columns_per_warp``: whether a warp's two work items sit one above the
+    other, where that idles more whole warps than side by side (side by side on a tie)."""
+    return tiled_idle_warps(g, items_across, True) > tiled_idle_warps(g, items_across, False)
+
+
 def pick_items_across(g: Conv2DGeometry) -> int:
     """The tile width whose tiles cover the output with the fewest positions (the wider on a tie)."""
     def covered(c):
@@ -415,7 +441,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                             index_bits: int | None = None, tiled: bool | None = None,
                                             staging: int | None = None, items_across: int | None = None,
                                             units_per_slice: int | None = None, planes: bool | None = None,
-                                            items_per_slice: int | None = None, pairs: bool | None = None):
+                                            items_per_slice: int | None = None, pairs: bool | None = None,
+                                            columns_per_warp: bool | None = None):
     """Filter gradient [filter_rows, filter_cols, in_depth, depth_multiplier] in the input's dtype.
 
     input: [N, in_rows, in_cols, in_depth], out_backprop: [N, out_rows, out_cols, in_depth *
@@ -423,8 +450,9 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     Launches on the current stream without synchronising.  The tests override the automatic
     choices: ``tiled`` (the tiled kernel or the per-element one); for the per-element kernel
     ``slices`` (a target slice count) and ``index_bits`` (32 / 64); for the tiled one
-    ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4) and
-    ``units_per_slice`` (tiles per slice); ``planes`` (NCHW: the planes kernel or the per-element
+    ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4),
+    ``units_per_slice`` (tiles per slice) and ``columns_per_warp`` (how a warp's two work items
+    sit in a tile); ``planes`` (NCHW: the planes kernel or the per-element
     one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time).
     """
     import cupy
@@ -466,6 +494,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             raise ValueError("16-byte staging needs multiplier 1 or 2, in_depth a multiple of 16 / itemsize and a "
                              "16-byte aligned input")
         down, across = tile_counts(g, c)
+        columns = tiled_columns_per_warp(g, c) if columns_per_warp is None else columns_per_warp
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
         fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c))
         i32 = _runtime.i32
@@ -473,7 +502,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
            (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                g.pad_top, g.pad_left, down, across, g.batch * down * across, per_slice, mode,
-                               int(lane_loads(g, dtype, dy))))))
+                               int(lane_loads(g, dtype, dy)), int(columns)))))
     else:
         if slices is None:
             slices, rows_per_slice = slicing(g)
