@@ -1091,11 +1091,8 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     threads = ctas * dwf.TILED_THREADS
     thread_instructions = blocks * 32 * (busy_warps * per_unit + idle_warps * idle_unit) + threads * fixed
     per_element = thread_instructions / elements
-    pipes = Counter()
-    for n_warps, unit_counts in ((busy_warps, counts), (idle_warps, idle_counts)):
-        for k, v in unit_counts.items():
-            if k.startswith("class:"):
-                pipes[k.removeprefix("class:")] += v * blocks * 32 * n_warps / elements
+    pipes = (Counter(st.classes_per_element(counts, blocks * 32 * busy_warps / elements))
+             + Counter(st.classes_per_element(idle_counts, blocks * 32 * idle_warps / elements)))
     reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
     taps = g.filter_rows * g.filter_cols
     partials = slices * taps * g.out_depth

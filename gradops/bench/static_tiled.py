@@ -528,7 +528,7 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
                            False, 1, idle_warps=False)
 
 
-def depthwise_idle_warps(g, dtype, launch: DepthwiseLaunch) -> int:
+def depthwise_idle_warps(g, launch: DepthwiseLaunch) -> int:
     """Warps of the tiled input-gradient kernel's whole launch whose two work items both lie
     wholly outside the image (the kernel's ``active`` false in all 32 threads: the warp skips the
     sums and the stores), walked warp by warp over one image's tiles with the launcher's tile
@@ -576,13 +576,12 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
     t = path["tile"]
     elements = math.prod(g.input_shape)
     threads = launch.ctas * t.threads
-    idle_warps = depthwise_idle_warps(g, DTYPES[dtype_name], launch) if launch.idle_warps else 0
+    idle_warps = depthwise_idle_warps(g, launch) if launch.idle_warps else 0
     idle = depthwise_tiled_path(*choice, idle=True) if idle_warps else {"instructions": 0, "counts": Counter()}
     busy_threads = threads - 32 * idle_warps
     per_element = (path["instructions"] * busy_threads + idle["instructions"] * 32 * idle_warps) / elements
-    pipes = classes_per_element(path["counts"], busy_threads / elements)
-    for k, v in classes_per_element(idle["counts"], 32 * idle_warps / elements).items():
-        pipes[k] = pipes.get(k, 0) + v
+    pipes = (Counter(classes_per_element(path["counts"], busy_threads / elements))
+             + Counter(classes_per_element(idle["counts"], 32 * idle_warps / elements)))
     traffic = bytes_moved(case, g, width)
     l2 = launch.ctas * t.l2_bytes_per_cta()
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], t.threads)
