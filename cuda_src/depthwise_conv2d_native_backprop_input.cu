@@ -1,6 +1,6 @@
 // DepthwiseConv2dNativeBackpropInput as a gather: every input-gradient element sums every
 // (filter tap, multiplier) whose forward read touched that element.  No atomics, and each sum
-// runs in one fixed order, so results are bitwise reproducible.  Two kernels:
+// runs in one fixed order, so results are bitwise reproducible.  Three kernels:
 //
 // * depthwise_conv2d_native_backprop_input (the "direct" kernel): one thread per element,
 //   grid-stride, 64-bit offsets.  Any layout, filter, stride, dilation and size (tensors past
@@ -12,6 +12,11 @@
 //   element, and tiles aligned to the stride so that only taps that land are computed.  Compile-time filter size and stride
 //   (3x3 and 5x5 at strides 1 and 2), dilation 1, every tensor below 2^31 elements: the
 //   launcher checks.
+// * depthwise_conv2d_native_backprop_input_mma (tensor cores, sm_80+; NCHW float16 / bfloat16,
+//   3x3 and 5x5 at stride 1, multipliers 1 and 2): each 16 x 16 unit of a plane as products
+//   of staged out_backprop rows with the filter's banded (Toeplitz) matrices, mma.sync
+//   m16n8k16 with float sums (see "the tensor-core kernel" at the end).  Run only when the
+//   launcher is asked for it (path="mma") until the static report models it.
 //
 // Shapes (L = layout of in_backprop / out_backprop, NHWC or NCHW):
 //   filter        [filter_rows, filter_cols, in_depth, depth_multiplier]  (always this order)
@@ -19,6 +24,7 @@
 //   in_backprop   [batch, in_rows, in_cols, in_depth]                     in L
 // Output channel c * depth_multiplier + m reads input channel c through filter[:, :, c, m].
 #include "depthwise_tiles.cuh"
+#include "tensor_core_ptx.cuh"  // GRADOPS_HAS_MMA_SM80, ldmatrix and mma.sync (the _mma kernel)
 
 namespace gradops {
 
@@ -996,6 +1002,180 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             }
         }
     }
+}
+
+// ==================================================================== the tensor-core kernel
+//
+// depthwise_conv2d_native_backprop_input_mma (issue 15): NCHW, half types, K x K filters
+// (K = 3 or 5) at stride 1 and dilation 1, multipliers 1 and 2, sm_80 and newer.  Per channel
+// plane the gradient is a sum of K row-shifted one-dimensional correlations, and each of those
+// is a product with a banded (Toeplitz) matrix, which the tensor cores take:
+//   in_backprop[y][x] = sum_q sum_r sum_x' out_backprop_q[y + pad_top - r][x'] * B_qr[x'][x],
+//   B_qr[x'][x] = filter[r][x + pad_left - x'][c][q]  (0 where that column is outside [0, K)).
+// A warp owns a unit of 16 x 16 positions (rows y0 .., columns x0 ..) of one image's plane c
+// and computes it as 2 K M products m16n8k16: rows of the unit (M = 16) x 8 columns (N, one
+// half of the unit, j = 0 or 1) x 16 out_backprop columns (K).  A: 16 staged out_backprop rows
+// (row i of the unit reads out row y0 + i + pad_top - r) x columns x0 + 8 j + pad_left - (K -
+// 1) + kk, kk = 0 .. 15 (the 8 + K - 1 that the half's band touches, then zeros); B: the band,
+// B[kk][n] = filter[r][n - kk + K - 1][c][q], the same for every unit, both halves and every
+// pad: each lane builds its fragments once, in registers.  The staged tile of slice q holds
+// out_backprop rows y0 + pad_top - (K - 1) .. + 15 and 32 columns from x0 + pad_left - (K - 1),
+// zeros outside out_backprop and past column 16 + K - 2, the last the unit reaches (an Inf
+// beyond it then cannot send the unit to the checked sums below); a row is 80 bytes apart from the next, so the 8 rows of an
+// ldmatrix fall on distinct 16-byte bank groups (no conflicts).  Products of half values are
+// exact in float and the sums are float (mma.sync's f32 accumulation); the order of additions
+// inside an mma is the hardware's, fixed for a given GPU, so results are reproducible run to run.
+//
+// Non-finite values.  An Inf or NaN in the band's reach meets one of its zeros (every
+// out_backprop column of the window meets at least 8 - K zeros of B, and every filter value
+// meets staged zeros) and makes some accumulator of the unit NaN; TF skips those products.  So
+// a warp whose unit holds any accumulator that is not finite (a probe of one FMA each, then a
+// warp vote) recomputes the unit on the CUDA cores from the staged tile, skipping exactly the
+// taps outside out_backprop, as the other kernels do (a unit whose true result overflows pays
+// it too and gets the same Inf).
+//
+// Work split: the grid is (CTAs per channel, in_depth); a CTA's kWarps warps take units
+// blockIdx.x * kWarps + warp, then gridDim.x * kWarps further, of the batch x tiles_down x
+// tiles_across units of channel blockIdx.y (the launcher picks gridDim.x so that a warp builds
+// its B fragments for a few units).  No shared memory is shared between warps: a warp stages,
+// reads and restages its own tile between __syncwarp barriers.  Offsets are 32-bit: the
+// launcher runs this kernel only when every tensor has fewer than 2^31 elements and every padded
+// coordinate of a unit fits.  The element type T is the accumulator-less half of the usual
+// <T, Acc> pair: the tensor cores accumulate in float, the only accumulator they offer.
+namespace dwmma {
+constexpr int kWarps = 4;          // warps per CTA (128 threads)
+constexpr int kUnit = 16;          // unit rows and columns (the mma's M, and two of its N)
+constexpr int kStagedCols = 32;    // staged columns: one per lane
+constexpr int kRowPitch = 40;      // elements from one staged row to the next: 80 bytes
+}  // namespace dwmma
+
+template <typename T, int K, int M>
+__global__ void depthwise_conv2d_native_backprop_input_mma(
+    const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop, int in_rows,
+    int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_down,
+    int tiles_across, int units, int store_pairs) {
+#if GRADOPS_HAS_MMA_SM80
+    using namespace dwmma;
+    static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
+    static_assert(M == 1 || M == 2, "multipliers 1 and 2");
+    constexpr int ROWS = kUnit + K - 1;   // staged rows per slice
+    constexpr int WINDOW = kUnit + K - 1;  // staged columns that hold out_backprop values
+    static_assert(kUnit / 2 + K - 1 <= 16, "one half's band fits one k16 step");
+    static_assert(kRowPitch >= kStagedCols && (kRowPitch * 2) % 16 == 0 && ((kRowPitch * 2) / 16) % 2 == 1,
+                  "rows of 16-byte groups, an odd number apart");
+    __shared__ __align__(16) T stage[kWarps][M][ROWS][kRowPitch];
+
+    const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+    const int g = lane / 4, t = lane % 4;
+    const int c = static_cast<int>(blockIdx.y);
+    const int out_depth = in_depth * M;
+    T (*const tile)[ROWS][kRowPitch] = stage[warp];
+
+    // The band's fragments: b[q][r][h] holds B[2 t + 8 h + e][g] in its half e (low half: e = 0).
+    unsigned b[M][K][2];
+#pragma unroll
+    for (int q = 0; q < M; ++q)
+#pragma unroll
+        for (int r = 0; r < K; ++r)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                unsigned bits[2];
+#pragma unroll
+                for (int e = 0; e < 2; ++e) {
+                    const int s = g - (2 * t + 8 * h + e) + K - 1;
+                    T v = from_acc<T>(0.0f);
+                    if (static_cast<unsigned>(s) < static_cast<unsigned>(K)) v = filter[((r * K + s) * in_depth + c) * M + q];
+                    bits[e] = *reinterpret_cast<const unsigned short*>(&v);
+                }
+                b[q][r][h] = bits[0] | bits[1] << 16;
+            }
+
+    // Lane l supplies ldmatrix row l % 8 of matrix l / 8: unit row (l % 8) + 8 ((l / 8) % 2),
+    // column 8 (l / 16) of the half (the A fragment's order a0 .. a3).
+    const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
+    const bool lane_col_in = lane < WINDOW;
+
+    for (int u = static_cast<int>(blockIdx.x) * kWarps + warp; u < units; u += static_cast<int>(gridDim.x) * kWarps) {
+        const int tx = u % tiles_across, rest = u / tiles_across;
+        const int ty = rest % tiles_down, n = rest / tiles_down;
+        const int y0 = ty * kUnit, x0 = tx * kUnit;
+        const int o_row0 = y0 + pad_top - (K - 1), o_col = x0 + pad_left - (K - 1) + lane;
+        const bool col_in = lane_col_in && static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols);
+
+        __syncwarp();  // every lane is done with the previous unit's tile
+        // Stage: lane l loads column l of every staged row of every slice (consecutive lanes,
+        // consecutive columns: one 64-byte row per load instruction), all loads before any store.
+#pragma unroll
+        for (int q = 0; q < M; ++q) {
+            const T* const plane = out_backprop + (n * out_depth + c * M + q) * out_rows * out_cols + o_col;
+            unsigned short raw[ROWS];
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) {
+                raw[i] = 0;
+                if (col_in && static_cast<unsigned>(o_row0 + i) < static_cast<unsigned>(out_rows))
+                    raw[i] = *reinterpret_cast<const unsigned short*>(plane + (o_row0 + i) * out_cols);
+            }
+#pragma unroll
+            for (int i = 0; i < ROWS; ++i) *reinterpret_cast<unsigned short*>(&tile[q][i][lane]) = raw[i];
+        }
+        __syncwarp();
+
+        float acc[2][4] = {};
+#pragma unroll
+        for (int q = 0; q < M; ++q)
+#pragma unroll
+            for (int r = 0; r < K; ++r)
+#pragma unroll
+                for (int j = 0; j < 2; ++j) {
+                    unsigned a[4];
+                    ptx::ldmatrix<4, false>(a, &tile[q][a_row + K - 1 - r][8 * j + a_col]);
+                    ptx::mma_m16n8k16<T>(acc[j], a, b[q][r], acc[j]);
+                }
+
+        // d[j][v]: unit row g + 8 (v / 2), column 8 j + 2 t + v % 2.
+        float probe = 0.0f;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) probe = fmaf(acc[j][v], 0.0f, probe);
+        if (__any_sync(0xffffffffu, probe != 0.0f)) {  // NaN (+-0 otherwise): the checked sums
+#pragma unroll 1
+            for (int j = 0; j < 2; ++j)
+#pragma unroll 1
+                for (int v = 0; v < 4; ++v) {
+                    const int i = g + 8 * (v / 2), x = 8 * j + 2 * t + v % 2;  // unit row and column
+                    float sum = 0.0f;
+                    for (int q = 0; q < M; ++q)
+                        for (int r = 0; r < K; ++r) {
+                            if (static_cast<unsigned>(y0 + i + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;
+                            for (int s = 0; s < K; ++s) {
+                                if (static_cast<unsigned>(x0 + x + pad_left - s) >= static_cast<unsigned>(out_cols))
+                                    continue;
+                                sum += to_acc<float>(tile[q][i + K - 1 - r][x + K - 1 - s]) *
+                                       to_acc<float>(filter[((r * K + s) * in_depth + c) * M + q]);
+                            }
+                        }
+                    acc[j][v] = sum;
+                }
+        }
+
+        T* const plane = in_backprop + (n * in_depth + c) * in_rows * in_cols;
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int y = y0 + g + 8 * h, x = x0 + 8 * j + 2 * t;
+                if (y >= in_rows || x >= in_cols) continue;
+                T* const at = plane + y * in_cols + x;
+                if (store_pairs) {  // in_cols even: x even, so x + 1 < in_cols and the pair is aligned
+                    dwconv::store_pair<T>(at, acc[j][2 * h], acc[j][2 * h + 1]);
+                } else {
+                    at[0] = from_acc<T>(acc[j][2 * h]);
+                    if (x + 1 < in_cols) at[1] = from_acc<T>(acc[j][2 * h + 1]);
+                }
+            }
+    }
+#endif  // GRADOPS_HAS_MMA_SM80
 }
 
 }  // namespace gradops

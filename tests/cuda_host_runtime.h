@@ -670,6 +670,16 @@ template <int K> inline void mma_lane_result(const float (&A)[16][K], const floa
 
 }  // namespace gradops_host
 
+// A warp vote: whether any lane's predicate is non-zero (every lane of the warp must call it,
+// as the .sync form requires of the lanes in the mask, here always the whole warp).
+inline int __any_sync(unsigned, int predicate) {
+    int result = 0;
+    gradops_host::warp_collective(predicate, "__any_sync executed by a partial warp", [&](const int* all, int) {
+        for (int q = 0; q < gradops_host::kWarpSize; ++q) result |= all[q] != 0;
+    });
+    return result;
+}
+
 namespace gradops {
 namespace ptx {
 

@@ -462,7 +462,7 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled"], ids=["auto", "direct", "tiled"])
+CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma"], ids=["auto", "direct", "tiled", "mma"])
 
 
 def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
@@ -479,10 +479,18 @@ def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
 
 
 def launched(device):
-    """The kernel of the last launch on the host stand-in ("tiled" / "direct"), None on a GPU."""
+    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "direct"), None on a GPU."""
     if device is None:
         return None
-    return "tiled" if "_tiled<" in device.launches[-1][0] else "direct"
+    name = device.launches[-1][0]
+    return "tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "direct"
+
+
+def mma_runs(g, dtype) -> bool:
+    """Whether the tensor-core kernel can run ``g`` on the current (or stand-in) GPU."""
+    from gradops.backends.cuda import _runtime
+
+    return cuda_launcher.mma_possible(g, dtype) and _runtime.compute_capability() >= cuda_launcher.MMA_ARCH
 
 
 def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=None):
@@ -493,16 +501,23 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
     import cupy
 
     dtype = kwargs["out_backprop"].dtype
-    eligible = cuda_launcher.tiled_eligible(geometry_of(kwargs), dtype)
+    g = geometry_of(kwargs)
+    eligible = cuda_launcher.tiled_eligible(g, dtype)
     if path == "tiled" and not eligible:
         with pytest.raises(ValueError, match="tiled kernel cannot run"):
             cuda_call(kwargs, path=path, vector=vector)
+        return None
+    if path == "mma" and not mma_runs(g, dtype):
+        with pytest.raises(ValueError, match="mma kernel cannot run"):
+            cuda_call(kwargs, path=path)
         return None
     got = cuda_call(kwargs, path=path, vector=vector, narrow=narrow)
     assert isinstance(got, cupy.ndarray)
     assert got.dtype == dtype and got.shape == tuple(kwargs["input_sizes"])
     if device is not None and 0 not in got.shape and kwargs["filter"].size and kwargs["out_backprop"].size:
-        assert launched(device) == (path or ("tiled" if eligible else "direct"))
+        auto = "mma" if cuda_launcher.mma_chosen(g, dtype) else (
+            "tiled" if eligible else "direct")
+        assert launched(device) == (path or auto)
     got = to_host(got)
     assert_close(got, ref, dtype, scale)
     expected = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
@@ -1037,3 +1052,145 @@ def test_host_more_than_2_31_elements(monkeypatch, filt_hw):
         assert abs(float(got[index]) - expected) <= rtol * max(1.0, magnitude), (y, x)
     assert np.isnan(got[:1000]).all(), "blocks outside the filter did not run"
 
+
+
+# ---- the tensor-core kernel (NCHW float16 / bfloat16, 3x3 / 5x5 at stride 1, multipliers 1 and 2)
+
+#: (x_shape NHWC, filt_hw, padding, pads, multiplier, dtype): maps that are not multiples of the
+#: 16 x 16 unit (partial units down and across), several units per plane, out_backprop smaller
+#: than the image (VALID), pads past the filter (staged rows and columns wholly outside
+#: out_backprop), odd in_cols (element stores) and even ones (pair stores), a 1 x 1 image.
+MMA_CASES = {
+    "f16-3x3-17x19-c3": ((2, 17, 19, 3), (3, 3), "SAME", NO_PADS, 1, np.float16),
+    "bf16-5x5-33x16-m2": ((1, 33, 16, 2), (5, 5), "SAME", NO_PADS, 2, ml_dtypes.bfloat16),
+    "f16-5x5-valid-20x35-m2": ((2, 20, 35, 3), (5, 5), "VALID", NO_PADS, 2, np.float16),
+    "bf16-3x3-pads-past-filter": ((1, 14, 14, 2), (3, 3), "EXPLICIT", ((5, 0), (0, 6)), 1, ml_dtypes.bfloat16),
+    "f16-5x5-15x15-odd-pads": ((3, 15, 15, 2), (5, 5), "EXPLICIT", ((1, 3), (4, 0)), 1, np.float16),
+    "f16-5x5-14x14-c5-m2": ((2, 14, 14, 5), (5, 5), "SAME", NO_PADS, 2, np.float16),
+    "bf16-3x3-1x1-image": ((2, 1, 1, 4), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+}
+
+
+@pytest.mark.parametrize("target_warps", [None, 2], ids=["one-unit-per-warp", "several-units-per-warp"])
+@pytest.mark.parametrize("case", list(MMA_CASES))
+def test_cuda_mma_edges(cuda_device, rng, monkeypatch, case, target_warps):
+    """The tensor-core kernel (forced) matches the loops and the NumPy backend at its edges; with
+    a small warp target each warp takes several units (its filter fragments reused)."""
+    x_shape, filt_hw, padding, pads, multiplier, dtype = MMA_CASES[case]
+    if target_warps is not None:
+        monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", target_warps)
+    kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, padding=padding,
+                                   pads=pads, data_format="NCHW", dtype=dtype)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.mma_possible(g, np.dtype(dtype))
+    if target_warps is not None:
+        grid, units = cuda_launcher.mma_grid(g)
+        # some warp takes more than one unit, where a CTA's warps cannot take one each
+        assert grid[0] * cuda_launcher.MMA_WARPS < units or units <= cuda_launcher.MMA_WARPS
+    check_cuda(kwargs, ref, scale, path="mma", device=cuda_device)
+
+
+def test_mma_choice():
+    """What the tensor-core kernel takes, and that the launcher does not pick it by itself yet."""
+    def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
+          data_format="NCHW", dtype=np.float16):
+        kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+                                 strides=strides, dilations=dilations, padding="SAME", data_format=data_format,
+                                 dtype=dtype)
+        return geometry_of(kwargs), np.dtype(dtype)
+
+    assert cuda_launcher.mma_possible(*g())
+    assert cuda_launcher.mma_possible(*g(filt_hw=(3, 3), multiplier=2, dtype=ml_dtypes.bfloat16))
+    for refused in (g(data_format="NHWC"), g(dtype=np.float32), g(dtype=np.float64), g(strides=(2, 2)),
+                    g(dilations=(2, 1)), g(multiplier=3), g(filt_hw=(3, 5)), g(filt_hw=(7, 7))):
+        assert not cuda_launcher.mma_possible(*refused)
+    assert cuda_launcher.mma_fill(g()[0]) == pytest.approx(28 * 28 / (32 * 32))
+    assert cuda_launcher.mma_fill(g(x_shape=(1, 7, 7, 8))[0]) < cuda_launcher.MMA_MIN_FILL
+    assert not cuda_launcher.MMA_BY_DEFAULT and not cuda_launcher.mma_chosen(*g())
+    grid, units = cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0])
+    assert units == 32 * 7 * 7 and grid[1] == 32
+    assert grid[0] * cuda_launcher.MMA_WARPS * cuda_launcher.MMA_UNITS_PER_WARP >= units
+    assert "_mma<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
+    assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 8
+
+
+def mma_non_finite_problem(rng, dtype=np.float16):
+    """(kwargs, reference result): NCHW 5x5 multiplier 2 on 2 images of 20 x 35 (2 x 3 units), an
+    Inf in out_backprop inside one unit, a NaN filter tap that lands on the padding for the
+    image's edges, an Inf tap, and otherwise finite values."""
+    kwargs, _, _ = make_case(rng, x_shape=(2, 20, 35, 3), filt_hw=(5, 5), multiplier=2, padding="SAME",
+                             data_format="NCHW", dtype=dtype)
+    dy = kwargs["out_backprop"].copy()
+    dy[1, 3, 12, 20] = np.inf
+    w = kwargs["filter"].copy()
+    w[0, 0, 1, 1] = np.nan
+    w[4, 4, 2, 0] = np.inf
+    kwargs.update(out_backprop=dy, filter=w)
+    return kwargs, gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+
+
+def assert_same_non_finite(got, want, dtype):
+    for name, mask in (("NaN", np.isnan), ("Inf", np.isinf)):
+        np.testing.assert_array_equal(mask(got.astype(np.float64)), mask(want.astype(np.float64)), err_msg=name)
+    finite = np.isfinite(want.astype(np.float64))
+    assert_close(got[finite], want[finite], dtype, scale=float(np.abs(want[finite].astype(np.float64)).max()))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_cuda_mma_non_finite_values(cuda_device, rng, dtype):
+    """An Inf in out_backprop and an Inf and a NaN in the filter reach exactly the elements TF's
+    sums give them: units where the band's zeros met them are recomputed by the checked sums.
+    Two runs are bitwise equal (on the host, blocks and threads in another order)."""
+    kwargs, want = mma_non_finite_problem(rng, dtype)
+    got = to_host(cuda_call(kwargs, path="mma"))
+    assert cuda_device is None or launched(cuda_device) == "mma"
+    assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
+    assert_same_non_finite(got, want, dtype)
+    if cuda_device is not None:
+        cuda_device.seed += 1
+    assert to_host(cuda_call(kwargs, path="mma")).tobytes() == got.tobytes()
+
+
+PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real source, its replacement)
+    "mma-band-mirrored": ("const int s = g - (2 * t + 8 * h + e) + K - 1;", "const int s = (2 * t + 8 * h + e) - g;"),
+    "mma-band-halves-swapped": ("b[q][r][h] = bits[0] | bits[1] << 16;", "b[q][r][h] = bits[1] | bits[0] << 16;"),
+    "mma-rows-not-shifted-per-tap": ("&tile[q][a_row + K - 1 - r][8 * j + a_col]", "&tile[q][a_row + r][8 * j + a_col]"),
+    "mma-second-half-reads-the-first": ("&tile[q][a_row + K - 1 - r][8 * j + a_col]", "&tile[q][a_row + K - 1 - r][a_col]"),
+    "mma-slices-share-a-plane": ("(n * out_depth + c * M + q) * out_rows", "(n * out_depth + c * M) * out_rows"),
+    "mma-last-unit-dropped": ("u < units; u += static_cast<int>(gridDim.x) * kWarps",
+                              "u < units - 1; u += static_cast<int>(gridDim.x) * kWarps"),
+    "mma-last-image-row-dropped": ("if (y >= in_rows || x >= in_cols) continue;",
+                                   "if (y >= in_rows - 1 || x >= in_cols) continue;"),
+    "mma-never-checks-non-finite": ("if (__any_sync(0xffffffffu, probe != 0.0f))", "if (__any_sync(0xffffffffu, 0))"),
+    "mma-checked-sums-ignore-the-top-edge": (
+        "if (static_cast<unsigned>(y0 + i + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;", ""),
+    "mma-staging-ignores-the-left-edge": ("lane_col_in && static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols)",
+                                          "lane_col_in && o_col < out_cols"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_MMA))
+def test_planted_mma_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    """Each bug planted in a copy of the tensor-core kernel makes mma_non_finite_problem's result
+    differ from the NumPy backend (or the launch fail on an access outside an array); the real
+    source passes."""
+    def run():
+        kwargs, want = mma_non_finite_problem(np.random.default_rng(3))
+        return to_host(cuda_call(kwargs, path="mma")), want
+
+    def check(got, want):
+        assert_same_non_finite(got, want, np.float16)
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    cuda_host.HostDevice(order="shuffled", seed=5).install(monkeypatch)
+    check(*run())
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, PLANTED_MMA[bug])
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = run()
+    except (AssertionError, cuda_host.HostLaunchError):
+        return  # refused: a read or write outside an array
+    with pytest.raises(AssertionError):
+        check(got, want)

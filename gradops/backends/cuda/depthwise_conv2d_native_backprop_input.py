@@ -1,6 +1,6 @@
 """Launcher for cuda_src/depthwise_conv2d_native_backprop_input.cu.
 
-Two paths (see the .cu file); ``path=`` forces one (the tests run both on small shapes):
+Three paths (see the .cu file); ``path=`` forces one (the tests run each on small shapes):
 
 * ``tiled``: a CTA per (14 x 8 input-gradient positions at stride 1, 7 x 8 on images of at
   most 7 rows; 8 x 16 at stride 2, 8 x 8 where 16-column tiles would leave half a tile empty,
@@ -11,6 +11,11 @@ Two paths (see the .cu file); ``path=`` forces one (the tests run both on small 
   offsets and no division per element.
   Compile-time 3x3 / 5x5 filters at strides 1x1 / 2x2 (:data:`SPECIALISATIONS`), dilation 1,
   every tensor below 2**31 elements and the grid within CUDA's limits (:func:`tiled_eligible`).
+* ``mma`` (opt-in, :data:`MMA_BY_DEFAULT`): tensor cores on compute capability 8.0+, NCHW
+  float16 / bfloat16, 3x3 / 5x5 filters at stride 1, multipliers 1 and 2
+  (:func:`mma_possible`); a warp computes 16 x 16 positions of one plane as mma.sync products of
+  staged out_backprop rows with the filter's banded matrices (float sums), recomputing a unit on
+  the CUDA cores where an Inf or NaN met the band's zeros.
 * ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
   (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
@@ -45,6 +50,7 @@ from . import _build, _runtime
 SOURCE = "depthwise_conv2d_native_backprop_input.cu"
 KERNEL = "gradops::depthwise_conv2d_native_backprop_input"
 TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_tiled"
+MMA_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_mma"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
 LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -56,7 +62,30 @@ SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
 
 #: Kernel paths; tests force each with ``path=``.
-PATHS = ("direct", "tiled")
+PATHS = ("direct", "tiled", "mma")
+
+#: The tensor-core kernel (``_mma``): NCHW half types, these square filters at stride 1 and
+#: dilation 1, these multipliers, compute capability 8.0 and newer (mma.sync m16n8k16 with f32
+#: accumulation); a warp computes a unit of MMA_UNIT x MMA_UNIT positions, MMA_WARPS warps a CTA.
+MMA_FILTERS = (3, 5)
+MMA_MULTIPLIERS = (1, 2)
+MMA_DTYPES = ("float16", "bfloat16")
+MMA_ARCH = 80
+MMA_UNIT = 16
+MMA_WARPS = 4
+#: The least fraction of the computed positions that lie inside the image for the launcher to
+#: pick the tensor-core kernel: a 7 x 7 map fills 19% of a 16 x 16 unit (the tiled kernel's 7 x 8
+#: tile 88%), 14 x 14 and 28 x 28 maps 77%.
+MMA_MIN_FILL = 0.5
+#: Units a warp takes at most (it builds its filter fragments once for all of them), and the
+#: warps a launch aims for before it gives a warp more than one unit (enough to fill any GPU's
+#: SMs several times; the choice depends on the geometry only, never on the GPU).
+MMA_UNITS_PER_WARP = 8
+MMA_TARGET_WARPS = 8192
+#: Whether the launcher picks the tensor-core kernel by itself (:func:`mma_chosen`).  Not yet:
+#: the static report does not model it (its predictions are the tiled kernel's for these
+#: shapes) and no GPU has run it; until then it runs only when asked for (``path="mma"``).
+MMA_BY_DEFAULT = False
 
 #: Bytes of accumulators per staged position (``dwconv::kPositionBytes``: 32 float or 16 double
 #: channels per CTA) and per thread (``kLaneBytes``: 2 float or 1 double channels).
@@ -101,8 +130,9 @@ NARROW_TILES = tuple(shape for shape in SPECIALISATIONS if shape not in TALL)
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
-    """Every name expression the launcher can ask for (the same on every architecture): per dtype
-    and layout, the direct kernel's specialisations and generic form, then the tiled kernel's."""
+    """Every name expression the launcher can ask for on compute capability ``arch`` (None: any):
+    per dtype and layout, the direct kernel's specialisations and generic form, then the tiled
+    kernel's; from sm_80, the tensor-core kernel's."""
     names = []
     for dtype in _build.C_TYPES:
         for data_format in LAYOUTS:
@@ -110,7 +140,14 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
             names += [_tiled_expression(dtype, data_format, shape) for shape in SPECIALISATIONS]
             names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
             names += [_tiled_expression(dtype, data_format, shape, 2, 2) for shape in NARROW_TILES]
+    if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
+        names += [_mma_expression(dtype, k, m) for dtype in MMA_DTYPES for k in MMA_FILTERS for m in MMA_MULTIPLIERS]
     return {SOURCE: names}
+
+
+def _mma_expression(dtype, filter_size: int, multiplier: int) -> str:
+    element, _ = _build.c_types(dtype)
+    return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}>"
 
 
 def specialisation(g: Conv2DGeometry) -> tuple[int, int, int, int]:
@@ -317,16 +354,70 @@ def use_vector_loads(g: Conv2DGeometry, dtype, arrays, vector: bool | None = Non
     return bool(vector)
 
 
+def mma_units(g: Conv2DGeometry) -> tuple[int, int]:
+    """The tensor-core kernel's units (MMA_UNIT x MMA_UNIT positions of one image's plane) down
+    and across a plane."""
+    return -(-g.in_rows // MMA_UNIT), -(-g.in_cols // MMA_UNIT)
+
+
+def mma_fill(g: Conv2DGeometry) -> float:
+    """The fraction of the positions the tensor-core kernel computes that lie inside the image."""
+    down, across = mma_units(g)
+    return g.in_rows * g.in_cols / (down * across * MMA_UNIT * MMA_UNIT)
+
+
+def mma_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the tensor-core kernel can run ``g`` on a GPU that has it (compute capability
+    8.0+): NCHW, float16 / bfloat16, a 3x3 or 5x5 filter at stride 1 and dilation 1, multiplier
+    1 or 2, every tensor and every offset of a unit in 32-bit range, in_depth within grid y."""
+    if g.data_format != "NCHW" or np.dtype(dtype).name not in MMA_DTYPES:
+        return False
+    if g.filter_rows != g.filter_cols or g.filter_rows not in MMA_FILTERS or g.depth_multiplier not in MMA_MULTIPLIERS:
+        return False
+    if (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) != (1, 1, 1, 1):
+        return False
+    out_depth = g.in_depth * g.depth_multiplier
+    down, across = mma_units(g)
+    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * out_depth,
+             g.filter_rows * g.filter_cols * out_depth, g.batch * down * across + MMA_WARPS * MMA_UNITS_PER_WARP,
+             # a unit's padded coordinates and staged rows / columns (32 past its first)
+             g.pad_top + g.in_rows + 2 * MMA_UNIT, g.pad_left + g.in_cols + 4 * MMA_UNIT)
+    return max(sizes) <= INT32_MAX and g.in_depth <= _runtime.GRID_YZ_LIMIT
+
+
+def mma_chosen(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the launcher picks the tensor-core kernel by itself: :data:`MMA_BY_DEFAULT`,
+    :func:`mma_possible`, units at least :data:`MMA_MIN_FILL` inside the image, and the current
+    GPU has mma.sync."""
+    return (MMA_BY_DEFAULT and mma_possible(g, dtype) and mma_fill(g) >= MMA_MIN_FILL
+            and _runtime.compute_capability() >= MMA_ARCH)
+
+
+def mma_grid(g: Conv2DGeometry) -> tuple[tuple[int, int, int], int]:
+    """The tensor-core kernel's grid (CTAs per channel, in_depth, 1) and units in a channel: a warp
+    takes up to :data:`MMA_UNITS_PER_WARP` units where the launch has more than
+    :data:`MMA_TARGET_WARPS` units."""
+    down, across = mma_units(g)
+    units = g.batch * down * across
+    per_warp = max(1, min(MMA_UNITS_PER_WARP, -(-units * g.in_depth // MMA_TARGET_WARPS)))
+    return (-(-units // (MMA_WARPS * per_warp)), g.in_depth, 1), units
+
+
 def pick_path(g: Conv2DGeometry, dtype, path: str | None = None) -> str:
-    """``path`` if given (checked), else tiled where it can run, else direct."""
+    """``path`` if given (checked), else mma where :func:`mma_chosen`, tiled where it can run,
+    else direct."""
     eligible = tiled_eligible(g, dtype)
     if path is None:
-        return "tiled" if eligible else "direct"
+        return "mma" if mma_chosen(g, dtype) else "tiled" if eligible else "direct"
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path == "tiled" and not eligible:
         raise ValueError("the tiled kernel cannot run this geometry (a filter or stride other than 3x3 / 5x5 at "
                          "1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
+    if path == "mma" and not (mma_possible(g, dtype) and _runtime.compute_capability() >= MMA_ARCH):
+        raise ValueError("the mma kernel cannot run this geometry (it takes NCHW float16 / bfloat16, 3x3 or 5x5 "
+                         "filters at stride 1 without dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of "
+                         "compute capability 8.0 or newer)")
     return path
 
 
@@ -360,7 +451,7 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
+    ("direct" / "tiled" / "mma"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
     ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) override the
     automatic choices.
     """
@@ -380,6 +471,16 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
                 *kernel_scalars(g))
         _runtime.launch_1d(fn, in_backprop.size, args)
+        return in_backprop
+    if path == "mma":
+        grid, units = mma_grid(g)
+        down, across = mma_units(g)
+        i32 = _runtime.i32
+        args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
+                *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
+                                   down, across, units, 1 if g.in_cols % 2 == 0 else 0)))
+        fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier))
+        fn(grid, (MMA_WARPS * 32,), args)
         return in_backprop
 
     expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype),
