@@ -1012,111 +1012,165 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 // is a product with a banded (Toeplitz) matrix, which the tensor cores take:
 //   in_backprop[y][x] = sum_q sum_r sum_x' out_backprop_q[y + pad_top - r][x'] * B_qr[x'][x],
 //   B_qr[x'][x] = filter[r][x + pad_left - x'][c][q]  (0 where that column is outside [0, K)).
-// A warp owns a unit of 16 x 16 positions (rows y0 .., columns x0 ..) of one image's plane c
-// and computes it as 2 K M products m16n8k16: rows of the unit (M = 16) x 8 columns (N, one
-// half of the unit, j = 0 or 1) x 16 out_backprop columns (K).  A: 16 staged out_backprop rows
-// (row i of the unit reads out row y0 + i + pad_top - r) x columns x0 + 8 j + pad_left - (K -
-// 1) + kk, kk = 0 .. 15 (the 8 + K - 1 that the half's band touches, then zeros); B: the band,
-// B[kk][n] = filter[r][n - kk + K - 1][c][q], the same for every unit, both halves and every
-// pad: each lane builds its fragments once, in registers.  The staged tile of slice q holds
-// out_backprop rows y0 + pad_top - (K - 1) .. + 15 and 32 columns from x0 + pad_left - (K - 1),
-// zeros outside out_backprop and past column 16 + K - 2, the last the unit reaches (an Inf
-// beyond it then cannot send the unit to the checked sums below); a row is 80 bytes apart from the next, so the 8 rows of an
-// ldmatrix fall on distinct 16-byte bank groups (no conflicts).  Products of half values are
-// exact in float and the sums are float (mma.sync's f32 accumulation); the order of additions
-// inside an mma is the hardware's, fixed for a given GPU, so results are reproducible run to run.
+// A warp owns a unit of 16 x 16 positions (rows y0 .., columns x0 .., both multiples of 16) of
+// one image's plane c.  The staged tile of slice q holds out_backprop rows y0 + pad_top - (K -
+// 1) .. + 15 and kStagedCols columns from a0 = x0 + pad_left - (K - 1) - shift, where shift =
+// (pad_left - (K - 1)) mod 8 makes a0 a multiple of 8: whole aligned chunks of out_backprop
+// rows (16, 8 or 4 bytes, or single elements: the launcher's ``chunk``), one store each, zeros
+// outside out_backprop.  Each half j of the unit (columns x0 + 8 j ..) is one product per tap
+// row r and k-step: A = 16 staged rows (unit row i reads tile row i + K - 1 - r) x 16 tile
+// columns from 8 j + 16 ks (ldmatrix rows start 16-byte aligned); B = the band shifted by
+// ``shift``, B[kk][n] = filter[r][n - kk + shift + K - 1][c][q] for window column kk = 16 ks +
+// 0 .. 15, the same for every unit and both halves: each lane builds its fragments once, in
+// registers.  The band of a half covers window columns shift .. shift + 8 + K - 2, which pass
+// 15 for most pads (SAME 5x5: shift 6; 3x3: shift 7), so every half runs both k-steps (the
+// second one's band is zero where it does not: the tensor cores have time to spare, the issue
+// slots of a branch and its address math do not).  Tile rows are
+// kRowPitch elements (80 bytes) apart, so the 8 rows of an ldmatrix fall on distinct 16-byte
+// bank groups (no conflicts); columns kStagedCols .. kRowPitch - 1, which only the second
+// k-step of the second half reads, are zeros written once.  Products of half values are exact
+// in float and the sums are float (mma.sync's f32 accumulation); the order of additions inside
+// an mma is the hardware's, fixed for a given GPU, so results are reproducible run to run.
 //
-// Non-finite values.  An Inf or NaN in the band's reach meets one of its zeros (every
-// out_backprop column of the window meets at least 8 - K zeros of B, and every filter value
-// meets staged zeros) and makes some accumulator of the unit NaN; TF skips those products.  So
-// a warp whose unit holds any accumulator that is not finite (a probe of one FMA each, then a
-// warp vote) recomputes the unit on the CUDA cores from the staged tile, skipping exactly the
-// taps outside out_backprop, as the other kernels do (a unit whose true result overflows pays
-// it too and gets the same Inf).
+// Non-finite values.  An Inf or NaN in a window meets one of the band's zeros (every window
+// column meets at least 8 - K of them, and every filter value meets the zeros staged outside
+// out_backprop) and makes some accumulator of the unit NaN; TF skips those products.  So a warp
+// whose unit holds any accumulator that is not finite (a probe of one FMA each, then a warp
+// vote) recomputes the unit on the CUDA cores from the staged tile, skipping exactly the taps
+// outside out_backprop, as the other kernels do (a unit whose true result overflows pays it too
+// and gets the same Inf).
 //
-// Work split: the grid is (CTAs per channel, in_depth); a CTA's kWarps warps take units
-// blockIdx.x * kWarps + warp, then gridDim.x * kWarps further, of the batch x tiles_down x
-// tiles_across units of channel blockIdx.y (the launcher picks gridDim.x so that a warp builds
-// its B fragments for a few units).  No shared memory is shared between warps: a warp stages,
+// Work split: the grid is (tiles_down x tiles_across unit positions, in_depth, image groups);
+// a CTA's kWarps warps take the unit at position blockIdx.x of channel blockIdx.y in images
+// blockIdx.z * kWarps + warp, then gridDim.z * kWarps further (the launcher picks gridDim.z so
+// that a warp builds its B fragments for a few units; no division per unit).  No shared memory is shared between warps: a warp stages,
 // reads and restages its own tile between __syncwarp barriers.  Offsets are 32-bit: the
 // launcher runs this kernel only when every tensor has fewer than 2^31 elements and every padded
 // coordinate of a unit fits.  The element type T is the accumulator-less half of the usual
 // <T, Acc> pair: the tensor cores accumulate in float, the only accumulator they offer.
 namespace dwmma {
-constexpr int kWarps = 4;          // warps per CTA (128 threads)
-constexpr int kUnit = 16;          // unit rows and columns (the mma's M, and two of its N)
-constexpr int kStagedCols = 32;    // staged columns: one per lane
-constexpr int kRowPitch = 40;      // elements from one staged row to the next: 80 bytes
+constexpr int kWarps = 4;        // warps per CTA (128 threads)
+constexpr int kUnit = 16;        // unit rows and columns (the mma's M, and two of its N)
+constexpr int kStagedCols = 32;  // staged out_backprop columns (a half's window: 8 + K - 1 + shift <= 19)
+constexpr int kRowPitch = 40;    // elements from one tile row to the next (80 bytes): the second
+                                 // half's second k-step reads columns 24 .. 39
+// A (q, r) row of the zero-padded filter: the band reads s + kBandZero for s in [-32, 18]
+// (lane g - 2 t - 16 ks - 8 h - e, shift, K - 1), the filter values sit at s in [0, K).
+constexpr int kBandZero = 32;
+constexpr int kBandPitch = 56;
+
+// Rows ROWS x kStagedCols columns of one out_backprop plane into ``tile`` (row pitch
+// kRowPitch), VEC elements per load and store: chunk k of the rows goes to lane k % 32 (a row's
+// chunks to consecutive lanes), every load of a lane issued before its stores.  ``plane``:
+// element (row o_row0, column a0) of the plane; a0 a multiple of VEC, VEC divides out_cols and
+// the plane is aligned to a chunk, so each chunk lies wholly inside or outside the plane's columns.
+template <int VEC, int ROWS, typename T>
+__device__ __forceinline__ void stage_rows(T (*tile)[kRowPitch], const T* plane, int lane, int o_row0, int a0,
+                                           int out_rows, int out_cols) {
+    using Raw = typename dwconv::ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
+    constexpr int PER_ROW = kStagedCols / VEC;
+    constexpr int CHUNKS = ROWS * PER_ROW;
+    constexpr int STEPS = (CHUNKS + 31) / 32;
+    static_assert(32 % PER_ROW == 0, "a lane's chunks sit in one column of chunks");
+    const int col = (lane % PER_ROW) * VEC, row0 = lane / PER_ROW;
+    const bool col_in = static_cast<unsigned>(a0 + col) < static_cast<unsigned>(out_cols);
+    Raw raw[STEPS];
+#pragma unroll
+    for (int i = 0; i < STEPS; ++i) {
+        const int row = row0 + i * (32 / PER_ROW);
+        raw[i] = Raw{};
+        if ((CHUNKS % 32 == 0 || row < ROWS) && col_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
+            raw[i] = *reinterpret_cast<const Raw*>(plane + row * out_cols + col);
+    }
+#pragma unroll
+    for (int i = 0; i < STEPS; ++i) {
+        const int row = row0 + i * (32 / PER_ROW);
+        if (CHUNKS % 32 == 0 || row < ROWS) *reinterpret_cast<Raw*>(&tile[row][col]) = raw[i];
+    }
+}
 }  // namespace dwmma
 
+// chunk: elements per staging load (8, 4, 2 or 1; see dwmma::stage_rows); store_pairs: in_cols
+// is even (two columns per result store).
 template <typename T, int K, int M>
 __global__ void depthwise_conv2d_native_backprop_input_mma(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop, int in_rows,
-    int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_down,
-    int tiles_across, int units, int store_pairs) {
+    int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_across,
+    int batch, int chunk, int store_pairs) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwmma;
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
     static_assert(M == 1 || M == 2, "multipliers 1 and 2");
-    constexpr int ROWS = kUnit + K - 1;   // staged rows per slice
-    constexpr int WINDOW = kUnit + K - 1;  // staged columns that hold out_backprop values
-    static_assert(kUnit / 2 + K - 1 <= 16, "one half's band fits one k16 step");
-    static_assert(kRowPitch >= kStagedCols && (kRowPitch * 2) % 16 == 0 && ((kRowPitch * 2) / 16) % 2 == 1,
-                  "rows of 16-byte groups, an odd number apart");
+    constexpr int ROWS = kUnit + K - 1;  // staged rows per slice
+    static_assert(kUnit / 2 + K - 1 + 7 <= kStagedCols && 8 + 2 * 16 <= kRowPitch, "two k-steps cover any shift");
+    static_assert((kRowPitch * 2) % 16 == 0 && ((kRowPitch * 2) / 16) % 2 == 1, "rows of 16-byte groups, an odd number apart");
     __shared__ __align__(16) T stage[kWarps][M][ROWS][kRowPitch];
+    __shared__ __align__(16) T band[kWarps][M][K][kBandPitch];
 
     const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
     const int g = lane / 4, t = lane % 4;
     const int c = static_cast<int>(blockIdx.y);
     const int out_depth = in_depth * M;
     T (*const tile)[ROWS][kRowPitch] = stage[warp];
+    const int shift = ((pad_left - (K - 1)) % 8 + 8) % 8;
 
-    // The band's fragments: b[q][r][h] holds B[2 t + 8 h + e][g] in its half e (low half: e = 0).
-    unsigned b[M][K][2];
+    // Columns kStagedCols .. kRowPitch - 1 of every row: zeros, written once.
+    static_assert(kRowPitch - kStagedCols == 8, "one 16-byte zero chunk per row");
+    for (int row = lane; row < M * ROWS; row += 32)
+        *reinterpret_cast<uint4*>(&tile[row / ROWS][row % ROWS][kStagedCols]) = make_uint4(0, 0, 0, 0);
+
+    // The band's fragments: b[q][r][ks][h] holds B[16 ks + 2 t + 8 h + e][g] =
+    // filter[r][s][c][q], s = g - (16 ks + 2 t + 8 h + e) + shift + K - 1, in its half e (low:
+    // e = 0), 0 where s is outside [0, K).  The warp first writes its filter slice into a
+    // zero-padded row per (q, r) (band[..][s + kBandZero]), so a fragment is two loads at
+    // offsets fixed per lane, with no test.
+    {
+        unsigned* const words = reinterpret_cast<unsigned*>(&band[warp][0][0][0]);
+        for (int i = lane; i < M * K * kBandPitch / 2; i += 32) words[i] = 0;
+        __syncwarp();
+        for (int i = lane; i < M * K * K; i += 32) {
+            const int q = i % M, rs = i / M;  // rs = r * K + s: the filter's own order
+            band[warp][q][rs / K][rs % K + kBandZero] = filter[(rs * in_depth + c) * M + q];
+        }
+        __syncwarp();
+    }
+    unsigned b[M][K][2][2];
+    const int s0 = g - 2 * t + shift + K - 1 + kBandZero;  // s + kBandZero of ks = h = e = 0
 #pragma unroll
     for (int q = 0; q < M; ++q)
 #pragma unroll
         for (int r = 0; r < K; ++r)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                unsigned bits[2];
+            for (int ks = 0; ks < 2; ++ks)
 #pragma unroll
-                for (int e = 0; e < 2; ++e) {
-                    const int s = g - (2 * t + 8 * h + e) + K - 1;
-                    T v = from_acc<T>(0.0f);
-                    if (static_cast<unsigned>(s) < static_cast<unsigned>(K)) v = filter[((r * K + s) * in_depth + c) * M + q];
-                    bits[e] = *reinterpret_cast<const unsigned short*>(&v);
+                for (int h = 0; h < 2; ++h) {
+                    const T* const at = &band[warp][q][r][s0 - 16 * ks - 8 * h];
+                    b[q][r][ks][h] = static_cast<unsigned>(*reinterpret_cast<const unsigned short*>(at)) |
+                                     static_cast<unsigned>(*reinterpret_cast<const unsigned short*>(at - 1)) << 16;
                 }
-                b[q][r][h] = bits[0] | bits[1] << 16;
-            }
 
     // Lane l supplies ldmatrix row l % 8 of matrix l / 8: unit row (l % 8) + 8 ((l / 8) % 2),
-    // column 8 (l / 16) of the half (the A fragment's order a0 .. a3).
+    // window column 8 (l / 16) (the A fragment's order a0 .. a3).
     const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
-    const bool lane_col_in = lane < WINDOW;
 
-    for (int u = static_cast<int>(blockIdx.x) * kWarps + warp; u < units; u += static_cast<int>(gridDim.x) * kWarps) {
-        const int tx = u % tiles_across, rest = u / tiles_across;
-        const int ty = rest % tiles_down, n = rest / tiles_down;
-        const int y0 = ty * kUnit, x0 = tx * kUnit;
-        const int o_row0 = y0 + pad_top - (K - 1), o_col = x0 + pad_left - (K - 1) + lane;
-        const bool col_in = lane_col_in && static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols);
+    const unsigned across = static_cast<unsigned>(tiles_across);
+    const int y0 = static_cast<int>(blockIdx.x / across) * kUnit, x0 = static_cast<int>(blockIdx.x % across) * kUnit;
+    const int o_row0 = y0 + pad_top - (K - 1), a0 = x0 + pad_left - (K - 1) - shift;
+    const int image_step = static_cast<int>(gridDim.z) * kWarps;
+    for (int n = static_cast<int>(blockIdx.z) * kWarps + warp; n < batch; n += image_step) {
 
         __syncwarp();  // every lane is done with the previous unit's tile
-        // Stage: lane l loads column l of every staged row of every slice (consecutive lanes,
-        // consecutive columns: one 64-byte row per load instruction), all loads before any store.
 #pragma unroll
         for (int q = 0; q < M; ++q) {
-            const T* const plane = out_backprop + (n * out_depth + c * M + q) * out_rows * out_cols + o_col;
-            unsigned short raw[ROWS];
-#pragma unroll
-            for (int i = 0; i < ROWS; ++i) {
-                raw[i] = 0;
-                if (col_in && static_cast<unsigned>(o_row0 + i) < static_cast<unsigned>(out_rows))
-                    raw[i] = *reinterpret_cast<const unsigned short*>(plane + (o_row0 + i) * out_cols);
-            }
-#pragma unroll
-            for (int i = 0; i < ROWS; ++i) *reinterpret_cast<unsigned short*>(&tile[q][i][lane]) = raw[i];
+            const T* const plane = out_backprop + ((n * out_depth + c * M + q) * out_rows + o_row0) * out_cols + a0;
+            if (chunk == 8)
+                stage_rows<8, ROWS>(tile[q], plane, lane, o_row0, a0, out_rows, out_cols);
+            else if (chunk == 4)
+                stage_rows<4, ROWS>(tile[q], plane, lane, o_row0, a0, out_rows, out_cols);
+            else if (chunk == 2)
+                stage_rows<2, ROWS>(tile[q], plane, lane, o_row0, a0, out_rows, out_cols);
+            else
+                stage_rows<1, ROWS>(tile[q], plane, lane, o_row0, a0, out_rows, out_cols);
         }
         __syncwarp();
 
@@ -1126,13 +1180,15 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
 #pragma unroll
             for (int r = 0; r < K; ++r)
 #pragma unroll
-                for (int j = 0; j < 2; ++j) {
-                    unsigned a[4];
-                    ptx::ldmatrix<4, false>(a, &tile[q][a_row + K - 1 - r][8 * j + a_col]);
-                    ptx::mma_m16n8k16<T>(acc[j], a, b[q][r], acc[j]);
-                }
+                for (int j = 0; j < 2; ++j)
+#pragma unroll
+                    for (int ks = 0; ks < 2; ++ks) {
+                        unsigned a[4];
+                        ptx::ldmatrix<4, false>(a, &tile[q][a_row + K - 1 - r][8 * j + 16 * ks + a_col]);
+                        ptx::mma_m16n8k16<T>(acc[j], a, b[q][r][ks], acc[j]);
+                    }
 
-        // d[j][v]: unit row g + 8 (v / 2), column 8 j + 2 t + v % 2.
+        // acc[j][v]: unit row g + 8 (v / 2), column 8 j + 2 t + v % 2.
         float probe = 0.0f;
 #pragma unroll
         for (int j = 0; j < 2; ++j)
@@ -1151,7 +1207,8 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
                             for (int s = 0; s < K; ++s) {
                                 if (static_cast<unsigned>(x0 + x + pad_left - s) >= static_cast<unsigned>(out_cols))
                                     continue;
-                                sum += to_acc<float>(tile[q][i + K - 1 - r][x + K - 1 - s]) *
+                                // out_backprop column x0 + x + pad_left - s is tile column x - s + K - 1 + shift
+                                sum += to_acc<float>(tile[q][i + K - 1 - r][x - s + K - 1 + shift]) *
                                        to_acc<float>(filter[((r * K + s) * in_depth + c) * M + q]);
                             }
                         }

@@ -1059,7 +1059,10 @@ def test_host_more_than_2_31_elements(monkeypatch, filt_hw):
 #: (x_shape NHWC, filt_hw, padding, pads, multiplier, dtype): maps that are not multiples of the
 #: 16 x 16 unit (partial units down and across), several units per plane, out_backprop smaller
 #: than the image (VALID), pads past the filter (staged rows and columns wholly outside
-#: out_backprop), odd in_cols (element stores) and even ones (pair stores), a 1 x 1 image.
+#: out_backprop), odd in_cols (element stores) and even ones (pair stores), a 1 x 1 image;
+#: out_backprop rows staged 16, 8, 4 bytes or one element at a time (out_cols 16 / 48, 28, 14 /
+#: 18, odd), and band shifts that take one k-step (VALID 5x5, EXPLICIT left pads 0 and 4) or two
+#: (SAME).
 MMA_CASES = {
     "f16-3x3-17x19-c3": ((2, 17, 19, 3), (3, 3), "SAME", NO_PADS, 1, np.float16),
     "bf16-5x5-33x16-m2": ((1, 33, 16, 2), (5, 5), "SAME", NO_PADS, 2, ml_dtypes.bfloat16),
@@ -1068,6 +1071,8 @@ MMA_CASES = {
     "f16-5x5-15x15-odd-pads": ((3, 15, 15, 2), (5, 5), "EXPLICIT", ((1, 3), (4, 0)), 1, np.float16),
     "f16-5x5-14x14-c5-m2": ((2, 14, 14, 5), (5, 5), "SAME", NO_PADS, 2, np.float16),
     "bf16-3x3-1x1-image": ((2, 1, 1, 4), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+    "f16-5x5-12x28-rows8": ((2, 12, 28, 3), (5, 5), "SAME", NO_PADS, 1, np.float16),
+    "bf16-3x3-40x48-rows16-m2": ((1, 40, 48, 2), (3, 3), "EXPLICIT", ((2, 1), (0, 3)), 2, ml_dtypes.bfloat16),
 }
 
 
@@ -1083,11 +1088,23 @@ def test_cuda_mma_edges(cuda_device, rng, monkeypatch, case, target_warps):
                                    pads=pads, data_format="NCHW", dtype=dtype)
     g = geometry_of(kwargs)
     assert cuda_launcher.mma_possible(g, np.dtype(dtype))
-    if target_warps is not None:
-        grid, units = cuda_launcher.mma_grid(g)
-        # some warp takes more than one unit, where a CTA's warps cannot take one each
-        assert grid[0] * cuda_launcher.MMA_WARPS < units or units <= cuda_launcher.MMA_WARPS
+    if target_warps is not None:  # some warp takes more than one image, where a CTA's warps cannot take one each
+        assert cuda_launcher.mma_grid(g)[2] * cuda_launcher.MMA_WARPS < g.batch or g.batch <= cuda_launcher.MMA_WARPS
     check_cuda(kwargs, ref, scale, path="mma", device=cuda_device)
+
+
+def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
+    """An out_backprop that starts 2 bytes into an allocation is staged one element per load."""
+    kwargs, ref, scale = make_case(rng, x_shape=(2, 11, 32, 3), filt_hw=(5, 5), multiplier=1, padding="SAME",
+                                   data_format="NCHW", dtype=np.float16)
+    dy = kwargs["out_backprop"]
+    padded = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))
+    dy_view = padded[1:].reshape(dy.shape)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.mma_chunk(g, np.float16) == 8 and cuda_launcher.mma_chunk(g, np.float16, dy_view) == 1
+    got = to_host(cuda_call(kwargs, path="mma", out_backprop=dy_view))
+    assert cuda_device is None or launched(cuda_device) == "mma"
+    assert_close(got, ref, np.float16, scale)
 
 
 def test_mma_choice():
@@ -1107,9 +1124,8 @@ def test_mma_choice():
     assert cuda_launcher.mma_fill(g()[0]) == pytest.approx(28 * 28 / (32 * 32))
     assert cuda_launcher.mma_fill(g(x_shape=(1, 7, 7, 8))[0]) < cuda_launcher.MMA_MIN_FILL
     assert not cuda_launcher.MMA_BY_DEFAULT and not cuda_launcher.mma_chosen(*g())
-    grid, units = cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0])
-    assert units == 32 * 7 * 7 and grid[1] == 32
-    assert grid[0] * cuda_launcher.MMA_WARPS * cuda_launcher.MMA_UNITS_PER_WARP >= units
+    assert cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0]) == (7 * 7, 32, 8)  # one image per warp
+    assert cuda_launcher.mma_grid(g(x_shape=(32, 14, 14, 672))[0]) == (1, 672, 3)  # 3 images per warp
     assert "_mma<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
     assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 8
 
@@ -1152,20 +1168,31 @@ def test_cuda_mma_non_finite_values(cuda_device, rng, dtype):
 
 
 PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real source, its replacement)
-    "mma-band-mirrored": ("const int s = g - (2 * t + 8 * h + e) + K - 1;", "const int s = (2 * t + 8 * h + e) - g;"),
-    "mma-band-halves-swapped": ("b[q][r][h] = bits[0] | bits[1] << 16;", "b[q][r][h] = bits[1] | bits[0] << 16;"),
-    "mma-rows-not-shifted-per-tap": ("&tile[q][a_row + K - 1 - r][8 * j + a_col]", "&tile[q][a_row + r][8 * j + a_col]"),
-    "mma-second-half-reads-the-first": ("&tile[q][a_row + K - 1 - r][8 * j + a_col]", "&tile[q][a_row + K - 1 - r][a_col]"),
+    "mma-band-mirrored": ("const int s0 = g - 2 * t + shift + K - 1 + kBandZero;",
+                          "const int s0 = 2 * t - g + shift + K - 1 + kBandZero;"),
+    "mma-band-ignores-the-shift": ("const int s0 = g - 2 * t + shift + K - 1 + kBandZero;",
+                                   "const int s0 = g - 2 * t + K - 1 + kBandZero;"),
+    "mma-band-pairs-the-wrong-neighbour": ("*reinterpret_cast<const unsigned short*>(at)) |",
+                                           "*reinterpret_cast<const unsigned short*>(at + 1)) |"),
+    "mma-band-filter-of-another-slice": ("band[warp][q][rs / K][rs % K + kBandZero] = filter[(rs * in_depth + c) * M + q];",
+                                         "band[warp][q][rs / K][rs % K + kBandZero] = filter[(rs * in_depth + c) * M];"),
+    "mma-rows-not-shifted-per-tap": ("&tile[q][a_row + K - 1 - r][8 * j + 16 * ks + a_col]",
+                                     "&tile[q][a_row + r][8 * j + 16 * ks + a_col]"),
+    "mma-second-half-reads-the-first": ("&tile[q][a_row + K - 1 - r][8 * j + 16 * ks + a_col]",
+                                        "&tile[q][a_row + K - 1 - r][16 * ks + a_col]"),
+    "mma-one-k-step": ("for (int ks = 0; ks < 2; ++ks) {\n                        unsigned a[4];",
+                       "for (int ks = 0; ks < 1; ++ks) {\n                        unsigned a[4];"),
     "mma-slices-share-a-plane": ("(n * out_depth + c * M + q) * out_rows", "(n * out_depth + c * M) * out_rows"),
-    "mma-last-unit-dropped": ("u < units; u += static_cast<int>(gridDim.x) * kWarps",
-                              "u < units - 1; u += static_cast<int>(gridDim.x) * kWarps"),
+    "mma-last-image-dropped": ("n < batch; n += image_step", "n < batch - 1; n += image_step"),
     "mma-last-image-row-dropped": ("if (y >= in_rows || x >= in_cols) continue;",
                                    "if (y >= in_rows - 1 || x >= in_cols) continue;"),
     "mma-never-checks-non-finite": ("if (__any_sync(0xffffffffu, probe != 0.0f))", "if (__any_sync(0xffffffffu, 0))"),
     "mma-checked-sums-ignore-the-top-edge": (
         "if (static_cast<unsigned>(y0 + i + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;", ""),
-    "mma-staging-ignores-the-left-edge": ("lane_col_in && static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols)",
-                                          "lane_col_in && o_col < out_cols"),
+    "mma-staging-ignores-the-left-edge": ("const bool col_in = static_cast<unsigned>(a0 + col) < static_cast<unsigned>(out_cols);",
+                                          "const bool col_in = a0 + col < out_cols;"),
+    "mma-staging-drops-the-last-row": ("if (CHUNKS % 32 == 0 || row < ROWS) *reinterpret_cast<Raw*>",
+                                       "if (row < ROWS - 1) *reinterpret_cast<Raw*>"),
 }
 
 

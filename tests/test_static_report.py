@@ -934,3 +934,39 @@ def test_fractional_measured_launcher_is_its_revisions_code():
     assert old is not now and old.__file__.startswith(st.MEASURED_FRACTIONAL_REVISION)
     g = next(c for c in sr.suite("fractional") if c.op == FRACTIONAL).geometry()
     assert old.plan(g, np.dtype(np.float16)).__dict__ == now.plan(g, np.dtype(np.float16)).__dict__
+
+
+def test_mma_depthwise_paths_and_prediction():
+    """The tensor-core kernel's model: one lane's unit path holds every HMMA of both k-steps (4 K
+    M), its staging loads (one 16-byte chunk per 32 row chunks) and 4 pair stores; wider chunks
+    cost fewer instructions; the warp's fixed path (band fragments) is positive; an EfficientNet
+    NCHW float16 shape through predict_depthwise_mma charges the tensor pipe 32 x 4 K M HMMA
+    per unit and names its kernel."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    import numpy as np
+
+    from gradops.bench import static_tiled as st
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    expression = dw._mma_expression(np.float16, 5, 1)
+    [kernel] = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], only=[expression])
+    wide, narrow = st.mma_paths(kernel, 8), st.mma_paths(kernel, 1)
+    assert wide["unit_counts"]["HMMA"] == 20 and wide["unit_counts"]["LDG.128"] == 3 == st.mma_unit_loads(expression, 8)
+    assert wide["unit_counts"]["STG.32"] == 4 and narrow["unit_counts"]["LDG.16"] == 20
+    assert 0 < wide["unit"] < narrow["unit"] and wide["fixed"] > 0
+    case = next(c for c in sr.suite("efficientnet") if c.op == DEPTHWISE_INPUT and c.label.startswith("dw5x5-2 ")
+                and c.label.endswith("m1 NCHW"))
+    g = case.geometry()
+    assert dw.mma_possible(g, np.float16) and dw.mma_expression(g, np.float16) == expression
+    got = st.predict_depthwise_mma(case, "float16", sr.DEVICES[0], kernel, g)
+    units = got["tiled"]["units"]
+    assert units == g.batch * g.in_depth * math.prod(dw.mma_units(g))
+    elements = math.prod(g.input_shape)
+    assert got["kernel"] == expression and got["predicted_ms"] == max(got["limits_ms"].values()) > 0
+    assert got["sass_per_element"] == pytest.approx(
+        32 * (got["tiled"]["unit_thread_instructions"] * units
+              + got["tiled"]["fixed_thread_instructions"] * math.prod(dw.mma_grid(g)) * dw.MMA_WARPS) / elements)
+    tensor_s = 32 * 20 * units / elements * elements / 32 / (sr.DEVICES[0].sms * st.TENSOR_LANES / 32
+                                                              * sr.DEVICES[0].clock_hz)
+    assert got["issue_detail"]["busiest_pipe_s"] >= tensor_s * (1 - 1e-9)

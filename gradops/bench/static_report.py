@@ -532,9 +532,8 @@ def _reference_paths(kernel) -> dict | None:
     width = element_width(kernel.expression)
     if "_input_tiled<" in kernel.expression:
         return _tiled_reference_paths(kernel)
-    if "_input_mma<" in kernel.expression:  # opt-in (path="mma"); no benchmark shape runs it yet
-        return {"not_modelled": "not modelled yet: the tensor-core kernel (no path model; the launcher runs it "
-                                "only when asked, path='mma')"}
+    if "_input_mma<" in kernel.expression:
+        return _mma_reference_paths(kernel)
     if kernel.source == DEPTHWISE_SOURCE:
         args = template_args(kernel.expression)
         kh, kw, sh, sw = (int(a) for a in args[3:7])
@@ -621,6 +620,23 @@ def _tiled_reference_paths(kernel) -> dict:
     else:
         record["extra_text"] = "-"
     return record
+
+
+def _mma_reference_paths(kernel) -> dict:
+    """The kernel table's figures for the tensor-core depthwise kernel: one lane's unit path
+    (16 x 16 positions, 16-byte staging, pair stores) per position of a full unit, the warp's
+    fixed path beside it.  The launcher runs it only when asked (path="mma")."""
+    from . import static_tiled as st
+
+    paths = st.mma_paths(kernel, 8, True)
+    k, m = st.mma_template(kernel.expression)
+    loads = paths["loads"] * 16 + paths["stores"] * 4
+    return {"work": f"one lane's unit of 16 x 16 positions (multiplier {m}), 16-byte staging, pair stores; "
+                    f"/ 8 positions per lane (opt-in: path='mma')",
+            "per_element": paths["unit"] * 32 / 256, "thread_instructions": paths["unit"],
+            "path": _path_summary(paths["unit_counts"]), "call_sites": _kernel_call_sites(kernel.cfg),
+            "global_bytes_per_element": loads * 32 / 256, "tiled": True,
+            "extra_text": f"fixed {paths['fixed']} per warp, {paths['hmma']} HMMA per unit"}
 
 
 def _kernel_call_sites(cfg) -> int:
@@ -760,7 +776,10 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str):
     # The launcher modules (the package re-exports functions of the same names).
     if case.op == DEPTHWISE_INPUT:
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-        if dw.pick_path(geometry, dtype) == "tiled":  # the kernel the launcher runs for this shape
+        path = dw.pick_path(geometry, dtype, arch=int(arch.removeprefix("sm_")))  # what the launcher runs
+        if path == "mma":
+            return kernels[(arch, dw.mma_expression(geometry, dtype))]
+        if path == "tiled":
             return kernels[(arch, dw.tiled_expression(geometry, dtype))]
         return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]
     fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
@@ -795,6 +814,10 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
             from . import static_tiled as st
 
             return st.predict_depthwise(case, dtype_name, device, kernel, g, st.depthwise_launch(g, dtype))
+        if "_input_mma<" in kernel.expression:
+            from . import static_tiled as st
+
+            return st.predict_depthwise_mma(case, dtype_name, device, kernel, g)
         if case.op == FRACTIONAL:
             from . import static_tiled as st
 

@@ -936,3 +936,127 @@ def _plan_dict(p) -> dict:
     from dataclasses import asdict
 
     return asdict(p)
+
+
+# --------------------------------------------------------------------------- the tensor-core depthwise kernel
+
+#: HMMA.16816 (m16n8k16, f32 accumulation) results per clock per SM assumed for mma.sync, in the
+#: units of ``Device.pipes`` (a warp-instruction takes 32): one every 2 clocks per SM, i.e. 2048
+#: dense FLOP per clock per SM (A100's datasheet 312 TFLOP/s at 1.41 GHz on 108 SMs; ASSUMED the
+#: same for H100's mma.sync, which does not reach its wgmma peak).
+TENSOR_LANES = 16
+
+
+def mma_template(expression: str) -> tuple[int, int]:
+    """(K, M) of a ``depthwise_conv2d_native_backprop_input_mma<T, K, M>`` expression."""
+    args = template_args(expression)
+    return int(args[1]), int(args[2])
+
+
+def _mma_kinds(vec: int, pairs: bool) -> tuple[str, str, int]:
+    """The staging load kind, the result store kind and stores per unit of one lane."""
+    return f"LDG.{16 * vec}", ("STG.32" if pairs else "STG.16"), (4 if pairs else 8)
+
+
+def mma_unit_loads(expression: str, vec: int) -> int:
+    """Staging loads of one lane per unit (dwmma::stage_rows: ROWS rows x 32 columns in chunks of
+    ``vec`` elements, dealt to 32 lanes, per multiplier slice)."""
+    k, m = mma_template(expression)
+    return -(-(16 + k - 1) * (32 // vec) // 32) * m
+
+
+def mma_paths(kernel, vec: int, pairs: bool = True) -> dict:
+    """One lane's cheapest path through one unit of the tensor-core kernel (every HMMA of both
+    k-steps, its staging loads of ``vec`` elements, its result stores: pairs where in_cols is
+    even, else elements; the checked sums not taken), and through the whole kernel with one
+    unit, whose difference is the fixed cost of a warp (its band fragments and the zero columns)."""
+    from ..backends.cuda import _sass
+    from ..backends.cuda._sass import KeyLimit, PathError
+
+    cfg = kernel.cfg
+    k, m = mma_template(kernel.expression)
+    load_kind, store_kind, stores = _mma_kinds(vec, pairs)
+    loads = mma_unit_loads(kernel.expression, vec)
+    hmma = 4 * k * m
+    units = [lp for lp in cfg.top_loops() if any(x.base == "HMMA" for n in lp.blocks for x in cfg.instructions(n))]
+    if len(units) != 1:
+        raise PathError(f"{kernel.expression}: {len(units)} loops hold the HMMAs, expected the unit loop")
+    # key = HMMA + a x staging loads + a b x result stores
+    a, b = hmma + 2, loads + 2
+    in_unit = {x.offset for n in units[0].blocks for x in cfg.instructions(n)}
+
+    def counted(ins) -> int:
+        kind = _sass.memory_kind(ins)
+        weight = 1 if ins.base == "HMMA" else 0
+        if kind == load_kind and (vec > 1 or ins.offset in in_unit):
+            weight += a
+        if kind == store_kind:
+            weight += a * b
+        return weight
+
+    unit_key = hmma + a * loads + a * b * stores
+    cost, counts = cfg.path(units[0], unit_key, counted)
+
+    # The band's filter loads are predicated in the compiled code (every lane issues all of them),
+    # so the cheapest whole-kernel path with exactly one unit's counts holds their real cost.
+    table = cfg.function_table(counted, {1: (1, None)}, kmax=KeyLimit(unit_key + 1, lambda key: True))
+    if unit_key not in table:
+        raise PathError(f"{kernel.expression}: no path through the kernel with exactly one unit")
+    whole_key = unit_key
+    whole, whole_counts = table[whole_key]
+    return {"unit": cost, "unit_counts": counts, "fixed": whole - cost, "fixed_counts": whole_counts - counts,
+            "hmma": hmma, "loads": loads, "load_kind": load_kind, "stores": stores, "store_kind": store_kind}
+
+
+def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
+    """The roofline of one depthwise input-gradient shape run by the tensor-core kernel: every
+    unit of the launch costs the unit path and every warp the fixed path (:func:`mma_paths`, the
+    launcher's staging chunk and stores), the tensor pipe its HMMAs (:data:`TENSOR_LANES`), DRAM
+    the compulsory bytes, L2 each unit's staged rows (halo included) and its results, and the
+    latency limit one DRAM round trip per unit a warp takes in turn (waves of resident CTAs)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from .metrics import bytes_moved
+    from .static_report import DTYPES, roofline, with_latency_limit
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    dtype = DTYPES[dtype_name]
+    width = dtype.itemsize
+    vec = dw.mma_chunk(g, dtype)
+    pairs = g.in_cols % 2 == 0
+    paths = mma_paths(kernel, vec, pairs)
+    k, m = mma_template(kernel.expression)
+    grid = dw.mma_grid(g)
+    ctas = math.prod(grid)
+    warps = ctas * dw.MMA_WARPS
+    down, across = dw.mma_units(g)
+    units = g.batch * down * across * g.in_depth
+    units_per_warp = -(-g.batch // (grid[2] * dw.MMA_WARPS))
+    elements = math.prod(g.input_shape)
+    per_element = 32 * (paths["unit"] * units + paths["fixed"] * warps) / elements
+    pipes = (Counter(classes_per_element(paths["unit_counts"], 32 * units / elements))
+             + Counter(classes_per_element(paths["fixed_counts"], 32 * warps / elements)))
+    pipes["tensor"] = 32 * paths["hmma"] * units / elements
+    traffic = bytes_moved(case, g, width)
+    l2 = units * m * (16 + k - 1) * 32 * width + elements * width
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], 32 * dw.MMA_WARPS)
+    device_pipes = dict(device.pipes)
+    device_pipes.setdefault("tensor", TENSOR_LANES)
+    limits = roofline(_with_pipes(device, device_pipes), elements, per_element, pipes, traffic, l2,
+                      occ["warps_per_sm"] * 32)
+    with_latency_limit(limits, device, traffic, latency_limit_s(device, ctas, occ, units_per_warp))
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
+            "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "tiled": {"ctas": ctas, "threads_per_cta": 32 * dw.MMA_WARPS, "units": units,
+                      "units_per_warp": units_per_warp, "load_bytes": vec * width,
+                      "store_bytes": 4 if pairs else 2, "unit_thread_instructions": paths["unit"],
+                      "fixed_thread_instructions": paths["fixed"], "hmma_per_unit": paths["hmma"],
+                      "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}
+
+
+def _with_pipes(device, pipes: dict):
+    from dataclasses import replace
+
+    return replace(device, pipes=tuple(pipes.items()))

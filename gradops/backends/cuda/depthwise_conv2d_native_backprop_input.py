@@ -379,36 +379,49 @@ def mma_possible(g: Conv2DGeometry, dtype) -> bool:
     out_depth = g.in_depth * g.depth_multiplier
     down, across = mma_units(g)
     sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * out_depth,
-             g.filter_rows * g.filter_cols * out_depth, g.batch * down * across + MMA_WARPS * MMA_UNITS_PER_WARP,
+             g.filter_rows * g.filter_cols * out_depth, down * across, g.batch + MMA_WARPS * MMA_UNITS_PER_WARP,
              # a unit's padded coordinates and staged rows / columns (32 past its first)
              g.pad_top + g.in_rows + 2 * MMA_UNIT, g.pad_left + g.in_cols + 4 * MMA_UNIT)
-    return max(sizes) <= INT32_MAX and g.in_depth <= _runtime.GRID_YZ_LIMIT
+    return (max(sizes) <= INT32_MAX and g.in_depth <= _runtime.GRID_YZ_LIMIT
+            and mma_grid(g)[2] <= _runtime.GRID_YZ_LIMIT)
 
 
-def mma_chosen(g: Conv2DGeometry, dtype) -> bool:
+def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
     """Whether the launcher picks the tensor-core kernel by itself: :data:`MMA_BY_DEFAULT`,
-    :func:`mma_possible`, units at least :data:`MMA_MIN_FILL` inside the image, and the current
-    GPU has mma.sync."""
-    return (MMA_BY_DEFAULT and mma_possible(g, dtype) and mma_fill(g) >= MMA_MIN_FILL
-            and _runtime.compute_capability() >= MMA_ARCH)
+    :func:`mma_possible`, units at least :data:`MMA_MIN_FILL` inside the image, and a GPU with
+    mma.sync (compute capability ``arch``; None: the current device's)."""
+    if not (MMA_BY_DEFAULT and mma_possible(g, dtype) and mma_fill(g) >= MMA_MIN_FILL):
+        return False
+    return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
 
 
-def mma_grid(g: Conv2DGeometry) -> tuple[tuple[int, int, int], int]:
-    """The tensor-core kernel's grid (CTAs per channel, in_depth, 1) and units in a channel: a warp
-    takes up to :data:`MMA_UNITS_PER_WARP` units where the launch has more than
+def mma_expression(g: Conv2DGeometry, dtype) -> str:
+    """The name expression of the tensor-core instantiation for ``g``."""
+    return _mma_expression(dtype, g.filter_rows, g.depth_multiplier)
+
+
+def mma_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
+    """The tensor-core kernel's staging loads: elements per load (8, 4 or 2: 16, 8 or 4 bytes,
+    the widest that divides an out_backprop row and to which out_backprop is aligned), else 1."""
+    return nchw_chunk_bytes(g, dtype, () if out_backprop is None else (out_backprop,)) // np.dtype(dtype).itemsize
+
+
+def mma_grid(g: Conv2DGeometry) -> tuple[int, int, int]:
+    """The tensor-core kernel's grid: (unit positions in a plane, in_depth, image groups); a warp
+    takes up to :data:`MMA_UNITS_PER_WARP` images where the launch has more than
     :data:`MMA_TARGET_WARPS` units."""
     down, across = mma_units(g)
-    units = g.batch * down * across
-    per_warp = max(1, min(MMA_UNITS_PER_WARP, -(-units * g.in_depth // MMA_TARGET_WARPS)))
-    return (-(-units // (MMA_WARPS * per_warp)), g.in_depth, 1), units
+    units = g.batch * down * across * g.in_depth
+    per_warp = max(1, min(MMA_UNITS_PER_WARP, -(-units // MMA_TARGET_WARPS)))
+    return down * across, g.in_depth, -(-g.batch // (MMA_WARPS * per_warp))
 
 
-def pick_path(g: Conv2DGeometry, dtype, path: str | None = None) -> str:
-    """``path`` if given (checked), else mma where :func:`mma_chosen`, tiled where it can run,
-    else direct."""
+def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | None = None) -> str:
+    """``path`` if given (checked), else mma where :func:`mma_chosen` (on compute capability
+    ``arch``; None: the current device's), tiled where it can run, else direct."""
     eligible = tiled_eligible(g, dtype)
     if path is None:
-        return "mma" if mma_chosen(g, dtype) else "tiled" if eligible else "direct"
+        return "mma" if mma_chosen(g, dtype, arch) else "tiled" if eligible else "direct"
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path == "tiled" and not eligible:
@@ -473,14 +486,13 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         _runtime.launch_1d(fn, in_backprop.size, args)
         return in_backprop
     if path == "mma":
-        grid, units = mma_grid(g)
-        down, across = mma_units(g)
         i32 = _runtime.i32
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
                 *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
-                                   down, across, units, 1 if g.in_cols % 2 == 0 else 0)))
-        fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier))
-        fn(grid, (MMA_WARPS * 32,), args)
+                                   mma_units(g)[1], g.batch, mma_chunk(g, dtype, out_backprop),
+                                   1 if g.in_cols % 2 == 0 else 0)))
+        fn = _runtime.kernel(SOURCE, mma_expression(g, dtype))
+        fn(mma_grid(g), (MMA_WARPS * 32,), args)
         return in_backprop
 
     expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype),
