@@ -1124,8 +1124,10 @@ def test_mma_choice():
     assert cuda_launcher.mma_fill(g()[0]) == pytest.approx(28 * 28 / (32 * 32))
     assert cuda_launcher.mma_fill(g(x_shape=(1, 7, 7, 8))[0]) < cuda_launcher.MMA_MIN_FILL
     assert not cuda_launcher.MMA_BY_DEFAULT and not cuda_launcher.mma_chosen(*g())
-    assert cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0]) == (7 * 7, 32, 8)  # one image per warp
-    assert cuda_launcher.mma_grid(g(x_shape=(32, 14, 14, 672))[0]) == (1, 672, 3)  # 3 images per warp
+    # units over MMA_TARGET_WARPS images a warp (at most MMA_UNITS_PER_WARP): 50176 -> 7, 21504 -> 3
+    assert cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0]) == (7 * 7, 32, 2)
+    assert cuda_launcher.mma_grid(g(x_shape=(32, 14, 14, 672))[0]) == (1, 672, 3)
+    assert cuda_launcher.mma_grid(g(x_shape=(2, 14, 14, 8))[0]) == (1, 8, 1)  # one image a warp, 2 warps idle
     assert "_mma<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
     assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 8
 
