@@ -343,10 +343,16 @@ def run_on_host(kernels, kwargs):
 
 def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
-    for the direct kernel, and every dtype x layout x specialisation for the tiled one."""
+    for the direct kernel, every dtype x layout x specialisation for the tiled one, and each half
+    type x filter x multiplier for the tensor-core one."""
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
+    mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
-                                   + len(cuda_launcher.NARROW_TILES))
+                                   + len(cuda_launcher.NARROW_TILES)) + mma
+    for dtype in cuda_launcher.MMA_DTYPES:
+        for k in cuda_launcher.MMA_FILTERS:
+            for m in cuda_launcher.MMA_MULTIPLIERS:
+                assert cuda_launcher._mma_expression(np.dtype(getattr(ml_dtypes, dtype, dtype)), k, m) in listed
     for dtype in FLOAT_DTYPES:
         for data_format in ("NHWC", "NCHW"):
             for shape in (*cuda_launcher.SPECIALISATIONS, cuda_launcher.GENERIC):
@@ -1111,10 +1117,14 @@ def test_mma_choice():
     """What the tensor-core kernel takes, and that the launcher does not pick it by itself yet."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
           data_format="NCHW", dtype=np.float16):
-        kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
-                                 strides=strides, dilations=dilations, padding="SAME", data_format=data_format,
-                                 dtype=dtype)
-        return geometry_of(kwargs), np.dtype(dtype)
+        """The validated geometry of a SAME case (shapes only: no arrays, no reference)."""
+        n, h, w, c = x_shape
+        oh, ow = out_hw((h, w), filt_hw, strides, dilations, "SAME", NO_PADS)
+        geometry = conv2d_geometry(OP, to_format(x_shape, data_format), (*filt_hw, c, multiplier),
+                                   to_format((n, oh, ow, c * multiplier), data_format),
+                                   attr4(*strides, data_format), "SAME", [], data_format,
+                                   attr4(*dilations, data_format), depthwise=True)
+        return geometry, np.dtype(dtype)
 
     assert cuda_launcher.mma_possible(*g())
     assert cuda_launcher.mma_possible(*g(filt_hw=(3, 3), multiplier=2, dtype=ml_dtypes.bfloat16))

@@ -575,6 +575,7 @@ def test_launch_block_sizes_are_the_launchers():
     assert sr.block_size("gradops::fractional_avg_pool_grad<float, double>") == 256  # _runtime.BLOCK_1D
     assert sr.block_size("gradops::conv2d_backprop_filter_direct<float, float, 0>") == 128
     assert sr.block_size("gradops::conv2d_backprop_input_igemm<__half, float, 1, false>") == 256
+    assert sr.block_size("gradops::depthwise_conv2d_native_backprop_input_mma<__half, 5, 1>") == 128
 
 
 # --------------------------------------------------------------------------- staged tile kernels

@@ -290,6 +290,9 @@ def block_size(expression: str) -> int:
         from .static_tiled import DepthwiseTile
 
         return DepthwiseTile.of(expression, False, False, 1).threads
+    if "_input_mma<" in expression:
+        dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+        return 32 * dw.MMA_WARPS
     if "depthwise_conv2d_native_backprop_filter_reduce<" in expression:
         return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").REDUCE_THREADS
     if "_backprop_filter_tiled<" in expression:
