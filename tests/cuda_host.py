@@ -233,6 +233,30 @@ MAX_DYNAMIC_SHARED_BYTES = 48 * 1024
 LAUNCH_BOUNDS = re.compile(r"template\s*<([^;{}]*?)>\s*__global__\s+void\s+__launch_bounds__\(([^()]*)\)\s*(\w+)\s*\(")
 
 
+def assert_planted_bug_caught(filename: str, edit, run, check, seed, tmp_path, monkeypatch):
+    """``run()`` gives (launcher result, reference) that pass ``check`` from the real kernel
+    sources, and that fail it (or the launch is refused) with ``edit`` (text, replacement)
+    planted in a copy of ``filename``; skips where the host model cannot build."""
+    import pytest
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    # The real source gets this problem right ...
+    HostDevice(order="shuffled", seed=seed).install(monkeypatch)
+    check(*run())
+
+    # ... and the edited one does not.
+    planted_sources(tmp_path, filename, edit)
+    HostDevice(order="shuffled", seed=seed, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = run()
+    except (AssertionError, HostLaunchError):
+        return  # refused: a read or write outside an array
+    with pytest.raises(AssertionError):
+        check(got, want)
+
+
 def planted_sources(directory, filename: str, *edits: tuple[str, str]) -> Path:
     """A copy of the kernel sources in ``directory`` with each (text, replacement) of ``edits``
     made in ``filename``, for planted-bug tests (``HostDevice(source_dir=...)`` builds it).  Each

@@ -832,27 +832,10 @@ def run_planted_problem(rng):
 
 
 def assert_planted_bug_caught(edit, run, check, seed, tmp_path, monkeypatch):
-    """``run()`` gives (launcher result, reference) that pass ``check`` from the real kernel
-    source, and that fail it (or the launch is refused) with ``edit`` (text, replacement)
-    planted in a copy of the source."""
+    """:func:`cuda_host.assert_planted_bug_caught` for this op's kernel source."""
     import cuda_host
 
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
-    # The real source gets this problem right ...
-    cuda_host.HostDevice(order="shuffled", seed=seed).install(monkeypatch)
-    check(*run())
-
-    # ... and the edited one does not.
-    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, edit)
-    cuda_host.HostDevice(order="shuffled", seed=seed, source_dir=tmp_path).install(monkeypatch)
-    try:
-        got, want = run()
-    except (AssertionError, cuda_host.HostLaunchError):
-        return  # refused: a read or write outside an array
-    with pytest.raises(AssertionError):
-        check(got, want)
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, edit, run, check, seed, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED))

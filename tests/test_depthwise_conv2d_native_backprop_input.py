@@ -1220,16 +1220,4 @@ def test_planted_mma_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     def check(got, want):
         assert_same_non_finite(got, want, np.float16)
 
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
-    cuda_host.HostDevice(order="shuffled", seed=5).install(monkeypatch)
-    check(*run())
-    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, PLANTED_MMA[bug])
-    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
-    try:
-        got, want = run()
-    except (AssertionError, cuda_host.HostLaunchError):
-        return  # refused: a read or write outside an array
-    with pytest.raises(AssertionError):
-        check(got, want)
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA[bug], run, check, 5, tmp_path, monkeypatch)
