@@ -722,7 +722,7 @@ template <int C> __device__ __forceinline__ void round_chunk_tf32(float* chunk) 
 // tiles S[k][row]) or a swizzled layout (flat tiles).  ROUND_TF32 (float on mma_cta): chunks are
 // rounded to TF32 on their way to shared memory.
 template <typename T, int BM, int BN, int BK, int THREADS, bool VECTOR, class Problem, class LayoutA = Padded,
-          class LayoutB = Padded, bool ROUND_TF32 = false>
+          class LayoutB = Padded, bool ROUND_TF32 = false, bool SHARED_FILL = false>
 struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
     using Base = ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem>;
     using typename Base::MapA;
@@ -763,23 +763,65 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         __shared__ __align__(16) KTableEntry table[2][BK];
         return table;
     }
-    // The next tile's entries into slot ``slot``: thread t < BK writes reduction index
-    // ``fill_pos`` (a cursor, k_begin + t two tiles ahead at the start, advanced one tile per
-    // fill: no division per tile).
-    typename Problem::KPos fill_pos, fill_step;
-    int fill_k;  // fill_pos's index
+    // The entries of the tile whose first reduction index is ``tile_k`` into slot ``slot``:
+    // thread t < BK writes index tile_k + t from its cursor (k_begin + t at the start,
+    // advanced one tile per fill: no division per tile).  SHARED_FILL (the half types'
+    // tensor-core kernels): the cursors, their step and the problem the fill reads live in
+    // shared memory, so that no thread holds them in registers across the main loop; the
+    // kernel then fits the 128 registers of 2 CTAs per SM (in registers it needs 181 on sm_90,
+    // at 128 ptxas spilled).  Otherwise they are registers: the float SIMT kernel is
+    // FMA-bound, and the shared reads would cost it 29 of its 1,278 instructions per k-tile.
+    using KPos = typename Problem::KPos;
+    struct SharedFill {
+        KPos pos[BK], step;
+        Problem problem;
+    };
+    __device__ __forceinline__ static SharedFill& shared_fill() {
+        __shared__ SharedFill fill;
+        return fill;
+    }
+    KPos fill_pos, fill_step;  // without SHARED_FILL (unused with it, and dropped)
+    int fill_k;                // fill_pos's index (likewise)
+    __device__ __forceinline__ KPos& cursor() {  // thread threadIdx.x < BK's
+        if constexpr (SHARED_FILL) return shared_fill().pos[threadIdx.x];
+        else return fill_pos;
+    }
+    __device__ __forceinline__ const KPos& step() const {
+        if constexpr (SHARED_FILL) return shared_fill().step;
+        else return fill_step;
+    }
+    __device__ __forceinline__ static const Problem& fill_problem(const Problem& p) {
+        if constexpr (SHARED_FILL) return shared_fill().problem;
+        else return p;
+    }
+    // Slots 0 and 1 and the fill state, before the barrier that precedes the main loop.
     __device__ __forceinline__ void init_k_table(const Problem& p) {
         static_assert(BK <= THREADS, "one thread per entry");
-        fill_k = p.k_begin + static_cast<int>(threadIdx.x) % BK;
-        fill_pos = p.k_pos(fill_k);
-        fill_step = p.k_pos(BK);
-    }
-    __device__ __forceinline__ void fill_k_table(const Problem& p, int slot) {
         const int t = static_cast<int>(threadIdx.x);
         if (t < BK) {
-            k_table()[slot][t] = p.k_entry(fill_pos, fill_k < p.k_end);
-            p.k_advance(fill_pos, fill_step);
-            fill_k += BK;
+            const KPos step = p.k_pos(BK);
+            KPos pos = p.k_pos(p.k_begin + t);
+            k_table()[0][t] = p.k_entry(pos, p.k_begin + t < p.k_end);
+            p.k_advance(pos, step);
+            k_table()[1][t] = p.k_entry(pos, p.k_begin + BK + t < p.k_end);
+            p.k_advance(pos, step);
+            if constexpr (SHARED_FILL) {
+                shared_fill().pos[t] = pos;
+                if (t == 0) shared_fill().step = step, shared_fill().problem = p;
+            } else {
+                fill_pos = pos, fill_step = step, fill_k = p.k_begin + 2 * BK + t;
+            }
+        }
+    }
+    __device__ __forceinline__ void fill_k_table(const Problem& problem, int slot, int tile_k) {
+        const int t = static_cast<int>(threadIdx.x);
+        if (t < BK) {
+            const Problem& p = fill_problem(problem);
+            KPos pos = cursor();
+            k_table()[slot][t] = p.k_entry(pos, (SHARED_FILL ? tile_k + t : fill_k) < p.k_end);
+            p.k_advance(pos, step());
+            cursor() = pos;
+            if constexpr (!SHARED_FILL) fill_k += BK;
         }
     }
     // Every chunk of the tile at k0, from slot ``slot`` of the k table: all of a thread's
@@ -913,8 +955,6 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
             // Tile i's entries are in slot i % 2: tiles 0 and 1 now, tile i + 2 in iteration i
             // (into the slot that tile i's load, in iteration i - 1, has finished reading).
             init_k_table(p);
-            fill_k_table(p, 0);
-            fill_k_table(p, 1);
             __syncthreads();
         }
         if (p.k_begin < p.k_end) {
@@ -926,7 +966,7 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         for (int k0 = p.k_begin; k0 < p.k_end; k0 += BK, buf ^= 1) {
             const bool more = k0 + BK < p.k_end;
             if (more) load(p, m0, n0, k0 + BK, buf ^ 1);
-            if constexpr (Base::K_TABLE) fill_k_table(p, buf);  // tile i + 2
+            if constexpr (Base::K_TABLE) fill_k_table(p, buf, k0 + 2 * BK);  // tile i + 2
             multiply(buf);
             if (more) store(As[buf ^ 1], Bs[buf ^ 1]);
             __syncthreads();  // tile i + 1 is stored, and every thread is done reading tile i
@@ -1170,6 +1210,12 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
     constexpr int WARPS = C::WARPS_M * C::WARPS_N;
     static_assert(BK % MMA_K == 0 && FN % 2 == 0, "whole k-steps; B loaded two n8 tiles per ldmatrix.x4");
     constexpr bool A_ROWS = Problem::A_K_CONTIG, B_ROWS = Problem::B_K_CONTIG;  // [row][k] tiles
+    // [k][row] tiles' ldmatrix.trans addresses derived per block by an XOR (see a_trans): the
+    // half types' scalar-load kernels (the 128 x 128 tile, one k per swizzle phase).
+    constexpr bool TRANS_XOR = !VECTOR && !TF32;
+    static_assert(!TRANS_XOR || (ChunkSize<T>::value == 8 && WM % 64 == 0 && FM <= 4 && WN % 32 == 0 && FN <= 4 &&
+                                 BM % 64 == 0 && BN % 64 == 0),
+                  "a block's chunks differ from block 0's in the 3 bits the swizzle XORs, without carry");
     // [k][row] tiles' k per swizzle phase: the store phases' (TileMap), or for TF32's one-element
     // reads 4 (the k of t = lane % 4; its tile's store phases are one k each, which any swizzle
     // serves).
@@ -1216,7 +1262,7 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
 
     using MainLoop =
         typename Select<VECTOR, AsyncLoader<T, BM, BN, BK, C::THREADS, STAGES, Problem, LayoutA, LayoutB, TF32>,
-                        Loader<T, BM, BN, BK, C::THREADS, false, Problem, LayoutA, LayoutB, TF32>>::type;
+                        Loader<T, BM, BN, BK, C::THREADS, false, Problem, LayoutA, LayoutB, TF32, !TF32>>::type;
     MainLoop loader;
     loader.run(p, m0, n0, As, Bs, [&](int buf) {
 #pragma unroll
@@ -1226,6 +1272,13 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             // k + 8 (q / 2), its rows running along m ([row][k] tile) or k ([k][row]).
             unsigned a[FM][4];
             const int a_base = LayoutA::offset(wm + 8 * (matrix % 2) + row, kk + KH * (matrix / 2));  // [row][k]
+            // [k][row] tiles with scalar loads (TRANS_XOR): block i's address from block 0's.
+            // Its rows wm + 16 i + 8 (matrix % 2) are chunk wm / C + 2 i + matrix % 2 of the k
+            // row (C = 8, wm a multiple of 64), whose low 3 bits are the ones the swizzle XORs;
+            // 2 i + matrix % 2 has no carry, so the swizzled chunk is block 0's XOR 2 i, i.e. the
+            // offset block 0's XOR 16 i.  The base is opaque, so that the XORs stay in the loop
+            // instead of 6 more registers across it: these kernels then fit 128 (2 CTAs per SM).
+            const int a_trans = TRANS_XOR ? opaque(LayoutA::offset(wm + 8 * (matrix % 2), kk + 8 * (matrix / 2) + row)) : 0;
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
                 const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
@@ -1236,6 +1289,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
                     for (int r = 0; r < 4; ++r)
                         a[i][r] = ptx::ld_shared_32(
                             &As[buf][LayoutA::offset(wm + MMA_M * i + g + 8 * (r % 2), kk + t + 4 * (r / 2))]);
+                } else if constexpr (TRANS_XOR) {
+                    ptx::ldmatrix<4, true>(a[i], &As[buf][a_trans ^ (MMA_M * i)]);
                 } else {
                     ptx::ldmatrix<4, true>(a[i], &As[buf][LayoutA::offset(m, k + row)]);
                 }
@@ -1244,6 +1299,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             // loads two n8 tiles: matrix q starts at n + 8 (q / 2), k + 8 (q % 2).
             unsigned b[FN][2];
             const int b_base = LayoutB::offset(wn + 8 * (matrix / 2) + row, kk + KH * (matrix % 2));  // [row][k]
+            // Likewise: n8 tile pair j / 2 is chunk wn / C + j + matrix / 2 (j even, wn a multiple of 32).
+            const int b_trans = TRANS_XOR ? opaque(LayoutB::offset(wn + 8 * (matrix / 2), kk + 8 * (matrix % 2) + row)) : 0;
 #pragma unroll
             for (int j = 0; j < FN; j += 2) {
                 unsigned q[4];
@@ -1257,6 +1314,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
                         for (int r = 0; r < 2; ++r)
                             q[2 * h + r] = ptx::ld_shared_32(
                                 &Bs[buf][LayoutB::offset(wn + MMA_N * (j + h) + g, kk + t + 4 * r)]);
+                } else if constexpr (TRANS_XOR) {
+                    ptx::ldmatrix<4, true>(q, &Bs[buf][b_trans ^ (MMA_N * j)]);
                 } else {
                     ptx::ldmatrix<4, true>(q, &Bs[buf][LayoutB::offset(n, k + row)]);
                 }
@@ -1485,8 +1544,10 @@ template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128> struct Threa
 // (tests/test_cuda_compile.py checks every instantiation), one elsewhere.  Two fit: double
 // (SIMT); half types on CUDA cores but in dgrad (whose epilogue decomposes every stored
 // element's index); half types on tensor cores with mma.sync (sm_80+; the scalar-load dgrad
-// since its per-phase geometry comes from the launcher's plan: 182 -> 125 registers on sm_90,
-// no spill); float on CUDA cores in wgrad with 16-byte loads; TF32 in the 1x1 dgrad.  The other
+// with its k table's fill state in shared memory, Loader's SHARED_FILL: 181 -> 128 registers
+// on sm_90, no spill; the scalar-load wgrad with its ldmatrix.trans addresses derived in the
+// loop, mma_cta's TRANS_XOR: 156 -> 128); float on CUDA cores in wgrad with 16-byte loads; TF32
+// in the 1x1 dgrad.  The other
 // TF32 kernels (24 bytes spill in the general dgrad on sm_80, over 100 in wgrad), the forward
 // kernel on tensor cores (8 bytes spill on sm_80) and dgrad on WMMA (before sm_80) spill
 // under 128.  DGRAD_1X1: the input gradient's 1x1 kernel, otherwise as DGRAD.
@@ -1497,14 +1558,13 @@ enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2, DGRAD_1X1 = 3 };
 template <typename T, int Kind, int Op, bool VECTOR, bool SPLIT = false, int TILE_M = 128, int TILE_N = 128>
 struct MinBlocks {
     static constexpr bool HALF = sizeof(T) == 2;
-    // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.  The
-    // half types' tensor-core kernels with scalar loads (the row and k tables' cursors and
-    // entries) spill at 128 and run one CTA.
+    // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.
     static constexpr bool MMA_SYNC = GRADOPS_HAS_MMA_SM80;
     static constexpr bool IS_DGRAD = Op == DGRAD || Op == DGRAD_1X1;
     static constexpr bool TWO_FIT = (sizeof(T) == 8 && !(IS_DGRAD && SPLIT && !VECTOR)) ||
                                     (HALF && Kind == SIMT && !IS_DGRAD) ||
                                     (HALF && Kind != SIMT && VECTOR && (Op == WGRAD || (IS_DGRAD && MMA_SYNC))) ||
+                                    (HALF && Kind != SIMT && !VECTOR && MMA_SYNC && (Op == DGRAD || Op == WGRAD)) ||
                                     (!HALF && Kind == SIMT && Op == WGRAD) ||
                                     (Kind == WMMA_TF32 && MMA_SYNC && Op == DGRAD_1X1);
     static constexpr int value = (TWO_FIT ? 2 : 1) * (256 / Threads<T, Kind, TILE_M, TILE_N>::value);

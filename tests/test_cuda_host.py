@@ -189,13 +189,15 @@ ROW_TABLE_PLANTED = {
 
 # Bugs planted in the input gradient's scalar k table (Loader, K_TABLE), run on a problem of
 # float32 with 6 input and 40 output channels (scalar loads; up to 4 taps x 40 channels: up to
-# 10 k-tiles per stride phase, so the table's slots are refilled inside the main loop):
-# run_k_table_problem.
+# 5 k-tiles per stride phase, so the table's slots are refilled inside the main loop):
+# run_k_table_problem.  The fill's cursors are registers for float32 (the SIMT kernel) and
+# shared memory for float16 (the tensor-core kernel, SHARED_FILL): K_TABLE_DTYPES.
 K_TABLE_PLANTED = {
     "k-table-read-before-its-barrier": (
-        "            fill_k_table(p, 1);\n            __syncthreads();", "            fill_k_table(p, 1);"),
+        "            init_k_table(p);\n            __syncthreads();", "            init_k_table(p);"),
     "k-table-refills-the-slot-about-to-be-read": (
-        "fill_k_table(p, buf);  // tile i + 2", "fill_k_table(p, buf ^ 1);  // tile i + 2"),
+        "fill_k_table(p, buf, k0 + 2 * BK);  // tile i + 2", "fill_k_table(p, buf ^ 1, k0 + 2 * BK);  // tile i + 2"),
+    "k-table-cursor-not-advanced": ("            cursor() = pos;\n", "\n"),
     "k-table-entries-past-the-reduction-not-absent": (
         "return {in_reduction ? dp : static_cast<int>(static_cast<unsigned>(p_offset) - out_rows), dq,",
         "return {dp, dq,"),
@@ -204,7 +206,11 @@ K_TABLE_PLANTED = {
 }
 
 
-def run_k_table_problem(rng, nan_row: bool):
+K_TABLE_DTYPES = {"k-table-cursor-not-advanced": (np.float32, np.float16),
+                  "k-table-refills-the-slot-about-to-be-read": (np.float32, np.float16)}
+
+
+def run_k_table_problem(rng, nan_row: bool, dtype=np.float32):
     """(launcher result, NumPy result) of the k-table problem; ``nan_row``: out_backprop's row 4
     is NaN in channel 0.  A tile's entries past the end of a phase's reduction (40 or 80 of
     them: 8 past a multiple of 16) then decompose to the tap row after the phase's last, which
@@ -213,8 +219,8 @@ def run_k_table_problem(rng, nan_row: bool):
     import cupy
 
     x_shape, f_shape, strides = (2, 13, 11, 6), (3, 3, 6, 40), (2, 2)
-    filt = random_array(rng, f_shape, np.float32)
-    dy = random_array(rng, (2, 7, 6, 40), np.float32)
+    filt = random_array(rng, f_shape, dtype)
+    dy = random_array(rng, (2, 7, 6, 40), dtype)
     if nan_row:
         dy[:, 4, :, 0] = np.nan
     g = conv_geometry("conv2d_backprop_input", x_shape, f_shape, dy.shape, "NHWC", strides, "SAME", (1, 1), NO_PADS)
@@ -232,14 +238,15 @@ def assert_same_with_nan(got, want, dtype):
     assert_close(got[finite], want[finite], dtype)
 
 
-@pytest.mark.parametrize("bug", sorted(K_TABLE_PLANTED))
-def test_planted_k_table_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+@pytest.mark.parametrize("bug,dtype", [(bug, dtype) for bug in sorted(K_TABLE_PLANTED)
+                                       for dtype in K_TABLE_DTYPES.get(bug, (np.float32,))])
+def test_planted_k_table_bugs_fail_the_comparison(bug, dtype, tmp_path, monkeypatch):
     def run():
         nan_row = "absent" in bug
-        got, want = run_k_table_problem(np.random.default_rng(7), nan_row)
+        got, want = run_k_table_problem(np.random.default_rng(7), nan_row, dtype)
         if nan_row:
             assert np.isnan(want).any() and not np.isnan(want).all()
-        assert_same_with_nan(got, want, np.float32)
+        assert_same_with_nan(got, want, dtype)
 
     cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
     run()
@@ -290,7 +297,7 @@ PLANTED = {
         "igemm_tiles.cuh", "            __syncwarp();  // the staged block is complete\n", "\n",
         "conv2d_backprop_input", np.float16),
     "mma-a-fragment-loaded-without-trans": (
-        "igemm_tiles.cuh", "ptx::ldmatrix<4, true>(a[i],", "ptx::ldmatrix<4, false>(a[i],",
+        "igemm_tiles.cuh", "ptx::ldmatrix<4, true>(a[i], &As[buf][a_trans", "ptx::ldmatrix<4, false>(a[i], &As[buf][a_trans",
         "conv2d_backprop_filter", np.float16),
     "mma-k-contiguous-a-loaded-with-trans": (
         "igemm_tiles.cuh", "ptx::ldmatrix<4, false>(a[i],", "ptx::ldmatrix<4, true>(a[i],",
@@ -369,6 +376,35 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         return  # refused: a barrier error or a write outside an array
     with pytest.raises(AssertionError):
         assert_close(got, want, dtype)
+
+
+# Bugs planted in the scalar-load half-type filter gradient's ldmatrix.trans addresses (mma_cta,
+# TRANS_XOR: a block's address is block 0's XOR its chunk offset), run on float16 with 6 input
+# and 20 output channels (scalar loads; B's second n8 tile pair holds output channels 16-19, so
+# its address is read for channels that exist).
+TRANS_XOR_PLANTED = {
+    "trans-xor-a-blocks-added": ("a_trans ^ (MMA_M * i)", "a_trans + (MMA_M * i)"),
+    "trans-xor-b-tile-pairs-added": ("b_trans ^ (MMA_N * j)", "b_trans + (MMA_N * j)"),
+    "trans-xor-a-base-without-the-lane-row": ("kk + 8 * (matrix / 2) + row)) : 0;", "kk + 8 * (matrix / 2))) : 0;"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(TRANS_XOR_PLANTED))
+def test_planted_trans_xor_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    def run():
+        return run_planted_problem("conv2d_backprop_filter", "tiled", np.float16, np.random.default_rng(7),
+                                   depths=(6, 20), vector=False)
+
+    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    assert_close(*run(), np.float16)
+    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", TRANS_XOR_PLANTED[bug])
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    try:
+        got, want = run()
+    except (AssertionError, cuda_host.HostLaunchError):
+        return  # refused: a read outside an array
+    with pytest.raises(AssertionError):
+        assert_close(got, want, np.float16)
 
 
 # Bugs planted in copies of the depthwise tiled kernel, each run on problems the real source
