@@ -189,7 +189,8 @@ ROW_TABLE_PLANTED = {
 
 # Bugs planted in the input gradient's scalar k table (Loader, K_TABLE), run on a problem of
 # float32 with 6 input and 40 output channels (scalar loads; up to 4 taps x 40 channels: up to
-# 5 k-tiles per stride phase, so the table's slots are refilled inside the main loop):
+# 10 k-tiles of 16 per stride phase, 5 of 32 for float16, so the table's slots are refilled
+# inside the main loop):
 # run_k_table_problem.  The fill's cursors are registers for float32 (the SIMT kernel) and
 # shared memory for float16 (the tensor-core kernel, SHARED_FILL): K_TABLE_DTYPES.
 K_TABLE_PLANTED = {
