@@ -781,7 +781,8 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         return fill;
     }
     KPos fill_pos, fill_step;  // without SHARED_FILL (unused with it, and dropped)
-    int fill_k;                // fill_pos's index (likewise)
+    int fill_k;                // fill_pos's index (likewise; a counter, not tile_k + t, which costs the
+                               // float SIMT kernel 3 instructions per k-tile and its 80% FFMA)
     __device__ __forceinline__ KPos& cursor() {  // thread threadIdx.x < BK's
         if constexpr (SHARED_FILL) return shared_fill().pos[threadIdx.x];
         else return fill_pos;

@@ -264,12 +264,9 @@ def test_planted_row_table_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         return run_planted_problem("conv2d_backprop_filter", "tiled", np.float32, np.random.default_rng(7),
                                    depths=(30, 4), vector=False)
 
-    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
-    assert_close(*run(), np.float32)
-    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", ROW_TABLE_PLANTED[bug])
-    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
-    with pytest.raises((AssertionError, cuda_host.HostLaunchError)):  # wrong, or a fault
-        assert_close(*run(), np.float32)
+    cuda_host.assert_planted_bug_caught("igemm_tiles.cuh", ROW_TABLE_PLANTED[bug], run,
+                                        lambda got, want: assert_close(got, want, np.float32), 11, tmp_path,
+                                        monkeypatch)
 
 
 # --------------------------------------------------------------------------- planted bugs
@@ -396,16 +393,9 @@ def test_planted_trans_xor_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         return run_planted_problem("conv2d_backprop_filter", "tiled", np.float16, np.random.default_rng(7),
                                    depths=(6, 20), vector=False)
 
-    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
-    assert_close(*run(), np.float16)
-    cuda_host.planted_sources(tmp_path, "igemm_tiles.cuh", TRANS_XOR_PLANTED[bug])
-    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
-    try:
-        got, want = run()
-    except (AssertionError, cuda_host.HostLaunchError):
-        return  # refused: a read outside an array
-    with pytest.raises(AssertionError):
-        assert_close(got, want, np.float16)
+    cuda_host.assert_planted_bug_caught("igemm_tiles.cuh", TRANS_XOR_PLANTED[bug], run,
+                                        lambda got, want: assert_close(got, want, np.float16), 11, tmp_path,
+                                        monkeypatch)
 
 
 # Bugs planted in copies of the depthwise tiled kernel, each run on problems the real source
