@@ -160,7 +160,9 @@ __global__ void depthwise_conv2d_native_backprop_input(
 // channel planes:
 // * slots: a thread's V accumulators are slots lane and lane + LANES (NHWC: V * lane + u), so
 //   that the lanes of a quarter-warp read consecutive planes; paired multipliers stage input
-//   channel c0 + j's two slices as slots j and j + LANES.
+//   channel c0 + j's two slices as slots j and j + LANES.  The filter slice keeps a lane's two
+//   slots side by side (tap row: V * lane + u, as NHWC's), so a lane reads a tap's pair in one
+//   8-byte load (25 loads at 5x5 instead of 50).
 // * staging (stage_planes): plane rows.  A thread loads chunks of 16, 8 or 4 bytes (bits 0, 2,
 //   3 of `vector_loads`: the widest that divides an out_backprop row, with an aligned array;
 //   any multiplier), or single elements, of one slot's staged rows (the chunks are aligned, so
@@ -174,7 +176,8 @@ __global__ void depthwise_conv2d_native_backprop_input(
 //   each quarter-warp on distinct bank groups.
 // * results: straight from the registers, a work item row of 4 columns per store where in_cols
 //   % 4 == 0 and tiles start at a multiple of 4 (bit 1 of `vector_loads`), 2 per store where
-//   that holds for 2 (bit 4: 14-column maps), else element by element.
+//   that holds for 2 (bit 4: 14-column maps; only the second pair of a row can lie past the
+//   image), else element by element.
 // Why (static SASS, sm_90, float16, one thread of an interior tile, per element): the first
 // NCHW path had each warp load 32 consecutive staged positions of one channel (2-byte loads,
 // 64-bit address math, 8 dependent round trips) and stored results one 2-byte store at a time
@@ -445,8 +448,7 @@ constexpr int kBatchWords = 40;
 // any is widened and stored.  Where o_col0 is a multiple of RUN = min(VEC, 4), a chunk's runs
 // of RUN columns are aligned runs of the staged row: one store each (16 bytes for 4 float, 8
 // for 2; columns up to RP - 1 past COLS get the neighbouring out_backprop values, which no tap
-// reads); else one store per staged element.
-// Offsets are 32-bit (every tensor < 2^31 elements).
+// reads); else one store per staged element.  Offsets are 32-bit (every tensor < 2^31 elements).
 template <int VEC, int CHANNELS, int ROWS, int COLS, int RP, int CP, int THREADS, typename T, typename Acc>
 __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop, Acc* __restrict__ stage, unsigned t,
                                              int plane0, int step_lo, int step_hi, int channels, bool paired,
@@ -564,10 +566,9 @@ __device__ __forceinline__ void store_quad(T* dst, const Acc (&v)[4], int x, int
             store_four<T>(dst, make_float4(v[0], v[1], v[2], v[3]));
         else  // double: T is double
             put_four(dst, v[0], v[1], v[2], v[3]);
-    } else if (cols == 2) {
-#pragma unroll
-        for (int k = 0; k < 4; k += 2)
-            if (static_cast<unsigned>(x + k) < static_cast<unsigned>(in_cols)) store_two<T>(dst + k, v[k], v[k + 1]);
+    } else if (cols == 2) {  // x is even and inside the image, and so is x + 1: only the second pair may be out
+        store_two<T>(dst, v[0], v[1]);
+        if (x + 2 < in_cols) store_two<T>(dst + 2, v[2], v[3]);
     } else {
 #pragma unroll
         for (int k = 0; k < 4; ++k)
@@ -876,20 +877,27 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
             // The filter slice one element per load: thread t takes slot t % CHANNELS of taps
             // t / CHANNELS, + THREADS / CHANNELS, ...  Slot c is out_backprop channel oc0 + c *
             // channel_step + q, except NCHW's paired order: slot c = j + LANES * m is channel
-            // 2 (c0 + j) + m.
+            // 2 (c0 + j) + m.  NCHW keeps a lane's slots lane and lane + LANES side by side in a
+            // tap's row (V (c % LANES) + c / LANES), so that a lane reads each tap's pair in one
+            // load, as NHWC does.
             constexpr int COUNT = TAPS * CHANNELS;
             const int c = static_cast<int>(t % CHANNELS);
             const bool nchw_pairs = L == NCHW && pairs;
             const int in_slot = nchw_pairs ? c % LANES : c >> pairs;  // its input channel - c0
             const int slot_channel = nchw_pairs ? 2 * (c % LANES) + c / LANES : c * channel_step + q;
             const bool channel_in = c0 + in_slot < in_depth;
+            // Only the last step can pass the last tap, so only it carries the guard: a guard
+            // that may end the loop in every step kept each step's load from being issued
+            // before the previous step's store (one load round trip per step).
+            constexpr int FILTER_LOADS = (COUNT + THREADS - 1) / THREADS;
+            static_assert(THREADS % CHANNELS == 0, "whole taps per step");
 #pragma unroll
-            for (int k = 0; k < (COUNT + THREADS - 1) / THREADS; ++k) {
+            for (int k = 0; k < FILTER_LOADS; ++k) {
                 const int tap = static_cast<int>(t / CHANNELS) + k * (THREADS / CHANNELS);
-                if (COUNT % THREADS != 0 && tap >= TAPS) break;
+                if (COUNT % THREADS != 0 && k + 1 == FILTER_LOADS && tap >= TAPS) break;
                 Acc value = Acc(0);
                 if (channel_in) value = to_acc<Acc>(filter[tap * out_depth + oc0 + slot_channel]);
-                taps[tap * CHANNELS + c] = value;
+                taps[tap * CHANNELS + (L == NCHW ? V * (c % LANES) + c / LANES : c)] = value;
                 finite += value * Acc(0);
             }
             if (L == NHWC) {  // consecutive threads on consecutive channels of one position
@@ -945,14 +953,8 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         if (active) {
             Lane<Acc> w[TAPS];
 #pragma unroll
-            for (int tap = 0; tap < TAPS; ++tap) {
-                if (L == NCHW) {  // slots lane, lane + LANES
-#pragma unroll
-                    for (int u = 0; u < V; ++u) w[tap].v[u] = taps[tap * CHANNELS + lane + u * LANES];
-                } else {
-                    w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
-                }
-            }
+            for (int tap = 0; tap < TAPS; ++tap)  // NCHW: slots lane and lane + LANES, side by side
+                w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
             if (nonfinite_slice != q) {
                 if (L == NCHW)
                     accumulate_planes<false, Acc, KH, KW, SH, SW, R, C, P::READ, P::RP, P::CP>(window, w, acc, 0, 0, 0,

@@ -462,9 +462,9 @@ DEPTHWISE_PLANTED = {
     "depthwise-nchw-staged-rows-pitched-by-their-width": (
         "Acc* const at = p.to + k * GROUPS * RP;", "Acc* const at = p.to + k * GROUPS * COLS;",
         [DW_NCHW_F16, DW_NCHW_SHIFT4]),
-    "depthwise-nchw-lane-takes-adjacent-slots": (
-        "w[tap].v[u] = taps[tap * CHANNELS + lane + u * LANES];", "w[tap].v[u] = taps[tap * CHANNELS + V * lane + u];",
-        [DW_NCHW_F16, DW_NCHW_F32]),
+    "depthwise-nchw-taps-stored-slot-major": (  # a lane reads its slots' taps as one adjacent pair
+        "taps[tap * CHANNELS + (L == NCHW ? V * (c % LANES) + c / LANES : c)] = value;",
+        "taps[tap * CHANNELS + c] = value;", [DW_NCHW_F16, DW_NCHW_F32]),
     "depthwise-nchw-paired-filter-in-nhwc-order": (
         "nchw_pairs ? 2 * (c % LANES) + c / LANES : c * channel_step + q", "c * channel_step + q", [DW_NCHW_PAIRED]),
     "depthwise-nchw-paired-planes-one-apart": (

@@ -707,6 +707,60 @@ def test_tiled_inner_loop_matches_a_hand_count(tiled_kernels):
         "instructions"]
 
 
+@pytest.mark.parametrize("filter_size, strides, padding, in_cols, chunk_elements, run", [
+    (3, 1, "SAME", 28, 4, 1),   # o_col0 = -1 (mod 4): element stores
+    (3, 1, "SAME", 28, 2, 1),
+    (5, 1, "SAME", 28, 4, 1),   # -2: element stores with chunks of 4 or more ...
+    (5, 1, "SAME", 14, 2, 2),   # ... runs of 2 with chunks of 2
+    (3, 1, "VALID", 28, 2, 2),  # -2
+    (5, 1, "VALID", 28, 8, 4),  # -4
+    (3, 2, "SAME", 28, 2, 1),   # pad_left 0, halo 1: -1
+    (5, 2, "SAME", 56, 4, 1),   # pad_left 1 (0 staged), halo 2: -2
+    (5, 2, "SAME", 56, 2, 2),
+    (3, 1, "SAME", 28, 1, 1),   # one element per chunk: no runs
+])
+def test_nchw_staging_run_follows_the_tiles_first_staged_column(filter_size, strides, padding, in_cols,
+                                                                 chunk_elements, run):
+    """The launcher's account of ``stage_planes``' run stores (which the static model takes):
+    runs of min(chunk, 4) columns where every tile's first staged column, o_col0 = pad_left /
+    stride + tile_col x tile_cols / stride - halo (the kernel's formula), is a multiple of the
+    run, else one store per element."""
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    g = Case("t", "t", DEPTHWISE_INPUT, (1, in_cols, in_cols, 32), "NCHW", (filter_size, filter_size, 32, 1),
+             (strides, strides), padding).geometry()
+    assert dw.nchw_staging_run(g, chunk_elements) == run
+    _, tile_cols, _ = dw.tile_shape(g)
+    longest = min(chunk_elements, 4)
+    firsts = [g.pad_left // strides + t * tile_cols // strides - (filter_size - 1) // strides
+              for t in range(dw.tiles(g)[0])]
+    if longest > 1:
+        assert (run == longest) == all(first % longest == 0 for first in firsts)
+
+
+def test_nchw_staging_path_takes_the_launchs_stores(tiled_kernels):
+    """float32 NCHW 3x3/1 with 16-byte chunks: where the launch stages element by element
+    (SAME padding), no path of the model holds a run-wide shared store, and every staged element
+    and each of the thread's 5 filter values (ceil(9 x 32 / 64)) is a 4-byte store; where it
+    stages runs of 4 (the tiles' first staged column aligned), the path takes them (but where
+    a run would store more words than the chunk's staged elements) and is cheaper.  The filter's stores are all on the path: its loop guard ends no loop of the
+    busiest thread (before 2026-11-27 it could end it in any step, and the path left out all but
+    one of them)."""
+    from gradops.bench import static_tiled as st
+
+    _, single, _, _ = tiled_kernels
+    elements = st.depthwise_tiled_path(single, True, False, 1, True, 4, 16, 1)
+    memory = elements["path"]["memory"]
+    assert "STS.128" not in memory and "STS.64" not in memory
+    staged = 2 * 16 * 4  # 2 pairs x 16 rows of 16-byte chunks: 4 float columns each
+    assert memory["STS.32"] >= staged + 5
+    runs = st.depthwise_tiled_path(single, True, False, 1, True, 4, 16, 4)
+    memory = runs["path"]["memory"]
+    # the 10 staged columns are 2 whole runs and half of one: that chunk's 2 elements store fewer
+    # words one by one, so the path may take them so
+    assert memory["STS.128"] >= 3 * (staged // 4) // 4 and 4 * memory["STS.128"] + memory["STS.32"] >= staged + 5
+    assert runs["instructions"] < elements["instructions"]
+
+
 def test_tiled_count_is_stable_across_the_pairing_change(tiled_kernels):
     """The measured revision's source differs from today's, for a kernel whose tile is the same
     (3x3/2: 8 x 16 positions of 4 x 4 work items), by the multiplier pairing and the NCHW store

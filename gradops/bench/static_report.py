@@ -610,7 +610,9 @@ def _tiled_reference_paths(kernel) -> dict:
     nhwc = template_args(kernel.expression)[2] == "0"
     one = st.depthwise_tiled_path(kernel, True, False, 1)  # 16-byte staging (NCHW: chunks of plane rows)
     t = one["tile"]
-    staging = f"{t.load_width}-byte staging" + ("" if nhwc else f" (NCHW plane rows, {t.store_width}-byte stores)")
+    staging = f"{t.load_width}-byte staging" + ("" if nhwc else f" (NCHW plane rows, stored to shared memory an element "
+                                                               f"at a time as at SAME padding, {t.store_width}-byte "
+                                                               f"stores)")
     record = {"work": f"one thread of an interior {t.tile[0]}x{t.tile[1]}-position tile, multiplier 1, {staging}, "
                       f"finite filter; / {t.outputs // t.threads} outputs per thread",
               "per_element": one["per_element"], "thread_instructions": one["instructions"],

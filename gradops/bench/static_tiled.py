@@ -23,9 +23,16 @@ What is counted (per kernel instantiation and launch choice)
   the plane-row staging, whose loops are unrolled) as often as their loads need.
 
 NCHW plane-row staging (``stage_planes``, :meth:`DepthwiseTile.plane_steps`): the load count
-is the busiest thread's tile loads (16-byte chunks or elements); with 16-byte chunks the
-filter's element loads are not counted, so a path may leave out the up to 3 of them that a
-branch guards (a few instructions per thread).
+is the busiest thread's tile loads (chunks or elements); with chunks of several elements the
+filter's element loads are not counted, so a path may leave out the one of them that a branch
+guards (the last step's; a few instructions per thread).  The staging stores a chunk a run of
+columns at a time, or element by element, by one run-time condition per launch (the tiles'
+first staged column a multiple of the run, :attr:`DepthwiseTile.run`): without runs no path
+may hold a store wider than an element, with runs a path takes them wherever they store no
+more words.
+Before 2026-11-27 the filter loop's guard could end it in any step, so a path could leave out
+most of the filter's loads and stores, and the model took run stores whether or not the launch
+could: its NCHW figures were low, by up to ~180 instructions per thread at 5x5.
 
 Every instruction on the path counts once (predicated or not, branches and ``BSSY``/``BSYNC``
 included).  Every warp of the CTA is charged the whole path (a warp issues the union of its
@@ -96,17 +103,22 @@ class DepthwiseTile:
     #: Work items across a tile (``Shape``'s C); 0: the full tile's (4, or 2 for 5x5 stride 1),
     #: as in revisions whose kernel had no C.
     c: int = 0
+    #: NCHW with ``rows`` and chunks of several elements: columns per staging store
+    #: (``stage_planes``: runs of min(chunk elements, 4) where the tiles' first staged column is
+    #: a multiple of the run, else 1: element by element, as SAME padding mostly gives),
+    #: :func:`~gradops.backends.cuda.depthwise_conv2d_native_backprop_input.nchw_staging_run`.
+    run: int = 1
 
     @classmethod
     def of(cls, expression: str, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-           store_cols: int = 4, chunk: int = VECTOR_BYTES) -> "DepthwiseTile":
+           store_cols: int = 4, chunk: int = VECTOR_BYTES, run: int = 1) -> "DepthwiseTile":
         a = template_args(expression)
         kh, kw, sh, sw, r = (int(x) for x in a[3:8])
         c = int(a[8]) if len(a) > 8 else 0
         nchw = a[2] == "1"
         rows = nchw and rows
         return cls(C_WIDTHS[a[0]], C_WIDTHS[a[1]], nchw, kh, kw, sh, sw, r, vector and (rows or not nchw), paired,
-                   1 if paired else multiplier, rows, store_cols if rows else 1, chunk, c)
+                   1 if paired else multiplier, rows, store_cols if rows else 1, chunk, c, run)
 
     # ---- dwconv::Shape / Block / Axis
     @property
@@ -184,6 +196,14 @@ class DepthwiseTile:
         groups = min(range(1, rows + 1), key=lambda g: (cost(g), g))
         return vec, -(-units * groups // self.threads), -(-rows // groups)
 
+    @property
+    def max_run(self) -> int:
+        """NCHW row staging: the longest run a staging store may take (``stage_planes``' RUN =
+        min(chunk elements, 4)); 1 without chunks of several elements (and NHWC)."""
+        if not (self.nchw and self.rows and self.vector):
+            return 1
+        return min(self.chunk // self.width, 4)
+
     def loads(self) -> int:
         """Global loads of the staging width per thread (all slices); NCHW 16-byte row staging:
         its tile loads only (the filter's element loads come with them)."""
@@ -252,9 +272,14 @@ class DepthwiseTile:
         widens each tile load to accumulators; scalar staging stores each value it loads; the
         measured revision's NCHW also passed its results (V, or the pair sum, per position)
         through shared memory (row staging stores them from registers)."""
-        if self.nchw and self.rows:  # thread 0's chunk at shift 0 (every element staged); results go out directly
+        if self.nchw and self.rows:
+            # thread 0's chunks at shift 0 (every element staged) and its filter element stores
+            # (all of its taps: the last step's guard ends no loop of thread 0's); results go
+            # out directly.  Counting the filter's keeps a path from leaving out staged elements
+            # in their place.
             vec, unit_steps, steps = self.plane_steps()
-            return self.slices * unit_steps * steps * min(vec, self.staged[1]) * self.acc // 4
+            filter_stores = -(-self.kh * self.kw * self.channels // self.threads)
+            return self.slices * (unit_steps * steps * min(vec, self.staged[1]) + filter_stores) * self.acc // 4
         if self.vector:
             return self._vector_steps()[1] * (VECTOR_BYTES // self.width) * self.acc // 4
         results = self.item[0] * self.item[1] * (1 if self.paired else self.v) if self.nchw else 0
@@ -361,13 +386,15 @@ def shared_reads(ins) -> int:
 
 
 def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared: int, trips: dict,
-                through, slack: int = 16, reads: int | None = None) -> tuple[int, Counter]:
+                through, slack: int = 16, reads: int | None = None, store_words=None) -> tuple[int, Counter]:
     """(instructions, counts) of the cheapest kernel path through ``through`` with exactly the
     global stores ``(bytes per thread, count)``, the fewest global loads ``(bytes, count)`` at
     least the count, and then the fewest shared-memory words stored at least ``shared``;
     ``reads``: also exactly that many 4-byte words loaded from shared memory (the staged
     kernels that sum from shared memory; None: not counted).
     ``trips``: ``{loop depth: (iterations, (loads, shared words or None) per iteration, or None)}``.
+    ``store_words``: the shared words an instruction counts (default :func:`shared_words`); None
+    from it rules out every path through that instruction.
 
     The shared words keep a path from leaving a staging loop's or the result pass's stores
     early (their guards are run-time conditions the CFG cannot evaluate).  The counts are
@@ -381,16 +408,20 @@ def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared:
     b = 1 + shared + slack
     c = 1 if reads is None else reads + 2  # the read digit may reach reads + 1 (pruned past that)
 
-    def counted(ins) -> int:
-        if _global(ins, "LDG", loads[0]):
-            return a * b * c
-        weight = int(_global(ins, "STG", stores[0])) + a * shared_words(ins)
-        return weight + (a * b * shared_reads(ins) if reads is not None else 0)
-
     def valid(k) -> bool:
         return k % a <= stores[1] and (k // a) % b < b - 1 and (reads is None or (k // (a * b)) % c <= reads)
 
     limit = KeyLimit(a * b * c * (loads[1] + slack) + a * b * c - 1, valid)
+    words_of = store_words or shared_words
+
+    def counted(ins) -> int:
+        if _global(ins, "LDG", loads[0]):
+            return a * b * c
+        words = words_of(ins)
+        if words is None:
+            return limit.kmax + 1  # past the limit: the table drops every path through it
+        weight = int(_global(ins, "STG", stores[0])) + a * words
+        return weight + (a * b * shared_reads(ins) if reads is not None else 0)
     # A loop given (trips, (loads, words or None) per iteration) runs exactly that work per iteration.
     def per_iteration(per):
         if per is None:
@@ -417,24 +448,27 @@ _PATHS: dict = {}
 
 
 def depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                         store_cols: int = 4, chunk: int = VECTOR_BYTES, idle: bool = False) -> dict:
+                         store_cols: int = 4, chunk: int = VECTOR_BYTES, run: int = 1,
+                         idle: bool = False) -> dict:
     """One thread's common path of a tiled depthwise instantiation for a launch choice, with
     its per-element figures (see the module docstring); cached per kernel object and choice.
-    ``rows`` / ``store_cols`` / ``chunk``: NCHW staging and stores (:class:`DepthwiseTile`).
-    ``idle``: instead the path of a thread whose work item lies wholly outside the image (the
-    kernel's ``active`` false): the same staging and barriers, no sums and no stores."""
-    key = (id(kernel), vector, paired, multiplier, rows, store_cols, chunk, idle)
+    ``rows`` / ``store_cols`` / ``chunk`` / ``run``: NCHW staging and stores
+    (:class:`DepthwiseTile`).  ``idle``: instead the path of a thread whose work item lies
+    wholly outside the image (the kernel's ``active`` false): the same staging and barriers, no
+    sums and no stores."""
+    key = (id(kernel), vector, paired, multiplier, rows, store_cols, chunk, run, idle)
     if key not in _PATHS or _PATHS[key][0] is not kernel:
         _PATHS[key] = (kernel, _depthwise_tiled_path(kernel, vector, paired, multiplier, rows, store_cols, chunk,
-                                                     idle))
+                                                     run, idle))
     return _PATHS[key][1]
 
 
 def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, rows: bool = True,
-                          store_cols: int = 4, chunk: int = VECTOR_BYTES, idle: bool = False) -> dict:
-    from ..backends.cuda._sass import PathError
+                          store_cols: int = 4, chunk: int = VECTOR_BYTES, run: int = 1,
+                          idle: bool = False) -> dict:
+    from ..backends.cuda._sass import PathError, access_width
 
-    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, store_cols, chunk)
+    t = DepthwiseTile.of(kernel.expression, vector, paired, multiplier, rows, store_cols, chunk, run)
     cfg = kernel.cfg
     through = through_blocks(cfg, inner_loop=not idle)
     fma = sum(fma_count(cfg.instructions(n)) for n in sums_run(cfg))
@@ -448,8 +482,18 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
         trips[2] = (t.nhwc_staging_loads() // 4, (4, 4 * t.acc // 4))
     # NCHW row staging: the filter's element stores (a word each) come on top of the lower bound
     slack = 16 + (t.slices * -(-t.kh * t.kw * t.channels // t.threads) * t.acc // 4 if t.nchw and t.rows else 0)
+    words = shared_words
+    if t.run < t.max_run:
+        # stage_planes takes one kind of store for every chunk: elements here, so no path may
+        # hold a wider store (the filter's are one element each).  With runs, a path takes them
+        # wherever they store no more words than the element stores, being cheaper (the compiler
+        # may split a run store, so widths alone cannot tell the two apart).
+        def words(ins):
+            if ins.base == "STS" and access_width(ins) > t.run * t.acc:
+                return None
+            return shared_words(ins)
     cost, counts = common_path(kernel, (t.store_width, 0 if idle else t.stores()), (t.load_width, t.loads()),
-                               t.shared_words(), trips, through, slack=slack)
+                               t.shared_words(), trips, through, slack=slack, store_words=words)
     from .static_report import _path_summary
 
     return {"tile": t, "instructions": cost, "counts": counts, "path": _path_summary(counts),
@@ -499,6 +543,8 @@ class DepthwiseLaunch:
     #: Whether the model credits warps whose work items lie wholly outside the image with the
     #: idle path (today's launch; the measured revision's calibration keeps its own model).
     idle_warps: bool = True
+    #: NCHW row staging: columns per staging store (:attr:`DepthwiseTile.run`).
+    run: int = 1
 
 
 def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
@@ -515,8 +561,10 @@ def depthwise_launch(g, dtype, revision: str | None = None) -> DepthwiseLaunch:
             import numpy as _np
 
             chunk = dw.nchw_chunk_bytes(g, dtype)
-            return DepthwiseLaunch(chunk > _np.dtype(dtype).itemsize, dw.pair_multipliers(g, dtype),
-                                   math.prod(dw.tile_grid(g, dtype)), True, dw.nchw_store_cols(g), chunk)
+            itemsize = _np.dtype(dtype).itemsize
+            return DepthwiseLaunch(chunk > itemsize, dw.pair_multipliers(g, dtype),
+                                   math.prod(dw.tile_grid(g, dtype)), True, dw.nchw_store_cols(g), chunk,
+                                   run=dw.nchw_staging_run(g, chunk // itemsize))
         return DepthwiseLaunch(dw.use_vector_loads(g, dtype, ()), dw.pair_multipliers(g, dtype),
                                math.prod(dw.tile_grid(g, dtype)), True, dw.nchw_store_cols(g))
     if revision != MEASURED_DEPTHWISE_REVISION:
@@ -571,7 +619,8 @@ def predict_depthwise(case, dtype_name: str, device, kernel, g, launch: Depthwis
     from .static_report import DTYPES, roofline, with_latency_limit
 
     width = DTYPES[dtype_name].itemsize
-    choice = (kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.store_cols, launch.chunk)
+    choice = (kernel, launch.vector, launch.paired, g.depth_multiplier, launch.rows, launch.store_cols, launch.chunk,
+              launch.run)
     path = depthwise_tiled_path(*choice)
     t = path["tile"]
     elements = math.prod(g.input_shape)

@@ -325,6 +325,18 @@ def nchw_chunk_bytes(g: Conv2DGeometry, dtype, arrays=()) -> int:
     return itemsize
 
 
+def nchw_staging_run(g: Conv2DGeometry, chunk_elements: int) -> int:
+    """NCHW staging (``stage_planes``): columns per shared-memory store, RUN = min(chunk_elements,
+    4) where every tile's first staged out_backprop column, ``o_col0 = pad_left / stride_cols +
+    tile_col * TILE_COLS / stride_cols - HALO``, is a multiple of RUN, else 1 (element by
+    element).  TILE_COLS / stride_cols is a multiple of 4, so one residue holds for every tile.
+    SAME padding gives o_col0 = -1 (mod 4) at 3x3 and -2 at 5x5: element stores but for runs of
+    2 (chunks of 2 elements) at 5x5."""
+    run = min(chunk_elements, 4)
+    first = g.pad_left // g.stride_cols - (g.filter_cols - 1) // g.stride_cols
+    return run if run > 1 and first % run == 0 else 1
+
+
 def nchw_store_cols(g: Conv2DGeometry) -> int:
     """NCHW: columns per result store of the tiled kernel (:data:`NCHW_STORE_BITS`): 4 where
     in_cols and every tile's first column are multiples of 4 (tiles start pad_left %
