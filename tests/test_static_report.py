@@ -742,9 +742,10 @@ def test_nchw_staging_path_takes_the_launchs_stores(tiled_kernels):
     (SAME padding), no path of the model holds a run-wide shared store, and every staged element
     and each of the thread's 5 filter values (ceil(9 x 32 / 64)) is a 4-byte store; where it
     stages runs of 4 (the tiles' first staged column aligned), the path takes them (but where
-    a run would store more words than the chunk's staged elements) and is cheaper.  The filter's stores are all on the path: its loop guard ends no loop of the
-    busiest thread (before 2026-11-27 it could end it in any step, and the path left out all but
-    one of them)."""
+    a run would store more words than the chunk's staged elements) and is cheaper.  The
+    filter's stores are all on the path: its loop guard ends no loop of the busiest thread
+    (before 2026-11-27 it could end it in any step, and the path left out all but one of
+    them)."""
     from gradops.bench import static_tiled as st
 
     _, single, _, _ = tiled_kernels

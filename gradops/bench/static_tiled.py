@@ -204,18 +204,21 @@ class DepthwiseTile:
             return 1
         return min(self.chunk // self.width, 4)
 
+    def filter_steps(self) -> int:
+        """Filter values one thread loads and stores per slice when the filter is staged one
+        element at a time (the busiest thread: every step of the loop)."""
+        return -(-self.kh * self.kw * self.channels // self.threads)
+
     def loads(self) -> int:
         """Global loads of the staging width per thread (all slices); NCHW 16-byte row staging:
         its tile loads only (the filter's element loads come with them)."""
         if self.nchw and self.rows:
             _, unit_steps, steps = self.plane_steps()
-            filter_loads = 0 if self.vector else -(-self.kh * self.kw * self.channels // self.threads)
+            filter_loads = 0 if self.vector else self.filter_steps()
             return self.slices * (filter_loads + unit_steps * steps)
         if self.vector:
             return sum(self._vector_steps())
-        taps = self.kh * self.kw
-        rows, cols = self.staged
-        filter_loads = -(-taps * self.channels // self.threads)
+        filter_loads = self.filter_steps()
         if self.nchw:
             steps, (chunks, _) = self.channel_steps()
             tile_loads = steps * chunks
@@ -278,8 +281,7 @@ class DepthwiseTile:
             # out directly.  Counting the filter's keeps a path from leaving out staged elements
             # in their place.
             vec, unit_steps, steps = self.plane_steps()
-            filter_stores = -(-self.kh * self.kw * self.channels // self.threads)
-            return self.slices * (unit_steps * steps * min(vec, self.staged[1]) + filter_stores) * self.acc // 4
+            return self.slices * (unit_steps * steps * min(vec, self.staged[1]) + self.filter_steps()) * self.acc // 4
         if self.vector:
             return self._vector_steps()[1] * (VECTOR_BYTES // self.width) * self.acc // 4
         results = self.item[0] * self.item[1] * (1 if self.paired else self.v) if self.nchw else 0
@@ -480,8 +482,8 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
         trips[2] = t.channel_steps()
     elif not t.vector:  # the staging loop unrolled by 4: its remainder (< 4 loads) runs before it, unrolled
         trips[2] = (t.nhwc_staging_loads() // 4, (4, 4 * t.acc // 4))
-    # NCHW row staging: the filter's element stores (a word each) come on top of the lower bound
-    slack = 16 + (t.slices * -(-t.kh * t.kw * t.channels // t.threads) * t.acc // 4 if t.nchw and t.rows else 0)
+    # NCHW row staging: room in the word digit for as many words again as the filter's element stores
+    slack = 16 + (t.slices * t.filter_steps() * t.acc // 4 if t.nchw and t.rows else 0)
     words = shared_words
     if t.run < t.max_run:
         # stage_planes takes one kind of store for every chunk: elements here, so no path may
