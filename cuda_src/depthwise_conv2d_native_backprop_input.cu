@@ -1019,18 +1019,20 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 // 1) .. + 15 and kStagedCols columns from a0 = x0 + pad_left - (K - 1) - shift, where shift =
 // (pad_left - (K - 1)) mod 8 makes a0 a multiple of 8: whole aligned chunks of out_backprop
 // rows (16, 8 or 4 bytes, or single elements: the launcher's ``chunk``), one store each, zeros
-// outside out_backprop.  Each half j of the unit (columns x0 + 8 j ..) is one product per tap
-// row r and k-step: A = 16 staged rows (unit row i reads tile row i + K - 1 - r) x 16 tile
-// columns from 8 j + 16 ks (ldmatrix rows start 16-byte aligned); B = the band shifted by
-// ``shift``, B[kk][n] = filter[r][n - kk + shift + K - 1][c][q] for window column kk = 16 ks +
-// 0 .. 15, the same for every unit and both halves: each lane builds its fragments once, in
-// registers.  The band of a half covers window columns shift .. shift + 8 + K - 2, which pass
-// 15 for most pads (SAME 5x5: shift 6; 3x3: shift 7), so every half runs both k-steps (the
-// second one's band is zero where it does not: the tensor cores have time to spare, the issue
-// slots of a branch and its address math do not).  Tile rows are
-// kRowPitch elements (80 bytes) apart, so the 8 rows of an ldmatrix fall on distinct 16-byte
-// bank groups (no conflicts); columns kStagedCols .. kRowPitch - 1, which only the second
-// k-step of the second half reads, are zeros written once.  Products of half values are exact
+// outside out_backprop.  Each half j of the unit (columns x0 + 8 j ..) is a product per tap row r:
+// A = 16 staged rows (unit row i reads tile row i + K - 1 - r) x the half's window of tile columns
+// from 8 j (ldmatrix rows start 16-byte aligned); B = the band shifted by ``shift``, B[kk][n] =
+// filter[r][n - kk + shift + K - 1][c][q] for window column kk, the same for every unit and both
+// halves: each lane builds its fragments once, in registers.  The band of a half covers window
+// columns shift .. shift + 8 + K - 2 <= 18 (SAME 5x5: shift 6; 3x3: shift 7), so it needs the
+// half's 8-column window groups 0, 1 and 2 and never group 3 (columns 24 ..).  Per tap row two
+// ldmatrix.x4 load the tile's groups 0 - 3 (columns 0 .. 31): half 0 multiplies groups 0 - 1
+// (m16n8k16, band rows 0 .. 15) and group 2 (m16n8k8, band rows 16 .. 23); half 1, whose groups are
+// the tile's 1, 2 and 3, multiplies group 1 (m16n8k8, band rows 0 .. 7) and groups 2 - 3 (m16n8k16,
+// band rows 8 .. 23).  Each operand is a register pair or quad as ldmatrix delivers it (no moves),
+// and four mma a tap row instead of two m16n8k16 per half leave out only band rows 24 .. 31, which
+// are zeros.  Tile rows are kRowPitch elements (80 bytes) apart, so the 8 rows of an ldmatrix fall
+// on distinct 16-byte bank groups (no conflicts).  Products of half values are exact
 // in float and the sums are float (mma.sync's f32 accumulation); the order of additions inside
 // an mma is the hardware's, fixed for a given GPU, so results are reproducible run to run.
 //
@@ -1054,12 +1056,16 @@ namespace dwmma {
 constexpr int kWarps = 4;        // warps per CTA (128 threads)
 constexpr int kUnit = 16;        // unit rows and columns (the mma's M, and two of its N)
 constexpr int kStagedCols = 32;  // staged out_backprop columns (a half's window: 8 + K - 1 + shift <= 19)
-constexpr int kRowPitch = 40;    // elements from one tile row to the next (80 bytes): the second
-                                 // half's second k-step reads columns 24 .. 39
-// A (q, r) row of the zero-padded filter: the band reads s + kBandZero for s in [-32, 18]
-// (lane g - 2 t - 16 ks - 8 h - e, shift, K - 1), the filter values sit at s in [0, K).
-constexpr int kBandZero = 32;
-constexpr int kBandPitch = 56;
+constexpr int kRowPitch = 40;    // elements from one tile row to the next (80 bytes: an odd number
+                                 // of 16-byte bank groups); columns 32 .. 39 are never written or read
+// The band's source: two reversed, zero-padded copies of each (q, r) filter row.  Element j of
+// copy p holds filter[r][s][c][q] for s = kBandZero + p - j (0 where s is outside [0, K)), so a
+// fragment register's pair (s, s - 1) is elements j, j + 1: one aligned 32-bit load from the copy
+// in which j is even.  A lane reads s = sg - 8 i - e for band rows 8 i + 2 t + e (i = 0, 1, 2)
+// with sg = g - 2 t + shift + K - 1 in [-4, 18], so j runs over [kBandZero - 18, kBandZero + 1 +
+// 4 + 16 + 1] = [0, 40].
+constexpr int kBandZero = 18;
+constexpr int kBandPitch = 48;   // elements per copy: j <= 40, rounded up to whole 16-byte chunks
 
 // Rows ROWS x kStagedCols columns of one out_backprop plane into ``tile`` (row pitch
 // kRowPitch), VEC elements per load and store: chunk k of the rows goes to lane k % 32 (a row's
@@ -1104,10 +1110,14 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
     static_assert(M == 1 || M == 2, "multipliers 1 and 2");
     constexpr int ROWS = kUnit + K - 1;  // staged rows per slice
-    static_assert(kUnit / 2 + K - 1 + 7 <= kStagedCols && 8 + 2 * 16 <= kRowPitch, "two k-steps cover any shift");
-    static_assert((kRowPitch * 2) % 16 == 0 && ((kRowPitch * 2) / 16) % 2 == 1, "rows of 16-byte groups, an odd number apart");
+    static_assert(7 + kUnit / 2 + K - 2 < 24 && 8 + 24 <= kStagedCols,
+                  "at any shift a half's band ends in its window groups 0 - 2, and half 1's groups are staged");
+    static_assert(kStagedCols <= kRowPitch && (kRowPitch * 2) % 16 == 0 && ((kRowPitch * 2) / 16) % 2 == 1,
+                  "rows of 16-byte groups, an odd number apart");
+    static_assert((kBandPitch * 2) % 16 == 0 && kBandZero - 18 >= 0 && kBandZero + 22 < kBandPitch,
+                  "band copies of whole 16-byte chunks that hold every j a lane reads");
     __shared__ __align__(16) T stage[kWarps][M][ROWS][kRowPitch];
-    __shared__ __align__(16) T band[kWarps][M][K][kBandPitch];
+    __shared__ __align__(16) T band[kWarps][M][K][2][kBandPitch];
 
     const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
     const int g = lane / 4, t = lane % 4;
@@ -1116,40 +1126,42 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
     T (*const tile)[ROWS][kRowPitch] = stage[warp];
     const int shift = ((pad_left - (K - 1)) % 8 + 8) % 8;
 
-    // Columns kStagedCols .. kRowPitch - 1 of every row: zeros, written once.
-    static_assert(kRowPitch - kStagedCols == 8, "one 16-byte zero chunk per row");
-    for (int row = lane; row < M * ROWS; row += 32)
-        *reinterpret_cast<uint4*>(&tile[row / ROWS][row % ROWS][kStagedCols]) = make_uint4(0, 0, 0, 0);
-
-    // The band's fragments: b[q][r][ks][h] holds B[16 ks + 2 t + 8 h + e][g] =
-    // filter[r][s][c][q], s = g - (16 ks + 2 t + 8 h + e) + shift + K - 1, in its half e (low:
-    // e = 0), 0 where s is outside [0, K).  The warp first writes its filter slice into a
-    // zero-padded row per (q, r) (band[..][s + kBandZero]), so a fragment is two loads at
-    // offsets fixed per lane, with no test.
+    // The band's fragments: row block i (band rows 8 i .. 8 i + 7) of a lane is the register
+    // B[8 i + 2 t + e][g] = filter[r][s][c][q], s = g - (8 i + 2 t + e) + shift + K - 1, in its
+    // half e (low: e = 0), 0 where s is outside [0, K).  band_lo[q][r] = blocks (0, 1), the
+    // m16n8k16 operand of half 0; band_hi[q][r] = blocks (1, 2), half 1's (block 2 alone is half
+    // 0's m16n8k8 operand, block 0 half 1's).  The warp first writes its filter slice into the two reversed
+    // zero-padded copies of each (q, r) row (see kBandZero), so a block is one 32-bit load at an
+    // offset fixed per lane, with no test.
     {
-        unsigned* const words = reinterpret_cast<unsigned*>(&band[warp][0][0][0]);
-        for (int i = lane; i < M * K * kBandPitch / 2; i += 32) words[i] = 0;
+        constexpr int kZeroChunks = M * K * 2 * kBandPitch * 2 / 16;
+        uint4* const chunks = reinterpret_cast<uint4*>(&band[warp][0][0][0][0]);
+        for (int i = lane; i < kZeroChunks; i += 32) chunks[i] = make_uint4(0, 0, 0, 0);
         __syncwarp();
         for (int i = lane; i < M * K * K; i += 32) {
             const int q = i % M, rs = i / M;  // rs = r * K + s: the filter's own order
-            band[warp][q][rs / K][rs % K + kBandZero] = filter[(rs * in_depth + c) * M + q];
+            const T value = filter[(rs * in_depth + c) * M + q];
+            band[warp][q][rs / K][0][kBandZero - rs % K] = value;
+            band[warp][q][rs / K][1][kBandZero + 1 - rs % K] = value;
         }
         __syncwarp();
     }
-    unsigned b[M][K][2][2];
-    const int s0 = g - 2 * t + shift + K - 1 + kBandZero;  // s + kBandZero of ks = h = e = 0
+    unsigned band_lo[M][K][2], band_hi[M][K][2];
+    const int sg = g - 2 * t + shift + K - 1;  // s of band row 2 t (block 0, e = 0)
+    const int copy = (sg + kBandZero) & 1;     // the copy in which that s sits at an even element
+    const int j0 = kBandZero + copy - sg;
 #pragma unroll
     for (int q = 0; q < M; ++q)
 #pragma unroll
-        for (int r = 0; r < K; ++r)
-#pragma unroll
-            for (int ks = 0; ks < 2; ++ks)
-#pragma unroll
-                for (int h = 0; h < 2; ++h) {
-                    const T* const at = &band[warp][q][r][s0 - 16 * ks - 8 * h];
-                    b[q][r][ks][h] = static_cast<unsigned>(*reinterpret_cast<const unsigned short*>(at)) |
-                                     static_cast<unsigned>(*reinterpret_cast<const unsigned short*>(at - 1)) << 16;
-                }
+        for (int r = 0; r < K; ++r) {
+            // Block 1 (8 elements on) sits in both pairs: its second copy is a load of its own
+            // (volatile: ptxas would otherwise merge the two and copy the register once per unit).
+            const T* const block = &band[warp][q][r][copy][j0];
+            band_lo[q][r][0] = ptx::ld_shared_32(block);
+            band_lo[q][r][1] = ptx::ld_shared_32(block + 8);
+            band_hi[q][r][0] = ptx::ld_shared_32_volatile(block + 8);
+            band_hi[q][r][1] = ptx::ld_shared_32(block + 16);
+        }
 
     // Lane l supplies ldmatrix row l % 8 of matrix l / 8: unit row (l % 8) + 8 ((l / 8) % 2),
     // window column 8 (l / 16) (the A fragment's order a0 .. a3).
@@ -1176,19 +1188,22 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
         }
         __syncwarp();
 
+        // groups[0] = the tile's 8-column groups 0 and 1, groups[1] = 2 and 3 (registers a0 a1:
+        // a group's unit rows 0 - 7 and 8 - 15; a2 a3: the next group's), as the A operands take them.
         float acc[2][4] = {};
 #pragma unroll
         for (int q = 0; q < M; ++q)
 #pragma unroll
-            for (int r = 0; r < K; ++r)
-#pragma unroll
-                for (int j = 0; j < 2; ++j)
-#pragma unroll
-                    for (int ks = 0; ks < 2; ++ks) {
-                        unsigned a[4];
-                        ptx::ldmatrix<4, false>(a, &tile[q][a_row + K - 1 - r][8 * j + 16 * ks + a_col]);
-                        ptx::mma_m16n8k16<T>(acc[j], a, b[q][r][ks], acc[j]);
-                    }
+            for (int r = 0; r < K; ++r) {
+                unsigned groups[2][4];
+                ptx::ldmatrix<4, false>(groups[0], &tile[q][a_row + K - 1 - r][a_col]);
+                ptx::ldmatrix<4, false>(groups[1], &tile[q][a_row + K - 1 - r][16 + a_col]);
+                const unsigned group1[2] = {groups[0][2], groups[0][3]}, group2[2] = {groups[1][0], groups[1][1]};
+                ptx::mma_m16n8k16<T>(acc[0], groups[0], band_lo[q][r], acc[0]);
+                ptx::mma_m16n8k8<T>(acc[0], group2, band_hi[q][r][1], acc[0]);
+                ptx::mma_m16n8k8<T>(acc[1], group1, band_lo[q][r][0], acc[1]);
+                ptx::mma_m16n8k16<T>(acc[1], groups[1], band_hi[q][r], acc[1]);
+            }
 
         // acc[j][v]: unit row g + 8 (v / 2), column 8 j + 2 t + v % 2.
         float probe = 0.0f;

@@ -1,7 +1,7 @@
 // Ampere-class warp-level tensor-core and asynchronous-copy primitives as device functions with
-// inline PTX: ldmatrix, mma.sync (m16n8k16 f16/bf16, m16n8k8 TF32), the TF32 rounding its
+// inline PTX: ldmatrix, mma.sync (m16n8k16 and m16n8k8 f16/bf16, m16n8k8 TF32), the TF32 rounding its
 // callers apply, cp.async (16 bytes, zero-fill), a 16-byte shared-memory store and a 4-byte
-// shared-memory load.  Each function follows one section of NVIDIA's "Parallel Thread Execution ISA"
+// shared-memory load (plain and volatile).  Each function follows one section of NVIDIA's "Parallel Thread Execution ISA"
 // document, cited below by section title (section numbers move between ISA versions).
 //
 // Fragments are plain 32-bit registers (``unsigned``): a ``.b16`` pair packs the element at the
@@ -17,8 +17,8 @@
 // checks the emulation against the ISA's fragment tables written out independently.
 //
 // Architectures: mma.sync.m16n8k16 with f16/bf16 inputs, m16n8k8 TF32 and cp.async need sm_80;
-// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16 and ld_shared_32
-// everywhere).  sm_70/sm_75 builds keep the
+// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16, ld_shared_32 and
+// ld_shared_32_volatile everywhere).  sm_70/sm_75 builds keep the
 // WMMA and SIMT paths of igemm_tiles.cuh (_conv_igemm.math_kinds decides per dtype and arch which
 // math kinds are instantiated; which primitives a kind uses is decided here, by GRADOPS_ARCH).
 #pragma once
@@ -67,6 +67,17 @@ __device__ __forceinline__ unsigned ld_shared_32(const void* src) {
     asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(shared_address(src)) : "memory");
     return v;
 }
+
+// PTX ISA, "Data Movement and Conversion Instructions: ld", .volatile: the same load, which the
+// compiler may neither merge with another load of the same word nor repeat.  For a register
+// that must hold a second copy of a value (one value in two mma operand pairs, which must each
+// be an aligned register pair): from a plain load ptxas keeps one register and, where registers
+// are reused inside a loop, copies it into the other pair on every iteration.
+__device__ __forceinline__ unsigned ld_shared_32_volatile(const void* src) {
+    unsigned v;
+    asm volatile("ld.volatile.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(shared_address(src)) : "memory");
+    return v;
+}
 #endif
 
 #if defined(__CUDA_ARCH__) && GRADOPS_HAS_MMA_SM80
@@ -105,12 +116,14 @@ __device__ __forceinline__ void ldmatrix(unsigned (&d)[X], const void* row) {
 
 // ---------------------------------------------------------------- mma.sync
 // PTX ISA, "Multiply-and-Accumulate Instruction: mma", fragments in "Matrix Fragments for
-// mma.m16n8k16 with floating point type" and "Matrix Fragments for mma.m16n8k8" (.tf32).
+// mma.m16n8k16 with floating point type" and "Matrix Fragments for mma.m16n8k8" (.f16/.bf16, .tf32).
 // With groupID g = l / 4 and threadID_in_group t = l % 4 of lane l:
 //   m16n8k16 .f16/.bf16 (A 16x16 row, B 16x8 col, C/D 16x8 f32):
 //     a[r] (two elements, columns c and c + 1): row g + 8 (r % 2), column 2 t + 8 (r / 2);
 //     b[r] (two elements, rows k and k + 1):    row (k) 2 t + 8 r, column (n) g;
 //     c[r], d[r] (one float):                   row g + 8 (r / 2), column 2 t + r % 2.
+//   m16n8k8 .f16/.bf16 (A 16x8 row, B 8x8 col; C/D as above): the first half of m16n8k16's
+//     a[r] (r < 2): row g + 8 r, columns 2 t and 2 t + 1;  b[0]: rows 2 t and 2 t + 1, column g.
 //   m16n8k8 .tf32 (A 16x8, B 8x8, one TF32 per register; C/D as above):
 //     a[r]: row g + 8 (r % 2), column t + 4 (r / 2);   b[r]: row t + 4 r, column g.
 // D = A B + C with f32 accumulation.  The order of the hardware's internal additions is not
@@ -141,6 +154,29 @@ template <typename T>
 __device__ __forceinline__ void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
                                              const float (&c)[4]) {
     MmaM16n8k16<T>::run(d, a, b, c);
+}
+
+// The m16n8k8 form of the same (half the products of m16n8k16, one issue slot as well).
+template <typename T> struct MmaM16n8k8;
+template <> struct MmaM16n8k8<__half> {
+    __device__ __forceinline__ static void run(float (&d)[4], const unsigned (&a)[2], unsigned b, const float (&c)[4]) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(b), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    }
+};
+template <> struct MmaM16n8k8<__nv_bfloat16> {
+    __device__ __forceinline__ static void run(float (&d)[4], const unsigned (&a)[2], unsigned b, const float (&c)[4]) {
+        asm volatile("mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 "
+                     "{%0, %1, %2, %3}, {%4, %5}, {%6}, {%7, %8, %9, %10};\n"
+                     : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+                     : "r"(a[0]), "r"(a[1]), "r"(b), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
+    }
+};
+template <typename T>
+__device__ __forceinline__ void mma_m16n8k8(float (&d)[4], const unsigned (&a)[2], unsigned b, const float (&c)[4]) {
+    MmaM16n8k8<T>::run(d, a, b, c);
 }
 
 // TF32 inputs are 32-bit registers of which the tensor cores read the top 19 bits (sign,
@@ -200,6 +236,7 @@ template <int N> __device__ __forceinline__ void cp_async_wait_group() {
 template <int X, bool TRANS> void ldmatrix(unsigned (&d)[X], const void* row);
 template <typename T> void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2],
                                         const float (&c)[4]);
+template <typename T> void mma_m16n8k8(float (&d)[4], const unsigned (&a)[2], unsigned b, const float (&c)[4]);
 void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]);
 unsigned round_tf32(unsigned bits);
 void cp_async_16(void* dst, const void* src, bool fill);
@@ -207,6 +244,7 @@ void cp_async_commit_group();
 template <int N> void cp_async_wait_group();
 void st_shared_16(void* dst, const void* src);
 unsigned ld_shared_32(const void* src);
+unsigned ld_shared_32_volatile(const void* src);
 #endif
 // (GRADOPS_HOST_MODEL: tests/cuda_host_runtime.h has defined them, emulated, before this header.)
 

@@ -724,6 +724,25 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (
     });
 }
 
+// mma.sync.aligned.m16n8k8.row.col.f32.{f16,bf16}.{f16,bf16}.f32.
+template <typename T>
+inline void mma_m16n8k8(float (&d)[4], const unsigned (&a)[2], unsigned b, const float (&c)[4]) {
+    static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value,
+                  "m16n8k8 takes __half or __nv_bfloat16");
+    gradops_host::MmaOperands mine{{a[0], a[1], 0u, 0u}, {b, 0u}};
+    gradops_host::warp_collective(mine, "mma.sync executed by a partial warp",
+                                  [&](const gradops_host::MmaOperands* all, int l) {
+        float A[16][8], B[8][8];
+        for (int q = 0; q < gradops_host::kWarpSize; ++q) {
+            const int g = q / 4, t = q % 4;
+            for (int r = 0; r < 2; ++r)
+                for (int h = 0; h < 2; ++h) A[g + 8 * r][2 * t + h] = gradops_host::half_of<T>(all[q].a[r], h);
+            for (int h = 0; h < 2; ++h) B[2 * t + h][g] = gradops_host::half_of<T>(all[q].b[0], h);
+        }
+        gradops_host::mma_lane_result<8>(A, B, l, d, c);
+    });
+}
+
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32.
 inline void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]) {
     gradops_host::MmaOperands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
@@ -786,6 +805,10 @@ inline unsigned ld_shared_32(const void* src) {
     gradops_host::count_access(src, gradops_host::LOAD_4);
     return v;
 }
+
+// ld.volatile.shared.b32: on the host the same as ld_shared_32 (what .volatile changes is only
+// what the compiler may do with the load).
+inline unsigned ld_shared_32_volatile(const void* src) { return ld_shared_32(src); }
 
 // cvt.rna.tf32.f32 on a float's bits: rounded to 10 mantissa bits, ties away from zero (the
 // low 13 bits cleared); Inf and NaN pass unchanged.

@@ -1113,8 +1113,11 @@ def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
     assert_close(got, ref, np.float16, scale)
 
 
-def test_mma_choice():
-    """What the tensor-core kernel takes, and that the launcher does not pick it by itself yet."""
+def test_mma_choice(monkeypatch):
+    """What the tensor-core kernel takes, and where the launcher picks it by itself
+    (MMA_CHOICE: 5x5 at multiplier 2 on maps whose units are at least 75% inside; at multiplier
+    1 also staging 8 bytes or more; 3x3 at multiplier 2 on whole units with 16-byte staging;
+    never 3x3 at multiplier 1, 7 x 7 maps, float32 or before sm_80)."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
           data_format="NCHW", dtype=np.float16):
         """The validated geometry of a SAME case (shapes only: no arrays, no reference)."""
@@ -1132,8 +1135,19 @@ def test_mma_choice():
                     g(dilations=(2, 1)), g(multiplier=3), g(filt_hw=(3, 5)), g(filt_hw=(7, 7))):
         assert not cuda_launcher.mma_possible(*refused)
     assert cuda_launcher.mma_fill(g()[0]) == pytest.approx(28 * 28 / (32 * 32))
-    assert cuda_launcher.mma_fill(g(x_shape=(1, 7, 7, 8))[0]) < cuda_launcher.MMA_MIN_FILL
-    assert not cuda_launcher.MMA_BY_DEFAULT and not cuda_launcher.mma_chosen(*g())
+    chosen = [g(), g(dtype=ml_dtypes.bfloat16), g(multiplier=2), g(x_shape=(2, 14, 14, 8), multiplier=2),
+              g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2)]
+    not_chosen = [g(x_shape=(2, 14, 14, 8)),  # 4-byte staging at multiplier 1
+                  g(x_shape=(2, 7, 7, 8), multiplier=2),  # 19% of a unit inside
+                  g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%
+                  g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 at multiplier 1
+                  g(dtype=np.float32), g(data_format="NHWC"), g(strides=(2, 2))]
+    assert [cuda_launcher.mma_chosen(*c, arch=90) for c in chosen] == [True] * len(chosen)
+    assert [cuda_launcher.mma_chosen(*c, arch=90) for c in not_chosen] == [False] * len(not_chosen)
+    assert not cuda_launcher.mma_chosen(*g(), arch=75) and cuda_launcher.mma_chosen(*g(), arch=80)
+    assert cuda_launcher.pick_path(*g(), arch=90) == "mma" and cuda_launcher.pick_path(*g(), arch=75) == "tiled"
+    monkeypatch.setattr(cuda_launcher, "MMA_BY_DEFAULT", False)
+    assert not cuda_launcher.mma_chosen(*g(), arch=90)
     # units over MMA_TARGET_WARPS images a warp (at most MMA_UNITS_PER_WARP): 50176 -> 7, 21504 -> 3
     assert cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0]) == (7 * 7, 32, 2)
     assert cuda_launcher.mma_grid(g(x_shape=(32, 14, 14, 672))[0]) == (1, 672, 3)
@@ -1180,20 +1194,24 @@ def test_cuda_mma_non_finite_values(cuda_device, rng, dtype):
 
 
 PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real source, its replacement)
-    "mma-band-mirrored": ("const int s0 = g - 2 * t + shift + K - 1 + kBandZero;",
-                          "const int s0 = 2 * t - g + shift + K - 1 + kBandZero;"),
-    "mma-band-ignores-the-shift": ("const int s0 = g - 2 * t + shift + K - 1 + kBandZero;",
-                                   "const int s0 = g - 2 * t + K - 1 + kBandZero;"),
-    "mma-band-pairs-the-wrong-neighbour": ("*reinterpret_cast<const unsigned short*>(at)) |",
-                                           "*reinterpret_cast<const unsigned short*>(at + 1)) |"),
-    "mma-band-filter-of-another-slice": ("band[warp][q][rs / K][rs % K + kBandZero] = filter[(rs * in_depth + c) * M + q];",
-                                         "band[warp][q][rs / K][rs % K + kBandZero] = filter[(rs * in_depth + c) * M];"),
-    "mma-rows-not-shifted-per-tap": ("&tile[q][a_row + K - 1 - r][8 * j + 16 * ks + a_col]",
-                                     "&tile[q][a_row + r][8 * j + 16 * ks + a_col]"),
-    "mma-second-half-reads-the-first": ("&tile[q][a_row + K - 1 - r][8 * j + 16 * ks + a_col]",
-                                        "&tile[q][a_row + K - 1 - r][16 * ks + a_col]"),
-    "mma-one-k-step": ("for (int ks = 0; ks < 2; ++ks) {\n                        unsigned a[4];",
-                       "for (int ks = 0; ks < 1; ++ks) {\n                        unsigned a[4];"),
+    "mma-band-mirrored": ("const int sg = g - 2 * t + shift + K - 1;", "const int sg = 2 * t - g + shift + K - 1;"),
+    "mma-band-ignores-the-shift": ("const int sg = g - 2 * t + shift + K - 1;", "const int sg = g - 2 * t + K - 1;"),
+    "mma-band-reads-the-other-copy": ("const int copy = (sg + kBandZero) & 1;", "const int copy = (sg + kBandZero + 1) & 1;"),
+    "mma-band-pairs-the-wrong-neighbour": ("band[warp][q][rs / K][1][kBandZero + 1 - rs % K] = value;",
+                                           "band[warp][q][rs / K][1][kBandZero - 1 - rs % K] = value;"),
+    "mma-band-filter-of-another-slice": ("const T value = filter[(rs * in_depth + c) * M + q];",
+                                         "const T value = filter[(rs * in_depth + c) * M];"),
+    "mma-rows-not-shifted-per-tap": ("ptx::ldmatrix<4, false>(groups[1], &tile[q][a_row + K - 1 - r][16 + a_col]);",
+                                     "ptx::ldmatrix<4, false>(groups[1], &tile[q][a_row + r][16 + a_col]);"),
+    "mma-second-half-reads-the-first": ("group1[2] = {groups[0][2], groups[0][3]}", "group1[2] = {groups[0][0], groups[0][1]}"),
+    "mma-group-rows-swapped": ("group2[2] = {groups[1][0], groups[1][1]}", "group2[2] = {groups[1][1], groups[1][0]}"),
+    "mma-first-half-skips-its-third-group": ("ptx::mma_m16n8k8<T>(acc[0], group2, band_hi[q][r][1], acc[0]);", ""),
+    "mma-second-half-takes-the-first-halfs-band": ("ptx::mma_m16n8k16<T>(acc[1], groups[1], band_hi[q][r], acc[1]);",
+                                                   "ptx::mma_m16n8k16<T>(acc[1], groups[1], band_lo[q][r], acc[1]);"),
+    "mma-band-second-copy-of-block-1-misplaced": ("ptx::ld_shared_32_volatile(block + 8)",
+                                                  "ptx::ld_shared_32_volatile(block + 6)"),
+    "mma-band-blocks-misplaced": ("band_hi[q][r][1] = ptx::ld_shared_32(block + 16);",
+                                  "band_hi[q][r][1] = ptx::ld_shared_32(block + 12);"),
     "mma-slices-share-a-plane": ("(n * out_depth + c * M + q) * out_rows", "(n * out_depth + c * M) * out_rows"),
     "mma-last-image-dropped": ("n < batch; n += image_step", "n < batch - 1; n += image_step"),
     "mma-last-image-row-dropped": ("if (y >= in_rows || x >= in_cols) continue;",

@@ -993,10 +993,11 @@ def test_fractional_measured_launcher_is_its_revisions_code():
 
 
 def test_mma_depthwise_paths_and_prediction():
-    """The tensor-core kernel's model: one lane's unit path holds every HMMA of both k-steps (4 K
-    M), its staging loads (one 16-byte chunk per 32 row chunks) and 4 pair stores; wider chunks
-    cost fewer instructions; the warp's fixed path (band fragments) is positive; an EfficientNet
-    NCHW float16 shape through predict_depthwise_mma charges the tensor pipe 32 x 4 K M HMMA
+    """The tensor-core kernel's model: one lane's unit path holds every HMMA (4 K M: per tap row
+    and multiplier two HMMA.16816 and two HMMA.1688, 3 K M in HMMA.16816 units), its staging
+    loads (one 16-byte chunk per 32 row chunks) and 4 pair stores; wider chunks cost fewer
+    instructions; the warp's fixed path (band fragments) is positive; an EfficientNet NCHW
+    float16 shape through predict_depthwise_mma charges the tensor pipe 32 x 3 K M HMMA.16816
     per unit and names its kernel."""
     if not HAS_TOOLS:
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
@@ -1009,6 +1010,7 @@ def test_mma_depthwise_paths_and_prediction():
     [kernel] = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], only=[expression])
     wide, narrow = st.mma_paths(kernel, 8), st.mma_paths(kernel, 1)
     assert wide["unit_counts"]["HMMA"] == 20 and wide["unit_counts"]["LDG.128"] == 3 == st.mma_unit_loads(expression, 8)
+    assert wide["tensor"] == 15 and wide["unit_counts"]["LDSM"] == 10  # two ldmatrix.x4 a tap row
     assert wide["unit_counts"]["STG.32"] == 4 and narrow["unit_counts"]["LDG.16"] == 20
     assert 0 < wide["unit"] < narrow["unit"] and wide["fixed"] > 0
     case = next(c for c in sr.suite("efficientnet") if c.op == DEPTHWISE_INPUT and c.label.startswith("dw5x5-2 ")
@@ -1023,6 +1025,6 @@ def test_mma_depthwise_paths_and_prediction():
     assert got["sass_per_element"] == pytest.approx(
         32 * (got["tiled"]["unit_thread_instructions"] * units
               + got["tiled"]["fixed_thread_instructions"] * math.prod(dw.mma_grid(g)) * dw.MMA_WARPS) / elements)
-    tensor_s = 32 * 20 * units / elements * elements / 32 / (sr.DEVICES[0].sms * st.TENSOR_LANES / 32
+    tensor_s = 32 * 15 * units / elements * elements / 32 / (sr.DEVICES[0].sms * st.TENSOR_LANES / 32
                                                               * sr.DEVICES[0].clock_hz)
     assert got["issue_detail"]["busiest_pipe_s"] >= tensor_s * (1 - 1e-9)

@@ -63,6 +63,21 @@ def m16n8_c(lane: int, reg: int) -> tuple[int, int]:
     return group + (8 if reg >= 2 else 0), thread * 2 + (reg & 1)
 
 
+def m16n8k8_a(lane: int, reg: int, half: int) -> tuple[int, int]:
+    """A (16x8, row, .f16/.bf16): a_i, i = 2 reg + half, is at row groupID (+8 for i = 2, 3) and
+    column threadID_in_group * 2 + (i & 1)."""
+    i = 2 * reg + half
+    group, thread = lane >> 2, lane % 4
+    return group + (8 if i >= 2 else 0), thread * 2 + (i & 1)
+
+
+def m16n8k8_b(lane: int, half: int) -> tuple[int, int]:
+    """B (8x8, col, .f16/.bf16): b_i, i = half of the one register, is at row (k)
+    threadID_in_group * 2 + i and column (n) groupID."""
+    group, thread = lane >> 2, lane % 4
+    return thread * 2 + half, group
+
+
 def m16n8k8_tf32_a(lane: int, reg: int) -> tuple[int, int]:
     """A (16x8, tf32): a_i at row groupID (+8 for i = 1, 3), column threadID_in_group (+4 for i >= 2)."""
     group, thread = lane >> 2, lane % 4
@@ -87,6 +102,8 @@ def test_the_tables_cover_each_fragment_once():
     assert covered([m16n8k16_a(l, r, h) for l in lanes for r in range(4) for h in range(2)], (16, 16))
     assert covered([m16n8k16_b(l, r, h) for l in lanes for r in range(2) for h in range(2)], (16, 8))
     assert covered([m16n8_c(l, r) for l in lanes for r in range(4)], (16, 8))
+    assert covered([m16n8k8_a(l, r, h) for l in lanes for r in range(2) for h in range(2)], (16, 8))
+    assert covered([m16n8k8_b(l, h) for l in lanes for h in range(2)], (8, 8))
     assert covered([m16n8k8_tf32_a(l, r) for l in lanes for r in range(4)], (16, 8))
     assert covered([m16n8k8_tf32_b(l, r) for l in lanes for r in range(2)], (8, 8))
     for trans in (False, True):
@@ -133,6 +150,17 @@ __global__ void mma_m16n8k16_lanes(const unsigned* a, const unsigned* b, const f
     for (int r = 0; r < 4; ++r) d[4 * l + r] = acc[r];
 }
 
+// The same for m16n8k8 with half types: registers a[2 l ..], b[l]; d written apart from c.
+template <typename T>
+__global__ void mma_m16n8k8_lanes(const unsigned* a, const unsigned* b, const float* c, float* d) {
+    const int l = threadIdx.x;
+    const unsigned ra[2] = {a[2 * l], a[2 * l + 1]};
+    const float rc[4] = {c[4 * l], c[4 * l + 1], c[4 * l + 2], c[4 * l + 3]};
+    float rd[4];
+    mma_m16n8k8<T>(rd, ra, b[l], rc);
+    for (int r = 0; r < 4; ++r) d[4 * l + r] = rd[r];
+}
+
 __global__ void mma_m16n8k8_tf32_lanes(const unsigned* a, const unsigned* b, const float* c, float* d) {
     const int l = threadIdx.x;
     const unsigned ra[4] = {a[4 * l], a[4 * l + 1], a[4 * l + 2], a[4 * l + 3]};
@@ -144,12 +172,13 @@ __global__ void mma_m16n8k8_tf32_lanes(const unsigned* a, const unsigned* b, con
 }
 
 // One warp: lane l reads the 4 bytes at word offset[l] of a 1024-word shared tile with
-// ld_shared_32 into out[l].
+// ld_shared_32 (ld_shared_32_volatile) into out[l].
+template <bool VOLATILE>
 __global__ void load_words(const unsigned* tile, const int* offset, unsigned* out) {
     __shared__ __align__(128) unsigned s[1024];
     for (int i = threadIdx.x; i < 1024; i += 32) s[i] = tile[i];
     __syncthreads();
-    out[threadIdx.x] = ld_shared_32(&s[offset[threadIdx.x]]);
+    out[threadIdx.x] = VOLATILE ? ld_shared_32_volatile(&s[offset[threadIdx.x]]) : ld_shared_32(&s[offset[threadIdx.x]]);
 }
 
 // One warp, grid-stride: out[i] = round_tf32(bits[i]).
@@ -254,7 +283,8 @@ def bool_arg(v: bool) -> str:
 EXPRESSIONS = (
     [f"load_matrices<{x}, {bool_arg(t)}, {ld}>" for x in (1, 2, 4) for t in (False, True) for ld in LDS]
     + ["mma_m16n8k16_lanes<__half>", "mma_m16n8k16_lanes<__nv_bfloat16>", "mma_m16n8k8_tf32_lanes"]
-    + ["load_words", "round_words_to_tf32"]
+    + ["mma_m16n8k8_lanes<__half>", "mma_m16n8k8_lanes<__nv_bfloat16>"]
+    + ["load_words<false>", "load_words<true>", "round_words_to_tf32"]
     + [f"async_copy<{w}>" for w in (-1, 0, 1)]
     + [f"store_rows<{ld}>" for ld in (32, 40, 64)]
     + [f"{gemm_name(None)}<{t}, {bool_arg(ak)}, {bool_arg(bk)}>" for t in ("__half", "__nv_bfloat16")
@@ -375,6 +405,24 @@ def test_mma_m16n8k16_follows_the_isa_tables(kernels, rng, type_name):
     assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))
 
 
+@pytest.mark.parametrize("type_name", ["__half", "__nv_bfloat16"])
+def test_mma_m16n8k8_follows_the_isa_tables(kernels, rng, type_name):
+    dtype = np.float16 if type_name == "__half" else bf16()
+    a, b = random_array(rng, (16, 8), dtype), random_array(rng, (8, 8), dtype)
+    c = random_array(rng, (16, 8), np.float32)
+    ra = pack_pairs(a, lambda l, r, h: m16n8k8_a(l, r, h), 2, dtype)
+    rb = pack_pairs(b, lambda l, r, h: m16n8k8_b(l, h), 1, dtype)[:, 0].copy()
+    rc = np.array([[c[m16n8_c(l, r)] for r in range(4)] for l in range(32)], np.float32)
+    rd = np.full((32, 4), np.nan, np.float32)
+    kernels.launch(f"mma_m16n8k8_lanes<{type_name}>", (1,), (32,), [ra, rb, rc, rd], [], order="shuffled", seed=5)
+    d = np.full((16, 8), np.nan)
+    for lane in range(32):
+        for reg in range(4):
+            d[m16n8_c(lane, reg)] = rd[lane, reg]
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))
+
+
 def tf32_bits(x):
     """float32 rounded to TF32 (cvt.rna: ties away from zero), as the bits of a float32."""
     return (x.astype(np.float32).view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)
@@ -424,15 +472,17 @@ def test_round_tf32_follows_the_isa(kernels):
 
 
 @pytest.mark.parametrize("stride,wavefronts", [(1, 1), (2, 2), (32, 32), (0, 1), (33, 1)])
-def test_4_byte_load_reads_and_bank_conflicts_are_counted(kernels, stride, wavefronts):
-    """ld_shared_32 returns the word it addresses; a warp's 32 four-byte loads are one pass when
-    they hit 32 distinct banks (consecutive words, or words 33 apart) or one word (a broadcast),
-    and take 2 or 32 passes when 2 or 32 distinct words share a bank."""
+@pytest.mark.parametrize("volatile", [False, True], ids=["plain", "volatile"])
+def test_4_byte_load_reads_and_bank_conflicts_are_counted(kernels, stride, wavefronts, volatile):
+    """ld_shared_32 (and its volatile form) returns the word it addresses; a warp's 32 four-byte
+    loads are one pass when they hit 32 distinct banks (consecutive words, or words 33 apart) or
+    one word (a broadcast), and take 2 or 32 passes when 2 or 32 distinct words share a bank."""
     tile = np.arange(1024, dtype=np.uint32) * np.uint32(2654435761)
     offsets = (np.arange(32) * stride % 1024).astype(np.int32)
     out = np.zeros(32, np.uint32)
     kernels.shared_stats(reset=True, kind="ld_shared_32")
-    kernels.launch("load_words", (1,), (32,), [tile, offsets, out], [], order="shuffled", seed=2)
+    kernels.launch(f"load_words<{'true' if volatile else 'false'}>", (1,), (32,), [tile, offsets, out], [],
+                   order="shuffled", seed=2)
     np.testing.assert_array_equal(out, tile[offsets])
     assert kernels.shared_stats(kind="ld_shared_32") == {"accesses": 1, "wavefronts": wavefronts, "ideal": 1}
 

@@ -151,6 +151,16 @@ ASSUMPTIONS = [
     "loads; scalar NHWC: the filter then one per unrolled-by-4 step; NCHW: the filter then one per batch of up "
     "to 40 registers of chunks) "
     "x 600 ns, per slice.",
+    "Depthwise input gradient, tensor-core kernel (NCHW float16 / bfloat16, 3x3 / 5x5 at stride 1, multipliers 1 "
+    "and 2; the launcher's choice where MMA_CHOICE holds, on sm_80 and newer; static_tiled.predict_depthwise_mma): "
+    "every unit of 16 x 16 positions costs one lane's cheapest path through the unit loop holding every HMMA, its "
+    "staging loads of the launcher's chunk and its result stores (pairs where in_cols is even), and every warp of the "
+    "grid the fixed path (band fragments: the whole kernel's cheapest path with one unit, less the unit path); "
+    "SASS/elem = 32 x (units x unit path + warps x fixed path) / the shape's elements (positions a unit computes "
+    "outside the image included). Tensor pipe: one HMMA.16816 (m16n8k16, float sums) per 2 clocks per SM and an "
+    "HMMA.1688 half of that (ASSUMED: A100's datasheet rate, taken for H100's mma.sync too). DRAM: compulsory "
+    "bytes; L2: each unit's staged rows (16 + K - 1 rows x 32 columns per multiplier slice) and its results; "
+    "latency: waves of resident CTAs x one DRAM round trip per unit a warp takes in turn x 600 ns.",
     "Fractional average pooling gradient, staged tile kernel (gradops.bench.static_tiled): the launch and tile "
     "shape are the launcher's own plan() for the shape and dtype (16-byte vectors of channels where the depth "
     "allows, aligned arrays), its cells and per-tile cell ranges its own cell_tables() and tile_cell_ranges(). "
@@ -636,18 +646,19 @@ def _tiled_reference_paths(kernel) -> dict:
 def _mma_reference_paths(kernel) -> dict:
     """The kernel table's figures for the tensor-core depthwise kernel: one lane's unit path
     (16 x 16 positions, 16-byte staging, pair stores) per position of a full unit, the warp's
-    fixed path beside it.  The launcher runs it only when asked (path="mma")."""
+    fixed path beside it.  The launcher picks it where MMA_CHOICE says (else path="mma")."""
     from . import static_tiled as st
 
     paths = st.mma_paths(kernel, 8, True)
     k, m = st.mma_template(kernel.expression)
     loads = paths["loads"] * 16 + paths["stores"] * 4
     return {"work": f"one lane's unit of 16 x 16 positions (multiplier {m}), 16-byte staging, pair stores; "
-                    f"/ 8 positions per lane (opt-in: path='mma')",
+                    f"/ 8 positions per lane (chosen per shape: MMA_CHOICE)",
             "per_element": paths["unit"] * 32 / 256, "thread_instructions": paths["unit"],
             "path": _path_summary(paths["unit_counts"]), "call_sites": _kernel_call_sites(kernel.cfg),
             "global_bytes_per_element": loads * 32 / 256, "tiled": True,
-            "extra_text": f"fixed {paths['fixed']} per warp, {paths['hmma']} HMMA per unit"}
+            "extra_text": f"fixed {paths['fixed']} per warp, {paths['hmma']} HMMA per unit "
+                          f"({paths['tensor']:g} in HMMA.16816 units)"}
 
 
 def _kernel_call_sites(cfg) -> int:

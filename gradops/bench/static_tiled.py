@@ -994,8 +994,14 @@ def _plan_dict(p) -> dict:
 #: HMMA.16816 (m16n8k16, f32 accumulation) results per clock per SM assumed for mma.sync, in the
 #: units of ``Device.pipes`` (a warp-instruction takes 32): one every 2 clocks per SM, i.e. 2048
 #: dense FLOP per clock per SM (A100's datasheet 312 TFLOP/s at 1.41 GHz on 108 SMs; ASSUMED the
-#: same for H100's mma.sync, which does not reach its wgmma peak).
+#: same for H100's mma.sync, which does not reach its wgmma peak).  An HMMA.1688 (half the
+#: products) is ASSUMED to take half the tensor pipe's time of an HMMA.16816.
 TENSOR_LANES = 16
+
+
+def hmma_16816_equivalents(instructions) -> float:
+    """The tensor pipe's work of some HMMA instructions in HMMA.16816 units (an HMMA.1688: 1/2)."""
+    return sum(0.5 if ".1688." in x.opcode + "." else 1.0 for x in instructions if x.base == "HMMA")
 
 
 def mma_template(expression: str) -> tuple[int, int]:
@@ -1020,7 +1026,8 @@ def mma_paths(kernel, vec: int, pairs: bool = True) -> dict:
     """One lane's cheapest path through one unit of the tensor-core kernel (every HMMA of both
     k-steps, its staging loads of ``vec`` elements, its result stores: pairs where in_cols is
     even, else elements; the checked sums not taken), and through the whole kernel with one
-    unit, whose difference is the fixed cost of a warp (its band fragments and the zero columns)."""
+    unit, whose difference is the fixed cost of a warp (its band fragments).  ``tensor``: the
+    unit's HMMAs in HMMA.16816 units (:func:`hmma_16816_equivalents`)."""
     from ..backends.cuda import _sass
     from ..backends.cuda._sass import KeyLimit, PathError
 
@@ -1035,6 +1042,7 @@ def mma_paths(kernel, vec: int, pairs: bool = True) -> dict:
     # key = HMMA + a x staging loads + a b x result stores
     a, b = hmma + 2, loads + 2
     in_unit = {x.offset for n in units[0].blocks for x in cfg.instructions(n)}
+    tensor = hmma_16816_equivalents(x for n in units[0].blocks for x in cfg.instructions(n))
 
     def counted(ins) -> int:
         kind = _sass.memory_kind(ins)
@@ -1056,7 +1064,8 @@ def mma_paths(kernel, vec: int, pairs: bool = True) -> dict:
     whole_key = unit_key
     whole, whole_counts = table[whole_key]
     return {"unit": cost, "unit_counts": counts, "fixed": whole - cost, "fixed_counts": whole_counts - counts,
-            "hmma": hmma, "loads": loads, "load_kind": load_kind, "stores": stores, "store_kind": store_kind}
+            "hmma": hmma, "tensor": tensor, "loads": loads, "load_kind": load_kind, "stores": stores,
+            "store_kind": store_kind}
 
 
 def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
@@ -1088,7 +1097,7 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
     per_element = 32 * (paths["unit"] * units + paths["fixed"] * warps) / elements
     pipes = (Counter(classes_per_element(paths["unit_counts"], 32 * units / elements))
              + Counter(classes_per_element(paths["fixed_counts"], 32 * warps / elements)))
-    pipes["tensor"] = 32 * paths["hmma"] * units / elements
+    pipes["tensor"] = 32 * paths["tensor"] * units / elements
     traffic = bytes_moved(case, g, width)
     l2 = units * m * (16 + k - 1) * 32 * width + elements * width
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], 32 * dw.MMA_WARPS)
@@ -1104,6 +1113,7 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
                       "units_per_warp": units_per_warp, "load_bytes": vec * width,
                       "store_bytes": 4 if pairs else 2, "unit_thread_instructions": paths["unit"],
                       "fixed_thread_instructions": paths["fixed"], "hmma_per_unit": paths["hmma"],
+                      "tensor_per_unit": paths["tensor"],
                       "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}
 
 

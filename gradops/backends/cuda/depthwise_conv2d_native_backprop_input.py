@@ -11,11 +11,12 @@ Three paths (see the .cu file); ``path=`` forces one (the tests run each on smal
   offsets and no division per element.
   Compile-time 3x3 / 5x5 filters at strides 1x1 / 2x2 (:data:`SPECIALISATIONS`), dilation 1,
   every tensor below 2**31 elements and the grid within CUDA's limits (:func:`tiled_eligible`).
-* ``mma`` (opt-in, :data:`MMA_BY_DEFAULT`): tensor cores on compute capability 8.0+, NCHW
-  float16 / bfloat16, 3x3 / 5x5 filters at stride 1, multipliers 1 and 2
-  (:func:`mma_possible`); a warp computes 16 x 16 positions of one plane as mma.sync products of
-  staged out_backprop rows with the filter's banded matrices (float sums), recomputing a unit on
-  the CUDA cores where an Inf or NaN met the band's zeros.
+* ``mma``: tensor cores on compute capability 8.0+, NCHW float16 / bfloat16, 3x3 / 5x5 filters
+  at stride 1, multipliers 1 and 2 (:func:`mma_possible`); a warp computes 16 x 16 positions of
+  one plane as mma.sync products of staged out_backprop rows with the filter's banded matrices
+  (float sums), recomputing a unit on the CUDA cores where an Inf or NaN met the band's zeros.
+  The launcher picks it where the static model predicts it faster than ``tiled``
+  (:data:`MMA_CHOICE`, :func:`mma_chosen`).
 * ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
   (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
@@ -73,19 +74,24 @@ MMA_DTYPES = ("float16", "bfloat16")
 MMA_ARCH = 80
 MMA_UNIT = 16
 MMA_WARPS = 4
-#: The least fraction of the computed positions that lie inside the image for the launcher to
-#: pick the tensor-core kernel: a 7 x 7 map fills 19% of a 16 x 16 unit (the tiled kernel's 7 x 8
-#: tile 88%), 14 x 14 and 28 x 28 maps 77%.
-MMA_MIN_FILL = 0.5
+#: Where the launcher picks the tensor-core kernel by itself (:func:`mma_chosen`): per (filter
+#: size K, multiplier), the least fraction of the computed positions that lie inside the image
+#: (:func:`mma_fill`: a 7 x 7 map fills 19% of a 16 x 16 unit, 14 x 14 and 28 x 28 maps 77%,
+#: multiples of 16 all of it) and the least staging load in elements (:func:`mma_chunk`: 8 where
+#: out_cols is a multiple of 8, 4 for 28, 2 for 14).  Read off the static model's H100 predictions
+#: for the benchmark layers (predicted, not measured; benchmarks/README.md): the tensor cores
+#: win where a position has many products (5x5, multiplier 2) and lose to the tiled kernel's
+#: 7 x 8 / 14 x 8 tiles where units are part empty and rows are staged a few bytes at a time
+#: (3x3 at multiplier 1 never: at best even).
+MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (1.0, 8)}
 #: Units a warp takes at most (it builds its filter fragments once for all of them), and the
 #: warps a launch aims for before it gives a warp more than one unit (enough to fill any GPU's
 #: SMs several times; the choice depends on the geometry only, never on the GPU).
 MMA_UNITS_PER_WARP = 8
 MMA_TARGET_WARPS = 8192
-#: Whether the launcher picks the tensor-core kernel by itself (:func:`mma_chosen`).  Not yet:
-#: the static report does not model it (its predictions are the tiled kernel's for these
-#: shapes) and no GPU has run it; until then it runs only when asked for (``path="mma"``).
-MMA_BY_DEFAULT = False
+#: Whether the launcher picks the tensor-core kernel by itself where :data:`MMA_CHOICE` says so
+#: (False: only when asked for, ``path="mma"``).
+MMA_BY_DEFAULT = True
 
 #: Bytes of accumulators per staged position (``dwconv::kPositionBytes``: 32 float or 16 double
 #: channels per CTA) and per thread (``kLaneBytes``: 2 float or 1 double channels).
@@ -400,9 +406,13 @@ def mma_possible(g: Conv2DGeometry, dtype) -> bool:
 
 def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
     """Whether the launcher picks the tensor-core kernel by itself: :data:`MMA_BY_DEFAULT`,
-    :func:`mma_possible`, units at least :data:`MMA_MIN_FILL` inside the image, and a GPU with
-    mma.sync (compute capability ``arch``; None: the current device's)."""
-    if not (MMA_BY_DEFAULT and mma_possible(g, dtype) and mma_fill(g) >= MMA_MIN_FILL):
+    :func:`mma_possible`, the fill and staging chunk :data:`MMA_CHOICE` asks of the filter size
+    and multiplier (the chunk of aligned arrays: the choice depends on the geometry only), and a
+    GPU with mma.sync (compute capability ``arch``; None: the current device's)."""
+    if not (MMA_BY_DEFAULT and mma_possible(g, dtype)):
+        return False
+    least = MMA_CHOICE.get((g.filter_rows, g.depth_multiplier))
+    if least is None or mma_fill(g) < least[0] or mma_chunk(g, dtype) < least[1]:
         return False
     return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
 
