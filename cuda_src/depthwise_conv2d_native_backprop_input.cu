@@ -15,8 +15,9 @@
 // * depthwise_conv2d_native_backprop_input_mma (tensor cores, sm_80+; NCHW float16 / bfloat16,
 //   3x3 and 5x5 at stride 1, multipliers 1 and 2): each 16 x 16 unit of a plane as products
 //   of staged out_backprop rows with the filter's banded (Toeplitz) matrices, mma.sync
-//   m16n8k16 with float sums (see "the tensor-core kernel" at the end).  Run only when the
-//   launcher is asked for it (path="mma") until the static report models it.
+//   m16n8k16 / m16n8k8 with float sums (see "the tensor-core kernel" at the end).  The
+//   launcher runs it where the static model predicts it faster than the tiled kernel
+//   (MMA_CHOICE), or when asked for it (path="mma").
 //
 // Shapes (L = layout of in_backprop / out_backprop, NHWC or NCHW):
 //   filter        [filter_rows, filter_cols, in_depth, depth_multiplier]  (always this order)
