@@ -387,38 +387,34 @@ def within_float_sums(got, want, scale):
     return np.all(np.abs(got - want) <= 16 * 2.0**-24 * scale)
 
 
-@pytest.mark.parametrize("type_name", ["__half", "__nv_bfloat16"])
-def test_mma_m16n8k16_follows_the_isa_tables(kernels, rng, type_name):
-    dtype = np.float16 if type_name == "__half" else bf16()
-    a, b = random_array(rng, (16, 16), dtype), random_array(rng, (16, 8), dtype)
-    c = random_array(rng, (16, 8), np.float32)
-    ra = pack_pairs(a, lambda l, r, h: m16n8k16_a(l, r, h), 4, dtype)
-    rb = pack_pairs(b, lambda l, r, h: m16n8k16_b(l, r, h), 2, dtype)
+def mma_lanes_result(kernels, name, ra, rb, c, **order):
+    """Launch one warp of ``name`` (an ``mma_*_lanes`` kernel) on the lane registers ``ra`` /
+    ``rb`` and the accumulator matrix ``c`` (16x8, packed per the C/D table), and return D as a
+    16x8 matrix unpacked per the same table."""
     rc = np.array([[c[m16n8_c(l, r)] for r in range(4)] for l in range(32)], np.float32)
     rd = np.full((32, 4), np.nan, np.float32)
-    kernels.launch(f"mma_m16n8k16_lanes<{type_name}>", (1,), (32,), [ra, rb, rc, rd], [], order="shuffled", seed=2)
+    kernels.launch(name, (1,), (32,), [ra, rb, rc, rd], [], **order)
     d = np.full((16, 8), np.nan)
     for lane in range(32):
         for reg in range(4):
             d[m16n8_c(lane, reg)] = rd[lane, reg]
-    a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))
+    return d
 
 
+@pytest.mark.parametrize("k", [16, 8], ids=["m16n8k16", "m16n8k8"])
 @pytest.mark.parametrize("type_name", ["__half", "__nv_bfloat16"])
-def test_mma_m16n8k8_follows_the_isa_tables(kernels, rng, type_name):
+def test_mma_half_types_follow_the_isa_tables(kernels, rng, type_name, k):
     dtype = np.float16 if type_name == "__half" else bf16()
-    a, b = random_array(rng, (16, 8), dtype), random_array(rng, (8, 8), dtype)
+    a, b = random_array(rng, (16, k), dtype), random_array(rng, (k, 8), dtype)
     c = random_array(rng, (16, 8), np.float32)
-    ra = pack_pairs(a, lambda l, r, h: m16n8k8_a(l, r, h), 2, dtype)
-    rb = pack_pairs(b, lambda l, r, h: m16n8k8_b(l, h), 1, dtype)[:, 0].copy()
-    rc = np.array([[c[m16n8_c(l, r)] for r in range(4)] for l in range(32)], np.float32)
-    rd = np.full((32, 4), np.nan, np.float32)
-    kernels.launch(f"mma_m16n8k8_lanes<{type_name}>", (1,), (32,), [ra, rb, rc, rd], [], order="shuffled", seed=5)
-    d = np.full((16, 8), np.nan)
-    for lane in range(32):
-        for reg in range(4):
-            d[m16n8_c(lane, reg)] = rd[lane, reg]
+    if k == 16:
+        ra = pack_pairs(a, lambda l, r, h: m16n8k16_a(l, r, h), 4, dtype)
+        rb = pack_pairs(b, lambda l, r, h: m16n8k16_b(l, r, h), 2, dtype)
+        d = mma_lanes_result(kernels, f"mma_m16n8k16_lanes<{type_name}>", ra, rb, c, order="shuffled", seed=2)
+    else:
+        ra = pack_pairs(a, lambda l, r, h: m16n8k8_a(l, r, h), 2, dtype)
+        rb = pack_pairs(b, lambda l, r, h: m16n8k8_b(l, h), 1, dtype)[:, 0].copy()
+        d = mma_lanes_result(kernels, f"mma_m16n8k8_lanes<{type_name}>", ra, rb, c, order="shuffled", seed=5)
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))
 
@@ -436,13 +432,7 @@ def test_mma_m16n8k8_tf32_follows_the_isa_tables(kernels, rng):
     rb = np.array([[tb[m16n8k8_tf32_b(l, r)] for r in range(2)] for l in range(32)], np.uint32)
     # The tensor cores ignore a TF32 register's low 13 bits: set them, the result must not move.
     ra |= np.uint32(0x1FFF)
-    rc = np.array([[c[m16n8_c(l, r)] for r in range(4)] for l in range(32)], np.float32)
-    rd = np.full((32, 4), np.nan, np.float32)
-    kernels.launch("mma_m16n8k8_tf32_lanes", (1,), (32,), [ra, rb, rc, rd], [], order="reverse")
-    d = np.full((16, 8), np.nan)
-    for lane in range(32):
-        for reg in range(4):
-            d[m16n8_c(lane, reg)] = rd[lane, reg]
+    d = mma_lanes_result(kernels, "mma_m16n8k8_tf32_lanes", ra, rb, c, order="reverse")
     a64, b64 = ta.view(np.float32).astype(np.float64), tb.view(np.float32).astype(np.float64)
     assert not np.array_equal(a64, a.astype(np.float64)), "rounding to TF32 changed some inputs"
     assert within_float_sums(d, a64 @ b64 + c, np.abs(a64) @ np.abs(b64) + np.abs(c))

@@ -1023,8 +1023,8 @@ def mma_unit_loads(expression: str, vec: int) -> int:
 
 
 def mma_paths(kernel, vec: int, pairs: bool = True) -> dict:
-    """One lane's cheapest path through one unit of the tensor-core kernel (every HMMA of both
-    k-steps, its staging loads of ``vec`` elements, its result stores: pairs where in_cols is
+    """One lane's cheapest path through one unit of the tensor-core kernel (every HMMA of every
+    tap row, its staging loads of ``vec`` elements, its result stores: pairs where in_cols is
     even, else elements; the checked sums not taken), and through the whole kernel with one
     unit, whose difference is the fixed cost of a warp (its band fragments).  ``tensor``: the
     unit's HMMAs in HMMA.16816 units (:func:`hmma_16816_equivalents`)."""
