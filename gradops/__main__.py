@@ -139,33 +139,40 @@ def static_report(console: Console, out, archs: list[str], conv: bool) -> int:
 
 
 def install_check(console: Console, archs: list[str] | None, sources: list[str] | None, jobs: int,
-                  only_environment: bool) -> int:
+                  only_environment: bool, one_per_class: bool = False) -> int:
     """Compile every kernel for each GPU generation as a GPU run would (CuPy's compile step, no
-    GPU needed); with ``only_environment``, fail on CUDA headers from outside this environment."""
+    GPU needed), failing on a compile error or a cubin kernel that spills; with
+    ``only_environment``, also on CUDA headers from outside this environment."""
     from gradops.backends.cuda import _install_check
 
-    result = _install_check.run(tuple(archs) if archs else _install_check.ARCHS, sources, jobs, only_environment)
+    result = _install_check.run(tuple(archs) if archs else _install_check.ARCHS, sources, jobs, only_environment,
+                                one_per_class)
     console.print(f"NVRTC {result['nvrtc']}, {sys.prefix}")
     console.print("NVRTC options: " + escape(" ".join(result["options"])))
+    console.print("archs that see the same preprocessed source: "
+                  + "; ".join(", ".join(group) for group in result["classes"])
+                  + (" (the oldest of each compiled)" if one_per_class else ""))
     table = Table(title="gradops kernels compiled through CuPy's NVRTC entry point")
-    for col in ("arch", "source", "kernels", "result", "seconds"):
+    for col in ("arch", "source", "kernels", "result", "most registers", "seconds"):
         table.add_column(col)
-    colour = {"ok": "green", "failed": "red", "not targetable": "yellow"}
+    colour = {"ok": "green", "failed": "red", "spills": "red", "not targetable": "yellow", "covered": "cyan"}
     for r in result["rows"]:
+        registers = str(r["registers"]) if "registers" in r else ("PTX" if r["status"] == "ok" else "")
         table.add_row(r["arch"], r["source"], str(r["kernels"]),
-                      f"[{colour[r['status']]}]{r['status']}[/]", f"{r['seconds']:.1f}")
+                      f"[{colour[r['status']]}]{r['status']}[/]", registers, f"{r['seconds']:.1f}")
     console.print(table)
     for r in result["rows"]:
-        if r["status"] == "failed":
+        if r["status"] in ("failed", "spills"):
             console.print(f"[red]{r['arch']} {r['source']}[/]: " + escape(r["detail"][:2000]))
     for folder in result["foreign"]:
         console.print("[red]header folder outside this environment:[/] " + escape(folder))
     for header in result["missing"]:
         console.print("[red]no include folder holds[/] " + escape(header))
     counts = {s: sum(r["status"] == s for r in result["rows"]) for s in colour}
-    console.print(f"{counts['ok']} compiled, {counts['failed']} failed, {counts['not targetable']} not targetable "
-                  f"by this NVRTC ({sum(r['kernels'] for r in result['rows'] if r['status'] == 'ok')} kernels)")
-    return 1 if counts["failed"] or result["foreign"] or result["missing"] or not counts["ok"] else 0
+    console.print(f"{counts['ok']} compiled, {counts['failed']} failed, {counts['spills']} spilling, "
+                  f"{counts['covered']} covered by their class, {counts['not targetable']} not targetable by this NVRTC "
+                  f"({sum(r['kernels'] for r in result['rows'] if r['status'] == 'ok')} kernels)")
+    return 1 if counts["failed"] or counts["spills"] or result["foreign"] or result["missing"] or not counts["ok"] else 0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -194,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     ins.add_argument("--jobs", type=int, default=1, help="compile this many programs at once")
     ins.add_argument("--only-environment", action="store_true",
                      help="fail if a CUDA header folder lies outside this Python environment")
+    ins.add_argument("--one-per-class", action="store_true",
+                     help="of archs that see the same preprocessed source, compile only the oldest")
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.command == "info":
@@ -203,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "static-report":
         return static_report(console, args.out, args.arch or ["sm_90", "sm_80"], not args.no_conv)
     if args.command == "install-check":
-        return install_check(console, args.arch, args.source, args.jobs, args.only_environment)
+        return install_check(console, args.arch, args.source, args.jobs, args.only_environment, args.one_per_class)
     if args.command == "bench":
         from gradops.bench.cli import main as bench
 

@@ -6,7 +6,8 @@
 # that names no CUDA toolkit, and fails if a header folder lies outside the virtualenv: a
 # toolkit installed on this machine must not hide a header the extra lacks.
 #
-# Usage: scripts/check-gpu-install.sh EXTRA [ARCH...]   e.g. cuda13, or cuda12 sm_80 sm_90
+# Usage: scripts/check-gpu-install.sh EXTRA [ARCH...] [classes]   e.g. cuda13, cuda12 sm_80 sm_90,
+#        or cuda12 classes (of the archs that see the same preprocessed source, only the oldest)
 # Settings: GRADOPS_INSTALL_CHECK_DIR (where the environments go; build/install-check),
 #           GRADOPS_INSTALL_CHECK_JOBS (NVRTC programs at once; the number of CPUs),
 #           GRADOPS_INSTALL_CHECK_KEEP=1 keeps the environment afterwards,
@@ -36,7 +37,9 @@ case "$step" in
 esac
 
 arch_args=()
-for arch in "$@"; do arch_args+=(--arch "$arch"); done
+for arch in "$@"; do
+    if [ "$arch" = classes ]; then arch_args+=(--one-per-class); else arch_args+=(--arch "$arch"); fi
+done
 status=0
 workdir="$(mktemp -d)"
 # env -i: no CUDA_PATH / CUDA_HOME / LD_LIBRARY_PATH, and a PATH without a toolkit's nvcc.

@@ -27,6 +27,7 @@ class FakeCupy:
         self.loads: list[str] = []
         self.device = 0
         self.compute_capability = compute_capability
+        self.log = ""
         fake = self
 
         class Device:
@@ -42,8 +43,12 @@ class FakeCupy:
             def get_function(self, name):
                 return ("kernel", name, self.binary)
 
-        def compile_using_nvrtc(source, options, arch=None, filename="kern.cu", name_expressions=None):
+        # CuPy 14's signature (cupy/cuda/compiler.py); a log stream receives NVRTC's program log.
+        def compile_using_nvrtc(source, options=(), arch=None, filename="kern.cu", name_expressions=None,
+                                log_stream=None, cache_in_memory=False, jitify=None, method=None):
             fake.compiles.append((filename, tuple(options), list(name_expressions)))
+            if log_stream is not None:
+                log_stream.write(fake.log)
             return f"binary of {name_expressions}".encode(), {e: f"_mangled_{i}" for i, e in enumerate(name_expressions)}
 
         self.module = types.ModuleType("cupy")
@@ -169,3 +174,90 @@ def test_install_check_flags_headers_from_outside_the_environment(monkeypatch, t
     assert _build.missing_headers([tmp_path]) == ["crt/mma.h"]
     (tmp_path / "crt" / "mma.h").write_text("")
     assert _build.missing_headers([tmp_path]) == []
+
+
+def test_compile_kernels_passes_the_log_stream_and_ptxas_verbose(fake_cupy):
+    import io
+
+    fake_cupy.log = "ptxas info    : Used 8 registers"
+    log = io.StringIO()
+    _runtime.compile_kernels(SOURCE, expressions()[:1], "90", log=log, ptxas_verbose=True)
+    _runtime.compile_kernels(SOURCE, expressions()[:1], "90")
+    (_, verbose, _), (_, plain, _) = fake_cupy.compiles
+    assert verbose == plain + (_runtime.PTXAS_VERBOSE,)  # the only difference from the runtime's options
+    assert log.getvalue() == fake_cupy.log
+
+
+SPILLING_KERNEL = r'''
+extern "C" __global__ void spills(float* out, int i) {
+    float scratch[64];  // written and read at run-time indices: a stack frame, not registers
+    for (int k = 0; k < 64; ++k) scratch[(k * i) & 63] = out[k];
+    out[0] = scratch[i & 63];
+}
+extern "C" __global__ void fits(float* out) { out[threadIdx.x] += 1.0f; }
+'''
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and sys.version_info >= (3, 11)),
+                    reason="the NVRTC wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+def test_install_check_reads_ptxas_report_and_refuses_a_stack_frame():
+    """The install check's verdict on NVRTC's real ptxas log (the log CuPy's ``log_stream``
+    receives): a kernel with a stack frame fails the check, a kernel in registers passes, and a
+    kernel ptxas did not report on is not taken as passing."""
+    import io
+
+    pytest.importorskip("cuda.core")
+    from cuda.core import Program, ProgramOptions
+
+    from gradops.backends.cuda import _install_check
+
+    options = ProgramOptions(arch="sm_90", ptxas_options=["-v"])
+    log = io.StringIO()
+    program = Program(SPILLING_KERNEL, "c++", options)
+    try:
+        program.compile("cubin", logs=log)
+    finally:
+        program.close()
+    text = log.getvalue().replace("\0", "")
+    bad = _install_check.resource_verdict({"spills": "spills"}, text)
+    assert bad["status"] == "spills" and "spills: 0 B spill stores, 0 B spill loads, 256 B stack" in bad["detail"]
+    good = _install_check.resource_verdict({"fits": "fits"}, text)
+    assert good == {"status": "ok", "registers": good["registers"], "detail": ""} and 0 < good["registers"] < 32
+    missing = _install_check.resource_verdict({"fits": "fits", "other": "_Z5other"}, text)
+    assert missing["status"] == "spills" and missing["detail"] == "other: no ptxas report"
+
+
+def test_arch_classes_follow_the_arch_tests_of_sources_and_headers(monkeypatch, tmp_path):
+    """Archs share a class where every arch test of the sources and the headers they include
+    answers alike; nv/target's own definitions (one per arch) are not tests, its uses are."""
+    from gradops.backends.cuda import _install_check
+
+    sources, headers = tmp_path / "src", tmp_path / "include"
+    (headers / "nv").mkdir(parents=True)
+    sources.mkdir()
+    (sources / "k.cu").write_text('#include "local.cuh"\n#include <half.h>\n')
+    (sources / "local.cuh").write_text("#define HAS_MMA (GRADOPS_ARCH >= 800)\n")
+    (headers / "half.h").write_text("#include <nv/target>\nNV_IF_TARGET(NV_PROVIDES_SM_90, (fast();), (slow();))\n"
+                                    "#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 750\nold();\n#endif\n")
+    (headers / "nv" / "target").write_text("#define NV_PROVIDES_SM_86 \\\n  __NV_PROVIDES_SM_86\n"
+                                           "#define NV_IS_EXACTLY_SM_89 __NV_IS_EXACTLY_SM_89\n")
+    monkeypatch.setattr(_build, "source_dir", lambda: sources)
+    tests = _install_check.arch_tests([headers])
+    assert tests == {(">=", 800), (">=", 900), ("<", 750)}
+    assert _install_check.arch_classes(_install_check.ARCHS, tests) == [[70], [75], [80, 86, 89], [90, 100, 120]]
+    assert _install_check.arch_classes((75, 80), {(">=", 750)}) == [[75, 80]]
+
+
+def test_arch_classes_of_the_real_sources_keep_the_tensor_core_split():
+    """With the test extra's CUDA headers: every arch in one class, and sm_75 apart from sm_80
+    (gradops' own GRADOPS_ARCH >= 800 and the headers' sm_80 paths)."""
+    from gradops.backends.cuda import _install_check
+
+    dirs = _build.cuda_include_dirs(13)
+    if not dirs:
+        pytest.skip("no CUDA headers (the test extra's wheels)")
+    tests = _install_check.arch_tests(dirs)
+    assert (">=", 800) in tests
+    classes = _install_check.arch_classes(_install_check.ARCHS, tests)
+    assert sorted(a for group in classes for a in group) == sorted(_install_check.ARCHS)
+    assert not any(75 in group and 80 in group for group in classes)

@@ -11,11 +11,16 @@ the extra complete (``scripts/check-gpu-install.sh``).
 
 A file's instantiations for one arch compile as one NVRTC program (the runtime compiles one
 instantiation at a time, with the same options); compile errors do not depend on the grouping.
+For a cubin the check also has ptxas report each kernel (``--ptxas-options=-v``, which changes
+no code) and fails where a kernel spills registers or keeps a stack frame: lost speed that would
+otherwise only show on a GPU, now checked for every arch and both NVRTC majors.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import re
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -52,6 +57,52 @@ def _arch_option(arch=None):
     return f"-arch=compute_{arch}", "ptx"
 
 
+#: How the preprocessor asks about the target: __CUDA_ARCH__ and gradops' GRADOPS_ARCH compared
+#: with a number (anywhere, macro bodies too), and nv/target's NV_PROVIDES_SM_XX /
+#: NV_IS_EXACTLY_SM_XX where they are used (not on the ``#define`` lines of nv/target itself,
+#: which define one for every arch).
+_ARCH_TEST = re.compile(r"(?:__CUDA_ARCH__|GRADOPS_ARCH)\s*(>=|<=|==|!=|>|<)\s*(\d+)|(?<!\w)NV_(PROVIDES|IS_EXACTLY)_SM_(\d+)")
+_DEFINE = re.compile(r"^\s*#\s*define\b(?:.*\\\n)*.*$", re.M)  # with its continuation lines
+_INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
+_COMPARE = {">=": int.__ge__, "<=": int.__le__, "==": int.__eq__, "!=": int.__ne__, ">": int.__gt__, "<": int.__lt__}
+
+
+def arch_tests(include_dirs) -> set[tuple[str, int]]:
+    """Every question about the target arch, as (operator, __CUDA_ARCH__ value), in gradops'
+    sources and the headers they include, followed through ``include_dirs`` as found there."""
+    folders = [_build.source_dir(), *(Path(d) for d in include_dirs)]
+    todo = sorted(_build.source_dir().glob("*.cu*"))
+    seen, tests = set(), set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        text = path.read_text(errors="replace")
+        for m in _ARCH_TEST.finditer(text):
+            if m.group(1):
+                tests.add((m.group(1), int(m.group(2))))
+        for m in _ARCH_TEST.finditer(_DEFINE.sub("", text)):
+            if m.group(3):
+                tests.add((">=" if m.group(3) == "PROVIDES" else "==", int(m.group(4)) * 10))
+        for name in _INCLUDE.findall(text):
+            for folder in (path.parent, *folders):
+                if (folder / name).is_file():
+                    todo.append((folder / name).resolve())
+                    break
+    return tests
+
+
+def arch_classes(archs, tests) -> list[list[int]]:
+    """``archs`` grouped by the answers they give to ``tests``: the archs of a group see the same
+    preprocessed source (oldest first in each group, groups by their oldest)."""
+    groups: dict[tuple, list[int]] = {}
+    for arch in sorted(archs):
+        answers = tuple(_COMPARE[op](arch * 10, value) for op, value in sorted(tests))
+        groups.setdefault(answers, []).append(arch)
+    return sorted(groups.values())
+
+
 def foreign_include_dirs(options) -> list[str]:
     """``-I`` folders of ``options`` outside this Python environment and gradops' own sources."""
     roots = [Path(sys.prefix).resolve(), _build.source_dir().resolve()]
@@ -64,20 +115,44 @@ def foreign_include_dirs(options) -> list[str]:
     return out
 
 
-def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False) -> dict:
-    """Compile everything; returns ``{"nvrtc", "options", "foreign", "rows"}`` where each row is
-    ``{arch, source, kernels, status ("ok" | "failed" | "not targetable"), seconds, detail}``."""
+def resource_verdict(names: dict[str, str], log: str) -> dict:
+    """A cubin's row from ptxas' report in NVRTC's ``log`` (``names``: expression -> mangled
+    name): ``status`` "ok", or "spills" where a kernel spills or keeps a stack frame (or ptxas
+    reported nothing on it), with ``registers`` (the most any kernel uses) and ``detail``."""
+    stats = _build.parse_ptxas_log(log)
+    unreported = sorted(e for e, mangled in names.items() if mangled not in stats)
+    spilling = sorted(f"{e}: {s['spill_stores']} B spill stores, {s['spill_loads']} B spill loads, "
+                      f"{s['stack_bytes']} B stack"
+                      for e, mangled in names.items() if (s := stats.get(mangled))
+                      and (s["spill_stores"] or s["spill_loads"] or s["stack_bytes"]))
+    registers = max((stats[m]["registers"] for m in names.values() if m in stats), default=0)
+    problems = spilling + [f"{e}: no ptxas report" for e in unreported]
+    return {"status": "spills" if problems else "ok", "registers": registers, "detail": "; ".join(problems)}
+
+
+def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False,
+        one_per_class: bool = False) -> dict:
+    """Compile everything; returns ``{"nvrtc", "options", "foreign", "missing", "classes",
+    "rows"}`` where each row is ``{arch, source, kernels, status ("ok" | "failed" | "spills" |
+    "not targetable" | "covered"), seconds, detail}``, and ``registers`` (the most any kernel
+    uses) where ptxas reported.  ``one_per_class``: of each class of targetable archs that see
+    the same preprocessed source (:func:`arch_classes`), compile only the oldest, whose
+    features every other arch of its class has too; the others are "covered"."""
     import cupy
 
     nvrtc = cupy.cuda.nvrtc.getVersion()
     targetable = set(cupy.cuda.nvrtc.getSupportedArchs())
     options = _runtime.nvrtc_options()
     foreign = foreign_include_dirs(options) if only_environment else []
-    missing = _build.missing_headers([o[2:] for o in options if o.startswith("-I")])
+    include_dirs = [o[2:] for o in options if o.startswith("-I")]
+    missing = _build.missing_headers(include_dirs)
+    numbers = [_build.arch_number(a) for a in archs]
+    tests = arch_tests(include_dirs)
+    classes = arch_classes([a for a in numbers if a in targetable], tests)
+    compiled_as = {a: group[0] if one_per_class else a for group in classes for a in group}
     jobs_todo = []
     rows = []
-    for arch in archs:
-        arch = _build.arch_number(arch)
+    for arch in numbers:
         todo = _build.all_instantiations(arch)
         for source in sorted(todo):
             if sources and source not in sources:
@@ -86,17 +161,25 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
                    "status": "not targetable", "seconds": 0.0,
                    "detail": f"NVRTC {nvrtc[0]}.{nvrtc[1]} cannot target sm_{arch}"}
             rows.append(row)
-            if arch in targetable:
+            if arch in targetable and compiled_as[arch] != arch:
+                row.update(status="covered", detail=f"preprocesses as sm_{compiled_as[arch]} does (the same answers "
+                                                    f"to the {len(tests)} arch tests of the sources and their headers)")
+            elif arch in targetable:
                 jobs_todo.append((row, arch, source, todo[source]))
 
     def compile_one(item):
         row, arch, source, expressions = item
         start = time.perf_counter()
+        log = io.StringIO()
         try:
-            _runtime.compile_kernels(source, expressions, str(arch))
-            row.update(status="ok", detail="")
+            _, names = _runtime.compile_kernels(source, expressions, str(arch), log=log, ptxas_verbose=True)
         except Exception as exc:  # CompileException carries NVRTC's log
             row.update(status="failed", detail=f"{type(exc).__name__}: {exc}".strip())
+        else:
+            if _arch_option(arch)[1] == "cubin":
+                row.update(resource_verdict(names, log.getvalue()))
+            else:
+                row.update(status="ok", detail="PTX: the driver compiles it, so ptxas reports nothing here")
         row["seconds"] = time.perf_counter() - start
 
     # Longest first, so that no large program is left compiling alone at the end: the cost of a
@@ -106,4 +189,4 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
     with _target(_arch_option), ThreadPoolExecutor(max(1, jobs)) as pool:
         list(pool.map(compile_one, jobs_todo))
     return {"nvrtc": f"{nvrtc[0]}.{nvrtc[1]}", "options": options, "foreign": foreign, "missing": missing,
-            "rows": rows}
+            "classes": [[f"sm_{a}" for a in group] for group in classes], "rows": rows}

@@ -96,15 +96,25 @@ def _write_atomic(path: Path, data: bytes) -> None:
     os.replace(partial, path)  # a concurrent process never reads half a file
 
 
-def compile_kernels(filename: str, expressions, arch: str | None = None) -> tuple[bytes, dict[str, str]]:
+#: NVRTC's option that has ptxas report each kernel's registers, spills and stack (informational:
+#: the code is the same with or without it).
+PTXAS_VERBOSE = "--ptxas-options=-v"
+
+
+def compile_kernels(filename: str, expressions, arch: str | None = None, log=None,
+                    ptxas_verbose: bool = False) -> tuple[bytes, dict[str, str]]:
     """Compile instantiations of ``cuda_src/<filename>`` into one binary with CuPy's NVRTC entry
     point: ``(cubin or PTX, {expression: mangled name})``.  ``arch`` (e.g. ``"90"``): the target;
-    None: the current device's, as CuPy picks it.  The runtime compiles one expression at a time;
-    the install check (``python -m gradops kernels --via-cupy``) a file's worth per arch."""
+    None: the current device's, as CuPy picks it.  ``log``: a text stream that receives NVRTC's
+    log; ``ptxas_verbose`` adds :data:`PTXAS_VERBOSE` to the options, so that a cubin's log
+    holds ptxas' resource report.  The runtime compiles one expression at a time; the install
+    check (``python -m gradops install-check``) a file's worth per arch."""
     from cupy.cuda import compiler
 
+    options = nvrtc_options() + ((PTXAS_VERBOSE,) if ptxas_verbose else ())
     binary, mapping = compiler.compile_using_nvrtc(
-        _build.source_code(filename), nvrtc_options(), arch, filename=filename, name_expressions=list(expressions))
+        _build.source_code(filename), options, arch, filename=filename, name_expressions=list(expressions),
+        log_stream=log)
     names = {e: (m.decode() if isinstance(m, bytes) else m) for e, m in mapping.items()}
     return (binary.encode() if isinstance(binary, str) else bytes(binary)), names
 
