@@ -98,6 +98,44 @@ def kernels(tmp_path_factory):
     return cuda_host.HostKernels("host_model.cu", EXPRESSIONS, directory)
 
 
+def test_planted_bug_problems_are_named_by_code_and_plain_captures():
+    """A planted-bug test runs the real sources once per problem: two runs share a key only with
+    the same code and equal plain captures; a captured array is never taken as the same problem."""
+    def runs(value):
+        return lambda: value
+
+    def check(got, want):
+        return None
+
+    key = cuda_host._problem_key
+    assert key("a.cu", runs(1), check, 3) == key("a.cu", runs(1), check, 3)
+    assert key("a.cu", runs(1), check, 3) != key("a.cu", runs(2), check, 3)
+    assert key("a.cu", runs(np.float32), check, 3) != key("a.cu", runs(np.float64), check, 3)
+    assert key("a.cu", runs(1), check, 3) != key("a.cu", runs(1), check, 4)
+    assert key("a.cu", runs(1), check, 3) != key("a.cu", lambda: 1, check, 3)
+    assert key("a.cu", runs(np.zeros(3)), check, 3) is None
+    assert key("a.cu", runs(1), lambda got, want, tol=np.zeros(1): None, 3) is None
+
+
+def test_host_builds_take_the_precompiled_runtime_header(tmp_path):
+    """g++ reads the precompiled runtime header (``-H`` marks a precompiled header it used
+    with ``!``), also for a build posing as sm_75; a kernel source next to it is still parsed."""
+    import subprocess
+
+    folder = cuda_host.runtime_header_pch()
+    assert folder is not None
+    source = tmp_path / "probe.cpp"
+    source.write_text(f'#include "{cuda_host.RUNTIME_HEADER.name}"\n#include "gradops_common.cuh"\n')
+    for defines in ([], ["-DGRADOPS_HOST_ARCH=750"]):
+        build = subprocess.run(["g++", *cuda_host.HOST_CXX_FLAGS, "-fsyntax-only", "-H", *defines, f"-I{folder}",
+                                f"-I{cuda_host.HERE}", f"-I{cuda_host._build.source_dir()}",
+                                f"-I{cuda_host.toolkit_include()}", str(source)], capture_output=True, text=True)
+        assert build.returncode == 0, build.stderr
+        included = build.stderr.splitlines()
+        assert included[0] == f"! {folder / cuda_host.RUNTIME_HEADER.name}.gch"
+        assert any(line.endswith("gradops_common.cuh") for line in included)
+
+
 def test_barrier_orders_shared_memory(kernels):
     """With __syncthreads every order gives the same answer; without it the answer depends on
     which thread runs first, so running in two orders exposes the race."""
