@@ -164,12 +164,16 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
     for r in result["rows"]:
         if r["status"] in ("failed", "spills"):
             console.print(f"[red]{r['arch']} {r['source']}[/]: " + escape(r["detail"][:2000]))
+    known = [(r["arch"], k) for r in result["rows"] for k in r.get("known_spills", ())]
+    for arch, text in known:
+        console.print(f"[yellow]known spill (accepted, a defect to fix) {arch}[/] " + escape(text))
     for folder in result["foreign"]:
         console.print("[red]header folder outside this environment:[/] " + escape(folder))
     for header in result["missing"]:
         console.print("[red]no include folder holds[/] " + escape(header))
     counts = {s: sum(r["status"] == s for r in result["rows"]) for s in colour}
     console.print(f"{counts['ok']} compiled, {counts['failed']} failed, {counts['spills']} spilling, "
+                  f"{len(known)} known spills, "
                   f"{counts['covered']} covered by their class, {counts['not targetable']} not targetable by this NVRTC "
                   f"({sum(r['kernels'] for r in result['rows'] if r['status'] == 'ok')} kernels)")
     return 1 if counts["failed"] or counts["spills"] or result["foreign"] or result["missing"] or not counts["ok"] else 0

@@ -222,7 +222,12 @@ def test_install_check_reads_ptxas_report_and_refuses_a_stack_frame():
     bad = _install_check.resource_verdict({"spills": "spills"}, text)
     assert bad["status"] == "spills" and "spills: 0 B spill stores, 0 B spill loads, 256 B stack" in bad["detail"]
     good = _install_check.resource_verdict({"fits": "fits"}, text)
-    assert good == {"status": "ok", "registers": good["registers"], "detail": ""} and 0 < good["registers"] < 32
+    assert good == {"status": "ok", "registers": good["registers"], "detail": "", "known_spills": []}
+    assert 0 < good["registers"] < 32
+    accepted = _install_check.resource_verdict({"spills": "spills"}, text, {"spills": (0, 0, 256)})
+    assert accepted["status"] == "ok" and accepted["known_spills"] == [bad["detail"]]
+    grown = _install_check.resource_verdict({"spills": "spills"}, text, {"spills": (0, 0, 128)})
+    assert grown["status"] == "spills" and grown["known_spills"] == []
     missing = _install_check.resource_verdict({"fits": "fits", "other": "_Z5other"}, text)
     assert missing["status"] == "spills" and missing["detail"] == "other: no ptxas report"
 
@@ -261,3 +266,14 @@ def test_arch_classes_of_the_real_sources_keep_the_tensor_core_split():
     classes = _install_check.arch_classes(_install_check.ARCHS, tests)
     assert sorted(a for group in classes for a in group) == sorted(_install_check.ARCHS)
     assert not any(75 in group and 80 in group for group in classes)
+
+
+def test_known_spills_name_kernels_that_exist():
+    """Every accepted spill names an instantiation compiled for its arch (a misspelt entry would
+    accept nothing and hide that the list is stale)."""
+    from gradops.backends.cuda import _install_check
+
+    for major, arch, expression in _install_check.KNOWN_SPILLS:
+        assert major in (12, 13)
+        listed = {e for names in _build.all_instantiations(_build.arch_number(arch)).values() for e in names}
+        assert expression in listed, (arch, expression)

@@ -115,19 +115,43 @@ def foreign_include_dirs(options) -> list[str]:
     return out
 
 
-def resource_verdict(names: dict[str, str], log: str) -> dict:
+#: Spills ptxas reported when the check began reading its report (2026-11-27), not yet removed:
+#: ``{(NVRTC major, arch, expression): (spill store bytes, spill load bytes, stack bytes)}``.
+#: The check accepts these, at most these bytes, and fails on any other spill; each is a defect
+#: to fix.  MinBlocks (igemm_tiles.cuh) fitted the filter gradient's 128-register budgets on
+#: sm_80 and sm_90, where these kernels keep to registers; on sm_86 / sm_89 the scalar-load half
+#: type kernel and on sm_120 the float SIMT one spill under that budget, and ptxas for sm_120
+#: gives the direct kernel's NHWC form an 8-byte frame.  Their cost on those GPUs is unmeasured.
+KNOWN_SPILLS = {
+    **{(13, arch, f"gradops::conv2d_backprop_filter_igemm<{t}, float, 1, false, true>"): (12, 8, 8)
+       for arch in ("sm_86", "sm_89") for t in ("__half", "__nv_bfloat16")},
+    **{(13, "sm_120", f"gradops::conv2d_backprop_filter_direct<{t}, 0>"): (8, 8, 8)
+       for t in ("__half, float", "__nv_bfloat16, float", "float, float", "double, double")},
+    (13, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, true>"): (16, 24, 8),
+}
+
+
+def resource_verdict(names: dict[str, str], log: str, known: dict | None = None) -> dict:
     """A cubin's row from ptxas' report in NVRTC's ``log`` (``names``: expression -> mangled
-    name): ``status`` "ok", or "spills" where a kernel spills or keeps a stack frame (or ptxas
-    reported nothing on it), with ``registers`` (the most any kernel uses) and ``detail``."""
+    name): ``status`` "ok", or "spills" where a kernel spills or keeps a stack frame beyond what
+    ``known`` (``{expression: (spill stores, spill loads, stack bytes)}``) accepts, or ptxas
+    reported nothing on it; with ``registers`` (the most any kernel uses), ``detail`` and
+    ``known_spills`` (the accepted ones that occurred)."""
+    known = known or {}
     stats = _build.parse_ptxas_log(log)
     unreported = sorted(e for e, mangled in names.items() if mangled not in stats)
-    spilling = sorted(f"{e}: {s['spill_stores']} B spill stores, {s['spill_loads']} B spill loads, "
-                      f"{s['stack_bytes']} B stack"
-                      for e, mangled in names.items() if (s := stats.get(mangled))
-                      and (s["spill_stores"] or s["spill_loads"] or s["stack_bytes"]))
+    spilling, accepted = [], []
+    for e, mangled in sorted(names.items()):
+        s = stats.get(mangled)
+        found = (s["spill_stores"], s["spill_loads"], s["stack_bytes"]) if s else (0, 0, 0)
+        if any(found):
+            text = f"{e}: {found[0]} B spill stores, {found[1]} B spill loads, {found[2]} B stack"
+            ok = e in known and all(f <= k for f, k in zip(found, known[e]))
+            (accepted if ok else spilling).append(text)
     registers = max((stats[m]["registers"] for m in names.values() if m in stats), default=0)
     problems = spilling + [f"{e}: no ptxas report" for e in unreported]
-    return {"status": "spills" if problems else "ok", "registers": registers, "detail": "; ".join(problems)}
+    return {"status": "spills" if problems else "ok", "registers": registers, "detail": "; ".join(problems),
+            "known_spills": accepted}
 
 
 def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False,
@@ -177,7 +201,8 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
             row.update(status="failed", detail=f"{type(exc).__name__}: {exc}".strip())
         else:
             if _arch_option(arch)[1] == "cubin":
-                row.update(resource_verdict(names, log.getvalue()))
+                known = {e: v for (major, a, e), v in KNOWN_SPILLS.items() if (major, a) == (nvrtc[0], f"sm_{arch}")}
+                row.update(resource_verdict(names, log.getvalue(), known))
             else:
                 row.update(status="ok", detail="PTX: the driver compiles it, so ptxas reports nothing here")
         row["seconds"] = time.perf_counter() - start
