@@ -115,7 +115,8 @@ def foreign_include_dirs(options) -> list[str]:
     return out
 
 
-#: Spills ptxas reported when the check began reading its report (2026-11-27), not yet removed:
+#: Spills ptxas reported when the check began reading its report (2026-11-27, NVRTC 13.5 and 12.9),
+#: not yet removed:
 #: ``{(NVRTC major, arch, expression): (spill store bytes, spill load bytes, stack bytes)}``.
 #: The check accepts these, at most these bytes, and fails on any other spill; each is a defect
 #: to fix.  MinBlocks (igemm_tiles.cuh) fitted the filter gradient's 128-register budgets on
@@ -128,6 +129,31 @@ KNOWN_SPILLS = {
     **{(13, "sm_120", f"gradops::conv2d_backprop_filter_direct<{t}, 0>"): (8, 8, 8)
        for t in ("__half, float", "__nv_bfloat16, float", "float, float", "double, double")},
     (13, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, true>"): (16, 24, 8),
+    # NVRTC 12.9 (the cuda12 extra) allocates registers less tightly than 13.x: the filter
+    # gradients' igemm kernels under MinBlocks' budgets, and the depthwise filter gradient's
+    # float64 5x5 tiled kernel and float32 5x5 planes kernel, spill on the archs it compiles.
+    (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, false>"): (16, 24, 8),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (108, 112, 96),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_direct<double, double, 0>"): (4, 4, 8),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_direct<double, double, 1>"): (4, 4, 8),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, false>"): (52, 60, 56),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true>"): (112, 116, 96),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (100, 84, 64),
+    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (4, 16, 8),
+    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (4, 12, 8),
+    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (84, 84, 88),
+    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 4>"): (24, 24, 24),
+    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_tiled<float, float, 5, 1, 4>"): (12, 12, 16),
+    (12, "sm_75", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (20, 16, 16),
+    (12, "sm_75", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (48, 48, 48),
+    (12, "sm_75", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true>"): (12, 8, 8),
+    (12, "sm_75", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (24, 36, 16),
+    (12, "sm_75", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (56, 60, 56),
+    (12, "sm_80", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (48, 48, 48),
+    (12, "sm_80", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (24, 36, 16),
+    (12, "sm_80", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (56, 60, 56),
+    (12, "sm_90", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (44, 60, 32),
+    (12, "sm_90", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (56, 60, 56),
 }
 
 
