@@ -102,7 +102,7 @@ def kernels(console: Console, archs: list[str], sources: list[str] | None) -> in
         table.add_column(col)
     spilling = 0
     for r in rows:
-        spills = r["spill_stores"] or r["spill_loads"] or r["stack_bytes"]
+        spills = any(_build.spill_bytes(r))
         spilling += bool(spills)
         table.add_row(r["source"], r["arch"], r["kernel"].removeprefix("gradops::"), str(r["registers"]),
                       f"{'[red]' if spills else ''}{r['spill_stores']}/{r['spill_loads']}",

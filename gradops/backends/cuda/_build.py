@@ -217,6 +217,12 @@ def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
     return out
 
 
+def spill_bytes(stats: dict[str, int]) -> tuple[int, int, int]:
+    """(spill store, spill load, stack frame) bytes of one kernel's :func:`parse_ptxas_log` entry:
+    all zero where ptxas kept the kernel in registers."""
+    return stats["spill_stores"], stats["spill_loads"], stats["stack_bytes"]
+
+
 def kernel_resources(archs=("sm_80", "sm_90"), sources=None) -> list[dict]:
     """What ptxas reports for every instantiation (a static check, no GPU needed): one dict per
     (source, arch, kernel) with registers per thread, spill stores/loads and stack bytes per

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import operator
 import re
 import sys
 import time
@@ -64,7 +65,7 @@ def _arch_option(arch=None):
 _ARCH_TEST = re.compile(r"(?:__CUDA_ARCH__|GRADOPS_ARCH)\s*(>=|<=|==|!=|>|<)\s*(\d+)|(?<!\w)NV_(PROVIDES|IS_EXACTLY)_SM_(\d+)")
 _DEFINE = re.compile(r"^\s*#\s*define\b(?:.*\\\n)*.*$", re.M)  # with its continuation lines
 _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
-_COMPARE = {">=": int.__ge__, "<=": int.__le__, "==": int.__eq__, "!=": int.__ne__, ">": int.__gt__, "<": int.__lt__}
+_COMPARE = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt}
 
 
 def arch_tests(include_dirs) -> set[tuple[str, int]]:
@@ -169,7 +170,7 @@ def resource_verdict(names: dict[str, str], log: str, known: dict | None = None)
     spilling, accepted = [], []
     for e, mangled in sorted(names.items()):
         s = stats.get(mangled)
-        found = (s["spill_stores"], s["spill_loads"], s["stack_bytes"]) if s else (0, 0, 0)
+        found = _build.spill_bytes(s) if s else (0, 0, 0)
         if any(found):
             text = f"{e}: {found[0]} B spill stores, {found[1]} B spill loads, {found[2]} B stack"
             ok = e in known and all(f <= k for f, k in zip(found, known[e]))
