@@ -29,6 +29,7 @@
 // slicing from the geometry alone (never from the GPU), and I = int where every index and
 // offset fits in 32 bits (cheaper division and address math), else long long.
 #include "depthwise_tiles.cuh"
+#include "tensor_core_ptx.cuh"  // GRADOPS_HAS_MMA_SM80, ldmatrix and mma.sync (the _mma kernel)
 
 namespace gradops {
 
@@ -827,6 +828,270 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
         for (int l = 1; l < kWarpSize; ++l) sum += sums[warp][lane][l];
         partial[(slice * K * K + lane) * out_depth + k] = sum;
     }
+}
+
+// ==================================================================== the tensor-core kernel
+//
+// depthwise_conv2d_native_backprop_filter_mma (issue 17): NCHW, half types, K x K filters (K = 3
+// or 5) at stride 1 and dilation 1, multipliers 1 and 2, out_backprop planes of at most kTile x
+// kTile positions, sm_80 and newer.  For channel c and out_backprop slice q (k = c M + q), tap
+// row r of the filter gradient is the diagonal of a matrix product:
+//   C_r[a][b] = sum over p of xs[p + r][a] * ys[p][b],  dW[r][s] = sum over b of C_r[b + d_s][b],
+// where ys is the staged out_backprop plane (row p, column b) and xs the staged input plane,
+// input row y at staged row y + pad_top and input column x at staged column x + x_shift.  The
+// tap s meets the product of out_backprop column b with input column b + s - pad_left, staged
+// column b + d_s, d_s = s - pad_left + x_shift.  x_shift is pad_left rounded up to a multiple of
+// 4, so d_s lies in [0, 3 + K - 1] (at most 7), and 4-element chunks of input rows (8-byte loads)
+// land on aligned staged columns.
+// The products are mma.sync m16n8k16 with the contraction over out_backprop rows: per k-step
+// (16 rows p0 ..) and block of 8 out_backprop columns b0 .., A = the 16 staged input columns
+// b0 .. b0 + 15 of staged rows p0 + r .. (a transposed ldmatrix: input rows are contiguous in
+// columns), B = out_backprop rows p0 .. x columns b0 .. b0 + 7 (transposed too).  Every block
+// and k-step adds into the same accumulator C_r (rows a - b0, columns b - b0): the diagonal d_s
+// of a block is the same diagonal of every block, and the images of a warp add there as well.
+// At the end the warp writes its accumulators to shared memory and lane (q, r, s) adds the 8
+// entries of diagonal d_s in column order into partial[slice][r K + s][k]; the _reduce kernel
+// sums the slices.  Products of half values are exact in float and the sums are float (the
+// mma's f32 accumulation); the order of additions inside an mma is the hardware's, fixed for a
+// given GPU, so results are reproducible run to run.
+//
+// Staging.  The warp zeroes its stage once; per image it writes only the input rows and columns
+// TF reads for these outputs (rows [0, out_rows + K - 1 - pad_top), columns [0, out_cols + K - 1
+// - pad_left), inside the image; the columns up to the next whole chunk too) and the whole
+// out_backprop plane, always to the same places, so the rest stays zero.  Chunks of VEC elements
+// (4, 2 or 1: the template's VEC, which divides in_cols and out_cols, pointers aligned to a
+// chunk); every load of a batch is issued before its stores.  Input columns past TF's window
+// meet only out_backprop columns past the output on the diagonals that are read.
+//
+// Non-finite values.  Zeros of the stage (padding, positions past the output) meet every staged
+// value in some accumulator entry, where TF skips those products; an Inf or NaN anywhere in the
+// stage so makes some accumulator not finite (and so does a bfloat16 product past float's range).
+// A warp whose accumulators are not all finite (a probe of one FMA each, then a warp vote)
+// recomputes its partial sums on the CUDA cores from global memory, skipping exactly the taps TF
+// skips, as the other kernels do.
+//
+// Work split: the grid is (in_depth, slice groups); warp w of CTA (c, z) is slice z kWarps + w
+// and takes images [slice images_per_slice, + images_per_slice) of channel c, all M slices of
+// it.  No shared memory is shared between warps (__syncwarp barriers only).  Offsets are 32-bit:
+// the launcher runs this kernel only where every tensor and the partial buffer have fewer than
+// 2^31 elements.  The element type T is the accumulator-less half of the usual <T, Acc> pair:
+// the tensor cores accumulate in float, the only accumulator they offer.
+namespace dwfmma {
+constexpr int kWarps = 4;                // warps per CTA (128 threads)
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTile = 32;                // out_backprop rows and columns a plane may have at most
+constexpr int kPitch = kTile + 8;        // staged columns: block b0 reads [b0, b0 + 16) (80 bytes a
+                                         // row: an odd number of 16-byte groups, so the 8 rows of an
+                                         // ldmatrix fall on distinct bank groups)
+constexpr int kStageBatch = 4;           // chunk loads a lane issues per region before its stores
+// CTAs per SM the registers must allow (at most 64, 80, 102 or 128 registers a thread): as many
+// warps as fit without a spill (sm_80 / sm_90 SASS), since the warps, not a warp's own loads,
+// hide the stage's latency.
+template <int K, int M> struct MinBlocks {
+    static constexpr int value = M == 1 ? (K == 3 ? 8 : 6) : (K == 3 ? 5 : 4);
+};
+
+// A lane's part of one staged region of a plane: chunks of VEC elements, per_row of them a
+// row; lane l takes column chunk l % per_row of rows l / per_row, + rows_per_step, ... (lanes
+// past whole rows idle), the same chunks for every image, so its offsets are set once.
+template <typename T> struct Region {
+    int src, slots, src_step;  // the first chunk's offset from the plane; chunks; offset step
+    T* dst;
+    int dst_step;
+};
+
+// per_row <= 32 (the launcher checks).
+template <typename T> __device__ __forceinline__ Region<T> region(int lane, int vec, int rows, int per_row,
+                                                                  int src_pitch, T* dst) {
+    Region<T> r{0, 0, 0, dst, 0};
+    if (rows <= 0 || per_row <= 0) return r;
+    const int rows_per_step = 32 / per_row, row = lane / per_row, col = lane % per_row;
+    if (row >= rows_per_step || row >= rows) return r;
+    r.src = row * src_pitch + col * vec;
+    r.dst = dst + row * kPitch + col * vec;
+    r.slots = (rows - row + rows_per_step - 1) / rows_per_step;
+    r.src_step = rows_per_step * src_pitch;
+    r.dst_step = rows_per_step * kPitch;
+    return r;
+}
+
+// The input region (from x_plane) and the M out_backprop planes (y_plane + q * y_plane_step)
+// of one image into the stage: kStageBatch slots of every region loaded, then stored.  Steps in
+// chunks (Raw), so a slot's address is its region's pointer plus a multiple fixed per slot.
+template <int VEC, int M, typename T>
+__device__ __forceinline__ void stage_image(const Region<T>& x, const T* x_plane, const Region<T>& y,
+                                            const T* y_plane, int y_plane_step, int y_stage_step, int slots) {
+    using Raw = typename dwconv::ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
+    const Raw* x_src = reinterpret_cast<const Raw*>(x_plane + x.src);
+    const Raw* y_src = reinterpret_cast<const Raw*>(y_plane + y.src);
+    Raw* x_dst = reinterpret_cast<Raw*>(x.dst);
+    Raw* y_dst = reinterpret_cast<Raw*>(y.dst);
+    const int x_step = x.src_step / VEC, y_step = y.src_step / VEC, y_plane_chunks = y_plane_step / VEC;
+    const int x_dst_step = x.dst_step / VEC, y_dst_step = y.dst_step / VEC, y_stage_chunks = y_stage_step / VEC;
+    // The pointers step slot by slot (no per-slot offsets held across images: registers).
+    for (int i = 0; i < slots; i += kStageBatch) {
+        Raw raw_x[kStageBatch], raw_y[M][kStageBatch];
+#pragma unroll
+        for (int b = 0; b < kStageBatch; ++b) {
+            if (i + b < x.slots) raw_x[b] = dwconv::load_vector(x_src);
+#pragma unroll
+            for (int q = 0; q < M; ++q)
+                if (i + b < y.slots) raw_y[q][b] = dwconv::load_vector(y_src + q * y_plane_chunks);
+            x_src += x_step;
+            y_src += y_step;
+        }
+#pragma unroll
+        for (int b = 0; b < kStageBatch; ++b) {
+            if (i + b < x.slots) *x_dst = raw_x[b];
+#pragma unroll
+            for (int q = 0; q < M; ++q)
+                if (i + b < y.slots) y_dst[q * y_stage_chunks] = raw_y[q][b];
+            x_dst += x_dst_step;
+            y_dst += y_dst_step;
+        }
+    }
+}
+}  // namespace dwfmma
+
+// VEC: elements per staging chunk (4, 2 or 1; see dwfmma::stage_image; a template parameter:
+// three run-time variants in one kernel held about 40 more registers).  partial: [slices][K *
+// K][out_depth] floats.
+template <typename T, int K, int M, int VEC>
+__global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::value) depthwise_conv2d_native_backprop_filter_mma(
+        const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial, int in_rows,
+        int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int batch,
+        int images_per_slice) {
+#if GRADOPS_HAS_MMA_SM80
+    using namespace dwfmma;
+    static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
+    static_assert(M == 1 || M == 2, "multipliers 1 and 2");
+    static_assert(VEC == 1 || VEC == 2 || VEC == 4, "chunks of 1, 2 or 4 elements: staged columns shift by 4");
+    constexpr int X_ROWS = kTile + K - 1;  // staged input rows: p + r for p < kTile, r < K
+    constexpr int X_ELEMENTS = X_ROWS * kPitch, Y_ELEMENTS = kTile * kPitch;
+    constexpr int WARP_BYTES = (X_ELEMENTS + M * Y_ELEMENTS) * static_cast<int>(sizeof(T));
+    static_assert(WARP_BYTES % 16 == 0 && (kPitch * sizeof(T)) % 16 == 0 && ((kPitch * sizeof(T)) / 16) % 2 == 1,
+                  "16-byte rows of stage, an odd number of 16-byte groups apart");
+    static_assert(M * K * 16 * 8 * 4 <= WARP_BYTES, "the accumulators fit the warp's stage");
+    __shared__ __align__(16) unsigned char stage[kWarps][WARP_BYTES];
+
+    const int lane = static_cast<int>(threadIdx.x % 32), warp = static_cast<int>(threadIdx.x / 32);
+    const int g = lane / 4, t = lane % 4;
+    const int c = static_cast<int>(blockIdx.x);
+    const int slice = static_cast<int>(blockIdx.y) * kWarps + warp;
+    const int n0 = slice * images_per_slice;
+    if (n0 >= batch) return;  // a warp past the last slice (no barrier is shared between warps)
+    const int n1 = min(batch, n0 + images_per_slice);
+    const int out_depth = in_depth * M;
+    T* const xs = reinterpret_cast<T*>(stage[warp]);  // [X_ROWS][kPitch]
+    T* const ys = xs + X_ELEMENTS;                     // [M][kTile][kPitch]
+
+    {
+        uint4* const chunks = reinterpret_cast<uint4*>(stage[warp]);
+        for (int i = lane; i < WARP_BYTES / 16; i += 32) chunks[i] = make_uint4(0, 0, 0, 0);
+    }
+    __syncwarp();
+
+    // The staged regions (offsets from each image's planes) and the products' extent.
+    const int x_shift = (pad_left + 3) & ~3;
+    const int x_rows = min(in_rows, out_rows + K - 1 - pad_top);
+    const int x_cols = min(in_cols, out_cols + K - 1 - pad_left);
+    const int k_steps = (out_rows + 15) / 16, blocks = (out_cols + 7) / 8;
+    const int in_plane = in_rows * in_cols, out_plane = out_rows * out_cols;
+    const Region<T> x = region<T>(lane, VEC, x_rows, x_cols > 0 ? (x_cols + VEC - 1) / VEC : 0, in_cols,
+                                  xs + pad_top * kPitch + x_shift);
+    const Region<T> y = region<T>(lane, VEC, out_rows, out_cols / VEC, out_cols, ys);
+    const int slots = max(x.slots, y.slots);
+
+    float acc[M][K][4];
+#pragma unroll
+    for (int q = 0; q < M; ++q)
+#pragma unroll
+        for (int r = 0; r < K; ++r)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) acc[q][r][v] = 0.0f;
+
+    // Lane l supplies ldmatrix row l % 8 of matrix l / 8.  A (x4, transposed): matrices (k 0-7,
+    // a 0-7), (k 0-7, a 8-15), (k 8-15, a 0-7), (k 8-15, a 8-15) of the stage's [row][column];
+    // B (x2, transposed; lanes 16 - 31 repeat 0 - 15): rows k 0 - 15 of 8 columns.
+    const int a_row = lane % 8 + 8 * (lane / 16), a_col = 8 * ((lane / 8) % 2);
+    const int b_row = lane % 16;
+
+    for (int n = n0; n < n1; ++n) {
+        const T* const x_plane = input + (n * in_depth + c) * in_plane;
+        const T* const y_plane = out_backprop + (n * out_depth + c * M) * out_plane;
+        stage_image<VEC, M>(x, x_plane, y, y_plane, out_plane, Y_ELEMENTS, slots);
+        __syncwarp();
+
+        // Not unrolled: the products need no more registers than one block's fragments.
+#pragma unroll 1
+        for (int step = 0; step < k_steps; ++step)
+#pragma unroll 1
+            for (int block = 0; block < blocks; ++block) {
+                unsigned b[M][2];
+#pragma unroll
+                for (int q = 0; q < M; ++q)
+                    ptx::ldmatrix<2, true>(b[q], ys + q * Y_ELEMENTS + (16 * step + b_row) * kPitch + 8 * block);
+#pragma unroll
+                for (int r = 0; r < K; ++r) {
+                    unsigned a[4];
+                    ptx::ldmatrix<4, true>(a, xs + (16 * step + r + a_row) * kPitch + 8 * block + a_col);
+#pragma unroll
+                    for (int q = 0; q < M; ++q) ptx::mma_m16n8k16<T>(acc[q][r], a, b[q], acc[q][r]);
+                }
+            }
+        __syncwarp();  // every lane is done with this image's stage
+    }
+
+    float probe = 0.0f;
+#pragma unroll
+    for (int q = 0; q < M; ++q)
+#pragma unroll
+        for (int r = 0; r < K; ++r)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) probe = fmaf(acc[q][r][v], 0.0f, probe);
+    const bool finite = !__any_sync(0xffffffffu, probe != 0.0f);  // probe is NaN, else +-0
+
+    if (finite) {
+        // acc[q][r][v]: entry (row g + 8 (v / 2), column 2 t + v % 2) of C_r for slice q.
+        float* const sums = reinterpret_cast<float*>(stage[warp]);  // [M][K][16][8]
+#pragma unroll
+        for (int q = 0; q < M; ++q)
+#pragma unroll
+            for (int r = 0; r < K; ++r)
+#pragma unroll
+                for (int v = 0; v < 4; ++v)
+                    sums[((q * K + r) * 16 + g + 8 * (v / 2)) * 8 + 2 * t + v % 2] = acc[q][r][v];
+        __syncwarp();
+        for (int o = lane; o < M * K * K; o += 32) {
+            const int q = o / (K * K), tap = o % (K * K), r = tap / K, s = tap % K;
+            const float* const diagonal = sums + ((q * K + r) * 16 + s - pad_left + x_shift) * 8;
+            float sum = diagonal[0];
+#pragma unroll
+            for (int j = 1; j < 8; ++j) sum += diagonal[j * 9];  // entry (j + d_s, j)
+            partial[(slice * K * K + tap) * out_depth + c * M + q] = sum;
+        }
+    } else {
+        // The checked sums: TF's taps only, from global memory.
+        for (int o = lane; o < M * K * K; o += 32) {
+            const int q = o / (K * K), tap = o % (K * K), r = tap / K, s = tap % K;
+            float sum = 0.0f;
+            for (int n = n0; n < n1; ++n) {
+                const T* const x_plane = input + (n * in_depth + c) * in_plane;
+                const T* const y_plane = out_backprop + (n * out_depth + c * M + q) * out_plane;
+                for (int p = 0; p < out_rows; ++p) {
+                    const int row = p + r - pad_top;
+                    if (row < 0 || row >= in_rows) continue;
+                    for (int col = 0; col < out_cols; ++col) {
+                        const int x_col = col + s - pad_left;
+                        if (x_col < 0 || x_col >= in_cols) continue;
+                        sum += to_acc<float>(x_plane[row * in_cols + x_col]) * to_acc<float>(y_plane[p * out_cols + col]);
+                    }
+                }
+            }
+            partial[(slice * K * K + tap) * out_depth + c * M + q] = sum;
+        }
+    }
+#endif  // GRADOPS_HAS_MMA_SM80
 }
 
 // filter_grad[e] = the slices' partial sums partial[z * elements + e], added in a fixed order

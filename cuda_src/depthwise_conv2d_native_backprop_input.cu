@@ -411,12 +411,7 @@ __host__ __device__ constexpr int row_groups(int units, int rows, int threads) {
     return best;
 }
 
-// The raw type of a chunk of BYTES bytes, and its VEC elements widened to accumulators.
-template <int BYTES> struct ChunkOf;
-template <> struct ChunkOf<2> { using type = unsigned short; };
-template <> struct ChunkOf<4> { using type = unsigned; };
-template <> struct ChunkOf<8> { using type = uint2; };
-template <> struct ChunkOf<16> { using type = uint4; };
+// A chunk's VEC elements (raw type: ChunkOf, depthwise_tiles.cuh) widened to accumulators.
 template <typename T, typename Acc, int VEC, typename Raw>
 __device__ __forceinline__ void widen_chunk(const Raw& raw, Acc (&out)[VEC]) {
     if constexpr (sizeof(Raw) == kVectorBytes) {

@@ -34,6 +34,13 @@ template <> struct TwoOf<__nv_bfloat16> { using type = __nv_bfloat162; };
 __device__ __forceinline__ float2 to_float2(__half2 h) { return __half22float2(h); }
 __device__ __forceinline__ float2 to_float2(__nv_bfloat162 h) { return __bfloat1622float2(h); }
 
+// The raw type of a chunk of BYTES bytes (one load and one store of a staging step).
+template <int BYTES> struct ChunkOf;
+template <> struct ChunkOf<2> { using type = unsigned short; };
+template <> struct ChunkOf<4> { using type = unsigned; };
+template <> struct ChunkOf<8> { using type = uint2; };
+template <> struct ChunkOf<16> { using type = uint4; };
+
 // One vector load of V from global memory at p, which must be aligned to sizeof(V): a GPU
 // faults on a misaligned vector access; the host model (which a CPU would not fault) checks.
 template <typename V> __device__ __forceinline__ V load_vector(const V* p) {

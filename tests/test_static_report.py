@@ -397,7 +397,9 @@ def test_new_kernels_have_per_element_figures(new_kernels):
         assert record["registers"] > 0 and record["spill_stores"] == 0 and record["occupancy"]["warps_per_sm"] > 0
         path = sr.reference_paths(kernel)
         assert path and "not_modelled" not in path, (expression, path)
-        assert path["call_sites"] == 0 and 10 < path["per_element"] < 1000, (expression, path)
+        # (the tensor-core kernel's products cost a few instructions an element: its own bounds below)
+        least = 2 if "_filter_mma<" in expression else 10
+        assert path["call_sites"] == 0 and least < path["per_element"] < 1000, (expression, path)
         if "_partial<" in expression:
             assert 2 < path["per_step"] < 20 and path["per_row"] > 48 * path["per_step"]
             assert path["loads_per_batch"] >= 8  # the column loop is unrolled: its loads issue together
@@ -405,6 +407,13 @@ def test_new_kernels_have_per_element_figures(new_kernels):
             assert 2 < path["per_slice"] < 20
         elif "_filter_tiled<" in expression:  # per out_backprop element of one unit
             assert path["per_unit"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
+        elif "_filter_mma<" in expression:  # per out_backprop element of one image, 32 lanes
+            assert path["per_image"] > 0 and path["fixed"] > 0 and 2 < path["per_element"] < 200
+            k, m = (int(a) for a in sr.template_args(expression)[1:3])
+            vec = int(sr.template_args(expression)[3])
+            blocks = {1: 1, 2: 2, 4: 4}[vec]  # 7, 14 and 28 columns: 8-column blocks
+            steps = 2 if vec == 4 else 1  # 28 rows: two k-steps of 16
+            assert path["path"]["classes"]["tensor"] == k * m * blocks * steps, path
         elif "_filter_planes<" in expression:  # per position of one work item
             assert path["per_item"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
             k, stride = (int(a) for a in sr.template_args(expression)[2:4])
@@ -414,8 +423,39 @@ def test_new_kernels_have_per_element_figures(new_kernels):
             assert path["per_element_2x2_cells"] > path["per_element"]
         modelled += 1
     # partial (2 layouts), reduce, tiled (8 specialisations), planes (4 x 3 window load forms),
-    # select and gather (1 or vector channels per thread, flat offsets or cell places) per dtype
-    assert modelled == 3 * 2 + 3 + 3 * 8 + 3 * 4 * 3 + 3 * 2 * 2 * 2
+    # select and gather (1 or vector channels per thread, flat offsets or cell places) per dtype;
+    # the tensor-core kernel (2 filters x 2 multipliers x 3 staging chunks) per half type
+    assert modelled == 3 * 2 + 3 + 3 * 8 + 3 * 4 * 3 + 3 * 2 * 2 * 2 + 2 * 2 * 2 * 3
+
+
+def test_filter_mma_prediction(new_kernels):
+    """The NCHW half-type layers on planes of 14 x 14 and 28 x 28 take the tensor-core kernel
+    (7 x 7 the planes kernel): per image the HMMAs of its k-steps x column blocks x K x M and
+    at least the busiest lane's staging loads, per warp the fixed path; the limits add up."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    device = sr.DEVICES[0]
+    by_label = {c.label: c for c in sr.suite("mobilenetv2") + sr.suite("efficientnet") if c.op == DEPTHWISE_FILTER}
+    for label, stage in (("dw7 14x14x384 3x3/1 m2 NCHW", "mma"), ("dw5x5-2 28x28x240 5x5/1 m1 NCHW", "mma"),
+                         ("dw10 7x7x960 3x3/1 m1 NCHW", "planes")):
+        case = by_label[label]
+        p = sr.predict(case, "float16", device, new_kernels)
+        assert "not_modelled" not in p, p
+        assert [st["stage"] for st in p["stages"]] == [stage, "reduce"], label
+        if stage != "mma":
+            continue
+        g = case.geometry()
+        mma = p["stages"][0]["tiled"]
+        assert mma["hmma_per_image"] == g.filter_rows * g.depth_multiplier * -(-g.out_rows // 16) * -(-g.out_cols // 8)
+        assert mma["chunk"] == dwf.mma_chunk(g, np.float16) and mma["images_per_slice"] == dwf.mma_slicing(g)[1]
+        x_slots, y_slots = mma["staging_slots"]
+        assert mma["staging_loads_per_image"] >= x_slots + g.depth_multiplier * y_slots
+        per_element = 32 * (mma["thread_instructions_per_image"] * g.batch * g.in_depth
+                            + mma["thread_fixed_instructions"] * g.in_depth * mma["slices"]) / math.prod(
+                                g.out_backprop_shape)
+        assert p["stages"][0]["sass_per_element"] == pytest.approx(per_element)
+        assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
 
 
 def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):

@@ -674,6 +674,8 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
         return _filter_tiled_reference_paths(kernel, width) if width in (2, 4) else None
     if "_filter_planes<" in kernel.expression:
         return _filter_planes_reference_paths(kernel, width) if width in (2, 4) else None
+    if "_filter_mma<" in kernel.expression:
+        return _filter_mma_reference_paths(kernel)
     max_pool = "_select<" in kernel.expression or "_gather<" in kernel.expression
     index_type = args[1] if max_pool else args[-1]  # max pooling: <T, I, V, C>
     if width not in (2, 4) or index_type != "int" and "_reduce<" not in kernel.expression:
@@ -779,6 +781,34 @@ def _filter_planes_reference_paths(kernel, width: int) -> dict:
                           f"({border_trips}), fixed {fixed}", "per_item": per_item,
             "per_border_item": per_border, "fixed": fixed, "round_trips": [trips, border_trips],
             "path": _path_summary(counts),
+            "call_sites": _kernel_call_sites(kernel.cfg)}
+
+
+def _filter_mma_reference_paths(kernel) -> dict:
+    """The kernel table's figures for the tensor-core depthwise filter-gradient kernel: one image
+    of a warp (one lane's path, :func:`filter_mma_costs`) on the SAME plane its staging chunk
+    suits (7 x 7: elements, 14 x 14: pairs, 28 x 28: 4-element chunks), 144 channels, 4 images;
+    per element: 32 lanes x the image path / the image's out_backprop elements."""
+    import importlib
+
+    from .._geometry import conv2d_geometry
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    args = template_args(kernel.expression)
+    k, m, vec = (int(a) for a in args[1:4])
+    size, channels = {1: 7, 2: 14, 4: 28}[vec], 144
+    g = conv2d_geometry("depthwise_conv2d_native_backprop_filter", (4, channels, size, size), (k, k, channels, m),
+                        (4, channels * m, size, size), [1, 1, 1, 1], "SAME", [], "NCHW", [1, 1, 1, 1],
+                        depthwise=True)
+    dtype = DTYPES["bfloat16" if "bfloat16" in args[0] else "float16"]
+    assert dwf.mma_chunk(g, dtype) == vec
+    costs = filter_mma_costs(kernel, dtype, g)
+    outputs = size * size * m
+    return {"work": f"one image of one warp: a {size}x{size} SAME plane, {m} out_backprop plane(s), {vec}-element "
+                    f"staging chunks, {costs['hmma']} HMMA; / {outputs} out_backprop elements x 32 lanes",
+            "per_element": 32 * costs["image"] / outputs,
+            "extra_text": f"image {costs['image']}, fixed {costs['fixed']}", "per_image": costs["image"],
+            "fixed": costs["fixed"], "path": _path_summary(costs["image_counts"]),
             "call_sites": _kernel_call_sites(kernel.cfg)}
 
 
@@ -1310,6 +1340,136 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
+def filter_mma_costs(kernel, dtype, g, arrays=()) -> dict:
+    """One lane's costs in the tensor-core depthwise filter-gradient kernel for ``g``: ``image``,
+    the cheapest path through one iteration of the image loop with exactly the image's HMMAs
+    (k-steps x column blocks x K x M; the column-block loop run ``blocks`` times) and at least the
+    busiest lane's staging loads (every predicated slot of its batches counts); ``fixed``, the
+    cheapest whole-kernel path with one such image, less the image, plus the zeroing loop's and
+    the diagonal sums' further iterations (the finite path: the checked sums not taken)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from ..backends.cuda._sass import PathError
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    cfg = kernel.cfg
+    k, m, vec = (int(a) for a in template_args(kernel.expression)[1:4])
+    width = np.dtype(dtype).itemsize
+    load_kind = f"LDG.{8 * vec * width}"
+    k_steps, blocks = -(-g.out_rows // 16), -(-g.out_cols // 8)
+    hmma = k_steps * blocks * k * m
+    x_rows = min(g.in_rows, g.out_rows + k - 1 - g.pad_top)
+    x_per_row = -(-max(0, dwf.mma_input_cols(g)) // vec)
+
+    def slots(rows, per_row, lane=0):  # the kernel's Region: lane 0 is a busiest lane
+        if rows <= 0 or per_row <= 0:
+            return 0
+        step = 32 // per_row
+        return -(-(rows - lane // per_row) // step)
+
+    x_slots, y_slots = slots(x_rows, x_per_row), slots(g.out_rows, g.out_cols // vec)
+    batches = -(-max(x_slots, y_slots) // 4)  # kStageBatch slots of every region a batch
+    loads = batches * 4 * (1 + m)  # predicated slots count as issued
+    a = hmma + 1
+
+    def counted(ins) -> int:
+        return (1 if ins.base == "HMMA" else 0) + (a if _sass.memory_kind(ins) == load_kind else 0)
+
+    images = [lp for lp in cfg.top_loops() if any(x.base == "HMMA" for x in cfg.loop_instructions(lp))]
+    if len(images) != 1:
+        raise PathError(f"{kernel.expression}: {len(images)} loops hold the HMMAs, expected the image loop")
+    table = cfg.path_table(images[0], counted, {2: (blocks, None)}, kmax=hmma + a * (loads + 24))
+    enough = [key for key in table if key % a == hmma and key // a >= loads]
+    if not enough:
+        raise PathError(f"{kernel.expression}: no image path with {hmma} HMMAs and {loads} staging loads")
+    key = min(enough, key=lambda key: table[key][0])
+    image, image_counts = table[key]
+    whole_table = cfg.function_table(counted, {1: (1, None), 3: (blocks, None)}, kmax=key)
+    if key not in whole_table:
+        raise PathError(f"{kernel.expression}: no path through the kernel with one image")
+    whole, whole_counts = whole_table[key]
+    fixed, fixed_counts = whole - image, whole_counts - image_counts
+    # Loops the one-image path ran once: the zeroing loop (16-byte stores) and the diagonal sums'.
+    shared_bytes = ((dwf.MMA_TILE + k - 1) * (dwf.MMA_TILE + 8) + m * dwf.MMA_TILE * (dwf.MMA_TILE + 8)) * width
+    for lp in cfg.top_loops():
+        body = cfg.loop_instructions(lp)
+        if lp is images[0] or any(_sass.memory_kind(x) == load_kind or x.base == "HMMA" for x in body):
+            continue
+        if any(_sass.memory_kind(x) == "STS.128" for x in body):  # zeroing: 16 bytes a lane a store
+            stores = sum(_sass.memory_kind(x) == "STS.128" for x in body)
+            extra = -(-shared_bytes // (16 * 32 * stores)) - 1
+        elif any(x.base == "STG" for x in body) and not any(_sass.is_global_load(x) for x in body):
+            extra = -(-m * k * k // 32) - 1  # the diagonal sums: lanes take M K K outputs
+        else:
+            continue
+        try:
+            per_iteration, per_counts = cfg.path_table(lp, kmax=0)[0]
+        except PathError:  # cold blocks only (the checked sums)
+            continue
+        fixed += extra * per_iteration
+        fixed_counts += Counter({c: v * extra for c, v in per_counts.items()})
+    tensor = st.hmma_16816_equivalents(x for n in images[0].blocks for x in cfg.instructions(n)) / max(
+        1, sum(x.base == "HMMA" for n in images[0].blocks for x in cfg.instructions(n))) * hmma
+    return {"image": image, "image_counts": image_counts, "fixed": fixed, "fixed_counts": fixed_counts,
+            "hmma": hmma, "tensor": tensor, "loads": loads, "load_kind": load_kind, "batches": batches,
+            "slots": (x_slots, y_slots)}
+
+
+def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+    """Both kernels of the depthwise filter gradient when the tensor-core kernel makes the
+    partial sums (NCHW half types, planes up to 32 x 32).  Per element: per out_backprop element."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    dtype = DTYPES[dtype_name]
+    width, acc = dtype.itemsize, 4
+    arch = f"sm_{device.arch}"
+    vec = dwf.mma_chunk(g, dtype)  # the benchmark's arrays are aligned
+    kernel = kernels[(arch, dwf._mma_expression(dtype, g.filter_rows, g.depth_multiplier, vec))]
+    reduce = kernels[(arch, dwf._reduce_expression(dtype))]
+    slices, per_slice = dwf.mma_slicing(g)
+    costs = filter_mma_costs(kernel, dtype, g)
+    warps = slices * g.in_depth
+    images = g.batch * g.in_depth
+    elements = math.prod(g.out_backprop_shape)
+    per_element = 32 * (costs["image"] * images + costs["fixed"] * warps) / elements
+    pipes = (Counter(st.classes_per_element(costs["image_counts"], 32 * images / elements))
+             + Counter(st.classes_per_element(costs["fixed_counts"], 32 * warps / elements)))
+    pipes["tensor"] = 32 * costs["tensor"] * images / elements
+    reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
+    taps = g.filter_rows * g.filter_cols
+    partials = slices * taps * g.out_depth
+    # L2 -> SM: each image's staged input region (whole chunks of the rows read) and its M
+    # out_backprop planes, and the partial sums written.
+    x_rows = max(0, min(g.in_rows, g.out_rows + g.filter_rows - 1 - g.pad_top))
+    x_cols = -(-max(0, dwf.mma_input_cols(g)) // vec) * vec
+    l2 = width * images * (x_rows * x_cols + g.depth_multiplier * g.out_rows * g.out_cols) + acc * partials
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.MMA_THREADS)
+    device_pipes = dict(device.pipes)
+    device_pipes.setdefault("tensor", st.TENSOR_LANES)
+    limits = roofline(st._with_pipes(device, device_pipes), elements, per_element, pipes, reads, l2,
+                      occ["warps_per_sm"] * 32)
+    # A warp's chain: one round trip per staging batch of each of its images, and the partial sums' store.
+    round_trips = per_slice * costs["batches"] + 1
+    ctas = g.in_depth * -(-slices // dwf.MMA_WARPS)
+    with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
+    first = {"stage": "mma", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
+             "sass_per_element": per_element, "round_trips_per_element": round_trips,
+             "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+             "tiled": {"ctas": ctas, "slices": slices, "images_per_slice": per_slice, "chunk": vec,
+                       "thread_instructions_per_image": costs["image"], "thread_fixed_instructions": costs["fixed"],
+                       "hmma_per_image": costs["hmma"], "staging_loads_per_image": costs["loads"],
+                       "staging_slots": list(costs["slots"]),
+                       "plane_fill": dwf.mma_fill(g)}}
+    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
+    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+
+
 def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
     """Both kernels of the depthwise filter gradient (partial sums, then their fixed-order sum).
     Per element: per partial sum (one thread of the first kernel); the tiled kernel where the
@@ -1318,6 +1478,8 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     dtype = DTYPES[dtype_name]
+    if dwf.mma_chosen(g, dtype, arch=device.arch):
+        return _predict_depthwise_filter_mma(case, dtype_name, device, kernels, g)
     if dwf.tiled_eligible(g, dtype) and dwf.vector_staging_possible(g, dtype):  # the benchmark's aligned arrays
         return _predict_depthwise_filter_tiled(case, dtype_name, device, kernels, g)
     if dwf.planes_eligible(g, dtype):

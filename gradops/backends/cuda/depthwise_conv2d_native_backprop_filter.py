@@ -10,8 +10,11 @@ sums in registers) where it runs (:func:`tiled_eligible`: NHWC, 3x3 or 5x5 at st
 no dilation, 32-bit offsets), from the planes kernel in the same cases for NCHW
 (:func:`planes_eligible`: a warp per out_backprop channel and slice of work items, the sums in
 registers), else from the per-element ``_partial`` kernel (any geometry and layout, 32-bit
-index math where every index fits, :func:`fits_int32`, else 64-bit).  Either layout runs in
-place (no transpose).  CuPy is imported only when a call runs.
+index math where every index fits, :func:`fits_int32`, else 64-bit).  On compute capability
+8.0+ the tensor-core kernel takes the NCHW half-type planes of at most 32 x 32 out_backprop
+positions at stride 1 (:func:`mma_possible`, :func:`mma_chosen`: a warp per channel and slice
+of images, each tap row of the filter gradient a diagonal of mma.sync products).  Either
+layout runs in place (no transpose).  CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ PARTIAL_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_partial"
 REDUCE_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_reduce"
 TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_tiled"
 PLANES_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_planes"
+MMA_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_mma"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
 LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -86,6 +90,37 @@ PLANES_MIN_ITEMS = 128
 PLANES_SINGLES, PLANES_PAIRS, PLANES_PAIRS_FROM_COLUMN_BEFORE = 0, 1, 2
 
 
+#: The tensor-core kernel (``_mma``): NCHW half types, these square filters at stride 1 and
+#: dilation 1, these multipliers, out_backprop planes of at most MMA_TILE x MMA_TILE positions,
+#: compute capability 8.0 and newer (mma.sync m16n8k16 with f32 accumulation); MMA_WARPS warps
+#: a CTA, one slice of images each.
+MMA_FILTERS = (3, 5)
+MMA_MULTIPLIERS = (1, 2)
+MMA_DTYPES = ("float16", "bfloat16")
+MMA_ARCH = 80
+MMA_TILE = 32
+MMA_WARPS = 4
+MMA_THREADS = 32 * MMA_WARPS
+#: Staging chunks (``vec``): elements per load, the widest that divides in_cols and out_cols
+#: and to which both arrays are aligned (an input column shift of a multiple of 4 keeps every
+#: chunk's staged place aligned).
+MMA_CHUNKS = (4, 2, 1)
+#: The slicing aims at about this many warps (channels x slices), a constant so that the
+#: summation order is the same everywhere: fewer warps wait for more images in turn, more pay
+#: their fixed work (zeroing the stage, the diagonal sums) over fewer images and add partial
+#: sums to the second kernel.  In the static report (H100, the NCHW MobileNetV2 / EfficientNet
+#: layers it takes, float16) 4096 gave the best geomean of 2048, 4096, 8192 and 16384.
+MMA_TARGET_WARPS = 4096
+#: The launcher picks the tensor-core kernel by itself only where out_backprop fills at least
+#: this much of the 16-row x 8-column blocks of its products (:func:`mma_fill`): a 7 x 7 plane
+#: fills 38% and costs as much as a 16 x 8 one, where the planes kernel is predicted faster;
+#: 14 x 14 and 28 x 28 planes fill 77%.
+MMA_MIN_FILL = 0.5
+#: Whether the launcher picks the tensor-core kernel by itself where it can run (False: only
+#: when asked for, ``mma=True``).
+MMA_BY_DEFAULT = True
+
+
 def _partial_expression(dtype, data_format: str, index_bits: int) -> str:
     element, accumulator = _build.c_types(dtype)
     return f"{PARTIAL_KERNEL}<{element}, {accumulator}, {LAYOUTS[data_format]}, {INDEX_TYPES[index_bits]}>"
@@ -106,6 +141,11 @@ def _planes_expression(dtype, filter_size: int, stride: int, window_form: int = 
     return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}, {window_form}>"
 
 
+def _mma_expression(dtype, filter_size: int, multiplier: int, chunk: int) -> str:
+    element, _ = _build.c_types(dtype)
+    return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}, {chunk}>"
+
+
 def planes_window_forms(dtype) -> tuple[int, ...]:
     """The planes kernel's window load forms for ``dtype`` (``dwplanes::WindowForm``): singles,
     and where a pair of values fits a 4- or 8-byte load (not double) pairs from the window's
@@ -115,8 +155,12 @@ def planes_window_forms(dtype) -> tuple[int, ...]:
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
-    """Every name expression the launcher can ask for (the same on every architecture)."""
+    """Every name expression the launcher can ask for on compute capability ``arch`` (None:
+    any): the tensor-core kernel's from 8.0 on."""
     names = []
+    if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
+        names += [_mma_expression(dtype, k, m, v) for dtype in MMA_DTYPES for k in MMA_FILTERS
+                  for m in MMA_MULTIPLIERS for v in MMA_CHUNKS]
     for dtype in _build.C_TYPES:
         for data_format in LAYOUTS:
             names += [_partial_expression(dtype, data_format, bits) for bits in INDEX_TYPES]
@@ -401,6 +445,77 @@ def planes_lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
     return planes_row_loads_possible(g) and _runtime.vector_aligned(out_backprop, alignment=width)
 
 
+# --------------------------------------------------------------------------- the tensor-core kernel
+
+def mma_slicing(g: Conv2DGeometry) -> tuple[int, int]:
+    """(slices, images per slice) of the tensor-core kernel: about :data:`MMA_TARGET_WARPS`
+    warps (a warp per channel and slice), from the geometry alone."""
+    per_slice = max(1, -(-g.batch * g.in_depth // MMA_TARGET_WARPS))
+    return -(-g.batch // per_slice), per_slice
+
+
+def mma_input_cols(g: Conv2DGeometry) -> int:
+    """Input columns the tensor-core kernel stages per row: those TF reads for the output."""
+    return min(g.in_cols, g.out_cols + g.filter_cols - 1 - g.pad_left)
+
+
+def mma_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the tensor-core kernel can run ``g`` on a GPU that has it (compute capability
+    8.0+): NCHW, float16 / bfloat16, a 3x3 or 5x5 filter at stride 1 and dilation 1,
+    multiplier 1 or 2, out_backprop planes of at most :data:`MMA_TILE` x :data:`MMA_TILE` and
+    at most as many input columns read per row (a row's staging chunks fit a warp), every tensor and the partial buffer in 32-bit range, the grid within CUDA's limits."""
+    if g.data_format != "NCHW" or np.dtype(dtype).name not in MMA_DTYPES:
+        return False
+    if not (specialised(g) and g.filter_rows in MMA_FILTERS and g.stride_rows == 1
+            and g.depth_multiplier in MMA_MULTIPLIERS):
+        return False
+    if g.out_rows > MMA_TILE or g.out_cols > MMA_TILE or mma_input_cols(g) > MMA_TILE:
+        return False
+    slices, _ = mma_slicing(g)
+    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * g.out_depth,
+             (slices + MMA_WARPS) * g.filter_rows * g.filter_cols * g.out_depth,
+             # staged rows and columns: the padding and the products' extent
+             g.pad_top + g.in_rows + MMA_TILE, g.pad_left + g.in_cols + MMA_TILE)
+    return (max(sizes) <= INT32_MAX and g.in_depth <= INT32_MAX
+            and -(-slices // MMA_WARPS) <= MAX_GRID_Y)
+
+
+def mma_fill(g: Conv2DGeometry) -> float:
+    """The fraction of the tensor-core kernel's product blocks (16 out_backprop rows x 8
+    columns) that out_backprop fills."""
+    return g.out_rows * g.out_cols / (-(-g.out_rows // 16) * 16 * -(-g.out_cols // 8) * 8)
+
+
+def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
+    """Whether the launcher picks the tensor-core kernel by itself: :data:`MMA_BY_DEFAULT`,
+    :func:`mma_possible`, a fill of at least :data:`MMA_MIN_FILL` (a function of the geometry
+    only), and a GPU with mma.sync (compute capability ``arch``; None: the current device's)."""
+    if not (MMA_BY_DEFAULT and mma_possible(g, dtype) and mma_fill(g) >= MMA_MIN_FILL):
+        return False
+    return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
+
+
+def pick_mma(g: Conv2DGeometry, dtype, mma: bool | None = None) -> bool:
+    """``mma`` if given (True checked against :func:`mma_possible` and the GPU), else
+    :func:`mma_chosen`."""
+    if mma is None:
+        return mma_chosen(g, dtype)
+    if mma and not (mma_possible(g, dtype) and _runtime.compute_capability() >= MMA_ARCH):
+        raise ValueError("the mma kernel cannot run this geometry (it needs NCHW float16 / bfloat16, a 3x3 or 5x5 "
+                         "filter at stride 1 without dilation, multiplier 1 or 2, out_backprop planes of at most "
+                         f"{MMA_TILE} x {MMA_TILE}, 32-bit sizes and compute capability 8.0+)")
+    return bool(mma)
+
+
+def mma_chunk(g: Conv2DGeometry, dtype, arrays=()) -> int:
+    """The tensor-core kernel's ``vec``: elements per staging load, the widest of
+    :data:`MMA_CHUNKS` that divides in_cols and out_cols and to whose bytes every one of
+    ``arrays`` is aligned."""
+    width = np.dtype(dtype).itemsize
+    return next(v for v in MMA_CHUNKS if g.in_cols % v == 0 and g.out_cols % v == 0
+                and _runtime.vector_aligned(*arrays, alignment=v * width))
+
+
 def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]:
     """(slices, rows_per_slice): batch x out_rows cut into runs so that slices x taps x
     out_depth is about ``target`` (at least one slice, at most one row each)."""
@@ -442,7 +557,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                             staging: int | None = None, items_across: int | None = None,
                                             units_per_slice: int | None = None, planes: bool | None = None,
                                             items_per_slice: int | None = None, pairs: bool | None = None,
-                                            columns_per_warp: bool | None = None):
+                                            columns_per_warp: bool | None = None, mma: bool | None = None,
+                                            images_per_slice: int | None = None):
     """Filter gradient [filter_rows, filter_cols, in_depth, depth_multiplier] in the input's dtype.
 
     input: [N, in_rows, in_cols, in_depth], out_backprop: [N, out_rows, out_cols, in_depth *
@@ -453,7 +569,9 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4),
     ``units_per_slice`` (tiles per slice) and ``columns_per_warp`` (how a warp's two work items
     sit in a tile); ``planes`` (NCHW: the planes kernel or the per-element
-    one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time).
+    one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time);
+    ``mma`` (the tensor-core kernel or not) and its ``images_per_slice``.  Any override of
+    another kernel leaves the tensor-core kernel out.
     """
     import cupy
 
@@ -469,7 +587,22 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         tiled = False  # the per-element kernel's overrides
     if planes is None and tiled is not None:
         planes = False  # ``tiled`` names the NHWC tiled kernel or the per-element one
-    if pick_planes(g, dtype, planes):
+    if mma is None and (planes is not None or items_per_slice is not None or pairs is not None):
+        mma = False  # the other kernels' overrides
+    if pick_mma(g, dtype, mma):
+        slices, per_slice = mma_slicing(g)
+        if images_per_slice is not None:
+            per_slice = images_per_slice
+            slices = -(-g.batch // per_slice)
+        partial = cupy.empty((slices * elements,), np.float32)
+        fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier,
+                                                     mma_chunk(g, dtype, (x, dy))))
+        i32 = _runtime.i32
+        fn((g.in_depth, -(-slices // MMA_WARPS)), (MMA_THREADS,),
+           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+            *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
+                               g.batch, per_slice))))
+    elif pick_planes(g, dtype, planes):
         down, across = planes_item_counts(g)
         slices = planes_slicing(g)[0] if items_per_slice is None else -(-g.batch * down * across // items_per_slice)
         row0, row1, col0, col1 = planes_interior_box(g)
