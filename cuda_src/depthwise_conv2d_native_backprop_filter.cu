@@ -888,7 +888,7 @@ constexpr int kStageBatch = 4;           // chunk loads a lane issues per region
 // warps as fit without a spill on any arch (at 64, 3x3 multiplier 1 with 4-element chunks
 // spilled on sm_100), since the warps, not a warp's own loads, hide the stage's latency.
 template <int K, int M> struct MinBlocks {
-    static constexpr int value = M == 1 ? (K == 3 ? 7 : 6) : (K == 3 ? 5 : 4);
+    static constexpr int value = M == 1 ? (K == 3 ? 6 : 5) : 4;
 };
 
 // A lane's part of one staged region of a plane: chunks of VEC elements, per_row of them a
@@ -913,6 +913,47 @@ template <typename T> __device__ __forceinline__ Region<T> region(int lane, int 
     r.src_step = rows_per_step * src_pitch;
     r.dst_step = rows_per_step * kPitch;
     return r;
+}
+
+// The first kStageBatch slots of the input region (from x_plane) and of the M out_backprop
+// planes (y_plane + q * y_plane_step) into registers, and from there into the stage: an image
+// whose regions take one batch (slots <= kStageBatch).
+template <int VEC, typename T> using Chunk = typename dwconv::ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
+
+template <int VEC, int M, typename T>
+__device__ __forceinline__ void load_batch(const Region<T>& x, const T* x_plane, const Region<T>& y,
+                                           const T* y_plane, int y_plane_step, Chunk<VEC, T> (&raw_x)[kStageBatch],
+                                           Chunk<VEC, T> (&raw_y)[M][kStageBatch]) {
+    using Raw = Chunk<VEC, T>;
+    const Raw* x_src = reinterpret_cast<const Raw*>(x_plane + x.src);
+    const Raw* y_src = reinterpret_cast<const Raw*>(y_plane + y.src);
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+        if (b < x.slots) raw_x[b] = dwconv::load_vector(x_src);
+#pragma unroll
+        for (int q = 0; q < M; ++q)
+            if (b < y.slots) raw_y[q][b] = dwconv::load_vector(y_src + q * (y_plane_step / VEC));
+        x_src += x.src_step / VEC;
+        y_src += y.src_step / VEC;
+    }
+}
+
+template <int VEC, int M, typename T>
+__device__ __forceinline__ void store_batch(const Region<T>& x, const Region<T>& y, int y_stage_step,
+                                            const Chunk<VEC, T> (&raw_x)[kStageBatch],
+                                            const Chunk<VEC, T> (&raw_y)[M][kStageBatch]) {
+    using Raw = Chunk<VEC, T>;
+    Raw* x_dst = reinterpret_cast<Raw*>(x.dst);
+    Raw* y_dst = reinterpret_cast<Raw*>(y.dst);
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+        if (b < x.slots) *x_dst = raw_x[b];
+#pragma unroll
+        for (int q = 0; q < M; ++q)
+            if (b < y.slots) y_dst[q * (y_stage_step / VEC)] = raw_y[q][b];
+        x_dst += x.dst_step / VEC;
+        y_dst += y.dst_step / VEC;
+    }
 }
 
 // The input region (from x_plane) and the M out_backprop planes (y_plane + q * y_plane_step)
@@ -950,6 +991,32 @@ __device__ __forceinline__ void stage_image(const Region<T>& x, const T* x_plane
             y_dst += y_dst_step;
         }
     }
+}
+}  // namespace dwfmma
+
+namespace dwfmma {
+// One staged image's products, added into acc[q][r] (see the kernel's comment).
+template <typename T, int K, int M>
+__device__ __forceinline__ void image_products(const T* xs, const T* ys, float (&acc)[M][K][4], int k_steps,
+                                               int blocks, int a_row, int a_col, int b_row) {
+    constexpr int Y_ELEMENTS = kTile * kPitch;
+    // Not unrolled: the products need no more registers than one block's fragments.
+#pragma unroll 1
+    for (int step = 0; step < k_steps; ++step)
+#pragma unroll 1
+        for (int block = 0; block < blocks; ++block) {
+            unsigned b[M][2];
+#pragma unroll
+            for (int q = 0; q < M; ++q)
+                ptx::ldmatrix<2, true>(b[q], ys + q * Y_ELEMENTS + (16 * step + b_row) * kPitch + 8 * block);
+#pragma unroll
+            for (int r = 0; r < K; ++r) {
+                unsigned a[4];
+                ptx::ldmatrix<4, true>(a, xs + (16 * step + r + a_row) * kPitch + 8 * block + a_col);
+#pragma unroll
+                for (int q = 0; q < M; ++q) ptx::mma_m16n8k16<T>(acc[q][r], a, b[q], acc[q][r]);
+            }
+        }
 }
 }  // namespace dwfmma
 
@@ -1016,30 +1083,35 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
     const int a_row = lane % 8 + 8 * (lane / 16), a_col = 8 * ((lane / 8) % 2);
     const int b_row = lane % 16;
 
-    for (int n = n0; n < n1; ++n) {
-        const T* const x_plane = input + (n * in_depth + c) * in_plane;
-        const T* const y_plane = out_backprop + (n * out_depth + c * M) * out_plane;
-        stage_image<VEC, M>(x, x_plane, y, y_plane, out_plane, Y_ELEMENTS, slots);
-        __syncwarp();
-
-        // Not unrolled: the products need no more registers than one block's fragments.
-#pragma unroll 1
-        for (int step = 0; step < k_steps; ++step)
-#pragma unroll 1
-            for (int block = 0; block < blocks; ++block) {
-                unsigned b[M][2];
-#pragma unroll
-                for (int q = 0; q < M; ++q)
-                    ptx::ldmatrix<2, true>(b[q], ys + q * Y_ELEMENTS + (16 * step + b_row) * kPitch + 8 * block);
-#pragma unroll
-                for (int r = 0; r < K; ++r) {
-                    unsigned a[4];
-                    ptx::ldmatrix<4, true>(a, xs + (16 * step + r + a_row) * kPitch + 8 * block + a_col);
-#pragma unroll
-                    for (int q = 0; q < M; ++q) ptx::mma_m16n8k16<T>(acc[q][r], a, b[q], acc[q][r]);
-                }
+    const int x_step = in_depth * in_plane, y_step = out_depth * out_plane;  // image to image
+    const T* x_plane = input + (n0 * in_depth + c) * in_plane;
+    const T* y_plane = out_backprop + (n0 * out_depth + c * M) * out_plane;
+    if (VEC * sizeof(T) <= 4 && slots <= kStageBatch) {
+        // An image's chunks take one batch: two images' loads are issued before either is
+        // stored, one round trip for the pair (4-byte chunks or smaller: registers).
+        for (int n = n0; n < n1; n += 2, x_plane += 2 * x_step, y_plane += 2 * y_step) {
+            Chunk<VEC, T> raw_x[2][kStageBatch], raw_y[2][M][kStageBatch];
+            const bool second = n + 1 < n1;
+            load_batch<VEC, M>(x, x_plane, y, y_plane, out_plane, raw_x[0], raw_y[0]);
+            if (second) load_batch<VEC, M>(x, x_plane + x_step, y, y_plane + y_step, out_plane, raw_x[1], raw_y[1]);
+            store_batch<VEC, M>(x, y, Y_ELEMENTS, raw_x[0], raw_y[0]);
+            __syncwarp();
+            image_products<T, K, M>(xs, ys, acc, k_steps, blocks, a_row, a_col, b_row);
+            __syncwarp();  // every lane is done with this image's stage
+            if (second) {
+                store_batch<VEC, M>(x, y, Y_ELEMENTS, raw_x[1], raw_y[1]);
+                __syncwarp();
+                image_products<T, K, M>(xs, ys, acc, k_steps, blocks, a_row, a_col, b_row);
+                __syncwarp();
             }
-        __syncwarp();  // every lane is done with this image's stage
+        }
+    } else {
+        for (int n = n0; n < n1; ++n, x_plane += x_step, y_plane += y_step) {
+            stage_image<VEC, M>(x, x_plane, y, y_plane, out_plane, Y_ELEMENTS, slots);
+            __syncwarp();
+            image_products<T, K, M>(xs, ys, acc, k_steps, blocks, a_row, a_col, b_row);
+            __syncwarp();  // every lane is done with this image's stage
+        }
     }
 
     float probe = 0.0f;

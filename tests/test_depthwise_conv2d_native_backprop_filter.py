@@ -1391,6 +1391,16 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
                                      "const bool finite = true;"),
     "mma-checked-loop-keeps-padding": ("if (x_col < 0 || x_col >= in_cols) continue;", ""),
     "mma-multiplier-slice-ignored": ("dwconv::load_vector(y_src + q * y_plane_chunks)", "dwconv::load_vector(y_src)"),
+    "mma-pair-second-image-skipped": ("            if (second) {\n                store_batch", "            if (false) {\n                store_batch"),
+    "mma-pair-loads-the-first-image-twice": ("load_batch<VEC, M>(x, x_plane + x_step, y, y_plane + y_step,",
+                                             "load_batch<VEC, M>(x, x_plane, y, y_plane,"),
+    "mma-pair-step-skips-an-image": ("n += 2, x_plane += 2 * x_step, y_plane += 2 * y_step",
+                                     "n += 2, x_plane += 3 * x_step, y_plane += 3 * y_step"),
+    "mma-pair-multiplier-slice-ignored": ("dwconv::load_vector(y_src + q * (y_plane_step / VEC))",
+                                          "dwconv::load_vector(y_src)"),
+    "mma-pair-no-barrier-before-restaging": (
+        "            __syncwarp();  // every lane is done with this image's stage\n            if (second) {",
+        "            if (second) {"),
     "mma-region-drops-a-last-short-step": ("r.slots = (rows - row + rows_per_step - 1) / rows_per_step;",
                                            "r.slots = (rows - row) / rows_per_step;"),
     "mma-diagonal-drops-its-last-entry": ("for (int j = 1; j < 8; ++j) sum += diagonal[j * 9];",
@@ -1407,14 +1417,15 @@ def run_planted_mma_problem(rng):
       sums);
     * 2 images of 3 channels, 13 x 14, 3x3 with EXPLICIT padding (1, 2) rows and (3, 0)
       columns: 15 output columns (one element a chunk), a column shift of 4 past pad_left 3;
-    * 4 images of 2 channels, 14 x 14, 3x3 SAME: 2-element chunks, one image a slice."""
+    * 5 images of 2 channels, 14 x 14, 3x3 SAME, multiplier 2: 2-element chunks, one staging
+      batch an image (the pair loop), slices of 3 images (a pair and an odd last one) and 2."""
     import cupy  # the installed HostDevice
 
     got, want = [], []
     for images, channels, (h, w), filt, multiplier, padding, pads, per_slice, nan in (
             (3, 2, (20, 28), 5, 2, "SAME", NO_PADS, 2, True),
             (2, 3, (13, 14), 3, 1, "EXPLICIT", ((1, 2), (3, 0)), None, False),
-            (4, 2, (14, 14), 3, 1, "SAME", NO_PADS, 1, False)):
+            (5, 2, (14, 14), 3, 2, "SAME", NO_PADS, 3, False)):
         kwargs, x, dy, case = cuda_case(rng, x_shape=(images, h, w, channels), filt_hw=(filt, filt),
                                         multiplier=multiplier, padding=padding, pads=pads, data_format="NCHW",
                                         dtype=np.float16)

@@ -451,9 +451,16 @@ def test_filter_mma_prediction(new_kernels):
         assert mma["chunk"] == dwf.mma_chunk(g, np.float16) and mma["images_per_slice"] == dwf.mma_slicing(g)[1]
         x_slots, y_slots = mma["staging_slots"]
         assert mma["staging_loads_per_image"] >= x_slots + g.depth_multiplier * y_slots
-        per_element = 32 * (mma["thread_instructions_per_image"] * g.batch * g.in_depth
-                            + mma["thread_fixed_instructions"] * g.in_depth * mma["slices"]) / math.prod(
-                                g.out_backprop_shape)
+        costs = sr.filter_mma_costs(new_kernels[("sm_90", mma_kernel := p["stages"][0]["kernel"])], np.float16, g)
+        assert costs["pair"] == (mma["chunk"] <= 2)  # 14 x 14: pairs, one batch; 28 x 28: 4-element chunks
+        slices, per_slice = mma["slices"], mma["images_per_slice"]
+        warps = [per_slice] * (slices - 1) + [g.batch - (slices - 1) * per_slice]
+        if costs["pair"]:
+            work = [n // 2 * costs["double"] + n % 2 * costs["single"] + costs["fixed"] for n in warps]
+            assert costs["single"] < costs["double"] < 2 * costs["single"], mma_kernel  # one round trip, two images
+        else:
+            work = [n * costs["single"] + costs["fixed"] for n in warps]
+        per_element = 32 * g.in_depth * sum(work) / math.prod(g.out_backprop_shape)
         assert p["stages"][0]["sass_per_element"] == pytest.approx(per_element)
         assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
 

@@ -815,11 +815,15 @@ def _filter_mma_reference_paths(kernel) -> dict:
     assert dwf.mma_chunk(g, dtype) == vec
     costs = filter_mma_costs(kernel, dtype, g)
     outputs = size * size * m
-    return {"work": f"one image of one warp: a {size}x{size} SAME plane, {m} out_backprop plane(s), {vec}-element "
-                    f"staging chunks, {costs['hmma']} HMMA; / {outputs} out_backprop elements x 32 lanes",
-            "per_element": 32 * costs["image"] / outputs,
-            "extra_text": f"image {costs['image']}, fixed {costs['fixed']}", "per_image": costs["image"],
-            "fixed": costs["fixed"], "path": _path_summary(costs["image_counts"]),
+    image = costs["double"] / 2 if costs["pair"] else costs["single"]
+    counts = costs["double_counts"] if costs["pair"] else costs["single_counts"]
+    pair = f", pair {costs['double']}" if costs["pair"] else ""
+    return {"work": f"one image of one warp ({'half a pair' if costs['pair'] else 'alone'}): a {size}x{size} SAME "
+                    f"plane, {m} out_backprop plane(s), {vec}-element staging chunks, {costs['hmma']} HMMA; / "
+                    f"{outputs} out_backprop elements x 32 lanes",
+            "per_element": 32 * image / outputs,
+            "extra_text": f"image {costs['single']}{pair}, fixed {costs['fixed']}", "per_image": image,
+            "fixed": costs["fixed"], "path": _path_summary(counts),
             "call_sites": _kernel_call_sites(kernel.cfg)}
 
 
@@ -1351,13 +1355,16 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
-def filter_mma_costs(kernel, dtype, g, arrays=()) -> dict:
-    """One lane's costs in the tensor-core depthwise filter-gradient kernel for ``g``: ``image``,
-    the cheapest path through one iteration of the image loop with exactly the image's HMMAs
+def filter_mma_costs(kernel, dtype, g) -> dict:
+    """One lane's costs in the tensor-core depthwise filter-gradient kernel for ``g``: ``single``,
+    the cheapest path through one iteration of an image loop with exactly one image's HMMAs
     (k-steps x column blocks x K x M; the column-block loop run ``blocks`` times) and at least the
-    busiest lane's staging loads (every predicated slot of its batches counts); ``fixed``, the
-    cheapest whole-kernel path with one such image, less the image, plus the zeroing loop's and
-    the diagonal sums' further iterations (the finite path: the checked sums not taken)."""
+    busiest lane's staging loads (every predicated slot of its batches counts); where the
+    kernel's pair loop runs (``pair``: 4-byte chunks or smaller, one staging batch an image),
+    ``double``, the same through one iteration of that loop with two images, and ``single`` its
+    iteration with one (a slice's odd last image); ``fixed``, the cheapest whole-kernel path with
+    one image, less the cheapest one-image iteration, plus the zeroing loop's and the diagonal
+    sums' further iterations (the finite path: the checked sums not taken)."""
     import importlib
 
     from ..backends.cuda import _sass
@@ -1381,22 +1388,34 @@ def filter_mma_costs(kernel, dtype, g, arrays=()) -> dict:
         return -(-(rows - lane // per_row) // step)
 
     x_slots, y_slots = slots(x_rows, x_per_row), slots(g.out_rows, g.out_cols // vec)
-    batches = -(-max(x_slots, y_slots) // 4)  # kStageBatch slots of every region a batch
-    loads = batches * 4 * (1 + m)  # predicated slots count as issued
-    a = hmma + 1
+    batches = -(-max(x_slots, y_slots) // dwf.MMA_STAGE_BATCH)
+    pair = vec * width <= 4 and batches <= 1
+    loads = max(batches, 1) * dwf.MMA_STAGE_BATCH * (1 + m)  # predicated slots count as issued
+    a = 2 * hmma + 1
 
     def counted(ins) -> int:
         return (1 if ins.base == "HMMA" else 0) + (a if _sass.memory_kind(ins) == load_kind else 0)
 
-    images = [lp for lp in cfg.top_loops() if any(x.base == "HMMA" for x in cfg.loop_instructions(lp))]
-    if len(images) != 1:
-        raise PathError(f"{kernel.expression}: {len(images)} loops hold the HMMAs, expected the image loop")
-    table = cfg.path_table(images[0], counted, {2: (blocks, None)}, kmax=hmma + a * (loads + 24))
-    enough = [key for key in table if key % a == hmma and key // a >= loads]
-    if not enough:
-        raise PathError(f"{kernel.expression}: no image path with {hmma} HMMAs and {loads} staging loads")
-    key = min(enough, key=lambda key: table[key][0])
-    image, image_counts = table[key]
+    def hmma_in(lp):
+        return sum(x.base == "HMMA" for x in cfg.loop_instructions(lp))
+
+    images = sorted((lp for lp in cfg.top_loops() if hmma_in(lp)), key=hmma_in)
+    if len(images) != (2 if vec * width <= 4 else 1):
+        raise PathError(f"{kernel.expression}: {len(images)} loops hold the HMMAs, expected the image loops")
+
+    def cheapest(lp, images_, least_loads):
+        table = cfg.path_table(lp, counted, {2: (blocks, None)}, kmax=images_ * hmma + a * (least_loads + 24))
+        enough = [key for key in table if key % a == images_ * hmma and key // a >= least_loads]
+        if not enough:
+            raise PathError(f"{kernel.expression}: no path with {images_ * hmma} HMMAs and {least_loads} loads")
+        key = min(enough, key=lambda key: table[key][0])
+        return key, table[key]
+
+    loop = images[-1] if pair else images[0]
+    key, (single, single_counts) = cheapest(loop, 1, loads)
+    double, double_counts = cheapest(loop, 2, 2 * loads)[1] if pair else (2 * single, single_counts + single_counts)
+    # The whole-kernel path below may take either loop for its one image: less the cheaper.
+    image, image_counts = min((cheapest(lp, 1, loads)[1] for lp in images), key=lambda cost: cost[0])
     whole_table = cfg.function_table(counted, {1: (1, None), 3: (blocks, None)}, kmax=key)
     if key not in whole_table:
         raise PathError(f"{kernel.expression}: no path through the kernel with one image")
@@ -1406,7 +1425,7 @@ def filter_mma_costs(kernel, dtype, g, arrays=()) -> dict:
     shared_bytes = ((dwf.MMA_TILE + k - 1) * (dwf.MMA_TILE + 8) + m * dwf.MMA_TILE * (dwf.MMA_TILE + 8)) * width
     for lp in cfg.top_loops():
         body = cfg.loop_instructions(lp)
-        if lp is images[0] or any(_sass.memory_kind(x) == load_kind or x.base == "HMMA" for x in body):
+        if any(_sass.memory_kind(x) == load_kind or x.base == "HMMA" for x in body):
             continue
         if any(_sass.memory_kind(x) == "STS.128" for x in body):  # zeroing: 16 bytes a lane a store
             stores = sum(_sass.memory_kind(x) == "STS.128" for x in body)
@@ -1423,9 +1442,27 @@ def filter_mma_costs(kernel, dtype, g, arrays=()) -> dict:
         fixed_counts += Counter({c: v * extra for c, v in per_counts.items()})
     tensor = st.hmma_16816_equivalents(x for n in images[0].blocks for x in cfg.instructions(n)) / max(
         1, sum(x.base == "HMMA" for n in images[0].blocks for x in cfg.instructions(n))) * hmma
-    return {"image": image, "image_counts": image_counts, "fixed": fixed, "fixed_counts": fixed_counts,
-            "hmma": hmma, "tensor": tensor, "loads": loads, "load_kind": load_kind, "batches": batches,
-            "slots": (x_slots, y_slots)}
+    return {"single": single, "single_counts": single_counts, "double": double, "double_counts": double_counts,
+            "pair": pair, "fixed": fixed, "fixed_counts": fixed_counts, "hmma": hmma, "tensor": tensor,
+            "loads": loads, "load_kind": load_kind, "batches": batches, "slots": (x_slots, y_slots)}
+
+
+def filter_mma_warp_work(costs: dict, images: int) -> tuple[float, Counter, int]:
+    """(instructions, counts, dependent round trips) of one warp's ``images`` in the tensor-core
+    filter-gradient kernel: pairs and an odd last image where the pair loop runs (one round trip a
+    pair), else one image and its staging batches at a time; plus its fixed path and the partial
+    sums' store."""
+    if costs["pair"]:
+        pairs, odd = divmod(images, 2)
+        work = pairs * costs["double"] + odd * costs["single"] + costs["fixed"]
+        counts = Counter({c: pairs * v for c, v in costs["double_counts"].items()})
+        counts += Counter({c: odd * v for c, v in costs["single_counts"].items()})
+        trips = pairs + odd + 1
+    else:
+        work = images * costs["single"] + costs["fixed"]
+        counts = Counter({c: images * v for c, v in costs["single_counts"].items()})
+        trips = images * max(1, costs["batches"]) + 1
+    return work, counts + costs["fixed_counts"], trips
 
 
 def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
@@ -1445,13 +1482,16 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
     reduce = kernels[(arch, dwf._reduce_expression(dtype))]
     slices, per_slice = dwf.mma_slicing(g)
     costs = filter_mma_costs(kernel, dtype, g)
-    warps = slices * g.in_depth
-    images = g.batch * g.in_depth
+    # Every slice's warps (one per channel) take per_slice images, the last slice the rest.
+    last = g.batch - (slices - 1) * per_slice
+    full_work, full_counts, trips = filter_mma_warp_work(costs, per_slice)
+    last_work, last_counts, _ = filter_mma_warp_work(costs, last)
     elements = math.prod(g.out_backprop_shape)
-    per_element = 32 * (costs["image"] * images + costs["fixed"] * warps) / elements
-    pipes = (Counter(st.classes_per_element(costs["image_counts"], 32 * images / elements))
-             + Counter(st.classes_per_element(costs["fixed_counts"], 32 * warps / elements)))
-    pipes["tensor"] = 32 * costs["tensor"] * images / elements
+    scale = 32 * g.in_depth / elements
+    per_element = scale * ((slices - 1) * full_work + last_work)
+    pipes = (Counter(st.classes_per_element(full_counts, scale * (slices - 1)))
+             + Counter(st.classes_per_element(last_counts, scale)))
+    pipes["tensor"] = 32 * costs["tensor"] * g.batch * g.in_depth / elements
     reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
     taps = g.filter_rows * g.filter_cols
     partials = slices * taps * g.out_depth
@@ -1459,21 +1499,24 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
     # out_backprop planes, and the partial sums written.
     x_rows = max(0, min(g.in_rows, g.out_rows + g.filter_rows - 1 - g.pad_top))
     x_cols = -(-max(0, dwf.mma_input_cols(g)) // vec) * vec
-    l2 = width * images * (x_rows * x_cols + g.depth_multiplier * g.out_rows * g.out_cols) + acc * partials
+    l2 = width * g.batch * g.in_depth * (x_rows * x_cols + g.depth_multiplier * g.out_rows * g.out_cols) + acc * partials
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.MMA_THREADS)
     device_pipes = dict(device.pipes)
     device_pipes.setdefault("tensor", st.TENSOR_LANES)
     limits = roofline(st._with_pipes(device, device_pipes), elements, per_element, pipes, reads, l2,
                       occ["warps_per_sm"] * 32)
-    # A warp's chain: one round trip per staging batch of each of its images, and the partial sums' store.
-    round_trips = per_slice * costs["batches"] + 1
+    # A warp's chain: one round trip per staging batch of each of its images (per pair of images
+    # where the pair loop runs), and the partial sums' store.
+    round_trips = trips
     ctas = g.in_depth * -(-slices // dwf.MMA_WARPS)
     with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
     first = {"stage": "mma", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
              "sass_per_element": per_element, "round_trips_per_element": round_trips,
              "resident_warps_per_sm": occ["warps_per_sm"], **limits,
              "tiled": {"ctas": ctas, "slices": slices, "images_per_slice": per_slice, "chunk": vec,
-                       "thread_instructions_per_image": costs["image"], "thread_fixed_instructions": costs["fixed"],
+                       "thread_instructions_per_image": costs["single"],
+                       "thread_instructions_per_pair": costs["double"] if costs["pair"] else None,
+                       "thread_fixed_instructions": costs["fixed"],
                        "hmma_per_image": costs["hmma"], "staging_loads_per_image": costs["loads"],
                        "staging_slots": list(costs["slots"]),
                        "plane_fill": dwf.mma_fill(g)}}

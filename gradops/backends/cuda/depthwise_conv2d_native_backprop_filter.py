@@ -105,6 +105,10 @@ MMA_THREADS = 32 * MMA_WARPS
 #: and to which both arrays are aligned (an input column shift of a multiple of 4 keeps every
 #: chunk's staged place aligned).
 MMA_CHUNKS = (4, 2, 1)
+#: Staging slots of each region a lane loads before it stores them (``dwfmma::kStageBatch``);
+#: where an image's regions take one such batch and chunks are 4 bytes or smaller, a warp loads
+#: two images' before it stores either (its pair loop).
+MMA_STAGE_BATCH = 4
 #: The slicing aims at about this many warps (channels x slices), a constant so that the
 #: summation order is the same everywhere: fewer warps wait for more images in turn, more pay
 #: their fixed work (zeroing the stage, the diagonal sums) over fewer images and add partial
