@@ -860,8 +860,10 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
 // - pad_left), inside the image; the columns up to the next whole chunk too) and the whole
 // out_backprop plane, always to the same places, so the rest stays zero.  Chunks of VEC elements
 // (4, 2 or 1: the template's VEC, which divides in_cols and out_cols, pointers aligned to a
-// chunk); every load of a batch is issued before its stores.  Input columns past TF's window
-// meet only out_backprop columns past the output on the diagonals that are read.
+// chunk); every load of a batch is issued before its stores, and where an image's chunks take
+// one batch of 4-byte chunks or smaller (14 x 14 planes) two images' loads are issued before
+// either is stored: one round trip for the pair.  Input columns past TF's window meet only
+// out_backprop columns past the output on the diagonals that are read.
 //
 // Non-finite values.  Zeros of the stage (padding, positions past the output) meet every staged
 // value in some accumulator entry, where TF skips those products; an Inf or NaN anywhere in the
