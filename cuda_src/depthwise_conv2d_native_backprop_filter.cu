@@ -886,11 +886,12 @@ constexpr int kPitch = kTile + 8;        // staged columns: block b0 reads [b0, 
                                          // row: an odd number of 16-byte groups, so the 8 rows of an
                                          // ldmatrix fall on distinct bank groups)
 constexpr int kStageBatch = 4;           // chunk loads a lane issues per region before its stores
-// CTAs per SM the registers must allow (at most 72, 80, 102 or 128 registers a thread): as many
-// warps as fit without a spill on any arch (at 64, 3x3 multiplier 1 with 4-element chunks
-// spilled on sm_100), since the warps, not a warp's own loads, hide the stage's latency.
+// CTAs per SM the registers must allow (at most 80, 102, 128 or 168 registers a thread): as many
+// warps as fit without a spill on any arch with NVRTC 13 and 12 (at 128, 5x5 multiplier 2 with
+// the pair loop spilled on sm_80 with NVRTC 12.9; at 64, 3x3 multiplier 1 on sm_100), since the
+// warps, not a warp's own loads, hide the stage's latency.
 template <int K, int M> struct MinBlocks {
-    static constexpr int value = M == 1 ? (K == 3 ? 6 : 5) : 4;
+    static constexpr int value = M == 1 ? (K == 3 ? 6 : 5) : (K == 3 ? 4 : 3);
 };
 
 // A lane's part of one staged region of a plane: chunks of VEC elements, per_row of them a
