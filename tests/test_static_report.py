@@ -413,7 +413,9 @@ def test_new_kernels_have_per_element_figures(new_kernels):
             vec = int(sr.template_args(expression)[3])
             blocks = {1: 1, 2: 2, 4: 4}[vec]  # 7, 14 and 28 columns: 8-column blocks
             steps = 2 if vec == 4 else 1  # 28 rows: two k-steps of 16
-            assert path["path"]["classes"]["tensor"] == k * m * blocks * steps, path
+            pair = vec <= 2  # 2- and 4-byte chunks, one staging batch an image: the path holds a pair
+            assert path["path"]["classes"]["tensor"] == k * m * blocks * steps * (2 if pair else 1), path
+            assert path["per_image"] == (path["pair"] / 2 if pair else path["image"]), path
         elif "_filter_planes<" in expression:  # per position of one work item
             assert path["per_item"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
             k, stride = (int(a) for a in sr.template_args(expression)[2:4])

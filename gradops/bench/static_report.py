@@ -823,6 +823,7 @@ def _filter_mma_reference_paths(kernel) -> dict:
                     f"{outputs} out_backprop elements x 32 lanes",
             "per_element": 32 * image / outputs,
             "extra_text": f"image {costs['single']}{pair}, fixed {costs['fixed']}", "per_image": image,
+            "image": costs["single"], "pair": costs["double"] if costs["pair"] else None,
             "fixed": costs["fixed"], "path": _path_summary(counts),
             "call_sites": _kernel_call_sites(kernel.cfg)}
 
@@ -1391,10 +1392,16 @@ def filter_mma_costs(kernel, dtype, g) -> dict:
     batches = -(-max(x_slots, y_slots) // dwf.MMA_STAGE_BATCH)
     pair = vec * width <= 4 and batches <= 1
     loads = max(batches, 1) * dwf.MMA_STAGE_BATCH * (1 + m)  # predicated slots count as issued
+    stores = x_slots + m * y_slots  # the busiest lane's chunks stored to the stage
+    store_kind = f"STS.{8 * vec * width}"
+    # An image path: exactly its HMMAs and at least its staging loads and stores together (a
+    # batch's loads are predicated, every slot counts; the stores and a pair's second image
+    # branch).  One field for both keeps the path tables small.
     a = 2 * hmma + 1
 
     def counted(ins) -> int:
-        return (1 if ins.base == "HMMA" else 0) + (a if _sass.memory_kind(ins) == load_kind else 0)
+        kind = _sass.memory_kind(ins)
+        return (1 if ins.base == "HMMA" else 0) + (a if kind in (load_kind, store_kind) else 0)
 
     def hmma_in(lp):
         return sum(x.base == "HMMA" for x in cfg.loop_instructions(lp))
@@ -1403,23 +1410,34 @@ def filter_mma_costs(kernel, dtype, g) -> dict:
     if len(images) != (2 if vec * width <= 4 else 1):
         raise PathError(f"{kernel.expression}: {len(images)} loops hold the HMMAs, expected the image loops")
 
-    def cheapest(lp, images_, least_loads):
-        table = cfg.path_table(lp, counted, {2: (blocks, None)}, kmax=images_ * hmma + a * (least_loads + 24))
-        enough = [key for key in table if key % a == images_ * hmma and key // a >= least_loads]
+    def cheapest(lp, images_):
+        """Exactly the images' HMMAs and at least their staging loads and stores together."""
+        memory = images_ * (loads + stores)
+        table = cfg.path_table(lp, counted, {2: (blocks, None)}, kmax=images_ * hmma + a * (memory + 24))
+        enough = [key for key in table if key % a == images_ * hmma and key // a >= memory]
         if not enough:
-            raise PathError(f"{kernel.expression}: no path with {images_ * hmma} HMMAs and {least_loads} loads")
+            raise PathError(f"{kernel.expression}: no path with {images_ * hmma} HMMAs and {memory} staging accesses")
         key = min(enough, key=lambda key: table[key][0])
         return key, table[key]
 
     loop = images[-1] if pair else images[0]
-    key, (single, single_counts) = cheapest(loop, 1, loads)
-    double, double_counts = cheapest(loop, 2, 2 * loads)[1] if pair else (2 * single, single_counts + single_counts)
-    # The whole-kernel path below may take either loop for its one image: less the cheaper.
-    image, image_counts = min((cheapest(lp, 1, loads)[1] for lp in images), key=lambda cost: cost[0])
-    whole_table = cfg.function_table(counted, {1: (1, None), 3: (blocks, None)}, kmax=key)
-    if key not in whole_table:
+    key, (single, single_counts) = cheapest(loop, 1)
+    double, double_counts = cheapest(loop, 2)[1] if pair else (2 * single, single_counts + single_counts)
+    # Fixed: the cheapest whole-kernel path with one image's HMMAs and loads (the stores left
+    # free: the diagonal sums' float stores may share the staging stores' width), less the
+    # cheapest such iteration of either image loop, whichever the whole path may take.
+    def loads_only(ins) -> int:
+        return (1 if ins.base == "HMMA" else 0) + (a if _sass.memory_kind(ins) == load_kind else 0)
+
+    one = hmma + a * loads
+    iterations = [cfg.path_table(lp, loads_only, {2: (blocks, None)}, kmax=one).get(one) for lp in images]
+    if not any(iterations):
+        raise PathError(f"{kernel.expression}: no image iteration with {hmma} HMMAs and {loads} loads")
+    image, image_counts = min((it for it in iterations if it), key=lambda cost: cost[0])
+    whole_table = cfg.function_table(loads_only, {1: (1, None), 3: (blocks, None)}, kmax=one)
+    if one not in whole_table:
         raise PathError(f"{kernel.expression}: no path through the kernel with one image")
-    whole, whole_counts = whole_table[key]
+    whole, whole_counts = whole_table[one]
     fixed, fixed_counts = whole - image, whole_counts - image_counts
     # Loops the one-image path ran once: the zeroing loop (16-byte stores) and the diagonal sums'.
     shared_bytes = ((dwf.MMA_TILE + k - 1) * (dwf.MMA_TILE + 8) + m * dwf.MMA_TILE * (dwf.MMA_TILE + 8)) * width
