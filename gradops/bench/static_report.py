@@ -1379,7 +1379,7 @@ def filter_mma_costs(kernel, dtype, g) -> dict:
     load_kind = f"LDG.{8 * vec * width}"
     k_steps, blocks = -(-g.out_rows // 16), -(-g.out_cols // 8)
     hmma = k_steps * blocks * k * m
-    x_rows = min(g.in_rows, g.out_rows + k - 1 - g.pad_top)
+    x_rows = dwf.mma_input_rows(g)
     x_per_row = -(-max(0, dwf.mma_input_cols(g)) // vec)
 
     def slots(rows, per_row, lane=0):  # the kernel's Region: lane 0 is a busiest lane
@@ -1515,13 +1515,11 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
     partials = slices * taps * g.out_depth
     # L2 -> SM: each image's staged input region (whole chunks of the rows read) and its M
     # out_backprop planes, and the partial sums written.
-    x_rows = max(0, min(g.in_rows, g.out_rows + g.filter_rows - 1 - g.pad_top))
+    x_rows = max(0, dwf.mma_input_rows(g))
     x_cols = -(-max(0, dwf.mma_input_cols(g)) // vec) * vec
     l2 = width * g.batch * g.in_depth * (x_rows * x_cols + g.depth_multiplier * g.out_rows * g.out_cols) + acc * partials
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.MMA_THREADS)
-    device_pipes = dict(device.pipes)
-    device_pipes.setdefault("tensor", st.TENSOR_LANES)
-    limits = roofline(st._with_pipes(device, device_pipes), elements, per_element, pipes, reads, l2,
+    limits = roofline(st.with_tensor_pipe(device), elements, per_element, pipes, reads, l2,
                       occ["warps_per_sm"] * 32)
     # A warp's chain: one round trip per staging batch of each of its images (per pair of images
     # where the pair loop runs), and the partial sums' store.

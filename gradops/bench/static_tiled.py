@@ -1101,9 +1101,7 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
     traffic = bytes_moved(case, g, width)
     l2 = units * m * (16 + k - 1) * 32 * width + elements * width
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], 32 * dw.MMA_WARPS)
-    device_pipes = dict(device.pipes)
-    device_pipes.setdefault("tensor", TENSOR_LANES)
-    limits = roofline(_with_pipes(device, device_pipes), elements, per_element, pipes, traffic, l2,
+    limits = roofline(with_tensor_pipe(device), elements, per_element, pipes, traffic, l2,
                       occ["warps_per_sm"] * 32)
     with_latency_limit(limits, device, traffic, latency_limit_s(device, ctas, occ, units_per_warp))
     return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
@@ -1115,6 +1113,13 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
                       "fixed_thread_instructions": paths["fixed"], "hmma_per_unit": paths["hmma"],
                       "tensor_per_unit": paths["tensor"],
                       "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}
+
+
+def with_tensor_pipe(device):
+    """``device`` with the tensor pipe's rate (:data:`TENSOR_LANES`) among its pipes, unless it has one."""
+    pipes = dict(device.pipes)
+    pipes.setdefault("tensor", TENSOR_LANES)
+    return _with_pipes(device, pipes)
 
 
 def _with_pipes(device, pipes: dict):

@@ -25,7 +25,7 @@ import numpy as np
 
 from ..._dtypes import accumulator_dtype
 from ..._geometry import Conv2DGeometry
-from . import _build, _runtime
+from . import _build, _conv_igemm, _runtime
 
 SOURCE = "depthwise_conv2d_native_backprop_filter.cu"
 PARTIAL_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_partial"
@@ -97,7 +97,7 @@ PLANES_SINGLES, PLANES_PAIRS, PLANES_PAIRS_FROM_COLUMN_BEFORE = 0, 1, 2
 MMA_FILTERS = (3, 5)
 MMA_MULTIPLIERS = (1, 2)
 MMA_DTYPES = ("float16", "bfloat16")
-MMA_ARCH = 80
+MMA_ARCH = _conv_igemm.MMA_SYNC_ARCH
 MMA_TILE = 32
 MMA_WARPS = 4
 MMA_THREADS = 32 * MMA_WARPS
@@ -456,6 +456,11 @@ def mma_slicing(g: Conv2DGeometry) -> tuple[int, int]:
     warps (a warp per channel and slice), from the geometry alone."""
     per_slice = max(1, -(-g.batch * g.in_depth // MMA_TARGET_WARPS))
     return -(-g.batch // per_slice), per_slice
+
+
+def mma_input_rows(g: Conv2DGeometry) -> int:
+    """Input rows the tensor-core kernel stages per image: those TF reads for the output (<= 0: none)."""
+    return min(g.in_rows, g.out_rows + g.filter_rows - 1 - g.pad_top)
 
 
 def mma_input_cols(g: Conv2DGeometry) -> int:
