@@ -19,10 +19,13 @@
 // refuses the call unless every recomputed maximum == orig_output (so a NaN maximum is always
 // refused).  Then it adds out_backprop to the chosen elements in output order, in T.
 //
-// * fractional_max_pool_select: per output element (a thread takes V, see Channels) repeats
-//   TF's scan, stores the chosen element's flat input offset, and sets *mismatch = 1 (a plain
-//   store: every writer writes the same value) where the maximum differs from orig_output.  The
-//   launcher reads the flag back and refuses the call, as TF does.
+// * fractional_max_pool_select: per output element (a thread takes V, see Channels, and a run
+//   of cells down one output column) repeats TF's scan, stores the chosen element, and sets
+//   *mismatch = 1 (a plain store: every writer writes the same value) where the maximum differs
+//   from orig_output.  The launcher reads the flag back and refuses the call, as TF does.
+//   Overlapping cells share a row with the next cell of the column, which a run reads once (see
+//   the kernel): on the benchmark's overlapping float16 shape the L2 traffic of select's input
+//   reads was the op's limiter (static report).
 // * fractional_max_pool_gather: per input element (V per thread) sums, over the cells containing it
 //   in increasing (row cell, column cell) order, which is increasing output offset, the
 //   out_backprop elements whose chosen offset is its own.  Each sum is TF's, term by term in
@@ -86,6 +89,26 @@ template <typename I> struct alignas(4 * sizeof(I) < 16 ? 4 * sizeof(I) : 16) Ce
     I cell, before, size, unused;
 };
 
+// Columns of a cell's row that select keeps in registers for the next cell of its run: a
+// pooling ratio below 3 makes cells of at most 3 columns, 4 where cells overlap.
+constexpr int kCarryCols = 4;
+
+// TF's scan step for the V channels of one element: a later element replaces the choice only if
+// `chosen < element` (strictly greater; a NaN never replaces, and a NaN first element is kept).
+// ``place``: the element's place in the cell's scan; ``offset``: its first channel's flat offset.
+template <bool LOCAL, typename T, int V, typename A, typename C, typename I>
+__device__ __forceinline__ void consider(const Pack<T, V>& values, A (&best_value)[V], Pack<C, V>& best, I place,
+                                         I offset) {
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+        const A value = widen(values.v[u]);
+        if (best_value[u] < value) {  // TF's test: strictly greater, NaN never
+            best_value[u] = value;
+            best.v[u] = static_cast<C>(LOCAL ? place : offset + u);
+        }
+    }
+}
+
 // n / divisor for 0 <= n < 2^31 as (n * magic) >> shift (32-bit indices; the host's
 // division_magic), a division for 64-bit ones.
 __device__ __forceinline__ int divide(int n, int, unsigned magic, int shift) {
@@ -146,59 +169,95 @@ template <int V, bool LOCAL> struct Matches {
 
 }  // namespace fractional_max
 
-// Thread work: V channels c .. c + V - 1 of output pixel (n, r, q).
+// Thread work: V channels c .. c + V - 1 of output pixels (n, r, q) for the ``run`` output rows
+// r0 = k * run .. (k + 1) * run - 1 of output column q (the column's last run may be shorter):
+// the cells of a run are scanned one after the other, each exactly as one cell per thread
+// would be.  Overlapping pooling makes each cell's last row the next cell's first; where a cell
+// spans at most kCarryCols columns the thread holds the packs of the row it read last in
+// registers and takes that row from them when the next cell starts on it, so the run reads a
+// shared row once (the launcher's run of 4 reads about (rows - 3/4) x columns packs per cell
+// instead of rows x columns).  Wider cells take the one-element-at-a-time loop, which reads
+// every row.
 template <typename T, typename I, int V, typename C>
 __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, const T* __restrict__ orig_output,
                                            C* __restrict__ chosen, int* __restrict__ mismatch,
                                            const I* __restrict__ row_bounds, const I* __restrict__ col_bounds,
-                                           I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols) {
+                                           I batch, I in_rows, I in_cols, I depth, I out_rows, I out_cols, I run) {
     using namespace fractional_max;
+    typedef typename Acc<T>::type A;
+    constexpr bool LOCAL = sizeof(C) == 1;  // the place in the cell's scan, else the flat offset
     const I groups = depth / V;  // the launcher takes V > 1 only where V divides depth
-    const I total = batch * out_rows * out_cols * groups;
+    const I runs = (out_rows + run - 1) / run;  // runs per output column
+    const I total = batch * runs * out_cols * groups;
     const I stride = static_cast<I>(blockDim.x) * static_cast<I>(gridDim.x);
     for (I t = static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
          t < total; t = next(t, stride, total)) {
         I rest = t;
         const I c = rest % groups * V; rest /= groups;
         const I q = rest % out_cols; rest /= out_cols;
-        const I r = rest % out_rows;
-        const I n = rest / out_rows;
-        const I o = ((n * out_rows + r) * out_cols + q) * depth + c;  // the first channel's output offset
-        const I y0 = row_bounds[2 * r], y1 = row_bounds[2 * r + 1];
+        const I r0 = rest % runs * run;
+        const I n = rest / runs;
+        const I r_end = out_rows - r0 > run ? r0 + run : out_rows;
         const I x0 = col_bounds[2 * q], x1 = col_bounds[2 * q + 1];
-        const I first = ((n * in_rows + y0) * in_cols + x0) * depth + c;
-        constexpr bool LOCAL = sizeof(C) == 1;  // the place in the cell's scan, else the flat offset
-        Pack<C, V> best;
-        typename Acc<T>::type best_value[V];
-        const Pack<T, V> start = load_pack<V>(orig_input + first);
+        const I cols = x1 - x0 + 1;
+        Pack<T, V> held[kCarryCols];  // input row held_row, columns x0 .. x0 + cols - 1: the row read last
+        I held_row = -1;
+        for (I r = r0; r < r_end; ++r) {
+            const I y0 = row_bounds[2 * r], y1 = row_bounds[2 * r + 1];
+            const I o = ((n * out_rows + r) * out_cols + q) * depth + c;  // the first channel's output offset
+            Pack<C, V> best;
+            A best_value[V];
+            if (cols <= kCarryCols) {
+                // (one row an iteration: the static report's model counts iterations as rows)
+#pragma unroll 1
+                for (I y = y0; y <= y1; ++y) {
+                    const I row_first = ((n * in_rows + y) * in_cols + x0) * depth + c;
+                    const I row_place = (y - y0) * cols;  // of (y, x0) in the cell's scan
+                    if (y != held_row) {  // else the previous cell's last row, already held
 #pragma unroll
-        for (int u = 0; u < V; ++u) {
-            best.v[u] = LOCAL ? C(0) : static_cast<C>(first + u);
-            best_value[u] = widen(start.v[u]);
-        }
-        I place = 0;  // of the element (y, x) in the cell's scan
-        for (I y = y0; y <= y1; ++y) {
-            const I row = (n * in_rows + y) * in_cols;
-            for (I x = (y == y0 ? x0 + 1 : x0); x <= x1; ++x) {
-                ++place;
-                const I offset = (row + x) * depth + c;
-                const Pack<T, V> values = load_pack<V>(orig_input + offset);
+                        for (int j = 0; j < kCarryCols; ++j)
+                            if (j < cols) held[j] = load_pack<V>(orig_input + row_first + j * depth);
+                        held_row = y;
+                    }
+#pragma unroll
+                    for (int j = 0; j < kCarryCols; ++j) {
+                        if (j >= cols) break;
+                        if (j == 0 && y == y0) {  // the scan's first element: the choice so far
+#pragma unroll
+                            for (int u = 0; u < V; ++u) {
+                                best.v[u] = LOCAL ? C(0) : static_cast<C>(row_first + u);
+                                best_value[u] = widen(held[0].v[u]);
+                            }
+                        } else {
+                            consider<LOCAL>(held[j], best_value, best, row_place + j, row_first + j * depth);
+                        }
+                    }
+                }
+            } else {
+                const I first = ((n * in_rows + y0) * in_cols + x0) * depth + c;
+                const Pack<T, V> start = load_pack<V>(orig_input + first);
 #pragma unroll
                 for (int u = 0; u < V; ++u) {
-                    const auto value = widen(values.v[u]);
-                    if (best_value[u] < value) {  // TF's test: strictly greater, NaN never
-                        best_value[u] = value;
-                        best.v[u] = static_cast<C>(LOCAL ? place : offset + u);
+                    best.v[u] = LOCAL ? C(0) : static_cast<C>(first + u);
+                    best_value[u] = widen(start.v[u]);
+                }
+                I place = 0;  // of the element (y, x) in the cell's scan
+                for (I y = y0; y <= y1; ++y) {
+                    const I row = (n * in_rows + y) * in_cols;
+                    for (I x = (y == y0 ? x0 + 1 : x0); x <= x1; ++x) {
+                        ++place;
+                        const I offset = (row + x) * depth + c;
+                        consider<LOCAL>(load_pack<V>(orig_input + offset), best_value, best, place, offset);
                     }
                 }
             }
-        }
-        store_pack<V>(chosen + o, best);
-        const Pack<T, V> maxima = load_pack<V>(orig_output + o);
-        bool differs = false;
+            store_pack<V>(chosen + o, best);
+            const Pack<T, V> maxima = load_pack<V>(orig_output + o);
+            bool differs = false;
 #pragma unroll
-        for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
-        if (differs) *mismatch = 1;
+            for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+            if (differs) *mismatch = 1;
+        }
     }
 }
 

@@ -505,6 +505,69 @@ def test_cuda_large_cells_take_flat_offsets(cuda_device):
     _check_cuda(x, y, dy, rows, cols, False)
 
 
+def test_select_run_choice():
+    """Select takes SELECT_RUN (4) output rows per thread where consecutive row cells share a
+    row (overlapping pooling with two or more row cells), else 1; tests may force any run of
+    at least one row."""
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+
+    def geometry(rows, overlapping):
+        out = (1, len(rows) - 1, 3, 2)
+        return fractional_max_pool_geometry("fractional_max_pool_grad", (1, 7, 7, 2), out, out, rows,
+                                            [0, 2, 4, 6], overlapping)
+
+    assert launcher.SELECT_RUN == 4
+    assert launcher.select_run(geometry([0, 2, 4, 6], True)) == 4
+    assert launcher.select_run(geometry([0, 2, 4, 7], False)) == 1
+    assert launcher.select_run(geometry([0, 6], True)) == 1  # one row cell: nothing to share
+    assert launcher.select_run(geometry([0, 2, 4, 6], True), 3) == 3
+    with pytest.raises(ValueError, match="at least one"):
+        launcher.select_run(geometry([0, 2, 4, 6], True), 0)
+
+
+#: Overlapping cells of 1 to 3 rows (an equal pair of entries makes a one-row cell, which shares
+#: its row with both neighbours) and of 2 to 6 columns: a 6-column cell takes select's
+#: element-at-a-time loop, the others the loop that holds a row for the next cell.
+RUN_ROWS, RUN_COLS = [0, 1, 1, 3, 4, 6, 8], [0, 5, 7, 8, 10]
+
+
+@pytest.mark.parametrize("run", [1, 2, 3, 4, 6, 7])
+@pytest.mark.parametrize("vector", [True, False], ids=["vector", "1-channel"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=lambda d: np.dtype(d).name)
+def test_cuda_select_runs(cuda_device, dtype, vector, run):
+    """Select's runs of 1 to 7 output rows per thread (6 row cells: whole runs, a short last
+    run, one run of all), forced, with vector or single channels, cell places and flat offsets,
+    32- and 64-bit indexing: bit for bit NumPy's result on tied inputs."""
+    import importlib
+
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    rng = np.random.default_rng(run)
+    x, y, dy = _cuda_case(rng, (2, 9, 11, 16), RUN_ROWS, RUN_COLS, True, dtype)
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, RUN_ROWS, RUN_COLS, True)
+    want = gradops.fractional_max_pool_grad(x, y, dy, RUN_ROWS, RUN_COLS, True, backend="numpy")
+    for local, index in ((True, "int"), (False, "int"), (False, "long long")):
+        got = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), vector=vector, local=local,
+                                                index=index, run=run)
+        np.testing.assert_array_equal(to_host(got).view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_cuda_select_run_refuses_a_wrong_maximum_in_a_held_row(cuda_device):
+    """orig_output wrong for a cell whose first row select took from the previous cell's held
+    row: refused, as TF refuses it."""
+    rng = np.random.default_rng(3)
+    x, y, dy = _cuda_case(rng, (1, 9, 11, 8), RUN_ROWS, RUN_COLS, True, np.float32)
+    y = y.copy()
+    y[0, 3, 1, 5] += 1  # row cell 3 starts on row 3, row cell 2's last
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+        gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy), RUN_ROWS, RUN_COLS, True, backend="cuda")
+
+
 def test_channels_per_thread_choice():
     """8 (2-byte types) or 4 channels per thread where depth is a multiple of that (and the
     arrays aligned), else 1; forcing vectors on a depth they do not divide is refused."""
@@ -725,7 +788,18 @@ def test_cuda_default_dispatch_and_deterministic(cuda_device):
 PLANTED = {  # name: (text of the real source, its replacement[, chosen elements as cell places or flat offsets])
     "ties-go-to-the-last": ("if (best_value[u] < value) {", "if (best_value[u] <= value) {"),
     "first-element-skipped-twice": ("(y == y0 ? x0 + 1 : x0)", "x0 + 1"),
-    "last-row-of-a-cell-dropped": ("for (I y = y0; y <= y1; ++y)", "for (I y = y0; y < y1; ++y)"),
+    "last-row-of-a-narrow-cell-dropped": ("for (I y = y0; y <= y1; ++y) {\n                    const I row_first",
+                                          "for (I y = y0; y < y1; ++y) {\n                    const I row_first"),
+    "last-row-of-a-wide-cell-dropped": ("for (I y = y0; y <= y1; ++y) {\n                    const I row = ",
+                                        "for (I y = y0; y < y1; ++y) {\n                    const I row = "),
+    "held-row-taken-for-the-next-row": ("held_row = y;", "held_row = y + 1;"),
+    "narrow-cell-last-column-skipped": ("if (j >= cols) break;", "if (j + 1 >= cols) break;"),
+    "narrow-cell-place-ignores-the-rows-above": ("const I row_place = (y - y0) * cols;", "const I row_place = 0;",
+                                                 True),
+    "narrow-cell-first-choice-drops-the-channel": ("static_cast<C>(row_first + u)", "static_cast<C>(row_first)",
+                                                   False),
+    "wide-cell-held-as-narrow": ("if (cols <= kCarryCols) {", "if (cols <= kCarryCols + 2) {"),
+    "run-one-cell-short": ("? r0 + run : out_rows;", "? r0 + run - 1 : out_rows;"),
     "mismatch-never-flagged": ("*mismatch = 1;", "*mismatch = 0;"),
     "overlap-sums-one-cell-only": ("q_end = col_offsets[x + 1];", "q_end = col_offsets[x] + 1;"),
     "chosen-compared-with-the-wrong-index": ("picks.v[u] == static_cast<C>(i + u)",
@@ -751,8 +825,9 @@ LARGE_CELL_BUGS = {"gather-byte-match-ignores-bit-7", "gather-byte-match-lets-ca
 
 
 def _planted_problem(wrong_output=False, local=None, large_cells=False):
-    """(CUDA result or the error it raised, NumPy result): overlapping cells over a tied input,
-    8 channels (4 per thread); ``local``: the chosen elements as cell places or flat offsets
+    """(CUDA result or the error it raised, NumPy result): overlapping cells over a tied input
+    (5 row cells: a select run of 4 and one of 1; cells of 2 to 4 columns and one of 6, which
+    takes select's element-at-a-time loop), 8 channels (4 per thread); ``local``: the chosen elements as cell places or flat offsets
     (None: the launcher's choice, places).  ``large_cells``: instead, disjoint 12 x 12 cells of
     distinct values, so that chosen places run past 127 (one-byte places with bit 7 set)."""
     import importlib
@@ -767,8 +842,8 @@ def _planted_problem(wrong_output=False, local=None, large_cells=False):
         y = gradops.fractional_max_pool(x, rows, cols, overlapping)
         dy = rng.standard_normal(y.shape).astype(np.float32)
     else:
-        rows, cols, overlapping = [0, 2, 4, 6], [0, 3, 5, 7], True
-        x, y, dy = _cuda_case(rng, (2, 7, 8, 8), rows, cols, overlapping, np.float32)
+        rows, cols, overlapping = [0, 1, 2, 4, 5, 6], [0, 5, 7, 8, 11], True
+        x, y, dy = _cuda_case(rng, (2, 7, 12, 8), rows, cols, overlapping, np.float32)
     if wrong_output:
         y = y.copy()
         y.reshape(-1)[4] += 1

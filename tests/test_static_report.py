@@ -257,26 +257,72 @@ def test_pixel_warps_by_hand():
     assert whole == {(1, 1): 12, (1, 2): 12, (2, 1): 12, (2, 2): 12}
     # V = 4 channels per thread on 64 channels: 16 threads per pixel, 2 pixels per warp
     disjoint = Case("t", "t", FRACTIONAL_MAX, (2, 20, 20, 64), pooling_ratio=1.44, seed=3).geometry()
-    select, gather = sr.fractional_max_groups(disjoint, 4)
-    # 13 x 13 output pixels per image: 85 warps of 2 pixels (the last one's second padded)
+    select, gather = sr.fractional_select_groups(disjoint, 4, 1), sr.fractional_max_groups(disjoint, 4)
+    # 13 x 13 output pixels (runs of one cell) per image: 85 warps of 2 pixels (the last one's second padded)
     assert sum(select.values()) == 2 * -(-(disjoint.out_rows * disjoint.out_cols) // 2)
     assert gather == {(1, 1): 2 * 20 * 20 * 64 / 4 / 32}  # disjoint: every pixel in one cell
     # 4 cell-list offsets; per row cell its entry; per cell its column entry (which also gives
     # the element's place), the chosen pack and the out_backprop pack
     assert sr.fractional_gather_work(2, 2, 1, 1) == (4 + 2 * (1 + 2 * 3), {1: (2, None)})
-    assert sr.fractional_select_work(2, 3, 2) == (4 + 2 * 7, {1: (2, None)})
 
 
 def test_fractional_max_groups_and_work():
     disjoint = Case("t", "t", FRACTIONAL_MAX, (2, 20, 20, 64), pooling_ratio=1.44, seed=3).geometry()
-    select, gather = sr.fractional_max_groups(disjoint)
+    select, gather = sr.fractional_select_groups(disjoint, 1, 1), sr.fractional_max_groups(disjoint)
     assert sum(select.values()) == 2 * disjoint.out_rows * disjoint.out_cols * 64 / 32  # a warp per output pixel
-    assert sum(h * w * n for (h, w), n in select.items()) == 2 * 20 * 20 * 64 / 32  # disjoint cells tile the input
+    # disjoint cells tile the input, and no row is held
+    assert sum(cells[0][0] * w * n for (cells, w), n in select.items()) == 2 * 20 * 20 * 64 / 32
+    assert all(held == 0 for (cells, _) in select for _, held in cells)
+    assert sr.fractional_select_packs(disjoint, 1) == 20 * 20 == sr.fractional_select_packs(disjoint, 4)
     assert gather == {(1, 1): 2 * 20 * 20 * 64 / 32}
-    # work: 4 bounds + orig_output + the cell; 4 offsets + per row cell 1 + 2 per cell
-    assert sr.fractional_select_work(2, 3) == (11, {1: (2, None)})
+    # gather: 4 offsets + per row cell 1 + 2 per cell
     assert sr.fractional_gather_work(2, 2) == (14, {1: (2, None)})
     assert sr.depthwise_filter_row_work(5) == (10, {1: (1, None)})
+
+
+def test_fractional_select_runs_by_hand():
+    """Overlapping rows [0, 1, 1, 3, 4, 6, 8]: cells of 2, 1, 3, 2, 3 and 3 rows, each sharing its
+    first row with the previous cell's last; a run of 4 holds that row for its cells 2-4, the
+    short last run for its second; a 6-column cell reads every row."""
+    from gradops._geometry import fractional_max_pool_geometry
+
+    rows, cols = [0, 1, 1, 3, 4, 6, 8], [0, 5, 7, 8, 10]
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", (2, 9, 11, 64), (2, 6, 4, 64), (2, 6, 4, 64),
+                                     rows, cols, True)
+    assert sr.fractional_select_runs(g, 4) == [((2, 0), (1, 1), (3, 1), (2, 1)), ((3, 0), (3, 1))]
+    assert sr.fractional_select_runs(g, 1) == [((h, 0),) for h in (2, 1, 3, 2, 3, 3)]
+    # columns 6, 3, 2, 3 wide: the narrow ones read 14 - 4 rows with runs of 4, all 14 with runs of 1
+    assert sr.fractional_select_packs(g, 1) == 14 * (6 + 3 + 2 + 3)
+    assert sr.fractional_select_packs(g, 4) == 14 * 6 + (14 - 4) * (3 + 2 + 3)
+    # 8 threads per (run, column) with 8 channels each: 4 pairs a warp, widest column, most rows read
+    groups = sr.fractional_select_groups(g, 8, 4)
+    assert groups == {(((2, 0), (1, 1), (3, 1), (2, 1)), 6): 2, (((3, 0), (3, 1)), 6): 2}
+
+
+def test_select_model_costs(new_kernels):
+    """The select kernel's cell costs: a held first row saves its loads, a wider or taller cell
+    costs more, a cell past SELECT_CARRY_COLS columns takes the element loop, and a run is its
+    prologue plus its cells."""
+    import importlib
+
+    fm = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    for (arch, expression), kernel in new_kernels.items():
+        if "_select<__half, int, 8" not in expression:
+            continue
+        model = sr.SelectModel(kernel, 16, 1, 8)
+        assert model.row_loads == sr.SELECT_CARRY_COLS  # every column's load issues, predicated
+        cost = {key: model.cell(*key)[0] for key in [(3, 0, 3), (3, 1, 3), (2, 0, 3), (3, 0, 2), (3, 0, 4), (3, 0, 6)]}
+        assert cost[(3, 1, 3)] < cost[(3, 0, 3)] and cost[(2, 0, 3)] < cost[(3, 0, 3)], cost
+        assert cost[(3, 0, 2)] < cost[(3, 0, 3)] < cost[(3, 0, 4)], cost
+        assert cost[(3, 0, 6)] > cost[(3, 0, 4)], cost
+        run, counts = model.run(((3, 0), (3, 1)), 3)
+        assert run == model.run(((1, 0),), 1)[0] - cost_of(model, 1, 0, 1) + cost[(3, 0, 3)] + cost[(3, 1, 3)]
+        assert counts["total"] == run
+        assert fm.SELECT_RUN == 4
+
+
+def cost_of(model, rows, held, cols):
+    return model.cell(rows, held, cols)[0]
 
 
 def test_two_stage_sums_the_kernels():
@@ -421,6 +467,8 @@ def test_new_kernels_have_per_element_figures(new_kernels):
             k, stride = (int(a) for a in sr.template_args(expression)[2:4])
             rows, cols = (4, 4) if stride == 1 else (2, 4)
             assert path["path"]["classes"]["fp32"] >= rows * cols * k * k, path  # the unchecked loop: every product
+        elif "_select<" in expression:  # a 3x3 cell costs more than a 1x1 one, even with its first row held
+            assert path["per_element_3x3_overlapping_run"] > path["per_element"]
         else:
             assert path["per_element_2x2_cells"] > path["per_element"]
         modelled += 1

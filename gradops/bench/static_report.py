@@ -14,7 +14,7 @@ gradient and the fractional average pooling gradient, are modelled by :mod:`.sta
 filter gradient and its reduction here (:func:`filter_tiled_unit_cost`,
 :func:`filter_reduce_cost`).  For the grid-stride kernels the path's *work* is given per
 kernel family (see :func:`depthwise_work`, :func:`depthwise_filter_row_work`,
-:func:`fractional_select_work` and :func:`fractional_gather_work`); :mod:`._sass` finds the cheapest path
+:func:`fractional_gather_work`, and :class:`SelectModel` per cell of a run); :mod:`._sass` finds the cheapest path
 through the grid-stride loop body that does exactly that work with no slow-path call.
 
 Per benchmark shape (the ``mobilenetv2``, ``efficientnet`` and ``fractional`` suites of
@@ -247,9 +247,17 @@ ASSUMPTIONS = [
     "Fractional max pooling gradient: a thread takes V channels of one pixel (V = 8 for float16/bfloat16, 4 for "
     "the others, where depth % V == 0, as at every benchmark shape, with aligned arrays; else 1), its element and "
     "index accesses packs of V (16 bytes per load: a 32-byte pack is two); SASS per element = the thread's path / V, and a warp spanning several pixels (32 V < depth "
-    "does not hold) pays the union of their paths. Select, one thread per iteration, counts the loads of the "
-    "index width and of the element pack (four cell bounds, orig_output, every element of the cell) with the row "
-    "loop run once per cell row; gather counts index-width and pack loads (two row offsets, per row cell its "
+    "does not hold) pays the union of their paths. Select: a thread takes a run of 4 cells down one output "
+    "column where row cells share rows (overlapping pooling), else 1 (fractional_max_pool_grad.select_run); "
+    "per cell, the cheapest path through one iteration of its cell loop that runs the row loop of cells of at "
+    "most 4 columns once per cell row, issues a row's loads (every column's: they are predicated) for each row "
+    "not held from the previous cell, and makes one floating-point compare per channel of each element after "
+    "the scan's first; a run costs the grid-stride loop's own instructions (the path around a one-row cell, "
+    "less that cell) plus its cells; a warp spanning several (run, column) pairs pays the widest column and the "
+    "run with the most rows read; wider cells, as before, count every element's pack load with the row loop run "
+    "once per row. Select's L2 bytes are what its threads read (the rows not held, times the cell's columns, "
+    "per thread: before 2026-11-28 this counted each warp's widest cell for all of its threads, which "
+    "overstated the 32x112x112x64 shapes' L2 bytes); its latency chain one round trip per cell. Gather counts index-width and pack loads (two row offsets, per row cell its "
     "index, per cell its column-cell index and chosen-offset pack, and with V = 4 its out_backprop pack: some "
     "channel of the pack matches in most cells) with the row-cell loop run once per row cell; both take the "
     "fewest loads >= those counts. With V = 1 a cell's out_backprop load and add for the element it chose are "
@@ -406,14 +414,88 @@ def depthwise_filter_row_work(cols: int) -> tuple[int, dict]:
     return 2 * cols, {1: (1, None)}
 
 
-def fractional_select_work(rows: int, cols: int, pack_loads: int = 1) -> tuple[int, dict]:
-    """(counted loads, trips) of one thread of max pooling's select kernel whose cell is rows x
-    cols, counting loads of the index's width and of the thread's pack of channels (V
-    elements: ``pack_loads`` loads each, 2 for V = 4 float64): the four cell bounds, then
-    orig_output and every element of the cell, a pack each; the row loop run ``rows`` times
-    (the cell's loads after the first fall in whichever row iterations the cheapest path
-    picks)."""
-    return 4 + pack_loads * (1 + rows * cols), {1: (rows, None)}
+#: Columns of a cell's row that the select kernel holds for the next cell of its run
+#: (``fractional_max::kCarryCols``): cells at most this wide take the loop that holds a row.
+SELECT_CARRY_COLS = 4
+
+
+class SelectModel:
+    """Paths of max pooling's select kernel, whose thread scans a run of cells down one output
+    column: the grid-stride loop holds the loop over the run's cells, which holds two row
+    loops, one for cells of at most :data:`SELECT_CARRY_COLS` columns (one row an iteration,
+    its columns unrolled: a loaded row issues the loads of every column, predicated, and a
+    narrower cell leaves the column sequence early) and one for wider cells (an inner loop over
+    the columns).  A cell's cost is the cheapest path through one iteration of the cell loop
+    that runs the narrow row loop once per row and makes, in it, the row loads of the rows it
+    reads (a row the previous cell read last is held: no loads) and one floating-point compare
+    (``FSETP``/``DSETP``) per channel of every element after the scan's first (the key packs
+    both counts); a run adds the grid-stride loop's own instructions once (:meth:`run`)."""
+
+    #: Radix of the packed key (row loads x RADIX + compares): more than any cell's compares.
+    RADIX = 4096
+    COMPARES = ("FSETP", "DSETP", "HSETP2")
+
+    def __init__(self, kernel, element_width: int, element_loads: int, channels: int):
+        from ..backends.cuda import _sass
+
+        self.cfg = cfg = kernel.cfg
+        self.grid = grid_loop(cfg)
+        self.cells = max(self.grid.children, key=lambda lp: len(lp.blocks))
+        narrow = [lp for lp in self.cells.children if not lp.children]
+        wide = [lp for lp in self.cells.children if lp.children]
+        if len(narrow) != 1 or len(wide) != 1:
+            raise _sass.PathError(f"{kernel.expression}: expected one row loop with and one without a column loop")
+        self.narrow, self.wide = narrow[0], wide[0]
+        inside = [x for b in self.narrow.blocks for x in cfg.instructions(b)]
+        loads = {x.offset for x in inside if _sass.is_global_load(x)}
+        compares = {x.offset for x in inside if x.base in self.COMPARES}
+        self.row_loads = len(loads)  # a loaded row's load instructions (every column's, predicated)
+        self.channels = channels
+        radix = self.RADIX
+        self._narrow_counted = lambda ins: radix if ins.offset in loads else int(ins.offset in compares)
+        self._element_counted = counted_loads(element_width)
+        self.element_loads = element_loads
+        self._memo: dict = {}
+
+    def _narrow_path(self, loop, rows: int, held: int, cols: int, trips: dict) -> tuple[int, Counter]:
+        from ..backends.cuda._sass import KeyLimit, PathError
+
+        radix = self.RADIX
+        key = self.row_loads * (rows - held) * radix + self.channels * (rows * cols - 1)
+        limit = KeyLimit(key, lambda k: k % radix < radix - 1)
+        table, _ = self.cfg._tables(loop, self._narrow_counted, trips, limit, loop.depth,
+                                    frozenset({self.narrow.header}))
+        if key not in table:
+            raise PathError(f"no select path of {rows} x {cols} ({held} held) makes key {key}")
+        return table[key]
+
+    def cell(self, rows: int, held: int, cols: int) -> tuple[int, Counter]:
+        """(instructions, counts) of one cell of ``rows`` x ``cols`` whose first row is held
+        (``held`` = 1: the previous cell's last) or read."""
+        key = (rows, held if cols <= SELECT_CARRY_COLS else 0, cols)
+        if key not in self._memo:
+            if cols <= SELECT_CARRY_COLS:
+                self._memo[key] = self._narrow_path(self.cells, rows, key[1], cols, {1: (rows, None)})
+            else:  # every element loaded, one inner-loop iteration each (the first before the loop)
+                want = self.element_loads * (rows * cols + 1)  # the cell's elements and orig_output
+                table, _ = self.cfg._tables(self.cells, self._element_counted, {1: (rows, None)},
+                                            want + PREDICATED_SLACK, self.cells.depth, frozenset({self.wide.header}))
+                self._memo[key] = table[min(k for k in table if k >= want)]
+        return self._memo[key]
+
+    def run(self, cells: tuple, cols: int) -> tuple[int, Counter]:
+        """(instructions, counts) of a thread's run: ``cells`` ((rows, held), ...) in order."""
+        if "prologue" not in self._memo:  # the grid-stride loop around one one-row cell, less the cell
+            whole = self._narrow_path(self.grid, 1, 0, 1, {1: (1, None), 2: (1, None)})
+            one = self.cell(1, 0, 1)
+            self._memo["prologue"] = (whole[0] - one[0], whole[1] - one[1])
+        cost, counts = self._memo["prologue"]
+        counts = Counter(counts)
+        for rows, held in cells:
+            c, n = self.cell(rows, held, cols)
+            cost += c
+            counts.update(n)
+        return cost, counts
 
 
 def fractional_gather_work(row_cells: int, col_cells: int, chosen_loads: int = 1,
@@ -718,11 +800,16 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
     element_width, element_loads = fm.pack_accesses(v, width)
     index_width, index_loads = fm.pack_accesses(v, 1 if local else index)
     if "_select<" in kernel.expression:
-        model = PathModel(kernel, tuple(sorted({element_width, index})))
-        one, counts = model.cost(*fractional_select_work(1, 1, element_loads), at_least=True)
-        four, _ = model.cost(*fractional_select_work(2, 2, element_loads), at_least=True)
-        return {"work": f"output element of a 1x1 cell (disjoint pooling), {v} per thread", "per_element": one / v,
-                "extra_text": f"2x2 cell: {four / v:.1f}", "per_element_2x2_cells": four / v,
+        if args[0] not in ("__half", "__nv_bfloat16", "float"):  # the model counts floating-point compares
+            return None
+        model = SelectModel(kernel, element_width, element_loads, v)
+        one, counts = model.run(((1, 0),), 1)
+        overlapping = ((3, 0),) + ((3, 1),) * (fm.SELECT_RUN - 1)  # rows 0-2, 2-4, 4-6, 6-8
+        four, _ = model.run(overlapping, 3)
+        return {"work": f"output element of a 1x1 cell (disjoint pooling), {v} per thread, a run of one cell",
+                "per_element": one / v,
+                "extra_text": f"3x3 overlapping cells, run of {fm.SELECT_RUN}: {four / fm.SELECT_RUN / v:.1f}",
+                "per_element_3x3_overlapping_run": four / fm.SELECT_RUN / v,
                 "path": _path_summary(counts), "call_sites": _call_sites(cfg)}
     widths = {index, index_width, gather_entry_bytes(index)} | ({element_width} if v > 1 else set())
     model = PathModel(kernel, tuple(sorted(widths)))
@@ -1610,16 +1697,61 @@ def pixel_warps(row_sizes, col_sizes, batch: int, threads_per_pixel: float) -> C
     return Counter({(int(h), int(w)): n * batch for (h, w), n in Counter(map(tuple, keys.tolist())).items()})
 
 
-def fractional_max_groups(g, channels: int = 1) -> tuple[Counter, Counter]:
-    """``({(cell rows, cell cols): warps}`` of the select kernel, ``{(row cells, col cells):
-    warps}`` of the gather kernel), a thread taking ``channels`` channels of one pixel
-    (:func:`pixel_warps`: depth / channels threads per pixel)."""
+def fractional_select_runs(g, run: int) -> list[tuple]:
+    """The runs of the select kernel over one image's output rows (``run`` cells each, the last
+    one shorter): per run ((rows, held), ...) per cell, held = 1 where the cell's first row is
+    the previous cell's last (read once, where the cell is at most
+    :data:`SELECT_CARRY_COLS` wide)."""
+    starts, ends = np.asarray(g.row_starts), np.asarray(g.row_ends)
+    rows = ends - starts + 1
+    out = []
+    for r0 in range(0, g.out_rows, run):
+        out.append(tuple((int(rows[r]), int(r > r0 and starts[r] == ends[r - 1]))
+                         for r in range(r0, min(r0 + run, g.out_rows))))
+    return out
+
+
+def fractional_select_groups(g, channels: int, run: int) -> Counter:
+    """``{(run's cells, columns): warps}`` of the select kernel: a thread takes ``channels``
+    channels of one output column's run (:func:`fractional_select_runs`), depth / channels
+    consecutive threads per (run, column) in (run, column) order.  A warp spanning several
+    (run, column) pairs pays the widest column and the run with the most rows read (one
+    image's pairs fill whole warps, as :func:`pixel_warps` counts)."""
+    runs = fractional_select_runs(g, run)
+    cols = (np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1).tolist()
     threads = g.depth / channels
-    select = pixel_warps(np.asarray(g.row_ends) - np.asarray(g.row_starts) + 1,
-                         np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1, g.batch, threads)
+    if threads >= 32:
+        per_pair = g.batch * threads / 32
+        return Counter({(cells, int(w)): per_pair * runs.count(cells) * cols.count(w)
+                        for cells in set(runs) for w in set(cols)})
+    k = int(32 // threads)
+    pairs = [(cells, w) for cells in runs for w in cols]
+    pairs += [pairs[-1]] * (-len(pairs) % k)
+    read = lambda cells: sum(rows - held for rows, held in cells)
+    out = Counter()
+    for i in range(0, len(pairs), k):
+        group = pairs[i:i + k]
+        out[(max((c for c, _ in group), key=read), max(w for _, w in group))] += g.batch
+    return out
+
+
+def fractional_select_packs(g, run: int) -> int:
+    """Packs of orig_input the select kernel reads per channel pack over one image: per (run,
+    column), the rows of its cells that are not held, times the column's width (a cell wider
+    than :data:`SELECT_CARRY_COLS` reads every row)."""
+    runs = fractional_select_runs(g, run)
+    cols = np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1
+    all_rows = sum(rows for cells in runs for rows, _ in cells)
+    read = sum(rows - held for cells in runs for rows, held in cells)
+    return int(sum(w * (read if w <= SELECT_CARRY_COLS else all_rows) for w in cols.tolist()))
+
+
+def fractional_max_groups(g, channels: int = 1) -> Counter:
+    """``{(row cells, col cells): warps}`` of the gather kernel, a thread taking ``channels``
+    channels of one pixel (:func:`pixel_warps`: depth / channels threads per pixel)."""
+    threads = g.depth / channels
     row_offsets, col_offsets = g.cells_by_index("rows")[0], g.cells_by_index("cols")[0]
-    gather = pixel_warps(np.diff(row_offsets), np.diff(col_offsets), g.batch, threads)
-    return select, gather
+    return pixel_warps(np.diff(row_offsets), np.diff(col_offsets), g.batch, threads)
 
 
 def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
@@ -1639,15 +1771,27 @@ def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels
     select = kernels[(arch, fm._expression(fm.KERNELS[0], dtype, index, v, local))]
     gather = kernels[(arch, fm._expression(fm.KERNELS[1], dtype, index, v, local))]
     inputs, outputs = math.prod(g.input_shape), math.prod(g.output_shape)
-    cells, by_index = fractional_max_groups(g, v)
+    by_index = fractional_max_groups(g, v)
     element_width, element_loads = fm.pack_accesses(v, width)
     index_width, index_loads = fm.pack_accesses(v, cw)
-    smodel = PathModel(select, tuple(sorted({element_width, iw})))
-    scost, spipes = _mean_path(smodel, {k: (n, fractional_select_work(*k, element_loads)) for k, n in cells.items()})
-    mean_cell = sum(h * w * n for (h, w), n in cells.items()) / sum(cells.values())
+    run = fm.select_run(g)
+    runs = fractional_select_groups(g, v, run)
+    smodel = SelectModel(select, element_width, element_loads, v)
+    total = sum(runs.values())
+    scost, spipes = 0.0, Counter()
+    for (cells, cols), warps in runs.items():
+        cost, counts = smodel.run(cells, cols)
+        scost += cost * warps / total
+        for cls, n in counts.items():
+            if cls.startswith("class:"):
+                spipes[cls.removeprefix("class:")] += n * warps / total
+    threads = g.batch * -(-g.out_rows // run) * g.out_cols * (g.depth // v)
+    packs = g.batch * (g.depth // v) * fractional_select_packs(g, run)  # orig_input packs read, all threads
     bounds = iw * 2 * (g.out_rows + g.out_cols)
-    first = _stage("select", device, select, outputs // v, scost, spipes,
-                   width * (inputs + outputs) + cw * outputs + bounds, width * outputs * (mean_cell + 1) + cw * outputs)
+    # One round trip per cell, as for one cell per thread: the run's cells follow each other.
+    first = _stage("select", device, select, threads, scost, spipes,
+                   width * (inputs + outputs) + cw * outputs + bounds,
+                   width * (packs * v + outputs) + cw * outputs, round_trips=outputs / v / threads)
 
     gmodel = PathModel(gather, tuple(sorted({iw, index_width, gather_entry_bytes(iw)} |
                                             ({element_width} if v > 1 else set()))))

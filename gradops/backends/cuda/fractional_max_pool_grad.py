@@ -1,7 +1,8 @@
 """Launcher for cuda_src/fractional_max_pool_grad.cu (see its header comment for the design).
 
 Two launches on the current stream: ``fractional_max_pool_select`` (each cell's chosen element,
-by TF's scan, and a flag set where orig_output is not the recomputed maximum) and
+by TF's scan, and a flag set where orig_output is not the recomputed maximum; a thread takes a
+run of :func:`select_run` cells down one output column) and
 ``fractional_max_pool_gather`` (each input element sums the out_backprop of the cells that
 chose it).  A thread takes :func:`vector_channels` adjacent channels where depth allows
 (:func:`channels_per_thread`), else one; the chosen element passes between the kernels as a
@@ -134,14 +135,34 @@ def gather_magic(g: FractionalPoolGeometry, channels: int) -> tuple:
     return tuple(v for divisor in (g.depth // channels, g.in_cols, g.in_rows) for v in division_magic(max(1, divisor)))
 
 
+#: Output rows (cells of one column) per select thread where consecutive row cells share a row
+#: (:func:`select_run`): a run of 4 reads (rows - 3/4) rows per cell, not rows; longer runs
+#: would save little more and leave fewer threads.
+SELECT_RUN = 4
+
+
+def select_run(g: FractionalPoolGeometry, run: int | None = None) -> int:
+    """Output rows per select thread: :data:`SELECT_RUN` where some row cell's last row is the
+    next cell's first (overlapping pooling), else 1 (nothing to share).  ``run`` (tests) forces
+    it (at least 1)."""
+    if run is not None:
+        if run < 1:
+            raise ValueError("a select run holds at least one output row")
+        return int(run)
+    shared = any(start == end for start, end in zip(g.row_starts[1:], g.row_ends[:-1]))
+    return SELECT_RUN if shared else 1
+
+
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output, out_backprop, *,
-                             index: str | None = None, vector: bool | None = None, local: bool | None = None):
+                             index: str | None = None, vector: bool | None = None, local: bool | None = None,
+                             run: int | None = None):
     """Input gradient [N, in_rows, in_cols, C] (NHWC) in the inputs' dtype.
 
     orig_input, orig_output, out_backprop: CuPy arrays on the current device, any strides.
     ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems),
     ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`),
-    ``local`` cell places or flat offsets as the chosen elements (:func:`local_places`).
+    ``local`` cell places or flat offsets as the chosen elements (:func:`local_places`),
+    ``run`` output rows per select thread (:func:`select_run`).
     Raises InvalidArgumentError, as TF does, when orig_output is not the recomputed maxima.
     """
     import cupy
@@ -161,10 +182,11 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     local = local_places(g, local)
     chosen = cupy.empty(g.output_shape, np.uint8 if local else INDEX_TYPES[index])
     mismatch = cupy.zeros((1,), np.int32)
+    run = select_run(g, run)
     select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index, v, local))
-    _runtime.launch_1d(select, int(np.prod(g.output_shape)) // v,
-                       (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen), _runtime.pointer(mismatch),
-                        row_bounds, col_bounds, *sizes))
+    runs = g.batch * -(-g.out_rows // run) * g.out_cols * (g.depth // v)
+    _runtime.launch_1d(select, runs, (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen),
+                                      _runtime.pointer(mismatch), row_bounds, col_bounds, *sizes, wide(run)))
     if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
         raise InvalidArgumentError(
             "fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
