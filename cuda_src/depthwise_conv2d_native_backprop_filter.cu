@@ -125,9 +125,11 @@ __global__ void depthwise_conv2d_native_backprop_filter_partial(
 // out_cols.  The staged tile holds zeros outside the image and a thread takes zeros for
 // out_backprop positions past the output, so every such product is w * 0 = +-0, which leaves a
 // sum unchanged (a sum starting at +0 never becomes -0) unless the other factor is Inf or NaN.
-// So each unit checks what it loaded (a NaN-propagating probe, one FMA per value) and, where
-// anything is not finite (__syncthreads_or), runs the checked loop, which skips exactly the
-// taps and positions TF skips.
+// So the CTA sums its slice unchecked and then tests its sums (a NaN-propagating probe, one FMA
+// per sum): where any is not finite (__syncthreads_or), it sums the slice again with the checked
+// loop, which skips exactly the taps and positions TF skips (a slice whose true sums overflow,
+// or hold Inf or NaN values TF multiplies, pays the second pass too and gets TF's result).
+// Before 2026-11-28 each unit probed every value it loaded (about 10% of a unit's instructions).
 namespace dwfilter {
 
 using dwconv::Block;
@@ -139,10 +141,15 @@ constexpr int kItems = 8;
 constexpr int kThreads = Block<float>::LANES * kItems;
 static_assert(Block<double>::LANES == Block<float>::LANES, "one thread count for every accumulator");
 // CTAs per SM the register allocation must allow: 3 (at most 168 registers a thread; without
-// it nvcc held 5x5 stride-1 float16 at 128 and spilled), 2 for 5x5 stride 2 with 4- and 8-byte
-// elements, which spill at 168 (sm_80 and sm_90 SASS).
+// it nvcc held 5x5 stride-1 float16 at 128 and spilled), 2 where 168 spilled (sm_80 and sm_90
+// SASS of NVRTC 13.5, and NVRTC 12.9's, which the cuda12 extra uses, for sm_70 - sm_90): 5x5 at
+// stride 2 with 4- and 8-byte elements, double at any size and stride (5x5 stride 1 and 3x3
+// stride 2 since the slice's second, checked pass shares the unit loop), and float 5x5 at
+// stride 1 on sm_70 (GRADOPS_ARCH < 750: only the cuda12 extra targets it).
 template <typename T, int K, int S> struct MinBlocks {
-    static constexpr int value = K == 5 && S == 2 && sizeof(T) >= 4 ? 2 : 3;
+    static constexpr bool SPILLS_AT_168 = sizeof(T) == 8 || (K == 5 && S == 2 && sizeof(T) == 4) ||
+                                          (K == 5 && S == 1 && sizeof(T) == 4 && GRADOPS_ARCH < 750);
+    static constexpr int value = SPILLS_AT_168 ? 2 : 3;
 };
 // Staging loads a thread issues before it widens and stores any of them.
 constexpr int kStageBatch = 8;
@@ -370,74 +377,92 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 
     const int first = slice * units_per_slice;
     const int stop = min(units, first + units_per_slice);
-    // The unit's (image, tile row, tile column), advanced by one per unit without a division.
-    int tile_col = first % tiles_across, tile_row = first / tiles_across % tiles_down;
-    int n = first / tiles_across / tiles_down;
     const int row_step = out_cols * out_depth;  // between out_backprop rows
-    for (int unit = first; unit < stop; ++unit) {
-        const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;  // first output position
-        const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;                  // its first input position
-        Acc bad = Acc(0);
+    // Pass 0 sums the slice's units unchecked (every product, padding zeros included).  Every
+    // sum finite: each equals TF's (a product that TF skips is w * 0 = +-0, which leaves a sum
+    // that starts at +0 unchanged).  Else some value was Inf or NaN (it may have met a padding
+    // zero, which TF never multiplies) or a sum overflowed: pass 1 sums the slice again,
+    // checked (exactly TF's taps and positions).  One loop for both passes, as one unit loop
+    // body with both sums kept the registers within MinBlocks' budget (two copies spilled on
+    // sm_80).
+    for (bool checked = false;; checked = true) {
+        // The unit's (image, tile row, tile column), advanced by one per unit without a division.
+        int tile_col = first % tiles_across, tile_row = first / tiles_across % tiles_down;
+        int n = first / tiles_across / tiles_down;
+        for (int unit = first; unit < stop; ++unit) {
+            const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;  // first output position
+            const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;                  // its first input position
+            Acc unused = Acc(0);  // the staging's NaN probe, not read here (dead code)
 
-        // The work item's out_backprop values (zeros past the output or the channels), loaded
-        // before the barrier and the staging so that their round trip overlaps both.
-        const int p = p0 + item_row * Sh::ITEM_ROWS, q = q0 + item_col * Sh::ITEM_COLS;
-        const int rows = min(Sh::ITEM_ROWS, out_rows - p), cols = min(Sh::ITEM_COLS, out_cols - q);
-        const int item_at = ((n * out_rows + p) * out_cols + q) * out_depth + k;
-        Lane<Acc> dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+            // The work item's out_backprop values (zeros past the output or the channels), loaded
+            // before the barrier and the staging so that their round trip overlaps both.
+            const int p = p0 + item_row * Sh::ITEM_ROWS, q = q0 + item_col * Sh::ITEM_COLS;
+            const int rows = min(Sh::ITEM_ROWS, out_rows - p), cols = min(Sh::ITEM_COLS, out_cols - q);
+            const int item_at = ((n * out_rows + p) * out_cols + q) * out_depth + k;
+            Lane<Acc> dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
 #pragma unroll
-        for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
+            for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
 #pragma unroll
-            for (int j = 0; j < Sh::ITEM_COLS; ++j) {
-                if (i < rows && j < cols && k < out_depth) {
-                    dy[i][j] = load_lane<T, Acc>(out_backprop, item_at + i * row_step + j * out_depth,
-                                                 lane_loads != 0, out_depth - k);
-                } else {
+                for (int j = 0; j < Sh::ITEM_COLS; ++j) {
+                    if (i < rows && j < cols && k < out_depth) {
+                        dy[i][j] = load_lane<T, Acc>(out_backprop, item_at + i * row_step + j * out_depth,
+                                                     lane_loads != 0, out_depth - k);
+                    } else {
 #pragma unroll
-                    for (int u = 0; u < V; ++u) dy[i][j].v[u] = Acc(0);
+                        for (int u = 0; u < V; ++u) dy[i][j].v[u] = Acc(0);
+                    }
                 }
-#pragma unroll
-                for (int u = 0; u < V; ++u) probe(bad, dy[i][j].v[u]);
             }
-        }
-        __syncthreads();  // the previous unit's staged tile has been read
+            __syncthreads();  // the previous unit's staged tile has been read
 
-        // The staged tile: offset of its first position's channel 0 (negative where the tile
-        // starts above or left of the image) and the staged rows / columns inside the image.
-        const int tile_at = ((n * in_rows + y0) * in_cols + x0) * in_depth;
-        const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
-        if (staging == 1) {
-            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                             in_depth, bad);
-        } else if (staging == 2) {
-            stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                             in_depth, bad);
-        } else {
-            stage_elements<T, Acc, STAGED, Sh::STAGED_COLS>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                           in_depth, multiplier, bad);
-        }
-        if (++tile_col == tiles_across) {
-            tile_col = 0;
-            if (++tile_row == tiles_down) {
-                tile_row = 0;
-                ++n;
-            }
-        }
-
-        const bool nonfinite = __syncthreads_or(bad != bad);  // bad is NaN where a loaded value was not finite
-        // A work item wholly past the output adds only zeros (its out_backprop values are 0 and
-        // the checked loop would skip every position): it skips the sums, and a warp of two such
-        // items skips them as a whole.
-        if (rows > 0 && cols > 0) {
-            if (!nonfinite) {
-                accumulate<false, Acc, K, S, C>(window, dy, acc, 0, 0, 0, 0, 0, 0);
+            // The staged tile: offset of its first position's channel 0 (negative where the tile
+            // starts above or left of the image) and the staged rows / columns inside the image.
+            const int tile_at = ((n * in_rows + y0) * in_cols + x0) * in_depth;
+            const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
+            if (staging == 1) {
+                stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, tile_at, inside, k0, in_cols,
+                                                                 in_depth, unused);
+            } else if (staging == 2) {
+                stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2>(input, staged, tid, tile_at, inside, k0, in_cols,
+                                                                 in_depth, unused);
             } else {
-                // Window rows / columns inside the image: y0 + window_row0 + wr in [0, in_rows).
-                const int wy = y0 + window_row0, wx = x0 + window_col0;
-                accumulate<true, Acc, K, S, C>(window, dy, acc, max(0, -wy), in_rows - wy, max(0, -wx),
-                                               in_cols - wx, rows, cols);
+                stage_elements<T, Acc, STAGED, Sh::STAGED_COLS>(input, staged, tid, tile_at, inside, k0, in_cols,
+                                                               in_depth, multiplier, unused);
+            }
+            if (++tile_col == tiles_across) {
+                tile_col = 0;
+                if (++tile_row == tiles_down) {
+                    tile_row = 0;
+                    ++n;
+                }
+            }
+            __syncthreads();  // the unit is staged
+
+            // A work item wholly past the output adds only zeros (its out_backprop values are 0 and
+            // the checked loop would skip every position): it skips the sums, and a warp of two such
+            // items skips them as a whole.
+            if (rows > 0 && cols > 0) {
+                if (!checked) {
+                    accumulate<false, Acc, K, S, C>(window, dy, acc, 0, 0, 0, 0, 0, 0);
+                } else {
+                    // Window rows / columns inside the image: y0 + window_row0 + wr in [0, in_rows).
+                    const int wy = y0 + window_row0, wx = x0 + window_col0;
+                    accumulate<true, Acc, K, S, C>(window, dy, acc, max(0, -wy), in_rows - wy, max(0, -wx),
+                                                   in_cols - wx, rows, cols);
+                }
             }
         }
+        if (checked) break;
+        Acc sums_probe = Acc(0);  // one probe per sum, once per slice
+#pragma unroll
+        for (int t = 0; t < K * K; ++t)
+#pragma unroll
+            for (int u = 0; u < V; ++u) probe(sums_probe, acc[t][u]);
+        if (!__syncthreads_or(sums_probe != sums_probe)) break;
+#pragma unroll
+        for (int t = 0; t < K * K; ++t)
+#pragma unroll
+            for (int u = 0; u < V; ++u) acc[t][u] = Acc(0);
     }
 
     // The work items' sums, added in item order.

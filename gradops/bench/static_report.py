@@ -205,8 +205,11 @@ ASSUMPTIONS = [
     "wherever it runs; its rows give SASS/elem and the budget per out_backprop element, position x channel): a "
     "thread's instructions = units of its CTA x the cheapest path through one iteration of the unit loop that "
     "passes its barriers and the unchecked sums (the FMA-richest run of fall-through blocks) with the busiest thread's 16-byte staging "
-    "loads and all its work item's out_backprop loads, plus fixed instructions (every instruction outside the "
-    "loops, an upper bound, and the cheapest iteration of the work items' final sum x its trips); every tile is "
+    "loads and all its work item's out_backprop loads (the unit loop sits in the loop of the slice's passes: "
+    "pass 0 unchecked, then one probe per sum and a vote, pass 1 checked only where a sum is not finite, which "
+    "the model leaves out), plus fixed instructions (every instruction outside the unit loop and the final sum's "
+    "loop, an upper bound: the probe and vote, and the reset before a second pass too, and the cheapest "
+    "iteration of the work items' final sum x its trips); every tile is "
     "counted whole (positions past the output cost what inside ones do), except that a warp whose two work items "
     "lie wholly past the output (the launcher's pairing of a warp's items: side by side or one above the other, "
     "whichever idles more warps) costs, per unit, the cheapest unit-loop path with the staging loads and barriers "
@@ -1160,8 +1163,14 @@ def filter_tiled_unit_cost(kernel, dtype, g, idle: bool = False) -> tuple[int, i
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     cfg = kernel.cfg
     through = st.through_blocks(cfg)
-    unit = next(lp for lp in cfg.top_loops() if through[-1] in lp.blocks)
-    epilogue = [lp for lp in cfg.top_loops() if lp is not unit]
+    # The unit loop: the innermost loop holding the unchecked sums (the sums are unrolled).  It
+    # sits in the loop of the slice's passes (pass 0 unchecked; pass 1, checked, only where a
+    # sum is not finite); the work items' final sum is the other top-level loop.
+    passes = next(lp for lp in cfg.top_loops() if through[-1] in lp.blocks)
+    unit = passes
+    while any(through[-1] in child.blocks for child in unit.children):
+        unit = next(child for child in unit.children if through[-1] in child.blocks)
+    epilogue = [lp for lp in cfg.top_loops() if lp is not passes]
     width, acc = np.dtype(dtype).itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
     lane_bytes = dwf.lane_channels(dtype) * width  # a lane's out_backprop channels in one load
     rows, cols = dwf.item_shape(g)
@@ -1195,8 +1204,11 @@ def filter_tiled_unit_cost(kernel, dtype, g, idle: bool = False) -> tuple[int, i
     for lp in epilogue:
         table = cfg.path_table(lp, kmax=0)
         fixed += epilogue_iterations * min(cost for cost, _ in table.values())
+    # Every other instruction once (an upper bound: the passes' loop around the unit loop
+    # counts its sums' probe and vote, and also the reset before a second pass, which runs only
+    # where a sum is not finite).
     outside = set(cfg.blocks) - unit.blocks - set().union(*(lp.blocks for lp in epilogue))
-    fixed += sum(len(cfg.instructions(n)) for n in outside if not cfg.cold(n))  # every one: an upper bound
+    fixed += sum(len(cfg.instructions(n)) for n in outside if not cfg.cold(n))
     return per_unit, fixed, counts
 
 

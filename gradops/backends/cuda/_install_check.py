@@ -132,7 +132,8 @@ KNOWN_SPILLS = {
     (13, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, true>"): (16, 24, 8),
     # NVRTC 12.9 (the cuda12 extra) allocates registers less tightly than 13.x: the filter
     # gradients' igemm kernels under MinBlocks' budgets, and the depthwise filter gradient's
-    # float64 5x5 tiled kernel and float32 5x5 planes kernel, spill on the archs it compiles.
+    # float32 5x5 planes kernel, spill on the archs it compiles.  (The depthwise tiled kernel's
+    # float64 and sm_70 float32 5x5 spills went on 2026-11-28 with dwfilter::MinBlocks' 2 CTAs.)
     (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, false>"): (16, 24, 8),
     (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (108, 112, 96),
     (12, "sm_70", "gradops::conv2d_backprop_filter_direct<double, double, 0>"): (4, 4, 8),
@@ -142,19 +143,13 @@ KNOWN_SPILLS = {
     (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (100, 84, 64),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (4, 16, 8),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (4, 12, 8),
-    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (84, 84, 88),
-    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 4>"): (24, 24, 24),
-    (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_tiled<float, float, 5, 1, 4>"): (12, 12, 16),
     (12, "sm_75", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (20, 16, 16),
     (12, "sm_75", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (48, 48, 48),
     (12, "sm_75", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true>"): (12, 8, 8),
     (12, "sm_75", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (24, 36, 16),
-    (12, "sm_75", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (56, 60, 56),
     (12, "sm_80", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (48, 48, 48),
     (12, "sm_80", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (24, 36, 16),
-    (12, "sm_80", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (56, 60, 56),
     (12, "sm_90", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (44, 60, 32),
-    (12, "sm_90", "gradops::depthwise_conv2d_native_backprop_filter_tiled<double, double, 5, 1, 2>"): (56, 60, 56),
 }
 
 
