@@ -245,15 +245,14 @@ struct Box {
 
 // The staged tile of one unit: STAGED positions (COLS per row) from input offset ``tile_at``
 // (staged position 0, channel 0; negative where the tile starts outside the image), channel-
-// inner, widened to accumulators, zeros outside ``inside`` and past the channels; every value
-// also goes into the NaN probe ``bad``.  Both loops are
-// unrolled over a thread's share (compile-time), kStageBatch loads issued before any store.
+// inner, widened to accumulators, zeros outside ``inside`` and past the channels.  Both loops
+// are unrolled over a thread's share (compile-time), kStageBatch loads issued before any store.
 //
 // stage_vectors: 16-byte loads of VEC input channels, staged as VEC * M output channels (M = 1
 // or 2: each value twice); in_depth a multiple of VEC and a 16-byte aligned input.
 template <typename T, typename Acc, int STAGED, int COLS, int M>
 __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
-                                              int tile_at, Box inside, int k0, int in_cols, int in_depth, Acc& bad) {
+                                              int tile_at, Box inside, int k0, int in_cols, int in_depth) {
     constexpr int CHANNELS = Block<Acc>::CHANNELS;
     constexpr int VEC = kVectorBytes / static_cast<int>(sizeof(T));
     constexpr int PER_POSITION = CHANNELS / (VEC * M);  // loads per staged position
@@ -279,8 +278,6 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
             if (CHUNKS % kThreads != 0 && e >= CHUNKS) break;
             Acc v[VEC];
             dwconv::widen<T, Acc>(raw[b], v);
-#pragma unroll
-            for (int u = 0; u < VEC; ++u) probe(bad, v[u]);
             Acc* dst = staged + e / PER_POSITION * CHANNELS + e % PER_POSITION * VEC * M;
             if constexpr (M == 1) {
                 dwconv::store16<Acc, VEC>(dst, v);
@@ -299,7 +296,7 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
 template <typename T, typename Acc, int STAGED, int COLS>
 __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
                                                int tile_at, Box inside, int k0, int in_cols, int in_depth,
-                                               int multiplier, Acc& bad) {
+                                               int multiplier) {
     constexpr int CHANNELS = Block<Acc>::CHANNELS;
     constexpr int ELEMENTS = STAGED * CHANNELS;
     constexpr int PER_THREAD = (ELEMENTS + kThreads - 1) / kThreads;
@@ -320,9 +317,7 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
         for (int b = 0; b < kStageBatch; ++b) {
             const int e = tid + (b0 + b) * kThreads;
             if (e >= ELEMENTS) break;
-            const Acc v = to_acc<Acc>(raw[b]);
-            probe(bad, v);
-            staged[e] = v;
+            staged[e] = to_acc<Acc>(raw[b]);
         }
     }
 }
@@ -392,7 +387,6 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
         for (int unit = first; unit < stop; ++unit) {
             const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;  // first output position
             const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;                  // its first input position
-            Acc unused = Acc(0);  // the staging's NaN probe, not read here (dead code)
 
             // The work item's out_backprop values (zeros past the output or the channels), loaded
             // before the barrier and the staging so that their round trip overlaps both.
@@ -421,13 +415,13 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
             const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
             if (staging == 1) {
                 stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                                 in_depth, unused);
+                                                                 in_depth);
             } else if (staging == 2) {
                 stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                                 in_depth, unused);
+                                                                 in_depth);
             } else {
                 stage_elements<T, Acc, STAGED, Sh::STAGED_COLS>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                               in_depth, multiplier, unused);
+                                                               in_depth, multiplier);
             }
             if (++tile_col == tiles_across) {
                 tile_col = 0;

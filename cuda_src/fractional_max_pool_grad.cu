@@ -93,6 +93,17 @@ template <typename I> struct alignas(4 * sizeof(I) < 16 ? 4 * sizeof(I) : 16) Ce
 // pooling ratio below 3 makes cells of at most 3 columns, 4 where cells overlap.
 constexpr int kCarryCols = 4;
 
+// The scan's first element for the V channels: the choice so far (place 0, or flat offset
+// ``offset`` + u).
+template <bool LOCAL, typename T, int V, typename A, typename C, typename I>
+__device__ __forceinline__ void begin_scan(const Pack<T, V>& values, A (&best_value)[V], Pack<C, V>& best, I offset) {
+#pragma unroll
+    for (int u = 0; u < V; ++u) {
+        best.v[u] = LOCAL ? C(0) : static_cast<C>(offset + u);
+        best_value[u] = widen(values.v[u]);
+    }
+}
+
 // TF's scan step for the V channels of one element: a later element replaces the choice only if
 // `chosen < element` (strictly greater; a NaN never replaces, and a NaN first element is kept).
 // ``place``: the element's place in the cell's scan; ``offset``: its first channel's flat offset.
@@ -222,12 +233,8 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
 #pragma unroll
                     for (int j = 0; j < kCarryCols; ++j) {
                         if (j >= cols) break;
-                        if (j == 0 && y == y0) {  // the scan's first element: the choice so far
-#pragma unroll
-                            for (int u = 0; u < V; ++u) {
-                                best.v[u] = LOCAL ? C(0) : static_cast<C>(row_first + u);
-                                best_value[u] = widen(held[0].v[u]);
-                            }
+                        if (j == 0 && y == y0) {
+                            begin_scan<LOCAL>(held[0], best_value, best, row_first);
                         } else {
                             consider<LOCAL>(held[j], best_value, best, row_place + j, row_first + j * depth);
                         }
@@ -235,12 +242,7 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
                 }
             } else {
                 const I first = ((n * in_rows + y0) * in_cols + x0) * depth + c;
-                const Pack<T, V> start = load_pack<V>(orig_input + first);
-#pragma unroll
-                for (int u = 0; u < V; ++u) {
-                    best.v[u] = LOCAL ? C(0) : static_cast<C>(first + u);
-                    best_value[u] = widen(start.v[u]);
-                }
+                begin_scan<LOCAL>(load_pack<V>(orig_input + first), best_value, best, first);
                 I place = 0;  // of the element (y, x) in the cell's scan
                 for (I y = y0; y <= y1; ++y) {
                     const I row = (n * in_rows + y) * in_cols;

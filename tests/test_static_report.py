@@ -316,13 +316,9 @@ def test_select_model_costs(new_kernels):
         assert cost[(3, 0, 2)] < cost[(3, 0, 3)] < cost[(3, 0, 4)], cost
         assert cost[(3, 0, 6)] > cost[(3, 0, 4)], cost
         run, counts = model.run(((3, 0), (3, 1)), 3)
-        assert run == model.run(((1, 0),), 1)[0] - cost_of(model, 1, 0, 1) + cost[(3, 0, 3)] + cost[(3, 1, 3)]
+        assert run == model.run(((1, 0),), 1)[0] - model.cell(1, 0, 1)[0] + cost[(3, 0, 3)] + cost[(3, 1, 3)]
         assert counts["total"] == run
         assert fm.SELECT_RUN == 4
-
-
-def cost_of(model, rows, held, cols):
-    return model.cell(rows, held, cols)[0]
 
 
 def test_two_stage_sums_the_kernels():

@@ -1049,17 +1049,22 @@ def _stage(name: str, device: Device, kernel, elements: int, mean_cost: float, p
             "resident_warps_per_sm": occ["warps_per_sm"], **limits}
 
 
-def _mean_path(model: PathModel, work: dict) -> tuple[float, Counter]:
-    """Mean cost and pipe counts over ``{key: (weight, (loads, trips))}`` (at-least paths)."""
-    total = sum(weight for weight, _ in work.values())
+def _weighted_mean(paths) -> tuple[float, Counter]:
+    """Mean cost and pipe counts of ``[(weight, (cost, counts))]``."""
+    paths = list(paths)
+    total = sum(weight for weight, _ in paths)
     mean, pipes = 0.0, Counter()
-    for weight, (loads, trips) in work.values():
-        cost, counts = model.cost(loads, trips, at_least=True)
+    for weight, (cost, counts) in paths:
         mean += cost * weight / total
         for cls, v in counts.items():
             if cls.startswith("class:"):
                 pipes[cls.removeprefix("class:")] += v * weight / total
     return mean, pipes
+
+
+def _mean_path(model: PathModel, work: dict) -> tuple[float, Counter]:
+    """Mean cost and pipe counts over ``{key: (weight, (loads, trips))}`` (at-least paths)."""
+    return _weighted_mean((weight, model.cost(loads, trips, at_least=True)) for weight, (loads, trips) in work.values())
 
 
 def _two_stage(case: Case, dtype_name: str, device: Device, g, elements: int, stages: list[dict]) -> dict:
@@ -1714,13 +1719,9 @@ def fractional_select_runs(g, run: int) -> list[tuple]:
     one shorter): per run ((rows, held), ...) per cell, held = 1 where the cell's first row is
     the previous cell's last (read once, where the cell is at most
     :data:`SELECT_CARRY_COLS` wide)."""
-    starts, ends = np.asarray(g.row_starts), np.asarray(g.row_ends)
-    rows = ends - starts + 1
-    out = []
-    for r0 in range(0, g.out_rows, run):
-        out.append(tuple((int(rows[r]), int(r > r0 and starts[r] == ends[r - 1]))
-                         for r in range(r0, min(r0 + run, g.out_rows))))
-    return out
+    starts, ends, rows = g.row_starts, g.row_ends, g.row_cell_sizes
+    return [tuple((rows[r], int(r > r0 and starts[r] == ends[r - 1])) for r in range(r0, min(r0 + run, g.out_rows)))
+            for r0 in range(0, g.out_rows, run)]
 
 
 def fractional_select_groups(g, channels: int, run: int) -> Counter:
@@ -1729,8 +1730,7 @@ def fractional_select_groups(g, channels: int, run: int) -> Counter:
     consecutive threads per (run, column) in (run, column) order.  A warp spanning several
     (run, column) pairs pays the widest column and the run with the most rows read (one
     image's pairs fill whole warps, as :func:`pixel_warps` counts)."""
-    runs = fractional_select_runs(g, run)
-    cols = (np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1).tolist()
+    runs, cols = fractional_select_runs(g, run), list(g.col_cell_sizes)
     threads = g.depth / channels
     if threads >= 32:
         per_pair = g.batch * threads / 32
@@ -1752,10 +1752,9 @@ def fractional_select_packs(g, run: int) -> int:
     column), the rows of its cells that are not held, times the column's width (a cell wider
     than :data:`SELECT_CARRY_COLS` reads every row)."""
     runs = fractional_select_runs(g, run)
-    cols = np.asarray(g.col_ends) - np.asarray(g.col_starts) + 1
     all_rows = sum(rows for cells in runs for rows, _ in cells)
     read = sum(rows - held for cells in runs for rows, held in cells)
-    return int(sum(w * (read if w <= SELECT_CARRY_COLS else all_rows) for w in cols.tolist()))
+    return sum(w * (read if w <= SELECT_CARRY_COLS else all_rows) for w in g.col_cell_sizes)
 
 
 def fractional_max_groups(g, channels: int = 1) -> Counter:
@@ -1789,15 +1788,8 @@ def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels
     run = fm.select_run(g)
     runs = fractional_select_groups(g, v, run)
     smodel = SelectModel(select, element_width, element_loads, v)
-    total = sum(runs.values())
-    scost, spipes = 0.0, Counter()
-    for (cells, cols), warps in runs.items():
-        cost, counts = smodel.run(cells, cols)
-        scost += cost * warps / total
-        for cls, n in counts.items():
-            if cls.startswith("class:"):
-                spipes[cls.removeprefix("class:")] += n * warps / total
-    threads = g.batch * -(-g.out_rows // run) * g.out_cols * (g.depth // v)
+    scost, spipes = _weighted_mean((warps, smodel.run(cells, cols)) for (cells, cols), warps in runs.items())
+    threads = fm.select_threads(g, v, run)
     packs = g.batch * (g.depth // v) * fractional_select_packs(g, run)  # orig_input packs read, all threads
     bounds = iw * 2 * (g.out_rows + g.out_cols)
     # One round trip per cell, as for one cell per thread: the run's cells follow each other.

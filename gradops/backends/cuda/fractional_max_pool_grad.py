@@ -153,6 +153,12 @@ def select_run(g: FractionalPoolGeometry, run: int | None = None) -> int:
     return SELECT_RUN if shared else 1
 
 
+def select_threads(g: FractionalPoolGeometry, channels: int, run: int) -> int:
+    """Threads of the select kernel: one per (image, run of ``run`` output rows, output column,
+    group of ``channels`` channels)."""
+    return g.batch * -(-g.out_rows // run) * g.out_cols * (g.depth // channels)
+
+
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output, out_backprop, *,
                              index: str | None = None, vector: bool | None = None, local: bool | None = None,
                              run: int | None = None):
@@ -184,8 +190,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     mismatch = cupy.zeros((1,), np.int32)
     run = select_run(g, run)
     select = _runtime.kernel(SOURCE, _expression(KERNELS[0], dtype, index, v, local))
-    runs = g.batch * -(-g.out_rows // run) * g.out_cols * (g.depth // v)
-    _runtime.launch_1d(select, runs, (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen),
+    _runtime.launch_1d(select, select_threads(g, v, run), (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen),
                                       _runtime.pointer(mismatch), row_bounds, col_bounds, *sizes, wide(run)))
     if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
         raise InvalidArgumentError(
