@@ -6,32 +6,60 @@ kernel whose grid size is the case's index.  Writes the index JSON.  On a GPU:
 
     ncu --profile-from-start off --clock-control none --csv \
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
-        python benchmarks/ncu_cases.py [SUITE-SUBSTRING] [INDEX.json] > ncu.csv
+        python benchmarks/ncu_cases.py [SUITE-SUBSTRING] [INDEX.json] \
+        [--suites mobilenetv2,efficientnet,fractional,resnet50] [--dtypes float16,float32] \
+        [--engines gradops-cuda,torch,gradops-cudnn] [--ops SUBSTRING] [--time-limit S] > ncu.csv
+
+Defaults: the three memory-bound suites in float16 and float32 on gradops-cuda and (depthwise)
+PyTorch, and ResNet-50 NHWC float16 on gradops-cuda and gradops-cudnn.  ``--engines`` restricts
+or extends that (gradops-cudnn on the depthwise cases too when named).
 """
-import json, sys
-import numpy as np, cupy, ml_dtypes
+import argparse, json, sys, time
+import numpy as np, cupy, ml_dtypes  # noqa: F401 (ml_dtypes registers bfloat16 with NumPy)
 from gradops.bench import suites
 from gradops.bench.engines import GradopsGpuEngine, TorchEngine, make_inputs
+
+parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+parser.add_argument("only", nargs="?", help="keep the suites whose name holds this")
+parser.add_argument("index", nargs="?", default="/tmp/ncu_index.json")
+parser.add_argument("--suites", default="mobilenetv2,efficientnet,fractional,resnet50")
+parser.add_argument("--dtypes", default="float16,float32", help="of the memory-bound suites")
+parser.add_argument("--engines", default=None, help="default: see the module docstring")
+parser.add_argument("--ops", default=None, help="keep the ops whose name holds this")
+parser.add_argument("--time-limit", type=float, default=None,
+                    help="seconds: start no case after this (ncu prints its CSV only when the program exits)")
+args = parser.parse_args()
+chosen = set(args.engines.split(",")) if args.engines else None
 
 marker = cupy.RawKernel('extern "C" __global__ void gradops_case_marker() {}', "gradops_case_marker")
 stream = cupy.cuda.Stream(non_blocking=True); stream.use()
 plan = []
-for name in ("mobilenetv2", "efficientnet", "fractional"):
+for name in args.suites.split(","):
     for case in suites.suite(name):
-        for dt in ("float16", "float32"):
-            engines = ["gradops-cuda"] + (["torch"] if case.op.startswith("depthwise") else [])
-            plan += [(case, dt, e) for e in engines]
-for case in suites.suite("resnet50"):
-    if case.data_format == "NHWC":
-        plan += [(case, "float16", e) for e in ("gradops-cuda", "gradops-cudnn")]
-only = sys.argv[1] if len(sys.argv) > 1 else None
-torch_engine = TorchEngine(stream_ptr=stream.ptr)
-index = []
+        if name == "resnet50":
+            if case.data_format != "NHWC":
+                continue
+            dtypes, default = ("float16",), ("gradops-cuda", "gradops-cudnn")
+        else:
+            dtypes = args.dtypes.split(",")
+            default = ("gradops-cuda", "torch") if case.op.startswith("depthwise") else ("gradops-cuda",)
+        engines = [e for e in (default if chosen is None else sorted(chosen))
+                   if e != "torch" or case.op.startswith("depthwise")]
+        plan += [(case, dt, e) for dt in dtypes for e in engines]
+torch_engine = TorchEngine(stream_ptr=stream.ptr) if any(e == "torch" for _, _, e in plan) else None
+index, inputs = [], {}
+deadline = time.monotonic() + args.time_limit if args.time_limit else None
 for i, (case, dt, eng) in enumerate(plan):
-    if only and only not in case.suite:
+    if deadline is not None and time.monotonic() > deadline:
+        print(f"time limit: stopped before case {i + 1} of {len(plan)}", file=sys.stderr)
+        break
+    if (args.only and args.only not in case.suite) or (args.ops and args.ops not in case.op):
         continue
     dtype = np.dtype(dt)
-    arrays = make_inputs(case, dtype, np.random.default_rng(0))
+    key = (case.suite, case.label, case.op, dt)
+    if key not in inputs:  # the engines of one case and dtype share its inputs
+        inputs = {key: make_inputs(case, dtype, np.random.default_rng(0))}
+    arrays = inputs[key]
     e = torch_engine if eng == "torch" else GradopsGpuEngine(eng.split("-")[1])
     try:
         fn = e.prepare(case, dtype, arrays)
@@ -41,5 +69,5 @@ for i, (case, dt, eng) in enumerate(plan):
     except Exception as exc:
         print("skip", i, case.label, eng, type(exc).__name__, exc, file=sys.stderr)
     e.release() if eng != "torch" else None
-json.dump(index, open(sys.argv[2] if len(sys.argv) > 2 else "/tmp/ncu_index.json", "w"))
-print(len(index), "cases")
+    json.dump(index, open(args.index, "w"))  # after every case: a run stopped early keeps its index
+print(len(index), "cases", file=sys.stderr)
