@@ -59,6 +59,9 @@ def test_every_gpu_op_is_bitwise_reproducible_across_runs_and_streams(dtype):
     for name, fn, args, kw in _calls(rng, dtype):
         # Tensors go to the GPU; size vectors and pooling sequences stay host lists.
         moved = [cupy.asarray(a) if isinstance(a, np.ndarray) and a.ndim == 4 else a for a in args]
+        # The uploads are queued on the current stream; a non-blocking stream must wait for them
+        # (CUDA's rule for any work across streams: an H200 run read inputs not yet uploaded).
+        uploaded = cupy.cuda.get_current_stream().record()
         try:
             first = fn(*moved, **kw)
         except gradops.BackendUnavailableError as exc:
@@ -70,6 +73,7 @@ def test_every_gpu_op_is_bitwise_reproducible_across_runs_and_streams(dtype):
         results = [first, fn(*moved, **kw)]
         for _ in range(2):
             stream = cupy.cuda.Stream(non_blocking=True)
+            stream.wait_event(uploaded)
             with stream:
                 results.append(fn(*moved, **kw))
             stream.synchronize()
