@@ -8,7 +8,7 @@ kernel whose grid size is the case's index.  Writes the index JSON.  On a GPU:
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
         python benchmarks/ncu_cases.py [SUITE-SUBSTRING] [INDEX.json] \
         [--suites mobilenetv2,efficientnet,fractional,resnet50] [--dtypes float16,float32] \
-        [--engines gradops-cuda,torch,gradops-cudnn] [--ops SUBSTRING] [--time-limit S] > ncu.csv
+        [--engines gradops-cuda,torch,gradops-cudnn] [--ops SUBSTRING] [--labels A,B] [--time-limit S] > ncu.csv
 
 Defaults: the three memory-bound suites in float16 and float32 on gradops-cuda and (depthwise)
 PyTorch, and ResNet-50 NHWC float16 on gradops-cuda and gradops-cudnn.  ``--engines`` restricts
@@ -26,6 +26,8 @@ parser.add_argument("--suites", default="mobilenetv2,efficientnet,fractional,res
 parser.add_argument("--dtypes", default="float16,float32", help="of the memory-bound suites")
 parser.add_argument("--engines", default=None, help="default: see the module docstring")
 parser.add_argument("--ops", default=None, help="keep the ops whose name holds this")
+parser.add_argument("--labels", default=None,
+                    help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
 parser.add_argument("--time-limit", type=float, default=None,
                     help="seconds: start no case after this (ncu prints its CSV only when the program exits)")
 args = parser.parse_args()
@@ -54,6 +56,8 @@ for i, (case, dt, eng) in enumerate(plan):
         print(f"time limit: stopped before case {i + 1} of {len(plan)}", file=sys.stderr)
         break
     if (args.only and args.only not in case.suite) or (args.ops and args.ops not in case.op):
+        continue
+    if args.labels and not any(part in case.label for part in args.labels.split(",")):
         continue
     dtype = np.dtype(dt)
     key = (case.suite, case.label, case.op, dt)

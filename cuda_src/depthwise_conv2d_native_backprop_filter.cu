@@ -937,6 +937,16 @@ template <typename T> __device__ __forceinline__ Region<T> region(int lane, int 
     return r;
 }
 
+// The slots of a region's lane 0, the most any lane of the warp has (row 0 starts every step):
+// a count every lane computes alike, for the branches and loops around the products, which the
+// whole warp must take together (ldmatrix and mma.sync are .aligned: a warp split between two
+// paths to them is undefined, and an H200 hung on it).
+__device__ __forceinline__ int warp_slots(int rows, int per_row) {
+    if (rows <= 0 || per_row <= 0) return 0;
+    const int rows_per_step = 32 / per_row;
+    return (rows + rows_per_step - 1) / rows_per_step;
+}
+
 // The first kStageBatch slots of the input region (from x_plane) and of the M out_backprop
 // planes (y_plane + q * y_plane_step) into registers, and from there into the stage: an image
 // whose regions take one batch (slots <= kStageBatch).
@@ -1086,10 +1096,11 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
     const int x_cols = min(in_cols, out_cols + K - 1 - pad_left);
     const int k_steps = (out_rows + 15) / 16, blocks = (out_cols + 7) / 8;
     const int in_plane = in_rows * in_cols, out_plane = out_rows * out_cols;
-    const Region<T> x = region<T>(lane, VEC, x_rows, x_cols > 0 ? (x_cols + VEC - 1) / VEC : 0, in_cols,
-                                  xs + pad_top * kPitch + x_shift);
+    const int x_per_row = x_cols > 0 ? (x_cols + VEC - 1) / VEC : 0;
+    const Region<T> x = region<T>(lane, VEC, x_rows, x_per_row, in_cols, xs + pad_top * kPitch + x_shift);
     const Region<T> y = region<T>(lane, VEC, out_rows, out_cols / VEC, out_cols, ys);
-    const int slots = max(x.slots, y.slots);
+    // Warp-uniform (not max(x.slots, y.slots), which differs between lanes): it picks the path.
+    const int slots = max(warp_slots(x_rows, x_per_row), warp_slots(out_rows, out_cols / VEC));
 
     float acc[M][K][4];
 #pragma unroll

@@ -97,6 +97,7 @@ struct Fiber {
 constexpr int kExchangeBytes = 64;
 struct WarpExchange {
     alignas(16) unsigned char lane[kWarpSize][kExchangeBytes];
+    const void* site[kWarpSize];  // where in the kernel each lane issued a .aligned primitive
 };
 
 // Shared-memory traffic of the emulated shared-memory primitives, per kind (ldmatrix; 16-byte
@@ -542,15 +543,33 @@ inline void store_matrix_sync(float* p, const fragment<accumulator, M, N, K, flo
 // GPU, instead of being papered over by an emulation that hands every lane the whole tile.
 namespace gradops_host {
 
-// Publish ``mine``, then call ``compute(all, lane)`` with every lane's published value.
-template <typename In, typename Compute> inline void warp_collective(const In& mine, const char* what,
-                                                                     Compute&& compute) {
+// Where in a kernel's code the calling lane is: the return address of this never-inlined call.
+// The .aligned primitives (ldmatrix, mma.sync) call it from their always-inlined bodies, and
+// cuda_src's helpers around them are __forceinline__ (always_inline for g++), so each place in a
+// kernel that issues such an instruction has its own address.  Lanes of one warp that reach the
+// primitive through different branches (a divergent warp, where the ISA leaves the result
+// undefined and a GPU can hang) present different addresses, and the emulation fails the launch.
+// A helper that is not inlined hides its callers' branches from this check (no false alarm, a
+// missed one).
+__attribute__((noinline)) inline const void* call_site() { return __builtin_return_address(0); }
+
+// Publish ``mine``, then call ``compute(all, lane)`` with every lane's published value.  ``site``
+// (from call_site()): every lane must have issued the primitive from the same instruction, as
+// .sync.aligned requires; nullptr for primitives without .aligned (vote.sync on sm_70+).
+template <typename In, typename Compute>
+__attribute__((always_inline)) inline void warp_collective(const In& mine, const char* what, Compute&& compute,
+                                                           const void* site = nullptr) {
     static_assert(sizeof(In) <= kExchangeBytes, "a lane's operands must fit its exchange slot");
     Scheduler& s = scheduler();
     const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
     if ((warp + 1) * kWarpSize > s.threads) fail(what);  // a partial warp: the ISA needs all 32 lanes
     std::memcpy(s.exchange[warp].lane[l], &mine, sizeof(In));
+    s.exchange[warp].site[l] = site;
     wait_at(AT_WARP_BARRIER);
+    for (int q = 0; q < kWarpSize; ++q)
+        if (s.exchange[warp].site[q] != site)
+            fail("a .sync.aligned primitive (ldmatrix, mma.sync) reached by the lanes of a warp from "
+                 "different places in the kernel: a divergent warp (undefined; a GPU can hang)");
     In all[kWarpSize];
     for (int q = 0; q < kWarpSize; ++q) std::memcpy(&all[q], s.exchange[warp].lane[q], sizeof(In));
     compute(all, l);
@@ -684,7 +703,7 @@ namespace gradops {
 namespace ptx {
 
 // ldmatrix.sync.aligned.m8n8.xX{.trans}.shared.b16 (layout: see tensor_core_ptx.cuh).
-template <int X, bool TRANS> inline void ldmatrix(unsigned (&d)[X], const void* row) {
+template <int X, bool TRANS> __attribute__((always_inline)) inline void ldmatrix(unsigned (&d)[X], const void* row) {
     static_assert(X == 1 || X == 2 || X == 4, "ldmatrix loads 1, 2 or 4 matrices");
     // Only lanes 0 .. 8X-1 supply addresses; only theirs must be aligned.
     if (gradops_host::lane() < 8 * X && reinterpret_cast<std::uintptr_t>(row) % 16 != 0)
@@ -700,12 +719,12 @@ template <int X, bool TRANS> inline void ldmatrix(unsigned (&d)[X], const void* 
             d[i] = static_cast<unsigned>(e[0]) | static_cast<unsigned>(e[1]) << 16;
         }
         if (l == 0) gradops_host::count_wavefronts(rows, X, gradops_host::LDMATRIX);
-    });
+    }, gradops_host::call_site());
 }
 
 // mma.sync.aligned.m16n8k16.row.col.f32.{f16,bf16}.{f16,bf16}.f32.
 template <typename T>
-inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]) {
+__attribute__((always_inline)) inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]) {
     static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value,
                   "m16n8k16 takes __half or __nv_bfloat16");
     gradops_host::MmaOperands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
@@ -721,12 +740,12 @@ inline void mma_m16n8k16(float (&d)[4], const unsigned (&a)[4], const unsigned (
                 for (int h = 0; h < 2; ++h) B[2 * t + 8 * r + h][g] = gradops_host::half_of<T>(all[q].b[r], h);
         }
         gradops_host::mma_lane_result<16>(A, B, l, d, c);
-    });
+    }, gradops_host::call_site());
 }
 
 // mma.sync.aligned.m16n8k8.row.col.f32.{f16,bf16}.{f16,bf16}.f32.
 template <typename T>
-inline void mma_m16n8k8(float (&d)[4], const unsigned (&a)[2], unsigned b, const float (&c)[4]) {
+__attribute__((always_inline)) inline void mma_m16n8k8(float (&d)[4], const unsigned (&a)[2], unsigned b, const float (&c)[4]) {
     static_assert(std::is_same<T, __half>::value || std::is_same<T, __nv_bfloat16>::value,
                   "m16n8k8 takes __half or __nv_bfloat16");
     gradops_host::MmaOperands mine{{a[0], a[1], 0u, 0u}, {b, 0u}};
@@ -740,11 +759,11 @@ inline void mma_m16n8k8(float (&d)[4], const unsigned (&a)[2], unsigned b, const
             for (int h = 0; h < 2; ++h) B[2 * t + h][g] = gradops_host::half_of<T>(all[q].b[0], h);
         }
         gradops_host::mma_lane_result<8>(A, B, l, d, c);
-    });
+    }, gradops_host::call_site());
 }
 
 // mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32.
-inline void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]) {
+__attribute__((always_inline)) inline void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsigned (&b)[2], const float (&c)[4]) {
     gradops_host::MmaOperands mine{{a[0], a[1], a[2], a[3]}, {b[0], b[1]}};
     gradops_host::warp_collective(mine, "mma.sync executed by a partial warp",
                                   [&](const gradops_host::MmaOperands* all, int l) {
@@ -755,7 +774,7 @@ inline void mma_m16n8k8_tf32(float (&d)[4], const unsigned (&a)[4], const unsign
             for (int r = 0; r < 2; ++r) B[t + 4 * r][g] = gradops_host::tf32_operand(all[q].b[r]);
         }
         gradops_host::mma_lane_result<8>(A, B, l, d, c);
-    });
+    }, gradops_host::call_site());
 }
 
 // cp.async.cg.shared.global [dst], [src], 16, (fill ? 16 : 0): queued; lands at wait_group.

@@ -615,3 +615,28 @@ def test_few_channel_prediction_counts_each_warps_busiest_lane():
 
     want = sum(8 * 100 + max(taps(h, w) for w in range(8)) * (10 + 5) for h in range(8)) * 2
     assert (total, warps) == (want, 2 * 8 * 8)
+
+
+def test_measured_vs_predicted_retargets_only_the_dram_limit():
+    """benchmarks/measured_vs_predicted.py: the H100 model's DRAM limit scales with the measured
+    GPU's bandwidth, the other limits stay, and the limiter is the largest after scaling."""
+    mvp = _load_benchmark_script("measured_vs_predicted")
+    limits = {"DRAM": 0.0048, "L2": 0.003, "issue": 0.004, "occupancy": 0.001}  # ms, H100 SXM (3.35 TB/s)
+    us, limiter = mvp.predicted_us({"limits_ms": limits}, 4.8e12)  # DRAM 3.35 us: issue is the limit
+    assert (us, limiter) == (pytest.approx(4.0), "issue")
+    us, limiter = mvp.predicted_us({"limits_ms": limits}, 3.35e12)
+    assert (us, limiter) == (pytest.approx(4.8), "DRAM")
+    assert mvp.predicted_us({"not_modelled": "x"}, 4.8e12) is None
+
+
+def test_measured_vs_predicted_committed_report_renders_from_its_json():
+    """The committed H200 comparison: its markdown is what its JSON renders, its summary what its
+    rows give, and every gradops-cuda row of a modelled kernel has measured / predicted."""
+    mvp = _load_benchmark_script("measured_vs_predicted")
+    folder = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu_h200_2026-11-28"
+    report = json.loads((folder / "measured_vs_predicted.json").read_text())
+    assert report["summary"] == json.loads(json.dumps(mvp.summarise(report["rows"])))
+    assert (folder / "measured_vs_predicted.md").read_text() == mvp.markdown(report)
+    ours = [r for r in report["rows"] if r["engine"] == "gradops-cuda"]
+    assert len(ours) == 258 and all("measured_over_predicted" in r for r in ours)
+    assert all(r["us"] > 0 for r in report["rows"])

@@ -1374,6 +1374,11 @@ def test_mma_forced_where_it_cannot_run():
         cuda_launcher.pick_mma(nchw_geometry(strides=(2, 2)), np.float16, True)
 
 
+# Not planted: the pair loop without its barrier before the second image's stores.  The host
+# model's ldmatrix and mma.sync are warp barriers (every lane's reads of the stage are done when
+# the warp's last collective of an image returns), so it cannot tell that race from the real
+# source; it was caught only while lanes of a warp could take different paths (the divergence
+# bug above, which an H200 run found by hanging).
 # Not planted: a stage left unzeroed.  The host model's shared memory starts at zero and keeps
 # the previous block's leftovers (the diagonal sums, floats), which as half values are mostly
 # not finite somewhere, so the warp takes its checked sums and the result is right: the model
@@ -1400,9 +1405,10 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
                                      "n += 2, x_plane += 3 * x_step, y_plane += 3 * y_step"),
     "mma-pair-multiplier-slice-ignored": ("dwconv::load_vector(y_src + q * (y_plane_step / VEC))",
                                           "dwconv::load_vector(y_src)"),
-    "mma-pair-no-barrier-before-restaging": (
-        "            __syncwarp();  // every lane is done with this image's stage\n            if (second) {",
-        "            if (second) {"),
+    # The H200 hang: lanes with different slot counts took different paths to the products.
+    "mma-path-chosen-per-lane": (
+        "const int slots = max(warp_slots(x_rows, x_per_row), warp_slots(out_rows, out_cols / VEC));",
+        "const int slots = max(x.slots, y.slots);"),
     "mma-region-drops-a-last-short-step": ("r.slots = (rows - row + rows_per_step - 1) / rows_per_step;",
                                            "r.slots = (rows - row) / rows_per_step;"),
     "mma-diagonal-drops-its-last-entry": ("for (int j = 1; j < 8; ++j) sum += diagonal[j * 9];",

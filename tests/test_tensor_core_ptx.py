@@ -171,6 +171,31 @@ __global__ void mma_m16n8k8_tf32_lanes(const unsigned* a, const unsigned* b, con
     for (int r = 0; r < 4; ++r) d[4 * l + r] = rd[r];
 }
 
+// One warp, ldmatrix.x1 (row l % 8 of an 8x8 tile) then mma.m16n8k16 (a, b: the lane's registers),
+// each issued from two places: lanes below SPLIT take the first branch, the others the second
+// (row addresses and operands from arrays, so the compiler cannot merge the branches).  SPLIT 0
+// or 32 keeps the warp converged; any other splits it between two instructions, which .aligned
+// leaves undefined (the tensor-core depthwise filter gradient hung an H200 so), and the model
+// must refuse.  MMA: whether the mma is the split one (else the ldmatrix).
+template <int SPLIT, bool MMA>
+__global__ void split_warp(const unsigned short* tile, const int* first, const int* second, const unsigned* a,
+                           const unsigned* b, unsigned* out, float* d) {
+    __shared__ __align__(128) unsigned short s[64];
+    const int l = threadIdx.x;
+    for (int i = l; i < 64; i += 32) s[i] = tile[i];
+    __syncthreads();
+    unsigned r[1];
+    if (MMA || l < SPLIT) ldmatrix<1, false>(r, &s[first[l]]);
+    else ldmatrix<1, false>(r, &s[second[l]]);
+    out[l] = r[0];
+    const unsigned ra[4] = {a[4 * l], a[4 * l + 1], a[4 * l + 2], a[4 * l + 3]};
+    const unsigned rb[2] = {b[2 * l], b[2 * l + 1]}, rb2[2] = {b[64 + 2 * l], b[64 + 2 * l + 1]};
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (!MMA || l < SPLIT) mma_m16n8k16<__half>(acc, ra, rb, acc);
+    else mma_m16n8k16<__half>(acc, ra, rb2, acc);
+    for (int q = 0; q < 4; ++q) d[4 * l + q] = acc[q];
+}
+
 // One warp: lane l reads the 4 bytes at word offset[l] of a 1024-word shared tile with
 // ld_shared_32 (ld_shared_32_volatile) into out[l].
 template <bool VOLATILE>
@@ -287,6 +312,7 @@ EXPRESSIONS = (
     + ["load_words<false>", "load_words<true>", "round_words_to_tf32"]
     + [f"async_copy<{w}>" for w in (-1, 0, 1)]
     + [f"store_rows<{ld}>" for ld in (32, 40, 64)]
+    + [f"split_warp<{split}, {bool_arg(mma)}>" for split in (0, 16, 31, 32) for mma in (False, True)]
     + [f"{gemm_name(None)}<{t}, {bool_arg(ak)}, {bool_arg(bk)}>" for t in ("__half", "__nv_bfloat16")
        for ak, bk in LAYOUTS]
     + [f"{gemm_name(bug)}<__half, {bool_arg(ak)}, {bool_arg(bk)}>" for bug in PLANTED for ak, bk in LAYOUTS])
@@ -368,6 +394,29 @@ def test_ldmatrix_needs_aligned_rows_and_a_whole_warp(kernels):
     with pytest.raises(cuda_host.HostLaunchError, match="partial warp"):
         kernels.launch("load_matrices<1, false, 8>", (1,), (16,), [tile, (np.arange(32) * 8).astype(np.int32), out],
                        [])
+
+
+@pytest.mark.parametrize("mma", [False, True], ids=["ldmatrix", "mma"])
+@pytest.mark.parametrize("split", [0, 16, 31, 32])
+def test_a_warp_split_between_two_aligned_instructions_is_refused(kernels, rng, split, mma):
+    """ldmatrix and mma.sync are .aligned: every lane must execute the same instruction.  A warp
+    whose lanes reach them from two places in the code is refused (a GPU's result is undefined;
+    an H200 hung on it); the same code with the warp in one branch runs and loads as the ISA says."""
+    tile = rng.integers(0, 2**16, 64, dtype=np.uint16)
+    rows = ((np.arange(32) % 8) * 8).astype(np.int32)
+    a = rng.integers(0, 2**32, 128, dtype=np.uint32) & np.uint32(0x3C003C00)  # halves of 1.0 or 0
+    b = rng.integers(0, 2**32, 128, dtype=np.uint32) & np.uint32(0x3C003C00)
+    out, d = np.zeros(32, np.uint32), np.zeros(128, np.float32)
+    args = [tile, rows, rows.copy(), a, b, out, d]
+    name = f"split_warp<{split}, {bool_arg(mma)}>"
+    if split in (0, 32):
+        kernels.launch(name, (1,), (32,), args, [], order="shuffled", seed=3)
+        for lane in range(32):
+            row, col = ldmatrix_element(lane, 0, 0, False)
+            assert out[lane] & 0xFFFF == tile[8 * row + col]
+        return
+    with pytest.raises(cuda_host.HostLaunchError, match="divergent warp"):
+        kernels.launch(name, (1,), (32,), args, [], order="shuffled", seed=3)
 
 
 # --------------------------------------------------------------------------- mma.sync

@@ -93,6 +93,11 @@ DEVICES = (
 ASSUMPTIONS = [
     "Every figure in this report is PREDICTED, NOT MEASURED: it comes from the SASS of the compiled kernels and "
     "the model below, not from running them.",
+    "Calibration: on an H200 (Nsight Compute, 2026-11-28, benchmarks/results/gpu_h200_2026-11-28/"
+    "measured_vs_predicted.md) the modelled kernels took 1.3 to 10.4 times the predicted time (geometric mean "
+    "3.0), with this model's H100 limits and the DRAM limit re-targeted to 4.8 TB/s. The model charges no "
+    "instruction latency or barrier stall: read its times as a bound the kernels do not reach, and its % of "
+    "HBM as an upper bound.",
     "Clock: H100 SXM 1.755 GHz (the clock the issue's budgets use, below the 1.98 GHz maximum boost), A100 SXM "
     "1.41 GHz (its boost clock); issue efficiency 1.0 (one warp-instruction per scheduler per clock, 4 schedulers "
     "per SM): H100 132 SMs x 4 x 1.755 GHz = 926.6 G warp-instructions/s, A100 108 x 4 x 1.41 GHz = 609.1 G/s.",

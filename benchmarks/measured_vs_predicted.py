@@ -1,0 +1,200 @@
+"""Nsight Compute kernel times of a GPU run (measured) beside the static report (predicted, not measured).
+
+Reads every ``ncu_<name>.csv.gz`` with its ``ncu_<name>_index.json`` in a results folder (the
+output of ``benchmarks/ncu_cases.py`` under ``ncu``, see ``scripts/device-session.sh``) and the
+committed static report (``benchmarks/results/static_report.json``), and writes
+``measured_vs_predicted.{md,json}`` into the folder:
+
+* per case and engine: kernel time (the sum of the case's kernels), each kernel's time, and
+  compulsory bytes / kernel time as a percentage of the measured GPU's HBM bandwidth;
+* per gradops-cuda case: the static report's H100 SXM prediction re-targeted to the measured
+  GPU's HBM bandwidth (only the DRAM limit scales; the issue, L2 and latency limits stay the
+  H100 model's, which assumes the same 132 SMs and clock as an H200), and measured / predicted;
+* geometric means per suite, op, dtype and layout.
+
+    python benchmarks/measured_vs_predicted.py benchmarks/results/gpu_h200_2026-11-28 \\
+        --device "H200 SXM" [--static benchmarks/results/static_report.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import ml_dtypes  # noqa: E402,F401 (registers bfloat16 with NumPy)
+import numpy as np  # noqa: E402
+
+from ncu_table import kernels_by_case  # noqa: E402
+
+from gradops.bench import metrics, suites  # noqa: E402
+
+MODEL_DEVICE = "H100 SXM"  # the static report's device whose limits are re-targeted
+
+
+def _case(entry):
+    return next(c for c in suites.suite(entry["suite"]) if c.label == entry["label"] and c.op == entry["op"])
+
+
+def _short(name: str) -> str:
+    """A kernel's name without ``void``, namespace and parameter list."""
+    name = re.sub(r"\(.*", "", name.removeprefix("void "))
+    return name.replace("gradops::", "")
+
+
+def load_runs(folder: Path) -> list[dict]:
+    """Every (case, engine) the folder's ncu runs measured: kernel time and kernels."""
+    rows = []
+    for csv_path in sorted(folder.glob("ncu_*.csv*")):
+        stem = csv_path.name.split(".csv")[0]
+        index = json.loads((folder / f"{stem}_index.json").read_text())
+        by_case = kernels_by_case(str(csv_path))
+        for entry in index:
+            kernels = by_case.get(entry["i"], [])
+            rows.append({**{k: entry[k] for k in ("suite", "label", "op", "dtype", "engine")}, "run": stem,
+                         "us": sum(k["ns"] for k in kernels) / 1e3,
+                         "kernels": [(_short(k["name"]), k["ns"] / 1e3) for k in kernels]})
+    return rows
+
+
+def predicted_us(prediction: dict, bandwidth: float) -> tuple[float, str] | None:
+    """(predicted µs at ``bandwidth``, limiter) from a static-report row of the H100 model."""
+    limits = prediction.get("limits_ms")
+    if not limits:
+        return None
+    model_bandwidth = metrics.KNOWN_PEAKS[MODEL_DEVICE].bandwidth
+    scaled = dict(limits, DRAM=limits["DRAM"] * model_bandwidth / bandwidth)
+    limiter = max(scaled, key=scaled.get)
+    return scaled[limiter] * 1e3, limiter
+
+
+def build(folder: Path, device: str, static_path: Path) -> dict:
+    bandwidth = metrics.KNOWN_PEAKS[device].bandwidth
+    static = json.loads(static_path.read_text())
+    predictions = {(p["suite"], p["label"], p["op"], p["dtype"]): p for p in static["predictions"]
+                   if p["device"] == MODEL_DEVICE}
+    measured = load_runs(folder)
+    times = {(r["suite"], r["label"], r["op"], r["dtype"], r["engine"]): r["us"] for r in measured if r["us"]}
+    rows = []
+    for r in measured:
+        if not r["us"]:
+            r["note"] = "no kernel recorded"
+            rows.append(r)
+            continue
+        case = _case(r)
+        need = metrics.bytes_moved(case, case.geometry(), np.dtype(r["dtype"]).itemsize)
+        r["layout"] = case.data_format
+        r["compulsory_bytes"] = need
+        r["pct_hbm"] = 100 * need / (r["us"] * 1e-6) / bandwidth
+        if r["engine"] == "gradops-cuda":
+            p = predictions.get((r["suite"], r["label"], r["op"], r["dtype"]))
+            got = predicted_us(p, bandwidth) if p else None
+            if got:
+                r["predicted_us"], r["predicted_limiter"] = got
+                r["measured_over_predicted"] = r["us"] / got[0]
+            for other in ("torch", "gradops-cudnn"):
+                t = times.get((r["suite"], r["label"], r["op"], r["dtype"], other))
+                if t:
+                    r[f"{other}_over_gradops"] = t / r["us"]
+        rows.append(r)
+    return {"meta": {"device": device, "bandwidth": bandwidth, "static_report": str(static_path.relative_to(ROOT)),
+                     "static_commit": static["meta"].get("commit"), "model_device": MODEL_DEVICE},
+            "rows": rows, "summary": summarise(rows)}
+
+
+def _geo(values):
+    return float(math.exp(sum(math.log(v) for v in values) / len(values))) if values else math.nan
+
+
+def summarise(rows) -> list[dict]:
+    groups: dict = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        if "pct_hbm" not in r:
+            continue
+        key = (r["suite"], r["op"], r["dtype"], r["layout"])
+        groups[key][f"pct {r['engine']}"].append(r["pct_hbm"])
+        for field in ("measured_over_predicted", "torch_over_gradops", "gradops-cudnn_over_gradops"):
+            if field in r:
+                groups[key][field].append(r[field])
+    out = []
+    for key in sorted(groups):
+        g = groups[key]
+        out.append({"suite": key[0], "op": key[1], "dtype": key[2], "layout": key[3],
+                    "cases": len(g.get("pct gradops-cuda", [])),
+                    **{field: _geo(values) for field, values in g.items()},
+                    "measured_over_predicted_range": ((min(g["measured_over_predicted"]),
+                                                       max(g["measured_over_predicted"]))
+                                                      if g.get("measured_over_predicted") else None)})
+    return out
+
+
+def _f(v, fmt=".1f"):
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, fmt)
+
+
+def markdown(report: dict) -> str:
+    m = report["meta"]
+    lines = [
+        f"# Kernel times on the {m['device']} (measured) beside the static model (predicted, not measured)", "",
+        "Generated by `python benchmarks/measured_vs_predicted.py`; do not edit by hand.", "",
+        f"- **Measured**: Nsight Compute `gpu__time_duration.sum` of every kernel of a case (one call, "
+        "after a warm-up call), `--clock-control none`; % of HBM = compulsory bytes (each tensor once) / "
+        f"kernel time / {m['bandwidth'] / 1e12:.2f} TB/s.",
+        f"- **Predicted** (predicted, not measured): `{m['static_report']}` (commit {m['static_commit']}), its "
+        f"{m['model_device']} limits with the DRAM limit re-targeted to {m['bandwidth'] / 1e12:.2f} TB/s "
+        "(issue, L2 and latency limits unchanged: same 132 SMs; the model's clock is 1.755 GHz).",
+        "- measured / predicted > 1: slower than the model says.", "",
+        "## Geometric means", "",
+        "| suite | op | dtype | layout | cases | gradops-cuda % of HBM | torch % of HBM | torch time / gradops "
+        "time | measured / predicted (range) |", "|---|---|---|---|---:|---:|---:|---:|---|"]
+    for s in report["summary"]:
+        rng = s["measured_over_predicted_range"]
+        spread = f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng else ""
+        lines.append(f"| {s['suite']} | {s['op']} | {s['dtype']} | {s['layout']} | {s['cases']} | "
+                     f"{_f(s.get('pct gradops-cuda'))} | {_f(s.get('pct torch'))} | "
+                     f"{_f(s.get('torch_over_gradops'), '.2f')} | {_f(s.get('measured_over_predicted'), '.2f')}"
+                     f"{spread} |")
+    lines += ["", "## gradops-cuda per case", "",
+              "| suite | case | op | dtype | kernels (µs each) | measured µs | % of HBM | predicted µs (limiter) | "
+              "measured / predicted | torch µs |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+    torch = {(r["suite"], r["label"], r["op"], r["dtype"]): r["us"] for r in report["rows"]
+             if r["engine"] == "torch" and r["us"]}
+    for r in report["rows"]:
+        if r["engine"] != "gradops-cuda":
+            continue
+        if "pct_hbm" not in r:
+            lines.append(f"| {r['suite']} | {r['label']} | {r['op']} | {r['dtype']} | {r.get('note')} | - | - | - | - "
+                         "| - |")
+            continue
+        kernels = "; ".join(f"{n[:70]} {t:.1f}" for n, t in r["kernels"])
+        pred = f"{r['predicted_us']:.1f} ({r['predicted_limiter']})" if "predicted_us" in r else "not modelled"
+        t = torch.get((r["suite"], r["label"], r["op"], r["dtype"]))
+        lines.append(f"| {r['suite']} | {r['label']} | {r['op'].replace('depthwise_conv2d_native_', '')} | "
+                     f"{r['dtype']} | {kernels} | {r['us']:.1f} | {r['pct_hbm']:.1f} | {pred} | "
+                     f"{_f(r.get('measured_over_predicted'), '.2f')} | {_f(t)} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--device", default="H200 SXM", choices=sorted(metrics.KNOWN_PEAKS))
+    parser.add_argument("--static", type=Path, default=ROOT / "benchmarks" / "results" / "static_report.json")
+    args = parser.parse_args(argv)
+    report = build(args.folder.resolve(), args.device, args.static.resolve())
+    (args.folder / "measured_vs_predicted.json").write_text(json.dumps(report, indent=1) + "\n")
+    (args.folder / "measured_vs_predicted.md").write_text(markdown(report))
+    print(f"wrote {args.folder / 'measured_vs_predicted.md'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
