@@ -10,7 +10,11 @@ committed static report (``benchmarks/results/static_report.json``), and writes
 * per gradops-cuda case: the static report's H100 SXM prediction re-targeted to the measured
   GPU's HBM bandwidth (only the DRAM limit scales; the issue, L2 and latency limits stay the
   H100 model's, which assumes the same 132 SMs and clock as an H200), and measured / predicted;
-* geometric means per suite, op, dtype and layout.
+* per gradops-cuda case the issue fraction the kernels reached: the model's warp-instructions
+  (its SASS path counts) / measured time, as a fraction of the model's issue rate (132 SMs x 4
+  schedulers x 1.755 GHz, one instruction per scheduler per clock); beside the model's resident
+  warps per SM;
+* geometric means per suite, op, dtype and layout, and the issue fraction per kernel.
 
     python benchmarks/measured_vs_predicted.py benchmarks/results/gpu_h200_2026-11-28 \\
         --device "H200 SXM" [--static benchmarks/results/static_report.json]
@@ -79,6 +83,8 @@ def predicted_us(prediction: dict, bandwidth: float) -> tuple[float, str] | None
 def build(folder: Path, device: str, static_path: Path) -> dict:
     bandwidth = metrics.KNOWN_PEAKS[device].bandwidth
     static = json.loads(static_path.read_text())
+    model = next(d for d in static["meta"]["devices"] if d["key"] == MODEL_DEVICE)
+    issue_rate = model["sms"] * 4 * model["clock_hz"] * model["issue_efficiency"]  # warp-instructions/s
     predictions = {(p["suite"], p["label"], p["op"], p["dtype"]): p for p in static["predictions"]
                    if p["device"] == MODEL_DEVICE}
     measured = load_runs(folder)
@@ -100,14 +106,25 @@ def build(folder: Path, device: str, static_path: Path) -> dict:
             if got:
                 r["predicted_us"], r["predicted_limiter"] = got
                 r["measured_over_predicted"] = r["us"] / got[0]
+            if p and p.get("warp_instructions"):
+                r["kernel_family"] = kernel_family(p["kernel"])
+                r["resident_warps_per_sm"] = p.get("resident_warps_per_sm")
+                r["issue_fraction"] = p["warp_instructions"] / (r["us"] * 1e-6) / issue_rate
             for other in ("torch", "gradops-cudnn"):
                 t = times.get((r["suite"], r["label"], r["op"], r["dtype"], other))
                 if t:
                     r[f"{other}_over_gradops"] = t / r["us"]
         rows.append(r)
-    return {"meta": {"device": device, "bandwidth": bandwidth, "static_report": str(static_path.relative_to(ROOT)),
+    return {"meta": {"device": device, "model_issue_rate": issue_rate, "bandwidth": bandwidth, "static_report": str(static_path.relative_to(ROOT)),
                      "static_commit": static["meta"].get("commit"), "model_device": MODEL_DEVICE},
-            "rows": rows, "summary": summarise(rows)}
+            "rows": rows, "summary": summarise(rows), "issue": issue_summary(rows)}
+
+
+def kernel_family(kernel: str) -> str:
+    """The static report's kernel name (``a<...> + b<...>`` for two kernels) without namespaces
+    and template arguments, the op's common prefix shortened: ``filter_tiled``."""
+    names = [part.split("<", 1)[0].split("::")[-1] for part in kernel.split(" + ")]
+    return " + ".join(n.replace("depthwise_conv2d_native_backprop_", "") for n in names)
 
 
 def _geo(values):
@@ -133,6 +150,23 @@ def summarise(rows) -> list[dict]:
                     "measured_over_predicted_range": ((min(g["measured_over_predicted"]),
                                                        max(g["measured_over_predicted"]))
                                                       if g.get("measured_over_predicted") else None)})
+    return out
+
+
+def issue_summary(rows) -> list[dict]:
+    """Per kernel family and dtype: the issue fraction reached (geometric mean, range) and the
+    model's resident warps per SM."""
+    groups: dict = defaultdict(list)
+    for r in rows:
+        if "issue_fraction" in r:
+            groups[(r["kernel_family"], r["dtype"])].append(r)
+    out = []
+    for (family, dtype), members in sorted(groups.items()):
+        fractions = [r["issue_fraction"] for r in members]
+        out.append({"kernel": family, "dtype": dtype, "cases": len(members), "issue_fraction": _geo(fractions),
+                    "min": min(fractions), "max": max(fractions),
+                    "resident_warps_per_sm": sorted({r["resident_warps_per_sm"] for r in members
+                                                     if r["resident_warps_per_sm"]})})
     return out
 
 
@@ -162,6 +196,15 @@ def markdown(report: dict) -> str:
                      f"{_f(s.get('pct gradops-cuda'))} | {_f(s.get('pct torch'))} | "
                      f"{_f(s.get('torch_over_gradops'), '.2f')} | {_f(s.get('measured_over_predicted'), '.2f')}"
                      f"{spread} |")
+    lines += ["", "## Issue fraction reached", "",
+              f"The model's warp-instructions per case (its SASS path counts) / measured time, as a fraction of "
+              f"its issue rate ({m['model_issue_rate'] / 1e9:.1f} G warp-instructions/s: 1.0 is its assumption). "
+              "Resident warps per SM: the model's occupancy at the launcher's block (first kernel).", "",
+              "| kernel | dtype | cases | issue fraction (geomean) | range | resident warps per SM |",
+              "|---|---|---:|---:|---|---|"]
+    for g in report["issue"]:
+        lines.append(f"| {g['kernel']} | {g['dtype']} | {g['cases']} | {g['issue_fraction']:.2f} | "
+                     f"{g['min']:.2f}-{g['max']:.2f} | {', '.join(str(w) for w in g['resident_warps_per_sm'])} |")
     lines += ["", "## gradops-cuda per case", "",
               "| suite | case | op | dtype | kernels (µs each) | measured µs | % of HBM | predicted µs (limiter) | "
               "measured / predicted | torch µs |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]

@@ -627,6 +627,9 @@ def test_measured_vs_predicted_retargets_only_the_dram_limit():
     us, limiter = mvp.predicted_us({"limits_ms": limits}, 3.35e12)
     assert (us, limiter) == (pytest.approx(4.8), "DRAM")
     assert mvp.predicted_us({"not_modelled": "x"}, 4.8e12) is None
+    assert mvp.kernel_family("gradops::depthwise_conv2d_native_backprop_filter_tiled<__half, float, 3, 1, 4> + "
+                             "gradops::depthwise_conv2d_native_backprop_filter_reduce<__half, float>") == \
+        "filter_tiled + filter_reduce"
 
 
 def test_measured_vs_predicted_committed_report_renders_from_its_json():
@@ -636,6 +639,8 @@ def test_measured_vs_predicted_committed_report_renders_from_its_json():
     folder = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu_h200_2026-11-28"
     report = json.loads((folder / "measured_vs_predicted.json").read_text())
     assert report["summary"] == json.loads(json.dumps(mvp.summarise(report["rows"])))
+    assert report["issue"] == json.loads(json.dumps(mvp.issue_summary(report["rows"])))
+    assert all(0 < g["issue_fraction"] < 1 for g in report["issue"])  # below the model's assumed 1.0
     assert (folder / "measured_vs_predicted.md").read_text() == mvp.markdown(report)
     ours = [r for r in report["rows"] if r["engine"] == "gradops-cuda"]
     assert len(ours) == 258 and all("measured_over_predicted" in r for r in ours)
