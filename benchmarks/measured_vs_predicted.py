@@ -40,6 +40,7 @@ import numpy as np  # noqa: E402
 from ncu_table import kernels_by_case  # noqa: E402
 
 from gradops.bench import metrics, suites  # noqa: E402
+from gradops.bench.runner import geomean  # noqa: E402
 
 MODEL_DEVICE = "H100 SXM"  # the static report's device whose limits are re-targeted
 
@@ -127,10 +128,6 @@ def kernel_family(kernel: str) -> str:
     return " + ".join(n.replace("depthwise_conv2d_native_backprop_", "") for n in names)
 
 
-def _geo(values):
-    return float(math.exp(sum(math.log(v) for v in values) / len(values))) if values else math.nan
-
-
 def summarise(rows) -> list[dict]:
     groups: dict = defaultdict(lambda: defaultdict(list))
     for r in rows:
@@ -146,7 +143,7 @@ def summarise(rows) -> list[dict]:
         g = groups[key]
         out.append({"suite": key[0], "op": key[1], "dtype": key[2], "layout": key[3],
                     "cases": len(g.get("pct gradops-cuda", [])),
-                    **{field: _geo(values) for field, values in g.items()},
+                    **{field: geomean(values) for field, values in g.items()},
                     "measured_over_predicted_range": ((min(g["measured_over_predicted"]),
                                                        max(g["measured_over_predicted"]))
                                                       if g.get("measured_over_predicted") else None)})
@@ -163,7 +160,7 @@ def issue_summary(rows) -> list[dict]:
     out = []
     for (family, dtype), members in sorted(groups.items()):
         fractions = [r["issue_fraction"] for r in members]
-        out.append({"kernel": family, "dtype": dtype, "cases": len(members), "issue_fraction": _geo(fractions),
+        out.append({"kernel": family, "dtype": dtype, "cases": len(members), "issue_fraction": geomean(fractions),
                     "min": min(fractions), "max": max(fractions),
                     "resident_warps_per_sm": sorted({r["resident_warps_per_sm"] for r in members
                                                      if r["resident_warps_per_sm"]})})

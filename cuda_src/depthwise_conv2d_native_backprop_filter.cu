@@ -940,7 +940,8 @@ template <typename T> __device__ __forceinline__ Region<T> region(int lane, int 
 // The slots of a region's lane 0, the most any lane of the warp has (row 0 starts every step):
 // a count every lane computes alike, for the branches and loops around the products, which the
 // whole warp must take together (ldmatrix and mma.sync are .aligned: a warp split between two
-// paths to them is undefined, and an H200 hung on it).
+// paths to them is undefined, and an H200 hung on it).  Not a Region field: carried there, the
+// 3x3 multiplier-1 2-element-chunk kernel spilled 16 bytes at its 80-register budget (sm_90).
 __device__ __forceinline__ int warp_slots(int rows, int per_row) {
     if (rows <= 0 || per_row <= 0) return 0;
     const int rows_per_step = 32 / per_row;
