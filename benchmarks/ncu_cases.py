@@ -8,11 +8,14 @@ kernel whose grid size is the case's index.  Writes the index JSON.  On a GPU:
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
         python benchmarks/ncu_cases.py [SUITE-SUBSTRING] [INDEX.json] \
         [--suites mobilenetv2,efficientnet,fractional,resnet50] [--dtypes float16,float32] \
-        [--engines gradops-cuda,torch,gradops-cudnn] [--ops SUBSTRING] [--labels A,B] [--time-limit S] > ncu.csv
+        [--engines gradops-cuda,torch,gradops-cudnn] [--ops SUBSTRING] [--labels A,B] \
+        [--paths tiled,planes] [--time-limit S] > ncu.csv
 
 Defaults: the three memory-bound suites in float16 and float32 on gradops-cuda and (depthwise)
 PyTorch, and ResNet-50 NHWC float16 on gradops-cuda and gradops-cudnn.  ``--engines`` restricts
-or extends that (gradops-cudnn on the depthwise cases too when named).
+or extends that (gradops-cudnn on the depthwise cases too when named).  ``--paths`` adds, for
+each depthwise input-gradient case, an engine ``gradops-cuda:PATH`` per named kernel path that
+can run the case (the launcher's ``path=``): an A/B of kernels on one device in one run.
 """
 import argparse, json, sys, time
 import numpy as np, cupy, ml_dtypes  # noqa: F401 (ml_dtypes registers bfloat16 with NumPy)
@@ -28,6 +31,9 @@ parser.add_argument("--engines", default=None, help="default: see the module doc
 parser.add_argument("--ops", default=None, help="keep the ops whose name holds this")
 parser.add_argument("--labels", default=None,
                     help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
+parser.add_argument("--paths", default=None,
+                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,direct), each timed "
+                         "as engine gradops-cuda:PATH where it can run the case")
 parser.add_argument("--time-limit", type=float, default=None,
                     help="seconds: start no case after this (ncu prints its CSV only when the program exits)")
 args = parser.parse_args()
@@ -47,6 +53,8 @@ for name in args.suites.split(","):
             default = ("gradops-cuda", "torch") if case.op.startswith("depthwise") else ("gradops-cuda",)
         engines = [e for e in (default if chosen is None else sorted(chosen))
                    if e != "torch" or case.op.startswith("depthwise")]
+        if args.paths and case.op == "depthwise_conv2d_native_backprop_input":
+            engines += [f"gradops-cuda:{p}" for p in args.paths.split(",")]
         plan += [(case, dt, e) for dt in dtypes for e in engines]
 torch_engine = TorchEngine(stream_ptr=stream.ptr) if any(e == "torch" for _, _, e in plan) else None
 index, inputs = [], {}
@@ -64,7 +72,12 @@ for i, (case, dt, eng) in enumerate(plan):
     if key not in inputs:  # the engines of one case and dtype share its inputs
         inputs = {key: make_inputs(case, dtype, np.random.default_rng(0))}
     arrays = inputs[key]
-    e = torch_engine if eng == "torch" else GradopsGpuEngine(eng.split("-")[1])
+    if eng == "torch":
+        e = torch_engine
+    elif ":" in eng:
+        e = GradopsGpuEngine("cuda", path=eng.split(":")[1])
+    else:
+        e = GradopsGpuEngine(eng.split("-")[1])
     try:
         fn = e.prepare(case, dtype, arrays)
         fn(); stream.synchronize()  # compile / build / autotune outside the marked region

@@ -1202,18 +1202,22 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
 
 // filter_grad[e] = the slices' partial sums partial[z * elements + e], added in a fixed order
 // and rounded once to T.  A CTA: kReduceElements consecutive e (a warp reads one slice's run of
-// them: coalesced) x kReduceGroups groups of slices; group g adds slices g, g + kReduceGroups,
-// ... in ascending order, then group 0 adds the groups' sums in group order.  Neither order
-// depends on the GPU.  (A filter element often sums hundreds of slices, and the grid is only
-// taps x out_depth elements: one thread per element would wait for hundreds of loads in turn.)
+// them: coalesced) x ``groups`` groups of slices (blockDim.x / kReduceElements, at most
+// kReduceMaxGroups); group g adds slices g, g + groups, ... in ascending order, then group 0
+// adds the groups' sums in group order.  The launcher picks ``groups`` from the slice count
+// alone (REDUCE_LOADS slices a group at most, where 32 groups allow), so neither order depends
+// on the GPU.  Why groups scale with the slices: the grid is only taps x out_depth / 32 CTAs
+// (9 for a 3x3 filter on 32 channels), so a thread's chain of dependent load batches is the
+// kernel's time; on the H200 (2026-11-28) 8 fixed groups took 9.4 us over 369 slices (46 loads
+// a thread, 3 batches of 16) against 2.3-2.6 us where a thread had one batch.
 constexpr int kReduceElements = 32;
-constexpr int kReduceGroups = 8;
-constexpr int kReduceThreads = kReduceElements * kReduceGroups;
+constexpr int kReduceMaxGroups = 32;
 
 template <typename T, typename Acc>
-__global__ void __launch_bounds__(kReduceThreads) depthwise_conv2d_native_backprop_filter_reduce(
+__global__ void __launch_bounds__(kReduceElements * kReduceMaxGroups) depthwise_conv2d_native_backprop_filter_reduce(
         const Acc* __restrict__ partial, T* __restrict__ filter_grad, long long elements, long long slices) {
-    __shared__ Acc sums[kReduceGroups][kReduceElements];
+    __shared__ Acc sums[kReduceMaxGroups][kReduceElements];
+    const int groups = static_cast<int>(blockDim.x) / kReduceElements;
     const int lane = static_cast<int>(threadIdx.x) % kReduceElements;
     const int group = static_cast<int>(threadIdx.x) / kReduceElements;
     const index_t e = static_cast<index_t>(blockIdx.x) * kReduceElements + lane;
@@ -1221,14 +1225,13 @@ __global__ void __launch_bounds__(kReduceThreads) depthwise_conv2d_native_backpr
     if (e < elements) {
         // Unrolled so that 16 loads are in flight at once (the sum stays in slice order).
 #pragma unroll 16
-        for (index_t z = group; z < slices; z += kReduceGroups) acc += partial[z * elements + e];
+        for (index_t z = group; z < slices; z += groups) acc += partial[z * elements + e];
     }
     sums[group][lane] = acc;
     __syncthreads();
     if (group == 0 && e < elements) {
         Acc sum = sums[0][lane];
-#pragma unroll
-        for (int g = 1; g < kReduceGroups; ++g) sum += sums[g][lane];
+        for (int g = 1; g < groups; ++g) sum += sums[g][lane];
         filter_grad[e] = from_acc<T, Acc>(sum);
     }
 }

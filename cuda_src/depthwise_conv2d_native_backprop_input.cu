@@ -1,6 +1,6 @@
 // DepthwiseConv2dNativeBackpropInput as a gather: every input-gradient element sums every
 // (filter tap, multiplier) whose forward read touched that element.  No atomics, and each sum
-// runs in one fixed order, so results are bitwise reproducible.  Three kernels:
+// runs in one fixed order, so results are bitwise reproducible.  Four kernels:
 //
 // * depthwise_conv2d_native_backprop_input (the "direct" kernel): one thread per element,
 //   grid-stride, 64-bit offsets.  Any layout, filter, stride, dilation and size (tensors past
@@ -18,6 +18,10 @@
 //   m16n8k16 / m16n8k8 with float sums (see "the tensor-core kernel" at the end).  The
 //   launcher runs it where the static model predicts it faster than the tiled kernel
 //   (MMA_CHOICE), or when asked for it (path="mma").
+// * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at stride 1, any
+//   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
+//   lie in memory, and each thread computes 2 x 4 positions of a plane (see "the planes
+//   kernel").  Opt-in (path="planes") until a GPU has timed it beside the tiled kernel.
 //
 // Shapes (L = layout of in_backprop / out_backprop, NHWC or NCHW):
 //   filter        [filter_rows, filter_cols, in_depth, depth_multiplier]  (always this order)
@@ -1001,6 +1005,249 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         }
     }
 }
+
+// ==================================================================== the planes kernel
+//
+// depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 filters at stride 1,
+// dilation 1, any multiplier): a CTA owns PLANES consecutive input channels of one image and a
+// band of BAND input rows across the whole width.  In NCHW those channels' out_backprop rows
+// are one contiguous run of memory per slice (one run for all the CTA's planes where a band
+// covers the image), so staging is one loop of coalesced chunks of consecutive elements, and
+// the result rows are contiguous too.
+//
+// Why (measured, H200, 2026-11-28, benchmarks/results/gpu_h200_2026-11-28): the tiled kernel
+// runs NCHW 2.2-3.8 times slower than NHWC on the same shapes (MobileNetV2 dw10 7x7x960 3x3/1
+// multiplier 1, float16: 25.3 us against 6.7 us); its NCHW staging loads plane rows a few
+// bytes at a time into a channel block of 32 planes, and its result stores scatter over them.
+// This kernel reads and writes each plane's rows as they lie.
+//
+// Staging.  The staged plane of slice (p, q) holds out_backprop rows row_origin .. row_origin +
+// BAND + KH - 2 and columns col_origin .. col_origin + pitch - 1 of channel (c0 + p) * M + q,
+// with row_origin = y0 + pad_top - (KH - 1) and col_origin = pad_left - (KW - 1); positions
+// outside out_backprop are zeros.  Input-gradient position (y0 + i, x) then takes tap (r, s)
+// from staged position (i + KH - 1 - r, x + KW - 1 - s): every tap of every position at a fixed
+// offset, no bounds test and no division in the inner loop.  The buffer is zeroed first and
+// the loads overwrite what lies inside out_backprop (a barrier between).
+//
+// Work items.  A thread computes 2 x 4 positions (rows i, i + 1, 4 consecutive columns) of one
+// plane (a work item), each summing over slice q, then tap row (bottom to top), then tap column
+// (right to left): a fixed order, so results are bitwise reproducible.  It reads each of its
+// KH + 1 window rows' 8 staged values in 16-byte loads (pitch is a multiple of 4, so they are
+// aligned) and keeps the slice's filter taps in registers (16-byte loads from a padded copy in
+// shared memory).
+// Consecutive threads take consecutive items of a row, so a warp's 16-byte reads are
+// consecutive 16-byte words: no bank conflicts past the 4 wavefronts every 16-byte warp
+// access takes.
+//
+// Padding.  As in the tiled kernel: a zero staged in place of a position outside out_backprop
+// adds w * 0 = +-0, which changes no sum unless w is Inf or NaN; a CTA whose filter slices
+// hold one runs the CHECKED item loop, which skips those positions, so the result is TF's.
+//
+// Index math: 32-bit (the launcher checks every tensor is below 2^31 elements); the staging
+// chunk and work-item indices are split with the host's multiply-shift constants
+// (division_magic), not divisions.
+namespace dwplanes {
+
+constexpr int kThreads = 256;
+// Positions of a work item: 4 consecutive columns of 2 consecutive rows (the rows share all
+// but one of their KH + 1 window rows, and the item's fixed costs are spread over 8 positions).
+constexpr int kSegment = 4;
+constexpr int kItemRows = 2;
+// Staged values a work item reads per tap row: its 4 columns and up to 4 halo columns (K <= 5).
+constexpr int kWindow = 8;
+// out_backprop elements a thread stages per step (one row's, consecutive).
+constexpr int kChunk = 8;
+// Static shared memory per CTA: 8 CTAs of 256 threads (an SM's 2048 threads) fit in 192 KiB.
+constexpr int kSharedBytes = 24576;
+
+// A K x K filter slice padded to a multiple of 4 accumulators (whole 16-byte loads).
+template <int KH, int KW> struct Taps {
+    static constexpr int COUNT = KH * KW;
+    static constexpr int PADDED = (COUNT + 3) / 4 * 4;
+};
+
+// n / divisor for 0 <= n < 2^31 from the host's constants (division_magic).
+__device__ __forceinline__ int split(int n, unsigned magic, int shift) {
+    return static_cast<int>((static_cast<unsigned long long>(static_cast<unsigned>(n)) * magic) >> shift);
+}
+
+// N consecutive accumulators of 16-byte aligned shared memory, 16 bytes per load.
+template <int N, typename Acc> __device__ __forceinline__ void load_aligned(const Acc* src, Acc (&out)[N]) {
+    constexpr int PER_LOAD = 16 / static_cast<int>(sizeof(Acc));
+    static_assert(N % PER_LOAD == 0, "whole 16-byte loads");
+#pragma unroll
+    for (int k = 0; k < N; k += PER_LOAD) dwconv::load_run<PER_LOAD>(src + k, out + k);
+}
+
+// One work item's sums from one staged slice: ``plane`` is the staged value at (staged row i,
+// staged column x), the window's first; ``w`` the slice's taps.  Staged row i + a feeds item row
+// j through tap row r = j + KH - 1 - a, so KH + 1 window rows serve both item rows.  Each sum
+// runs over tap row from the bottom (a ascending), then tap column from the right.  CHECKED
+// skips staged positions outside out_backprop: staged rows [row_begin, row_end) and columns
+// [col_begin, col_end) are inside.
+template <bool CHECKED, int KH, int KW, typename Acc>
+__device__ __forceinline__ void accumulate_item(const Acc* __restrict__ plane, int pitch, const Acc (&w)[Taps<KH, KW>::PADDED],
+                                                Acc (&acc)[kItemRows][kSegment], int i, int x, int row_begin,
+                                                int row_end, int col_begin, int col_end) {
+#pragma unroll
+    for (int a = 0; a < KH + kItemRows - 1; ++a) {
+        Acc v[kWindow];
+        load_aligned<kWindow>(plane + a * pitch, v);
+        if (CHECKED && (i + a < row_begin || i + a >= row_end)) continue;
+#pragma unroll
+        for (int j = 0; j < kItemRows; ++j) {
+            const int r = j + KH - 1 - a;  // the tap row that carries staged row i + a to item row j
+            if (r < 0 || r >= KH) continue;
+#pragma unroll
+            for (int s = KW - 1; s >= 0; --s) {
+#pragma unroll
+                for (int u = 0; u < kSegment; ++u) {
+                    const int k = u + KW - 1 - s;  // staged column x + k
+                    if (CHECKED && (x + k < col_begin || x + k >= col_end)) continue;
+                    acc[j][u] += w[r * KW + s] * v[k];
+                }
+            }
+        }
+    }
+}
+
+}  // namespace dwplanes
+
+// filter [KH, KW, in_depth, depth_multiplier], out_backprop [batch, in_depth * M, out_rows,
+// out_cols], in_backprop [batch, in_depth, in_rows, in_cols] (NCHW).  Grid: (channel groups of
+// ``planes``, bands of ``band`` rows, batch); block: dwplanes::kThreads.  With staged_rows =
+// band rounded up to kItemRows, + KH - 1, the launcher chooses planes and band so that planes x
+// M x (staged_rows x pitch + Taps::PADDED) values fit kSharedBytes; pitch = 4 x segments + 4
+// (segments = ceil(in_cols / 4)); rows_cap = min(out_rows, staged_rows), the most out_backprop
+// rows a band stages.  Each (magic, shift) pair divides by: chunk, ceil(out_cols / kChunk);
+// rows, rows_cap; items, ceil(band / kItemRows) x segments; segments, segments.  store_cols: 4,
+// 2 or 1 result columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).
+// No __launch_bounds__: with (kThreads) ptxas kept 48 or 64 registers and spilled 4-12 bytes in
+// half of the instantiations (NVRTC 13.5, sm_80 / sm_90); without it none spills, at 40-64
+// registers (110 for double 5x5).
+template <typename T, typename Acc, int KH, int KW>
+__global__ void depthwise_conv2d_native_backprop_input_planes(
+    const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
+    int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
+    int pad_left, int planes, int band, int segments, int rows_cap, int store_cols,
+    unsigned chunk_magic, int chunk_shift, unsigned rows_magic, int rows_shift,
+    unsigned items_magic, int items_shift, unsigned segments_magic, int segments_shift) {
+    using namespace dwplanes;
+    using Tp = Taps<KH, KW>;
+    constexpr int BUFFER = kSharedBytes / static_cast<int>(sizeof(Acc));
+    __shared__ __align__(16) Acc shared[BUFFER];
+
+    const int M = depth_multiplier;
+    const int c0 = static_cast<int>(blockIdx.x) * planes;
+    const int y0 = static_cast<int>(blockIdx.y) * band;
+    const int n = static_cast<int>(blockIdx.z);
+    const int my_planes = min(planes, in_depth - c0);
+    const int slices = my_planes * M;  // staged slices: out_backprop channels c0 * M .. c0 * M + slices - 1
+    const int staged_rows = (band + kItemRows - 1) / kItemRows * kItemRows + KH - 1;  // the last item's rows too
+    const int pitch = kSegment * segments + kSegment;
+    const int tid = static_cast<int>(threadIdx.x);
+    Acc* const taps = shared;                                 // [slices][Tp::PADDED]
+    Acc* const stage = shared + planes * M * Tp::PADDED;      // [slices][staged_rows][pitch]
+
+    // The filter slices (tap-major in global memory: consecutive threads, consecutive slices),
+    // checked for values that are not finite (see "Padding").
+    bool nonfinite = false;
+    for (int k = tid; k < Tp::COUNT * slices; k += kThreads) {
+        const int tap = k / slices, slice = k - tap * slices;
+        const Acc w = to_acc<Acc>(filter[tap * in_depth * M + c0 * M + slice]);
+        nonfinite |= w * Acc(0) != Acc(0);  // NaN exactly when w is Inf or NaN
+        taps[slice * Tp::PADDED + tap] = w;
+    }
+    // Zero the staged planes (16 bytes per store), then load what lies inside out_backprop.
+    {
+        constexpr int PER_STORE = 16 / static_cast<int>(sizeof(Acc));
+        const Acc zeros[PER_STORE] = {};
+        for (int k = tid * PER_STORE; k < slices * staged_rows * pitch; k += kThreads * PER_STORE)
+            dwconv::store16(stage + k, zeros);
+    }
+    const bool checked = __syncthreads_or(nonfinite);
+
+    const int row_origin = y0 + pad_top - (KH - 1);  // out_backprop row of staged row 0
+    const int col_origin = pad_left - (KW - 1);      // out_backprop column of staged column 0
+    const int row_first = max(0, row_origin);
+    const int rows_run = min(out_rows, row_origin + staged_rows) - row_first;
+    const int plane_size = out_rows * out_cols;
+    const int first_index = ((n * in_depth + c0) * M * out_rows + row_first) * out_cols;
+    const T* const first = out_backprop + first_index;
+    // out_backprop's elements from ``first`` on: a chunk reads all kChunk elements (past its row's
+    // end, into the next row, values it does not store) where the tensor goes on that far.
+    const int readable = static_cast<int>(gridDim.z) * in_depth * M * plane_size - first_index;
+    // A thread takes a chunk of kChunk consecutive elements of one out_backprop row: consecutive
+    // threads, consecutive chunks of a row, then of the next rows (contiguous in memory), so
+    // each load instruction of a warp spans a few 128-byte lines that its next loads reuse.
+    // Every load is issued before any store and none is predicated, so a chunk takes one round
+    // trip (predicated, they ran out of predicate registers and waited on stores).
+    const int chunks_per_row = (out_cols + kChunk - 1) / kChunk;
+    for (int chunk = tid; chunk < slices * rows_cap * chunks_per_row; chunk += kThreads) {
+        const int row_index = split(chunk, chunk_magic, chunk_shift);  // slice * rows_cap + r
+        const int x = (chunk - row_index * chunks_per_row) * kChunk;
+        const int slice = split(row_index, rows_magic, rows_shift);
+        const int r = row_index - slice * rows_cap;
+        if (r >= rows_run) continue;
+        const int offset = slice * plane_size + r * out_cols + x;
+        const T* const src = first + offset;
+        Acc* const dst = stage + (slice * staged_rows + row_first - row_origin + r) * pitch + x - col_origin;
+        const int k0 = x - col_origin;   // staged column of the chunk's first element
+        const int last = out_cols - 1 - x;  // its last element inside the row (>= 0)
+        if (offset + kChunk > readable) {  // the tensor's last chunk: element by element
+            for (int e = 0; e <= last; ++e)
+                if (static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(src[e]);
+            continue;
+        }
+        T raw[kChunk];
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) raw[e] = src[e];
+        const bool staged = k0 >= 0 && k0 + kChunk <= pitch;  // all but pads wider than the filter
+        if (staged && last >= kChunk - 1) {  // the whole chunk inside the row
+#pragma unroll
+            for (int e = 0; e < kChunk; ++e) dst[e] = to_acc<Acc>(raw[e]);
+        } else if (staged) {  // a row's last chunk
+#pragma unroll
+            for (int e = 0; e < kChunk; ++e)
+                if (e <= last) dst[e] = to_acc<Acc>(raw[e]);
+        } else {
+#pragma unroll
+            for (int e = 0; e < kChunk; ++e)
+                if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(raw[e]);
+        }
+    }
+    __syncthreads();
+
+    // Staged rows and columns inside out_backprop (CHECKED only).
+    const int row_begin = row_first - row_origin, row_end = row_begin + rows_run;
+    const int col_begin = max(0, -col_origin), col_end = out_cols - col_origin;
+    const int items = (band + kItemRows - 1) / kItemRows * segments;  // per plane
+    for (int item = tid; item < my_planes * items; item += kThreads) {
+        const int p = split(item, items_magic, items_shift);
+        const int rest = item - p * items;
+        const int pair = split(rest, segments_magic, segments_shift);
+        const int i = pair * kItemRows;
+        const int x = (rest - pair * segments) * kSegment;
+        const int y = y0 + i;
+        if (y >= in_rows) continue;
+        Acc acc[kItemRows][kSegment] = {};
+        for (int q = 0; q < M; ++q) {
+            const int slice = p * M + q;
+            Acc w[Tp::PADDED];
+            load_aligned<Tp::PADDED>(taps + slice * Tp::PADDED, w);
+            const Acc* const plane = stage + (slice * staged_rows + i) * pitch + x;
+            if (checked)
+                accumulate_item<true, KH, KW>(plane, pitch, w, acc, i, x, row_begin, row_end, col_begin, col_end);
+            else
+                accumulate_item<false, KH, KW>(plane, pitch, w, acc, i, x, row_begin, row_end, col_begin, col_end);
+        }
+        T* const dst = in_backprop + ((n * in_depth + c0 + p) * in_rows + y) * in_cols + x;
+        dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);
+        // An odd band's last item reaches one row into the next band, which stores that row.
+        if (i + 1 < band && y + 1 < in_rows) dwconv::store_quad<T>(dst + in_cols, acc[1], x, in_cols, store_cols);
+    }
+}
+
 
 // ==================================================================== the tensor-core kernel
 //

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One lent-GPU session (the `device` tool), prepared to fit its 15 minutes (one call of about
 # 8 minutes plus a machine start): warm the kernel cache, GPU tests beside compute-sanitizer
-# memcheck and racecheck, Nsight Compute kernel times of the memory-bound suites, then ncu's
+# memcheck and racecheck, an Nsight Compute A/B of the input gradient's NCHW kernels (tiled
+# against planes), Nsight Compute kernel times of the memory-bound suites, then ncu's
 # full sections (stall reasons, occupancy) for a few representative kernels.  Every step has its
 # own time cap, and a hung kernel fails its test (pytest-timeout) instead of stalling a worker:
 # the H200 run of 2026-11-28 lost 35 tests and both sanitizers to one hang.  Results go to
@@ -35,20 +36,22 @@ stamp "info done"
 
 # Sanitizers run single-process (workers under memcheck outran their limits before) with
 # CuPy's pool off, so a stray access hits unallocated memory; SIGINT lets pytest write its junit.
-sanitize() { # sanitize TOOL CAP KEYWORDS TESTS... (KEYWORDS: a pytest -k expression, or "")
-    local tool=$1 cap=$2 select=()
+sanitize() { # sanitize TOOL[:NAME] CAP KEYWORDS TESTS... (KEYWORDS: a pytest -k expression, or "")
+    local tool=${1%%:*} name=${1#*:} cap=$2 select=()
     [ -n "$3" ] && select=(-k "$3")
     shift 3
     (cd /tmp && PYTEST_ADDOPTS="" "$SAN" --tool "$tool" --report-api-errors no --target-processes all \
         timeout -s INT -k 15 "$cap" python3 -m pytest -c "$OLDPWD/pyproject.toml" --rootdir "$OLDPWD" \
         -p no:cacheprovider -p pytest_cupy_no_pool -q -m "gpu and not slow" "${select[@]}" "${TIMEOUT[@]}" \
-        --junitxml "$W/$tool.junit.xml" "${@/#/$OLDPWD/}") >"$W/$tool.log" 2>&1
-    echo "exit $?" >>"$W/$tool.log"
+        --junitxml "$W/$name.junit.xml" "${@/#/$OLDPWD/}") >"$W/$name.log" 2>&1
+    echo "exit $?" >>"$W/$name.log"
 }
 timeout 100 python3 scripts/warm_kernel_cache.py --jobs 14 >"$W/warm.log" 2>&1 &
 WARM=$!
 sanitize memcheck 260 "" tests/test_advisories.py tests/test_nan_inf.py \
     tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py &
+# memcheck on the input gradient's planes kernel (new since the last GPU run).
+sanitize memcheck:memcheck-planes 200 "planes or mma" tests/test_depthwise_conv2d_native_backprop_input.py &
 # racecheck: the kernels that share memory between threads (tiles, stages, tensor cores).
 sanitize racecheck 260 "tiled or mma or planes or staged or select" \
     tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py \
@@ -70,9 +73,22 @@ sleep 1 # nothing else on the GPU while ncu times
 stamp "sanitizers: $(tail -3 "$W/memcheck.log" | tr '\n' ' ') | $(tail -3 "$W/racecheck.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
-timeout -s INT -k 10 180 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+# A/B first: the NCHW stride-1 input-gradient cases on the launcher's choice, the tiled kernel
+# and the planes kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes), whose
+# default waits for this measurement (PLANES_BY_DEFAULT).
+timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+    python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
+    --engines gradops-cuda --paths tiled,planes --ops backprop_input \
+    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW" --time-limit 80 \
+    >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
+stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"
+python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 >"$W/ncu_ab.md" 2>&1
+python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 --summary 2>&1 \
+    | tee "$W/ncu_ab_summary.md"
+
+timeout -s INT -k 10 140 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_index.json" --suites fractional,mobilenetv2,efficientnet \
-    --engines "$ENGINES" --time-limit 140 >"$W/ncu.csv" 2>"$W/ncu.err"
+    --engines "$ENGINES" --time-limit 100 >"$W/ncu.csv" 2>"$W/ncu.err"
 stamp "ncu: $(tail -1 "$W/ncu.err")"
 python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth 4.8e12 --summary 2>&1 | tee "$W/ncu_summary.md"
 
@@ -90,5 +106,5 @@ if [ "$left" -gt 30 ]; then
     stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 fi
 stamp "done"
-cp "$W/info.log" "$W/ncu_summary.md" "$OUT/" 2>/dev/null
+cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_ab_summary.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$W" .

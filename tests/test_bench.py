@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import gradops
 from gradops.bench import check, metrics, report, runner, suites
 from gradops.bench.engines import Engine, NumpyEngine, _symmetric_padding, call_gradops
 from gradops.bench.timing import TimingSettings
@@ -351,6 +352,42 @@ def test_gradops_cuda_engine_on_the_host_stand_in(cuda_device):
         assert row["engines"]["gradops-cuda"]["status"] == "ok", row
 
 
+def test_gradops_cuda_path_engine_on_the_host_stand_in(cuda_device):
+    """gradops-cuda:PATH forces the depthwise input gradient's kernel path (A/B timings): it
+    supports exactly the cases its path runs, launches that kernel, and matches the NumPy
+    backend; a path is refused for other backends."""
+    import cupy
+
+    from gradops.bench.engines import GradopsGpuEngine, make_inputs
+
+    planes = GradopsGpuEngine("cuda", path="planes")
+    assert planes.name == "gradops-cuda:planes"
+    with pytest.raises(ValueError, match="cuda backend"):
+        GradopsGpuEngine("cudnn", path="planes")
+    nchw = suites.Case("t", "dw 3x3/1 m2 NCHW", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 6), "NCHW",
+                       (3, 3, 6, 2), (1, 1), "SAME")
+    nhwc = suites.Case("t", "dw 3x3/1 m2 NHWC", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 6), "NHWC",
+                       (3, 3, 6, 2), (1, 1), "SAME")
+    strided = suites.Case("t", "dw 3x3/2 NCHW", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 6), "NCHW",
+                          (3, 3, 6, 1), (2, 2), "SAME")
+    filt = suites.Case("t", "dwf 3x3/1 NCHW", "depthwise_conv2d_native_backprop_filter", (2, 9, 10, 6), "NCHW",
+                       (3, 3, 6, 1), (1, 1), "SAME")
+    dtype = np.dtype(np.float32)
+    assert planes.supports(nchw, dtype) == (True, "supported")
+    for case in (nhwc, strided, filt):
+        assert not planes.supports(case, dtype)[0]
+    arrays = make_inputs(nchw, dtype, np.random.default_rng(0))
+    got = cupy.asnumpy(planes.prepare(nchw, dtype, arrays)())
+    if cuda_device is not None:
+        assert "_planes<" in cuda_device.launches[-1][0]
+    want = gradops.depthwise_conv2d_native_backprop_input(list(nchw.input_tensor_shape()), arrays["filter"],
+                                                          arrays["out_backprop"], nchw.tf_strides(), nchw.padding,
+                                                          data_format="NCHW", backend="numpy")
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    with pytest.raises(ValueError, match="planes kernel cannot run"):
+        planes.prepare(strided, dtype, make_inputs(strided, dtype, np.random.default_rng(0)))
+
+
 def test_numpy_vs_tf_format():
     fake = dict(meta=dict(commit="abc", date="2026-01-01", machine="x86_64", processor="p", cpu_count=2,
                           python="3.11", numpy="2", tensorflow="2.21", gradops="0.1"),
@@ -615,6 +652,22 @@ def test_few_channel_prediction_counts_each_warps_busiest_lane():
 
     want = sum(8 * 100 + max(taps(h, w) for w in range(8)) * (10 + 5) for h in range(8)) * 2
     assert (total, warps) == (want, 2 * 8 * 8)
+
+
+def test_planes_prediction_counts_a_ctas_work():
+    """benchmarks/planes_prediction.py's per-element count against the CTA's work counted by hand:
+    7 x 7 x 960 NCHW 3x3 SAME multiplier 1, float32: 32 planes a CTA, 4 x 2 items a plane (2 x 4
+    positions each), one chunk of 8 a row (at the row's end: 7 elements), 32 x 10 x 12 / 4 zero
+    stores (7 rows rounded up to whole items, and the halo), 9 x 32 filter taps, 256 threads'
+    straight-line code."""
+    pp = _load_benchmark_script("planes_prediction")
+    g = next(c for c in suites.suite("mobilenetv2") if c.label == "dw10 7x7x960 3x3/1 m1 NCHW"
+             and c.op == "depthwise_conv2d_native_backprop_input").geometry()
+    f = {"sums": 90, "item_rest": 100, "staging": 70, "staging_edge": 60, "zero_per_store": 1.25, "filter": 30,
+         "straight": 80}
+    assert pp.dx.planes_plan(g, np.dtype(np.float32)) == (32, 7)
+    want = (32 * 8 * (100 + 90) + 32 * 7 * 60 + 32 * 10 * 12 / 4 * 1.25 + 9 * 32 * 30 + 256 * 80) / (32 * 7 * 7)
+    assert pp.per_element(g, np.dtype(np.float32), f) == pytest.approx(want)
 
 
 def test_measured_vs_predicted_retargets_only_the_dram_limit():

@@ -808,11 +808,6 @@ def test_gpu_cudnn_and_cuda_kernels_agree(rng, dtype):
 # ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)
 
 PLANTED = {  # name: (text of the real source, its replacement)
-    "reduce-drops-the-last-slice": ("for (index_t z = group; z < slices; z += kReduceGroups)",
-                                    "for (index_t z = group; z < slices - 1; z += kReduceGroups)"),
-    "reduce-skips-a-group": ("for (int g = 1; g < kReduceGroups; ++g)", "for (int g = 2; g < kReduceGroups; ++g)"),
-    "reduce-reads-the-groups-before-the-barrier": ("sums[group][lane] = acc;\n    __syncthreads();",
-                                                   "sums[group][lane] = acc;"),
     "last-slice-runs-past-the-batch": ("min(all_rows, first + rows_per_slice)", "first + rows_per_slice"),
     "first-column-rounds-down": ("(-col_offset + stride_cols - 1) / stride_cols", "-col_offset / stride_cols"),
     "last-column-dropped": ("min(out_cols, last_col / stride_cols + 1)", "min(out_cols, last_col / stride_cols)"),
@@ -820,6 +815,15 @@ PLANTED = {  # name: (text of the real source, its replacement)
     "dilation-ignored-on-rows": ("const I row_offset = r * dilation_rows - pad_top;", "const I row_offset = r - pad_top;"),
     "idle-lanes-not-skipped": ("if (k >= out_depth) continue;", ""),
     "channel-group-ignored": ("const I k = group * kGroup + lane;", "const I k = lane;"),
+}
+PLANTED_REDUCE = {  # bugs in the reduction, run on reduce_problem's 3 groups of slices
+    "reduce-drops-the-last-slice": ("for (index_t z = group; z < slices; z += groups)",
+                                    "for (index_t z = group; z < slices - 1; z += groups)"),
+    "reduce-skips-a-group": ("for (int g = 1; g < groups; ++g)", "for (int g = 2; g < groups; ++g)"),
+    "reduce-one-group-too-many": ("const int groups = static_cast<int>(blockDim.x) / kReduceElements;",
+                                  "const int groups = static_cast<int>(blockDim.x) / kReduceElements + 1;"),
+    "reduce-reads-the-groups-before-the-barrier": ("sums[group][lane] = acc;\n    __syncthreads();",
+                                                   "sums[group][lane] = acc;"),
     "reduce-sums-a-wrong-tap": ("acc += partial[z * elements + e];", "acc += partial[z * elements + (e + 1) % elements];"),
 }
 
@@ -847,6 +851,30 @@ def assert_planted_bug_caught(edit, run, check, seed, tmp_path, monkeypatch):
 @pytest.mark.parametrize("bug", sorted(PLANTED))
 def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_planted_bug_caught(PLANTED[bug], lambda: run_planted_problem(np.random.default_rng(7)),
+                              lambda got, want: assert_close(got, want, np.float64), 11, tmp_path, monkeypatch)
+
+
+def reduce_problem(rng):
+    """(launcher result, NumPy backend result) of a call whose reduction has 3 groups of slices
+    (36 slices of the 36 (batch, out_row) pairs: 12, 12 and 12 slices a group)."""
+    import cupy
+
+    kwargs, _, _, _ = cuda_case(rng, x_shape=(3, 12, 5, 17), filt_hw=(3, 3), multiplier=2, padding="SAME")
+    got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+        geometry_of(kwargs), cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), slices=36)
+    return to_host(got), gradops.depthwise_conv2d_native_backprop_filter(**kwargs, backend="numpy")
+
+
+def test_reduce_groups():
+    """A group sums at most REDUCE_LOADS slices (one batch of the unrolled loop's loads) where 32
+    groups allow; from the slice count alone."""
+    assert [cuda_launcher.reduce_groups(s) for s in (1, 16, 17, 36, 369, 512, 513, 5000)] == [1, 1, 2, 3, 24, 32,
+                                                                                            32, 32]
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_REDUCE))
+def test_planted_reduce_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED_REDUCE[bug], lambda: reduce_problem(np.random.default_rng(7)),
                               lambda got, want: assert_close(got, want, np.float64), 11, tmp_path, monkeypatch)
 
 PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source, its replacement)

@@ -343,12 +343,19 @@ def run_on_host(kernels, kwargs):
 
 def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
-    for the direct kernel, every dtype x layout x specialisation for the tiled one, and each half
-    type x filter x multiplier for the tensor-core one."""
-    listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
+    for the direct kernel, every dtype x layout x specialisation for the tiled one, each half
+    type x filter x multiplier for the tensor-core one, and each dtype x filter for the planes
+    one (NCHW only); none twice."""
+    names = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
+    listed = set(names)
+    assert len(names) == len(listed)
     mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
+    planes = 4 * len(cuda_launcher.PLANES_FILTERS)
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
-                                   + len(cuda_launcher.NARROW_TILES)) + mma
+                                   + len(cuda_launcher.NARROW_TILES)) + mma + planes
+    for dtype in FLOAT_DTYPES:
+        for k in cuda_launcher.PLANES_FILTERS:
+            assert cuda_launcher._planes_expression(dtype, k) in listed
     for dtype in cuda_launcher.MMA_DTYPES:
         for k in cuda_launcher.MMA_FILTERS:
             for m in cuda_launcher.MMA_MULTIPLIERS:
@@ -468,7 +475,8 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma"], ids=["auto", "direct", "tiled", "mma"])
+CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "planes"],
+                                     ids=["auto", "direct", "tiled", "mma", "planes"])
 
 
 def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
@@ -485,11 +493,13 @@ def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
 
 
 def launched(device):
-    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "direct"), None on a GPU."""
+    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "planes" / "direct"),
+    None on a GPU."""
     if device is None:
         return None
     name = device.launches[-1][0]
-    return "tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "direct"
+    return ("tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "planes" if "_planes<" in name
+            else "direct")
 
 
 def mma_runs(g, dtype) -> bool:
@@ -517,11 +527,15 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         with pytest.raises(ValueError, match="mma kernel cannot run"):
             cuda_call(kwargs, path=path)
         return None
+    if path == "planes" and not cuda_launcher.planes_possible(g, dtype):
+        with pytest.raises(ValueError, match="planes kernel cannot run"):
+            cuda_call(kwargs, path=path)
+        return None
     got = cuda_call(kwargs, path=path, vector=vector, narrow=narrow)
     assert isinstance(got, cupy.ndarray)
     assert got.dtype == dtype and got.shape == tuple(kwargs["input_sizes"])
     if device is not None and 0 not in got.shape and kwargs["filter"].size and kwargs["out_backprop"].size:
-        auto = "mma" if cuda_launcher.mma_chosen(g, dtype) else (
+        auto = "mma" if cuda_launcher.mma_chosen(g, dtype) else "planes" if cuda_launcher.planes_chosen(g, dtype) else (
             "tiled" if eligible else "direct")
         assert launched(device) == (path or auto)
     got = to_host(got)
@@ -1246,3 +1260,163 @@ def test_planted_mma_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         assert_same_non_finite(got, want, np.float16)
 
     cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA[bug], run, check, 5, tmp_path, monkeypatch)
+
+
+# ------------------------------------------------------------------ the planes kernel (NCHW)
+
+#: (x_shape [N, H, W, C], filter, padding, pads, multiplier, dtype, PLANES_ITEMS or None):
+#: bands of rows (a small work-item budget), partial channel groups, wide explicit pads, and
+#: each result store width (in_cols % 4 == 0, even, odd).
+PLANES_EDGE_CASES = {
+    "f32-3x3-m1-bands-odd-cols": ((2, 23, 9, 5), (3, 3), "SAME", NO_PADS, 1, np.float32, 12),  # bands of 8 rows
+    "f16-5x5-m3-partial-group": ((1, 6, 6, 11), (5, 5), "SAME", NO_PADS, 3, np.float16, None),
+    "bf16-5x5-wide-pads-odd-cols": ((2, 9, 13, 3), (5, 5), "EXPLICIT", ((4, 0), (0, 6)), 1, ml_dtypes.bfloat16, None),
+    "f64-3x3-m2-valid-cols8": ((2, 10, 8, 4), (3, 3), "VALID", NO_PADS, 2, np.float64, None),
+    "f32-3x3-m2-cols14-bands": ((1, 30, 14, 6), (3, 3), "SAME", NO_PADS, 2, np.float32, 14),  # bands of 7 rows
+    "f16-3x3-m1-7x7-groups": ((2, 7, 7, 40), (3, 3), "SAME", NO_PADS, 1, np.float16, None),
+    "f32-5x5-pads-past-the-filter": ((1, 8, 12, 3), (5, 5), "EXPLICIT", ((6, 1), (0, 7)), 2, np.float32, 6),
+    "f16-3x3-odd-bands": ((2, 9, 5, 4), (3, 3), "SAME", NO_PADS, 1, np.float16, "odd"),
+}
+
+
+@pytest.mark.parametrize("case", list(PLANES_EDGE_CASES))
+def test_cuda_planes_edges(cuda_device, rng, monkeypatch, case):
+    """The planes kernel at its edges: several bands per plane (the launcher's work-item budget
+    shrunk), channel groups that end past in_depth, pads wider than the filter, every result
+    store width; against the loops and the NumPy backend."""
+    x_shape, filt_hw, padding, pads, multiplier, dtype, items = PLANES_EDGE_CASES[case]
+    if items == "odd":  # bands of 3 rows: each band's last item reaches into the next band
+        monkeypatch.setattr(cuda_launcher, "planes_plan", lambda g, dtype: (2, 3))
+        cuda_launcher._planes_args.cache_clear()
+    elif items is not None:
+        monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items)
+        cuda_launcher._planes_args.cache_clear()
+    kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, padding=padding,
+                                   pads=pads, data_format="NCHW", dtype=dtype)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.planes_possible(g, np.dtype(dtype))
+    planes, band = cuda_launcher.planes_plan(g, np.dtype(dtype))
+    if items is not None:
+        assert band < g.in_rows  # several bands
+    if case == "f32-3x3-m1-bands-odd-cols":
+        assert band % 2 == 0 and g.in_rows % band == 7  # a last band that ends inside an item
+    check_cuda(kwargs, ref, scale, path="planes", device=cuda_device)
+    cuda_launcher._planes_args.cache_clear()
+
+
+def test_planes_plan():
+    """Whole planes where they fit, as many as keep a CTA within its work-item budget (a power of
+    two); bands of rows for wide planes; refused where one staged row of every slice cannot fit."""
+    def geometry(rows, cols, depth, k=3, multiplier=1):
+        return geometry_of(make_case(np.random.default_rng(0), x_shape=(1, rows, cols, depth), filt_hw=(k, k),
+                                     multiplier=multiplier, padding="SAME", data_format="NCHW",
+                                     dtype=np.float32)[0])
+
+    f32 = np.dtype(np.float32)
+    assert cuda_launcher.planes_plan(geometry(7, 7, 960), f32) == (32, 7)      # 256 items of 8 a plane, 64 (5.3 KiB) fit
+    assert cuda_launcher.planes_plan(geometry(14, 14, 576), f32) == (16, 14)   # 448 items; 32 planes would not fit
+    assert cuda_launcher.planes_plan(geometry(7, 7, 3), f32) == (4, 7)         # no more planes than channels
+    assert cuda_launcher.planes_plan(geometry(112, 112, 32), f32) == (1, 50)   # 52 staged rows of 116 fit, 700 items
+    planes, band = cuda_launcher.planes_plan(geometry(14, 14, 480, k=5, multiplier=2), f32)
+    assert (planes, band) == (4, 14) and cuda_launcher._planes_fit(geometry(14, 14, 480, 5, 2), f32, planes, band)
+    assert not cuda_launcher._planes_fit(geometry(14, 14, 480, 5, 2), f32, 2 * planes, band)
+    wide = geometry(4, 2000, 2, multiplier=2)  # one row of two slices: 2 x (12 + 3 x 2004) floats > 6144
+    assert cuda_launcher.planes_plan(wide, f32) == (0, 0) and not cuda_launcher.planes_possible(wide, f32)
+    nhwc = geometry_of(make_case(np.random.default_rng(0), x_shape=(1, 7, 7, 8), filt_hw=(3, 3), multiplier=1,
+                                 padding="SAME", data_format="NHWC", dtype=np.float32)[0])
+    assert not cuda_launcher.planes_possible(nhwc, f32)
+    assert not cuda_launcher.PLANES_BY_DEFAULT and not cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
+
+
+def planes_problem(rng, monkeypatch):
+    """Two NCHW calls of the planes kernel that between them take bands of rows, partial channel
+    groups (8 planes a CTA in the second), both sides' pads (a left pad wider than the filter:
+    staged columns before the stage's first), rows shorter than a staging chunk,
+    the checked loop (an Inf and a NaN in the filter) and the unchecked one (the CTAs without
+    them); (result, NumPy backend's) of both, flattened and joined."""
+    got, want = [], []
+    for x_shape, filt_hw, pads, multiplier, items in (((2, 13, 11, 7), (5, 5), ((1, 3), (6, 0)), 2, 6),
+                                                     ((2, 6, 6, 11), (3, 3), ((2, 0), (0, 1)), 1, 60)):
+        monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items or PLANES_ITEMS_DEFAULT)
+        cuda_launcher._planes_args.cache_clear()
+        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, padding="EXPLICIT",
+                                 pads=pads, data_format="NCHW", dtype=np.float32)
+        w = kwargs["filter"].copy()
+        w[0, 0, 1, 0] = np.inf
+        w[-1, -1, 5, -1] = np.nan
+        kwargs["filter"] = w
+        got.append(to_host(cuda_call(kwargs, path="planes")).ravel())
+        want.append(gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy").ravel())
+    cuda_launcher._planes_args.cache_clear()
+    return np.concatenate(got), np.concatenate(want)
+
+
+PLANES_ITEMS_DEFAULT = cuda_launcher.PLANES_ITEMS
+
+
+def assert_planes_result(got, want):
+    for name, mask in (("NaN", np.isnan), ("Inf", np.isinf)):
+        np.testing.assert_array_equal(mask(got), mask(want), err_msg=name)
+    finite = np.isfinite(want)
+    assert_close(got[finite], want[finite], np.float32, scale=float(np.abs(want[finite]).max()))
+
+
+def test_cuda_planes_non_finite_filter_and_determinism(cuda_device, rng, monkeypatch):
+    """An Inf and a NaN in the filter reach exactly the elements whose taps land inside
+    out_backprop (the checked loop skips the staged zeros), position by position against the
+    NumPy backend; a second run (on the host, blocks and threads in another order) is bitwise
+    equal."""
+    first, want = planes_problem(np.random.default_rng(11), monkeypatch)
+    assert np.isnan(want).any() and np.isinf(want).any() and np.isfinite(want).any()
+    assert_planes_result(first, want)
+    if cuda_device is not None:
+        cuda_device.seed += 1
+    second, _ = planes_problem(np.random.default_rng(11), monkeypatch)
+    assert first.tobytes() == second.tobytes()
+
+
+PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real source, its replacement)
+    "planes-tap-rows-not-flipped": ("const int r = j + KH - 1 - a;", "const int r = a - j;"),
+    "planes-second-row-of-an-item-not-stored": ("if (i + 1 < band && y + 1 < in_rows)", "if (i + 1 < band && y + 1 < 0)"),
+    "planes-tap-columns-not-flipped": ("const int k = u + KW - 1 - s;  // staged column", "const int k = u + s;  // staged column"),
+    "planes-every-slice-reads-slice-0": ("const int slice = p * M + q;", "const int slice = p * M;"),
+    "planes-band-origin-ignores-pad-top": ("const int row_origin = y0 + pad_top - (KH - 1);",
+                                           "const int row_origin = y0 - (KH - 1);"),
+    "planes-filter-of-the-first-group": ("filter[tap * in_depth * M + c0 * M + slice]", "filter[tap * in_depth * M + slice]"),
+    "planes-no-zero-fill": ("dwconv::store16(stage + k, zeros);", "(void)zeros;"),
+    "planes-checked-loop-never-taken": ("const bool checked = __syncthreads_or(nonfinite);",
+                                        "const bool checked = __syncthreads_or(0);"),
+    "planes-checked-loop-ignores-the-left-edge": ("if (CHECKED && (x + k < col_begin || x + k >= col_end)) continue;",
+                                                  "if (CHECKED && x + k >= col_end) continue;"),
+    "planes-last-row-dropped": ("if (y >= in_rows) continue;", "if (y >= in_rows - 1) continue;"),
+    "planes-staging-drops-a-row": ("if (r >= rows_run) continue;", "if (r >= rows_run - 1) continue;"),
+    "planes-staging-drops-a-chunks-last-element": ("                if (e <= last) dst[e] = to_acc<Acc>(raw[e]);",
+                                                   "                if (e < last) dst[e] = to_acc<Acc>(raw[e]);"),
+    "planes-staging-stores-past-the-row": ("                if (e <= last) dst[e] = to_acc<Acc>(raw[e]);",
+                                           "                dst[e] = to_acc<Acc>(raw[e]);"),
+    "planes-wide-pads-stage-past-the-plane-row": (
+        "if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e]", "if (e <= last) dst[e]"),
+    # Not planted: loads past the tensor's end (no element-by-element last chunk).  Their values
+    # are never stored, so the host model, which checks writes and values but not reads of its
+    # guard bytes, cannot see them; compute-sanitizer's memcheck on a GPU does
+    # (scripts/device-session.sh runs the planes tests under it).
+    "planes-tensors-last-chunk-drops-its-last-element": ("for (int e = 0; e <= last; ++e)", "for (int e = 0; e < last; ++e)"),
+    "planes-staging-chunks-of-the-wrong-row": ("const int offset = slice * plane_size + r * out_cols + x;",
+                                               "const int offset = slice * plane_size + r * pitch + x;"),
+    "planes-no-barrier-after-staging": ("    __syncthreads();\n\n    // Staged rows and columns inside out_backprop",
+                                        "\n    // Staged rows and columns inside out_backprop"),
+    "planes-result-in-the-next-channel": ("in_backprop + ((n * in_depth + c0 + p) * in_rows + y)",
+                                          "in_backprop + ((n * in_depth + c0 + p + 1) * in_rows + y)"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_PLANES))
+def test_planted_planes_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    """Each bug planted in a copy of the planes kernel makes planes_problem's result differ from
+    the NumPy backend (or the launch fail on an access outside an array); the real source
+    passes."""
+    def run():
+        return planes_problem(np.random.default_rng(3), monkeypatch)
+
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_PLANES[bug], run, assert_planes_result, 5,
+                                        tmp_path, monkeypatch)

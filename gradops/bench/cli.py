@@ -23,7 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--mode", choices=("auto", "gpu", "cpu"), default="auto",
                         help="gpu: gradops cuDNN / CUDA kernels vs PyTorch and JAX; cpu: NumPy backend vs "
                              "tensorflow-cpu; auto: gpu when a CUDA device is visible")
-    parser.add_argument("--engine", action="append", default=None, help="only these engines (repeatable)")
+    parser.add_argument("--engine", action="append", default=None,
+                        help="only these engines (repeatable); gpu mode also takes gradops-cuda:PATH, the depthwise "
+                             "input gradient with its kernel path forced (tiled, planes, mma, direct)")
     parser.add_argument("--repeats", type=int, default=7, help="minimum timed runs per engine (median reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs before timing")
     parser.add_argument("--min-seconds", type=float, default=None,

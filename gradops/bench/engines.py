@@ -225,18 +225,31 @@ class TensorFlowEngine(Engine):
 
 
 class GradopsGpuEngine(Engine):
-    """gradops on CuPy arrays with ``backend="cuda"`` (our kernels) or ``backend="cudnn"``."""
+    """gradops on CuPy arrays with ``backend="cuda"`` (our kernels) or ``backend="cudnn"``.
+
+    ``path`` (cuda only): the depthwise input gradient's kernel path forced through its launcher
+    ("tiled", "planes", "mma", "direct"; the engine is then ``gradops-cuda:PATH`` and supports
+    only the cases that path can run), for A/B timings of kernels on one device."""
 
     timer = CUDA_EVENTS
 
-    def __init__(self, backend: str):
+    def __init__(self, backend: str, path: str | None = None):
+        if path is not None and backend != "cuda":
+            raise ValueError("a kernel path is a cuda backend choice")
         self.backend = backend
-        self.name = f"gradops-{backend}"
+        self.path = path
+        self.name = f"gradops-{backend}" + (f":{path}" if path else "")
 
     def _module(self):
         from .._dispatch import backend_module
 
         return backend_module(self.backend)
+
+    @staticmethod
+    def _input_launcher():
+        import importlib
+
+        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
 
     def available(self):
         try:
@@ -249,12 +262,26 @@ class GradopsGpuEngine(Engine):
 
         if self.backend == "cudnn" and case.op not in CUDNN_OPS:
             return False, "not a cuDNN op"
+        if self.path is not None:
+            if case.op != DEPTHWISE_INPUT:
+                return False, "kernel paths are the depthwise input gradient's"
+            try:
+                self._input_launcher().pick_path(case.geometry(), np.dtype(dtype), self.path)
+            except ValueError as exc:
+                return False, str(exc)
+            return True, "supported"
         return self._module().supports(case.op, case.geometry(), np.dtype(dtype))
 
     def prepare(self, case, dtype, arrays):
         import cupy
 
         device = {k: (cupy.asarray(v) if k in TENSORS else v) for k, v in arrays.items()}
+        if self.path is not None:
+            ok, reason = self.supports(case, dtype)
+            if not ok:
+                raise ValueError(reason)
+            g, launch = case.geometry(), self._input_launcher().depthwise_conv2d_native_backprop_input
+            return lambda: launch(g, device["filter"], device["out_backprop"], path=self.path)
         return lambda: call_gradops(case, device, self.backend)
 
     def to_host(self, case, result):

@@ -256,9 +256,12 @@ def run(suites: list[str], dtypes: list[str] | None = None, mode: str = "auto", 
         # One non-default stream for every engine that CUDA events time (see timing.cuda_events).
         stream = cupy.cuda.Stream(non_blocking=True)
         stream.use()
-        from .engines import gpu_engines
+        from .engines import GradopsGpuEngine, gpu_engines
 
         engine_list = gpu_engines(allow_tf32, deterministic, stream.ptr)
+        # gradops-cuda:PATH: the depthwise input gradient with its kernel path forced (A/B timings)
+        engine_list += [GradopsGpuEngine("cuda", path=name.split(":", 1)[1]) for name in engines or ()
+                        if name.startswith("gradops-cuda:")]
     elif engine_list is None:
         from .engines import cpu_engines
 

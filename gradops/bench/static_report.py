@@ -337,7 +337,8 @@ def block_size(expression: str) -> int:
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
         return 32 * dw.MMA_WARPS
     if "depthwise_conv2d_native_backprop_filter_reduce<" in expression:
-        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").REDUCE_THREADS
+        dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+        return dwf.REDUCE_ELEMENTS * dwf.REDUCE_MAX_GROUPS  # its largest block (groups follow the slices)
     if "_backprop_filter_tiled<" in expression:
         return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").TILED_THREADS
     if "conv2d_backprop_filter_direct<" in expression:
@@ -1239,9 +1240,9 @@ def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
 
 
 def filter_reduce_stage(device: Device, kernel, slices: int, filter_elements: int, width: int, acc: int) -> dict:
-    """The reduction's roofline: kReduceGroups threads per filter element, each costing the
-    busiest thread's path (an upper bound: only group 0 adds the groups), ceil(slices / groups)
-    loads each; DRAM: the filter gradient written; L2: the partial sums read; latency: waves of
+    """The reduction's roofline: ``reduce_groups(slices)`` threads per filter element, each
+    costing the busiest thread's path (an upper bound: only group 0 adds the groups; the path
+    takes the groups' sum loop once), ceil(slices / groups) loads each; DRAM: the filter gradient written; L2: the partial sums read; latency: waves of
     resident CTAs x (ceil(loads / 16) round trips of the unrolled loop + 1 for the store)."""
     import importlib
 
@@ -1249,11 +1250,13 @@ def filter_reduce_stage(device: Device, kernel, slices: int, filter_elements: in
     from . import static_tiled as st
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
-    loads = -(-slices // dwf.REDUCE_GROUPS)
+    groups = dwf.reduce_groups(slices)
+    loads = -(-slices // groups)
     cost, counts = filter_reduce_cost(kernel, loads)
-    per_element = dwf.REDUCE_GROUPS * cost
-    pipes = {k.removeprefix("class:"): v * dwf.REDUCE_GROUPS for k, v in counts.items() if k.startswith("class:")}
-    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.REDUCE_THREADS)
+    per_element = groups * cost
+    pipes = {k.removeprefix("class:"): v * groups for k, v in counts.items() if k.startswith("class:")}
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"],
+                          dwf.REDUCE_ELEMENTS * groups)
     traffic, l2 = width * filter_elements, acc * slices * filter_elements + width * filter_elements
     limits = roofline(device, filter_elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
     round_trips = -(-loads // 16) + 1

@@ -45,10 +45,12 @@ TARGET_PARTIALS = 1 << 17
 INT32_MAX = 2**31 - 1
 #: k per channel group of the partial kernel (``kGroup``): a warp's lanes.
 GROUP = 32
-#: The reduction's CTA: kReduceElements filter elements x kReduceGroups groups of slices.
+#: The reduction's CTA: kReduceElements filter elements x :func:`reduce_groups` groups of
+#: slices, at most kReduceMaxGroups; a group sums at most REDUCE_LOADS slices where that many
+#: groups allow (the kernel's unrolled loop keeps 16 loads in flight: one batch a thread).
 REDUCE_ELEMENTS = 32
-REDUCE_GROUPS = 8
-REDUCE_THREADS = REDUCE_ELEMENTS * REDUCE_GROUPS
+REDUCE_MAX_GROUPS = 32
+REDUCE_LOADS = 16
 
 #: The tiled kernel's specialisations: square filters and equal strides (``dwfilter::Shape``).
 TILED_FILTERS = (3, 5)
@@ -525,6 +527,13 @@ def mma_chunk(g: Conv2DGeometry, dtype, arrays=()) -> int:
                 and _runtime.vector_aligned(*arrays, alignment=v * width))
 
 
+def reduce_groups(slices: int) -> int:
+    """Groups of slices per reduction CTA (threads: REDUCE_ELEMENTS x this): enough that a group
+    sums at most REDUCE_LOADS slices, at most REDUCE_MAX_GROUPS.  From the slice count alone,
+    so that the summation order (every bit of the result) is the same on every GPU."""
+    return max(1, min(REDUCE_MAX_GROUPS, -(-slices // REDUCE_LOADS)))
+
+
 def slicing(g: Conv2DGeometry, target: int = TARGET_PARTIALS) -> tuple[int, int]:
     """(slices, rows_per_slice): batch x out_rows cut into runs so that slices x taps x
     out_depth is about ``target`` (at least one slice, at most one row each)."""
@@ -663,6 +672,6 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                        *kernel_scalars(g, slices, rows_per_slice)))
     grad = cupy.empty(g.filter_shape, dtype)
     reduce = _runtime.kernel(SOURCE, _reduce_expression(dtype))
-    reduce((-(-elements // REDUCE_ELEMENTS),), (REDUCE_THREADS,),
+    reduce((-(-elements // REDUCE_ELEMENTS),), (REDUCE_ELEMENTS * reduce_groups(slices),),
            (_runtime.pointer(partial), _runtime.pointer(grad), _runtime.i64(elements), _runtime.i64(slices)))
     return grad

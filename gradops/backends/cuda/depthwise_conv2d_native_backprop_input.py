@@ -17,6 +17,12 @@ Three paths (see the .cu file); ``path=`` forces one (the tests run each on smal
   (float sums), recomputing a unit on the CUDA cores where an Inf or NaN met the band's zeros.
   The launcher picks it where the static model predicts it faster than ``tiled``
   (:data:`MMA_CHOICE`, :func:`mma_chosen`).
+* ``planes``: NCHW, 3x3 / 5x5 filters at stride 1 and dilation 1, any multiplier
+  (:func:`planes_possible`): a CTA of 256 threads owns several consecutive channel planes of
+  one image and a band of rows across the whole width, stages their out_backprop rows (one
+  contiguous run of memory per slice) with a zero border in shared memory, and each thread
+  computes 2 x 4 positions per work item (:func:`planes_plan`).  Opt-in
+  (``path="planes"``) until a GPU has measured it beside ``tiled`` (:data:`PLANES_BY_DEFAULT`).
 * ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
   (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
@@ -51,6 +57,7 @@ from . import _build, _runtime
 SOURCE = "depthwise_conv2d_native_backprop_input.cu"
 KERNEL = "gradops::depthwise_conv2d_native_backprop_input"
 TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_tiled"
+PLANES_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_planes"
 MMA_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_mma"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
@@ -63,7 +70,27 @@ SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
 
 #: Kernel paths; tests force each with ``path=``.
-PATHS = ("direct", "tiled", "mma")
+PATHS = ("direct", "tiled", "mma", "planes")
+
+#: The planes kernel (``_planes``, NCHW): these square filters at stride 1 and dilation 1.
+PLANES_FILTERS = (3, 5)
+#: Its block (``dwplanes::kThreads``), positions per work item (``kSegment``), static shared
+#: memory per CTA (``kSharedBytes``), and the work items a CTA aims for at most (4 a thread:
+#: more planes or rows per CTA share its fixed costs; fewer leave more CTAs to fill the GPU).
+PLANES_THREADS = 256
+PLANES_SEGMENT = 4
+#: Rows of a work item (``dwplanes::kItemRows``): a band's items cover its rows rounded up to it.
+PLANES_ITEM_ROWS = 2
+PLANES_SHARED_BYTES = 24576
+PLANES_ITEMS = 4 * PLANES_THREADS
+#: out_backprop elements a thread stages per step (``dwplanes::kChunk``).
+PLANES_CHUNK = 8
+#: Whether the launcher picks the planes kernel by itself for the NCHW shapes it can run
+#: (False: only when asked for, ``path="planes"``).  It waits for a GPU run that times it beside
+#: the tiled kernel on the benchmark shapes (scripts/device-session.sh, benchmarks/ncu_cases.py
+#: --paths): no static prediction picks a default any more (the H200 measured the model's
+#: predictions 1.3-10x optimistic).
+PLANES_BY_DEFAULT = False
 
 #: The tensor-core kernel (``_mma``): NCHW half types, these square filters at stride 1 and
 #: dilation 1, these multipliers, compute capability 8.0 and newer (mma.sync m16n8k16 with f32
@@ -146,9 +173,15 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
             names += [_tiled_expression(dtype, data_format, shape) for shape in SPECIALISATIONS]
             names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
             names += [_tiled_expression(dtype, data_format, shape, 2, 2) for shape in NARROW_TILES]
+        names += [_planes_expression(dtype, k) for k in PLANES_FILTERS]
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
         names += [_mma_expression(dtype, k, m) for dtype in MMA_DTYPES for k in MMA_FILTERS for m in MMA_MULTIPLIERS]
     return {SOURCE: names}
+
+
+def _planes_expression(dtype, filter_size: int) -> str:
+    element, accumulator = _build.c_types(dtype)
+    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}>"
 
 
 def _mma_expression(dtype, filter_size: int, multiplier: int) -> str:
@@ -438,12 +471,124 @@ def mma_grid(g: Conv2DGeometry) -> tuple[int, int, int]:
     return down * across, g.in_depth, -(-g.batch // (MMA_WARPS * per_warp))
 
 
+def planes_segments(g: Conv2DGeometry) -> int:
+    """Work items across a row of the planes kernel (4 positions each)."""
+    return -(-g.in_cols // PLANES_SEGMENT)
+
+
+def planes_pitch(g: Conv2DGeometry) -> int:
+    """Staged values per staged row of the planes kernel: a row's work items and 4 more, so that
+    every work item's 8-value window lies inside it (filters up to 5 wide)."""
+    return PLANES_SEGMENT * planes_segments(g) + PLANES_SEGMENT
+
+
+def _planes_taps(g: Conv2DGeometry) -> int:
+    return -(-g.filter_rows * g.filter_cols // 4) * 4  # dwplanes::Taps::PADDED
+
+
+def _planes_buffer(dtype) -> int:
+    return PLANES_SHARED_BYTES // np.dtype(_accumulator(dtype)).itemsize
+
+
+def planes_staged_rows(g: Conv2DGeometry, band: int) -> int:
+    """Staged rows per slice of the planes kernel: the band's rows rounded up to whole work items,
+    and the filter's halo."""
+    return -(-band // PLANES_ITEM_ROWS) * PLANES_ITEM_ROWS + g.filter_rows - 1
+
+
+def planes_items(g: Conv2DGeometry, band: int) -> int:
+    """Work items of one plane's band (2 rows x 4 columns each)."""
+    return -(-band // PLANES_ITEM_ROWS) * planes_segments(g)
+
+
+def _planes_fit(g: Conv2DGeometry, dtype, planes: int, band: int) -> bool:
+    per_slice = _planes_taps(g) + planes_staged_rows(g, band) * planes_pitch(g)
+    return planes * g.depth_multiplier * per_slice <= _planes_buffer(dtype)
+
+
+def planes_plan(g: Conv2DGeometry, dtype) -> tuple[int, int]:
+    """(planes, band) of the planes kernel: a CTA owns ``planes`` consecutive input channels and
+    ``band`` input rows.  The band is the whole image where one plane of it fits the shared
+    memory and holds at most :data:`PLANES_ITEMS` work items, else the most rows that keep both;
+    then as many planes (a power of two, at most in_depth rounded up) as fit both.  (0, 0) where
+    not even one row of one plane fits (wide rows at large multipliers)."""
+    if not _planes_fit(g, dtype, 1, 1):
+        return 0, 0
+    band = min(g.in_rows, max(1, PLANES_ITEMS // planes_segments(g) * PLANES_ITEM_ROWS))
+    while band > 1 and not _planes_fit(g, dtype, 1, band):
+        band -= 1
+    planes = 1
+    while (planes < g.in_depth and 2 * planes * planes_items(g, band) <= PLANES_ITEMS
+           and _planes_fit(g, dtype, 2 * planes, band)):
+        planes *= 2
+    return planes, band
+
+
+def planes_grid(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
+    """The planes kernel's grid: (channel groups, bands, batch)."""
+    planes, band = planes_plan(g, dtype)
+    return -(-g.in_depth // planes), -(-g.in_rows // band), g.batch
+
+
+def planes_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the planes kernel can run ``g``: NCHW, a 3x3 or 5x5 filter at stride 1 and
+    dilation 1, a slice row that fits its shared memory (:func:`planes_plan`), every tensor and
+    padded coordinate in 32-bit range, and the grid within CUDA's limits."""
+    if g.data_format != "NCHW" or g.filter_rows != g.filter_cols or g.filter_rows not in PLANES_FILTERS:
+        return False
+    if (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) != (1, 1, 1, 1):
+        return False
+    if planes_plan(g, dtype) == (0, 0):
+        return False
+    out_depth = g.in_depth * g.depth_multiplier
+    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * out_depth,
+             g.filter_rows * g.filter_cols * out_depth,
+             g.pad_top + g.in_rows + 2 * TILE_SPAN, g.pad_left + g.in_cols + 2 * TILE_SPAN,
+             g.out_rows + 2 * TILE_SPAN, g.out_cols + 2 * TILE_SPAN)
+    grid = planes_grid(g, dtype)
+    return max(sizes) <= INT32_MAX and grid[1] <= _runtime.GRID_YZ_LIMIT and grid[2] <= _runtime.GRID_YZ_LIMIT
+
+
+def planes_chosen(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the launcher picks the planes kernel by itself (:data:`PLANES_BY_DEFAULT`)."""
+    return PLANES_BY_DEFAULT and planes_possible(g, dtype)
+
+
+def planes_expression(g: Conv2DGeometry, dtype) -> str:
+    """The name expression of the planes instantiation for ``g``."""
+    return _planes_expression(dtype, g.filter_rows)
+
+
+def planes_store_cols(g: Conv2DGeometry) -> int:
+    """Result columns per store of the planes kernel: 4 where in_cols % 4 == 0 (every work item
+    starts at a multiple of 4), 2 where it is even, else 1 (``dwconv::store_quad``)."""
+    return 4 if g.in_cols % 4 == 0 else 2 if g.in_cols % 2 == 0 else 1
+
+
+@functools.lru_cache(maxsize=256)
+def _planes_args(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
+    """The planes kernel's int arguments after its three pointers (see the .cu file)."""
+    i32 = _runtime.i32
+    planes, band = planes_plan(g, dtype)
+    segments = planes_segments(g)
+    rows_cap = min(g.out_rows, planes_staged_rows(g, band))
+    chunks_per_row = -(-g.out_cols // PLANES_CHUNK)
+    magic = [v for d in (chunks_per_row, rows_cap, planes_items(g, band), segments)
+             for v in _runtime.division_magic(d)]
+    return (*(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
+                               g.pad_top, g.pad_left, planes, band, segments, rows_cap, planes_store_cols(g))),
+            *magic)
+
+
 def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | None = None) -> str:
     """``path`` if given (checked), else mma where :func:`mma_chosen` (on compute capability
-    ``arch``; None: the current device's), tiled where it can run, else direct."""
+    ``arch``; None: the current device's), planes where :func:`planes_chosen`, tiled where it
+    can run, else direct."""
     eligible = tiled_eligible(g, dtype)
     if path is None:
-        return "mma" if mma_chosen(g, dtype, arch) else "tiled" if eligible else "direct"
+        if mma_chosen(g, dtype, arch):
+            return "mma"
+        return "planes" if planes_chosen(g, dtype) else "tiled" if eligible else "direct"
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path == "tiled" and not eligible:
@@ -453,6 +598,9 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
         raise ValueError("the mma kernel cannot run this geometry (it takes NCHW float16 / bfloat16, 3x3 or 5x5 "
                          "filters at stride 1 without dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of "
                          "compute capability 8.0 or newer)")
+    if path == "planes" and not planes_possible(g, dtype):
+        raise ValueError("the planes kernel cannot run this geometry (it takes NCHW, 3x3 or 5x5 filters at stride 1 "
+                         "without dilation, a slice row that fits its shared memory, and 32-bit offsets)")
     return path
 
 
@@ -486,7 +634,7 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled" / "mma"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
+    ("direct" / "tiled" / "mma" / "planes"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
     ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) override the
     automatic choices.
     """
@@ -515,6 +663,11 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
                                    1 if g.in_cols % 2 == 0 else 0)))
         fn = _runtime.kernel(SOURCE, mma_expression(g, dtype))
         fn(mma_grid(g), (MMA_WARPS * 32,), args)
+        return in_backprop
+    if path == "planes":
+        args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
+                *_planes_args(g, np.dtype(dtype)))
+        _runtime.kernel(SOURCE, planes_expression(g, dtype))(planes_grid(g, dtype), (PLANES_THREADS,), args)
         return in_backprop
 
     expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype),

@@ -1,0 +1,242 @@
+"""Static figures of the depthwise input gradient's planes kernel (NCHW, stride 1) beside the
+kernel the launcher runs today, on the benchmark shapes (**predicted, not measured**).
+
+The planes kernel (``depthwise_conv2d_native_backprop_input_planes`` in
+cuda_src/depthwise_conv2d_native_backprop_input.cu) is opt-in until a GPU times it
+(``PLANES_BY_DEFAULT``).  This script compiles it for sm_90 (NVRTC, no GPU) and counts, from
+its SASS, the instructions of each loop's steady-state path:
+
+* the item loop's per-slice sums (the inner loop; its unchecked variant: the checked one runs
+  only in a CTA whose filter slices hold an Inf or NaN, so the source is compiled with it off),
+  and the rest of the item loop (index split, both rows' result stores of the geometry's store
+  width), each the cheapest path of an iteration that does that work (``CFG.path_table``);
+* the staging loop (a chunk of 8 out_backprop elements: its path for a chunk inside a row and
+  for a row's last, clamped chunk), the zero fill and the filter loop, each per iteration;
+* the straight-line code every thread runs: the blocks outside loops on every path to the item
+  loop (they dominate its header) and after it.
+
+Per CTA of the launcher's plan (:func:`planes_plan`): thread-instructions = items x (rest +
+multiplier x sums) + chunks x staging + zero-fill and filter iterations + the straight-line
+code once per thread; divided by the CTA's input-gradient elements.  That is the static
+report's "SASS per element" (a thread's instructions per element it produces), which the
+table prints beside the static report's figure for the launcher's kernel (tiled or mma) and
+the resident warps per SM of each (the occupancy formula at the kernel's registers, shared
+memory and block).  The H200 measured kernel times (2026-11-28) of the launcher's kernel in
+NCHW and in NHWC close each row: the NHWC tiled kernel does the same arithmetic with 16-byte
+channel-vector staging, so the gap between the two is what the NCHW access pattern costs.
+
+    PYTHONPATH=. python benchmarks/planes_prediction.py [--out benchmarks/results/planes_prediction.md]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gradops.backends.cuda import _build, _sass  # noqa: E402
+from gradops.bench import suites  # noqa: E402
+
+dx = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+
+LABEL = "predicted, not measured"
+SOURCE = dx.SOURCE
+ARCH = "sm_90"
+MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-11-28/measured_vs_predicted.json"
+STATIC = ROOT / "benchmarks/results/static_report.json"
+CHECKED = "const bool checked = __syncthreads_or(nonfinite);"
+STORES = ("dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);",
+          "dwconv::store_quad<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
+
+
+def _memory(cfg, loop) -> dict:
+    out: dict = {}
+    for x in cfg.loop_instructions(loop):
+        kind = _sass.memory_kind(x)
+        if kind:
+            out[kind] = out.get(kind, 0) + 1
+    return out
+
+
+def loop_figures(store_cols: int) -> dict:
+    """Per planes instantiation (name expression): each loop's steady-state path, from the source
+    with the checked sums off and results stored ``store_cols`` at a time: the cheapest path
+    through one iteration that makes the loop's work (``CFG.path_table``)."""
+    text = (ROOT / "cuda_src" / SOURCE).read_text()
+    for needle in (CHECKED, *STORES):
+        assert text.count(needle) == 1, needle
+    text = text.replace(CHECKED, "const bool checked = false; (void)__syncthreads_or(nonfinite);")
+    for needle in STORES:
+        text = text.replace(needle, needle.replace("store_cols)", f"{store_cols})"))
+    names = [e for e in _build.all_instantiations(90)[SOURCE] if "_planes<" in e]
+
+    def is_store(x):
+        return x.base == "STG"
+
+    figures = {}
+    for k in _sass.compile_kernels((ARCH,), [SOURCE], texts={SOURCE: text}, only=names):
+        cfg = k.cfg
+        by_kind = {}
+        for loop in cfg.top_loops():
+            mem = _memory(cfg, loop)
+            if any(m.startswith("STG") for m in mem):
+                if not loop.children:  # a copy for multiplier 0 (no slice loop) the compiler keeps
+                    continue
+                item = loop
+                sums = cfg.path_table(loop.children[0])
+                by_kind["sums"] = min(n for n, _ in sums.values())
+                # the path that runs the sums once and stores both rows: the most shared-memory
+                # loads and global stores (the compiler keeps a path past the sums, for M < 1)
+                table = cfg.path_table(loop, lambda x: is_store(x) or x.base == "LDS", trips={1: (1, None)},
+                                       kmax=128)
+                whole, _ = table[max(table)]
+                by_kind["item_rest"] = whole - by_kind["sums"]
+            elif any(m.startswith("LDG") for m in mem):
+                loads = sum(v for m, v in mem.items() if m.startswith("LDG"))
+                if loads >= dx.PLANES_CHUNK:  # staging: one chunk an iteration, interior and edge paths
+                    # Paths through the nested loop (the tensor's last chunk, element by element)
+                    # weigh past kmax, so neither table takes them.
+                    tail = {id(x) for child in loop.children for x in cfg.loop_instructions(child)}
+
+                    def weigh(test, tail=tail):
+                        return lambda x: 4 * dx.PLANES_CHUNK if id(x) in tail else int(test(x))
+
+                    table = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=dx.PLANES_CHUNK)
+                    by_kind["staging"] = table[dx.PLANES_CHUNK][0]
+                    # a row's last chunk: its stores predicated
+                    edge = cfg.path_table(loop, weigh(lambda x: x.base == "STS" and x.predicate not in (None, "PT")),
+                                          kmax=dx.PLANES_CHUNK)
+                    by_kind["staging_edge"] = min(n for c, (n, _) in edge.items() if c > 0)
+                else:  # the filter loop (unrolled by 4, with a remainder loop): per tap
+                    per = min(n / c for c, (n, _) in cfg.path_table(loop, _sass.is_global_load).items() if c)
+                    by_kind["filter"] = min(by_kind.get("filter", per), per)
+            elif mem and all(m == "STS.128" for m in mem):
+                per = len(cfg.loop_instructions(loop)) / mem["STS.128"]
+                by_kind["zero_per_store"] = min(by_kind.get("zero_per_store", per), per)
+        # Straight-line code every thread runs: the blocks outside loops that dominate the item
+        # loop's header (every path to it passes them), and those the item loop's exit dominates.
+        in_loops = set().union(*(lp.blocks for lp in cfg.top_loops()))
+        exits = [s for n in item.blocks for s in cfg.blocks[n].succs if s not in item.blocks]
+        after = {n for n in cfg.blocks if n not in in_loops and all(e in cfg.dominators[n] for e in exits[:1])}
+        straight = sum(len(cfg.instructions(n)) for n in cfg.blocks
+                       if n not in in_loops and not cfg.cold(n) and (n in cfg.dominators[item.header] or n in after))
+        figures[k.expression] = dict(by_kind, straight=straight)
+    return figures
+
+
+def registers() -> dict:
+    names = [e for e in _build.all_instantiations(90)[SOURCE] if "_planes<" in e]
+    return {k.expression: k.ptxas["registers"] for k in _sass.compile_kernels((ARCH,), [SOURCE], only=names)}
+
+
+def per_element(g, dtype, f: dict) -> float:
+    """Thread-instructions per input-gradient element of a full CTA of the launcher's plan."""
+    planes, band = dx.planes_plan(g, dtype)
+    m = g.depth_multiplier
+    slices = planes * m
+    items = planes * dx.planes_items(g, band)
+    rows_cap = min(g.out_rows, dx.planes_staged_rows(g, band))
+    whole = g.out_cols // dx.PLANES_CHUNK  # chunks wholly inside a row, and the row's last part
+    chunk_cost = whole * f["staging"] + (f["staging_edge"] if g.out_cols % dx.PLANES_CHUNK else 0)
+    staging = slices * rows_cap * chunk_cost
+    per_store = 16 // np.dtype(np.float64 if dtype == np.float64 else np.float32).itemsize
+    zero_stores = slices * dx.planes_staged_rows(g, band) * dx.planes_pitch(g) / per_store
+    taps = g.filter_rows * g.filter_cols * slices
+    total = (items * (f["item_rest"] + m * f["sums"]) + staging + zero_stores * f["zero_per_store"]
+             + taps * f["filter"] + dx.PLANES_THREADS * f["straight"])
+    return total / (planes * min(band, g.in_rows) * g.in_cols)
+
+
+def rows(figures: dict, regs: dict) -> list[dict]:
+    static = json.loads(STATIC.read_text())
+    predictions = {(p["suite"], p["label"], p["dtype"]): p for p in static["predictions"]
+                   if p["device"] == "H100 SXM" and p["op"] == "depthwise_conv2d_native_backprop_input"}
+    measured = {}
+    if MEASURED.exists():
+        for r in json.loads(MEASURED.read_text())["rows"]:
+            if r["engine"] == "gradops-cuda" and r["op"] == "depthwise_conv2d_native_backprop_input":
+                measured[(r["suite"], r["label"], r["dtype"])] = r["us"]
+    out = []
+    for name in ("mobilenetv2", "efficientnet"):
+        for case in suites.suite(name):
+            if case.op != "depthwise_conv2d_native_backprop_input" or case.data_format != "NCHW":
+                continue
+            g = case.geometry()
+            for dtype_name in ("float16", "float32"):
+                dtype = np.dtype(dtype_name)
+                if not dx.planes_possible(g, dtype):
+                    continue
+                expression = dx.planes_expression(g, dtype)
+                f = figures[dx.planes_store_cols(g)][expression]
+                occ = _sass.occupancy(90, regs[expression], dx.PLANES_SHARED_BYTES, dx.PLANES_THREADS)
+                p = predictions.get((name, case.label, dtype_name), {})
+                kernel = p.get("kernel", "").split("<")[0].rsplit("_", 1)[-1]
+                nhwc = case.label.replace("NCHW", "NHWC")
+                out.append(dict(suite=name, label=case.label, dtype=dtype_name, plan=dx.planes_plan(g, dtype),
+                                planes_sass=per_element(g, dtype, f), planes_warps=occ["warps_per_sm"],
+                                kernel=kernel, kernel_sass=p.get("sass_per_element"),
+                                kernel_warps=p.get("resident_warps_per_sm"),
+                                measured_us=measured.get((name, case.label, dtype_name)),
+                                measured_nhwc_us=measured.get((name, nhwc, dtype_name))))
+    return out
+
+
+def markdown(table: list[dict], figures: dict, regs: dict) -> str:
+    lines = [f"# The input gradient's planes kernel beside today's NCHW kernel ({LABEL})", "",
+             "Generated by `PYTHONPATH=. python benchmarks/planes_prediction.py`; do not edit by hand.", "",
+             f"SASS from NVRTC {_sass.nvrtc_version()} for {ARCH}. The planes columns are {LABEL}: static "
+             "instruction counts of the planes kernel (see the script's docstring). 'today' is the static report's "
+             "figure for the kernel the launcher runs (tiled or mma), also static. The two measured columns are the "
+             "H200's Nsight Compute kernel times of 2026-11-28 for the launcher's kernel in NCHW and in NHWC "
+             "(benchmarks/results/gpu_h200_2026-11-28): measured, but not of the planes kernel, which no GPU has "
+             "run yet.", "",
+             "## Loop figures (sm_90, thread-instructions per iteration)", "",
+             "| instantiation | registers | sums (one slice, one 2 x 4 item) | rest of an item (stores of 4 / 2 / 1) "
+             "| staging (a chunk of 8 inside a row / at its end) | zero fill (a 16-byte store) | filter (a tap) "
+             "| straight-line |",
+             "|---|---:|---:|---|---|---:|---:|---:|"]
+    for expression in sorted(figures[4]):
+        f4, f2, f1 = (figures[c][expression] for c in (4, 2, 1))
+        lines.append(f"| `{expression.split('::')[1]}` | {regs[expression]} | {f4['sums']} | "
+                     f"{f4['item_rest']} / {f2['item_rest']} / {f1['item_rest']} | {f4['staging']} / {f4['staging_edge']} | "
+                     f"{f4['zero_per_store']:.2f} | {f4['filter']:.0f} | {f4['straight']} |")
+    lines += ["", "## Per benchmark shape", "",
+              "| suite | case | dtype | planes plan (planes, band) | planes SASS/elem | planes warps/SM | today's kernel "
+              "| today SASS/elem | today warps/SM | today NCHW µs (H200, measured) | same kernel NHWC µs (H200, "
+              "measured) |",
+              "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|"]
+
+    def num(v, fmt):
+        return "-" if v is None else format(v, fmt)
+
+    for r in table:
+        lines.append(f"| {r['suite']} | {r['label']} | {r['dtype']} | {r['plan']} | {r['planes_sass']:.1f} | "
+                     f"{r['planes_warps']} | {r['kernel'] or '-'} | {num(r['kernel_sass'], '.1f')} | "
+                     f"{num(r['kernel_warps'], 'd')} | {num(r['measured_us'], '.1f')} | "
+                     f"{num(r['measured_nhwc_us'], '.1f')} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, default=None, help="write the markdown here (default: print it)")
+    args = parser.parse_args()
+    figures = {cols: loop_figures(cols) for cols in (4, 2, 1)}
+    regs = registers()
+    text = markdown(rows(figures, regs), figures, regs)
+    if args.out:
+        args.out.write_text(text)
+    else:
+        print(text)
+
+
+if __name__ == "__main__":
+    main()
