@@ -2,8 +2,8 @@
 # One lent-GPU session (the `device` tool), prepared to fit its 15 minutes (one call of about
 # 8 minutes plus a machine start): warm the kernel cache, GPU tests beside compute-sanitizer
 # memcheck and racecheck, an Nsight Compute A/B of the input gradient's NCHW kernels (tiled
-# against planes), Nsight Compute kernel times of the memory-bound suites, then ncu's
-# full sections (stall reasons, occupancy) for a few representative kernels.  Every step has its
+# against planes), ncu's full sections (stall reasons, occupancy) for a few representative
+# kernels, then Nsight Compute kernel times of the filter gradient.  Every step has its
 # own time cap, and a hung kernel fails its test (pytest-timeout) instead of stalling a worker:
 # the H200 run of 2026-11-28 lost 35 tests and both sanitizers to one hang.  Results go to
 # $OUT/results.tgz.  Needs the carried wheels in .whl/ (../shared/device/wheels.sh
@@ -73,37 +73,41 @@ sleep 1 # nothing else on the GPU while ncu times
 stamp "sanitizers: $(tail -3 "$W/memcheck.log" | tr '\n' ' ') | $(tail -3 "$W/racecheck.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+# The steps below fit what is left of a call of about 540 s after the tests (at most about
+# 340 s): A/B (90), the full sections (100), then the filter gradient's timing in the rest.
 # A/B first: the NCHW stride-1 input-gradient cases on the launcher's choice, the tiled kernel
 # and the planes kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes), whose
 # default waits for this measurement (PLANES_BY_DEFAULT).
-timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+timeout -s INT -k 10 90 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
     --engines gradops-cuda --paths tiled,planes --ops backprop_input \
-    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW" --time-limit 80 \
+    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW" --time-limit 70 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 >"$W/ncu_ab.md" 2>&1
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 --summary 2>&1 \
     | tee "$W/ncu_ab_summary.md"
 
-timeout -s INT -k 10 140 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
-    python3 benchmarks/ncu_cases.py '' "$W/ncu_index.json" --suites fractional,mobilenetv2,efficientnet \
-    --engines "$ENGINES" --time-limit 100 >"$W/ncu.csv" 2>"$W/ncu.err"
-stamp "ncu: $(tail -1 "$W/ncu.err")"
-python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth 4.8e12 --summary 2>&1 | tee "$W/ncu_summary.md"
-
 # Why the kernels take 1.3 to 10 times the static model's time (2026-11-28): ncu's full
 # sections (issue slots, stall reasons, achieved occupancy, L1/L2/DRAM) for representative
 # float16 cases: the input gradient's tiled NHWC / NCHW kernels and its tensor-core NCHW kernel,
 # the filter gradient's tiled NHWC kernel, both fractional pooling gradients.
-left=$((470 - $(date +%s) + T0))
+timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
+    python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional \
+    --engines gradops-cuda --dtypes float16 --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping" \
+    --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
+stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
+
+# Kernel times of the filter gradient (its reduction changed since the H200 run; the other
+# ops' kernels are as measured then, benchmarks/results/gpu_h200_2026-11-28) in what is left.
+left=$((520 - $(date +%s) + T0))
 if [ "$left" -gt 30 ]; then
-    timeout -s INT -k 10 $((left + 30)) "$NCU" --profile-from-start off --clock-control none --csv \
-        --page details --set full \
-        python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional \
-        --engines gradops-cuda --dtypes float16 --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping" \
-        --time-limit "$left" >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
-    stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
+    timeout -s INT -k 10 "$left" "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+        python3 benchmarks/ncu_cases.py '' "$W/ncu_index.json" --suites mobilenetv2,efficientnet \
+        --engines "$ENGINES" --ops backprop_filter --time-limit $((left - 20)) >"$W/ncu.csv" 2>"$W/ncu.err"
+    stamp "ncu: $(tail -1 "$W/ncu.err")"
+    python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth 4.8e12 --summary 2>&1 \
+        | tee "$W/ncu_summary.md"
 fi
 stamp "done"
 cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_ab_summary.md" "$OUT/" 2>/dev/null
