@@ -1,6 +1,6 @@
 """Launcher for cuda_src/depthwise_conv2d_native_backprop_input.cu.
 
-Three paths (see the .cu file); ``path=`` forces one (the tests run each on small shapes):
+Four paths (see the .cu file); ``path=`` forces one (the tests run each on small shapes):
 
 * ``tiled``: a CTA per (14 x 8 input-gradient positions at stride 1, 7 x 8 on images of at
   most 7 rows; 8 x 16 at stride 2, 8 x 8 where 16-column tiles would leave half a tile empty,
