@@ -57,15 +57,6 @@ STORES = ("dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);",
           "dwconv::store_quad<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
 
 
-def _memory(cfg, loop) -> dict:
-    out: dict = {}
-    for x in cfg.loop_instructions(loop):
-        kind = _sass.memory_kind(x)
-        if kind:
-            out[kind] = out.get(kind, 0) + 1
-    return out
-
-
 def loop_figures(store_cols: int) -> dict:
     """Per planes instantiation (name expression): each loop's steady-state path, from the source
     with the checked sums off and results stored ``store_cols`` at a time: the cheapest path
@@ -86,7 +77,7 @@ def loop_figures(store_cols: int) -> dict:
         cfg = k.cfg
         by_kind = {}
         for loop in cfg.top_loops():
-            mem = _memory(cfg, loop)
+            mem = k.memory_instructions(loop)
             if any(m.startswith("STG") for m in mem):
                 if not loop.children:  # a copy for multiplier 0 (no slice loop) the compiler keeps
                     continue
@@ -124,8 +115,8 @@ def loop_figures(store_cols: int) -> dict:
         # Straight-line code every thread runs: the blocks outside loops that dominate the item
         # loop's header (every path to it passes them), and those the item loop's exit dominates.
         in_loops = set().union(*(lp.blocks for lp in cfg.top_loops()))
-        exits = [s for n in item.blocks for s in cfg.blocks[n].succs if s not in item.blocks]
-        after = {n for n in cfg.blocks if n not in in_loops and all(e in cfg.dominators[n] for e in exits[:1])}
+        exit_block = next(s for n in item.blocks for s in cfg.blocks[n].succs if s not in item.blocks)
+        after = {n for n in cfg.blocks if n not in in_loops and exit_block in cfg.dominators[n]}
         straight = sum(len(cfg.instructions(n)) for n in cfg.blocks
                        if n not in in_loops and not cfg.cold(n) and (n in cfg.dominators[item.header] or n in after))
         figures[k.expression] = dict(by_kind, straight=straight)
@@ -143,7 +134,7 @@ def per_element(g, dtype, f: dict) -> float:
     m = g.depth_multiplier
     slices = planes * m
     items = planes * dx.planes_items(g, band)
-    rows_cap = min(g.out_rows, dx.planes_staged_rows(g, band))
+    rows_cap = dx.planes_rows_cap(g, band)
     whole = g.out_cols // dx.PLANES_CHUNK  # chunks wholly inside a row, and the row's last part
     chunk_cost = whole * f["staging"] + (f["staging_edge"] if g.out_cols % dx.PLANES_CHUNK else 0)
     staging = slices * rows_cap * chunk_cost

@@ -1066,11 +1066,6 @@ template <int KH, int KW> struct Taps {
     static constexpr int PADDED = (COUNT + 3) / 4 * 4;
 };
 
-// n / divisor for 0 <= n < 2^31 from the host's constants (division_magic).
-__device__ __forceinline__ int split(int n, unsigned magic, int shift) {
-    return static_cast<int>((static_cast<unsigned long long>(static_cast<unsigned>(n)) * magic) >> shift);
-}
-
 // N consecutive accumulators of 16-byte aligned shared memory, 16 bytes per load.
 template <int N, typename Acc> __device__ __forceinline__ void load_aligned(const Acc* src, Acc (&out)[N]) {
     constexpr int PER_LOAD = 16 / static_cast<int>(sizeof(Acc));
@@ -1184,9 +1179,9 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     // trip (predicated, they ran out of predicate registers and waited on stores).
     const int chunks_per_row = (out_cols + kChunk - 1) / kChunk;
     for (int chunk = tid; chunk < slices * rows_cap * chunks_per_row; chunk += kThreads) {
-        const int row_index = split(chunk, chunk_magic, chunk_shift);  // slice * rows_cap + r
+        const int row_index = magic_divide(chunk, chunk_magic, chunk_shift);  // slice * rows_cap + r
         const int x = (chunk - row_index * chunks_per_row) * kChunk;
-        const int slice = split(row_index, rows_magic, rows_shift);
+        const int slice = magic_divide(row_index, rows_magic, rows_shift);
         const int r = row_index - slice * rows_cap;
         if (r >= rows_run) continue;
         const int offset = slice * plane_size + r * out_cols + x;
@@ -1223,9 +1218,9 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     const int col_begin = max(0, -col_origin), col_end = out_cols - col_origin;
     const int items = (band + kItemRows - 1) / kItemRows * segments;  // per plane
     for (int item = tid; item < my_planes * items; item += kThreads) {
-        const int p = split(item, items_magic, items_shift);
+        const int p = magic_divide(item, items_magic, items_shift);
         const int rest = item - p * items;
-        const int pair = split(rest, segments_magic, segments_shift);
+        const int pair = magic_divide(rest, segments_magic, segments_shift);
         const int i = pair * kItemRows;
         const int x = (rest - pair * segments) * kSegment;
         const int y = y0 + i;

@@ -120,11 +120,9 @@ __device__ __forceinline__ void consider(const Pack<T, V>& values, A (&best_valu
     }
 }
 
-// n / divisor for 0 <= n < 2^31 as (n * magic) >> shift (32-bit indices; the host's
-// division_magic), a division for 64-bit ones.
-__device__ __forceinline__ int divide(int n, int, unsigned magic, int shift) {
-    return static_cast<int>((static_cast<unsigned long long>(static_cast<unsigned>(n)) * magic) >> shift);
-}
+// n / divisor: magic_divide for 32-bit indices (the host's division_magic), a division for
+// 64-bit ones.
+__device__ __forceinline__ int divide(int n, int, unsigned magic, int shift) { return magic_divide(n, magic, shift); }
 __device__ __forceinline__ long long divide(long long n, long long divisor, unsigned, int) { return n / divisor; }
 
 // Which of a thread's V channels chose the element: for cell places (LOCAL), the bytes of the

@@ -29,6 +29,12 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, flo
 
 __host__ __device__ __forceinline__ index_t ceil_div(index_t a, index_t b) { return (a + b - 1) / b; }
 
+// n / divisor for 0 <= n < 2^31 as (n * magic) >> shift, with the host's constants
+// (gradops/backends/cuda/_runtime.py: division_magic): a multiply and a shift, not a division.
+__device__ __forceinline__ int magic_divide(int n, unsigned magic, int shift) {
+    return static_cast<int>((static_cast<unsigned long long>(static_cast<unsigned>(n)) * magic) >> shift);
+}
+
 // Floor division for a possibly negative numerator and positive divisor.
 __host__ __device__ __forceinline__ index_t floor_div(index_t a, index_t b) {
     return a >= 0 ? a / b : -((-a + b - 1) / b);

@@ -1328,6 +1328,9 @@ def test_planes_plan():
     assert not cuda_launcher.PLANES_BY_DEFAULT and not cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
 
 
+PLANES_ITEMS_DEFAULT = cuda_launcher.PLANES_ITEMS  # planes_problem's calls reset to it between them
+
+
 def planes_problem(rng, monkeypatch):
     """Two NCHW calls of the planes kernel that between them take bands of rows, partial channel
     groups (8 planes a CTA in the second), both sides' pads (a left pad wider than the filter:
@@ -1349,9 +1352,6 @@ def planes_problem(rng, monkeypatch):
         want.append(gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy").ravel())
     cuda_launcher._planes_args.cache_clear()
     return np.concatenate(got), np.concatenate(want)
-
-
-PLANES_ITEMS_DEFAULT = cuda_launcher.PLANES_ITEMS
 
 
 def assert_planes_result(got, want):

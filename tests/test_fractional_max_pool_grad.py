@@ -813,7 +813,8 @@ PLANTED = {  # name: (text of the real source, its replacement[, chosen elements
     "gather-byte-match-lets-carries-cross": ("((x & 0x7f7f7f7fu) + 0x7f7f7f7fu)", "(x + 0x7f7f7f7fu)", True),
     "gather-takes-channel-3-for-channel-1": ("(word[u / 4] >> (8 * (u % 4) + 7)) & 1u",
                                              "(word[u / 4] >> (8 * ((u ^ 2) % 4) + 7)) & 1u", True),
-    "gather-division-shift-off-by-one": ("* magic) >> shift);", "* magic) >> (shift + 1));"),
+    "gather-division-shift-off-by-one": ("return magic_divide(n, magic, shift);",
+                                         "return magic_divide(n, magic, shift + 1);"),
     "gather-row-entries-one-short": ("const I rk_end = row_offsets[y + 1];", "const I rk_end = row_offsets[y + 1] - 1;"),
 }
 

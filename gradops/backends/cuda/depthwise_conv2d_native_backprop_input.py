@@ -316,6 +316,17 @@ def tile_grid(g: Conv2DGeometry, dtype, item_cols: int | None = None) -> tuple[i
     return across * -(-g.in_depth // input_channels_per_cta(g, dtype)), down, g.batch
 
 
+def _offsets_fit_int32(g: Conv2DGeometry) -> bool:
+    """Every tensor, and every padded coordinate and staged row or column of a last tile or band
+    (TILE_SPAN past the image), below 2**31: the tiled and planes kernels' int offsets."""
+    out_depth = g.in_depth * g.depth_multiplier
+    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * out_depth,
+             g.filter_rows * g.filter_cols * out_depth,
+             g.pad_top + g.in_rows + 2 * TILE_SPAN, g.pad_left + g.in_cols + 2 * TILE_SPAN,
+             g.out_rows + 2 * TILE_SPAN, g.out_cols + 2 * TILE_SPAN)
+    return max(sizes) <= INT32_MAX
+
+
 def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
     """Whether the tiled kernel can run ``g``: a specialised filter and stride at dilation 1,
     every tensor and every size or offset it computes in 32-bit range, and the grid within
@@ -324,13 +335,7 @@ def tiled_eligible(g: Conv2DGeometry, dtype) -> bool:
         return False
     if (g.dilation_rows, g.dilation_cols) != (1, 1):
         return False
-    out_depth = g.in_depth * g.depth_multiplier
-    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * out_depth,
-             g.filter_rows * g.filter_cols * out_depth,
-             # padded coordinates and the staged rows / columns of the last tile
-             g.pad_top + g.in_rows + 2 * TILE_SPAN, g.pad_left + g.in_cols + 2 * TILE_SPAN,
-             g.out_rows + 2 * TILE_SPAN, g.out_cols + 2 * TILE_SPAN)
-    if max(sizes) > INT32_MAX:
+    if not _offsets_fit_int32(g):
         return False
     across, down, batch = tile_grid(g, dtype)
     return across <= INT32_MAX and down <= _runtime.GRID_YZ_LIMIT and batch <= _runtime.GRID_YZ_LIMIT
@@ -496,6 +501,16 @@ def planes_staged_rows(g: Conv2DGeometry, band: int) -> int:
     return -(-band // PLANES_ITEM_ROWS) * PLANES_ITEM_ROWS + g.filter_rows - 1
 
 
+def planes_rows_cap(g: Conv2DGeometry, band: int) -> int:
+    """The most out_backprop rows a band of the planes kernel stages (its ``rows_cap``)."""
+    return min(g.out_rows, planes_staged_rows(g, band))
+
+
+def planes_chunks_per_row(g: Conv2DGeometry) -> int:
+    """Staging chunks of PLANES_CHUNK elements per out_backprop row (the last one may be short)."""
+    return -(-g.out_cols // PLANES_CHUNK)
+
+
 def planes_items(g: Conv2DGeometry, band: int) -> int:
     """Work items of one plane's band (2 rows x 4 columns each)."""
     return -(-band // PLANES_ITEM_ROWS) * planes_segments(g)
@@ -538,15 +553,10 @@ def planes_possible(g: Conv2DGeometry, dtype) -> bool:
         return False
     if (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) != (1, 1, 1, 1):
         return False
-    if planes_plan(g, dtype) == (0, 0):
+    if planes_plan(g, dtype) == (0, 0) or not _offsets_fit_int32(g):
         return False
-    out_depth = g.in_depth * g.depth_multiplier
-    sizes = (g.batch * g.in_rows * g.in_cols * g.in_depth, g.batch * g.out_rows * g.out_cols * out_depth,
-             g.filter_rows * g.filter_cols * out_depth,
-             g.pad_top + g.in_rows + 2 * TILE_SPAN, g.pad_left + g.in_cols + 2 * TILE_SPAN,
-             g.out_rows + 2 * TILE_SPAN, g.out_cols + 2 * TILE_SPAN)
     grid = planes_grid(g, dtype)
-    return max(sizes) <= INT32_MAX and grid[1] <= _runtime.GRID_YZ_LIMIT and grid[2] <= _runtime.GRID_YZ_LIMIT
+    return grid[1] <= _runtime.GRID_YZ_LIMIT and grid[2] <= _runtime.GRID_YZ_LIMIT
 
 
 def planes_chosen(g: Conv2DGeometry, dtype) -> bool:
@@ -571,9 +581,8 @@ def _planes_args(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
     i32 = _runtime.i32
     planes, band = planes_plan(g, dtype)
     segments = planes_segments(g)
-    rows_cap = min(g.out_rows, planes_staged_rows(g, band))
-    chunks_per_row = -(-g.out_cols // PLANES_CHUNK)
-    magic = [v for d in (chunks_per_row, rows_cap, planes_items(g, band), segments)
+    rows_cap = planes_rows_cap(g, band)
+    magic = [v for d in (planes_chunks_per_row(g), rows_cap, planes_items(g, band), segments)
              for v in _runtime.division_magic(d)]
     return (*(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                g.pad_top, g.pad_left, planes, band, segments, rows_cap, planes_store_cols(g))),
