@@ -206,34 +206,50 @@ __device__ __forceinline__ void accumulate(const Acc* __restrict__ window,
     }
 }
 
-// A lane's V out_backprop values at offset ``at`` (channels k .. k + V - 1 of one position):
-// one load where ``vector`` (V * sizeof(T) aligned, whole lanes), else one per channel below
-// ``channels_left`` (= out_depth - k), zeros past it.
+// A lane's V out_backprop values (channels k .. k + V - 1 of one position) as they lie in
+// memory.  They are widened to accumulators only after the unit's staging barrier: a widening
+// next to its load makes the warp wait for the load there, before the barrier and the staging
+// loads, where the values are not needed yet (sm_90 SASS of float16 at 3x3 stride 1 showed 3
+// dependent round trips per unit, float32's 1).
+// The bits of one lane's values, one register (or pair) for a vector load: a struct of two
+// halves would be split into two 16-bit registers next to the load, which waits for it as well.
+template <typename T, int V> struct RawLane {
+    typename dwconv::ChunkOf<static_cast<int>(sizeof(T)) * V>::type bits;
+};
+
+// The lane's values at offset ``at``: one load where ``vector`` (V * sizeof(T) aligned, whole
+// lanes), else one per channel below ``channels_left`` (= out_depth - k), zeros past it.
 template <typename T, typename Acc>
-__device__ __forceinline__ Lane<Acc> load_lane(const T* __restrict__ out_backprop, int at, bool vector,
-                                               int channels_left) {
+__device__ __forceinline__ RawLane<T, Block<Acc>::V> load_lane(const T* __restrict__ out_backprop, int at,
+                                                               bool vector, int channels_left) {
     constexpr int V = Block<Acc>::V;
-    Lane<Acc> v;
-    if constexpr (V == 2 && sizeof(T) == 2) {
-        if (vector) {
-            const float2 f = dwconv::to_float2(*reinterpret_cast<const typename dwconv::TwoOf<T>::type*>(out_backprop + at));
-            v.v[0] = f.x;
-            v.v[1] = f.y;
-            return v;
-        }
-    } else if constexpr (V == 2) {
-        if (vector) {
-            const float2 f = *reinterpret_cast<const float2*>(out_backprop + at);
-            v.v[0] = f.x;
-            v.v[1] = f.y;
-            return v;
-        }
-    }
+    using Bits = decltype(RawLane<T, V>::bits);
+    RawLane<T, V> raw;
+    if (vector) {
+        raw.bits = dwconv::load_vector(reinterpret_cast<const Bits*>(out_backprop + at));
+    } else {
+        T e[V];
 #pragma unroll
-    for (int u = 0; u < V; ++u) v.v[u] = u < channels_left ? to_acc<Acc>(out_backprop[at + u]) : Acc(0);
-    return v;
+        for (int u = 0; u < V; ++u) e[u] = u < channels_left ? out_backprop[at + u] : from_acc<T, Acc>(Acc(0));
+        memcpy(&raw.bits, e, sizeof e);
+    }
+    return raw;
 }
 
+template <typename T, typename Acc> __device__ __forceinline__ RawLane<T, Block<Acc>::V> zero_lane() {
+    RawLane<T, Block<Acc>::V> raw;
+    memset(&raw.bits, 0, sizeof raw.bits);  // +0.0 in every type
+    return raw;
+}
+
+template <typename T, typename Acc> __device__ __forceinline__ Lane<Acc> widen_lane(const RawLane<T, Block<Acc>::V>& raw) {
+    T e[Block<Acc>::V];
+    memcpy(e, &raw.bits, sizeof e);
+    Lane<Acc> v;
+#pragma unroll
+    for (int u = 0; u < Block<Acc>::V; ++u) v.v[u] = to_acc<Acc>(e[u]);
+    return v;
+}
 
 // The staged rows [row_begin, row_end) and columns [col_begin, col_end) inside the image.
 struct Box {
@@ -393,18 +409,15 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
             const int p = p0 + item_row * Sh::ITEM_ROWS, q = q0 + item_col * Sh::ITEM_COLS;
             const int rows = min(Sh::ITEM_ROWS, out_rows - p), cols = min(Sh::ITEM_COLS, out_cols - q);
             const int item_at = ((n * out_rows + p) * out_cols + q) * out_depth + k;
-            Lane<Acc> dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+            RawLane<T, V> dy_raw[Sh::ITEM_ROWS][Sh::ITEM_COLS];
 #pragma unroll
             for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
 #pragma unroll
                 for (int j = 0; j < Sh::ITEM_COLS; ++j) {
-                    if (i < rows && j < cols && k < out_depth) {
-                        dy[i][j] = load_lane<T, Acc>(out_backprop, item_at + i * row_step + j * out_depth,
-                                                     lane_loads != 0, out_depth - k);
-                    } else {
-#pragma unroll
-                        for (int u = 0; u < V; ++u) dy[i][j].v[u] = Acc(0);
-                    }
+                    dy_raw[i][j] = i < rows && j < cols && k < out_depth
+                                       ? load_lane<T, Acc>(out_backprop, item_at + i * row_step + j * out_depth,
+                                                           lane_loads != 0, out_depth - k)
+                                       : zero_lane<T, Acc>();
                 }
             }
             __syncthreads();  // the previous unit's staged tile has been read
@@ -436,6 +449,11 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
             // the checked loop would skip every position): it skips the sums, and a warp of two such
             // items skips them as a whole.
             if (rows > 0 && cols > 0) {
+                Lane<Acc> dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+#pragma unroll
+                for (int i = 0; i < Sh::ITEM_ROWS; ++i)
+#pragma unroll
+                    for (int j = 0; j < Sh::ITEM_COLS; ++j) dy[i][j] = widen_lane<T, Acc>(dy_raw[i][j]);
                 if (!checked) {
                     accumulate<false, Acc, K, S, C>(window, dy, acc, 0, 0, 0, 0, 0, 0);
                 } else {
@@ -555,6 +573,17 @@ template <typename T> struct PairOf {  // half, bfloat16
     __device__ __forceinline__ static float value(type bits, int i) {
         const float2 f = dwconv::to_float2(*reinterpret_cast<const typename dwconv::TwoOf<T>::type*>(&bits));
         return i ? f.y : f.x;
+    }
+};
+// bfloat16 widens by moving its bits into a float's top half: done as integer operations on the
+// pair's word, at the use.  Through __nv_bfloat162 the compiler split every pair into its halves
+// (PRMT) right after the window loads, so the warp waited for them before issuing its
+// out_backprop loads: 2 round trips an item where float16 takes 1 (sm_90 SASS).
+template <> struct PairOf<__nv_bfloat16> {
+    using type = unsigned;
+    __device__ __forceinline__ static type zero() { return 0u; }
+    __device__ __forceinline__ static float value(type bits, int i) {
+        return __uint_as_float(i ? bits & 0xffff0000u : bits << 16);
     }
 };
 template <> struct PairOf<float> {

@@ -901,6 +901,12 @@ PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source,
     "tiled-multiplier-2-staged-once": ("twice[2 * u] = twice[2 * u + 1] = v[u];",
                                        "twice[2 * u] = v[u], twice[2 * u + 1] = Acc(0);"),
     "tiled-channel-block-ignored": ("const int k0 = static_cast<int>(blockIdx.x) * CHANNELS;", "const int k0 = 0;"),
+    # out_backprop values are kept as loaded until after the staging barrier (widen_lane)
+    "tiled-lane-widens-its-first-channel-twice": (
+        "for (int u = 0; u < Block<Acc>::V; ++u) v.v[u] = to_acc<Acc>(e[u]);",
+        "for (int u = 0; u < Block<Acc>::V; ++u) v.v[u] = to_acc<Acc>(e[0]);"),
+    "tiled-positions-past-the-output-not-zero": ("memset(&raw.bits, 0, sizeof raw.bits);",
+                                                 "memset(&raw.bits, 0x3c, sizeof raw.bits);"),
 }
 
 
@@ -1270,6 +1276,48 @@ def test_host_model_refuses_a_misaligned_pair_load(tmp_path, monkeypatch):
 def test_planted_planes_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_planted_bug_caught(PLANTED_PLANES[bug], lambda: run_planted_planes_problem(np.random.default_rng(6)),
                               assert_same_nonfinite_and_close, 3, tmp_path, monkeypatch)
+
+
+PLANTED_BFLOAT16_PAIRS = {  # PairOf<__nv_bfloat16>: a pair's word widened by integer operations
+    "planes-bfloat16-pair-high-half-twice": ("return __uint_as_float(i ? bits & 0xffff0000u : bits << 16);",
+                                             "return __uint_as_float(bits & 0xffff0000u);"),
+    "planes-bfloat16-pair-halves-swapped": ("return __uint_as_float(i ? bits & 0xffff0000u : bits << 16);",
+                                            "return __uint_as_float(i ? bits << 16 : bits & 0xffff0000u);"),
+}
+
+
+def run_bfloat16_pairs_problem(rng):
+    """(launcher result, loops' result): bfloat16 NCHW 3x3 stride 1, SAME on 4 images of 7 x 10
+    (pairs from the column before the window) and VALID on 3 of 8 x 12 (pairs from its first
+    column), the planes kernel."""
+    import cupy  # the installed HostDevice
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    got, want = [], []
+    for images, rows, cols, padding, form in ((4, 7, 10, "SAME", cuda_launcher.PLANES_PAIRS_FROM_COLUMN_BEFORE),
+                                              (3, 8, 12, "VALID", cuda_launcher.PLANES_PAIRS)):
+        kwargs, x, dy, case = cuda_case(rng, x_shape=(images, rows, cols, 2), filt_hw=(3, 3), multiplier=1,
+                                        padding=padding, data_format="NCHW", dtype=bf16)
+        g = geometry_of(kwargs)
+        gpu_x = cupy.asarray(np.ascontiguousarray(kwargs["input"]))
+        assert cuda_launcher.planes_window_form(g, bf16, gpu_x) == form
+        result = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+            g, gpu_x, cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"])), planes=True)
+        expected, _ = expected_grad(x.astype(np.float64), tuple(kwargs["filter_sizes"]), dy.astype(np.float64),
+                                    (1, 1), padding, (1, 1), NO_PADS)
+        got.append(to_host(result).astype(np.float64).ravel())
+        want.append(expected.ravel())
+    return np.concatenate(got), np.concatenate(want)
+
+
+def assert_bfloat16_close(got, want):
+    assert_close(got, want, ml_dtypes.bfloat16, max(1.0, float(np.abs(want).max())))
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_BFLOAT16_PAIRS))
+def test_planted_bfloat16_pair_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED_BFLOAT16_PAIRS[bug], lambda: run_bfloat16_pairs_problem(np.random.default_rng(8)),
+                              assert_bfloat16_close, 3, tmp_path, monkeypatch)
 
 
 # --------------------------------------------------------------------------- the tensor-core kernel

@@ -577,6 +577,45 @@ def test_filter_tiled_idle_warps_skip_the_sums(new_kernels):
         assert full["idle_warp_units"] == 0 and full["idle_thread_instructions_per_unit"] == 0
 
 
+#: The commit the H200 measured (benchmarks/results/gpu_h200_2026-11-28): its tiled depthwise
+#: filter-gradient kernel widened float16 / bfloat16 out_backprop values next to their loads.
+H200_REVISION = "cb65573"
+
+
+def test_filter_tiled_unit_round_trips(new_kernels):
+    """Every modelled tiled filter-gradient instantiation waits once a unit on its vector path
+    (the staging loads, which its out_backprop loads overlap); the H200-measured revision made 4
+    round trips a unit at float16 3x3 stride 1 on its dearest path (its out_backprop loads
+    widened before the barrier, in waves) and 1 at float32, and the prediction charges the
+    count per unit."""
+    import importlib
+    import subprocess
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    tiled = [k for (arch, e), k in new_kernels.items() if "_tiled<" in e]
+    assert len(tiled) == 24  # float16, bfloat16, float32 x 3x3 / 5x5 x stride 1 / 2 x 2 tile widths
+    for kernel in tiled:
+        dtype = sr.DTYPES[{"__half": "float16", "__nv_bfloat16": "bfloat16", "float": "float32"}[
+            sr.template_args(kernel.expression)[0]]]
+        assert sr.filter_tiled_unit_round_trips(kernel, dtype) == 1, kernel.expression
+    root = Path(__file__).resolve().parents[1]
+    try:
+        text = subprocess.check_output(["git", "show", f"{H200_REVISION}:cuda_src/{sr.DEPTHWISE_FILTER_SOURCE}"],
+                                       cwd=root, text=True, stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pytest.skip(f"revision {H200_REVISION} is not in this checkout's history")
+    wanted = {dwf._tiled_expression(sr.DTYPES[name], 3, 1, 4): name for name in ("float16", "float32")}
+    old = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE], texts={sr.DEPTHWISE_FILTER_SOURCE: text},
+                                only=list(wanted))
+    trips = {wanted[k.expression]: sr.filter_tiled_unit_round_trips(k, sr.DTYPES[wanted[k.expression]]) for k in old}
+    assert trips == {"float16": 4, "float32": 1}
+    case = next(c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_FILTER and c.label.startswith("dw3 ")
+                and c.label.endswith("m1 NHWC"))
+    p = sr.predict(case, "float16", sr.DEVICES[0], new_kernels)["stages"][0]
+    assert p["tiled"]["round_trips_per_unit"] == 1
+    assert p["round_trips_per_element"] == p["tiled"]["units_per_slice"] + 1
+
+
 @needs_tools
 def test_depthwise_generic_kernel_path_is_counted():
     """A grid-stride kernel the counter does model: the generic depthwise instantiation, one

@@ -1226,6 +1226,55 @@ def filter_tiled_unit_cost(kernel, dtype, g, idle: bool = False) -> tuple[int, i
     return per_unit, fixed, counts
 
 
+def filter_tiled_unit_round_trips(kernel, dtype) -> int:
+    """Dependent DRAM round trips of one unit of the tiled depthwise filter-gradient kernel on
+    its vector path: 1 (the staging loads; the work item's out_backprop loads, issued before the
+    barrier, overlap them) plus every wait on an out_backprop load before the unit's first
+    barrier, where the warp stops until its loads return and only then stages.  Counted over
+    the unit loop's blocks in address order from its header to that barrier, leaving out the
+    blocks of the element-by-element form (loads narrower than a lane's vector): the sm_90 SASS
+    of the measured revision widened float16 / bfloat16 values next to their loads (at 3x3 stride
+    1, 4 round trips a unit on its dearest path); float32 never waited there."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    cfg = kernel.cfg
+    through = st.through_blocks(cfg)
+    unit = next(lp for lp in cfg.top_loops() if through[-1] in lp.blocks)
+    while any(through[-1] in child.blocks for child in unit.children):
+        unit = next(child for child in unit.children if through[-1] in child.blocks)
+    lane_bytes = dwf.lane_channels(dtype) * np.dtype(dtype).itemsize
+
+    def barrier_at(n):
+        return next((i for i, x in enumerate(cfg.instructions(n)) if x.base == "BAR"), None)
+
+    def allowed(n):
+        return n in unit.blocks and not cfg.cold(n) and not any(
+            x.base == "LDG" and _sass.access_width(x) < lane_bytes for x in cfg.instructions(n))
+
+    # Every path from the header to the first barrier through allowed blocks (the vector forms'
+    # branches are few: the element form's blocks are left out); the most waits of any.
+    most, stack, paths = None, [[unit.header]], 0
+    while stack:
+        path = stack.pop()
+        stop = barrier_at(path[-1])
+        if stop is not None:
+            run = [x for n in path[:-1] for x in cfg.instructions(n)] + cfg.instructions(path[-1])[:stop]
+            waits, _ = _sass.load_waits(run)
+            most = waits if most is None else max(most, waits)
+            paths += 1
+            if paths > 4096:
+                raise _sass.PathError(f"{kernel.expression}: too many paths to the unit's first barrier")
+            continue
+        stack += [path + [s] for s in cfg.blocks[path[-1]].succs if s not in path and allowed(s)]
+    if most is None:
+        raise _sass.PathError(f"{kernel.expression}: no vector path reaches the unit's first barrier")
+    return 1 + most
+
+
 def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
     """(instructions, counts) of the busiest thread of the depthwise filter gradient's reduction
     (a thread of group 0): the fewest accumulator loads >= ``loads`` a path makes (the unrolled
@@ -1312,15 +1361,17 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
     l2 = blocks * units * width * (staged * staged_channels + tile_rows * tile_cols * channels) + acc * partials
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dwf.TILED_THREADS)
     limits = roofline(device, elements, per_element, pipes, reads, l2, occ["warps_per_sm"] * 32)
-    # A CTA's chain: one round trip per unit (its out_backprop loads, issued before the barrier,
-    # overlap its staging loads), and the partial sums' stores.
-    round_trips = per_slice + 1
+    # A CTA's chain: its units' round trips (filter_tiled_unit_round_trips), and the partial
+    # sums' stores.
+    unit_trips = filter_tiled_unit_round_trips(kernel, dtype)
+    round_trips = per_slice * unit_trips + 1
     with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
     first = {"stage": "tiled", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
              "sass_per_element": per_element, "round_trips_per_element": round_trips,
              "resident_warps_per_sm": occ["warps_per_sm"], **limits,
              "tiled": {"ctas": ctas, "slices": slices, "units_per_slice": per_slice, "units": units,
                        "thread_instructions_per_unit": per_unit, "thread_fixed_instructions": fixed,
+                       "round_trips_per_unit": unit_trips,
                        "columns_per_warp": columns, "idle_warp_units": idle_warps,
                        "idle_thread_instructions_per_unit": idle_unit,
                        "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /

@@ -210,6 +210,14 @@ def load_round_trips(instructions) -> int:
     instruction reads a register that a global load issued since the last wait writes (the
     warp waits for every load issued so far).  A load's destination is its first operand,
     ``access_width / 4`` consecutive registers from it."""
+    waits, pending = load_waits(instructions)
+    return waits + (1 if pending else 0)
+
+
+def load_waits(instructions) -> tuple[int, bool]:
+    """(waits, pending) of a straight run (see :func:`load_round_trips`): the round trips that
+    end inside the run, and whether loads issued since the last of them are still in flight at
+    its end."""
     pending: set[int] = set()
     waits = 0
     for ins in instructions:
@@ -224,7 +232,7 @@ def load_round_trips(instructions) -> int:
             pending.clear()
         if ins.base == "LDG" and regs:
             pending.update(range(regs[0], regs[0] + max(1, access_width(ins) // 4)))
-    return waits + (1 if pending else 0)
+    return waits, bool(pending)
 
 
 def memory_kind(instruction: Instruction) -> str | None:
