@@ -9,13 +9,15 @@ kernel whose grid size is the case's index.  Writes the index JSON.  On a GPU:
         python benchmarks/ncu_cases.py [SUITE-SUBSTRING] [INDEX.json] \
         [--suites mobilenetv2,efficientnet,fractional,resnet50] [--dtypes float16,float32] \
         [--engines gradops-cuda,torch,gradops-cudnn] [--ops SUBSTRING] [--labels A,B] \
-        [--paths tiled,planes] [--time-limit S] > ncu.csv
+        [--paths tiled,planes,sync,async] [--time-limit S] > ncu.csv
 
 Defaults: the three memory-bound suites in float16 and float32 on gradops-cuda and (depthwise)
 PyTorch, and ResNet-50 NHWC float16 on gradops-cuda and gradops-cudnn.  ``--engines`` restricts
 or extends that (gradops-cudnn on the depthwise cases too when named).  ``--paths`` adds, for
 each depthwise input-gradient case, an engine ``gradops-cuda:PATH`` per named kernel path that
-can run the case (the launcher's ``path=``): an A/B of kernels on one device in one run.
+can run the case (the launcher's ``path=``), and for each filter-gradient case one per named
+staging path of the tiled kernel (sync, async: its ``async_copies=``): an A/B of kernels on
+one device in one run.
 """
 import argparse, json, sys, time
 import numpy as np, cupy, ml_dtypes  # noqa: F401 (ml_dtypes registers bfloat16 with NumPy)
@@ -32,12 +34,16 @@ parser.add_argument("--ops", default=None, help="keep the ops whose name holds t
 parser.add_argument("--labels", default=None,
                     help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
 parser.add_argument("--paths", default=None,
-                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,direct), each timed "
-                         "as engine gradops-cuda:PATH where it can run the case")
+                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,direct) and filter-"
+                         "gradient staging paths (sync,async), each timed as engine gradops-cuda:PATH on the cases "
+                         "of its op that it can run")
 parser.add_argument("--time-limit", type=float, default=None,
                     help="seconds: start no case after this (ncu prints its CSV only when the program exits)")
 args = parser.parse_args()
 chosen = set(args.engines.split(",")) if args.engines else None
+# Which --paths each op takes: the input gradient's kernel paths, the filter gradient's staging.
+PATHS_OF = {"depthwise_conv2d_native_backprop_input": ("tiled", "planes", "mma", "direct"),
+            "depthwise_conv2d_native_backprop_filter": ("sync", "async")}
 
 marker = cupy.RawKernel('extern "C" __global__ void gradops_case_marker() {}', "gradops_case_marker")
 stream = cupy.cuda.Stream(non_blocking=True); stream.use()
@@ -53,8 +59,8 @@ for name in args.suites.split(","):
             default = ("gradops-cuda", "torch") if case.op.startswith("depthwise") else ("gradops-cuda",)
         engines = [e for e in (default if chosen is None else sorted(chosen))
                    if e != "torch" or case.op.startswith("depthwise")]
-        if args.paths and case.op == "depthwise_conv2d_native_backprop_input":
-            engines += [f"gradops-cuda:{p}" for p in args.paths.split(",")]
+        if args.paths and case.op in PATHS_OF:
+            engines += [f"gradops-cuda:{p}" for p in args.paths.split(",") if p in PATHS_OF[case.op]]
         plan += [(case, dt, e) for dt in dtypes for e in engines]
 torch_engine = TorchEngine(stream_ptr=stream.ptr) if any(e == "torch" for _, _, e in plan) else None
 index, inputs = [], {}

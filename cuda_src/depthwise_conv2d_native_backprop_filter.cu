@@ -9,7 +9,8 @@
 // sums of fixed slices of the output positions, then their fixed-order sum.
 // * ..._tiled (NHWC 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the tiled
 //   kernel" below): the partial sums of a slice of output tiles x 32 (float) or 16 (double)
-//   channels per CTA, the input tile staged in shared memory, the sums in registers.
+//   channels per CTA, the input tile staged in shared memory, the sums in registers; its ASYNC
+//   form (sm_80+, opt-in: "Asynchronous staging") copies the next tile with cp.async meanwhile.
 // * ..._planes (NCHW 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the planes
 //   kernel" below): the partial sums of a slice of work items of one channel per warp, the
 //   window values loaded from the channel's planes (L1 serves neighbours' overlap; in aligned
@@ -146,9 +147,12 @@ static_assert(Block<double>::LANES == Block<float>::LANES, "one thread count for
 // stride 2 with 4- and 8-byte elements, double at any size and stride (5x5 stride 1 and 3x3
 // stride 2 since the slice's second, checked pass shares the unit loop), and float 5x5 at
 // stride 1 on sm_70 (GRADOPS_ARCH < 750: only the cuda12 extra targets it).
-template <typename T, int K, int S> struct MinBlocks {
+// Asynchronous staging (ASYNC, below) at stride 2 spilled at 168 with 5x5 filters and with
+// 4-byte elements (sm_90: 4-28 B).
+template <typename T, int K, int S, bool ASYNC = false> struct MinBlocks {
     static constexpr bool SPILLS_AT_168 = sizeof(T) == 8 || (K == 5 && S == 2 && sizeof(T) == 4) ||
-                                          (K == 5 && S == 1 && sizeof(T) == 4 && GRADOPS_ARCH < 750);
+                                          (K == 5 && S == 1 && sizeof(T) == 4 && GRADOPS_ARCH < 750) ||
+                                          (ASYNC && S == 2 && (K == 5 || sizeof(T) == 4));
     static constexpr int value = SPILLS_AT_168 ? 2 : 3;
 };
 // Staging loads a thread issues before it widens and stores any of them.
@@ -266,9 +270,14 @@ struct Box {
 //
 // stage_vectors: 16-byte loads of VEC input channels, staged as VEC * M output channels (M = 1
 // or 2: each value twice); in_depth a multiple of VEC and a 16-byte aligned input.
-template <typename T, typename Acc, int STAGED, int COLS, int M>
+//
+// FROM_RAW: the chunks come from ``raw`` (shared memory, chunk e at raw[e]), where copy_unit's
+// cp.async copies put them (zeros already where the tile has none); input, tile_at and inside
+// are unused.
+template <typename T, typename Acc, int STAGED, int COLS, int M, bool FROM_RAW = false>
 __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
-                                              int tile_at, Box inside, int k0, int in_cols, int in_depth) {
+                                              int tile_at, Box inside, int k0, int in_cols, int in_depth,
+                                              const uint4* raw_chunks = nullptr) {
     constexpr int CHANNELS = Block<Acc>::CHANNELS;
     constexpr int VEC = kVectorBytes / static_cast<int>(sizeof(T));
     constexpr int PER_POSITION = CHANNELS / (VEC * M);  // loads per staged position
@@ -282,6 +291,10 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
         for (int b = 0; b < kStageBatch && b0 + b < PER_THREAD; ++b) {
             // Everything but the unit's tile_at and box is the same for every unit (hoisted).
             const int e = tid + (b0 + b) * kThreads;
+            if constexpr (FROM_RAW) {
+                if (CHUNKS % kThreads == 0 || e < CHUNKS) raw[b] = raw_chunks[e];
+                continue;
+            }
             const int position = e / PER_POSITION, c = c0 + e % PER_POSITION * VEC;
             const int row = position / COLS, col = position % COLS;
             raw[b] = make_uint4(0, 0, 0, 0);
@@ -306,6 +319,73 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
         }
     }
 }
+
+// What asynchronous staging (below) needs of one specialisation: the staged tile's bytes, the
+// raw input tile (multiplier 1's chunks; multiplier 2 uses half) and the raw out_backprop tile;
+// POSSIBLE where sm_80's cp.async exists and all of it fits in the 48 KiB of static shared
+// memory (not float / double 5x5 at stride 2: 62 and 54 KiB).
+template <typename T, typename Acc, int K, int S, int C> struct AsyncStaging {
+    using Sh = Shape<K, S, C>;
+    static constexpr int CHANNELS = Block<Acc>::CHANNELS;
+    static constexpr int STAGE_BYTES = Sh::STAGED_ROWS * Sh::STAGED_COLS * CHANNELS * static_cast<int>(sizeof(Acc));
+    static constexpr int RAW_IN_BYTES = Sh::STAGED_ROWS * Sh::STAGED_COLS * CHANNELS * static_cast<int>(sizeof(T));
+    static constexpr int RAW_DY_BYTES = Sh::TILE_ROWS * Sh::TILE_COLS * CHANNELS * static_cast<int>(sizeof(T));
+    static constexpr int SUM_BYTES = kItems * K * K * CHANNELS * static_cast<int>(sizeof(Acc));
+    static constexpr bool POSSIBLE = GRADOPS_HAS_MMA_SM80 &&
+        (STAGE_BYTES > SUM_BYTES ? STAGE_BYTES : SUM_BYTES) + RAW_IN_BYTES + RAW_DY_BYTES <= 48 * 1024;
+    static constexpr int RAW_BYTES = POSSIBLE ? RAW_IN_BYTES + RAW_DY_BYTES : 0;
+};
+
+#if GRADOPS_HAS_MMA_SM80
+// Asynchronous staging (sm_80+, the 16-byte forms; the launcher's ``async_copies``).  Without it
+// a unit's staging loads are issued after the barrier that ends the previous unit's sums, so
+// every unit waits for one DRAM round trip with nothing else to do: the H200 measured the float32
+// kernel at 2-4 times the time its model gives when that wait overlaps other CTAs' work.  Here
+// the next unit's input chunks and out_backprop values are copied by cp.async into raw buffers
+// (as in memory, 16 bytes a copy, zero-filled where the tile has none) right after the unit is
+// staged, so the copies land while the CTA sums the unit; the next unit then widens them from
+// shared memory into the staged tile (stage_vectors<FROM_RAW>) and reads its out_backprop
+// values from the raw buffer.  No register holds a copy in flight.
+//
+// copy_unit: chunk e of the input tile (as stage_vectors numbers them, M = 1 or 2) to raw_in[e];
+// chunk e of the out_backprop tile (TILE positions, row-major, x CHANNELS output channels from
+// k0, 16 bytes each) to raw_dy[e]; out_rows_left / out_cols_left: output rows / columns from the
+// tile's first position; dy_at: the offset of its first position's channel k0 (the channels of
+// a position are out_depth apart; out_depth a multiple of VEC and an aligned out_backprop).
+template <typename T, typename Acc, int STAGED, int COLS, int TILE_ROWS, int TILE_COLS, int M>
+__device__ __forceinline__ void copy_unit(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                          uint4* raw_in, uint4* raw_dy, int tid, int tile_at, Box inside, int k0,
+                                          int in_cols, int in_depth, int dy_at, int out_rows_left,
+                                          int out_cols_left, int out_cols, int out_depth) {
+    constexpr int CHANNELS = Block<Acc>::CHANNELS;
+    constexpr int VEC = kVectorBytes / static_cast<int>(sizeof(T));
+    constexpr int PER_POSITION = CHANNELS / (VEC * M);
+    constexpr int CHUNKS = STAGED * PER_POSITION;
+    const int c0 = k0 / M;
+#pragma unroll
+    for (int b = 0; b < (CHUNKS + kThreads - 1) / kThreads; ++b) {
+        const int e = tid + b * kThreads;
+        if (CHUNKS % kThreads != 0 && e >= CHUNKS) break;
+        const int position = e / PER_POSITION, c = c0 + e % PER_POSITION * VEC;
+        const int row = position / COLS, col = position % COLS;
+        const bool fill = inside.holds(row, col) && c < in_depth;
+        // With fill false cp.async reads nothing; it still takes a valid address.
+        ptx::cp_async_16(raw_in + e, fill ? input + (tile_at + (row * in_cols + col) * in_depth + c) : input, fill);
+    }
+    constexpr int DY_PER_POSITION = CHANNELS / VEC;
+    constexpr int DY_CHUNKS = TILE_ROWS * TILE_COLS * DY_PER_POSITION;
+#pragma unroll
+    for (int b = 0; b < (DY_CHUNKS + kThreads - 1) / kThreads; ++b) {
+        const int e = tid + b * kThreads;
+        if (DY_CHUNKS % kThreads != 0 && e >= DY_CHUNKS) break;
+        const int position = e / DY_PER_POSITION, k = k0 + e % DY_PER_POSITION * VEC;
+        const int row = position / TILE_COLS, col = position % TILE_COLS;
+        const bool fill = row < out_rows_left && col < out_cols_left && k < out_depth;
+        ptx::cp_async_16(raw_dy + e, fill ? out_backprop + (dy_at + (row * out_cols + col) * out_depth + (k - k0))
+                                          : out_backprop, fill);
+    }
+}
+#endif  // GRADOPS_HAS_MMA_SM80
 
 // stage_elements: one element per load, any multiplier: output channel k0 + e reads input
 // channel (k0 + e) / multiplier.
@@ -345,21 +425,28 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
 // of 16 / sizeof(T) and an aligned input for 1 and 2).  lane_loads: out_backprop read V
 // channels per load (out_depth a multiple of V, aligned).  columns_per_warp: how a warp's two
 // work items sit in the tile (see below).  partial: [slices][K * K][out_depth].
-template <typename T, typename Acc, int K, int S, int C>
-__global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K, S>::value)) depthwise_conv2d_native_backprop_filter_tiled(
+template <typename T, typename Acc, int K, int S, int C, bool ASYNC = false>
+__global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K, S, ASYNC>::value)) depthwise_conv2d_native_backprop_filter_tiled(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
         int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
         int tiles_down, int tiles_across, int units, int units_per_slice, int staging, int lane_loads,
         int columns_per_warp) {
     using namespace dwfilter;
     using Sh = Shape<K, S, C>;
+    using Async = AsyncStaging<T, Acc, K, S, C>;
     constexpr int CHANNELS = Block<Acc>::CHANNELS, V = Block<Acc>::V, LANES = Block<Acc>::LANES;
     constexpr int STAGED = Sh::STAGED_ROWS * Sh::STAGED_COLS;
-    constexpr int STAGE_BYTES = STAGED * CHANNELS * static_cast<int>(sizeof(Acc));
+    constexpr int STAGE_BYTES = Async::STAGE_BYTES;
     constexpr int SUM_BYTES = kItems * K * K * CHANNELS * static_cast<int>(sizeof(Acc));
-    // The staged tile, then (after the last unit) the work items' sums.
-    __shared__ __align__(16) unsigned char shared[STAGE_BYTES > SUM_BYTES ? STAGE_BYTES : SUM_BYTES];
+    constexpr int TILE_BYTES = STAGE_BYTES > SUM_BYTES ? STAGE_BYTES : SUM_BYTES;
+    // The staged tile, then (after the last unit) the work items' sums; with asynchronous
+    // staging, the raw buffers after them.
+    static_assert(!ASYNC || Async::POSSIBLE, "asynchronous staging needs sm_80 and its buffers in 48 KiB");
+    __shared__ __align__(16) unsigned char shared[TILE_BYTES + (ASYNC ? Async::RAW_BYTES : 0)];
     Acc* const staged = reinterpret_cast<Acc*>(shared);
+    constexpr bool async = ASYNC;
+    uint4* const raw_in = reinterpret_cast<uint4*>(shared + TILE_BYTES);
+    uint4* const raw_dy = raw_in + Async::RAW_IN_BYTES / 16;
 
     const int tid = static_cast<int>(threadIdx.x);
     const int lane = tid % LANES, item = tid / LANES;
@@ -396,10 +483,34 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
     // checked (exactly TF's taps and positions).  One loop for both passes, as one unit loop
     // body with both sums kept the registers within MinBlocks' budget (two copies spilled on
     // sm_80).
+    // Asynchronous staging: the copies of the unit at (image n, tile row, tile column) (staging
+    // 1 or 2: the launcher takes async_copies only with 16-byte staging).
+    const auto copy = [&](int n, int tile_row, int tile_col) {
+#if GRADOPS_HAS_MMA_SM80
+        if constexpr (ASYNC) {
+            const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;
+            const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;
+            const int tile_at = ((n * in_rows + y0) * in_cols + x0) * in_depth;
+            const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
+            const int dy_at = ((n * out_rows + p0) * out_cols + q0) * out_depth + k0;
+            if (staging == 1) {
+                copy_unit<T, Acc, STAGED, Sh::STAGED_COLS, Sh::TILE_ROWS, Sh::TILE_COLS, 1>(
+                    input, out_backprop, raw_in, raw_dy, tid, tile_at, inside, k0, in_cols, in_depth, dy_at,
+                    out_rows - p0, out_cols - q0, out_cols, out_depth);
+            } else {
+                copy_unit<T, Acc, STAGED, Sh::STAGED_COLS, Sh::TILE_ROWS, Sh::TILE_COLS, 2>(
+                    input, out_backprop, raw_in, raw_dy, tid, tile_at, inside, k0, in_cols, in_depth, dy_at,
+                    out_rows - p0, out_cols - q0, out_cols, out_depth);
+            }
+            ptx::cp_async_commit_group();
+        }
+#endif
+    };
     for (bool checked = false;; checked = true) {
         // The unit's (image, tile row, tile column), advanced by one per unit without a division.
         int tile_col = first % tiles_across, tile_row = first / tiles_across % tiles_down;
         int n = first / tiles_across / tiles_down;
+        if (async && first < stop) copy(n, tile_row, tile_col);
         for (int unit = first; unit < stop; ++unit) {
             const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;  // first output position
             const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;                  // its first input position
@@ -410,23 +521,48 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
             const int rows = min(Sh::ITEM_ROWS, out_rows - p), cols = min(Sh::ITEM_COLS, out_cols - q);
             const int item_at = ((n * out_rows + p) * out_cols + q) * out_depth + k;
             RawLane<T, V> dy_raw[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+            if (!async) {
 #pragma unroll
-            for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
+                for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
 #pragma unroll
-                for (int j = 0; j < Sh::ITEM_COLS; ++j) {
-                    dy_raw[i][j] = i < rows && j < cols && k < out_depth
-                                       ? load_lane<T, Acc>(out_backprop, item_at + i * row_step + j * out_depth,
-                                                           lane_loads != 0, out_depth - k)
-                                       : zero_lane<T, Acc>();
+                    for (int j = 0; j < Sh::ITEM_COLS; ++j) {
+                        dy_raw[i][j] = i < rows && j < cols && k < out_depth
+                                           ? load_lane<T, Acc>(out_backprop, item_at + i * row_step + j * out_depth,
+                                                               lane_loads != 0, out_depth - k)
+                                           : zero_lane<T, Acc>();
+                    }
                 }
             }
+#if GRADOPS_HAS_MMA_SM80
+            if (async) ptx::cp_async_wait_group<0>();  // this thread's copies of the unit have landed
+#endif
+            // (With asynchronous staging the barrier also makes every thread's landed copies visible.)
             __syncthreads();  // the previous unit's staged tile has been read
 
             // The staged tile: offset of its first position's channel 0 (negative where the tile
             // starts above or left of the image) and the staged rows / columns inside the image.
             const int tile_at = ((n * in_rows + y0) * in_cols + x0) * in_depth;
             const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
-            if (staging == 1) {
+            if (async) {
+                // The unit's chunks from the raw buffer, and this item's out_backprop values
+                // (zeros past the output and the channels were copied as zeros).
+                if (staging == 1) {
+                    stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1, true>(input, staged, tid, tile_at, inside, k0,
+                                                                           in_cols, in_depth, raw_in);
+                } else {
+                    stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2, true>(input, staged, tid, tile_at, inside, k0,
+                                                                           in_cols, in_depth, raw_in);
+                }
+                const unsigned char* const item_dy = reinterpret_cast<const unsigned char*>(raw_dy) +
+                    ((item_row * Sh::ITEM_ROWS * Sh::TILE_COLS + item_col * Sh::ITEM_COLS) * CHANNELS + lane * V) *
+                        static_cast<int>(sizeof(T));
+#pragma unroll
+                for (int i = 0; i < Sh::ITEM_ROWS; ++i)
+#pragma unroll
+                    for (int j = 0; j < Sh::ITEM_COLS; ++j)
+                        dy_raw[i][j].bits = *reinterpret_cast<const decltype(dy_raw[i][j].bits)*>(
+                            item_dy + (i * Sh::TILE_COLS + j) * CHANNELS * static_cast<int>(sizeof(T)));
+            } else if (staging == 1) {
                 stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, tile_at, inside, k0, in_cols,
                                                                  in_depth);
             } else if (staging == 2) {
@@ -443,7 +579,9 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
                     ++n;
                 }
             }
-            __syncthreads();  // the unit is staged
+            __syncthreads();  // the unit is staged (and every thread is done with the raw buffers)
+            // The next unit's copies land while this one is summed.
+            if (async && unit + 1 < stop) copy(n, tile_row, tile_col);
 
             // A work item wholly past the output adds only zeros (its out_backprop values are 0 and
             // the checked loop would skip every position): it skips the sums, and a warp of two such

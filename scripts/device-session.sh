@@ -3,7 +3,8 @@
 # 8 minutes plus a machine start): warm the kernel cache, GPU tests beside compute-sanitizer
 # memcheck and racecheck, an Nsight Compute A/B of the input gradient's NCHW kernels (tiled
 # against planes), ncu's full sections (stall reasons, occupancy) for a few representative
-# kernels, then Nsight Compute kernel times of the filter gradient.  Every step has its
+# kernels, then Nsight Compute kernel times of the filter gradient (with an A/B of its tiled
+# kernel's synchronous and asynchronous staging).  Every step has its
 # own time cap, and a hung kernel fails its test (pytest-timeout) instead of stalling a worker:
 # the H200 run of 2026-11-28 lost 35 tests and both sanitizers to one hang.  Results go to
 # $OUT/results.tgz.  Needs the carried wheels in .whl/ (../shared/device/wheels.sh
@@ -98,13 +99,16 @@ timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --
     --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 
-# Kernel times of the filter gradient (its reduction changed since the H200 run; the other
-# ops' kernels are as measured then, benchmarks/results/gpu_h200_2026-11-28) in what is left.
+# Kernel times of the filter gradient (its reduction and its tiled kernel's out_backprop loads
+# changed since the H200 run; the other ops' kernels are as measured then,
+# benchmarks/results/gpu_h200_2026-11-28) in what is left, each NHWC case also with the tiled
+# kernel's asynchronous staging (engine gradops-cuda:async; ASYNC_BY_DEFAULT waits for this).
 left=$((520 - $(date +%s) + T0))
 if [ "$left" -gt 30 ]; then
     timeout -s INT -k 10 "$left" "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
         python3 benchmarks/ncu_cases.py '' "$W/ncu_index.json" --suites mobilenetv2,efficientnet \
-        --engines "$ENGINES" --ops backprop_filter --time-limit $((left - 20)) >"$W/ncu.csv" 2>"$W/ncu.err"
+        --engines "$ENGINES" --paths async --ops backprop_filter --time-limit $((left - 20)) \
+        >"$W/ncu.csv" 2>"$W/ncu.err"
     stamp "ncu: $(tail -1 "$W/ncu.err")"
     python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth 4.8e12 --summary 2>&1 \
         | tee "$W/ncu_summary.md"

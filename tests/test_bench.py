@@ -388,6 +388,44 @@ def test_gradops_cuda_path_engine_on_the_host_stand_in(cuda_device):
         planes.prepare(strided, dtype, make_inputs(strided, dtype, np.random.default_rng(0)))
 
 
+def test_gradops_cuda_staging_path_engines_on_the_host_stand_in(cuda_device):
+    """gradops-cuda:sync / :async force the depthwise filter gradient's tiled kernel with its
+    staging (A/B timings): they support the NHWC cases the tiled kernel runs (async: where its
+    asynchronous form exists), launch it, and match the NumPy backend bit for bit each other."""
+    import cupy
+
+    from gradops.bench.engines import GradopsGpuEngine, make_inputs
+
+    engines = {p: GradopsGpuEngine("cuda", path=p) for p in ("sync", "async")}
+    nhwc = suites.Case("t", "dwf 3x3/1 m2 NHWC", "depthwise_conv2d_native_backprop_filter", (2, 9, 10, 8), "NHWC",
+                       (3, 3, 8, 2), (1, 1), "SAME")
+    five = suites.Case("t", "dwf 5x5/2 NHWC", "depthwise_conv2d_native_backprop_filter", (2, 9, 10, 8), "NHWC",
+                       (5, 5, 8, 1), (2, 2), "SAME")
+    nchw = suites.Case("t", "dwf 3x3/1 NCHW", "depthwise_conv2d_native_backprop_filter", (2, 9, 10, 8), "NCHW",
+                       (3, 3, 8, 1), (1, 1), "SAME")
+    grad_input = suites.Case("t", "dw 3x3/1 NHWC", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 8), "NHWC",
+                             (3, 3, 8, 1), (1, 1), "SAME")
+    dtype = np.dtype(np.float32)
+    for path, engine in engines.items():
+        assert engine.name == f"gradops-cuda:{path}"
+        assert engine.supports(nhwc, dtype) == (True, "supported")
+        assert not engine.supports(nchw, dtype)[0] and not engine.supports(grad_input, dtype)[0]
+    assert engines["sync"].supports(five, dtype)[0] and not engines["async"].supports(five, dtype)[0]
+    assert engines["async"].supports(five, np.dtype(np.float16))[0]
+    arrays = make_inputs(nhwc, dtype, np.random.default_rng(0))
+    got = {}
+    for path, engine in engines.items():
+        got[path] = cupy.asnumpy(engine.prepare(nhwc, dtype, arrays)())
+        if cuda_device is not None:
+            assert "_filter_tiled<" in cuda_device.launches[-2][0]  # the partial sums, then the reduction
+            assert cuda_device.launches[-2][0].endswith(", true>") == (path == "async")
+    assert got["sync"].tobytes() == got["async"].tobytes()
+    want = gradops.depthwise_conv2d_native_backprop_filter(arrays["input"], list(nhwc.filter_shape),
+                                                           arrays["out_backprop"], nhwc.tf_strides(), nhwc.padding,
+                                                           backend="numpy")
+    np.testing.assert_allclose(got["async"], want, rtol=1e-5, atol=1e-5)
+
+
 def test_numpy_vs_tf_format():
     fake = dict(meta=dict(commit="abc", date="2026-01-01", machine="x86_64", processor="p", cpu_count=2,
                           python="3.11", numpy="2", tensorflow="2.21", gradops="0.1"),

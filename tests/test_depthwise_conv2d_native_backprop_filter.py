@@ -400,7 +400,9 @@ def test_instantiations_cover_every_launch():
     # Per dtype: partial (2 layouts x 2 index widths), reduce, tiled (2 x 2 x 2), planes (2 x 2
     # x its window forms: 3, or 1 for double); per half type the tensor-core kernel (2 filters x
     # 2 multipliers x 3 staging chunks).
-    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1) + 2 * 2 * 2 * 3
+    # Asynchronous tiled forms: every half type's 8, float32's and float64's 3x3 ones (4 each).
+    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1) + 2 * 2 * 2 * 3 + 2 * 8 + 2 * 4
+    assert len(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE]) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1)
     for dtype in (np.float16, ml_dtypes.bfloat16):
         for k in (3, 5):
             for m in (1, 2):
@@ -694,6 +696,73 @@ def test_cuda_tiled_staging_modes(cuda_device, rng, multiplier, dtype):
     assert vector.tobytes() == element.tobytes()  # the same sums in the same order
 
 
+ASYNC_SHAPES = [(k, s, c, dtype) for dtype in FLOAT_DTYPES for k, s, c in TILED_SHAPES
+                if cuda_launcher.async_compiled(np.dtype(dtype), k, s, c)]
+
+
+@pytest.mark.parametrize("filt,stride,items_across,dtype", ASYNC_SHAPES,
+                         ids=[f"f{k}-s{s}-c{c}-{np.dtype(d).name}" for k, s, c, d in ASYNC_SHAPES])
+def test_cuda_tiled_async_staging(cuda_device, rng, filt, stride, items_across, dtype):
+    """Asynchronous staging (cp.async copies of the next unit while the CTA sums this one) gives
+    bitwise the synchronous staging's sums, which match the loops: SAME, VALID and asymmetric
+    EXPLICIT padding, maps ending inside a tile, multipliers 1 and 2, channels past a full
+    block, slices of 1 to 3 tiles (every unit but a slice's first is copied during its
+    predecessor's sums), and an Inf in the input (the checked second pass copies its units
+    again)."""
+    vec = 16 // np.dtype(dtype).itemsize
+    paddings = [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1, 3)))]
+    for i, (padding, pads) in enumerate(paddings):
+        for multiplier in (1, 2):
+            channels = cuda_launcher.tiled_channels(dtype) // multiplier + vec
+            kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 11 + i, 13 + 3 * i, channels), filt_hw=(filt, filt),
+                                            multiplier=multiplier, strides=(stride, stride), padding=padding,
+                                            pads=pads, dtype=dtype)
+            g = geometry_of(kwargs)
+            assert cuda_launcher.async_possible(g, np.dtype(dtype), to_gpu(kwargs["input"]),
+                                                to_gpu(kwargs["out_backprop"]), items_across)
+            forced = dict(tiled=True, items_across=items_across, units_per_slice=1 + i)
+            copied = check_cuda(kwargs, x, dy, case, async_copies=True, **forced)
+            loaded = check_cuda(kwargs, x, dy, case, async_copies=False, **forced)
+            assert copied.tobytes() == loaded.tobytes()
+    x = x.copy()
+    x[1, -1, 0, 1] = np.inf
+    want, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (stride, stride), padding, (1, 1), pads)
+    assert not np.isfinite(want).all()
+    got = [to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(
+        geometry_of(kwargs), to_gpu(x), to_gpu(kwargs["out_backprop"]), async_copies=copies, **forced))
+        for copies in (True, False)]
+    assert got[0].tobytes() == got[1].tobytes()
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want))
+    assert_close(got[0][finite], want[finite], dtype, max(1.0, float(np.abs(want[finite]).max())))
+
+
+def test_async_staging_is_opt_in_and_checked(cuda_device, rng, monkeypatch):
+    """The launcher never stages asynchronously by itself (ASYNC_BY_DEFAULT), and forcing it is
+    refused where it cannot run: element staging, a misaligned out_backprop, a specialisation
+    without an asynchronous form, a GPU before sm_80."""
+    assert not cuda_launcher.ASYNC_BY_DEFAULT
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 9, 10, 8), filt_hw=(3, 3), multiplier=1, padding="SAME",
+                                    dtype=np.float32)
+    g = geometry_of(kwargs)
+    gx, gdy = to_gpu(kwargs["input"]), to_gpu(kwargs["out_backprop"])
+    assert cuda_launcher.async_possible(g, np.dtype(np.float32), gx, gdy, 4)
+    with pytest.raises(ValueError, match="asynchronous staging"):
+        cuda_launcher.depthwise_conv2d_native_backprop_filter(g, gx, gdy, tiled=True, staging=0, async_copies=True)
+    assert not cuda_launcher.async_possible(g, np.dtype(np.float32), gx, misaligned_on_gpu(kwargs["out_backprop"]), 4)
+    with pytest.raises(ValueError, match="asynchronous staging"):
+        cuda_launcher.depthwise_conv2d_native_backprop_filter(g, gx, misaligned_on_gpu(kwargs["out_backprop"]),
+                                                              tiled=True, async_copies=True)
+    five = cuda_case(rng, x_shape=(2, 9, 10, 8), filt_hw=(5, 5), multiplier=1, padding="SAME", dtype=np.float32)[0]
+    assert not cuda_launcher.async_compiled(np.dtype(np.float32), 5, 1, 4)
+    with pytest.raises(ValueError, match="asynchronous staging"):
+        cuda_launcher.depthwise_conv2d_native_backprop_filter(geometry_of(five), to_gpu(five["input"]),
+                                                              to_gpu(five["out_backprop"]), tiled=True,
+                                                              async_copies=True)
+    monkeypatch.setattr(cuda_launcher._runtime, "compute_capability", lambda: 75)
+    assert not cuda_launcher.async_possible(g, np.dtype(np.float32), gx, gdy, 4)
+
+
 def test_cuda_tiled_nonfinite_values_meet_no_padding(cuda_device):
     """Inf and NaN reach exactly the taps TF's loops give them: an Inf next to the padding, a
     NaN in out_backprop at the image corner (where padded zeros would make NaN of every tap)
@@ -910,7 +979,23 @@ PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source,
 }
 
 
-def run_planted_tiled_problem(rng):
+PLANTED_ASYNC = {  # bugs in the tiled kernel's asynchronous staging, run on the same problem
+    "async-no-wait-before-the-barrier": ("if (async) ptx::cp_async_wait_group<0>();", ""),
+    "async-next-unit-never-copied": ("if (async && unit + 1 < stop) copy(n, tile_row, tile_col);", ""),
+    "async-first-unit-never-copied": ("if (async && first < stop) copy(n, tile_row, tile_col);", ""),
+    "async-copies-out_backprop-past-the-output": (
+        "const bool fill = row < out_rows_left && col < out_cols_left && k < out_depth;",
+        "const bool fill = k < out_depth;"),
+    "async-item-reads-the-first-items-values": (
+        "((item_row * Sh::ITEM_ROWS * Sh::TILE_COLS + item_col * Sh::ITEM_COLS) * CHANNELS + lane * V)",
+        "(lane * V)"),
+    "async-out_backprop-rows-a-tile-apart": ("item_dy + (i * Sh::TILE_COLS + j) * CHANNELS", "item_dy + (i * Sh::ITEM_COLS + j) * CHANNELS"),
+    "async-staging-reads-another-threads-chunk": ("if (CHUNKS % kThreads == 0 || e < CHUNKS) raw[b] = raw_chunks[e];",
+                                                  "if (CHUNKS % kThreads == 0 || e < CHUNKS) raw[b] = raw_chunks[e ^ 1];"),
+}
+
+
+def run_planted_tiled_problem(rng, async_copies=False):
     """(launcher results, loops' result twice): SAME 3x3 stride 1 on 3 images of 9 x 11,
     multiplier 2 on 20 float32 channels (40 out_backprop channels: blocks of 32 and 8, 16-byte
     staging of multiplier 2), 12 tiles of 8 x 8 in slices of 5 (the last one short), and a NaN in
@@ -930,7 +1015,7 @@ def run_planted_tiled_problem(rng):
     assert [cuda_launcher.tiled_idle_warps(g, 2, columns) for columns in (False, True)] == [6, 7]
     got = [to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(
         g, cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), tiled=True, items_across=2,
-        units_per_slice=5, columns_per_warp=columns)) for columns in (False, True)]
+        units_per_slice=5, columns_per_warp=columns, async_copies=async_copies)) for columns in (False, True)]
     want, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
     assert np.isnan(want).any() and np.isfinite(want).any()
     return np.stack(got), np.stack([want, want])
@@ -946,6 +1031,38 @@ def assert_same_nonfinite_and_close(got, want):
 def test_planted_tiled_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_planted_bug_caught(PLANTED_TILED[bug], lambda: run_planted_tiled_problem(np.random.default_rng(5)),
                               assert_same_nonfinite_and_close, 3, tmp_path, monkeypatch)
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_ASYNC))
+def test_planted_async_staging_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED_ASYNC[bug],
+                              lambda: run_planted_tiled_problem(np.random.default_rng(5), async_copies=True),
+                              assert_same_nonfinite_and_close, 3, tmp_path, monkeypatch)
+
+
+def run_async_border_problem(rng):
+    """(launcher result, loops' result): SAME 3x3 stride 1, float32, multiplier 1, 3 images of 9 x
+    11 that are images 1-3 of a 5-image array, so that a tile's staged positions outside the
+    image read finite values of the neighbouring pixels or images (a copy that ignores the
+    image's border would add them: no guard NaN sends the CTA to its checked pass)."""
+    import cupy  # the installed HostDevice
+
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(5, 9, 11, 8), filt_hw=(3, 3), multiplier=1, padding="SAME",
+                                    dtype=np.float32)
+    big = cupy.asarray(kwargs["input"])
+    g = geometry_of(dict(kwargs, input=kwargs["input"][1:4], out_backprop=kwargs["out_backprop"][1:4]))
+    got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+        g, big[1:4], cupy.asarray(kwargs["out_backprop"][1:4]), tiled=True, items_across=2, units_per_slice=5,
+        async_copies=True)
+    want, _ = expected_grad(x[1:4], (3, 3, 8, 1), dy[1:4], (1, 1), "SAME", (1, 1), NO_PADS)
+    return to_host(got), want
+
+
+def test_planted_async_copy_of_the_image_border_fails_the_comparison(tmp_path, monkeypatch):
+    assert_planted_bug_caught(("const bool fill = inside.holds(row, col) && c < in_depth;",
+                               "const bool fill = c < in_depth;"),
+                              lambda: run_async_border_problem(np.random.default_rng(9)),
+                              lambda got, want: assert_close(got, want, np.float32), 3, tmp_path, monkeypatch)
 
 def test_tiled_kernel_needs_32_bit_offsets_of_whole_tiles():
     """The tiled kernel forms the offsets of whole tiles (past the output, and padded rows of

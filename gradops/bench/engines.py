@@ -228,8 +228,9 @@ class GradopsGpuEngine(Engine):
     """gradops on CuPy arrays with ``backend="cuda"`` (our kernels) or ``backend="cudnn"``.
 
     ``path`` (cuda only): the depthwise input gradient's kernel path forced through its launcher
-    ("tiled", "planes", "mma", "direct"; the engine is then ``gradops-cuda:PATH`` and supports
-    only the cases that path can run), for A/B timings of kernels on one device."""
+    ("tiled", "planes", "mma", "direct"), or the depthwise filter gradient's tiled kernel with
+    its staging forced ("sync", "async"); the engine is then ``gradops-cuda:PATH`` and supports
+    only the cases that path can run, for A/B timings of kernels on one device."""
 
     timer = CUDA_EVENTS
 
@@ -251,6 +252,12 @@ class GradopsGpuEngine(Engine):
 
         return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
 
+    @staticmethod
+    def _filter_launcher():
+        import importlib
+
+        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+
     def available(self):
         try:
             return self._module().available()
@@ -263,10 +270,15 @@ class GradopsGpuEngine(Engine):
         if self.backend == "cudnn" and case.op not in CUDNN_OPS:
             return False, "not a cuDNN op"
         if self.path is not None:
-            if case.op != DEPTHWISE_INPUT:
-                return False, "kernel paths are the depthwise input gradient's"
+            filter_path = self.path in self._filter_launcher().STAGING_PATHS
+            if case.op != (DEPTHWISE_FILTER if filter_path else DEPTHWISE_INPUT):
+                return False, ("staging paths are the depthwise filter gradient's" if filter_path
+                               else "kernel paths are the depthwise input gradient's")
             try:
-                self._input_launcher().pick_path(case.geometry(), np.dtype(dtype), self.path)
+                if filter_path:
+                    self._filter_launcher().check_staging_path(case.geometry(), np.dtype(dtype), self.path)
+                else:
+                    self._input_launcher().pick_path(case.geometry(), np.dtype(dtype), self.path)
             except ValueError as exc:
                 return False, str(exc)
             return True, "supported"
@@ -280,7 +292,12 @@ class GradopsGpuEngine(Engine):
             ok, reason = self.supports(case, dtype)
             if not ok:
                 raise ValueError(reason)
-            g, launch = case.geometry(), self._input_launcher().depthwise_conv2d_native_backprop_input
+            g = case.geometry()
+            if case.op == DEPTHWISE_FILTER:
+                launch = self._filter_launcher().depthwise_conv2d_native_backprop_filter
+                copies = self.path == "async"
+                return lambda: launch(g, device["input"], device["out_backprop"], tiled=True, async_copies=copies)
+            launch = self._input_launcher().depthwise_conv2d_native_backprop_input
             return lambda: launch(g, device["filter"], device["out_backprop"], path=self.path)
         return lambda: call_gradops(case, device, self.backend)
 

@@ -20,6 +20,7 @@ layout runs in place (no transpose).  CuPy is imported only when a call runs.
 from __future__ import annotations
 
 import math
+import types
 
 import numpy as np
 
@@ -137,9 +138,10 @@ def _reduce_expression(dtype) -> str:
     return f"{REDUCE_KERNEL}<{element}, {accumulator}>"
 
 
-def _tiled_expression(dtype, filter_size: int, stride: int, items_across: int) -> str:
+def _tiled_expression(dtype, filter_size: int, stride: int, items_across: int, asynchronous: bool = False) -> str:
     element, accumulator = _build.c_types(dtype)
-    return f"{TILED_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}, {items_across}>"
+    tail = ", true" if asynchronous else ""
+    return f"{TILED_KERNEL}<{element}, {accumulator}, {filter_size}, {stride}, {items_across}{tail}>"
 
 
 def _planes_expression(dtype, filter_size: int, stride: int, window_form: int = 0) -> str:
@@ -162,7 +164,7 @@ def planes_window_forms(dtype) -> tuple[int, ...]:
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for on compute capability ``arch`` (None:
-    any): the tensor-core kernel's from 8.0 on."""
+    any): the tensor-core kernel's and the tiled kernel's asynchronous forms from 8.0 on."""
     names = []
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
         names += [_mma_expression(dtype, k, m, v) for dtype in MMA_DTYPES for k in MMA_FILTERS
@@ -173,6 +175,9 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
         names.append(_reduce_expression(dtype))
         names += [_tiled_expression(dtype, k, s, c) for k in TILED_FILTERS for s in TILED_STRIDES
                   for c in TILED_ITEMS_ACROSS]
+        if arch is None or arch >= ASYNC_ARCH:  # cp.async needs sm_80
+            names += [_tiled_expression(dtype, k, s, c, True) for k in TILED_FILTERS for s in TILED_STRIDES
+                      for c in TILED_ITEMS_ACROSS if async_compiled(dtype, k, s, c)]
         names += [_planes_expression(dtype, k, s, f) for k in TILED_FILTERS for s in TILED_STRIDES
                   for f in planes_window_forms(dtype)]
     return {SOURCE: names}
@@ -316,6 +321,68 @@ def staging_mode(g: Conv2DGeometry, dtype, input) -> int:
     :func:`vector_staging_possible` and the input is 16-byte aligned, else 0 (one element per
     load)."""
     return g.depth_multiplier if vector_staging_possible(g, dtype) and _runtime.vector_aligned(input) else 0
+
+
+#: Whether the launcher takes the tiled kernel's asynchronous staging (cp.async copies of the
+#: next unit while the CTA sums this one) by itself.  False until a GPU has timed it against the
+#: synchronous staging (``gradops-cuda:async`` in the benchmarks, ``async_copies=True`` here);
+#: the static model predicts only the synchronous form.
+ASYNC_BY_DEFAULT = False
+#: cp.async needs compute capability 8.0.
+ASYNC_ARCH = 80
+#: Static shared memory a kernel may declare.
+STATIC_SHARED_BYTES = 48 * 1024
+
+
+def async_shared_bytes(dtype, filter_size: int, stride: int, items_across: int) -> int:
+    """Shared memory of the tiled kernel with asynchronous staging (``dwfilter::AsyncStaging``):
+    the staged tile (or the work items' sums, the larger), the raw input tile and the raw
+    out_backprop tile."""
+    square = types.SimpleNamespace(filter_rows=filter_size, filter_cols=filter_size, stride_rows=stride,
+                                   stride_cols=stride)
+    width, acc = np.dtype(dtype).itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
+    channels = tiled_channels(dtype)
+    staged = math.prod(staged_shape(square, items_across))
+    tile = math.prod(tile_shape(square, items_across))
+    sums = TILED_ITEMS * filter_size * filter_size * channels * acc
+    return max(staged * channels * acc, sums) + (staged + tile) * channels * width
+
+
+def async_compiled(dtype, filter_size: int, stride: int, items_across: int) -> bool:
+    """Whether the asynchronous form of a tiled specialisation exists: its buffers fit in static
+    shared memory (every float16 / bfloat16 one; float32 / float64 only at 3x3, whose 5x5 sums
+    alone take 25 KiB)."""
+    return async_shared_bytes(dtype, filter_size, stride, items_across) <= STATIC_SHARED_BYTES
+
+
+#: The tiled kernel's staging forms, for A/B timings (``gradops-cuda:sync`` / ``:async``).
+STAGING_PATHS = ("sync", "async")
+
+
+def check_staging_path(g: Conv2DGeometry, dtype, path: str) -> None:
+    """Raises ValueError unless the tiled kernel can run ``g`` with staging ``path`` ("sync" or
+    "async") on 16-byte aligned arrays on this GPU."""
+    if path not in STAGING_PATHS:
+        raise ValueError(f"staging path must be one of {STAGING_PATHS}, got {path!r}")
+    if not tiled_eligible(g, dtype):
+        raise ValueError("the tiled kernel cannot run this geometry")
+    c = pick_items_across(g)
+    if path == "async" and not (vector_staging_possible(g, dtype) and g.out_depth % _runtime.vector_width(dtype) == 0
+                                and async_compiled(dtype, g.filter_rows, g.stride_rows, c)
+                                and _runtime.compute_capability() >= ASYNC_ARCH):
+        raise ValueError("asynchronous staging cannot run this geometry here (it needs multiplier 1 or 2, in_depth "
+                         "and out_depth multiples of 16 bytes, a specialisation with an asynchronous form and "
+                         "compute capability 8.0+)")
+
+
+def async_possible(g: Conv2DGeometry, dtype, input, out_backprop, items_across: int) -> bool:
+    """Whether the tiled kernel can stage asynchronously: 16-byte staging (:func:`staging_mode`),
+    out_depth a multiple of 16 / itemsize with a 16-byte aligned out_backprop (its tile is
+    copied 16 bytes at a time), :func:`async_compiled`, and cp.async (compute capability 8.0+)."""
+    return (staging_mode(g, dtype, input) != 0 and g.out_depth % _runtime.vector_width(dtype) == 0
+            and _runtime.vector_aligned(out_backprop)
+            and async_compiled(dtype, g.filter_rows, g.stride_rows, items_across)
+            and _runtime.compute_capability() >= ASYNC_ARCH)
 
 
 def lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
@@ -576,7 +643,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                             units_per_slice: int | None = None, planes: bool | None = None,
                                             items_per_slice: int | None = None, pairs: bool | None = None,
                                             columns_per_warp: bool | None = None, mma: bool | None = None,
-                                            images_per_slice: int | None = None):
+                                            images_per_slice: int | None = None, async_copies: bool | None = None):
     """Filter gradient [filter_rows, filter_cols, in_depth, depth_multiplier] in the input's dtype.
 
     input: [N, in_rows, in_cols, in_depth], out_backprop: [N, out_rows, out_cols, in_depth *
@@ -585,8 +652,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     choices: ``tiled`` (the tiled kernel or the per-element one); for the per-element kernel
     ``slices`` (a target slice count) and ``index_bits`` (32 / 64); for the tiled one
     ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4),
-    ``units_per_slice`` (tiles per slice) and ``columns_per_warp`` (how a warp's two work items
-    sit in a tile); ``planes`` (NCHW: the planes kernel or the per-element
+    ``units_per_slice`` (tiles per slice), ``columns_per_warp`` (how a warp's two work items
+    sit in a tile) and ``async_copies`` (asynchronous staging, :data:`ASYNC_BY_DEFAULT`); ``planes`` (NCHW: the planes kernel or the per-element
     one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time);
     ``mma`` (the tensor-core kernel or not) and its ``images_per_slice``.  Any override of
     another kernel leaves the tensor-core kernel out.
@@ -646,8 +713,14 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                              "16-byte aligned input")
         down, across = tile_counts(g, c)
         columns = tiled_columns_per_warp(g, c) if columns_per_warp is None else columns_per_warp
+        possible = async_possible(g, dtype, x, dy, c)
+        copies = (ASYNC_BY_DEFAULT and possible) if async_copies is None else async_copies
+        if copies and not (possible and mode == staging_mode(g, dtype, x)):
+            raise ValueError("asynchronous staging needs 16-byte staging, out_depth a multiple of 16 / itemsize, a "
+                             "16-byte aligned out_backprop, a filter size and stride whose buffers fit in static "
+                             "shared memory and compute capability 8.0+")
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
-        fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c))
+        fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c, bool(copies)))
         i32 = _runtime.i32
         fn((-(-g.out_depth // tiled_channels(dtype)), slices), (TILED_THREADS,),
            (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
