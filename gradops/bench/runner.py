@@ -259,7 +259,8 @@ def run(suites: list[str], dtypes: list[str] | None = None, mode: str = "auto", 
         from .engines import GradopsGpuEngine, gpu_engines
 
         engine_list = gpu_engines(allow_tf32, deterministic, stream.ptr)
-        # gradops-cuda:PATH: the depthwise input gradient with its kernel path forced (A/B timings)
+        # gradops-cuda:PATH: the depthwise input gradient with its kernel path forced, or the filter
+        # gradient's tiled kernel with its staging forced (A/B timings)
         engine_list += [GradopsGpuEngine("cuda", path=name.split(":", 1)[1]) for name in engines or ()
                         if name.startswith("gradops-cuda:")]
     elif engine_list is None:
