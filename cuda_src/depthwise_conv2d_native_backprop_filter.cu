@@ -211,12 +211,12 @@ __device__ __forceinline__ void accumulate(const Acc* __restrict__ window,
 }
 
 // A lane's V out_backprop values (channels k .. k + V - 1 of one position) as they lie in
-// memory.  They are widened to accumulators only after the unit's staging barrier: a widening
-// next to its load makes the warp wait for the load there, before the barrier and the staging
-// loads, where the values are not needed yet (sm_90 SASS of float16 at 3x3 stride 1 showed 3
-// dependent round trips per unit, float32's 1).
-// The bits of one lane's values, one register (or pair) for a vector load: a struct of two
-// halves would be split into two 16-bit registers next to the load, which waits for it as well.
+// memory, widened to accumulators only after the unit's staging barrier: a widening next to
+// its load makes the warp wait for the load there, before the barrier and the staging loads,
+// where the values are not needed yet (sm_90 SASS of float16 at 3x3 stride 1, until
+// 2026-11-28: up to 4 dependent round trips per unit, float32's 1).  The bits are one register
+// (or pair) per vector load: a struct of two halves was split into two 16-bit registers next
+// to the load, which waited for it as well.
 template <typename T, int V> struct RawLane {
     typename dwconv::ChunkOf<static_cast<int>(sizeof(T)) * V>::type bits;
 };
@@ -323,7 +323,7 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
 // What asynchronous staging (below) needs of one specialisation: the staged tile's bytes, the
 // raw input tile (multiplier 1's chunks; multiplier 2 uses half) and the raw out_backprop tile;
 // POSSIBLE where sm_80's cp.async exists and all of it fits in the 48 KiB of static shared
-// memory (not float / double 5x5 at stride 2: 62 and 54 KiB).
+// memory (not float / double 5x5, whose sums alone take 25 KiB: 51 to 65 KiB in all).
 template <typename T, typename Acc, int K, int S, int C> struct AsyncStaging {
     using Sh = Shape<K, S, C>;
     static constexpr int CHANNELS = Block<Acc>::CHANNELS;
@@ -340,7 +340,7 @@ template <typename T, typename Acc, int K, int S, int C> struct AsyncStaging {
 // Asynchronous staging (sm_80+, the 16-byte forms; the launcher's ``async_copies``).  Without it
 // a unit's staging loads are issued after the barrier that ends the previous unit's sums, so
 // every unit waits for one DRAM round trip with nothing else to do: the H200 measured the float32
-// kernel at 2-4 times the time its model gives when that wait overlaps other CTAs' work.  Here
+// kernel at 3 to 6 times the time its model gives when that wait overlaps other CTAs' work.  Here
 // the next unit's input chunks and out_backprop values are copied by cp.async into raw buffers
 // (as in memory, 16 bytes a copy, zero-filled where the tile has none) right after the unit is
 // staged, so the copies land while the CTA sums the unit; the next unit then widens them from
