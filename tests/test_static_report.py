@@ -578,6 +578,26 @@ def test_filter_tiled_idle_warps_skip_the_sums(new_kernels):
         assert full["idle_warp_units"] == 0 and full["idle_thread_instructions_per_unit"] == 0
 
 
+def test_filter_planes_half_types_wait_as_often_as_float32(new_kernels):
+    """The planes filter-gradient kernel's item loops wait for memory as often in float16 and
+    bfloat16 as in float32 (sm_90 SASS, every filter, stride and window form): a half type
+    widened next to its loads waits more (bfloat16 pairs split by PRMT right after the window
+    loads made 2 round trips an item where float32 makes 1, until 2026-11-28)."""
+    planes = {}
+    for (arch, expression), kernel in new_kernels.items():
+        if "_filter_planes<" not in expression:
+            continue
+        args = sr.template_args(expression)
+        cfg = kernel.cfg
+        trips = sorted(cfg.loop_round_trips(lp) for lp in cfg.loops if not lp.children)
+        planes[(args[0], *args[2:])] = trips
+    forms = {key[1:] for key in planes if key[0] == "__half"}
+    assert len(forms) == 12  # 3x3 / 5x5 x stride 1 / 2 x 3 window forms
+    for form in forms:
+        for half in ("__half", "__nv_bfloat16"):
+            assert planes[(half, *form)] == planes[("float", *form)], (half, form)
+
+
 @needs_tools
 def test_filter_tiled_async_copies_overlap_the_sums():
     """The asynchronous tiled filter-gradient kernel's unit loop (sm_90 SASS), in order: the wait
