@@ -97,10 +97,13 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
 # Why the kernels take 1.3 to 10 times the static model's time (2026-11-28): ncu's full
 # sections (issue slots, stall reasons, achieved occupancy, L1/L2/DRAM) for representative
 # float16 cases: the input gradient's tiled NHWC / NCHW kernels and its tensor-core NCHW kernel,
-# the filter gradient's tiled NHWC kernel, both fractional pooling gradients.
+# the filter gradient's tiled NHWC kernel, both fractional pooling gradients, and last (if the
+# time allows) the worst measured layer, the NCHW input gradient at 5x5 stride 2 (5.9% of HBM,
+# 4.6x its NHWC time), whose slowness the SASS does not explain.
 timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
-    python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional \
-    --engines gradops-cuda --dtypes float16 --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping" \
+    python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional,efficientnet \
+    --engines gradops-cuda --dtypes float16 \
+    --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
     --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 
