@@ -444,7 +444,6 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
     static_assert(!ASYNC || Async::POSSIBLE, "asynchronous staging needs sm_80 and its buffers in 48 KiB");
     __shared__ __align__(16) unsigned char shared[TILE_BYTES + (ASYNC ? Async::RAW_BYTES : 0)];
     Acc* const staged = reinterpret_cast<Acc*>(shared);
-    constexpr bool async = ASYNC;
     uint4* const raw_in = reinterpret_cast<uint4*>(shared + TILE_BYTES);
     uint4* const raw_dy = raw_in + Async::RAW_IN_BYTES / 16;
 
@@ -483,15 +482,26 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
     // checked (exactly TF's taps and positions).  One loop for both passes, as one unit loop
     // body with both sums kept the registers within MinBlocks' budget (two copies spilled on
     // sm_80).
-    // Asynchronous staging: the copies of the unit at (image n, tile row, tile column) (staging
-    // 1 or 2: the launcher takes async_copies only with 16-byte staging).
+    // The unit at (image n, tile row, tile column): its first output position (p0, q0), its
+    // staged tile's first input position (y0, x0), the tile's offset (position 0, channel 0;
+    // negative where the tile starts above or left of the image) and its positions inside the
+    // image.
+    struct Unit {
+        int p0, q0, y0, x0, tile_at;
+        Box inside;
+    };
+    const auto unit_at = [&](int n, int tile_row, int tile_col) {
+        const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;
+        const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;
+        return Unit{p0, q0, y0, x0, ((n * in_rows + y0) * in_cols + x0) * in_depth,
+                    Box{-y0, in_rows - y0, -x0, in_cols - x0}};
+    };
+    // Asynchronous staging: the copies of a unit (staging 1 or 2: the launcher takes
+    // async_copies only with 16-byte staging).
     const auto copy = [&](int n, int tile_row, int tile_col) {
 #if GRADOPS_HAS_MMA_SM80
         if constexpr (ASYNC) {
-            const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;
-            const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;
-            const int tile_at = ((n * in_rows + y0) * in_cols + x0) * in_depth;
-            const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
+            const auto [p0, q0, y0, x0, tile_at, inside] = unit_at(n, tile_row, tile_col);
             const int dy_at = ((n * out_rows + p0) * out_cols + q0) * out_depth + k0;
             if (staging == 1) {
                 copy_unit<T, Acc, STAGED, Sh::STAGED_COLS, Sh::TILE_ROWS, Sh::TILE_COLS, 1>(
@@ -510,10 +520,9 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
         // The unit's (image, tile row, tile column), advanced by one per unit without a division.
         int tile_col = first % tiles_across, tile_row = first / tiles_across % tiles_down;
         int n = first / tiles_across / tiles_down;
-        if (async && first < stop) copy(n, tile_row, tile_col);
+        if (ASYNC && first < stop) copy(n, tile_row, tile_col);
         for (int unit = first; unit < stop; ++unit) {
-            const int p0 = tile_row * Sh::TILE_ROWS, q0 = tile_col * Sh::TILE_COLS;  // first output position
-            const int y0 = p0 * S - pad_top, x0 = q0 * S - pad_left;                  // its first input position
+            const auto [p0, q0, y0, x0, tile_at, inside] = unit_at(n, tile_row, tile_col);
 
             // The work item's out_backprop values (zeros past the output or the channels), loaded
             // before the barrier and the staging so that their round trip overlaps both.
@@ -521,7 +530,7 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
             const int rows = min(Sh::ITEM_ROWS, out_rows - p), cols = min(Sh::ITEM_COLS, out_cols - q);
             const int item_at = ((n * out_rows + p) * out_cols + q) * out_depth + k;
             RawLane<T, V> dy_raw[Sh::ITEM_ROWS][Sh::ITEM_COLS];
-            if (!async) {
+            if (!ASYNC) {
 #pragma unroll
                 for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
 #pragma unroll
@@ -534,16 +543,12 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
                 }
             }
 #if GRADOPS_HAS_MMA_SM80
-            if (async) ptx::cp_async_wait_group<0>();  // this thread's copies of the unit have landed
+            if (ASYNC) ptx::cp_async_wait_group<0>();  // this thread's copies of the unit have landed
 #endif
             // (With asynchronous staging the barrier also makes every thread's landed copies visible.)
             __syncthreads();  // the previous unit's staged tile has been read
 
-            // The staged tile: offset of its first position's channel 0 (negative where the tile
-            // starts above or left of the image) and the staged rows / columns inside the image.
-            const int tile_at = ((n * in_rows + y0) * in_cols + x0) * in_depth;
-            const Box inside{-y0, in_rows - y0, -x0, in_cols - x0};
-            if (async) {
+            if (ASYNC) {
                 // The unit's chunks from the raw buffer, and this item's out_backprop values
                 // (zeros past the output and the channels were copied as zeros).
                 if (staging == 1) {
@@ -581,7 +586,7 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
             }
             __syncthreads();  // the unit is staged (and every thread is done with the raw buffers)
             // The next unit's copies land while this one is summed.
-            if (async && unit + 1 < stop) copy(n, tile_row, tile_col);
+            if (ASYNC && unit + 1 < stop) copy(n, tile_row, tile_col);
 
             // A work item wholly past the output adds only zeros (its out_backprop values are 0 and
             // the checked loop would skip every position): it skips the sums, and a warp of two such

@@ -980,9 +980,9 @@ PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source,
 
 
 PLANTED_ASYNC = {  # bugs in the tiled kernel's asynchronous staging, run on the same problem
-    "async-no-wait-before-the-barrier": ("if (async) ptx::cp_async_wait_group<0>();", ""),
-    "async-next-unit-never-copied": ("if (async && unit + 1 < stop) copy(n, tile_row, tile_col);", ""),
-    "async-first-unit-never-copied": ("if (async && first < stop) copy(n, tile_row, tile_col);", ""),
+    "async-no-wait-before-the-barrier": ("if (ASYNC) ptx::cp_async_wait_group<0>();", ""),
+    "async-next-unit-never-copied": ("if (ASYNC && unit + 1 < stop) copy(n, tile_row, tile_col);", ""),
+    "async-first-unit-never-copied": ("if (ASYNC && first < stop) copy(n, tile_row, tile_col);", ""),
     "async-copies-out_backprop-past-the-output": (
         "const bool fill = row < out_rows_left && col < out_cols_left && k < out_depth;",
         "const bool fill = k < out_depth;"),

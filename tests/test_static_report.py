@@ -611,14 +611,8 @@ def test_filter_tiled_async_copies_overlap_the_sums():
     wanted = [dwf._tiled_expression(np.dtype(t), 3, 1, 4, True) for t in (np.float16, np.float32)]
     for kernel in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE], only=wanted):
         cfg = kernel.cfg
-        loops = []
-        stack = list(cfg.top_loops())
-        while stack:
-            lp = stack.pop()
-            loops.append(lp)
-            stack += lp.children
-        unit = min((lp for lp in loops if any(x.opcode.startswith("DEPBAR") for x in cfg.loop_instructions(lp))),
-                   key=lambda lp: len(lp.blocks))
+        _, unit = sr.filter_tiled_loops(cfg)
+        assert any(x.opcode.startswith("DEPBAR") for x in cfg.loop_instructions(unit))
         body = cfg.loop_instructions(unit)
         order = [x.opcode.split(".")[0] for x in body]
         assert not any(x.base == "LDG" for x in body), kernel.expression
@@ -629,6 +623,19 @@ def test_filter_tiled_async_copies_overlap_the_sums():
         commit = order.index("LDGDEPBAR", copies)
         assert wait < first_bar < second_bar < copies < commit < order.index("FFMA", commit), kernel.expression
         assert "LDS" in order[first_bar:second_bar] and "STS" in order[first_bar:second_bar]
+
+
+def source_at_revision(revision: str, source: str) -> str:
+    """cuda_src/``source`` as committed at ``revision``; skips the test where this checkout's
+    history lacks it."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    try:
+        return subprocess.check_output(["git", "show", f"{revision}:cuda_src/{source}"], cwd=root, text=True,
+                                       stderr=subprocess.DEVNULL)
+    except (subprocess.CalledProcessError, FileNotFoundError):
+        pytest.skip(f"revision {revision} is not in this checkout's history")
 
 
 #: The commit the H200 measured (benchmarks/results/gpu_h200_2026-11-28): its tiled depthwise
@@ -643,21 +650,15 @@ def test_filter_tiled_unit_round_trips(new_kernels):
     widened before the barrier, in waves) and 1 at float32, and the prediction charges the
     count per unit."""
     import importlib
-    import subprocess
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     tiled = [k for (arch, e), k in new_kernels.items() if "_tiled<" in e]
     assert len(tiled) == 24  # float16, bfloat16, float32 x 3x3 / 5x5 x stride 1 / 2 x 2 tile widths
+    element_dtype = {element: dtype for dtype, (element, _) in _build.C_TYPES.items()}
     for kernel in tiled:
-        dtype = sr.DTYPES[{"__half": "float16", "__nv_bfloat16": "bfloat16", "float": "float32"}[
-            sr.template_args(kernel.expression)[0]]]
+        dtype = element_dtype[sr.template_args(kernel.expression)[0]]
         assert sr.filter_tiled_unit_round_trips(kernel, dtype) == 1, kernel.expression
-    root = Path(__file__).resolve().parents[1]
-    try:
-        text = subprocess.check_output(["git", "show", f"{H200_REVISION}:cuda_src/{sr.DEPTHWISE_FILTER_SOURCE}"],
-                                       cwd=root, text=True, stderr=subprocess.DEVNULL)
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        pytest.skip(f"revision {H200_REVISION} is not in this checkout's history")
+    text = source_at_revision(H200_REVISION, sr.DEPTHWISE_FILTER_SOURCE)
     wanted = {dwf._tiled_expression(sr.DTYPES[name], 3, 1, 4): name for name in ("float16", "float32")}
     old = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE], texts={sr.DEPTHWISE_FILTER_SOURCE: text},
                                 only=list(wanted))
@@ -1097,19 +1098,12 @@ def test_fractional_staging_round_trips(fractional_kernels):
     """Today's staging lane issues its cell's 4 vector loads together (one round trip, 2 with
     the table chain); the measured revision's kernel loaded each vector after the previous one's
     Inf/NaN branch (4 serialised round trips, 5 in all)."""
-    import subprocess
-
     from gradops.bench import static_tiled as st
 
     half = fractional_kernels[0]
     assert not st.staging_serialised(half)
     assert st.fractional_round_trips(half, {st.FractionalWarp(1, 4, 1, (1,)): 1}) == 2
-    root = Path(__file__).resolve().parents[1]
-    try:
-        text = subprocess.check_output(["git", "show", f"{st.MEASURED_FRACTIONAL_REVISION}:cuda_src/{sr.FRACTIONAL_SOURCE}"],
-                                       cwd=root, text=True, stderr=subprocess.DEVNULL)
-    except (subprocess.CalledProcessError, FileNotFoundError):
-        pytest.skip(f"revision {st.MEASURED_FRACTIONAL_REVISION} is not in this checkout's history")
+    text = source_at_revision(st.MEASURED_FRACTIONAL_REVISION, sr.FRACTIONAL_SOURCE)
     old = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE], texts={sr.FRACTIONAL_SOURCE: text},
                                 only=[half.expression])[0]
     assert st.staging_serialised(old)

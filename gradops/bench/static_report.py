@@ -1162,6 +1162,21 @@ def filter_partial_cost(model: PathModel, rows: int, skipped: int, cols: int) ->
     return cost, counts
 
 
+def filter_tiled_loops(cfg):
+    """(passes, unit) loops of the tiled depthwise filter-gradient kernel: the unit loop is the
+    innermost loop holding the unchecked sums (the sums are unrolled).  It sits in the loop of
+    the slice's passes (pass 0 unchecked; pass 1, checked, only where a sum is not finite); the
+    work items' final sum is the other top-level loop."""
+    from . import static_tiled as st
+
+    sums = st.through_blocks(cfg)[-1]
+    passes = next(lp for lp in cfg.top_loops() if sums in lp.blocks)
+    unit = passes
+    while any(sums in child.blocks for child in unit.children):
+        unit = next(child for child in unit.children if sums in child.blocks)
+    return passes, unit
+
+
 def filter_tiled_unit_cost(kernel, dtype, g, idle: bool = False) -> tuple[int, int, Counter]:
     """(instructions per unit, fixed instructions, counts per unit) of one thread of the tiled
     depthwise filter-gradient kernel, 16-byte staging: the cheapest path through one iteration
@@ -1180,13 +1195,7 @@ def filter_tiled_unit_cost(kernel, dtype, g, idle: bool = False) -> tuple[int, i
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     cfg = kernel.cfg
     through = st.through_blocks(cfg)
-    # The unit loop: the innermost loop holding the unchecked sums (the sums are unrolled).  It
-    # sits in the loop of the slice's passes (pass 0 unchecked; pass 1, checked, only where a
-    # sum is not finite); the work items' final sum is the other top-level loop.
-    passes = next(lp for lp in cfg.top_loops() if through[-1] in lp.blocks)
-    unit = passes
-    while any(through[-1] in child.blocks for child in unit.children):
-        unit = next(child for child in unit.children if through[-1] in child.blocks)
+    passes, unit = filter_tiled_loops(cfg)
     epilogue = [lp for lp in cfg.top_loops() if lp is not passes]
     width, acc = np.dtype(dtype).itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
     lane_bytes = dwf.lane_channels(dtype) * width  # a lane's out_backprop channels in one load
@@ -1233,22 +1242,18 @@ def filter_tiled_unit_round_trips(kernel, dtype) -> int:
     """Dependent DRAM round trips of one unit of the tiled depthwise filter-gradient kernel on
     its vector path: 1 (the staging loads; the work item's out_backprop loads, issued before the
     barrier, overlap them) plus every wait on an out_backprop load before the unit's first
-    barrier, where the warp stops until its loads return and only then stages.  Counted over
-    the unit loop's blocks in address order from its header to that barrier, leaving out the
-    blocks of the element-by-element form (loads narrower than a lane's vector): the sm_90 SASS
+    barrier, where the warp stops until its loads return and only then stages.  Counted along
+    every path from the unit loop's header to that barrier that avoids the blocks of the
+    element-by-element form (loads narrower than a lane's vector), the most of any: the sm_90 SASS
     of the measured revision widened float16 / bfloat16 values next to their loads (at 3x3 stride
     1, 4 round trips a unit on its dearest path); float32 never waited there."""
     import importlib
 
     from ..backends.cuda import _sass
-    from . import static_tiled as st
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     cfg = kernel.cfg
-    through = st.through_blocks(cfg)
-    unit = next(lp for lp in cfg.top_loops() if through[-1] in lp.blocks)
-    while any(through[-1] in child.blocks for child in unit.children):
-        unit = next(child for child in unit.children if through[-1] in child.blocks)
+    _, unit = filter_tiled_loops(cfg)
     lane_bytes = dwf.lane_channels(dtype) * np.dtype(dtype).itemsize
 
     def barrier_at(n):

@@ -366,23 +366,25 @@ def check_staging_path(g: Conv2DGeometry, dtype, path: str) -> None:
         raise ValueError(f"staging path must be one of {STAGING_PATHS}, got {path!r}")
     if not tiled_eligible(g, dtype):
         raise ValueError("the tiled kernel cannot run this geometry")
-    c = pick_items_across(g)
-    if path == "async" and not (vector_staging_possible(g, dtype) and g.out_depth % _runtime.vector_width(dtype) == 0
-                                and async_compiled(dtype, g.filter_rows, g.stride_rows, c)
-                                and _runtime.compute_capability() >= ASYNC_ARCH):
+    if path == "async" and not async_eligible(g, dtype, pick_items_across(g)):
         raise ValueError("asynchronous staging cannot run this geometry here (it needs multiplier 1 or 2, in_depth "
                          "and out_depth multiples of 16 bytes, a specialisation with an asynchronous form and "
                          "compute capability 8.0+)")
 
 
-def async_possible(g: Conv2DGeometry, dtype, input, out_backprop, items_across: int) -> bool:
-    """Whether the tiled kernel can stage asynchronously: 16-byte staging (:func:`staging_mode`),
-    out_depth a multiple of 16 / itemsize with a 16-byte aligned out_backprop (its tile is
-    copied 16 bytes at a time), :func:`async_compiled`, and cp.async (compute capability 8.0+)."""
-    return (staging_mode(g, dtype, input) != 0 and g.out_depth % _runtime.vector_width(dtype) == 0
-            and _runtime.vector_aligned(out_backprop)
+def async_eligible(g: Conv2DGeometry, dtype, items_across: int) -> bool:
+    """Whether the tiled kernel can stage ``g`` asynchronously on 16-byte aligned arrays:
+    :func:`vector_staging_possible`, out_depth a multiple of 16 / itemsize (its out_backprop
+    tile is copied 16 bytes at a time), :func:`async_compiled`, and cp.async (compute
+    capability 8.0+)."""
+    return (vector_staging_possible(g, dtype) and g.out_depth % _runtime.vector_width(dtype) == 0
             and async_compiled(dtype, g.filter_rows, g.stride_rows, items_across)
             and _runtime.compute_capability() >= ASYNC_ARCH)
+
+
+def async_possible(g: Conv2DGeometry, dtype, input, out_backprop, items_across: int) -> bool:
+    """:func:`async_eligible` for these arrays: both 16-byte aligned."""
+    return async_eligible(g, dtype, items_across) and _runtime.vector_aligned(input, out_backprop)
 
 
 def lane_loads(g: Conv2DGeometry, dtype, out_backprop) -> bool:
