@@ -1,5 +1,5 @@
-"""Static figures of the depthwise input gradient's planes kernel (NCHW, stride 1) beside the
-kernel the launcher runs today, on the benchmark shapes (**predicted, not measured**).
+"""Static figures of the depthwise input gradient's planes kernel (NCHW, strides 1 and 2) beside
+the kernel the launcher runs today, on the benchmark shapes (**predicted, not measured**).
 
 The planes kernel (``depthwise_conv2d_native_backprop_input_planes`` in
 cuda_src/depthwise_conv2d_native_backprop_input.cu) is opt-in until a GPU times it
@@ -7,7 +7,8 @@ cuda_src/depthwise_conv2d_native_backprop_input.cu) is opt-in until a GPU times 
 its SASS, the instructions of each loop's steady-state path:
 
 * the item loop's per-slice sums (the inner loop; its unchecked variant: the checked one runs
-  only in a CTA whose filter slices hold an Inf or NaN, so the source is compiled with it off),
+  only in a CTA whose filter slices hold an Inf or NaN, so the source is compiled with it off;
+  at stride 2, the sums of the geometry's column phase, pad_left % 2, compiled as a constant),
   and the rest of the item loop (index split, both rows' result stores of the geometry's store
   width), each the cheapest path of an iteration that does that work (``CFG.path_table``);
 * the staging loop (a chunk of 8 out_backprop elements: its path for a chunk inside a row and
@@ -53,18 +54,21 @@ ARCH = "sm_90"
 MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-11-28/measured_vs_predicted.json"
 STATIC = ROOT / "benchmarks/results/static_report.json"
 CHECKED = "const bool checked = __syncthreads_or(nonfinite);"
+PHASE = "} else if (pad_left % 2 == 0) {"
 STORES = ("dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);",
           "dwconv::store_quad<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
 
 
-def loop_figures(store_cols: int) -> dict:
+def loop_figures(store_cols: int, phase: int = 0) -> dict:
     """Per planes instantiation (name expression): each loop's steady-state path, from the source
-    with the checked sums off and results stored ``store_cols`` at a time: the cheapest path
-    through one iteration that makes the loop's work (``CFG.path_table``)."""
+    with the checked sums off, results stored ``store_cols`` at a time and (stride 2) the sums of
+    column phase ``phase``: the cheapest path through one iteration that makes the loop's work
+    (``CFG.path_table``)."""
     text = (ROOT / "cuda_src" / SOURCE).read_text()
-    for needle in (CHECKED, *STORES):
+    for needle in (CHECKED, PHASE, *STORES):
         assert text.count(needle) == 1, needle
     text = text.replace(CHECKED, "const bool checked = false; (void)__syncthreads_or(nonfinite);")
+    text = text.replace(PHASE, "} else if (%s) {" % ("false" if phase else "true"))
     for needle in STORES:
         text = text.replace(needle, needle.replace("store_cols)", f"{store_cols})"))
     names = [e for e in _build.all_instantiations(90)[SOURCE] if "_planes<" in e]
@@ -166,7 +170,7 @@ def rows(figures: dict, regs: dict) -> list[dict]:
                 if not dx.planes_possible(g, dtype):
                     continue
                 expression = dx.planes_expression(g, dtype)
-                f = figures[dx.planes_store_cols(g)][expression]
+                f = figures[dx.planes_store_cols(g), g.pad_left % g.stride_cols][expression]
                 occ = _sass.occupancy(90, regs[expression], dx.PLANES_SHARED_BYTES, dx.PLANES_THREADS)
                 p = predictions.get((name, case.label, dtype_name), {})
                 kernel = p.get("kernel", "").split("<")[0].rsplit("_", 1)[-1]
@@ -192,13 +196,15 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
              "## Loop figures (sm_90, thread-instructions per iteration)", "",
              "| instantiation | registers | sums (one slice, one 2 x 4 item) | rest of an item (stores of 4 / 2 / 1) "
              "| staging (a chunk of 8 inside a row / at its end) | zero fill (a 16-byte store) | filter (a tap) "
-             "| straight-line |",
-             "|---|---:|---:|---|---|---:|---:|---:|"]
-    for expression in sorted(figures[4]):
-        f4, f2, f1 = (figures[c][expression] for c in (4, 2, 1))
+             "| straight-line | stride 2, odd column phase: sums / rest (stores of 4) |",
+             "|---|---:|---:|---|---|---:|---:|---:|---|"]
+    for expression in sorted(figures[4, 0]):
+        f4, f2, f1 = (figures[c, 0][expression] for c in (4, 2, 1))
+        odd = figures[4, 1][expression]
+        phase = f"{odd['sums']} / {odd['item_rest']}" if expression.endswith(", 2>") else "-"
         lines.append(f"| `{expression.split('::')[1]}` | {regs[expression]} | {f4['sums']} | "
                      f"{f4['item_rest']} / {f2['item_rest']} / {f1['item_rest']} | {f4['staging']} / {f4['staging_edge']} | "
-                     f"{f4['zero_per_store']:.2f} | {f4['filter']:.0f} | {f4['straight']} |")
+                     f"{f4['zero_per_store']:.2f} | {f4['filter']:.0f} | {f4['straight']} | {phase} |")
     lines += ["", "## Per benchmark shape", "",
               "| suite | case | dtype | planes plan (planes, band) | planes SASS/elem | planes warps/SM | today's kernel "
               "| today SASS/elem | today warps/SM | today NCHW µs (H200, measured) | same kernel NHWC µs (H200, "
@@ -220,7 +226,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here (default: print it)")
     args = parser.parse_args()
-    figures = {cols: loop_figures(cols) for cols in (4, 2, 1)}
+    figures = {(cols, phase): loop_figures(cols, phase) for cols in (4, 2, 1) for phase in (0, 1)}
     regs = registers()
     text = markdown(rows(figures, regs), figures, regs)
     if args.out:

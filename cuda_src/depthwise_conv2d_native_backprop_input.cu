@@ -18,7 +18,7 @@
 //   m16n8k16 / m16n8k8 with float sums (see "the tensor-core kernel" at the end).  The
 //   launcher runs it where the static model predicts it faster than the tiled kernel
 //   (MMA_CHOICE), or when asked for it (path="mma").
-// * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at stride 1, any
+// * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at strides 1 and 2, any
 //   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
 //   lie in memory, and each thread computes 2 x 4 positions of a plane (see "the planes
 //   kernel").  Opt-in (path="planes") until a GPU has timed it beside the tiled kernel.
@@ -1008,9 +1008,9 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 
 // ==================================================================== the planes kernel
 //
-// depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 filters at stride 1,
-// dilation 1, any multiplier): a CTA owns PLANES consecutive input channels of one image and a
-// band of BAND input rows across the whole width.  In NCHW those channels' out_backprop rows
+// depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 filters at stride S = 1 or
+// 2 on both axes, dilation 1, any multiplier): a CTA owns PLANES consecutive input channels of
+// one image and a band of BAND input rows across the whole width.  In NCHW those channels' out_backprop rows
 // are one contiguous run of memory per slice (one run for all the CTA's planes where a band
 // covers the image), so staging is one loop of coalesced chunks of consecutive elements, and
 // the result rows are contiguous too.
@@ -1022,19 +1022,32 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 // This kernel reads and writes each plane's rows as they lie.
 //
 // Staging.  The staged plane of slice (p, q) holds out_backprop rows row_origin .. row_origin +
-// BAND + KH - 2 and columns col_origin .. col_origin + pitch - 1 of channel (c0 + p) * M + q,
-// with row_origin = y0 + pad_top - (KH - 1) and col_origin = pad_left - (KW - 1); positions
-// outside out_backprop are zeros.  Input-gradient position (y0 + i, x) then takes tap (r, s)
-// from staged position (i + KH - 1 - r, x + KW - 1 - s): every tap of every position at a fixed
-// offset, no bounds test and no division in the inner loop.  The buffer is zeroed first and
-// the loads overwrite what lies inside out_backprop (a barrier between).
+// staged_rows - 1 and columns col_origin .. col_origin + pitch - 1 of channel (c0 + p) * M + q;
+// positions outside out_backprop are zeros.  The buffer is zeroed first and the loads overwrite
+// what lies inside out_backprop (a barrier between).
+// * S = 1: row_origin = y0 + pad_top - (KH - 1), col_origin = pad_left - (KW - 1).
+//   Input-gradient position (y0 + i, x) takes tap (r, s) from staged position (i + KH - 1 - r,
+//   x + KW - 1 - s): every tap of every position at a fixed offset, no bounds test and no
+//   division in the inner loop.
+// * S = 2 (stride-phase decomposition, as the tiled kernel's "Indices"): every position's
+//   stride phase, hence which taps land on it, is a compile-time constant.  Padded position (Y, X)
+//   (padded = input + pad) takes tap (r, s) from out_backprop ((Y - r) / 2, (X - s) / 2) exactly
+//   when both divisions are exact.  Bands start at even padded rows: y0 = band index x BAND -
+//   pad_top % 2 (row -1 is computed where pad_top is odd, and not stored), so an item's rows i, i
+//   + 1 have phases 0 and 1 and read staged rows i / 2 .. i / 2 + HALO (HALO = (K - 1) / 2,
+//   row_origin = (y0 + pad_top) / 2 - HALO).  Items keep stride 1's columns x = 4 b .. 4 b + 3
+//   (aligned result stores), whose phases are PC, 1 - PC, ... with PC = pad_left % 2, a
+//   compile-time parameter of the sums (the CTA branches once): they read staged columns 2 b ..
+//   2 b + HALO + 1 + PC (col_origin = pad_left / 2 - HALO).  Only the taps that land are
+//   computed (9 of 36 per 2 x 2 positions at 3x3), and the staged plane is a quarter of the
+//   input plane: bands go 4 times as far.
 //
 // Work items.  A thread computes 2 x 4 positions (rows i, i + 1, 4 consecutive columns) of one
 // plane (a work item), each summing over slice q, then tap row (bottom to top), then tap column
 // (right to left): a fixed order, so results are bitwise reproducible.  It reads each of its
-// KH + 1 window rows' 8 staged values in 16-byte loads (pitch is a multiple of 4, so they are
-// aligned) and keeps the slice's filter taps in registers (16-byte loads from a padded copy in
-// shared memory).
+// window rows' staged values (S = 1: KH + 1 rows of 8 values in 16-byte loads; S = 2: HALO + 1
+// rows of 4 values in loads of 2; pitch is a multiple of 4, so they are aligned) and keeps the
+// slice's filter taps in registers (16-byte loads from a padded copy in shared memory).
 // Consecutive threads take consecutive items of a row, so a warp's 16-byte reads are
 // consecutive 16-byte words: no bank conflicts past the 4 wavefronts every 16-byte warp
 // access takes.
@@ -1106,21 +1119,61 @@ __device__ __forceinline__ void accumulate_item(const Acc* __restrict__ plane, i
     }
 }
 
+// accumulate_item at stride 2 (see "Staging"): ``plane`` is the staged value at (staged row i,
+// staged column x), the window's first (i = the item's first row / 2, x = 2 b).  Window row a
+// (tap rows 2 (HALO - a) and 2 (HALO - a) + 1) feeds item rows 0 and 1; window column k feeds
+// position u (padded phase PC + u) through tap column s = PC + u + 2 (HALO - k): only the taps
+// that land, each once.  Each sum runs over window row ascending (tap row from the bottom), then
+// window column (tap column from the right), as at stride 1.
+template <bool CHECKED, int KH, int KW, int PC, typename Acc>
+__device__ __forceinline__ void accumulate_item_s2(const Acc* __restrict__ plane, int pitch,
+                                                   const Acc (&w)[Taps<KH, KW>::PADDED],
+                                                   Acc (&acc)[kItemRows][kSegment], int i, int x, int row_begin,
+                                                   int row_end, int col_begin, int col_end) {
+    constexpr int HALO_ROWS = (KH - 1) / 2, HALO_COLS = (KW - 1) / 2;
+    constexpr int COLS = kSegment / 2 + HALO_COLS + PC;  // window columns that feed the item
+    constexpr int WINDOW = (COLS + 1) / 2 * 2;           // loaded in pairs (aligned: x is even)
+    static_assert(kItemRows == 2 && WINDOW <= 6, "a 2-row item, filters up to 5 wide");
+#pragma unroll
+    for (int a = 0; a <= HALO_ROWS; ++a) {
+        Acc v[WINDOW];
+#pragma unroll
+        for (int k = 0; k < WINDOW; k += 2) dwconv::load_run<2>(plane + a * pitch + k, v + k);
+        if (CHECKED && (i + a < row_begin || i + a >= row_end)) continue;
+#pragma unroll
+        for (int j = 0; j < kItemRows; ++j) {
+            const int r = j + 2 * (HALO_ROWS - a);  // the tap row that carries window row a to item row j
+            if (r >= KH) continue;
+#pragma unroll
+            for (int k = 0; k < COLS; ++k) {
+                if (CHECKED && (x + k < col_begin || col_end <= x + k)) continue;  // outside out_backprop
+#pragma unroll
+                for (int u = 0; u < kSegment; ++u) {
+                    const int s = PC + u + 2 * (HALO_COLS - k);  // the tap column that carries window column k to u
+                    if (s < 0 || s >= KW) continue;
+                    acc[j][u] += w[r * KW + s] * v[k];
+                }
+            }
+        }
+    }
+}
+
 }  // namespace dwplanes
 
 // filter [KH, KW, in_depth, depth_multiplier], out_backprop [batch, in_depth * M, out_rows,
 // out_cols], in_backprop [batch, in_depth, in_rows, in_cols] (NCHW).  Grid: (channel groups of
 // ``planes``, bands of ``band`` rows, batch); block: dwplanes::kThreads.  With staged_rows =
-// band rounded up to kItemRows, + KH - 1, the launcher chooses planes and band so that planes x
-// M x (staged_rows x pitch + Taps::PADDED) values fit kSharedBytes; pitch = 4 x segments + 4
-// (segments = ceil(in_cols / 4)); rows_cap = min(out_rows, staged_rows), the most out_backprop
-// rows a band stages.  Each (magic, shift) pair divides by: chunk, ceil(out_cols / kChunk);
+// band rounded up to kItemRows, / S, + (KH - 1) / S, the launcher chooses planes and band (even
+// at S = 2) so that planes x M x (staged_rows x pitch + Taps::PADDED) values fit kSharedBytes;
+// pitch = 4 x segments + 4 (S = 1), 2 x segments + 4 rounded up to a multiple of 4 (S = 2), with
+// segments = ceil(in_cols / 4); rows_cap = min(out_rows, staged_rows), the most
+// out_backprop rows a band stages.  Each (magic, shift) pair divides by: chunk, ceil(out_cols / kChunk);
 // rows, rows_cap; items, ceil(band / kItemRows) x segments; segments, segments.  store_cols: 4,
 // 2 or 1 result columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).
 // No __launch_bounds__: with (kThreads) ptxas kept 48 or 64 registers and spilled 4-12 bytes in
 // half of the instantiations (NVRTC 13.5, sm_80 / sm_90); without it none spills, at 40-64
 // registers (110 for double 5x5).
-template <typename T, typename Acc, int KH, int KW>
+template <typename T, typename Acc, int KH, int KW, int S>
 __global__ void depthwise_conv2d_native_backprop_input_planes(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
@@ -1129,17 +1182,19 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     unsigned items_magic, int items_shift, unsigned segments_magic, int segments_shift) {
     using namespace dwplanes;
     using Tp = Taps<KH, KW>;
+    static_assert(S == 1 || S == 2, "strides 1 and 2");
     constexpr int BUFFER = kSharedBytes / static_cast<int>(sizeof(Acc));
     __shared__ __align__(16) Acc shared[BUFFER];
 
     const int M = depth_multiplier;
     const int c0 = static_cast<int>(blockIdx.x) * planes;
-    const int y0 = static_cast<int>(blockIdx.y) * band;
+    const int y0 = static_cast<int>(blockIdx.y) * band - pad_top % S;  // an even padded row at S = 2
     const int n = static_cast<int>(blockIdx.z);
     const int my_planes = min(planes, in_depth - c0);
     const int slices = my_planes * M;  // staged slices: out_backprop channels c0 * M .. c0 * M + slices - 1
-    const int staged_rows = (band + kItemRows - 1) / kItemRows * kItemRows + KH - 1;  // the last item's rows too
-    const int pitch = kSegment * segments + kSegment;
+    // The last item's rows too; at S = 2 a whole item lies in its band (band is even).
+    const int staged_rows = (band + kItemRows - 1) / kItemRows * kItemRows / S + (KH - 1) / S;
+    const int pitch = S == 1 ? kSegment * segments + kSegment : (kSegment / 2 * segments + 4 + 3) / 4 * 4;
     const int tid = static_cast<int>(threadIdx.x);
     Acc* const taps = shared;                                 // [slices][Tp::PADDED]
     Acc* const stage = shared + planes * M * Tp::PADDED;      // [slices][staged_rows][pitch]
@@ -1162,8 +1217,8 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     }
     const bool checked = __syncthreads_or(nonfinite);
 
-    const int row_origin = y0 + pad_top - (KH - 1);  // out_backprop row of staged row 0
-    const int col_origin = pad_left - (KW - 1);      // out_backprop column of staged column 0
+    const int row_origin = (y0 + pad_top) / S - (KH - 1) / S;  // out_backprop row of staged row 0
+    const int col_origin = pad_left / S - (KW - 1) / S;        // out_backprop column of staged column 0
     const int row_first = max(0, row_origin);
     const int rows_run = min(out_rows, row_origin + staged_rows) - row_first;
     const int plane_size = out_rows * out_cols;
@@ -1222,22 +1277,41 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
         const int rest = item - p * items;
         const int pair = magic_divide(rest, segments_magic, segments_shift);
         const int i = pair * kItemRows;
-        const int x = (rest - pair * segments) * kSegment;
+        const int segment = rest - pair * segments;
+        const int x = segment * kSegment;
         const int y = y0 + i;
         if (y >= in_rows) continue;
         Acc acc[kItemRows][kSegment] = {};
+        // One slice an iteration: multipliers are 1 or 2 in practice, where nvcc's 4-way unrolling
+        // of the stride-2 sums (stride 1's it leaves rolled) only ran its remainder copies.
+#pragma unroll 1
         for (int q = 0; q < M; ++q) {
             const int slice = p * M + q;
             Acc w[Tp::PADDED];
             load_aligned<Tp::PADDED>(taps + slice * Tp::PADDED, w);
-            const Acc* const plane = stage + (slice * staged_rows + i) * pitch + x;
-            if (checked)
-                accumulate_item<true, KH, KW>(plane, pitch, w, acc, i, x, row_begin, row_end, col_begin, col_end);
-            else
-                accumulate_item<false, KH, KW>(plane, pitch, w, acc, i, x, row_begin, row_end, col_begin, col_end);
+            // The window's first staged row and column.
+            const int wi = i / S, wx = segment * kSegment / S;
+            const Acc* const plane = stage + (slice * staged_rows + wi) * pitch + wx;
+            if constexpr (S == 1) {
+                if (checked)
+                    accumulate_item<true, KH, KW>(plane, pitch, w, acc, wi, wx, row_begin, row_end, col_begin, col_end);
+                else
+                    accumulate_item<false, KH, KW>(plane, pitch, w, acc, wi, wx, row_begin, row_end, col_begin, col_end);
+            } else if (pad_left % 2 == 0) {  // the column phase PC of the items' first columns
+                if (checked)
+                    accumulate_item_s2<true, KH, KW, 0>(plane, pitch, w, acc, wi, wx, row_begin, row_end, col_begin, col_end);
+                else
+                    accumulate_item_s2<false, KH, KW, 0>(plane, pitch, w, acc, wi, wx, row_begin, row_end, col_begin, col_end);
+            } else {
+                if (checked)
+                    accumulate_item_s2<true, KH, KW, 1>(plane, pitch, w, acc, wi, wx, row_begin, row_end, col_begin, col_end);
+                else
+                    accumulate_item_s2<false, KH, KW, 1>(plane, pitch, w, acc, wi, wx, row_begin, row_end, col_begin, col_end);
+            }
         }
         T* const dst = in_backprop + ((n * in_depth + c0 + p) * in_rows + y) * in_cols + x;
-        dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);
+        // Row -1 (S = 2, an odd pad_top) is computed for its phase and not stored.
+        if (S == 1 || y >= 0) dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);
         // An odd band's last item reaches one row into the next band, which stores that row.
         if (i + 1 < band && y + 1 < in_rows) dwconv::store_quad<T>(dst + in_cols, acc[1], x, in_cols, store_cols);
     }

@@ -80,14 +80,15 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (90), the full sections (100), then the filter gradient's timing in the rest.
-# A/B first: the NCHW stride-1 input-gradient cases on the launcher's choice, the tiled kernel
-# and the planes kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes), whose
-# default waits for this measurement (PLANES_BY_DEFAULT).
-timeout -s INT -k 10 90 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+# 340 s): A/B (110), the full sections (100), then the filter gradient's timing in the rest.
+# A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
+# launcher's choice, the tiled kernel and the planes kernel (engines gradops-cuda,
+# gradops-cuda:tiled, gradops-cuda:planes), whose default waits for this measurement
+# (PLANES_BY_DEFAULT); about 156 calls at the 2.2 a second of the last run.
+timeout -s INT -k 10 110 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
     --engines gradops-cuda --paths tiled,planes --ops backprop_input \
-    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW" --time-limit 70 \
+    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW" --time-limit 90 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 >"$W/ncu_ab.md" 2>&1

@@ -368,8 +368,8 @@ def test_gradops_cuda_path_engine_on_the_host_stand_in(cuda_device):
                        (3, 3, 6, 2), (1, 1), "SAME")
     nhwc = suites.Case("t", "dw 3x3/1 m2 NHWC", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 6), "NHWC",
                        (3, 3, 6, 2), (1, 1), "SAME")
-    strided = suites.Case("t", "dw 3x3/2 NCHW", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 6), "NCHW",
-                          (3, 3, 6, 1), (2, 2), "SAME")
+    strided = suites.Case("t", "dw 3x3/3 NCHW", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 6), "NCHW",
+                          (3, 3, 6, 1), (3, 3), "SAME")
     filt = suites.Case("t", "dwf 3x3/1 NCHW", "depthwise_conv2d_native_backprop_filter", (2, 9, 10, 6), "NCHW",
                        (3, 3, 6, 1), (1, 1), "SAME")
     dtype = np.dtype(np.float32)
@@ -705,6 +705,14 @@ def test_planes_prediction_counts_a_ctas_work():
          "straight": 80}
     assert pp.dx.planes_plan(g, np.dtype(np.float32)) == (32, 7)
     want = (32 * 8 * (100 + 90) + 32 * 7 * 60 + 32 * 10 * 12 / 4 * 1.25 + 9 * 32 * 30 + 256 * 80) / (32 * 7 * 7)
+    assert pp.per_element(g, np.dtype(np.float32), f) == pytest.approx(want)
+    # Stride 2, dw9 14 x 14 x 576 3x3/2 (SAME pads 0 above and left): 32 planes of 7 x 4 items;
+    # 7 out_backprop rows of 7 (one short chunk each); 8 staged rows (7 and the halo) of 12 (2 x 4
+    # items + 4) values.
+    g = next(c for c in suites.suite("mobilenetv2") if c.label == "dw9 14x14x576 3x3/2 m1 NCHW"
+             and c.op == "depthwise_conv2d_native_backprop_input").geometry()
+    assert pp.dx.planes_plan(g, np.dtype(np.float32)) == (32, 14)
+    want = (32 * 28 * (100 + 90) + 32 * 7 * 60 + 32 * 8 * 12 / 4 * 1.25 + 9 * 32 * 30 + 256 * 80) / (32 * 14 * 14)
     assert pp.per_element(g, np.dtype(np.float32), f) == pytest.approx(want)
 
 

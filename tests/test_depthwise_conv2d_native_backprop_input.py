@@ -344,18 +344,19 @@ def run_on_host(kernels, kwargs):
 def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
     for the direct kernel, every dtype x layout x specialisation for the tiled one, each half
-    type x filter x multiplier for the tensor-core one, and each dtype x filter for the planes
-    one (NCHW only); none twice."""
+    type x filter x multiplier for the tensor-core one, and each dtype x filter x stride for the
+    planes one (NCHW only); none twice."""
     names = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
     listed = set(names)
     assert len(names) == len(listed)
     mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
-    planes = 4 * len(cuda_launcher.PLANES_FILTERS)
+    planes = 4 * len(cuda_launcher.PLANES_FILTERS) * len(cuda_launcher.PLANES_STRIDES)
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
                                    + len(cuda_launcher.NARROW_TILES)) + mma + planes
     for dtype in FLOAT_DTYPES:
         for k in cuda_launcher.PLANES_FILTERS:
-            assert cuda_launcher._planes_expression(dtype, k) in listed
+            for stride in cuda_launcher.PLANES_STRIDES:
+                assert cuda_launcher._planes_expression(dtype, k, stride) in listed
     for dtype in cuda_launcher.MMA_DTYPES:
         for k in cuda_launcher.MMA_FILTERS:
             for m in cuda_launcher.MMA_MULTIPLIERS:
@@ -1264,18 +1265,26 @@ def test_planted_mma_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ the planes kernel (NCHW)
 
-#: (x_shape [N, H, W, C], filter, padding, pads, multiplier, dtype, PLANES_ITEMS or None):
+#: (x_shape [N, H, W, C], filter, padding, pads, multiplier, dtype, PLANES_ITEMS or None, stride):
 #: bands of rows (a small work-item budget), partial channel groups, wide explicit pads, and
-#: each result store width (in_cols % 4 == 0, even, odd).
+#: each result store width (in_cols % 4 == 0, even, odd), at strides 1 and 2.
 PLANES_EDGE_CASES = {
-    "f32-3x3-m1-bands-odd-cols": ((2, 23, 9, 5), (3, 3), "SAME", NO_PADS, 1, np.float32, 12),  # bands of 8 rows
-    "f16-5x5-m3-partial-group": ((1, 6, 6, 11), (5, 5), "SAME", NO_PADS, 3, np.float16, None),
-    "bf16-5x5-wide-pads-odd-cols": ((2, 9, 13, 3), (5, 5), "EXPLICIT", ((4, 0), (0, 6)), 1, ml_dtypes.bfloat16, None),
-    "f64-3x3-m2-valid-cols8": ((2, 10, 8, 4), (3, 3), "VALID", NO_PADS, 2, np.float64, None),
-    "f32-3x3-m2-cols14-bands": ((1, 30, 14, 6), (3, 3), "SAME", NO_PADS, 2, np.float32, 14),  # bands of 7 rows
-    "f16-3x3-m1-7x7-groups": ((2, 7, 7, 40), (3, 3), "SAME", NO_PADS, 1, np.float16, None),
-    "f32-5x5-pads-past-the-filter": ((1, 8, 12, 3), (5, 5), "EXPLICIT", ((6, 1), (0, 7)), 2, np.float32, 6),
-    "f16-3x3-odd-bands": ((2, 9, 5, 4), (3, 3), "SAME", NO_PADS, 1, np.float16, "odd"),
+    "f32-3x3-m1-bands-odd-cols": ((2, 23, 9, 5), (3, 3), "SAME", NO_PADS, 1, np.float32, 12, 1),  # bands of 8 rows
+    "f16-5x5-m3-partial-group": ((1, 6, 6, 11), (5, 5), "SAME", NO_PADS, 3, np.float16, None, 1),
+    "bf16-5x5-wide-pads-odd-cols": ((2, 9, 13, 3), (5, 5), "EXPLICIT", ((4, 0), (0, 6)), 1, ml_dtypes.bfloat16, None, 1),
+    "f64-3x3-m2-valid-cols8": ((2, 10, 8, 4), (3, 3), "VALID", NO_PADS, 2, np.float64, None, 1),
+    "f32-3x3-m2-cols14-bands": ((1, 30, 14, 6), (3, 3), "SAME", NO_PADS, 2, np.float32, 14, 1),  # bands of 7 rows
+    "f16-3x3-m1-7x7-groups": ((2, 7, 7, 40), (3, 3), "SAME", NO_PADS, 1, np.float16, None, 1),
+    "f32-5x5-pads-past-the-filter": ((1, 8, 12, 3), (5, 5), "EXPLICIT", ((6, 1), (0, 7)), 2, np.float32, 6, 1),
+    "f16-3x3-odd-bands": ((2, 9, 5, 4), (3, 3), "SAME", NO_PADS, 1, np.float16, "odd", 1),
+    # Stride 2: odd pads (row -1 computed, not stored; the odd column phase) with bands, a partial
+    # channel group, 4- and 2-column stores, pads wider than the filter.
+    "f16-5x5-s2-odd-pads-bands": ((2, 22, 16, 5), (5, 5), "SAME", NO_PADS, 1, np.float16, 12, 2),
+    "bf16-3x3-s2-m3-partial-group": ((1, 9, 9, 11), (3, 3), "SAME", NO_PADS, 3, ml_dtypes.bfloat16, None, 2),
+    "f64-3x3-s2-m2-valid-cols8": ((2, 11, 8, 4), (3, 3), "VALID", NO_PADS, 2, np.float64, None, 2),
+    "f32-5x5-s2-pads-past-the-filter": ((1, 9, 12, 3), (5, 5), "EXPLICIT", ((6, 1), (0, 7)), 2, np.float32, 6, 2),
+    "f16-3x3-s2-cols14": ((2, 14, 14, 6), (3, 3), "SAME", NO_PADS, 1, np.float16, None, 2),
+    "f32-3x3-s2-7x7-groups": ((2, 7, 7, 40), (3, 3), "SAME", NO_PADS, 1, np.float32, None, 2),
 }
 
 
@@ -1284,17 +1293,22 @@ def test_cuda_planes_edges(cuda_device, rng, monkeypatch, case):
     """The planes kernel at its edges: several bands per plane (the launcher's work-item budget
     shrunk), channel groups that end past in_depth, pads wider than the filter, every result
     store width; against the loops and the NumPy backend."""
-    x_shape, filt_hw, padding, pads, multiplier, dtype, items = PLANES_EDGE_CASES[case]
+    x_shape, filt_hw, padding, pads, multiplier, dtype, items, stride = PLANES_EDGE_CASES[case]
     if items == "odd":  # bands of 3 rows: each band's last item reaches into the next band
         monkeypatch.setattr(cuda_launcher, "planes_plan", lambda g, dtype: (2, 3))
         cuda_launcher._planes_args.cache_clear()
     elif items is not None:
         monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items)
         cuda_launcher._planes_args.cache_clear()
-    kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, padding=padding,
-                                   pads=pads, data_format="NCHW", dtype=dtype)
+    kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+                                   strides=(stride, stride), padding=padding, pads=pads, data_format="NCHW",
+                                   dtype=dtype)
     g = geometry_of(kwargs)
     assert cuda_launcher.planes_possible(g, np.dtype(dtype))
+    if case == "f16-5x5-s2-odd-pads-bands":
+        assert g.pad_top % 2 and g.pad_left % 2 and cuda_launcher.planes_store_cols(g) == 4
+    if case == "f64-3x3-s2-m2-valid-cols8":
+        assert cuda_launcher.planes_store_cols(g) == 4
     planes, band = cuda_launcher.planes_plan(g, np.dtype(dtype))
     if items is not None:
         assert band < g.in_rows  # several bands
@@ -1307,10 +1321,10 @@ def test_cuda_planes_edges(cuda_device, rng, monkeypatch, case):
 def test_planes_plan():
     """Whole planes where they fit, as many as keep a CTA within its work-item budget (a power of
     two); bands of rows for wide planes; refused where one staged row of every slice cannot fit."""
-    def geometry(rows, cols, depth, k=3, multiplier=1):
+    def geometry(rows, cols, depth, k=3, multiplier=1, stride=1):
         return geometry_of(make_case(np.random.default_rng(0), x_shape=(1, rows, cols, depth), filt_hw=(k, k),
-                                     multiplier=multiplier, padding="SAME", data_format="NCHW",
-                                     dtype=np.float32)[0])
+                                     multiplier=multiplier, strides=(stride, stride), padding="SAME",
+                                     data_format="NCHW", dtype=np.float32)[0])
 
     f32 = np.dtype(np.float32)
     assert cuda_launcher.planes_plan(geometry(7, 7, 960), f32) == (32, 7)      # 256 items of 8 a plane, 64 (5.3 KiB) fit
@@ -1326,24 +1340,53 @@ def test_planes_plan():
                                  padding="SAME", data_format="NHWC", dtype=np.float32)[0])
     assert not cuda_launcher.planes_possible(nhwc, f32)
     assert not cuda_launcher.PLANES_BY_DEFAULT and not cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
+    # Stride 2: even bands from an even padded row.  SAME 5x5 on 56 x 56 pads 1 above and left:
+    # rows -1 .. 56 (58, one band) in items of 2, columns 0 .. 55 in 14 items (odd phase); 2
+    # planes (812 items), staged 29 + 2 rows of 32 (2 x 14 + 4) values a slice.
+    s2 = geometry(56, 56, 144, k=5, stride=2)
+    assert (s2.pad_top, s2.pad_left) == (1, 1) and cuda_launcher.planes_band_rows(s2) == 57
+    assert cuda_launcher.planes_plan(s2, f32) == (2, 58) and cuda_launcher.planes_grid(s2, f32) == (72, 1, 1)
+    assert cuda_launcher.planes_segments(s2) == 14 and cuda_launcher.planes_pitch(s2) == 32
+    assert cuda_launcher.planes_staged_rows(s2, 58) == 31 and cuda_launcher.planes_store_cols(s2) == 4
+    wide2 = geometry(112, 112, 96, stride=2)  # 28 items a row: bands of 1024 // 28 x 2 = 72 rows
+    assert cuda_launcher.planes_plan(wide2, f32) == (1, 72) and cuda_launcher.planes_grid(wide2, f32)[1] == 2
+    assert cuda_launcher.planes_pitch(wide2) == 60 and cuda_launcher.planes_store_cols(wide2) == 4  # 2 x 28 + 4
+    small = dict(x_shape=(1, 9, 9, 2), filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="VALID",
+                    data_format="NCHW", dtype=np.float32)
+    valid = geometry_of(make_case(np.random.default_rng(0), **small)[0])
+    assert cuda_launcher.planes_plan(valid, f32)[1] % 2 == 0  # 9 rows: a band of 10
+    for strides in ((3, 3), (2, 1), (1, 2)):
+        other = geometry_of(make_case(np.random.default_rng(0), **dict(small, strides=strides))[0])
+        assert not cuda_launcher.planes_possible(other, f32)
 
 
 PLANES_ITEMS_DEFAULT = cuda_launcher.PLANES_ITEMS  # planes_problem's calls reset to it between them
 
 
+#: planes_problem's calls: (x_shape, filter, stride, pads, multiplier, PLANES_ITEMS).
+PLANES_PROBLEM = (
+    ((2, 13, 11, 7), (5, 5), 1, ((1, 3), (6, 0)), 2, 6),
+    ((2, 6, 6, 11), (3, 3), 1, ((2, 0), (0, 1)), 1, 60),
+    # Stride 2: odd pads on both axes (row -1 computed, not stored; the odd column phase), bands of
+    # 4 rows; then even pads and 4 planes a CTA, the last group of 3.
+    ((2, 13, 11, 7), (5, 5), 2, ((1, 2), (3, 0)), 2, 6),
+    ((2, 10, 12, 11), (3, 3), 2, ((2, 1), (0, 2)), 1, 60),
+)
+
+
 def planes_problem(rng, monkeypatch):
-    """Two NCHW calls of the planes kernel that between them take bands of rows, partial channel
-    groups (8 planes a CTA in the second), both sides' pads (a left pad wider than the filter:
-    staged columns before the stage's first), rows shorter than a staging chunk,
-    the checked loop (an Inf and a NaN in the filter) and the unchecked one (the CTAs without
-    them); (result, NumPy backend's) of both, flattened and joined."""
+    """NCHW calls of the planes kernel (:data:`PLANES_PROBLEM`, at strides 1 and 2) that between
+    them take bands of rows, partial channel groups, both sides' pads (a left pad wider than the
+    filter: staged columns before the stage's first), odd pads at stride 2, rows shorter than a
+    staging chunk, the checked loop (an Inf and a NaN in the filter) and the unchecked one (the
+    CTAs without them); (result, NumPy backend's) of all, flattened and joined."""
     got, want = [], []
-    for x_shape, filt_hw, pads, multiplier, items in (((2, 13, 11, 7), (5, 5), ((1, 3), (6, 0)), 2, 6),
-                                                     ((2, 6, 6, 11), (3, 3), ((2, 0), (0, 1)), 1, 60)):
+    for x_shape, filt_hw, stride, pads, multiplier, items in PLANES_PROBLEM:
         monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items or PLANES_ITEMS_DEFAULT)
         cuda_launcher._planes_args.cache_clear()
-        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, padding="EXPLICIT",
-                                 pads=pads, data_format="NCHW", dtype=np.float32)
+        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+                                 strides=(stride, stride), padding="EXPLICIT", pads=pads, data_format="NCHW",
+                                 dtype=np.float32)
         w = kwargs["filter"].copy()
         w[0, 0, 1, 0] = np.inf
         w[-1, -1, 5, -1] = np.nan
@@ -1380,8 +1423,8 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
     "planes-second-row-of-an-item-not-stored": ("if (i + 1 < band && y + 1 < in_rows)", "if (i + 1 < band && y + 1 < 0)"),
     "planes-tap-columns-not-flipped": ("const int k = u + KW - 1 - s;  // staged column", "const int k = u + s;  // staged column"),
     "planes-every-slice-reads-slice-0": ("const int slice = p * M + q;", "const int slice = p * M;"),
-    "planes-band-origin-ignores-pad-top": ("const int row_origin = y0 + pad_top - (KH - 1);",
-                                           "const int row_origin = y0 - (KH - 1);"),
+    "planes-band-origin-ignores-pad-top": ("const int row_origin = (y0 + pad_top) / S - (KH - 1) / S;",
+                                           "const int row_origin = y0 / S - (KH - 1) / S;"),
     "planes-filter-of-the-first-group": ("filter[tap * in_depth * M + c0 * M + slice]", "filter[tap * in_depth * M + slice]"),
     "planes-no-zero-fill": ("dwconv::store16(stage + k, zeros);", "(void)zeros;"),
     "planes-checked-loop-never-taken": ("const bool checked = __syncthreads_or(nonfinite);",
@@ -1407,6 +1450,20 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
                                         "\n    // Staged rows and columns inside out_backprop"),
     "planes-result-in-the-next-channel": ("in_backprop + ((n * in_depth + c0 + p) * in_rows + y)",
                                           "in_backprop + ((n * in_depth + c0 + p + 1) * in_rows + y)"),
+    # Stride 2 (PLANES_PROBLEM's last two calls).
+    "planes-s2-tap-rows-of-the-other-phase": ("const int r = j + 2 * (HALO_ROWS - a);",
+                                              "const int r = 1 - j + 2 * (HALO_ROWS - a);"),
+    "planes-s2-tap-columns-of-the-other-phase": ("const int s = PC + u + 2 * (HALO_COLS - k);",
+                                                 "const int s = (PC ^ 1) + u + 2 * (HALO_COLS - k);"),
+    "planes-s2-column-phase-ignored": ("} else if (pad_left % 2 == 0) {", "} else if (true) {"),
+    "planes-s2-window-without-the-phase-column": ("constexpr int COLS = kSegment / 2 + HALO_COLS + PC;",
+                                                  "constexpr int COLS = kSegment / 2 + HALO_COLS;"),
+    "planes-s2-window-a-row-short": ("for (int a = 0; a <= HALO_ROWS; ++a)", "for (int a = 0; a < HALO_ROWS; ++a)"),
+    "planes-s2-bands-ignore-an-odd-pad-top": ("* band - pad_top % S;", "* band;"),
+    "planes-s2-row-above-the-image-stored": ("if (S == 1 || y >= 0) dwconv::store_quad", "dwconv::store_quad"),
+    "planes-s2-checked-loop-ignores-the-left-edge": ("if (CHECKED && (x + k < col_begin || col_end <= x + k))",
+                                                     "if (CHECKED && col_end <= x + k)"),
+    "planes-s2-staged-rows-without-the-halo": ("/ S + (KH - 1) / S;\n", "/ S;\n"),
 }
 
 

@@ -17,11 +17,13 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   (float sums), recomputing a unit on the CUDA cores where an Inf or NaN met the band's zeros.
   The launcher picks it where the static model predicts it faster than ``tiled``
   (:data:`MMA_CHOICE`, :func:`mma_chosen`).
-* ``planes``: NCHW, 3x3 / 5x5 filters at stride 1 and dilation 1, any multiplier
+* ``planes``: NCHW, 3x3 / 5x5 filters at strides 1x1 and 2x2 and dilation 1, any multiplier
   (:func:`planes_possible`): a CTA of 256 threads owns several consecutive channel planes of
   one image and a band of rows across the whole width, stages their out_backprop rows (one
   contiguous run of memory per slice) with a zero border in shared memory, and each thread
-  computes 2 x 4 positions per work item (:func:`planes_plan`).  Opt-in
+  computes 2 x 4 positions per work item (:func:`planes_plan`); at stride 2 bands start at even
+  padded rows and the sums take the columns' stride phase at compile time, so only the taps that
+  land are computed.  Opt-in
   (``path="planes"``) until a GPU has measured it beside ``tiled`` (:data:`PLANES_BY_DEFAULT`).
 * ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
   (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
@@ -72,8 +74,10 @@ GENERIC = (0, 0, 0, 0)
 #: Kernel paths; tests force each with ``path=``.
 PATHS = ("direct", "tiled", "mma", "planes")
 
-#: The planes kernel (``_planes``, NCHW): these square filters at stride 1 and dilation 1.
+#: The planes kernel (``_planes``, NCHW): these square filters at these strides (the same on
+#: both axes) and dilation 1.
 PLANES_FILTERS = (3, 5)
+PLANES_STRIDES = (1, 2)
 #: Its block (``dwplanes::kThreads``), positions per work item (``kSegment``), static shared
 #: memory per CTA (``kSharedBytes``), and the work items a CTA aims for at most (4 a thread:
 #: more planes or rows per CTA share its fixed costs; fewer leave more CTAs to fill the GPU).
@@ -173,15 +177,15 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
             names += [_tiled_expression(dtype, data_format, shape) for shape in SPECIALISATIONS]
             names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
             names += [_tiled_expression(dtype, data_format, shape, 2, 2) for shape in NARROW_TILES]
-        names += [_planes_expression(dtype, k) for k in PLANES_FILTERS]
+        names += [_planes_expression(dtype, k, s) for k in PLANES_FILTERS for s in PLANES_STRIDES]
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
         names += [_mma_expression(dtype, k, m) for dtype in MMA_DTYPES for k in MMA_FILTERS for m in MMA_MULTIPLIERS]
     return {SOURCE: names}
 
 
-def _planes_expression(dtype, filter_size: int) -> str:
+def _planes_expression(dtype, filter_size: int, stride: int) -> str:
     element, accumulator = _build.c_types(dtype)
-    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}>"
+    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}, {stride}>"
 
 
 def _mma_expression(dtype, filter_size: int, multiplier: int) -> str:
@@ -482,9 +486,14 @@ def planes_segments(g: Conv2DGeometry) -> int:
 
 
 def planes_pitch(g: Conv2DGeometry) -> int:
-    """Staged values per staged row of the planes kernel: a row's work items and 4 more, so that
-    every work item's 8-value window lies inside it (filters up to 5 wide)."""
-    return PLANES_SEGMENT * planes_segments(g) + PLANES_SEGMENT
+    """Staged values per staged row of the planes kernel, a multiple of 4 (aligned rows): so
+    that every work item's window lies inside it (filters up to 5 wide).  Stride 1: a row's work
+    items and 4 more (windows of 8 from 4 x item); stride 2: 2 per item and 4 more, rounded up
+    (windows of up to 6 from 2 x item)."""
+    segments = planes_segments(g)
+    if g.stride_cols == 1:
+        return PLANES_SEGMENT * segments + PLANES_SEGMENT
+    return -(-(PLANES_SEGMENT // 2 * segments + 4) // 4) * 4
 
 
 def _planes_taps(g: Conv2DGeometry) -> int:
@@ -496,9 +505,11 @@ def _planes_buffer(dtype) -> int:
 
 
 def planes_staged_rows(g: Conv2DGeometry, band: int) -> int:
-    """Staged rows per slice of the planes kernel: the band's rows rounded up to whole work items,
-    and the filter's halo."""
-    return -(-band // PLANES_ITEM_ROWS) * PLANES_ITEM_ROWS + g.filter_rows - 1
+    """Staged rows per slice of the planes kernel: the out_backprop rows of the band's rows
+    rounded up to whole work items (/ stride), and the filter's halo ((filter_rows - 1) /
+    stride)."""
+    stride = g.stride_rows
+    return -(-band // PLANES_ITEM_ROWS) * PLANES_ITEM_ROWS // stride + (g.filter_rows - 1) // stride
 
 
 def planes_rows_cap(g: Conv2DGeometry, band: int) -> int:
@@ -516,6 +527,12 @@ def planes_items(g: Conv2DGeometry, band: int) -> int:
     return -(-band // PLANES_ITEM_ROWS) * planes_segments(g)
 
 
+def planes_band_rows(g: Conv2DGeometry) -> int:
+    """Input rows the planes kernel's bands cover: in_rows, and at stride 2 the row above the
+    image where pad_top is odd (bands start at even padded rows)."""
+    return g.in_rows + g.pad_top % g.stride_rows
+
+
 def _planes_fit(g: Conv2DGeometry, dtype, planes: int, band: int) -> bool:
     per_slice = _planes_taps(g) + planes_staged_rows(g, band) * planes_pitch(g)
     return planes * g.depth_multiplier * per_slice <= _planes_buffer(dtype)
@@ -523,15 +540,18 @@ def _planes_fit(g: Conv2DGeometry, dtype, planes: int, band: int) -> bool:
 
 def planes_plan(g: Conv2DGeometry, dtype) -> tuple[int, int]:
     """(planes, band) of the planes kernel: a CTA owns ``planes`` consecutive input channels and
-    ``band`` input rows.  The band is the whole image where one plane of it fits the shared
+    ``band`` input rows (:func:`planes_band_rows`; at stride 2 an even number, whole items of
+    both stride phases).  The band is the whole image where one plane of it fits the shared
     memory and holds at most :data:`PLANES_ITEMS` work items, else the most rows that keep both;
     then as many planes (a power of two, at most in_depth rounded up) as fit both.  (0, 0) where
-    not even one row of one plane fits (wide rows at large multipliers)."""
-    if not _planes_fit(g, dtype, 1, 1):
+    not even one item row of one plane fits (wide rows at large multipliers)."""
+    step = g.stride_rows  # band granularity: 1, or a whole item at stride 2
+    if not _planes_fit(g, dtype, 1, step):
         return 0, 0
-    band = min(g.in_rows, max(1, PLANES_ITEMS // planes_segments(g) * PLANES_ITEM_ROWS))
-    while band > 1 and not _planes_fit(g, dtype, 1, band):
-        band -= 1
+    rows = planes_band_rows(g)
+    band = min(-(-rows // step) * step, max(step, PLANES_ITEMS // planes_segments(g) * PLANES_ITEM_ROWS))
+    while band > step and not _planes_fit(g, dtype, 1, band):
+        band -= step
     planes = 1
     while (planes < g.in_depth and 2 * planes * planes_items(g, band) <= PLANES_ITEMS
            and _planes_fit(g, dtype, 2 * planes, band)):
@@ -542,16 +562,17 @@ def planes_plan(g: Conv2DGeometry, dtype) -> tuple[int, int]:
 def planes_grid(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
     """The planes kernel's grid: (channel groups, bands, batch)."""
     planes, band = planes_plan(g, dtype)
-    return -(-g.in_depth // planes), -(-g.in_rows // band), g.batch
+    return -(-g.in_depth // planes), -(-planes_band_rows(g) // band), g.batch
 
 
 def planes_possible(g: Conv2DGeometry, dtype) -> bool:
-    """Whether the planes kernel can run ``g``: NCHW, a 3x3 or 5x5 filter at stride 1 and
-    dilation 1, a slice row that fits its shared memory (:func:`planes_plan`), every tensor and
-    padded coordinate in 32-bit range, and the grid within CUDA's limits."""
+    """Whether the planes kernel can run ``g``: NCHW, a 3x3 or 5x5 filter at stride 1x1 or 2x2
+    and dilation 1, a slice row that fits its shared memory (:func:`planes_plan`), every tensor
+    and padded coordinate in 32-bit range, and the grid within CUDA's limits."""
     if g.data_format != "NCHW" or g.filter_rows != g.filter_cols or g.filter_rows not in PLANES_FILTERS:
         return False
-    if (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) != (1, 1, 1, 1):
+    if g.stride_rows != g.stride_cols or g.stride_rows not in PLANES_STRIDES or (g.dilation_rows,
+                                                                                 g.dilation_cols) != (1, 1):
         return False
     if planes_plan(g, dtype) == (0, 0) or not _offsets_fit_int32(g):
         return False
@@ -566,7 +587,7 @@ def planes_chosen(g: Conv2DGeometry, dtype) -> bool:
 
 def planes_expression(g: Conv2DGeometry, dtype) -> str:
     """The name expression of the planes instantiation for ``g``."""
-    return _planes_expression(dtype, g.filter_rows)
+    return _planes_expression(dtype, g.filter_rows, g.stride_rows)
 
 
 def planes_store_cols(g: Conv2DGeometry) -> int:
@@ -608,8 +629,8 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
                          "filters at stride 1 without dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of "
                          "compute capability 8.0 or newer)")
     if path == "planes" and not planes_possible(g, dtype):
-        raise ValueError("the planes kernel cannot run this geometry (it takes NCHW, 3x3 or 5x5 filters at stride 1 "
-                         "without dilation, a slice row that fits its shared memory, and 32-bit offsets)")
+        raise ValueError("the planes kernel cannot run this geometry (it takes NCHW, 3x3 or 5x5 filters at stride "
+                         "1x1 or 2x2 without dilation, a slice row that fits its shared memory, and 32-bit offsets)")
     return path
 
 
