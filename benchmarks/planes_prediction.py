@@ -55,8 +55,8 @@ MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-11-28/measured_vs_predicted.
 STATIC = ROOT / "benchmarks/results/static_report.json"
 CHECKED = "const bool checked = __syncthreads_or(nonfinite);"
 PHASE = "} else if (pad_left % 2 == 0) {"
-STORES = ("dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);",
-          "dwconv::store_quad<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
+STORES = ("store_item_row<T>(dst, acc[0], x, in_cols, store_cols);",
+          "store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
 
 
 def loop_figures(store_cols: int, phase: int = 0) -> dict:
@@ -194,7 +194,7 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
              "(benchmarks/results/gpu_h200_2026-11-28): measured, but not of the planes kernel, which no GPU has "
              "run yet.", "",
              "## Loop figures (sm_90, thread-instructions per iteration)", "",
-             "| instantiation | registers | sums (one slice, one 2 x 4 item) | rest of an item (stores of 4 / 2 / 1) "
+             "| instantiation | registers | sums (one slice, one item: 2 x 4, stride 2 2 x 8) | rest of an item (stores of 4 / 2 / 1) "
              "| staging (a chunk of 8 inside a row / at its end) | zero fill (a 16-byte store) | filter (a tap) "
              "| straight-line | stride 2, odd column phase: sums / rest (stores of 4) |",
              "|---|---:|---:|---|---|---:|---:|---:|---|"]

@@ -20,8 +20,8 @@
 //   (MMA_CHOICE), or when asked for it (path="mma").
 // * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at strides 1 and 2, any
 //   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
-//   lie in memory, and each thread computes 2 x 4 positions of a plane (see "the planes
-//   kernel").  Opt-in (path="planes") until a GPU has timed it beside the tiled kernel.
+//   lie in memory, and each thread computes 2 x 4 positions of a plane (2 x 8 at stride 2; see
+//   "the planes kernel").  Opt-in (path="planes") until a GPU has timed it beside the tiled kernel.
 //
 // Shapes (L = layout of in_backprop / out_backprop, NHWC or NCHW):
 //   filter        [filter_rows, filter_cols, in_depth, depth_multiplier]  (always this order)
@@ -1035,19 +1035,19 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 //   when both divisions are exact.  Bands start at even padded rows: y0 = band index x BAND -
 //   pad_top % 2 (row -1 is computed where pad_top is odd, and not stored), so an item's rows i, i
 //   + 1 have phases 0 and 1 and read staged rows i / 2 .. i / 2 + HALO (HALO = (K - 1) / 2,
-//   row_origin = (y0 + pad_top) / 2 - HALO).  Items keep stride 1's columns x = 4 b .. 4 b + 3
-//   (aligned result stores), whose phases are PC, 1 - PC, ... with PC = pad_left % 2, a
-//   compile-time parameter of the sums (the CTA branches once): they read staged columns 2 b ..
-//   2 b + HALO + 1 + PC (col_origin = pad_left / 2 - HALO).  Only the taps that land are
-//   computed (9 of 36 per 2 x 2 positions at 3x3), and the staged plane is a quarter of the
-//   input plane: bands go 4 times as far.
+//   row_origin = (y0 + pad_top) / 2 - HALO).  Items take columns x = 8 b .. 8 b + 7 (aligned
+//   result stores), whose phases are PC, 1 - PC, ... with PC = pad_left % 2, a compile-time
+//   parameter of the sums (the CTA branches once): they read staged columns 4 b .. 4 b + 3 +
+//   HALO + PC (col_origin = pad_left / 2 - HALO).  Only the taps that land are computed (9 of
+//   36 per 2 x 2 positions at 3x3), and the staged plane is a quarter of the input plane: bands
+//   go 4 times as far.
 //
-// Work items.  A thread computes 2 x 4 positions (rows i, i + 1, 4 consecutive columns) of one
-// plane (a work item), each summing over slice q, then tap row (bottom to top), then tap column
-// (right to left): a fixed order, so results are bitwise reproducible.  It reads each of its
-// window rows' staged values (S = 1: KH + 1 rows of 8 values in 16-byte loads; S = 2: HALO + 1
-// rows of 4 values in loads of 2; pitch is a multiple of 4, so they are aligned) and keeps the
-// slice's filter taps in registers (16-byte loads from a padded copy in shared memory).
+// Work items.  A thread computes 2 x 4 positions (stride 2: 2 x 8; rows i, i + 1, consecutive
+// columns) of one plane (a work item), each summing over slice q, then tap row (bottom to top),
+// then tap column (right to left): a fixed order, so results are bitwise reproducible.  It reads
+// each of its window rows' 8 staged values in 16-byte loads (S = 1: KH + 1 rows; S = 2: HALO + 1;
+// pitch is a multiple of 4, so they are aligned) and keeps the slice's filter taps in registers
+// (16-byte loads from a padded copy in shared memory).
 // Consecutive threads take consecutive items of a row, so a warp's 16-byte reads are
 // consecutive 16-byte words: no bank conflicts past the 4 wavefronts every 16-byte warp
 // access takes.
@@ -1066,7 +1066,12 @@ constexpr int kThreads = 256;
 // but one of their KH + 1 window rows, and the item's fixed costs are spread over 8 positions).
 constexpr int kSegment = 4;
 constexpr int kItemRows = 2;
-// Staged values a work item reads per tap row: its 4 columns and up to 4 halo columns (K <= 5).
+// Columns of a work item at stride S: 4, and 8 at stride 2, where a position's sums are a
+// quarter of stride 1's and the item's fixed costs (index split, pointers, stores) would
+// otherwise be most of its instructions (sm_90, float16 3x3: 129 a 2 x 4 item, 16 a position).
+template <int S> constexpr int kItemCols = kSegment * S;
+// Staged values a work item reads per window row (K <= 5): its 4 columns and up to 4 halo
+// columns at stride 1; at stride 2 its 4 staged columns and up to 3 (HALO + PC).
 constexpr int kWindow = 8;
 // out_backprop elements a thread stages per step (one row's, consecutive).
 constexpr int kChunk = 8;
@@ -1120,7 +1125,7 @@ __device__ __forceinline__ void accumulate_item(const Acc* __restrict__ plane, i
 }
 
 // accumulate_item at stride 2 (see "Staging"): ``plane`` is the staged value at (staged row i,
-// staged column x), the window's first (i = the item's first row / 2, x = 2 b).  Window row a
+// staged column x), the window's first (i = the item's first row / 2, x = 4 b).  Window row a
 // (tap rows 2 (HALO - a) and 2 (HALO - a) + 1) feeds item rows 0 and 1; window column k feeds
 // position u (padded phase PC + u) through tap column s = PC + u + 2 (HALO - k): only the taps
 // that land, each once.  Each sum runs over window row ascending (tap row from the bottom), then
@@ -1128,17 +1133,15 @@ __device__ __forceinline__ void accumulate_item(const Acc* __restrict__ plane, i
 template <bool CHECKED, int KH, int KW, int PC, typename Acc>
 __device__ __forceinline__ void accumulate_item_s2(const Acc* __restrict__ plane, int pitch,
                                                    const Acc (&w)[Taps<KH, KW>::PADDED],
-                                                   Acc (&acc)[kItemRows][kSegment], int i, int x, int row_begin,
-                                                   int row_end, int col_begin, int col_end) {
-    constexpr int HALO_ROWS = (KH - 1) / 2, HALO_COLS = (KW - 1) / 2;
-    constexpr int COLS = kSegment / 2 + HALO_COLS + PC;  // window columns that feed the item
-    constexpr int WINDOW = (COLS + 1) / 2 * 2;           // loaded in pairs (aligned: x is even)
-    static_assert(kItemRows == 2 && WINDOW <= 6, "a 2-row item, filters up to 5 wide");
+                                                   Acc (&acc)[kItemRows][kItemCols<2>], int i, int x,
+                                                   int row_begin, int row_end, int col_begin, int col_end) {
+    constexpr int HALO_COLS = (KW - 1) / 2, HALO_ROWS = (KH - 1) / 2;
+    constexpr int COLS = kItemCols<2> / 2 + HALO_COLS + PC;  // window columns that feed the item
+    static_assert(kItemRows == 2 && COLS <= kWindow, "a 2-row item, filters up to 5 wide");
 #pragma unroll
     for (int a = 0; a <= HALO_ROWS; ++a) {
-        Acc v[WINDOW];
-#pragma unroll
-        for (int k = 0; k < WINDOW; k += 2) dwconv::load_run<2>(plane + a * pitch + k, v + k);
+        Acc v[kWindow];
+        load_aligned<kWindow>(plane + a * pitch, v);  // x is a multiple of 4
         if (CHECKED && (i + a < row_begin || i + a >= row_end)) continue;
 #pragma unroll
         for (int j = 0; j < kItemRows; ++j) {
@@ -1148,13 +1151,24 @@ __device__ __forceinline__ void accumulate_item_s2(const Acc* __restrict__ plane
             for (int k = 0; k < COLS; ++k) {
                 if (CHECKED && (x + k < col_begin || col_end <= x + k)) continue;  // outside out_backprop
 #pragma unroll
-                for (int u = 0; u < kSegment; ++u) {
+                for (int u = 0; u < kItemCols<2>; ++u) {
                     const int s = PC + u + 2 * (HALO_COLS - k);  // the tap column that carries window column k to u
                     if (s < 0 || s >= KW) continue;
                     acc[j][u] += w[r * KW + s] * v[k];
                 }
             }
         }
+    }
+}
+
+// A work item row's N results from column x on (x < in_cols), a quad at a time
+// (dwconv::store_quad: ``cols`` per store); quads that start past the image are not stored.
+template <typename T, int N, typename Acc>
+__device__ __forceinline__ void store_item_row(T* dst, const Acc (&v)[N], int x, int in_cols, int cols) {
+#pragma unroll
+    for (int h = 0; h < N; h += kSegment) {
+        const Acc quad[kSegment] = {v[h], v[h + 1], v[h + 2], v[h + 3]};
+        if (h == 0 || x + h < in_cols) dwconv::store_quad<T>(dst + h, quad, x + h, in_cols, cols);
     }
 }
 
@@ -1165,8 +1179,8 @@ __device__ __forceinline__ void accumulate_item_s2(const Acc* __restrict__ plane
 // ``planes``, bands of ``band`` rows, batch); block: dwplanes::kThreads.  With staged_rows =
 // band rounded up to kItemRows, / S, + (KH - 1) / S, the launcher chooses planes and band (even
 // at S = 2) so that planes x M x (staged_rows x pitch + Taps::PADDED) values fit kSharedBytes;
-// pitch = 4 x segments + 4 (S = 1), 2 x segments + 4 rounded up to a multiple of 4 (S = 2), with
-// segments = ceil(in_cols / 4); rows_cap = min(out_rows, staged_rows), the most
+// pitch = 4 x segments + 4, with segments = ceil(in_cols / kItemCols<S>) (an item's staged
+// columns: 4 a segment at either stride); rows_cap = min(out_rows, staged_rows), the most
 // out_backprop rows a band stages.  Each (magic, shift) pair divides by: chunk, ceil(out_cols / kChunk);
 // rows, rows_cap; items, ceil(band / kItemRows) x segments; segments, segments.  store_cols: 4,
 // 2 or 1 result columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).
@@ -1183,6 +1197,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     using namespace dwplanes;
     using Tp = Taps<KH, KW>;
     static_assert(S == 1 || S == 2, "strides 1 and 2");
+    constexpr int ITEM_COLS = kItemCols<S>;
     constexpr int BUFFER = kSharedBytes / static_cast<int>(sizeof(Acc));
     __shared__ __align__(16) Acc shared[BUFFER];
 
@@ -1194,7 +1209,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     const int slices = my_planes * M;  // staged slices: out_backprop channels c0 * M .. c0 * M + slices - 1
     // The last item's rows too; at S = 2 a whole item lies in its band (band is even).
     const int staged_rows = (band + kItemRows - 1) / kItemRows * kItemRows / S + (KH - 1) / S;
-    const int pitch = S == 1 ? kSegment * segments + kSegment : (kSegment / 2 * segments + 4 + 3) / 4 * 4;
+    const int pitch = ITEM_COLS / S * segments + kSegment;
     const int tid = static_cast<int>(threadIdx.x);
     Acc* const taps = shared;                                 // [slices][Tp::PADDED]
     Acc* const stage = shared + planes * M * Tp::PADDED;      // [slices][staged_rows][pitch]
@@ -1278,10 +1293,10 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
         const int pair = magic_divide(rest, segments_magic, segments_shift);
         const int i = pair * kItemRows;
         const int segment = rest - pair * segments;
-        const int x = segment * kSegment;
+        const int x = segment * ITEM_COLS;
         const int y = y0 + i;
         if (y >= in_rows) continue;
-        Acc acc[kItemRows][kSegment] = {};
+        Acc acc[kItemRows][ITEM_COLS] = {};
         // One slice an iteration: multipliers are 1 or 2 in practice, where nvcc's 4-way unrolling
         // of the stride-2 sums (stride 1's it leaves rolled) only ran its remainder copies.
 #pragma unroll 1
@@ -1290,7 +1305,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
             Acc w[Tp::PADDED];
             load_aligned<Tp::PADDED>(taps + slice * Tp::PADDED, w);
             // The window's first staged row and column.
-            const int wi = i / S, wx = segment * kSegment / S;
+            const int wi = i / S, wx = segment * ITEM_COLS / S;
             const Acc* const plane = stage + (slice * staged_rows + wi) * pitch + wx;
             if constexpr (S == 1) {
                 if (checked)
@@ -1311,9 +1326,9 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
         }
         T* const dst = in_backprop + ((n * in_depth + c0 + p) * in_rows + y) * in_cols + x;
         // Row -1 (S = 2, an odd pad_top) is computed for its phase and not stored.
-        if (S == 1 || y >= 0) dwconv::store_quad<T>(dst, acc[0], x, in_cols, store_cols);
+        if (S == 1 || y >= 0) store_item_row<T>(dst, acc[0], x, in_cols, store_cols);
         // An odd band's last item reaches one row into the next band, which stores that row.
-        if (i + 1 < band && y + 1 < in_rows) dwconv::store_quad<T>(dst + in_cols, acc[1], x, in_cols, store_cols);
+        if (i + 1 < band && y + 1 < in_rows) store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);
     }
 }
 

@@ -706,13 +706,13 @@ def test_planes_prediction_counts_a_ctas_work():
     assert pp.dx.planes_plan(g, np.dtype(np.float32)) == (32, 7)
     want = (32 * 8 * (100 + 90) + 32 * 7 * 60 + 32 * 10 * 12 / 4 * 1.25 + 9 * 32 * 30 + 256 * 80) / (32 * 7 * 7)
     assert pp.per_element(g, np.dtype(np.float32), f) == pytest.approx(want)
-    # Stride 2, dw9 14 x 14 x 576 3x3/2 (SAME pads 0 above and left): 32 planes of 7 x 4 items;
-    # 7 out_backprop rows of 7 (one short chunk each); 8 staged rows (7 and the halo) of 12 (2 x 4
-    # items + 4) values.
+    # Stride 2, dw9 14 x 14 x 576 3x3/2 (SAME pads 0 above and left): 32 planes of 7 x 2 items
+    # (2 x 8 positions each); 7 out_backprop rows of 7 (one short chunk each); 8 staged rows (7
+    # and the halo) of 12 (4 x 2 items + 4) values.
     g = next(c for c in suites.suite("mobilenetv2") if c.label == "dw9 14x14x576 3x3/2 m1 NCHW"
              and c.op == "depthwise_conv2d_native_backprop_input").geometry()
     assert pp.dx.planes_plan(g, np.dtype(np.float32)) == (32, 14)
-    want = (32 * 28 * (100 + 90) + 32 * 7 * 60 + 32 * 8 * 12 / 4 * 1.25 + 9 * 32 * 30 + 256 * 80) / (32 * 14 * 14)
+    want = (32 * 14 * (100 + 90) + 32 * 7 * 60 + 32 * 8 * 12 / 4 * 1.25 + 9 * 32 * 30 + 256 * 80) / (32 * 14 * 14)
     assert pp.per_element(g, np.dtype(np.float32), f) == pytest.approx(want)
 
 

@@ -1340,17 +1340,18 @@ def test_planes_plan():
                                  padding="SAME", data_format="NHWC", dtype=np.float32)[0])
     assert not cuda_launcher.planes_possible(nhwc, f32)
     assert not cuda_launcher.PLANES_BY_DEFAULT and not cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
-    # Stride 2: even bands from an even padded row.  SAME 5x5 on 56 x 56 pads 1 above and left:
-    # rows -1 .. 56 (58, one band) in items of 2, columns 0 .. 55 in 14 items (odd phase); 2
-    # planes (812 items), staged 29 + 2 rows of 32 (2 x 14 + 4) values a slice.
+    # Stride 2: even bands from an even padded row, items of 2 x 8.  SAME 5x5 on 56 x 56 pads 1
+    # above and left: rows -1 .. 56 (58, one band) in items of 2 rows, columns 0 .. 55 in 7 items
+    # (odd phase); 4 planes (812 items), staged 29 + 2 rows of 32 (4 x 7 + 4) values a slice.
     s2 = geometry(56, 56, 144, k=5, stride=2)
     assert (s2.pad_top, s2.pad_left) == (1, 1) and cuda_launcher.planes_band_rows(s2) == 57
-    assert cuda_launcher.planes_plan(s2, f32) == (2, 58) and cuda_launcher.planes_grid(s2, f32) == (72, 1, 1)
-    assert cuda_launcher.planes_segments(s2) == 14 and cuda_launcher.planes_pitch(s2) == 32
+    assert cuda_launcher.planes_plan(s2, f32) == (4, 58) and cuda_launcher.planes_grid(s2, f32) == (36, 1, 1)
+    assert cuda_launcher.planes_item_cols(s2) == 8 and cuda_launcher.planes_segments(s2) == 7
+    assert cuda_launcher.planes_pitch(s2) == 32 and cuda_launcher.planes_items(s2, 58) == 203
     assert cuda_launcher.planes_staged_rows(s2, 58) == 31 and cuda_launcher.planes_store_cols(s2) == 4
-    wide2 = geometry(112, 112, 96, stride=2)  # 28 items a row: bands of 1024 // 28 x 2 = 72 rows
-    assert cuda_launcher.planes_plan(wide2, f32) == (1, 72) and cuda_launcher.planes_grid(wide2, f32)[1] == 2
-    assert cuda_launcher.planes_pitch(wide2) == 60 and cuda_launcher.planes_store_cols(wide2) == 4  # 2 x 28 + 4
+    wide2 = geometry(112, 112, 96, stride=2)  # 14 items a row: the whole plane, 56 x 14 items
+    assert cuda_launcher.planes_plan(wide2, f32) == (1, 112) and cuda_launcher.planes_grid(wide2, f32)[1] == 1
+    assert cuda_launcher.planes_pitch(wide2) == 60 and cuda_launcher.planes_store_cols(wide2) == 4  # 4 x 14 + 4
     small = dict(x_shape=(1, 9, 9, 2), filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="VALID",
                     data_format="NCHW", dtype=np.float32)
     valid = geometry_of(make_case(np.random.default_rng(0), **small)[0])
@@ -1367,9 +1368,10 @@ PLANES_ITEMS_DEFAULT = cuda_launcher.PLANES_ITEMS  # planes_problem's calls rese
 PLANES_PROBLEM = (
     ((2, 13, 11, 7), (5, 5), 1, ((1, 3), (6, 0)), 2, 6),
     ((2, 6, 6, 11), (3, 3), 1, ((2, 0), (0, 1)), 1, 60),
-    # Stride 2: odd pads on both axes (row -1 computed, not stored; the odd column phase), bands of
-    # 4 rows; then even pads and 4 planes a CTA, the last group of 3.
-    ((2, 13, 11, 7), (5, 5), 2, ((1, 2), (3, 0)), 2, 6),
+    # Stride 2: odd pads on both axes (row -1 computed, not stored; the odd column phase, whose
+    # item's last column takes tap column 0 from out_backprop column 5 of 9), bands of 4 rows;
+    # then even pads and 4 planes a CTA, the last group of 3.
+    ((2, 13, 19, 7), (5, 5), 2, ((1, 2), (3, 0)), 2, 6),
     ((2, 10, 12, 11), (3, 3), 2, ((2, 1), (0, 2)), 1, 60),
 )
 
@@ -1456,11 +1458,13 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
     "planes-s2-tap-columns-of-the-other-phase": ("const int s = PC + u + 2 * (HALO_COLS - k);",
                                                  "const int s = (PC ^ 1) + u + 2 * (HALO_COLS - k);"),
     "planes-s2-column-phase-ignored": ("} else if (pad_left % 2 == 0) {", "} else if (true) {"),
-    "planes-s2-window-without-the-phase-column": ("constexpr int COLS = kSegment / 2 + HALO_COLS + PC;",
-                                                  "constexpr int COLS = kSegment / 2 + HALO_COLS;"),
+    "planes-s2-window-without-the-phase-column": ("constexpr int COLS = kItemCols<2> / 2 + HALO_COLS + PC;",
+                                                  "constexpr int COLS = kItemCols<2> / 2 + HALO_COLS;"),
+    "planes-s2-second-quad-of-an-item-dropped": ("if (h == 0 || x + h < in_cols) dwconv::store_quad",
+                                                 "if (h == 0) dwconv::store_quad"),
     "planes-s2-window-a-row-short": ("for (int a = 0; a <= HALO_ROWS; ++a)", "for (int a = 0; a < HALO_ROWS; ++a)"),
     "planes-s2-bands-ignore-an-odd-pad-top": ("* band - pad_top % S;", "* band;"),
-    "planes-s2-row-above-the-image-stored": ("if (S == 1 || y >= 0) dwconv::store_quad", "dwconv::store_quad"),
+    "planes-s2-row-above-the-image-stored": ("if (S == 1 || y >= 0) store_item_row", "store_item_row"),
     "planes-s2-checked-loop-ignores-the-left-edge": ("if (CHECKED && (x + k < col_begin || col_end <= x + k))",
                                                      "if (CHECKED && col_end <= x + k)"),
     "planes-s2-staged-rows-without-the-halo": ("/ S + (KH - 1) / S;\n", "/ S;\n"),

@@ -21,7 +21,8 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   (:func:`planes_possible`): a CTA of 256 threads owns several consecutive channel planes of
   one image and a band of rows across the whole width, stages their out_backprop rows (one
   contiguous run of memory per slice) with a zero border in shared memory, and each thread
-  computes 2 x 4 positions per work item (:func:`planes_plan`); at stride 2 bands start at even
+  computes 2 x 4 positions per work item (2 x 8 at stride 2, :func:`planes_item_cols`;
+  :func:`planes_plan`); at stride 2 bands start at even
   padded rows and the sums take the columns' stride phase at compile time, so only the taps that
   land are computed.  Opt-in
   (``path="planes"``) until a GPU has measured it beside ``tiled`` (:data:`PLANES_BY_DEFAULT`).
@@ -480,20 +481,21 @@ def mma_grid(g: Conv2DGeometry) -> tuple[int, int, int]:
     return down * across, g.in_depth, -(-g.batch // (MMA_WARPS * per_warp))
 
 
+def planes_item_cols(g: Conv2DGeometry) -> int:
+    """Columns of a planes work item (``dwplanes::kItemCols``): 4, and 8 at stride 2."""
+    return PLANES_SEGMENT * g.stride_cols
+
+
 def planes_segments(g: Conv2DGeometry) -> int:
-    """Work items across a row of the planes kernel (4 positions each)."""
-    return -(-g.in_cols // PLANES_SEGMENT)
+    """Work items across a row of the planes kernel."""
+    return -(-g.in_cols // planes_item_cols(g))
 
 
 def planes_pitch(g: Conv2DGeometry) -> int:
-    """Staged values per staged row of the planes kernel, a multiple of 4 (aligned rows): so
-    that every work item's window lies inside it (filters up to 5 wide).  Stride 1: a row's work
-    items and 4 more (windows of 8 from 4 x item); stride 2: 2 per item and 4 more, rounded up
-    (windows of up to 6 from 2 x item)."""
-    segments = planes_segments(g)
-    if g.stride_cols == 1:
-        return PLANES_SEGMENT * segments + PLANES_SEGMENT
-    return -(-(PLANES_SEGMENT // 2 * segments + 4) // 4) * 4
+    """Staged values per staged row of the planes kernel, a multiple of 4 (aligned rows): 4 per
+    work item (its columns / stride) and 4 more, so that every item's window of 8 from 4 x item
+    lies inside it (filters up to 5 wide)."""
+    return planes_item_cols(g) // g.stride_cols * planes_segments(g) + PLANES_SEGMENT
 
 
 def _planes_taps(g: Conv2DGeometry) -> int:
@@ -523,7 +525,7 @@ def planes_chunks_per_row(g: Conv2DGeometry) -> int:
 
 
 def planes_items(g: Conv2DGeometry, band: int) -> int:
-    """Work items of one plane's band (2 rows x 4 columns each)."""
+    """Work items of one plane's band (2 rows x :func:`planes_item_cols` columns each)."""
     return -(-band // PLANES_ITEM_ROWS) * planes_segments(g)
 
 
