@@ -1364,6 +1364,21 @@ def test_planes_plan():
 PLANES_ITEMS_DEFAULT = cuda_launcher.PLANES_ITEMS  # planes_problem's calls reset to it between them
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=tiled_cases(), seed=st.integers(0, 2**32 - 1), items=st.sampled_from([None, 4, 12, 40]))
+def test_cuda_planes_property(cuda_device, monkeypatch, case, seed, items):
+    """Random NCHW shapes on the planes path (3x3 / 5x5 at strides 1 and 2; any sizes, pads,
+    multipliers and dtypes; whole planes, or bands from a shrunk work-item budget) match the
+    loops and the NumPy backend, or are refused where one item row cannot fit."""
+    monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items or PLANES_ITEMS_DEFAULT)
+    cuda_launcher._planes_args.cache_clear()
+    try:
+        kwargs, ref, scale = make_case(np.random.default_rng(seed), **dict(case, data_format="NCHW"))
+        check_cuda(kwargs, ref, scale, path="planes", device=cuda_device)
+    finally:
+        cuda_launcher._planes_args.cache_clear()
+
+
 #: planes_problem's calls: (x_shape, filter, stride, pads, multiplier, PLANES_ITEMS).
 PLANES_PROBLEM = (
     ((2, 13, 11, 7), (5, 5), 1, ((1, 3), (6, 0)), 2, 6),
