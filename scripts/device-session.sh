@@ -80,7 +80,7 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (110), the full sections (100), then the filter gradient's timing in the rest.
+# 340 s): A/B (110), the full sections (120), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel and the planes kernel (engines gradops-cuda,
 # gradops-cuda:tiled, gradops-cuda:planes), whose default waits for this measurement
@@ -100,12 +100,16 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
 # float16 cases: the input gradient's tiled NHWC / NCHW kernels and its tensor-core NCHW kernel,
 # the filter gradient's tiled NHWC kernel, both fractional pooling gradients, and last (if the
 # time allows) the worst measured layer, the NCHW input gradient at 5x5 stride 2 (5.9% of HBM,
-# 4.6x its NHWC time), whose slowness the SASS does not explain.
-timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
+# 4.6x its NHWC time), whose slowness the SASS does not explain.  The NCHW input-gradient cases
+# also on the planes kernel (--paths planes): its L1/L2 sectors per request beside the tiled
+# kernel's.  Measured, the tiled kernel's NCHW/NHWC time ratio grows as its NCHW result stores
+# narrow (4 / 2 / 1 columns a lane: geometric means 2.0 / 2.4 / 3.3, H200), and a lane stores
+# to its own channel plane; these sections show whether sectors, not bytes, set its time.
+timeout -s INT -k 10 120 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional,efficientnet \
-    --engines gradops-cuda --dtypes float16 \
+    --engines gradops-cuda --paths planes --dtypes float16 \
     --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
-    --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
+    --time-limit 100 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 
 # Kernel times of the filter gradient (its reduction and its tiled kernel's out_backprop loads
