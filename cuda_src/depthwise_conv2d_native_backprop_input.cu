@@ -1209,7 +1209,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     const int slices = my_planes * M;  // staged slices: out_backprop channels c0 * M .. c0 * M + slices - 1
     // The last item's rows too; at S = 2 a whole item lies in its band (band is even).
     const int staged_rows = (band + kItemRows - 1) / kItemRows * kItemRows / S + (KH - 1) / S;
-    const int pitch = ITEM_COLS / S * segments + kSegment;
+    const int pitch = kSegment * segments + kSegment;
     const int tid = static_cast<int>(threadIdx.x);
     Acc* const taps = shared;                                 // [slices][Tp::PADDED]
     Acc* const stage = shared + planes * M * Tp::PADDED;      // [slices][staged_rows][pitch]
@@ -1304,8 +1304,9 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
             const int slice = p * M + q;
             Acc w[Tp::PADDED];
             load_aligned<Tp::PADDED>(taps + slice * Tp::PADDED, w);
-            // The window's first staged row and column.
-            const int wi = i / S, wx = segment * ITEM_COLS / S;
+            // The window's first staged row and column (an item's ITEM_COLS columns are kSegment
+            // out_backprop columns at either stride).
+            const int wi = i / S, wx = segment * kSegment;
             const Acc* const plane = stage + (slice * staged_rows + wi) * pitch + wx;
             if constexpr (S == 1) {
                 if (checked)

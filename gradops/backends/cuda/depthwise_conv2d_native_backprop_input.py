@@ -493,9 +493,9 @@ def planes_segments(g: Conv2DGeometry) -> int:
 
 def planes_pitch(g: Conv2DGeometry) -> int:
     """Staged values per staged row of the planes kernel, a multiple of 4 (aligned rows): 4 per
-    work item (its columns / stride) and 4 more, so that every item's window of 8 from 4 x item
-    lies inside it (filters up to 5 wide)."""
-    return planes_item_cols(g) // g.stride_cols * planes_segments(g) + PLANES_SEGMENT
+    work item (its columns / stride, at either stride) and 4 more, so that every item's window of
+    8 from 4 x item lies inside it (filters up to 5 wide)."""
+    return PLANES_SEGMENT * planes_segments(g) + PLANES_SEGMENT
 
 
 def _planes_taps(g: Conv2DGeometry) -> int:
