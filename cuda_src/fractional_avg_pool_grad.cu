@@ -1,7 +1,12 @@
-// FractionalAvgPoolGrad as a tiled gather: a block stages in shared memory the shares
-// dy / cell_size of the pooling cells its tile of the input gradient touches, once per (cell,
-// channel); each thread then sums, for its input positions and its vector of channels, the shares
-// of the cells containing each position, in TF's order.  No atomics; one fixed order per element.
+// FractionalAvgPoolGrad, two kernels:
+// * fractional_avg_pool_grad, a tiled gather for any valid sequences: a block stages in shared
+//   memory the shares dy / cell_size of the pooling cells its tile of the input gradient
+//   touches, once per (cell, channel); each thread then sums, for its input positions and its
+//   vector of channels, the shares of the cells containing each position, in TF's order.
+// * fractional_avg_pool_grad_cells (at the end of this file) for sequences whose cells partition
+//   the input (TF's generator makes such sequences), overlapping or not: a thread per cell and
+//   vector of channels writes the cell's values over the cell's own region.
+// No atomics in either; one fixed order per element, the same bits from both.
 //
 // Shapes (NHWC only: the op has no data_format):
 //   out_backprop  [batch, out_rows, out_cols, depth]
@@ -252,24 +257,32 @@ template <typename T> __device__ __forceinline__ double element_share(T d, doubl
     return a * y;
 }
 
-// Stores the shares d[v] / b of one cell at s[0 .. V), two at a time (16-byte stores) when V is
-// even; the vector's finiteness is tested once, so the common path has no per-element test.
+// s[v] = d[v] / b for one cell's vector, as TF rounds them (y = reciprocal(b)); the vector's
+// finiteness is tested once, so the common path has no per-element test.
 template <typename T, int V>
-__device__ __forceinline__ void stage_shares(const Vector<T, V>& d, double b, double y, double* s) {
-    constexpr int P = V % 2 == 0 ? 2 : 1;
+__device__ __forceinline__ void cell_shares(const Vector<T, V>& d, double b, double y, double (&s)[V]) {
     if (finite_vector(d)) {
 #pragma unroll
-        for (int v = 0; v < V; v += P) {
-            if constexpr (P == 2) {
-                *reinterpret_cast<double2*>(s + v) =
-                    make_double2(element_share(d.e[v], b, y, true), element_share(d.e[v + 1], b, y, true));
-            } else {
-                s[v] = element_share(d.e[v], b, y, true);
-            }
-        }
+        for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, true);
     } else {
 #pragma unroll
         for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, false);
+    }
+}
+
+// Stores the shares d[v] / b of one cell at s[0 .. V), two at a time (16-byte stores) when V is
+// even.
+template <typename T, int V>
+__device__ __forceinline__ void stage_shares(const Vector<T, V>& d, double b, double y, double* s) {
+    double shares[V];
+    cell_shares<T, V>(d, b, y, shares);
+#pragma unroll
+    for (int v = 0; v < V; v += V % 2 == 0 ? 2 : 1) {
+        if constexpr (V % 2 == 0) {
+            *reinterpret_cast<double2*>(s + v) = make_double2(shares[v], shares[v + 1]);
+        } else {
+            s[v] = shares[v];
+        }
     }
 }
 
@@ -322,11 +335,15 @@ template <typename T, int V> __device__ __forceinline__ void store_zeros(T* p) {
     *reinterpret_cast<Vector<T, V>*>(p) = out;
 }
 
-template <typename T, int V> __device__ __forceinline__ void store_vector(T* p, const double (&sum)[V]) {
+template <typename T, int V> __device__ __forceinline__ Vector<T, V> round_vector(const double (&sum)[V]) {
     Vector<T, V> out;
 #pragma unroll
     for (int v = 0; v < V; ++v) out.e[v] = from_double<T>(sum[v]);
-    *reinterpret_cast<Vector<T, V>*>(p) = out;
+    return out;
+}
+
+template <typename T, int V> __device__ __forceinline__ void store_vector(T* p, const double (&sum)[V]) {
+    *reinterpret_cast<Vector<T, V>*>(p) = round_vector<T, V>(sum);
 }
 
 }  // namespace fractional
@@ -516,6 +533,126 @@ __global__ void fractional_avg_pool_grad(
                             }
                             store_vector<T, V>(out_column + y * in_cols * depth, sum);
                         }
+                    }
+                }
+            }
+        }
+    }
+}
+
+// Partitions (the sequences TF's fractional pooling generates: cells that start at 0, follow
+// one another and end at the last input index; overlapping cells also share their boundary
+// row or column): a thread per (cell column, channel vector, chunk of cell rows) computes each
+// cell's shares once and writes them over the cell's own region, rows row_bounds[r] ..
+// row_bounds[r + 1] - 1 and columns col_bounds[c] .. col_bounds[c + 1] - 1.  No shared memory,
+// no barriers, no per-element tables: every input-gradient element is one of at most four
+// values per cell, rounded once and stored as 16-byte vectors.
+//
+// Overlapping cells: the region's first row (r > 0) also lies in cell r - 1, its first column
+// (c > 0) in cell c - 1, and TF adds the shares cell by cell in row-cell-major order, so the
+// first row takes s(r-1, c) + s(r, c), the first column s(r, c-1) + s(r, c) and the corner
+// ((s(r-1, c-1) + s(r-1, c)) + s(r, c-1)) + s(r, c).  A thread walks down its column of cells
+// keeping the row above (s(r-1, c) and s(r-1, c-1) are the previous row's s(r, c) and
+// s(r, c-1)); it recomputes s(r, c-1), its left neighbour's own share, from the same
+// out_backprop vector and cell size, so the bits are the neighbour's.  A missing neighbour
+// (r = 0 or c = 0) is +0.0: no share is -0.0, so +0.0 + s and s + +0.0 are s, and the four
+// values are then the ones TF sums for that position.
+//
+// Threads: threadIdx.x is the channel vector within the block's blockDim.x (a power of two
+// dividing the vectors, so no lane is idle), threadIdx.y the cell column among the flattened
+// (batch item, cell column) pairs, blockIdx.y the chunk of chunk_rows cell rows and blockIdx.z
+// the block of channels; each grid dimension is strided, so any size is covered.
+template <typename T, typename I, int V, bool OVERLAP>
+__global__ void fractional_avg_pool_grad_cells(
+    const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
+    const I* __restrict__ row_bounds, const I* __restrict__ row_sizes, const I* __restrict__ col_bounds,
+    const I* __restrict__ col_sizes, I in_rows, I in_cols, I depth, I out_rows, I out_cols, I columns,
+    I column_blocks, I row_chunks, I channel_blocks, unsigned out_cols_magic, int out_cols_shift, int chunk_rows) {
+    using namespace fractional;
+    using Vec = Vector<T, V>;
+    for (I bz = blockIdx.z; bz < channel_blocks; bz += gridDim.z) {
+        const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;
+        for (I by = blockIdx.y; by < row_chunks; by += gridDim.y) {
+            const I r0 = by * chunk_rows;
+            const I r1 = min(r0 + chunk_rows, out_rows);
+            for (I bx = blockIdx.x; bx < column_blocks; bx += gridDim.x) {
+                const I j = bx * static_cast<I>(blockDim.y) + static_cast<I>(threadIdx.y);
+                if (j >= columns || ch >= depth) continue;
+                I n;
+                if constexpr (sizeof(I) == 4) {
+                    n = magic_divide(j, out_cols_magic, out_cols_shift);
+                } else {
+                    n = j / out_cols;
+                }
+                const I c = j - n * out_cols;
+                const bool has_left = OVERLAP && c > 0;
+                const I col_first = col_bounds[c], col_count = col_bounds[c + 1] - col_first;
+                const double col_size = static_cast<double>(col_sizes[c]);
+                const double left_size = has_left ? static_cast<double>(col_sizes[c - 1]) : 0.0;
+                // out_backprop at (n, r, c, ch) is dy_column + r * dy_row.
+                const I dy_row = out_cols * depth;
+                const T* const dy_column = out_backprop + (n * out_rows * out_cols + c) * depth + ch;
+                const I dx_row = in_cols * depth;
+                T* const dx_column = in_backprop + (n * in_rows * in_cols + col_first) * depth + ch;
+
+                // s(r - 1, c) and s(r - 1, c - 1): +0.0 where that cell does not exist.
+                double up[V], up_left[V];
+#pragma unroll
+                for (int v = 0; v < V; ++v) up[v] = up_left[v] = 0.0;
+                const auto shares_of = [&](const T* dy, double size, double (&s)[V]) {
+                    const Vec d = *reinterpret_cast<const Vec*>(dy);
+                    cell_shares<T, V>(d, size, reciprocal(size), s);
+                };
+                if (OVERLAP && r0 > 0) {
+                    const double row_size = static_cast<double>(row_sizes[r0 - 1]);
+                    shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_size, up);
+                    if (has_left) shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_size, up_left);
+                }
+#pragma unroll 1
+                for (I r = r0; r < r1; ++r) {
+                    const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
+                    const double row_size = static_cast<double>(row_sizes[r]);
+                    double own[V];
+                    shares_of(dy_column + r * dy_row, row_size * col_size, own);
+                    // The values of the region's first row (its first column: corner; the others:
+                    // top) and of its other rows (first column: left; the others: inner), each
+                    // rounded only where the region has such positions.
+                    Vec corner, top, left, inner;
+                    if constexpr (OVERLAP) {
+                        double left_own[V];
+#pragma unroll
+                        for (int v = 0; v < V; ++v) left_own[v] = 0.0;
+                        if (has_left) shares_of(dy_column + r * dy_row - depth, row_size * left_size, left_own);
+                        double sum[V];
+#pragma unroll
+                        for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
+                        corner = top = left = inner = round_vector<T, V>(sum);
+                        if (col_count > 1) {
+#pragma unroll
+                            for (int v = 0; v < V; ++v) sum[v] = up[v] + own[v];
+                            top = round_vector<T, V>(sum);
+                        }
+                        if (row_count > 1) {
+#pragma unroll
+                            for (int v = 0; v < V; ++v) sum[v] = left_own[v] + own[v];
+                            left = round_vector<T, V>(sum);
+                            if (col_count > 1) inner = round_vector<T, V>(own);
+                        }
+#pragma unroll
+                        for (int v = 0; v < V; ++v) {
+                            up[v] = own[v];
+                            up_left[v] = left_own[v];
+                        }
+                    } else {
+                        corner = top = left = inner = round_vector<T, V>(own);
+                    }
+                    T* dx = dx_column + row_first * dx_row;
+#pragma unroll 1
+                    for (I y = 0; y < row_count; ++y, dx += dx_row) {
+                        *reinterpret_cast<Vec*>(dx) = y == 0 ? corner : left;
+                        const Vec rest = y == 0 ? top : inner;
+#pragma unroll 1
+                        for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + x * depth) = rest;
                     }
                 }
             }

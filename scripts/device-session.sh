@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # One lent-GPU session (the `device` tool), prepared to fit its 15 minutes (one call of about
 # 8 minutes plus a machine start): warm the kernel cache, GPU tests beside compute-sanitizer
-# memcheck and racecheck, an Nsight Compute A/B of the input gradient's NCHW kernels (tiled
-# against planes), ncu's full sections (stall reasons, occupancy) for a few representative
+# memcheck and racecheck, Nsight Compute A/Bs of the input gradient's NCHW kernels (tiled
+# against planes) and of the fractional pooling gradients' (launcher's against cells), ncu's full sections (stall reasons, occupancy) for a few representative
 # kernels, then Nsight Compute kernel times of the filter gradient (with an A/B of its tiled
 # kernel's synchronous and asynchronous staging).  Every step has its
 # own time cap, and a hung kernel fails its test (pytest-timeout) instead of stalling a worker:
@@ -51,8 +51,10 @@ timeout 100 python3 scripts/warm_kernel_cache.py --jobs 14 >"$W/warm.log" 2>&1 &
 WARM=$!
 sanitize memcheck 260 "" tests/test_advisories.py tests/test_nan_inf.py \
     tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py &
-# memcheck on the input gradient's planes kernel (new since the last GPU run).
-sanitize memcheck:memcheck-planes 200 "planes or mma" tests/test_depthwise_conv2d_native_backprop_input.py &
+# memcheck on the input gradient's planes kernel and the fractional pooling gradients' cells
+# kernels (new since the last GPU run; the fractional tests run them beside the launchers' kernels).
+sanitize memcheck:memcheck-planes 200 "planes or mma or cuda_generated or cuda_hand_written or cells" \
+    tests/test_depthwise_conv2d_native_backprop_input.py tests/test_fractional_avg_pool_grad.py &
 # racecheck on the filter gradient's asynchronous staging (cp.async into shared memory and its
 # barriers, new since the last GPU run), whose tests the run over whole files may not reach;
 # one more process only (the GPU tests share the GPU and 16 cores with the sanitizers).
@@ -80,7 +82,7 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (110), the full sections (120), then the filter gradient's timing in the rest.
+# 340 s): A/B (110 + 50), the full sections (120), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel and the planes kernel (engines gradops-cuda,
 # gradops-cuda:tiled, gradops-cuda:planes), whose default waits for this measurement
@@ -95,6 +97,18 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 --summary 2>&1 \
     | tee "$W/ncu_ab_summary.md"
 
+# A/B of the fractional pooling gradients: the launcher's kernels (gradops-cuda: average's gather,
+# max's select + gather) against the cells kernels (gradops-cuda:cells; max: disjoint cells only),
+# whose defaults wait for this (CELLS_BY_DEFAULT): the fractional cases in float16 and float32,
+# 28 calls.
+timeout -s INT -k 10 50 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+    python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_fractional_index.json" --suites fractional \
+    --engines gradops-cuda --paths cells --ops fractional --time-limit 40 \
+    >"$W/ncu_ab_fractional.csv" 2>"$W/ncu_ab_fractional.err"
+stamp "ncu A/B fractional: $(tail -1 "$W/ncu_ab_fractional.err")"
+python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional_index.json" --bandwidth 4.8e12 \
+    2>&1 | tee "$W/ncu_ab_fractional.md"
+
 # Why the kernels take 1.3 to 10 times the static model's time (2026-11-28): ncu's full
 # sections (issue slots, stall reasons, achieved occupancy, L1/L2/DRAM) for representative
 # float16 cases: the input gradient's tiled NHWC / NCHW kernels and its tensor-core NCHW kernel,
@@ -107,7 +121,7 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
 # to its own channel plane; these sections show whether sectors, not bytes, set its time.
 timeout -s INT -k 10 120 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional,efficientnet \
-    --engines gradops-cuda --paths planes --dtypes float16 \
+    --engines gradops-cuda --paths planes,cells --dtypes float16 \
     --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
     --time-limit 100 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
@@ -127,5 +141,5 @@ if [ "$left" -gt 30 ]; then
         | tee "$W/ncu_summary.md"
 fi
 stamp "done"
-cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_ab_summary.md" "$OUT/" 2>/dev/null
+cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_ab_summary.md" "$W/ncu_ab_fractional.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$W" .

@@ -426,6 +426,42 @@ def test_gradops_cuda_staging_path_engines_on_the_host_stand_in(cuda_device):
     np.testing.assert_allclose(got["async"], want, rtol=1e-5, atol=1e-5)
 
 
+def test_gradops_cuda_fractional_path_engines_on_the_host_stand_in(cuda_device):
+    """gradops-cuda:gather / :cells force a fractional pooling gradient's kernels (A/B timings):
+    both support the suite's generated sequences (max pooling's cells kernel: disjoint cells
+    only) and only those ops, launch their kernels, and give the same bits as each other and
+    the public API."""
+    import cupy
+
+    from gradops.bench.engines import TENSORS, GradopsGpuEngine, call_gradops, make_inputs
+
+    engines = {p: GradopsGpuEngine("cuda", path=p) for p in ("gather", "cells")}
+    cases = [suites.Case("t", f"frac {mode}", op, (2, 13, 11, 8), pooling_ratio=1.44,
+                         overlapping=mode == "overlapping", seed=3)
+             for op in ("fractional_avg_pool_grad", "fractional_max_pool_grad") for mode in ("disjoint", "overlapping")]
+    grad_input = suites.Case("t", "dw 3x3/1 NHWC", "depthwise_conv2d_native_backprop_input", (2, 9, 10, 8), "NHWC",
+                             (3, 3, 8, 1), (1, 1), "SAME")
+    dtype = np.dtype(np.float16)
+    for path, engine in engines.items():
+        assert engine.name == f"gradops-cuda:{path}"
+        assert not engine.supports(grad_input, dtype)[0]
+    for case in cases:
+        arrays = make_inputs(case, dtype, np.random.default_rng(0))
+        cells_run = not (case.op == "fractional_max_pool_grad" and case.overlapping)
+        assert engines["cells"].supports(case, dtype)[0] == cells_run
+        got = {}
+        for path, engine in engines.items():
+            if path == "cells" and not cells_run:
+                continue
+            assert engine.supports(case, dtype) == (True, "supported")
+            got[path] = cupy.asnumpy(engine.prepare(case, dtype, arrays)())
+            if cuda_device is not None:
+                assert ("_cells<" in cuda_device.launches[-1][0]) == (path == "cells")
+        public = cupy.asnumpy(call_gradops(case, {k: (cupy.asarray(v) if k in TENSORS else v) for k, v in arrays.items()},
+                                           "cuda"))
+        assert all(result.tobytes() == public.tobytes() for result in got.values())
+
+
 def test_numpy_vs_tf_format():
     fake = dict(meta=dict(commit="abc", date="2026-01-01", machine="x86_64", processor="p", cpu_count=2,
                           python="3.11", numpy="2", tensorflow="2.21", gradops="0.1"),

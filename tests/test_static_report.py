@@ -427,8 +427,19 @@ def new_kernels():
 
 def unmodelled(expression: str) -> bool:
     """Instantiations the benchmark does not run: float64, 64-bit indices, int values, and the
-    tiled filter gradient's asynchronous staging (opt-in until a GPU has timed it)."""
-    return any(t in expression for t in ("double", "long long", "<int,", ", true>"))
+    opt-in kernels until a GPU has timed them (the tiled filter gradient's asynchronous staging,
+    max pooling's cells kernel: fractional_cells_prediction.py counts it)."""
+    return any(t in expression for t in ("double", "long long", "<int,", ", true>", "_cells<"))
+
+
+def test_opt_in_cells_kernels_point_at_their_own_counts():
+    """The fractional pooling gradients' cells kernels (opt-in) are not in the report's model:
+    their rows name the script that counts them."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    names = ["gradops::fractional_max_pool_grad_cells<float, int, 4>"]
+    (kernel,) = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_MAX_SOURCE], only=names)
+    assert "fractional_cells_prediction" in sr.reference_paths(kernel)["not_modelled"]
 
 
 def test_new_kernels_have_per_element_figures(new_kernels):

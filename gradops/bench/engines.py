@@ -228,9 +228,10 @@ class GradopsGpuEngine(Engine):
     """gradops on CuPy arrays with ``backend="cuda"`` (our kernels) or ``backend="cudnn"``.
 
     ``path`` (cuda only): the depthwise input gradient's kernel path forced through its launcher
-    ("tiled", "planes", "mma", "direct"), or the depthwise filter gradient's tiled kernel with
-    its staging forced ("sync", "async"); the engine is then ``gradops-cuda:PATH`` and supports
-    only the cases that path can run, for A/B timings of kernels on one device."""
+    ("tiled", "planes", "mma", "direct"), the depthwise filter gradient's tiled kernel with its
+    staging forced ("sync", "async"), or either fractional pooling gradient's kernels ("gather",
+    "cells"); the engine is then ``gradops-cuda:PATH`` and supports only the cases that path
+    can run, for A/B timings of kernels on one device."""
 
     timer = CUDA_EVENTS
 
@@ -247,16 +248,17 @@ class GradopsGpuEngine(Engine):
         return backend_module(self.backend)
 
     @staticmethod
-    def _input_launcher():
+    def _launcher(op: str):
         import importlib
 
-        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+        return importlib.import_module(f"gradops.backends.cuda.{op}")
 
-    @staticmethod
-    def _filter_launcher():
-        import importlib
-
-        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    def _paths(self, op: str) -> tuple[str, ...]:
+        """The paths ``op``'s launcher can be forced to (none for the ops without a choice)."""
+        if op not in (DEPTHWISE_INPUT, DEPTHWISE_FILTER, FRACTIONAL, FRACTIONAL_MAX):
+            return ()
+        launcher = self._launcher(op)
+        return launcher.STAGING_PATHS if op == DEPTHWISE_FILTER else launcher.PATHS
 
     def available(self):
         try:
@@ -270,15 +272,14 @@ class GradopsGpuEngine(Engine):
         if self.backend == "cudnn" and case.op not in CUDNN_OPS:
             return False, "not a cuDNN op"
         if self.path is not None:
-            filter_path = self.path in self._filter_launcher().STAGING_PATHS
-            if case.op != (DEPTHWISE_FILTER if filter_path else DEPTHWISE_INPUT):
-                return False, ("staging paths are the depthwise filter gradient's" if filter_path
-                               else "kernel paths are the depthwise input gradient's")
+            if self.path not in self._paths(case.op):
+                return False, f"{case.op} has no kernel path {self.path}"
+            launcher = self._launcher(case.op)
             try:
-                if filter_path:
-                    self._filter_launcher().check_staging_path(case.geometry(), np.dtype(dtype), self.path)
+                if case.op == DEPTHWISE_FILTER:
+                    launcher.check_staging_path(case.geometry(), np.dtype(dtype), self.path)
                 else:
-                    self._input_launcher().pick_path(case.geometry(), np.dtype(dtype), self.path)
+                    launcher.pick_path(case.geometry(), np.dtype(dtype), self.path)
             except ValueError as exc:
                 return False, str(exc)
             return True, "supported"
@@ -293,11 +294,15 @@ class GradopsGpuEngine(Engine):
             if not ok:
                 raise ValueError(reason)
             g = case.geometry()
+            launch = getattr(self._launcher(case.op), case.op)
+            if case.op == FRACTIONAL:
+                return lambda: launch(g, device["out_backprop"], path=self.path)
+            if case.op == FRACTIONAL_MAX:
+                return lambda: launch(g, device["orig_input"], device["orig_output"], device["out_backprop"],
+                                      path=self.path)
             if case.op == DEPTHWISE_FILTER:
-                launch = self._filter_launcher().depthwise_conv2d_native_backprop_filter
                 copies = self.path == "async"
                 return lambda: launch(g, device["input"], device["out_backprop"], tiled=True, async_copies=copies)
-            launch = self._input_launcher().depthwise_conv2d_native_backprop_input
             return lambda: launch(g, device["filter"], device["out_backprop"], path=self.path)
         return lambda: call_gradops(case, device, self.backend)
 

@@ -644,6 +644,9 @@ def reference_paths(kernel) -> dict | None:
     if "_input_planes<" in kernel.expression:  # opt-in until measured; its own figures elsewhere
         return {"not_modelled": "opt-in (path=\"planes\"): its per-element counts beside the launcher's kernels are "
                                 "in planes_prediction.md (benchmarks/planes_prediction.py)"}
+    if "pool_grad_cells<" in kernel.expression:  # opt-in until measured; its own figures elsewhere
+        return {"not_modelled": "opt-in (path=\"cells\"): its per-element counts and limits are in "
+                                "fractional_cells_prediction.md (benchmarks/fractional_cells_prediction.py)"}
     if "_filter_tiled<" in kernel.expression and kernel.expression.endswith(", true>"):
         return {"not_modelled": "opt-in (async_copies=True): asynchronous staging, not modelled; the GPU A/B "
                                 "(gradops-cuda:async) decides whether the launcher takes it"}

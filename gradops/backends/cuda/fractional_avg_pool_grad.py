@@ -1,5 +1,13 @@
 """Launcher for cuda_src/fractional_avg_pool_grad.cu (see its header comment for the design).
 
+Two kernels (``path=`` forces one; :func:`pick_path`):
+- ``gather`` (``fractional_avg_pool_grad``): any valid sequences.  Tiles of the input gradient
+  sum the shares of the cells each position lies in, staged in shared memory.
+- ``cells`` (``fractional_avg_pool_grad_cells``): sequences whose cells partition the input,
+  overlapping or not (what TF's generator makes).  A thread per cell writes the cell's values
+  over its own region.  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU has timed it beside
+  ``gather``.
+
 The geometry's pooling cells (validated once, on the host) become small integer tables: for
 each input row (column), the list of row (column) cells containing it in cell order (CSR:
 offsets and cell indices; cells need not be ordered, empty cells are in no list), each cell's
@@ -23,6 +31,22 @@ from ._runtime import TABLE_CACHE_SIZE, cached_tables, clear_table_cache, divisi
 
 SOURCE = "fractional_avg_pool_grad.cu"
 KERNEL = "gradops::fractional_avg_pool_grad"
+CELLS_KERNEL = "gradops::fractional_avg_pool_grad_cells"
+#: Kernel paths; tests and the bench engine force each with ``path=``.
+PATHS = ("gather", "cells")
+#: Whether the launcher picks the cells kernel by itself where the sequences allow it (False:
+#: only when asked for, ``path="cells"``).  It waits for a GPU run that times it beside gather.
+CELLS_BY_DEFAULT = False
+#: Cell rows a thread of the cells kernel walks down (the most; fewer when the grid would hold
+#: fewer than CELLS_TARGET_THREADS threads).  Overlapping cells recompute the row above each
+#: chunk's first, so longer chunks cost fewer share computations.
+CELLS_CHUNK_ROWS = 4
+#: About one H100's resident threads (132 SMs x 2048 threads is 2**18.04).
+CELLS_TARGET_THREADS = 2**18
+#: Threads per block of the cells kernel.  It has no shared memory and no barriers, so the
+#: block size only sets the register allocation's granularity: at 128 the overlapping float16
+#: kernel (96 registers on sm_90) keeps 20 warps an SM resident where 256 would keep 16.
+CELLS_THREADS = 128
 
 #: C++ element type per dtype: the float types as everywhere, plus TF's integer types.
 ELEMENT_TYPES = {
@@ -49,11 +73,18 @@ def _expression(dtype, index: str = "int", vector: int | None = None) -> str:
     return f"{KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {vector}>"
 
 
+def _cells_expression(dtype, index: str, vector: int, overlapping: bool) -> str:
+    return f"{CELLS_KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {vector}, {str(overlapping).lower()}>"
+
+
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture): per
-    dtype, 32- and 64-bit indexing, 16-byte vectors of channels or one channel per thread."""
-    return {SOURCE: [_expression(dtype, index, vector)
-                     for dtype in ELEMENT_TYPES for index in INDEX_TYPES for vector in (_runtime.vector_width(dtype), 1)]}
+    dtype, 32- and 64-bit indexing, 16-byte vectors of channels or one channel per thread; for
+    the cells kernel also both modes."""
+    forms = [(dtype, index, vector) for dtype in ELEMENT_TYPES for index in INDEX_TYPES
+             for vector in (_runtime.vector_width(dtype), 1)]
+    return {SOURCE: [_expression(*form) for form in forms]
+            + [_cells_expression(*form, overlapping) for form in forms for overlapping in (False, True)]}
 
 
 def cell_tables(starts, ends, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -242,23 +273,157 @@ def device_tables(g: FractionalPoolGeometry, p: Plan):
     return cached_tables(key, lambda: kernel_tables(g, p))
 
 
-def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop, *, index: str | None = None,
-                             vector: int | None = None, rows_per_thread: int | None = None,
-                             share_cells: int | None = None):
+# --------------------------------------------------------------------------- the cells kernel
+
+
+def partition_bounds(starts, ends, in_size: int, overlapping: bool) -> np.ndarray | None:
+    """The first index of each cell's own region and then ``in_size`` (int64), when the cells
+    (clamped, inclusive starts and ends) partition 0 .. in_size - 1 as the cells kernel needs:
+    the first starts at 0, starts increase, each cell ends where the next starts (overlapping) or
+    just before it, and the last at in_size - 1.  None otherwise (the gather kernel's case).
+
+    Index i then lies in its region's cell k and, when overlapping and i is the region's first
+    index with k > 0, also in cell k - 1: what :func:`cells_by_index` lists for it."""
+    starts = np.asarray(starts, np.int64).reshape(-1)
+    ends = np.asarray(ends, np.int64).reshape(-1)
+    if starts.size == 0 or starts[0] != 0 or ends[-1] != in_size - 1 or np.any(np.diff(starts) <= 0):
+        return None
+    if not np.array_equal(ends[:-1], starts[1:] - (0 if overlapping else 1)) or starts[-1] > in_size - 1:
+        return None
+    return np.append(starts, np.int64(in_size))
+
+
+@functools.lru_cache(maxsize=64)
+def _partition(starts: tuple, ends: tuple, in_size: int, overlapping: bool) -> np.ndarray | None:
+    bounds = partition_bounds(starts, ends, in_size, overlapping)
+    if bounds is not None:
+        bounds.flags.writeable = False
+    return bounds
+
+
+def cells_possible(g: FractionalPoolGeometry) -> bool:
+    """Whether the cells kernel can run ``g``: both dimensions' cells are partitions."""
+    return (_partition(g.row_starts, g.row_ends, g.in_rows, g.overlapping) is not None
+            and _partition(g.col_starts, g.col_ends, g.in_cols, g.overlapping) is not None)
+
+
+def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
+    """The kernel for ``g``: ``path`` when given (ValueError where the cells kernel cannot run
+    it), else cells where :data:`CELLS_BY_DEFAULT` and possible, else gather."""
+    if path is None:
+        return "cells" if CELLS_BY_DEFAULT and cells_possible(g) else "gather"
+    if path not in PATHS:
+        raise ValueError(f"fractional_avg_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
+    if path == "cells" and not cells_possible(g):
+        raise ValueError("fractional_avg_pool_grad: the cells kernel takes pooling sequences whose cells "
+                         "partition the input (as TF's generator makes them)")
+    return path
+
+
+@dataclass(frozen=True)
+class CellsPlan:
+    """How the cells kernel runs one call (see its comment in the .cu file)."""
+
+    index: str            # "int" or "long long"
+    vector: int           # channels per thread
+    block_vectors: int    # blockDim.x: a power of two dividing the vectors
+    block_columns: int    # blockDim.y: (batch item, cell column) pairs per block
+    chunk_rows: int       # cell rows a thread walks down
+    column_blocks: int
+    row_chunks: int
+    channel_blocks: int
+
+    @property
+    def block(self) -> tuple[int, int]:
+        return (self.block_vectors, self.block_columns)
+
+    @property
+    def grid(self) -> tuple[int, int, int]:
+        return (min(self.column_blocks, _runtime.GRID_X_LIMIT), min(self.row_chunks, _runtime.GRID_YZ_LIMIT),
+                min(self.channel_blocks, _runtime.GRID_YZ_LIMIT))
+
+
+@functools.lru_cache(maxsize=256)
+def cells_plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index: str | None = None,
+               vector: int | None = None, chunk_rows: int | None = None,
+               block_vectors: int | None = None) -> CellsPlan:
+    """The cells kernel's launch of ``g`` (which :func:`cells_possible` accepts) for ``dtype``;
+    the keywords override the choices (tests use them on small problems).  Fractional max
+    pooling's cells kernel takes the same launch, with its own vector and index type."""
+    if vector is None:
+        vector = _runtime.vector_width(dtype) if aligned and g.depth % _runtime.vector_width(dtype) == 0 else 1
+    assert g.depth % vector == 0
+    vectors = g.depth // vector
+    if block_vectors is None:
+        block_vectors = min(vectors & -vectors, 32)  # the largest power of two dividing them, at most a warp
+    assert block_vectors & (block_vectors - 1) == 0 and vectors % block_vectors == 0
+    block_columns = CELLS_THREADS // block_vectors
+    columns = g.batch * g.out_cols
+    if chunk_rows is None:
+        chunk_rows = 1
+        for candidate in range(CELLS_CHUNK_ROWS, 1, -1):
+            if columns * vectors * -(-g.out_rows // candidate) >= CELLS_TARGET_THREADS:
+                chunk_rows = candidate
+                break
+    return CellsPlan(index=index or index_type(g), vector=vector, block_vectors=block_vectors,
+                     block_columns=block_columns, chunk_rows=chunk_rows,
+                     column_blocks=-(-columns // block_columns), row_chunks=-(-g.out_rows // chunk_rows),
+                     channel_blocks=vectors // block_vectors)
+
+
+def cells_tables(g: FractionalPoolGeometry, p: CellsPlan) -> list[np.ndarray]:
+    """The cells kernel's four table parameters in the plan's index type: row_bounds
+    [out_rows + 1], row_sizes [out_rows], col_bounds [out_cols + 1], col_sizes [out_cols]."""
+    tables = [_partition(g.row_starts, g.row_ends, g.in_rows, g.overlapping), np.asarray(g.row_cell_sizes),
+              _partition(g.col_starts, g.col_ends, g.in_cols, g.overlapping), np.asarray(g.col_cell_sizes)]
+    return [np.asarray(t).astype(INDEX_TYPES[p.index]) for t in tables]
+
+
+def cells_scalars(g: FractionalPoolGeometry, p: CellsPlan) -> tuple:
+    """The cells kernel's scalar parameters, in order, after its pointers and tables."""
+    wide = _runtime.i32 if p.index == "int" else _runtime.i64
+    sizes = (g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols, g.batch * g.out_cols,
+             p.column_blocks, p.row_chunks, p.channel_blocks)
+    magic, shift = division_magic(g.out_cols)
+    return (*(wide(v) for v in sizes), magic, shift, _runtime.i32(p.chunk_rows))
+
+
+def cells_device_tables(g: FractionalPoolGeometry, p: CellsPlan):
+    """:func:`device_tables` for the cells kernel."""
+    key = ("avg-cells", p.index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends,
+           g.overlapping)
+    return cached_tables(key, lambda: cells_tables(g, p))
+
+
+def fractional_avg_pool_grad(g: FractionalPoolGeometry, out_backprop, *, path: str | None = None,
+                             index: str | None = None, vector: int | None = None,
+                             rows_per_thread: int | None = None, share_cells: int | None = None,
+                             chunk_rows: int | None = None, block_vectors: int | None = None):
     """Input gradient [N, in_rows, in_cols, C] (NHWC) in out_backprop's dtype.
 
     out_backprop: [N, out_rows, out_cols, C], a CuPy array on the current device, any strides.
-    Launches on the current stream without synchronising the host.  The keywords force a path
-    (see :func:`plan`).
+    Launches on the current stream without synchronising the host.  ``path`` forces a kernel
+    (:func:`pick_path`); the other keywords force its choices (see :func:`plan` and
+    :func:`cells_plan`).
     """
     import cupy
 
     dtype = out_backprop.dtype
     if 0 in g.input_shape or 0 in out_backprop.shape:  # the geometry rejects these; stay safe
         return cupy.zeros(g.input_shape, dtype)
+    path = pick_path(g, dtype, path)
     out_backprop = _runtime.contiguous(out_backprop)
     in_backprop = cupy.empty(g.input_shape, dtype)
     aligned = _runtime.vector_aligned(out_backprop, in_backprop)
+    if path == "cells":
+        cp = cells_plan(g, dtype, aligned=aligned, index=index, vector=vector, chunk_rows=chunk_rows,
+                        block_vectors=block_vectors)
+        packed, offsets = cells_device_tables(g, cp)
+        fn = _runtime.kernel(SOURCE, _cells_expression(dtype, cp.index, cp.vector, g.overlapping))
+        args = (_runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
+                *(_runtime.pointer(packed, offset) for offset in offsets), *cells_scalars(g, cp))
+        fn(cp.grid, cp.block, args)
+        return in_backprop
     p = plan(g, dtype, aligned=aligned, index=index, vector=vector, rows_per_thread=rows_per_thread,
              share_cells=share_cells)
     packed, offsets = device_tables(g, p)

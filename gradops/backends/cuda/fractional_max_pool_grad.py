@@ -14,6 +14,10 @@ containing it, with its place in each: :func:`cell_entries`) are built on the ho
 stream, then kept (the small LRU of device copies that fractional_avg_pool_grad's launcher
 keeps), so a training loop that repeats a geometry uploads nothing after its first call.
 CuPy is imported only when a call runs.
+
+Where the cells partition the input without overlapping, one kernel can do both passes
+(``fractional_max_pool_grad_cells``, ``path="cells"``): a thread per cell scans it and writes
+its region.  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU has timed it.
 """
 
 from __future__ import annotations
@@ -24,10 +28,16 @@ from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
 from ._runtime import cached_tables, division_magic
-from .fractional_avg_pool_grad import ELEMENT_TYPES
+from .fractional_avg_pool_grad import ELEMENT_TYPES, cells_plan, partition_bounds
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
+CELLS_KERNEL = "gradops::fractional_max_pool_grad_cells"
+#: Kernel paths (``path=``): select then gather, or the one-pass cells kernel.
+PATHS = ("gather", "cells")
+#: Whether the launcher picks the cells kernel by itself where it can run (False: only when
+#: asked for, ``path="cells"``).  It waits for a GPU run that times it beside select + gather.
+CELLS_BY_DEFAULT = False
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
 
@@ -49,13 +59,44 @@ def _expression(kernel: str, dtype, index: str, channels: int = 1, local: bool =
     return f"{kernel}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}, {chosen}>"
 
 
+def _cells_expression(dtype, index: str, channels: int) -> str:
+    return f"{CELLS_KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}>"
+
+
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture): both
     kernels per dtype, with 32- and 64-bit indexing, 1 or :func:`vector_channels` channels per
-    thread, and flat offsets or cell places as the chosen elements."""
+    thread, and flat offsets or cell places as the chosen elements; the cells kernel per dtype,
+    index type and channels per thread."""
     return {SOURCE: [_expression(kernel, dtype, index, v, local)
                      for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES
-                     for v in (1, vector_channels(dtype)) for local in (False, True)]}
+                     for v in (1, vector_channels(dtype)) for local in (False, True)]
+            + [_cells_expression(dtype, index, v) for dtype in ELEMENT_TYPES for index in INDEX_TYPES
+               for v in (1, vector_channels(dtype))]}
+
+
+def cells_bounds(g: FractionalPoolGeometry) -> tuple[np.ndarray, np.ndarray] | None:
+    """(row bounds, column bounds) of the cells kernel (each cell's first index, then the
+    input's size), or None where it cannot run ``g``: overlapping cells, or cells that do not
+    partition the input (:func:`partition_bounds`)."""
+    if g.overlapping:
+        return None
+    rows = partition_bounds(g.row_starts, g.row_ends, g.in_rows, False)
+    cols = partition_bounds(g.col_starts, g.col_ends, g.in_cols, False)
+    return None if rows is None or cols is None else (rows, cols)
+
+
+def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
+    """The kernels for ``g``: ``path`` when given (ValueError where the cells kernel cannot run
+    it), else cells where :data:`CELLS_BY_DEFAULT` and possible, else gather (select + gather)."""
+    if path is None:
+        return "cells" if CELLS_BY_DEFAULT and cells_bounds(g) is not None else "gather"
+    if path not in PATHS:
+        raise ValueError(f"fractional_max_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
+    if path == "cells" and cells_bounds(g) is None:
+        raise ValueError("fractional_max_pool_grad: the cells kernel takes disjoint pooling cells that "
+                         "partition the input (as TF's generator makes them with overlapping=False)")
+    return path
 
 
 def largest_cell(g: FractionalPoolGeometry) -> int:
@@ -159,16 +200,23 @@ def select_threads(g: FractionalPoolGeometry, channels: int, run: int) -> int:
     return g.batch * -(-g.out_rows // run) * g.out_cols * (g.depth // channels)
 
 
+MISMATCH = ("fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
+            "sequences (TF: tensor_out_dup is not the same as tensor_out)")
+
+
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output, out_backprop, *,
-                             index: str | None = None, vector: bool | None = None, local: bool | None = None,
-                             run: int | None = None):
+                             path: str | None = None, index: str | None = None, vector: bool | None = None,
+                             local: bool | None = None, run: int | None = None, chunk_rows: int | None = None,
+                             block_vectors: int | None = None):
     """Input gradient [N, in_rows, in_cols, C] (NHWC) in the inputs' dtype.
 
     orig_input, orig_output, out_backprop: CuPy arrays on the current device, any strides.
+    ``path`` forces the kernels (:func:`pick_path`),
     ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems),
     ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`),
     ``local`` cell places or flat offsets as the chosen elements (:func:`local_places`),
-    ``run`` output rows per select thread (:func:`select_run`).
+    ``run`` output rows per select thread (:func:`select_run`), ``chunk_rows`` and
+    ``block_vectors`` the cells kernel's (:func:`cells_plan`).
     Raises InvalidArgumentError, as TF does, when orig_output is not the recomputed maxima.
     """
     import cupy
@@ -179,6 +227,23 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     x = _runtime.contiguous(orig_input)
     y = _runtime.contiguous(orig_output)
     dy = _runtime.contiguous(out_backprop)
+    if pick_path(g, dtype, path) == "cells":
+        v = channels_per_thread(g, dtype, (x, y, dy), vector)
+        p = cells_plan(g, dtype, index=index, vector=v, chunk_rows=chunk_rows, block_vectors=block_vectors)
+        key = ("max-cells", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends)
+        packed, (row_bounds, col_bounds) = cached_tables(key, lambda: [t.astype(INDEX_TYPES[index]) for t in cells_bounds(g)])
+        in_backprop = cupy.empty(g.input_shape, dtype)
+        mismatch = cupy.zeros((1,), np.int32)
+        sizes = (g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols, g.batch * g.out_cols,
+                 p.column_blocks, p.row_chunks, p.channel_blocks)
+        fn = _runtime.kernel(SOURCE, _cells_expression(dtype, index, v))
+        fn(p.grid, p.block, (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(dy), _runtime.pointer(in_backprop),
+                             _runtime.pointer(mismatch), _runtime.pointer(packed, row_bounds),
+                             _runtime.pointer(packed, col_bounds), *(wide(s) for s in sizes),
+                             *division_magic(g.out_cols), _runtime.i32(p.chunk_rows)))
+        if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
+            raise InvalidArgumentError(MISMATCH)
+        return in_backprop
     key = ("max", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends)
     packed, offsets = cached_tables(key, lambda: kernel_tables(g, index))
     row_entries, col_entries, row_bounds, col_bounds, row_offsets, col_offsets = (
@@ -193,9 +258,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     _runtime.launch_1d(select, select_threads(g, v, run), (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(chosen),
                                       _runtime.pointer(mismatch), row_bounds, col_bounds, *sizes, wide(run)))
     if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
-        raise InvalidArgumentError(
-            "fractional_max_pool_grad: orig_output is not the max pooling of orig_input over the pooling "
-            "sequences (TF: tensor_out_dup is not the same as tensor_out)")
+        raise InvalidArgumentError(MISMATCH)
     in_backprop = cupy.empty(g.input_shape, dtype)
     gather = _runtime.kernel(SOURCE, _expression(KERNELS[1], dtype, index, v, local))
     _runtime.launch_1d(gather, int(np.prod(g.input_shape)) // v,
