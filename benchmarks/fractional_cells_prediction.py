@@ -72,7 +72,11 @@ def main() -> None:
     forms.update({(suites.FRACTIONAL_MAX, d, False): mx._cells_expression(d, "int", mx.vector_channels(d)) for d in dtypes})
     kernels = {k.expression: k for source in (avg.SOURCE, mx.SOURCE)
                for k in _sass.compile_kernels((args.arch,), [source], only=list(forms.values()))}
-    print(f"SASS from NVRTC {_sass.nvrtc_version()} for {args.arch}. **Predicted, not measured.**\n")
+    print("# Fractional pooling gradients' cells kernels: static counts (predicted, not measured)\n")
+    print(f"`benchmarks/fractional_cells_prediction.py`: SASS from NVRTC {_sass.nvrtc_version()} for {args.arch}, "
+          "weighed by each benchmark geometry's cell sizes; times at the H200 rates of the script's docstring. "
+          "**Predicted, not measured.** The H200's measured times of the launchers' kernels on these shapes are in "
+          "`gpu_h200_2026-11-28/measured_vs_predicted.md`.\n")
     print("| op | case | dtype | registers | SASS / element | conversions / element | FP64 / element "
           "| issue µs | FP64 µs | conversion µs | DRAM µs | limit |")
     print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---|")
