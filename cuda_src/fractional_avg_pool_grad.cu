@@ -257,32 +257,37 @@ template <typename T> __device__ __forceinline__ double element_share(T d, doubl
     return a * y;
 }
 
-// s[v] = d[v] / b for one cell's vector, as TF rounds them (y = reciprocal(b)); the vector's
+// shares[v] = d[v] / b for one cell's vector, as TF rounds them (y = reciprocal(b)); the vector's
 // finiteness is tested once, so the common path has no per-element test.
 template <typename T, int V>
-__device__ __forceinline__ void cell_shares(const Vector<T, V>& d, double b, double y, double (&s)[V]) {
+__device__ __forceinline__ void cell_shares(const Vector<T, V>& d, double b, double y, double (&shares)[V]) {
     if (finite_vector(d)) {
 #pragma unroll
-        for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, true);
+        for (int v = 0; v < V; ++v) shares[v] = element_share(d.e[v], b, y, true);
     } else {
 #pragma unroll
-        for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, false);
+        for (int v = 0; v < V; ++v) shares[v] = element_share(d.e[v], b, y, false);
     }
 }
 
 // Stores the shares d[v] / b of one cell at s[0 .. V), two at a time (16-byte stores) when V is
-// even.
+// even; the vector's finiteness is tested once, so the common path has no per-element test.
 template <typename T, int V>
 __device__ __forceinline__ void stage_shares(const Vector<T, V>& d, double b, double y, double* s) {
-    double shares[V];
-    cell_shares<T, V>(d, b, y, shares);
+    constexpr int P = V % 2 == 0 ? 2 : 1;
+    if (finite_vector(d)) {
 #pragma unroll
-    for (int v = 0; v < V; v += V % 2 == 0 ? 2 : 1) {
-        if constexpr (V % 2 == 0) {
-            *reinterpret_cast<double2*>(s + v) = make_double2(shares[v], shares[v + 1]);
-        } else {
-            s[v] = shares[v];
+        for (int v = 0; v < V; v += P) {
+            if constexpr (P == 2) {
+                *reinterpret_cast<double2*>(s + v) =
+                    make_double2(element_share(d.e[v], b, y, true), element_share(d.e[v + 1], b, y, true));
+            } else {
+                s[v] = element_share(d.e[v], b, y, true);
+            }
         }
+    } else {
+#pragma unroll
+        for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, false);
     }
 }
 

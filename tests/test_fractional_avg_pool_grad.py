@@ -946,8 +946,8 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-last-column-of-a-region-dropped": ("for (I x = 1; x < col_count; ++x)", "for (I x = 1; x < col_count - 1; ++x)"),
     "cells-last-row-of-a-region-dropped": ("for (I y = 0; y < row_count; ++y, dx += dx_row)",
                                            "for (I y = 0; y < row_count - 1; ++y, dx += dx_row)"),
-    "cells-infinity-divided-as-finite": ("for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, false);",
-                                         "for (int v = 0; v < V; ++v) s[v] = element_share(d.e[v], b, y, true);"),
+    "cells-infinity-divided-as-finite": ("++v) shares[v] = element_share(d.e[v], b, y, false);",
+                                         "++v) shares[v] = element_share(d.e[v], b, y, true);"),
     "cells-batch-item-from-a-wrong-split": ("n = magic_divide(j, out_cols_magic, out_cols_shift);",
                                             "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);"),
     "cells-channel-block-ignored": ("const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;",
@@ -1312,8 +1312,8 @@ PLANTED = {
     "reciprocal-missing-last-newton-step": (
         "    return fma(y, fma(-b, y, 1.0), y);\n}", "    return y;\n}", "share-probe"),
     "inf-and-nan-not-detected": (
-        "    if (finite_vector(d)) {\n#pragma unroll\n        for (int v = 0; v < V; ++v) s[v] =",
-        "    if (true) {\n#pragma unroll\n        for (int v = 0; v < V; ++v) s[v] =", "nan-inf"),
+        "    if (finite_vector(d)) {\n#pragma unroll\n        for (int v = 0; v < V; v += P) {",
+        "    if (true) {\n#pragma unroll\n        for (int v = 0; v < V; v += P) {", "nan-inf"),
     "direct-path-column-cells-in-reverse": (
         "                                for (I ki = col_begin; ki < col_end; ++ki) {\n                                    const I col_cell = col_cells[ki];",
         "                                for (I ki = col_end - 1; ki >= col_begin; --ki) {\n                                    const I col_cell = col_cells[ki];",
