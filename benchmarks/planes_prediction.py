@@ -194,16 +194,17 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
              "(benchmarks/results/gpu_h200_2026-11-28): measured, but not of the planes kernel, which no GPU has "
              "run yet.", "",
              "## Loop figures (sm_90, thread-instructions per iteration)", "",
-             "| instantiation | registers | sums (one slice, one item: 2 x 4, stride 2 2 x 8) | rest of an item (stores of 4 / 2 / 1) "
+             "| instantiation | registers | sums (one slice, one item: 2 x 4, stride 2 2 x 8) | rest of an item (stores of 8 / 4 / 2 / 1) "
              "| staging (a chunk of 8 inside a row / at its end) | zero fill (a 16-byte store) | filter (a tap) "
              "| straight-line | stride 2, odd column phase: sums / rest (stores of 4) |",
              "|---|---:|---:|---|---|---:|---:|---:|---|"]
     for expression in sorted(figures[4, 0]):
-        f4, f2, f1 = (figures[c, 0][expression] for c in (4, 2, 1))
+        f8, f4, f2, f1 = (figures[c, 0][expression] for c in (8, 4, 2, 1))
         odd = figures[4, 1][expression]
         phase = f"{odd['sums']} / {odd['item_rest']}" if expression.endswith(", 2>") else "-"
         lines.append(f"| `{expression.split('::')[1]}` | {regs[expression]} | {f4['sums']} | "
-                     f"{f4['item_rest']} / {f2['item_rest']} / {f1['item_rest']} | {f4['staging']} / {f4['staging_edge']} | "
+                     f"{f8['item_rest'] if expression.endswith(', 2>') else '-'} / {f4['item_rest']} / {f2['item_rest']} / "
+                     f"{f1['item_rest']} | {f4['staging']} / {f4['staging_edge']} | "
                      f"{f4['zero_per_store']:.2f} | {f4['filter']:.0f} | {f4['straight']} | {phase} |")
     lines += ["", "## Per benchmark shape", "",
               "| suite | case | dtype | planes plan (planes, band) | planes SASS/elem | planes warps/SM | today's kernel "
@@ -226,7 +227,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here (default: print it)")
     args = parser.parse_args()
-    figures = {(cols, phase): loop_figures(cols, phase) for cols in (4, 2, 1) for phase in (0, 1)}
+    figures = {(cols, phase): loop_figures(cols, phase) for cols in (8, 4, 2, 1) for phase in (0, 1)}
     regs = registers()
     text = markdown(rows(figures, regs), figures, regs)
     if args.out:

@@ -532,19 +532,30 @@ __device__ __forceinline__ void stage_planes(const T* __restrict__ out_backprop,
 
 // Four accumulators, rounded to T, to four consecutive elements in one store (8 bytes for the
 // 16-bit types, 16 for float, two of 16 for double; ``dst`` aligned to 4 elements).
-template <typename T> __device__ __forceinline__ void store_four(T* dst, float4 v);
-template <> __device__ __forceinline__ void store_four<__half>(__half* dst, float4 v) {
-    const __half2 a = __floats2half2_rn(v.x, v.y), b = __floats2half2_rn(v.z, v.w);
-    *reinterpret_cast<uint2*>(dst) = make_uint2(*reinterpret_cast<const unsigned*>(&a),
-                                                *reinterpret_cast<const unsigned*>(&b));
+// Two floats rounded to a 2-byte T, as the bits of one 32-bit word (element a first).
+template <typename T> __device__ __forceinline__ unsigned pack_pair(float a, float b);
+template <> __device__ __forceinline__ unsigned pack_pair<__half>(float a, float b) {
+    const __half2 h = __floats2half2_rn(a, b);
+    return *reinterpret_cast<const unsigned*>(&h);
 }
-template <> __device__ __forceinline__ void store_four<__nv_bfloat16>(__nv_bfloat16* dst, float4 v) {
-    const __nv_bfloat162 a = __floats2bfloat162_rn(v.x, v.y), b = __floats2bfloat162_rn(v.z, v.w);
-    *reinterpret_cast<uint2*>(dst) = make_uint2(*reinterpret_cast<const unsigned*>(&a),
-                                                *reinterpret_cast<const unsigned*>(&b));
+template <> __device__ __forceinline__ unsigned pack_pair<__nv_bfloat16>(float a, float b) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    return *reinterpret_cast<const unsigned*>(&h);
+}
+
+template <typename T> __device__ __forceinline__ void store_four(T* dst, float4 v) {
+    static_assert(sizeof(T) == 2, "half types here; float below");
+    *reinterpret_cast<uint2*>(dst) = make_uint2(pack_pair<T>(v.x, v.y), pack_pair<T>(v.z, v.w));
 }
 template <> __device__ __forceinline__ void store_four<float>(float* dst, float4 v) {
     *reinterpret_cast<float4*>(dst) = v;
+}
+
+// Eight floats rounded to a 2-byte T, in one 16-byte store (``dst`` 16-byte aligned).
+template <typename T> __device__ __forceinline__ void store_eight(T* dst, const float (&v)[8]) {
+    static_assert(sizeof(T) == 2, "eight 2-byte elements: 16 bytes");
+    *reinterpret_cast<uint4*>(dst) = make_uint4(pack_pair<T>(v[0], v[1]), pack_pair<T>(v[2], v[3]),
+                                                pack_pair<T>(v[4], v[5]), pack_pair<T>(v[6], v[7]));
 }
 
 // Two accumulators, rounded to T, to two consecutive elements in one store (``dst`` aligned to 2).
@@ -1161,14 +1172,24 @@ __device__ __forceinline__ void accumulate_item_s2(const Acc* __restrict__ plane
     }
 }
 
-// A work item row's N results from column x on (x < in_cols), a quad at a time
-// (dwconv::store_quad: ``cols`` per store); quads that start past the image are not stored.
+// A work item row's N results from column x on (x < in_cols).  ``cols`` 8 (N = 8, in_cols % 8
+// == 0: the row lies inside the image, 16-byte aligned in the half types): one 16-byte store
+// for the half types, whose quads would write half of each 32-byte sector twice; else a quad at
+// a time (dwconv::store_quad: ``cols`` per store, 4 for 8); quads that start past the image are
+// not stored.
 template <typename T, int N, typename Acc>
 __device__ __forceinline__ void store_item_row(T* dst, const Acc (&v)[N], int x, int in_cols, int cols) {
+    if constexpr (N == 8 && sizeof(T) == 2) {
+        if (cols == 8) {
+            dwconv::store_eight<T>(dst, v);
+            return;
+        }
+    }
+    const int quad_cols = cols == 8 ? 4 : cols;
 #pragma unroll
     for (int h = 0; h < N; h += kSegment) {
         const Acc quad[kSegment] = {v[h], v[h + 1], v[h + 2], v[h + 3]};
-        if (h == 0 || x + h < in_cols) dwconv::store_quad<T>(dst + h, quad, x + h, in_cols, cols);
+        if (h == 0 || x + h < in_cols) dwconv::store_quad<T>(dst + h, quad, x + h, in_cols, quad_cols);
     }
 }
 
@@ -1182,8 +1203,9 @@ __device__ __forceinline__ void store_item_row(T* dst, const Acc (&v)[N], int x,
 // pitch = 4 x segments + 4, with segments = ceil(in_cols / kItemCols<S>) (an item's staged
 // columns: 4 a segment at either stride); rows_cap = min(out_rows, staged_rows), the most
 // out_backprop rows a band stages.  Each (magic, shift) pair divides by: chunk, ceil(out_cols / kChunk);
-// rows, rows_cap; items, ceil(band / kItemRows) x segments; segments, segments.  store_cols: 4,
-// 2 or 1 result columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).
+// rows, rows_cap; items, ceil(band / kItemRows) x segments; segments, segments.  store_cols: 8
+// (stride 2, in_cols % 8 == 0: a work item row in one store for the half types), 4, 2 or 1 result
+// columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).
 // No __launch_bounds__: with (kThreads) ptxas kept 48 or 64 registers and spilled 4-12 bytes in
 // half of the instantiations (NVRTC 13.5, sm_80 / sm_90); without it none spills, at 40-64
 // registers (110 for double 5x5).

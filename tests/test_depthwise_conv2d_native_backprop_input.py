@@ -1278,13 +1278,15 @@ PLANES_EDGE_CASES = {
     "f32-5x5-pads-past-the-filter": ((1, 8, 12, 3), (5, 5), "EXPLICIT", ((6, 1), (0, 7)), 2, np.float32, 6, 1),
     "f16-3x3-odd-bands": ((2, 9, 5, 4), (3, 3), "SAME", NO_PADS, 1, np.float16, "odd", 1),
     # Stride 2: odd pads (row -1 computed, not stored; the odd column phase) with bands, a partial
-    # channel group, 4- and 2-column stores, pads wider than the filter.
+    # channel group, 8- (one store for the half types), 4- and 2-column stores, pads wider than the
+    # filter.
     "f16-5x5-s2-odd-pads-bands": ((2, 22, 16, 5), (5, 5), "SAME", NO_PADS, 1, np.float16, 12, 2),
     "bf16-3x3-s2-m3-partial-group": ((1, 9, 9, 11), (3, 3), "SAME", NO_PADS, 3, ml_dtypes.bfloat16, None, 2),
     "f64-3x3-s2-m2-valid-cols8": ((2, 11, 8, 4), (3, 3), "VALID", NO_PADS, 2, np.float64, None, 2),
     "f32-5x5-s2-pads-past-the-filter": ((1, 9, 12, 3), (5, 5), "EXPLICIT", ((6, 1), (0, 7)), 2, np.float32, 6, 2),
     "f16-3x3-s2-cols14": ((2, 14, 14, 6), (3, 3), "SAME", NO_PADS, 1, np.float16, None, 2),
     "f32-3x3-s2-7x7-groups": ((2, 7, 7, 40), (3, 3), "SAME", NO_PADS, 1, np.float32, None, 2),
+    "f16-3x3-s2-cols12": ((2, 9, 12, 5), (3, 3), "SAME", NO_PADS, 2, np.float16, None, 2),
 }
 
 
@@ -1305,9 +1307,11 @@ def test_cuda_planes_edges(cuda_device, rng, monkeypatch, case):
                                    dtype=dtype)
     g = geometry_of(kwargs)
     assert cuda_launcher.planes_possible(g, np.dtype(dtype))
-    if case == "f16-5x5-s2-odd-pads-bands":
-        assert g.pad_top % 2 and g.pad_left % 2 and cuda_launcher.planes_store_cols(g) == 4
-    if case == "f64-3x3-s2-m2-valid-cols8":
+    if case == "f16-5x5-s2-odd-pads-bands":  # 16 columns: item rows in one 16-byte store
+        assert g.pad_top % 2 and g.pad_left % 2 and cuda_launcher.planes_store_cols(g) == 8
+    if case == "f64-3x3-s2-m2-valid-cols8":  # 8 columns: whole item rows, stored a quad at a time
+        assert cuda_launcher.planes_store_cols(g) == 8
+    if case == "f16-3x3-s2-cols12":
         assert cuda_launcher.planes_store_cols(g) == 4
     planes, band = cuda_launcher.planes_plan(g, np.dtype(dtype))
     if items is not None:
@@ -1348,10 +1352,10 @@ def test_planes_plan():
     assert cuda_launcher.planes_plan(s2, f32) == (4, 58) and cuda_launcher.planes_grid(s2, f32) == (36, 1, 1)
     assert cuda_launcher.planes_item_cols(s2) == 8 and cuda_launcher.planes_segments(s2) == 7
     assert cuda_launcher.planes_pitch(s2) == 32 and cuda_launcher.planes_items(s2, 58) == 203
-    assert cuda_launcher.planes_staged_rows(s2, 58) == 31 and cuda_launcher.planes_store_cols(s2) == 4
+    assert cuda_launcher.planes_staged_rows(s2, 58) == 31 and cuda_launcher.planes_store_cols(s2) == 8
     wide2 = geometry(112, 112, 96, stride=2)  # 14 items a row: the whole plane, 56 x 14 items
     assert cuda_launcher.planes_plan(wide2, f32) == (1, 112) and cuda_launcher.planes_grid(wide2, f32)[1] == 1
-    assert cuda_launcher.planes_pitch(wide2) == 60 and cuda_launcher.planes_store_cols(wide2) == 4  # 4 x 14 + 4
+    assert cuda_launcher.planes_pitch(wide2) == 60 and cuda_launcher.planes_store_cols(wide2) == 8  # 4 x 14 + 4
     small = dict(x_shape=(1, 9, 9, 2), filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="VALID",
                     data_format="NCHW", dtype=np.float32)
     valid = geometry_of(make_case(np.random.default_rng(0), **small)[0])
@@ -1484,6 +1488,37 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
                                                      "if (CHECKED && col_end <= x + k)"),
     "planes-s2-staged-rows-without-the-halo": ("/ S + (KH - 1) / S;\n", "/ S;\n"),
 }
+
+
+def planes_half_problem(rng):
+    """(results, NumPy backend's) of two float16 stride-2 calls of the planes kernel: 16 columns
+    (item rows in one 16-byte store each) and 12 (quads: the last item's second quad lies past
+    the row)."""
+    got, want = [], []
+    for x_shape in ((2, 10, 16, 5), (2, 9, 12, 5)):
+        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="SAME",
+                                 data_format="NCHW", dtype=np.float16)
+        assert cuda_launcher.planes_store_cols(geometry_of(kwargs)) == (8 if x_shape[2] == 16 else 4)
+        got.append(to_host(cuda_call(kwargs, path="planes")).ravel())
+        want.append(gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy").ravel())
+    return np.concatenate(got), np.concatenate(want)
+
+
+PLANTED_PLANES_HALF = {  # bugs in the half types' 16-byte item-row store, run on planes_half_problem
+    "planes-s2-eight-column-store-swaps-two-pairs": (
+        "pack_pair<T>(v[4], v[5]), pack_pair<T>(v[6], v[7]));", "pack_pair<T>(v[6], v[7]), pack_pair<T>(v[4], v[5]));"),
+    "planes-s2-half-pair-packed-backwards": ("const __half2 h = __floats2half2_rn(a, b);",
+                                             "const __half2 h = __floats2half2_rn(b, a);"),
+    "planes-s2-eight-column-store-past-the-row": ("        if (cols == 8) {\n            dwconv::store_eight",
+                                                  "        if (cols >= 4) {\n            dwconv::store_eight"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_PLANES_HALF))
+def test_planted_planes_half_store_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_PLANES_HALF[bug],
+                                        lambda: planes_half_problem(np.random.default_rng(4)),
+                                        lambda got, want: assert_close(got, want, np.float16), 5, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_PLANES))

@@ -593,8 +593,12 @@ def planes_expression(g: Conv2DGeometry, dtype) -> str:
 
 
 def planes_store_cols(g: Conv2DGeometry) -> int:
-    """Result columns per store of the planes kernel: 4 where in_cols % 4 == 0 (every work item
-    starts at a multiple of 4), 2 where it is even, else 1 (``dwconv::store_quad``)."""
+    """Result columns per store of the planes kernel: 8 at stride 2 where in_cols % 8 == 0 (a work
+    item row of 8 columns starts at a multiple of 8 and lies inside the image: one 16-byte store
+    in the half types, ``dwplanes::store_item_row``), else 4 where in_cols % 4 == 0 (every work
+    item starts at a multiple of 4), 2 where it is even, else 1 (``dwconv::store_quad``)."""
+    if planes_item_cols(g) == 8 and g.in_cols % 8 == 0:
+        return 8
     return 4 if g.in_cols % 4 == 0 else 2 if g.in_cols % 2 == 0 else 1
 
 
