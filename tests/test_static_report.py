@@ -440,6 +440,8 @@ def test_opt_in_cells_kernels_point_at_their_own_counts():
     names = ["gradops::fractional_max_pool_grad_cells<float, int, 4>"]
     (kernel,) = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_MAX_SOURCE], only=names)
     assert "fractional_cells_prediction" in sr.reference_paths(kernel)["not_modelled"]
+    assert sr.block_size(kernel.expression) == sr.block_size("gradops::fractional_avg_pool_grad_cells<float, int, 4, "
+                                                             "true>") == 128
 
 
 def test_new_kernels_have_per_element_figures(new_kernels):

@@ -345,6 +345,8 @@ def block_size(expression: str) -> int:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
     if "conv2d_backprop_filter_few_channels<" in expression:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FEW_THREADS
+    if "pool_grad_cells<" in expression:  # both fractional cells kernels take cells_plan's blocks
+        return importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").CELLS_THREADS
     return _runtime.BLOCK_1D
 
 
