@@ -84,8 +84,7 @@ def main() -> None:
         g = case.geometry()
         if (case.op, np.float16, g.overlapping) not in forms:
             continue
-        row_counts = np.diff(avg.partition_bounds(g.row_starts, g.row_ends, g.in_rows, g.overlapping))
-        col_counts = np.diff(avg.partition_bounds(g.col_starts, g.col_ends, g.in_cols, g.overlapping))
+        row_counts, col_counts = np.diff(g.row_partition), np.diff(g.col_partition)
         rows, cols = row_counts.mean(), col_counts.mean()
         for dtype in dtypes:
             expression = forms[(case.op, dtype, g.overlapping)]

@@ -108,7 +108,7 @@
 // * Static count (sm_90 SASS, warp instructions issued x 32 per input-gradient element, 112x112
 //   feature maps, ratio 1.44): float16 about 20 (disjoint cells) and 28 (overlapping), float32
 //   about 33 and 40.
-#include "gradops_common.cuh"
+#include "fractional_cells.cuh"  // includes gradops_common.cuh
 
 namespace gradops {
 namespace fractional {
@@ -563,10 +563,7 @@ __global__ void fractional_avg_pool_grad(
 // (r = 0 or c = 0) is +0.0: no share is -0.0, so +0.0 + s and s + +0.0 are s, and the four
 // values are then the ones TF sums for that position.
 //
-// Threads: threadIdx.x is the channel vector within the block's blockDim.x (a power of two
-// dividing the vectors, so no lane is idle), threadIdx.y the cell column among the flattened
-// (batch item, cell column) pairs, blockIdx.y the chunk of chunk_rows cell rows and blockIdx.z
-// the block of channels; each grid dimension is strided, so any size is covered.
+// Threads: fractional_cells::for_each_cell_column (fractional_cells.cuh).
 template <typename T, typename I, int V, bool OVERLAP>
 __global__ void fractional_avg_pool_grad_cells(
     const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
@@ -575,94 +572,80 @@ __global__ void fractional_avg_pool_grad_cells(
     I column_blocks, I row_chunks, I channel_blocks, unsigned out_cols_magic, int out_cols_shift, int chunk_rows) {
     using namespace fractional;
     using Vec = Vector<T, V>;
-    for (I bz = blockIdx.z; bz < channel_blocks; bz += gridDim.z) {
-        const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;
-        for (I by = blockIdx.y; by < row_chunks; by += gridDim.y) {
-            const I r0 = by * chunk_rows;
-            const I r1 = min(r0 + chunk_rows, out_rows);
-            for (I bx = blockIdx.x; bx < column_blocks; bx += gridDim.x) {
-                const I j = bx * static_cast<I>(blockDim.y) + static_cast<I>(threadIdx.y);
-                if (j >= columns || ch >= depth) continue;
-                I n;
-                if constexpr (sizeof(I) == 4) {
-                    n = magic_divide(j, out_cols_magic, out_cols_shift);
-                } else {
-                    n = j / out_cols;
-                }
-                const I c = j - n * out_cols;
-                const bool has_left = OVERLAP && c > 0;
-                const I col_first = col_bounds[c], col_count = col_bounds[c + 1] - col_first;
-                const double col_size = static_cast<double>(col_sizes[c]);
-                const double left_size = has_left ? static_cast<double>(col_sizes[c - 1]) : 0.0;
-                // out_backprop at (n, r, c, ch) is dy_column + r * dy_row.
-                const I dy_row = out_cols * depth;
-                const T* const dy_column = out_backprop + (n * out_rows * out_cols + c) * depth + ch;
-                const I dx_row = in_cols * depth;
-                T* const dx_column = in_backprop + (n * in_rows * in_cols + col_first) * depth + ch;
+    fractional_cells::for_each_cell_column<I, V>(
+        depth, out_rows, out_cols, columns, column_blocks, row_chunks, channel_blocks, out_cols_magic, out_cols_shift,
+        chunk_rows, [&](const I n, const I c, const I ch, const I r0, const I r1) {
+            const bool has_left = OVERLAP && c > 0;
+            const I col_first = col_bounds[c], col_count = col_bounds[c + 1] - col_first;
+            const double col_size = static_cast<double>(col_sizes[c]);
+            const double left_size = has_left ? static_cast<double>(col_sizes[c - 1]) : 0.0;
+            // out_backprop at (n, r, c, ch) is dy_column + r * dy_row.
+            const I dy_row = out_cols * depth;
+            const T* const dy_column = out_backprop + (n * out_rows * out_cols + c) * depth + ch;
+            const I dx_row = in_cols * depth;
+            T* const dx_column = in_backprop + (n * in_rows * in_cols + col_first) * depth + ch;
 
-                // s(r - 1, c) and s(r - 1, c - 1): +0.0 where that cell does not exist.
-                double up[V], up_left[V];
+            // s(r - 1, c) and s(r - 1, c - 1): +0.0 where that cell does not exist.
+            double up[V], up_left[V];
 #pragma unroll
-                for (int v = 0; v < V; ++v) up[v] = up_left[v] = 0.0;
-                const auto shares_of = [&](const T* dy, double size, double (&s)[V]) {
-                    const Vec d = *reinterpret_cast<const Vec*>(dy);
-                    cell_shares<T, V>(d, size, reciprocal(size), s);
-                };
-                if (OVERLAP && r0 > 0) {
-                    const double row_size = static_cast<double>(row_sizes[r0 - 1]);
-                    shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_size, up);
-                    if (has_left) shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_size, up_left);
+            for (int v = 0; v < V; ++v) up[v] = up_left[v] = 0.0;
+            const auto shares_of = [&](const T* dy, double size, double (&s)[V]) {
+                const Vec d = *reinterpret_cast<const Vec*>(dy);
+                cell_shares<T, V>(d, size, reciprocal(size), s);
+            };
+            if (OVERLAP && r0 > 0) {
+                const double row_size = static_cast<double>(row_sizes[r0 - 1]);
+                shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_size, up);
+                if (has_left) shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_size, up_left);
+            }
+#pragma unroll 1
+            for (I r = r0; r < r1; ++r) {
+                const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
+                const double row_size = static_cast<double>(row_sizes[r]);
+                double own[V];
+                shares_of(dy_column + r * dy_row, row_size * col_size, own);
+                // The values of the region's first row (its first column: corner; the others:
+                // top) and of its other rows (first column: left; the others: inner), each
+                // rounded only where the region has such positions.
+                Vec corner, top, left, inner;
+                if constexpr (OVERLAP) {
+                    double left_own[V];
+#pragma unroll
+                    for (int v = 0; v < V; ++v) left_own[v] = 0.0;
+                    if (has_left) shares_of(dy_column + r * dy_row - depth, row_size * left_size, left_own);
+                    double sum[V];
+#pragma unroll
+                    for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
+                    corner = top = left = inner = round_vector<T, V>(sum);
+                    if (col_count > 1) {
+#pragma unroll
+                        for (int v = 0; v < V; ++v) sum[v] = up[v] + own[v];
+                        top = round_vector<T, V>(sum);
+                    }
+                    if (row_count > 1) {
+#pragma unroll
+                        for (int v = 0; v < V; ++v) sum[v] = left_own[v] + own[v];
+                        left = round_vector<T, V>(sum);
+                        if (col_count > 1) inner = round_vector<T, V>(own);
+                    }
+#pragma unroll
+                    for (int v = 0; v < V; ++v) {
+                        up[v] = own[v];
+                        up_left[v] = left_own[v];
+                    }
+                } else {
+                    corner = top = left = inner = round_vector<T, V>(own);
                 }
+                T* dx = dx_column + row_first * dx_row;
 #pragma unroll 1
-                for (I r = r0; r < r1; ++r) {
-                    const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
-                    const double row_size = static_cast<double>(row_sizes[r]);
-                    double own[V];
-                    shares_of(dy_column + r * dy_row, row_size * col_size, own);
-                    // The values of the region's first row (its first column: corner; the others:
-                    // top) and of its other rows (first column: left; the others: inner), each
-                    // rounded only where the region has such positions.
-                    Vec corner, top, left, inner;
-                    if constexpr (OVERLAP) {
-                        double left_own[V];
-#pragma unroll
-                        for (int v = 0; v < V; ++v) left_own[v] = 0.0;
-                        if (has_left) shares_of(dy_column + r * dy_row - depth, row_size * left_size, left_own);
-                        double sum[V];
-#pragma unroll
-                        for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
-                        corner = top = left = inner = round_vector<T, V>(sum);
-                        if (col_count > 1) {
-#pragma unroll
-                            for (int v = 0; v < V; ++v) sum[v] = up[v] + own[v];
-                            top = round_vector<T, V>(sum);
-                        }
-                        if (row_count > 1) {
-#pragma unroll
-                            for (int v = 0; v < V; ++v) sum[v] = left_own[v] + own[v];
-                            left = round_vector<T, V>(sum);
-                            if (col_count > 1) inner = round_vector<T, V>(own);
-                        }
-#pragma unroll
-                        for (int v = 0; v < V; ++v) {
-                            up[v] = own[v];
-                            up_left[v] = left_own[v];
-                        }
-                    } else {
-                        corner = top = left = inner = round_vector<T, V>(own);
-                    }
-                    T* dx = dx_column + row_first * dx_row;
+                for (I y = 0; y < row_count; ++y, dx += dx_row) {
+                    *reinterpret_cast<Vec*>(dx) = y == 0 ? corner : left;
+                    const Vec rest = y == 0 ? top : inner;
 #pragma unroll 1
-                    for (I y = 0; y < row_count; ++y, dx += dx_row) {
-                        *reinterpret_cast<Vec*>(dx) = y == 0 ? corner : left;
-                        const Vec rest = y == 0 ? top : inner;
-#pragma unroll 1
-                        for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + x * depth) = rest;
-                    }
+                    for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + x * depth) = rest;
                 }
             }
-        }
-    }
+        });
 }
 
 }  // namespace gradops

@@ -54,7 +54,7 @@
 //
 // Indices are I: int when every tensor and table has fewer than 2^31 elements, else long long.
 // Grid-stride loops never step past `total` (no signed overflow near 2^31).
-#include "gradops_common.cuh"
+#include "fractional_cells.cuh"  // includes gradops_common.cuh
 
 namespace gradops {
 namespace fractional_max {
@@ -337,9 +337,8 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
 // of its one cell: -0.0 becomes +0.0, as in TF's += into zeros), every other element +0.
 //
 // Tables: row_bounds [out_rows + 1] and col_bounds [out_cols + 1], the first index of each cell
-// and then the input's size.  Threads as fractional_avg_pool_grad_cells: threadIdx.x the group of
-// V channels within the block's blockDim.x, threadIdx.y the flattened (batch item, cell column),
-// blockIdx.y the chunk of cell rows, blockIdx.z the block of channels, each dimension strided.
+// and then the input's size.  Threads: fractional_cells::for_each_cell_column (fractional_cells.cuh),
+// as in fractional_avg_pool_grad_cells.
 template <typename T, typename I, int V>
 __global__ void fractional_max_pool_grad_cells(
     const T* __restrict__ orig_input, const T* __restrict__ orig_output, const T* __restrict__ out_backprop,
@@ -348,63 +347,54 @@ __global__ void fractional_max_pool_grad_cells(
     I column_blocks, I row_chunks, I channel_blocks, unsigned out_cols_magic, int out_cols_shift, int chunk_rows) {
     using namespace fractional_max;
     typedef typename Acc<T>::type A;
-    for (I bz = blockIdx.z; bz < channel_blocks; bz += gridDim.z) {
-        const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;
-        for (I by = blockIdx.y; by < row_chunks; by += gridDim.y) {
-            const I r0 = by * chunk_rows;
-            const I r1 = min(r0 + chunk_rows, out_rows);
-            for (I bx = blockIdx.x; bx < column_blocks; bx += gridDim.x) {
-                const I j = bx * static_cast<I>(blockDim.y) + static_cast<I>(threadIdx.y);
-                if (j >= columns || ch >= depth) continue;
-                const I n = divide(j, out_cols, out_cols_magic, out_cols_shift);
-                const I c = j - n * out_cols;
-                const I col_first = col_bounds[c], cols = col_bounds[c + 1] - col_first;
-                const I in_row = in_cols * depth;
-                // Element (y, x) of the cell in row r is at x_column + (row_bounds[r] + y) * in_row + x * depth.
-                const I x_column = (n * in_rows * in_cols + col_first) * depth + ch;
-                const I o_column = (n * out_rows * out_cols + c) * depth + ch;
+    fractional_cells::for_each_cell_column<I, V>(
+        depth, out_rows, out_cols, columns, column_blocks, row_chunks, channel_blocks, out_cols_magic, out_cols_shift,
+        chunk_rows, [&](const I n, const I c, const I ch, const I r0, const I r1) {
+            const I col_first = col_bounds[c], cols = col_bounds[c + 1] - col_first;
+            const I in_row = in_cols * depth;
+            // Element (y, x) of the cell in row r is at x_column + (row_bounds[r] + y) * in_row + x * depth.
+            const I x_column = (n * in_rows * in_cols + col_first) * depth + ch;
+            const I o_column = (n * out_rows * out_cols + c) * depth + ch;
 #pragma unroll 1
-                for (I r = r0; r < r1; ++r) {
-                    const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0;
-                    const I first = x_column + y0 * in_row;
-                    A best_value[V];
-                    Pack<int, V> best;
-                    begin_scan<true>(load_pack<V>(orig_input + first), best_value, best, first);
-                    I place = 0;  // of (y, x) in the cell's scan
+            for (I r = r0; r < r1; ++r) {
+                const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0;
+                const I first = x_column + y0 * in_row;
+                A best_value[V];
+                Pack<int, V> best;
+                begin_scan<true>(load_pack<V>(orig_input + first), best_value, best, first);
+                I place = 0;  // of (y, x) in the cell's scan
 #pragma unroll 1
-                    for (I y = 0; y < rows; ++y) {
+                for (I y = 0; y < rows; ++y) {
 #pragma unroll 1
-                        for (I x = y == 0 ? 1 : 0; x < cols; ++x) {
-                            const I offset = first + y * in_row + x * depth;
-                            consider<true>(load_pack<V>(orig_input + offset), best_value, best, ++place, offset);
-                        }
+                    for (I x = y == 0 ? 1 : 0; x < cols; ++x) {
+                        const I offset = first + y * in_row + x * depth;
+                        consider<true>(load_pack<V>(orig_input + offset), best_value, best, ++place, offset);
                     }
-                    const I o = o_column + r * out_cols * depth;
-                    const Pack<T, V> maxima = load_pack<V>(orig_output + o);
-                    bool differs = false;
+                }
+                const I o = o_column + r * out_cols * depth;
+                const Pack<T, V> maxima = load_pack<V>(orig_output + o);
+                bool differs = false;
 #pragma unroll
-                    for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
-                    if (differs) mismatch[0] = 1;  // as select's flag
-                    const Pack<T, V> grads = load_pack<V>(out_backprop + o);
-                    T chosen[V];
+                for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+                if (differs) mismatch[0] = 1;  // as select's flag
+                const Pack<T, V> grads = load_pack<V>(out_backprop + o);
+                T chosen[V];
 #pragma unroll
-                    for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(grads.v[u]));
-                    const T zero = from_acc<T, A>(A(0));
-                    place = 0;
+                for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(grads.v[u]));
+                const T zero = from_acc<T, A>(A(0));
+                place = 0;
 #pragma unroll 1
-                    for (I y = 0; y < rows; ++y) {
+                for (I y = 0; y < rows; ++y) {
 #pragma unroll 1
-                        for (I x = 0; x < cols; ++x, ++place) {
-                            Pack<T, V> out;
+                    for (I x = 0; x < cols; ++x, ++place) {
+                        Pack<T, V> out;
 #pragma unroll
-                            for (int u = 0; u < V; ++u) out.v[u] = best.v[u] == place ? chosen[u] : zero;
-                            store_pack<V>(in_backprop + first + y * in_row + x * depth, out);
-                        }
+                        for (int u = 0; u < V; ++u) out.v[u] = best.v[u] == place ? chosen[u] : zero;
+                        store_pack<V>(in_backprop + first + y * in_row + x * depth, out);
                     }
                 }
             }
-        }
-    }
+        });
 }
 
 }  // namespace gradops

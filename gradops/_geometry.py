@@ -411,6 +411,19 @@ class FractionalPoolGeometry:
         (batch, channel) divided by neither dimension's cell overlap."""
         return sum(self.row_cell_sizes) + sum(self.col_cell_sizes)
 
+    @functools.cached_property
+    def row_partition(self) -> tuple[int, ...] | None:
+        """:func:`partition_bounds` of the row cells: each cell's own first row, then in_rows;
+        None where the row cells do not partition the input."""
+        bounds = partition_bounds(self.row_starts, self.row_ends, self.in_rows, self.overlapping)
+        return None if bounds is None else tuple(int(v) for v in bounds)
+
+    @functools.cached_property
+    def col_partition(self) -> tuple[int, ...] | None:
+        """:func:`partition_bounds` of the column cells."""
+        bounds = partition_bounds(self.col_starts, self.col_ends, self.in_cols, self.overlapping)
+        return None if bounds is None else tuple(int(v) for v in bounds)
+
     def cells_by_index(self, dim: str) -> tuple[np.ndarray, np.ndarray]:
         """``(offsets, cells)``, int64, for ``dim`` "rows" or "cols": input index i lies in
         cells ``cells[offsets[i]:offsets[i + 1]]``, in increasing cell order (TF's summation
@@ -441,6 +454,24 @@ def cells_by_index(starts: Sequence[int], ends: Sequence[int], in_size: int) -> 
     index += np.repeat(starts[live] - first, sizes[live])
     cells = cell_of[np.argsort(index, kind="stable")]
     return offsets, cells
+
+
+def partition_bounds(starts: Sequence[int], ends: Sequence[int], in_size: int, overlapping: bool) -> np.ndarray | None:
+    """The first index of each cell's own region and then ``in_size`` (int64), when the cells
+    (clamped, inclusive starts and ends) partition 0 .. in_size - 1: the first starts at 0,
+    starts increase, each cell ends where the next starts (overlapping) or just before it, and
+    the last at in_size - 1 (TF's generated sequences always do).  None otherwise.
+
+    Index i then lies in its region's cell k and, when overlapping and i is the region's first
+    index with k > 0, also in cell k - 1: what :func:`cells_by_index` lists for it.  The
+    fractional pooling gradients' cells kernels take such cells."""
+    starts = np.asarray(starts, np.int64).reshape(-1)
+    ends = np.asarray(ends, np.int64).reshape(-1)
+    if starts.size == 0 or starts[0] != 0 or ends[-1] != in_size - 1 or np.any(np.diff(starts) <= 0):
+        return None
+    if not np.array_equal(ends[:-1], starts[1:] - (0 if overlapping else 1)) or starts[-1] > in_size - 1:
+        return None
+    return np.append(starts, np.int64(in_size))
 
 
 def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: int, dim: str,

@@ -411,7 +411,7 @@ import shutil  # noqa: E402
 import ml_dtypes  # noqa: E402
 
 import cuda_host  # noqa: E402
-from gradops._geometry import fractional_pool_geometry  # noqa: E402
+from gradops._geometry import fractional_pool_geometry, partition_bounds  # noqa: E402
 
 cuda_launcher = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
 OP = "fractional_avg_pool_grad"
@@ -714,7 +714,7 @@ PARTITIONS = {
 @pytest.mark.parametrize("case", list(PARTITIONS), ids=list(PARTITIONS))
 def test_partition_bounds(case):
     sequence, in_size, overlapping, bounds = PARTITIONS[case]
-    got = cuda_launcher.partition_bounds(*pooled_cells(sequence, in_size, overlapping), in_size, overlapping)
+    got = partition_bounds(*pooled_cells(sequence, in_size, overlapping), in_size, overlapping)
     assert (got is None) if bounds is None else got.tolist() == bounds
 
 
@@ -744,7 +744,7 @@ def test_partition_bounds_agree_with_the_cell_tables(size, overlapping, data):
         maker = pooling_sequences if strategy == "valid" else unordered_pooling_sequences
         sequence, _ = data.draw(maker(size, overlapping))
     starts, ends = pooled_cells(sequence, size, overlapping)
-    bounds = cuda_launcher.partition_bounds(starts, ends, size, overlapping)
+    bounds = partition_bounds(starts, ends, size, overlapping)
     if strategy in ("generated", "cuts"):
         assert bounds is not None
     if bounds is not None:
@@ -931,14 +931,17 @@ def cells_problem(rng):
     return np.concatenate(got), np.concatenate(want)
 
 
-PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source, its replacement)
+#: The cells kernels' shared work split.
+CELLS_HEADER = "fractional_cells.cuh"
+
+PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source, its replacement[, file])
     "cells-corner-adds-left-before-up": ("((up_left[v] + up[v]) + left_own[v]) + own[v]",
                                          "((up_left[v] + left_own[v]) + up[v]) + own[v]"),
     "cells-row-above-not-carried": ("up[v] = own[v];", "up[v] = up[v];"),
     "cells-corner-above-not-carried": ("up_left[v] = left_own[v];", "up_left[v] = 0.0;"),
     "cells-chunk-ignores-the-row-above": ("if (OVERLAP && r0 > 0) {", "if (false) {"),
     "cells-left-neighbour-across-batch-items": ("const bool has_left = OVERLAP && c > 0;",
-                                                "const bool has_left = OVERLAP && j > 0;"),
+                                                "const bool has_left = OVERLAP && (n > 0 || c > 0);"),
     "cells-row-above-sized-as-its-own-row": ("row_sizes[r0 - 1]", "row_sizes[r0]"),
     "cells-left-cell-sized-as-its-own-column": ("col_sizes[c - 1]", "col_sizes[c]"),
     "cells-first-column-takes-the-inner-value": ("= y == 0 ? corner : left;", "= y == 0 ? corner : inner;"),
@@ -948,16 +951,18 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
                                            "for (I y = 0; y < row_count - 1; ++y, dx += dx_row)"),
     "cells-infinity-divided-as-finite": ("++v) shares[v] = element_share(d.e[v], b, y, false);",
                                          "++v) shares[v] = element_share(d.e[v], b, y, true);"),
+    # The work split both cells kernels share (fractional_cells.cuh).
     "cells-batch-item-from-a-wrong-split": ("n = magic_divide(j, out_cols_magic, out_cols_shift);",
-                                            "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);"),
+                                            "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);", CELLS_HEADER),
     "cells-channel-block-ignored": ("const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;",
-                                    "const I ch = static_cast<I>(threadIdx.x) * V;"),
+                                    "const I ch = static_cast<I>(threadIdx.x) * V;", CELLS_HEADER),
 }
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_CELLS))
 def test_planted_cells_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
-    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_CELLS[bug],
+    text, replacement, *where = PLANTED_CELLS[bug]
+    cuda_host.assert_planted_bug_caught(where[0] if where else cuda_launcher.SOURCE, (text, replacement),
                                         lambda: cells_problem(np.random.default_rng(5)),
                                         lambda got, want: np.testing.assert_array_equal(got, want), 5, tmp_path,
                                         monkeypatch)

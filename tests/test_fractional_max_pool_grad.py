@@ -918,21 +918,24 @@ def _cells_problem():
     return got, want
 
 
-PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source, its replacement)
+#: The cells kernels' shared work split (fractional_avg_pool_grad_cells takes it too).
+CELLS_HEADER = "fractional_cells.cuh"
+
+PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source, its replacement[, file])
     "cells-first-element-scanned-twice": ("for (I x = y == 0 ? 1 : 0; x < cols; ++x) {", "for (I x = 0; x < cols; ++x) {"),
-    "cells-scan-skips-the-last-row": ("for (I y = 0; y < rows; ++y) {\n#pragma unroll 1\n                        for (I x = y == 0",
-                                      "for (I y = 0; y < rows - 1; ++y) {\n#pragma unroll 1\n                        for (I x = y == 0"),
+    "cells-scan-skips-the-last-row": ("for (I y = 0; y < rows; ++y) {\n#pragma unroll 1\n                    for (I x = y == 0",
+                                      "for (I y = 0; y < rows - 1; ++y) {\n#pragma unroll 1\n                    for (I x = y == 0"),
     "cells-writes-skip-the-last-column": ("for (I x = 0; x < cols; ++x, ++place) {", "for (I x = 0; x < cols - 1; ++x, ++place) {"),
     "cells-mismatch-never-flagged": ("if (differs) mismatch[0] = 1;", "if (differs) mismatch[0] = 0;"),
     "cells-negative-zero-kept": ("chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(grads.v[u]));",
                                  "chosen[u] = grads.v[u];"),
     "cells-place-not-reset-for-the-writes": ("place = 0;\n#pragma unroll 1", "\n#pragma unroll 1"),
-    "cells-batch-item-from-a-wrong-split": ("const I n = divide(j, out_cols, out_cols_magic, out_cols_shift);",
-                                            "const I n = divide(j, out_cols, out_cols_magic, out_cols_shift + 1);"),
+    "cells-batch-item-from-a-wrong-split": ("n = magic_divide(j, out_cols_magic, out_cols_shift);",
+                                            "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);", CELLS_HEADER),
     "cells-channel-block-ignored": ("const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;",
-                                    "const I ch = static_cast<I>(threadIdx.x) * V;"),
+                                    "const I ch = static_cast<I>(threadIdx.x) * V;", CELLS_HEADER),
     "cells-chunk-skips-its-last-row": ("const I r1 = min(r0 + chunk_rows, out_rows);",
-                                       "const I r1 = min(r0 + chunk_rows - 1, out_rows);"),
+                                       "const I r1 = min(r0 + chunk_rows - 1, out_rows);", CELLS_HEADER),
     "cells-region-rows-of-the-next-cell": ("const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0;",
                                            "const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0 + (r + 1 < out_rows);"),
 }
@@ -947,8 +950,9 @@ def test_planted_cells_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         for a, b in zip(got, want):
             np.testing.assert_array_equal(a, b)
 
-    cuda_host.assert_planted_bug_caught(max_launcher().SOURCE, PLANTED_CELLS[bug], _cells_problem, same, 11, tmp_path,
-                                        monkeypatch)
+    text, replacement, *where = PLANTED_CELLS[bug]
+    cuda_host.assert_planted_bug_caught(where[0] if where else max_launcher().SOURCE, (text, replacement),
+                                        _cells_problem, same, 11, tmp_path, monkeypatch)
 
 
 # ---- bugs planted in copies of the kernel source must fail the comparison (tests/test_cuda_host.py's pattern)

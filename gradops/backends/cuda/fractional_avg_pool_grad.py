@@ -276,35 +276,10 @@ def device_tables(g: FractionalPoolGeometry, p: Plan):
 # --------------------------------------------------------------------------- the cells kernel
 
 
-def partition_bounds(starts, ends, in_size: int, overlapping: bool) -> np.ndarray | None:
-    """The first index of each cell's own region and then ``in_size`` (int64), when the cells
-    (clamped, inclusive starts and ends) partition 0 .. in_size - 1 as the cells kernel needs:
-    the first starts at 0, starts increase, each cell ends where the next starts (overlapping) or
-    just before it, and the last at in_size - 1.  None otherwise (the gather kernel's case).
-
-    Index i then lies in its region's cell k and, when overlapping and i is the region's first
-    index with k > 0, also in cell k - 1: what :func:`cells_by_index` lists for it."""
-    starts = np.asarray(starts, np.int64).reshape(-1)
-    ends = np.asarray(ends, np.int64).reshape(-1)
-    if starts.size == 0 or starts[0] != 0 or ends[-1] != in_size - 1 or np.any(np.diff(starts) <= 0):
-        return None
-    if not np.array_equal(ends[:-1], starts[1:] - (0 if overlapping else 1)) or starts[-1] > in_size - 1:
-        return None
-    return np.append(starts, np.int64(in_size))
-
-
-@functools.lru_cache(maxsize=64)
-def _partition(starts: tuple, ends: tuple, in_size: int, overlapping: bool) -> np.ndarray | None:
-    bounds = partition_bounds(starts, ends, in_size, overlapping)
-    if bounds is not None:
-        bounds.flags.writeable = False
-    return bounds
-
-
 def cells_possible(g: FractionalPoolGeometry) -> bool:
-    """Whether the cells kernel can run ``g``: both dimensions' cells are partitions."""
-    return (_partition(g.row_starts, g.row_ends, g.in_rows, g.overlapping) is not None
-            and _partition(g.col_starts, g.col_ends, g.in_cols, g.overlapping) is not None)
+    """Whether the cells kernel can run ``g``: both dimensions' cells are partitions
+    (:func:`gradops._geometry.partition_bounds`)."""
+    return g.row_partition is not None and g.col_partition is not None
 
 
 def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
@@ -374,13 +349,13 @@ def cells_plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index:
 def cells_tables(g: FractionalPoolGeometry, p: CellsPlan) -> list[np.ndarray]:
     """The cells kernel's four table parameters in the plan's index type: row_bounds
     [out_rows + 1], row_sizes [out_rows], col_bounds [out_cols + 1], col_sizes [out_cols]."""
-    tables = [_partition(g.row_starts, g.row_ends, g.in_rows, g.overlapping), np.asarray(g.row_cell_sizes),
-              _partition(g.col_starts, g.col_ends, g.in_cols, g.overlapping), np.asarray(g.col_cell_sizes)]
+    tables = [g.row_partition, g.row_cell_sizes, g.col_partition, g.col_cell_sizes]
     return [np.asarray(t).astype(INDEX_TYPES[p.index]) for t in tables]
 
 
 def cells_scalars(g: FractionalPoolGeometry, p: CellsPlan) -> tuple:
-    """The cells kernel's scalar parameters, in order, after its pointers and tables."""
+    """The cells kernel's scalar parameters, in order, after its pointers and tables (fractional
+    max pooling's cells kernel takes the same ones)."""
     wide = _runtime.i32 if p.index == "int" else _runtime.i64
     sizes = (g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols, g.batch * g.out_cols,
              p.column_blocks, p.row_chunks, p.channel_blocks)

@@ -28,7 +28,7 @@ from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
 from ._runtime import cached_tables, division_magic
-from .fractional_avg_pool_grad import ELEMENT_TYPES, cells_plan, partition_bounds
+from .fractional_avg_pool_grad import ELEMENT_TYPES, cells_plan, cells_scalars
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
@@ -78,12 +78,10 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
 def cells_bounds(g: FractionalPoolGeometry) -> tuple[np.ndarray, np.ndarray] | None:
     """(row bounds, column bounds) of the cells kernel (each cell's first index, then the
     input's size), or None where it cannot run ``g``: overlapping cells, or cells that do not
-    partition the input (:func:`partition_bounds`)."""
-    if g.overlapping:
+    partition the input (:func:`gradops._geometry.partition_bounds`)."""
+    if g.overlapping or g.row_partition is None or g.col_partition is None:
         return None
-    rows = partition_bounds(g.row_starts, g.row_ends, g.in_rows, False)
-    cols = partition_bounds(g.col_starts, g.col_ends, g.in_cols, False)
-    return None if rows is None or cols is None else (rows, cols)
+    return np.asarray(g.row_partition, np.int64), np.asarray(g.col_partition, np.int64)
 
 
 def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
@@ -234,13 +232,10 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
         packed, (row_bounds, col_bounds) = cached_tables(key, lambda: [t.astype(INDEX_TYPES[index]) for t in cells_bounds(g)])
         in_backprop = cupy.empty(g.input_shape, dtype)
         mismatch = cupy.zeros((1,), np.int32)
-        sizes = (g.in_rows, g.in_cols, g.depth, g.out_rows, g.out_cols, g.batch * g.out_cols,
-                 p.column_blocks, p.row_chunks, p.channel_blocks)
         fn = _runtime.kernel(SOURCE, _cells_expression(dtype, index, v))
         fn(p.grid, p.block, (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(dy), _runtime.pointer(in_backprop),
                              _runtime.pointer(mismatch), _runtime.pointer(packed, row_bounds),
-                             _runtime.pointer(packed, col_bounds), *(wide(s) for s in sizes),
-                             *division_magic(g.out_cols), _runtime.i32(p.chunk_rows)))
+                             _runtime.pointer(packed, col_bounds), *cells_scalars(g, p)))
         if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
             raise InvalidArgumentError(MISMATCH)
         return in_backprop
