@@ -45,7 +45,7 @@ CELLS_CHUNK_ROWS = 4
 CELLS_TARGET_THREADS = 2**18
 #: Threads per block of the cells kernel.  It has no shared memory and no barriers, so the
 #: block size only sets the register allocation's granularity: at 128 the overlapping float16
-#: kernel (96 registers on sm_90) keeps 20 warps an SM resident where 256 would keep 16.
+#: kernel (94 registers on sm_90) keeps 20 warps an SM resident where 256 would keep 16.
 CELLS_THREADS = 128
 
 #: C++ element type per dtype: the float types as everywhere, plus TF's integer types.
