@@ -9,7 +9,7 @@ kernel whose grid size is the case's index.  Writes the index JSON.  On a GPU:
         python benchmarks/ncu_cases.py [SUITE-SUBSTRING] [INDEX.json] \
         [--suites mobilenetv2,efficientnet,fractional,resnet50] [--dtypes float16,float32] \
         [--engines gradops-cuda,torch,gradops-cudnn] [--ops SUBSTRING] [--labels A,B] \
-        [--paths tiled,planes,sync,async,cells] [--time-limit S] > ncu.csv
+        [--paths tiled,planes,transpose,sync,async,cells] [--time-limit S] > ncu.csv
 
 Defaults: the three memory-bound suites in float16 and float32 on gradops-cuda and (depthwise)
 PyTorch, and ResNet-50 NHWC float16 on gradops-cuda and gradops-cudnn.  ``--engines`` restricts
@@ -34,7 +34,7 @@ parser.add_argument("--ops", default=None, help="keep the ops whose name holds t
 parser.add_argument("--labels", default=None,
                     help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
 parser.add_argument("--paths", default=None,
-                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,direct), filter-"
+                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,direct,transpose), filter-"
                          "gradient staging paths (sync,async) and the fractional pooling gradients' kernels (gather,cells), "
                          "each timed as engine gradops-cuda:PATH on the cases of its op that it can run")
 parser.add_argument("--time-limit", type=float, default=None,
@@ -43,7 +43,7 @@ args = parser.parse_args()
 chosen = set(args.engines.split(",")) if args.engines else None
 # Which --paths each op takes: the input gradient's kernel paths, the filter gradient's staging,
 # the fractional pooling gradients' kernels.
-PATHS_OF = {"depthwise_conv2d_native_backprop_input": ("tiled", "planes", "mma", "direct"),
+PATHS_OF = {"depthwise_conv2d_native_backprop_input": ("tiled", "planes", "mma", "direct", "transpose"),
             "depthwise_conv2d_native_backprop_filter": ("sync", "async"),
             "fractional_avg_pool_grad": ("gather", "cells"), "fractional_max_pool_grad": ("gather", "cells")}
 

@@ -22,6 +22,8 @@
 //   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
 //   lie in memory, and each thread computes 2 x 4 positions of a plane (2 x 8 at stride 2; see
 //   "the planes kernel").  Opt-in (path="planes") until a GPU has timed it beside the tiled kernel.
+// * transpose_batched (layout_transpose.cuh), for the opt-in "transpose" path: NCHW out_backprop
+//   to NHWC, the tiled kernel in NHWC, the result back to NCHW (path="transpose").
 //
 // Shapes (L = layout of in_backprop / out_backprop, NHWC or NCHW):
 //   filter        [filter_rows, filter_cols, in_depth, depth_multiplier]  (always this order)
@@ -30,6 +32,7 @@
 // Output channel c * depth_multiplier + m reads input channel c through filter[:, :, c, m].
 #include "depthwise_tiles.cuh"
 #include "tensor_core_ptx.cuh"  // GRADOPS_HAS_MMA_SM80, ldmatrix and mma.sync (the _mma kernel)
+#include "layout_transpose.cuh"  // transpose_batched (the "transpose" path)
 
 namespace gradops {
 

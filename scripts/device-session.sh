@@ -2,7 +2,7 @@
 # One lent-GPU session (the `device` tool), prepared to fit its 15 minutes (one call of about
 # 8 minutes plus a machine start): warm the kernel cache, GPU tests beside compute-sanitizer
 # memcheck and racecheck, Nsight Compute A/Bs of the input gradient's NCHW kernels (tiled
-# against planes) and of the fractional pooling gradients' (launcher's against cells), ncu's full sections (stall reasons, occupancy) for a few representative
+# against planes and the transpose path) and of the fractional pooling gradients' (launcher's against cells), ncu's full sections (stall reasons, occupancy) for a few representative
 # kernels, then Nsight Compute kernel times of the filter gradient (with an A/B of its tiled
 # kernel's synchronous and asynchronous staging).  Every step has its
 # own time cap, and a hung kernel fails its test (pytest-timeout) instead of stalling a worker:
@@ -51,16 +51,17 @@ timeout 100 python3 scripts/warm_kernel_cache.py --jobs 14 >"$W/warm.log" 2>&1 &
 WARM=$!
 sanitize memcheck 260 "" tests/test_advisories.py tests/test_nan_inf.py \
     tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py &
-# memcheck on the input gradient's planes kernel and the fractional pooling gradients' cells
-# kernels (new since the last GPU run; the fractional tests run them beside the launchers' kernels).
-sanitize memcheck:memcheck-planes 200 "planes or mma or cuda_generated or cuda_hand_written or cells" \
+# memcheck on the input gradient's planes kernel and transpose path and the fractional pooling
+# gradients' cells kernels (new since the last GPU run; the fractional tests run them beside the
+# launchers' kernels).
+sanitize memcheck:memcheck-planes 200 "planes or mma or transpose or cuda_generated or cuda_hand_written or cells" \
     tests/test_depthwise_conv2d_native_backprop_input.py tests/test_fractional_avg_pool_grad.py &
 # racecheck on the filter gradient's asynchronous staging (cp.async into shared memory and its
 # barriers, new since the last GPU run), whose tests the run over whole files may not reach;
 # one more process only (the GPU tests share the GPU and 16 cores with the sanitizers).
 sanitize racecheck:racecheck-async 150 "async" tests/test_depthwise_conv2d_native_backprop_filter.py &
 # racecheck: the kernels that share memory between threads (tiles, stages, tensor cores).
-sanitize racecheck 260 "tiled or mma or planes or staged or select" \
+sanitize racecheck 260 "tiled or mma or planes or staged or select or transpose_path_is" \
     tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py \
     tests/test_fractional_avg_pool_grad.py tests/test_depthwise_conv2d_native_backprop_input.py &
 wait $WARM
@@ -82,15 +83,17 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (110 + 50), the full sections (120), then the filter gradient's timing in the rest.
+# 340 s): A/B (150 + 50), the full sections (120), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
-# launcher's choice, the tiled kernel and the planes kernel (engines gradops-cuda,
-# gradops-cuda:tiled, gradops-cuda:planes), whose default waits for this measurement
-# (PLANES_BY_DEFAULT); about 156 calls at the 2.2 a second of the last run.
-timeout -s INT -k 10 110 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+# launcher's choice, the tiled kernel, the planes kernel and the transpose path (engines
+# gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose: NCHW as NHWC
+# between two batched transposes, 3 kernels a call), whose defaults wait for this measurement
+# (PLANES_BY_DEFAULT, TRANSPOSE_BY_DEFAULT); about 208 calls, 52 of them of 3 kernels, at the 2.2
+# a second of the last run (the filter gradient's timing at the end gets 40 s less).
+timeout -s INT -k 10 150 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
-    --engines gradops-cuda --paths tiled,planes --ops backprop_input \
-    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW" --time-limit 90 \
+    --engines gradops-cuda --paths tiled,planes,transpose --ops backprop_input \
+    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW" --time-limit 130 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 >"$W/ncu_ab.md" 2>&1

@@ -281,6 +281,7 @@ import importlib  # noqa: E402
 
 import cuda_host  # noqa: E402
 from gradops._geometry import conv2d_geometry  # noqa: E402
+from gradops.backends.cuda import _layout  # noqa: E402
 
 cuda_launcher = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
 OP = "depthwise_conv2d_native_backprop_input"
@@ -345,14 +346,19 @@ def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
     for the direct kernel, every dtype x layout x specialisation for the tiled one, each half
     type x filter x multiplier for the tensor-core one, and each dtype x filter x stride for the
-    planes one (NCHW only); none twice."""
+    planes one (NCHW only), and the batched transpose per element width and index type; none
+    twice."""
     names = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
     listed = set(names)
     assert len(names) == len(listed)
     mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
     planes = 4 * len(cuda_launcher.PLANES_FILTERS) * len(cuda_launcher.PLANES_STRIDES)
+    transposes = 3 * 2  # 2-, 4- and 8-byte elements, int and long long indices
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
-                                   + len(cuda_launcher.NARROW_TILES)) + mma + planes
+                                   + len(cuda_launcher.NARROW_TILES)) + mma + planes + transposes
+    for itemsize in (2, 4, 8):
+        for index in ("int", "long long"):
+            assert _layout.expression(itemsize, index) in listed
     for dtype in FLOAT_DTYPES:
         for k in cuda_launcher.PLANES_FILTERS:
             for stride in cuda_launcher.PLANES_STRIDES:
@@ -476,8 +482,8 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "planes"],
-                                     ids=["auto", "direct", "tiled", "mma", "planes"])
+CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "planes", "transpose"],
+                                     ids=["auto", "direct", "tiled", "mma", "planes", "transpose"])
 
 
 def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
@@ -494,11 +500,16 @@ def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
 
 
 def launched(device):
-    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "planes" / "direct"),
-    None on a GPU."""
+    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "planes" / "direct",
+    or "transpose" where it is the transpose path's second transpose after the tiled kernel), None
+    on a GPU."""
     if device is None:
         return None
     name = device.launches[-1][0]
+    if "transpose_batched<" in name:
+        names = [launch[0] for launch in device.launches[-3:]]
+        assert len(names) == 3 and "transpose_batched<" in names[0] and "_tiled<" in names[1]
+        return "transpose"
     return ("tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "planes" if "_planes<" in name
             else "direct")
 
@@ -532,12 +543,16 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         with pytest.raises(ValueError, match="planes kernel cannot run"):
             cuda_call(kwargs, path=path)
         return None
+    if path == "transpose" and not cuda_launcher.transpose_possible(g, dtype):
+        with pytest.raises(ValueError, match="transpose path cannot run"):
+            cuda_call(kwargs, path=path)
+        return None
     got = cuda_call(kwargs, path=path, vector=vector, narrow=narrow)
     assert isinstance(got, cupy.ndarray)
     assert got.dtype == dtype and got.shape == tuple(kwargs["input_sizes"])
     if device is not None and 0 not in got.shape and kwargs["filter"].size and kwargs["out_backprop"].size:
-        auto = "mma" if cuda_launcher.mma_chosen(g, dtype) else "planes" if cuda_launcher.planes_chosen(g, dtype) else (
-            "tiled" if eligible else "direct")
+        auto = ("mma" if cuda_launcher.mma_chosen(g, dtype) else "planes" if cuda_launcher.planes_chosen(g, dtype)
+                else "transpose" if cuda_launcher.transpose_chosen(g, dtype) else "tiled" if eligible else "direct")
         assert launched(device) == (path or auto)
     got = to_host(got)
     assert_close(got, ref, dtype, scale)
@@ -1531,3 +1546,144 @@ def test_planted_planes_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 
     cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_PLANES[bug], run, assert_planes_result, 5,
                                         tmp_path, monkeypatch)
+
+
+# ------------------------------------------------------------------ the transpose path (NCHW as NHWC)
+
+#: Unsigned integer types of the transpose kernel's element widths.
+WORD_DTYPES = {2: np.uint16, 4: np.uint32, 8: np.uint64}
+
+
+def host_transpose(kernels, x, grid=None, index="int", order="forward", seed=0):
+    """transpose_batched on the host: x [batch, rows, cols] (any dtype of 2, 4 or 8 bytes) ->
+    [batch, cols, rows]; ``grid`` (default the launcher's) may be smaller, so that blocks take
+    several tiles; unwritten elements keep the all-ones guard pattern."""
+    batch, rows, cols = x.shape
+    words = np.ascontiguousarray(x).view(WORD_DTYPES[x.dtype.itemsize])
+    out = np.full((batch, cols, rows), np.iinfo(words.dtype).max, words.dtype)
+    expression = _layout.expression(x.dtype.itemsize, index)
+    kernels.launch(expression, grid or _layout.grid(batch, rows, cols), (_layout.TILE, _layout.BLOCK_ROWS),
+                   [words, out], [batch, rows, cols, -(-rows // _layout.TILE), -(-cols // _layout.TILE)],
+                   order=order, seed=seed)
+    return out.view(x.dtype)
+
+
+@pytest.mark.parametrize("itemsize", [2, 4, 8])
+@pytest.mark.parametrize("index", ["int", "long long"])
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffled"])
+def test_transpose_kernel_on_host(host_kernels, rng, itemsize, index, order):
+    """Every bit pattern comes through (NaN payloads, -0.0, subnormals: only bits move), on full
+    and part tiles, sizes below, at and past one tile, and grids smaller than the tile count (a
+    block then takes several tiles, so its second barrier matters), in any block order."""
+    dtype = WORD_DTYPES[itemsize]
+    for shape, grid in (((3, 5, 7), None), ((2, 32, 32), None), ((2, 64, 96), None), ((2, 33, 65), None),
+                        ((1, 1, 100), None), ((3, 100, 1), None), ((2, 70, 45), (1, 1, 1)), ((5, 64, 64), (2, 1, 2)),
+                        ((2, 96, 40), (1, 2, 1))):
+        x = rng.integers(0, np.iinfo(dtype).max, shape, dtype=dtype, endpoint=True)
+        got = host_transpose(host_kernels, x, grid, index, order, seed=7)
+        np.testing.assert_array_equal(got, np.ascontiguousarray(x.transpose(0, 2, 1)))
+
+
+def test_transpose_index_type_and_grid():
+    """32-bit offsets while a whole last tile past each dimension stays below 2**31; grids within
+    CUDA's limits (the kernel strides over the rest)."""
+    assert _layout.index_type(32, 144, 56 * 56) == "int"
+    assert _layout.index_type(1, 2**15, 2**16 - 64) == "long long"  # the padded tile corner passes 2**31
+    assert _layout.index_type(2**20, 2**10, 2**10) == "long long"
+    assert _layout.grid(70000, 33, 65) == (3, 2, 65535)
+    assert _layout.grid(1, 2**21, 31) == (1, 65535, 1)
+
+
+TRANSPOSE_CASES = [  # (x_shape, filter, strides, multiplier, padding, pads)
+    ((2, 9, 8, 5), (3, 3), (1, 1), 1, "SAME", NO_PADS),
+    ((1, 7, 7, 20), (3, 3), (1, 1), 2, "SAME", NO_PADS),
+    ((2, 10, 11, 3), (3, 3), (2, 2), 3, "VALID", NO_PADS),
+    ((1, 12, 9, 9), (5, 5), (2, 2), 1, "SAME", NO_PADS),
+    ((2, 8, 13, 4), (5, 5), (1, 1), 2, "EXPLICIT", ((0, 3), (2, 1))),
+    ((1, 40, 36, 33), (3, 3), (1, 1), 1, "SAME", NO_PADS),  # several tiles of 32 positions and channels
+]
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+def test_cuda_transpose_path_is_the_tiled_kernels_bits(cuda_device, rng, dtype):
+    """The transpose path gives the NCHW tiled kernel's bits exactly (each element sums its taps in
+    the same order in either layout), and the loops' values."""
+    for x_shape, filt_hw, strides, multiplier, padding, pads in TRANSPOSE_CASES:
+        kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+                                       strides=strides, padding=padding, pads=pads, data_format="NCHW", dtype=dtype)
+        through = check_cuda(kwargs, ref, scale, path="transpose", device=cuda_device)
+        tiled = to_host(cuda_call(kwargs, path="tiled"))
+        np.testing.assert_array_equal(through.view(WORD_DTYPES[through.dtype.itemsize]),
+                                      tiled.view(WORD_DTYPES[tiled.dtype.itemsize]))
+
+
+def test_transpose_path_choice():
+    """NCHW where the tiled kernel takes the NHWC twin; opt-in; refused otherwise."""
+    kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
+                             padding="SAME", data_format="NCHW")
+    g = geometry_of(kwargs)
+    f32 = np.dtype(np.float32)
+    assert cuda_launcher.transpose_possible(g, f32)
+    twin = cuda_launcher.nhwc_twin(g)
+    assert twin.data_format == "NHWC" and twin.out_backprop_shape == (1, 8, 8, 4)
+    assert not cuda_launcher.transpose_possible(twin, f32)  # NHWC has nothing to transpose
+    assert not cuda_launcher.TRANSPOSE_BY_DEFAULT and not cuda_launcher.transpose_chosen(g, f32)
+    assert cuda_launcher.pick_path(g, f32, "transpose") == "transpose"
+    dilated, _, _ = make_case(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
+                              dilations=(2, 2), padding="SAME", data_format="NCHW")
+    with pytest.raises(ValueError, match="transpose path cannot run"):
+        cuda_launcher.pick_path(geometry_of(dilated), f32, "transpose")
+
+
+#: The transpose kernel's header.
+TRANSPOSE_HEADER = "layout_transpose.cuh"
+
+PLANTED_TRANSPOSE = {  # bugs in transpose_batched: name -> (text of the real source, its replacement)
+    "transpose-no-barrier-before-the-next-tile": (
+        "__syncthreads();  // every thread has read the tile before the next one is staged", ""),
+    "transpose-tile-read-untransposed": ("p[k * dst_step] = tile[tx][ty + k * kBlockRows];\n                    } else",
+                                         "p[k * dst_step] = tile[ty + k * kBlockRows][tx];\n                    } else"),
+    "transpose-part-tile-row-test-on-columns": ("v[k] = column && i0 + ty + k * kBlockRows < rows ?",
+                                                "v[k] = column && i0 + ty + k * kBlockRows < cols ?"),
+    "transpose-part-tile-writes-past-the-row": ("} else if (i0 + tx < rows) {", "} else if (true) {"),
+    "transpose-part-tile-drops-its-last-column": ("if (j0 + ty + k * kBlockRows < cols) p[k * dst_step]",
+                                                  "if (j0 + ty + k * kBlockRows < cols - 1) p[k * dst_step]"),
+    "transpose-full-test-on-rows-only": ("const bool full = i0 + kTile <= rows && j0 + kTile <= cols;",
+                                         "const bool full = i0 + kTile <= rows;"),
+    "transpose-batch-item-offset-dropped": ("W* const p = dst + n * plane + (j0 + ty) * rows + (i0 + tx);",
+                                            "W* const p = dst + (j0 + ty) * rows + (i0 + tx);"),
+}
+
+
+def transpose_problem(rng):
+    """(the transpose path's result, the tiled kernel's) on NCHW float32 calls whose tensors have
+    full and part tiles, through the launcher, plus a direct launch on a grid of one block."""
+    got, want = [], []
+    for x_shape in ((2, 9, 7, 40), (1, 12, 12, 33)):
+        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, padding="SAME",
+                                 data_format="NCHW", dtype=np.float32)
+        got.append(to_host(cuda_call(kwargs, path="transpose")).ravel())
+        want.append(to_host(cuda_call(kwargs, path="tiled")).ravel())
+    import cupy
+
+    x = rng.standard_normal((2, 70, 45)).astype(np.float32)
+    out = cupy.empty((2, 45, 70), np.float32)
+    _layout.transpose(cuda_launcher.SOURCE, to_gpu(x), out, 2, 70, 45)
+    one_block = cupy.empty((2, 45, 70), np.float32)
+    fn = cuda_launcher._runtime.kernel(cuda_launcher.SOURCE, _layout.expression(4, "int"))
+    fn((1, 1, 1), (_layout.TILE, _layout.BLOCK_ROWS),
+       (cuda_launcher._runtime.pointer(to_gpu(x)), cuda_launcher._runtime.pointer(one_block),
+        *(np.int32(v) for v in (2, 70, 45, 3, 2))))
+    got += [to_host(out).ravel(), to_host(one_block).ravel()]
+    want += [x.transpose(0, 2, 1).ravel()] * 2
+    return np.concatenate(got), np.concatenate(want)
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_TRANSPOSE))
+def test_planted_transpose_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    """Each bug planted in a copy of the transpose kernel makes transpose_problem's results differ
+    (or a launch touch memory outside an array); the real source passes."""
+    cuda_host.assert_planted_bug_caught(TRANSPOSE_HEADER, PLANTED_TRANSPOSE[bug],
+                                        lambda: transpose_problem(np.random.default_rng(6)),
+                                        lambda got, want: np.testing.assert_array_equal(got, want), 5, tmp_path,
+                                        monkeypatch)

@@ -783,6 +783,17 @@ def test_launch_block_sizes_are_the_launchers():
     assert sr.block_size("gradops::conv2d_backprop_filter_direct<float, float, 0>") == 128
     assert sr.block_size("gradops::conv2d_backprop_input_igemm<__half, float, 1, false>") == 256
     assert sr.block_size("gradops::depthwise_conv2d_native_backprop_input_mma<__half, 5, 1>") == 128
+    assert sr.block_size("gradops::transpose_batched<unsigned short, int>") == 128  # 32 x 4
+
+
+def test_opt_in_transpose_kernel_points_at_its_own_figures():
+    """The depthwise input gradient's batched transposes (the opt-in transpose path) are not in
+    the report's model: their rows name the script that counts them."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    (kernel,) = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
+                                      only=["gradops::transpose_batched<unsigned short, int>"])
+    assert "nchw_transpose_breakeven" in sr.reference_paths(kernel)["not_modelled"]
 
 
 # --------------------------------------------------------------------------- staged tile kernels

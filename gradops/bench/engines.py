@@ -228,7 +228,7 @@ class GradopsGpuEngine(Engine):
     """gradops on CuPy arrays with ``backend="cuda"`` (our kernels) or ``backend="cudnn"``.
 
     ``path`` (cuda only): the depthwise input gradient's kernel path forced through its launcher
-    ("tiled", "planes", "mma", "direct"), the depthwise filter gradient's tiled kernel with its
+    ("tiled", "planes", "mma", "direct", "transpose"), the depthwise filter gradient's tiled kernel with its
     staging forced ("sync", "async"), or either fractional pooling gradient's kernels ("gather",
     "cells"); the engine is then ``gradops-cuda:PATH`` and supports only the cases that path
     can run, for A/B timings of kernels on one device."""

@@ -26,6 +26,14 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   padded rows and the sums take the columns' stride phase at compile time, so only the taps that
   land are computed.  Opt-in
   (``path="planes"``) until a GPU has measured it beside ``tiled`` (:data:`PLANES_BY_DEFAULT`).
+* ``transpose``: NCHW run as NHWC: out_backprop transposed to NHWC, the ``tiled`` kernel on the
+  NHWC twin of the geometry (:func:`nhwc_twin`), the result transposed back (two launches of
+  ``_layout``'s batched transpose, 32 x 32 tiles through shared memory).  Each tensor crosses
+  DRAM three times instead of once, but measured on an H200 the tiled kernel took 1.6 to 4.6
+  times as long in NCHW as in NHWC on the same shapes, so the extra bytes can cost less than
+  NCHW's access pattern (``benchmarks/results/nchw_transpose_breakeven.md``).  The same bits
+  as ``tiled`` in NCHW: every element sums its taps in the same order in either layout.  Opt-in
+  (``path="transpose"``) until a GPU has timed it (:data:`TRANSPOSE_BY_DEFAULT`).
 * ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
   (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
@@ -50,12 +58,13 @@ multiplies.  CuPy is imported only when a call runs.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import numpy as np
 
 from ..._geometry import Conv2DGeometry
-from . import _build, _runtime
+from . import _build, _layout, _runtime
 
 SOURCE = "depthwise_conv2d_native_backprop_input.cu"
 KERNEL = "gradops::depthwise_conv2d_native_backprop_input"
@@ -73,7 +82,7 @@ SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
 
 #: Kernel paths; tests force each with ``path=``.
-PATHS = ("direct", "tiled", "mma", "planes")
+PATHS = ("direct", "tiled", "mma", "planes", "transpose")
 
 #: The planes kernel (``_planes``, NCHW): these square filters at these strides (the same on
 #: both axes) and dilation 1.
@@ -96,6 +105,11 @@ PLANES_CHUNK = 8
 #: --paths): no static prediction picks a default any more (the H200 measured the model's
 #: predictions 1.3-10x optimistic).
 PLANES_BY_DEFAULT = False
+
+#: Whether the launcher picks the transpose path by itself for the NCHW shapes it can run (False:
+#: only when asked for, ``path="transpose"``): it waits, like the planes kernel, for a GPU run
+#: that times it beside the tiled kernel (scripts/device-session.sh's A/B).
+TRANSPOSE_BY_DEFAULT = False
 
 #: The tensor-core kernel (``_mma``): NCHW half types, these square filters at stride 1 and
 #: dilation 1, these multipliers, compute capability 8.0 and newer (mma.sync m16n8k16 with f32
@@ -170,7 +184,7 @@ NARROW_TILES = tuple(shape for shape in SPECIALISATIONS if shape not in TALL)
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for on compute capability ``arch`` (None: any):
     per dtype and layout, the direct kernel's specialisations and generic form, then the tiled
-    kernel's; from sm_80, the tensor-core kernel's."""
+    kernel's, the batched transposes; from sm_80, the tensor-core kernel's."""
     names = []
     for dtype in _build.C_TYPES:
         for data_format in LAYOUTS:
@@ -179,6 +193,7 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
             names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
             names += [_tiled_expression(dtype, data_format, shape, 2, 2) for shape in NARROW_TILES]
         names += [_planes_expression(dtype, k, s) for k in PLANES_FILTERS for s in PLANES_STRIDES]
+    names += _layout.expressions()  # the transpose path's
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
         names += [_mma_expression(dtype, k, m) for dtype in MMA_DTYPES for k in MMA_FILTERS for m in MMA_MULTIPLIERS]
     return {SOURCE: names}
@@ -616,15 +631,32 @@ def _planes_args(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
             *magic)
 
 
+def nhwc_twin(g: Conv2DGeometry) -> Conv2DGeometry:
+    """``g`` in NHWC: the geometry the transpose path runs the tiled kernel on."""
+    return dataclasses.replace(g, data_format="NHWC")
+
+
+def transpose_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the transpose path can run ``g``: NCHW, and the tiled kernel can run its NHWC twin."""
+    return g.data_format == "NCHW" and tiled_eligible(nhwc_twin(g), dtype)
+
+
+def transpose_chosen(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the launcher picks the transpose path by itself (:data:`TRANSPOSE_BY_DEFAULT`)."""
+    return TRANSPOSE_BY_DEFAULT and transpose_possible(g, dtype)
+
+
 def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | None = None) -> str:
     """``path`` if given (checked), else mma where :func:`mma_chosen` (on compute capability
-    ``arch``; None: the current device's), planes where :func:`planes_chosen`, tiled where it
-    can run, else direct."""
+    ``arch``; None: the current device's), planes where :func:`planes_chosen`, transpose where
+    :func:`transpose_chosen`, tiled where it can run, else direct."""
     eligible = tiled_eligible(g, dtype)
     if path is None:
         if mma_chosen(g, dtype, arch):
             return "mma"
-        return "planes" if planes_chosen(g, dtype) else "tiled" if eligible else "direct"
+        if planes_chosen(g, dtype):
+            return "planes"
+        return "transpose" if transpose_chosen(g, dtype) else "tiled" if eligible else "direct"
     if path not in PATHS:
         raise ValueError(f"path must be one of {PATHS}, got {path!r}")
     if path == "tiled" and not eligible:
@@ -637,6 +669,9 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
     if path == "planes" and not planes_possible(g, dtype):
         raise ValueError("the planes kernel cannot run this geometry (it takes NCHW, 3x3 or 5x5 filters at stride "
                          "1x1 or 2x2 without dilation, a slice row that fits its shared memory, and 32-bit offsets)")
+    if path == "transpose" and not transpose_possible(g, dtype):
+        raise ValueError("the transpose path cannot run this geometry (it takes NCHW where the tiled kernel can run "
+                         "the NHWC twin: 3x3 / 5x5 filters at 1x1 / 2x2 strides without dilation, 32-bit offsets)")
     return path
 
 
@@ -670,7 +705,7 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled" / "mma" / "planes"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
+    ("direct" / "tiled" / "mma" / "planes" / "transpose"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
     ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) override the
     automatic choices.
     """
@@ -684,6 +719,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     path = pick_path(g, dtype, path)
     filter = _runtime.contiguous(filter)
     out_backprop = _runtime.contiguous(out_backprop)
+    if path == "transpose":
+        return _through_nhwc(g, filter, out_backprop, vector, narrow)
     in_backprop = cupy.empty(g.input_shape, dtype)
     if path == "direct":
         fn = _runtime.kernel(SOURCE, _expression(dtype, g.data_format, specialisation(g)))
@@ -723,4 +760,21 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop), *sizes,
             _runtime.i32(bits), *flags)
     _runtime.kernel(SOURCE, expression)(grid, block, args)
+    return in_backprop
+
+
+def _through_nhwc(g: Conv2DGeometry, filter, out_backprop, vector: bool | None, narrow: bool | None):
+    """The transpose path: NCHW out_backprop [N, out_depth, out_rows * out_cols] to NHWC, the
+    tiled kernel on the NHWC twin (``vector`` and ``narrow`` as for it), and its result
+    [N, in_rows * in_cols, in_depth] back to NCHW."""
+    import cupy
+
+    dtype = out_backprop.dtype
+    twin = nhwc_twin(g)
+    out_positions, in_positions = g.out_rows * g.out_cols, g.in_rows * g.in_cols
+    staged = cupy.empty(twin.out_backprop_shape, dtype)
+    _layout.transpose(SOURCE, out_backprop, staged, g.batch, g.out_depth, out_positions)
+    result = depthwise_conv2d_native_backprop_input(twin, filter, staged, path="tiled", vector=vector, narrow=narrow)
+    in_backprop = cupy.empty(g.input_shape, dtype)
+    _layout.transpose(SOURCE, result, in_backprop, g.batch, in_positions, g.in_depth)
     return in_backprop

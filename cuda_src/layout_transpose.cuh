@@ -1,0 +1,89 @@
+// Batched transposes between NCHW and NHWC: dst[n][j][i] = src[n][i][j] for i < rows, j < cols.
+// NCHW -> NHWC is (rows, cols) = (channels, image positions); NHWC -> NCHW is (image positions,
+// channels).  The depthwise input gradient's opt-in "transpose" path runs NCHW as NHWC between
+// two of them (gradops/backends/cuda/depthwise_conv2d_native_backprop_input.py).
+//
+// Only bits move, so there is one instantiation per element width: W is an unsigned integer as
+// wide as the element (unsigned short, unsigned, unsigned long long), and -0.0, NaN payloads and
+// subnormals come through unchanged.
+//
+// A CTA moves one kTile x kTile tile at a time through shared memory: its warps read tile rows
+// (kTile consecutive elements of a src row each: 64 bytes for 16-bit elements, two whole
+// sectors), and after a barrier write tile columns as dst rows (consecutive again).  A thread
+// issues all of its kSteps loads before its first shared-memory store, so a warp has kSteps
+// loads in flight.  The tile is padded by one column: a warp reading a tile column (tile[lane][j])
+// then touches 32 distinct banks for 2- and 4-byte W, and for 8-byte W each half-warp phase
+// touches 16 distinct bank pairs.
+//
+// Index width: I = int when batch * rows * cols < 2^31 (32-bit offsets), else long long.  The
+// grid is (column tiles, row tiles, batch items), each dimension grid-strided, so any size is
+// covered whatever the launcher caps the grid at.
+#pragma once
+
+#include "gradops_common.cuh"
+
+namespace gradops {
+namespace layout {
+
+// Elements per tile side: a warp's lanes span one tile row.
+constexpr int kTile = 32;
+// Warps per CTA (blockDim = (kTile, kBlockRows)); each thread moves kSteps elements each way.
+constexpr int kBlockRows = 4;
+constexpr int kSteps = kTile / kBlockRows;
+
+}  // namespace layout
+
+// W: an unsigned integer of the element's width; I: int or long long (see the header comment).
+template <typename W, typename I>
+__global__ void __launch_bounds__(layout::kTile * layout::kBlockRows)
+transpose_batched(const W* __restrict__ src, W* __restrict__ dst, I batch, I rows, I cols, I row_tiles,
+                  I col_tiles) {
+    using namespace layout;
+    __shared__ W tile[kTile][kTile + 1];
+    const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+    const I plane = rows * cols;
+    // Element k of a thread's kSteps lies kBlockRows rows below element k - 1, in src and in dst.
+    const I src_step = kBlockRows * cols, dst_step = kBlockRows * rows;
+    for (I n = blockIdx.z; n < batch; n += gridDim.z) {
+        for (I rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
+            const I i0 = rt * kTile;
+            for (I ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
+                const I j0 = ct * kTile;
+                // Block-uniform: a tile wholly inside the matrix needs no test per element.
+                const bool full = i0 + kTile <= rows && j0 + kTile <= cols;
+                {  // read: lanes along a src row, this thread's rows i0 + ty + k kBlockRows
+                    const W* const p = src + n * plane + (i0 + ty) * cols + (j0 + tx);
+                    W v[kSteps];
+                    if (full) {
+#pragma unroll
+                        for (int k = 0; k < kSteps; ++k) v[k] = p[k * src_step];
+                    } else {
+                        const bool column = j0 + tx < cols;
+#pragma unroll
+                        for (int k = 0; k < kSteps; ++k) {
+                            v[k] = column && i0 + ty + k * kBlockRows < rows ? p[k * src_step] : W(0);
+                        }
+                    }
+#pragma unroll
+                    for (int k = 0; k < kSteps; ++k) tile[ty + k * kBlockRows][tx] = v[k];
+                }
+                __syncthreads();  // the tile is staged
+                {  // write: lanes along a dst row (src column i0 + tx), dst rows j0 + ty + k kBlockRows
+                    W* const p = dst + n * plane + (j0 + ty) * rows + (i0 + tx);
+                    if (full) {
+#pragma unroll
+                        for (int k = 0; k < kSteps; ++k) p[k * dst_step] = tile[tx][ty + k * kBlockRows];
+                    } else if (i0 + tx < rows) {
+#pragma unroll
+                        for (int k = 0; k < kSteps; ++k) {
+                            if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = tile[tx][ty + k * kBlockRows];
+                        }
+                    }
+                }
+                __syncthreads();  // every thread has read the tile before the next one is staged
+            }
+        }
+    }
+}
+
+}  // namespace gradops
