@@ -631,6 +631,7 @@ def _planes_args(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
             *magic)
 
 
+@functools.lru_cache(maxsize=256)
 def nhwc_twin(g: Conv2DGeometry) -> Conv2DGeometry:
     """``g`` in NHWC: the geometry the transpose path runs the tiled kernel on."""
     return dataclasses.replace(g, data_format="NHWC")
@@ -766,7 +767,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
 def _through_nhwc(g: Conv2DGeometry, filter, out_backprop, vector: bool | None, narrow: bool | None):
     """The transpose path: NCHW out_backprop [N, out_depth, out_rows * out_cols] to NHWC, the
     tiled kernel on the NHWC twin (``vector`` and ``narrow`` as for it), and its result
-    [N, in_rows * in_cols, in_depth] back to NCHW."""
+    [N, in_rows * in_cols, in_depth] back to NCHW.  Two temporaries, the size of out_backprop and
+    of the result, come from CuPy's pool on the current stream."""
     import cupy
 
     dtype = out_backprop.dtype
