@@ -15,6 +15,13 @@
 // then touches 32 distinct banks for 2- and 4-byte W, and for 8-byte W each half-warp phase
 // touches 16 distinct bank pairs.
 //
+// 16-bit elements in pairs (transpose_batched_pairs): where rows and cols are even and both arrays
+// 4-byte aligned (the launcher checks), every access moves a 32-bit word of two elements, so a
+// warp reads and writes 128 contiguous bytes and each thread has half the instructions per
+// element.  A tile is then 64 x 64 elements: a src row's 32 words as the warp's 32 lanes; a dst
+// word packs the same column of two consecutive src rows.  Its shared tile is unpadded and
+// swizzled instead (see there).
+//
 // Index width: I = int when batch * rows * cols < 2^31 (32-bit offsets), else long long.  The
 // grid is (column tiles, row tiles, batch items), each dimension grid-strided, so any size is
 // covered whatever the launcher caps the grid at.
@@ -77,6 +84,80 @@ transpose_batched(const W* __restrict__ src, W* __restrict__ dst, I batch, I row
 #pragma unroll
                         for (int k = 0; k < kSteps; ++k) {
                             if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = tile[tx][ty + k * kBlockRows];
+                        }
+                    }
+                }
+                __syncthreads();  // every thread has read the tile before the next one is staged
+            }
+        }
+    }
+}
+
+// The paired form for 16-bit elements (see the header comment): src [batch, rows, cols] and dst
+// [batch, cols, rows] as 32-bit words, rows and cols even (element counts), both 4-byte aligned.
+template <typename I>
+__global__ void __launch_bounds__(layout::kTile * layout::kBlockRows)
+transpose_batched_pairs(const unsigned* __restrict__ src, unsigned* __restrict__ dst, I batch, I rows, I cols,
+                        I row_tiles, I col_tiles) {
+    using namespace layout;
+    constexpr int kElements = 2 * kTile;              // elements per tile side (64)
+    constexpr int kPairSteps = kElements / kBlockRows;  // src rows a thread reads, dst rows it writes
+    // Loads in flight per thread: all of them with 32-bit offsets; half with 64-bit ones, whose
+    // addresses take twice the registers (all 16 at once took 254 registers on sm_100).
+    constexpr int kLoadBatch = sizeof(I) == 4 ? kPairSteps : kPairSteps / 2;
+    // Src row r's word w lies at tile[r][w ^ swizzle(r)], swizzle(r) = (r / 2) % 32: a warp storing
+    // one src row touches 32 distinct banks, and lane m reading rows 2m and 2m + 1 (both swizzled
+    // by m) at one word touches 32 distinct banks too; a 33-word pitch would leave that read 2-way
+    // conflicted (rows 2m and 2m + 32 share a bank).
+    __shared__ unsigned tile[kElements][kTile];
+    const int tx = static_cast<int>(threadIdx.x), ty = static_cast<int>(threadIdx.y);
+    const I src_words = cols / 2, dst_words = rows / 2, plane = src_words * rows;
+    const I src_step = kBlockRows * src_words, dst_step = kBlockRows * dst_words;
+    // A dst row c (a src column) takes half c % 2 of its words; c = ty + k kBlockRows keeps ty's parity.
+    const int shift = 16 * (ty & 1);
+    for (I n = blockIdx.z; n < batch; n += gridDim.z) {
+        for (I rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
+            const I i0 = rt * kElements;
+            for (I ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
+                const I j0 = ct * kElements;
+                const bool full = i0 + kElements <= rows && j0 + kElements <= cols;
+                {  // read: lanes along a src row's words, this thread's rows i0 + ty + k kBlockRows
+                    const unsigned* const p = src + n * plane + (i0 + ty) * src_words + (j0 / 2 + tx);
+                    const bool column = j0 + 2 * tx < cols;
+#pragma unroll 1
+                    for (int b = 0; b < kPairSteps; b += kLoadBatch) {
+                        unsigned v[kLoadBatch];
+                        if (full) {
+#pragma unroll
+                            for (int k = 0; k < kLoadBatch; ++k) v[k] = p[(b + k) * src_step];
+                        } else {
+#pragma unroll
+                            for (int k = 0; k < kLoadBatch; ++k) {
+                                v[k] = column && i0 + ty + (b + k) * kBlockRows < rows ? p[(b + k) * src_step] : 0u;
+                            }
+                        }
+#pragma unroll
+                        for (int k = 0; k < kLoadBatch; ++k) {
+                            const int r = ty + (b + k) * kBlockRows;
+                            tile[r][tx ^ ((r >> 1) & (kTile - 1))] = v[k];
+                        }
+                    }
+                }
+                __syncthreads();  // the tile is staged
+                {  // write: lane m packs src rows i0 + 2m and i0 + 2m + 1 of dst rows j0 + ty + k kBlockRows
+                    unsigned* const p = dst + n * plane + (j0 + ty) * dst_words + (i0 / 2 + tx);
+                    // Dst row c's word of src rows 2m and 2m + 1 (swizzle(2m) = swizzle(2m + 1) = m).
+                    const auto word = [&](int c) {
+                        const int w = (c >> 1) ^ tx;
+                        return ((tile[2 * tx][w] >> shift) & 0xffffu) | ((tile[2 * tx + 1][w] >> shift) << 16);
+                    };
+                    if (full) {
+#pragma unroll
+                        for (int k = 0; k < kPairSteps; ++k) p[k * dst_step] = word(ty + k * kBlockRows);
+                    } else if (i0 + 2 * tx < rows) {
+#pragma unroll
+                        for (int k = 0; k < kPairSteps; ++k) {
+                            if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = word(ty + k * kBlockRows);
                         }
                     }
                 }

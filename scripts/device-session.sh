@@ -83,13 +83,14 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (150 + 50), the full sections (120), then the filter gradient's timing in the rest.
+# 340 s): A/B (150 + 50), the full sections (100), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel, the planes kernel and the transpose path (engines
 # gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose: NCHW as NHWC
 # between two batched transposes, 3 kernels a call), whose defaults wait for this measurement
 # (PLANES_BY_DEFAULT, TRANSPOSE_BY_DEFAULT); about 208 calls, 52 of them of 3 kernels, at the 2.2
-# a second of the last run (the filter gradient's timing at the end gets 40 s less).
+# a second of the last run (40 s more than before: 20 from the full sections' cap, 20 from the
+# filter gradient's timing at the end).
 timeout -s INT -k 10 150 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
     --engines gradops-cuda --paths tiled,planes,transpose --ops backprop_input \
@@ -122,11 +123,11 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional
 # kernel's.  Measured, the tiled kernel's NCHW/NHWC time ratio grows as its NCHW result stores
 # narrow (4 / 2 / 1 columns a lane: geometric means 2.0 / 2.4 / 3.3, H200), and a lane stores
 # to its own channel plane; these sections show whether sectors, not bytes, set its time.
-timeout -s INT -k 10 120 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
+timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional,efficientnet \
     --engines gradops-cuda --paths planes,cells --dtypes float16 \
     --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
-    --time-limit 100 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
+    --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 
 # Kernel times of the filter gradient (its reduction and its tiled kernel's out_backprop loads

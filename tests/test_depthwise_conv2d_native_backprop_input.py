@@ -353,11 +353,12 @@ def test_instantiations_cover_every_launch():
     assert len(names) == len(listed)
     mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
     planes = 4 * len(cuda_launcher.PLANES_FILTERS) * len(cuda_launcher.PLANES_STRIDES)
-    transposes = 3 * 2  # 2-, 4- and 8-byte elements, int and long long indices
+    transposes = 3 * 2 + 2  # 2-, 4- and 8-byte elements and 16-bit pairs, int and long long indices
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
                                    + len(cuda_launcher.NARROW_TILES)) + mma + planes + transposes
-    for itemsize in (2, 4, 8):
-        for index in ("int", "long long"):
+    for index in ("int", "long long"):
+        assert _layout.pairs_expression(index) in listed
+        for itemsize in (2, 4, 8):
             assert _layout.expression(itemsize, index) in listed
     for dtype in FLOAT_DTYPES:
         for k in cuda_launcher.PLANES_FILTERS:
@@ -506,9 +507,9 @@ def launched(device):
     if device is None:
         return None
     name = device.launches[-1][0]
-    if "transpose_batched<" in name:
+    if "::transpose_batched" in name:  # either form: elements or 16-bit pairs
         names = [launch[0] for launch in device.launches[-3:]]
-        assert len(names) == 3 and "transpose_batched<" in names[0] and "_tiled<" in names[1]
+        assert len(names) == 3 and "::transpose_batched" in names[0] and "_tiled<" in names[1]
         return "transpose"
     return ("tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "planes" if "_planes<" in name
             else "direct")
@@ -1554,17 +1555,18 @@ def test_planted_planes_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 WORD_DTYPES = {2: np.uint16, 4: np.uint32, 8: np.uint64}
 
 
-def host_transpose(kernels, x, grid=None, index="int", order="forward", seed=0):
-    """transpose_batched on the host: x [batch, rows, cols] (any dtype of 2, 4 or 8 bytes) ->
-    [batch, cols, rows]; ``grid`` (default the launcher's) may be smaller, so that blocks take
-    several tiles; unwritten elements keep the all-ones guard pattern."""
+def host_transpose(kernels, x, grid=None, index="int", order="forward", seed=0, pairs=False):
+    """transpose_batched (``pairs``: transpose_batched_pairs, 16-bit elements, even sizes) on the
+    host: x [batch, rows, cols] (any dtype of 2, 4 or 8 bytes) -> [batch, cols, rows]; ``grid``
+    (default the launcher's) may be smaller, so that blocks take several tiles; unwritten
+    elements keep the all-ones guard pattern."""
     batch, rows, cols = x.shape
     words = np.ascontiguousarray(x).view(WORD_DTYPES[x.dtype.itemsize])
     out = np.full((batch, cols, rows), np.iinfo(words.dtype).max, words.dtype)
-    expression = _layout.expression(x.dtype.itemsize, index)
-    kernels.launch(expression, grid or _layout.grid(batch, rows, cols), (_layout.TILE, _layout.BLOCK_ROWS),
-                   [words, out], [batch, rows, cols, -(-rows // _layout.TILE), -(-cols // _layout.TILE)],
-                   order=order, seed=seed)
+    tile = _layout.PAIRS_TILE if pairs else _layout.TILE
+    expression = _layout.pairs_expression(index) if pairs else _layout.expression(x.dtype.itemsize, index)
+    kernels.launch(expression, grid or _layout.grid(batch, rows, cols, tile), (_layout.TILE, _layout.BLOCK_ROWS),
+                   [words, out], [batch, rows, cols, -(-rows // tile), -(-cols // tile)], order=order, seed=seed)
     return out.view(x.dtype)
 
 
@@ -1584,6 +1586,34 @@ def test_transpose_kernel_on_host(host_kernels, rng, itemsize, index, order):
         np.testing.assert_array_equal(got, np.ascontiguousarray(x.transpose(0, 2, 1)))
 
 
+@pytest.mark.parametrize("index", ["int", "long long"])
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffled"])
+def test_transpose_pairs_kernel_on_host(host_kernels, rng, index, order):
+    """The paired 16-bit kernel: every bit pattern, even sizes below, at and past its 64-element
+    tiles (part tiles in either dimension), grids smaller than the tile count."""
+    for shape, grid in (((3, 6, 10), None), ((2, 64, 64), None), ((2, 128, 192), None), ((2, 66, 130), None),
+                        ((1, 2, 200), None), ((3, 200, 2), None), ((2, 70, 46), (1, 1, 1)), ((5, 128, 64), (2, 1, 2)),
+                        ((2, 96, 40), (1, 2, 1))):
+        x = rng.integers(0, 2**16, shape, dtype=np.uint16)
+        got = host_transpose(host_kernels, x, grid, index, order, seed=7, pairs=True)
+        np.testing.assert_array_equal(got, np.ascontiguousarray(x.transpose(0, 2, 1)))
+
+
+def test_transpose_pairs_choice():
+    """Pairs for 16-bit elements with even rows and columns and 4-byte aligned arrays only."""
+    import types
+
+    def array(dtype, address=256):
+        return types.SimpleNamespace(dtype=np.dtype(dtype), data=types.SimpleNamespace(ptr=address), itemsize=2)
+
+    half = array(np.float16)
+    assert _layout.pairs_possible(half, half, 6, 10)
+    assert not _layout.pairs_possible(half, half, 6, 49)  # a 7 x 7 map: odd rows of positions
+    assert not _layout.pairs_possible(half, half, 5, 10)
+    assert not _layout.pairs_possible(array(np.float16, 258), half, 6, 10)  # a view 1 element in
+    assert not _layout.pairs_possible(array(np.float32), array(np.float32), 6, 10)
+
+
 def test_transpose_index_type_and_grid():
     """32-bit offsets while a whole last tile past each dimension stays below 2**31; grids within
     CUDA's limits (the kernel strides over the rest)."""
@@ -1601,6 +1631,8 @@ TRANSPOSE_CASES = [  # (x_shape, filter, strides, multiplier, padding, pads)
     ((1, 12, 9, 9), (5, 5), (2, 2), 1, "SAME", NO_PADS),
     ((2, 8, 13, 4), (5, 5), (1, 1), 2, "EXPLICIT", ((0, 3), (2, 1))),
     ((1, 40, 36, 33), (3, 3), (1, 1), 1, "SAME", NO_PADS),  # several tiles of 32 positions and channels
+    ((2, 10, 12, 6), (3, 3), (1, 1), 1, "SAME", NO_PADS),  # even sizes: 16-bit elements move in pairs
+    ((1, 18, 20, 70), (3, 3), (1, 1), 1, "SAME", NO_PADS),  # pairs on part tiles of 64 either way
 ]
 
 
@@ -1640,30 +1672,59 @@ TRANSPOSE_HEADER = "layout_transpose.cuh"
 
 PLANTED_TRANSPOSE = {  # bugs in transpose_batched: name -> (text of the real source, its replacement)
     "transpose-no-barrier-before-the-next-tile": (
-        "__syncthreads();  // every thread has read the tile before the next one is staged", ""),
+        "__syncthreads();  // every thread has read the tile before the next one is staged\n"
+        "            }\n        }\n    }\n}\n\n// The paired form",
+        "            }\n        }\n    }\n}\n\n// The paired form"),
     "transpose-tile-read-untransposed": ("p[k * dst_step] = tile[tx][ty + k * kBlockRows];\n                    } else",
                                          "p[k * dst_step] = tile[ty + k * kBlockRows][tx];\n                    } else"),
-    "transpose-part-tile-row-test-on-columns": ("v[k] = column && i0 + ty + k * kBlockRows < rows ?",
-                                                "v[k] = column && i0 + ty + k * kBlockRows < cols ?"),
+    "transpose-part-tile-row-test-on-columns": ("v[k] = column && i0 + ty + k * kBlockRows < rows ? p[k * src_step] : W(0);",
+                                                "v[k] = column && i0 + ty + k * kBlockRows < cols ? p[k * src_step] : W(0);"),
     "transpose-part-tile-writes-past-the-row": ("} else if (i0 + tx < rows) {", "} else if (true) {"),
-    "transpose-part-tile-drops-its-last-column": ("if (j0 + ty + k * kBlockRows < cols) p[k * dst_step]",
-                                                  "if (j0 + ty + k * kBlockRows < cols - 1) p[k * dst_step]"),
+    "transpose-part-tile-drops-its-last-column": (
+        "if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = tile[tx]",
+        "if (j0 + ty + k * kBlockRows < cols - 1) p[k * dst_step] = tile[tx]"),
     "transpose-full-test-on-rows-only": ("const bool full = i0 + kTile <= rows && j0 + kTile <= cols;",
                                          "const bool full = i0 + kTile <= rows;"),
     "transpose-batch-item-offset-dropped": ("W* const p = dst + n * plane + (j0 + ty) * rows + (i0 + tx);",
                                             "W* const p = dst + (j0 + ty) * rows + (i0 + tx);"),
+    # The paired 16-bit kernel (transpose_problem's float16 calls).
+    "pairs-swizzle-not-undone": ("const int w = (c >> 1) ^ tx;", "const int w = c >> 1;"),
+    "pairs-halves-of-the-other-column": ("const int shift = 16 * (ty & 1);", "const int shift = 16 * (~ty & 1);"),
+    "pairs-rows-packed-backwards": (
+        "return ((tile[2 * tx][w] >> shift) & 0xffffu) | ((tile[2 * tx + 1][w] >> shift) << 16);",
+        "return ((tile[2 * tx + 1][w] >> shift) & 0xffffu) | ((tile[2 * tx][w] >> shift) << 16);"),
+    "pairs-part-tile-drops-its-last-column": ("if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = word(",
+                                              "if (j0 + ty + k * kBlockRows < cols - 1) p[k * dst_step] = word("),
+    "pairs-part-tile-row-test-on-columns": ("i0 + ty + (b + k) * kBlockRows < rows ? p[(b + k) * src_step] : 0u;",
+                                            "i0 + ty + (b + k) * kBlockRows < cols ? p[(b + k) * src_step] : 0u;"),
+    "pairs-second-load-batch-over-the-first": ("const int r = ty + (b + k) * kBlockRows;",
+                                               "const int r = ty + k * kBlockRows;"),
+    # Not planted: part-tile read tests that let a thread read past its src row or past the last
+    # src row (j0 + tx < cols; no row test).  What such reads bring is never written (dst rows past
+    # cols and dst words past rows are skipped), so only a read past the array's end shows it: the
+    # host model does not check reads of its guard bytes; compute-sanitizer's memcheck on a GPU
+    # does (scripts/device-session.sh runs the transpose tests under it).
+    "pairs-part-tile-writes-past-the-rows": ("} else if (i0 + 2 * tx < rows) {", "} else if (i0 + tx < rows) {"),
+    "pairs-full-test-on-columns-only": ("const bool full = i0 + kElements <= rows && j0 + kElements <= cols;",
+                                        "const bool full = j0 + kElements <= cols;"),
+    "pairs-no-barrier-before-the-next-tile": (
+        "                __syncthreads();  // every thread has read the tile before the next one is staged\n"
+        "            }\n        }\n    }\n}\n\n}  // namespace gradops",
+        "            }\n        }\n    }\n}\n\n}  // namespace gradops"),
 }
 
 
 def transpose_problem(rng):
-    """(the transpose path's result, the tiled kernel's) on NCHW float32 calls whose tensors have
-    full and part tiles, through the launcher, plus a direct launch on a grid of one block."""
+    """(the transpose path's result, the tiled kernel's) on NCHW calls whose tensors have full and
+    part tiles, through the launcher (float32: the element kernel; float16 with even sizes: the
+    paired one), plus direct launches on a grid of one block (a block then takes every tile)."""
     got, want = [], []
-    for x_shape in ((2, 9, 7, 40), (1, 12, 12, 33)):
+    for x_shape, dtype in (((2, 9, 7, 40), np.float32), ((1, 12, 12, 33), np.float32), ((1, 18, 20, 70), np.float16),
+                           ((2, 10, 12, 6), np.float16)):
         kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, padding="SAME",
-                                 data_format="NCHW", dtype=np.float32)
-        got.append(to_host(cuda_call(kwargs, path="transpose")).ravel())
-        want.append(to_host(cuda_call(kwargs, path="tiled")).ravel())
+                                 data_format="NCHW", dtype=dtype)
+        got.append(to_host(cuda_call(kwargs, path="transpose")).view(WORD_DTYPES[np.dtype(dtype).itemsize]).ravel())
+        want.append(to_host(cuda_call(kwargs, path="tiled")).view(WORD_DTYPES[np.dtype(dtype).itemsize]).ravel())
     import cupy
 
     x = rng.standard_normal((2, 70, 45)).astype(np.float32)
@@ -1674,8 +1735,23 @@ def transpose_problem(rng):
     fn((1, 1, 1), (_layout.TILE, _layout.BLOCK_ROWS),
        (cuda_launcher._runtime.pointer(to_gpu(x)), cuda_launcher._runtime.pointer(one_block),
         *(np.int32(v) for v in (2, 70, 45, 3, 2))))
-    got += [to_host(out).ravel(), to_host(one_block).ravel()]
-    want += [x.transpose(0, 2, 1).ravel()] * 2
+    got += [to_host(out).view(np.uint32).ravel(), to_host(one_block).view(np.uint32).ravel()]
+    want += [x.transpose(0, 2, 1).view(np.uint32).ravel()] * 2
+    halves = rng.integers(0, 2**16, (2, 130, 70), dtype=np.uint16)
+    one_block = cupy.empty((2, 70, 130), np.uint16)
+    fn = cuda_launcher._runtime.kernel(cuda_launcher.SOURCE, _layout.pairs_expression("int"))
+    fn((1, 1, 1), (_layout.TILE, _layout.BLOCK_ROWS),
+       (cuda_launcher._runtime.pointer(to_gpu(halves)), cuda_launcher._runtime.pointer(one_block),
+        *(np.int32(v) for v in (2, 130, 70, 3, 2))))
+    got.append(to_host(one_block).ravel().astype(np.uint32))
+    # The 64-bit form (its loads in two batches), on the launcher's grid.
+    wide = cupy.empty((2, 70, 130), np.uint16)
+    fn = cuda_launcher._runtime.kernel(cuda_launcher.SOURCE, _layout.pairs_expression("long long"))
+    fn(_layout.grid(2, 130, 70, _layout.PAIRS_TILE), (_layout.TILE, _layout.BLOCK_ROWS),
+       (cuda_launcher._runtime.pointer(to_gpu(halves)), cuda_launcher._runtime.pointer(wide),
+        *(np.int64(v) for v in (2, 130, 70, 3, 2))))
+    got.append(to_host(wide).ravel().astype(np.uint32))
+    want += [halves.transpose(0, 2, 1).ravel().astype(np.uint32)] * 2
     return np.concatenate(got), np.concatenate(want)
 
 

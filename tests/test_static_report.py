@@ -791,9 +791,13 @@ def test_opt_in_transpose_kernel_points_at_its_own_figures():
     the report's model: their rows name the script that counts them."""
     if not HAS_TOOLS:
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
-    (kernel,) = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
-                                      only=["gradops::transpose_batched<unsigned short, int>"])
-    assert "nchw_transpose_breakeven" in sr.reference_paths(kernel)["not_modelled"]
+    kernels = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
+                                    only=["gradops::transpose_batched<unsigned short, int>",
+                                          "gradops::transpose_batched_pairs<int>"])
+    assert len(kernels) == 2
+    for kernel in kernels:
+        assert "nchw_transpose_breakeven" in sr.reference_paths(kernel)["not_modelled"]
+        assert sr.block_size(kernel.expression) == 128
 
 
 # --------------------------------------------------------------------------- staged tile kernels

@@ -347,7 +347,7 @@ def block_size(expression: str) -> int:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FEW_THREADS
     if "pool_grad_cells<" in expression:  # both fractional cells kernels take cells_plan's blocks
         return importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").CELLS_THREADS
-    if "transpose_batched<" in expression:
+    if "::transpose_batched" in expression:  # both forms: elements and 16-bit pairs
         from ..backends.cuda import _layout
 
         return _layout.TILE * _layout.BLOCK_ROWS
@@ -650,7 +650,7 @@ def reference_paths(kernel) -> dict | None:
     if "_input_planes<" in kernel.expression:  # opt-in until measured; its own figures elsewhere
         return {"not_modelled": "opt-in (path=\"planes\"): its per-element counts beside the launcher's kernels are "
                                 "in planes_prediction.md (benchmarks/planes_prediction.py)"}
-    if "transpose_batched<" in kernel.expression:  # the opt-in transpose path's; its own figures elsewhere
+    if "::transpose_batched" in kernel.expression:  # the opt-in transpose path's; its own figures elsewhere
         return {"not_modelled": "opt-in (path=\"transpose\"): NCHW <-> NHWC copies; its instructions per element and "
                                 "the path's break-even are in nchw_transpose_breakeven.md "
                                 "(benchmarks/nchw_transpose_breakeven.py)"}

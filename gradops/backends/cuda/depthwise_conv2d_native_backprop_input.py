@@ -28,7 +28,8 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   (``path="planes"``) until a GPU has measured it beside ``tiled`` (:data:`PLANES_BY_DEFAULT`).
 * ``transpose``: NCHW run as NHWC: out_backprop transposed to NHWC, the ``tiled`` kernel on the
   NHWC twin of the geometry (:func:`nhwc_twin`), the result transposed back (two launches of
-  ``_layout``'s batched transpose, 32 x 32 tiles through shared memory).  Each tensor crosses
+  ``_layout``'s batched transpose: 32 x 32 tiles through shared memory, 16-bit elements in
+  32-bit pairs on 64 x 64 tiles where sizes and alignment allow).  Each tensor crosses
   DRAM three times instead of once, but measured on an H200 the tiled kernel took 1.6 to 4.6
   times as long in NCHW as in NHWC on the same shapes, so the extra bytes can cost less than
   NCHW's access pattern (``benchmarks/results/nchw_transpose_breakeven.md``).  The same bits
