@@ -38,6 +38,23 @@ constexpr int kTile = 32;
 constexpr int kBlockRows = 4;
 constexpr int kSteps = kTile / kBlockRows;
 
+// Calls work(n, i0, j0, full) for each TILE x TILE tile of the batch of rows x cols matrices that
+// this block owns (batch item n, first row i0, first column j0), every grid dimension strided;
+// full: the tile lies wholly inside its matrix (block-uniform: such a tile needs no test per
+// element).
+template <int TILE, typename I, typename Work>
+__device__ __forceinline__ void for_each_tile(I batch, I rows, I cols, I row_tiles, I col_tiles, Work&& work) {
+    for (I n = blockIdx.z; n < batch; n += gridDim.z) {
+        for (I rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
+            const I i0 = rt * TILE;
+            for (I ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
+                const I j0 = ct * TILE;
+                work(n, i0, j0, i0 + TILE <= rows && j0 + TILE <= cols);
+            }
+        }
+    }
+}
+
 }  // namespace layout
 
 // W: an unsigned integer of the element's width; I: int or long long (see the header comment).
@@ -51,46 +68,38 @@ transpose_batched(const W* __restrict__ src, W* __restrict__ dst, I batch, I row
     const I plane = rows * cols;
     // Element k of a thread's kSteps lies kBlockRows rows below element k - 1, in src and in dst.
     const I src_step = kBlockRows * cols, dst_step = kBlockRows * rows;
-    for (I n = blockIdx.z; n < batch; n += gridDim.z) {
-        for (I rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
-            const I i0 = rt * kTile;
-            for (I ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
-                const I j0 = ct * kTile;
-                // Block-uniform: a tile wholly inside the matrix needs no test per element.
-                const bool full = i0 + kTile <= rows && j0 + kTile <= cols;
-                {  // read: lanes along a src row, this thread's rows i0 + ty + k kBlockRows
-                    const W* const p = src + n * plane + (i0 + ty) * cols + (j0 + tx);
-                    W v[kSteps];
-                    if (full) {
+    for_each_tile<kTile>(batch, rows, cols, row_tiles, col_tiles, [&](const I n, const I i0, const I j0, const bool full) {
+        {  // read: lanes along a src row, this thread's rows i0 + ty + k kBlockRows
+            const W* const p = src + n * plane + (i0 + ty) * cols + (j0 + tx);
+            W v[kSteps];
+            if (full) {
 #pragma unroll
-                        for (int k = 0; k < kSteps; ++k) v[k] = p[k * src_step];
-                    } else {
-                        const bool column = j0 + tx < cols;
+                for (int k = 0; k < kSteps; ++k) v[k] = p[k * src_step];
+            } else {
+                const bool column = j0 + tx < cols;
 #pragma unroll
-                        for (int k = 0; k < kSteps; ++k) {
-                            v[k] = column && i0 + ty + k * kBlockRows < rows ? p[k * src_step] : W(0);
-                        }
-                    }
-#pragma unroll
-                    for (int k = 0; k < kSteps; ++k) tile[ty + k * kBlockRows][tx] = v[k];
+                for (int k = 0; k < kSteps; ++k) {
+                    v[k] = column && i0 + ty + k * kBlockRows < rows ? p[k * src_step] : W(0);
                 }
-                __syncthreads();  // the tile is staged
-                {  // write: lanes along a dst row (src column i0 + tx), dst rows j0 + ty + k kBlockRows
-                    W* const p = dst + n * plane + (j0 + ty) * rows + (i0 + tx);
-                    if (full) {
+            }
 #pragma unroll
-                        for (int k = 0; k < kSteps; ++k) p[k * dst_step] = tile[tx][ty + k * kBlockRows];
-                    } else if (i0 + tx < rows) {
+            for (int k = 0; k < kSteps; ++k) tile[ty + k * kBlockRows][tx] = v[k];
+        }
+        __syncthreads();  // the tile is staged
+        {  // write: lanes along a dst row (src column i0 + tx), dst rows j0 + ty + k kBlockRows
+            W* const p = dst + n * plane + (j0 + ty) * rows + (i0 + tx);
+            if (full) {
 #pragma unroll
-                        for (int k = 0; k < kSteps; ++k) {
-                            if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = tile[tx][ty + k * kBlockRows];
-                        }
-                    }
+                for (int k = 0; k < kSteps; ++k) p[k * dst_step] = tile[tx][ty + k * kBlockRows];
+            } else if (i0 + tx < rows) {
+#pragma unroll
+                for (int k = 0; k < kSteps; ++k) {
+                    if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = tile[tx][ty + k * kBlockRows];
                 }
-                __syncthreads();  // every thread has read the tile before the next one is staged
             }
         }
-    }
+        __syncthreads();  // every thread has read the tile before the next one is staged
+    });
 }
 
 // The paired form for 16-bit elements (see the header comment): src [batch, rows, cols] and dst
@@ -115,56 +124,50 @@ transpose_batched_pairs(const unsigned* __restrict__ src, unsigned* __restrict__
     const I src_step = kBlockRows * src_words, dst_step = kBlockRows * dst_words;
     // A dst row c (a src column) takes half c % 2 of its words; c = ty + k kBlockRows keeps ty's parity.
     const int shift = 16 * (ty & 1);
-    for (I n = blockIdx.z; n < batch; n += gridDim.z) {
-        for (I rt = blockIdx.y; rt < row_tiles; rt += gridDim.y) {
-            const I i0 = rt * kElements;
-            for (I ct = blockIdx.x; ct < col_tiles; ct += gridDim.x) {
-                const I j0 = ct * kElements;
-                const bool full = i0 + kElements <= rows && j0 + kElements <= cols;
-                {  // read: lanes along a src row's words, this thread's rows i0 + ty + k kBlockRows
-                    const unsigned* const p = src + n * plane + (i0 + ty) * src_words + (j0 / 2 + tx);
-                    const bool column = j0 + 2 * tx < cols;
+    for_each_tile<kElements>(batch, rows, cols, row_tiles, col_tiles,
+                             [&](const I n, const I i0, const I j0, const bool full) {
+        {  // read: lanes along a src row's words, this thread's rows i0 + ty + k kBlockRows
+            const unsigned* const p = src + n * plane + (i0 + ty) * src_words + (j0 / 2 + tx);
+            const bool column = j0 + 2 * tx < cols;
 #pragma unroll 1
-                    for (int b = 0; b < kPairSteps; b += kLoadBatch) {
-                        unsigned v[kLoadBatch];
-                        if (full) {
+            for (int b = 0; b < kPairSteps; b += kLoadBatch) {
+                unsigned v[kLoadBatch];
+                if (full) {
 #pragma unroll
-                            for (int k = 0; k < kLoadBatch; ++k) v[k] = p[(b + k) * src_step];
-                        } else {
+                    for (int k = 0; k < kLoadBatch; ++k) v[k] = p[(b + k) * src_step];
+                } else {
 #pragma unroll
-                            for (int k = 0; k < kLoadBatch; ++k) {
-                                v[k] = column && i0 + ty + (b + k) * kBlockRows < rows ? p[(b + k) * src_step] : 0u;
-                            }
-                        }
-#pragma unroll
-                        for (int k = 0; k < kLoadBatch; ++k) {
-                            const int r = ty + (b + k) * kBlockRows;
-                            tile[r][tx ^ ((r >> 1) & (kTile - 1))] = v[k];
-                        }
+                    for (int k = 0; k < kLoadBatch; ++k) {
+                        v[k] = column && i0 + ty + (b + k) * kBlockRows < rows ? p[(b + k) * src_step] : 0u;
                     }
                 }
-                __syncthreads();  // the tile is staged
-                {  // write: lane m packs src rows i0 + 2m and i0 + 2m + 1 of dst rows j0 + ty + k kBlockRows
-                    unsigned* const p = dst + n * plane + (j0 + ty) * dst_words + (i0 / 2 + tx);
-                    // Dst row c's word of src rows 2m and 2m + 1 (swizzle(2m) = swizzle(2m + 1) = m).
-                    const auto word = [&](int c) {
-                        const int w = (c >> 1) ^ tx;
-                        return ((tile[2 * tx][w] >> shift) & 0xffffu) | ((tile[2 * tx + 1][w] >> shift) << 16);
-                    };
-                    if (full) {
 #pragma unroll
-                        for (int k = 0; k < kPairSteps; ++k) p[k * dst_step] = word(ty + k * kBlockRows);
-                    } else if (i0 + 2 * tx < rows) {
-#pragma unroll
-                        for (int k = 0; k < kPairSteps; ++k) {
-                            if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = word(ty + k * kBlockRows);
-                        }
-                    }
+                for (int k = 0; k < kLoadBatch; ++k) {
+                    const int r = ty + (b + k) * kBlockRows;
+                    tile[r][tx ^ ((r >> 1) & (kTile - 1))] = v[k];
                 }
-                __syncthreads();  // every thread has read the tile before the next one is staged
             }
         }
-    }
+        __syncthreads();  // the tile is staged
+        {  // write: lane m packs src rows i0 + 2m and i0 + 2m + 1 of dst rows j0 + ty + k kBlockRows
+            unsigned* const p = dst + n * plane + (j0 + ty) * dst_words + (i0 / 2 + tx);
+            // Dst row c's word of src rows 2m and 2m + 1 (swizzle(2m) = swizzle(2m + 1) = m).
+            const auto word = [&](int c) {
+                const int w = (c >> 1) ^ tx;
+                return ((tile[2 * tx][w] >> shift) & 0xffffu) | ((tile[2 * tx + 1][w] >> shift) << 16);
+            };
+            if (full) {
+#pragma unroll
+                for (int k = 0; k < kPairSteps; ++k) p[k * dst_step] = word(ty + k * kBlockRows);
+            } else if (i0 + 2 * tx < rows) {
+#pragma unroll
+                for (int k = 0; k < kPairSteps; ++k) {
+                    if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = word(ty + k * kBlockRows);
+                }
+            }
+        }
+        __syncthreads();  // every thread has read the tile before the next one is staged
+    });
 }
 
 }  // namespace gradops

@@ -1672,19 +1672,21 @@ TRANSPOSE_HEADER = "layout_transpose.cuh"
 
 PLANTED_TRANSPOSE = {  # bugs in transpose_batched: name -> (text of the real source, its replacement)
     "transpose-no-barrier-before-the-next-tile": (
-        "__syncthreads();  // every thread has read the tile before the next one is staged\n"
-        "            }\n        }\n    }\n}\n\n// The paired form",
-        "            }\n        }\n    }\n}\n\n// The paired form"),
-    "transpose-tile-read-untransposed": ("p[k * dst_step] = tile[tx][ty + k * kBlockRows];\n                    } else",
-                                         "p[k * dst_step] = tile[ty + k * kBlockRows][tx];\n                    } else"),
+        "        __syncthreads();  // every thread has read the tile before the next one is staged\n    });\n}\n\n"
+        "// The paired form", "    });\n}\n\n// The paired form"),
+    "transpose-tile-read-untransposed": ("p[k * dst_step] = tile[tx][ty + k * kBlockRows];\n            } else",
+                                         "p[k * dst_step] = tile[ty + k * kBlockRows][tx];\n            } else"),
     "transpose-part-tile-row-test-on-columns": ("v[k] = column && i0 + ty + k * kBlockRows < rows ? p[k * src_step] : W(0);",
                                                 "v[k] = column && i0 + ty + k * kBlockRows < cols ? p[k * src_step] : W(0);"),
     "transpose-part-tile-writes-past-the-row": ("} else if (i0 + tx < rows) {", "} else if (true) {"),
     "transpose-part-tile-drops-its-last-column": (
         "if (j0 + ty + k * kBlockRows < cols) p[k * dst_step] = tile[tx]",
         "if (j0 + ty + k * kBlockRows < cols - 1) p[k * dst_step] = tile[tx]"),
-    "transpose-full-test-on-rows-only": ("const bool full = i0 + kTile <= rows && j0 + kTile <= cols;",
-                                         "const bool full = i0 + kTile <= rows;"),
+    # The tile walk both kernels share (for_each_tile).
+    "tile-full-test-on-rows-only": ("work(n, i0, j0, i0 + TILE <= rows && j0 + TILE <= cols);",
+                                    "work(n, i0, j0, i0 + TILE <= rows);"),
+    "tile-full-test-on-columns-only": ("work(n, i0, j0, i0 + TILE <= rows && j0 + TILE <= cols);",
+                                       "work(n, i0, j0, j0 + TILE <= cols);"),
     "transpose-batch-item-offset-dropped": ("W* const p = dst + n * plane + (j0 + ty) * rows + (i0 + tx);",
                                             "W* const p = dst + (j0 + ty) * rows + (i0 + tx);"),
     # The paired 16-bit kernel (transpose_problem's float16 calls).
@@ -1705,12 +1707,9 @@ PLANTED_TRANSPOSE = {  # bugs in transpose_batched: name -> (text of the real so
     # host model does not check reads of its guard bytes; compute-sanitizer's memcheck on a GPU
     # does (scripts/device-session.sh runs the transpose tests under it).
     "pairs-part-tile-writes-past-the-rows": ("} else if (i0 + 2 * tx < rows) {", "} else if (i0 + tx < rows) {"),
-    "pairs-full-test-on-columns-only": ("const bool full = i0 + kElements <= rows && j0 + kElements <= cols;",
-                                        "const bool full = j0 + kElements <= cols;"),
     "pairs-no-barrier-before-the-next-tile": (
-        "                __syncthreads();  // every thread has read the tile before the next one is staged\n"
-        "            }\n        }\n    }\n}\n\n}  // namespace gradops",
-        "            }\n        }\n    }\n}\n\n}  // namespace gradops"),
+        "        __syncthreads();  // every thread has read the tile before the next one is staged\n    });\n}\n\n"
+        "}  // namespace gradops", "    });\n}\n\n}  // namespace gradops"),
 }
 
 
