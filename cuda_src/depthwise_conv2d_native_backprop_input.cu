@@ -1003,9 +1003,12 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         // the tile's columns allow (bits 1 and 4 of vector_loads), straight from the registers.
         const int store_cols = (vector_loads & 2) ? 4 : (vector_loads & 16) ? 2 : 1;
 #pragma unroll
-        for (int u = 0; u < (pairs ? 1 : V); ++u) {
+        for (int u = 0; u < V; ++u) {
             const int c = channel + u * LANES;
-            if (u > 0 && c >= in_depth) break;
+            // A compile-time trip count and no second exit: with (pairs ? 1 : V) trips and a break,
+            // NVRTC 12.9 left this loop rolled for sm_100 and sm_120, indexing acc by u from a
+            // 224-byte stack frame.
+            if (u > 0 && (pairs || c >= in_depth)) continue;
             T* const first = in_backprop + ((n * in_depth + c) * in_rows + y_first) * in_cols + x_first;
 #pragma unroll
             for (int i = 0; i < S::ITEM_ROWS; ++i) {
