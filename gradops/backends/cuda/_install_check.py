@@ -152,7 +152,7 @@ KNOWN_SPILLS = {
     (12, "sm_90", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (44, 60, 32),
     # NVRTC 12.9 on sm_86, sm_89, sm_100 and sm_120, which CI's cuda12 check skipped until
     # 2026-11-28 (it compiled one arch per preprocessing class, but ptxas allocates per arch; its
-    # first run on every arch found these, and the depthwise input gradient's NCHW 224-byte
+    # first run on every arch found these 87, and the depthwise input gradient's NCHW 224-byte
     # frames, since removed): on Blackwell (sm_100, sm_120) the implicit-GEMM convolutions' SIMT
     # and 1x1 kernels keep 128-192-byte frames or spill, and the tensor-core depthwise filter
     # gradient spills up to 100 bytes.  CUDA 13's NVRTC (the cuda13 extra, the GPU image's) keeps
@@ -174,12 +174,14 @@ KNOWN_SPILLS = {
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, false, false>"): (28, 24, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, false, true>"): (32, 36, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, true, false, 64, 64>"): (4, 4, 8),
-    (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<double, double, 0, true, false>"): (0, 0, 192),
-    (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<double, double, 0, true, true>"): (0, 0, 192),
+    (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, true, true, 64, 64>"): (4, 4, 8),
+    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<double, double, 0, true, false>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
+    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<double, double, 0, true, true>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
     (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (68, 40, 40),
     **{(12, arch, "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (24, 36, 16) for arch in ('sm_86', 'sm_89')},
-    (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, false>"): (0, 0, 192),
-    (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, true>"): (0, 0, 192),
+    (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (12, 12, 16),
+    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, false>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
+    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, true>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__half, float, 1, true, false, 128, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__half, float, 1, true, false, 64, 128>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__nv_bfloat16, float, 1, true, false, 128, 64>"): (4, 4, 8),
