@@ -206,15 +206,6 @@ template <typename T> struct ChunkSize {
     static constexpr int value = static_cast<int>(sizeof(uint4) / sizeof(T));
 };
 
-template <int V, typename T> __device__ __forceinline__ void copy_chunk(T* dst, const T* __restrict__ src) {
-    if constexpr (V == 1) {
-        dst[0] = src[0];
-    } else {
-        static_assert(V * sizeof(T) == sizeof(uint4), "a chunk is one 16-byte load");
-        *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
-    }
-}
-
 // The value of x, opaque to the optimiser: the loaders pass their row index through it so that
 // the compiler recomputes each chunk's index math per tile instead of hoisting all of it out of
 // the reduction loop, which held dozens of registers and made the scalar-load kernels spill
@@ -243,11 +234,6 @@ template <typename T> __device__ __forceinline__ T load_readonly(const T* p) {
 #else
     return *p;
 #endif
-}
-
-template <int V, typename T> __device__ __forceinline__ void zero_chunk(T* dst) {
-#pragma unroll
-    for (int v = 0; v < V; ++v) dst[v] = from_acc<T, float>(0.0f);
 }
 
 // A tile of ROWS (the m or n extent) x BK elements, loaded by THREADS threads in chunks of C
@@ -885,9 +871,16 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         }
     }
 
+    // A chunk as one 16-byte value, zero (all-zero bits: +0 in every element type) where there
+    // is no source, stored once.  With a store per branch (a 16-byte one, or C element zeros),
+    // NVRTC 12.9 kept the staging arrays in local memory for compute_100 and compute_120
+    // (128-byte frames in the forward and input-gradient SIMT kernels, 192 in the filter
+    // gradient's); one store of one value keeps them in registers there, as 13.x always did.
     __device__ __forceinline__ static void fetch_vector(const Src<T>& src, T* dst) {
-        if (src.ok) copy_chunk<C>(dst, src.ptr);
-        else zero_chunk<C>(dst);
+        static_assert(C * sizeof(T) == sizeof(uint4), "a chunk is one 16-byte load");
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (src.ok) v = *reinterpret_cast<const uint4*>(src.ptr);
+        *reinterpret_cast<uint4*>(dst) = v;
     }
 
     // The chunks of the tile at k0 (the vector path: at the reduction cursors; the k table's:

@@ -778,9 +778,9 @@ def _divisor_problem(dtype):
     return got, want
 
 
-@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=["float16", "float32", "float64"])
 def test_host_divisor_problem_passes_unplanted(cuda_device, dtype):
-    """test_planted_host_divisor_bugs_fail_the_comparison's problem on the real kernel: correct."""
+    """The planted host-divisor and vector-staging tests' problem on the real kernel: correct."""
     got, want = _divisor_problem(dtype)
     assert_close(got, want, dtype)
 
@@ -795,6 +795,22 @@ def test_host_divisor_problem_passes_unplanted(cuda_device, dtype):
 def test_planted_host_divisor_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement, dtype):
     """The general kernel divides by the launcher's FastDiv constants (input_div_args): a kernel
     that pairs a divisor with another's constants gives wrong results on _divisor_problem."""
+    planted_host_device(monkeypatch, tmp_path, "igemm_tiles.cuh", (text, replacement), seed=4)
+    with pytest.raises(AssertionError):
+        got, want = _divisor_problem(dtype)
+        assert_close(got, want, dtype)
+
+
+@pytest.mark.parametrize("text,replacement", [
+    ("uint4 v = make_uint4(0u, 0u, 0u, 0u);",
+     "uint4 v = make_uint4(0x3f803f80u, 0x3f803f80u, 0x3f803f80u, 0x3f803f80u);"),
+    ("        *reinterpret_cast<uint4*>(dst) = v;\n", "        if (src.ok) *reinterpret_cast<uint4*>(dst) = v;\n"),
+], ids=["padding-not-zero", "padding-keeps-the-last-tile's-chunk"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_planted_vector_staging_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement, dtype):
+    """The register-staged loader's 16-byte chunks (Loader::fetch_vector, the SIMT kernels'
+    VECTOR path): a chunk without a source (the SAME padding of _divisor_problem) must be
+    stored as zeros, every tile."""
     planted_host_device(monkeypatch, tmp_path, "igemm_tiles.cuh", (text, replacement), seed=4)
     with pytest.raises(AssertionError):
         got, want = _divisor_problem(dtype)

@@ -188,6 +188,69 @@ def test_compile_kernels_passes_the_log_stream_and_ptxas_verbose(fake_cupy):
     assert log.getvalue() == fake_cupy.log
 
 
+def _real_cubin(source: str = "extern \"C\" __global__ void k(float* x) { x[threadIdx.x] += 1.0f; }") -> bytes:
+    """A whole cubin from NVRTC (cuda.core, the test extra), as ``nvrtcGetCUBIN`` returns it."""
+    pytest.importorskip("cuda.core")
+    from cuda.core import Program, ProgramOptions
+
+    program = Program(source, "c++", ProgramOptions(arch="sm_90"))
+    try:
+        return bytes(program.compile("cubin").code)
+    finally:
+        program.close()
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and sys.version_info >= (3, 11)),
+                    reason="the NVRTC wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+def test_whole_cubin_puts_back_the_byte_cupy_drops_and_nothing_else():
+    """CuPy 14's ``nvrtc.getCUBIN`` returns ``cubin[:size - 1]`` (it strips a "trailing NULL"
+    as for PTX): the runtime restores that byte, which is zero, and leaves whole cubins, PTX
+    and anything shorter alone."""
+    whole = _real_cubin()
+    assert _runtime.elf_size(whole) == len(whole) and whole[-1] == 0
+    assert _runtime.whole_cubin(whole[:-1]) == whole
+    assert _runtime.whole_cubin(whole) == whole
+    assert _runtime.whole_cubin(whole[:-2]) == whole[:-2]  # not CuPy's cut: not guessed at
+    ptx = b".version 8.8\n.target sm_90\n"
+    assert _runtime.elf_size(ptx) is None and _runtime.whole_cubin(ptx) == ptx
+
+
+def test_whole_cubin_pads_only_a_header_table_end():
+    """A file whose last bytes are a section's, not a header table's, is not padded: its lost
+    byte need not be zero."""
+    import struct
+
+    header = bytearray(64)
+    header[:6] = b"\x7fELF\x02\x01"
+    # One section at 64 with 16 bytes of data ending the file, its header table before it.
+    struct.pack_into("<QQ", header, 0x20, 0, 80)           # e_phoff (no program headers), e_shoff
+    struct.pack_into("<HHHH", header, 0x36, 56, 0, 64, 1)  # phentsize, phnum, shentsize, shnum
+    section = bytearray(64)
+    struct.pack_into("<I", section, 4, 1)                  # SHT_PROGBITS
+    struct.pack_into("<QQ", section, 0x18, 144, 16)        # its bytes: 144..160
+    elf = bytes(header) + bytes(16) + bytes(section) + b"x" * 16
+    assert _runtime.elf_size(elf) == len(elf) == 160
+    assert _runtime.whole_cubin(elf[:-1]) == elf[:-1]
+
+
+def test_the_cached_binary_is_the_whole_cubin(fake_cupy, tmp_path):
+    """With CuPy 14's short cubin, what the runtime caches and loads is the whole file."""
+    whole = _real_cubin() if sys.platform == "linux" and sys.version_info >= (3, 11) else None
+    if whole is None:
+        pytest.skip("the NVRTC wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    compile_using_nvrtc = fake_cupy.module.cuda.compiler.compile_using_nvrtc
+
+    def getcubin_like(*args, **kwargs):
+        _, names = compile_using_nvrtc(*args, **kwargs)
+        return whole[:len(whole) - 1], names  # cupy_backends/cuda/libs/nvrtc.pyx: getCUBIN
+
+    fake_cupy.module.cuda.compiler.compile_using_nvrtc = getcubin_like
+    kernel = _runtime.kernel(SOURCE, expressions()[0])
+    assert kernel[2] == whole
+    (cached,) = (tmp_path / "cache").glob("*.bin")
+    assert cached.read_bytes() == whole
+
+
 SPILLING_KERNEL = r'''
 extern "C" __global__ void spills(float* out, int i) {
     float scratch[64];  // written and read at run-time indices: a stack frame, not registers

@@ -152,56 +152,41 @@ KNOWN_SPILLS = {
     (12, "sm_90", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (44, 60, 32),
     # NVRTC 12.9 on sm_86, sm_89, sm_100 and sm_120, which CI's cuda12 check skipped until
     # 2026-11-28 (it compiled one arch per preprocessing class, but ptxas allocates per arch; its
-    # first run on every arch found these 87, and the depthwise input gradient's NCHW 224-byte
-    # frames, since removed): on Blackwell (sm_100, sm_120) the implicit-GEMM convolutions' SIMT
-    # and 1x1 kernels keep 128-192-byte frames or spill, and the tensor-core depthwise filter
-    # gradient spills up to 100 bytes.  CUDA 13's NVRTC (the cuda13 extra, the GPU image's) keeps
-    # every one of them in registers but those listed under 13 above.
+    # first run on every arch found 87, and the depthwise input gradient's NCHW 224-byte frames,
+    # since removed).  On 2026-11-29 the 40 128- and 192-byte frames of the implicit-GEMM
+    # convolutions' 16-byte-load SIMT kernels on Blackwell (their staging arrays in local
+    # memory; Loader::fetch_vector now stores a chunk once) went, but for the float filter
+    # gradient on sm_120, which now spills 32 bytes instead: 48 left.  Left on Blackwell: the
+    # convolutions' tensor-core and 1x1 kernels and the scalar-load float filter gradient spill
+    # 4-68 bytes, and the tensor-core depthwise filter gradient up to 100.  CUDA 13's NVRTC
+    # (the cuda13 extra, the GPU image's) keeps every one of them in registers but those listed
+    # under 13 above.
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true, 128, 64>"): (12, 8, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true, 64, 128>"): (12, 8, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__nv_bfloat16, float, 1, true, true, 128, 64>"): (12, 8, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__nv_bfloat16, float, 1, true, true, 64, 128>"): (12, 8, 8),
     (12, "sm_120", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (40, 36, 40),
     **{(12, arch, "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (48, 48, 48) for arch in ('sm_86', 'sm_89')},
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<__half, float, 0, true, false>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<__half, float, 0, true, true>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, false, false>"): (28, 24, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, false, true>"): (32, 36, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, false, 64, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true, 64, 64>"): (4, 4, 8),
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 0, true, false>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 0, true, true>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, false, false>"): (28, 24, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, false, true>"): (32, 36, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, true, false, 64, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, true, true, 64, 64>"): (4, 4, 8),
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<double, double, 0, true, false>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<double, double, 0, true, true>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
     (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (68, 40, 40),
     **{(12, arch, "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (24, 36, 16) for arch in ('sm_86', 'sm_89')},
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (12, 12, 16),
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, false>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, true>"): (0, 0, 192) for arch in ('sm_100', 'sm_120')},
+    (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, true, false>"): (32, 32, 16),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__half, float, 1, true, false, 128, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__half, float, 1, true, false, 64, 128>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__nv_bfloat16, float, 1, true, false, 128, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__nv_bfloat16, float, 1, true, false, 64, 128>"): (4, 4, 8),
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<__half, float, 0, true, false>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<__half, float, 0, true, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
     (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__half, float, 1, false, false>"): (52, 48, 48),
     (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__half, float, 1, false, true>"): (52, 48, 48),
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<__nv_bfloat16, float, 0, true, false>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<__nv_bfloat16, float, 0, true, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
     (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__nv_bfloat16, float, 1, false, false>"): (52, 48, 48),
     (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__nv_bfloat16, float, 1, false, true>"): (52, 48, 48),
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<double, double, 0, true, false>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<double, double, 0, true, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<float, float, 0, true, false>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_backprop_input_igemm<float, float, 0, true, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_igemm<__half, float, 0, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_igemm<__nv_bfloat16, float, 0, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_igemm<double, double, 0, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
-    **{(12, arch, "gradops::conv2d_igemm<float, float, 0, true>"): (0, 0, 128) for arch in ('sm_100', 'sm_120')},
     (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 1>"): (48, 76, 40),
     (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 1>"): (56, 100, 40),
     (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 2>"): (48, 76, 40),
@@ -290,11 +275,15 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
         start = time.perf_counter()
         log = io.StringIO()
         try:
-            _, names = _runtime.compile_kernels(source, expressions, str(arch), log=log, ptxas_verbose=True)
+            binary, names = _runtime.compile_kernels(source, expressions, str(arch), log=log, ptxas_verbose=True)
         except Exception as exc:  # CompileException carries NVRTC's log
             row.update(status="failed", detail=f"{type(exc).__name__}: {exc}".strip())
         else:
-            if _arch_option(arch)[1] == "cubin":
+            if _arch_option(arch)[1] == "cubin" and _runtime.elf_size(binary) != len(binary):
+                # What the runtime caches must be the whole file (see _runtime.whole_cubin).
+                row.update(status="failed", detail=f"the cubin has {len(binary)} bytes, its ELF header says "
+                                                   f"{_runtime.elf_size(binary)}")
+            elif _arch_option(arch)[1] == "cubin":
                 known = {e: v for (major, a, e), v in KNOWN_SPILLS.items() if (major, a) == (nvrtc[0], f"sm_{arch}")}
                 row.update(resource_verdict(names, log.getvalue(), known))
             else:

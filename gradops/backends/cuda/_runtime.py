@@ -116,7 +116,54 @@ def compile_kernels(filename: str, expressions, arch: str | None = None, log=Non
         _build.source_code(filename), options, arch, filename=filename, name_expressions=list(expressions),
         log_stream=log)
     names = {e: (m.decode() if isinstance(m, bytes) else m) for e, m in mapping.items()}
-    return (binary.encode() if isinstance(binary, str) else bytes(binary)), names
+    return whole_cubin(binary.encode() if isinstance(binary, str) else bytes(binary)), names
+
+
+_ELF64_LSB = b"\x7fELF\x02\x01"
+
+
+def elf_size(binary: bytes) -> int | None:
+    """Where a 64-bit little-endian ELF file (a cubin) ends by its own header: the end of its
+    program header table, its section header table or its last section's bytes, whichever is
+    furthest; None for anything else (PTX) or a header too short to read."""
+    import struct
+
+    if not binary.startswith(_ELF64_LSB) or len(binary) < 64:
+        return None
+    phoff, shoff = struct.unpack_from("<QQ", binary, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", binary, 0x36)
+    end = max(phoff + phnum * phentsize, shoff + shnum * shentsize)
+    for i in range(shnum):
+        at = shoff + i * shentsize
+        if at + 64 > len(binary):
+            break
+        kind, = struct.unpack_from("<I", binary, at + 4)
+        offset, size = struct.unpack_from("<QQ", binary, at + 0x18)
+        if kind != 8:  # SHT_NOBITS (.bss, .nv.shared) occupies no bytes of the file
+            end = max(end, offset + size)
+    return end
+
+
+def whole_cubin(binary: bytes) -> bytes:
+    """``binary`` with the byte CuPy 14's ``nvrtc.getCUBIN`` drops put back.  getCUBIN strips
+    a "trailing NULL" from the cubin as from PTX, but a cubin is not a string: its last byte
+    goes.  NVRTC (12.9 and 13.x) writes a header table last, so that byte is the top byte of the
+    last entry's last field (a 64-bit alignment or entry size), zero.  CuPy's in-memory loads
+    get it back from the terminator Python keeps after every bytes object; the file gradops
+    caches stayed one byte short of its own header's size (NVIDIA's nvdisasm and cuobjdump
+    refuse such a file; the driver on the H200 loaded them).  Only a cubin exactly one byte
+    short of a header table's end is padded; anything else (PTX, a whole cubin) is returned
+    as it is."""
+    end = elf_size(binary)
+    if end is None or end != len(binary) + 1:
+        return binary
+    import struct
+
+    phoff, shoff = struct.unpack_from("<QQ", binary, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", binary, 0x36)
+    if end in (phoff + phnum * phentsize, shoff + shnum * shentsize):
+        return binary + b"\0"
+    return binary
 
 
 def _cache_key(filename: str, expression: str, arch: str) -> str:
