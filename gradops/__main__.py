@@ -139,19 +139,24 @@ def static_report(console: Console, out, archs: list[str], conv: bool) -> int:
 
 
 def install_check(console: Console, archs: list[str] | None, sources: list[str] | None, jobs: int,
-                  only_environment: bool, one_per_class: bool = False) -> int:
+                  only_environment: bool, one_per_class: bool = False, each: list[str] | None = None) -> int:
     """Compile every kernel for each GPU generation as a GPU run would (CuPy's compile step, no
     GPU needed), failing on a compile error or a cubin kernel that spills; with
     ``only_environment``, also on CUDA headers from outside this environment."""
     from gradops.backends.cuda import _install_check
 
-    result = _install_check.run(tuple(archs) if archs else _install_check.ARCHS, sources, jobs, only_environment,
-                                one_per_class)
+    from gradops.backends.cuda import _build
+
+    each = tuple(_build.arch_number(a) for a in each or ())
+    checked = tuple(_build.arch_number(a) for a in archs) if archs else _install_check.ARCHS
+    checked += tuple(a for a in each if a not in checked)
+    result = _install_check.run(checked, sources, jobs, only_environment, one_per_class, each)
     console.print(f"NVRTC {result['nvrtc']}, {sys.prefix}")
     console.print("NVRTC options: " + escape(" ".join(result["options"])))
     console.print("archs that see the same preprocessed source: "
                   + "; ".join(", ".join(group) for group in result["classes"])
-                  + (" (the oldest of each compiled)" if one_per_class else ""))
+                  + ((" (of each, the archs named by --each compiled, else the oldest)" if each else
+                      " (the oldest of each compiled)") if one_per_class else ""))
     table = Table(title="gradops kernels compiled through CuPy's NVRTC entry point")
     for col in ("arch", "source", "kernels", "result", "most registers", "seconds"):
         table.add_column(col)
@@ -200,13 +205,17 @@ def main(argv: list[str] | None = None) -> int:
     sta.add_argument("--no-conv", action="store_true", help="leave out the tiled convolution kernels (minutes to compile)")
     ins = sub.add_parser("install-check", help="compile every kernel for each GPU generation through CuPy's "
                          "compile step, as a GPU run would (no GPU needed)")
-    ins.add_argument("--arch", action="append", default=None, help="sm_XX (repeatable; default: sm_70 to sm_120)")
+    ins.add_argument("--arch", action="append", default=None,
+                     help="sm_XX (repeatable; default: every arch of _install_check.ARCHS, sm_50 to sm_121)")
     ins.add_argument("--source", action="append", default=None, help="a cuda_src/*.cu file (repeatable)")
     ins.add_argument("--jobs", type=int, default=1, help="compile this many programs at once")
     ins.add_argument("--only-environment", action="store_true",
                      help="fail if a CUDA header folder lies outside this Python environment")
     ins.add_argument("--one-per-class", action="store_true",
                      help="of archs that see the same preprocessed source, compile only the oldest")
+    ins.add_argument("--each", action="append", default=None,
+                     help="sm_XX (repeatable): with --one-per-class, compile this arch for itself; the others "
+                          "of its class are covered by it")
     args = parser.parse_args(argv)
     console = Console(width=None if sys.stdout.isatty() else 160)
     if args.command == "info":
@@ -216,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "static-report":
         return static_report(console, args.out, args.arch or ["sm_90", "sm_80"], not args.no_conv)
     if args.command == "install-check":
-        return install_check(console, args.arch, args.source, args.jobs, args.only_environment, args.one_per_class)
+        return install_check(console, args.arch, args.source, args.jobs, args.only_environment, args.one_per_class,
+                             args.each)
     if args.command == "bench":
         from gradops.bench.cli import main as bench
 

@@ -6,8 +6,10 @@
 # that names no CUDA toolkit, and fails if a header folder lies outside the virtualenv: a
 # toolkit installed on this machine must not hide a header the extra lacks.
 #
-# Usage: scripts/check-gpu-install.sh EXTRA [ARCH...] [classes]   e.g. cuda13, cuda12 sm_80 sm_90,
-#        or cuda12 classes (of the archs that see the same preprocessed source, only the oldest)
+# Usage: scripts/check-gpu-install.sh EXTRA [ARCH...] [classes [each:ARCH...]]   e.g. cuda13,
+#        cuda12 sm_80 sm_90, cuda12 classes (of the archs that see the same preprocessed source,
+#        only the oldest), or cuda12 classes each:sm_80 each:sm_90 (of each class, the archs
+#        named with each:, else the oldest)
 # Settings: GRADOPS_INSTALL_CHECK_DIR (where the environments go; build/install-check),
 #           GRADOPS_INSTALL_CHECK_JOBS (NVRTC programs at once; the number of CPUs),
 #           GRADOPS_INSTALL_CHECK_KEEP=1 keeps the environment afterwards,
@@ -38,7 +40,11 @@ esac
 
 arch_args=()
 for arch in "$@"; do
-    if [ "$arch" = classes ]; then arch_args+=(--one-per-class); else arch_args+=(--arch "$arch"); fi
+    case "$arch" in
+        classes) arch_args+=(--one-per-class) ;;
+        each:*) arch_args+=(--each "${arch#each:}") ;;
+        *) arch_args+=(--arch "$arch") ;;
+    esac
 done
 status=0
 workdir="$(mktemp -d)"

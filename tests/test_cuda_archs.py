@@ -17,11 +17,12 @@ from conftest import assert_close, random_array, to_host
 from gradops._dtypes import bfloat16
 from gradops.backends.cuda import _build
 from gradops.backends.cuda import _conv_igemm as ig
+from gradops.backends.cuda import _install_check
 
 # The package binds each op's function over its launcher module's name: import the modules.
 CONV_LAUNCHERS = tuple(importlib.import_module(f"gradops.backends.cuda.{name}")
                        for name in ("conv2d", "conv2d_backprop_filter", "conv2d_backprop_input"))
-ARCHS = (60, 70, 75, 80, 86, 89, 90, 100, 120)
+ARCHS = _install_check.ARCHS  # every arch the install check compiles for
 FLOAT_DTYPES = (np.dtype(np.float16), bfloat16, np.dtype(np.float32), np.dtype(np.float64))
 
 

@@ -312,8 +312,24 @@ def test_arch_classes_follow_the_arch_tests_of_sources_and_headers(monkeypatch, 
     monkeypatch.setattr(_build, "source_dir", lambda: sources)
     tests = _install_check.arch_tests([headers])
     assert tests == {(">=", 800), (">=", 900), ("<", 750)}
-    assert _install_check.arch_classes(_install_check.ARCHS, tests) == [[70], [75], [80, 86, 89], [90, 100, 120]]
+    assert _install_check.arch_classes(_install_check.ARCHS, tests) == [
+        [50, 52, 60, 61, 70], [75], [80, 86, 87, 89], [90, 100, 101, 103, 110, 120, 121]]
     assert _install_check.arch_classes((75, 80), {(">=", 750)}) == [[75, 80]]
+
+
+def test_compile_plan_compiles_the_named_archs_and_covers_the_rest_of_their_classes():
+    from gradops.backends.cuda import _install_check
+
+    classes = [[50, 52], [60, 61], [70], [80, 86, 87, 89], [90, 100, 103, 120, 121]]
+    every = {a: a for group in classes for a in group}
+    assert _install_check.compile_plan(classes) == every                       # a full run
+    assert _install_check.compile_plan(classes, each=(80,)) == every          # each only with classes
+    oldest = _install_check.compile_plan(classes, one_per_class=True)
+    assert oldest == {50: 50, 52: 50, 60: 60, 61: 60, 70: 70, 80: 80, 86: 80, 87: 80, 89: 80,
+                      90: 90, 100: 90, 103: 90, 120: 90, 121: 90}
+    ci = _install_check.compile_plan(classes, one_per_class=True, each=(70, 80, 86, 89, 90, 100, 120))
+    assert ci == {50: 50, 52: 50, 60: 60, 61: 60, 70: 70, 80: 80, 86: 86, 87: 80, 89: 89,
+                  90: 90, 100: 100, 103: 90, 120: 120, 121: 90}
 
 
 def test_arch_classes_of_the_real_sources_keep_the_tensor_core_split():

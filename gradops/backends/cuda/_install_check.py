@@ -29,10 +29,16 @@ from pathlib import Path
 
 from . import _build, _runtime
 
-#: The GPU generations checked: Volta (V100), Turing (T4), Ampere (A100; consumer and A10),
-#: Ada (L4, L40), Hopper (H100), Blackwell (B200; consumer).  An arch the installed NVRTC cannot
-#: target (CUDA 13 dropped Volta) is reported as such, not compiled.
-ARCHS = (70, 75, 80, 86, 89, 90, 100, 120)
+#: The GPU generations checked: every arch CuPy 14 runs on that NVRTC can target for a shipping
+#: GPU.  Maxwell (sm_50, sm_52: M40, GTX 9xx) and Pascal (sm_60, sm_61: P100, P40, GTX 10xx),
+#: which CuPy's CUDA 12 build still ships code for; Volta (V100), Turing (T4), Ampere (A100;
+#: consumer and A10), Jetson Orin (sm_87), Ada (L4, L40), Hopper (H100), Blackwell (B200, B300:
+#: sm_100, sm_103), Jetson Thor (sm_101 to CUDA 12.9, sm_110 from CUDA 13), consumer Blackwell
+#: and DGX Spark (sm_120, sm_121).  An arch the installed NVRTC cannot target (CUDA 13 dropped
+#: everything before Turing, and renamed sm_101) is reported as such, not compiled.  Left out:
+#: the Jetson boards before Orin (sm_53, sm_62, sm_72), which have no CUDA 12, and sm_88 and
+#: sm_107, which NVRTC 13 targets but no GPU we know of reports.
+ARCHS = (50, 52, 60, 61, 70, 75, 80, 86, 87, 89, 90, 100, 101, 103, 110, 120, 121)
 
 
 @contextlib.contextmanager
@@ -124,6 +130,19 @@ def foreign_include_dirs(options) -> list[str]:
 #: sm_80 and sm_90, where these kernels keep to registers; on sm_86 / sm_89 the scalar-load half
 #: type kernel and on sm_120 the float SIMT one spill under that budget, and ptxas for sm_120
 #: gives the direct kernel's NHWC form an 8-byte frame.  Their cost on those GPUs is unmeasured.
+#:
+#: Where they sit (SASS of 2026-11-29: local loads and stores per trip of the main loop, the
+#: loop with the most FFMA / HMMA; NVRTC 12.9's sm_70 cubins are past CUDA 13's nvdisasm):
+#:
+#: * NVRTC 13: none in the main loop of the sm_86 / sm_89 kernels; one 8-byte load per k-tile
+#:   of 512 FFMA (sm_120 float SIMT) and per reduction step of the direct kernel (sm_120).
+#: * NVRTC 12.9, sm_100: the scalar-load tensor-core input gradient 22 per k-tile of 32 HMMA,
+#:   the worst; the scalar-load filter gradient 4 (unsplit) and 7 (split); 64 x 64 tiles and
+#:   the 1x1 input gradient 1; the tensor-core depthwise filter gradient (3x3, multipliers 1
+#:   and 2) 3 per step of 15 HMMA (4 on sm_120).  The 1x1 filter gradient and 5x5 depthwise: none.
+#: * NVRTC 12.9, sm_120: float filter gradients 3 (16-byte), 4 (1x1) and 12 (scalar, 1,024
+#:   FFMA) per k-tile; the depthwise input gradient: none.  sm_75 to sm_90: the float 1x1 filter
+#:   gradient 6 loads per k-tile, the scalar one 1 (sm_90: 7).
 KNOWN_SPILLS = {
     **{(13, arch, f"gradops::conv2d_backprop_filter_igemm<{t}, float, 1, false, true>"): (12, 8, 8)
        for arch in ("sm_86", "sm_89") for t in ("__half", "__nv_bfloat16")},
@@ -150,6 +169,30 @@ KNOWN_SPILLS = {
     (12, "sm_80", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (48, 48, 48),
     (12, "sm_80", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (24, 36, 16),
     (12, "sm_90", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (44, 60, 32),
+    # NVRTC 12.9 on Maxwell (sm_50; sm_52 allocates alike, SPILLS_AS) and Pascal (sm_60, sm_61),
+    # first checked 2026-11-29: the forward convolution's scalar-load half-type SIMT kernel and
+    # the depthwise filter gradient's 5x5 planes kernels.
+    (12, "sm_50", "gradops::conv2d_igemm<__half, float, 0, false>"): (96, 64, 32),
+    (12, "sm_50", "gradops::conv2d_igemm<__nv_bfloat16, float, 0, false>"): (24, 12, 8),
+    (12, "sm_50", "gradops::depthwise_conv2d_native_backprop_filter_planes<__half, float, 5, 1, 0>"): (36, 48, 40),
+    (12, "sm_50", "gradops::depthwise_conv2d_native_backprop_filter_planes<__nv_bfloat16, float, 5, 1, 0>"): (40, 52, 40),
+    (12, "sm_50", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (48, 88, 48),
+    (12, "sm_50", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (48, 80, 48),
+    (12, "sm_50", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 2>"): (16, 40, 16),
+    (12, "sm_60", "gradops::conv2d_igemm<__half, float, 0, false>"): (36, 24, 16),
+    (12, "sm_60", "gradops::conv2d_igemm<__nv_bfloat16, float, 0, false>"): (24, 12, 8),
+    (12, "sm_60", "gradops::depthwise_conv2d_native_backprop_filter_planes<__half, float, 5, 1, 0>"): (40, 52, 40),
+    (12, "sm_60", "gradops::depthwise_conv2d_native_backprop_filter_planes<__nv_bfloat16, float, 5, 1, 0>"): (40, 52, 40),
+    (12, "sm_60", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (48, 88, 48),
+    (12, "sm_60", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (48, 80, 48),
+    (12, "sm_60", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 2>"): (16, 40, 16),
+    (12, "sm_61", "gradops::conv2d_igemm<__half, float, 0, false>"): (96, 64, 32),
+    (12, "sm_61", "gradops::conv2d_igemm<__nv_bfloat16, float, 0, false>"): (24, 12, 8),
+    (12, "sm_61", "gradops::depthwise_conv2d_native_backprop_filter_planes<__half, float, 5, 1, 0>"): (40, 52, 40),
+    (12, "sm_61", "gradops::depthwise_conv2d_native_backprop_filter_planes<__nv_bfloat16, float, 5, 1, 0>"): (40, 52, 40),
+    (12, "sm_61", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (48, 88, 48),
+    (12, "sm_61", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (48, 80, 48),
+    (12, "sm_61", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 2>"): (16, 40, 16),
     # NVRTC 12.9 on sm_86, sm_89, sm_100 and sm_120, which CI's cuda12 check skipped until
     # 2026-11-28 (it compiled one arch per preprocessing class, but ptxas allocates per arch; its
     # first run on every arch found 87, and the depthwise input gradient's NCHW 224-byte frames,
@@ -209,6 +252,20 @@ KNOWN_SPILLS = {
     (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_input_tiled<__nv_bfloat16, float, 0, 5, 5, 1, 1, 1, 2>"): (12, 8, 8),
 }
 
+#: Archs whose kernels ptxas allocated exactly as their sibling's when the check first covered
+#: them (2026-11-29, NVRTC 13.5 and 12.9, every source: the same kernels spilling, by the same
+#: bytes): they accept the sibling's known spills.  Pascal's two did not (sm_61's half-type
+#: forward kernel spills 96 bytes, sm_60's 36), and list their own.
+SPILLS_AS = {"sm_52": "sm_50", "sm_87": "sm_86", "sm_101": "sm_100", "sm_103": "sm_100", "sm_121": "sm_120"}
+
+
+def known_spills(nvrtc_major: int, arch: str) -> dict[str, tuple[int, int, int]]:
+    """The spills the check accepts for ``arch`` ("sm_XX") under this NVRTC major:
+    ``{expression: (spill stores, spill loads, stack bytes)}`` (:data:`KNOWN_SPILLS`, with
+    :data:`SPILLS_AS`)."""
+    as_arch = SPILLS_AS.get(arch, arch)
+    return {e: v for (major, a, e), v in KNOWN_SPILLS.items() if major == nvrtc_major and a == as_arch}
+
 
 def resource_verdict(names: dict[str, str], log: str, known: dict | None = None) -> dict:
     """A cubin's row from ptxas' report in NVRTC's ``log`` (``names``: expression -> mangled
@@ -233,14 +290,27 @@ def resource_verdict(names: dict[str, str], log: str, known: dict | None = None)
             "known_spills": accepted}
 
 
+def compile_plan(classes, one_per_class: bool = False, each=()) -> dict[int, int]:
+    """``{arch: the arch compiled for it}`` over ``classes`` (:func:`arch_classes`): every arch
+    for itself; with ``one_per_class``, of each class the archs in ``each``, or where it has none
+    its oldest (whose features every other arch of the class has too), the rest covered by the
+    first of those."""
+    plan = {}
+    for group in classes:
+        compiled = group if not one_per_class else [a for a in group if a in each] or group[:1]
+        plan.update({a: a if a in compiled else compiled[0] for a in group})
+    return plan
+
+
 def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False,
-        one_per_class: bool = False) -> dict:
+        one_per_class: bool = False, each=()) -> dict:
     """Compile everything; returns ``{"nvrtc", "options", "foreign", "missing", "classes",
     "rows"}`` where each row is ``{arch, source, kernels, status ("ok" | "failed" | "spills" |
     "not targetable" | "covered"), seconds, detail}``, and ``registers`` (the most any kernel
     uses) where ptxas reported.  ``one_per_class``: of each class of targetable archs that see
-    the same preprocessed source (:func:`arch_classes`), compile only the oldest, whose
-    features every other arch of its class has too; the others are "covered"."""
+    the same preprocessed source (:func:`arch_classes`), compile only the archs in ``each``,
+    or the oldest where the class has none of them; the others are "covered"
+    (:func:`compile_plan`)."""
     import cupy
 
     nvrtc = cupy.cuda.nvrtc.getVersion()
@@ -252,7 +322,7 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
     numbers = [_build.arch_number(a) for a in archs]
     tests = arch_tests(include_dirs)
     classes = arch_classes([a for a in numbers if a in targetable], tests)
-    compiled_as = {a: group[0] if one_per_class else a for group in classes for a in group}
+    compiled_as = compile_plan(classes, one_per_class, each)
     jobs_todo = []
     rows = []
     for arch in numbers:
@@ -284,7 +354,7 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
                 row.update(status="failed", detail=f"the cubin has {len(binary)} bytes, its ELF header says "
                                                    f"{_runtime.elf_size(binary)}")
             elif _arch_option(arch)[1] == "cubin":
-                known = {e: v for (major, a, e), v in KNOWN_SPILLS.items() if (major, a) == (nvrtc[0], f"sm_{arch}")}
+                known = known_spills(nvrtc[0], f"sm_{arch}")
                 row.update(resource_verdict(names, log.getvalue(), known))
             else:
                 row.update(status="ok", detail="PTX: the driver compiles it, so ptxas reports nothing here")
