@@ -143,9 +143,7 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
     """Compile every kernel for each GPU generation as a GPU run would (CuPy's compile step, no
     GPU needed), failing on a compile error or a cubin kernel that spills; with
     ``only_environment``, also on CUDA headers from outside this environment."""
-    from gradops.backends.cuda import _install_check
-
-    from gradops.backends.cuda import _build
+    from gradops.backends.cuda import _build, _install_check
 
     each = tuple(_build.arch_number(a) for a in each or ())
     checked = tuple(_build.arch_number(a) for a in archs) if archs else _install_check.ARCHS

@@ -132,7 +132,8 @@ def foreign_include_dirs(options) -> list[str]:
 #: gives the direct kernel's NHWC form an 8-byte frame.  Their cost on those GPUs is unmeasured.
 #:
 #: Where they sit (SASS of 2026-11-29: local loads and stores per trip of the main loop, the
-#: loop with the most FFMA / HMMA; NVRTC 12.9's sm_70 cubins are past CUDA 13's nvdisasm):
+#: loop with the most FFMA / HMMA; NVRTC 12.9's cubins for sm_70 and older are past CUDA 13's
+#: nvdisasm, so the Maxwell, Pascal and Volta entries are not located):
 #:
 #: * NVRTC 13: none in the main loop of the sm_86 / sm_89 kernels; one 8-byte load per k-tile
 #:   of 512 FFMA (sm_120 float SIMT) and per reduction step of the direct kernel (sm_120).
