@@ -778,6 +778,14 @@ def _divisor_problem(dtype):
     return got, want
 
 
+def _check_planted_on_divisor_problem(monkeypatch, tmp_path, edit, dtype):
+    """With ``edit`` planted in igemm_tiles.cuh, _divisor_problem's result must differ."""
+    planted_host_device(monkeypatch, tmp_path, "igemm_tiles.cuh", edit, seed=4)
+    with pytest.raises(AssertionError):
+        got, want = _divisor_problem(dtype)
+        assert_close(got, want, dtype)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=["float16", "float32", "float64"])
 def test_host_divisor_problem_passes_unplanted(cuda_device, dtype):
     """The planted host-divisor and vector-staging tests' problem on the real kernel: correct."""
@@ -795,10 +803,7 @@ def test_host_divisor_problem_passes_unplanted(cuda_device, dtype):
 def test_planted_host_divisor_bugs_fail_the_comparison(monkeypatch, tmp_path, text, replacement, dtype):
     """The general kernel divides by the launcher's FastDiv constants (input_div_args): a kernel
     that pairs a divisor with another's constants gives wrong results on _divisor_problem."""
-    planted_host_device(monkeypatch, tmp_path, "igemm_tiles.cuh", (text, replacement), seed=4)
-    with pytest.raises(AssertionError):
-        got, want = _divisor_problem(dtype)
-        assert_close(got, want, dtype)
+    _check_planted_on_divisor_problem(monkeypatch, tmp_path, (text, replacement), dtype)
 
 
 @pytest.mark.parametrize("text,replacement", [
@@ -811,10 +816,7 @@ def test_planted_vector_staging_bugs_fail_the_comparison(monkeypatch, tmp_path, 
     """The register-staged loader's 16-byte chunks (Loader::fetch_vector, the SIMT kernels'
     VECTOR path): a chunk without a source (the SAME padding of _divisor_problem) must be
     stored as zeros, every tile."""
-    planted_host_device(monkeypatch, tmp_path, "igemm_tiles.cuh", (text, replacement), seed=4)
-    with pytest.raises(AssertionError):
-        got, want = _divisor_problem(dtype)
-        assert_close(got, want, dtype)
+    _check_planted_on_divisor_problem(monkeypatch, tmp_path, (text, replacement), dtype)
 
 
 @pytest.mark.parametrize("text,replacement", [

@@ -23,6 +23,7 @@ import hashlib
 import json
 import logging
 import os
+import struct
 import tempfile
 import threading
 import time
@@ -122,17 +123,22 @@ def compile_kernels(filename: str, expressions, arch: str | None = None, log=Non
 _ELF64_LSB = b"\x7fELF\x02\x01"
 
 
+def _header_table_ends(binary: bytes) -> tuple[int, int]:
+    """Where a 64-bit ELF header says its program and section header tables end."""
+    phoff, shoff = struct.unpack_from("<QQ", binary, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", binary, 0x36)
+    return phoff + phnum * phentsize, shoff + shnum * shentsize
+
+
 def elf_size(binary: bytes) -> int | None:
     """Where a 64-bit little-endian ELF file (a cubin) ends by its own header: the end of its
     program header table, its section header table or its last section's bytes, whichever is
     furthest; None for anything else (PTX) or a header too short to read."""
-    import struct
-
     if not binary.startswith(_ELF64_LSB) or len(binary) < 64:
         return None
-    phoff, shoff = struct.unpack_from("<QQ", binary, 0x20)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", binary, 0x36)
-    end = max(phoff + phnum * phentsize, shoff + shnum * shentsize)
+    end = max(_header_table_ends(binary))
+    shoff, = struct.unpack_from("<Q", binary, 0x28)
+    shentsize, shnum = struct.unpack_from("<HH", binary, 0x3a)
     for i in range(shnum):
         at = shoff + i * shentsize
         if at + 64 > len(binary):
@@ -155,13 +161,7 @@ def whole_cubin(binary: bytes) -> bytes:
     short of a header table's end is padded; anything else (PTX, a whole cubin) is returned
     as it is."""
     end = elf_size(binary)
-    if end is None or end != len(binary) + 1:
-        return binary
-    import struct
-
-    phoff, shoff = struct.unpack_from("<QQ", binary, 0x20)
-    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", binary, 0x36)
-    if end in (phoff + phnum * phentsize, shoff + shnum * shentsize):
+    if end == len(binary) + 1 and end in _header_table_ends(binary):
         return binary + b"\0"
     return binary
 
