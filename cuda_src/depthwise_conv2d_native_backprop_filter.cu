@@ -1080,9 +1080,14 @@ constexpr int kStageBatch = 4;           // chunk loads a lane issues per region
 // CTAs per SM the registers must allow (at most 80, 102, 128 or 168 registers a thread): as many
 // warps as fit without a spill on any arch with NVRTC 13 and 12 (at 128, 5x5 multiplier 2 with
 // the pair loop spilled on sm_80 with NVRTC 12.9; at 64, 3x3 multiplier 1 on sm_100), since the
-// warps, not a warp's own loads, hide the stage's latency.
+// warps, not a warp's own loads, hide the stage's latency.  NVRTC 12.9 (the cuda12 extra) on
+// Blackwell (sm_100 and sm_120 families) needs 96 for 3x3 multiplier 1: at 80 it kept 48-56
+// bytes in local memory, 3-4 accesses per step of 15 mma in the products' loop (SASS,
+// 2026-11-29); at 96, sm_100 none and sm_120 8 bytes, one load per image pair, outside it.
+// Its 5x5 multiplier-1 spills (4-24 bytes) lie outside the products' loop: kept at 5.
 template <int K, int M> struct MinBlocks {
-    static constexpr int value = M == 1 ? (K == 3 ? 6 : 5) : (K == 3 ? 4 : 3);
+    static constexpr bool NVRTC12_BLACKWELL = GRADOPS_CUDACC_MAJOR < 13 && GRADOPS_ARCH >= 1000;
+    static constexpr int value = M == 1 ? (K == 3 ? (NVRTC12_BLACKWELL ? 5 : 6) : 5) : (K == 3 ? 4 : 3);
 };
 
 // A lane's part of one staged region of a plane: chunks of VEC elements, per_row of them a

@@ -1544,7 +1544,11 @@ template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128> struct Threa
 // in the 1x1 dgrad.  The other
 // TF32 kernels (24 bytes spill in the general dgrad on sm_80, over 100 in wgrad), the forward
 // kernel on tensor cores (8 bytes spill on sm_80) and dgrad on WMMA (before sm_80) spill
-// under 128.  DGRAD_1X1: the input gradient's 1x1 kernel, otherwise as DGRAD.
+// under 128.  NVRTC 12.9 (the cuda12 extra) for the sm_100 family fits the scalar-load
+// tensor-core dgrad and wgrad in 128 only with 48-52 bytes of spill, 22 (dgrad) and 4-7 (wgrad)
+// local accesses per k-tile of 32 mma (SASS, 2026-11-29): one CTA there (174-214 registers, none
+// spilled; ptxas 13 and sm_120 keep two).  DGRAD_1X1: the input gradient's 1x1 kernel, otherwise
+// as DGRAD.
 enum KernelOp { FORWARD = 0, WGRAD = 1, DGRAD = 2, DGRAD_1X1 = 3 };
 // SPLIT: the input gradient's split-reduction instantiation, whose float64 scalar variant
 // needs more than 128 registers (ptxas 13 spills 12 bytes there at 128).  The 128- and 64-thread
@@ -1555,10 +1559,11 @@ struct MinBlocks {
     // dgrad's 128-register fit is mma_cta's (sm_80+); WMMA before sm_80 spills at 128.
     static constexpr bool MMA_SYNC = GRADOPS_HAS_MMA_SM80;
     static constexpr bool IS_DGRAD = Op == DGRAD || Op == DGRAD_1X1;
+    static constexpr bool NVRTC12_SM100 = GRADOPS_CUDACC_MAJOR < 13 && GRADOPS_ARCH >= 1000 && GRADOPS_ARCH < 1200;
     static constexpr bool TWO_FIT = (sizeof(T) == 8 && !(IS_DGRAD && SPLIT && !VECTOR)) ||
                                     (HALF && Kind == SIMT && !IS_DGRAD) ||
                                     (HALF && Kind != SIMT && VECTOR && (Op == WGRAD || (IS_DGRAD && MMA_SYNC))) ||
-                                    (HALF && Kind != SIMT && !VECTOR && MMA_SYNC && (Op == DGRAD || Op == WGRAD)) ||
+                                    (HALF && Kind != SIMT && !VECTOR && MMA_SYNC && (Op == DGRAD || Op == WGRAD) && !NVRTC12_SM100) ||
                                     (!HALF && Kind == SIMT && Op == WGRAD) ||
                                     (Kind == WMMA_TF32 && MMA_SYNC && Op == DGRAD_1X1);
     static constexpr int value = (TWO_FIT ? 2 : 1) * (256 / Threads<T, Kind, TILE_M, TILE_N>::value);

@@ -34,6 +34,14 @@
 #else
 #define GRADOPS_ARCH 100000
 #endif
+// The compiler's major version (NVRTC defines __CUDACC_VER_MAJOR__: 12 for the cuda12 extra, 13
+// for cuda13), for register budgets that one ptxas meets and another does not; the host model
+// counts as the newest.
+#if defined(__CUDACC_VER_MAJOR__)
+#define GRADOPS_CUDACC_MAJOR __CUDACC_VER_MAJOR__
+#else
+#define GRADOPS_CUDACC_MAJOR 99
+#endif
 // ldmatrix exists from sm_75, but m16n8k16 with f32 accumulation on f16/bf16, m16n8k8 TF32
 // and cp.async all need sm_80: the primitives come as one set.
 #define GRADOPS_HAS_MMA_SM80 (GRADOPS_ARCH >= 800)

@@ -137,10 +137,12 @@ def foreign_include_dirs(options) -> list[str]:
 #:
 #: * NVRTC 13: none in the main loop of the sm_86 / sm_89 kernels; one 8-byte load per k-tile
 #:   of 512 FFMA (sm_120 float SIMT) and per reduction step of the direct kernel (sm_120).
-#: * NVRTC 12.9, sm_100: the scalar-load tensor-core input gradient 22 per k-tile of 32 HMMA,
-#:   the worst; the scalar-load filter gradient 4 (unsplit) and 7 (split); 64 x 64 tiles and
-#:   the 1x1 input gradient 1; the tensor-core depthwise filter gradient (3x3, multipliers 1
-#:   and 2) 3 per step of 15 HMMA (4 on sm_120).  The 1x1 filter gradient and 5x5 depthwise: none.
+#: * NVRTC 12.9, sm_100: 64 x 64 tiles and the 1x1 input gradient 1 per k-tile; the 1x1 filter
+#:   gradient and the 5x5 tensor-core depthwise filter gradient none.  (The scalar-load
+#:   tensor-core input and filter gradients, 22 and 4-7 per k-tile of 32 HMMA, and the 3x3
+#:   tensor-core depthwise filter gradient, 3 per step of 15 HMMA, 4 on sm_120, went on
+#:   2026-11-29 with budgets for NVRTC 12 on Blackwell: igemm::MinBlocks, dwfmma::MinBlocks.)
+#:   sm_120's 3x3 depthwise: one 8-byte load per image pair, outside the products' loop.
 #: * NVRTC 12.9, sm_120: float filter gradients 3 (16-byte), 4 (1x1) and 12 (scalar, 1,024
 #:   FFMA) per k-tile; the depthwise input gradient: none.  sm_75 to sm_90: the float 1x1 filter
 #:   gradient 6 loads per k-tile, the scalar one 1 (sm_90: 7).
@@ -200,9 +202,11 @@ KNOWN_SPILLS = {
     # since removed).  On 2026-11-29 the 40 128- and 192-byte frames of the implicit-GEMM
     # convolutions' 16-byte-load SIMT kernels on Blackwell (their staging arrays in local
     # memory; Loader::fetch_vector now stores a chunk once) went, but for the float filter
-    # gradient on sm_120, which now spills 32 bytes instead: 48 left.  Left on Blackwell: the
-    # convolutions' tensor-core and 1x1 kernels and the scalar-load float filter gradient spill
-    # 4-68 bytes, and the tensor-core depthwise filter gradient up to 100.  CUDA 13's NVRTC
+    # gradient on sm_120, which now spills 32 bytes instead: 48 left.  Later that day 14 more
+    # went (the scalar-load tensor-core convolutions and the 3x3 tensor-core depthwise filter
+    # gradient, with register budgets for NVRTC 12 on Blackwell) and 4 shrank: 34 left.  Left on
+    # Blackwell: the convolutions' 64 x 64 tensor-core and 1x1 kernels and the float filter
+    # gradients spill 4-68 bytes, the tensor-core depthwise filter gradient 4-20.  CUDA 13's NVRTC
     # (the cuda13 extra, the GPU image's) keeps every one of them in registers but those listed
     # under 13 above.
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true, 128, 64>"): (12, 8, 8),
@@ -211,12 +215,8 @@ KNOWN_SPILLS = {
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__nv_bfloat16, float, 1, true, true, 64, 128>"): (12, 8, 8),
     (12, "sm_120", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (40, 36, 40),
     **{(12, arch, "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (48, 48, 48) for arch in ('sm_86', 'sm_89')},
-    (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, false, false>"): (28, 24, 24),
-    (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, false, true>"): (32, 36, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, false, 64, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true, 64, 64>"): (4, 4, 8),
-    (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, false, false>"): (28, 24, 24),
-    (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, false, true>"): (32, 36, 24),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, true, false, 64, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, true, true, 64, 64>"): (4, 4, 8),
     (12, "sm_120", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (68, 40, 40),
@@ -227,24 +227,14 @@ KNOWN_SPILLS = {
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__half, float, 1, true, false, 64, 128>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__nv_bfloat16, float, 1, true, false, 128, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_input_1x1_igemm<__nv_bfloat16, float, 1, true, false, 64, 128>"): (4, 4, 8),
-    (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__half, float, 1, false, false>"): (52, 48, 48),
-    (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__half, float, 1, false, true>"): (52, 48, 48),
-    (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__nv_bfloat16, float, 1, false, false>"): (52, 48, 48),
-    (12, "sm_100", "gradops::conv2d_backprop_input_igemm<__nv_bfloat16, float, 1, false, true>"): (52, 48, 48),
-    (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 1>"): (48, 76, 40),
-    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 1>"): (56, 100, 40),
-    (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 2>"): (48, 76, 40),
-    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 2>"): (56, 100, 40),
-    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 4>"): (44, 40, 32),
+    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 1>"): (8, 8, 8),
+    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 2>"): (8, 8, 8),
     (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 5, 1, 1>"): (4, 4, 8),
     (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 5, 1, 1>"): (20, 20, 24),
     (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 5, 1, 2>"): (4, 4, 8),
     (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 5, 1, 2>"): (20, 20, 24),
-    (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 3, 1, 1>"): (48, 76, 40),
-    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 3, 1, 1>"): (56, 100, 40),
-    (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 3, 1, 2>"): (48, 76, 40),
-    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 3, 1, 2>"): (56, 100, 40),
-    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 3, 1, 4>"): (44, 40, 32),
+    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 3, 1, 1>"): (8, 8, 8),
+    (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 3, 1, 2>"): (8, 8, 8),
     (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 5, 1, 1>"): (4, 4, 8),
     (12, "sm_120", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 5, 1, 1>"): (20, 20, 24),
     (12, "sm_100", "gradops::depthwise_conv2d_native_backprop_filter_mma<__nv_bfloat16, 5, 1, 2>"): (4, 4, 8),
