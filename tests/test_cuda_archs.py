@@ -210,3 +210,60 @@ def test_tiled_kernels_need_32_bit_cursors(monkeypatch, pads):
     for launcher in CONV_LAUNCHERS:
         assert launcher.tiled_eligible(small, np.dtype(np.float16))
         assert not launcher.tiled_eligible(g, np.dtype(np.float16))
+
+
+# Older GPUs, the memory-bound ops: the launchers pick only kernels the arch was compiled with
+# (the stand-in refuses others), the tensor-core depthwise filter gradient (mma.sync) only from
+# sm_80, and every kernel computes what the NumPy backend does.  One arch of each class the
+# kernels' own arch tests tell apart on the host model: no tensor cores (Maxwell and Pascal),
+# WMMA only (Volta and Turing; sm_70 differs from sm_75 in launch bounds alone), mma.sync.
+OLDER_ARCHS = (60, 75, 80)
+ROWS_SEQUENCE, COLS_SEQUENCE = [0, 2, 3, 5, 6, 8, 9], [0, 1, 3, 4, 6, 7, 9]
+
+
+@pytest.mark.parametrize("arch", OLDER_ARCHS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+def test_older_gpus_run_the_depthwise_gradients(monkeypatch, rng, arch, dtype, data_format):
+    device = cuda_host.HostDevice(order="shuffled", seed=arch, compute_capability=arch).install(monkeypatch)
+    import cupy
+
+    nhwc_input, multiplier = (2, 14, 14, 4), 2
+    x = random_array(rng, nhwc_input, dtype)
+    w = random_array(rng, (3, 3, 4, multiplier), dtype)
+    dy = random_array(rng, (2, 14, 14, 4 * multiplier), dtype)
+    if data_format == "NCHW":
+        x, dy = np.ascontiguousarray(x.transpose(0, 3, 1, 2)), np.ascontiguousarray(dy.transpose(0, 3, 1, 2))
+    args = ([1, 1, 1, 1], "SAME", (), data_format)
+    got_input = gradops.depthwise_conv2d_native_backprop_input(list(x.shape), cupy.asarray(w), cupy.asarray(dy),
+                                                               *args, backend="cuda")
+    got_filter = gradops.depthwise_conv2d_native_backprop_filter(cupy.asarray(x), list(w.shape), cupy.asarray(dy),
+                                                                 *args, backend="cuda")
+    want_input = gradops.depthwise_conv2d_native_backprop_input(list(x.shape), w, dy, *args, backend="numpy")
+    want_filter = gradops.depthwise_conv2d_native_backprop_filter(x, list(w.shape), dy, *args, backend="numpy")
+    assert_close(to_host(got_input), want_input, dtype)
+    assert_close(to_host(got_filter), want_filter, dtype, scale=float(np.abs(want_filter).max()))
+    mma = [e for e, _, _ in device.launches if "_mma<" in e]
+    # Where it can run, the launcher's own choice takes the tensor-core filter gradient on this
+    # NCHW float16 3x3 problem (a 14 x 14 plane): the test so sees both sides of the arch test.
+    assert bool(mma) == (arch >= 80 and data_format == "NCHW" and dtype == np.float16), device.launches
+
+
+@pytest.mark.parametrize("arch", OLDER_ARCHS)
+@pytest.mark.parametrize("dtype", [np.float16, np.float32])
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_older_gpus_run_the_fractional_pooling_gradients(monkeypatch, rng, arch, dtype, overlapping):
+    cuda_host.HostDevice(order="shuffled", seed=arch, compute_capability=arch).install(monkeypatch)
+    import cupy
+
+    x = random_array(rng, (2, 9, 9, 8), dtype)
+    sequences = (ROWS_SEQUENCE, COLS_SEQUENCE, overlapping)
+    y = gradops.fractional_max_pool(x, *sequences, backend="numpy")
+    dy = random_array(rng, y.shape, dtype)
+    got_max = gradops.fractional_max_pool_grad(cupy.asarray(x), cupy.asarray(y), cupy.asarray(dy), *sequences,
+                                               backend="cuda")
+    got_avg = gradops.fractional_avg_pool_grad(list(x.shape), cupy.asarray(dy), *sequences, backend="cuda")
+    want_max = gradops.fractional_max_pool_grad(x, y, dy, *sequences, backend="numpy")
+    want_avg = gradops.fractional_avg_pool_grad(list(x.shape), dy, *sequences, backend="numpy")
+    assert_close(to_host(got_max), want_max, dtype)
+    assert_close(to_host(got_avg), want_avg, dtype)
