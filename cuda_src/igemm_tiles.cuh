@@ -1545,7 +1545,7 @@ template <typename T, int Kind, int TILE_M = 128, int TILE_N = 128> struct Threa
 // TF32 kernels (24 bytes spill in the general dgrad on sm_80, over 100 in wgrad), the forward
 // kernel on tensor cores (8 bytes spill on sm_80) and dgrad on WMMA (before sm_80) spill
 // under 128.  NVRTC 12.9 (the cuda12 extra) for the sm_100 family fits the scalar-load
-// tensor-core dgrad and wgrad in 128 only with 48-52 bytes of spill, 22 (dgrad) and 4-7 (wgrad)
+// tensor-core dgrad and wgrad in 128 only with 28-52 bytes of spill, 22 (dgrad) and 4-7 (wgrad)
 // local accesses per k-tile of 32 mma (SASS, 2026-11-29): one CTA there (174-214 registers, none
 // spilled; ptxas 13 and sm_120 keep two).  DGRAD_1X1: the input gradient's 1x1 kernel, otherwise
 // as DGRAD.
