@@ -123,11 +123,17 @@ def compile_kernels(filename: str, expressions, arch: str | None = None, log=Non
 _ELF64_LSB = b"\x7fELF\x02\x01"
 
 
-def _header_table_ends(binary: bytes) -> tuple[int, int]:
-    """Where a 64-bit ELF header says its program and section header tables end."""
+def _header_tables(binary: bytes) -> tuple[tuple[int, int, int], tuple[int, int, int]]:
+    """A 64-bit ELF header's program and section header tables, each (offset, entry size,
+    entries)."""
     phoff, shoff = struct.unpack_from("<QQ", binary, 0x20)
     phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", binary, 0x36)
-    return phoff + phnum * phentsize, shoff + shnum * shentsize
+    return (phoff, phentsize, phnum), (shoff, shentsize, shnum)
+
+
+def _header_table_ends(binary: bytes) -> tuple[int, ...]:
+    """Where a 64-bit ELF header says its program and section header tables end."""
+    return tuple(offset + size * count for offset, size, count in _header_tables(binary))
 
 
 def elf_size(binary: bytes) -> int | None:
@@ -137,8 +143,7 @@ def elf_size(binary: bytes) -> int | None:
     if not binary.startswith(_ELF64_LSB) or len(binary) < 64:
         return None
     end = max(_header_table_ends(binary))
-    shoff, = struct.unpack_from("<Q", binary, 0x28)
-    shentsize, shnum = struct.unpack_from("<HH", binary, 0x3a)
+    _, (shoff, shentsize, shnum) = _header_tables(binary)
     for i in range(shnum):
         at = shoff + i * shentsize
         if at + 64 > len(binary):
