@@ -135,11 +135,17 @@ __global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value
 conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                              T* __restrict__ filter_grad, Acc* __restrict__ partial,
                              GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size,
-                             GRADOPS_INPUT_DIVS_PARAMS) {
+                             GRADOPS_INPUT_DIVS_PARAMS, unsigned split_magic, int split_shift) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    // 32-bit: the grid's z (groups x splits) is below 65536.
-    const int split_count = SPLIT ? static_cast<int>(splits) : 1;
-    const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
+    // z = group x splits + split (below 65536), split by the host's FastDiv constants: the
+    // split index and its scratch slice stay in uniform registers.  A division by splits in
+    // vector registers kept the slice pointer in two of them through the main loop, which
+    // NVRTC 12.9's ptxas spilled at 128 registers (float SIMT, sm_75 to sm_90: 44 bytes on
+    // sm_90, 7 local loads per k-tile), as conv2d_backprop_input_1x1_igemm's did.
+    int split = 0;
+    const index_t group = SPLIT ? FastDiv(split_magic, split_shift, static_cast<int>(splits))
+                                      .divmod(static_cast<int>(blockIdx.z), split)
+                                : static_cast<int>(blockIdx.z);
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
     FilterGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.filter_rows * d.filter_cols * d.filter_in_depth);
@@ -205,16 +211,23 @@ template <typename T, typename Acc, int Kind, bool VECTOR, bool SPLIT, int TILE_
 __global__ void __launch_bounds__(igemm::Threads<T, Kind, TILE_M, TILE_N>::value, igemm::MinBlocks<T, Kind, igemm::WGRAD, VECTOR, false, TILE_M, TILE_N>::value)
 conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                  T* __restrict__ filter_grad, Acc* __restrict__ partial,
-                                 GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size) {
+                                 GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size,
+                                 unsigned split_magic, int split_shift) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    const int split_count = SPLIT ? static_cast<int>(splits) : 1;  // 32-bit: the grid's z is below 65536
-    const index_t group = static_cast<int>(blockIdx.z) / split_count, split = static_cast<int>(blockIdx.z) % split_count;
+    // z = group x splits + split, as in conv2d_backprop_filter_igemm.
+    int split = 0;
+    const index_t group = SPLIT ? FastDiv(split_magic, split_shift, static_cast<int>(splits))
+                                      .divmod(static_cast<int>(blockIdx.z), split)
+                                : static_cast<int>(blockIdx.z);
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
     PointwiseFilterGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.filter_in_depth);
     prob.n_size = static_cast<int>(d.out_per_group());
-    prob.k_begin = static_cast<int>(split * split_size);
-    prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
+    // In 32 bits (the launcher keeps the reduction within int32, _conv_igemm.fits_int32, and no
+    // split is empty, so k_begin < reduction), written so that no sum passes the reduction: the
+    // 64-bit bound cost the float split kernel a register on sm_90 under NVRTC 12.9 (4 bytes spilled).
+    prob.k_begin = split * static_cast<int>(split_size);
+    prob.k_end = prob.k_begin + min(static_cast<int>(reduction) - prob.k_begin, static_cast<int>(split_size));
     prob.input = input;
     prob.out_backprop = out_backprop;
     prob.dst = {filter_grad, SPLIT ? partial + split * d.filter_in_depth * d.out_depth : nullptr};

@@ -801,7 +801,7 @@ def test_a_block_past_the_launch_bounds_is_refused(monkeypatch):
     a = cupy.zeros((4,), np.float32)
     tiled = "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, false>"
     launch = device.kernel("conv2d_backprop_filter.cu", tiled)
-    args = (a, a, a, a, *(np.int64(1),) * 19, *(np.uint32(2**31), np.int32(31)) * 4)  # dims, splits, FastDivs by 1
+    args = (a, a, a, a, *(np.int64(1),) * 19, *(np.uint32(2**31), np.int32(31)) * 5)  # dims, splits, FastDivs by 1
     with pytest.raises(cuda_host.HostLaunchError, match="exceeds the kernel's __launch_bounds__ \\(256"):
         launch((1,), (512,), args)
 

@@ -196,11 +196,14 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, shape.bm), ig.ceil_div(n, shape.bn), g.groups * splits)
     args, split = (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)), splits > 1
+    # grid z = group x splits + split, which the kernels divide with these constants.
+    split_div = _runtime.division_magic(splits)
     if ig.pick_pointwise(g, vector, pointwise):
-        _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split, shape.args))(grid, (shape.threads,), args)
+        fn = _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split, shape.args))
+        fn(grid, (shape.threads,), (*args, *split_div))
     else:
         fn = _runtime.kernel(SOURCE, _tiled_name(dtype, kind, vector, split, shape.args))
-        fn(grid, (shape.threads,), (*args, *ig.input_div_args(g)))
+        fn(grid, (shape.threads,), (*args, *ig.input_div_args(g), *split_div))
     _reduce_splits(out, partial, splits)
     return out
 
