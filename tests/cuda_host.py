@@ -39,6 +39,7 @@ import subprocess
 import sys
 import tempfile
 import types
+import weakref
 from pathlib import Path
 
 import numpy as np
@@ -481,7 +482,11 @@ class HostDevice:
         self.Device = self._device_class()
 
     def _device_class(self):
-        host_device = self
+        # A class is cyclic garbage, which only the cycle collector frees: it holds the device
+        # weakly, so that the device (and every allocation of a test, up to 16 GB for the
+        # tests of more than 2**31 elements) goes when the test drops it, not at the next
+        # full collection, which a test allocating few Python objects may never trigger.
+        host_device = weakref.proxy(self)
 
         class Device:
             """``cupy.cuda.Device``: an id, and a context that makes it current."""
