@@ -223,11 +223,8 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
     PointwiseFilterGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.filter_in_depth);
     prob.n_size = static_cast<int>(d.out_per_group());
-    // In 32 bits (the launcher keeps the reduction within int32, _conv_igemm.fits_int32, and no
-    // split is empty, so k_begin < reduction), written so that no sum passes the reduction: the
-    // 64-bit bound cost the float split kernel a register on sm_90 under NVRTC 12.9 (4 bytes spilled).
-    prob.k_begin = split * static_cast<int>(split_size);
-    prob.k_end = prob.k_begin + min(static_cast<int>(reduction) - prob.k_begin, static_cast<int>(split_size));
+    prob.k_begin = static_cast<int>(split * split_size);
+    prob.k_end = static_cast<int>(min(reduction, (split + 1) * split_size));
     prob.input = input;
     prob.out_backprop = out_backprop;
     prob.dst = {filter_grad, SPLIT ? partial + split * d.filter_in_depth * d.out_depth : nullptr};

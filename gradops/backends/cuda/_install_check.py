@@ -146,7 +146,8 @@ def foreign_include_dirs(options) -> list[str]:
 #: * NVRTC 12.9, sm_120: the unsplit 16-byte float filter gradient 3 per k-tile; the depthwise
 #:   input gradient: none.  (The split filter gradients' spills on sm_75 to sm_120, among them
 #:   the float 1x1 one's 6 local loads per k-tile and the scalar one's 1-12 (sm_90: 7), went on
-#:   2026-11-29 with the split index from the host's FastDiv constants: 18 entries.)
+#:   2026-11-29 with the split index from the host's FastDiv constants: 18 entries; sm_90's float
+#:   1x1 one gained one 4-byte load per k-tile.)
 KNOWN_SPILLS = {
     **{(13, "sm_120", f"gradops::conv2d_backprop_filter_direct<{t}, 0>"): (8, 8, 8)
        for t in ("__half, float", "__nv_bfloat16, float", "float, float", "double, double")},
@@ -169,6 +170,10 @@ KNOWN_SPILLS = {
     (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (48, 40, 32),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (4, 16, 8),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (4, 12, 8),
+    # One 4-byte load per k-tile of 512 FFMA since the split index comes from FastDiv constants
+    # (it was 48 bytes, 6 per k-tile, on sm_75 to sm_89 and sm_120; none on sm_90).  A 32-bit k
+    # range took it away but cost 11 more instructions per k-tile under NVRTC 13.
+    (12, "sm_90", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (4, 4, 8),
     # NVRTC 12.9 on Maxwell (sm_50; sm_52 allocates alike, SPILLS_AS) and Pascal (sm_60, sm_61),
     # first checked 2026-11-29: the forward convolution's scalar-load half-type SIMT kernel and
     # the depthwise filter gradient's 5x5 planes kernels.
