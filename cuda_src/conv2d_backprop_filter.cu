@@ -124,6 +124,26 @@ template <typename T, typename Acc, bool SPLIT> struct FilterGradProblem {
     __device__ __forceinline__ void store(int m, int n, Acc v) const { store_at(out_row(m), n, v); }
 };
 
+// The group and split of grid z = group x splits + split (below 65536).  The SIMT kernels divide
+// with the host's FastDiv constants (split_magic, split_shift: division_magic(splits)), whose
+// arithmetic stays in uniform registers: after a division in vector registers the split's
+// scratch slice pointer held two vector registers through the main loop, which NVRTC 12.9's
+// ptxas spilled at 128 registers (float on sm_75 to sm_90: on sm_90 44 bytes, 7 local accesses
+// per k-tile; the 1x1 kernel 48 bytes, 6 per k-tile, on sm_75 to sm_89).  The tensor-core
+// kernels divide: the constants cost their main loops up to 10 more instructions per k-tile
+// (NVRTC 13.5, sm_90, 128 x 128 half-type split kernel: 129.7 instead of 121.7).
+template <int Kind, bool SPLIT>
+__device__ __forceinline__ index_t split_group(long long splits, unsigned split_magic, int split_shift, int& split) {
+    const int z = static_cast<int>(blockIdx.z);
+    if constexpr (SPLIT && Kind == igemm::SIMT) {
+        return FastDiv(split_magic, split_shift, static_cast<int>(splits)).divmod(z, split);
+    } else {
+        const int split_count = SPLIT ? static_cast<int>(splits) : 1;
+        split = z % split_count;
+        return z / split_count;
+    }
+}
+
 // grid: (ceil(M / BM), ceil(out_per_group / BN), groups * splits).  Split z covers reduction
 // indices [z * split_size, (z + 1) * split_size); with splits > 1 it writes partial sums to
 // partial[z][filter element] instead of filter_grad.
@@ -137,15 +157,8 @@ conv2d_backprop_filter_igemm(const T* __restrict__ input, const T* __restrict__ 
                              GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size,
                              GRADOPS_INPUT_DIVS_PARAMS, unsigned split_magic, int split_shift) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    // z = group x splits + split (below 65536), split by the host's FastDiv constants: the
-    // split index and its scratch slice stay in uniform registers.  A division by splits in
-    // vector registers kept the slice pointer in two of them through the main loop, which
-    // NVRTC 12.9's ptxas spilled at 128 registers (float SIMT, sm_75 to sm_90: 44 bytes on
-    // sm_90, 7 local loads per k-tile), as conv2d_backprop_input_1x1_igemm's did.
-    int split = 0;
-    const index_t group = SPLIT ? FastDiv(split_magic, split_shift, static_cast<int>(splits))
-                                      .divmod(static_cast<int>(blockIdx.z), split)
-                                : static_cast<int>(blockIdx.z);
+    int split;
+    const index_t group = split_group<Kind, SPLIT>(splits, split_magic, split_shift, split);
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
     FilterGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.filter_rows * d.filter_cols * d.filter_in_depth);
@@ -214,11 +227,8 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
                                  GRADOPS_CONV_DIMS_PARAMS, long long splits, long long split_size,
                                  unsigned split_magic, int split_shift) {
     const ConvDims d = GRADOPS_CONV_DIMS;
-    // z = group x splits + split, as in conv2d_backprop_filter_igemm.
-    int split = 0;
-    const index_t group = SPLIT ? FastDiv(split_magic, split_shift, static_cast<int>(splits))
-                                      .divmod(static_cast<int>(blockIdx.z), split)
-                                : static_cast<int>(blockIdx.z);
+    int split;
+    const index_t group = split_group<Kind, SPLIT>(splits, split_magic, split_shift, split);
     const index_t reduction = d.batch * d.out_rows * d.out_cols;
     PointwiseFilterGradProblem<T, Acc, SPLIT> prob;
     prob.m_size = static_cast<int>(d.filter_in_depth);

@@ -127,16 +127,16 @@ def foreign_include_dirs(options) -> list[str]:
 #: ``{(NVRTC major, arch, expression): (spill store bytes, spill load bytes, stack bytes)}``.
 #: The check accepts these, at most these bytes, and fails on any other spill; each is a defect
 #: to fix.  MinBlocks (igemm_tiles.cuh) fitted the filter gradient's 128-register budgets on
-#: sm_80 and sm_90, where these kernels keep to registers; on Blackwell the scalar float split
-#: one spills under that budget (outside its main loop), and ptxas for sm_120 gives the direct
-#: kernel's NHWC form an 8-byte frame.  Their cost on those GPUs is unmeasured.
+#: sm_80 and sm_90, where these kernels keep to registers; on sm_86 / sm_89 the scalar-load half
+#: type kernel and on Blackwell the scalar float split one spill under that budget (outside
+#: their main loops), and ptxas for sm_120 gives the direct kernel's NHWC form an 8-byte frame.  Their cost on those GPUs is unmeasured.
 #:
 #: Where they sit (SASS of 2026-11-29: local loads and stores per trip of the main loop, the
 #: loop with the most FFMA / HMMA; NVRTC 12.9's cubins for sm_70 and older are past CUDA 13's
 #: nvdisasm, so the Maxwell, Pascal and Volta entries are not located):
 #:
-#: * NVRTC 13: one 8-byte load per reduction step of the direct kernel (sm_120); the scalar float
-#:   split filter gradient's on Blackwell lie outside its main loop.
+#: * NVRTC 13: none in the main loop of the sm_86 / sm_89 kernels or of the scalar float split
+#:   filter gradient on Blackwell; one 8-byte load per reduction step of the direct kernel (sm_120).
 #: * NVRTC 12.9, sm_100: 64 x 64 tiles and the 1x1 input gradient 1 per k-tile; the 5x5
 #:   tensor-core depthwise filter gradient none.  (The scalar-load
 #:   tensor-core input and filter gradients, 22 and 4-7 per k-tile of 32 HMMA, and the 3x3
@@ -144,31 +144,34 @@ def foreign_include_dirs(options) -> list[str]:
 #:   2026-11-29 with budgets for NVRTC 12 on Blackwell: igemm::MinBlocks, dwfmma::MinBlocks.)
 #:   sm_120's 3x3 depthwise: one 8-byte load per image pair, outside the products' loop.
 #: * NVRTC 12.9, sm_120: the unsplit 16-byte float filter gradient 3 per k-tile; the depthwise
-#:   input gradient: none.  (The split filter gradients' spills on sm_75 to sm_120, among them
-#:   the float 1x1 one's 6 local loads per k-tile and the scalar one's 1-12 (sm_90: 7), went on
-#:   2026-11-29 with the split index from the host's FastDiv constants: 18 entries; sm_90's float
-#:   1x1 one gained one 4-byte load per k-tile.)
+#:   input gradient: none.  (The float split filter gradients' spills on sm_75 to sm_120, the
+#:   1x1 one's 6 local loads per k-tile and the scalar one's 1-12 (sm_90: 7), went on 2026-11-29
+#:   with the SIMT kernels' split index from the host's FastDiv constants: 13 entries; sm_90's
+#:   float 1x1 one gained one 4-byte load per k-tile.)
 KNOWN_SPILLS = {
+    **{(13, arch, f"gradops::conv2d_backprop_filter_igemm<{t}, float, 1, false, true>"): (12, 8, 8)
+       for arch in ("sm_86", "sm_89") for t in ("__half", "__nv_bfloat16")},
     **{(13, "sm_120", f"gradops::conv2d_backprop_filter_direct<{t}, 0>"): (8, 8, 8)
        for t in ("__half, float", "__nv_bfloat16, float", "float, float", "double, double")},
-    # Since the split index comes from the host's FastDiv constants (2026-11-29), which took the
-    # split kernels' spills on sm_86 / sm_89 (half types) and sm_120 (float, 16-byte) away:
+    # Since the SIMT split kernels take their split index from the host's FastDiv constants
+    # (2026-11-29), which took away sm_120's 16-byte float split spill (one load per k-tile):
     # 2 loads and 3 stores around the main loop, none in it.
     **{(13, arch, "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (16, 12, 16)
        for arch in ("sm_100", "sm_110", "sm_120")},
     # NVRTC 12.9 (the cuda12 extra) allocates registers less tightly than 13.x: the filter
     # gradients' igemm kernels under MinBlocks' budgets, and the depthwise filter gradient's
     # float32 5x5 planes kernel, spill on the archs it compiles.  (Volta has no uniform
-    # registers, so the split kernels' FastDiv only shrank its spills, by 40-52 bytes of stores.)  (The depthwise tiled kernel's
+    # registers: FastDiv only shrank the float split kernel's spill, from 100 bytes of stores.)  (The depthwise tiled kernel's
     # float64 and sm_70 float32 5x5 spills went on 2026-11-28 with dwfilter::MinBlocks' 2 CTAs.)
     (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, false>"): (16, 24, 8),
-    (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (60, 68, 56),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (100, 100, 88),
     (12, "sm_70", "gradops::conv2d_backprop_filter_direct<double, double, 0>"): (4, 4, 8),
     (12, "sm_70", "gradops::conv2d_backprop_filter_direct<double, double, 1>"): (4, 4, 8),
     (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, false>"): (52, 60, 56),
-    (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true>"): (72, 80, 72),
+    (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true>"): (108, 108, 96),
     (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (48, 40, 32),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (4, 16, 8),
+    (12, "sm_75", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (12, 8, 8),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (4, 12, 8),
     # One 4-byte load per k-tile of 512 FFMA since the split index comes from FastDiv constants
     # (it was 48 bytes, 6 per k-tile, on sm_75 to sm_89 and sm_120; none on sm_90).  A 32-bit k
@@ -206,13 +209,17 @@ KNOWN_SPILLS = {
     # memory; Loader::fetch_vector now stores a chunk once) went, but for the float filter
     # gradient on sm_120, which now spills 32 bytes instead: 48 left.  Later that day 14 more
     # went (the scalar-load tensor-core convolutions and the 3x3 tensor-core depthwise filter
-    # gradient, with register budgets for NVRTC 12 on Blackwell) and 4 shrank, then the split
-    # filter gradients' (their split index from the host's FastDiv constants): 23 left on these
-    # archs.  Left on Blackwell: the convolutions' 64 x 64 tensor-core and 1x1 input-gradient
-    # kernels spill 4 bytes, the unsplit 16-byte float filter gradient 32 on sm_120, the
-    # tensor-core depthwise filter gradient 4-20.  CUDA 13's NVRTC
+    # gradient, with register budgets for NVRTC 12 on Blackwell) and 4 shrank, then the float
+    # split filter gradients' (their split index from the host's FastDiv constants): 27 left on
+    # these archs.  Left on Blackwell: the convolutions' 64 x 64 tensor-core kernels, the 1x1
+    # input gradient and the half-type 1x1 split filter gradient spill 4-12 bytes, the unsplit
+    # 16-byte float filter gradient 32 on sm_120, the tensor-core depthwise filter gradient 4-20.  CUDA 13's NVRTC
     # (the cuda13 extra, the GPU image's) keeps every one of them in registers but those listed
     # under 13 above.
+    (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true, 128, 64>"): (12, 8, 8),
+    (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true, 64, 128>"): (12, 8, 8),
+    (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__nv_bfloat16, float, 1, true, true, 128, 64>"): (12, 8, 8),
+    (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__nv_bfloat16, float, 1, true, true, 64, 128>"): (12, 8, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, false, 64, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true, 64, 64>"): (4, 4, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_igemm<__nv_bfloat16, float, 1, true, false, 64, 64>"): (4, 4, 8),

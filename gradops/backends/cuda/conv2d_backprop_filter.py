@@ -196,7 +196,7 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     partial = cupy.empty((splits, out.size) if splits > 1 else (0,), accumulator_dtype(dtype))
     grid = (ig.ceil_div(m, shape.bm), ig.ceil_div(n, shape.bn), g.groups * splits)
     args, split = (x, dy, out, partial, *dims, np.int64(splits), np.int64(split_size)), splits > 1
-    # grid z = group x splits + split, which the kernels divide with these constants.
+    # grid z = group x splits + split, which the SIMT kernels divide with these constants.
     split_div = _runtime.division_magic(splits)
     if ig.pick_pointwise(g, vector, pointwise):
         fn = _runtime.kernel(SOURCE, _pointwise_name(dtype, kind, split, shape.args))
