@@ -129,7 +129,8 @@ def foreign_include_dirs(options) -> list[str]:
 #: to fix.  MinBlocks (igemm_tiles.cuh) fitted the filter gradient's 128-register budgets on
 #: sm_80 and sm_90, where these kernels keep to registers; on sm_86 / sm_89 the scalar-load half
 #: type kernel and on Blackwell the scalar float split one spill under that budget (outside
-#: their main loops), and ptxas for sm_120 gives the direct kernel's NHWC form an 8-byte frame.  Their cost on those GPUs is unmeasured.
+#: their main loops), and ptxas for sm_120 gives the direct kernel's NHWC form an 8-byte frame.
+#: Their cost on those GPUs is unmeasured.
 #:
 #: Where they sit (SASS of 2026-11-29: local loads and stores per trip of the main loop, the
 #: loop with the most FFMA / HMMA; NVRTC 12.9's cubins for sm_70 and older are past CUDA 13's
@@ -160,9 +161,10 @@ KNOWN_SPILLS = {
        for arch in ("sm_100", "sm_110", "sm_120")},
     # NVRTC 12.9 (the cuda12 extra) allocates registers less tightly than 13.x: the filter
     # gradients' igemm kernels under MinBlocks' budgets, and the depthwise filter gradient's
-    # float32 5x5 planes kernel, spill on the archs it compiles.  (Volta has no uniform
-    # registers: FastDiv only shrank the float split kernel's spill, from 100 bytes of stores.)  (The depthwise tiled kernel's
-    # float64 and sm_70 float32 5x5 spills went on 2026-11-28 with dwfilter::MinBlocks' 2 CTAs.)
+    # float32 5x5 planes kernel, spill on the archs it compiles.  (The depthwise tiled kernel's
+    # float64 and sm_70 float32 5x5 spills went on 2026-11-28 with dwfilter::MinBlocks' 2 CTAs.
+    # Volta has no uniform registers: the SIMT split kernels' FastDiv only shrank the float
+    # one's spill there, from 100 bytes of stores.)
     (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, false>"): (16, 24, 8),
     (12, "sm_70", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (100, 100, 88),
     (12, "sm_70", "gradops::conv2d_backprop_filter_direct<double, double, 0>"): (4, 4, 8),
@@ -171,11 +173,12 @@ KNOWN_SPILLS = {
     (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<__half, float, 1, true, true>"): (108, 108, 96),
     (12, "sm_70", "gradops::conv2d_backprop_filter_igemm<float, float, 0, false, true>"): (48, 40, 32),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 0>"): (4, 16, 8),
-    (12, "sm_75", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (12, 8, 8),
     (12, "sm_70", "gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 5, 1, 1>"): (4, 12, 8),
+    (12, "sm_75", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true>"): (12, 8, 8),
     # One 4-byte load per k-tile of 512 FFMA since the split index comes from FastDiv constants
-    # (it was 48 bytes, 6 per k-tile, on sm_75 to sm_89 and sm_120; none on sm_90).  A 32-bit k
-    # range took it away but cost 11 more instructions per k-tile under NVRTC 13.
+    # (before, this kernel spilled 40-48 bytes, 4-6 loads per k-tile, on sm_75 to sm_89 and
+    # sm_120, and nothing on sm_90).  A 32-bit k range took it away but cost 11 more
+    # instructions per k-tile under NVRTC 13.
     (12, "sm_90", "gradops::conv2d_backprop_filter_1x1_igemm<float, float, 0, true, true>"): (4, 4, 8),
     # NVRTC 12.9 on Maxwell (sm_50; sm_52 allocates alike, SPILLS_AS) and Pascal (sm_60, sm_61),
     # first checked 2026-11-29: the forward convolution's scalar-load half-type SIMT kernel and
@@ -213,9 +216,9 @@ KNOWN_SPILLS = {
     # split filter gradients' (their split index from the host's FastDiv constants): 27 left on
     # these archs.  Left on Blackwell: the convolutions' 64 x 64 tensor-core kernels, the 1x1
     # input gradient and the half-type 1x1 split filter gradient spill 4-12 bytes, the unsplit
-    # 16-byte float filter gradient 32 on sm_120, the tensor-core depthwise filter gradient 4-20.  CUDA 13's NVRTC
-    # (the cuda13 extra, the GPU image's) keeps every one of them in registers but those listed
-    # under 13 above.
+    # 16-byte float filter gradient 32 on sm_120, the tensor-core depthwise filter gradient 4-20.
+    # CUDA 13's NVRTC (the cuda13 extra, the GPU image's) keeps every one of them in registers
+    # but those listed under 13 above.
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true, 128, 64>"): (12, 8, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__half, float, 1, true, true, 64, 128>"): (12, 8, 8),
     (12, "sm_100", "gradops::conv2d_backprop_filter_1x1_igemm<__nv_bfloat16, float, 1, true, true, 128, 64>"): (12, 8, 8),
