@@ -1,7 +1,8 @@
 // FractionalMaxPoolGrad in two gather passes, without atomics: one fixed order per element.
-// Where the cells partition the input without overlapping (what TF's generator makes with
-// overlapping = false), fractional_max_pool_grad_cells (at the end of this file) does both in
-// one pass: each element lies in one cell, so a thread per cell writes its whole region.
+// Where the cells partition the input (what TF's generator makes, overlapping or not),
+// fractional_max_pool_grad_cells (at the end of this file) does both in one pass: a thread per
+// cell writes the cell's own region, the few elements it shares with the cells above and to
+// its left included.
 //
 // Shapes (NHWC only: the op has no data_format):
 //   orig_input, in_backprop     [batch, in_rows, in_cols, depth]
@@ -92,8 +93,9 @@ template <typename I> struct alignas(4 * sizeof(I) < 16 ? 4 * sizeof(I) : 16) Ce
     I cell, before, size, unused;
 };
 
-// Columns of a cell's row that select keeps in registers for the next cell of its run: a
-// pooling ratio below 3 makes cells of at most 3 columns, 4 where cells overlap.
+// Columns of a cell's row that select keeps in registers for the next cell of its run, and
+// that the cells kernel's scan loads together: a pooling ratio below 3 makes cells of at most
+// 3 columns, 4 where cells overlap.
 constexpr int kCarryCols = 4;
 
 // The scan's first element for the V channels: the choice so far (place 0, or flat offset
@@ -327,19 +329,165 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
     }
 }
 
-// Disjoint partitions (TF's generator with overlapping = false): every input element lies in
-// exactly one cell, so its gradient is its cell's out_backprop where the cell chose it and zero
-// elsewhere.  A thread per (cell column, V channels, chunk of chunk_rows cell rows) scans each
-// cell of its column in TF's order (as select does, places counted in registers), flags a
-// maximum that differs from orig_output (as select does) and writes the cell's region of
+// Partitions (the sequences TF's generator makes): cells that start at 0, follow one another
+// and end at the last input index.  Each cell's own region is rows row_bounds[r] ..
+// row_bounds[r + 1] - 1 and columns col_bounds[c] .. col_bounds[c + 1] - 1; overlapping cells
+// (OVERLAP) also take the next region's first row and first column, except the last cell of
+// each dimension.  A thread per (cell column, V channels) walks down a chunk of chunk_rows cell
+// rows, scans each cell in TF's order (as select does, places counted in registers), flags a
+// maximum that differs from orig_output (as select does) and writes the cell's own region of
 // in_backprop: one pass over orig_input and in_backprop, no chosen buffer and no second kernel.
-// The chosen element gets 0 + out_backprop in the accumulation type, rounded once (gather's sum
-// of its one cell: -0.0 becomes +0.0, as in TF's += into zeros), every other element +0.
 //
-// Tables: row_bounds [out_rows + 1] and col_bounds [out_cols + 1], the first index of each cell
-// and then the input's size.  Threads: fractional_cells::for_each_cell_column (fractional_cells.cuh),
-// as in fractional_avg_pool_grad_cells.
-template <typename T, typename I, int V>
+// Disjoint cells: every element lies in one cell, so its gradient is its cell's out_backprop
+// where the cell chose it and zero elsewhere.  Threads: fractional_cells::for_each_cell_column
+// (fractional_cells.cuh), as in fractional_avg_pool_grad_cells.
+//
+// Overlapping cells: the region's first row (r > 0) also lies in the cell above, its first
+// column (c > 0) in the cell to the left and its first element in the cell above that one, and
+// gather's sum runs over them in output order: (r-1, c-1), (r-1, c), (r, c-1), (r, c).  The
+// thread keeps the row above (the previous iteration's cell and left neighbour) and takes its
+// left neighbour's choice and out_backprop from the neighbour's thread through shared memory:
+// a block is blockDim.x vectors x (blockDim.y - 1) cell columns plus a halo row of threads
+// (threadIdx.y = 0) that scans the cells left of the block's first column and writes nothing.
+// Every thread of a block runs the same cell rows (one barrier each; a chunk starting at r0 > 0
+// first scans row r0 - 1 for the row above), so the loops are block-uniform.
+//
+// Each element's value is gather's sum: A(0) plus the out_backprop of each cell choosing it, in
+// that order, rounded once (so -0.0 becomes +0.0, as in TF's += into zeros); an element no cell
+// chose is +0.  Only a thread's own cells are checked against orig_output (the halo's and the
+// row above's are some other thread's own).
+//
+// Tables: row_bounds [out_rows + 1] and col_bounds [out_cols + 1], the first index of each
+// region and then the input's size.
+namespace fractional_max {
+
+// Places that no cell element has: a missing neighbour's choices.
+template <typename I, int V> __device__ __forceinline__ Pack<I, V> no_choice() {
+    Pack<I, V> none;
+#pragma unroll
+    for (int u = 0; u < V; ++u) none.v[u] = -1;
+    return none;
+}
+
+// TF's scan of the cell of rows x cols elements whose first (V channels) is input[first], rows
+// in_row apart and columns depth apart: each channel's maximum (best_value) and its place in
+// the scan, row-major from 0 (best).  A cell of at most kCarryCols columns (every cell of a
+// pooling ratio below 3) loads each row's packs together, so a row costs one memory round
+// trip, not one per element; wider cells take one element at a time.
+template <typename T, int V, typename A, typename I>
+__device__ __forceinline__ void scan_cell(const T* __restrict__ input, I first, I rows, I cols, I in_row, I depth,
+                                          A (&best_value)[V], Pack<I, V>& best) {
+    if (cols <= kCarryCols) {
+        I place = 0;  // of (y, 0) in the cell's scan
+#pragma unroll 1
+        for (I y = 0; y < rows; ++y, place += cols) {
+            const I row_first = first + y * in_row;
+            Pack<T, V> row[kCarryCols];
+#pragma unroll
+            for (int j = 0; j < kCarryCols; ++j)
+                if (j < cols) row[j] = load_pack<V>(input + row_first + j * depth);
+#pragma unroll
+            for (int j = 0; j < kCarryCols; ++j) {
+                if (j >= cols) break;
+                if (j == 0 && y == 0) {
+                    begin_scan<true>(row[0], best_value, best, first);
+                } else {
+                    consider<true>(row[j], best_value, best, place + j, row_first + j * depth);
+                }
+            }
+        }
+        return;
+    }
+    begin_scan<true>(load_pack<V>(input + first), best_value, best, first);
+    I place = 0;  // of (y, x) in the cell's scan
+#pragma unroll 1
+    for (I y = 0; y < rows; ++y) {
+#pragma unroll 1
+        for (I x = y == 0 ? 1 : 0; x < cols; ++x) {
+            const I offset = first + y * in_row + x * depth;
+            consider<true>(load_pack<V>(input + offset), best_value, best, ++place, offset);
+        }
+    }
+}
+
+// scan_cell for a column of overlapping cells, walked down: a cell's last row is the next
+// cell's first, so a narrow cell leaves its last row's packs in ``held`` and the next call takes
+// its first row from there (``have_held``) instead of loading it again: a cell of h rows costs
+// h - 1 round trips, not h.  Wide cells take scan_cell and hold nothing.
+template <typename T, int V, typename A, typename I>
+__device__ __forceinline__ void scan_cell_holding(const T* __restrict__ input, I first, I rows, I cols, I in_row,
+                                                  I depth, A (&best_value)[V], Pack<I, V>& best,
+                                                  Pack<T, V> (&held)[kCarryCols], bool& have_held) {
+    if (cols > kCarryCols) {
+        have_held = false;
+        scan_cell<T, V>(input, first, rows, cols, in_row, depth, best_value, best);
+        return;
+    }
+    I place = 0;  // of (y, 0) in the cell's scan
+#pragma unroll 1
+    for (I y = 0; y < rows; ++y, place += cols) {
+        const I row_first = first + y * in_row;
+        if (y > 0 || !have_held) {
+#pragma unroll
+            for (int j = 0; j < kCarryCols; ++j)
+                if (j < cols) held[j] = load_pack<V>(input + row_first + j * depth);
+        }
+#pragma unroll
+        for (int j = 0; j < kCarryCols; ++j) {
+            if (j >= cols) break;
+            if (j == 0 && y == 0) {
+                begin_scan<true>(held[0], best_value, best, first);
+            } else {
+                consider<true>(held[j], best_value, best, place + j, row_first + j * depth);
+            }
+        }
+    }
+    have_held = true;
+}
+
+// A cell's choices and out_backprop, as a thread passes them to its right neighbour.
+template <typename T, typename I, int V> struct CellChoice {
+    Pack<I, V> best;
+    Pack<T, V> grads;
+};
+
+// Threads of an overlapping cells kernel's block at most: CELLS_THREADS (the launcher's 128)
+// and the halo row, at most a warp of vectors.
+constexpr int kMaxCellsThreads = 128 + 32;
+
+// The overlapping kernel's threads (see above): calls work(n, c, ch, valid, halo) once per
+// (block of cell columns, chunk, block of channels) this block owns, in every thread of the
+// block alike; ``valid``: the thread has a cell column and channels; ``halo``: it is the
+// halo's (column j0 - 1, scanned for its right neighbour only).
+template <typename I, int V, typename Work>
+__device__ __forceinline__ void for_each_block_of_columns(I depth, I out_cols, I columns, I column_blocks,
+                                                          I row_chunks, I channel_blocks, unsigned out_cols_magic,
+                                                          int out_cols_shift, Work&& work) {
+    const I block_columns = static_cast<I>(blockDim.y) - 1;
+    const bool halo = threadIdx.y == 0;
+    for (I bz = blockIdx.z; bz < channel_blocks; bz += gridDim.z) {
+        const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;
+        for (I by = blockIdx.y; by < row_chunks; by += gridDim.y) {
+            for (I bx = blockIdx.x; bx < column_blocks; bx += gridDim.x) {
+                const I j = bx * block_columns + static_cast<I>(threadIdx.y) - 1;  // the halo's: j0 - 1
+                const bool valid = j >= 0 && j < columns && ch < depth;
+                I n = 0;
+                if (valid) {
+                    if constexpr (sizeof(I) == 4) {
+                        n = magic_divide(j, out_cols_magic, out_cols_shift);
+                    } else {
+                        n = j / out_cols;
+                    }
+                }
+                work(n, j - n * out_cols, ch, by, valid, halo);
+            }
+        }
+    }
+}
+
+}  // namespace fractional_max
+
+template <typename T, typename I, int V, bool OVERLAP>
 __global__ void fractional_max_pool_grad_cells(
     const T* __restrict__ orig_input, const T* __restrict__ orig_output, const T* __restrict__ out_backprop,
     T* __restrict__ in_backprop, int* __restrict__ mismatch, const I* __restrict__ row_bounds,
@@ -347,54 +495,149 @@ __global__ void fractional_max_pool_grad_cells(
     I column_blocks, I row_chunks, I channel_blocks, unsigned out_cols_magic, int out_cols_shift, int chunk_rows) {
     using namespace fractional_max;
     typedef typename Acc<T>::type A;
-    fractional_cells::for_each_cell_column<I, V>(
-        depth, out_rows, out_cols, columns, column_blocks, row_chunks, channel_blocks, out_cols_magic, out_cols_shift,
-        chunk_rows, [&](const I n, const I c, const I ch, const I r0, const I r1) {
-            const I col_first = col_bounds[c], cols = col_bounds[c + 1] - col_first;
-            const I in_row = in_cols * depth;
-            // Element (y, x) of the cell in row r is at x_column + (row_bounds[r] + y) * in_row + x * depth.
-            const I x_column = (n * in_rows * in_cols + col_first) * depth + ch;
-            const I o_column = (n * out_rows * out_cols + c) * depth + ch;
+    const I in_row = in_cols * depth;
+    const I o_row = out_cols * depth;
+    const T zero = from_acc<T, A>(A(0));
+    if constexpr (!OVERLAP) {
+        fractional_cells::for_each_cell_column<I, V>(
+            depth, out_rows, out_cols, columns, column_blocks, row_chunks, channel_blocks, out_cols_magic,
+            out_cols_shift, chunk_rows, [&](const I n, const I c, const I ch, const I r0, const I r1) {
+                const I col_first = col_bounds[c], cols = col_bounds[c + 1] - col_first;
+                // Element (y, x) of the cell in row r is at x_column + (row_bounds[r] + y) * in_row + x * depth.
+                const I x_column = (n * in_rows * in_cols + col_first) * depth + ch;
+                const I o_column = (n * out_rows * out_cols + c) * depth + ch;
 #pragma unroll 1
-            for (I r = r0; r < r1; ++r) {
-                const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0;
-                const I first = x_column + y0 * in_row;
-                A best_value[V];
-                Pack<int, V> best;
-                begin_scan<true>(load_pack<V>(orig_input + first), best_value, best, first);
-                I place = 0;  // of (y, x) in the cell's scan
+                for (I r = r0; r < r1; ++r) {
+                    const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0;
+                    const I first = x_column + y0 * in_row;
+                    // (loaded before the scan: independent of it, so their round trip overlaps its first row's)
+                    const I o = o_column + r * o_row;
+                    const Pack<T, V> maxima = load_pack<V>(orig_output + o);
+                    const Pack<T, V> grads = load_pack<V>(out_backprop + o);
+                    A best_value[V];
+                    Pack<I, V> best;
+                    scan_cell<T, V>(orig_input, first, rows, cols, in_row, depth, best_value, best);
+                    bool differs = false;
+#pragma unroll
+                    for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+                    if (differs) mismatch[0] = 1;  // as select's flag
+                    T chosen[V];
+#pragma unroll
+                    for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(grads.v[u]));
+                    I place = 0;  // of (y, 0) in the cell's scan
 #pragma unroll 1
-                for (I y = 0; y < rows; ++y) {
+                    for (I y = 0; y < rows; ++y, place += cols) {
+                        T* const dx = in_backprop + first + y * in_row;
 #pragma unroll 1
-                    for (I x = y == 0 ? 1 : 0; x < cols; ++x) {
-                        const I offset = first + y * in_row + x * depth;
-                        consider<true>(load_pack<V>(orig_input + offset), best_value, best, ++place, offset);
+                        for (I x = 0; x < cols; ++x) {
+                            Pack<T, V> out;
+#pragma unroll
+                            for (int u = 0; u < V; ++u) out.v[u] = best.v[u] == place + x ? chosen[u] : zero;
+                            store_pack<V>(dx + x * depth, out);
+                        }
                     }
                 }
-                const I o = o_column + r * out_cols * depth;
-                const Pack<T, V> maxima = load_pack<V>(orig_output + o);
-                bool differs = false;
-#pragma unroll
-                for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
-                if (differs) mismatch[0] = 1;  // as select's flag
-                const Pack<T, V> grads = load_pack<V>(out_backprop + o);
-                T chosen[V];
-#pragma unroll
-                for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(grads.v[u]));
-                const T zero = from_acc<T, A>(A(0));
-                place = 0;
+            });
+    } else {
+        // Each thread's choices of its last three cell rows, for its right neighbour (row r) and
+        // for itself and its right neighbour as the row above (row r - 1): row r's slot is
+        // written again at row r + 3, after the barrier of row r + 2, which every thread passes
+        // only after its reads of rows r and r - 1 (at rows r and r + 1).
+        __shared__ CellChoice<T, I, V> passed[3][kMaxCellsThreads];
+        const int slot = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
+        const int left_slot = slot - static_cast<int>(blockDim.x);
+        for_each_block_of_columns<I, V>(
+            depth, out_cols, columns, column_blocks, row_chunks, channel_blocks, out_cols_magic, out_cols_shift,
+            [&](const I n, const I c, const I ch, const I chunk, const bool valid, const bool halo) {
+                const I r0 = chunk * chunk_rows;
+                const I r1 = min(r0 + chunk_rows, out_rows);
+                const bool has_left = valid && !halo && c > 0;
+                I col_first = 0, cols = 0, width = 0, left_width = 0;
+                if (valid) {
+                    col_first = col_bounds[c];
+                    cols = col_bounds[c + 1] - col_first;
+                    width = cols + (c + 1 < out_cols);  // the cell's columns: its region's and the next one's first
+                }
+                if (has_left) left_width = col_first - col_bounds[c - 1] + 1;  // it takes column col_first
+                const I x_column = (n * in_rows * in_cols + col_first) * depth + ch;
+                const I o_column = (n * out_rows * out_cols + c) * depth + ch;
+                int buffer = 0, above = 2;  // passed[] of rows r and r - 1
+                Pack<T, V> held[kCarryCols];  // the last row scanned, which is the next cell's first
+                bool have_held = false;
 #pragma unroll 1
-                for (I y = 0; y < rows; ++y) {
-#pragma unroll 1
-                    for (I x = 0; x < cols; ++x, ++place) {
-                        Pack<T, V> out;
+                for (I r = r0 > 0 ? r0 - 1 : r0; r < r1; ++r, above = buffer, buffer = buffer == 2 ? 0 : buffer + 1) {
+                    const bool writes = r >= r0 && !halo;  // else a row above or the halo: scanned only
+                    const I y0 = valid ? row_bounds[r] : I(0), rows = valid ? row_bounds[r + 1] - y0 : I(0);
+                    const I height = rows + (r + 1 < out_rows);  // the cell's rows: its region's and the next one's first
+                    const I first = x_column + y0 * in_row;
+                    const I o = o_column + r * o_row;
+                    CellChoice<T, I, V> own{};
+                    if (valid) {
+                        // (loaded before the scan: independent of it, so their round trip overlaps its first row's)
+                        const Pack<T, V> maxima = load_pack<V>(orig_output + o);
+                        own.grads = load_pack<V>(out_backprop + o);
+                        A best_value[V];
+                        scan_cell_holding<T, V>(orig_input, first, height, width, in_row, depth, best_value, own.best,
+                                                held, have_held);
+                        bool differs = false;
 #pragma unroll
-                        for (int u = 0; u < V; ++u) out.v[u] = best.v[u] == place ? chosen[u] : zero;
-                        store_pack<V>(in_backprop + first + y * in_row + x * depth, out);
+                        for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+                        if (differs && writes) mismatch[0] = 1;  // as select's flag
+                        passed[buffer][slot] = own;
+                    }
+                    __syncthreads();  // the neighbours' choices of row r are in passed[buffer]
+                    if (valid && writes) {
+                        // Cells (r, c - 1), (r - 1, c) and (r - 1, c - 1), and the place in their
+                        // scans of this region's first element (its row, from up_first; its
+                        // column, from left_width - 1).
+                        const bool has_up = r > 0;
+                        const CellChoice<T, I, V> none{no_choice<I, V>(), Pack<T, V>{}};
+                        const CellChoice<T, I, V> left = has_left ? passed[buffer][left_slot] : none;
+                        const CellChoice<T, I, V> up = has_up ? passed[above][slot] : none;
+                        const CellChoice<T, I, V> up_left = has_up && has_left ? passed[above][left_slot] : none;
+                        const I height_above = has_up ? y0 - row_bounds[r - 1] + 1 : I(0);
+                        const I up_first = (height_above - 1) * width;
+                        const I up_left_corner = height_above * left_width - 1;
+                        T chosen[V];
+#pragma unroll
+                        for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(own.grads.v[u]));
+                        // The region's first row and first column may lie in up to three other
+                        // cells; its other elements only in this one.
+                        const auto shared = [&](const I y, const I x, const I place, const I left_place) {
+                            Pack<T, V> out;
+#pragma unroll
+                            for (int u = 0; u < V; ++u) {
+                                A sum = A(0);
+                                if (has_left && y == 0 && x == 0 && up_left.best.v[u] == up_left_corner) sum += to_acc<A, T>(up_left.grads.v[u]);
+                                if (y == 0 && up.best.v[u] == up_first + x) sum += to_acc<A, T>(up.grads.v[u]);
+                                if (has_left && x == 0 && left.best.v[u] == left_place) sum += to_acc<A, T>(left.grads.v[u]);
+                                if (own.best.v[u] == place) sum += to_acc<A, T>(own.grads.v[u]);
+                                out.v[u] = from_acc<T, A>(sum);
+                            }
+                            return out;
+                        };
+                        T* const dx = in_backprop + first;
+#pragma unroll 1
+                        for (I x = 0; x < cols; ++x) store_pack<V>(dx + x * depth, shared(0, x, x, left_width - 1));
+                        I place = width;  // of (y, 0) in the cell's scan
+                        I left_place = 2 * left_width - 1;  // of (y, 0) in the left neighbour's scan
+#pragma unroll 1
+                        for (I y = 1; y < rows; ++y, place += width, left_place += left_width) {
+                            T* const dx_row = dx + y * in_row;
+                            store_pack<V>(dx_row, shared(y, 0, place, left_place));
+#pragma unroll 1
+                            for (I x = 1; x < cols; ++x) {
+                                Pack<T, V> out;
+#pragma unroll
+                                for (int u = 0; u < V; ++u) out.v[u] = own.best.v[u] == place + x ? chosen[u] : zero;
+                                store_pack<V>(dx_row + x * depth, out);
+                            }
+                        }
                     }
                 }
-            }
-        });
+                __syncthreads();  // the last row's slots are read before the next block of columns writes them
+            });
+    }
 }
 
 }  // namespace gradops

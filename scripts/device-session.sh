@@ -57,9 +57,12 @@ sanitize memcheck 260 "" tests/test_advisories.py tests/test_nan_inf.py \
 sanitize memcheck:memcheck-planes 200 "planes or mma or transpose or cuda_generated or cuda_hand_written or cells" \
     tests/test_depthwise_conv2d_native_backprop_input.py tests/test_fractional_avg_pool_grad.py &
 # racecheck on the filter gradient's asynchronous staging (cp.async into shared memory and its
-# barriers, new since the last GPU run), whose tests the run over whole files may not reach;
-# one more process only (the GPU tests share the GPU and 16 cores with the sanitizers).
-sanitize racecheck:racecheck-async 150 "async" tests/test_depthwise_conv2d_native_backprop_filter.py &
+# barriers, new since the last GPU run) and the overlapping fractional max pooling cells kernel
+# (neighbours' choices through shared memory, a barrier a cell row; new in session 40), whose
+# tests the run over whole files may not reach; one more process only (the GPU tests share the
+# GPU and 16 cores with the sanitizers).
+sanitize racecheck:racecheck-async 150 "async or (cells_kernel and overlapping) or overlapping_sum_order" \
+    tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py &
 # racecheck: the kernels that share memory between threads (tiles, stages, tensor cores).
 sanitize racecheck 260 "tiled or mma or planes or staged or select or transpose_path_is" \
     tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py \
@@ -102,9 +105,9 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
     | tee "$W/ncu_ab_summary.md"
 
 # A/B of the fractional pooling gradients: the launcher's kernels (gradops-cuda: average's gather,
-# max's select + gather) against the cells kernels (gradops-cuda:cells; max: disjoint cells only),
-# whose defaults wait for this (CELLS_BY_DEFAULT): the fractional cases in float16 and float32,
-# 28 calls.
+# max's select + gather) against the cells kernels (gradops-cuda:cells; max's overlapping form
+# new since session 40), whose defaults wait for this (CELLS_BY_DEFAULT): the fractional cases
+# in float16 and float32, 32 calls.
 timeout -s INT -k 10 50 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_fractional_index.json" --suites fractional \
     --engines gradops-cuda --paths cells --ops fractional --time-limit 40 \

@@ -12,6 +12,9 @@ import ml_dtypes
 import numpy as np
 import pytest
 
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
 import gradops
 
 from conftest import FLOAT_DTYPES, to_gpu, to_host
@@ -800,7 +803,7 @@ def test_cuda_default_dispatch_and_deterministic(cuda_device):
     np.testing.assert_array_equal(first, second)
 
 
-# ---- the cells kernel: disjoint cells that partition the input, in one pass
+# ---- the cells kernel: cells that partition the input (disjoint or overlapping), in one pass
 
 
 #: The cells kernel's choices the tests force: 64-bit indexing, one channel per thread, chunks
@@ -817,23 +820,64 @@ CELLS_FORCED = {
 
 @pytest.mark.parametrize("forced", list(CELLS_FORCED))
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
-def test_cuda_cells_kernel(cuda_device, dtype, forced):
-    """Tied inputs, generated partitions (ratios 1.44 to 3, cells of 1 to 3 rows and columns) and
-    cut points (a cell of all rows but one), batches, depths with and without channel groups: the
-    cells kernel gives NumPy's result bit for bit on every forced choice."""
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_cuda_cells_kernel(cuda_device, overlapping, dtype, forced):
+    """Tied inputs, generated partitions (ratios 1.44 to 3, cells of 1 to 3 rows and columns, 2
+    to 4 where they overlap) and cut points (a cell of all rows but one), batches, depths with
+    and without channel groups: the cells kernel gives NumPy's result bit for bit on every
+    forced choice."""
     rng = np.random.default_rng(41)
     for shape, ratio in (((2, 13, 11, 16), 1.44), ((3, 9, 17, 5), 2.0), ((1, 10, 7, 24), 3.0)):
         for rows, cols in ((gradops.fractional_pooling_sequence(shape[1], ratio, True, seed=shape[1]),
                             gradops.fractional_pooling_sequence(shape[2], ratio, False, seed=shape[2])),
                            ([0, shape[1] - 1, shape[1]], [0, 1, 2, shape[2]])):
-            x, y, dy = _cuda_case(rng, shape, rows, cols, False, dtype)
-            g = _geometry(x, y, dy, rows, cols, False)
+            x, y, dy = _cuda_case(rng, shape, rows, cols, overlapping, dtype)
+            g = _geometry(x, y, dy, rows, cols, overlapping)
             got = to_host(max_launcher().fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), path="cells",
                                                                   **CELLS_FORCED[forced]))
-            want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, False, backend="numpy")
+            want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
             np.testing.assert_array_equal(got.view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
             if cuda_device is not None:
                 assert "_grad_cells<" in cuda_device.launches[-1][0]
+
+
+@st.composite
+def partition_cases(draw):
+    """Random partitions (sorted cut points: cells of any size down to one row or column) of
+    random shapes and depths, either mode, any dtype, tied or distinct input values."""
+    n, h, w = draw(st.integers(1, 3)), draw(st.integers(1, 14)), draw(st.integers(1, 14))
+    rows = [0, *sorted(draw(st.sets(st.integers(1, h - 1)))), h] if h > 1 else [0, 1]
+    cols = [0, *sorted(draw(st.sets(st.integers(1, w - 1)))), w] if w > 1 else [0, 1]
+    return dict(shape=(n, h, w, draw(st.sampled_from([1, 2, 3, 8, 12, 16, 24, 40]))), rows=rows, cols=cols,
+                overlapping=draw(st.booleans()), dtype=draw(st.sampled_from(ALL_DTYPES)), tied=draw(st.booleans()))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=partition_cases(), forced=st.sampled_from(list(CELLS_FORCED)), seed=st.integers(0, 2**32 - 1))
+def test_cuda_cells_kernel_property(case, forced, seed):
+    """Random partitions, shapes, depths, modes, dtypes and forced choices, blocks and threads in
+    a random order on the host model: the cells kernel gives NumPy's result bit for bit."""
+    import cuda_host
+
+    if reason := cuda_host.unavailable_reason():
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    shape, rows, cols, overlapping, dtype = case["shape"], case["rows"], case["cols"], case["overlapping"], case["dtype"]
+    assume(len(rows) * len(cols) <= np.prod(shape))  # else refused, as TF refuses it (test_refusals_name_the_argument)
+    rng = np.random.default_rng(seed)
+    x = tied_input(rng, shape, dtype) if case["tied"] else rng.permutation(np.prod(shape)).reshape(shape).astype(dtype)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    dy = rng.integers(-5, 6, y.shape).astype(dtype) if np.issubdtype(dtype, np.integer) else \
+        rng.standard_normal(y.shape).astype(dtype)
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        cuda_host.HostDevice(order="shuffled", seed=seed).install(monkeypatch)
+        g = _geometry(x, y, dy, rows, cols, overlapping)
+        force = dict(CELLS_FORCED[forced])
+        if force.get("vector") is None and shape[3] % max_launcher().vector_channels(dtype):
+            force.pop("vector", None)
+        got = to_host(max_launcher().fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), path="cells",
+                                                              **force))
+    np.testing.assert_array_equal(got.view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
 
 
 def test_cuda_cells_kernel_refuses_what_tf_refuses(cuda_device):
@@ -865,8 +909,8 @@ def test_cuda_cells_kernel_refuses_what_tf_refuses(cuda_device):
 
 
 def test_cells_path_choice():
-    """Opt-in (CELLS_BY_DEFAULT); only disjoint cells that partition the input; forcing it
-    elsewhere is refused with the reason."""
+    """Opt-in (CELLS_BY_DEFAULT); only cells that partition the input, disjoint or overlapping;
+    forcing it elsewhere is refused with the reason."""
     launcher = max_launcher()
     x = np.zeros((1, 5, 5, 1), np.float32)
 
@@ -874,11 +918,15 @@ def test_cells_path_choice():
         y = np.zeros((1, len(rows) - 1, len(cols) - 1, 1), np.float32)
         return _geometry(x, y, y, rows, cols, overlapping)
 
-    partition = geometry([0, 2, 5], [0, 3, 5], False)
-    assert launcher.cells_bounds(partition)[0].tolist() == [0, 2, 5]
-    assert launcher.pick_path(partition, np.float32) == "gather"
-    assert launcher.pick_path(partition, np.float32, "cells") == "cells"
-    for other in (geometry([0, 2, 5], [0, 3, 5], True), geometry([0, 2, 4], [0, 3, 5], False)):
+    for overlapping in (False, True):
+        partition = geometry([0, 2, 5], [0, 3, 5], overlapping)
+        assert launcher.cells_bounds(partition)[0].tolist() == [0, 2, 5]
+        assert launcher.cells_bounds(partition)[1].tolist() == [0, 3, 5]
+        assert launcher.pick_path(partition, np.float32) == "gather"
+        assert launcher.pick_path(partition, np.float32, "cells") == "cells"
+    # row 4 in no disjoint cell; row 0 in no overlapping cell; a one-row cell inside its neighbour
+    for other in (geometry([0, 2, 4], [0, 3, 5], False), geometry([1, 3, 5], [0, 3, 5], True),
+                  geometry([0, 2, 2, 5], [0, 3, 5], True)):
         assert launcher.cells_bounds(other) is None
         with pytest.raises(ValueError, match="partition"):
             launcher.pick_path(other, np.float32, "cells")
@@ -886,10 +934,63 @@ def test_cells_path_choice():
         launcher.pick_path(partition, np.float32, "select")
 
 
+def test_cells_block_has_a_halo_row_for_overlapping_cells():
+    """The overlapping cells kernel's block is the plan's with one more row of threads (the halo),
+    within the kernel's shared-memory slots (kMaxCellsThreads, the launcher's MAX_CELLS_THREADS)
+    for every block width the plan can choose; disjoint cells take the plan's block."""
+    from gradops.backends.cuda import _build
+    from gradops.backends.cuda.fractional_avg_pool_grad import cells_plan
+
+    launcher = max_launcher()
+    source = (_build.source_dir() / launcher.SOURCE).read_text()
+    assert "constexpr int kMaxCellsThreads = 128 + 32;" in source and launcher.MAX_CELLS_THREADS == 128 + 32
+    x = np.zeros((2, 9, 9, 64), np.float32)
+    rows = cols = [0, 2, 5, 9]
+    for overlapping in (False, True):
+        y = np.zeros((2, 3, 3, 64), np.float32)
+        g = _geometry(x, y, y, rows, cols, overlapping)
+        for block_vectors in (1, 2, 4, 8, 16):
+            p = cells_plan(g, np.float32, vector=4, block_vectors=block_vectors)
+            block = launcher.cells_block(g, p)
+            assert block == ((p.block_vectors, p.block_columns + 1) if overlapping else p.block)
+            assert block[0] * block[1] <= launcher.MAX_CELLS_THREADS
+
+
+def _corner_problem():
+    """(x, orig_output, out_backprop, rows, cols) of float32 overlapping 3 x 3 cells whose
+    shared corner (2, 2) is the maximum of the four cells around it, with out_backprop 1e8, 1,
+    -1e8, 1 in those cells (channel 0; the other channels rotate them): the corner's gradient
+    depends on the order of its four terms (TF's: cells (0, 0), (0, 1), (1, 0), (1, 1))."""
+    rng = np.random.default_rng(7)
+    x = rng.random((1, 5, 5, 4)).astype(np.float32)
+    x[0, 2, 2, :] = 10.0
+    rows = cols = [0, 2, 4, 5]
+    y = gradops.fractional_max_pool(x, rows, cols, True)
+    dy = rng.random(y.shape).astype(np.float32)
+    terms = np.array([1e8, 1.0, -1e8, 1.0], np.float32)
+    for channel in range(4):
+        dy[0, :2, :2, channel] = np.roll(terms, channel).reshape(2, 2)
+    return x, y, dy, rows, cols
+
+
+def test_cuda_cells_overlapping_sum_order(cuda_device):
+    """A corner in four overlapping cells takes their out_backprop in TF's order, as gather and
+    NumPy do: ((1e8 + 1) - 1e8) + 1 = 1 in float32, not the 2 of another order."""
+    x, y, dy, rows, cols = _corner_problem()
+    got = _check_cuda(x, y, dy, rows, cols, True)  # gather and the cells kernel, bit for bit
+    assert got[0, 2, 2, 0] == 1.0
+
+
 def _cells_problem():
-    """(cells-kernel results, NumPy's) of two calls: float32 over a tied input with generated
+    """(cells-kernel results, NumPy's) of five calls: float32 over a tied input with generated
     cells of 1 to 3 rows and columns in chunks of two cell rows, one channel group a block (4
-    channel blocks), two batch items; float16 with cells of 1 to 9 rows.  Each with a -0.0 in
+    channel blocks), two batch items; float16 with cells of 1 to 9 rows; float32 with the same
+    generated sequences overlapping (cells of 2 to 3 rows and columns); float32 with four
+    overlapping cells choosing their shared corner (:func:`_corner_problem`); float64 with
+    overlapping cells of 3 to 5 rows and columns over an input of distinct values (an interior
+    maximum whose out_backprop is -0.0); float32 overlapping over five batch items in the
+    launcher's plan (4 vectors a block, so 32 cell columns a block: two blocks, a halo of a
+    column in use, and left neighbours across batch items).  Each with a -0.0 in
     out_backprop (+0.0 in the result), and a wrong orig_output in a second call; whether a
     call was refused is part of the result."""
     launcher = max_launcher()
@@ -897,14 +998,30 @@ def _cells_problem():
     got, want = [], []
     rows = gradops.fractional_pooling_sequence(13, 1.44, True, seed=2).tolist()
     cols = gradops.fractional_pooling_sequence(11, 1.5, False, seed=3).tolist()
-    for shape, rows, cols, dtype, force in (((2, 13, 11, 16), rows, cols, np.float32, dict(chunk_rows=2, block_vectors=1)),
-                                            ((2, 10, 7, 8), [0, 9, 10], [0, 1, 2, 7], np.float16, {})):
-        x, y, dy = _cuda_case(rng, shape, rows, cols, False, dtype)
-        dy[0, 0, 0, 0] = -0.0
-        g = _geometry(x, y, dy, rows, cols, False)
-        want.append(gradops.fractional_max_pool_grad(x, y, dy, rows, cols, False, backend="numpy").reshape(-1).view(np.uint8))
+    corner = _corner_problem()
+    force = dict(chunk_rows=2, block_vectors=1)
+    for shape, rows, cols, dtype, force, overlapping in (((2, 13, 11, 16), rows, cols, np.float32, force, False),
+                                                         ((2, 10, 7, 8), [0, 9, 10], [0, 1, 2, 7], np.float16, {}, False),
+                                                         ((2, 13, 11, 16), rows, cols, np.float32, force, True),
+                                                         (corner[0].shape, corner[3], corner[4], np.float32, {}, True),
+                                                         ((1, 14, 13, 4), [0, 3, 5, 9, 14], [0, 4, 6, 8, 13], np.float64,
+                                                          {}, True),
+                                                         ((5, 13, 11, 16), rows, cols, np.float32, {}, True)):
+        if shape == corner[0].shape:
+            x, y, dy = (a.copy() for a in corner[:3])
+        elif dtype == np.float64:
+            x = rng.permutation(np.prod(shape)).reshape(shape).astype(dtype)
+            x[0, 4, 5, :] = 1e6  # the maximum of cell (1, 1) only, inside its region
+            y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+            dy = rng.standard_normal(y.shape)
+            dy[0, 1, 1, :] = -0.0
+        else:
+            x, y, dy = _cuda_case(rng, shape, rows, cols, overlapping, dtype)
+        dy[0, -1, 0, 0] = -0.0
+        g = _geometry(x, y, dy, rows, cols, overlapping)
+        want.append(gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy").reshape(-1).view(np.uint8))
         wrong = y.copy()
-        wrong[1, -1, -1, -1] += 1
+        wrong[-1, -1, -1, -1] += 1
         for orig_output, refused in ((y, False), (wrong, True)):
             try:
                 out = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(orig_output), to_gpu(dy), path="cells",
@@ -922,22 +1039,65 @@ def _cells_problem():
 CELLS_HEADER = "fractional_cells.cuh"
 
 PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source, its replacement[, file])
+    # the scan: wide cells one element at a time, narrow ones a row at a time
     "cells-first-element-scanned-twice": ("for (I x = y == 0 ? 1 : 0; x < cols; ++x) {", "for (I x = 0; x < cols; ++x) {"),
-    "cells-scan-skips-the-last-row": ("for (I y = 0; y < rows; ++y) {\n#pragma unroll 1\n                    for (I x = y == 0",
-                                      "for (I y = 0; y < rows - 1; ++y) {\n#pragma unroll 1\n                    for (I x = y == 0"),
-    "cells-writes-skip-the-last-column": ("for (I x = 0; x < cols; ++x, ++place) {", "for (I x = 0; x < cols - 1; ++x, ++place) {"),
+    "cells-scan-skips-the-last-row": ("for (I y = 0; y < rows; ++y) {\n#pragma unroll 1\n        for (I x = y == 0",
+                                      "for (I y = 0; y < rows - 1; ++y) {\n#pragma unroll 1\n        for (I x = y == 0"),
+    "cells-narrow-scan-skips-the-last-column": ("if (j >= cols) break;\n                if (j == 0 && y == 0) {\n                    begin_scan<true>(row[0]",
+                                                "if (j + 1 >= cols) break;\n                if (j == 0 && y == 0) {\n                    begin_scan<true>(row[0]"),
+    "cells-narrow-scan-place-ignores-the-rows-above": ("++y, place += cols) {\n            const I row_first = first + y * in_row;\n            Pack<T, V> row",
+                                                       "++y, place += 0) {\n            const I row_first = first + y * in_row;\n            Pack<T, V> row"),
+    "cells-narrow-scan-loads-the-first-row-again": ("if (j < cols) row[j] = load_pack<V>(input + row_first + j * depth);",
+                                                    "if (j < cols) row[j] = load_pack<V>(input + first + j * depth);"),
     "cells-mismatch-never-flagged": ("if (differs) mismatch[0] = 1;", "if (differs) mismatch[0] = 0;"),
+    # disjoint cells' writes
     "cells-negative-zero-kept": ("chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(grads.v[u]));",
                                  "chosen[u] = grads.v[u];"),
-    "cells-place-not-reset-for-the-writes": ("place = 0;\n#pragma unroll 1", "\n#pragma unroll 1"),
-    "cells-batch-item-from-a-wrong-split": ("n = magic_divide(j, out_cols_magic, out_cols_shift);",
-                                            "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);", CELLS_HEADER),
+    "cells-writes-skip-the-last-column": ("for (I x = 0; x < cols; ++x) {\n                            Pack<T, V> out;",
+                                          "for (I x = 0; x < cols - 1; ++x) {\n                            Pack<T, V> out;"),
+    "cells-writes-place-ignores-the-rows-above": ("for (I y = 0; y < rows; ++y, place += cols) {\n                        T* const dx",
+                                                  "for (I y = 0; y < rows; ++y, place += 0) {\n                        T* const dx"),
+    "cells-region-rows-of-the-next-cell": ("const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0;",
+                                           "const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0 + (r + 1 < out_rows);"),
+    # the disjoint kernel's threads (fractional_cells.cuh)
+    "cells-batch-item-from-a-wrong-split": ("n = magic_divide(j, out_cols_magic, out_cols_shift);\n                } else {\n                    n = j / out_cols;\n                }\n                work(n, j - n * out_cols, ch, r0, r1);",
+                                            "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);\n                } else {\n                    n = j / out_cols;\n                }\n                work(n, j - n * out_cols, ch, r0, r1);", CELLS_HEADER),
     "cells-channel-block-ignored": ("const I ch = (bz * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x)) * V;",
                                     "const I ch = static_cast<I>(threadIdx.x) * V;", CELLS_HEADER),
     "cells-chunk-skips-its-last-row": ("const I r1 = min(r0 + chunk_rows, out_rows);",
                                        "const I r1 = min(r0 + chunk_rows - 1, out_rows);", CELLS_HEADER),
-    "cells-region-rows-of-the-next-cell": ("const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0;",
-                                           "const I y0 = row_bounds[r], rows = row_bounds[r + 1] - y0 + (r + 1 < out_rows);"),
+    # overlapping cells: the held row, the neighbours through shared memory, the sums
+    "cells-cell-without-the-shared-column": ("width = cols + (c + 1 < out_cols);", "width = cols;"),
+    "cells-cell-without-the-shared-row": ("const I height = rows + (r + 1 < out_rows);", "const I height = rows;"),
+    "cells-held-row-kept-across-columns": ("bool have_held = false;\n#pragma unroll 1", "bool have_held = true;\n#pragma unroll 1"),
+    "cells-held-row-taken-for-every-row": ("if (y > 0 || !have_held) {", "if (!have_held) {"),
+    "cells-chunk-without-the-row-above": ("for (I r = r0 > 0 ? r0 - 1 : r0; r < r1;", "for (I r = r0; r < r1;"),
+    "cells-row-above-writes-too": ("const bool writes = r >= r0 && !halo;", "const bool writes = !halo;"),
+    "cells-halo-writes-too": ("const bool writes = r >= r0 && !halo;", "const bool writes = r >= r0;"),
+    "cells-no-barrier-before-the-neighbours-are-read": (
+        "__syncthreads();  // the neighbours' choices of row r are in passed[buffer]", ""),
+    "cells-two-buffers-for-three-rows": ("buffer = buffer == 2 ? 0 : buffer + 1)", "buffer = buffer == 1 ? 0 : buffer + 1)"),
+    "cells-left-slot-of-the-right-neighbour": ("const int left_slot = slot - static_cast<int>(blockDim.x);",
+                                               "const int left_slot = slot + static_cast<int>(blockDim.x);"),
+    "cells-halo-not-left-of-the-first-column": ("static_cast<I>(threadIdx.y) - 1;  // the halo's: j0 - 1",
+                                                "static_cast<I>(threadIdx.y);  // the halo's: j0 - 1"),
+    "cells-block-columns-with-the-halo": ("const I block_columns = static_cast<I>(blockDim.y) - 1;",
+                                          "const I block_columns = static_cast<I>(blockDim.y);"),
+    "cells-overlapping-batch-item-from-a-wrong-split": ("n = magic_divide(j, out_cols_magic, out_cols_shift);\n                    } else {",
+                                                        "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);\n                    } else {"),
+    "cells-corner-at-a-wrong-place": ("const I up_left_corner = height_above * left_width - 1;",
+                                      "const I up_left_corner = height_above * left_width - 2;"),
+    "cells-row-above-one-row-low": ("const I up_first = (height_above - 1) * width;", "const I up_first = height_above * width;"),
+    "cells-left-place-not-advanced": ("left_place += left_width)", "left_place += left_width - 1)"),
+    "cells-writes-place-ignores-the-shared-column": ("place += width, left_place", "place += cols, left_place"),
+    "cells-first-row-left-place-of-row-one": ("shared(0, x, x, left_width - 1)", "shared(0, x, x, 2 * left_width - 1)"),
+    "cells-overlapping-negative-zero-kept": (
+        "chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(own.grads.v[u]));", "chosen[u] = own.grads.v[u];"),
+    "cells-left-added-before-the-cell-above": (
+        "if (y == 0 && up.best.v[u] == up_first + x) sum += to_acc<A, T>(up.grads.v[u]);\n"
+        "                                if (has_left && x == 0 && left.best.v[u] == left_place) sum += to_acc<A, T>(left.grads.v[u]);",
+        "if (has_left && x == 0 && left.best.v[u] == left_place) sum += to_acc<A, T>(left.grads.v[u]);\n"
+        "                                if (y == 0 && up.best.v[u] == up_first + x) sum += to_acc<A, T>(up.grads.v[u]);"),
 }
 
 
@@ -965,11 +1125,13 @@ PLANTED = {  # name: (text of the real source, its replacement[, chosen elements
     "last-row-of-a-wide-cell-dropped": ("for (I y = y0; y <= y1; ++y) {\n                    const I row = ",
                                         "for (I y = y0; y < y1; ++y) {\n                    const I row = "),
     "held-row-taken-for-the-next-row": ("held_row = y;", "held_row = y + 1;"),
-    "narrow-cell-last-column-skipped": ("if (j >= cols) break;", "if (j + 1 >= cols) break;"),
+    "narrow-cell-last-column-skipped": ("if (j >= cols) break;\n                        if (j == 0 && y == y0) {",
+                                        "if (j + 1 >= cols) break;\n                        if (j == 0 && y == y0) {"),
     "narrow-cell-place-ignores-the-rows-above": ("const I row_place = (y - y0) * cols;", "const I row_place = 0;",
                                                  True),
     "first-choice-drops-the-channel": ("static_cast<C>(offset + u);", "static_cast<C>(offset);", False),
-    "wide-cell-held-as-narrow": ("if (cols <= kCarryCols) {", "if (cols <= kCarryCols + 2) {"),
+    "wide-cell-held-as-narrow": ("if (cols <= kCarryCols) {\n                // (one row an iteration",
+                                 "if (cols <= kCarryCols + 2) {\n                // (one row an iteration"),
     "run-one-cell-short": ("? r0 + run : out_rows;", "? r0 + run - 1 : out_rows;"),
     "mismatch-never-flagged": ("*mismatch = 1;", "*mismatch = 0;"),
     "overlap-sums-one-cell-only": ("q_end = col_offsets[x + 1];", "q_end = col_offsets[x] + 1;"),

@@ -437,11 +437,14 @@ def test_opt_in_cells_kernels_point_at_their_own_counts():
     their rows name the script that counts them."""
     if not HAS_TOOLS:
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
-    names = ["gradops::fractional_max_pool_grad_cells<float, int, 4>"]
-    (kernel,) = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_MAX_SOURCE], only=names)
-    assert "fractional_cells_prediction" in sr.reference_paths(kernel)["not_modelled"]
-    assert sr.block_size(kernel.expression) == sr.block_size("gradops::fractional_avg_pool_grad_cells<float, int, 4, "
-                                                             "true>") == 128
+    names = [f"gradops::fractional_max_pool_grad_cells<float, int, 4, {mode}>" for mode in ("false", "true")]
+    kernels = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_MAX_SOURCE], only=names)
+    assert len(kernels) == 2
+    for kernel in kernels:
+        assert "fractional_cells_prediction" in sr.reference_paths(kernel)["not_modelled"]
+    assert sr.block_size(names[0]) == sr.block_size("gradops::fractional_avg_pool_grad_cells<float, int, 4, "
+                                                    "true>") == 128
+    assert sr.block_size(names[1]) == 128 + 32  # overlapping max: a halo row of at most a warp of vectors
 
 
 def test_new_kernels_have_per_element_figures(new_kernels):
@@ -1243,3 +1246,31 @@ def test_mma_depthwise_paths_and_prediction():
     tensor_s = 32 * 15 * units / elements * elements / 32 / (sr.DEVICES[0].sms * st.TENSOR_LANES / 32
                                                               * sr.DEVICES[0].clock_hz)
     assert got["issue_detail"]["busiest_pipe_s"] >= tensor_s * (1 - 1e-9)
+
+
+def test_cells_prediction_finds_the_max_kernels_loops():
+    """benchmarks/fractional_cells_prediction.py's count of the max cells kernel finds its loops
+    in the real SASS (one narrow scan, the writes; overlapping: the first-row writes too; its
+    asserts fail otherwise) and counts a thread's round trips as the kernel makes them: a row of
+    a cell a trip, overlapping cells' first row held from the cell above."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("fractional_cells_prediction",
+                                                  root / "benchmarks" / "fractional_cells_prediction.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from gradops._geometry import fractional_max_pool_geometry
+
+    rows, cols = [0, 2, 3, 5, 8], [0, 1, 3, 6]  # regions of 1 to 3 rows and columns
+    for overlapping in (False, True):
+        expression = module.mx._cells_expression(np.float32, "int", 4, overlapping)
+        (kernel,) = _sass.compile_kernels(("sm_90",), [module.mx.SOURCE], only=[expression])
+        out = (2, len(rows) - 1, len(cols) - 1, 8)
+        g = fractional_max_pool_geometry("fractional_max_pool_grad", (2, 8, 6, 8), out, out, rows, cols, overlapping)
+        counts, trips = module.max_counts(kernel, g, 4, 0.0)
+        heights = np.diff(rows) + (np.arange(len(rows) - 1) + 1 < len(rows) - 1) * overlapping
+        assert trips == pytest.approx(np.mean(heights - overlapping))
+        assert counts["all"] > 0 and counts["fp64"] == 0
+        halo, _ = module.max_counts(kernel, g, 4, 0.25)
+        assert halo["all"] > counts["all"]  # the halo's scans are added

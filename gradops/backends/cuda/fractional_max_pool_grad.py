@@ -15,9 +15,11 @@ stream, then kept (the small LRU of device copies that fractional_avg_pool_grad'
 keeps), so a training loop that repeats a geometry uploads nothing after its first call.
 CuPy is imported only when a call runs.
 
-Where the cells partition the input without overlapping, one kernel can do both passes
-(``fractional_max_pool_grad_cells``, ``path="cells"``): a thread per cell scans it and writes
-its region.  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU has timed it.
+Where the cells partition the input (TF's generated sequences, overlapping or not), one kernel
+can do both passes (``fractional_max_pool_grad_cells``, ``path="cells"``): a thread per cell
+scans it and writes its own region; with overlapping cells the neighbouring threads pass their
+choices through shared memory for the elements their cells share, and each block has a halo row
+of threads (:func:`cells_block`).  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU has timed it.
 """
 
 from __future__ import annotations
@@ -59,27 +61,27 @@ def _expression(kernel: str, dtype, index: str, channels: int = 1, local: bool =
     return f"{kernel}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}, {chosen}>"
 
 
-def _cells_expression(dtype, index: str, channels: int) -> str:
-    return f"{CELLS_KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}>"
+def _cells_expression(dtype, index: str, channels: int, overlapping: bool) -> str:
+    return f"{CELLS_KERNEL}<{ELEMENT_TYPES[np.dtype(dtype)]}, {index}, {channels}, {str(overlapping).lower()}>"
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     """Every name expression the launcher can ask for (the same on every architecture): both
     kernels per dtype, with 32- and 64-bit indexing, 1 or :func:`vector_channels` channels per
     thread, and flat offsets or cell places as the chosen elements; the cells kernel per dtype,
-    index type and channels per thread."""
+    index type, channels per thread and cell mode (disjoint or overlapping)."""
     return {SOURCE: [_expression(kernel, dtype, index, v, local)
                      for kernel in KERNELS for dtype in ELEMENT_TYPES for index in INDEX_TYPES
                      for v in (1, vector_channels(dtype)) for local in (False, True)]
-            + [_cells_expression(dtype, index, v) for dtype in ELEMENT_TYPES for index in INDEX_TYPES
-               for v in (1, vector_channels(dtype))]}
+            + [_cells_expression(dtype, index, v, overlapping) for dtype in ELEMENT_TYPES for index in INDEX_TYPES
+               for v in (1, vector_channels(dtype)) for overlapping in (False, True)]}
 
 
 def cells_bounds(g: FractionalPoolGeometry) -> tuple[np.ndarray, np.ndarray] | None:
-    """(row bounds, column bounds) of the cells kernel (each cell's first index, then the
-    input's size), or None where it cannot run ``g``: overlapping cells, or cells that do not
+    """(row bounds, column bounds) of the cells kernel (the first index of each cell's own
+    region, then the input's size), or None where it cannot run ``g``: cells that do not
     partition the input (:func:`gradops._geometry.partition_bounds`)."""
-    if g.overlapping or g.row_partition is None or g.col_partition is None:
+    if g.row_partition is None or g.col_partition is None:
         return None
     return np.asarray(g.row_partition, np.int64), np.asarray(g.col_partition, np.int64)
 
@@ -92,9 +94,25 @@ def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
     if path not in PATHS:
         raise ValueError(f"fractional_max_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
     if path == "cells" and cells_bounds(g) is None:
-        raise ValueError("fractional_max_pool_grad: the cells kernel takes disjoint pooling cells that "
-                         "partition the input (as TF's generator makes them with overlapping=False)")
+        raise ValueError("fractional_max_pool_grad: the cells kernel takes pooling sequences whose cells "
+                         "partition the input (as TF's generator makes them)")
     return path
+
+
+#: Most threads of an overlapping cells block (the kernel's kMaxCellsThreads, which sizes its
+#: shared memory): CELLS_THREADS and a halo row of at most a warp of vectors.
+MAX_CELLS_THREADS = 128 + 32
+
+
+def cells_block(g: FractionalPoolGeometry, p) -> tuple[int, int]:
+    """The cells kernel's block for plan ``p`` (:func:`cells_plan`): the plan's, with overlapping
+    cells one more row of threads (threadIdx.y = 0), the halo that scans the cells left of the
+    block's first column for its neighbours."""
+    if not g.overlapping:
+        return p.block
+    block = (p.block_vectors, p.block_columns + 1)
+    assert block[0] * block[1] <= MAX_CELLS_THREADS
+    return block
 
 
 def largest_cell(g: FractionalPoolGeometry) -> int:
@@ -228,12 +246,13 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     if pick_path(g, dtype, path) == "cells":
         v = channels_per_thread(g, dtype, (x, y, dy), vector)
         p = cells_plan(g, dtype, index=index, vector=v, chunk_rows=chunk_rows, block_vectors=block_vectors)
-        key = ("max-cells", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends)
+        key = ("max-cells", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends,
+               g.overlapping)
         packed, (row_bounds, col_bounds) = cached_tables(key, lambda: [t.astype(INDEX_TYPES[index]) for t in cells_bounds(g)])
         in_backprop = cupy.empty(g.input_shape, dtype)
         mismatch = cupy.zeros((1,), np.int32)
-        fn = _runtime.kernel(SOURCE, _cells_expression(dtype, index, v))
-        fn(p.grid, p.block, (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(dy), _runtime.pointer(in_backprop),
+        fn = _runtime.kernel(SOURCE, _cells_expression(dtype, index, v, g.overlapping))
+        fn(p.grid, cells_block(g, p), (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(dy), _runtime.pointer(in_backprop),
                              _runtime.pointer(mismatch), _runtime.pointer(packed, row_bounds),
                              _runtime.pointer(packed, col_bounds), *cells_scalars(g, p)))
         if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
