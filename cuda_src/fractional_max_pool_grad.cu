@@ -344,11 +344,12 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
 //
 // Overlapping cells: the region's first row (r > 0) also lies in the cell above, its first
 // column (c > 0) in the cell to the left and its first element in the cell above that one, and
-// gather's sum runs over them in output order: (r-1, c-1), (r-1, c), (r, c-1), (r, c).  The
-// thread keeps the row above (the previous iteration's cell and left neighbour) and takes its
-// left neighbour's choice and out_backprop from the neighbour's thread through shared memory:
-// a block is blockDim.x vectors x (blockDim.y - 1) cell columns plus a halo row of threads
-// (threadIdx.y = 0) that scans the cells left of the block's first column and writes nothing.
+// gather's sum runs over them in output order: (r-1, c-1), (r-1, c), (r, c-1), (r, c).  Each
+// thread publishes its cell's choices and out_backprop in shared memory, and after the row's
+// barrier reads its left neighbour's (the neighbour's thread's slot) and those of the row
+// above (its own slot and its neighbour's, one row back): a block is blockDim.x vectors x
+// (blockDim.y - 1) cell columns plus a halo row of threads (threadIdx.y = 0) that scans the
+// cells left of the block's first column and writes nothing.
 // Every thread of a block runs the same cell rows (one barrier each; a chunk starting at r0 > 0
 // first scans row r0 - 1 for the row above), so the loops are block-uniform.
 //
@@ -455,10 +456,10 @@ template <typename T, typename I, int V> struct CellChoice {
 // and the halo row, at most a warp of vectors.
 constexpr int kMaxCellsThreads = 128 + 32;
 
-// The overlapping kernel's threads (see above): calls work(n, c, ch, valid, halo) once per
-// (block of cell columns, chunk, block of channels) this block owns, in every thread of the
-// block alike; ``valid``: the thread has a cell column and channels; ``halo``: it is the
-// halo's (column j0 - 1, scanned for its right neighbour only).
+// The overlapping kernel's threads (see above): calls work(n, c, ch, chunk, valid, halo) once
+// per (block of cell columns, chunk of cell rows, block of channels) this block owns, in every
+// thread of the block alike; ``valid``: the thread has a cell column and channels; ``halo``:
+// it is the halo's (column j0 - 1, scanned for its right neighbour only).
 template <typename I, int V, typename Work>
 __device__ __forceinline__ void for_each_block_of_columns(I depth, I out_cols, I columns, I column_blocks,
                                                           I row_chunks, I channel_blocks, unsigned out_cols_magic,
