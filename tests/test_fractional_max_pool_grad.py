@@ -880,32 +880,35 @@ def test_cuda_cells_kernel_property(case, forced, seed):
     np.testing.assert_array_equal(got.view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
 
 
-def test_cuda_cells_kernel_refuses_what_tf_refuses(cuda_device):
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_cuda_cells_kernel_refuses_what_tf_refuses(cuda_device, overlapping):
     """A wrong orig_output and a NaN first in its cell: InvalidArgumentError from the cells kernel
-    too; a NaN later in a cell is skipped; -0.0 out_backprop becomes +0.0 (TF's += into zeros)."""
+    too; a NaN later in a cell is skipped; -0.0 out_backprop becomes +0.0 (TF's += into zeros).
+    Overlapping cells [0, 2] and [2, 3]: the NaN first in cell (1, 0) is also inside cell (0, 0),
+    not first there."""
     launcher = max_launcher()
     x = np.arange(32, dtype=np.float32).reshape(2, 4, 4, 1)
     rows = cols = [0, 2, 4]
-    y = gradops.fractional_max_pool(x, rows, cols)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
     dy = np.ones(y.shape, np.float32)
     dy[0, 0, 1, 0] = -0.0
     wrong = y.copy()
     wrong[1, 1, 0, 0] += 1
     with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
-        launcher.fractional_max_pool_grad(_geometry(x, wrong, dy, rows, cols, False), to_gpu(x), to_gpu(wrong),
+        launcher.fractional_max_pool_grad(_geometry(x, wrong, dy, rows, cols, overlapping), to_gpu(x), to_gpu(wrong),
                                           to_gpu(dy), path="cells")
-    got = to_host(launcher.fractional_max_pool_grad(_geometry(x, y, dy, rows, cols, False), to_gpu(x), to_gpu(y),
+    got = to_host(launcher.fractional_max_pool_grad(_geometry(x, y, dy, rows, cols, overlapping), to_gpu(x), to_gpu(y),
                                                     to_gpu(dy), path="cells"))
     assert not np.signbit(got).any()
     x[0, 2, 0, 0] = np.nan  # first element of cell (1, 0)
-    y = gradops.fractional_max_pool(x, rows, cols)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
     with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
-        launcher.fractional_max_pool_grad(_geometry(x, y, dy, rows, cols, False), to_gpu(x), to_gpu(y), to_gpu(dy),
+        launcher.fractional_max_pool_grad(_geometry(x, y, dy, rows, cols, overlapping), to_gpu(x), to_gpu(y), to_gpu(dy),
                                           path="cells")
     x[0, 2, 0, 0] = 0.0
     x[0, 3, 1, 0] = np.nan  # not first: skipped, as TF does
-    y = gradops.fractional_max_pool(x, rows, cols)
-    _check_cuda(x, y, dy, rows, cols, False)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    _check_cuda(x, y, dy, rows, cols, overlapping)
 
 
 def test_cells_path_choice():
