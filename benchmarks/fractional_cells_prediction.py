@@ -20,8 +20,8 @@ H200.
   column: each thread's chain of dependent round trips (a scanned row one, the outputs'
   loads overlapping the first; overlapping cells take their first row from the cell above,
   held in registers, and a chunk first scans the row above) x waves
-  of resident threads (occupancy at the launch's blocks: 128 threads, and the halo's row with
-  overlapping cells) x 600 ns, the static report's assumed loaded DRAM round trip.  The
+  of resident threads (occupancy at the launch's 128-thread blocks, the halo's row among them
+  with overlapping cells) x 600 ns, the static report's assumed loaded DRAM round trip.  The
   overlapping kernel's barrier a cell row is not modelled.
 
 **Predicted, not measured.**  Assumed H200 rates: 132 SMs at 1.98 GHz, 4 warp-instructions a
@@ -168,7 +168,7 @@ def main() -> None:
                 latency = None
                 moved = total + outputs
             else:
-                plan = avg.cells_plan(g, dtype, vector=vector)
+                plan = mx.max_cells_plan(g, dtype, vector=vector)
                 block = mx.cells_block(g, plan)
                 halo = block[1] / plan.block_columns - 1
                 counts, cell_trips = max_counts(kernel, g, vector, halo)

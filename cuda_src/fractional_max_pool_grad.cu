@@ -452,9 +452,9 @@ template <typename T, typename I, int V> struct CellChoice {
     Pack<T, V> grads;
 };
 
-// Threads of an overlapping cells kernel's block at most: CELLS_THREADS (the launcher's 128)
-// and the halo row, at most a warp of vectors.
-constexpr int kMaxCellsThreads = 128 + 32;
+// Threads of an overlapping cells kernel's block: CELLS_THREADS (the launcher's 128), the halo
+// row among them (max_cells_plan).
+constexpr int kMaxCellsThreads = 128;
 
 // The overlapping kernel's threads (see above): calls work(n, c, ch, chunk, valid, halo) once
 // per (block of cell columns, chunk of cell rows, block of channels) this block owns, in every

@@ -938,25 +938,32 @@ def test_cells_path_choice():
 
 
 def test_cells_block_has_a_halo_row_for_overlapping_cells():
-    """The overlapping cells kernel's block is the plan's with one more row of threads (the halo),
-    within the kernel's shared-memory slots (kMaxCellsThreads, the launcher's MAX_CELLS_THREADS)
-    for every block width the plan can choose; disjoint cells take the plan's block."""
+    """The overlapping cells kernel's block holds CELLS_THREADS threads (the kernel's
+    kMaxCellsThreads, which sizes its shared memory), one row of them the halo: at most
+    HALO_VECTORS vectors wide unless forced, the rest its columns, which the grid covers; disjoint
+    cells take cells_plan's block."""
     from gradops.backends.cuda import _build
-    from gradops.backends.cuda.fractional_avg_pool_grad import cells_plan
+    from gradops.backends.cuda.fractional_avg_pool_grad import CELLS_THREADS, cells_plan
 
     launcher = max_launcher()
     source = (_build.source_dir() / launcher.SOURCE).read_text()
-    assert "constexpr int kMaxCellsThreads = 128 + 32;" in source and launcher.MAX_CELLS_THREADS == 128 + 32
-    x = np.zeros((2, 9, 9, 64), np.float32)
+    assert "constexpr int kMaxCellsThreads = 128;" in source and CELLS_THREADS == 128
     rows = cols = [0, 2, 5, 9]
-    for overlapping in (False, True):
-        y = np.zeros((2, 3, 3, 64), np.float32)
-        g = _geometry(x, y, y, rows, cols, overlapping)
-        for block_vectors in (1, 2, 4, 8, 16):
-            p = cells_plan(g, np.float32, vector=4, block_vectors=block_vectors)
-            block = launcher.cells_block(g, p)
-            assert block == ((p.block_vectors, p.block_columns + 1) if overlapping else p.block)
-            assert block[0] * block[1] <= launcher.MAX_CELLS_THREADS
+    for depth, planned in ((64, 16), (256, 16), (8, 2)):  # float32 vectors of 4: 16, 64 (32 a block) and 2
+        x = np.zeros((3, 9, 9, depth), np.float32)
+        for overlapping in (False, True):
+            y = np.zeros((3, 3, 3, depth), np.float32)
+            g = _geometry(x, y, y, rows, cols, overlapping)
+            for forced in (None, 1, 2):
+                p = launcher.max_cells_plan(g, np.float32, vector=4, block_vectors=forced)
+                block = launcher.cells_block(g, p)
+                if not overlapping:
+                    assert p == cells_plan(g, np.float32, vector=4, block_vectors=forced) and block == p.block
+                    continue
+                assert block[0] * block[1] == CELLS_THREADS and block == (p.block_vectors, p.block_columns + 1)
+                assert p.block_vectors == (forced or planned)
+                assert p.column_blocks * p.block_columns >= 3 * 3 > (p.column_blocks - 1) * p.block_columns
+                assert p.channel_blocks * p.block_vectors == depth // 4
 
 
 def _corner_problem():

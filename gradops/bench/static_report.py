@@ -345,10 +345,7 @@ def block_size(expression: str) -> int:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
     if "conv2d_backprop_filter_few_channels<" in expression:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FEW_THREADS
-    if "max_pool_grad_cells<" in expression and expression.endswith(", true>"):
-        # overlapping cells: cells_plan's block and a halo row of threads, largest with a warp of vectors
-        return importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad").MAX_CELLS_THREADS
-    if "pool_grad_cells<" in expression:  # both fractional cells kernels take cells_plan's blocks
+    if "pool_grad_cells<" in expression:  # both fractional cells kernels take blocks of CELLS_THREADS
         return importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").CELLS_THREADS
     if "::transpose_batched" in expression:  # both forms: elements and 16-bit pairs
         from ..backends.cuda import _layout

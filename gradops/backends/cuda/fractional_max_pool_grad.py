@@ -24,13 +24,15 @@ of threads (:func:`cells_block`).  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
 from ._runtime import cached_tables, division_magic
-from .fractional_avg_pool_grad import ELEMENT_TYPES, cells_plan, cells_scalars
+from .fractional_avg_pool_grad import CELLS_THREADS, ELEMENT_TYPES, CellsPlan, cells_plan, cells_scalars
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
@@ -99,20 +101,36 @@ def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
     return path
 
 
-#: Most threads of an overlapping cells block (the kernel's kMaxCellsThreads, which sizes its
-#: shared memory): CELLS_THREADS and a halo row of at most a warp of vectors.
-MAX_CELLS_THREADS = 128 + 32
+#: Channel vectors a block of the overlapping cells kernel spans at most: its halo row (see
+#: :func:`max_cells_plan`) is that wide, so 16 vectors make the halo 1/7 of a 128-thread block's
+#: threads where a warp-wide row would make it 1/4 (the benchmark's 256 channels).
+HALO_VECTORS = 16
 
 
-def cells_block(g: FractionalPoolGeometry, p) -> tuple[int, int]:
-    """The cells kernel's block for plan ``p`` (:func:`cells_plan`): the plan's, with overlapping
-    cells one more row of threads (threadIdx.y = 0), the halo that scans the cells left of the
-    block's first column for its neighbours."""
+def max_cells_plan(g: FractionalPoolGeometry, dtype, *, index: str | None = None, vector: int | None = None,
+                   chunk_rows: int | None = None, block_vectors: int | None = None) -> CellsPlan:
+    """The cells kernel's launch (:func:`cells_plan`, whose keywords these are).  Overlapping
+    cells take CELLS_THREADS threads a block too, one row of them (threadIdx.y = 0) the halo
+    that scans the cells left of the block's first column: at most :data:`HALO_VECTORS` vectors
+    a row (unless ``block_vectors`` forces a width), so CELLS_THREADS / vectors - 1 columns a
+    block."""
+    p = cells_plan(g, dtype, index=index, vector=vector, chunk_rows=chunk_rows, block_vectors=block_vectors)
+    if not g.overlapping:
+        return p
+    vectors = p.block_vectors if block_vectors is not None else min(p.block_vectors, HALO_VECTORS)
+    columns = CELLS_THREADS // vectors - 1
+    assert columns >= 1, "a block needs a column besides its halo"
+    return dataclasses.replace(p, block_vectors=vectors, block_columns=columns,
+                               column_blocks=-(-(g.batch * g.out_cols) // columns),
+                               channel_blocks=g.depth // p.vector // vectors)
+
+
+def cells_block(g: FractionalPoolGeometry, p: CellsPlan) -> tuple[int, int]:
+    """The cells kernel's block for plan ``p`` (:func:`max_cells_plan`): with overlapping cells
+    the plan's columns and the halo row (threadIdx.y = 0), CELLS_THREADS threads in all."""
     if not g.overlapping:
         return p.block
-    block = (p.block_vectors, p.block_columns + 1)
-    assert block[0] * block[1] <= MAX_CELLS_THREADS
-    return block
+    return p.block_vectors, p.block_columns + 1
 
 
 def largest_cell(g: FractionalPoolGeometry) -> int:
@@ -232,7 +250,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`),
     ``local`` cell places or flat offsets as the chosen elements (:func:`local_places`),
     ``run`` output rows per select thread (:func:`select_run`), ``chunk_rows`` and
-    ``block_vectors`` the cells kernel's (:func:`cells_plan`).
+    ``block_vectors`` the cells kernel's (:func:`max_cells_plan`).
     Raises InvalidArgumentError, as TF does, when orig_output is not the recomputed maxima.
     """
     import cupy
@@ -245,7 +263,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     dy = _runtime.contiguous(out_backprop)
     if pick_path(g, dtype, path) == "cells":
         v = channels_per_thread(g, dtype, (x, y, dy), vector)
-        p = cells_plan(g, dtype, index=index, vector=v, chunk_rows=chunk_rows, block_vectors=block_vectors)
+        p = max_cells_plan(g, dtype, index=index, vector=v, chunk_rows=chunk_rows, block_vectors=block_vectors)
         key = ("max-cells", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends,
                g.overlapping)
         packed, (row_bounds, col_bounds) = cached_tables(key, lambda: [t.astype(INDEX_TYPES[index]) for t in cells_bounds(g)])
