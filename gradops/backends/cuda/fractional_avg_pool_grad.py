@@ -307,10 +307,11 @@ class CellsPlan:
     column_blocks: int
     row_chunks: int
     channel_blocks: int
+    halo: bool = False    # blockDim.y is block_columns + 1: a halo row of threads first (max pooling's)
 
     @property
     def block(self) -> tuple[int, int]:
-        return (self.block_vectors, self.block_columns)
+        return (self.block_vectors, self.block_columns + self.halo)
 
     @property
     def grid(self) -> tuple[int, int, int]:
@@ -321,18 +322,25 @@ class CellsPlan:
 @functools.lru_cache(maxsize=256)
 def cells_plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index: str | None = None,
                vector: int | None = None, chunk_rows: int | None = None,
-               block_vectors: int | None = None) -> CellsPlan:
+               block_vectors: int | None = None, halo_vectors: int | None = None) -> CellsPlan:
     """The cells kernel's launch of ``g`` (which :func:`cells_possible` accepts) for ``dtype``;
     the keywords override the choices (tests use them on small problems).  Fractional max
-    pooling's cells kernel takes the same launch, with its own vector and index type."""
+    pooling's cells kernel takes the same launch, with its own vector and index type, and with
+    overlapping cells ``halo_vectors``: one row of the block's CELLS_THREADS threads is a halo
+    (see :attr:`CellsPlan.halo`), at most that many vectors wide unless ``block_vectors`` is
+    given."""
     if vector is None:
         vector = _runtime.vector_width(dtype) if aligned and g.depth % _runtime.vector_width(dtype) == 0 else 1
     assert g.depth % vector == 0
     vectors = g.depth // vector
     if block_vectors is None:
         block_vectors = min(vectors & -vectors, 32)  # the largest power of two dividing them, at most a warp
+        if halo_vectors is not None:
+            block_vectors = min(block_vectors, halo_vectors)
     assert block_vectors & (block_vectors - 1) == 0 and vectors % block_vectors == 0
-    block_columns = CELLS_THREADS // block_vectors
+    halo = halo_vectors is not None
+    block_columns = CELLS_THREADS // block_vectors - halo
+    assert block_columns >= 1, "a block needs a column besides its halo"
     columns = g.batch * g.out_cols
     if chunk_rows is None:
         chunk_rows = 1
@@ -343,7 +351,7 @@ def cells_plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index:
     return CellsPlan(index=index or index_type(g), vector=vector, block_vectors=block_vectors,
                      block_columns=block_columns, chunk_rows=chunk_rows,
                      column_blocks=-(-columns // block_columns), row_chunks=-(-g.out_rows // chunk_rows),
-                     channel_blocks=vectors // block_vectors)
+                     channel_blocks=vectors // block_vectors, halo=halo)
 
 
 def cells_tables(g: FractionalPoolGeometry, p: CellsPlan) -> list[np.ndarray]:

@@ -24,15 +24,13 @@ of threads (:func:`cells_block`).  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 
 from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
 from ._runtime import cached_tables, division_magic
-from .fractional_avg_pool_grad import CELLS_THREADS, ELEMENT_TYPES, CellsPlan, cells_plan, cells_scalars
+from .fractional_avg_pool_grad import ELEMENT_TYPES, CellsPlan, cells_plan, cells_scalars
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
@@ -114,23 +112,14 @@ def max_cells_plan(g: FractionalPoolGeometry, dtype, *, index: str | None = None
     that scans the cells left of the block's first column: at most :data:`HALO_VECTORS` vectors
     a row (unless ``block_vectors`` forces a width), so CELLS_THREADS / vectors - 1 columns a
     block."""
-    p = cells_plan(g, dtype, index=index, vector=vector, chunk_rows=chunk_rows, block_vectors=block_vectors)
-    if not g.overlapping:
-        return p
-    vectors = p.block_vectors if block_vectors is not None else min(p.block_vectors, HALO_VECTORS)
-    columns = CELLS_THREADS // vectors - 1
-    assert columns >= 1, "a block needs a column besides its halo"
-    return dataclasses.replace(p, block_vectors=vectors, block_columns=columns,
-                               column_blocks=-(-(g.batch * g.out_cols) // columns),
-                               channel_blocks=g.depth // p.vector // vectors)
+    return cells_plan(g, dtype, index=index, vector=vector, chunk_rows=chunk_rows, block_vectors=block_vectors,
+                      halo_vectors=HALO_VECTORS if g.overlapping else None)
 
 
 def cells_block(g: FractionalPoolGeometry, p: CellsPlan) -> tuple[int, int]:
     """The cells kernel's block for plan ``p`` (:func:`max_cells_plan`): with overlapping cells
     the plan's columns and the halo row (threadIdx.y = 0), CELLS_THREADS threads in all."""
-    if not g.overlapping:
-        return p.block
-    return p.block_vectors, p.block_columns + 1
+    return p.block
 
 
 def largest_cell(g: FractionalPoolGeometry) -> int:
