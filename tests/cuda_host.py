@@ -29,6 +29,7 @@ anything about the real CuPy beyond the handful of functions gradops calls.
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import hashlib
 import math
@@ -240,6 +241,22 @@ def grid_stride_elements(grid, block, total: int, minimum: int = 0) -> np.ndarra
     starts = np.arange((blocks - 1) * threads, total, threads * blocks, dtype=np.int64)
     visited = (starts[:, None] + np.arange(threads)[None, :]).reshape(-1)
     return visited[(visited < total) & (visited >= minimum)]
+
+
+@contextlib.contextmanager
+def one_block_grids():
+    """Launchers that cap their grids at ``_runtime.GRID_X_LIMIT`` / ``GRID_YZ_LIMIT`` launch
+    one block, which then loops over every block of work the real grid would have had.  Only
+    there does a barrier at the end of a block's loop body matter (no block reaches CUDA's
+    limits in a test), so this is how the tests reach it."""
+    import pytest
+
+    from gradops.backends.cuda import _runtime
+
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        monkeypatch.setattr(_runtime, "GRID_X_LIMIT", 1)
+        monkeypatch.setattr(_runtime, "GRID_YZ_LIMIT", 1)
+        yield
 
 
 # --------------------------------------------------------------------------- CuPy stand-in

@@ -405,6 +405,7 @@ def test_matches_tensorflow(tf, rng, overlapping, ratio, pseudo_random, dtype):
 # through CuPy on a GPU.  Both sum in double in TF's order and round once, so results are
 # compared exactly with TF's loop (reference.py) cast to the dtype.
 
+import contextlib  # noqa: E402
 import importlib  # noqa: E402
 import shutil  # noqa: E402
 
@@ -647,6 +648,26 @@ def test_kernel_source_on_host_orders_agree(host_kernels, rng, path):
                 for order, seed in (("forward", 0), ("reverse", 0), ("shuffled", 1), ("shuffled", 2))]
         for got in runs:
             assert_identical(got, expected)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("path", ["planned", "direct", "scalar", "cells", "cells_one_vector_blocks"])
+def test_kernel_source_on_host_one_block_does_every_tile(host_kernels, rng, path, dtype):
+    """Grids capped at one block (cuda_host.one_block_grids): the block loops over every tile (or
+    column block, chunk and channel block of the cells kernel), and each pass starts only once
+    the last one has read its shared memory.  TF's loop bit for bit, threads shuffled."""
+    force = dict(path="cells", block_vectors=1) if path == "cells_one_vector_blocks" else \
+        dict(path="cells") if path == "cells" else FORCED_PATHS[path]
+    rows = gradops.fractional_pooling_sequence(33, 1.44, True, seed=3)
+    cols = gradops.fractional_pooling_sequence(20, 1.5, False, seed=4)
+    with cuda_host.one_block_grids():
+        for overlapping in (False, True):
+            kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, overlapping, dtype)
+            g = host_geometry(kwargs)
+            plan = (cuda_launcher.cells_plan(g, np.dtype(dtype), **{k: v for k, v in force.items() if k != "path"})
+                    if path.startswith("cells") else cuda_launcher.plan(g, np.dtype(dtype), **force))
+            assert plan.grid == (1, 1, 1)
+            assert_identical(run_on_host(host_kernels, kwargs, "shuffled", 5, **force), expected)
 
 
 def test_plan_shapes_tiles_and_refusals():
@@ -1308,6 +1329,8 @@ PLANTED = {
     # (edit: text -> replacement, what must catch it)
     "missing-barrier-after-staging": (
         "                    __syncthreads();  // the tile's shares are staged\n", "", "host-grid"),
+    "missing-barrier-after-reading-the-shares": (  # the next tile's staging overwrites them
+        "                    __syncthreads();  // every thread is done reading the shares\n", "", "host-one-block"),
     "second-row-cell-columns-swapped": (  # (0,0), (0,1), (1,1), (1,0) instead of TF's (1,0), (1,1)
         "                                    add_staged_shares<V>(sum, s0 + r);\n                                    add_other_columns(r);\n",
         "                                    add_other_columns(r);\n                                    add_staged_shares<V>(sum, s0 + r);\n",
@@ -1328,12 +1351,13 @@ PLANTED = {
 
 def planted_check(kernels, check, rng):
     """Run one of the checks that must catch a planted bug; raises AssertionError when it does."""
-    if check == "host-grid":
+    if check in ("host-grid", "host-one-block"):
         rows = gradops.fractional_pooling_sequence(33, 1.44, True, seed=3)
         cols = gradops.fractional_pooling_sequence(20, 1.5, False, seed=4)
-        for dtype in (np.float32, np.float16):
-            kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, True, dtype)
-            assert_identical(run_on_host(kernels, kwargs, "shuffled", 3), expected)
+        with cuda_host.one_block_grids() if check == "host-one-block" else contextlib.nullcontext():
+            for dtype in (np.float32, np.float16):
+                kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, True, dtype)
+                assert_identical(run_on_host(kernels, kwargs, "shuffled", 3), expected)
     elif check in ("sum-order", "sum-order-direct"):
         # float64 sums of three or four shares round differently in another order (bits compared)
         force = dict(share_cells=0) if check == "sum-order-direct" else {}

@@ -841,6 +841,32 @@ def test_cuda_cells_kernel(cuda_device, overlapping, dtype, forced):
                 assert "_grad_cells<" in cuda_device.launches[-1][0]
 
 
+@pytest.mark.parametrize("forced", ["planned", "three_row_chunks", "one_group_blocks"])
+@pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+def test_cuda_cells_kernel_one_block(cuda_device, overlapping, dtype, forced):
+    """Grids capped at one block (cuda_host.one_block_grids): the block loops over every column
+    block, chunk and channel block, and (overlapping cells) its threads start the next one only
+    after all have read the last row's slots.  NumPy's result bit for bit."""
+    import cuda_host
+
+    rng = np.random.default_rng(43)
+    shape = (3, 13, 11, 16)
+    rows = gradops.fractional_pooling_sequence(13, 1.44, True, seed=2)
+    cols = gradops.fractional_pooling_sequence(11, 1.5, False, seed=3)
+    x, y, dy = _cuda_case(rng, shape, rows, cols, overlapping, dtype)
+    g = _geometry(x, y, dy, rows, cols, overlapping)
+    want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
+    with cuda_host.one_block_grids():
+        plan = max_launcher().max_cells_plan(g, np.dtype(dtype), **CELLS_FORCED[forced])
+        assert plan.grid == (1, 1, 1) and plan.column_blocks * plan.row_chunks * plan.channel_blocks > 1
+        got = to_host(max_launcher().fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), path="cells",
+                                                              **CELLS_FORCED[forced]))
+    np.testing.assert_array_equal(got.view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
+    if cuda_device is not None:
+        assert cuda_device.launches[-1][1] == (1, 1, 1)
+
+
 @st.composite
 def partition_cases(draw):
     """Random partitions (sorted cut points: cells of any size down to one row or column) of
@@ -992,7 +1018,7 @@ def test_cuda_cells_overlapping_sum_order(cuda_device):
 
 
 def _cells_problem():
-    """(cells-kernel results, NumPy's) of five calls: float32 over a tied input with generated
+    """(cells-kernel results, NumPy's) of eight calls: float32 over a tied input with generated
     cells of 1 to 3 rows and columns in chunks of two cell rows, one channel group a block (4
     channel blocks), two batch items; float16 with cells of 1 to 9 rows; float32 with the same
     generated sequences overlapping (cells of 2 to 3 rows and columns); float32 with four
@@ -1000,9 +1026,15 @@ def _cells_problem():
     overlapping cells of 3 to 5 rows and columns over an input of distinct values (an interior
     maximum whose out_backprop is -0.0); float32 overlapping over five batch items in the
     launcher's plan (4 vectors a block, so 32 cell columns a block: two blocks, a halo of a
-    column in use, and left neighbours across batch items).  Each with a -0.0 in
+    column in use, and left neighbours across batch items); that call and the first's forced
+    choices over overlapping cells again with one block (cuda_host.one_block_grids), which
+    loops over the column blocks, chunks and channel blocks.  Each with a -0.0 in
     out_backprop (+0.0 in the result), and a wrong orig_output in a second call; whether a
     call was refused is part of the result."""
+    import contextlib
+
+    import cuda_host
+
     launcher = max_launcher()
     rng = np.random.default_rng(13)
     got, want = [], []
@@ -1016,7 +1048,10 @@ def _cells_problem():
                                                          (corner[0].shape, corner[3], corner[4], np.float32, {}, True),
                                                          ((1, 14, 13, 4), [0, 3, 5, 9, 14], [0, 4, 6, 8, 13], np.float64,
                                                           {}, True),
-                                                         ((5, 13, 11, 16), rows, cols, np.float32, {}, True)):
+                                                         ((5, 13, 11, 16), rows, cols, np.float32, {}, True),
+                                                         ((5, 13, 11, 16), rows, cols, np.float32, dict(one_block=True), True),
+                                                         ((2, 13, 11, 16), rows, cols, np.float32,
+                                                          dict(force, one_block=True), True)):
         if shape == corner[0].shape:
             x, y, dy = (a.copy() for a in corner[:3])
         elif dtype == np.float64:
@@ -1032,10 +1067,13 @@ def _cells_problem():
         want.append(gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy").reshape(-1).view(np.uint8))
         wrong = y.copy()
         wrong[-1, -1, -1, -1] += 1
+        force = dict(force)
+        one_block = force.pop("one_block", False)
         for orig_output, refused in ((y, False), (wrong, True)):
             try:
-                out = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(orig_output), to_gpu(dy), path="cells",
-                                                        **force)
+                with cuda_host.one_block_grids() if one_block else contextlib.nullcontext():
+                    out = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(orig_output), to_gpu(dy),
+                                                            path="cells", **force)
                 if not refused:
                     got.append(to_host(out).reshape(-1).view(np.uint8))
                 got.append(np.zeros(1, np.uint8))
@@ -1086,6 +1124,8 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-halo-writes-too": ("const bool writes = r >= r0 && !halo;", "const bool writes = r >= r0;"),
     "cells-no-barrier-before-the-neighbours-are-read": (
         "__syncthreads();  // the neighbours' choices of row r are in passed[buffer]", ""),
+    "cells-no-barrier-before-the-next-block-of-columns": (
+        "__syncthreads();  // the last row's slots are read before the next block of columns writes them", ""),
     "cells-two-buffers-for-three-rows": ("buffer = buffer == 2 ? 0 : buffer + 1)", "buffer = buffer == 1 ? 0 : buffer + 1)"),
     "cells-left-slot-of-the-right-neighbour": ("const int left_slot = slot - static_cast<int>(blockDim.x);",
                                                "const int left_slot = slot + static_cast<int>(blockDim.x);"),
