@@ -660,12 +660,13 @@ def test_kernel_source_on_host_one_block_does_every_tile(host_kernels, rng, path
         dict(path="cells") if path == "cells" else FORCED_PATHS[path]
     rows = gradops.fractional_pooling_sequence(33, 1.44, True, seed=3)
     cols = gradops.fractional_pooling_sequence(20, 1.5, False, seed=4)
-    with cuda_host.one_block_grids():
-        for overlapping in (False, True):
-            kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, overlapping, dtype)
-            g = host_geometry(kwargs)
-            plan = (cuda_launcher.cells_plan(g, np.dtype(dtype), **{k: v for k, v in force.items() if k != "path"})
-                    if path.startswith("cells") else cuda_launcher.plan(g, np.dtype(dtype), **force))
+    for overlapping in (False, True):
+        kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, overlapping, dtype)
+        g = host_geometry(kwargs)
+        plan = (cuda_launcher.cells_plan(g, np.dtype(dtype), **{k: v for k, v in force.items() if k != "path"})
+                if path.startswith("cells") else cuda_launcher.plan(g, np.dtype(dtype), **force))
+        assert np.prod(plan.grid) > 1  # blocks of work for one block to loop over
+        with cuda_host.one_block_grids():
             assert plan.grid == (1, 1, 1)
             assert_identical(run_on_host(host_kernels, kwargs, "shuffled", 5, **force), expected)
 
