@@ -244,18 +244,18 @@ def grid_stride_elements(grid, block, total: int, minimum: int = 0) -> np.ndarra
 
 
 @contextlib.contextmanager
-def one_block_grids():
-    """Launchers that cap their grids at ``_runtime.GRID_X_LIMIT`` / ``GRID_YZ_LIMIT`` launch
-    one block, which then loops over every block of work the real grid would have had.  Only
-    there does a barrier at the end of a block's loop body matter (no block reaches CUDA's
-    limits in a test), so this is how the tests reach it."""
+def capped_grids(limit: int = 1):
+    """Launchers that cap their grids at ``_runtime.GRID_X_LIMIT`` / ``GRID_YZ_LIMIT`` launch at
+    most ``limit`` blocks along each dimension, which then stride over every block of work the
+    real grid would have had.  Only there does a barrier at the end of a block's loop body
+    matter (no block reaches CUDA's limits in a test), so this is how the tests reach it."""
     import pytest
 
     from gradops.backends.cuda import _runtime
 
     with pytest.MonkeyPatch.context() as monkeypatch:
-        monkeypatch.setattr(_runtime, "GRID_X_LIMIT", 1)
-        monkeypatch.setattr(_runtime, "GRID_YZ_LIMIT", 1)
+        monkeypatch.setattr(_runtime, "GRID_X_LIMIT", limit)
+        monkeypatch.setattr(_runtime, "GRID_YZ_LIMIT", limit)
         yield
 
 

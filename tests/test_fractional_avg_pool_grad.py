@@ -650,12 +650,14 @@ def test_kernel_source_on_host_orders_agree(host_kernels, rng, path):
             assert_identical(got, expected)
 
 
+@pytest.mark.parametrize("blocks", [1, 2], ids=["one_block", "two_blocks"])
 @pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("path", ["planned", "direct", "scalar", "cells", "cells_one_vector_blocks"])
-def test_kernel_source_on_host_one_block_does_every_tile(host_kernels, rng, path, dtype):
-    """Grids capped at one block (cuda_host.one_block_grids): the block loops over every tile (or
-    column block, chunk and channel block of the cells kernel), and each pass starts only once
-    the last one has read its shared memory.  TF's loop bit for bit, threads shuffled."""
+def test_kernel_source_on_host_capped_grids_do_every_tile(host_kernels, rng, path, dtype, blocks):
+    """Grids capped at one or two blocks a dimension (cuda_host.capped_grids): each block strides
+    over its tiles (or column blocks, chunks and channel blocks of the cells kernel), and each
+    pass starts only once the last one has read its shared memory.  TF's loop bit for bit,
+    threads shuffled."""
     force = dict(path="cells", block_vectors=1) if path == "cells_one_vector_blocks" else \
         dict(path="cells") if path == "cells" else FORCED_PATHS[path]
     rows = gradops.fractional_pooling_sequence(33, 1.44, True, seed=3)
@@ -665,9 +667,10 @@ def test_kernel_source_on_host_one_block_does_every_tile(host_kernels, rng, path
         g = host_geometry(kwargs)
         plan = (cuda_launcher.cells_plan(g, np.dtype(dtype), **{k: v for k, v in force.items() if k != "path"})
                 if path.startswith("cells") else cuda_launcher.plan(g, np.dtype(dtype), **force))
-        assert np.prod(plan.grid) > 1  # blocks of work for one block to loop over
-        with cuda_host.one_block_grids():
-            assert plan.grid == (1, 1, 1)
+        real = plan.grid
+        assert max(real) > blocks  # blocks of work for fewer blocks to stride over
+        with cuda_host.capped_grids(blocks):
+            assert plan.grid == tuple(min(n, blocks) for n in real)
             assert_identical(run_on_host(host_kernels, kwargs, "shuffled", 5, **force), expected)
 
 
@@ -1355,7 +1358,7 @@ def planted_check(kernels, check, rng):
     if check in ("host-grid", "host-one-block"):
         rows = gradops.fractional_pooling_sequence(33, 1.44, True, seed=3)
         cols = gradops.fractional_pooling_sequence(20, 1.5, False, seed=4)
-        with cuda_host.one_block_grids() if check == "host-one-block" else contextlib.nullcontext():
+        with cuda_host.capped_grids() if check == "host-one-block" else contextlib.nullcontext():
             for dtype in (np.float32, np.float16):
                 kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, True, dtype)
                 assert_identical(run_on_host(kernels, kwargs, "shuffled", 3), expected)

@@ -841,13 +841,14 @@ def test_cuda_cells_kernel(cuda_device, overlapping, dtype, forced):
                 assert "_grad_cells<" in cuda_device.launches[-1][0]
 
 
+@pytest.mark.parametrize("blocks", [1, 2], ids=["one_block", "two_blocks"])
 @pytest.mark.parametrize("forced", ["planned", "three_row_chunks", "one_group_blocks"])
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=lambda d: np.dtype(d).name)
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
-def test_cuda_cells_kernel_one_block(cuda_device, overlapping, dtype, forced):
-    """Grids capped at one block (cuda_host.one_block_grids): the block loops over every column
-    block, chunk and channel block, and (overlapping cells) its threads start the next one only
-    after all have read the last row's slots.  NumPy's result bit for bit."""
+def test_cuda_cells_kernel_capped_grids(cuda_device, overlapping, dtype, forced, blocks):
+    """Grids capped at one or two blocks a dimension (cuda_host.capped_grids): each block strides
+    over column blocks, chunks and channel blocks, and (overlapping cells) its threads start the
+    next one only after all have read the last row's slots.  NumPy's result bit for bit."""
     import cuda_host
 
     rng = np.random.default_rng(43)
@@ -857,14 +858,18 @@ def test_cuda_cells_kernel_one_block(cuda_device, overlapping, dtype, forced):
     x, y, dy = _cuda_case(rng, shape, rows, cols, overlapping, dtype)
     g = _geometry(x, y, dy, rows, cols, overlapping)
     want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
-    with cuda_host.one_block_grids():
-        plan = max_launcher().max_cells_plan(g, np.dtype(dtype), **CELLS_FORCED[forced])
-        assert plan.grid == (1, 1, 1) and plan.column_blocks * plan.row_chunks * plan.channel_blocks > 1
+    plan = max_launcher().max_cells_plan(g, np.dtype(dtype), vector=max_launcher().channels_per_thread(g, dtype),
+                                         **CELLS_FORCED[forced])  # the launcher's plan (aligned arrays)
+    real = plan.grid
+    assert max(real) > blocks  # blocks of work for fewer blocks to stride over
+    with cuda_host.capped_grids(blocks):
+        capped = tuple(min(n, blocks) for n in real)
+        assert plan.grid == capped
         got = to_host(max_launcher().fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), path="cells",
                                                               **CELLS_FORCED[forced]))
     np.testing.assert_array_equal(got.view(f"u{want.itemsize}"), want.view(f"u{want.itemsize}"))
     if cuda_device is not None:
-        assert cuda_device.launches[-1][1] == (1, 1, 1)
+        assert cuda_device.launches[-1][1] == capped
 
 
 @st.composite
@@ -1027,7 +1032,7 @@ def _cells_problem():
     maximum whose out_backprop is -0.0); float32 overlapping over five batch items in the
     launcher's plan (4 vectors a block, so 32 cell columns a block: two blocks, a halo of a
     column in use, and left neighbours across batch items); that call and the first's forced
-    choices over overlapping cells again with one block (cuda_host.one_block_grids), which
+    choices over overlapping cells again with one block (cuda_host.capped_grids), which
     loops over the column blocks, chunks and channel blocks.  Each with a -0.0 in
     out_backprop (+0.0 in the result), and a wrong orig_output in a second call; whether a
     call was refused is part of the result."""
@@ -1071,7 +1076,7 @@ def _cells_problem():
         one_block = force.pop("one_block", False)
         for orig_output, refused in ((y, False), (wrong, True)):
             try:
-                with cuda_host.one_block_grids() if one_block else contextlib.nullcontext():
+                with cuda_host.capped_grids() if one_block else contextlib.nullcontext():
                     out = launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(orig_output), to_gpu(dy),
                                                             path="cells", **force)
                 if not refused:
