@@ -58,7 +58,8 @@ sanitize memcheck:memcheck-planes 200 "planes or mma or transpose or cuda_genera
     tests/test_depthwise_conv2d_native_backprop_input.py tests/test_fractional_avg_pool_grad.py &
 # racecheck on the filter gradient's asynchronous staging (cp.async into shared memory and its
 # barriers, new since the last GPU run) and the overlapping fractional max pooling cells kernel
-# (neighbours' choices through shared memory, a barrier a cell row; new in session 40), whose
+# (neighbours' choices through shared memory, a barrier a cell row; new in session 40; the
+# "capped_grids" cases stride blocks, where the barrier after a chunk's last row matters), whose
 # tests the run over whole files may not reach; one more process only (the GPU tests share the
 # GPU and 16 cores with the sanitizers).
 sanitize racecheck:racecheck-async 150 "async or (cells_kernel and overlapping) or overlapping_sum_order" \
