@@ -663,7 +663,7 @@ def test_kernel_source_on_host_capped_grids_do_every_tile(host_kernels, rng, pat
     rows = gradops.fractional_pooling_sequence(33, 1.44, True, seed=3)
     cols = gradops.fractional_pooling_sequence(20, 1.5, False, seed=4)
     for overlapping in (False, True):
-        kwargs, expected = pool_case(rng, (2, 33, 20, 16), rows, cols, overlapping, dtype)
+        kwargs, expected = pool_case(rng, (3, 33, 20, 16), rows, cols, overlapping, dtype)  # 3 batch tiles
         g = host_geometry(kwargs)
         plan = (cuda_launcher.cells_plan(g, np.dtype(dtype), **{k: v for k, v in force.items() if k != "path"})
                 if path.startswith("cells") else cuda_launcher.plan(g, np.dtype(dtype), **force))
