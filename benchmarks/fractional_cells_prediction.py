@@ -169,7 +169,7 @@ def main() -> None:
                 moved = total + outputs
             else:
                 plan = mx.max_cells_plan(g, dtype, vector=vector)
-                block = mx.cells_block(g, plan)
+                block = plan.block
                 halo = block[1] / plan.block_columns - 1
                 counts, cell_trips = max_counts(kernel, g, vector, halo)
                 per = {key: counts[key] / (g.in_rows * g.in_cols * vector) for key in KEYS}

@@ -987,7 +987,7 @@ def test_cells_block_has_a_halo_row_for_overlapping_cells():
             g = _geometry(x, y, y, rows, cols, overlapping)
             for forced in (None, 1, 2):
                 p = launcher.max_cells_plan(g, np.float32, vector=4, block_vectors=forced)
-                block = launcher.cells_block(g, p)
+                block = p.block  # the launch's block
                 if not overlapping:
                     assert p == cells_plan(g, np.float32, vector=4, block_vectors=forced) and block == p.block
                     continue

@@ -19,7 +19,8 @@ Where the cells partition the input (TF's generated sequences, overlapping or no
 can do both passes (``fractional_max_pool_grad_cells``, ``path="cells"``): a thread per cell
 scans it and writes its own region; with overlapping cells the neighbouring threads pass their
 choices through shared memory for the elements their cells share, and each block has a halo row
-of threads (:func:`cells_block`).  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU has timed it.
+of threads (:func:`max_cells_plan`, :attr:`CellsPlan.block`).  Opt-in (:data:`CELLS_BY_DEFAULT`)
+until a GPU has timed it.
 """
 
 from __future__ import annotations
@@ -114,12 +115,6 @@ def max_cells_plan(g: FractionalPoolGeometry, dtype, *, index: str | None = None
     block."""
     return cells_plan(g, dtype, index=index, vector=vector, chunk_rows=chunk_rows, block_vectors=block_vectors,
                       halo_vectors=HALO_VECTORS if g.overlapping else None)
-
-
-def cells_block(g: FractionalPoolGeometry, p: CellsPlan) -> tuple[int, int]:
-    """The cells kernel's block for plan ``p`` (:func:`max_cells_plan`): with overlapping cells
-    the plan's columns and the halo row (threadIdx.y = 0), CELLS_THREADS threads in all."""
-    return p.block
 
 
 def largest_cell(g: FractionalPoolGeometry) -> int:
@@ -259,7 +254,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
         in_backprop = cupy.empty(g.input_shape, dtype)
         mismatch = cupy.zeros((1,), np.int32)
         fn = _runtime.kernel(SOURCE, _cells_expression(dtype, index, v, g.overlapping))
-        fn(p.grid, cells_block(g, p), (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(dy), _runtime.pointer(in_backprop),
+        fn(p.grid, p.block, (_runtime.pointer(x), _runtime.pointer(y), _runtime.pointer(dy), _runtime.pointer(in_backprop),
                              _runtime.pointer(mismatch), _runtime.pointer(packed, row_bounds),
                              _runtime.pointer(packed, col_bounds), *cells_scalars(g, p)))
         if int(cupy.asnumpy(mismatch)[0]):  # the one host synchronisation, TF's check
