@@ -132,12 +132,8 @@ template <> __device__ __forceinline__ double to_double<__half>(__half x) {
     return __half2float(x);
 #endif
 }
-// bfloat16 is float's upper half, so the shift gives __bfloat162float's value (NaNs included).
-// Spelled out because NVRTC 13.5 for sm_90 kept __bfloat162float's widened packs next to their
-// loads: 96 registers in the 8-channel gather kernel where float16 takes 80 (16 warps an SM
-// instead of 24), 118 with 64-bit indices (float16: 94).
 template <> __device__ __forceinline__ double to_double<__nv_bfloat16>(__nv_bfloat16 x) {
-    return static_cast<double>(__uint_as_float(static_cast<unsigned>(__bfloat16_as_ushort(x)) << 16));
+    return static_cast<double>(bfloat16_bits_to_float(x));  // see gradops_common.cuh
 }
 
 template <typename T> __device__ __forceinline__ T from_double(double x) { return static_cast<T>(x); }

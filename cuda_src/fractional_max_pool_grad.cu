@@ -68,12 +68,8 @@ template <> struct Acc<__nv_bfloat16> { typedef float type; };
 template <typename T> __device__ __forceinline__ typename Acc<T>::type widen(T x) {
     return to_acc<typename Acc<T>::type, T>(x);
 }
-// bfloat16 is float's upper half, so this is __bfloat162float's value (NaNs included).  Spelled
-// out because NVRTC 13.5 for sm_90 widened __bfloat162float's packs next to their loads and kept
-// them widened: 93 registers in select and 151 in the overlapping cells kernel (float16: 66 and
-// 119); with the shift, 68 and 127 (sm_80 was unaffected: 72 either way).
 template <> __device__ __forceinline__ float widen<__nv_bfloat16>(__nv_bfloat16 x) {
-    return __uint_as_float(static_cast<unsigned>(__bfloat16_as_ushort(x)) << 16);
+    return bfloat16_bits_to_float(x);  // see gradops_common.cuh (the overlapping cells kernel: 151 -> 127 registers)
 }
 
 template <typename I> __device__ __forceinline__ I next(I i, I stride, I total) {
