@@ -15,9 +15,10 @@
 // * depthwise_conv2d_native_backprop_input_mma (tensor cores, sm_80+; NCHW float16 / bfloat16,
 //   3x3 and 5x5 at stride 1, multipliers 1 and 2): each 16 x 16 unit of a plane as products
 //   of staged out_backprop rows with the filter's banded (Toeplitz) matrices, mma.sync
-//   m16n8k16 / m16n8k8 with float sums (see "the tensor-core kernel" at the end).  The
-//   launcher runs it where the static model predicts it faster than the tiled kernel
-//   (MMA_CHOICE), or when asked for it (path="mma").
+//   m16n8k16 / m16n8k8 with float sums (see "the tensor-core kernel" at the end); its
+//   whole-plane form (PLANE) stages a plane of one unit (14 x 14, 16 x 16) as the contiguous
+//   run it is, 16 or 8 bytes a load.  The launcher runs it where the static model predicts it
+//   faster than the tiled kernel (MMA_CHOICE, MMA_PLANE_CHOICE), or when asked (path="mma").
 // * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at strides 1 and 2, any
 //   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
 //   lie in memory, and each thread computes 2 x 4 positions of a plane (2 x 8 at stride 2; see
@@ -1452,15 +1453,70 @@ __device__ __forceinline__ void stage_rows(T (*tile)[kRowPitch], const T* plane,
         if (CHUNKS % 32 == 0 || row < ROWS) *reinterpret_cast<Raw*>(&tile[row][col]) = raw[i];
     }
 }
+
+// Whole-plane staging (the launcher's ``plane_chunk``): where a unit is the whole image (one unit
+// a plane) and the staged window holds every out_backprop row and column, the plane is one
+// contiguous run of out_rows x out_cols elements, so it is loaded as such: chunk k (VEC elements
+// from element VEC k) goes to lane k % 32, kPlaneSteps chunks a lane at most.  Rows need not be
+// chunk multiples (a 14-wide half row is 28 bytes: rows staged one by one take 4-byte loads, the
+// plane 8-byte ones), so a chunk is stored as pairs of elements, each pair inside one row because
+// out_cols and the chunk's first element are even.  The pairs' places in the tile are the same
+// for every unit of a warp (plane_pair_offsets, once a warp), and so are the tile's zeros outside
+// the plane, which the warp writes once before its first unit and no store overwrites.
+constexpr int kPlaneSteps = 2;                     // chunks a lane at most: planes of <= 64 chunks
+constexpr int kPlanePairs = 4;                     // pairs a chunk at most (16 bytes of halves)
+
+// Tile offsets (elements, row pitch kRowPitch) of the pairs of the chunks this lane stages with
+// VEC elements a chunk: element e of the plane lies at tile row e / out_cols - o_row0, column
+// e % out_cols - a0.  One division a step; a pair's successor is two columns on or the next row.
+template <int VEC>
+__device__ __forceinline__ void plane_pair_offsets(int (&offset)[kPlaneSteps][kPlanePairs], int lane, int out_cols,
+                                                   int o_row0, int a0) {
+#pragma unroll
+    for (int i = 0; i < kPlaneSteps; ++i) {
+        const int e = VEC * (lane + 32 * i);
+        int row = e / out_cols, col = e - row * out_cols;
+#pragma unroll
+        for (int p = 0; p < VEC / 2; ++p) {
+            offset[i][p] = (row - o_row0) * kRowPitch + col - a0;
+            col += 2;
+            if (col == out_cols) col = 0, ++row;
+        }
+    }
+}
+
+// One slice's plane (``plane``: its element 0) into ``tile`` (its element 0): every load of a
+// lane before its stores.  ``chunks``: out_rows x out_cols / VEC, at most 32 kPlaneSteps.
+template <int VEC, typename T>
+__device__ __forceinline__ void stage_plane(T* tile, const T* plane, int lane, int chunks,
+                                            const int (&offset)[kPlaneSteps][kPlanePairs]) {
+    using Raw = typename dwconv::ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
+    static_assert(VEC % 2 == 0 && VEC / 2 <= kPlanePairs, "chunks of whole pairs");
+    Raw raw[kPlaneSteps];
+#pragma unroll
+    for (int i = 0; i < kPlaneSteps; ++i)
+        if (lane + 32 * i < chunks) raw[i] = dwconv::load_vector(reinterpret_cast<const Raw*>(plane) + lane + 32 * i);
+#pragma unroll
+    for (int i = 0; i < kPlaneSteps; ++i)
+        if (lane + 32 * i < chunks) {
+            const unsigned* const words = reinterpret_cast<const unsigned*>(&raw[i]);
+#pragma unroll
+            for (int p = 0; p < VEC / 2; ++p) *reinterpret_cast<unsigned*>(tile + offset[i][p]) = words[p];
+        }
+}
 }  // namespace dwmma
 
 // chunk: elements per staging load (8, 4, 2 or 1; see dwmma::stage_rows); store_pairs: in_cols
-// is even (two columns per result store).
-template <typename T, int K, int M>
+// is even (two columns per result store).  PLANE: the whole-plane form (dwmma::stage_plane: one
+// unit a plane, the plane inside the staged window, out_cols even, at most 32 kPlaneSteps chunks a
+// plane), which stages with plane_chunk (8 or 4) elements a load and ignores ``chunk``; the row
+// form ignores plane_chunk.  Two instantiations, so that neither carries the other's staging code
+// and registers.
+template <typename T, int K, int M, bool PLANE = false>
 __global__ void depthwise_conv2d_native_backprop_input_mma(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop, int in_rows,
     int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_across,
-    int batch, int chunk, int store_pairs) {
+    int batch, int chunk, int store_pairs, int plane_chunk) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwmma;
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
@@ -1526,14 +1582,33 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
     const unsigned across = static_cast<unsigned>(tiles_across);
     const int y0 = static_cast<int>(blockIdx.x / across) * kUnit, x0 = static_cast<int>(blockIdx.x % across) * kUnit;
     const int o_row0 = y0 + pad_top - (K - 1), a0 = x0 + pad_left - (K - 1) - shift;
+    const int plane_size = out_rows * out_cols;
+    int plane_offset[kPlaneSteps][kPlanePairs] = {};
+    if constexpr (PLANE) {
+        if (plane_chunk == 8)
+            plane_pair_offsets<8>(plane_offset, lane, out_cols, o_row0, a0);
+        else
+            plane_pair_offsets<4>(plane_offset, lane, out_cols, o_row0, a0);
+        constexpr int kTileChunks = M * ROWS * kRowPitch * static_cast<int>(sizeof(T)) / 16;
+        static_assert(M * ROWS * kRowPitch * sizeof(T) % 16 == 0, "the warp's tiles are whole 16-byte chunks");
+        uint4* const chunks = reinterpret_cast<uint4*>(&tile[0][0][0]);
+        for (int i = lane; i < kTileChunks; i += 32) chunks[i] = make_uint4(0, 0, 0, 0);
+    }
+    const int plane_chunks = PLANE ? plane_size / plane_chunk : 0;
     const int image_step = static_cast<int>(gridDim.z) * kWarps;
     for (int n = static_cast<int>(blockIdx.z) * kWarps + warp; n < batch; n += image_step) {
 
-        __syncwarp();  // every lane is done with the previous unit's tile
+        __syncwarp();  // every lane is done with the previous unit's tile (and the zeros are written)
 #pragma unroll
         for (int q = 0; q < M; ++q) {
             const T* const plane = out_backprop + ((n * out_depth + c * M + q) * out_rows + o_row0) * out_cols + a0;
-            if (chunk == 8)
+            const T* const whole = out_backprop + (n * out_depth + c * M + q) * plane_size;
+            if constexpr (PLANE) {
+                if (plane_chunk == 8)
+                    stage_plane<8>(&tile[q][0][0], whole, lane, plane_chunks, plane_offset);
+                else
+                    stage_plane<4>(&tile[q][0][0], whole, lane, plane_chunks, plane_offset);
+            } else if (chunk == 8)
                 stage_rows<8, ROWS>(tile[q], plane, lane, o_row0, a0, out_rows, out_cols);
             else if (chunk == 4)
                 stage_rows<4, ROWS>(tile[q], plane, lane, o_row0, a0, out_rows, out_cols);

@@ -345,13 +345,13 @@ def run_on_host(kernels, kwargs):
 def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
     for the direct kernel, every dtype x layout x specialisation for the tiled one, each half
-    type x filter x multiplier for the tensor-core one, and each dtype x filter x stride for the
+    type x filter x multiplier x form (rows, whole planes) for the tensor-core one, and each dtype x filter x stride for the
     planes one (NCHW only), and the batched transpose per element width and index type; none
     twice."""
     names = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
     listed = set(names)
     assert len(names) == len(listed)
-    mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
+    mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS) * 2
     planes = 4 * len(cuda_launcher.PLANES_FILTERS) * len(cuda_launcher.PLANES_STRIDES)
     transposes = 3 * 2 + 2  # 2-, 4- and 8-byte elements and 16-bit pairs, int and long long indices
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
@@ -367,7 +367,9 @@ def test_instantiations_cover_every_launch():
     for dtype in cuda_launcher.MMA_DTYPES:
         for k in cuda_launcher.MMA_FILTERS:
             for m in cuda_launcher.MMA_MULTIPLIERS:
-                assert cuda_launcher._mma_expression(np.dtype(getattr(ml_dtypes, dtype, dtype)), k, m) in listed
+                for plane in (False, True):
+                    assert cuda_launcher._mma_expression(np.dtype(getattr(ml_dtypes, dtype, dtype)), k, m,
+                                                         plane) in listed
     for dtype in FLOAT_DTYPES:
         for data_format in ("NHWC", "NCHW"):
             for shape in (*cuda_launcher.SPECIALISATIONS, cuda_launcher.GENERIC):
@@ -1117,6 +1119,16 @@ MMA_CASES = {
     "bf16-3x3-1x1-image": ((2, 1, 1, 4), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
     "f16-5x5-12x28-rows8": ((2, 12, 28, 3), (5, 5), "SAME", NO_PADS, 1, np.float16),
     "bf16-3x3-40x48-rows16-m2": ((1, 40, 48, 2), (3, 3), "EXPLICIT", ((2, 1), (0, 3)), 2, ml_dtypes.bfloat16),
+    # the whole-plane form (one unit a plane, the plane inside the staged window, out_cols even):
+    # 16-byte chunks (16 x 16, 12 x 12, 20 x 20 from pads of K - 1 all round, where the window
+    # starts at the plane), 8-byte ones (14 x 14 above; VALID 3x3 on 16 x 16; 10 x 14 with the
+    # window's first row the plane's; 6 x 2, where a chunk spans two rows)
+    "f16-5x5-12x12-plane16": ((2, 12, 12, 3), (5, 5), "SAME", NO_PADS, 1, np.float16),
+    "bf16-3x3-16x16-plane16-m2": ((3, 16, 16, 2), (3, 3), "SAME", NO_PADS, 2, ml_dtypes.bfloat16),
+    "f16-5x5-pads-4-plane16": ((2, 16, 16, 2), (5, 5), "EXPLICIT", ((4, 4), (4, 4)), 1, np.float16),
+    "f16-3x3-valid-16x16-plane8-m2": ((2, 16, 16, 3), (3, 3), "VALID", NO_PADS, 2, np.float16),
+    "bf16-5x5-10x14-top-row-0-plane8": ((3, 10, 14, 2), (5, 5), "EXPLICIT", ((4, 0), (2, 2)), 1, ml_dtypes.bfloat16),
+    "bf16-3x3-6x2-plane8": ((2, 6, 2, 3), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
 }
 
 
@@ -1135,6 +1147,65 @@ def test_cuda_mma_edges(cuda_device, rng, monkeypatch, case, target_warps):
     if target_warps is not None:  # some warp takes more than one image, where a CTA's warps cannot take one each
         assert cuda_launcher.mma_grid(g)[2] * cuda_launcher.MMA_WARPS < g.batch or g.batch <= cuda_launcher.MMA_WARPS
     check_cuda(kwargs, ref, scale, path="mma", device=cuda_device)
+    if cuda_device is not None:  # the whole-plane form exactly where the launcher's test says so
+        assert launched_plane(cuda_device) == (cuda_launcher.mma_plane_chunk(g, np.dtype(dtype)) > 0)
+
+
+def launched_plane(device) -> bool:
+    """Whether the last launch on the host stand-in was the tensor-core kernel's whole-plane form."""
+    name = device.launches[-1][0]
+    assert "_mma<" in name
+    return name.replace(" ", "").endswith(",true>")
+
+
+def test_mma_plane_chunk():
+    """Where the tensor-core kernel stages whole planes, and in chunks of how many elements: one
+    unit a plane, every out_backprop row and column inside the unit's staged window, out_cols
+    even, at most 64 chunks; 16-byte chunks where they divide the plane, else 8-byte ones."""
+    def g(x_shape, filt=5, padding="SAME", pads=NO_PADS):
+        kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
+                                 padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
+        return geometry_of(kwargs)
+
+    half = np.dtype(np.float16)
+    cases = {
+        ((2, 14, 14, 3), 5, "SAME", NO_PADS): 4,   # 196 elements: 49 chunks of 4
+        ((2, 14, 14, 3), 3, "SAME", NO_PADS): 4,
+        ((2, 16, 16, 3), 5, "SAME", NO_PADS): 8,   # 256: 32 chunks of 8
+        ((2, 12, 12, 3), 5, "SAME", NO_PADS): 8,
+        ((2, 16, 16, 3), 5, "EXPLICIT", ((4, 4), (4, 4))): 8,  # 20 x 20 = 400: 50 chunks of 8
+        ((2, 16, 16, 3), 3, "VALID", NO_PADS): 4,  # 14 x 14
+        ((2, 7, 7, 3), 5, "SAME", NO_PADS): 0,     # out_cols odd
+        ((2, 28, 28, 3), 5, "SAME", NO_PADS): 0,   # 2 x 2 units
+        ((2, 14, 17, 3), 5, "SAME", NO_PADS): 0,   # 2 units across
+        ((2, 14, 14, 3), 3, "EXPLICIT", ((5, 0), (0, 6))): 0,  # out_backprop rows above the window
+        ((2, 16, 16, 3), 5, "EXPLICIT", ((0, 8), (0, 0))): 0,  # rows below it
+        ((2, 16, 16, 3), 5, "EXPLICIT", ((0, 0), (0, 20))): 0,  # 32 columns, 8 of them before the window's first
+    }
+    for (x_shape, filt, padding, pads), want in cases.items():
+        geometry = g(x_shape, filt, padding, pads)
+        assert cuda_launcher.mma_plane_chunk(geometry, half) == want, (x_shape, filt, padding, pads)
+    # more than 64 chunks of 4: 18 x 18 = 324 elements, not a multiple of 8 (81 chunks of 4)
+    wide = g((2, 16, 16, 3), 5, "EXPLICIT", ((3, 3), (3, 3)))
+    assert (wide.out_rows, wide.out_cols) == (18, 18) and cuda_launcher.mma_plane_chunk(wide, half) == 0
+
+
+def test_cuda_mma_plane_alignment(cuda_device, rng):
+    """The whole-plane form takes the widest chunk out_backprop is aligned to: 16 bytes, 8 bytes
+    from an allocation 8 bytes in, and staged rows (the row form) from one 2 bytes in; every
+    result matches the loops."""
+    kwargs, ref, scale = make_case(rng, x_shape=(2, 16, 16, 3), filt_hw=(5, 5), multiplier=2, padding="SAME",
+                                   data_format="NCHW", dtype=np.float16)
+    g = geometry_of(kwargs)
+    dy = kwargs["out_backprop"]
+    for shift, chunk in ((0, 8), (4, 4), (1, 0)):
+        padded = to_gpu(np.concatenate([np.zeros(shift, np.float16), dy.reshape(-1)]))
+        view = padded[shift:].reshape(dy.shape)
+        assert cuda_launcher.mma_plane_chunk(g, np.float16, view) == chunk
+        got = to_host(cuda_call(kwargs, path="mma", out_backprop=view))
+        if cuda_device is not None:
+            assert launched_plane(cuda_device) == (chunk > 0)
+        assert_close(got, ref, np.float16, scale)
 
 
 def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
@@ -1155,6 +1226,7 @@ def test_mma_choice(monkeypatch):
     """What the tensor-core kernel takes, and where the launcher picks it by itself
     (MMA_CHOICE: 5x5 at multiplier 2 on maps whose units are at least 75% inside; at multiplier
     1 also staging 8 bytes or more; 3x3 at multiplier 2 on whole units with 16-byte staging;
+    MMA_PLANE_CHOICE: where the whole-plane form runs (14 x 14), 5x5 and 3x3 at multiplier 2;
     never 3x3 at multiplier 1, 7 x 7 maps, float32 or before sm_80)."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
           data_format="NCHW", dtype=np.float16):
@@ -1174,8 +1246,11 @@ def test_mma_choice(monkeypatch):
         assert not cuda_launcher.mma_possible(*refused)
     assert cuda_launcher.mma_fill(g()[0]) == pytest.approx(28 * 28 / (32 * 32))
     chosen = [g(), g(dtype=ml_dtypes.bfloat16), g(multiplier=2), g(x_shape=(2, 14, 14, 8), multiplier=2),
-              g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2)]
-    not_chosen = [g(x_shape=(2, 14, 14, 8)),  # 4-byte staging at multiplier 1
+              g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2),
+              g(x_shape=(2, 14, 14, 8)),  # whole planes in 8-byte chunks (rows would take 4-byte ones)
+              g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3), multiplier=2)]  # whole planes (77% of the unit inside)
+    not_chosen = [g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3)),  # whole planes, but 3x3 at multiplier 1
+                  g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # rows: 77% inside
                   g(x_shape=(2, 7, 7, 8), multiplier=2),  # 19% of a unit inside
                   g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%
                   g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 at multiplier 1
@@ -1191,7 +1266,7 @@ def test_mma_choice(monkeypatch):
     assert cuda_launcher.mma_grid(g(x_shape=(32, 14, 14, 672))[0]) == (1, 672, 3)
     assert cuda_launcher.mma_grid(g(x_shape=(2, 14, 14, 8))[0]) == (1, 8, 1)  # one image a warp, 2 warps idle
     assert "_mma<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
-    assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 8
+    assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 16
 
 
 def mma_non_finite_problem(rng, dtype=np.float16):
@@ -1262,6 +1337,80 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
     "mma-staging-drops-the-last-row": ("if (CHUNKS % 32 == 0 || row < ROWS) *reinterpret_cast<Raw*>",
                                        "if (row < ROWS - 1) *reinterpret_cast<Raw*>"),
 }
+
+
+def mma_plane_problem(rng, dtype=np.float16):
+    """[(kwargs, reference result)] for the whole-plane form: 5x5 multiplier 2 on 9 images of
+    14 x 14 (8-byte chunks; 49 a plane, so lanes 0 - 16 stage two), and 3x3 multiplier 2 on 9
+    images of 16 x 16 (16-byte chunks), each with an Inf in out_backprop and a NaN filter tap
+    that lands on the padding; a small warp target gives each warp several images (its zeros
+    outside the plane written once)."""
+    problems = []
+    for x_shape, filt in (((9, 14, 14, 3), 5), ((9, 16, 16, 2), 3)):
+        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=2, padding="SAME",
+                                 data_format="NCHW", dtype=dtype)
+        dy = kwargs["out_backprop"].copy()
+        dy[4, 1, 7, 3] = np.inf
+        w = kwargs["filter"].copy()
+        w[0, filt - 1, 1, 1] = np.nan
+        kwargs.update(out_backprop=dy, filter=w)
+        problems.append((kwargs, gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")))
+    return problems
+
+
+def test_cuda_mma_plane_non_finite_values(cuda_device, rng, monkeypatch):
+    """mma_plane_problem through the whole-plane form: every element as the NumPy backend has it
+    (an Inf's unit recomputed by the checked sums), and the form is the one launched."""
+    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
+    for kwargs, want in mma_plane_problem(rng):
+        g = geometry_of(kwargs)
+        assert cuda_launcher.mma_plane_chunk(g, np.float16) in (4, 8) and cuda_launcher.mma_grid(g)[2] == 1
+        got = to_host(cuda_call(kwargs, path="mma"))
+        if cuda_device is not None:
+            assert launched_plane(cuda_device)
+        assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
+        assert_same_non_finite(got, want, np.float16)
+
+
+#: Bugs planted in the whole-plane form, each caught by mma_plane_problem.  The zeros outside the
+#: plane are written once a warp; on the host a bug that never writes them is not caught (its
+#: shared memory is a static, zero before the first block and given nothing but zeros outside the
+#: plane by this form), so the bug planted writes float16 ones (finite: NaNs there would only send every
+#: unit through the checked sums, which skip them) instead.
+PLANTED_MMA_PLANE = {
+    "mma-plane-pairs-never-wrap-to-the-next-row": ("if (col == out_cols) col = 0, ++row;", ""),
+    "mma-plane-one-offset-a-chunk": ("*reinterpret_cast<unsigned*>(tile + offset[i][p]) = words[p];",
+                                     "*reinterpret_cast<unsigned*>(tile + offset[i][0] + 2 * p) = words[p];"),
+    "mma-plane-offsets-ignore-the-windows-first-column": (
+        "offset[i][p] = (row - o_row0) * kRowPitch + col - a0;", "offset[i][p] = (row - o_row0) * kRowPitch + col;"),
+    "mma-plane-last-chunk-not-stored": ("for (int i = 0; i < kPlaneSteps; ++i)\n        if (lane + 32 * i < chunks) {",
+                                        "for (int i = 0; i < kPlaneSteps; ++i)\n        if (lane + 32 * i < chunks - 1) {"),
+    "mma-plane-second-step-not-loaded": ("if (lane + 32 * i < chunks) raw[i] =", "if (i == 0) raw[i] ="),
+    "mma-plane-slices-share-a-plane": ("(n * out_depth + c * M + q) * plane_size", "(n * out_depth + c * M) * plane_size"),
+    "mma-plane-ones-outside-the-plane": ("chunks[i] = make_uint4(0, 0, 0, 0);\n    }",
+                                         "chunks[i] = make_uint4(0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);\n    }"),
+    "mma-plane-chunk-of-4-taken-for-8": ("stage_plane<8>(&tile[q][0][0], whole, lane, plane_chunks, plane_offset);",
+                                         "stage_plane<4>(&tile[q][0][0], whole, lane, plane_chunks, plane_offset);"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_MMA_PLANE))
+def test_planted_mma_plane_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    """Each bug planted in the whole-plane form makes mma_plane_problem's result differ from the
+    NumPy backend (or the launch fail on an access outside an array); the real source passes."""
+    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
+
+    def run():
+        problems = mma_plane_problem(np.random.default_rng(5))
+        got = [to_host(cuda_call(kwargs, path="mma")) for kwargs, _ in problems]
+        return got, [want for _, want in problems]
+
+    def check(got, want):
+        for one, reference in zip(got, want):
+            assert_same_non_finite(one, reference, np.float16)
+
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA_PLANE[bug], run, check, 5, tmp_path,
+                                        monkeypatch)
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_MMA))

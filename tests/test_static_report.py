@@ -1247,6 +1247,45 @@ def test_mma_depthwise_paths_and_prediction():
     assert got["issue_detail"]["busiest_pipe_s"] >= tensor_s * (1 - 1e-9)
 
 
+def test_mma_plane_paths_and_prediction():
+    """The tensor-core kernel's whole-plane form: on a 14 x 14 plane in 8-byte chunks a lane's
+    unit makes 2 loads a slice (49 chunks: lanes 0 - 16 take two) and the same HMMAs as the row
+    form, for fewer instructions than the row form's 4-byte staging of 20 rows; EfficientNet's
+    14 x 14 5x5 multiplier 2 layer predicts with it (the launcher's form), its L2 bytes the plane
+    per slice and unit."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    import numpy as np
+
+    from gradops.bench import static_tiled as st
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    rows_form, plane_form = dw._mma_expression(np.float16, 5, 2), dw._mma_expression(np.float16, 5, 2, True)
+    kernels = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
+                                                              only=[rows_form, plane_form])}
+    assert st.mma_is_plane(plane_form) and not st.mma_is_plane(rows_form)
+    plane = st.mma_paths(kernels[plane_form], 4, True, 14 * 14)
+    rows = st.mma_paths(kernels[rows_form], 2, True)
+    assert plane["unit_counts"]["LDG.64"] == 4 == st.mma_unit_loads(plane_form, 4, 196) and plane["loads"] == 4
+    assert plane["unit_counts"]["HMMA"] == rows["unit_counts"]["HMMA"] == 40
+    assert rows["unit_counts"]["LDG.32"] == 2 * 10 and 0 < plane["unit"] < rows["unit"]
+    with pytest.raises(ValueError):
+        st.mma_unit_loads(plane_form, 8, 196)  # 196 elements are not chunks of 8
+    case = next(c for c in sr.suite("efficientnet") if c.op == DEPTHWISE_INPUT and c.label.startswith("dw5x5-3 ")
+                and c.label.endswith("m2 NCHW"))
+    g = case.geometry()
+    assert dw.mma_plane_chunk(g, np.float16) == 4 and dw.pick_path(g, np.float16, arch=90) == "mma"
+    assert sr._kernel_for(case, np.dtype(np.float16), g, {("sm_90", plane_form): kernels[plane_form]},
+                          "sm_90") is kernels[plane_form]
+    got = st.predict_depthwise_mma(case, "float16", sr.DEVICES[0], kernels[plane_form], g)
+    units = g.batch * g.in_depth
+    assert got["kernel"] == plane_form and got["tiled"]["units"] == units
+    assert got["tiled"]["unit_thread_instructions"] == plane["unit"] and got["tiled"]["load_bytes"] == 8
+    assert got["l2_bytes"] == units * 2 * 196 * 2 + math.prod(g.input_shape) * 2
+    with pytest.raises(ValueError, match="not the launcher's form"):
+        st.predict_depthwise_mma(case, "float16", sr.DEVICES[0], kernels[rows_form], g)
+
+
 def test_cells_prediction_finds_the_max_kernels_loops():
     """benchmarks/fractional_cells_prediction.py's count of the max cells kernel finds its loops
     in the real SASS (one narrow scan, the writes; overlapping: the first-row writes too; its

@@ -1005,9 +1005,15 @@ def hmma_16816_equivalents(instructions) -> float:
 
 
 def mma_template(expression: str) -> tuple[int, int]:
-    """(K, M) of a ``depthwise_conv2d_native_backprop_input_mma<T, K, M>`` expression."""
+    """(K, M) of a ``depthwise_conv2d_native_backprop_input_mma<T, K, M[, PLANE]>`` expression."""
     args = template_args(expression)
     return int(args[1]), int(args[2])
+
+
+def mma_is_plane(expression: str) -> bool:
+    """Whether a tensor-core input-gradient expression is the whole-plane form (PLANE true)."""
+    args = template_args(expression)
+    return len(args) > 3 and args[3] == "true"
 
 
 def _mma_kinds(vec: int, pairs: bool) -> tuple[str, str, int]:
@@ -1015,26 +1021,33 @@ def _mma_kinds(vec: int, pairs: bool) -> tuple[str, str, int]:
     return f"LDG.{16 * vec}", ("STG.32" if pairs else "STG.16"), (4 if pairs else 8)
 
 
-def mma_unit_loads(expression: str, vec: int) -> int:
-    """Staging loads of one lane per unit (dwmma::stage_rows: ROWS rows x 32 columns in chunks of
-    ``vec`` elements, dealt to 32 lanes, per multiplier slice)."""
+def mma_unit_loads(expression: str, vec: int, plane_elements: int = 0) -> int:
+    """Staging loads of the busiest lane per unit, per multiplier slice: dwmma::stage_rows, ROWS
+    rows x 32 columns in chunks of ``vec`` elements dealt to 32 lanes; the whole-plane form
+    (dwmma::stage_plane), ``plane_elements`` / ``vec`` chunks dealt to 32 lanes."""
     k, m = mma_template(expression)
+    if mma_is_plane(expression):
+        if plane_elements <= 0 or plane_elements % vec:
+            raise ValueError(f"{expression}: a plane of {plane_elements} elements in chunks of {vec}")
+        return -(-plane_elements // vec // 32) * m
     return -(-(16 + k - 1) * (32 // vec) // 32) * m
 
 
-def mma_paths(kernel, vec: int, pairs: bool = True) -> dict:
+def mma_paths(kernel, vec: int, pairs: bool = True, plane_elements: int = 0) -> dict:
     """One lane's cheapest path through one unit of the tensor-core kernel (every HMMA of every
-    tap row, its staging loads of ``vec`` elements, its result stores: pairs where in_cols is
+    tap row, its staging loads of ``vec`` elements (:func:`mma_unit_loads`; ``plane_elements``:
+    out_backprop's plane, for the whole-plane form), its result stores: pairs where in_cols is
     even, else elements; the checked sums not taken), and through the whole kernel with one
-    unit, whose difference is the fixed cost of a warp (its band fragments).  ``tensor``: the
-    unit's HMMAs in HMMA.16816 units (:func:`hmma_16816_equivalents`)."""
+    unit, whose difference is the fixed cost of a warp (its band fragments; the whole-plane
+    form's pair offsets and zeroed tiles too).  ``tensor``: the unit's HMMAs in HMMA.16816 units
+    (:func:`hmma_16816_equivalents`)."""
     from ..backends.cuda import _sass
     from ..backends.cuda._sass import KeyLimit, PathError
 
     cfg = kernel.cfg
     k, m = mma_template(kernel.expression)
     load_kind, store_kind, stores = _mma_kinds(vec, pairs)
-    loads = mma_unit_loads(kernel.expression, vec)
+    loads = mma_unit_loads(kernel.expression, vec, plane_elements)
     hmma = 4 * k * m
     units = [lp for lp in cfg.top_loops() if any(x.base == "HMMA" for n in lp.blocks for x in cfg.instructions(n))]
     if len(units) != 1:
@@ -1083,9 +1096,13 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
     dtype = DTYPES[dtype_name]
     width = dtype.itemsize
-    vec = dw.mma_chunk(g, dtype)
+    plane = dw.mma_plane_chunk(g, dtype)
+    if (plane > 0) != mma_is_plane(kernel.expression):
+        raise ValueError(f"{kernel.expression}: not the launcher's form for {g}")
+    vec = plane or dw.mma_chunk(g, dtype)
+    plane_elements = g.out_rows * g.out_cols if plane else 0
     pairs = g.in_cols % 2 == 0
-    paths = mma_paths(kernel, vec, pairs)
+    paths = mma_paths(kernel, vec, pairs, plane_elements)
     k, m = mma_template(kernel.expression)
     grid = dw.mma_grid(g)
     ctas = math.prod(grid)
@@ -1099,7 +1116,7 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
              + Counter(classes_per_element(paths["fixed_counts"], 32 * warps / elements)))
     pipes["tensor"] = 32 * paths["tensor"] * units / elements
     traffic = bytes_moved(case, g, width)
-    l2 = units * m * (16 + k - 1) * 32 * width + elements * width
+    l2 = units * m * (plane_elements or (16 + k - 1) * 32) * width + elements * width
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], 32 * dw.MMA_WARPS)
     limits = roofline(with_tensor_pipe(device), elements, per_element, pipes, traffic, l2,
                       occ["warps_per_sm"] * 32)

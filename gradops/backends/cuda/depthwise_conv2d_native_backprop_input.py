@@ -121,8 +121,8 @@ MMA_DTYPES = ("float16", "bfloat16")
 MMA_ARCH = 80
 MMA_UNIT = 16
 MMA_WARPS = 4
-#: Where the launcher picks the tensor-core kernel by itself (:func:`mma_chosen`): per (filter
-#: size K, multiplier), the least fraction of the computed positions that lie inside the image
+#: Where the launcher picks the tensor-core kernel's row form by itself (:func:`mma_chosen`; the
+#: whole-plane form: MMA_PLANE_CHOICE): per (filter size K, multiplier), the least fraction of the computed positions that lie inside the image
 #: (:func:`mma_fill`: a 7 x 7 map fills 19% of a 16 x 16 unit, 14 x 14 and 28 x 28 maps 77%,
 #: multiples of 16 all of it) and the least staging load in elements (:func:`mma_chunk`: 8 where
 #: out_cols is a multiple of 8, 4 for 28, 2 for 14).  Read off the static model's H100 predictions
@@ -131,6 +131,13 @@ MMA_WARPS = 4
 #: 7 x 8 / 14 x 8 tiles where units are part empty and rows are staged a few bytes at a time
 #: (3x3 at multiplier 1 never: at best even).
 MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (1.0, 8)}
+#: The (K, multiplier) pairs for which the launcher picks the tensor-core kernel wherever its
+#: whole-plane form runs (:func:`mma_plane_chunk`: one unit a plane, 14 x 14 and 16 x 16 maps),
+#: in place of MMA_CHOICE's test: the static model's H100 predictions (predicted, not measured)
+#: for the benchmark's 14 x 14 layers put it ahead of the tiled kernel at 5x5 (multiplier 1:
+#: 59.5 -> 75.7 and 88.0% of HBM; 2: 50.3 -> 96.5 and 54.0 -> 100) and at 3x3 multiplier 2
+#: (82.6 -> 100), and not at 3x3 multiplier 1 (100 -> 86.5 and 100).
+MMA_PLANE_CHOICE = frozenset({(5, 1), (5, 2), (3, 2)})
 #: Units a warp takes at most (it builds its filter fragments once for all of them), and the
 #: warps a launch aims for before it gives a warp more than one unit (enough to fill any GPU's
 #: SMs several times; the choice depends on the geometry only, never on the GPU).
@@ -196,7 +203,8 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
         names += [_planes_expression(dtype, k, s) for k in PLANES_FILTERS for s in PLANES_STRIDES]
     names += _layout.expressions()  # the transpose path's
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
-        names += [_mma_expression(dtype, k, m) for dtype in MMA_DTYPES for k in MMA_FILTERS for m in MMA_MULTIPLIERS]
+        names += [_mma_expression(dtype, k, m, plane) for dtype in MMA_DTYPES for k in MMA_FILTERS
+                  for m in MMA_MULTIPLIERS for plane in (False, True)]
     return {SOURCE: names}
 
 
@@ -205,9 +213,9 @@ def _planes_expression(dtype, filter_size: int, stride: int) -> str:
     return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}, {stride}>"
 
 
-def _mma_expression(dtype, filter_size: int, multiplier: int) -> str:
+def _mma_expression(dtype, filter_size: int, multiplier: int, plane: bool = False) -> str:
     element, _ = _build.c_types(dtype)
-    return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}>"
+    return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}{', true' if plane else ''}>"
 
 
 def specialisation(g: Conv2DGeometry) -> tuple[int, int, int, int]:
@@ -465,26 +473,63 @@ def mma_possible(g: Conv2DGeometry, dtype) -> bool:
 
 def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
     """Whether the launcher picks the tensor-core kernel by itself: :data:`MMA_BY_DEFAULT`,
-    :func:`mma_possible`, the fill and staging chunk :data:`MMA_CHOICE` asks of the filter size
-    and multiplier (the chunk of aligned arrays: the choice depends on the geometry only), and a
-    GPU with mma.sync (compute capability ``arch``; None: the current device's)."""
+    :func:`mma_possible`, where the whole-plane form runs the filter size and multiplier in
+    :data:`MMA_PLANE_CHOICE`, elsewhere the fill and staging chunk :data:`MMA_CHOICE` asks of
+    them (for aligned arrays: the choice depends on the geometry only), and a GPU with mma.sync
+    (compute capability ``arch``; None: the current device's)."""
     if not (MMA_BY_DEFAULT and mma_possible(g, dtype)):
         return False
-    least = MMA_CHOICE.get((g.filter_rows, g.depth_multiplier))
-    if least is None or mma_fill(g) < least[0] or mma_chunk(g, dtype) < least[1]:
-        return False
+    key = (g.filter_rows, g.depth_multiplier)
+    if mma_plane_chunk(g, dtype):
+        if key not in MMA_PLANE_CHOICE:
+            return False
+    else:
+        least = MMA_CHOICE.get(key)
+        if least is None or mma_fill(g) < least[0] or mma_chunk(g, dtype) < least[1]:
+            return False
     return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
 
 
-def mma_expression(g: Conv2DGeometry, dtype) -> str:
-    """The name expression of the tensor-core instantiation for ``g``."""
-    return _mma_expression(dtype, g.filter_rows, g.depth_multiplier)
+def mma_expression(g: Conv2DGeometry, dtype, plane: bool = False) -> str:
+    """The name expression of the tensor-core instantiation for ``g`` (the whole-plane form where
+    ``plane``: :func:`mma_plane_chunk` of the call's out_backprop)."""
+    return _mma_expression(dtype, g.filter_rows, g.depth_multiplier, plane)
 
 
 def mma_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
     """The tensor-core kernel's staging loads: elements per load (8, 4 or 2: 16, 8 or 4 bytes,
     the widest that divides an out_backprop row and to which out_backprop is aligned), else 1."""
     return nchw_chunk_bytes(g, dtype, () if out_backprop is None else (out_backprop,)) // np.dtype(dtype).itemsize
+
+
+#: Whole-plane staging of the tensor-core kernel (``dwmma::stage_plane``): elements per load it
+#: may take (16 or 8 bytes of halves), and the chunks a plane may have (``kPlaneSteps`` x 32).
+MMA_PLANE_CHUNKS = (8, 4)
+MMA_PLANE_MAX_CHUNKS = 64
+#: Columns of the tensor-core kernel's staged window (``dwmma::kStagedCols``).
+MMA_STAGED_COLS = 32
+
+
+def mma_plane_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
+    """The tensor-core kernel's whole-plane staging (``plane_chunk``): elements per load (8 or 4,
+    the widest that divides a plane and to which out_backprop is aligned) where one unit covers
+    the image, the unit's staged window (rows pad_top - (K - 1) .., 16 + K - 1 of them; columns
+    from a0 = pad_left - (K - 1) - shift, shift making a0 a multiple of 8, 32 of them) holds the
+    whole out_backprop plane, out_cols is even (a chunk is stored as pairs of one row) and the
+    plane has at most :data:`MMA_PLANE_MAX_CHUNKS` chunks; else 0 (rows staged, :func:`mma_chunk`)."""
+    k = g.filter_rows
+    o_row0 = g.pad_top - (k - 1)
+    a0 = g.pad_left - (k - 1) - (g.pad_left - (k - 1)) % 8
+    if (mma_units(g) != (1, 1) or o_row0 > 0 or g.out_rows - o_row0 > MMA_UNIT + k - 1 or a0 > 0
+            or g.out_cols - a0 > MMA_STAGED_COLS or g.out_cols % 2):
+        return 0
+    itemsize = np.dtype(dtype).itemsize
+    size = g.out_rows * g.out_cols
+    for vec in MMA_PLANE_CHUNKS:
+        if (size % vec == 0 and size // vec <= MMA_PLANE_MAX_CHUNKS
+                and (out_backprop is None or int(_runtime.pointer(out_backprop)) % (vec * itemsize) == 0)):
+            return vec
+    return 0
 
 
 def mma_grid(g: Conv2DGeometry) -> tuple[int, int, int]:
@@ -732,11 +777,12 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         return in_backprop
     if path == "mma":
         i32 = _runtime.i32
+        plane_chunk = mma_plane_chunk(g, dtype, out_backprop)
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
                 *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
                                    mma_units(g)[1], g.batch, mma_chunk(g, dtype, out_backprop),
-                                   1 if g.in_cols % 2 == 0 else 0)))
-        fn = _runtime.kernel(SOURCE, mma_expression(g, dtype))
+                                   1 if g.in_cols % 2 == 0 else 0, plane_chunk)))
+        fn = _runtime.kernel(SOURCE, mma_expression(g, dtype, plane_chunk > 0))
         fn(mma_grid(g), (MMA_WARPS * 32,), args)
         return in_backprop
     if path == "planes":
