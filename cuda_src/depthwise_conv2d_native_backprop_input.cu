@@ -16,9 +16,10 @@
 //   3x3 and 5x5 at stride 1, multipliers 1 and 2): each 16 x 16 unit of a plane as products
 //   of staged out_backprop rows with the filter's banded (Toeplitz) matrices, mma.sync
 //   m16n8k16 / m16n8k8 with float sums (see "the tensor-core kernel" at the end); its
-//   whole-plane form (PLANE) stages a plane of one unit (14 x 14, 16 x 16) as the contiguous
-//   run it is, 16 or 8 bytes a load.  The launcher runs it where the static model predicts it
-//   faster than the tiled kernel (MMA_CHOICE, MMA_PLANE_CHOICE), or when asked (path="mma").
+//   whole-plane form (FORM 1) stages a plane of one unit (14 x 14, 16 x 16) as the contiguous
+//   run it is, 16 or 8 bytes a load, and its packed form (FORM 2) takes four small images
+//   (7 x 7) a unit, 2 x 2.  The launcher runs it where the static model predicts it faster than
+//   the tiled kernel (MMA_CHOICE, MMA_PLANE_CHOICE, MMA_PACKED_CHOICE), or when asked (path="mma").
 // * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at strides 1 and 2, any
 //   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
 //   lie in memory, and each thread computes 2 x 4 positions of a plane (2 x 8 at stride 2; see
@@ -1504,23 +1505,81 @@ __device__ __forceinline__ void stage_plane(T* tile, const T* plane, int lane, i
             for (int p = 0; p < VEC / 2; ++p) *reinterpret_cast<unsigned*>(tile + offset[i][p]) = words[p];
         }
 }
+
+// Packed staging (the launcher's ``pack_stride`` S): images too small to fill a unit (7 x 7) are
+// packed four to a unit, 2 x 2, image p = 2 pr + pc of the unit's four (consecutive images, one
+// channel: they share the band) at unit row pr S and column pc S.  S keeps every image's reads
+// off the others' out_backprop (the launcher's mma_pack_stride: S >= rows + pad_top and
+// S >= K - pad_top + out_rows - 1, the same across), so each image meets zeros or its own values
+// only.  The four planes are staged element by element (a 7 x 7 half plane is 98 bytes, 2-byte
+// aligned), element e of the 4 x out_rows x out_cols to lane e % 32, kPackSteps a lane at most;
+// a lane's elements lie at the same places for every unit (pack_offsets, once a warp).
+constexpr int kPackSteps = 7;  // elements a lane at most: 4 planes of <= 56 elements
+constexpr int kPackNone = 0x7fffffff;  // the source of an element past the four planes: past any limit
+constexpr int kTrashColumn = kStagedCols;  // tile columns kStagedCols .. kRowPitch - 1 are never read
+
+// floor(e / d) for 0 <= e < 2^12 and d >= 1, from inv = 1 / d in float: (e + 0.5) / d lies at
+// least 0.5 / d from an integer, far more than the float product's error.
+__device__ __forceinline__ int small_quotient(int e, float inv) {
+    return static_cast<int>((static_cast<float>(e) + 0.5f) * inv);
+}
+
+// For the lane's elements e = lane + 32 i of the four planes (plane p = e / plane_size): the
+// tile offset (elements, row pitch kRowPitch; an unread column of row 0 past the last element)
+// and the offset from the unit's first plane (p image_stride + its offset in the plane;
+// kPackNone past the last element).
+__device__ __forceinline__ void pack_offsets(int (&tile_offset)[kPackSteps], int (&source)[kPackSteps], int lane,
+                                             int out_rows, int out_cols, int o_row0, int a0, int pack_stride,
+                                             int image_stride) {
+    const int plane_size = out_rows * out_cols;
+    const float inv_plane = 1.0f / static_cast<float>(plane_size), inv_cols = 1.0f / static_cast<float>(out_cols);
+#pragma unroll
+    for (int i = 0; i < kPackSteps; ++i) {
+        const int e = lane + 32 * i;
+        const int p = small_quotient(e, inv_plane), within = e - p * plane_size;
+        const int row = small_quotient(within, inv_cols), col = within - row * out_cols;
+        const bool inside = p < 4;
+        tile_offset[i] = inside ? ((p / 2) * pack_stride + row - o_row0) * kRowPitch + (p % 2) * pack_stride + col - a0
+                                : kTrashColumn;
+        source[i] = inside ? p * image_stride + within : kPackNone;
+    }
+}
+
+// One slice of the unit's four planes into ``tile`` (its element 0): ``planes`` is the first
+// image's plane; an element of an image past the batch (its source at or past ``limit``) is
+// staged as zero, one past the planes into an unread column.  Every load before the stores.
+template <typename T>
+__device__ __forceinline__ void stage_packed(T* tile, const T* planes, int limit, const int (&tile_offset)[kPackSteps],
+                                             const int (&source)[kPackSteps]) {
+    T value[kPackSteps];
+#pragma unroll
+    for (int i = 0; i < kPackSteps; ++i) {
+        value[i] = from_acc<T>(0.0f);
+        if (source[i] < limit) value[i] = planes[source[i]];
+    }
+#pragma unroll
+    for (int i = 0; i < kPackSteps; ++i) tile[tile_offset[i]] = value[i];
+}
 }  // namespace dwmma
 
 // chunk: elements per staging load (8, 4, 2 or 1; see dwmma::stage_rows); store_pairs: in_cols
-// is even (two columns per result store).  PLANE: the whole-plane form (dwmma::stage_plane: one
-// unit a plane, the plane inside the staged window, out_cols even, at most 32 kPlaneSteps chunks a
-// plane), which stages with plane_chunk (8 or 4) elements a load and ignores ``chunk``; the row
-// form ignores plane_chunk.  Two instantiations, so that neither carries the other's staging code
-// and registers.
-template <typename T, int K, int M, bool PLANE = false>
+// is even (two columns per result store).  FORM: how a unit is staged, each form its own
+// instantiation (none carries another's staging code and registers): 0 rows (``chunk``); 1 the
+// whole-plane form (dwmma::stage_plane: one unit a plane, the plane inside the staged window,
+// out_cols even, at most 32 kPlaneSteps chunks a plane), plane_chunk (8 or 4) elements a load;
+// 2 the packed form (dwmma::stage_packed: four images a unit at pack_stride, element stores).
+template <typename T, int K, int M, int FORM = 0>
 __global__ void depthwise_conv2d_native_backprop_input_mma(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop, int in_rows,
     int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_across,
-    int batch, int chunk, int store_pairs, int plane_chunk) {
+    int batch, int chunk, int store_pairs, int plane_chunk, int pack_stride) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwmma;
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
     static_assert(M == 1 || M == 2, "multipliers 1 and 2");
+    static_assert(FORM >= 0 && FORM <= 2, "rows, whole planes or packed planes");
+    constexpr bool PLANE = FORM == 1, PACKED = FORM == 2;
+    constexpr int IMAGES = PACKED ? 4 : 1;  // images a unit
     constexpr int ROWS = kUnit + K - 1;  // staged rows per slice
     static_assert(7 + kUnit / 2 + K - 2 < 24 && 8 + 24 <= kStagedCols,
                   "at any shift a half's band ends in its window groups 0 - 2, and half 1's groups are staged");
@@ -1583,27 +1642,51 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
     const int y0 = static_cast<int>(blockIdx.x / across) * kUnit, x0 = static_cast<int>(blockIdx.x % across) * kUnit;
     const int o_row0 = y0 + pad_top - (K - 1), a0 = x0 + pad_left - (K - 1) - shift;
     const int plane_size = out_rows * out_cols;
+    const int image_stride = out_depth * plane_size, in_image_stride = in_depth * in_rows * in_cols;
     int plane_offset[kPlaneSteps][kPlanePairs] = {};
-    if constexpr (PLANE) {
-        if (plane_chunk == 8)
-            plane_pair_offsets<8>(plane_offset, lane, out_cols, o_row0, a0);
-        else
-            plane_pair_offsets<4>(plane_offset, lane, out_cols, o_row0, a0);
+    int pack_tile[kPackSteps] = {}, pack_source[kPackSteps] = {};
+    // The packed form's result places: accumulator (j, v) of a lane is unit row g + 8 (v / 2),
+    // column 8 j + 2 t + v % 2: image 2 (row >= S) + (column >= S) of the unit's, its offset from
+    // the unit's first image's plane; -1 in the gap between images and past them.
+    int pack_result[2][4] = {};
+    if constexpr (PACKED) {
+        pack_offsets(pack_tile, pack_source, lane, out_rows, out_cols, o_row0, a0, pack_stride, image_stride);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) {
+                const int row = g + 8 * (v / 2), col = 8 * j + 2 * t + v % 2;
+                const int pr = row >= pack_stride, pc = col >= pack_stride;
+                const int y = row - pr * pack_stride, x = col - pc * pack_stride;
+                pack_result[j][v] = y < in_rows && x < in_cols ? (2 * pr + pc) * in_image_stride + y * in_cols + x : -1;
+            }
+    }
+    if constexpr (PLANE || PACKED) {
+        if constexpr (PLANE) {
+            if (plane_chunk == 8)
+                plane_pair_offsets<8>(plane_offset, lane, out_cols, o_row0, a0);
+            else
+                plane_pair_offsets<4>(plane_offset, lane, out_cols, o_row0, a0);
+        }
         constexpr int kTileChunks = M * ROWS * kRowPitch * static_cast<int>(sizeof(T)) / 16;
         static_assert(M * ROWS * kRowPitch * sizeof(T) % 16 == 0, "the warp's tiles are whole 16-byte chunks");
         uint4* const chunks = reinterpret_cast<uint4*>(&tile[0][0][0]);
         for (int i = lane; i < kTileChunks; i += 32) chunks[i] = make_uint4(0, 0, 0, 0);
     }
     const int plane_chunks = PLANE ? plane_size / plane_chunk : 0;
-    const int image_step = static_cast<int>(gridDim.z) * kWarps;
-    for (int n = static_cast<int>(blockIdx.z) * kWarps + warp; n < batch; n += image_step) {
+    const int image_step = static_cast<int>(gridDim.z) * kWarps * IMAGES;
+    for (int n = (static_cast<int>(blockIdx.z) * kWarps + warp) * IMAGES; n < batch; n += image_step) {
+        // the packed form: the unit's images from n, those past the batch staged as zeros, not stored
+        const int images = batch - n < IMAGES ? batch - n : IMAGES;
 
         __syncwarp();  // every lane is done with the previous unit's tile (and the zeros are written)
 #pragma unroll
         for (int q = 0; q < M; ++q) {
             const T* const plane = out_backprop + ((n * out_depth + c * M + q) * out_rows + o_row0) * out_cols + a0;
             const T* const whole = out_backprop + (n * out_depth + c * M + q) * plane_size;
-            if constexpr (PLANE) {
+            if constexpr (PACKED) {
+                stage_packed<T>(&tile[q][0][0], whole, images * image_stride, pack_tile, pack_source);
+            } else if constexpr (PLANE) {
                 if (plane_chunk == 8)
                     stage_plane<8>(&tile[q][0][0], whole, lane, plane_chunks, plane_offset);
                 else
@@ -1648,12 +1731,15 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
 #pragma unroll 1
                 for (int v = 0; v < 4; ++v) {
                     const int i = g + 8 * (v / 2), x = 8 * j + 2 * t + v % 2;  // unit row and column
+                    // the position in its image (packed: the image's own row and column)
+                    const int y_in = PACKED ? i - (i >= pack_stride ? pack_stride : 0) : y0 + i;
+                    const int x_in = PACKED ? x - (x >= pack_stride ? pack_stride : 0) : x0 + x;
                     float sum = 0.0f;
                     for (int q = 0; q < M; ++q)
                         for (int r = 0; r < K; ++r) {
-                            if (static_cast<unsigned>(y0 + i + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;
+                            if (static_cast<unsigned>(y_in + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;
                             for (int s = 0; s < K; ++s) {
-                                if (static_cast<unsigned>(x0 + x + pad_left - s) >= static_cast<unsigned>(out_cols))
+                                if (static_cast<unsigned>(x_in + pad_left - s) >= static_cast<unsigned>(out_cols))
                                     continue;
                                 // out_backprop column x0 + x + pad_left - s is tile column x - s + K - 1 + shift
                                 sum += to_acc<float>(tile[q][i + K - 1 - r][x - s + K - 1 + shift]) *
@@ -1665,6 +1751,16 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
         }
 
         T* const plane = in_backprop + (n * in_depth + c) * in_rows * in_cols;
+        if constexpr (PACKED) {  // the images the unit holds (-1 and images past the batch: unsigned, past limit)
+            const int limit = images * in_image_stride;
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int v = 0; v < 4; ++v)
+                    if (static_cast<unsigned>(pack_result[j][v]) < static_cast<unsigned>(limit))
+                        plane[pack_result[j][v]] = from_acc<T>(acc[j][v]);
+            continue;
+        }
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll

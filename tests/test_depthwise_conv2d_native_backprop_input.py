@@ -345,13 +345,14 @@ def run_on_host(kernels, kwargs):
 def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
     for the direct kernel, every dtype x layout x specialisation for the tiled one, each half
-    type x filter x multiplier x form (rows, whole planes) for the tensor-core one, and each dtype x filter x stride for the
+    type x filter x multiplier x form (rows, whole planes, packed images) for the tensor-core one, and each dtype x filter x stride for the
     planes one (NCHW only), and the batched transpose per element width and index type; none
     twice."""
     names = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
     listed = set(names)
     assert len(names) == len(listed)
-    mma = len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS) * 2
+    mma = (len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
+           * len(cuda_launcher.MMA_FORMS))
     planes = 4 * len(cuda_launcher.PLANES_FILTERS) * len(cuda_launcher.PLANES_STRIDES)
     transposes = 3 * 2 + 2  # 2-, 4- and 8-byte elements and 16-bit pairs, int and long long indices
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
@@ -367,9 +368,9 @@ def test_instantiations_cover_every_launch():
     for dtype in cuda_launcher.MMA_DTYPES:
         for k in cuda_launcher.MMA_FILTERS:
             for m in cuda_launcher.MMA_MULTIPLIERS:
-                for plane in (False, True):
+                for form in range(len(cuda_launcher.MMA_FORMS)):
                     assert cuda_launcher._mma_expression(np.dtype(getattr(ml_dtypes, dtype, dtype)), k, m,
-                                                         plane) in listed
+                                                         form) in listed
     for dtype in FLOAT_DTYPES:
         for data_format in ("NHWC", "NCHW"):
             for shape in (*cuda_launcher.SPECIALISATIONS, cuda_launcher.GENERIC):
@@ -1122,13 +1123,22 @@ MMA_CASES = {
     # the whole-plane form (one unit a plane, the plane inside the staged window, out_cols even):
     # 16-byte chunks (16 x 16, 12 x 12, 20 x 20 from pads of K - 1 all round, where the window
     # starts at the plane), 8-byte ones (14 x 14 above; VALID 3x3 on 16 x 16; 10 x 14 with the
-    # window's first row the plane's; 6 x 2, where a chunk spans two rows)
+    # window's first row the plane's; 14 x 2, where a chunk spans two rows)
     "f16-5x5-12x12-plane16": ((2, 12, 12, 3), (5, 5), "SAME", NO_PADS, 1, np.float16),
     "bf16-3x3-16x16-plane16-m2": ((3, 16, 16, 2), (3, 3), "SAME", NO_PADS, 2, ml_dtypes.bfloat16),
     "f16-5x5-pads-4-plane16": ((2, 16, 16, 2), (5, 5), "EXPLICIT", ((4, 4), (4, 4)), 1, np.float16),
     "f16-3x3-valid-16x16-plane8-m2": ((2, 16, 16, 3), (3, 3), "VALID", NO_PADS, 2, np.float16),
     "bf16-5x5-10x14-top-row-0-plane8": ((3, 10, 14, 2), (5, 5), "EXPLICIT", ((4, 0), (2, 2)), 1, ml_dtypes.bfloat16),
-    "bf16-3x3-6x2-plane8": ((2, 6, 2, 3), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+    "bf16-3x3-14x2-plane8": ((2, 14, 2, 3), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+    # the packed form (four images a unit, 2 x 2): 7 x 7 at 5x5 and 3x3, batches that leave a unit
+    # one to three images short, 6 x 6, VALID (3 x 3 out_backprop), pads of K - 1 on one side and
+    # 0 on the other, 1 x 1 images (above), 5 x 7
+    "f16-5x5-7x7-packed-m2": ((5, 7, 7, 3), (5, 5), "SAME", NO_PADS, 2, np.float16),
+    "bf16-3x3-7x7-packed": ((7, 7, 7, 2), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+    "f16-5x5-6x6-packed": ((6, 6, 6, 2), (5, 5), "SAME", NO_PADS, 1, np.float16),
+    "bf16-5x5-valid-7x7-packed-m2": ((4, 7, 7, 2), (5, 5), "VALID", NO_PADS, 2, ml_dtypes.bfloat16),
+    "f16-5x5-pads-4-0-packed": ((9, 5, 6, 2), (5, 5), "EXPLICIT", ((4, 0), (0, 4)), 1, np.float16),
+    "f16-3x3-5x7-packed-m2": ((2, 5, 7, 3), (3, 3), "SAME", NO_PADS, 2, np.float16),
 }
 
 
@@ -1147,15 +1157,20 @@ def test_cuda_mma_edges(cuda_device, rng, monkeypatch, case, target_warps):
     if target_warps is not None:  # some warp takes more than one image, where a CTA's warps cannot take one each
         assert cuda_launcher.mma_grid(g)[2] * cuda_launcher.MMA_WARPS < g.batch or g.batch <= cuda_launcher.MMA_WARPS
     check_cuda(kwargs, ref, scale, path="mma", device=cuda_device)
-    if cuda_device is not None:  # the whole-plane form exactly where the launcher's test says so
-        assert launched_plane(cuda_device) == (cuda_launcher.mma_plane_chunk(g, np.dtype(dtype)) > 0)
+    if cuda_device is not None:  # the form the launcher's tests give
+        assert launched_form(cuda_device) == cuda_launcher.mma_form(g, np.dtype(dtype))
+    if case.endswith("packed") or "-packed-" in case:
+        assert cuda_launcher.mma_form(g, np.dtype(dtype)) == cuda_launcher.MMA_FORMS.index("packed")
+    elif "plane" in case:
+        assert cuda_launcher.mma_form(g, np.dtype(dtype)) == cuda_launcher.MMA_FORMS.index("plane")
 
 
-def launched_plane(device) -> bool:
-    """Whether the last launch on the host stand-in was the tensor-core kernel's whole-plane form."""
+def launched_form(device) -> int:
+    """The form (an index of MMA_FORMS) of the tensor-core kernel last launched on the host stand-in."""
     name = device.launches[-1][0]
     assert "_mma<" in name
-    return name.replace(" ", "").endswith(",true>")
+    args = name.split("<", 1)[1].rsplit(">", 1)[0].split(",")
+    return int(args[3]) if len(args) > 3 else 0
 
 
 def test_mma_plane_chunk():
@@ -1190,6 +1205,34 @@ def test_mma_plane_chunk():
     assert (wide.out_rows, wide.out_cols) == (18, 18) and cuda_launcher.mma_plane_chunk(wide, half) == 0
 
 
+def test_mma_pack_stride():
+    """The packed form's stride S and where it runs: S the least that keeps each image's reads
+    off the others' out_backprop (rows + pad_top, K - pad_top + out_rows - 1, the same across),
+    two images of S + rows <= 16 a unit, their out_backprop inside the staged window and the four
+    planes within 224 elements."""
+    def g(x_shape, filt=5, padding="SAME", pads=NO_PADS):
+        kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
+                                 padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
+        return geometry_of(kwargs)
+
+    cases = {
+        ((2, 7, 7, 3), 5, "SAME", NO_PADS): 9,      # 7 + 2 and 5 - 2 + 7 - 1: 9 + 7 = 16
+        ((2, 7, 7, 3), 3, "SAME", NO_PADS): 8,
+        ((2, 6, 6, 3), 5, "SAME", NO_PADS): 8,
+        ((2, 7, 7, 3), 5, "VALID", NO_PADS): 7,     # 3 x 3 out_backprop: 7 and 5 + 3 - 1
+        ((2, 5, 6, 3), 5, "EXPLICIT", ((4, 0), (0, 4))): 10,  # columns: 5 - 0 + 6 - 1
+        ((2, 1, 1, 3), 3, "SAME", NO_PADS): 2,
+        ((2, 8, 8, 3), 3, "SAME", NO_PADS): 0,      # S = 9: 9 + 8 > 16
+        ((2, 7, 9, 3), 5, "SAME", NO_PADS): 0,      # S = 11 across
+        ((2, 14, 14, 3), 5, "SAME", NO_PADS): 0,
+        ((2, 6, 6, 3), 5, "EXPLICIT", ((5, 0), (0, 0))): 0,  # a pad past K - 1
+    }
+    for (x_shape, filt, padding, pads), want in cases.items():
+        geometry = g(x_shape, filt, padding, pads)
+        assert cuda_launcher.mma_pack_stride(geometry) == want, (x_shape, filt, padding, pads)
+        assert (cuda_launcher.mma_form(geometry, np.float16) == cuda_launcher.MMA_FORMS.index("packed")) == (want > 0)
+
+
 def test_cuda_mma_plane_alignment(cuda_device, rng):
     """The whole-plane form takes the widest chunk out_backprop is aligned to: 16 bytes, 8 bytes
     from an allocation 8 bytes in, and staged rows (the row form) from one 2 bytes in; every
@@ -1204,7 +1247,7 @@ def test_cuda_mma_plane_alignment(cuda_device, rng):
         assert cuda_launcher.mma_plane_chunk(g, np.float16, view) == chunk
         got = to_host(cuda_call(kwargs, path="mma", out_backprop=view))
         if cuda_device is not None:
-            assert launched_plane(cuda_device) == (chunk > 0)
+            assert launched_form(cuda_device) == (1 if chunk else 0)
         assert_close(got, ref, np.float16, scale)
 
 
@@ -1227,7 +1270,8 @@ def test_mma_choice(monkeypatch):
     (MMA_CHOICE: 5x5 at multiplier 2 on maps whose units are at least 75% inside; at multiplier
     1 also staging 8 bytes or more; 3x3 at multiplier 2 on whole units with 16-byte staging;
     MMA_PLANE_CHOICE: where the whole-plane form runs (14 x 14), 5x5 and 3x3 at multiplier 2;
-    never 3x3 at multiplier 1, 7 x 7 maps, float32 or before sm_80)."""
+    MMA_PACKED_CHOICE: where the packed form runs (7 x 7), 5x5; never 3x3 at multiplier 1 but on
+    whole units, float32 or before sm_80)."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
           data_format="NCHW", dtype=np.float16):
         """The validated geometry of a SAME case (shapes only: no arrays, no reference)."""
@@ -1248,10 +1292,11 @@ def test_mma_choice(monkeypatch):
     chosen = [g(), g(dtype=ml_dtypes.bfloat16), g(multiplier=2), g(x_shape=(2, 14, 14, 8), multiplier=2),
               g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2),
               g(x_shape=(2, 14, 14, 8)),  # whole planes in 8-byte chunks (rows would take 4-byte ones)
-              g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3), multiplier=2)]  # whole planes (77% of the unit inside)
+              g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3), multiplier=2),  # whole planes (77% of the unit inside)
+              g(x_shape=(2, 7, 7, 8), multiplier=2), g(x_shape=(2, 7, 7, 8))]  # packed, 4 images a unit
     not_chosen = [g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3)),  # whole planes, but 3x3 at multiplier 1
                   g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # rows: 77% inside
-                  g(x_shape=(2, 7, 7, 8), multiplier=2),  # 19% of a unit inside
+                  g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3), multiplier=2),  # packed, but 3x3
                   g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%
                   g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 at multiplier 1
                   g(dtype=np.float32), g(data_format="NHWC"), g(strides=(2, 2))]
@@ -1265,8 +1310,11 @@ def test_mma_choice(monkeypatch):
     assert cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0]) == (7 * 7, 32, 2)
     assert cuda_launcher.mma_grid(g(x_shape=(32, 14, 14, 672))[0]) == (1, 672, 3)
     assert cuda_launcher.mma_grid(g(x_shape=(2, 14, 14, 8))[0]) == (1, 8, 1)  # one image a warp, 2 warps idle
+    # packed: four images a unit, 8 units a channel, two a warp: 9216 units over 8192
+    assert cuda_launcher.mma_grid(g(x_shape=(32, 7, 7, 1152))[0]) == (1, 1152, 1)
+    assert cuda_launcher.mma_grid(g(x_shape=(9, 7, 7, 8))[0]) == (1, 8, 1)  # 3 units (the last one image)
     assert "_mma<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
-    assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 16
+    assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 24
 
 
 def mma_non_finite_problem(rng, dtype=np.float16):
@@ -1331,7 +1379,7 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
                                    "if (y >= in_rows - 1 || x >= in_cols) continue;"),
     "mma-never-checks-non-finite": ("if (__any_sync(0xffffffffu, probe != 0.0f))", "if (__any_sync(0xffffffffu, 0))"),
     "mma-checked-sums-ignore-the-top-edge": (
-        "if (static_cast<unsigned>(y0 + i + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;", ""),
+        "if (static_cast<unsigned>(y_in + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;", ""),
     "mma-staging-ignores-the-left-edge": ("const bool col_in = static_cast<unsigned>(a0 + col) < static_cast<unsigned>(out_cols);",
                                           "const bool col_in = a0 + col < out_cols;"),
     "mma-staging-drops-the-last-row": ("if (CHUNKS % 32 == 0 || row < ROWS) *reinterpret_cast<Raw*>",
@@ -1367,7 +1415,7 @@ def test_cuda_mma_plane_non_finite_values(cuda_device, rng, monkeypatch):
         assert cuda_launcher.mma_plane_chunk(g, np.float16) in (4, 8) and cuda_launcher.mma_grid(g)[2] == 1
         got = to_host(cuda_call(kwargs, path="mma"))
         if cuda_device is not None:
-            assert launched_plane(cuda_device)
+            assert launched_form(cuda_device) == 1
         assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
         assert_same_non_finite(got, want, np.float16)
 
@@ -1410,6 +1458,79 @@ def test_planted_mma_plane_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
             assert_same_non_finite(one, reference, np.float16)
 
     cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA_PLANE[bug], run, check, 5, tmp_path,
+                                        monkeypatch)
+
+
+def mma_packed_problem(rng, dtype=np.float16):
+    """[(kwargs, reference result)] for the packed form: 5x5 multiplier 2 on 7 images of 7 x 7 (a
+    unit of four and one of three) with an Inf in out_backprop, a NaN filter tap that lands on
+    the padding and an Inf one; 3x3 on 18 images of 5 x 7 (five units a channel, the last two
+    images; with a warp target of 2, as the tests set, a warp takes two)."""
+    problems = []
+    for x_shape, filt, multiplier in (((7, 7, 7, 3), 5, 2), ((18, 5, 7, 2), 3, 1)):
+        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=multiplier, padding="SAME",
+                                 data_format="NCHW", dtype=dtype)
+        dy = kwargs["out_backprop"].copy()
+        dy[5, 1, 3, 2] = np.inf
+        w = kwargs["filter"].copy()
+        w[0, filt - 1, 1, 0] = np.nan
+        w[filt // 2, 0, 0, 0] = np.inf
+        kwargs.update(out_backprop=dy, filter=w)
+        problems.append((kwargs, gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")))
+    return problems
+
+
+def test_cuda_mma_packed_non_finite_values(cuda_device, rng, monkeypatch):
+    """mma_packed_problem through the packed form: every element as the NumPy backend has it."""
+    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
+    for kwargs, want in mma_packed_problem(rng):
+        g = geometry_of(kwargs)
+        assert cuda_launcher.mma_form(g, np.float16) == cuda_launcher.MMA_FORMS.index("packed")
+        got = to_host(cuda_call(kwargs, path="mma"))
+        if cuda_device is not None:
+            assert launched_form(cuda_device) == 2
+        assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
+        assert_same_non_finite(got, want, np.float16)
+
+
+#: Bugs planted in the packed form, each caught by mma_packed_problem.  Not among them: staging
+#: the images past the batch from memory instead of as zeros.  Only those images' results, which
+#: are not stored, read them (or, if not finite, they send the unit through the checked sums), so
+#: the values stay right; the reads past out_backprop are what is wrong, and the host model does
+#: not refuse reads that land in an allocation's guard bytes: compute-sanitizer's memcheck on a GPU
+#: (scripts/device-session.sh runs the mma tests under it) is the check for that.
+PLANTED_MMA_PACKED = {
+    "mma-packed-images-side-by-side-only": ("((p / 2) * pack_stride + row - o_row0) * kRowPitch", "(row - o_row0) * kRowPitch"),
+    "mma-packed-image-stride-ignored": ("source[i] = inside ? p * image_stride + within : kPackNone;",
+                                        "source[i] = inside ? within : kPackNone;"),
+    "mma-packed-rows-split-at-the-wrong-width": ("col = within - row * out_cols;", "col = within - row * (out_cols - 1);"),
+    "mma-packed-results-of-the-gap-stored": ("pack_result[j][v] = y < in_rows && x < in_cols ?",
+                                             "pack_result[j][v] = y < in_rows + 1 && x < in_cols ?"),
+    "mma-packed-results-in-the-first-image": ("(2 * pr + pc) * in_image_stride + y * in_cols + x : -1;",
+                                              "y * in_cols + x : -1;"),
+    "mma-packed-a-warps-next-unit-skips-an-image": ("kWarps * IMAGES;\n", "kWarps * IMAGES + 1;\n"),
+    "mma-packed-checked-sums-in-unit-coordinates": (
+        "const int y_in = PACKED ? i - (i >= pack_stride ? pack_stride : 0) : y0 + i;", "const int y_in = y0 + i;"),
+    "mma-packed-quotient-truncated-low": ("return static_cast<int>((static_cast<float>(e) + 0.5f) * inv);",
+                                          "return static_cast<int>((static_cast<float>(e) - 0.5f) * inv);"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_MMA_PACKED))
+def test_planted_mma_packed_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    """Each bug planted in the packed form makes mma_packed_problem's result differ from the
+    NumPy backend (or the launch fail on an access outside an array); the real source passes."""
+    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
+
+    def run():
+        problems = mma_packed_problem(np.random.default_rng(7))
+        return [to_host(cuda_call(kwargs, path="mma")) for kwargs, _ in problems], [want for _, want in problems]
+
+    def check(got, want):
+        for one, reference in zip(got, want):
+            assert_same_non_finite(one, reference, np.float16)
+
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA_PACKED[bug], run, check, 5, tmp_path,
                                         monkeypatch)
 
 

@@ -1252,7 +1252,7 @@ def test_mma_plane_paths_and_prediction():
     unit makes 2 loads a slice (49 chunks: lanes 0 - 16 take two) and the same HMMAs as the row
     form, for fewer instructions than the row form's 4-byte staging of 20 rows; EfficientNet's
     14 x 14 5x5 multiplier 2 layer predicts with it (the launcher's form), its L2 bytes the plane
-    per slice and unit."""
+    per slice and unit.  The packed form likewise for the 7 x 7 layer."""
     if not HAS_TOOLS:
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
     import numpy as np
@@ -1260,10 +1260,10 @@ def test_mma_plane_paths_and_prediction():
     from gradops.bench import static_tiled as st
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-    rows_form, plane_form = dw._mma_expression(np.float16, 5, 2), dw._mma_expression(np.float16, 5, 2, True)
+    rows_form, plane_form, packed_form = (dw._mma_expression(np.float16, 5, 2, form) for form in range(3))
     kernels = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
-                                                              only=[rows_form, plane_form])}
-    assert st.mma_is_plane(plane_form) and not st.mma_is_plane(rows_form)
+                                                              only=[rows_form, plane_form, packed_form])}
+    assert [st.mma_form_of(e) for e in (rows_form, plane_form, packed_form)] == [0, 1, 2]
     plane = st.mma_paths(kernels[plane_form], 4, True, 14 * 14)
     rows = st.mma_paths(kernels[rows_form], 2, True)
     assert plane["unit_counts"]["LDG.64"] == 4 == st.mma_unit_loads(plane_form, 4, 196) and plane["loads"] == 4
@@ -1284,6 +1284,20 @@ def test_mma_plane_paths_and_prediction():
     assert got["l2_bytes"] == units * 2 * 196 * 2 + math.prod(g.input_shape) * 2
     with pytest.raises(ValueError, match="not the launcher's form"):
         st.predict_depthwise_mma(case, "float16", sr.DEVICES[0], kernels[rows_form], g)
+
+    # the packed form: four 7 x 7 images a unit, element staging (7 loads a slice for the busiest
+    # lane: 196 elements) and 8 element stores; EfficientNet's 7 x 7 5x5 layer predicts with it
+    packed = st.mma_paths(kernels[packed_form], 1, False, 4 * 49)
+    assert packed["unit_counts"]["LDG.16"] == 14 == st.mma_unit_loads(packed_form, 1, 196)
+    assert packed["unit_counts"]["STG.16"] == 8 and packed["unit_counts"]["HMMA"] == 40
+    case = next(c for c in sr.suite("efficientnet") if c.op == DEPTHWISE_INPUT and c.label.startswith("dw5x5-6 ")
+                and c.label.endswith("m2 NCHW"))
+    g = case.geometry()
+    assert dw.mma_pack_stride(g) == 9 and dw.pick_path(g, np.float16, arch=90) == "mma"
+    got = st.predict_depthwise_mma(case, "float16", sr.DEVICES[0], kernels[packed_form], g)
+    units = g.batch // 4 * g.in_depth
+    assert got["kernel"] == packed_form and got["tiled"]["units"] == units and got["tiled"]["form"] == 2
+    assert got["l2_bytes"] == units * 2 * 196 * 2 + math.prod(g.input_shape) * 2
 
 
 def test_cells_prediction_finds_the_max_kernels_loops():

@@ -162,12 +162,14 @@ ASSUMPTIONS = [
     "staging loads of the launcher's chunk and its result stores (pairs where in_cols is even), and every warp of the "
     "grid the fixed path (band fragments: the whole kernel's cheapest path with one unit, less the unit path); "
     "the whole-plane form (one unit a plane, the launcher's where mma_plane_chunk holds: 14 x 14 planes at SAME "
-    "padding) stages the plane in chunks of 8 or 4 elements, the busiest lane's ceil(chunks / 32) loads a slice; "
+    "padding) stages the plane in chunks of 8 or 4 elements, the busiest lane's ceil(chunks / 32) loads a slice, "
+    "and the packed form (four images a unit, where mma_pack_stride holds: 7 x 7) the four planes' elements one a "
+    "load, ceil(elements / 32) a slice, and stores 8 elements a lane (units: ceil(batch / 4) per channel); "
     "SASS/elem = 32 x (units x unit path + warps x fixed path) / the shape's elements (positions a unit computes "
     "outside the image included). Tensor pipe: one HMMA.16816 (m16n8k16, float sums) per 2 clocks per SM and an "
     "HMMA.1688 half of that (ASSUMED: A100's datasheet rate, taken for H100's mma.sync too). DRAM: compulsory "
     "bytes; L2: each unit's staged rows (16 + K - 1 rows x 32 columns per multiplier slice; the whole-plane form: "
-    "the plane) and its results; "
+    "the plane; the packed form: its four planes) and its results; "
     "latency: waves of resident CTAs x one DRAM round trip per unit a warp takes in turn x 600 ns.",
     "Fractional average pooling gradient, staged tile kernel (gradops.bench.static_tiled): the launch and tile "
     "shape are the launcher's own plan() for the shape and dtype (16-byte vectors of channels where the depth "
@@ -770,6 +772,8 @@ def _tiled_reference_paths(kernel) -> dict:
 #: The whole-plane tensor-core kernel's reference plane in the kernel table: 14 x 14 (EfficientNet's
 #: 5x5 layers at 14 x 14, MobileNetV2's 3x3 ones), 8-byte chunks of 4 halves.
 MMA_PLANE_REFERENCE = (14, 14, 4)
+#: The packed form's: four 7 x 7 images (MobileNetV2's and EfficientNet's last layers), SAME.
+MMA_PACKED_REFERENCE = (7, 7)
 
 
 def _mma_reference_paths(kernel) -> dict:
@@ -780,18 +784,25 @@ def _mma_reference_paths(kernel) -> dict:
     from . import static_tiled as st
 
     k, m = st.mma_template(kernel.expression)
-    if st.mma_is_plane(kernel.expression):
+    form = st.mma_form_of(kernel.expression)
+    if form == 1:
         rows, cols, vec = MMA_PLANE_REFERENCE
         paths = st.mma_paths(kernel, vec, True, rows * cols)
         positions = rows * cols
         what = f"one lane's unit of a {rows} x {cols} plane (multiplier {m}), {2 * vec}-byte whole-plane " \
                f"staging, pair stores; / {positions} positions"
+    elif form == 2:
+        rows, cols = MMA_PACKED_REFERENCE
+        vec, positions = 1, 4 * rows * cols
+        paths = st.mma_paths(kernel, vec, False, positions)
+        what = f"one lane's unit of four {rows} x {cols} images (multiplier {m}), packed, element staging and " \
+               f"stores; / {positions} positions"
     else:
         vec, positions = 8, 256
         paths = st.mma_paths(kernel, vec, True)
         what = f"one lane's unit of 16 x 16 positions (multiplier {m}), 16-byte staging, pair stores; " \
                f"/ 8 positions per lane"
-    loads = paths["loads"] * 2 * vec + paths["stores"] * 4
+    loads = paths["loads"] * 2 * vec + paths["stores"] * (4 if form < 2 else 2)
     return {"work": f"{what} (chosen per shape: MMA_CHOICE)",
             "per_element": paths["unit"] * 32 / positions, "thread_instructions": paths["unit"],
             "path": _path_summary(paths["unit_counts"]), "call_sites": _kernel_call_sites(kernel.cfg),
@@ -979,7 +990,7 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str):
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
         path = dw.pick_path(geometry, dtype, arch=int(arch.removeprefix("sm_")))  # what the launcher runs
         if path == "mma":
-            return kernels[(arch, dw.mma_expression(geometry, dtype, dw.mma_plane_chunk(geometry, dtype) > 0))]
+            return kernels[(arch, dw.mma_expression(geometry, dtype))]
         if path == "tiled":
             return kernels[(arch, dw.tiled_expression(geometry, dtype))]
         return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]

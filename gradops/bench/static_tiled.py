@@ -1010,10 +1010,11 @@ def mma_template(expression: str) -> tuple[int, int]:
     return int(args[1]), int(args[2])
 
 
-def mma_is_plane(expression: str) -> bool:
-    """Whether a tensor-core input-gradient expression is the whole-plane form (PLANE true)."""
+def mma_form_of(expression: str) -> int:
+    """The FORM of a tensor-core input-gradient expression (an index of the launcher's MMA_FORMS:
+    0 rows, 1 whole planes, 2 packed images)."""
     args = template_args(expression)
-    return len(args) > 3 and args[3] == "true"
+    return int(args[3]) if len(args) > 3 else 0
 
 
 def _mma_kinds(vec: int, pairs: bool) -> tuple[str, str, int]:
@@ -1023,10 +1024,11 @@ def _mma_kinds(vec: int, pairs: bool) -> tuple[str, str, int]:
 
 def mma_unit_loads(expression: str, vec: int, plane_elements: int = 0) -> int:
     """Staging loads of the busiest lane per unit, per multiplier slice: dwmma::stage_rows, ROWS
-    rows x 32 columns in chunks of ``vec`` elements dealt to 32 lanes; the whole-plane form
-    (dwmma::stage_plane), ``plane_elements`` / ``vec`` chunks dealt to 32 lanes."""
+    rows x 32 columns in chunks of ``vec`` elements dealt to 32 lanes; the whole-plane and packed
+    forms (dwmma::stage_plane, stage_packed), the ``plane_elements`` they stage a slice (one plane;
+    four) in chunks of ``vec`` (packed: 1) dealt to 32 lanes."""
     k, m = mma_template(expression)
-    if mma_is_plane(expression):
+    if mma_form_of(expression):
         if plane_elements <= 0 or plane_elements % vec:
             raise ValueError(f"{expression}: a plane of {plane_elements} elements in chunks of {vec}")
         return -(-plane_elements // vec // 32) * m
@@ -1096,20 +1098,23 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
     dtype = DTYPES[dtype_name]
     width = dtype.itemsize
-    plane = dw.mma_plane_chunk(g, dtype)
-    if (plane > 0) != mma_is_plane(kernel.expression):
+    form = dw.mma_form(g, dtype)
+    if form != mma_form_of(kernel.expression):
         raise ValueError(f"{kernel.expression}: not the launcher's form for {g}")
-    vec = plane or dw.mma_chunk(g, dtype)
-    plane_elements = g.out_rows * g.out_cols if plane else 0
-    pairs = g.in_cols % 2 == 0
+    packed = dw.MMA_FORMS[form] == "packed"
+    images = dw.MMA_PACK_IMAGES if packed else 1  # a unit's
+    vec = 1 if packed else dw.mma_plane_chunk(g, dtype) or dw.mma_chunk(g, dtype)
+    plane_elements = images * g.out_rows * g.out_cols if form else 0
+    pairs = g.in_cols % 2 == 0 and not packed
     paths = mma_paths(kernel, vec, pairs, plane_elements)
     k, m = mma_template(kernel.expression)
     grid = dw.mma_grid(g)
     ctas = math.prod(grid)
     warps = ctas * dw.MMA_WARPS
     down, across = dw.mma_units(g)
-    units = g.batch * down * across * g.in_depth
-    units_per_warp = -(-g.batch // (grid[2] * dw.MMA_WARPS))
+    groups = -(-g.batch // images)
+    units = groups * down * across * g.in_depth
+    units_per_warp = -(-groups // (grid[2] * dw.MMA_WARPS))
     elements = math.prod(g.input_shape)
     per_element = 32 * (paths["unit"] * units + paths["fixed"] * warps) / elements
     pipes = (Counter(classes_per_element(paths["unit_counts"], 32 * units / elements))
@@ -1126,7 +1131,7 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
             "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
             "tiled": {"ctas": ctas, "threads_per_cta": 32 * dw.MMA_WARPS, "units": units,
                       "units_per_warp": units_per_warp, "load_bytes": vec * width,
-                      "store_bytes": 4 if pairs else 2, "unit_thread_instructions": paths["unit"],
+                      "store_bytes": 4 if pairs else 2, "unit_thread_instructions": paths["unit"], "form": form,
                       "fixed_thread_instructions": paths["fixed"], "hmma_per_unit": paths["hmma"],
                       "tensor_per_unit": paths["tensor"],
                       "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}

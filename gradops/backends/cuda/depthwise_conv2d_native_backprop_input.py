@@ -14,9 +14,11 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
 * ``mma``: tensor cores on compute capability 8.0+, NCHW float16 / bfloat16, 3x3 / 5x5 filters
   at stride 1, multipliers 1 and 2 (:func:`mma_possible`); a warp computes 16 x 16 positions of
   one plane as mma.sync products of staged out_backprop rows with the filter's banded matrices
-  (float sums), recomputing a unit on the CUDA cores where an Inf or NaN met the band's zeros.
-  The launcher picks it where the static model predicts it faster than ``tiled``
-  (:data:`MMA_CHOICE`, :func:`mma_chosen`).
+  (float sums), recomputing a unit on the CUDA cores where an Inf or NaN met the band's zeros;
+  its forms (:func:`mma_form`) stage a unit by rows, a 14 x 14 or 16 x 16 plane whole, or four
+  7 x 7 images packed into one unit.  The launcher picks it where the static model predicts it
+  faster than ``tiled`` (:data:`MMA_CHOICE`, :data:`MMA_PLANE_CHOICE`,
+  :data:`MMA_PACKED_CHOICE`, :func:`mma_chosen`).
 * ``planes``: NCHW, 3x3 / 5x5 filters at strides 1x1 and 2x2 and dilation 1, any multiplier
   (:func:`planes_possible`): a CTA of 256 threads owns several consecutive channel planes of
   one image and a band of rows across the whole width, stages their out_backprop rows (one
@@ -138,6 +140,11 @@ MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (1.0, 8)}
 #: 59.5 -> 75.7 and 88.0% of HBM; 2: 50.3 -> 96.5 and 54.0 -> 100) and at 3x3 multiplier 2
 #: (82.6 -> 100), and not at 3x3 multiplier 1 (100 -> 86.5 and 100).
 MMA_PLANE_CHOICE = frozenset({(5, 1), (5, 2), (3, 2)})
+#: The same for the packed form (:func:`mma_pack_stride`: four 7 x 7 images a unit), from the same
+#: model: ahead of the tiled kernel on the 7 x 7 5x5 layer (H100 multiplier 1: 45.4 -> 47.9% of
+#: HBM, 2: 36.3 -> 56.4; A100 50.6 -> 55.5, 40.4 -> 68.3), behind it at 3x3 (73.7 -> 34.6 and
+#: 61.4 -> 43.5 on H100: 9 or 18 products a position do not pay for the unit's fixed costs).
+MMA_PACKED_CHOICE = frozenset({(5, 1), (5, 2)})
 #: Units a warp takes at most (it builds its filter fragments once for all of them), and the
 #: warps a launch aims for before it gives a warp more than one unit (enough to fill any GPU's
 #: SMs several times; the choice depends on the geometry only, never on the GPU).
@@ -203,8 +210,8 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
         names += [_planes_expression(dtype, k, s) for k in PLANES_FILTERS for s in PLANES_STRIDES]
     names += _layout.expressions()  # the transpose path's
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
-        names += [_mma_expression(dtype, k, m, plane) for dtype in MMA_DTYPES for k in MMA_FILTERS
-                  for m in MMA_MULTIPLIERS for plane in (False, True)]
+        names += [_mma_expression(dtype, k, m, form) for dtype in MMA_DTYPES for k in MMA_FILTERS
+                  for m in MMA_MULTIPLIERS for form in range(len(MMA_FORMS))]
     return {SOURCE: names}
 
 
@@ -213,9 +220,9 @@ def _planes_expression(dtype, filter_size: int, stride: int) -> str:
     return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}, {stride}>"
 
 
-def _mma_expression(dtype, filter_size: int, multiplier: int, plane: bool = False) -> str:
+def _mma_expression(dtype, filter_size: int, multiplier: int, form: int = 0) -> str:
     element, _ = _build.c_types(dtype)
-    return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}{', true' if plane else ''}>"
+    return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}{f', {form}' if form else ''}>"
 
 
 def specialisation(g: Conv2DGeometry) -> tuple[int, int, int, int]:
@@ -480,7 +487,10 @@ def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
     if not (MMA_BY_DEFAULT and mma_possible(g, dtype)):
         return False
     key = (g.filter_rows, g.depth_multiplier)
-    if mma_plane_chunk(g, dtype):
+    if mma_pack_stride(g):
+        if key not in MMA_PACKED_CHOICE:
+            return False
+    elif mma_plane_chunk(g, dtype):
         if key not in MMA_PLANE_CHOICE:
             return False
     else:
@@ -490,10 +500,25 @@ def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
     return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
 
 
-def mma_expression(g: Conv2DGeometry, dtype, plane: bool = False) -> str:
-    """The name expression of the tensor-core instantiation for ``g`` (the whole-plane form where
-    ``plane``: :func:`mma_plane_chunk` of the call's out_backprop)."""
-    return _mma_expression(dtype, g.filter_rows, g.depth_multiplier, plane)
+def mma_expression(g: Conv2DGeometry, dtype, out_backprop=None) -> str:
+    """The name expression of the tensor-core instantiation for ``g`` (its :func:`mma_form` for
+    the call's out_backprop; None: an aligned one)."""
+    return _mma_expression(dtype, g.filter_rows, g.depth_multiplier, mma_form(g, dtype, out_backprop))
+
+
+#: The tensor-core kernel's forms (its FORM template argument is the index): units staged by rows
+#: (``chunk``), whole planes (:func:`mma_plane_chunk`), four images packed a unit
+#: (:func:`mma_pack_stride`).
+MMA_FORMS = ("rows", "plane", "packed")
+
+
+def mma_form(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
+    """The form the tensor-core kernel takes for ``g`` (an index of :data:`MMA_FORMS`): packed
+    where :func:`mma_pack_stride` allows, else whole planes where :func:`mma_plane_chunk` does
+    (for the call's out_backprop; None: an aligned one), else rows."""
+    if mma_pack_stride(g):
+        return MMA_FORMS.index("packed")
+    return MMA_FORMS.index("plane") if mma_plane_chunk(g, dtype, out_backprop) else MMA_FORMS.index("rows")
 
 
 def mma_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
@@ -532,14 +557,45 @@ def mma_plane_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
     return 0
 
 
+#: Images a unit of the packed form holds (2 x 2) and the elements a lane stages of them at most
+#: (``dwmma::kPackSteps`` x 32 for all four planes).
+MMA_PACK_IMAGES = 4
+MMA_PACK_MAX_ELEMENTS = 7 * 32
+
+
+def mma_pack_stride(g: Conv2DGeometry) -> int:
+    """The packed form's stride S (``pack_stride``): four images a unit, image p at unit row
+    (p // 2) S and column (p % 2) S, where S keeps each image's reads of the staged tile off the
+    others' out_backprop: S >= rows + pad_top (the last row's reads end before the next image's
+    first out_backprop row) and S >= K - pad_top + out_rows - 1 (the next image's reads begin after
+    this one's last), the same for columns; 0 where the images do not fit a unit (S + rows <= 16),
+    their out_backprop does not fit the staged window (pads past K - 1, S + out_rows - pad_top >
+    16, columns past the 32 staged), the four planes have more than :data:`MMA_PACK_MAX_ELEMENTS`
+    elements or four images' offsets pass 32 bits."""
+    k = g.filter_rows
+    if g.pad_top > k - 1 or g.pad_left > k - 1:
+        return 0
+    stride = max(g.in_rows + g.pad_top, k - g.pad_top + g.out_rows - 1,
+                 g.in_cols + g.pad_left, k - g.pad_left + g.out_cols - 1)
+    a0 = g.pad_left - (k - 1) - (g.pad_left - (k - 1)) % 8
+    out_depth = g.in_depth * g.depth_multiplier
+    if (stride + max(g.in_rows, g.in_cols) > MMA_UNIT or stride + g.out_rows - g.pad_top > MMA_UNIT
+            or stride + g.out_cols - 1 - a0 >= MMA_STAGED_COLS
+            or MMA_PACK_IMAGES * g.out_rows * g.out_cols > MMA_PACK_MAX_ELEMENTS
+            or MMA_PACK_IMAGES * max(out_depth * g.out_rows * g.out_cols, g.in_depth * g.in_rows * g.in_cols) > INT32_MAX):
+        return 0
+    return stride
+
+
 def mma_grid(g: Conv2DGeometry) -> tuple[int, int, int]:
-    """The tensor-core kernel's grid: (unit positions in a plane, in_depth, image groups); a warp
-    takes up to :data:`MMA_UNITS_PER_WARP` images where the launch has more than
-    :data:`MMA_TARGET_WARPS` units."""
+    """The tensor-core kernel's grid: (unit positions in a plane, in_depth, image groups); a unit
+    takes one image (the packed form: :data:`MMA_PACK_IMAGES`), a warp up to
+    :data:`MMA_UNITS_PER_WARP` units where the launch has more than :data:`MMA_TARGET_WARPS`."""
     down, across = mma_units(g)
-    units = g.batch * down * across * g.in_depth
+    groups = -(-g.batch // (MMA_PACK_IMAGES if mma_pack_stride(g) else 1))  # units down a plane's images
+    units = groups * down * across * g.in_depth
     per_warp = max(1, min(MMA_UNITS_PER_WARP, -(-units // MMA_TARGET_WARPS)))
-    return down * across, g.in_depth, -(-g.batch // (MMA_WARPS * per_warp))
+    return down * across, g.in_depth, -(-groups // (MMA_WARPS * per_warp))
 
 
 def planes_item_cols(g: Conv2DGeometry) -> int:
@@ -777,12 +833,12 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         return in_backprop
     if path == "mma":
         i32 = _runtime.i32
-        plane_chunk = mma_plane_chunk(g, dtype, out_backprop)
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
                 *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
                                    mma_units(g)[1], g.batch, mma_chunk(g, dtype, out_backprop),
-                                   1 if g.in_cols % 2 == 0 else 0, plane_chunk)))
-        fn = _runtime.kernel(SOURCE, mma_expression(g, dtype, plane_chunk > 0))
+                                   1 if g.in_cols % 2 == 0 else 0, mma_plane_chunk(g, dtype, out_backprop),
+                                   mma_pack_stride(g))))
+        fn = _runtime.kernel(SOURCE, mma_expression(g, dtype, out_backprop))
         fn(mma_grid(g), (MMA_WARPS * 32,), args)
         return in_backprop
     if path == "planes":
