@@ -1746,8 +1746,18 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
                                        to_acc<float>(filter[((r * K + s) * in_depth + c) * M + q]);
                             }
                         }
-                    acc[j][v] = sum;
+                    if constexpr (PACKED) {
+                        // stored from here: acc[j][v] = sum (a variable index) made ptxas keep the
+                        // packed form's accumulators in local memory on every path
+                        const int at = (2 * (i >= pack_stride) + (x >= pack_stride)) * in_image_stride +
+                                       y_in * in_cols + x_in;
+                        if (y_in < in_rows && x_in < in_cols && at < images * in_image_stride)
+                            in_backprop[(n * in_depth + c) * in_rows * in_cols + at] = from_acc<T>(sum);
+                    } else {
+                        acc[j][v] = sum;
+                    }
                 }
+            if constexpr (PACKED) continue;  // the unit's results are stored
         }
 
         T* const plane = in_backprop + (n * in_depth + c) * in_rows * in_cols;
