@@ -480,18 +480,16 @@ def mma_possible(g: Conv2DGeometry, dtype) -> bool:
 
 def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
     """Whether the launcher picks the tensor-core kernel by itself: :data:`MMA_BY_DEFAULT`,
-    :func:`mma_possible`, where the whole-plane form runs the filter size and multiplier in
-    :data:`MMA_PLANE_CHOICE`, elsewhere the fill and staging chunk :data:`MMA_CHOICE` asks of
+    :func:`mma_possible`, where the whole-plane or packed form runs (:func:`mma_form`) the filter
+    size and multiplier in :data:`MMA_PLANE_CHOICE` / :data:`MMA_PACKED_CHOICE`, elsewhere the fill and staging chunk :data:`MMA_CHOICE` asks of
     them (for aligned arrays: the choice depends on the geometry only), and a GPU with mma.sync
     (compute capability ``arch``; None: the current device's)."""
     if not (MMA_BY_DEFAULT and mma_possible(g, dtype)):
         return False
     key = (g.filter_rows, g.depth_multiplier)
-    if mma_pack_stride(g):
-        if key not in MMA_PACKED_CHOICE:
-            return False
-    elif mma_plane_chunk(g, dtype):
-        if key not in MMA_PLANE_CHOICE:
+    form = MMA_FORMS[mma_form(g, dtype)]
+    if form != "rows":
+        if key not in (MMA_PACKED_CHOICE if form == "packed" else MMA_PLANE_CHOICE):
             return False
     else:
         least = MMA_CHOICE.get(key)
@@ -535,6 +533,14 @@ MMA_PLANE_MAX_CHUNKS = 64
 MMA_STAGED_COLS = 32
 
 
+def mma_window_col0(g: Conv2DGeometry) -> int:
+    """The first out_backprop column of the staged window of a unit at column 0 (the kernel's
+    ``a0``): pad_left - (K - 1), less the shift that makes it a multiple of 8 (16-byte aligned
+    ldmatrix rows)."""
+    first = g.pad_left - (g.filter_cols - 1)
+    return first - first % 8
+
+
 def mma_plane_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
     """The tensor-core kernel's whole-plane staging (``plane_chunk``): elements per load (8 or 4,
     the widest that divides a plane and to which out_backprop is aligned) where one unit covers
@@ -544,7 +550,7 @@ def mma_plane_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
     plane has at most :data:`MMA_PLANE_MAX_CHUNKS` chunks; else 0 (rows staged, :func:`mma_chunk`)."""
     k = g.filter_rows
     o_row0 = g.pad_top - (k - 1)
-    a0 = g.pad_left - (k - 1) - (g.pad_left - (k - 1)) % 8
+    a0 = mma_window_col0(g)
     if (mma_units(g) != (1, 1) or o_row0 > 0 or g.out_rows - o_row0 > MMA_UNIT + k - 1 or a0 > 0
             or g.out_cols - a0 > MMA_STAGED_COLS or g.out_cols % 2):
         return 0
@@ -577,7 +583,7 @@ def mma_pack_stride(g: Conv2DGeometry) -> int:
         return 0
     stride = max(g.in_rows + g.pad_top, k - g.pad_top + g.out_rows - 1,
                  g.in_cols + g.pad_left, k - g.pad_left + g.out_cols - 1)
-    a0 = g.pad_left - (k - 1) - (g.pad_left - (k - 1)) % 8
+    a0 = mma_window_col0(g)
     out_depth = g.in_depth * g.depth_multiplier
     if (stride + max(g.in_rows, g.in_cols) > MMA_UNIT or stride + g.out_rows - g.pad_top > MMA_UNIT
             or stride + g.out_cols - 1 - a0 >= MMA_STAGED_COLS
