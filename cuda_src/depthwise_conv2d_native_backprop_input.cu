@@ -1545,6 +1545,15 @@ __device__ __forceinline__ void pack_offsets(int (&tile_offset)[kPackSteps], int
     }
 }
 
+// The offset of unit position (row, col) from the unit's first image's in_backprop plane: it lies
+// in image 2 (row >= S) + (col >= S) of the unit's; -1 in the gap between images or past them.
+__device__ __forceinline__ int packed_result_offset(int row, int col, int pack_stride, int in_rows, int in_cols,
+                                                    int in_image_stride) {
+    const int pr = row >= pack_stride, pc = col >= pack_stride;
+    const int y = row - pr * pack_stride, x = col - pc * pack_stride;
+    return y < in_rows && x < in_cols ? (2 * pr + pc) * in_image_stride + y * in_cols + x : -1;
+}
+
 // One slice of the unit's four planes into ``tile`` (its element 0): ``planes`` is the first
 // image's plane; an element of an image past the batch (its source at or past ``limit``) is
 // staged as zero, one past the planes into an unread column.  Every load before the stores.
@@ -1646,20 +1655,16 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
     int plane_offset[kPlaneSteps][kPlanePairs] = {};
     int pack_tile[kPackSteps] = {}, pack_source[kPackSteps] = {};
     // The packed form's result places: accumulator (j, v) of a lane is unit row g + 8 (v / 2),
-    // column 8 j + 2 t + v % 2: image 2 (row >= S) + (column >= S) of the unit's, its offset from
-    // the unit's first image's plane; -1 in the gap between images and past them.
+    // column 8 j + 2 t + v % 2.
     int pack_result[2][4] = {};
     if constexpr (PACKED) {
         pack_offsets(pack_tile, pack_source, lane, out_rows, out_cols, o_row0, a0, pack_stride, image_stride);
 #pragma unroll
         for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int v = 0; v < 4; ++v) {
-                const int row = g + 8 * (v / 2), col = 8 * j + 2 * t + v % 2;
-                const int pr = row >= pack_stride, pc = col >= pack_stride;
-                const int y = row - pr * pack_stride, x = col - pc * pack_stride;
-                pack_result[j][v] = y < in_rows && x < in_cols ? (2 * pr + pc) * in_image_stride + y * in_cols + x : -1;
-            }
+            for (int v = 0; v < 4; ++v)
+                pack_result[j][v] = packed_result_offset(g + 8 * (v / 2), 8 * j + 2 * t + v % 2, pack_stride, in_rows,
+                                                         in_cols, in_image_stride);
     }
     if constexpr (PLANE || PACKED) {
         if constexpr (PLANE) {
@@ -1749,9 +1754,8 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
                     if constexpr (PACKED) {
                         // stored from here: acc[j][v] = sum (a variable index) made ptxas keep the
                         // packed form's accumulators in local memory on every path
-                        const int at = (2 * (i >= pack_stride) + (x >= pack_stride)) * in_image_stride +
-                                       y_in * in_cols + x_in;
-                        if (y_in < in_rows && x_in < in_cols && at < images * in_image_stride)
+                        const int at = packed_result_offset(i, x, pack_stride, in_rows, in_cols, in_image_stride);
+                        if (static_cast<unsigned>(at) < static_cast<unsigned>(images * in_image_stride))
                             in_backprop[(n * in_depth + c) * in_rows * in_cols + at] = from_acc<T>(sum);
                     } else {
                         acc[j][v] = sum;
