@@ -1406,20 +1406,6 @@ def mma_plane_problem(rng, dtype=np.float16):
     return problems
 
 
-def test_cuda_mma_plane_non_finite_values(cuda_device, rng, monkeypatch):
-    """mma_plane_problem through the whole-plane form: every element as the NumPy backend has it
-    (an Inf's unit recomputed by the checked sums), and the form is the one launched."""
-    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
-    for kwargs, want in mma_plane_problem(rng):
-        g = geometry_of(kwargs)
-        assert cuda_launcher.mma_plane_chunk(g, np.float16) in (4, 8) and cuda_launcher.mma_grid(g)[2] == 1
-        got = to_host(cuda_call(kwargs, path="mma"))
-        if cuda_device is not None:
-            assert launched_form(cuda_device) == 1
-        assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
-        assert_same_non_finite(got, want, np.float16)
-
-
 #: Bugs planted in the whole-plane form, each caught by mma_plane_problem.  The zeros outside the
 #: plane are written once a warp; on the host a bug that never writes them is not caught (its
 #: shared memory is a static, zero before the first block and given nothing but zeros outside the
@@ -1442,25 +1428,6 @@ PLANTED_MMA_PLANE = {
 }
 
 
-@pytest.mark.parametrize("bug", sorted(PLANTED_MMA_PLANE))
-def test_planted_mma_plane_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
-    """Each bug planted in the whole-plane form makes mma_plane_problem's result differ from the
-    NumPy backend (or the launch fail on an access outside an array); the real source passes."""
-    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
-
-    def run():
-        problems = mma_plane_problem(np.random.default_rng(5))
-        got = [to_host(cuda_call(kwargs, path="mma")) for kwargs, _ in problems]
-        return got, [want for _, want in problems]
-
-    def check(got, want):
-        for one, reference in zip(got, want):
-            assert_same_non_finite(one, reference, np.float16)
-
-    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA_PLANE[bug], run, check, 5, tmp_path,
-                                        monkeypatch)
-
-
 def mma_packed_problem(rng, dtype=np.float16):
     """[(kwargs, reference result)] for the packed form: 5x5 multiplier 2 on 7 images of 7 x 7 (a
     unit of four and one of three) with an Inf in out_backprop, a NaN filter tap that lands on
@@ -1478,19 +1445,6 @@ def mma_packed_problem(rng, dtype=np.float16):
         kwargs.update(out_backprop=dy, filter=w)
         problems.append((kwargs, gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")))
     return problems
-
-
-def test_cuda_mma_packed_non_finite_values(cuda_device, rng, monkeypatch):
-    """mma_packed_problem through the packed form: every element as the NumPy backend has it."""
-    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
-    for kwargs, want in mma_packed_problem(rng):
-        g = geometry_of(kwargs)
-        assert cuda_launcher.mma_form(g, np.float16) == cuda_launcher.MMA_FORMS.index("packed")
-        got = to_host(cuda_call(kwargs, path="mma"))
-        if cuda_device is not None:
-            assert launched_form(cuda_device) == 2
-        assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
-        assert_same_non_finite(got, want, np.float16)
 
 
 #: Bugs planted in the packed form, each caught by mma_packed_problem.  Not among them: staging
@@ -1518,22 +1472,49 @@ PLANTED_MMA_PACKED = {
 }
 
 
-@pytest.mark.parametrize("bug", sorted(PLANTED_MMA_PACKED))
-def test_planted_mma_packed_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
-    """Each bug planted in the packed form makes mma_packed_problem's result differ from the
-    NumPy backend (or the launch fail on an access outside an array); the real source passes."""
+#: The whole-plane and packed forms' problems, their planted bugs and the seed the planted-bug
+#: tests take.
+MMA_FORM_PROBLEMS = {"plane": (mma_plane_problem, PLANTED_MMA_PLANE, 5),
+                     "packed": (mma_packed_problem, PLANTED_MMA_PACKED, 7)}
+
+
+@pytest.mark.parametrize("form", list(MMA_FORM_PROBLEMS))
+def test_cuda_mma_form_non_finite_values(cuda_device, rng, monkeypatch, form):
+    """The form's problem (mma_plane_problem, mma_packed_problem) through that form, with several
+    units a warp: every element as the NumPy backend has it (an Inf's unit recomputed by the
+    checked sums), and the form is the one launched."""
     monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
+    problem, _, _ = MMA_FORM_PROBLEMS[form]
+    for kwargs, want in problem(rng):
+        g = geometry_of(kwargs)
+        assert cuda_launcher.mma_form(g, np.float16) == cuda_launcher.MMA_FORMS.index(form)
+        if form == "plane":
+            assert cuda_launcher.mma_plane_chunk(g, np.float16) in (4, 8) and cuda_launcher.mma_grid(g)[2] == 1
+        got = to_host(cuda_call(kwargs, path="mma"))
+        if cuda_device is not None:
+            assert launched_form(cuda_device) == cuda_launcher.MMA_FORMS.index(form)
+        assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
+        assert_same_non_finite(got, want, np.float16)
+
+
+@pytest.mark.parametrize("form, bug", [(form, bug) for form, (_, bugs, _) in MMA_FORM_PROBLEMS.items()
+                                       for bug in sorted(bugs)])
+def test_planted_mma_form_bugs_fail_the_comparison(form, bug, tmp_path, monkeypatch):
+    """Each bug planted in the whole-plane or packed form makes that form's problem's result
+    differ from the NumPy backend (or the launch fail on an access outside an array); the real
+    source passes."""
+    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
+    problem, bugs, seed = MMA_FORM_PROBLEMS[form]
 
     def run():
-        problems = mma_packed_problem(np.random.default_rng(7))
+        problems = problem(np.random.default_rng(seed))
         return [to_host(cuda_call(kwargs, path="mma")) for kwargs, _ in problems], [want for _, want in problems]
 
     def check(got, want):
         for one, reference in zip(got, want):
             assert_same_non_finite(one, reference, np.float16)
 
-    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA_PACKED[bug], run, check, 5, tmp_path,
-                                        monkeypatch)
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, bugs[bug], run, check, 5, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_MMA))
