@@ -141,8 +141,8 @@ MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (1.0, 8)}
 #: (82.6 -> 100), and not at 3x3 multiplier 1 (100 -> 86.5 and 100).
 MMA_PLANE_CHOICE = frozenset({(5, 1), (5, 2), (3, 2)})
 #: The same for the packed form (:func:`mma_pack_stride`: four 7 x 7 images a unit), from the same
-#: model: ahead of the tiled kernel on the 7 x 7 5x5 layer (H100 multiplier 1: 45.4 -> 47.9% of
-#: HBM, 2: 36.3 -> 56.4; A100 50.6 -> 55.5, 40.4 -> 68.3), behind it at 3x3 (73.7 -> 34.6 and
+#: model: ahead of the tiled kernel on the 7 x 7 5x5 layer (H100 multiplier 1: 45.4 -> 48.1% of
+#: HBM, 2: 36.3 -> 56.8; A100 50.6 -> 56.3, 40.4 -> 69.5), behind it at 3x3 (73.7 -> 34.6 and
 #: 61.4 -> 43.5 on H100: 9 or 18 products a position do not pay for the unit's fixed costs).
 MMA_PACKED_CHOICE = frozenset({(5, 1), (5, 2)})
 #: Units a warp takes at most (it builds its filter fragments once for all of them), and the
