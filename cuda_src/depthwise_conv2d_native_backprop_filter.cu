@@ -1205,28 +1205,61 @@ __device__ __forceinline__ void stage_image(const Region<T>& x, const T* x_plane
 }  // namespace dwfmma
 
 namespace dwfmma {
-// One staged image's products, added into acc[q][r] (see the kernel's comment).
-template <typename T, int K, int M>
+// One staged image's products, added into acc[q][r] (see the kernel's comment).  PITCH: elements
+// a staged row; Y_ELEMENTS: from one out_backprop plane to the next (the _mma_nhwc kernel's
+// planes are narrower).
+// BLOCKS > 0: exactly that many column blocks, unrolled (the _mma_nhwc kernel's one k-step of a
+// compile-time tile: its addresses become constant offsets); else ``blocks``, not unrolled.
+template <typename T, int K, int M, int PITCH = kPitch, int Y_ELEMENTS = kTile * kPitch, int BLOCKS = 0>
 __device__ __forceinline__ void image_products(const T* xs, const T* ys, float (&acc)[M][K][4], int k_steps,
                                                int blocks, int a_row, int a_col, int b_row) {
-    constexpr int Y_ELEMENTS = kTile * kPitch;
-    // Not unrolled: the products need no more registers than one block's fragments.
+    if constexpr (BLOCKS > 0) {
+        k_steps = 1;
+        blocks = BLOCKS;
+    }
+    // Not unrolled (but for BLOCKS): the products need no more registers than one block's fragments.
 #pragma unroll 1
     for (int step = 0; step < k_steps; ++step)
-#pragma unroll 1
+#pragma unroll (BLOCKS > 0 ? BLOCKS : 1)
         for (int block = 0; block < blocks; ++block) {
             unsigned b[M][2];
 #pragma unroll
             for (int q = 0; q < M; ++q)
-                ptx::ldmatrix<2, true>(b[q], ys + q * Y_ELEMENTS + (16 * step + b_row) * kPitch + 8 * block);
+                ptx::ldmatrix<2, true>(b[q], ys + q * Y_ELEMENTS + (16 * step + b_row) * PITCH + 8 * block);
 #pragma unroll
             for (int r = 0; r < K; ++r) {
                 unsigned a[4];
-                ptx::ldmatrix<4, true>(a, xs + (16 * step + r + a_row) * kPitch + 8 * block + a_col);
+                ptx::ldmatrix<4, true>(a, xs + (16 * step + r + a_row) * PITCH + 8 * block + a_col);
 #pragma unroll
                 for (int q = 0; q < M; ++q) ptx::mma_m16n8k16<T>(acc[q][r], a, b[q], acc[q][r]);
             }
         }
+}
+
+// The rows of the stage lane ``lane`` supplies to ldmatrix: row l % 8 of matrix l / 8.  A (x4,
+// transposed): matrices (k 0-7, a 0-7), (k 0-7, a 8-15), (k 8-15, a 0-7), (k 8-15, a 8-15) of the
+// stage's [row][column]; B (x2, transposed; lanes 16 - 31 repeat 0 - 15): rows k 0 - 15 of 8
+// columns.
+struct FragmentRows {
+    int a_row, a_col, b_row;
+};
+__device__ __forceinline__ FragmentRows fragment_rows(int lane) {
+    const int a_row = lane % 8 + 8 * (lane / 16), a_col = 8 * ((lane / 8) % 2);
+    const int b_row = lane % 16;
+    return FragmentRows{a_row, a_col, b_row};
+}
+
+// Whether every accumulator of the warp is finite: a probe of one FMA each (NaN once any is
+// Inf or NaN, else +-0), then a warp vote.
+template <int M, int K> __device__ __forceinline__ bool warp_sums_finite(const float (&acc)[M][K][4]) {
+    float probe = 0.0f;
+#pragma unroll
+    for (int q = 0; q < M; ++q)
+#pragma unroll
+        for (int r = 0; r < K; ++r)
+#pragma unroll
+            for (int v = 0; v < 4; ++v) probe = fmaf(acc[q][r][v], 0.0f, probe);
+    return !__any_sync(0xffffffffu, probe != 0.0f);
 }
 }  // namespace dwfmma
 
@@ -1288,11 +1321,7 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
 #pragma unroll
             for (int v = 0; v < 4; ++v) acc[q][r][v] = 0.0f;
 
-    // Lane l supplies ldmatrix row l % 8 of matrix l / 8.  A (x4, transposed): matrices (k 0-7,
-    // a 0-7), (k 0-7, a 8-15), (k 8-15, a 0-7), (k 8-15, a 8-15) of the stage's [row][column];
-    // B (x2, transposed; lanes 16 - 31 repeat 0 - 15): rows k 0 - 15 of 8 columns.
-    const int a_row = lane % 8 + 8 * (lane / 16), a_col = 8 * ((lane / 8) % 2);
-    const int b_row = lane % 16;
+    const auto [a_row, a_col, b_row] = fragment_rows(lane);
 
     const int x_step = in_depth * in_plane, y_step = out_depth * out_plane;  // image to image
     const T* x_plane = input + (n0 * in_depth + c) * in_plane;
@@ -1325,16 +1354,7 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
         }
     }
 
-    float probe = 0.0f;
-#pragma unroll
-    for (int q = 0; q < M; ++q)
-#pragma unroll
-        for (int r = 0; r < K; ++r)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) probe = fmaf(acc[q][r][v], 0.0f, probe);
-    const bool finite = !__any_sync(0xffffffffu, probe != 0.0f);  // probe is NaN, else +-0
-
-    if (finite) {
+    if (warp_sums_finite(acc)) {
         // acc[q][r][v]: entry (row g + 8 (v / 2), column 2 t + v % 2) of C_r for slice q.
         float* const sums = reinterpret_cast<float*>(stage[warp]);  // [M][K][16][8]
 #pragma unroll
@@ -1368,6 +1388,319 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
                         const int x_col = col + s - pad_left;
                         if (x_col < 0 || x_col >= in_cols) continue;
                         sum += to_acc<float>(x_plane[row * in_cols + x_col]) * to_acc<float>(y_plane[p * out_cols + col]);
+                    }
+                }
+            }
+            partial[(slice * K * K + tap) * out_depth + c * M + q] = sum;
+        }
+    }
+#endif  // GRADOPS_HAS_MMA_SM80
+}
+
+// ==================================================================== the NHWC tensor-core kernel
+//
+// depthwise_conv2d_native_backprop_filter_mma_nhwc: the _mma kernel's products (the diagonals of
+// C_r above, dwfmma::image_products) for NHWC half types, K x K filters (K = 3 or 5) at stride 1
+// and dilation 1, multipliers 1 and 2, sm_80 and newer.  NHWC keeps a position's channels
+// together, so the planes the products read are made by a transpose: a CTA owns 8 CW
+// consecutive input channels and a slice of units, a unit being one image's tile of kTile x
+// kTile output positions.  CW, the channels a warp owns, is 2 at multiplier 1 and 1 at
+// multiplier 2, so that a warp holds two out_backprop planes' sums either way and a position's
+// out_backprop values (16 CW M bytes) are one whole 32-byte sector (multiplier 1: 16 channels,
+// whose input values are 32 bytes too; multiplier 2: 8 channels, 16 bytes of input).  Per unit
+// the CTA stages, for each of its channels, the input plane the tile reads (kTile + K - 1 square
+// from input position (p0 - pad_top, q0 - pad_left): staged row y, column x = input row p0 -
+// pad_top + y, column q0 - pad_left + x, so tap s lies on diagonal d_s = s) and its M
+// out_backprop planes (staged row p, column b = output p0 + p, q0 + b), zeros outside the image
+// and past the output.  A thread takes 16-byte chunks (8 channels) of two neighbouring
+// positions of a row (every staged row has an even length) and stores the pair's two values of
+// each channel as one 4-byte word.  Warp w then adds its channels'
+// products into its accumulators.  The next unit's loads are issued before this unit's
+// products, so their round trip overlaps the products (registers hold them, no shared buffer).
+//
+// Maps of at most 8 x 8 (PACKED): a unit holds four images 2 x 2, image (i, j) of the unit at
+// staged rows and columns from pack_stride i and pack_stride j, so that its taps lie on the same
+// diagonals (its input square starts where its out_backprop tile does, less the padding): a
+// 7 x 7 map alone would fill 19% of a unit.  pack_stride S keeps every image's taps off the
+// others' values: S >= pad + in_size (the second block's staged rows and columns below S are
+// its padding, the first block's from S on lie past its image) and S >= out_size + K - 1 - pad
+// (the first block's taps reach the second's staged values only where those are zeros), rows
+// and columns alike; the launcher takes the smallest such S with S + out_size <= kTile.
+//
+// Every unit writes the same staged region, so the rest of every plane (the rows and columns
+// past it up to the 16 rows and kPitch columns the products read) stays as zeroed at the start.
+// Non-finite values, the warps' checked sums and the partial sums follow the _mma kernel: a warp
+// whose accumulators are not all finite recomputes its channels' partial sums on the CUDA cores,
+// skipping exactly the taps TF skips; else lane s of tap row r adds diagonal d_s in column
+// order.  Offsets are 32-bit (the launcher checks every tensor, the padding's negative offsets
+// included, and the partial buffer).
+namespace dwfnhwc {
+constexpr int kWarps = 8;
+constexpr int kThreads = 32 * kWarps;
+constexpr int kTile = 16;             // output rows and columns of a unit: one k-step, two column blocks
+constexpr int kPitch = 24;            // staged columns (48 bytes: an odd number of 16-byte groups,
+                                      // so an ldmatrix's 8 rows fall on distinct bank groups);
+                                      // block b0 reads columns [b0, b0 + 16), b0 <= 8
+// CTAs per SM the registers must allow: 2 (128 registers; at 3, 5x5 and the packed form spilled
+// on sm_80 and sm_90).
+constexpr int kMinBlocks = 2;
+
+template <int K, int M> struct Stage {
+    static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
+    static_assert(M == 1 || M == 2, "multipliers 1 and 2");
+    static constexpr int CW = 2 / M;                       // channels a warp owns
+    static constexpr int CHANNELS = kWarps * CW;           // input channels a CTA owns
+    static constexpr int X_CHUNKS = CW;                    // 16-byte chunks of a position
+    static constexpr int Y_CHUNKS = CW * M;
+    static constexpr int X_SIDE = kTile + K - 1;           // staged input rows and columns
+    static_assert(X_SIDE <= kPitch && kTile + 8 <= kPitch, "the staged columns and the blocks' reads fit a row");
+    static_assert(X_SIDE % 2 == 0 && kTile % 2 == 0, "rows of whole pairs");
+    static constexpr int X_PAIRS = X_SIDE * X_SIDE / 2;
+    static constexpr int Y_PAIRS = kTile * kTile / 2;
+    static constexpr int X_ELEMENTS = (kTile + K - 1) * kPitch;
+    static constexpr int Y_ELEMENTS = kTile * kPitch;
+    static constexpr int CHANNEL_ELEMENTS = X_ELEMENTS + M * Y_ELEMENTS;  // [x][M y] of one channel
+    static constexpr int BYTES = CHANNELS * CHANNEL_ELEMENTS * 2;
+    // (pair, chunk) slots a thread loads per unit: of input positions, then of out_backprop ones.
+    static constexpr int X_SLOTS = (X_CHUNKS * X_PAIRS + kThreads - 1) / kThreads;
+    static constexpr int Y_SLOTS = (Y_CHUNKS * Y_PAIRS + kThreads - 1) / kThreads;
+    static_assert(BYTES % 16 == 0 && (kPitch * 2) % 32 == 16, "16-byte plane rows, an odd number of 16-byte groups");
+    static_assert(CHANNEL_ELEMENTS % 2 == 0, "4-byte aligned planes");
+    static_assert(16 * 8 * 4 <= CHANNEL_ELEMENTS * 2, "one tap row's accumulators fit a channel's planes");
+};
+
+// One unit: its first image and output position (p0, q0), the offsets of its staged input
+// position 0 and out_backprop position 0 (the CTA's first channels; negative where the input
+// tile starts outside).
+struct Unit {
+    int image, p0, q0, x_at, y_at;
+};
+
+// PACKED: where staged row or column ``at`` of a unit lies, block 0 or 1 of the 2 x 2 images at
+// stride ``pack_stride`` (0 unpacked).
+template <bool PACKED> __device__ __forceinline__ int block_of(int at, int pack_stride) {
+    return PACKED && at >= pack_stride ? 1 : 0;
+}
+
+// Slot e of a region of SIDE (even) positions a row and CHUNKS chunks a position, chunk-major
+// (every pair's chunk 0, then chunk 1: a warp's stores go to the same planes): its chunk, row
+// and first column.
+template <int SIDE, int CHUNKS> struct Slot {
+    int chunk, row, col;
+    __device__ __forceinline__ Slot(int e) {
+        constexpr int PAIRS = SIDE * SIDE / 2;
+        chunk = CHUNKS == 1 ? 0 : e / PAIRS;
+        const int pair = CHUNKS == 1 ? e : e % PAIRS;
+        row = pair / (SIDE / 2);
+        col = 2 * (pair % (SIDE / 2));
+    }
+};
+
+// A thread's slots of the unit: zeros outside the image, past the output and (PACKED) past the
+// batch.  PACKED: staged row / column at of the input square and of the out_backprop tile belongs
+// to image block block_of(at) and lies pack_stride x that block before its image's own (each
+// position of a pair on its own: a pair may straddle two images).
+template <typename T, int K, int M, bool PACKED>
+__device__ __forceinline__ void load_unit(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                          const Unit& u, int tid, int in_rows, int in_cols, int in_depth,
+                                          int out_rows, int out_cols, int out_depth, int pad_top, int pad_left,
+                                          int batch, int pack_stride, uint4 (&raw_x)[Stage<K, M>::X_SLOTS][2],
+                                          uint4 (&raw_y)[Stage<K, M>::Y_SLOTS][2]) {
+    using St = Stage<K, M>;
+#pragma unroll
+    for (int i = 0; i < St::X_SLOTS; ++i) {
+        const int e = tid + i * kThreads;
+        const Slot<St::X_SIDE, St::X_CHUNKS> at(e);
+        const bool slot = St::X_CHUNKS * St::X_PAIRS % kThreads == 0 || e < St::X_CHUNKS * St::X_PAIRS;
+        const int bi = block_of<PACKED>(at.row, pack_stride), row = at.row - bi * pack_stride;
+        const int y = u.p0 - pad_top + row;
+        const T* const src = input + u.x_at + (row * in_cols + at.col) * in_depth + 8 * at.chunk;
+#pragma unroll
+        for (int d = 0; d < 2; ++d) {
+            const int bj = block_of<PACKED>(at.col + d, pack_stride), col = at.col + d - bj * pack_stride;
+            const int x = u.q0 - pad_left + col, image = 2 * bi + bj;
+            raw_x[i][d] = make_uint4(0, 0, 0, 0);
+            if (slot && y >= 0 && y < in_rows && x >= 0 && x < in_cols && (!PACKED || u.image + image < batch))
+                raw_x[i][d] = dwconv::load_vector(reinterpret_cast<const uint4*>(
+                    src + (d + (PACKED ? image * in_rows * in_cols - bj * pack_stride : 0)) * in_depth));
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < St::Y_SLOTS; ++i) {
+        const int e = tid + i * kThreads;
+        const Slot<kTile, St::Y_CHUNKS> at(e);
+        const bool slot = St::Y_CHUNKS * St::Y_PAIRS % kThreads == 0 || e < St::Y_CHUNKS * St::Y_PAIRS;
+        const int bi = block_of<PACKED>(at.row, pack_stride), p = at.row - bi * pack_stride;
+        const T* const src = out_backprop + u.y_at + (p * out_cols + at.col) * out_depth + 8 * at.chunk;
+#pragma unroll
+        for (int d = 0; d < 2; ++d) {
+            const int bj = block_of<PACKED>(at.col + d, pack_stride), q = at.col + d - bj * pack_stride;
+            const int image = 2 * bi + bj;
+            raw_y[i][d] = make_uint4(0, 0, 0, 0);
+            if (slot && u.p0 + p < out_rows && u.q0 + q < out_cols && (!PACKED || u.image + image < batch))
+                raw_y[i][d] = dwconv::load_vector(reinterpret_cast<const uint4*>(
+                    src + (d + (PACKED ? image * out_rows * out_cols - bj * pack_stride : 0)) * out_depth));
+        }
+    }
+}
+
+// Value j of both chunks of a pair as one word (the first position's in the low half).
+__device__ __forceinline__ unsigned pair_word(const uint4 (&pair)[2], int j) {
+    const unsigned a[4] = {pair[0].x, pair[0].y, pair[0].z, pair[0].w};
+    const unsigned b[4] = {pair[1].x, pair[1].y, pair[1].z, pair[1].w};
+    return j % 2 == 0 ? (a[j / 2] & 0xffffu) | (b[j / 2] << 16) : (a[j / 2] >> 16) | (b[j / 2] & 0xffff0000u);
+}
+
+// The slots into the planes: value j of input chunk h to channel 8 h + j's input plane; value j
+// of out_backprop chunk h (the CTA's output channel k = 8 h + j) to channel k / M's plane k % M.
+template <int K, int M>
+__device__ __forceinline__ void store_unit(unsigned* stage, int tid, const uint4 (&raw_x)[Stage<K, M>::X_SLOTS][2],
+                                           const uint4 (&raw_y)[Stage<K, M>::Y_SLOTS][2]) {
+    using St = Stage<K, M>;
+    constexpr int CHANNEL_WORDS = St::CHANNEL_ELEMENTS / 2, Y_WORDS = St::Y_ELEMENTS / 2;
+#pragma unroll
+    for (int i = 0; i < St::X_SLOTS; ++i) {
+        const int e = tid + i * kThreads;
+        if (St::X_CHUNKS * St::X_PAIRS % kThreads != 0 && e >= St::X_CHUNKS * St::X_PAIRS) break;
+        const Slot<St::X_SIDE, St::X_CHUNKS> at(e);
+        unsigned* const dst = stage + 8 * at.chunk * CHANNEL_WORDS + (at.row * kPitch + at.col) / 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[j * CHANNEL_WORDS] = pair_word(raw_x[i], j);
+    }
+#pragma unroll
+    for (int i = 0; i < St::Y_SLOTS; ++i) {
+        const int e = tid + i * kThreads;
+        if (St::Y_CHUNKS * St::Y_PAIRS % kThreads != 0 && e >= St::Y_CHUNKS * St::Y_PAIRS) break;
+        const Slot<kTile, St::Y_CHUNKS> at(e);
+        unsigned* const dst = stage + (St::X_ELEMENTS + at.row * kPitch + at.col) / 2;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) {
+            const int k = 8 * at.chunk + j;  // the CTA's output channel: channel k / M, slice k % M
+            dst[k / M * CHANNEL_WORDS + k % M * Y_WORDS] = pair_word(raw_y[i], j);
+        }
+    }
+}
+}  // namespace dwfnhwc
+
+// partial: [slices][K * K][out_depth] floats.  Grid (in_depth / Stage::CHANNELS, slices); units
+// (image, tile row, tile column), column fastest; slice z takes units [z units_per_slice, +
+// units_per_slice).  PACKED (maps of at most 8 x 8; tiles_down = tiles_across = 1): unit n holds
+// images 4 n .. 4 n + 3, 2 x 2 at pack_stride rows and columns (the launcher's
+// mma_nhwc_pack_stride: no image's taps reach another's values), its taps on the same diagonals.
+template <typename T, int K, int M, bool PACKED>
+__global__ void __launch_bounds__(dwfnhwc::kThreads, dwfnhwc::kMinBlocks) depthwise_conv2d_native_backprop_filter_mma_nhwc(
+        const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial, int in_rows,
+        int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_down,
+        int tiles_across, int units, int units_per_slice, int batch, int pack_stride) {
+#if GRADOPS_HAS_MMA_SM80
+    using namespace dwfnhwc;
+    using St = Stage<K, M>;
+    constexpr int CW = St::CW;
+    __shared__ __align__(16) unsigned stage[St::BYTES / 4];
+
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    const int c0 = static_cast<int>(blockIdx.x) * St::CHANNELS;
+    const int slice = static_cast<int>(blockIdx.y);
+    const int out_depth = in_depth * M;
+    const int first = slice * units_per_slice, stop = min(units, first + units_per_slice);
+
+    for (int i = tid; i < St::BYTES / 16; i += kThreads) reinterpret_cast<uint4*>(stage)[i] = make_uint4(0, 0, 0, 0);
+
+    constexpr int IMAGES = PACKED ? 4 : 1;  // images a unit holds
+    const auto unit_of = [&](int n, int tile_row, int tile_col) {
+        const int image = IMAGES * n, p0 = tile_row * kTile, q0 = tile_col * kTile;
+        return Unit{image, p0, q0, ((image * in_rows + p0 - pad_top) * in_cols + q0 - pad_left) * in_depth + c0,
+                    ((image * out_rows + p0) * out_cols + q0) * out_depth + c0 * M};
+    };
+    // The next unit to load, advanced by one per unit without a division.
+    int n = first / tiles_across / tiles_down, tile_row = first / tiles_across % tiles_down;
+    int tile_col = first % tiles_across;
+    const auto load_next = [&](uint4 (&raw_x)[St::X_SLOTS][2], uint4 (&raw_y)[St::Y_SLOTS][2]) {
+        load_unit<T, K, M, PACKED>(input, out_backprop, unit_of(n, tile_row, tile_col), tid, in_rows, in_cols,
+                                   in_depth, out_rows, out_cols, out_depth, pad_top, pad_left, batch, pack_stride,
+                                   raw_x, raw_y);
+        if (++tile_col == tiles_across) {
+            tile_col = 0;
+            if (++tile_row == tiles_down) {
+                tile_row = 0;
+                ++n;
+            }
+        }
+    };
+
+    float acc[CW][M][K][4];  // warp w's channels 2 w, 2 w + 1 (multiplier 1) or w (multiplier 2)
+#pragma unroll
+    for (int h = 0; h < CW; ++h)
+#pragma unroll
+        for (int q = 0; q < M; ++q)
+#pragma unroll
+            for (int r = 0; r < K; ++r)
+#pragma unroll
+                for (int v = 0; v < 4; ++v) acc[h][q][r][v] = 0.0f;
+    const auto [a_row, a_col, b_row] = dwfmma::fragment_rows(lane);
+    const T* const planes = reinterpret_cast<const T*>(stage) + warp * CW * St::CHANNEL_ELEMENTS;
+
+    uint4 raw_x[St::X_SLOTS][2], raw_y[St::Y_SLOTS][2];
+    if (first < stop) load_next(raw_x, raw_y);
+    for (int unit = first; unit < stop; ++unit) {
+        __syncthreads();  // every warp is done with the previous unit's planes (and the zeroing)
+        store_unit<K, M>(stage, tid, raw_x, raw_y);
+        __syncthreads();
+        if (unit + 1 < stop) load_next(raw_x, raw_y);  // its round trip overlaps this unit's products
+#pragma unroll
+        for (int h = 0; h < CW; ++h) {
+            const T* const xs = planes + h * St::CHANNEL_ELEMENTS;
+            dwfmma::image_products<T, K, M, kPitch, St::Y_ELEMENTS, kTile / 8>(xs, xs + St::X_ELEMENTS, acc[h], 1,
+                                                                              kTile / 8, a_row, a_col, b_row);
+        }
+    }
+
+    bool finite = true;
+#pragma unroll
+    for (int h = 0; h < CW; ++h) finite = dwfmma::warp_sums_finite(acc[h]) && finite;
+    if (finite) {
+        // One tap row at a time through the warp's own planes: acc[h][q][r][v] is entry (row g +
+        // 8 (v / 2), column 2 t + v % 2) of C_r; lane s < K adds diagonal s.
+        float* const sums = reinterpret_cast<float*>(stage) + warp * CW * (St::CHANNEL_ELEMENTS / 2);  // [16][8]
+        const int g = lane / 4, t = lane % 4;
+#pragma unroll
+        for (int h = 0; h < CW; ++h)
+#pragma unroll
+            for (int q = 0; q < M; ++q)
+#pragma unroll
+                for (int r = 0; r < K; ++r) {
+#pragma unroll
+                    for (int v = 0; v < 4; ++v) sums[(g + 8 * (v / 2)) * 8 + 2 * t + v % 2] = acc[h][q][r][v];
+                    __syncwarp();
+                    if (lane < K) {
+                        float sum = sums[lane * 8];
+#pragma unroll
+                        for (int j = 1; j < 8; ++j) sum += sums[lane * 8 + j * 9];  // entry (j + s, j)
+                        partial[(slice * K * K + r * K + lane) * out_depth + (c0 + warp * CW + h) * M + q] = sum;
+                    }
+                    __syncwarp();
+                }
+    } else {
+        // The checked sums: TF's taps only, from global memory.
+        for (int o = lane; o < CW * M * K * K; o += 32) {
+            const int c = c0 + warp * CW + o / (M * K * K), q = o / (K * K) % M, tap = o % (K * K);
+            const int r = tap / K, s = tap % K;
+            float sum = 0.0f;
+            for (int unit = first; unit < stop; ++unit) {
+                const int p0 = unit / tiles_across % tiles_down * kTile, q0 = unit % tiles_across * kTile;
+                const int image0 = IMAGES * (unit / tiles_across / tiles_down);
+                for (int image = image0; image < min(batch, image0 + IMAGES); ++image) {
+                    for (int p = p0; p < min(out_rows, p0 + kTile); ++p) {
+                        const int row = p + r - pad_top;
+                        if (row < 0 || row >= in_rows) continue;
+                        for (int col = q0; col < min(out_cols, q0 + kTile); ++col) {
+                            const int in_col = col + s - pad_left;
+                            if (in_col < 0 || in_col >= in_cols) continue;
+                            sum += to_acc<float>(input[((image * in_rows + row) * in_cols + in_col) * in_depth + c]) *
+                                   to_acc<float>(out_backprop[((image * out_rows + p) * out_cols + col) * out_depth +
+                                                              c * M + q]);
+                        }
                     }
                 }
             }

@@ -399,15 +399,19 @@ def test_instantiations_cover_every_launch():
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
     # Per dtype: partial (2 layouts x 2 index widths), reduce, tiled (2 x 2 x 2), planes (2 x 2
     # x its window forms: 3, or 1 for double); per half type the tensor-core kernel (2 filters x
-    # 2 multipliers x 3 staging chunks).
+    # 2 multipliers x 3 staging chunks) and its NHWC form (2 filters x 2 multipliers x tiled or
+    # packed).
     # Asynchronous tiled forms: every half type's 8, float32's and float64's 3x3 ones (4 each).
-    assert len(listed) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1) + 2 * 2 * 2 * 3 + 2 * 8 + 2 * 4
+    assert len(listed) == (4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1) + 2 * 2 * 2 * 3 + 2 * 2 * 2 * 2
+                           + 2 * 8 + 2 * 4)
     assert len(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE]) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1)
     for dtype in (np.float16, ml_dtypes.bfloat16):
         for k in (3, 5):
             for m in (1, 2):
                 for chunk in (1, 2, 4):
                     assert cuda_launcher._mma_expression(np.dtype(dtype), k, m, chunk) in listed
+                for packed in (False, True):
+                    assert cuda_launcher._mma_nhwc_expression(np.dtype(dtype), k, m, packed) in listed
     for dtype in FLOAT_DTYPES:
         assert cuda_launcher._reduce_expression(dtype) in listed
         for k in (3, 5):
@@ -1579,7 +1583,7 @@ def test_mma_forced_where_it_cannot_run():
 PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real source, its replacement)
     "mma-diagonal-ignores-the-column-shift": ("((q * K + r) * 16 + s - pad_left + x_shift) * 8",
                                               "((q * K + r) * 16 + s) * 8"),
-    "mma-rows-not-shifted-per-tap": ("xs + (16 * step + r + a_row) * kPitch", "xs + (16 * step + a_row) * kPitch"),
+    "mma-rows-not-shifted-per-tap": ("xs + (16 * step + r + a_row) * PITCH", "xs + (16 * step + a_row) * PITCH"),
     "mma-second-k-step-skipped": ("const int k_steps = (out_rows + 15) / 16", "const int k_steps = 1"),
     "mma-last-column-block-skipped": ("blocks = (out_cols + 7) / 8;", "blocks = out_cols / 8;"),
     "mma-a-matrices-swapped": ("const int a_row = lane % 8 + 8 * (lane / 16), a_col = 8 * ((lane / 8) % 2);",
@@ -1587,8 +1591,7 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
     "mma-b-rows-of-one-matrix": ("const int b_row = lane % 16;", "const int b_row = lane % 8;"),
     "mma-slice-runs-one-image-short": ("const int n1 = min(batch, n0 + images_per_slice);",
                                        "const int n1 = min(batch, n0 + images_per_slice - 1);"),
-    "mma-never-rechecks-nonfinite": ("const bool finite = !__any_sync(0xffffffffu, probe != 0.0f);",
-                                     "const bool finite = true;"),
+    "mma-never-rechecks-nonfinite": ("return !__any_sync(0xffffffffu, probe != 0.0f);", "return true;"),
     "mma-checked-loop-keeps-padding": ("if (x_col < 0 || x_col >= in_cols) continue;", ""),
     "mma-multiplier-slice-ignored": ("dwconv::load_vector(y_src + q * y_plane_chunks)", "dwconv::load_vector(y_src)"),
     "mma-pair-second-image-skipped": ("            if (second) {\n                store_batch", "            if (false) {\n                store_batch"),
@@ -1656,4 +1659,219 @@ def assert_same_nonfinite_and_close_half(got, want):
 @pytest.mark.parametrize("bug", sorted(PLANTED_MMA))
 def test_planted_mma_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_planted_bug_caught(PLANTED_MMA[bug], lambda: run_planted_mma_problem(np.random.default_rng(8)),
+                              assert_same_nonfinite_and_close_half, 5, tmp_path, monkeypatch)
+
+
+# --------------------------------------------------------------------------- the NHWC tensor-core kernel
+
+#: (NHWC input shape, filter, padding, explicit pads, units per slice) of the NHWC tensor-core
+#: grid: one 16 x 16 tile (14 x 14, 9 x 4, 2 x 12, 13 x 9), 2 x 2 tiles (28 x 28), partial last
+#: tiles (20 x 13, 17 x 30), one and two channel groups (16 and 32 channels: 16 or 8 a CTA),
+#: padding past the filter (taps that meet only zeros), pad_left 0 .. 6, slices of 1, 2 and 3
+#: units (across images and tiles); packed maps of at most 8 x 8 (7 x 7 SAME at 3x3 and 5x5:
+#: strides 8 and 9; 5 x 7 VALID; 1 x 1; 3 x 2 with padding past the filter) with 5, 6, 4 and 9
+#: images (a last unit of 1, 2 or 4).
+MMA_NHWC_CASES = [((3, 14, 14, 16), 5, "SAME", None, 2), ((2, 9, 4, 16), 3, "SAME", None, None),
+                  ((2, 28, 28, 16), 5, "SAME", None, 3), ((2, 20, 13, 32), 3, "VALID", None, 1),
+                  ((1, 17, 30, 16), 5, "EXPLICIT", (0, 3, 6, 2), None), ((2, 2, 12, 16), 3, "EXPLICIT", (4, 1, 5, 0), 1),
+                  ((3, 13, 9, 16), 5, "VALID", None, 2),
+                  ((5, 7, 7, 16), 3, "SAME", None, None), ((6, 7, 7, 32), 5, "SAME", None, 1),
+                  ((4, 7, 9, 16), 3, "VALID", None, None), ((9, 1, 1, 16), 5, "SAME", None, 2),
+                  ((5, 3, 2, 16), 3, "EXPLICIT", (2, 1, 0, 3), None)]
+
+
+def nhwc_case(rng, shape, filt, padding, pads, multiplier, dtype):
+    pairs = NO_PADS if pads is None else ((pads[0], pads[1]), (pads[2], pads[3]))
+    return cuda_case(rng, x_shape=shape, filt_hw=(filt, filt), multiplier=multiplier, padding=padding, pads=pairs,
+                     data_format="NHWC", dtype=dtype)
+
+
+@pytest.mark.parametrize("multiplier", [1, 2])
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_cuda_mma_nhwc_shapes(cuda_device, rng, multiplier, dtype):
+    """The NHWC tensor-core kernel against the loops and the NumPy backend over :data:`MMA_NHWC_CASES`."""
+    packed = 0
+    for shape, filt, padding, pads, per_slice in MMA_NHWC_CASES:
+        kwargs, x, dy, case = nhwc_case(rng, shape, filt, padding, pads, multiplier, dtype)
+        assert cuda_launcher.mma_nhwc_eligible(geometry_of(kwargs), np.dtype(dtype))
+        packed += cuda_launcher.mma_nhwc_packed(geometry_of(kwargs))
+        check_cuda(kwargs, x, dy, case, mma=True, images_per_slice=per_slice)
+    assert packed == 5
+
+
+def test_mma_nhwc_geometry():
+    """Where the NHWC tensor-core kernel runs, its CTAs' channels and its slicing."""
+    def nhwc(shape, filt=3, strides=(1, 1), multiplier=1, dilations=(1, 1)):
+        kwargs, _, _, _ = cuda_case(np.random.default_rng(0), x_shape=shape, filt_hw=(filt, filt),
+                                    multiplier=multiplier, padding="SAME", strides=strides, dilations=dilations,
+                                    data_format="NHWC", dtype=np.float16)
+        return geometry_of(kwargs)
+
+    half, bf16 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16)
+    g = nhwc((2, 14, 14, 16))
+    assert cuda_launcher.mma_nhwc_eligible(g, half) and cuda_launcher.mma_nhwc_eligible(g, bf16)
+    assert cuda_launcher.mma_nhwc_chosen(g, half, 80) and not cuda_launcher.mma_nhwc_chosen(g, half, 75)
+    for dtype in (np.float32, np.float64):
+        assert not cuda_launcher.mma_nhwc_eligible(g, np.dtype(dtype))
+    assert cuda_launcher.mma_nhwc_channels(g) == 16
+    assert cuda_launcher.mma_nhwc_channels(nhwc((2, 14, 14, 8), multiplier=2)) == 8
+    assert cuda_launcher.mma_nhwc_eligible(nhwc((2, 14, 14, 8), multiplier=2), half)
+    assert cuda_launcher.mma_nhwc_eligible(nhwc((2, 9, 2, 16)), half)
+    for other in (nhwc((2, 14, 14, 8)), nhwc((2, 14, 14, 16), strides=(2, 2)), nhwc((2, 14, 14, 16), filt=4),
+                  nhwc((2, 14, 14, 16), multiplier=3), nhwc((2, 14, 14, 16), dilations=(2, 2)),
+                  nhwc((2, 8, 8, 16))):  # 8 x 8 SAME: a stride of 9, 17 rows
+        assert not cuda_launcher.mma_nhwc_eligible(other, half)
+    assert cuda_launcher.mma_nhwc_tiles(nhwc((2, 28, 33, 16))) == (2, 3)
+    assert cuda_launcher.mma_nhwc_units(nhwc((2, 28, 33, 16))) == 12
+    # Packed: 7 x 7 SAME, strides 8 (3x3: pad 1 + 7 rows) and 9 (5x5: pad 2 + 7; 7 + 4 - 2); 4 images a unit.
+    assert cuda_launcher.mma_nhwc_packed(nhwc((2, 7, 7, 16))) and not cuda_launcher.mma_nhwc_packed(nhwc((2, 9, 2, 16)))
+    assert cuda_launcher.mma_nhwc_pack_stride(nhwc((2, 7, 7, 16))) == 8
+    assert cuda_launcher.mma_nhwc_pack_stride(nhwc((2, 7, 7, 16), filt=5)) == 9
+    assert cuda_launcher.mma_nhwc_pack_stride(nhwc((2, 8, 8, 16))) is None
+    assert cuda_launcher.mma_nhwc_units(nhwc((9, 7, 7, 16))) == 3 and cuda_launcher.mma_nhwc_tiles(
+        nhwc((9, 7, 7, 16))) == (1, 1)
+    assert cuda_launcher.mma_nhwc_slicing(nhwc((32, 7, 7, 960))) == (2, 4)
+    # 32 images of 14 x 14 x 480: 30 channel groups, 32 units; about 512 CTAs, 4 units a slice at least.
+    assert cuda_launcher.mma_nhwc_slicing(nhwc((32, 14, 14, 480))) == (8, 4)
+    assert cuda_launcher.mma_nhwc_slicing(nhwc((32, 56, 56, 144))) == (57, 9)
+    assert cuda_launcher.mma_nhwc_slicing(nhwc((1, 9, 9, 16))) == (1, 1)
+    with pytest.raises(ValueError, match="mma kernel cannot run"):
+        cuda_launcher.pick_mma_nhwc(nhwc((2, 14, 14, 8)), half, (), True)
+
+
+def test_cuda_mma_nhwc_is_the_default_and_alignment_decides(cuda_device):
+    """The public call takes the NHWC tensor-core kernel for aligned half arrays (on the host
+    stand-in: sm_90) and the tiled kernel for a misaligned view, with close results."""
+    import cupy
+
+    rng = np.random.default_rng(21)
+    kwargs, x, dy, case = nhwc_case(rng, (3, 14, 14, 16), 3, "SAME", None, 2, np.float16)
+    x_gpu = cupy.asarray(np.ascontiguousarray(kwargs["input"]))
+    dy_gpu = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
+    gradops.depthwise_conv2d_native_backprop_filter(**dict(kwargs, input=x_gpu, out_backprop=dy_gpu), backend="cuda")
+    if cuda_device is not None:
+        assert cuda_device.launches[-2][0] == "gradops::depthwise_conv2d_native_backprop_filter_mma_nhwc<__half, 3, 2, false>"
+    shifted = misaligned_on_gpu(kwargs["input"])
+    assert not cuda_launcher.mma_nhwc_possible(geometry_of(kwargs), np.float16, (shifted, dy_gpu))
+    gradops.depthwise_conv2d_native_backprop_filter(**dict(kwargs, input=shifted, out_backprop=dy_gpu),
+                                                    backend="cuda")
+    if cuda_device is not None:
+        assert "_mma_nhwc<" not in cuda_device.launches[-2][0]
+    check_cuda(kwargs, x, dy, case)
+
+
+def mma_nhwc_nonfinite_problem(dtype=np.float16):
+    """(kwargs, loops' result) of a SAME 5x5 problem on 2 images of 16 channels, 9 x 10: an Inf
+    in the input next to the padding (channel 0, image 0), a NaN in out_backprop at the corner
+    (channel 9, image 1: that slice alone is checked with one unit a slice) and, in bfloat16,
+    finite values whose products pass float's range (channel 3)."""
+    x = np.ones((2, 9, 10, 16), np.float32)
+    dy = np.ones((2, 9, 10, 16), np.float32)
+    x[0, 0, 3, 0] = np.inf
+    dy[1, 0, 0, 9] = np.nan
+    if np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16):
+        x[1, 4, 4, 3] = 3e38
+        dy[1, 5, 5, 3] = 2.0
+    x, dy = x.astype(dtype), dy.astype(dtype)
+    kwargs = dict(input=x, filter_sizes=np.array([5, 5, 16, 1], np.int32), out_backprop=dy, strides=[1, 1, 1, 1],
+                  padding="SAME", explicit_paddings=[], data_format="NHWC", dilations=[1, 1, 1, 1])
+    want, _ = expected_grad(x.astype(np.float64), (5, 5, 16, 1), dy.astype(np.float64), (1, 1), "SAME", (1, 1),
+                            NO_PADS)
+    return kwargs, want
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+def test_cuda_mma_nhwc_nonfinite_values_meet_no_padding(cuda_device, dtype):
+    """Inf and NaN reach exactly the taps TF's loops give them: the warps whose accumulators
+    are not finite recompute their channel's partial sums on the CUDA cores."""
+    kwargs, want = mma_nhwc_nonfinite_problem(dtype)
+    g = geometry_of(kwargs)
+    got = to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(
+        g, to_gpu(kwargs["input"]), to_gpu(kwargs["out_backprop"]), mma=True, images_per_slice=1))
+    if np.dtype(dtype) == np.dtype(ml_dtypes.bfloat16):
+        want = np.where(np.abs(want) > 3.4e38, np.inf * np.sign(want), want)
+    assert np.isnan(want).any() and np.isinf(want).any()
+    assert_same_nonfinite_and_close(got.astype(np.float64), want)
+
+
+# Not planted: the packed form's test for images past the batch.  Without it the loads read past
+# the arrays, where the host model's guard bytes are NaN: the warps take their checked sums and
+# the result is right (a GPU's compute-sanitizer memcheck must show those reads).
+# Not planted: the barrier between a unit's stores and its products.  The host model runs every
+# thread of a block up to its warp's first ldmatrix before that collective returns, so all the
+# stores are done whether the barrier is there or not (tried: the comparison passed).
+PLANTED_MMA_NHWC = {  # bugs in the NHWC tensor-core kernel: name -> (text of the real source, its replacement)
+    "nhwc-diagonal-not-offset": ("sum += sums[lane * 8 + j * 9];", "sum += sums[lane * 8 + j * 8];"),
+    "nhwc-input-tile-ignores-pad-left": ("* in_cols + q0 - pad_left) * in_depth + c0,", "* in_cols + q0) * in_depth + c0,"),
+    "nhwc-input-columns-unbounded": ("y < in_rows && x >= 0 && x < in_cols && (!PACKED", "y < in_rows && x >= 0 && (!PACKED"),
+    "nhwc-rows-past-the-output-loaded": ("if (slot && u.p0 + p < out_rows && ", "if (slot && "),
+    "nhwc-second-chunk-ignored": ("(p * out_cols + at.col) * out_depth + 8 * at.chunk;",
+                                  "(p * out_cols + at.col) * out_depth;"),
+    "nhwc-second-input-chunk-to-the-first-planes": ("unsigned* const dst = stage + 8 * at.chunk * CHANNEL_WORDS",
+                                                    "unsigned* const dst = stage"),
+    "nhwc-multiplier-planes-swapped": ("dst[k / M * CHANNEL_WORDS + k % M * Y_WORDS] = pair_word(raw_y[i], j);",
+                                       "dst[k % M * CHANNEL_WORDS + k / M * Y_WORDS] = pair_word(raw_y[i], j);"),
+    "nhwc-pair-halves-swapped": ("(a[j / 2] & 0xffffu) | (b[j / 2] << 16)", "(b[j / 2] & 0xffffu) | (a[j / 2] << 16)"),
+    "nhwc-first-unit-not-loaded": ("if (first < stop) load_next(raw_x, raw_y);", ""),
+    "nhwc-prefetch-skips-the-advance": ("            tile_col = 0;\n            if (++tile_row == tiles_down) {",
+                                        "            tile_col = 0;\n            if (tile_row == tiles_down) {"),
+    "nhwc-second-column-block-skipped": ("St::Y_ELEMENTS, kTile / 8>", "St::Y_ELEMENTS, 1>"),
+    "nhwc-warp-second-channel-skipped": ("for (int h = 0; h < CW; ++h) {\n            const T* const xs",
+                                         "for (int h = 0; h < 1; ++h) {\n            const T* const xs"),
+    "nhwc-slice-runs-one-unit-short": (", stop = min(units, first + units_per_slice);",
+                                       ", stop = min(units, first + units_per_slice - 1);"),
+    "nhwc-checked-sums-keep-padding": ("if (in_col < 0 || in_col >= in_cols) continue;", ""),
+    "nhwc-packed-second-block-not-shifted": ("PACKED && at >= pack_stride ? 1 : 0;", "0;"),
+    "nhwc-packed-checked-sums-of-one-image": ("image < min(batch, image0 + IMAGES); ++image",
+                                              "image < min(batch, image0 + 1); ++image"),
+    "nhwc-one-channel-decides-the-checked-sums": ("finite = dwfmma::warp_sums_finite(acc[h]) && finite;",
+                                                  "finite = dwfmma::warp_sums_finite(acc[0]);"),
+}
+
+
+def run_planted_mma_nhwc_problem(rng):
+    """(launcher results, loops' results) of three float16 problems on the NHWC tensor-core kernel:
+    * 3 images of 16 channels, 20 x 13, 5x5 SAME, multiplier 2 (two CTAs of 8 channels): two
+      tiles down (the second 4 rows deep), slices of 2 units across images, a NaN in
+      out_backprop at a corner in the second slice (its checked sums);
+    * 2 images of 16 channels, 9 x 10, 3x3 with EXPLICIT padding (1, 2) rows and (3, 0) columns,
+      multiplier 1 (one CTA, two channels a warp, an Inf in channel 3's last input column: its
+      warp's second channel is checked), padding past the filter;
+    * 2 images of 16 channels, 28 x 30, 3x3 SAME: 2 x 2 tiles, both of the last ones partial,
+      slices of 3 units;
+    * 7 images of 16 channels, 7 x 7, 5x5 SAME, multiplier 1: packed (2 units, the second of 3
+      images), one unit a slice, a NaN in out_backprop's last image at a corner (the second
+      slice's checked sums)."""
+    import cupy  # the installed HostDevice
+
+    got, want = [], []
+    for shape, filt, multiplier, padding, pads, per_slice, nan in (
+            ((3, 20, 13, 16), 5, 2, "SAME", NO_PADS, 2, "dy"),
+            ((2, 9, 10, 16), 3, 1, "EXPLICIT", ((1, 2), (3, 0)), None, "x"),
+            ((2, 28, 30, 16), 3, 1, "SAME", NO_PADS, 3, None),
+            ((7, 7, 7, 16), 5, 1, "SAME", NO_PADS, 1, "dy last")):
+        kwargs, x, dy, case = cuda_case(rng, x_shape=shape, filt_hw=(filt, filt), multiplier=multiplier,
+                                        padding=padding, pads=pads, data_format="NHWC", dtype=np.float16)
+        x, dy = x.copy(), dy.copy()
+        if nan == "dy":
+            dy[1, 0, 0, 5] = np.nan  # units 2 and 3 (image 1): the second slice
+        if nan == "dy last":
+            dy[6, 0, 0, 2] = np.nan
+        if nan == "x":
+            x[1, 4, 9, 3] = np.inf  # the last column: on the diagonals it meets out_backprop zeros past the output
+        kwargs["input"], kwargs["out_backprop"] = x.astype(np.float16), dy.astype(np.float16)
+        result = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+            geometry_of(kwargs), cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), mma=True,
+            images_per_slice=per_slice)
+        expected, _ = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), padding, (1, 1), pads)
+        got.append(to_host(result).astype(np.float64).ravel())
+        want.append(expected.ravel())
+    want = np.concatenate(want)
+    assert np.isnan(want).any() and np.isfinite(want).any()
+    return np.concatenate(got), want
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_MMA_NHWC))
+def test_planted_mma_nhwc_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED_MMA_NHWC[bug], lambda: run_planted_mma_nhwc_problem(np.random.default_rng(9)),
                               assert_same_nonfinite_and_close_half, 5, tmp_path, monkeypatch)

@@ -429,7 +429,8 @@ def unmodelled(expression: str) -> bool:
     """Instantiations the benchmark does not run: float64, 64-bit indices, int values, and the
     opt-in kernels until a GPU has timed them (the tiled filter gradient's asynchronous staging,
     max pooling's cells kernel: fractional_cells_prediction.py counts it)."""
-    return any(t in expression for t in ("double", "long long", "<int,", ", true>", "_cells<"))
+    asynchronous = "_filter_tiled<" in expression and expression.endswith(", true>")
+    return asynchronous or any(t in expression for t in ("double", "long long", "<int,", "_cells<"))
 
 
 def test_opt_in_cells_kernels_point_at_their_own_counts():
@@ -474,6 +475,10 @@ def test_new_kernels_have_per_element_figures(new_kernels):
             pair = vec <= 2  # 2- and 4-byte chunks, one staging batch an image: the path holds a pair
             assert path["path"]["classes"]["tensor"] == k * m * blocks * steps * (2 if pair else 1), path
             assert path["per_image"] == (path["pair"] / 2 if pair else path["image"]), path
+        elif "_filter_mma_nhwc<" in expression:  # per out_backprop element of one 14 x 14 unit, 256 threads
+            assert path["per_unit"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
+            k = int(sr.template_args(expression)[1])
+            assert path["path"]["classes"]["tensor"] == 2 * k * 2, path  # 2 column blocks x K x a warp's 2 planes
         elif "_filter_planes<" in expression:  # per position of one work item
             assert path["per_item"] > 0 and path["fixed"] > 0 and 10 < path["per_element"] < 100
             k, stride = (int(a) for a in sr.template_args(expression)[2:4])
@@ -486,8 +491,9 @@ def test_new_kernels_have_per_element_figures(new_kernels):
         modelled += 1
     # partial (2 layouts), reduce, tiled (8 specialisations), planes (4 x 3 window load forms),
     # select and gather (1 or vector channels per thread, flat offsets or cell places) per dtype;
-    # the tensor-core kernel (2 filters x 2 multipliers x 3 staging chunks) per half type
-    assert modelled == 3 * 2 + 3 + 3 * 8 + 3 * 4 * 3 + 3 * 2 * 2 * 2 + 2 * 2 * 2 * 3
+    # the tensor-core kernel (2 filters x 2 multipliers x 3 staging chunks) and its NHWC form (2
+    # filters x 2 multipliers x tiled or packed) per half type
+    assert modelled == 3 * 2 + 3 + 3 * 8 + 3 * 4 * 3 + 3 * 2 * 2 * 2 + 2 * 2 * 2 * 3 + 2 * 2 * 2 * 2
 
 
 def test_filter_mma_prediction(new_kernels):
@@ -527,6 +533,52 @@ def test_filter_mma_prediction(new_kernels):
         assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
 
 
+def test_filter_mma_nhwc_prediction(new_kernels):
+    """The NHWC half-type layers at stride 1 take the NHWC tensor-core kernel (7 x 7 packed,
+    stride 2 the tiled kernel): per unit and thread the HMMAs of
+    two column blocks x K x a warp's two planes and at least the busiest thread's staging loads
+    and stores, per CTA the fixed path; the limits add up."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    device = sr.DEVICES[0]
+    by_label = {c.label: c for c in sr.suite("mobilenetv2") + sr.suite("efficientnet") if c.op == DEPTHWISE_FILTER}
+    for label, stage in (("dw5x5-3 14x14x480 5x5/1 m1 NHWC", "mma_nhwc"), ("dw5x5-2 28x28x240 5x5/1 m2 NHWC", "mma_nhwc"),
+                         ("dw10 7x7x960 3x3/1 m1 NHWC", "mma_nhwc"), ("dw9 14x14x576 3x3/2 m1 NHWC", "tiled")):
+        case = by_label[label]
+        p = sr.predict(case, "float16", device, new_kernels)
+        assert "not_modelled" not in p, p
+        assert [st["stage"] for st in p["stages"]] == [stage, "reduce"], label
+        assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
+        if stage != "mma_nhwc":
+            continue
+        g = case.geometry()
+        first = p["stages"][0]
+        mma = first["tiled"]
+        assert mma["hmma_per_unit"] == 2 * g.filter_rows * 2
+        x_slots, y_slots = mma["staging_slots"]
+        side = 16 + g.filter_rows - 1
+        assert (x_slots, y_slots) == (-(-(16 // g.depth_multiplier // 8) * side * side // 2 // 256), 1)
+        assert mma["staging_loads_per_unit"] == 2 * (x_slots + y_slots)
+        costs = sr.filter_mma_nhwc_costs(new_kernels[("sm_90", first["kernel"])], np.float16, g)
+        slices, per_slice = dwf.mma_nhwc_slicing(g)
+        assert (mma["slices"], mma["units_per_slice"]) == (slices, per_slice)
+        groups = g.in_depth // dwf.mma_nhwc_channels(g)
+        units = dwf.mma_nhwc_units(g)
+        assert mma["packed"] == (g.out_rows == 7) and units == (8 if g.out_rows == 7 else g.batch * math.prod(
+            dwf.mma_nhwc_tiles(g)))
+        per_element = 256 * (groups * units * costs["unit"] + groups * slices * costs["fixed"]) / math.prod(
+            g.out_backprop_shape)
+        assert first["sass_per_element"] == pytest.approx(per_element)
+        # Every sector a CTA loads: the staged squares' positions inside the image and the output's.
+        x_positions, y_positions = sr.filter_mma_nhwc_positions(g)
+        assert y_positions == g.batch * g.out_rows * g.out_cols
+        if mma["packed"]:  # every input position once: 7 x 7 at stride 8 (the images' blocks hold them whole)
+            assert x_positions == g.batch * g.in_rows * g.in_cols
+        else:
+            assert g.batch * g.in_rows * g.in_cols <= x_positions <= g.batch * math.prod(dwf.mma_nhwc_tiles(g)) * side ** 2
+
+
 def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):
     """filter_partial_cost extends one row linearly: it must equal the path counter's own
     cheapest path with every row iteration pinned to the row's loads."""
@@ -547,8 +599,8 @@ def test_new_ops_predictions(new_kernels):
         p = sr.predict(case, "float16", device, new_kernels)
         assert "not_modelled" not in p, p
         assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
-        if case.op == DEPTHWISE_FILTER:  # 3x3 at stride 1 / 2: the tiled (NHWC) or planes (NCHW) kernel's sums
-            first = "tiled" if case.geometry().data_format == "NHWC" else "planes"
+        if case.op == DEPTHWISE_FILTER:  # 3x3 112 x 112: the NHWC tensor-core kernel's (NHWC) or planes (NCHW) sums
+            first = "mma_nhwc" if case.geometry().data_format == "NHWC" else "planes"
             assert [st["stage"] for st in p["stages"]] == [first, "reduce"]
         else:
             assert [st["stage"] for st in p["stages"]] == ["select", "gather"]
@@ -579,6 +631,8 @@ def test_filter_tiled_idle_warps_skip_the_sums(new_kernels):
         assert idle_counts["LDG.128"] == counts["LDG.128"] and idle_counts["BAR"] == counts["BAR"]
         assert counts["FFMA"] - idle_counts["FFMA"] >= 25 * 8 * 2  # 25 taps x 8 positions x 2 channels
         assert idle_fixed == fixed and idle < busy
+        if dwf.mma_nhwc_chosen(g, dtype, device.arch):  # float16 there: the NHWC tensor-core kernel's sums
+            continue
         p = sr.predict(idle_case, dtype_name, device, new_kernels)
         tiled = p["stages"][0]["tiled"]
         assert tiled["columns_per_warp"] and tiled["idle_warp_units"] == g.batch * dwf.tiled_idle_warps(g, c, True) > 0
@@ -681,8 +735,8 @@ def test_filter_tiled_unit_round_trips(new_kernels):
     assert trips == {"float16": 4, "float32": 1}
     case = next(c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_FILTER and c.label.startswith("dw3 ")
                 and c.label.endswith("m1 NHWC"))
-    p = sr.predict(case, "float16", sr.DEVICES[0], new_kernels)["stages"][0]
-    assert p["tiled"]["round_trips_per_unit"] == 1
+    p = sr.predict(case, "float32", sr.DEVICES[0], new_kernels)["stages"][0]  # (float16: the NHWC tensor-core kernel)
+    assert p["stage"] == "tiled" and p["tiled"]["round_trips_per_unit"] == 1
     assert p["round_trips_per_element"] == p["tiled"]["units_per_slice"] + 1
 
 

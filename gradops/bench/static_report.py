@@ -826,6 +826,8 @@ def _two_stage_reference_paths(kernel, width: int) -> dict | None:
         return _filter_planes_reference_paths(kernel, width) if width in (2, 4) else None
     if "_filter_mma<" in kernel.expression:
         return _filter_mma_reference_paths(kernel)
+    if "_filter_mma_nhwc<" in kernel.expression:
+        return _filter_mma_nhwc_reference_paths(kernel)
     max_pool = "_select<" in kernel.expression or "_gather<" in kernel.expression
     index_type = args[1] if max_pool else args[-1]  # max pooling: <T, I, V, C>
     if width not in (2, 4) or index_type != "int" and "_reduce<" not in kernel.expression:
@@ -969,6 +971,37 @@ def _filter_mma_reference_paths(kernel) -> dict:
             "extra_text": f"image {costs['single']}{pair}, fixed {costs['fixed']}", "per_image": image,
             "image": costs["single"], "pair": costs["double"] if costs["pair"] else None,
             "fixed": costs["fixed"], "path": _path_summary(counts),
+            "call_sites": _kernel_call_sites(kernel.cfg)}
+
+
+def _filter_mma_nhwc_reference_paths(kernel) -> dict:
+    """The kernel table's figures for the NHWC tensor-core depthwise filter-gradient kernel: one
+    unit of a thread (:func:`filter_mma_nhwc_costs`) on a SAME map of 144 channels, 4 images:
+    14 x 14, or 7 x 7 for the packed form (the four images in one unit); per element: the CTA's
+    threads x the unit path / the unit's out_backprop elements (196 positions x 16 output
+    channels either way)."""
+    import importlib
+
+    from .._geometry import conv2d_geometry
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    args = template_args(kernel.expression)
+    k, m = (int(a) for a in args[1:3])
+    packed = args[3] == "true"
+    size, channels = (7 if packed else 14), 144
+    g = conv2d_geometry("depthwise_conv2d_native_backprop_filter", (4, size, size, channels), (k, k, channels, m),
+                        (4, size, size, channels * m), [1, 1, 1, 1], "SAME", [], "NHWC", [1, 1, 1, 1],
+                        depthwise=True)
+    dtype = DTYPES["bfloat16" if "bfloat16" in args[0] else "float16"]
+    assert dwf.mma_nhwc_packed(g) == packed
+    costs = filter_mma_nhwc_costs(kernel, dtype, g)
+    outputs = (4 if packed else 1) * size * size * dwf.mma_nhwc_channels(g) * m
+    what = "four 7x7 SAME images" if packed else f"a {size}x{size} SAME tile"
+    return {"work": f"one unit of one thread: {what} of {dwf.mma_nhwc_channels(g)} channels, "
+                    f"{costs['hmma']} HMMA a warp; x {dwf.MMA_NHWC_THREADS} threads / {outputs} out_backprop "
+                    "elements", "per_element": dwf.MMA_NHWC_THREADS * costs["unit"] / outputs,
+            "extra_text": f"unit {costs['unit']}, fixed {costs['fixed']}", "per_unit": costs["unit"],
+            "fixed": costs["fixed"], "path": _path_summary(costs["unit_counts"]),
             "call_sites": _kernel_call_sites(kernel.cfg)}
 
 
@@ -1756,6 +1789,178 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
     return _two_stage(case, dtype_name, device, g, elements, [first, second])
 
 
+def filter_mma_nhwc_slots(g) -> tuple[int, int]:
+    """(input, out_backprop) slots a thread loads per unit in the NHWC tensor-core kernel
+    (``dwfnhwc::Stage``: X_SLOTS, Y_SLOTS): pairs of neighbouring positions x 16-byte chunks
+    of a position (16 / M channels of input, 16 of out_backprop, 8 a chunk) over its threads."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    side = dwf.MMA_NHWC_TILE + g.filter_rows - 1
+    x_chunks, y_chunks = dwf.mma_nhwc_channels(g) // 8, 2
+    return (-(-x_chunks * side * side // 2 // dwf.MMA_NHWC_THREADS),
+            -(-y_chunks * dwf.MMA_NHWC_TILE ** 2 // 2 // dwf.MMA_NHWC_THREADS))
+
+
+def filter_mma_nhwc_costs(kernel, dtype, g) -> dict:
+    """One thread's costs in the NHWC tensor-core depthwise filter-gradient kernel for ``g``:
+    ``unit``, the cheapest path through one iteration of its unit loop with exactly one unit's
+    HMMAs (2 column blocks x K x a warp's two out_backprop planes, the block loop unrolled) and at least the busiest
+    thread's next-unit loads (two 16-byte loads a pair slot, every predicated one counted) and
+    4-byte stores to the planes (8 a pair slot); ``fixed``, the cheapest whole-kernel path with
+    one unit (its loads before the loop) and the diagonal sums' M x K stores, less the cheapest
+    unit iteration without loads, plus the zeroing loop's further iterations (the finite path:
+    the checked sums not taken).  The packed form's path is the same but for where a position
+    lies (the images' blocks)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from ..backends.cuda._sass import PathError
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    cfg = kernel.cfg
+    k, m = (int(a) for a in template_args(kernel.expression)[1:3])
+    hmma = dwf.MMA_NHWC_TILE // 8 * k * 2  # a warp's two planes: multiplier 2, or two channels
+    x_slots, y_slots = filter_mma_nhwc_slots(g)
+    loads, stores = 2 * (x_slots + y_slots), 8 * (x_slots + y_slots)
+    a = hmma + 1
+
+    def hmma_in(lp):
+        return sum(x.base == "HMMA" for x in cfg.loop_instructions(lp))
+
+    units = [lp for lp in cfg.top_loops() if hmma_in(lp)]
+    if len(units) != 1 or hmma_in(units[0]) != hmma:
+        raise PathError(f"{kernel.expression}: expected one unit loop holding {hmma} HMMAs")
+    unit = units[0]
+
+    def counted(ins) -> int:
+        kind = _sass.memory_kind(ins)
+        return (1 if ins.base == "HMMA" else 0) + (a if kind in ("LDG.128", "STS.32") else 0)
+
+    memory = loads + stores
+    table = cfg.path_table(unit, counted, kmax=hmma + a * (memory + 8))
+    enough = [key for key in table if key % a == hmma and key // a >= memory]
+    if not enough:
+        raise PathError(f"{kernel.expression}: no unit path with {hmma} HMMAs, {loads} loads and {stores} stores")
+    per_unit, unit_counts = table[min(enough, key=lambda key: table[key][0])]
+
+    # Fixed: the whole kernel with one unit, its loads before the loop and the diagonal sums'
+    # stores (the finite path), less one unit iteration without loads or stores to the planes
+    # beyond the unit's own.
+    def whole_counted(ins) -> int:
+        kind = _sass.memory_kind(ins)
+        return (1 if ins.base == "HMMA" else 0) + (a if kind == "LDG.128" else 0) + (
+            a * (loads + 1) if kind == "STG.32" else 0)
+
+    one = hmma + a * loads + a * (loads + 1) * 2 * k  # the diagonal sums: a store per plane and tap row
+    whole_table = cfg.function_table(whole_counted, {1: (1, None)}, kmax=one)
+    if one not in whole_table:
+        raise PathError(f"{kernel.expression}: no path through the kernel with one unit and {2 * k} partial stores")
+    whole, whole_counts = whole_table[one]
+
+    def loads_only(ins) -> int:
+        return (1 if ins.base == "HMMA" else 0) + (a if _sass.memory_kind(ins) == "LDG.128" else 0)
+
+    bare = cfg.path_table(unit, loads_only, kmax=hmma).get(hmma)
+    if bare is None:
+        raise PathError(f"{kernel.expression}: no unit iteration without loads")
+    fixed, fixed_counts = whole - bare[0], whole_counts - bare[1]
+    shared_bytes = kernel.ptxas["shared_bytes"]
+    for lp in cfg.top_loops():
+        body = cfg.loop_instructions(lp)
+        if any(_sass.memory_kind(x) == "STS.128" for x in body) and not any(x.base == "HMMA" for x in body):
+            extra = -(-shared_bytes // (16 * dwf.MMA_NHWC_THREADS)) - 1  # the zeroing loop
+            per_iteration, per_counts = cfg.path_table(lp, kmax=0)[0]
+            fixed += extra * per_iteration
+            fixed_counts += Counter({c: v * extra for c, v in per_counts.items()})
+    tensor = st.hmma_16816_equivalents(cfg.loop_instructions(unit))
+    return {"unit": per_unit, "unit_counts": unit_counts, "fixed": fixed, "fixed_counts": fixed_counts,
+            "hmma": hmma, "tensor": tensor, "loads": loads, "stores": stores, "slots": (x_slots, y_slots)}
+
+
+def filter_mma_nhwc_positions(g) -> tuple[int, int]:
+    """(input positions, out_backprop positions) a CTA of the NHWC tensor-core kernel loads over
+    the whole batch: its staged squares' positions inside an image (per block of the packed
+    form) and its tiles' inside the output."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    tile = dwf.MMA_NHWC_TILE
+    side = tile + g.filter_rows - 1
+
+    def inside(starts, length, size):
+        return sum(max(0, min(size, s + length) - max(0, s)) for s in starts)
+
+    if dwf.mma_nhwc_packed(g):  # block 0 of a unit: staged rows [0, S); block 1: [S, side)
+        stride = dwf.mma_nhwc_pack_stride(g)
+        rows = [inside([-g.pad_top], stride, g.in_rows), inside([-g.pad_top], side - stride, g.in_rows)]
+        cols = [inside([-g.pad_left], stride, g.in_cols), inside([-g.pad_left], side - stride, g.in_cols)]
+        x = sum(rows[n % 4 // 2] * cols[n % 2] for n in range(g.batch))
+        return x, g.batch * g.out_rows * g.out_cols
+    down, across = dwf.mma_nhwc_tiles(g)
+    x = (inside([t * tile - g.pad_top for t in range(down)], side, g.in_rows)
+         * inside([t * tile - g.pad_left for t in range(across)], side, g.in_cols))
+    return g.batch * x, g.batch * g.out_rows * g.out_cols
+
+
+def _predict_depthwise_filter_mma_nhwc(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+    """Both kernels of the depthwise filter gradient when the NHWC tensor-core kernel makes the
+    partial sums.  Per element: per out_backprop element."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    dtype = DTYPES[dtype_name]
+    width, acc = dtype.itemsize, 4
+    arch = f"sm_{device.arch}"
+    tile = dwf.MMA_NHWC_TILE
+    packed = dwf.mma_nhwc_packed(g)
+    kernel = kernels[(arch, dwf._mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier, packed))]
+    reduce = kernels[(arch, dwf._reduce_expression(dtype))]
+    slices, per_slice = dwf.mma_nhwc_slicing(g)
+    down, across = dwf.mma_nhwc_tiles(g)
+    units = dwf.mma_nhwc_units(g)
+    groups = g.in_depth // dwf.mma_nhwc_channels(g)
+    ctas = groups * slices
+    costs = filter_mma_nhwc_costs(kernel, dtype, g)
+    elements = math.prod(g.out_backprop_shape)
+    threads = dwf.MMA_NHWC_THREADS
+    per_element = (groups * threads * units * costs["unit"] + ctas * threads * costs["fixed"]) / elements
+    pipes = (Counter(st.classes_per_element(costs["unit_counts"], groups * threads * units / elements))
+             + Counter(st.classes_per_element(costs["fixed_counts"], ctas * threads / elements)))
+    pipes["tensor"] = 32 * costs["tensor"] * units * g.in_depth / elements
+    reads = width * (math.prod(g.input_shape) + math.prod(g.out_backprop_shape))
+    taps = g.filter_rows * g.filter_cols
+    partials = slices * taps * g.out_depth
+    # L2 -> SM in 32-byte sectors: a CTA's out_backprop values of a position are one sector, its
+    # input values one (multiplier 1) or half of one (multiplier 2: a 16-byte load fetches the
+    # sector); and the partial sums written.
+    x_positions, y_positions = filter_mma_nhwc_positions(g)
+    l2 = groups * 32 * (x_positions + y_positions) + acc * partials
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], threads)
+    limits = roofline(st.with_tensor_pipe(device), elements, per_element, pipes, reads, l2,
+                      occ["warps_per_sm"] * 32)
+    # A CTA's chain: the first unit's loads, then one round trip a unit (each unit's loads are
+    # issued before the previous unit's products; counted as not overlapping at all, the upper
+    # bound), and the partial sums' stores.
+    round_trips = per_slice + 1
+    with_latency_limit(limits, device, reads, st.latency_limit_s(device, ctas, occ, round_trips))
+    first = {"stage": "mma_nhwc", "kernel": kernel.expression, "elements": elements, "bytes": reads, "l2_bytes": l2,
+             "sass_per_element": per_element, "round_trips_per_element": round_trips,
+             "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+             "tiled": {"ctas": ctas, "slices": slices, "units_per_slice": per_slice, "units": units,
+                       "tile": [tile, tile], "thread_instructions_per_unit": costs["unit"],
+                       "thread_fixed_instructions": costs["fixed"], "hmma_per_unit": costs["hmma"],
+                       "staging_loads_per_unit": costs["loads"], "staging_slots": list(costs["slots"]),
+                       "packed": packed, "pack_stride": dwf.mma_nhwc_pack_stride(g) if packed else None,
+                       "tile_fill": g.batch * g.out_rows * g.out_cols / (units * tile * tile)}}
+    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
+    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+
+
 def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
     """Both kernels of the depthwise filter gradient (partial sums, then their fixed-order sum).
     Per element: per partial sum (one thread of the first kernel); the tiled kernel where the
@@ -1766,6 +1971,8 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     dtype = DTYPES[dtype_name]
     if dwf.mma_chosen(g, dtype, arch=device.arch):
         return _predict_depthwise_filter_mma(case, dtype_name, device, kernels, g)
+    if dwf.mma_nhwc_chosen(g, dtype, device.arch):  # the benchmark's arrays are aligned
+        return _predict_depthwise_filter_mma_nhwc(case, dtype_name, device, kernels, g)
     if dwf.tiled_eligible(g, dtype) and dwf.vector_staging_possible(g, dtype):  # the benchmark's aligned arrays
         return _predict_depthwise_filter_tiled(case, dtype_name, device, kernels, g)
     if dwf.planes_eligible(g, dtype):

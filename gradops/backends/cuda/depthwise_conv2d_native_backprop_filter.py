@@ -13,8 +13,11 @@ registers), else from the per-element ``_partial`` kernel (any geometry and layo
 index math where every index fits, :func:`fits_int32`, else 64-bit).  On compute capability
 8.0+ the tensor-core kernel takes the NCHW half-type planes of at most 32 x 32 out_backprop
 positions at stride 1 (:func:`mma_possible`, :func:`mma_chosen`: a warp per channel and slice
-of images, each tap row of the filter gradient a diagonal of mma.sync products).  Either
-layout runs in place (no transpose).  CuPy is imported only when a call runs.
+of images, each tap row of the filter gradient a diagonal of mma.sync products), and the NHWC
+half-type 3x3 / 5x5 maps at stride 1 (:func:`mma_nhwc_eligible`, :func:`pick_mma_nhwc`: the
+same products, a CTA per 16 / M channels transposing 16 x 16 output tiles, or four images of
+at most 8 x 8, into planes in shared memory).  Either layout runs in place (no transpose of the
+tensors in memory).  CuPy is imported only when a call runs.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ REDUCE_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_reduce"
 TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_tiled"
 PLANES_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_planes"
 MMA_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_mma"
+MMA_NHWC_KERNEL = "gradops::depthwise_conv2d_native_backprop_filter_mma_nhwc"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
 LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -127,6 +131,24 @@ MMA_MIN_FILL = 0.5
 #: when asked for, ``mma=True``).
 MMA_BY_DEFAULT = True
 
+#: The NHWC tensor-core kernel (``_mma_nhwc``): the same products for NHWC half types, a CTA of
+#: MMA_NHWC_THREADS per 16 / M input channels (``dwfnhwc::Stage::CHANNELS``: 16-byte loads of
+#: 8 channels, so in_depth a multiple of that and both arrays 16-byte aligned) and slice of
+#: units, a unit one image's tile of MMA_NHWC_TILE x MMA_NHWC_TILE output positions, or for maps
+#: of at most MMA_NHWC_PACKED_SIDE a side MMA_NHWC_PACKED images 2 x 2 (the packed form,
+#: :func:`mma_nhwc_pack_stride`; where no stride fits, those maps take the tiled kernel).
+MMA_NHWC_THREADS = 256
+MMA_NHWC_TILE = 16
+MMA_NHWC_PACKED_SIDE = 8
+MMA_NHWC_PACKED = 4
+#: The slicing aims at about this many CTAs (channel groups x slices), a constant so that the
+#: summation order is the same everywhere ...
+MMA_NHWC_TARGET_CTAS = 512
+#: ... with at least this many units a slice where there are that many: a CTA's fixed work
+#: (zeroing its planes, the diagonal sums) is about two units, and its first unit's loads wait
+#: alone.
+MMA_NHWC_MIN_UNITS = 4
+
 
 def _partial_expression(dtype, data_format: str, index_bits: int) -> str:
     element, accumulator = _build.c_types(dtype)
@@ -154,6 +176,11 @@ def _mma_expression(dtype, filter_size: int, multiplier: int, chunk: int) -> str
     return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}, {chunk}>"
 
 
+def _mma_nhwc_expression(dtype, filter_size: int, multiplier: int, packed: bool = False) -> str:
+    element, _ = _build.c_types(dtype)
+    return f"{MMA_NHWC_KERNEL}<{element}, {filter_size}, {multiplier}, {'true' if packed else 'false'}>"
+
+
 def planes_window_forms(dtype) -> tuple[int, ...]:
     """The planes kernel's window load forms for ``dtype`` (``dwplanes::WindowForm``): singles,
     and where a pair of values fits a 4- or 8-byte load (not double) pairs from the window's
@@ -169,6 +196,8 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
         names += [_mma_expression(dtype, k, m, v) for dtype in MMA_DTYPES for k in MMA_FILTERS
                   for m in MMA_MULTIPLIERS for v in MMA_CHUNKS]
+        names += [_mma_nhwc_expression(dtype, k, m, packed) for dtype in MMA_DTYPES for k in MMA_FILTERS
+                  for m in MMA_MULTIPLIERS for packed in (False, True)]
     for dtype in _build.C_TYPES:
         for data_format in LAYOUTS:
             names += [_partial_expression(dtype, data_format, bits) for bits in INDEX_TYPES]
@@ -596,6 +625,103 @@ def mma_chunk(g: Conv2DGeometry, dtype, arrays=()) -> int:
                 and _runtime.vector_aligned(*arrays, alignment=v * width))
 
 
+# --------------------------------------------------------------------------- the NHWC tensor-core kernel
+
+def mma_nhwc_channels(g: Conv2DGeometry) -> int:
+    """Input channels per CTA of the NHWC tensor-core kernel: 16 at multiplier 1, 8 at 2 (a
+    position's out_backprop values of a CTA are 32 bytes either way)."""
+    return 16 // g.depth_multiplier
+
+
+def mma_nhwc_packed(g: Conv2DGeometry) -> bool:
+    """Whether the NHWC tensor-core kernel packs images (maps of at most
+    :data:`MMA_NHWC_PACKED_SIDE` a side)."""
+    return max(g.out_rows, g.out_cols) <= MMA_NHWC_PACKED_SIDE
+
+
+def mma_nhwc_pack_stride(g: Conv2DGeometry) -> int | None:
+    """The packed form's stride S between a unit's images (rows and columns alike): the
+    smallest with S >= pad + in_size (each image's input apart from the next one's padding) and
+    S >= out_size + K - 1 - pad (an image's taps reach the next one's staged values only where
+    they are zeros), and at least out_size; None where S + out_size exceeds the tile."""
+    stride = max(g.pad_top + g.in_rows, g.pad_left + g.in_cols, g.out_rows + g.filter_rows - 1 - g.pad_top,
+                 g.out_cols + g.filter_cols - 1 - g.pad_left, g.out_rows, g.out_cols)
+    return stride if stride + max(g.out_rows, g.out_cols) <= MMA_NHWC_TILE else None
+
+
+def mma_nhwc_tiles(g: Conv2DGeometry) -> tuple[int, int]:
+    """(tiles down, tiles across) of an image: (1, 1) in the packed form."""
+    if mma_nhwc_packed(g):
+        return 1, 1
+    return -(-g.out_rows // MMA_NHWC_TILE), -(-g.out_cols // MMA_NHWC_TILE)
+
+
+def mma_nhwc_units(g: Conv2DGeometry) -> int:
+    """Units of the launch: a tile of one image each, or :data:`MMA_NHWC_PACKED` images packed."""
+    if mma_nhwc_packed(g):
+        return -(-g.batch // MMA_NHWC_PACKED)
+    down, across = mma_nhwc_tiles(g)
+    return g.batch * down * across
+
+
+def mma_nhwc_slicing(g: Conv2DGeometry) -> tuple[int, int]:
+    """(slices, units per slice): about :data:`MMA_NHWC_TARGET_CTAS` CTAs with at least
+    :data:`MMA_NHWC_MIN_UNITS` units a slice where there are that many, from the geometry alone."""
+    return _slices(mma_nhwc_units(g), max(1, g.in_depth // mma_nhwc_channels(g)), MMA_NHWC_TARGET_CTAS,
+                   MMA_NHWC_MIN_UNITS)
+
+
+def mma_nhwc_eligible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the NHWC tensor-core kernel can run ``g`` on a GPU that has it (compute
+    capability 8.0+) but for the arrays' alignment: NHWC, float16 / bfloat16, a 3x3 or 5x5
+    filter at stride 1 and dilation 1, multiplier 1 or 2, in_depth a multiple of
+    :func:`mma_nhwc_channels`, a pack stride where the map is packed
+    (:func:`mma_nhwc_pack_stride`), 32-bit offsets (the units' staged input from -pad_top /
+    -pad_left to a tile and a filter past the output, their out_backprop tiles, four images
+    past the batch where packed, the partial buffer)."""
+    if g.data_format != "NHWC" or np.dtype(dtype).name not in MMA_DTYPES:
+        return False
+    if not (specialised(g) and g.filter_rows in MMA_FILTERS and g.stride_rows == 1
+            and g.depth_multiplier in MMA_MULTIPLIERS and g.in_depth % mma_nhwc_channels(g) == 0):
+        return False
+    if mma_nhwc_packed(g) and mma_nhwc_pack_stride(g) is None:
+        return False
+    slices, per_slice = mma_nhwc_slicing(g)
+    reach = MMA_NHWC_TILE + g.filter_rows
+    images = g.batch + MMA_NHWC_PACKED
+    sizes = ((images * (g.in_rows + g.pad_top + reach) + g.pad_top) * (g.in_cols + g.pad_left + reach) * g.in_depth,
+             (images * (g.out_rows + MMA_NHWC_TILE)) * (g.out_cols + MMA_NHWC_TILE) * g.out_depth,
+             slices * g.filter_rows * g.filter_cols * g.out_depth,
+             mma_nhwc_units(g) + per_slice)
+    return max(sizes) <= INT32_MAX and slices <= MAX_GRID_Y
+
+
+def mma_nhwc_possible(g: Conv2DGeometry, dtype, arrays=()) -> bool:
+    """:func:`mma_nhwc_eligible` and every one of ``arrays`` 16-byte aligned."""
+    return mma_nhwc_eligible(g, dtype) and _runtime.vector_aligned(*arrays, alignment=16)
+
+
+def pick_mma_nhwc(g: Conv2DGeometry, dtype, arrays=(), mma: bool | None = None) -> bool:
+    """``mma`` if given (True checked against :func:`mma_nhwc_possible` and the GPU), else
+    whether it can run here: the launcher takes it wherever it can (the static report,
+    benchmarks/README)."""
+    possible = mma_nhwc_possible(g, dtype, arrays)
+    if mma and not (possible and _runtime.compute_capability() >= MMA_ARCH):
+        raise ValueError("the mma kernel cannot run this geometry (in NHWC it needs float16 / bfloat16, a 3x3 or "
+                         "5x5 filter at stride 1 without dilation, multiplier 1 or 2, in_depth a multiple of 16 / "
+                         "multiplier, for maps of at most 8 x 8 padding that lets four images share a 16 x 16 tile, "
+                         "16-byte aligned arrays, 32-bit sizes and compute capability 8.0+)")
+    if mma is not None:
+        return bool(mma)
+    return MMA_BY_DEFAULT and possible and _runtime.compute_capability() >= MMA_ARCH
+
+
+def mma_nhwc_chosen(g: Conv2DGeometry, dtype, arch: int) -> bool:
+    """Whether the launcher takes the NHWC tensor-core kernel on compute capability ``arch``
+    for aligned arrays (the static model's question)."""
+    return MMA_BY_DEFAULT and mma_nhwc_eligible(g, dtype) and arch >= MMA_ARCH
+
+
 def reduce_groups(slices: int) -> int:
     """Groups of slices per reduction CTA (threads: REDUCE_ELEMENTS x this): enough that a group
     sums at most REDUCE_LOADS slices, at most REDUCE_MAX_GROUPS.  From the slice count alone,
@@ -657,8 +783,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     ``units_per_slice`` (tiles per slice), ``columns_per_warp`` (how a warp's two work items
     sit in a tile) and ``async_copies`` (asynchronous staging, :data:`ASYNC_BY_DEFAULT`); ``planes`` (NCHW: the planes kernel or the per-element
     one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time);
-    ``mma`` (the tensor-core kernel or not) and its ``images_per_slice``.  Any override of
-    another kernel leaves the tensor-core kernel out.
+    ``mma`` (the tensor-core kernel of the layout or not) and its ``images_per_slice`` (NHWC:
+    units per slice).  Any override of another kernel leaves the tensor-core kernels out.
     """
     import cupy
 
@@ -674,9 +800,26 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         tiled = False  # the per-element kernel's overrides
     if planes is None and tiled is not None:
         planes = False  # ``tiled`` names the NHWC tiled kernel or the per-element one
-    if mma is None and (planes is not None or items_per_slice is not None or pairs is not None):
+    others = (planes, items_per_slice, pairs, staging, items_across, units_per_slice, columns_per_warp, async_copies)
+    if mma is None and any(v is not None for v in others):
         mma = False  # the other kernels' overrides
-    if pick_mma(g, dtype, mma):
+    if g.data_format == "NHWC" and pick_mma_nhwc(g, dtype, (x, dy), mma):
+        slices, per_slice = mma_nhwc_slicing(g)
+        down, across = mma_nhwc_tiles(g)
+        units = mma_nhwc_units(g)
+        if images_per_slice is not None:  # units per slice here
+            per_slice = images_per_slice
+            slices = -(-units // per_slice)
+        packed = mma_nhwc_packed(g)
+        partial = cupy.empty((slices * elements,), np.float32)
+        fn = _runtime.kernel(SOURCE, _mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier, packed))
+        i32 = _runtime.i32
+        fn((g.in_depth // mma_nhwc_channels(g), slices), (MMA_NHWC_THREADS,),
+           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+            *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
+                               down, across, units, per_slice, g.batch,
+                               mma_nhwc_pack_stride(g) if packed else 0))))
+    elif g.data_format == "NCHW" and pick_mma(g, dtype, mma):
         slices, per_slice = mma_slicing(g)
         if images_per_slice is not None:
             per_slice = images_per_slice
