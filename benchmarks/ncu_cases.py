@@ -35,7 +35,8 @@ parser.add_argument("--labels", default=None,
                     help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
 parser.add_argument("--paths", default=None,
                     help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,direct,transpose), filter-"
-                         "gradient staging paths (sync,async) and the fractional pooling gradients' kernels (gather,cells), "
+                         "gradient paths (sync,async: the tiled kernel's staging; mma) and the fractional pooling gradients' "
+                         "kernels (gather,cells), "
                          "each timed as engine gradops-cuda:PATH on the cases of its op that it can run")
 parser.add_argument("--time-limit", type=float, default=None,
                     help="seconds: start no case after this (ncu prints its CSV only when the program exits)")
@@ -44,7 +45,7 @@ chosen = set(args.engines.split(",")) if args.engines else None
 # Which --paths each op takes: the input gradient's kernel paths, the filter gradient's staging,
 # the fractional pooling gradients' kernels.
 PATHS_OF = {"depthwise_conv2d_native_backprop_input": ("tiled", "planes", "mma", "direct", "transpose"),
-            "depthwise_conv2d_native_backprop_filter": ("sync", "async"),
+            "depthwise_conv2d_native_backprop_filter": ("sync", "async", "mma"),
             "fractional_avg_pool_grad": ("gather", "cells"), "fractional_max_pool_grad": ("gather", "cells")}
 
 marker = cupy.RawKernel('extern "C" __global__ void gradops_case_marker() {}', "gradops_case_marker")

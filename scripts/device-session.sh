@@ -135,14 +135,16 @@ timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 
 # Kernel times of the filter gradient (its reduction and its tiled kernel's out_backprop loads
-# changed since the H200 run; the other ops' kernels are as measured then,
-# benchmarks/results/gpu_h200_2026-11-28) in what is left, each NHWC case also with the tiled
-# kernel's asynchronous staging (engine gradops-cuda:async; ASYNC_BY_DEFAULT waits for this).
+# changed since the H200 run, and the launcher takes the NHWC tensor-core kernel for half types
+# at stride 1 since 2026-11-29; the other ops' kernels are as measured then,
+# benchmarks/results/gpu_h200_2026-11-28) in what is left, each NHWC case also on the tiled
+# kernel (engine gradops-cuda:sync: the A/B of the tensor-core kernel's choice) and with its
+# asynchronous staging (gradops-cuda:async; ASYNC_BY_DEFAULT waits for this).
 left=$((520 - $(date +%s) + T0))
 if [ "$left" -gt 30 ]; then
     timeout -s INT -k 10 "$left" "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
         python3 benchmarks/ncu_cases.py '' "$W/ncu_index.json" --suites mobilenetv2,efficientnet \
-        --engines "$ENGINES" --paths async --ops backprop_filter --time-limit $((left - 20)) \
+        --engines "$ENGINES" --paths sync,async --ops backprop_filter --time-limit $((left - 20)) \
         >"$W/ncu.csv" 2>"$W/ncu.err"
     stamp "ncu: $(tail -1 "$W/ncu.err")"
     python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth 4.8e12 --summary 2>&1 \

@@ -391,7 +391,8 @@ def test_gradops_cuda_path_engine_on_the_host_stand_in(cuda_device):
 def test_gradops_cuda_staging_path_engines_on_the_host_stand_in(cuda_device):
     """gradops-cuda:sync / :async force the depthwise filter gradient's tiled kernel with its
     staging (A/B timings): they support the NHWC cases the tiled kernel runs (async: where its
-    asynchronous form exists), launch it, and match the NumPy backend bit for bit each other."""
+    asynchronous form exists), launch it, and match the NumPy backend bit for bit each other;
+    gradops-cuda:mma forces the tensor-core kernel where it runs."""
     import cupy
 
     from gradops.bench.engines import GradopsGpuEngine, make_inputs
@@ -424,6 +425,20 @@ def test_gradops_cuda_staging_path_engines_on_the_host_stand_in(cuda_device):
                                                            arrays["out_backprop"], nhwc.tf_strides(), nhwc.padding,
                                                            backend="numpy")
     np.testing.assert_allclose(got["async"], want, rtol=1e-5, atol=1e-5)
+    # gradops-cuda:mma: the layout's tensor-core kernel (half types; NHWC: in_depth a multiple of 16 / M).
+    mma = GradopsGpuEngine("cuda", path="mma")
+    half = np.dtype(np.float16)
+    wide = suites.Case("t", "dwf 3x3/1 m1 NHWC", "depthwise_conv2d_native_backprop_filter", (2, 9, 10, 16), "NHWC",
+                       (3, 3, 16, 1), (1, 1), "SAME")
+    assert mma.supports(wide, half)[0] and not mma.supports(wide, dtype)[0] and not mma.supports(five, half)[0]
+    arrays = make_inputs(wide, half, np.random.default_rng(1))
+    got = cupy.asnumpy(mma.prepare(wide, half, arrays)())
+    if cuda_device is not None:
+        assert "_filter_mma_nhwc<" in cuda_device.launches[-2][0]
+    want = gradops.depthwise_conv2d_native_backprop_filter(arrays["input"], list(wide.filter_shape),
+                                                           arrays["out_backprop"], wide.tf_strides(), wide.padding,
+                                                           backend="numpy")
+    np.testing.assert_allclose(got.astype(np.float64), want.astype(np.float64), rtol=2e-2, atol=2e-2 * np.abs(want).max())
 
 
 def test_gradops_cuda_fractional_path_engines_on_the_host_stand_in(cuda_device):

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--engine", action="append", default=None,
                         help="only these engines (repeatable); gpu mode also takes gradops-cuda:PATH, the depthwise "
                              "input gradient with its kernel path forced (tiled, planes, mma, direct, transpose), the filter "
-                             "gradient's tiled kernel with its staging forced (sync, async) or a fractional pooling "
+                             "gradient's tiled kernel with its staging forced (sync, async) or its tensor-core kernel "
+                             "(mma), or a fractional pooling "
                              "gradient's kernels forced (gather, cells)")
     parser.add_argument("--repeats", type=int, default=7, help="minimum timed runs per engine (median reported)")
     parser.add_argument("--warmup", type=int, default=3, help="untimed runs before timing")

@@ -229,7 +229,8 @@ class GradopsGpuEngine(Engine):
 
     ``path`` (cuda only): the depthwise input gradient's kernel path forced through its launcher
     ("tiled", "planes", "mma", "direct", "transpose"), the depthwise filter gradient's tiled kernel with its
-    staging forced ("sync", "async"), or either fractional pooling gradient's kernels ("gather",
+    staging forced ("sync", "async") or its layout's tensor-core kernel ("mma"), or either fractional pooling
+    gradient's kernels ("gather",
     "cells"); the engine is then ``gradops-cuda:PATH`` and supports only the cases that path
     can run, for A/B timings of kernels on one device."""
 
@@ -301,6 +302,8 @@ class GradopsGpuEngine(Engine):
                 return lambda: launch(g, device["orig_input"], device["orig_output"], device["out_backprop"],
                                       path=self.path)
             if case.op == DEPTHWISE_FILTER:
+                if self.path == "mma":
+                    return lambda: launch(g, device["input"], device["out_backprop"], mma=True)
                 copies = self.path == "async"
                 return lambda: launch(g, device["input"], device["out_backprop"], tiled=True, async_copies=copies)
             return lambda: launch(g, device["filter"], device["out_backprop"], path=self.path)

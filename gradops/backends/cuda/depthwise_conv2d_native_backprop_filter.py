@@ -385,14 +385,21 @@ def async_compiled(dtype, filter_size: int, stride: int, items_across: int) -> b
 
 
 #: The tiled kernel's staging forms, for A/B timings (``gradops-cuda:sync`` / ``:async``).
-STAGING_PATHS = ("sync", "async")
+#: The kernel paths the GPU benchmark can force (``gradops-cuda:PATH``): the tiled kernel with
+#: synchronous or asynchronous staging, or the layout's tensor-core kernel.
+STAGING_PATHS = ("sync", "async", "mma")
 
 
 def check_staging_path(g: Conv2DGeometry, dtype, path: str) -> None:
-    """Raises ValueError unless the tiled kernel can run ``g`` with staging ``path`` ("sync" or
-    "async") on 16-byte aligned arrays on this GPU."""
+    """Raises ValueError unless ``path`` can run ``g`` on 16-byte aligned arrays on this GPU: the
+    tiled kernel with staging "sync" or "async", or "mma" the layout's tensor-core kernel."""
     if path not in STAGING_PATHS:
         raise ValueError(f"staging path must be one of {STAGING_PATHS}, got {path!r}")
+    if path == "mma":
+        possible = mma_nhwc_eligible(g, dtype) if g.data_format == "NHWC" else mma_possible(g, dtype)
+        if not (possible and _runtime.compute_capability() >= MMA_ARCH):
+            raise ValueError("the tensor-core kernel cannot run this geometry here")
+        return
     if not tiled_eligible(g, dtype):
         raise ValueError("the tiled kernel cannot run this geometry")
     if path == "async" and not async_eligible(g, dtype, pick_items_across(g)):
