@@ -1442,8 +1442,12 @@ constexpr int kPitch = 24;            // staged columns (48 bytes: an odd number
                                       // so an ldmatrix's 8 rows fall on distinct bank groups);
                                       // block b0 reads columns [b0, b0 + 16), b0 <= 8
 // CTAs per SM the registers must allow: 2 (128 registers; at 3, 5x5 and the packed form spilled
-// on sm_80 and sm_90).
-constexpr int kMinBlocks = 2;
+// on sm_80 and sm_90 with NVRTC 13), but 1 for the packed 5x5 multiplier-1 form on sm_80 with
+// NVRTC 12.9 (the cuda12 extra), which spilled 16 bytes at 2 (install check, 2026-11-29).
+template <int K, int M, bool PACKED> struct MinBlocks {
+    static constexpr bool NVRTC12_SM80 = GRADOPS_CUDACC_MAJOR < 13 && GRADOPS_ARCH == 800;
+    static constexpr int value = NVRTC12_SM80 && K == 5 && M == 1 && PACKED ? 1 : 2;
+};
 
 template <int K, int M> struct Stage {
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
@@ -1588,7 +1592,7 @@ __device__ __forceinline__ void store_unit(unsigned* stage, int tid, const uint4
 // images 4 n .. 4 n + 3, 2 x 2 at pack_stride rows and columns (the launcher's
 // mma_nhwc_pack_stride: no image's taps reach another's values), its taps on the same diagonals.
 template <typename T, int K, int M, bool PACKED>
-__global__ void __launch_bounds__(dwfnhwc::kThreads, dwfnhwc::kMinBlocks) depthwise_conv2d_native_backprop_filter_mma_nhwc(
+__global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, PACKED>::value)) depthwise_conv2d_native_backprop_filter_mma_nhwc(
         const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial, int in_rows,
         int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_down,
         int tiles_across, int units, int units_per_slice, int batch, int pack_stride) {
