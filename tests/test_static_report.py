@@ -840,6 +840,10 @@ def test_launch_block_sizes_are_the_launchers():
     assert sr.block_size("gradops::conv2d_backprop_input_igemm<__half, float, 1, false>") == 256
     assert sr.block_size("gradops::depthwise_conv2d_native_backprop_input_mma<__half, 5, 1>") == 128
     assert sr.block_size("gradops::transpose_batched<unsigned short, int>") == 128  # 32 x 4
+    # The depthwise filter gradient's kernels (a warp per channel: 4 warps; the NHWC tensor-core kernel: 8).
+    assert sr.block_size("gradops::depthwise_conv2d_native_backprop_filter_planes<__half, float, 3, 1, 0>") == 128
+    assert sr.block_size("gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 1, 2>") == 128
+    assert sr.block_size("gradops::depthwise_conv2d_native_backprop_filter_mma_nhwc<__half, 3, 1, false>") == 256
 
 
 def test_opt_in_transpose_kernel_points_at_its_own_figures():

@@ -346,6 +346,13 @@ def block_size(expression: str) -> int:
         return dwf.REDUCE_ELEMENTS * dwf.REDUCE_MAX_GROUPS  # its largest block (groups follow the slices)
     if "_backprop_filter_tiled<" in expression:
         return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").TILED_THREADS
+    if "_backprop_filter_planes<" in expression:
+        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").PLANES_THREADS
+    if "_backprop_filter_mma<" in expression:
+        return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").MMA_THREADS
+    if "_backprop_filter_mma_nhwc<" in expression:
+        return importlib.import_module(
+            "gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").MMA_NHWC_THREADS
     if "conv2d_backprop_filter_direct<" in expression:
         return importlib.import_module("gradops.backends.cuda.conv2d_backprop_filter").FILTER_DIRECT_THREADS
     if "conv2d_backprop_filter_few_channels<" in expression:
