@@ -1804,7 +1804,8 @@ def filter_mma_nhwc_slots(g) -> tuple[int, int]:
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     side = dwf.MMA_NHWC_TILE + g.filter_rows - 1
-    x_chunks, y_chunks = dwf.mma_nhwc_channels(g) // 8, 2
+    x_chunks = dwf.mma_nhwc_channels(g) // 8
+    y_chunks = x_chunks * g.depth_multiplier
     return (-(-x_chunks * side * side // 2 // dwf.MMA_NHWC_THREADS),
             -(-y_chunks * dwf.MMA_NHWC_TILE ** 2 // 2 // dwf.MMA_NHWC_THREADS))
 
@@ -1815,7 +1816,8 @@ def filter_mma_nhwc_costs(kernel, dtype, g) -> dict:
     HMMAs (2 column blocks x K x a warp's two out_backprop planes, the block loop unrolled) and at least the busiest
     thread's next-unit loads (two 16-byte loads a pair slot, every predicated one counted) and
     4-byte stores to the planes (8 a pair slot); ``fixed``, the cheapest whole-kernel path with
-    one unit (its loads before the loop) and the diagonal sums' M x K stores, less the cheapest
+    one unit (its loads before the loop) and the diagonal sums' 2 x K stores (a warp's two planes
+    x tap rows), less the cheapest
     unit iteration without loads, plus the zeroing loop's further iterations (the finite path:
     the checked sums not taken).  The packed form's path is the same but for where a position
     lies (the images' blocks)."""
@@ -1928,7 +1930,6 @@ def _predict_depthwise_filter_mma_nhwc(case: Case, dtype_name: str, device: Devi
     kernel = kernels[(arch, dwf._mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier, packed))]
     reduce = kernels[(arch, dwf._reduce_expression(dtype))]
     slices, per_slice = dwf.mma_nhwc_slicing(g)
-    down, across = dwf.mma_nhwc_tiles(g)
     units = dwf.mma_nhwc_units(g)
     groups = g.in_depth // dwf.mma_nhwc_channels(g)
     ctas = groups * slices

@@ -395,10 +395,11 @@ def check_staging_path(g: Conv2DGeometry, dtype, path: str) -> None:
     tiled kernel with staging "sync" or "async", or "mma" the layout's tensor-core kernel."""
     if path not in STAGING_PATHS:
         raise ValueError(f"staging path must be one of {STAGING_PATHS}, got {path!r}")
-    if path == "mma":
-        possible = mma_nhwc_eligible(g, dtype) if g.data_format == "NHWC" else mma_possible(g, dtype)
-        if not (possible and _runtime.compute_capability() >= MMA_ARCH):
-            raise ValueError("the tensor-core kernel cannot run this geometry here")
+    if path == "mma":  # the launcher's own checks, which raise where it cannot run
+        if g.data_format == "NHWC":
+            pick_mma_nhwc(g, dtype, mma=True)
+        else:
+            pick_mma(g, dtype, True)
         return
     if not tiled_eligible(g, dtype):
         raise ValueError("the tiled kernel cannot run this geometry")
@@ -708,25 +709,27 @@ def mma_nhwc_possible(g: Conv2DGeometry, dtype, arrays=()) -> bool:
     return mma_nhwc_eligible(g, dtype) and _runtime.vector_aligned(*arrays, alignment=16)
 
 
+def mma_nhwc_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
+    """Whether the launcher takes the NHWC tensor-core kernel by itself for aligned arrays:
+    :data:`MMA_BY_DEFAULT`, :func:`mma_nhwc_eligible` and a GPU with mma.sync (compute
+    capability ``arch``; None: the current device's).  The launcher takes it wherever it can
+    (the static report, benchmarks/README)."""
+    if not (MMA_BY_DEFAULT and mma_nhwc_eligible(g, dtype)):
+        return False
+    return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
+
+
 def pick_mma_nhwc(g: Conv2DGeometry, dtype, arrays=(), mma: bool | None = None) -> bool:
     """``mma`` if given (True checked against :func:`mma_nhwc_possible` and the GPU), else
-    whether it can run here: the launcher takes it wherever it can (the static report,
-    benchmarks/README)."""
-    possible = mma_nhwc_possible(g, dtype, arrays)
-    if mma and not (possible and _runtime.compute_capability() >= MMA_ARCH):
+    :func:`mma_nhwc_chosen` for 16-byte aligned ``arrays``."""
+    if mma is None:
+        return _runtime.vector_aligned(*arrays, alignment=16) and mma_nhwc_chosen(g, dtype)
+    if mma and not (mma_nhwc_possible(g, dtype, arrays) and _runtime.compute_capability() >= MMA_ARCH):
         raise ValueError("the mma kernel cannot run this geometry (in NHWC it needs float16 / bfloat16, a 3x3 or "
                          "5x5 filter at stride 1 without dilation, multiplier 1 or 2, in_depth a multiple of 16 / "
                          "multiplier, for maps of at most 8 x 8 padding that lets four images share a 16 x 16 tile, "
                          "16-byte aligned arrays, 32-bit sizes and compute capability 8.0+)")
-    if mma is not None:
-        return bool(mma)
-    return MMA_BY_DEFAULT and possible and _runtime.compute_capability() >= MMA_ARCH
-
-
-def mma_nhwc_chosen(g: Conv2DGeometry, dtype, arch: int) -> bool:
-    """Whether the launcher takes the NHWC tensor-core kernel on compute capability ``arch``
-    for aligned arrays (the static model's question)."""
-    return MMA_BY_DEFAULT and mma_nhwc_eligible(g, dtype) and arch >= MMA_ARCH
+    return bool(mma)
 
 
 def reduce_groups(slices: int) -> int:
