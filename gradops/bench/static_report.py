@@ -46,6 +46,7 @@ from pathlib import Path
 import numpy as np
 
 from .._dtypes import accumulator_dtype
+from . import latency_model
 from .metrics import KNOWN_PEAKS, bytes_moved
 from .suites import DEPTHWISE_FILTER, DEPTHWISE_INPUT, DTYPES, FRACTIONAL, FRACTIONAL_MAX, OP_SHORT, Case, suite
 
@@ -98,6 +99,12 @@ ASSUMPTIONS = [
     "3.0), with this model's H100 limits and the DRAM limit re-targeted to 4.8 TB/s. The model charges no "
     "instruction latency or barrier stall: read its times as a bound the kernels do not reach, and its % of "
     "HBM as an upper bound.",
+    "Latency-aware estimate (the columns so named; gradops/bench/latency_model.py): per kernel, 2 us + the "
+    "largest of DRAM, L2, the busiest pipe, the scheduler limit / 0.5, and 1.5 x the latency chain + one resident "
+    "warp's own instructions (warp-instructions / (SMs x resident warps)) at 8 clocks each; a two-kernel op sums "
+    "its kernels. Its constants were fitted to the H200 run's 386 kernels (benchmarks/results/"
+    "gpu_h200_2026-11-28/latency_fit.md: 88% within 1.5x of the measured time, the bound above 2%); on the A100 "
+    "they are an extrapolation. Kernels changed since that run were not in the fit.",
     "Clock: H100 SXM 1.755 GHz (the clock the issue's budgets use, below the 1.98 GHz maximum boost), A100 SXM "
     "1.41 GHz (its boost clock); issue efficiency 1.0 (one warp-instruction per scheduler per clock, 4 schedulers "
     "per SM): H100 132 SMs x 4 x 1.755 GHz = 926.6 G warp-instructions/s, A100 108 x 4 x 1.41 GHz = 609.1 G/s.",
@@ -2224,6 +2231,9 @@ def build(archs=("sm_90", "sm_80"), conv: bool = True, suites=SUITES, dtypes=REP
                     if dtype in dtypes:
                         say(f"predicting {device.key}: {case.label} {dtype}")
                         predictions.append(predict(case, dtype, device, kernels))
+    report = {"meta": {"devices": [asdict(d) for d in devices if f"sm_{d.arch}" in archs]},
+              "predictions": predictions}
+    latency_model.annotate(report)
     commit = _git("rev-parse", "--short", "HEAD")
     dirty = _git("status", "--porcelain", "--untracked-files=no")
     meta = {
@@ -2233,6 +2243,7 @@ def build(archs=("sm_90", "sm_80"), conv: bool = True, suites=SUITES, dtypes=REP
                   "cuobjdump": _sass.tool_version("cuobjdump"), "python": platform.python_version()},
         "devices": [asdict(d) for d in devices if f"sm_{d.arch}" in archs],
         "assumptions": ASSUMPTIONS, "budget_fraction": BUDGET_FRACTION,
+        "latency_model": report["meta"]["latency_model"],
     }
     return {"meta": meta, "kernels": records, "predictions": predictions}
 
@@ -2321,28 +2332,69 @@ def markdown(report: dict) -> str:
               "time summed over both kernels, the limiter is the dearer kernel's (named); SASS/elem and budget per "
               "partial sum (filter gradient; per out_backprop element where the tiled kernel runs) or per input element "
               "(max pooling); MB includes max pooling's "
-              "chosen-offset buffer and cell tables.", ""]
+              "chosen-offset buffer and cell tables. Latency-aware: the estimate of the assumption so named (its "
+              "largest term in brackets), also predicted, not measured.", ""]
+    lines += latency_summary(report)
     for device in meta["devices"]:
         rows = [p for p in report["predictions"] if p["device"] == device["key"]]
         if not rows:
             continue
         lines += [f"### {device['key']}", "",
                   "| suite | op | case | dtype | MB | SASS/elem | budget | DRAM | L2 | issue (pipe) | occupancy | "
-                  "limiter | predicted ms | % HBM |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|"]
+                  "limiter | predicted ms | % HBM | latency-aware ms | % HBM |",
+                  "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
         for p in rows:
             op = OP_SHORT.get(p["op"], p["op"])
             if "not_modelled" in p:
                 lines.append(f"| {p['suite']} | {op} | {p['label']} | {p['dtype']} | - | - | - | - | - | - | - | "
-                             f"{p['not_modelled'].split(';')[0]} | - | - |")
+                             f"{p['not_modelled'].split(';')[0]} | - | - | - | - |")
                 continue
             lim = p["limits_ms"]
             pipe = p["issue_detail"]["busiest_pipe"] if p["issue_detail"]["busiest_pipe_s"] > p["issue_detail"]["scheduler_s"] else "sched"
             lines.append(f"| {p['suite']} | {op} | {p['label']} | {p['dtype']} | {p['bytes'] / 1e6:.1f} | "
                          f"{p['sass_per_element']:.0f} | {p['budget_per_element_75pct_hbm']:.0f} | {lim['DRAM']:.3f} | "
                          f"{lim['L2']:.3f} | {lim['issue']:.3f} ({pipe}) | {lim['occupancy']:.3f} | {p['limiter']} | "
-                         f"{p['predicted_ms']:.3f} | {p['pct_hbm']:.1f} |")
+                         f"{p['predicted_ms']:.3f} | {p['pct_hbm']:.1f} | {_latency_cells(p)} |")
         lines.append("")
     return "\n".join(lines) + "\n"
+
+
+def _latency_cells(p: dict) -> str:
+    la = p.get("latency_aware")
+    return f"{la['ms']:.3f} ({la['term']}) | {la['pct_hbm']:.1f}" if la else "- | -"
+
+
+def latency_summary(report: dict) -> list[str]:
+    """Per device: how many rows reach 75% / 50% of HBM by the bound and by the latency-aware
+    estimate, and the geometric mean % of HBM per suite, op, dtype and layout by each."""
+    rows = [p for p in report["predictions"] if "latency_aware" in p]
+    if not rows:
+        return []
+    lines = ["### Bound and latency-aware estimate, in brief", "",
+             f"Both {LABEL}. Rows: modelled case-dtypes of the device.", "",
+             "| device | rows | bound >= 75% | latency-aware >= 75% | bound >= 50% | latency-aware >= 50% |",
+             "|---|---:|---:|---:|---:|---:|"]
+    devices = [d["key"] for d in report["meta"]["devices"]]
+    for device in devices:
+        mine = [p for p in rows if p["device"] == device]
+        if mine:
+            def count(key, floor):
+                return sum(1 for p in mine if (p["latency_aware"]["pct_hbm"] if key else p["pct_hbm"]) >= floor)
+            lines.append(f"| {device} | {len(mine)} | {count(0, 75)} | {count(1, 75)} | {count(0, 50)} | "
+                         f"{count(1, 50)} |")
+    groups: dict = {}
+    for p in rows:
+        layout = next((t for t in ("NHWC", "NCHW") if t in p["label"]), "-")
+        groups.setdefault((p["device"], p["suite"], OP_SHORT.get(p["op"], p["op"]), p["dtype"], layout), []).append(p)
+    lines += ["", "Geometric mean % of HBM:", "",
+              "| device | suite | op | dtype | layout | rows | bound | latency-aware |", "|---|---|---|---|---|---:|---:|---:|"]
+
+    def geomean(values):
+        return math.exp(sum(math.log(v) for v in values) / len(values))
+    for (device, suite_name, op, dtype, layout), ps in sorted(groups.items(), key=lambda kv: (devices.index(kv[0][0]), kv[0][1:])):
+        lines.append(f"| {device} | {suite_name} | {op} | {dtype} | {layout} | {len(ps)} | "
+                     f"{geomean([p['pct_hbm'] for p in ps]):.1f} | {geomean([p['latency_aware']['pct_hbm'] for p in ps]):.1f} |")
+    return lines + [""]
 
 
 def _short(expression: str) -> str:
