@@ -14,10 +14,15 @@ committed static report (``benchmarks/results/static_report.json``), and writes
   (its SASS path counts) / measured time, as a fraction of the model's issue rate (132 SMs x 4
   schedulers x 1.755 GHz, one instruction per scheduler per clock); beside the model's resident
   warps per SM;
+* per gradops-cuda case the latency-aware estimate (``gradops.bench.latency_model``) of the same
+  stages, DRAM re-targeted likewise, and measured / that estimate;
 * geometric means per suite, op, dtype and layout, and the issue fraction per kernel.
 
     python benchmarks/measured_vs_predicted.py benchmarks/results/gpu_h200_2026-11-28 \\
-        --device "H200 SXM" [--static benchmarks/results/static_report.json]
+        --device "H200 SXM" --static 549728a:benchmarks/results/static_report.json
+
+``--static`` takes a path or ``REV:path``: the static report of the measured commit (default:
+the checkout's ``benchmarks/results/static_report.json``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ import argparse
 import json
 import math
 import re
+import subprocess
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -39,7 +45,7 @@ import numpy as np  # noqa: E402
 
 from ncu_table import kernels_by_case  # noqa: E402
 
-from gradops.bench import metrics, suites  # noqa: E402
+from gradops.bench import latency_model, metrics, suites  # noqa: E402
 from gradops.bench.runner import geomean  # noqa: E402
 
 MODEL_DEVICE = "H100 SXM"  # the static report's device whose limits are re-targeted
@@ -81,9 +87,19 @@ def predicted_us(prediction: dict, bandwidth: float) -> tuple[float, str] | None
     return scaled[limiter] * 1e3, limiter
 
 
-def build(folder: Path, device: str, static_path: Path) -> dict:
+def read_static(source: str) -> tuple[dict, str]:
+    """A static report JSON from a path, or from ``REV:path`` (``git show``: the report of the
+    measured commit), and how to name it."""
+    path = Path(source)
+    if not path.is_file() and ":" in source:
+        return json.loads(subprocess.check_output(["git", "show", source], cwd=ROOT, text=True)), source
+    path = path.resolve()
+    return json.loads(path.read_text()), str(path.relative_to(ROOT) if path.is_relative_to(ROOT) else path)
+
+
+def build(folder: Path, device: str, static_source: str) -> dict:
     bandwidth = metrics.KNOWN_PEAKS[device].bandwidth
-    static = json.loads(static_path.read_text())
+    static, shown = read_static(static_source)
     model = next(d for d in static["meta"]["devices"] if d["key"] == MODEL_DEVICE)
     issue_rate = model["sms"] * 4 * model["clock_hz"] * model["issue_efficiency"]  # warp-instructions/s
     predictions = {(p["suite"], p["label"], p["op"], p["dtype"]): p for p in static["predictions"]
@@ -107,6 +123,11 @@ def build(folder: Path, device: str, static_path: Path) -> dict:
             if got:
                 r["predicted_us"], r["predicted_limiter"] = got
                 r["measured_over_predicted"] = r["us"] / got[0]
+            if p and "limits_ms" in p:
+                r["latency_aware_us"] = 1e6 * sum(
+                    latency_model.estimate(latency_model.stage_features(stage, model, bandwidth))[0]
+                    for stage in (p.get("stages") or [p]))
+                r["measured_over_latency_aware"] = r["us"] / r["latency_aware_us"]
             if p and p.get("warp_instructions"):
                 r["kernel_family"] = kernel_family(p["kernel"])
                 r["resident_warps_per_sm"] = p.get("resident_warps_per_sm")
@@ -116,7 +137,7 @@ def build(folder: Path, device: str, static_path: Path) -> dict:
                 if t:
                     r[f"{other}_over_gradops"] = t / r["us"]
         rows.append(r)
-    return {"meta": {"device": device, "model_issue_rate": issue_rate, "bandwidth": bandwidth, "static_report": str(static_path.relative_to(ROOT)),
+    return {"meta": {"device": device, "model_issue_rate": issue_rate, "bandwidth": bandwidth, "static_report": shown,
                      "static_commit": static["meta"].get("commit"), "model_device": MODEL_DEVICE},
             "rows": rows, "summary": summarise(rows), "issue": issue_summary(rows)}
 
@@ -135,7 +156,8 @@ def summarise(rows) -> list[dict]:
             continue
         key = (r["suite"], r["op"], r["dtype"], r["layout"])
         groups[key][f"pct {r['engine']}"].append(r["pct_hbm"])
-        for field in ("measured_over_predicted", "torch_over_gradops", "gradops-cudnn_over_gradops"):
+        for field in ("measured_over_predicted", "measured_over_latency_aware", "torch_over_gradops",
+                      "gradops-cudnn_over_gradops"):
             if field in r:
                 groups[key][field].append(r[field])
     out = []
@@ -182,17 +204,20 @@ def markdown(report: dict) -> str:
         f"- **Predicted** (predicted, not measured): `{m['static_report']}` (commit {m['static_commit']}), its "
         f"{m['model_device']} limits with the DRAM limit re-targeted to {m['bandwidth'] / 1e12:.2f} TB/s "
         "(issue, L2 and latency limits unchanged: same 132 SMs; the model's clock is 1.755 GHz).",
+        "- **Latency-aware** (predicted, not measured): `gradops/bench/latency_model.py` on the same stages and "
+        "limits (DRAM re-targeted likewise). Its constants were fitted to the H200 run of 2026-11-28: on that "
+        "run's kernels it is in sample (`latency_fit.md` there).",
         "- measured / predicted > 1: slower than the model says.", "",
         "## Geometric means", "",
         "| suite | op | dtype | layout | cases | gradops-cuda % of HBM | torch % of HBM | torch time / gradops "
-        "time | measured / predicted (range) |", "|---|---|---|---|---:|---:|---:|---:|---|"]
+        "time | measured / predicted (range) | measured / latency-aware |", "|---|---|---|---|---:|---:|---:|---:|---|---:|"]
     for s in report["summary"]:
         rng = s["measured_over_predicted_range"]
         spread = f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng else ""
         lines.append(f"| {s['suite']} | {s['op']} | {s['dtype']} | {s['layout']} | {s['cases']} | "
                      f"{_f(s.get('pct gradops-cuda'))} | {_f(s.get('pct torch'))} | "
                      f"{_f(s.get('torch_over_gradops'), '.2f')} | {_f(s.get('measured_over_predicted'), '.2f')}"
-                     f"{spread} |")
+                     f"{spread} | {_f(s.get('measured_over_latency_aware'), '.2f')} |")
     lines += ["", "## Issue fraction reached", "",
               f"The model's warp-instructions per case (its SASS path counts) / measured time, as a fraction of "
               f"its issue rate ({m['model_issue_rate'] / 1e9:.1f} G warp-instructions/s: 1.0 is its assumption). "
@@ -204,7 +229,8 @@ def markdown(report: dict) -> str:
                      f"{g['min']:.2f}-{g['max']:.2f} | {', '.join(str(w) for w in g['resident_warps_per_sm'])} |")
     lines += ["", "## gradops-cuda per case", "",
               "| suite | case | op | dtype | kernels (µs each) | measured µs | % of HBM | predicted µs (limiter) | "
-              "measured / predicted | torch µs |", "|---|---|---|---|---|---:|---:|---:|---:|---:|"]
+              "measured / predicted | latency-aware µs | measured / latency-aware | torch µs |",
+              "|---|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     torch = {(r["suite"], r["label"], r["op"], r["dtype"]): r["us"] for r in report["rows"]
              if r["engine"] == "torch" and r["us"]}
     for r in report["rows"]:
@@ -212,14 +238,15 @@ def markdown(report: dict) -> str:
             continue
         if "pct_hbm" not in r:
             lines.append(f"| {r['suite']} | {r['label']} | {r['op']} | {r['dtype']} | {r.get('note')} | - | - | - | - "
-                         "| - |")
+                         "| - | - | - |")
             continue
         kernels = "; ".join(f"{n[:70]} {t:.1f}" for n, t in r["kernels"])
         pred = f"{r['predicted_us']:.1f} ({r['predicted_limiter']})" if "predicted_us" in r else "not modelled"
         t = torch.get((r["suite"], r["label"], r["op"], r["dtype"]))
         lines.append(f"| {r['suite']} | {r['label']} | {r['op'].replace('depthwise_conv2d_native_', '')} | "
                      f"{r['dtype']} | {kernels} | {r['us']:.1f} | {r['pct_hbm']:.1f} | {pred} | "
-                     f"{_f(r.get('measured_over_predicted'), '.2f')} | {_f(t)} |")
+                     f"{_f(r.get('measured_over_predicted'), '.2f')} | {_f(r.get('latency_aware_us'))} | "
+                     f"{_f(r.get('measured_over_latency_aware'), '.2f')} | {_f(t)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -227,9 +254,10 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("folder", type=Path)
     parser.add_argument("--device", default="H200 SXM", choices=sorted(metrics.KNOWN_PEAKS))
-    parser.add_argument("--static", type=Path, default=ROOT / "benchmarks" / "results" / "static_report.json")
+    parser.add_argument("--static", default=str(ROOT / "benchmarks" / "results" / "static_report.json"),
+                        help="the static report: a path, or REV:path (git show)")
     args = parser.parse_args(argv)
-    report = build(args.folder.resolve(), args.device, args.static.resolve())
+    report = build(args.folder.resolve(), args.device, args.static)
     (args.folder / "measured_vs_predicted.json").write_text(json.dumps(report, indent=1) + "\n")
     (args.folder / "measured_vs_predicted.md").write_text(markdown(report))
     print(f"wrote {args.folder / 'measured_vs_predicted.md'}")

@@ -9,6 +9,7 @@ for real.
 from __future__ import annotations
 
 import json
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -789,4 +790,8 @@ def test_measured_vs_predicted_committed_report_renders_from_its_json():
     assert (folder / "measured_vs_predicted.md").read_text() == mvp.markdown(report)
     ours = [r for r in report["rows"] if r["engine"] == "gradops-cuda"]
     assert len(ours) == 258 and all("measured_over_predicted" in r for r in ours)
+    # the latency-aware estimate was fitted to this run: in sample, it sits around the measured times
+    ratios = [r["measured_over_latency_aware"] for r in ours]
+    assert len(ratios) == 258 and 0.9 < math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.1
+    assert report["meta"]["static_report"] == "549728a:benchmarks/results/static_report.json"
     assert all(r["us"] > 0 for r in report["rows"])
