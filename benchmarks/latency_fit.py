@@ -7,7 +7,10 @@ pairs (the samples) and the fit go to ``latency_fit.{json,md}`` in the folder:
 
 * the grid point (gradops.bench.latency_model.GRID) with the least mean squared log error;
 * its error per kernel family, in sample and with that family left out of the fit;
-* the bound's (the report's own prediction) error beside it.
+* the bound's (the report's own prediction) error beside it;
+* out of sample: the estimate with those constants on the first GPU run (H100 SXM, 2026-11-22:
+  other kernels, at the revision ``static_calibration.py`` compiled for it), from that run's
+  ``static_calibration.json`` (see :func:`other_run_samples` for what it lacks).
 
     python benchmarks/latency_fit.py [FOLDER] [--report-commit 549728a] [--samples-only]
 
@@ -34,6 +37,7 @@ from gradops.bench import latency_model as lm  # noqa: E402
 from gradops.bench import metrics  # noqa: E402
 
 RESULTS = ROOT / "benchmarks" / "results" / "gpu_h200_2026-11-28"
+OTHER_RUN = ROOT / "benchmarks" / "results" / "gpu_h100_2026-11-22" / "static_calibration.json"
 #: The commit holding the static report of the kernels the H200 run measured (regenerated at
 #: f5cb4c9, which changed no kernel of cb65573's but the tensor-core filter's hang fix).
 REPORT_COMMIT = "549728a"
@@ -76,6 +80,48 @@ def samples(folder: Path, report: dict, device: str = MEASURED_DEVICE) -> list[d
     return out
 
 
+def other_run_samples(path: Path = OTHER_RUN) -> list[dict]:
+    """Samples of the H100 run from its ``static_calibration.json`` (the static model of the
+    measured revision beside each measured kernel time; H100 SXM, single-kernel ops).  That
+    file predates the stage records: warp-instructions are its SASS per element x the case's
+    input elements / 32, the scheduler limit theirs / the model's issue rate, resident warps
+    its tiled plan's CTAs per SM x threads per CTA / 32, and the busiest pipe is not recorded
+    (taken as 0: the scheduler term / 0.5 covers the pipes of these kernels)."""
+    from gradops.bench import static_report as sr
+    from gradops.bench.suites import suite
+
+    data = json.loads(path.read_text())
+    device = next(d for d in sr.DEVICES if d.key == data["meta"]["device"])
+    cases = {(c.suite, c.label, c.op): c for name in sr.SUITES for c in suite(name)}
+    out = []
+    for r in data["rows"]:
+        p = r["predicted"]
+        tiled, limits = p["tiled"], p["limits_ms"]
+        elements = math.prod(cases[(r["suite"], r["label"], r["op"])].geometry().input_shape)
+        warp_instructions = p["sass_per_element"] * elements / 32
+        out.append({"suite": r["suite"], "label": r["label"], "op": r["op"], "dtype": r["dtype"],
+                    "kernel": p["kernel"], "measured_s": r["measured_us"] * 1e-6, "bound_s": p["predicted_ms"] / 1e3,
+                    "dram_s": limits["DRAM"] / 1e3, "l2_s": limits["L2"] / 1e3, "pipe_s": 0.0,
+                    "scheduler_s": warp_instructions / device.issue_rate, "chain_s": limits["occupancy"] / 1e3,
+                    "warp_instructions": warp_instructions,
+                    "resident_warps_per_sm": tiled["blocks_per_sm"] * tiled["threads_per_cta"] // 32,
+                    "sms": device.sms, "clock_hz": device.clock_hz})
+    return out
+
+
+def out_of_sample(other: list[dict], fitted: lm.LatencyFit) -> dict:
+    """The estimate's and the bound's errors on another run's samples, overall and per op,
+    dtype and layout."""
+    errors = lm.log_errors(other, fitted)
+    bound = np.array([math.log(s["measured_s"] / s["bound_s"]) for s in other])
+    groups = defaultdict(list)
+    for i, s in enumerate(other):
+        groups[f"{s['op']} {s['dtype']} {'NCHW' if 'NCHW' in s['label'] else 'NHWC'}"].append(i)
+    return {"estimate": _summary(errors), "bound": _summary(bound),
+            "groups": {g: {"estimate": _summary(errors[idx]), "bound": _summary(bound[idx])}
+                       for g, idx in sorted(groups.items())}}
+
+
 def _summary(errors: np.ndarray) -> dict:
     return {"n": int(errors.size), "geomean_ratio": float(np.exp(errors.mean())),
             "rms_log": float(np.sqrt((errors ** 2).mean())), "min_ratio": float(np.exp(errors.min())),
@@ -83,8 +129,9 @@ def _summary(errors: np.ndarray) -> dict:
             "within_1_5x": float((np.abs(errors) < math.log(1.5)).mean())}
 
 
-def analyse(data: list[dict]) -> dict:
-    """The fit, its errors per family (in sample, left out) and the bound's."""
+def analyse(data: list[dict], other: list[dict] | None = None) -> dict:
+    """The fit, its errors per family (in sample, left out) and the bound's; with ``other``
+    (another run's samples), the fitted estimate's errors there."""
     fitted, rms = lm.fit(data)
     errors = lm.log_errors(data, fitted)
     bound = np.array([math.log(s["measured_s"] / s["bound_s"]) for s in data])
@@ -101,8 +148,11 @@ def analyse(data: list[dict]) -> dict:
     every_left_out = np.concatenate([
         lm.log_errors([data[i] for i in idx], lm.LatencyFit(**per_family[f]["left_out_fit"]))
         for f, idx in sorted(families.items())])
-    return {"fit": fitted.__dict__, "rms_log": rms, "in_sample": _summary(errors), "bound": _summary(bound),
-            "left_out": _summary(every_left_out), "families": per_family}
+    result = {"fit": fitted.__dict__, "rms_log": rms, "in_sample": _summary(errors), "bound": _summary(bound),
+              "left_out": _summary(every_left_out), "families": per_family}
+    if other:
+        result["other_run"] = out_of_sample(other, fitted)
+    return result
 
 
 def markdown(result: dict) -> str:
@@ -129,6 +179,24 @@ def markdown(result: dict) -> str:
     for family, v in result["families"].items():
         lines.append(row(f"`{family}`", v["bound"], v["in_sample"], v["left_out"]))
     lines.append(row("**all**", result["bound"], result["in_sample"], result["left_out"]))
+    other = result.get("other_run")
+    if other:
+        lines += ["", "## Out of sample: the H100 run of 2026-11-22", "",
+                  f"The constants above on {other['estimate']['n']} kernels the fit never saw: the first GPU run's "
+                  "(H100 SXM, Nsight Compute), the depthwise input gradient and fractional average pooling at the "
+                  "revision `static_calibration.py` compiled for it (`../gpu_h100_2026-11-22/static_calibration.json`; "
+                  "its busiest pipe is not recorded and is taken as 0).", "",
+                  "| group | n | bound: geomean ratio (range) | within 1.5x | estimate: geomean ratio (range) | "
+                  "within 1.5x |", "|---|---:|---|---:|---|---:|"]
+
+        def other_row(name, v):
+            b, e = v["bound"], v["estimate"]
+            return (f"| {name} | {e['n']} | {b['geomean_ratio']:.2f} ({b['min_ratio']:.2f}-{b['max_ratio']:.2f}) | "
+                    f"{b['within_1_5x']:.0%} | {e['geomean_ratio']:.2f} ({e['min_ratio']:.2f}-{e['max_ratio']:.2f}) | "
+                    f"{e['within_1_5x']:.0%} |")
+        for name, v in other["groups"].items():
+            lines.append(other_row(f"`{name}`", v))
+        lines.append(other_row("**all**", other))
     return "\n".join(lines) + "\n"
 
 
@@ -147,8 +215,9 @@ def main(argv=None) -> int:
         text = subprocess.check_output(["git", "show", f"{args.report_commit}:benchmarks/results/static_report.json"],
                                        cwd=ROOT, text=True)
         data = samples(folder, json.loads(text), args.device)
+    other = other_run_samples() if OTHER_RUN.is_file() else None
     result = {"label": "fit of predictions to measurements", "report_commit": args.report_commit,
-              "device": args.device, "samples": len(data), **analyse(data)}
+              "device": args.device, "samples": len(data), **analyse(data, other)}
     out.write_text(json.dumps({**result, "samples": data}, indent=1) + "\n")
     (folder / "latency_fit.md").write_text(markdown(result))
     print(markdown(result))

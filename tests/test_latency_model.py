@@ -120,6 +120,32 @@ def test_fit_script_refits_from_the_committed_samples(tmp_path):
     assert again["fit"] == committed["fit"] and again["left_out"] == pytest.approx(committed["left_out"])
     text = (folder / "latency_fit.md").read_text()
     assert "| **all** | 386 |" in text and "cpi 8.0" in text
+    # out of sample: the H100 run's kernels, which the fit never saw
+    other = again["other_run"]
+    for kind in ("estimate", "bound"):
+        assert other[kind] == pytest.approx(committed["other_run"][kind])
+    assert other["estimate"]["n"] == 136
+    assert other["estimate"]["within_1_5x"] > 2 * other["bound"]["within_1_5x"]
+    assert "## Out of sample: the H100 run of 2026-11-22" in text
+
+
+def test_other_run_samples_rebuild_the_bound():
+    """The H100 run's samples: the bound rebuilt from their limits is the prediction that run's
+    calibration recorded, and the scheduler limit from the rebuilt warp-instructions is at most
+    its issue limit (which also holds the pipes)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import latency_fit
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    data = json.loads(latency_fit.OTHER_RUN.read_text())
+    samples = latency_fit.other_run_samples()
+    assert len(samples) == len(data["rows"]) == 136
+    for s, r in zip(samples, data["rows"]):
+        limits = r["predicted"]["limits_ms"]
+        assert s["bound_s"] == pytest.approx(max(limits.values()) / 1e3)
+        assert s["scheduler_s"] <= limits["issue"] / 1e3 * (1 + 1e-9)
+        assert s["resident_warps_per_sm"] in range(4, 65)
 
 
 def test_report_markdown_has_both_estimates():
