@@ -1211,6 +1211,37 @@ def test_cuda_planes_shapes(cuda_device, rng, filt, stride):
                 check_cuda(kwargs, x, dy, case, planes=True, items_per_slice=per_slice)
 
 
+ONE_SLICE_PATHS = {  # path -> (layout, filter, the launcher's overrides that make one slice)
+    "per-element": ("NHWC", (3, 2), dict(tiled=False, slices=1)),
+    "tiled": ("NHWC", (3, 3), dict(tiled=True, units_per_slice=10 ** 6)),
+    "planes": ("NCHW", (3, 3), dict(planes=True, items_per_slice=10 ** 6)),
+}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=["float32", "float64", "float16"])
+@pytest.mark.parametrize("path", list(ONE_SLICE_PATHS))
+def test_cuda_one_slice_needs_no_reduction(cuda_device, monkeypatch, path, dtype):
+    """With one slice of sums in the result's own type (float32, float64) the first kernel writes
+    the result and no reduction runs; its bits are those the reduction would have written.  Sums
+    of another type (float16's float32) still take the reduction, which rounds them."""
+    rng = np.random.default_rng(71)
+    data_format, filt, forced = ONE_SLICE_PATHS[path]
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 7, 9, 16), filt_hw=filt, multiplier=1, padding="SAME",
+                                    data_format=data_format, dtype=dtype)
+    assert cuda_launcher.reduce_needed(1, dtype) == (dtype == np.float16)
+    assert cuda_launcher.reduce_needed(2, dtype)
+    before = len(cuda_device.launches) if cuda_device is not None else 0
+    one = check_cuda(kwargs, x, dy, case, **forced)
+    if cuda_device is not None:
+        kernels = [launch[0] for launch in cuda_device.launches[before:]]
+        assert len(kernels) == (2 if dtype == np.float16 else 1), kernels
+        assert ("_reduce<" in kernels[-1]) == (dtype == np.float16)
+        assert {"per-element": "_partial<", "tiled": "_tiled<", "planes": "_planes<"}[path] in kernels[0]
+    monkeypatch.setattr(cuda_launcher, "reduce_needed", lambda slices, dtype: True)
+    two = check_cuda(kwargs, x, dy, case, **forced)
+    np.testing.assert_array_equal(one.view(np.uint8), two.view(np.uint8))
+
+
 def test_cuda_planes_one_load_a_row_or_four(cuda_device):
     """out_backprop rows read 4 values per load (aligned, out_cols a multiple of 4) and one at
     a time (a misaligned view) give the same bits."""

@@ -1388,6 +1388,17 @@ def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
     return table[fewest]
 
 
+def reduce_stages(device: Device, kernel, slices: int, filter_elements: int, dtype, width: int, acc: int) -> list[dict]:
+    """The filter gradient's second kernel as a list of stages: none where the launcher runs
+    none (one slice of sums in the result's own type: ``reduce_needed``)."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    if not dwf.reduce_needed(slices, dtype):
+        return []
+    return [filter_reduce_stage(device, kernel, slices, filter_elements, width, acc)]
+
+
 def filter_reduce_stage(device: Device, kernel, slices: int, filter_elements: int, width: int, acc: int) -> dict:
     """The reduction's roofline: ``reduce_groups(slices)`` threads per filter element, each
     costing the busiest thread's path (an upper bound: only group 0 adds the groups; the path
@@ -1473,8 +1484,8 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
                        "idle_thread_instructions_per_unit": idle_unit,
                        "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /
                        (down * across * tile_rows * tile_cols)}}
-    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
-    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
 def filter_planes_item_cost(kernel, dtype, g, four: bool, form: int = 0):
@@ -1615,8 +1626,8 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
                        "out_backprop_row_loads": "one" if four else "per value",
                        "window_loads": {dwf.PLANES_SINGLES: "per value", dwf.PLANES_PAIRS: "pairs",
                                         dwf.PLANES_PAIRS_FROM_COLUMN_BEFORE: "pairs from the column before"}[form]}}
-    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
-    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
 def filter_mma_costs(kernel, dtype, g) -> dict:
@@ -1799,8 +1810,8 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
                        "hmma_per_image": costs["hmma"], "staging_loads_per_image": costs["loads"],
                        "staging_slots": list(costs["slots"]),
                        "plane_fill": dwf.mma_fill(g)}}
-    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
-    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
 def filter_mma_nhwc_slots(g) -> tuple[int, int]:
@@ -1972,8 +1983,8 @@ def _predict_depthwise_filter_mma_nhwc(case: Case, dtype_name: str, device: Devi
                        "staging_loads_per_unit": costs["loads"], "staging_slots": list(costs["slots"]),
                        "packed": packed, "pack_stride": dwf.mma_nhwc_pack_stride(g) if packed else None,
                        "tile_fill": g.batch * g.out_rows * g.out_cols / (units * tile * tile)}}
-    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
-    return _two_stage(case, dtype_name, device, g, elements, [first, second])
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
 def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
@@ -2023,8 +2034,8 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     first = _stage("partial", device, partial, work, mean, pipes, reads,
                    filter_partial_l2_bytes(g, width, _runtime.BLOCK_1D) + acc * partials, trips)
 
-    second = filter_reduce_stage(device, reduce, slices, taps * g.out_depth, width, acc)
-    return _two_stage(case, dtype_name, device, g, partials, [first, second])
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    return _two_stage(case, dtype_name, device, g, partials, [first, *second])
 
 
 def pixel_warps(row_sizes, col_sizes, batch: int, threads_per_pixel: float) -> Counter:

@@ -3,7 +3,10 @@
 Two launches (see the .cu file): partial sums of fixed slices of the output positions per
 (tap, out_backprop channel) into a float (double for float64) scratch buffer, then a fixed-
 order sum of the slices, rounded once to the element type.  No atomics: the slicing depends
-on the geometry only, never on the GPU, so results are bitwise reproducible everywhere.
+on the geometry only, never on the GPU, so results are bitwise reproducible everywhere.  One
+launch where the geometry gives one slice and the sums are in the result's own type (float32,
+float64; :func:`reduce_needed`): the first kernel writes the result, which the fixed-order sum
+of one slice would only copy.
 
 The partial sums come from the tiled kernel (a CTA per channel block and slice of tiles, the
 sums in registers) where it runs (:func:`tiled_eligible`: NHWC, 3x3 or 5x5 at stride 1 or 2,
@@ -732,6 +735,14 @@ def pick_mma_nhwc(g: Conv2DGeometry, dtype, arrays=(), mma: bool | None = None) 
     return bool(mma)
 
 
+def reduce_needed(slices: int, dtype) -> bool:
+    """Whether the partial sums need the second kernel: more than one slice, or sums in another
+    type than the result's (float32 for the half types).  Where not, the first kernel writes
+    the result itself: one slice's partial sums are laid out as the filter gradient
+    (tap-major, then out_backprop channel), and the second kernel would copy them unchanged."""
+    return slices > 1 or np.dtype(accumulator_dtype(np.dtype(dtype))) != np.dtype(dtype)
+
+
 def reduce_groups(slices: int) -> int:
     """Groups of slices per reduction CTA (threads: REDUCE_ELEMENTS x this): enough that a group
     sums at most REDUCE_LOADS slices, at most REDUCE_MAX_GROUPS.  From the slice count alone,
@@ -806,6 +817,13 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     x = _runtime.contiguous(input)
     dy = _runtime.contiguous(out_backprop)
     elements = g.filter_rows * g.filter_cols * g.out_depth
+    grad = cupy.empty(g.filter_shape, dtype)
+
+    def partial_buffer(slices: int, sums) -> "cupy.ndarray":
+        """The first kernel's output: the result itself where no reduction follows."""
+        if not reduce_needed(slices, dtype):
+            return grad.reshape(-1)
+        return cupy.empty((slices * elements,), sums)
     if tiled is None and (slices is not None or index_bits is not None):
         tiled = False  # the per-element kernel's overrides
     if planes is None and tiled is not None:
@@ -821,7 +839,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             per_slice = images_per_slice
             slices = -(-units // per_slice)
         packed = mma_nhwc_packed(g)
-        partial = cupy.empty((slices * elements,), np.float32)
+        partial = partial_buffer(slices, np.float32)
         fn = _runtime.kernel(SOURCE, _mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier, packed))
         i32 = _runtime.i32
         fn((g.in_depth // mma_nhwc_channels(g), slices), (MMA_NHWC_THREADS,),
@@ -834,7 +852,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         if images_per_slice is not None:
             per_slice = images_per_slice
             slices = -(-g.batch // per_slice)
-        partial = cupy.empty((slices * elements,), np.float32)
+        partial = partial_buffer(slices, np.float32)
         fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier,
                                                      mma_chunk(g, dtype, (x, dy))))
         i32 = _runtime.i32
@@ -847,7 +865,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         slices = planes_slicing(g)[0] if items_per_slice is None else -(-g.batch * down * across // items_per_slice)
         row0, row1, col0, col1 = planes_interior_box(g)
         interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
-        partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
+        partial = partial_buffer(slices, accumulator_dtype(dtype))
         form = planes_window_form(g, dtype, x, pairs)
         fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows, form))
         i32 = _runtime.i32
@@ -874,7 +892,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             raise ValueError("asynchronous staging needs 16-byte staging, out_depth a multiple of 16 / itemsize, a "
                              "16-byte aligned out_backprop, a filter size and stride whose buffers fit in static "
                              "shared memory and compute capability 8.0+")
-        partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
+        partial = partial_buffer(slices, accumulator_dtype(dtype))
         fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c, bool(copies)))
         i32 = _runtime.i32
         fn((-(-g.out_depth // tiled_channels(dtype)), slices), (TILED_THREADS,),
@@ -894,11 +912,12 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             index_bits = 32 if narrow else 64
         elif index_bits == 32 and not narrow:
             raise ValueError("32-bit indices cannot address this geometry")
-        partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
+        partial = partial_buffer(slices, accumulator_dtype(dtype))
         fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
         _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
                                        *kernel_scalars(g, slices, rows_per_slice)))
-    grad = cupy.empty(g.filter_shape, dtype)
+    if not reduce_needed(slices, dtype):
+        return grad
     reduce = _runtime.kernel(SOURCE, _reduce_expression(dtype))
     reduce((-(-elements // REDUCE_ELEMENTS),), (REDUCE_ELEMENTS * reduce_groups(slices),),
            (_runtime.pointer(partial), _runtime.pointer(grad), _runtime.i64(elements), _runtime.i64(slices)))
