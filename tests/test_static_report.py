@@ -341,6 +341,21 @@ def test_two_stage_sums_the_kernels():
     assert row["compulsory_bytes"] == 4 * 2 * (2 * 20 * 20 * 64 + 2 * g.out_rows * g.out_cols * 64)
 
 
+def test_one_slice_float32_filter_gradient_has_no_reduce_stage():
+    """Where the launcher runs no reduction (one slice, float32 sums of a float32 result), the
+    model has no reduce stage and the first kernel's DRAM bytes gain the filter gradient it
+    writes, which can make DRAM its limiter."""
+    device = sr.DEVICES[0]
+    first = {"stage": "planes", "bytes": 3.35e6, "limits_ms": {"DRAM": 1e-3, "L2": 5e-4, "issue": 1.0005e-3,
+                                                               "occupancy": 2e-4},
+             "limiter": "issue", "predicted_ms": 1.0005e-3, "pct_hbm": 99.95}
+    assert sr.reduce_stages(device, None, 1, 9 * 1000, np.float32, 4, 4, first) == []
+    assert first["bytes"] == 3.35e6 + 4 * 9000
+    assert first["limits_ms"]["DRAM"] == pytest.approx((3.35e6 + 36000) / device.bandwidth * 1e3)
+    assert first["limiter"] == "DRAM" and first["predicted_ms"] == first["limits_ms"]["DRAM"]
+    assert first["pct_hbm"] == pytest.approx(100.0)
+
+
 # --------------------------------------------------------------------------- end to end (compiles)
 
 HAS_TOOLS = (sys.platform == "linux" and platform.machine() == "x86_64" and sys.version_info >= (3, 11)
@@ -970,8 +985,12 @@ def test_tiled_inner_loop_matches_a_hand_count(tiled_kernels):
 
     half, single, _, _ = tiled_kernels
     for kernel in (half, single):
-        block = st.through_blocks(kernel.cfg)[-1]
-        assert st.fma_count(kernel.cfg.instructions(block)) == 504 == st.depthwise_fma_per_slice(
+        # The whole run, not its last block: NVRTC 13.5 does not always emit the same SASS for
+        # the same source (two compiles of this float32 kernel in one process differed), and in
+        # one loaded run of the suite the last block of the run held 262 of the 504 FFMAs.
+        run = st.sums_run(kernel.cfg)
+        assert run == st.through_blocks(kernel.cfg)[-len(run):]
+        assert sum(st.fma_count(kernel.cfg.instructions(n)) for n in run) == 504 == st.depthwise_fma_per_slice(
             st.DepthwiseTile.of(kernel.expression, True, False, 1))
     scalar = st.depthwise_tiled_path(single, False, False, 1)["path"]["memory"]
     assert scalar["LDG.32"] == 5 + 80 and scalar["STG.128"] == 14 and "STS.128" not in scalar

@@ -1388,15 +1388,23 @@ def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
     return table[fewest]
 
 
-def reduce_stages(device: Device, kernel, slices: int, filter_elements: int, dtype, width: int, acc: int) -> list[dict]:
-    """The filter gradient's second kernel as a list of stages: none where the launcher runs
-    none (one slice of sums in the result's own type: ``reduce_needed``)."""
+def reduce_stages(device: Device, kernel, slices: int, filter_elements: int, dtype, width: int, acc: int,
+                  first: dict) -> list[dict]:
+    """The filter gradient's stages after ``first``: the reduction, or none where the launcher
+    runs none (one slice of sums in the result's own type: ``reduce_needed``); then ``first``
+    writes the filter gradient, whose bytes its DRAM limit gains (they were the reduction's)."""
     import importlib
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
-    if not dwf.reduce_needed(slices, dtype):
-        return []
-    return [filter_reduce_stage(device, kernel, slices, filter_elements, width, acc)]
+    if dwf.reduce_needed(slices, dtype):
+        return [filter_reduce_stage(device, kernel, slices, filter_elements, width, acc)]
+    first["bytes"] += width * filter_elements
+    limits = first["limits_ms"]
+    limits["DRAM"] = first["bytes"] / device.bandwidth * 1e3
+    limiter = max(limits, key=limits.get)
+    first.update(limiter=limiter, predicted_ms=limits[limiter],
+                 pct_hbm=100 * first["bytes"] / (limits[limiter] / 1e3) / device.bandwidth)
+    return []
 
 
 def filter_reduce_stage(device: Device, kernel, slices: int, filter_elements: int, width: int, acc: int) -> dict:
@@ -1484,7 +1492,7 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
                        "idle_thread_instructions_per_unit": idle_unit,
                        "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /
                        (down * across * tile_rows * tile_cols)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -1626,7 +1634,7 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
                        "out_backprop_row_loads": "one" if four else "per value",
                        "window_loads": {dwf.PLANES_SINGLES: "per value", dwf.PLANES_PAIRS: "pairs",
                                         dwf.PLANES_PAIRS_FROM_COLUMN_BEFORE: "pairs from the column before"}[form]}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -1810,7 +1818,7 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
                        "hmma_per_image": costs["hmma"], "staging_loads_per_image": costs["loads"],
                        "staging_slots": list(costs["slots"]),
                        "plane_fill": dwf.mma_fill(g)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -1983,7 +1991,7 @@ def _predict_depthwise_filter_mma_nhwc(case: Case, dtype_name: str, device: Devi
                        "staging_loads_per_unit": costs["loads"], "staging_slots": list(costs["slots"]),
                        "packed": packed, "pack_stride": dwf.mma_nhwc_pack_stride(g) if packed else None,
                        "tile_fill": g.batch * g.out_rows * g.out_cols / (units * tile * tile)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -2034,7 +2042,7 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     first = _stage("partial", device, partial, work, mean, pipes, reads,
                    filter_partial_l2_bytes(g, width, _runtime.BLOCK_1D) + acc * partials, trips)
 
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
     return _two_stage(case, dtype_name, device, g, partials, [first, *second])
 
 
