@@ -45,20 +45,10 @@ MODEL_DEVICE = "H100 SXM"
 MEASURED_DEVICE = "H200 SXM"
 
 
-def _base(name: str) -> str:
-    return name.split("<", 1)[0].split("::")[-1]
-
-
-def _bound(stage: dict, dram_scale: float) -> float:
-    """The report's prediction of a stage (seconds) with its DRAM limit scaled by ``dram_scale``."""
-    limits = dict(stage["limits_ms"], DRAM=stage["limits_ms"]["DRAM"] * dram_scale)
-    return max(limits.values()) / 1e3
-
-
 def samples(folder: Path, report: dict, device: str = MEASURED_DEVICE) -> list[dict]:
     """One sample per measured gradops-cuda kernel whose case the report models, its stages
     matching the measured kernels one for one, by name and order."""
-    from measured_vs_predicted import load_runs
+    from measured_vs_predicted import kernel_family, load_runs, predicted_us
 
     model = next(d for d in report["meta"]["devices"] if d["key"] == MODEL_DEVICE)
     bandwidth = metrics.KNOWN_PEAKS[device].bandwidth
@@ -70,12 +60,12 @@ def samples(folder: Path, report: dict, device: str = MEASURED_DEVICE) -> list[d
         if r["engine"] != "gradops-cuda" or not p or not r["kernels"]:
             continue
         stages = p.get("stages") or [p]
-        if [_base(s["kernel"]) for s in stages] != [_base(name) for name, _ in r["kernels"]]:
+        if [kernel_family(s["kernel"]) for s in stages] != [kernel_family(name) for name, _ in r["kernels"]]:
             continue
         for stage, (name, us) in zip(stages, r["kernels"]):
             out.append({"suite": r["suite"], "label": r["label"], "op": r["op"], "dtype": r["dtype"],
-                        "kernel": name, "family": _base(name).replace("depthwise_conv2d_native_backprop_", ""),
-                        "measured_s": us * 1e-6, "bound_s": _bound(stage, model["bandwidth"] / bandwidth),
+                        "kernel": name, "family": kernel_family(name),
+                        "measured_s": us * 1e-6, "bound_s": predicted_us(stage, bandwidth)[0] * 1e-6,
                         **lm.stage_features(stage, model, bandwidth)})
     return out
 

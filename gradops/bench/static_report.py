@@ -1399,11 +1399,7 @@ def reduce_stages(device: Device, kernel, slices: int, filter_elements: int, dty
     if dwf.reduce_needed(slices, dtype):
         return [filter_reduce_stage(device, kernel, slices, filter_elements, width, acc)]
     first["bytes"] += width * filter_elements
-    limits = first["limits_ms"]
-    limits["DRAM"] = first["bytes"] / device.bandwidth * 1e3
-    limiter = max(limits, key=limits.get)
-    first.update(limiter=limiter, predicted_ms=limits[limiter],
-                 pct_hbm=100 * first["bytes"] / (limits[limiter] / 1e3) / device.bandwidth)
+    with_limit(first, device, first["bytes"], "DRAM", first["bytes"] / device.bandwidth)
     return []
 
 
@@ -2192,7 +2188,13 @@ def roofline(device: Device, elements: int, sass_per_element: float, classes_per
 def with_latency_limit(limits: dict, device: Device, traffic: float, seconds: float) -> dict:
     """Replaces a :func:`roofline` result's occupancy limit by ``seconds`` (a latency chain the
     caller models) and re-picks the limiter and prediction."""
-    limits["limits_ms"]["occupancy"] = seconds * 1e3
+    return with_limit(limits, device, traffic, "occupancy", seconds)
+
+
+def with_limit(limits: dict, device: Device, traffic: float, name: str, seconds: float) -> dict:
+    """Replaces a :func:`roofline` result's limit ``name`` by ``seconds`` and re-picks the
+    limiter and prediction (% of HBM for ``traffic`` bytes)."""
+    limits["limits_ms"][name] = seconds * 1e3
     limiter = max(limits["limits_ms"], key=limits["limits_ms"].get)
     limits.update(limiter=limiter, predicted_ms=limits["limits_ms"][limiter],
                   pct_hbm=100 * traffic / (limits["limits_ms"][limiter] / 1e3) / device.bandwidth)
@@ -2408,8 +2410,8 @@ def latency_summary(report: dict) -> list[str]:
     lines += ["", "Geometric mean % of HBM:", "",
               "| device | suite | op | dtype | layout | rows | bound | latency-aware |", "|---|---|---|---|---|---:|---:|---:|"]
 
-    def geomean(values):
-        return math.exp(sum(math.log(v) for v in values) / len(values))
+    from .runner import geomean
+
     for (device, suite_name, op, dtype, layout), ps in sorted(groups.items(), key=lambda kv: (devices.index(kv[0][0]), kv[0][1:])):
         lines.append(f"| {device} | {suite_name} | {op} | {dtype} | {layout} | {len(ps)} | "
                      f"{geomean([p['pct_hbm'] for p in ps]):.1f} | {geomean([p['latency_aware']['pct_hbm'] for p in ps]):.1f} |")

@@ -819,11 +819,12 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     elements = g.filter_rows * g.filter_cols * g.out_depth
     grad = cupy.empty(g.filter_shape, dtype)
 
-    def partial_buffer(slices: int, sums) -> "cupy.ndarray":
-        """The first kernel's output: the result itself where no reduction follows."""
+    def partial_buffer(slices: int) -> "cupy.ndarray":
+        """The first kernel's sums (float32, float64 for float64): the result itself where no
+        reduction follows."""
         if not reduce_needed(slices, dtype):
             return grad.reshape(-1)
-        return cupy.empty((slices * elements,), sums)
+        return cupy.empty((slices * elements,), accumulator_dtype(dtype))
     if tiled is None and (slices is not None or index_bits is not None):
         tiled = False  # the per-element kernel's overrides
     if planes is None and tiled is not None:
@@ -839,7 +840,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             per_slice = images_per_slice
             slices = -(-units // per_slice)
         packed = mma_nhwc_packed(g)
-        partial = partial_buffer(slices, np.float32)
+        partial = partial_buffer(slices)
         fn = _runtime.kernel(SOURCE, _mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier, packed))
         i32 = _runtime.i32
         fn((g.in_depth // mma_nhwc_channels(g), slices), (MMA_NHWC_THREADS,),
@@ -852,7 +853,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         if images_per_slice is not None:
             per_slice = images_per_slice
             slices = -(-g.batch // per_slice)
-        partial = partial_buffer(slices, np.float32)
+        partial = partial_buffer(slices)
         fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier,
                                                      mma_chunk(g, dtype, (x, dy))))
         i32 = _runtime.i32
@@ -865,7 +866,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         slices = planes_slicing(g)[0] if items_per_slice is None else -(-g.batch * down * across // items_per_slice)
         row0, row1, col0, col1 = planes_interior_box(g)
         interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
-        partial = partial_buffer(slices, accumulator_dtype(dtype))
+        partial = partial_buffer(slices)
         form = planes_window_form(g, dtype, x, pairs)
         fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows, form))
         i32 = _runtime.i32
@@ -892,7 +893,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             raise ValueError("asynchronous staging needs 16-byte staging, out_depth a multiple of 16 / itemsize, a "
                              "16-byte aligned out_backprop, a filter size and stride whose buffers fit in static "
                              "shared memory and compute capability 8.0+")
-        partial = partial_buffer(slices, accumulator_dtype(dtype))
+        partial = partial_buffer(slices)
         fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c, bool(copies)))
         i32 = _runtime.i32
         fn((-(-g.out_depth // tiled_channels(dtype)), slices), (TILED_THREADS,),
@@ -912,7 +913,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             index_bits = 32 if narrow else 64
         elif index_bits == 32 and not narrow:
             raise ValueError("32-bit indices cannot address this geometry")
-        partial = partial_buffer(slices, accumulator_dtype(dtype))
+        partial = partial_buffer(slices)
         fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
         _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
                                        *kernel_scalars(g, slices, rows_per_slice)))
