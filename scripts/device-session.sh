@@ -89,15 +89,17 @@ METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
 # 340 s): A/B (150 + 50), the full sections (100), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
-# launcher's choice, the tiled kernel, the planes kernel and the transpose path (engines
-# gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose: NCHW as NHWC
-# between two batched transposes, 3 kernels a call), whose defaults wait for this measurement
-# (PLANES_BY_DEFAULT, TRANSPOSE_BY_DEFAULT); about 208 calls, 52 of them of 3 kernels, at the 2.2
-# a second of the last run (40 s more than before: 20 from the full sections' cap, 20 from the
+# launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
+# kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
+# NCHW as NHWC between two batched transposes, 3 kernels a call; gradops-cuda:mma, half types
+# only, skipped elsewhere), whose defaults wait for this measurement (PLANES_BY_DEFAULT,
+# TRANSPOSE_BY_DEFAULT; MMA_CHOICE and its siblings, read off the latency-aware estimate:
+# benchmarks/results/path_estimates.md); about 230 calls, 52 of them of 3 kernels, at the 2.2 a
+# second of the last run (40 s more than before: 20 from the full sections' cap, 20 from the
 # filter gradient's timing at the end).
 timeout -s INT -k 10 150 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
-    --engines gradops-cuda --paths tiled,planes,transpose --ops backprop_input \
+    --engines gradops-cuda --paths tiled,planes,transpose,mma --ops backprop_input \
     --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW" --time-limit 130 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"

@@ -1267,11 +1267,11 @@ def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
 
 def test_mma_choice(monkeypatch):
     """What the tensor-core kernel takes, and where the launcher picks it by itself
-    (MMA_CHOICE: 5x5 at multiplier 2 on maps whose units are at least 75% inside; at multiplier
-    1 also staging 8 bytes or more; 3x3 at multiplier 2 on whole units with 16-byte staging;
-    MMA_PLANE_CHOICE: where the whole-plane form runs (14 x 14), 5x5 and 3x3 at multiplier 2;
-    MMA_PACKED_CHOICE: where the packed form runs (7 x 7), 5x5; never 3x3 at multiplier 1 but on
-    whole units, float32 or before sm_80)."""
+    (MMA_CHOICE: on maps whose units are at least 75% inside, 5x5 at multiplier 2, 5x5 at
+    multiplier 1 and 3x3 at multiplier 2 with staging of 8 bytes or more, 3x3 at multiplier 1 with
+    16-byte staging; MMA_PLANE_CHOICE: wherever the whole-plane form runs (14 x 14);
+    MMA_PACKED_CHOICE: where the packed form runs (7 x 7), but 3x3 at multiplier 1; never
+    float32 or before sm_80)."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
           data_format="NCHW", dtype=np.float16):
         """The validated geometry of a SAME case (shapes only: no arrays, no reference)."""
@@ -1293,12 +1293,16 @@ def test_mma_choice(monkeypatch):
               g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2),
               g(x_shape=(2, 14, 14, 8)),  # whole planes in 8-byte chunks (rows would take 4-byte ones)
               g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3), multiplier=2),  # whole planes (77% of the unit inside)
-              g(x_shape=(2, 7, 7, 8), multiplier=2), g(x_shape=(2, 7, 7, 8))]  # packed, 4 images a unit
-    not_chosen = [g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3)),  # whole planes, but 3x3 at multiplier 1
-                  g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # rows: 77% inside
-                  g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3), multiplier=2),  # packed, but 3x3
-                  g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%
-                  g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 at multiplier 1
+              g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3)),  # whole planes at 3x3 multiplier 1
+              g(x_shape=(2, 7, 7, 8), multiplier=2), g(x_shape=(2, 7, 7, 8)),  # packed, 4 images a unit
+              g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3), multiplier=2),  # packed, 3x3 at multiplier 2
+              g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # rows: 77% inside, 8-byte staging
+              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%, 16-byte staging
+              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3)), g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3))]
+    not_chosen = [g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3)),  # packed, but 3x3 at multiplier 1
+                  g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1 staged 8 bytes at a time
+                  g(x_shape=(2, 40, 40, 8), filt_hw=(3, 3)),  # 16-byte staging, but 69% inside
+                  g(x_shape=(2, 40, 40, 8), filt_hw=(5, 5), multiplier=2),  # 69% inside
                   g(dtype=np.float32), g(data_format="NHWC"), g(strides=(2, 2))]
     assert [cuda_launcher.mma_chosen(*c, arch=90) for c in chosen] == [True] * len(chosen)
     assert [cuda_launcher.mma_chosen(*c, arch=90) for c in not_chosen] == [False] * len(not_chosen)

@@ -1403,3 +1403,73 @@ def test_cells_prediction_finds_the_max_kernels_loops():
         assert counts["all"] > 0 and counts["fp64"] == 0
         halo, _ = module.max_counts(kernel, g, 4, 0.25)
         assert halo["all"] > counts["all"]  # the halo's scans are added
+
+
+def test_filter_prediction_of_a_forced_path(new_kernels):
+    """``predict(..., path=)`` models a filter gradient's other first kernels: the launcher's
+    path gives the same prediction as no path, another eligible one its own stage, and a path
+    the case cannot take is refused (as is a path for an op the model predicts only one way)."""
+    device = sr.DEVICES[0]
+    case = next(c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_FILTER and c.label == "dw7 14x14x384 3x3/1 m2 NCHW")
+    g = case.geometry()
+    assert sr.filter_paths(g, np.float16) == ("mma", "planes", "partial")
+    assert sr.filter_paths(g, np.float32) == ("planes", "partial")
+    launcher = sr.predict(case, "float16", device, new_kernels)
+    assert sr.predict(case, "float16", device, new_kernels, path="mma") == launcher
+    for path, stage in (("planes", "planes"), ("partial", "partial")):
+        p = sr.predict(case, "float16", device, new_kernels, path=path)
+        assert [s["stage"] for s in p["stages"]][0] == stage and p["predicted_ms"] != launcher["predicted_ms"]
+    with pytest.raises(ValueError, match="not a modelled path"):
+        sr.predict(case, "float16", device, new_kernels, path="tiled")  # NCHW: no tiled filter kernel
+    fractional = next(c for c in sr.suite("fractional") if c.op == FRACTIONAL_MAX)
+    with pytest.raises(ValueError, match="only the launcher's"):
+        sr.predict(fractional, "float16", device, new_kernels, path="planes")
+
+
+def test_input_prediction_of_a_forced_path():
+    """``predict(..., path=)`` models the input gradient's tiled and tensor-core kernels on the
+    same case (the launcher takes the tensor cores on the 14 x 14 3x3 multiplier-1 layer since
+    session 45, by the latency-aware estimate), and refuses the tensor cores where they cannot run."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    case = next(c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_INPUT and c.label == "dw7 14x14x384 3x3/1 m1 NCHW")
+    g = case.geometry()
+    assert sr.input_paths(g, np.float16) == ("tiled", "mma") and sr.input_paths(g, np.float32) == ("tiled",)
+    assert dw.pick_path(g, np.float16, arch=90) == "mma"
+    tiled, mma = dw.tiled_expression(g, np.float16), dw.mma_expression(g, np.float16)
+    kernels = {(k.arch, k.expression): k
+               for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], only=[tiled, mma])}
+    device = sr.DEVICES[0]
+    by_path = {path: sr.predict(case, "float16", device, kernels, path=path) for path in ("tiled", "mma")}
+    assert by_path["tiled"]["kernel"] == tiled and by_path["mma"]["kernel"] == mma
+    assert sr.predict(case, "float16", device, kernels) == by_path["mma"]
+    with pytest.raises(ValueError, match="not a modelled path"):
+        sr.predict(case, "float32", device, kernels, path="mma")
+
+
+def test_path_estimates_back_the_input_gradients_choice():
+    """benchmarks/results/path_estimates.{json,md}: the markdown renders from the JSON, and on the
+    H100 (the device nearest the H200 the estimate was fitted to) the launcher's input-gradient
+    path today is within the table's tie of the path the estimate puts first in every case, so a
+    change to MMA_CHOICE and its siblings that the committed estimates do not back fails here."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    spec = importlib.util.spec_from_file_location("path_estimates", root / "benchmarks" / "path_estimates.py")
+    pe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pe)
+    folder = root / "benchmarks" / "results"
+    report = json.loads((folder / "path_estimates.json").read_text())
+    assert (folder / "path_estimates.md").read_text() == pe.markdown(report) + "\n"
+    by_key = {(c.suite, c.label, c.op): c for name in ("mobilenetv2", "efficientnet") for c in sr.suite(name)}
+    checked = 0
+    for row in report["rows"]:
+        if row["device"] != "H100 SXM" or row["op"] != DEPTHWISE_INPUT:
+            continue
+        today = dict(row, launcher=pe.launcher_path(by_key[(row["suite"], row["label"], row["op"])], row["dtype"], 90))
+        assert pe.best_path(today, report["meta"]["tie"])[0] is None, (row["label"], row["dtype"], today["launcher"])
+        checked += 1
+    assert checked >= 18  # the half-type NCHW stride-1 layers of both suites

@@ -35,6 +35,7 @@ kernels of each kernel's largest limit):
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import platform
@@ -1029,13 +1030,16 @@ def _call_sites(cfg) -> int:
 # --------------------------------------------------------------------------- shapes
 
 
-def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str):
+def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str, path: str | None = None):
     import importlib
 
     # The launcher modules (the package re-exports functions of the same names).
     if case.op == DEPTHWISE_INPUT:
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-        path = dw.pick_path(geometry, dtype, arch=int(arch.removeprefix("sm_")))  # what the launcher runs
+        if path is None:
+            path = dw.pick_path(geometry, dtype, arch=int(arch.removeprefix("sm_")))  # what the launcher runs
+        elif path not in input_paths(geometry, dtype):
+            raise ValueError(f"{path}: not a modelled path of this input gradient ({input_paths(geometry, dtype)})")
         if path == "mma":
             return kernels[(arch, dw.mma_expression(geometry, dtype))]
         if path == "tiled":
@@ -1053,21 +1057,50 @@ def _fractional_launch(geometry, dtype):
     return importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").plan(geometry, dtype)
 
 
-def predict(case: Case, dtype_name: str, device: Device, kernels: dict) -> dict:
+def input_paths(g, dtype) -> tuple[str, ...]:
+    """The depthwise input gradient's kernels the model can predict for ``g`` on a GPU with
+    tensor cores (``predict``'s ``path``): tiled where it runs, mma where it can run."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    return tuple(p for p, ok in (("tiled", dw.tiled_eligible(g, dtype)), ("mma", dw.mma_possible(g, dtype))) if ok)
+
+
+def filter_paths(g, dtype) -> tuple[str, ...]:
+    """The depthwise filter gradient's first kernels the model can predict for ``g`` (aligned
+    arrays, a GPU with tensor cores; ``predict``'s ``path``), in the launcher's order of preference:
+    mma (NCHW), mma_nhwc, tiled, planes, and partial (the per-element kernel, which runs anything)."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    able = {"mma": dwf.mma_possible(g, dtype), "mma_nhwc": dwf.mma_nhwc_eligible(g, dtype),
+            "tiled": dwf.tiled_eligible(g, dtype) and dwf.vector_staging_possible(g, dtype),
+            "planes": dwf.planes_eligible(g, dtype), "partial": True}
+    return tuple(p for p, ok in able.items() if ok)
+
+
+def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: str | None = None) -> dict:
     """The roofline prediction of one benchmark case on one device (see the module docstring),
-    or the case with ``not_modelled`` (the reason) when its kernel cannot be modelled."""
+    or the case with ``not_modelled`` (the reason) when its kernel cannot be modelled.  ``path``:
+    the kernel the launcher would run (None), or another of the depthwise gradients'
+    (:func:`input_paths`, :func:`filter_paths`; ValueError where it cannot run the case)."""
     from ..backends.cuda import _sass
 
     dtype = DTYPES[dtype_name]
     g = case.geometry()
-    two_stage = {DEPTHWISE_FILTER: _predict_depthwise_filter, FRACTIONAL_MAX: _predict_fractional_max}
+    if path is not None and case.op not in (DEPTHWISE_INPUT, DEPTHWISE_FILTER):
+        raise ValueError(f"{case.op}: the model predicts only the launcher's kernels")
+    if case.op == DEPTHWISE_FILTER and path is not None and path not in filter_paths(g, dtype):
+        raise ValueError(f"{path}: not a modelled path of this filter gradient ({filter_paths(g, dtype)})")
+    two_stage = {DEPTHWISE_FILTER: functools.partial(_predict_depthwise_filter, path=path),
+                 FRACTIONAL_MAX: _predict_fractional_max}
     if case.op in two_stage:
         try:
             return two_stage[case.op](case, dtype_name, device, kernels, g)
         except (_sass.PathError, ValueError) as exc:
             return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name,
                     "device": device.key, "not_modelled": f"not modelled: {exc}"}
-    kernel = _kernel_for(case, dtype, g, kernels, f"sm_{device.arch}")
+    kernel = _kernel_for(case, dtype, g, kernels, f"sm_{device.arch}", path)
     try:
         if "_input_tiled<" in kernel.expression:
             from . import static_tiled as st
@@ -1991,22 +2024,25 @@ def _predict_depthwise_filter_mma_nhwc(case: Case, dtype_name: str, device: Devi
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
-def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kernels: dict, g,
+                              path: str | None = None) -> dict:
     """Both kernels of the depthwise filter gradient (partial sums, then their fixed-order sum).
     Per element: per partial sum (one thread of the first kernel); the tiled kernel where the
-    launcher runs it (:func:`_predict_depthwise_filter_tiled`: per out_backprop element)."""
+    launcher runs it (:func:`_predict_depthwise_filter_tiled`: per out_backprop element).
+    ``path``: the first kernel (:func:`filter_paths`; None: the launcher's)."""
     import importlib
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     dtype = DTYPES[dtype_name]
-    if dwf.mma_chosen(g, dtype, arch=device.arch):
-        return _predict_depthwise_filter_mma(case, dtype_name, device, kernels, g)
-    if dwf.mma_nhwc_chosen(g, dtype, device.arch):  # the benchmark's arrays are aligned
-        return _predict_depthwise_filter_mma_nhwc(case, dtype_name, device, kernels, g)
-    if dwf.tiled_eligible(g, dtype) and dwf.vector_staging_possible(g, dtype):  # the benchmark's aligned arrays
-        return _predict_depthwise_filter_tiled(case, dtype_name, device, kernels, g)
-    if dwf.planes_eligible(g, dtype):
-        return _predict_depthwise_filter_planes(case, dtype_name, device, kernels, g)
+    if path is None:
+        able = filter_paths(g, dtype)  # the launcher's order; the benchmark's arrays are aligned
+        path = ("mma" if dwf.mma_chosen(g, dtype, arch=device.arch)
+                else "mma_nhwc" if dwf.mma_nhwc_chosen(g, dtype, device.arch)
+                else next(p for p in ("tiled", "planes", "partial") if p in able))
+    first = {"mma": _predict_depthwise_filter_mma, "mma_nhwc": _predict_depthwise_filter_mma_nhwc,
+             "tiled": _predict_depthwise_filter_tiled, "planes": _predict_depthwise_filter_planes}
+    if path in first:
+        return first[path](case, dtype_name, device, kernels, g)
     width, acc = dtype.itemsize, np.dtype(accumulator_dtype(dtype)).itemsize
     arch = f"sm_{device.arch}"
     slices, rows_per_slice = dwf.slicing(g)

@@ -124,27 +124,27 @@ MMA_ARCH = 80
 MMA_UNIT = 16
 MMA_WARPS = 4
 #: Where the launcher picks the tensor-core kernel's row form by itself (:func:`mma_chosen`; the
-#: whole-plane form: MMA_PLANE_CHOICE): per (filter size K, multiplier), the least fraction of the computed positions that lie inside the image
-#: (:func:`mma_fill`: a 7 x 7 map fills 19% of a 16 x 16 unit, 14 x 14 and 28 x 28 maps 77%,
-#: multiples of 16 all of it) and the least staging load in elements (:func:`mma_chunk`: 8 where
-#: out_cols is a multiple of 8, 4 for 28, 2 for 14).  Read off the static model's H100 predictions
-#: for the benchmark layers (predicted, not measured; benchmarks/README.md): the tensor cores
-#: win where a position has many products (5x5, multiplier 2) and lose to the tiled kernel's
-#: 7 x 8 / 14 x 8 tiles where units are part empty and rows are staged a few bytes at a time
-#: (3x3 at multiplier 1 never: at best even).
-MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (1.0, 8)}
+#: whole-plane form: MMA_PLANE_CHOICE): per (filter size K, multiplier), the least fraction of the
+#: computed positions that lie inside the image (:func:`mma_fill`: a 7 x 7 map fills 19% of a
+#: 16 x 16 unit, 14 x 14 and 28 x 28 maps 77%, multiples of 16 all of it) and the least staging
+#: load in elements (:func:`mma_chunk`: 8 where out_cols is a multiple of 8, 4 for 28, 2 for 14).
+#: Read off the latency-aware estimate of every benchmark layer on both paths, H100 and A100
+#: (benchmarks/path_estimates.py, results/path_estimates.md; predicted, not measured): the
+#: tensor cores win wherever units are at least 77% inside, except 3x3 at multiplier 1 with
+#: 8-byte staging (28-column maps: tiled 1.16x ahead on the H100, mma 1.09x on the A100).  The
+#: bound these entries were first read from put both kernels at 100% of HBM on most 3x3 layers
+#: and could not rank them.
+MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (0.75, 4), (3, 1): (0.75, 8)}
 #: The (K, multiplier) pairs for which the launcher picks the tensor-core kernel wherever its
 #: whole-plane form runs (:func:`mma_plane_chunk`: one unit a plane, 14 x 14 and 16 x 16 maps),
-#: in place of MMA_CHOICE's test: the static model's H100 predictions (predicted, not measured)
-#: for the benchmark's 14 x 14 layers put it ahead of the tiled kernel at 5x5 (multiplier 1:
-#: 59.5 -> 75.7 and 88.0% of HBM; 2: 50.3 -> 96.5 and 54.0 -> 100) and at 3x3 multiplier 2
-#: (82.6 -> 100), and not at 3x3 multiplier 1 (100 -> 86.5 and 100).
-MMA_PLANE_CHOICE = frozenset({(5, 1), (5, 2), (3, 2)})
-#: The same for the packed form (:func:`mma_pack_stride`: four 7 x 7 images a unit), from the same
-#: model: ahead of the tiled kernel on the 7 x 7 5x5 layer (H100 multiplier 1: 45.4 -> 48.1% of
-#: HBM, 2: 36.3 -> 56.8; A100 50.6 -> 56.3, 40.4 -> 69.5), behind it at 3x3 (73.7 -> 34.6 and
-#: 61.4 -> 43.5 on H100: 9 or 18 products a position do not pay for the unit's fixed costs).
-MMA_PACKED_CHOICE = frozenset({(5, 1), (5, 2)})
+#: in place of MMA_CHOICE's test: all of them, by the same estimate (the benchmark's 14 x 14
+#: layers: 1.4-1.6x ahead of the tiled kernel at 3x3 multiplier 1 on the H100, 2.1-2.3x on the
+#: A100; multiplier 2 and 5x5 further ahead).
+MMA_PLANE_CHOICE = frozenset({(3, 1), (3, 2), (5, 1), (5, 2)})
+#: The same for the packed form (:func:`mma_pack_stride`: four 7 x 7 images a unit), by the same
+#: estimate: ahead of the tiled kernel on the 7 x 7 layers except at 3x3 multiplier 1 (a tie on
+#: both GPUs); 3x3 multiplier 2 1.29x (H100) and 1.55x (A100).
+MMA_PACKED_CHOICE = frozenset({(5, 1), (5, 2), (3, 2)})
 #: Units a warp takes at most (it builds its filter fragments once for all of them), and the
 #: warps a launch aims for before it gives a warp more than one unit (enough to fill any GPU's
 #: SMs several times; the choice depends on the geometry only, never on the GPU).
