@@ -58,12 +58,7 @@ def launcher_path(case, dtype_name: str, arch: int) -> str:
     if case.op == sr.DEPTHWISE_INPUT:
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
         return dw.pick_path(g, dtype, arch=arch)
-    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
-    if dwf.mma_chosen(g, dtype, arch=arch):
-        return "mma"
-    if dwf.mma_nhwc_chosen(g, dtype, arch):
-        return "mma_nhwc"
-    return next(p for p in ("tiled", "planes", "partial") if p in sr.filter_paths(g, dtype))
+    return sr.filter_launcher_path(g, dtype, arch)
 
 
 def measured_launcher_times() -> dict:

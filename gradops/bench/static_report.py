@@ -1079,6 +1079,19 @@ def filter_paths(g, dtype) -> tuple[str, ...]:
     return tuple(p for p, ok in able.items() if ok)
 
 
+def filter_launcher_path(g, dtype, arch: int) -> str:
+    """The first kernel the filter gradient's launcher takes for ``g`` with aligned arrays on
+    compute capability ``arch`` (one of :func:`filter_paths`)."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    if dwf.mma_chosen(g, dtype, arch=arch):
+        return "mma"
+    if dwf.mma_nhwc_chosen(g, dtype, arch):
+        return "mma_nhwc"
+    return next(p for p in ("tiled", "planes", "partial") if p in filter_paths(g, dtype))
+
+
 def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: str | None = None) -> dict:
     """The roofline prediction of one benchmark case on one device (see the module docstring),
     or the case with ``not_modelled`` (the reason) when its kernel cannot be modelled.  ``path``:
@@ -2035,10 +2048,7 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     dtype = DTYPES[dtype_name]
     if path is None:
-        able = filter_paths(g, dtype)  # the launcher's order; the benchmark's arrays are aligned
-        path = ("mma" if dwf.mma_chosen(g, dtype, arch=device.arch)
-                else "mma_nhwc" if dwf.mma_nhwc_chosen(g, dtype, device.arch)
-                else next(p for p in ("tiled", "planes", "partial") if p in able))
+        path = filter_launcher_path(g, dtype, device.arch)  # the benchmark's arrays are aligned
     first = {"mma": _predict_depthwise_filter_mma, "mma_nhwc": _predict_depthwise_filter_mma_nhwc,
              "tiled": _predict_depthwise_filter_tiled, "planes": _predict_depthwise_filter_planes}
     if path in first:
