@@ -166,3 +166,32 @@ def test_report_markdown_has_both_estimates():
     assert "| H100 SXM | 1 | 1 | 1 | 1 | 1 |" in text
     report["predictions"][0]["latency_aware"]["pct_hbm"] = 60.0
     assert "| H100 SXM | 1 | 1 | 0 | 1 | 1 |" in sr.markdown(report)
+
+
+def test_occupancy_exponent_by_hand():
+    """A warp's own path divides by 16 x (resident warps / 16) ** exponent: at 1 by the resident
+    warps (the same figure as before the exponent existed), at 0.5 by 4 x their square root; at 16
+    warps every exponent agrees."""
+    def path_bound(warps):  # a kernel whose warp path is its largest term at every exponent
+        return lm.stage_features(_stage(dram_ms=0.001, chain_ms=0.0, scheduler_s=1e-7, pipe_s=1e-8,
+                                        warp_instructions=1e8, warps=warps), H100)
+
+    x = path_bound(64)
+    for exponent, parallel in ((1.0, 64), (0.5, 16 * 2), (0.0, 16)):
+        fit = lm.LatencyFit(fixed_s=0.0, cpi=8.0, latency_factor=1.5, issue_efficiency=0.5,
+                            occupancy_exponent=exponent)
+        assert lm.estimate(x, fit) == (pytest.approx(1e8 / (132 * parallel) * 8 / 1.755e9), "warp path")
+    assert len({lm.estimate(path_bound(16), lm.LatencyFit(0.0, 8.0, 1.5, 0.5, e))[0]
+                for e in lm.OCCUPANCY_EXPONENTS}) == 1
+    assert lm.estimate(x, lm.FIT)[0] == lm.FIT.fixed_s + 1e8 / (132 * 64) * 8 / 1.755e9  # bit for bit
+
+
+def test_shallow_occupancy_is_the_refit_at_exponent_one_half():
+    """SHALLOW_OCCUPANCY is the committed samples' fit at exponent 0.5, as good a fit as FIT
+    (within 0.005 of its rms error), and the committed scan says so."""
+    data = json.loads(FIT_JSON.read_text())
+    got, rms = lm.fit(data["samples"], occupancy_exponent=0.5)
+    assert got == lm.SHALLOW_OCCUPANCY and abs(rms - data["rms_log"]) < 0.005
+    scan = {e["fit"]["occupancy_exponent"]: e["rms_log"] for e in data["occupancy_exponents"]}
+    assert set(scan) == set(lm.OCCUPANCY_EXPONENTS) and scan[1.0] == pytest.approx(data["rms_log"])
+    assert scan[0.0] > max(scan[0.5], scan[0.75], scan[1.0]) + 0.03  # resident warps matter
