@@ -183,8 +183,10 @@ def markdown(report: dict) -> str:
         for key, what in (("estimate_us", "the estimate"), ("shallow_us", "the refit at exponent 0.5")):
             flagged = [r for r in report["rows"] if r["device"] == device and best_path(r, meta["tie"], key)[0]]
             lines.append(f"Cases where {what} puts another path more than {meta['tie']:g}x ahead of the launcher's: "
-                         f"{len(flagged)} of {rows}.")
-        lines.append("")
+                         f"{len(flagged)} of {rows}{':' if flagged else '.'}")
+            lines += ["", *(f"- {OPS[r['op']]} {r['label']} {r['dtype']}: {r['launcher']} -> "
+                            f"{best_path(r, meta['tie'], key)[0]}, {best_path(r, meta['tie'], key)[1]:.2f}x"
+                            for r in flagged), ""] if flagged else [""]
     return "\n".join(lines)
 
 
