@@ -83,7 +83,7 @@ def build(archs=("sm_90", "sm_80"), progress=print) -> dict:
     measured = measured_launcher_times()
     rows = []
     for device in devices:
-        meta = {"meta": {"devices": [asdict(device)]}}
+        device_meta = asdict(device)
         for name in ("mobilenetv2", "efficientnet"):
             for case in sr.suite(name):
                 if case.op not in OPS:
@@ -99,11 +99,9 @@ def build(archs=("sm_90", "sm_80"), progress=print) -> dict:
                         if "not_modelled" in p:
                             row["paths"][path] = {"not_modelled": p["not_modelled"]}
                             continue
-                        latency_model.annotate({"meta": meta["meta"], "predictions": [p]})
+                        latency_model.annotate({"meta": {"devices": [device_meta]}, "predictions": [p]})
+                        shallow, _ = latency_model.prediction_estimate(p, device_meta, latency_model.SHALLOW_OCCUPANCY)
                         stages = p.get("stages") or [p]
-                        shallow = sum(latency_model.estimate(latency_model.stage_features(s, meta["meta"]["devices"][0]),
-                                                             latency_model.SHALLOW_OCCUPANCY)[0]
-                                      for s in (p.get("stages") or [p]))
                         row["paths"][path] = {"estimate_us": p["latency_aware"]["ms"] * 1e3,
                                               "shallow_us": shallow * 1e6,
                                               "estimate_pct_hbm": p["latency_aware"]["pct_hbm"],

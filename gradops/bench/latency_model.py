@@ -120,21 +120,28 @@ def estimate(x: dict, fit: LatencyFit = FIT) -> tuple[float, str]:
     return fit.fixed_s + terms[term], term
 
 
+def prediction_estimate(p: dict, device: dict, fit: LatencyFit = FIT) -> tuple[float, str]:
+    """(seconds, the dearest kernel's largest term) of one modelled static-report prediction on
+    ``device`` (a report ``meta.devices`` entry); a two-kernel row sums its stages."""
+    parts = [(estimate(stage_features(s, device), fit), s.get("stage")) for s in (p.get("stages") or [p])]
+    seconds = sum(t for (t, _), _ in parts)
+    (_, term), stage = max(parts, key=lambda part: part[0][0])
+    return seconds, f"{term} ({stage})" if stage else term
+
+
 def annotate(report: dict, fit: LatencyFit = FIT) -> int:
     """Adds ``latency_aware`` (ms, % of HBM, the dearest kernel's largest term) to every modelled
-    prediction of a static report; a two-kernel row sums its stages.  Returns the rows done."""
+    prediction of a static report (:func:`prediction_estimate`).  Returns the rows done."""
     devices = {d["key"]: d for d in report["meta"]["devices"]}
     done = 0
     for p in report["predictions"]:
         if "not_modelled" in p:
             continue
         device = devices[p["device"]]
-        parts = [(estimate(stage_features(s, device), fit), s.get("stage")) for s in (p.get("stages") or [p])]
-        seconds = sum(t for (t, _), _ in parts)
-        (_, term), stage = max(parts, key=lambda part: part[0][0])
+        seconds, term = prediction_estimate(p, device, fit)
         traffic = p.get("compulsory_bytes", p["bytes"])
         p["latency_aware"] = {"ms": seconds * 1e3, "pct_hbm": 100 * traffic / seconds / device["bandwidth"],
-                              "term": f"{term} ({stage})" if stage else term}
+                              "term": term}
         done += 1
     report["meta"]["latency_model"] = {"label": LABEL, **asdict(fit)}
     return done

@@ -1038,8 +1038,6 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str, path: str
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
         if path is None:
             path = dw.pick_path(geometry, dtype, arch=int(arch.removeprefix("sm_")))  # what the launcher runs
-        elif path not in input_paths(geometry, dtype):
-            raise ValueError(f"{path}: not a modelled path of this input gradient ({input_paths(geometry, dtype)})")
         if path == "mma":
             return kernels[(arch, dw.mma_expression(geometry, dtype))]
         if path == "tiled":
@@ -1069,7 +1067,10 @@ def input_paths(g, dtype) -> tuple[str, ...]:
 def filter_paths(g, dtype) -> tuple[str, ...]:
     """The depthwise filter gradient's first kernels the model can predict for ``g`` (aligned
     arrays, a GPU with tensor cores; ``predict``'s ``path``), in the launcher's order of preference:
-    mma (NCHW), mma_nhwc, tiled, planes, and partial (the per-element kernel, which runs anything)."""
+    mma (NCHW), mma_nhwc, tiled, planes, and partial (the per-element kernel, which runs anything).
+    The model's tiled kernel stages 16 bytes at a time; where it cannot, the launcher still runs
+    the tiled kernel with scalar staging, which the model does not price (it falls back to the
+    next path, as it did before ``path`` existed)."""
     import importlib
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
@@ -1101,10 +1102,12 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
 
     dtype = DTYPES[dtype_name]
     g = case.geometry()
-    if path is not None and case.op not in (DEPTHWISE_INPUT, DEPTHWISE_FILTER):
-        raise ValueError(f"{case.op}: the model predicts only the launcher's kernels")
-    if case.op == DEPTHWISE_FILTER and path is not None and path not in filter_paths(g, dtype):
-        raise ValueError(f"{path}: not a modelled path of this filter gradient ({filter_paths(g, dtype)})")
+    if path is not None:
+        paths_of = {DEPTHWISE_INPUT: input_paths, DEPTHWISE_FILTER: filter_paths}
+        if case.op not in paths_of:
+            raise ValueError(f"{case.op}: the model predicts only the launcher's kernels")
+        if path not in paths_of[case.op](g, dtype):
+            raise ValueError(f"{path}: not a modelled path of this case ({paths_of[case.op](g, dtype)})")
     two_stage = {DEPTHWISE_FILTER: functools.partial(_predict_depthwise_filter, path=path),
                  FRACTIONAL_MAX: _predict_fractional_max}
     if case.op in two_stage:

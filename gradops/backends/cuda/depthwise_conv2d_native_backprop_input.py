@@ -133,8 +133,9 @@ MMA_WARPS = 4
 #: tensor cores win wherever units are at least 77% inside, except 3x3 at multiplier 1 with
 #: 8-byte staging (28-column maps: tiled 1.16x ahead on the H100, mma 1.09x on the A100).  The
 #: estimate's refit that credits resident warps less (latency_model.SHALLOW_OCCUPANCY) puts no
-#: case more than 5% behind another path either (tests/test_static_report.py checks both, H100).  The bound these entries were
-#: first read from put both kernels at 100% of HBM on most 3x3 layers and could not rank them.
+#: case more than 5% behind another path either (tests/test_static_report.py checks both, H100).
+#: The bound these entries were first read from put both kernels at 100% of HBM on most 3x3
+#: layers and could not rank them.
 MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (0.75, 4), (3, 1): (0.75, 8)}
 #: The (K, multiplier) pairs for which the launcher picks the tensor-core kernel wherever its
 #: whole-plane form runs (:func:`mma_plane_chunk`: one unit a plane, 14 x 14 and 16 x 16 maps),
