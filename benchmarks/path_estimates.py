@@ -7,7 +7,8 @@ the bound, which the H200 measured 1.3 to 10 times optimistic.  This script give
 basis in the estimate (``gradops/bench/latency_model.py``), which came within 1.5x of 88% of that
 run's kernels.  For each case of the MobileNetV2 and EfficientNet suites (float16 and float32),
 it runs ``static_report.predict(..., path=P)`` for every path P the case admits:
-- input gradient: ``static_report.input_paths``: tiled, and mma where the tensor-core kernel can run;
+- input gradient: ``static_report.input_paths``: tiled, mma where the tensor-core kernel can run, and
+  planes (NCHW);
 - filter gradient: ``static_report.filter_paths``: mma, mma_nhwc, tiled, planes, partial.
 
 Cases with a single path are left out.  The rows give the launcher's path and, per path, the

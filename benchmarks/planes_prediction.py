@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from gradops.backends.cuda import _build, _sass  # noqa: E402
+from gradops.bench import static_tiled as st  # noqa: E402
 from gradops.bench import suites  # noqa: E402
 
 dx = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
@@ -53,78 +54,17 @@ SOURCE = dx.SOURCE
 ARCH = "sm_90"
 MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-11-28/measured_vs_predicted.json"
 STATIC = ROOT / "benchmarks/results/static_report.json"
-CHECKED = "const bool checked = __syncthreads_or(nonfinite);"
-PHASE = "} else if (pad_left % 2 == 0) {"
-STORES = ("store_item_row<T>(dst, acc[0], x, in_cols, store_cols);",
-          "store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
 
 
 def loop_figures(store_cols: int, phase: int = 0) -> dict:
-    """Per planes instantiation (name expression): each loop's steady-state path, from the source
-    with the checked sums off, results stored ``store_cols`` at a time and (stride 2) the sums of
-    column phase ``phase``: the cheapest path through one iteration that makes the loop's work
-    (``CFG.path_table``)."""
-    text = (ROOT / "cuda_src" / SOURCE).read_text()
-    for needle in (CHECKED, PHASE, *STORES):
-        assert text.count(needle) == 1, needle
-    text = text.replace(CHECKED, "const bool checked = false; (void)__syncthreads_or(nonfinite);")
-    text = text.replace(PHASE, "} else if (%s) {" % ("false" if phase else "true"))
-    for needle in STORES:
-        text = text.replace(needle, needle.replace("store_cols)", f"{store_cols})"))
-    names = [e for e in _build.all_instantiations(90)[SOURCE] if "_planes<" in e]
-
-    def is_store(x):
-        return x.base == "STG"
-
-    figures = {}
-    for k in _sass.compile_kernels((ARCH,), [SOURCE], texts={SOURCE: text}, only=names):
-        cfg = k.cfg
-        by_kind = {}
-        for loop in cfg.top_loops():
-            mem = k.memory_instructions(loop)
-            if any(m.startswith("STG") for m in mem):
-                if not loop.children:  # a copy for multiplier 0 (no slice loop) the compiler keeps
-                    continue
-                item = loop
-                sums = cfg.path_table(loop.children[0])
-                by_kind["sums"] = min(n for n, _ in sums.values())
-                # the path that runs the sums once and stores both rows: the most shared-memory
-                # loads and global stores (the compiler keeps a path past the sums, for M < 1)
-                table = cfg.path_table(loop, lambda x: is_store(x) or x.base == "LDS", trips={1: (1, None)},
-                                       kmax=128)
-                whole, _ = table[max(table)]
-                by_kind["item_rest"] = whole - by_kind["sums"]
-            elif any(m.startswith("LDG") for m in mem):
-                loads = sum(v for m, v in mem.items() if m.startswith("LDG"))
-                if loads >= dx.PLANES_CHUNK:  # staging: one chunk an iteration, interior and edge paths
-                    # Paths through the nested loop (the tensor's last chunk, element by element)
-                    # weigh past kmax, so neither table takes them.
-                    tail = {id(x) for child in loop.children for x in cfg.loop_instructions(child)}
-
-                    def weigh(test, tail=tail):
-                        return lambda x: 4 * dx.PLANES_CHUNK if id(x) in tail else int(test(x))
-
-                    table = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=dx.PLANES_CHUNK)
-                    by_kind["staging"] = table[dx.PLANES_CHUNK][0]
-                    # a row's last chunk: its stores predicated
-                    edge = cfg.path_table(loop, weigh(lambda x: x.base == "STS" and x.predicate not in (None, "PT")),
-                                          kmax=dx.PLANES_CHUNK)
-                    by_kind["staging_edge"] = min(n for c, (n, _) in edge.items() if c > 0)
-                else:  # the filter loop (unrolled by 4, with a remainder loop): per tap
-                    per = min(n / c for c, (n, _) in cfg.path_table(loop, _sass.is_global_load).items() if c)
-                    by_kind["filter"] = min(by_kind.get("filter", per), per)
-            elif mem and all(m == "STS.128" for m in mem):
-                per = len(cfg.loop_instructions(loop)) / mem["STS.128"]
-                by_kind["zero_per_store"] = min(by_kind.get("zero_per_store", per), per)
-        # Straight-line code every thread runs: the blocks outside loops that dominate the item
-        # loop's header (every path to it passes them), and those the item loop's exit dominates.
-        in_loops = set().union(*(lp.blocks for lp in cfg.top_loops()))
-        exit_block = next(s for n in item.blocks for s in cfg.blocks[n].succs if s not in item.blocks)
-        after = {n for n in cfg.blocks if n not in in_loops and exit_block in cfg.dominators[n]}
-        straight = sum(len(cfg.instructions(n)) for n in cfg.blocks
-                       if n not in in_loops and not cfg.cold(n) and (n in cfg.dominators[item.header] or n in after))
-        figures[k.expression] = dict(by_kind, straight=straight)
-    return figures
+    """Per planes instantiation (name expression): each loop's steady-state path on sm_90, from
+    the source with the checked sums off, results stored ``store_cols`` at a time and (stride 2)
+    the sums of column phase ``phase`` (``static_tiled.planes_loop_figures``, which the static
+    report's planes model uses too), as thread-instructions."""
+    figures = st.planes_loop_figures(ARCH, store_cols, phase)
+    return {e: {"sums": f["sums"][0], "item_rest": f["rest"][0], "staging": f["staging"][0],
+                "staging_edge": f["staging_edge"], "zero_per_store": f["zero"], "filter": f["filter"],
+                "straight": f["straight"]} for e, f in figures.items()}
 
 
 def registers() -> dict:

@@ -1267,11 +1267,10 @@ def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
 
 def test_mma_choice(monkeypatch):
     """What the tensor-core kernel takes, and where the launcher picks it by itself
-    (MMA_CHOICE: on maps whose units are at least 75% inside, 5x5 at multiplier 2, 5x5 at
-    multiplier 1 and 3x3 at multiplier 2 with staging of 8 bytes or more, 3x3 at multiplier 1 with
-    16-byte staging; MMA_PLANE_CHOICE: wherever the whole-plane form runs (14 x 14);
-    MMA_PACKED_CHOICE: where the packed form runs (7 x 7), but 3x3 at multiplier 1; never
-    float32 or before sm_80)."""
+    (MMA_CHOICE: 5x5 at multiplier 2 on maps whose units are at least 75% inside, 3x3 at
+    multiplier 2 there with 16-byte staging, never multiplier 1; MMA_PLANE_CHOICE: wherever the whole-plane form runs (14 x 14);
+    MMA_PACKED_CHOICE: where the packed form runs (7 x 7), at 5x5; never float32 or before sm_80,
+    where the planes kernel runs NCHW)."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
           data_format="NCHW", dtype=np.float16):
         """The validated geometry of a SAME case (shapes only: no arrays, no reference)."""
@@ -1289,27 +1288,34 @@ def test_mma_choice(monkeypatch):
                     g(dilations=(2, 1)), g(multiplier=3), g(filt_hw=(3, 5)), g(filt_hw=(7, 7))):
         assert not cuda_launcher.mma_possible(*refused)
     assert cuda_launcher.mma_fill(g()[0]) == pytest.approx(28 * 28 / (32 * 32))
-    chosen = [g(), g(dtype=ml_dtypes.bfloat16), g(multiplier=2), g(x_shape=(2, 14, 14, 8), multiplier=2),
+    chosen = [g(multiplier=2), g(multiplier=2, dtype=ml_dtypes.bfloat16),  # rows: 77% inside, 4-byte staging
+              g(x_shape=(2, 14, 14, 8), multiplier=2),
               g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2),
               g(x_shape=(2, 14, 14, 8)),  # whole planes in 8-byte chunks (rows would take 4-byte ones)
               g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3), multiplier=2),  # whole planes (77% of the unit inside)
               g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3)),  # whole planes at 3x3 multiplier 1
               g(x_shape=(2, 7, 7, 8), multiplier=2), g(x_shape=(2, 7, 7, 8)),  # packed, 4 images a unit
-              g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3), multiplier=2),  # packed, 3x3 at multiplier 2
-              g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # rows: 77% inside, 8-byte staging
-              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%, 16-byte staging
-              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3)), g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3))]
-    not_chosen = [g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3)),  # packed, but 3x3 at multiplier 1
+              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2)]  # 77%, 16-byte staging
+    not_chosen = [g(), g(dtype=ml_dtypes.bfloat16),  # 5x5 multiplier 1: 77% inside, 4-byte staging
+                  g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3)),  # packed, but 3x3 at multiplier 1
+                  g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3), multiplier=2),  # packed, 3x3 at multiplier 2
                   g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1 staged 8 bytes at a time
+                  g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # 3x3 multiplier 2 staged 8 bytes at a time
+                  g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1, 77% inside
+                  g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1: all inside, 16-byte staging
+                  g(x_shape=(2, 64, 64, 8)),  # 5x5 multiplier 1 likewise
                   g(x_shape=(2, 40, 40, 8), filt_hw=(3, 3)),  # 16-byte staging, but 69% inside
                   g(x_shape=(2, 40, 40, 8), filt_hw=(5, 5), multiplier=2),  # 69% inside
                   g(dtype=np.float32), g(data_format="NHWC"), g(strides=(2, 2))]
     assert [cuda_launcher.mma_chosen(*c, arch=90) for c in chosen] == [True] * len(chosen)
     assert [cuda_launcher.mma_chosen(*c, arch=90) for c in not_chosen] == [False] * len(not_chosen)
-    assert not cuda_launcher.mma_chosen(*g(), arch=75) and cuda_launcher.mma_chosen(*g(), arch=80)
-    assert cuda_launcher.pick_path(*g(), arch=90) == "mma" and cuda_launcher.pick_path(*g(), arch=75) == "tiled"
+    m2 = g(multiplier=2)
+    assert not cuda_launcher.mma_chosen(*m2, arch=75) and cuda_launcher.mma_chosen(*m2, arch=80)
+    assert cuda_launcher.pick_path(*m2, arch=90) == "mma" and cuda_launcher.pick_path(*m2, arch=75) == "planes"
+    assert cuda_launcher.pick_path(*g(), arch=90) == "planes"
+    assert cuda_launcher.pick_path(*g(data_format="NHWC"), arch=90) == "tiled"
     monkeypatch.setattr(cuda_launcher, "MMA_BY_DEFAULT", False)
-    assert not cuda_launcher.mma_chosen(*g(), arch=90)
+    assert not cuda_launcher.mma_chosen(*m2, arch=90)
     # units over MMA_TARGET_WARPS images a warp (at most MMA_UNITS_PER_WARP): 50176 -> 7, 21504 -> 3
     assert cuda_launcher.mma_grid(g(x_shape=(32, 112, 112, 32))[0]) == (7 * 7, 32, 2)
     assert cuda_launcher.mma_grid(g(x_shape=(32, 14, 14, 672))[0]) == (1, 672, 3)
@@ -1616,7 +1622,8 @@ def test_planes_plan():
     nhwc = geometry_of(make_case(np.random.default_rng(0), x_shape=(1, 7, 7, 8), filt_hw=(3, 3), multiplier=1,
                                  padding="SAME", data_format="NHWC", dtype=np.float32)[0])
     assert not cuda_launcher.planes_possible(nhwc, f32)
-    assert not cuda_launcher.PLANES_BY_DEFAULT and not cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
+    assert cuda_launcher.PLANES_BY_DEFAULT and cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
+    assert cuda_launcher.pick_path(geometry(7, 7, 960), f32) == "planes"
     # Stride 2: even bands from an even padded row, items of 2 x 8.  SAME 5x5 on 56 x 56 pads 1
     # above and left: rows -1 .. 56 (58, one band) in items of 2 rows, columns 0 .. 55 in 7 items
     # (odd phase); 4 planes (812 items), staged 29 + 2 rows of 32 (4 x 7 + 4) values a slice.

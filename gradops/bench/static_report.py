@@ -667,9 +667,6 @@ def reference_paths(kernel) -> dict | None:
     ``{"not_modelled": reason}`` for a kernel the path counter cannot model."""
     from ..backends.cuda._sass import PathError
 
-    if "_input_planes<" in kernel.expression:  # opt-in until measured; its own figures elsewhere
-        return {"not_modelled": "opt-in (path=\"planes\"): its per-element counts beside the launcher's kernels are "
-                                "in planes_prediction.md (benchmarks/planes_prediction.py)"}
     if "::transpose_batched" in kernel.expression:  # the opt-in transpose path's; its own figures elsewhere
         return {"not_modelled": "opt-in (path=\"transpose\"): NCHW <-> NHWC copies; its instructions per element and "
                                 "the path's break-even are in nchw_transpose_breakeven.md "
@@ -694,6 +691,8 @@ def _reference_paths(kernel) -> dict | None:
         return _tiled_reference_paths(kernel)
     if "_input_mma<" in kernel.expression:
         return _mma_reference_paths(kernel)
+    if "_input_planes<" in kernel.expression:
+        return _planes_reference_paths(kernel)
     if kernel.source == DEPTHWISE_SOURCE:
         args = template_args(kernel.expression)
         kh, kw, sh, sw = (int(a) for a in args[3:7])
@@ -824,6 +823,25 @@ def _mma_reference_paths(kernel) -> dict:
             "global_bytes_per_element": loads * 32 / positions, "tiled": True,
             "extra_text": f"fixed {paths['fixed']} per warp, {paths['hmma']} HMMA per unit "
                           f"({paths['tensor']:g} in HMMA.16816 units)"}
+
+
+def _planes_reference_paths(kernel) -> dict:
+    """The kernel table's figures for the planes depthwise kernel (NCHW): one work item of one
+    slice (2 x 4 positions, 2 x 8 at stride 2), results stored 4 columns at a time, column phase
+    0 (:func:`.static_tiled.planes_loop_figures`), per position; staging, zero fill and filter
+    per CTA are left out (the shape rows count them)."""
+    from . import static_tiled as st
+
+    stride = int(template_args(kernel.expression)[4])
+    f = st.planes_loop_figures(kernel.arch, 4, 0)[kernel.expression]
+    positions = 2 * 4 * stride
+    counts = f["rest"][1] + f["sums"][1]
+    return {"work": f"one work item of {2} x {4 * stride} positions, multiplier 1, stores of 4 columns, finite "
+                    f"filter (staging {f['staging'][0]} per chunk of 8, {f['straight']} straight-line per thread, "
+                    f"not included); / {positions} positions",
+            "per_element": (f["rest"][0] + f["sums"][0]) / positions, "thread_instructions": f["rest"][0] + f["sums"][0],
+            "path": _path_summary(counts), "call_sites": _kernel_call_sites(kernel.cfg), "tiled": True,
+            "extra_text": f"sums {f['sums'][0]} a slice"}
 
 
 def _kernel_call_sites(cfg) -> int:
@@ -1042,6 +1060,8 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str, path: str
             return kernels[(arch, dw.mma_expression(geometry, dtype))]
         if path == "tiled":
             return kernels[(arch, dw.tiled_expression(geometry, dtype))]
+        if path == "planes":
+            return kernels[(arch, dw.planes_expression(geometry, dtype))]
         return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]
     fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
     p = _fractional_launch(geometry, dtype)  # the launcher's plan: its index type and vector width
@@ -1057,11 +1077,12 @@ def _fractional_launch(geometry, dtype):
 
 def input_paths(g, dtype) -> tuple[str, ...]:
     """The depthwise input gradient's kernels the model can predict for ``g`` on a GPU with
-    tensor cores (``predict``'s ``path``): tiled where it runs, mma where it can run."""
+    tensor cores (``predict``'s ``path``): tiled, mma and planes, each where it can run."""
     import importlib
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-    return tuple(p for p, ok in (("tiled", dw.tiled_eligible(g, dtype)), ("mma", dw.mma_possible(g, dtype))) if ok)
+    return tuple(p for p, ok in (("tiled", dw.tiled_eligible(g, dtype)), ("mma", dw.mma_possible(g, dtype)),
+                                 ("planes", dw.planes_possible(g, dtype))) if ok)
 
 
 def filter_paths(g, dtype) -> tuple[str, ...]:
@@ -1126,6 +1147,10 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
             from . import static_tiled as st
 
             return st.predict_depthwise_mma(case, dtype_name, device, kernel, g)
+        if "_input_planes<" in kernel.expression:
+            from . import static_tiled as st
+
+            return st.predict_depthwise_planes(case, dtype_name, device, kernel, g)
         if case.op == FRACTIONAL:
             from . import static_tiled as st
 

@@ -1148,3 +1148,273 @@ def _with_pipes(device, pipes: dict):
     from dataclasses import replace
 
     return replace(device, pipes=tuple(pipes.items()))
+
+
+# --------------------------------------------------------------------------- the planes input kernel (NCHW)
+
+#: Source lines :func:`planes_loop_figures` compiles as constants: the checked sums off (they run
+#: only in a CTA whose filter slices hold an Inf or NaN), the stride-2 sums' column phase
+#: (pad_left % 2) and the result stores' columns (``store_cols``), each uniform over a launch.
+PLANES_CHECKED = "const bool checked = __syncthreads_or(nonfinite);"
+PLANES_PHASE = "} else if (pad_left % 2 == 0) {"
+PLANES_STORES = ("store_item_row<T>(dst, acc[0], x, in_cols, store_cols);",
+                 "store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
+#: Result columns per store and column phases the planes figures are compiled for.
+PLANES_STORE_COLS = (8, 4, 2, 1)
+PLANES_PHASES = (0, 1)
+
+
+def planes_source(store_cols: int, phase: int) -> str:
+    """The input-gradient source with the planes kernel's launch-uniform choices as constants
+    (:data:`PLANES_CHECKED`, :data:`PLANES_PHASE`, :data:`PLANES_STORES`)."""
+    from pathlib import Path
+
+    from .static_report import DEPTHWISE_SOURCE
+
+    text = (Path(__file__).resolve().parents[2] / "cuda_src" / DEPTHWISE_SOURCE).read_text()
+    for needle in (PLANES_CHECKED, PLANES_PHASE, *PLANES_STORES):
+        if text.count(needle) != 1:
+            raise ValueError(f"the planes kernel's source no longer holds {needle!r} once")
+    text = text.replace(PLANES_CHECKED, "const bool checked = false; (void)__syncthreads_or(nonfinite);")
+    text = text.replace(PLANES_PHASE, "} else if (%s) {" % ("false" if phase else "true"))
+    for needle in PLANES_STORES:
+        text = text.replace(needle, needle.replace("store_cols)", f"{store_cols})"))
+    return text
+
+
+_PLANES_FIGURES: dict = {}
+
+
+def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
+    """Per planes instantiation (name expression) on ``arch``: each loop's steady-state path of
+    the kernel compiled from :func:`planes_source` (the cheapest path through one iteration that
+    does the loop's work, ``CFG.path_table``), as ``(instructions, counts)`` where the loop's
+    pipes matter and instructions elsewhere:
+
+    * ``sums``: one slice's sums of one work item (the item loop's inner loop);
+    * ``rest``: the rest of an item that stores both its rows (index split, filter taps, stores);
+      ``skip``: an item below the image (``y >= in_rows``: no sums, no stores);
+    * ``staging``: a chunk of ``kChunk`` elements inside a row; ``staging_edge``: a row's last,
+      shorter chunk (its stores predicated); ``staging_trips``: a chunk's dependent load round
+      trips (:func:`._sass.load_round_trips` of the loop without the tensor's last chunk's
+      element loop);
+    * ``zero``: per 16-byte zero store; ``filter``: per tap (``filter_unroll`` taps an iteration,
+      ``filter_trips`` round trips each);
+    * ``straight``: the blocks outside loops every thread runs (those dominating the item loop's
+      header, and those its exit dominates).
+
+    Compiled once per (arch, store_cols, phase) in a process."""
+    from ..backends.cuda import _build, _sass
+    from .static_report import DEPTHWISE_SOURCE
+
+    key = (arch, store_cols, phase)
+    if key in _PLANES_FIGURES:
+        return _PLANES_FIGURES[key]
+    names = [e for e in _build.all_instantiations(int(arch.removeprefix("sm_")))[DEPTHWISE_SOURCE] if "_planes<" in e]
+    chunk = 8  # dwplanes::kChunk (the launcher's PLANES_CHUNK; checked by the staging loop's loads below)
+
+    def is_store(x):
+        return x.base == "STG"
+
+    figures = {}
+    for k in _sass.compile_kernels((arch,), [DEPTHWISE_SOURCE], texts={DEPTHWISE_SOURCE: planes_source(store_cols,
+                                                                                                      phase)},
+                                   only=names):
+        cfg = k.cfg
+        f: dict = {}
+        item = None
+        for loop in cfg.top_loops():
+            mem = k.memory_instructions(loop)
+            if any(m.startswith("STG") for m in mem):
+                if not loop.children:  # a copy for multiplier 0 (no slice loop) the compiler keeps
+                    continue
+                item = loop
+                sums = cfg.path_table(loop.children[0])
+                f["sums"] = min(sums.values(), key=lambda v: v[0])
+                # The path that runs the sums once and stores both rows: the most shared-memory
+                # loads and global stores (the compiler keeps a path past the sums, for M < 1).
+                table = cfg.path_table(loop, lambda x: is_store(x) or x.base == "LDS", trips={1: (1, None)}, kmax=128)
+                whole, whole_counts = table[max(table)]
+                f["rest"] = (whole - f["sums"][0], whole_counts - f["sums"][1])
+                f["skip"] = table[0][0]
+            elif any(m.startswith("LDG") for m in mem):
+                loads = sum(v for m, v in mem.items() if m.startswith("LDG"))
+                if loads >= chunk:  # staging: one chunk an iteration, interior and edge paths
+                    # Paths through the nested loop (the tensor's last chunk, element by element)
+                    # weigh past kmax, so neither table takes them.
+                    tail = {id(x) for child in loop.children for x in cfg.loop_instructions(child)}
+
+                    def weigh(test, tail=tail):
+                        return lambda x: 4 * chunk if id(x) in tail else int(test(x))
+
+                    f["staging"] = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=chunk)[chunk]
+                    edge = cfg.path_table(loop, weigh(lambda x: x.base == "STS" and x.predicate not in (None, "PT")),
+                                          kmax=chunk)
+                    f["staging_edge"] = min(n for c, (n, _) in edge.items() if c > 0)
+                    f["staging_trips"] = _chunk_round_trips(cfg, loop, chunk)
+                else:  # the filter loop (unrolled, with a remainder loop): per tap
+                    table = cfg.path_table(loop, _sass.is_global_load)
+                    per = min(n / c for c, (n, _) in table.items() if c)
+                    if per < f.get("filter", math.inf):
+                        f.update(filter=per, filter_unroll=max(table), filter_trips=cfg.loop_round_trips(loop))
+            elif mem and all(m == "STS.128" for m in mem):
+                per = len(cfg.loop_instructions(loop)) / mem["STS.128"]
+                f["zero"] = min(f.get("zero", per), per)
+        missing = {"sums", "staging", "filter", "zero"} - set(f)
+        if item is None or missing:
+            raise _sass.PathError(f"{k.expression}: no {'item loop' if item is None else ', '.join(sorted(missing))} "
+                                  f"found in its SASS")
+        in_loops = set().union(*(lp.blocks for lp in cfg.top_loops()))
+        exit_block = next(s for n in item.blocks for s in cfg.blocks[n].succs if s not in item.blocks)
+        after = {n for n in cfg.blocks if n not in in_loops and exit_block in cfg.dominators[n]}
+        f["straight"] = sum(len(cfg.instructions(n)) for n in cfg.blocks
+                            if n not in in_loops and not cfg.cold(n) and (n in cfg.dominators[item.header] or n in after))
+        figures[k.expression] = f
+    _PLANES_FIGURES[key] = figures
+    return figures
+
+
+def _chunk_round_trips(cfg, loop, chunk: int, limit: int = 4096) -> int:
+    """The fewest dependent load round trips (:func:`._sass.load_round_trips`) of a path through
+    one iteration of the planes kernel's staging loop that makes exactly ``chunk`` global loads
+    (a chunk's path; the tensor's last chunk's element loop, a nested loop, and the blocks
+    unrolled from it take other counts)."""
+    from ..backends.cuda import _sass
+
+    nested = set().union(*(c.blocks for c in loop.children)) if loop.children else set()
+    best, stack, seen = None, [[loop.header]], 0
+    while stack and seen < limit:
+        path = stack.pop()
+        last = cfg.blocks[path[-1]]
+        if last.index in loop.latches and loop.header in last.succs:
+            seen += 1
+            run = [x for n in path for x in cfg.instructions(n)]
+            if sum(1 for x in run if _sass.is_global_load(x)) == chunk:
+                trips = _sass.load_round_trips(run)
+                best = trips if best is None else min(best, trips)
+        for n in last.succs:
+            if n != loop.header and n in loop.blocks and n not in nested and n not in path and not cfg.cold(n):
+                stack.append(path + [n])
+    if best is None:
+        raise _sass.PathError(f"no path through the staging loop at {cfg.blocks[loop.header].start} makes {chunk} loads")
+    return best
+
+
+def _warp_iterations(work: int, threads: int, warps: int):
+    """Iterations of a ``for (k = tid; k < work; k += threads)`` loop that each warp issues (its
+    first lane's, the busiest)."""
+    import numpy as np
+
+    first = 32 * np.arange(warps)
+    return np.maximum(0, -(-(work - first) // threads))
+
+
+def planes_work(g, dtype, f: dict) -> dict:
+    """The launch's warp-instructions, pipe counts (summed over warps) and its busiest warp's
+    dependent round trips of the planes kernel for ``g`` (:func:`planes_loop_figures`' ``f``).
+    Every warp is charged its busiest lane's iterations of each loop (a warp issues the union
+    of its lanes' paths): the filter loop, the zero fill, the staging loop (every chunk of
+    ``rows_cap`` rows, the band's rows outside out_backprop included, an upper bound), the item
+    loop (an iteration whose lanes' items all lie below the image: the skip path; else ``rest``
+    and ``multiplier x sums``), and the straight-line code once.  CTAs differ only in their
+    planes (the last channel group) and their rows (the last band)."""
+    import importlib
+
+    import numpy as np
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    threads = dw.PLANES_THREADS
+    warps = threads // 32
+    planes, band = dw.planes_plan(g, dtype)
+    groups, bands, batch = dw.planes_grid(g, dtype)
+    m = g.depth_multiplier
+    segments = dw.planes_segments(g)
+    rows_cap = dw.planes_rows_cap(g, band)
+    per_row = dw.planes_chunks_per_row(g)
+    edge = (g.out_cols % dw.PLANES_CHUNK != 0) / per_row  # a row's last chunk, where it is shorter
+    staged = dw.planes_staged_rows(g, band)
+    pitch = dw.planes_pitch(g)
+    per_store = 16 // np.dtype(np.float64 if np.dtype(dtype) == np.float64 else np.float32).itemsize
+    taps = g.filter_rows * g.filter_cols
+    pairs = -(-band // dw.PLANES_ITEM_ROWS)
+    shift = g.pad_top % g.stride_rows  # y0 = band index x band - shift
+    warp_instructions, trips, counts = 0.0, 0, Counter()
+    kinds = Counter(min(planes, g.in_depth - group * planes) for group in range(groups))  # planes: CTAs
+    for my_planes, copies in kinds.items():
+        slices = my_planes * m
+        staging = _warp_iterations(slices * rows_cap * per_row, threads, warps)
+        zero = _warp_iterations(-(-slices * staged * pitch // per_store), threads, warps)
+        filt = _warp_iterations(taps * slices, threads, warps)
+        fixed = (staging * ((1 - edge) * f["staging"][0] + edge * f["staging_edge"]) + zero * f["zero"]
+                 + filt * f["filter"] + f["straight"])
+        chain = staging * f["staging_trips"] + -(-filt // f["filter_unroll"]) * f["filter_trips"]
+        trips = max(trips, int(chain.max()))
+        for b in range(bands):
+            y0 = b * band - shift
+            # An item k of the CTA: plane k // items, pair (k % items) // segments, rows y0 + 2 pair.
+            k = np.arange(my_planes * pairs * segments)
+            inside = y0 + dw.PLANES_ITEM_ROWS * ((k % (pairs * segments)) // segments) < g.in_rows
+            lanes = np.zeros(-(-len(k) // 32) * 32, dtype=bool)
+            lanes[:len(k)] = inside
+            present = np.zeros_like(lanes)
+            present[:len(k)] = True
+            by_group = lanes.reshape(-1, 32).any(axis=1)  # a group of 32 consecutive items: one warp iteration
+            issued = present.reshape(-1, 32).any(axis=1)
+            full = int(by_group.sum())
+            skipped = int((issued & ~by_group).sum())
+            items = full * (f["rest"][0] + m * f["sums"][0]) + skipped * f["skip"]
+            warp_instructions += copies * batch * (items + float(fixed.sum()))
+            counts.update({c: copies * batch * full * v for c, v in f["rest"][1].items()})
+            counts.update({c: copies * batch * full * m * v for c, v in f["sums"][1].items()})
+            counts.update({c: copies * batch * float(staging.sum()) * v for c, v in f["staging"][1].items()})
+    return {"warp_instructions": warp_instructions, "counts": counts, "round_trips": trips,
+            "ctas": groups * bands * batch, "planes": planes, "band": band}
+
+
+def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
+    """The roofline of one depthwise input-gradient shape run by the planes kernel (NCHW): the
+    launch's warp-instructions (:func:`planes_work`, from the loop figures of
+    :func:`planes_loop_figures` at the launch's result-store columns and column phase), DRAM the
+    compulsory bytes, L2 each CTA's staged out_backprop rows and filter slices and the results,
+    and the latency limit the busiest warp's dependent round trips (filter and staging loops)
+    in waves of resident CTAs.  Registers and occupancy are the real kernel's (``kernel``)."""
+    import importlib
+
+    import numpy as np
+
+    from ..backends.cuda import _sass
+    from .metrics import bytes_moved
+    from .static_report import DTYPES, roofline, with_latency_limit
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    dtype = DTYPES[dtype_name]
+    width = dtype.itemsize
+    if kernel.expression != dw.planes_expression(g, dtype):
+        raise ValueError(f"{kernel.expression}: not the planes instantiation of {g}")
+    store_cols, phase = dw.planes_store_cols(g), g.pad_left % g.stride_cols
+    f = planes_loop_figures(kernel.arch, store_cols, phase)[kernel.expression]
+    work = planes_work(g, np.dtype(dtype), f)
+    elements = math.prod(g.input_shape)
+    per_element = 32 * work["warp_instructions"] / elements
+    pipes = classes_per_element(work["counts"], 32 / elements)
+    traffic = bytes_moved(case, g, width)
+    planes, band = work["planes"], work["band"]
+    taps = g.filter_rows * g.filter_cols
+    # Each CTA reads its slices' staged rows (the halo rows of neighbouring bands again) and taps.
+    staged_rows = sum(min(g.out_rows, row0 + dw.planes_staged_rows(g, band)) - max(0, row0)
+                      for row0 in ((b * band - g.pad_top % g.stride_rows + g.pad_top) // g.stride_rows
+                                   - (g.filter_rows - 1) // g.stride_rows
+                                   for b in range(dw.planes_grid(g, dtype)[1])))
+    slices = g.in_depth * g.depth_multiplier
+    l2 = width * (g.batch * slices * staged_rows * g.out_cols + work["ctas"] * planes * g.depth_multiplier * taps
+                  + elements)
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dw.PLANES_THREADS)
+    limits = roofline(device, elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
+    with_latency_limit(limits, device, traffic, latency_limit_s(device, work["ctas"], occ, work["round_trips"]))
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
+            "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "tiled": {"ctas": work["ctas"], "threads_per_cta": dw.PLANES_THREADS, "planes": planes, "band": band,
+                      "store_cols": store_cols, "column_phase": phase, "round_trips": work["round_trips"],
+                      "item_thread_instructions": f["rest"][0] + g.depth_multiplier * f["sums"][0],
+                      "blocks_per_sm": occ["blocks_per_sm"]}}

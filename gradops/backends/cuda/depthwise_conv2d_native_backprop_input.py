@@ -17,7 +17,7 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   (float sums), recomputing a unit on the CUDA cores where an Inf or NaN met the band's zeros;
   its forms (:func:`mma_form`) stage a unit by rows, a 14 x 14 or 16 x 16 plane whole, or four
   7 x 7 images packed into one unit.  The launcher picks it where the static model predicts it
-  faster than ``tiled`` (:data:`MMA_CHOICE`, :data:`MMA_PLANE_CHOICE`,
+  faster than ``planes`` (:data:`MMA_CHOICE`, :data:`MMA_PLANE_CHOICE`,
   :data:`MMA_PACKED_CHOICE`, :func:`mma_chosen`).
 * ``planes``: NCHW, 3x3 / 5x5 filters at strides 1x1 and 2x2 and dilation 1, any multiplier
   (:func:`planes_possible`): a CTA of 256 threads owns several consecutive channel planes of
@@ -26,8 +26,9 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   computes 2 x 4 positions per work item (2 x 8 at stride 2, :func:`planes_item_cols`;
   :func:`planes_plan`); at stride 2 bands start at even
   padded rows and the sums take the columns' stride phase at compile time, so only the taps that
-  land are computed.  Opt-in
-  (``path="planes"``) until a GPU has measured it beside ``tiled`` (:data:`PLANES_BY_DEFAULT`).
+  land are computed.  The launcher's NCHW kernel wherever it runs and the tensor cores are not
+  chosen (:data:`PLANES_BY_DEFAULT`: by the static model's latency-aware estimate; no GPU has run
+  it yet).
 * ``transpose``: NCHW run as NHWC: out_backprop transposed to NHWC, the ``tiled`` kernel on the
   NHWC twin of the geometry (:func:`nhwc_twin`), the result transposed back (two launches of
   ``_layout``'s batched transpose: 32 x 32 tiles through shared memory, 16-bit elements in
@@ -41,7 +42,9 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
 
-NCHW runs the tiled kernel in its own layout rather than transposing: it stages out_backprop
+Where neither the tensor cores nor the planes kernel can run an NCHW geometry (for example a
+row too wide for one staged row of every slice at a large multiplier), the tiled kernel runs it
+in its own layout rather than transposing: it stages out_backprop
 from the channel planes a row at a time (chunks of 16, 8 or 4 bytes of a row, the widest that
 divides the row and the array's alignment, :func:`nchw_chunk_bytes`; any multiplier) into a
 position-inner tile (a plane of staged rows per channel, runs of up to 4 columns per
@@ -54,7 +57,7 @@ or two 16-byte ones (about 18-57 SASS instructions per element for float16 again
 NHWC, sm_90 static counts with 16-byte chunks; 21-61 with NHWC's channel-inner tile and a result
 pass through shared memory, 34-81 before the row staging).
 
-Both paths compute every element in a fixed order (bitwise reproducible results) and skip
+Every path computes every element in a fixed order (bitwise reproducible results) and skips
 taps that fall on padding, so an Inf or NaN in the filter reaches only the elements it
 multiplies.  CuPy is imported only when a call runs.
 """
@@ -102,12 +105,16 @@ PLANES_SHARED_BYTES = 24576
 PLANES_ITEMS = 4 * PLANES_THREADS
 #: out_backprop elements a thread stages per step (``dwplanes::kChunk``).
 PLANES_CHUNK = 8
-#: Whether the launcher picks the planes kernel by itself for the NCHW shapes it can run
-#: (False: only when asked for, ``path="planes"``).  It waits for a GPU run that times it beside
-#: the tiled kernel on the benchmark shapes (scripts/device-session.sh, benchmarks/ncu_cases.py
-#: --paths): no static prediction picks a default any more (the H200 measured the model's
-#: predictions 1.3-10x optimistic).
-PLANES_BY_DEFAULT = False
+#: Whether the launcher picks the planes kernel by itself for the NCHW shapes it can run where
+#: it does not take the tensor cores (False: only when asked for, ``path="planes"``).  No GPU has
+#: run it yet.  The latency-aware estimate (fitted to the H200 run, within 1.5x of 88% of its
+#: kernels, where the bound that had kept it opt-in was 1.3-10x optimistic) puts it ahead of the
+#: tiled kernel on every NCHW benchmark layer, H100 and A100, by 1.1-3.2x (its 24-48 resident warps
+#: per SM against the tiled kernel's 8-16), under both fits (benchmarks/path_estimates.py,
+#: results/path_estimates.md; predicted, not measured).  The H200 measured the tiled kernel 2.2-3.8
+#: times slower in NCHW than in NHWC on the same shapes.  scripts/device-session.sh's A/B times
+#: both (``--paths tiled,planes,...``); ``path="tiled"`` still forces the tiled kernel.
+PLANES_BY_DEFAULT = True
 
 #: Whether the launcher picks the transpose path by itself for the NCHW shapes it can run (False:
 #: only when asked for, ``path="transpose"``): it waits, like the planes kernel, for a GPU run
@@ -127,26 +134,30 @@ MMA_WARPS = 4
 #: whole-plane form: MMA_PLANE_CHOICE): per (filter size K, multiplier), the least fraction of the
 #: computed positions that lie inside the image (:func:`mma_fill`: a 7 x 7 map fills 19% of a
 #: 16 x 16 unit, 14 x 14 and 28 x 28 maps 77%, multiples of 16 all of it) and the least staging
-#: load in elements (:func:`mma_chunk`: 8 where out_cols is a multiple of 8, 4 for 28, 2 for 14).
-#: Read off the latency-aware estimate of every benchmark layer on both paths, H100 and A100
-#: (benchmarks/path_estimates.py, results/path_estimates.md; predicted, not measured): the
-#: tensor cores win wherever units are at least 77% inside, except 3x3 at multiplier 1 with
-#: 8-byte staging (28-column maps: tiled 1.16x ahead on the H100, mma 1.09x on the A100).  The
-#: estimate's refit that credits resident warps less (latency_model.SHALLOW_OCCUPANCY) puts no
-#: case more than 5% behind another path either (tests/test_static_report.py checks both, H100).
-#: The bound these entries were first read from put both kernels at 100% of HBM on most 3x3
-#: layers and could not rank them.
-MMA_CHOICE = {(5, 2): (0.75, 2), (5, 1): (0.75, 4), (3, 2): (0.75, 4), (3, 1): (0.75, 8)}
+#: load in elements (:func:`mma_chunk`: 8 where out_cols is a multiple of 8, 4 for 28, 2 for 14);
+#: elsewhere the planes kernel runs NCHW.  Read off the latency-aware estimate of every benchmark
+#: layer on every path, H100 and A100 (benchmarks/path_estimates.py, results/path_estimates.md;
+#: predicted, not measured): the tensor cores win at multiplier 2 (3x3 only with 16-byte staging:
+#: at 28 x 28, 8-byte, the planes kernel is 1.27x ahead on the H100); at multiplier 1 the planes
+#: kernel wins or ties every row-form layer (56 x 56 3x3: 1.17x on the H100, 1.47x on the A100;
+#: 28 x 28 5x5: 1.19x and 1.18x; 112 x 112 3x3: a tie on the H100, mma 1.06x ahead by the estimate
+#: and the planes kernel 1.07x by its refit at exponent 0.5, and the planes kernel 1.21x on the
+#: A100).  tests/test_static_report.py checks that no other path beats the launcher's by more than
+#: 5% under both fits (latency_model.FIT and SHALLOW_OCCUPANCY), on the H100.  Session 45 read
+#: these entries against the tiled kernel, and the bound before it put both kernels at 100% of
+#: HBM on most 3x3 layers and could not rank them.
+MMA_CHOICE = {(5, 2): (0.75, 2), (3, 2): (0.75, 8)}
 #: The (K, multiplier) pairs for which the launcher picks the tensor-core kernel wherever its
 #: whole-plane form runs (:func:`mma_plane_chunk`: one unit a plane, 14 x 14 and 16 x 16 maps),
 #: in place of MMA_CHOICE's test: all of them, by the same estimate (the benchmark's 14 x 14
-#: layers: 1.4-1.6x ahead of the tiled kernel at 3x3 multiplier 1 on the H100, 2.1-2.3x on the
-#: A100; multiplier 2 and 5x5 further ahead).
+#: layers: 3x3 multiplier 1 1.14-1.29x ahead of the planes kernel on the H100 and 1.10-1.18x on
+#: the A100, a tie by the refit at exponent 0.5; multiplier 2 and 5x5 1.4-2.3x ahead).
 MMA_PLANE_CHOICE = frozenset({(3, 1), (3, 2), (5, 1), (5, 2)})
 #: The same for the packed form (:func:`mma_pack_stride`: four 7 x 7 images a unit), by the same
-#: estimate: ahead of the tiled kernel on the 7 x 7 layers except at 3x3 multiplier 1 (a tie on
-#: both GPUs); 3x3 multiplier 2 1.29x (H100) and 1.55x (A100).
-MMA_PACKED_CHOICE = frozenset({(5, 1), (5, 2), (3, 2)})
+#: estimate: 5x5 (1.28-1.35x ahead of the planes kernel on the H100); at 3x3 the planes kernel is
+#: ahead or level (multiplier 1: 1.40x on the H100, 1.50x on the A100; multiplier 2 1.06x, a tie on
+#: the A100).
+MMA_PACKED_CHOICE = frozenset({(5, 1), (5, 2)})
 #: Units a warp takes at most (it builds its filter fragments once for all of them), and the
 #: warps a launch aims for before it gives a warp more than one unit (enough to fill any GPU's
 #: SMs several times; the choice depends on the geometry only, never on the GPU).
