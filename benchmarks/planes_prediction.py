@@ -2,9 +2,11 @@
 the kernel the launcher runs today, on the benchmark shapes (**predicted, not measured**).
 
 The planes kernel (``depthwise_conv2d_native_backprop_input_planes`` in
-cuda_src/depthwise_conv2d_native_backprop_input.cu) is opt-in until a GPU times it
-(``PLANES_BY_DEFAULT``).  This script compiles it for sm_90 (NVRTC, no GPU) and counts, from
-its SASS, the instructions of each loop's steady-state path:
+cuda_src/depthwise_conv2d_native_backprop_input.cu) was opt-in until session 46, which made it
+the launcher's NCHW default by the static report's latency-aware estimate
+(``PLANES_BY_DEFAULT``; the report models it since: ``static_tiled.predict_depthwise_planes``).
+This script compiles it for sm_90 (NVRTC, no GPU) and counts, from its SASS
+(``static_tiled.planes_loop_figures``), the instructions of each loop's steady-state path:
 
 * the item loop's per-slice sums (the inner loop; its unchecked variant: the checked one runs
   only in a CTA whose filter slices hold an Inf or NaN, so the source is compiled with it off;
@@ -20,7 +22,8 @@ Per CTA of the launcher's plan (:func:`planes_plan`): thread-instructions = item
 multiplier x sums) + chunks x staging + zero-fill and filter iterations + the straight-line
 code once per thread; divided by the CTA's input-gradient elements.  That is the static
 report's "SASS per element" (a thread's instructions per element it produces), which the
-table prints beside the static report's figure for the launcher's kernel (tiled or mma) and
+table prints beside the static report's figure for the launcher's kernel (since session 46 the planes
+kernel itself, or mma; the tiled kernel's figures are in results/path_estimates.md) and
 the resident warps per SM of each (the occupancy formula at the kernel's registers, shared
 memory and block).  The H200 measured kernel times (2026-11-28) of the launcher's kernel in
 NCHW and in NHWC close each row: the NHWC tiled kernel does the same arithmetic with 16-byte

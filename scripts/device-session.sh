@@ -92,9 +92,9 @@ METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
 # kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
 # NCHW as NHWC between two batched transposes, 3 kernels a call; gradops-cuda:mma, half types
-# only, skipped elsewhere), whose defaults wait for this measurement (PLANES_BY_DEFAULT,
-# TRANSPOSE_BY_DEFAULT; MMA_CHOICE and its siblings, read off the latency-aware estimate:
-# benchmarks/results/path_estimates.md); about 230 calls, 52 of them of 3 kernels, at the 2.2 a
+# only, skipped elsewhere), whose defaults this measurement decides (PLANES_BY_DEFAULT since
+# session 46, and MMA_CHOICE and its siblings, read off the latency-aware estimate:
+# benchmarks/results/path_estimates.md; TRANSPOSE_BY_DEFAULT, opt-in); about 230 calls, 52 of them of 3 kernels, at the 2.2 a
 # second of the last run (40 s more than before: 20 from the full sections' cap, 20 from the
 # filter gradient's timing at the end).
 timeout -s INT -k 10 150 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
@@ -125,13 +125,13 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional
 # the filter gradient's tiled NHWC kernel, both fractional pooling gradients, and last (if the
 # time allows) the worst measured layer, the NCHW input gradient at 5x5 stride 2 (5.9% of HBM,
 # 4.6x its NHWC time), whose slowness the SASS does not explain.  The NCHW input-gradient cases
-# also on the planes kernel (--paths planes): its L1/L2 sectors per request beside the tiled
-# kernel's.  Measured, the tiled kernel's NCHW/NHWC time ratio grows as its NCHW result stores
+# on the planes kernel (the launcher's since session 46) and on the tiled kernel (--paths tiled):
+# their L1/L2 sectors per request side by side.  Measured, the tiled kernel's NCHW/NHWC time ratio grows as its NCHW result stores
 # narrow (4 / 2 / 1 columns a lane: geometric means 2.0 / 2.4 / 3.3, H200), and a lane stores
 # to its own channel plane; these sections show whether sectors, not bytes, set its time.
 timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional,efficientnet \
-    --engines gradops-cuda --paths planes,cells --dtypes float16 \
+    --engines gradops-cuda --paths tiled,cells --dtypes float16 \
     --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
     --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"

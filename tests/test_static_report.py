@@ -1458,8 +1458,9 @@ def test_input_prediction_of_a_forced_path():
 def simulated_planes_work(g, dtype, f: dict) -> tuple[float, int]:
     """The planes kernel's warp-instructions and busiest warp's round trips, by running every
     thread's loops of every CTA of the launch as the kernel writes them (``for (k = tid; k <
-    work; k += 256)``; an item's rows from its index) and charging each warp, per iteration, the
-    path of its busiest lane: an independent count for :func:`static_tiled.planes_work`."""
+    work; k += 256)``; a chunk's staged row and an item's rows from its index) and charging each
+    warp, per iteration, the path of its busiest lane: an independent count for
+    :func:`static_tiled.planes_work`."""
     import importlib
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
@@ -1484,12 +1485,19 @@ def simulated_planes_work(g, dtype, f: dict) -> tuple[float, int]:
                 def iterations(work):
                     return max(len(range(t, work, dw.PLANES_THREADS)) for t in lanes)
 
-                chunks = iterations(slices * rows_cap * per_row)
+                row_origin = (y0 + g.pad_top) // g.stride_rows - (g.filter_rows - 1) // g.stride_rows
+                rows_run = min(g.out_rows, row_origin + staged) - max(0, row_origin)
                 edge = (g.out_cols % 8 != 0) / per_row
                 filt = iterations(taps * slices)
-                cost = (chunks * ((1 - edge) * f["staging"][0] + edge * f["staging_edge"])
-                        + iterations(-(-slices * staged * pitch // per_store)) * f["zero"]
-                        + filt * f["filter"] + f["straight"])
+                cost = iterations(-(-slices * staged * pitch // per_store)) * f["zero"] + filt * f["filter"] + f["straight"]
+                chunks = 0
+                for j in range(iterations(slices * rows_cap * per_row)):
+                    mine = [t + j * dw.PLANES_THREADS for t in lanes if t + j * dw.PLANES_THREADS < slices * rows_cap * per_row]
+                    if any((k // per_row) % rows_cap < rows_run for k in mine):  # a lane stages its chunk
+                        chunks += 1
+                        cost += (1 - edge) * f["staging"][0] + edge * f["staging_edge"]
+                    else:
+                        cost += f["staging_skip"]
                 for j in range(iterations(my_planes * items)):
                     mine = [t + j * dw.PLANES_THREADS for t in lanes if t + j * dw.PLANES_THREADS < my_planes * items]
                     rows = [y0 + 2 * ((k % items) // segments) for k in mine]
@@ -1504,7 +1512,8 @@ def simulated_planes_work(g, dtype, f: dict) -> tuple[float, int]:
     dict(x_shape=(3, 14, 14, 37), multiplier=2),          # 8 planes a CTA, the last group 5
     dict(x_shape=(1, 57, 57, 9), strides=(2, 2), k=5),    # stride 2, an odd pad: row -1 computed
     dict(x_shape=(2, 7, 7, 960)),                         # 32 planes a CTA, 30 groups
-], ids=["bands", "last-group", "stride2", "many-planes"])
+    dict(x_shape=(2, 60, 300, 5), multiplier=2),          # bands of 6 rows: halo rows above and below
+], ids=["bands", "last-group", "stride2", "many-planes", "narrow-bands"])
 def test_planes_work_counts_every_warps_iterations(shape):
     """static_tiled.planes_work (the planes kernel's model) against a thread-by-thread run of the
     kernel's loops (:func:`simulated_planes_work`), with made-up loop figures whose values are
@@ -1513,7 +1522,8 @@ def test_planes_work_counts_every_warps_iterations(shape):
 
     g = planes_geometry(**shape)
     f = {"sums": (101, Counter({"class:fp32": 7})), "rest": (37, Counter({"class:int": 3})), "skip": 5,
-         "staging": (13, Counter({"class:memory": 2})), "staging_edge": 17, "staging_trips": 1, "zero": 1.25,
+         "staging": (13, Counter({"class:memory": 2})), "staging_edge": 17, "staging_skip": 3, "staging_trips": 1,
+         "zero": 1.25,
          "filter": 29, "filter_unroll": 4, "filter_trips": 1, "straight": 71}
     dtype = np.dtype(np.float32)
     work = st.planes_work(g, dtype, f)
@@ -1565,7 +1575,7 @@ def test_planes_loop_figures_take_one_round_trip_a_chunk():
             if (i - r) % 2 == 0 and (u - s) % 2 == 0)  # phase 0: padded position (i, u) takes tap (r, s)
         assert fma >= landing, expression
         assert f["staging_trips"] == 1 and f["filter_trips"] == 1, expression
-        assert 0 < f["skip"] < f["rest"][0], expression
+        assert 0 < f["skip"] < f["rest"][0] and 0 < f["staging_skip"] < f["staging"][0], expression
 
 
 def test_path_estimates_back_the_input_gradients_choice():

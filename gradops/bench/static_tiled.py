@@ -1195,7 +1195,8 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
     * ``rest``: the rest of an item that stores both its rows (index split, filter taps, stores);
       ``skip``: an item below the image (``y >= in_rows``: no sums, no stores);
     * ``staging``: a chunk of ``kChunk`` elements inside a row; ``staging_edge``: a row's last,
-      shorter chunk (its stores predicated); ``staging_trips``: a chunk's dependent load round
+      shorter chunk (its stores predicated); ``staging_skip``: a chunk in a row the band does not
+      stage (no loads); ``staging_trips``: a chunk's dependent load round
       trips (:func:`._sass.load_round_trips` of the loop without the tensor's last chunk's
       element loop);
     * ``zero``: per 16-byte zero store; ``filter``: per tap (``filter_unroll`` taps an iteration,
@@ -1247,7 +1248,8 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
                     def weigh(test, tail=tail):
                         return lambda x: 4 * chunk if id(x) in tail else int(test(x))
 
-                    f["staging"] = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=chunk)[chunk]
+                    loads = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=chunk)
+                    f["staging"], f["staging_skip"] = loads[chunk], loads[0][0]
                     edge = cfg.path_table(loop, weigh(lambda x: x.base == "STS" and x.predicate not in (None, "PT")),
                                           kmax=chunk)
                     f["staging_edge"] = min(n for c, (n, _) in edge.items() if c > 0)
@@ -1309,15 +1311,29 @@ def _warp_iterations(work: int, threads: int, warps: int):
     return np.maximum(0, -(-(work - first) // threads))
 
 
+def _warp_groups(active, warps: int):
+    """Per warp of a ``for (k = tid; k < len(active); k += 32 x warps)`` loop: (iterations in
+    which some lane's ``active[k]`` holds, iterations in which none does).  A group of 32
+    consecutive k is one iteration of one warp (group g: warp g % warps)."""
+    import numpy as np
+
+    lanes = np.zeros(-(-len(active) // 32) * 32, dtype=bool)
+    lanes[:len(active)] = active
+    busy = lanes.reshape(-1, 32).any(axis=1)
+    warp = np.arange(len(busy)) % warps
+    return (np.bincount(warp[busy], minlength=warps), np.bincount(warp[~busy], minlength=warps))
+
+
 def planes_work(g, dtype, f: dict) -> dict:
     """The launch's warp-instructions, pipe counts (summed over warps) and its busiest warp's
     dependent round trips of the planes kernel for ``g`` (:func:`planes_loop_figures`' ``f``).
-    Every warp is charged its busiest lane's iterations of each loop (a warp issues the union
-    of its lanes' paths): the filter loop, the zero fill, the staging loop (every chunk of
-    ``rows_cap`` rows, the band's rows outside out_backprop included, an upper bound), the item
-    loop (an iteration whose lanes' items all lie below the image: the skip path; else ``rest``
-    and ``multiplier x sums``), and the straight-line code once.  CTAs differ only in their
-    planes (the last channel group) and their rows (the last band)."""
+    Every warp is charged its busiest lane's path in each iteration of each loop (a warp issues
+    the union of its lanes' paths): the filter loop, the zero fill, the staging loop (an
+    iteration whose lanes' chunks all lie in rows the band does not stage, past out_backprop:
+    ``staging_skip``), the item loop (an iteration whose lanes' items all lie below the image:
+    ``skip``; else ``rest`` and ``multiplier x sums``), and the straight-line code once.  CTAs
+    differ in their planes (the last channel group) and their rows (bands at the image's
+    edges)."""
     import importlib
 
     import numpy as np
@@ -1332,6 +1348,7 @@ def planes_work(g, dtype, f: dict) -> dict:
     rows_cap = dw.planes_rows_cap(g, band)
     per_row = dw.planes_chunks_per_row(g)
     edge = (g.out_cols % dw.PLANES_CHUNK != 0) / per_row  # a row's last chunk, where it is shorter
+    chunk_cost = (1 - edge) * f["staging"][0] + edge * f["staging_edge"]
     staged = dw.planes_staged_rows(g, band)
     pitch = dw.planes_pitch(g)
     per_store = 16 // np.dtype(np.float64 if np.dtype(dtype) == np.float64 else np.float32).itemsize
@@ -1342,31 +1359,28 @@ def planes_work(g, dtype, f: dict) -> dict:
     kinds = Counter(min(planes, g.in_depth - group * planes) for group in range(groups))  # planes: CTAs
     for my_planes, copies in kinds.items():
         slices = my_planes * m
-        staging = _warp_iterations(slices * rows_cap * per_row, threads, warps)
         zero = _warp_iterations(-(-slices * staged * pitch // per_store), threads, warps)
         filt = _warp_iterations(taps * slices, threads, warps)
-        fixed = (staging * ((1 - edge) * f["staging"][0] + edge * f["staging_edge"]) + zero * f["zero"]
-                 + filt * f["filter"] + f["straight"])
-        chain = staging * f["staging_trips"] + -(-filt // f["filter_unroll"]) * f["filter_trips"]
-        trips = max(trips, int(chain.max()))
+        fixed = float((zero * f["zero"] + filt * f["filter"] + f["straight"]).sum())
         for b in range(bands):
             y0 = b * band - shift
-            # An item k of the CTA: plane k // items, pair (k % items) // segments, rows y0 + 2 pair.
+            row_origin = (y0 + g.pad_top) // g.stride_rows - (g.filter_rows - 1) // g.stride_rows
+            rows_run = min(g.out_rows, row_origin + staged) - max(0, row_origin)
+            # A chunk k: row (k // per_row) % rows_cap of its slice, staged where below rows_run.
+            k = np.arange(slices * rows_cap * per_row)
+            loaded, passed = _warp_groups((k // per_row) % rows_cap < rows_run, warps)
+            # An item k: plane k // items, pair (k % items) // segments, rows y0 + 2 pair.
             k = np.arange(my_planes * pairs * segments)
-            inside = y0 + dw.PLANES_ITEM_ROWS * ((k % (pairs * segments)) // segments) < g.in_rows
-            lanes = np.zeros(-(-len(k) // 32) * 32, dtype=bool)
-            lanes[:len(k)] = inside
-            present = np.zeros_like(lanes)
-            present[:len(k)] = True
-            by_group = lanes.reshape(-1, 32).any(axis=1)  # a group of 32 consecutive items: one warp iteration
-            issued = present.reshape(-1, 32).any(axis=1)
-            full = int(by_group.sum())
-            skipped = int((issued & ~by_group).sum())
-            items = full * (f["rest"][0] + m * f["sums"][0]) + skipped * f["skip"]
-            warp_instructions += copies * batch * (items + float(fixed.sum()))
-            counts.update({c: copies * batch * full * v for c, v in f["rest"][1].items()})
-            counts.update({c: copies * batch * full * m * v for c, v in f["sums"][1].items()})
-            counts.update({c: copies * batch * float(staging.sum()) * v for c, v in f["staging"][1].items()})
+            full, skipped = _warp_groups(y0 + dw.PLANES_ITEM_ROWS * ((k % (pairs * segments)) // segments) < g.in_rows,
+                                         warps)
+            work = (full.sum() * (f["rest"][0] + m * f["sums"][0]) + skipped.sum() * f["skip"]
+                    + loaded.sum() * chunk_cost + passed.sum() * f["staging_skip"])
+            warp_instructions += copies * batch * (float(work) + fixed)
+            chain = loaded * f["staging_trips"] + -(-filt // f["filter_unroll"]) * f["filter_trips"]
+            trips = max(trips, int(chain.max()))
+            for figure, times in ((f["rest"][1], full.sum()), (f["sums"][1], m * full.sum()),
+                                  (f["staging"][1], loaded.sum())):
+                counts.update({c: copies * batch * float(times) * v for c, v in figure.items()})
     return {"warp_instructions": warp_instructions, "counts": counts, "round_trips": trips,
             "ctas": groups * bands * batch, "planes": planes, "band": band}
 
