@@ -19,11 +19,12 @@
 //   whole-plane form (FORM 1) stages a plane of one unit (14 x 14, 16 x 16) as the contiguous
 //   run it is, 16 or 8 bytes a load, and its packed form (FORM 2) takes four small images
 //   (7 x 7) a unit, 2 x 2.  The launcher runs it where the static model predicts it faster than
-//   the tiled kernel (MMA_CHOICE, MMA_PLANE_CHOICE, MMA_PACKED_CHOICE), or when asked (path="mma").
+//   the planes kernel (MMA_CHOICE, MMA_PLANE_CHOICE, MMA_PACKED_CHOICE), or when asked (path="mma").
 // * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at strides 1 and 2, any
 //   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
 //   lie in memory, and each thread computes 2 x 4 positions of a plane (2 x 8 at stride 2; see
-//   "the planes kernel").  Opt-in (path="planes") until a GPU has timed it beside the tiled kernel.
+//   "the planes kernel").  The launcher's NCHW kernel where the tensor cores are not chosen
+//   (PLANES_BY_DEFAULT, by the static model's latency-aware estimate; not yet run on a GPU).
 // * transpose_batched (layout_transpose.cuh), for the opt-in "transpose" path: NCHW out_backprop
 //   to NHWC, the tiled kernel in NHWC, the result back to NCHW (path="transpose").
 //

@@ -109,9 +109,10 @@ PLANES_CHUNK = 8
 #: it does not take the tensor cores (False: only when asked for, ``path="planes"``).  No GPU has
 #: run it yet.  The latency-aware estimate (fitted to the H200 run, within 1.5x of 88% of its
 #: kernels, where the bound that had kept it opt-in was 1.3-10x optimistic) puts it ahead of the
-#: tiled kernel on every NCHW benchmark layer, H100 and A100, by 1.1-3.2x (its 24-48 resident warps
-#: per SM against the tiled kernel's 8-16), under both fits (benchmarks/path_estimates.py,
-#: results/path_estimates.md; predicted, not measured).  The H200 measured the tiled kernel 2.2-3.8
+#: tiled kernel on every NCHW benchmark layer (MobileNetV2, EfficientNet; float16, float32), by
+#: 1.23-3.15x on the H100 and 1.05-3.49x on the A100, and by 1.20-2.54x and 1.08-2.79x under its
+#: refit at occupancy exponent 0.5 (its 24-48 resident warps per SM against the tiled kernel's
+#: 8-16; benchmarks/path_estimates.py, results/path_estimates.md; predicted, not measured).  The H200 measured the tiled kernel 2.2-3.8
 #: times slower in NCHW than in NHWC on the same shapes.  scripts/device-session.sh's A/B times
 #: both (``--paths tiled,planes,...``); ``path="tiled"`` still forces the tiled kernel.
 PLANES_BY_DEFAULT = True
@@ -137,13 +138,12 @@ MMA_WARPS = 4
 #: load in elements (:func:`mma_chunk`: 8 where out_cols is a multiple of 8, 4 for 28, 2 for 14);
 #: elsewhere the planes kernel runs NCHW.  Read off the latency-aware estimate of every benchmark
 #: layer on every path, H100 and A100 (benchmarks/path_estimates.py, results/path_estimates.md;
-#: predicted, not measured): the tensor cores win at multiplier 2 (3x3 only with 16-byte staging:
-#: at 28 x 28, 8-byte, the planes kernel is 1.27x ahead on the H100); at multiplier 1 the planes
-#: kernel wins or ties every row-form layer (56 x 56 3x3: 1.17x on the H100, 1.47x on the A100;
-#: 28 x 28 5x5: 1.19x and 1.18x; 112 x 112 3x3: a tie on the H100, mma 1.06x ahead by the estimate
-#: and the planes kernel 1.07x by its refit at exponent 0.5, and the planes kernel 1.21x on the
-#: A100).  tests/test_static_report.py checks that no other path beats the launcher's by more than
-#: 5% under both fits (latency_model.FIT and SHALLOW_OCCUPANCY), on the H100.  Session 45 read
+#: predicted, not measured): the tensor cores win at multiplier 2 (1.10-1.25x on the H100; 3x3
+#: only with 16-byte staging: at 28 x 28, 8-byte, the planes kernel is 1.26x ahead); at multiplier
+#: 1 the planes kernel wins or ties every row-form layer (56 x 56 3x3: 1.17x on the H100, 1.47x on
+#: the A100; 28 x 28 5x5: 1.19x and 1.18x; 112 x 112 3x3: level on the H100, 1.28x on the A100).
+#: tests/test_static_report.py checks that no other path beats the launcher's by more than 5%
+#: under both fits (latency_model.FIT and SHALLOW_OCCUPANCY), on the H100.  Session 45 read
 #: these entries against the tiled kernel, and the bound before it put both kernels at 100% of
 #: HBM on most 3x3 layers and could not rank them.
 MMA_CHOICE = {(5, 2): (0.75, 2), (3, 2): (0.75, 8)}
@@ -151,11 +151,11 @@ MMA_CHOICE = {(5, 2): (0.75, 2), (3, 2): (0.75, 8)}
 #: whole-plane form runs (:func:`mma_plane_chunk`: one unit a plane, 14 x 14 and 16 x 16 maps),
 #: in place of MMA_CHOICE's test: all of them, by the same estimate (the benchmark's 14 x 14
 #: layers: 3x3 multiplier 1 1.14-1.29x ahead of the planes kernel on the H100 and 1.10-1.18x on
-#: the A100, a tie by the refit at exponent 0.5; multiplier 2 and 5x5 1.4-2.3x ahead).
+#: the A100, level by the refit at exponent 0.5; multiplier 2 and 5x5 1.4-2.2x ahead).
 MMA_PLANE_CHOICE = frozenset({(3, 1), (3, 2), (5, 1), (5, 2)})
 #: The same for the packed form (:func:`mma_pack_stride`: four 7 x 7 images a unit), by the same
 #: estimate: 5x5 (1.28-1.35x ahead of the planes kernel on the H100); at 3x3 the planes kernel is
-#: ahead or level (multiplier 1: 1.40x on the H100, 1.50x on the A100; multiplier 2 1.06x, a tie on
+#: ahead or level (multiplier 1: 1.43x on the H100, 1.50x on the A100; multiplier 2 1.06x, level on
 #: the A100).
 MMA_PACKED_CHOICE = frozenset({(5, 1), (5, 2)})
 #: Units a warp takes at most (it builds its filter fragments once for all of them), and the
