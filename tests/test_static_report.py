@@ -1456,10 +1456,10 @@ def test_input_prediction_of_a_forced_path():
 
 
 def simulated_planes_work(g, dtype, f: dict) -> tuple[float, int]:
-    """The planes kernel's warp-instructions and busiest warp's round trips, by running every
-    thread's loops of every CTA of the launch as the kernel writes them (``for (k = tid; k <
-    work; k += 256)``; a chunk's staged row and an item's rows from its index) and charging each
-    warp, per iteration, the path of its busiest lane: an independent count for
+    """The planes kernel's warp-instructions, busiest warp's round trips and staged rows, by
+    running every thread's loops of every CTA of the launch as the kernel writes them (``for (k =
+    tid; k < work; k += 256)``; a chunk's staged row and an item's rows from its index) and
+    charging each warp, per iteration, the path of its busiest lane: an independent count for
     :func:`static_tiled.planes_work`."""
     import importlib
 
@@ -1472,7 +1472,10 @@ def simulated_planes_work(g, dtype, f: dict) -> tuple[float, int]:
     staged, pitch = dw.planes_staged_rows(g, band), dw.planes_pitch(g)
     per_store = 16 // (8 if np.dtype(dtype) == np.float64 else 4)
     taps = g.filter_rows * g.filter_cols
-    total, trips = 0.0, 0
+    total, trips, staged_rows = 0.0, 0, 0
+    for b in range(bands):  # the rows each band stages (the kernel's rows_run), once per slice
+        origin = (b * band - g.pad_top % g.stride_rows + g.pad_top) // g.stride_rows - (g.filter_rows - 1) // g.stride_rows
+        staged_rows += len(set(range(origin, origin + staged)) & set(range(g.out_rows)))
     for group in range(groups):
         my_planes = min(planes, g.in_depth - group * planes)
         slices = my_planes * m
@@ -1504,7 +1507,7 @@ def simulated_planes_work(g, dtype, f: dict) -> tuple[float, int]:
                     cost += f["rest"][0] + m * f["sums"][0] if min(rows) < g.in_rows else f["skip"]
                 total += batch * cost
                 trips = max(trips, chunks * f["staging_trips"] + -(-filt // f["filter_unroll"]) * f["filter_trips"])
-    return total, trips
+    return total, trips, staged_rows
 
 
 @pytest.mark.parametrize("shape", [
@@ -1527,9 +1530,9 @@ def test_planes_work_counts_every_warps_iterations(shape):
          "filter": 29, "filter_unroll": 4, "filter_trips": 1, "straight": 71}
     dtype = np.dtype(np.float32)
     work = st.planes_work(g, dtype, f)
-    total, trips = simulated_planes_work(g, dtype, f)
+    total, trips, staged_rows = simulated_planes_work(g, dtype, f)
     assert work["warp_instructions"] == pytest.approx(total, rel=1e-12)
-    assert work["round_trips"] == trips
+    assert work["round_trips"] == trips and work["staged_rows"] == staged_rows
     planes, band = cuda_planes_plan(g)
     assert (work["planes"], work["band"]) == (planes, band)
     assert work["ctas"] == math.prod(dw_launcher().planes_grid(g, dtype))

@@ -1205,6 +1205,8 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
       header, and those its exit dominates).
 
     Compiled once per (arch, store_cols, phase) in a process."""
+    import importlib
+
     from ..backends.cuda import _build, _sass
     from .static_report import DEPTHWISE_SOURCE
 
@@ -1212,7 +1214,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
     if key in _PLANES_FIGURES:
         return _PLANES_FIGURES[key]
     names = [e for e in _build.all_instantiations(int(arch.removeprefix("sm_")))[DEPTHWISE_SOURCE] if "_planes<" in e]
-    chunk = 8  # dwplanes::kChunk (the launcher's PLANES_CHUNK; checked by the staging loop's loads below)
+    chunk = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input").PLANES_CHUNK
 
     def is_store(x):
         return x.base == "STG"
@@ -1325,8 +1327,9 @@ def _warp_groups(active, warps: int):
 
 
 def planes_work(g, dtype, f: dict) -> dict:
-    """The launch's warp-instructions, pipe counts (summed over warps) and its busiest warp's
-    dependent round trips of the planes kernel for ``g`` (:func:`planes_loop_figures`' ``f``).
+    """The launch's warp-instructions, pipe counts (summed over warps), its busiest warp's
+    dependent round trips, and the out_backprop rows a slice's bands stage in all (``staged_rows``,
+    halo rows once per band) of the planes kernel for ``g`` (:func:`planes_loop_figures`' ``f``).
     Every warp is charged its busiest lane's path in each iteration of each loop (a warp issues
     the union of its lanes' paths): the filter loop, the zero fill, the staging loop (an
     iteration whose lanes' chunks all lie in rows the band does not stage, past out_backprop:
@@ -1355,6 +1358,12 @@ def planes_work(g, dtype, f: dict) -> dict:
     taps = g.filter_rows * g.filter_cols
     pairs = -(-band // dw.PLANES_ITEM_ROWS)
     shift = g.pad_top % g.stride_rows  # y0 = band index x band - shift
+    # Each band's first input row and the out_backprop rows it stages (the kernel's rows_run).
+    band_rows = []
+    for b in range(bands):
+        y0 = b * band - shift
+        row_origin = (y0 + g.pad_top) // g.stride_rows - (g.filter_rows - 1) // g.stride_rows
+        band_rows.append((y0, min(g.out_rows, row_origin + staged) - max(0, row_origin)))
     warp_instructions, trips, counts = 0.0, 0, Counter()
     kinds = Counter(min(planes, g.in_depth - group * planes) for group in range(groups))  # planes: CTAs
     for my_planes, copies in kinds.items():
@@ -1362,10 +1371,7 @@ def planes_work(g, dtype, f: dict) -> dict:
         zero = _warp_iterations(-(-slices * staged * pitch // per_store), threads, warps)
         filt = _warp_iterations(taps * slices, threads, warps)
         fixed = float((zero * f["zero"] + filt * f["filter"] + f["straight"]).sum())
-        for b in range(bands):
-            y0 = b * band - shift
-            row_origin = (y0 + g.pad_top) // g.stride_rows - (g.filter_rows - 1) // g.stride_rows
-            rows_run = min(g.out_rows, row_origin + staged) - max(0, row_origin)
+        for y0, rows_run in band_rows:
             # A chunk k: row (k // per_row) % rows_cap of its slice, staged where below rows_run.
             k = np.arange(slices * rows_cap * per_row)
             loaded, passed = _warp_groups((k // per_row) % rows_cap < rows_run, warps)
@@ -1382,7 +1388,8 @@ def planes_work(g, dtype, f: dict) -> dict:
                                   (f["staging"][1], loaded.sum())):
                 counts.update({c: copies * batch * float(times) * v for c, v in figure.items()})
     return {"warp_instructions": warp_instructions, "counts": counts, "round_trips": trips,
-            "ctas": groups * bands * batch, "planes": planes, "band": band}
+            "ctas": groups * bands * batch, "planes": planes, "band": band,
+            "staged_rows": sum(rows for _, rows in band_rows)}
 
 
 def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
@@ -1415,13 +1422,9 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
     planes, band = work["planes"], work["band"]
     taps = g.filter_rows * g.filter_cols
     # Each CTA reads its slices' staged rows (the halo rows of neighbouring bands again) and taps.
-    staged_rows = sum(min(g.out_rows, row0 + dw.planes_staged_rows(g, band)) - max(0, row0)
-                      for row0 in ((b * band - g.pad_top % g.stride_rows + g.pad_top) // g.stride_rows
-                                   - (g.filter_rows - 1) // g.stride_rows
-                                   for b in range(dw.planes_grid(g, dtype)[1])))
     slices = g.in_depth * g.depth_multiplier
-    l2 = width * (g.batch * slices * staged_rows * g.out_cols + work["ctas"] * planes * g.depth_multiplier * taps
-                  + elements)
+    l2 = width * (g.batch * slices * work["staged_rows"] * g.out_cols
+                  + work["ctas"] * planes * g.depth_multiplier * taps + elements)
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dw.PLANES_THREADS)
     limits = roofline(device, elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
     with_latency_limit(limits, device, traffic, latency_limit_s(device, work["ctas"], occ, work["round_trips"]))
