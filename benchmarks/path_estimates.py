@@ -6,7 +6,9 @@ The launchers pick one kernel per geometry from fixed tables (for example the in
 the bound, which the H200 measured 1.3 to 10 times optimistic.  This script gives each table a
 basis in the estimate (``gradops/bench/latency_model.py``), which came within 1.5x of 88% of that
 run's kernels.  For each case of the MobileNetV2 and EfficientNet suites (float16 and float32),
-it runs ``static_report.predict(..., path=P)`` for every path P the case admits:
+it runs ``static_report.predict(..., path=P)`` for every path P the case admits (and, for the input
+gradient's NCHW cases, in float64 too, which the benchmark does not time: the launcher's float64
+choice):
 - input gradient: ``static_report.input_paths``: tiled, mma where the tensor-core kernel can run, and
   planes (NCHW);
 - filter gradient: ``static_report.filter_paths``: mma, mma_nhwc, tiled, planes, partial.
@@ -43,6 +45,15 @@ LABEL = "predicted, not measured"
 MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-11-28/measured_vs_predicted.json"
 OPS = {sr.DEPTHWISE_INPUT: "dw dX", sr.DEPTHWISE_FILTER: "dw dW"}
 DTYPES = ("float16", "float32")
+#: Dtypes the table adds to an op's cases beyond the benchmark's own (which times float16 and
+#: float32): the input gradient's float64 choice in NCHW (PLANES_FLOAT64_STRIDES).
+EXTRA_DTYPES = {sr.DEPTHWISE_INPUT: ("float64",)}
+
+
+def dtypes_of(case) -> tuple[str, ...]:
+    """The dtypes the table ranks ``case``'s paths in."""
+    extra = EXTRA_DTYPES.get(case.op, ()) if case.data_format == "NCHW" else ()
+    return tuple(d for d in case.dtypes if d in DTYPES) + extra
 #: Where the estimate calls a race a tie (the fit's rms error of log time is 0.28, so a 5%
 #: difference says nothing about which kernel is faster).
 TIE = 1.05
@@ -89,8 +100,8 @@ def build(archs=("sm_90", "sm_80"), progress=print) -> dict:
             for case in sr.suite(name):
                 if case.op not in OPS:
                     continue
-                for dtype in case.dtypes:
-                    paths = paths_of(case, dtype) if dtype in DTYPES else ()
+                for dtype in dtypes_of(case):
+                    paths = paths_of(case, dtype)
                     if len(paths) < 2:
                         continue
                     row = {"device": device.key, "suite": name, "op": case.op, "label": case.label, "dtype": dtype,

@@ -1624,6 +1624,9 @@ def test_planes_plan():
     assert not cuda_launcher.planes_possible(nhwc, f32)
     assert cuda_launcher.PLANES_BY_DEFAULT and cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
     assert cuda_launcher.pick_path(geometry(7, 7, 960), f32) == "planes"
+    f64 = np.dtype(np.float64)  # float64 takes it at stride 2 only (PLANES_FLOAT64_STRIDES)
+    assert cuda_launcher.planes_possible(geometry(14, 14, 8), f64) and cuda_launcher.pick_path(geometry(14, 14, 8), f64) == "tiled"
+    assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), f64) == "planes"
     # Stride 2: even bands from an even padded row, items of 2 x 8.  SAME 5x5 on 56 x 56 pads 1
     # above and left: rows -1 .. 56 (58, one band) in items of 2 rows, columns 0 .. 55 in 7 items
     # (odd phase); 4 planes (812 items), staged 29 + 2 rows of 32 (4 x 7 + 4) values a slice.

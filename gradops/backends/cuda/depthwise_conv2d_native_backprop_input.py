@@ -116,6 +116,13 @@ PLANES_CHUNK = 8
 #: times slower in NCHW than in NHWC on the same shapes.  scripts/device-session.sh's A/B times
 #: both (``--paths tiled,planes,...``); ``path="tiled"`` still forces the tiled kernel.
 PLANES_BY_DEFAULT = True
+#: The strides at which the launcher takes the planes kernel by itself for float64.  Its double
+#: sums hold 32 (3x3) and 16 (5x5) resident warps per SM where the tiled kernel's hold 10-16, and
+#: the estimate puts it level with or behind the tiled kernel at stride 1 (56 x 56 3x3 multiplier
+#: 1: tiled 1.09x ahead, 1.29x by the refit at exponent 0.5; 14 x 14 5x5: 1.49-1.61x) and ahead at
+#: stride 2 (1.09-2.41x, H100; benchmarks/results/path_estimates.md's float64 rows, which the
+#: benchmark itself does not time).
+PLANES_FLOAT64_STRIDES = (2,)
 
 #: Whether the launcher picks the transpose path by itself for the NCHW shapes it can run (False:
 #: only when asked for, ``path="transpose"``): it waits, like the planes kernel, for a GPU run
@@ -719,7 +726,10 @@ def planes_possible(g: Conv2DGeometry, dtype) -> bool:
 
 
 def planes_chosen(g: Conv2DGeometry, dtype) -> bool:
-    """Whether the launcher picks the planes kernel by itself (:data:`PLANES_BY_DEFAULT`)."""
+    """Whether the launcher picks the planes kernel by itself (:data:`PLANES_BY_DEFAULT`; float64
+    at :data:`PLANES_FLOAT64_STRIDES` only)."""
+    if np.dtype(dtype) == np.float64 and g.stride_rows not in PLANES_FLOAT64_STRIDES:
+        return False
     return PLANES_BY_DEFAULT and planes_possible(g, dtype)
 
 
