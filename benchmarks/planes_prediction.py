@@ -170,7 +170,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here (default: print it)")
     args = parser.parse_args()
-    figures = {(cols, phase): loop_figures(cols, phase) for cols in (8, 4, 2, 1) for phase in (0, 1)}
+    figures = {(cols, phase): loop_figures(cols, phase) for cols in st.PLANES_STORE_COLS for phase in st.PLANES_PHASES}
     regs = registers()
     text = markdown(rows(figures, regs), figures, regs)
     if args.out:

@@ -1533,17 +1533,12 @@ def test_planes_work_counts_every_warps_iterations(shape):
     total, trips, staged_rows = simulated_planes_work(g, dtype, f)
     assert work["warp_instructions"] == pytest.approx(total, rel=1e-12)
     assert work["round_trips"] == trips and work["staged_rows"] == staged_rows
-    planes, band = cuda_planes_plan(g)
-    assert (work["planes"], work["band"]) == (planes, band)
+    assert (work["planes"], work["band"]) == dw_launcher().planes_plan(g, dtype)
     assert work["ctas"] == math.prod(dw_launcher().planes_grid(g, dtype))
 
 
 def dw_launcher():
     return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-
-
-def cuda_planes_plan(g):
-    return dw_launcher().planes_plan(g, np.dtype(np.float32))
 
 
 def planes_geometry(x_shape, k=3, multiplier=1, strides=(1, 1)):

@@ -836,7 +836,7 @@ def _planes_reference_paths(kernel) -> dict:
     f = st.planes_loop_figures(kernel.arch, 4, 0)[kernel.expression]
     positions = 2 * 4 * stride
     counts = f["rest"][1] + f["sums"][1]
-    return {"work": f"one work item of {2} x {4 * stride} positions, multiplier 1, stores of 4 columns, finite "
+    return {"work": f"one work item of 2 x {4 * stride} positions, multiplier 1, stores of 4 columns, finite "
                     f"filter (staging {f['staging'][0]} per chunk of 8, {f['straight']} straight-line per thread, "
                     f"not included); / {positions} positions",
             "per_element": (f["rest"][0] + f["sums"][0]) / positions, "thread_instructions": f["rest"][0] + f["sums"][0],

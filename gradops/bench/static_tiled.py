@@ -61,6 +61,7 @@ loop reading the position's cells' words from shared memory with the source's ta
 
 from __future__ import annotations
 
+import functools
 import math
 from collections import Counter
 from dataclasses import dataclass
@@ -1167,11 +1168,10 @@ PLANES_PHASES = (0, 1)
 def planes_source(store_cols: int, phase: int) -> str:
     """The input-gradient source with the planes kernel's launch-uniform choices as constants
     (:data:`PLANES_CHECKED`, :data:`PLANES_PHASE`, :data:`PLANES_STORES`)."""
-    from pathlib import Path
-
+    from ..backends.cuda import _build
     from .static_report import DEPTHWISE_SOURCE
 
-    text = (Path(__file__).resolve().parents[2] / "cuda_src" / DEPTHWISE_SOURCE).read_text()
+    text = (_build.source_dir() / DEPTHWISE_SOURCE).read_text()
     for needle in (PLANES_CHECKED, PLANES_PHASE, *PLANES_STORES):
         if text.count(needle) != 1:
             raise ValueError(f"the planes kernel's source no longer holds {needle!r} once")
@@ -1182,9 +1182,7 @@ def planes_source(store_cols: int, phase: int) -> str:
     return text
 
 
-_PLANES_FIGURES: dict = {}
-
-
+@functools.lru_cache(maxsize=None)
 def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
     """Per planes instantiation (name expression) on ``arch``: each loop's steady-state path of
     the kernel compiled from :func:`planes_source` (the cheapest path through one iteration that
@@ -1210,9 +1208,6 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
     from ..backends.cuda import _build, _sass
     from .static_report import DEPTHWISE_SOURCE
 
-    key = (arch, store_cols, phase)
-    if key in _PLANES_FIGURES:
-        return _PLANES_FIGURES[key]
     names = [e for e in _build.all_instantiations(int(arch.removeprefix("sm_")))[DEPTHWISE_SOURCE] if "_planes<" in e]
     chunk = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input").PLANES_CHUNK
 
@@ -1274,7 +1269,6 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
         f["straight"] = sum(len(cfg.instructions(n)) for n in cfg.blocks
                             if n not in in_loops and not cfg.cold(n) and (n in cfg.dominators[item.header] or n in after))
         figures[k.expression] = f
-    _PLANES_FIGURES[key] = figures
     return figures
 
 
@@ -1302,15 +1296,6 @@ def _chunk_round_trips(cfg, loop, chunk: int, limit: int = 4096) -> int:
     if best is None:
         raise _sass.PathError(f"no path through the staging loop at {cfg.blocks[loop.header].start} makes {chunk} loads")
     return best
-
-
-def _warp_iterations(work: int, threads: int, warps: int):
-    """Iterations of a ``for (k = tid; k < work; k += threads)`` loop that each warp issues (its
-    first lane's, the busiest)."""
-    import numpy as np
-
-    first = 32 * np.arange(warps)
-    return np.maximum(0, -(-(work - first) // threads))
 
 
 def _warp_groups(active, warps: int):
@@ -1342,8 +1327,7 @@ def planes_work(g, dtype, f: dict) -> dict:
     import numpy as np
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-    threads = dw.PLANES_THREADS
-    warps = threads // 32
+    warps = dw.PLANES_THREADS // 32
     planes, band = dw.planes_plan(g, dtype)
     groups, bands, batch = dw.planes_grid(g, dtype)
     m = g.depth_multiplier
@@ -1368,8 +1352,8 @@ def planes_work(g, dtype, f: dict) -> dict:
     kinds = Counter(min(planes, g.in_depth - group * planes) for group in range(groups))  # planes: CTAs
     for my_planes, copies in kinds.items():
         slices = my_planes * m
-        zero = _warp_iterations(-(-slices * staged * pitch // per_store), threads, warps)
-        filt = _warp_iterations(taps * slices, threads, warps)
+        zero, _ = _warp_groups(np.ones(-(-slices * staged * pitch // per_store), dtype=bool), warps)
+        filt, _ = _warp_groups(np.ones(taps * slices, dtype=bool), warps)
         fixed = float((zero * f["zero"] + filt * f["filter"] + f["straight"]).sum())
         for y0, rows_run in band_rows:
             # A chunk k: row (k // per_row) % rows_cap of its slice, staged where below rows_run.
