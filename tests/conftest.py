@@ -142,7 +142,9 @@ def _fresh_launch_table_cache():
 
 def _install_host_device(request, monkeypatch):
     """The CPU stand-in for CuPy and a GPU (tests/cuda_host.py), installed for this test, with
-    blocks and threads run in a shuffled order seeded by the test's name; or skip."""
+    blocks and threads run in a shuffled order seeded by the test's name; or skip.  With
+    GRADOPS_HOST_RACECHECK=1 in the environment its kernels are racecheck builds (slower: for a
+    sweep of the host tests, which then also fail at any shared-memory hazard)."""
     import zlib
 
     import cuda_host
@@ -151,7 +153,23 @@ def _install_host_device(request, monkeypatch):
     if reason:
         pytest.skip(f"cannot build the kernel sources for the host: {reason}")
     seed = zlib.crc32(request.node.nodeid.encode())
-    return cuda_host.HostDevice(order="shuffled", seed=seed).install(monkeypatch)
+    racecheck = os.environ.get("GRADOPS_HOST_RACECHECK", "") == "1"
+    return cuda_host.HostDevice(order="shuffled", seed=seed, racecheck=racecheck).install(monkeypatch)
+
+
+@pytest.fixture
+def racecheck_device(request, monkeypatch):
+    """The HostDevice stand-in with racecheck builds of the kernels (cuda_host.HostKernels): a
+    launch fails at the first shared-memory hazard between threads of a block; or skip."""
+    import zlib
+
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    seed = zlib.crc32(request.node.nodeid.encode())
+    return cuda_host.HostDevice(order="shuffled", seed=seed, racecheck=True).install(monkeypatch)
 
 
 @pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])

@@ -23,6 +23,14 @@ Two ways in:
   read of an input picks up guard NaN that propagates into the result.  Two devices are
   emulated, and a launch given memory that is not an array of the current device fails.
 
+Racecheck builds (``HostKernels(racecheck=True)``, ``HostDevice(racecheck=True)``, the
+``racecheck_device`` fixture; ``GRADOPS_HOST_RACECHECK=1`` makes every ``cuda_device`` test use
+them) add g++'s ThreadSanitizer instrumentation, whose hooks the runtime header defines: every
+access to a kernel's ``__shared__`` variables is checked against the block's barriers, and a
+launch fails at the first hazard between two threads (what compute-sanitizer's racecheck reports
+on a GPU), in whatever order the threads happened to run.  It checks accesses as the C++ source
+makes them, not as the compiled SASS does.
+
 What the stand-in cannot show: streams (every launch runs to completion at once), and
 anything about the real CuPy beyond the handful of functions gradops calls.
 """
@@ -80,8 +88,42 @@ class HostLaunchError(RuntimeError):
 
 
 #: g++'s options for every host build.  No FMA contraction: sums round exactly as written, on
-#: every host architecture.
-HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w")
+#: every host architecture.  No STB_GNU_UNIQUE symbols: the dynamic loader binds those
+#: process-wide (RTLD_LOCAL or not), so a library's ``__shared__`` variables (template statics)
+#: would be those of the first library loaded with the same kernel, whose array may differ
+#: (a planted bug's edited source) or, for racecheck, not be the one it registered.
+HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fno-gnu-unique")
+
+
+#: g++'s options added for a racecheck build (HostKernels(racecheck=True)): ThreadSanitizer's
+#: instrumentation of every memory access, without its calls at each function's entry and exit.
+RACECHECK_CXX_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0")
+
+
+def shared_variables(library: Path, loaded: ctypes.CDLL) -> list[tuple[int, int, str]]:
+    """(address, bytes, name) of the ``__shared__`` variables of the kernels in ``library``:
+    the runtime header makes them function-local statics, so they are the writable
+    function-local statics of functions in namespace ``gradops`` (the emulated primitives of
+    ``gradops::ptx`` have none; the runtime's own are in ``gradops_host``), found in the symbol
+    table by ``nm`` and placed where the library was loaded."""
+    listing = subprocess.run(["nm", "-C", "-S", "--defined-only", str(library)], capture_output=True, text=True,
+                             check=True).stdout
+    anchor = None
+    variables = []
+    for line in listing.splitlines():
+        parts = line.split(None, 3)
+        if len(parts) != 4:
+            continue
+        address, size, kind, name = parts
+        if name == "shared_stats":
+            anchor = int(address, 16)
+        elif (kind in "bBdDuVv" and name.startswith("gradops::") and not name.startswith("gradops::ptx::")
+              and ")::" in name):
+            variables.append((int(address, 16), int(size, 16), name))
+    if anchor is None:
+        raise RuntimeError(f"no shared_stats symbol in {library}")
+    base = ctypes.cast(loaded.shared_stats, ctypes.c_void_p).value - anchor
+    return [(base + address, size, name) for address, size, name in variables]
 
 
 def _build_directory() -> Path:
@@ -118,13 +160,19 @@ class HostKernels:
     """The instantiations of one .cu file, compiled for the host."""
 
     def __init__(self, filename: str, expressions: list[str], source_dir: Path | None = None,
-                 arch: int | None = None):
+                 arch: int | None = None, racecheck: bool = False):
         """``source_dir``: where ``filename`` and its headers are (default: cuda_src/); the
         runtime's own tests point it at edited copies of the sources.  ``arch``: the compute
         capability (e.g. 75) the build poses as (``GRADOPS_HOST_ARCH``: the kernels take that
-        GPU's code paths, e.g. WMMA instead of mma.sync before sm_80); default the newest."""
+        GPU's code paths, e.g. WMMA instead of mma.sync before sm_80); default the newest.
+        ``racecheck``: instrument every access to ``__shared__`` memory, and fail a launch at
+        the first hazard between threads of a block (``racecheck`` in cuda_host_runtime.h);
+        slower, for tests on small problems."""
         source_dir = Path(source_dir) if source_dir is not None else _build.source_dir()
         defines = [f"-DGRADOPS_HOST_ARCH={int(arch) * 10}"] if arch is not None else []
+        if racecheck:
+            defines.append("-DGRADOPS_HOST_RACECHECK=1")
+        self.racecheck = racecheck
         self.filename = filename
         self.expressions = list(expressions)
         code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
@@ -157,7 +205,8 @@ class HostKernels:
             code.append(f'extern "C" int launch_bound_{i}() {{ return {value}; }}')
         text = "\n".join(code) + "\n"
         sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
-        digest = hashlib.sha256((" ".join(defines) + text + sources + RUNTIME_HEADER.read_text()).encode()
+        flags = defines + (list(RACECHECK_CXX_FLAGS) if racecheck else [])
+        digest = hashlib.sha256((" ".join(flags) + text + sources + RUNTIME_HEADER.read_text()).encode()
                                 ).hexdigest()[:16]
         directory = _build_directory()
         library = directory / f"{Path(filename).stem}_{digest}.so"
@@ -165,15 +214,29 @@ class HostKernels:
             source = directory / f"{Path(filename).stem}_{digest}.cpp"
             source.write_text(text)
             partial = library.with_suffix(f".{os.getpid()}.tmp")
-            pch = runtime_header_pch()
-            build = subprocess.run(["g++", *HOST_CXX_FLAGS, "-shared", *defines,
-                                    *([f"-I{pch}"] if pch else []), f"-I{HERE}", f"-I{source_dir}",
-                                    f"-I{toolkit_include()}", str(source), "-o", str(partial)],
-                                   capture_output=True, text=True)
-            if build.returncode:
-                raise RuntimeError(f"g++ could not build {filename} for the host:\n{build.stderr}")
+            includes = [f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}"]
+            if racecheck:
+                # Compiled with ThreadSanitizer's instrumentation, linked without its run-time
+                # library: the runtime header defines the entry points the instrumentation calls.
+                objects = partial.with_suffix(".o")
+                steps = [["g++", *HOST_CXX_FLAGS, *RACECHECK_CXX_FLAGS, *defines, *includes, "-c", str(source),
+                          "-o", str(objects)],
+                         ["g++", "-shared", str(objects), "-o", str(partial)]]
+            else:
+                pch = runtime_header_pch()
+                steps = [["g++", *HOST_CXX_FLAGS, "-shared", *defines, *([f"-I{pch}"] if pch else []), *includes,
+                          str(source), "-o", str(partial)]]
+            for step in steps:
+                build = subprocess.run(step, capture_output=True, text=True)
+                if build.returncode:
+                    raise RuntimeError(f"g++ could not build {filename} for the host:\n{build.stderr}")
+            if racecheck:
+                objects.unlink()
             partial.replace(library)  # atomic: a concurrent run never loads half a library
         self._lib = ctypes.CDLL(str(library))
+        if racecheck:
+            for address, size, name in shared_variables(library, self._lib):
+                self._lib.gradops_register_shared(ctypes.c_void_p(address), ctypes.c_size_t(size), name.encode())
 
     def launch(self, expression: str, grid, block, pointers, scalars, order: str = "forward",
                seed: int = 0, blocks=None) -> None:
@@ -224,6 +287,11 @@ class HostKernels:
         out = (ctypes.c_longlong * 3)()
         self._lib.shared_stats(out, ctypes.c_int(self.SHARED_KINDS.index(kind)), ctypes.c_int(int(reset)))
         return dict(zip(("accesses", "wavefronts", "ideal"), (int(v) for v in out)))
+
+    def race_accesses(self) -> int:
+        """Accesses to ``__shared__`` memory that a racecheck build has checked so far."""
+        self._lib.gradops_race_accesses.restype = ctypes.c_longlong
+        return int(self._lib.gradops_race_accesses())
 
     def launch_bound(self, expression: str) -> int:
         """The kernel's ``__launch_bounds__`` maximum threads per block (1024 when it has none)."""
@@ -477,6 +545,9 @@ class HostDevice:
     array or a 64-bit value for a pointer, a NumPy scalar of exactly the parameter's width and
     kind otherwise (CuPy passes each NumPy scalar at its own width).
 
+    ``racecheck``: kernels are built with the host runtime's racecheck (``HostKernels``), so a
+    launch fails at the first shared-memory hazard between threads of a block.
+
     ``device_count`` devices are emulated: arrays carry the id of the device that was current
     when they were allocated (``with cupy.cuda.Device(i):`` switches), and every launch checks
     that each pointer it is given lies inside an array of the current device, as a real GPU
@@ -484,8 +555,9 @@ class HostDevice:
     """
 
     def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None,
-                 block_filter=None, device_count: int = 2, compute_capability: int = 90):
+                 block_filter=None, device_count: int = 2, compute_capability: int = 90, racecheck: bool = False):
         self.compute_capability = compute_capability
+        self.racecheck = racecheck
         self.order = order
         self.seed = seed
         self.source_dir = source_dir
@@ -635,7 +707,8 @@ class HostDevice:
             expressions = ([expression] if key[1] is not None else
                            _build.all_instantiations(self.compute_capability if older else None)[filename])
             self._kernels[key] = HostKernels(filename, expressions, self.source_dir,
-                                             arch=self.compute_capability if older else None)
+                                             arch=self.compute_capability if older else None,
+                                             racecheck=self.racecheck)
         return self._kernels[key]
 
     def kernel(self, filename: str, expression: str):

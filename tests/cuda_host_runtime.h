@@ -24,6 +24,8 @@
 //   races.  Products of half/bfloat16/TF32 inputs are exact in float; sums are in float.
 // * The PTX primitives of cuda_src/tensor_core_ptx.cuh (ldmatrix, mma.sync m16n8k16/m16n8k8,
 //   cp.async) are emulated with the ISA's lane ownership: see "tensor-core PTX emulation" below.
+// * GRADOPS_HOST_RACECHECK builds check every shared-memory access against the barriers and
+//   fail a launch at the first hazard between two threads: see "racecheck" below.
 #pragma once
 
 // Tells the kernel headers that this runtime supplies the emulated PTX primitives.
@@ -146,6 +148,55 @@ inline Scheduler& scheduler() {
 
 inline int lane() { return scheduler().current % kWarpSize; }
 
+// Racecheck's state (see "racecheck" below), which the barriers advance.
+#ifdef GRADOPS_HOST_RACECHECK
+#define GRADOPS_HOST_UNCHECKED __attribute__((no_sanitize_thread, noinline))
+
+struct SharedRange {
+    std::uintptr_t begin, end;
+    const char* name;
+};
+// What the current block last did to one byte of shared memory.  Epochs count the block's
+// barriers (a new block starts a new one); a thread's generation, the __syncwarp barriers it has
+// passed (the lanes of a warp pass each one together).
+struct ByteShadow {
+    unsigned long long write_epoch = 0, write_generation = 0, read_epoch = 0, read_generation = 0;
+    int writer = -1;
+    int reader = -1, read_warp = -1;  // the last reader, of the warp and generation last read in
+    bool readers_many = false;        // another thread also read in that warp and generation
+    unsigned read_warps = 0;          // the warps that read in this epoch
+};
+struct Racecheck {
+    std::vector<SharedRange> ranges;
+    std::vector<std::vector<ByteShadow>> shadow;
+    unsigned long long epoch = 1;
+    unsigned long long syncwarps[1024] = {};  // per thread of the block, since it started
+    long long accesses = 0;  // checked byte ranges, for tests that the hooks are live
+};
+inline Racecheck race_state;
+// The instrumented code's fast path reads only these (no guard variables, no calls).
+inline std::uintptr_t race_low = ~std::uintptr_t(0), race_high = 0;
+inline bool race_busy = false;
+
+GRADOPS_HOST_UNCHECKED inline void race_new_epoch() { ++race_state.epoch; }
+// A block starts: its threads have passed no __syncwarp (a launch that failed may have left
+// some lanes of a warp one barrier ahead of others).
+GRADOPS_HOST_UNCHECKED inline void race_new_block() {
+    ++race_state.epoch;
+    std::fill(std::begin(race_state.syncwarps), std::end(race_state.syncwarps), 0ULL);
+}
+// A lane passed a __syncwarp: only __syncwarp (and __syncthreads) order memory between the lanes
+// of a warp; the warp barriers inside the emulated collectives (shuffles, votes, ldmatrix,
+// mma.sync) do not, as on a GPU.
+GRADOPS_HOST_UNCHECKED inline void race_syncwarp(int thread) { ++race_state.syncwarps[thread]; }
+
+#else
+inline void race_new_epoch() {}
+inline void race_new_block() {}
+inline void race_syncwarp(int) {}
+#endif
+
+
 inline void wait_at(State barrier) {
     Scheduler& s = scheduler();
     Fiber& f = s.fibers[s.current];
@@ -210,6 +261,7 @@ inline bool release_barriers(Scheduler& s, int threads, int order, Random& rando
         return false;
     }
     for (int t = 0; t < threads; ++t) s.fibers[t].state = RUNNABLE;
+    race_new_epoch();
     s.running_warp = -1;  // after a block barrier, the next warp is picked afresh
     return true;
 }
@@ -332,6 +384,7 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.context.uc_link = &s.home;
             makecontext(&f.context, trampoline, 0);
         }
+        race_new_block();  // what the last block did to shared memory is ordered before this one
         for (int t = 0; t < threads; ++t) sweep[t] = order == REVERSE ? threads - 1 - t : t;
         for (;;) {
             if (order == SHUFFLED) std::shuffle(sweep.begin(), sweep.end(), random);
@@ -410,7 +463,10 @@ int launch_kernel(void (*fn)(Args...), void* const* pointers, const long long* s
 }  // namespace gradops_host
 
 inline void __syncthreads() { gradops_host::wait_at(gradops_host::AT_BLOCK_BARRIER); }
-inline void __syncwarp(unsigned = 0xffffffffu) { gradops_host::wait_at(gradops_host::AT_WARP_BARRIER); }
+inline void __syncwarp(unsigned = 0xffffffffu) {
+    gradops_host::wait_at(gradops_host::AT_WARP_BARRIER);
+    gradops_host::race_syncwarp(gradops_host::scheduler().current);
+}
 // A block barrier that also ORs a predicate over the block's threads.  Here three barriers
 // (contribute, read, reset before anyone can contribute to the next call), one on the GPU: the
 // extra two only order the threads more than the hardware would.
@@ -643,6 +699,90 @@ inline void count_access(const void* dst, SharedKind kind) {
     }
 }
 
+// ------------------------------------------------------------------ racecheck
+// GRADOPS_HOST_RACECHECK (tests/cuda_host.py: HostKernels(racecheck=True)): the build is
+// instrumented by g++'s -fsanitize=thread, which calls __tsan_readN / __tsan_writeN (defined
+// below, in place of ThreadSanitizer's run-time library, which is not linked) before each
+// memory access of the kernel code.  Accesses inside the block's __shared__ variables (the
+// ranges that register_shared names) are checked as compute-sanitizer's racecheck checks them
+// on a GPU: two accesses to one byte by different threads of a block, at least one a write,
+// with no __syncthreads between them (nor a __syncwarp, for two lanes of one warp), are a
+// hazard (read-after-write, write-after-read, write-after-write), and the launch fails with
+// the first one.  The emulated primitives (ldmatrix, st.shared, ld.shared, cp.async, whose
+// copies are memcpy calls that g++ does not instrument) report their accesses themselves.
+// This holds for any order the threads run in: it needs no wrong result to find a race.
+#ifdef GRADOPS_HOST_RACECHECK
+GRADOPS_HOST_UNCHECKED inline void race_hazard(const char* kind, const SharedRange& range, std::uintptr_t byte,
+                                               int first, int second) {
+    const auto where = [](int t, char* out, std::size_t n) {
+        std::snprintf(out, n, "(%u,%u,%u)", t % blockDim.x, t / blockDim.x % blockDim.y,
+                      t / blockDim.x / blockDim.y);
+    };
+    char a[48], b[48], message[400];
+    where(first, a, sizeof a);
+    where(second, b, sizeof b);
+    std::snprintf(message, sizeof message,
+                  "racecheck: %s hazard on __shared__ %s, byte %zu: thread %s then thread %s with no barrier "
+                  "between", kind, range.name, static_cast<std::size_t>(byte - range.begin), a, b);
+    race_busy = false;
+    fail(message);
+}
+
+GRADOPS_HOST_UNCHECKED inline void race_access(const void* p, std::size_t n, bool write) {
+    const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p), end = begin + n;
+    if (end <= race_low || begin >= race_high || race_busy) return;
+    Scheduler& s = scheduler();
+    const int t = s.current;
+    if (t < 0) return;
+    race_busy = true;
+    Racecheck& r = race_state;
+    ++r.accesses;
+    const int warp = t / kWarpSize;
+    const unsigned long long e = r.epoch, g = r.syncwarps[t];
+    // Ordered before this access: an earlier epoch, or the same warp before one of its __syncwarp.
+    const auto ordered = [&](unsigned long long epoch, int other, unsigned long long generation) {
+        return epoch != e || other == t || (other / kWarpSize == warp && generation < g);
+    };
+    for (std::size_t i = 0; i < r.ranges.size(); ++i) {
+        const SharedRange& range = r.ranges[i];
+        const std::uintptr_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
+        for (std::uintptr_t byte = lo; byte < hi; ++byte) {
+            ByteShadow& b = r.shadow[i][byte - range.begin];
+            if (b.writer >= 0 && !ordered(b.write_epoch, b.writer, b.write_generation))
+                race_hazard(write ? "write-after-write" : "read-after-write", range, byte, b.writer, t);
+            if (write) {
+                if (b.read_epoch == e && b.read_warps & ~(1u << warp))  // another warp read it
+                    race_hazard("write-after-read", range, byte, b.reader, t);
+                if (b.read_epoch == e && b.read_warp == warp && b.read_generation == g &&
+                    (b.readers_many || b.reader != t))  // another lane read it since the last __syncwarp
+                    race_hazard("write-after-read", range, byte, b.reader, t);
+                b.writer = t;
+                b.write_epoch = e;
+                b.write_generation = g;
+            } else {
+                if (b.read_epoch != e) {
+                    b.read_epoch = e;
+                    b.read_warps = 0;
+                    b.read_warp = -1;
+                }
+                if (b.read_warp != warp || b.read_generation != g) {
+                    b.read_warp = warp;
+                    b.read_generation = g;
+                    b.reader = t;
+                    b.readers_many = false;
+                } else if (b.reader != t) {
+                    b.readers_many = true;
+                }
+                b.read_warps |= 1u << warp;
+            }
+        }
+    }
+    race_busy = false;
+}
+#else
+inline void race_access(const void*, std::size_t, bool) {}
+#endif
+
 inline float b16_to_float(std::uint16_t bits, const __half*) {
     __half h;
     std::memcpy(&h, &bits, 2);
@@ -708,6 +848,7 @@ template <int X, bool TRANS> __attribute__((always_inline)) inline void ldmatrix
     // Only lanes 0 .. 8X-1 supply addresses; only theirs must be aligned.
     if (gradops_host::lane() < 8 * X && reinterpret_cast<std::uintptr_t>(row) % 16 != 0)
         gradops_host::fail("ldmatrix: a row address that is not 16-byte aligned");
+    if (gradops_host::lane() < 8 * X) gradops_host::race_access(row, 16, false);
     gradops_host::warp_collective(row, "ldmatrix executed by a partial warp", [&](const void* const* rows, int l) {
         for (int i = 0; i < X; ++i) {
             std::uint16_t e[2];
@@ -783,6 +924,7 @@ inline void cp_async_16(void* dst, const void* src, bool fill) {
         gradops_host::fail("cp.async: a 16-byte copy with an address that is not 16-byte aligned");
     gradops_host::Scheduler& s = gradops_host::scheduler();
     s.fibers[s.current].copies_open.push_back({dst, src, fill ? 16 : 0});
+    gradops_host::race_access(dst, 16, true);  // it may land at any time until its wait_group
     gradops_host::count_access(dst, gradops_host::CP_ASYNC);
 }
 
@@ -799,6 +941,7 @@ template <int N> inline void cp_async_wait_group() {
     gradops_host::Fiber& f = gradops_host::scheduler().fibers[gradops_host::scheduler().current];
     while (static_cast<int>(f.copy_groups.size()) > N) {
         for (const gradops_host::AsyncCopy& c : f.copy_groups.front()) {
+            gradops_host::race_access(c.dst, 16, true);
             if (c.src_bytes) std::memcpy(c.dst, c.src, c.src_bytes);
             std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, 16 - c.src_bytes);
         }
@@ -810,6 +953,7 @@ template <int N> inline void cp_async_wait_group() {
 inline void st_shared_16(void* dst, const void* src) {
     if (reinterpret_cast<std::uintptr_t>(dst) % 16)
         gradops_host::fail("st.shared.v4: a 16-byte store to an address that is not 16-byte aligned");
+    gradops_host::race_access(dst, 16, true);
     std::memcpy(dst, src, 16);
     gradops_host::count_access(dst, gradops_host::STORE_16);
 }
@@ -820,6 +964,7 @@ inline unsigned ld_shared_32(const void* src) {
     if (reinterpret_cast<std::uintptr_t>(src) % 4)
         gradops_host::fail("ld.shared.b32: a 4-byte load from an address that is not 4-byte aligned");
     unsigned v;
+    gradops_host::race_access(src, 4, false);
     std::memcpy(&v, src, 4);
     gradops_host::count_access(src, gradops_host::LOAD_4);
     return v;
@@ -838,3 +983,49 @@ inline unsigned round_tf32(unsigned bits) {
 
 }  // namespace ptx
 }  // namespace gradops
+
+#ifdef GRADOPS_HOST_RACECHECK
+// -fsanitize=thread's entry points (see "racecheck"): only accesses to registered shared memory
+// are looked at; the others return at the first comparison.
+extern "C" {
+GRADOPS_HOST_UNCHECKED void gradops_register_shared(const void* p, std::size_t n, const char* name) {
+    using namespace gradops_host;
+    const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p);
+    race_state.ranges.push_back({begin, begin + n, strdup(name)});
+    race_state.shadow.emplace_back(n);
+    race_low = std::min(race_low, begin);
+    race_high = std::max(race_high, begin + n);
+}
+GRADOPS_HOST_UNCHECKED long long gradops_race_accesses() { return gradops_host::race_state.accesses; }
+GRADOPS_HOST_UNCHECKED void __tsan_init() {}
+GRADOPS_HOST_UNCHECKED void __tsan_func_entry(void*) {}
+GRADOPS_HOST_UNCHECKED void __tsan_func_exit() {}
+GRADOPS_HOST_UNCHECKED void __tsan_vptr_update(void**, void*) {}
+GRADOPS_HOST_UNCHECKED void __tsan_vptr_read(void**) {}
+GRADOPS_HOST_UNCHECKED void __tsan_read_range(void* p, std::size_t n) { gradops_host::race_access(p, n, false); }
+GRADOPS_HOST_UNCHECKED void __tsan_write_range(void* p, std::size_t n) { gradops_host::race_access(p, n, true); }
+#define GRADOPS_HOST_TSAN_WIDTH(N)                                                                          \
+    GRADOPS_HOST_UNCHECKED void __tsan_read##N(void* p) { gradops_host::race_access(p, N, false); }           \
+    GRADOPS_HOST_UNCHECKED void __tsan_write##N(void* p) { gradops_host::race_access(p, N, true); }           \
+    GRADOPS_HOST_UNCHECKED void __tsan_unaligned_read##N(void* p) { gradops_host::race_access(p, N, false); } \
+    GRADOPS_HOST_UNCHECKED void __tsan_unaligned_write##N(void* p) { gradops_host::race_access(p, N, true); }
+GRADOPS_HOST_TSAN_WIDTH(1)
+GRADOPS_HOST_TSAN_WIDTH(2)
+GRADOPS_HOST_TSAN_WIDTH(4)
+GRADOPS_HOST_TSAN_WIDTH(8)
+GRADOPS_HOST_TSAN_WIDTH(16)
+#undef GRADOPS_HOST_TSAN_WIDTH
+// Atomic loads and stores (g++ emits them for the guard variables of function-local statics):
+// the fibers share one OS thread, so plain ones; never on shared memory.
+#define GRADOPS_HOST_TSAN_ATOMIC(N, TYPE)                                                             \
+    GRADOPS_HOST_UNCHECKED TYPE __tsan_atomic##N##_load(const volatile TYPE* p, int) { return *p; } \
+    GRADOPS_HOST_UNCHECKED void __tsan_atomic##N##_store(volatile TYPE* p, TYPE v, int) { *p = v; }
+GRADOPS_HOST_TSAN_ATOMIC(8, std::uint8_t)
+GRADOPS_HOST_TSAN_ATOMIC(16, std::uint16_t)
+GRADOPS_HOST_TSAN_ATOMIC(32, std::uint32_t)
+GRADOPS_HOST_TSAN_ATOMIC(64, std::uint64_t)
+#undef GRADOPS_HOST_TSAN_ATOMIC
+GRADOPS_HOST_UNCHECKED void __tsan_atomic_thread_fence(int) {}
+GRADOPS_HOST_UNCHECKED void __tsan_atomic_signal_fence(int) {}
+}
+#endif

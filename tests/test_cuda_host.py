@@ -2,7 +2,8 @@
 
 The CUDA launcher tests run on the CPU through that model (the ``cuda_device`` fixture's
 "host" parameter).  These tests show that it is not a rubber stamp: barrier misuse is reported,
-races between threads change the result with the execution order, writes outside an array and
+races between threads change the result with the execution order, a racecheck build reports a
+shared-memory hazard in any order, writes outside an array and
 unwritten elements are caught, the wmma emulation multiplies correctly, and deliberate bugs
 planted in copies of the real kernel sources make the launcher tests' comparisons fail.  The
 last tests cover the stand-in under gradops' public API: routing, zero-copy foreign views,
@@ -149,6 +150,112 @@ def test_barrier_orders_shared_memory(kernels):
     for order in ("forward", "reverse", "shuffled"):
         np.testing.assert_array_equal(results[True, order], want)
     assert not np.array_equal(results[False, "forward"], results[False, "reverse"])
+
+
+RACE_KERNELS = r"""
+#include "gradops_common.cuh"
+#include "tensor_core_ptx.cuh"
+
+// In namespace gradops, as the kernels of cuda_src/ (cuda_host.shared_variables looks there).
+namespace gradops {
+
+// Each thread writes its own slot of a shared array and then reads slot (t + SHIFT) % 64 of
+// it, with BARRIER between: 0 none, 1 __syncthreads, 2 __syncwarp.
+template <int BARRIER, int SHIFT>
+__global__ void exchange(int* out) {
+    __shared__ int values[64];
+    values[threadIdx.x] = static_cast<int>(threadIdx.x);
+    if (BARRIER == 1) __syncthreads();
+    if (BARRIER == 2) __syncwarp();
+    out[threadIdx.x] = values[(threadIdx.x + SHIFT) % 64];
+}
+
+// Every thread writes one word (write-after-write), or thread 0 reads it and thread 1 writes
+// it; then the next block of the grid does the same.
+template <bool ALL_WRITE>
+__global__ void one_word(int* out) {
+    __shared__ int word;
+    if (!ALL_WRITE && threadIdx.x == 0) out[blockIdx.x] = word;
+    if (ALL_WRITE || threadIdx.x == 1) word = static_cast<int>(threadIdx.x);
+}
+
+// Each lane stores 16 bytes with st.shared.v4 and reads its neighbour's first word with
+// ld.shared.b32, WARP_BARRIER deciding whether a __syncwarp lies between.
+template <bool WARP_BARRIER>
+__global__ void primitives(unsigned* out) {
+    __shared__ __align__(16) unsigned rows[32][4];
+    const unsigned mine[4] = {threadIdx.x, 1u, 2u, 3u};
+    gradops::ptx::st_shared_16(rows[threadIdx.x], mine);
+    if (WARP_BARRIER) __syncwarp();
+    out[threadIdx.x] = gradops::ptx::ld_shared_32(rows[(threadIdx.x + 1) % 32]);
+}
+
+}  // namespace gradops
+"""
+
+RACE_EXPRESSIONS = [f"gradops::{name}" for name in (
+    "exchange<0, 1>", "exchange<1, 1>", "exchange<2, 1>", "exchange<2, 32>", "exchange<0, 0>", "one_word<true>",
+    "one_word<false>", "primitives<true>", "primitives<false>")]
+
+
+@pytest.fixture(scope="module")
+def race_kernels(tmp_path_factory):
+    directory = tmp_path_factory.mktemp("race_kernels")
+    for header in ("gradops_common.cuh", "tensor_core_ptx.cuh"):
+        shutil.copy(cuda_host._build.source_dir() / header, directory)
+    (directory / "races.cu").write_text(RACE_KERNELS)
+    return cuda_host.HostKernels("races.cu", RACE_EXPRESSIONS, directory, racecheck=True)
+
+
+#: A read and a write of one byte by two threads: which comes first depends on the order.
+EITHER = "(read-after-write|write-after-read)"
+
+
+@pytest.mark.parametrize("expression,block,grid,hazard", [
+    ("exchange<0, 1>", 64, 1, EITHER),                # thread t reads slot t + 1, which thread t + 1 writes
+    ("exchange<1, 1>", 64, 1, None),
+    ("exchange<2, 1>", 32, 1, None),                  # one warp: __syncwarp orders its lanes
+    ("exchange<2, 1>", 64, 1, EITHER),                # lane 31 reads warp 1's slot 32: no block barrier
+    ("exchange<2, 32>", 64, 1, EITHER),
+    ("exchange<0, 0>", 64, 1, None),                  # each thread its own slot: no other thread's
+    ("one_word<true>", 64, 1, "write-after-write"),
+    ("one_word<false>", 64, 1, EITHER),
+    ("one_word<true>", 1, 3, None),                   # one thread a block: blocks are ordered
+    ("primitives<true>", 32, 1, None),
+    ("primitives<false>", 32, 1, EITHER),             # the emulated primitives report their accesses
+], ids=lambda v: str(v))
+@pytest.mark.parametrize("order", ["forward", "reverse", "shuffled"])
+def test_racecheck_finds_hazards_in_any_order(race_kernels, expression, block, grid, hazard, order):
+    """A racecheck build fails a launch at the first shared-memory access of one thread that no
+    barrier orders after another thread's conflicting access, in every thread order (it needs
+    no wrong result), and accepts the same kernels with their barriers."""
+    out = np.zeros(64, np.int32)
+    expression = f"gradops::{expression}"
+    if hazard is None:
+        race_kernels.launch(expression, (grid,), (block,), [out], [], order=order, seed=3)
+    else:
+        with pytest.raises(cuda_host.HostLaunchError, match=f"racecheck: {hazard} hazard on __shared__ "):
+            race_kernels.launch(expression, (grid,), (block,), [out], [], order=order, seed=3)
+
+
+def test_racecheck_names_the_variable_and_byte(race_kernels):
+    out = np.zeros(64, np.int32)
+    with pytest.raises(cuda_host.HostLaunchError,
+                       match=r"write-after-read hazard on __shared__ gradops::exchange<0, 1>\(int\*\)::values, "
+                             r"byte 4: thread \(0,0,0\) then thread \(1,0,0\)"):
+        race_kernels.launch("gradops::exchange<0, 1>", (1,), (64,), [out], [], order="forward")
+
+
+def test_racecheck_registers_every_shared_variable(race_kernels):
+    """The racecheck build finds each kernel's __shared__ variables (the ranges it checks) and
+    its instrumentation calls into them: a library whose hooks were dead would pass every
+    racecheck launch."""
+    names = {name.split("::")[-1] for _, _, name in cuda_host.shared_variables(
+        cuda_host.Path(race_kernels._lib._name), race_kernels._lib)}
+    assert names == {"values", "word", "rows"}
+    before = race_kernels.race_accesses()
+    race_kernels.launch("gradops::exchange<1, 1>", (1,), (64,), [np.zeros(64, np.int32)], [])
+    assert race_kernels.race_accesses() - before == 128  # 64 writes and 64 reads
 
 
 @pytest.mark.parametrize("kernel,message", [("divergent_syncthreads", "__syncthreads reached by 16 threads"),
