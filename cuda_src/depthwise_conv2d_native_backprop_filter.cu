@@ -1668,6 +1668,10 @@ __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, P
         // 8 (v / 2), column 2 t + v % 2) of C_r; lane s < K adds diagonal s.
         float* const sums = reinterpret_cast<float*>(stage) + warp * CW * (St::CHANNEL_ELEMENTS / 2);  // [16][8]
         const int g = lane / 4, t = lane % 4;
+        // The sums overwrite the planes that the last unit's ldmatrix read: a warp-collective
+        // instruction does not order those reads before another lane's later stores (only
+        // __syncwarp does; a racecheck build of the host model found this).
+        __syncwarp();
 #pragma unroll
         for (int h = 0; h < CW; ++h)
 #pragma unroll

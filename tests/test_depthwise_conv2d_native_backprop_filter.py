@@ -392,6 +392,47 @@ def cuda_case(rng, **case):
     return kwargs, x, dy, case
 
 
+#: The filter gradient's kernels, each forced through the launcher (None: its own choice), with
+#: the layouts and dtypes it takes: the tiled kernels NHWC, the planes kernel NCHW, the tensor
+#: cores half types.
+RACECHECK_PATHS = {"auto": (None, ("NHWC", "NCHW"), (np.float16, np.float32)),
+                   "per-element": (dict(tiled=False), ("NHWC", "NCHW"), (np.float16, np.float32)),
+                   "tiled": (dict(tiled=True), ("NHWC",), (np.float16, np.float32)),
+                   "tiled-async": (dict(tiled=True, async_copies=True), ("NHWC",), (np.float16, np.float32)),
+                   "planes": (dict(planes=True), ("NCHW",), (np.float16, np.float32)),
+                   "mma": (dict(mma=True), ("NHWC", "NCHW"), (np.float16,))}
+
+
+@pytest.mark.parametrize("capped", [False, True], ids=["grid", "capped-grid"])
+@pytest.mark.parametrize("path,data_format,dtype", [
+    (path, data_format, dtype) for path, (_, layouts, dtypes) in RACECHECK_PATHS.items() for data_format in layouts
+    for dtype in dtypes], ids=lambda v: np.dtype(v).name if isinstance(v, type) else str(v))
+def test_cuda_racecheck(racecheck_device, rng, path, data_format, dtype, capped):
+    """No shared-memory hazard in any kernel (racecheck builds on the host, which fail a launch
+    at the first one), with the launcher's grid and with grids capped to one block a dimension,
+    so that blocks loop over units and slices.  A forced kernel that cannot run a case (a
+    stride or multiplier it does not take) skips that case, and runs at least one."""
+    import contextlib
+
+    import cuda_host
+
+    forced = RACECHECK_PATHS[path][0] or {}
+    ran = 0
+    with cuda_host.capped_grids() if capped else contextlib.nullcontext():
+        for shape, filt, strides, multiplier in (((2, 14, 13, 16), 3, (1, 1), 1), ((3, 14, 14, 16), 5, (1, 1), 2),
+                                                 ((2, 13, 12, 8), 3, (2, 2), 2), ((2, 7, 7, 16), 5, (1, 1), 1)):
+            kwargs, x, dy, case = cuda_case(rng, x_shape=shape, filt_hw=(filt, filt), multiplier=multiplier,
+                                            strides=strides, padding="SAME", data_format=data_format, dtype=dtype)
+            try:
+                check_cuda(kwargs, x, dy, case, **forced)
+            except ValueError as error:
+                if not forced or not ("cannot run" in str(error) or "needs" in str(error)):
+                    raise
+                continue
+            ran += 1
+    assert ran >= (4 if not forced else 1), f"{path} ran {ran} of the 4 cases"
+
+
 def test_instantiations_cover_every_launch():
     """Every dtype x layout x index width of the partial kernel, and every dtype's reduction."""
     from gradops.backends.cuda import _build
@@ -1602,11 +1643,10 @@ def test_mma_forced_where_it_cannot_run():
         cuda_launcher.pick_mma(nchw_geometry(strides=(2, 2)), np.float16, True)
 
 
-# Not planted: the pair loop without its barrier before the second image's stores.  The host
-# model's ldmatrix and mma.sync are warp barriers (every lane's reads of the stage are done when
-# the warp's last collective of an image returns), so it cannot tell that race from the real
-# source; it was caught only while lanes of a warp could take different paths (the divergence
-# bug above, which an H200 run found by hanging).
+# Not planted here: the pair loop without its barrier before the second image's stores.  The
+# host model's ldmatrix and mma.sync are warp barriers (every lane's reads of the stage are done
+# when the warp's last collective of an image returns), so the comparison cannot tell that race
+# from the real source; a racecheck build can (RACECHECK_PLANTED, at the end of this file).
 # Not planted: a stage left unzeroed.  The host model's shared memory starts at zero and keeps
 # the previous block's leftovers (the diagonal sums, floats), which as half values are mostly
 # not finite somewhere, so the warp takes its checked sums and the result is right: the model
@@ -1906,3 +1946,38 @@ def run_planted_mma_nhwc_problem(rng):
 def test_planted_mma_nhwc_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_planted_bug_caught(PLANTED_MMA_NHWC[bug], lambda: run_planted_mma_nhwc_problem(np.random.default_rng(9)),
                               assert_same_nonfinite_and_close_half, 5, tmp_path, monkeypatch)
+
+
+#: Barriers whose removal the comparisons above cannot see (the host runs a thread until its
+#: next barrier, and the emulated ldmatrix / mma.sync are warp barriers, so every order the
+#: model tries happens to be a safe one) and racecheck builds can: (kernel runner, edit).
+RACECHECK_PLANTED = {
+    "mma-pair-loop-no-barrier-before-the-second-image": (
+        "run_planted_mma_problem",
+        ("            __syncwarp();  // every lane is done with this image's stage\n            if (second) {",
+         "            if (second) {")),
+    "mma-nhwc-no-barrier-after-staging": (
+        "run_planted_mma_nhwc_problem",
+        ("        store_unit<K, M>(stage, tid, raw_x, raw_y);\n        __syncthreads();\n",
+         "        store_unit<K, M>(stage, tid, raw_x, raw_y);\n")),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(RACECHECK_PLANTED))
+def test_planted_barrier_bugs_only_racecheck_catches(bug, tmp_path, monkeypatch):
+    """A missing barrier that leaves the results right on the host model (a GPU would race)
+    passes the comparison there and fails the launch in a racecheck build."""
+    import cuda_host
+
+    if cuda_host.unavailable_reason():
+        pytest.skip(f"cannot build the kernel sources for the host: {cuda_host.unavailable_reason()}")
+    runner, edit = RACECHECK_PLANTED[bug]
+    run = globals()[runner]
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, edit)
+    with monkeypatch.context() as patch:
+        cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(patch)
+        assert_same_nonfinite_and_close_half(*run(np.random.default_rng(9)))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path, racecheck=True).install(monkeypatch)
+    with pytest.raises(cuda_host.HostLaunchError, match="racecheck: .* hazard on __shared__ .*::stage"):
+        run(np.random.default_rng(9))
+

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import functools
 
 import ml_dtypes
@@ -563,6 +565,24 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
     expected = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
     assert_close(got, expected, dtype, 2 * scale)  # two roundings: each side's own
     return got
+
+
+@pytest.mark.parametrize("capped", [False, True], ids=["grid", "capped-grid"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@CUDA_PATHS
+def test_cuda_racecheck(racecheck_device, rng, path, data_format, dtype, capped):
+    """No shared-memory hazard on any path (racecheck builds on the host, which fail a launch at
+    the first one), with the launcher's grid and with grids capped to one block a dimension, so
+    that blocks loop and the barriers at the end of a block's work are needed."""
+    import cuda_host
+
+    with cuda_host.capped_grids() if capped else contextlib.nullcontext():
+        for filt_hw, strides, multiplier in (((3, 3), (1, 1), 1), ((5, 5), (2, 2), 2), ((3, 3), (2, 2), 2),
+                                             ((5, 5), (1, 1), 1)):
+            check_cuda(*make_case(rng, x_shape=(2, 14, 13, 8), filt_hw=filt_hw, multiplier=multiplier,
+                                  strides=strides, padding="SAME", data_format=data_format, dtype=dtype),
+                       path=path, device=racecheck_device)
 
 
 @CUDA_PATHS

@@ -1539,3 +1539,22 @@ def test_launcher_constants_are_the_kernels():
     assert int(constants["kCellPad"]) == cuda_launcher.CELL_PAD
     assert int(constants["kBlockVectors"]) == cuda_launcher.BLOCK_VECTORS
     assert cuda_launcher.SHARE_CAPACITY * 8 <= cuda_host.MAX_DYNAMIC_SHARED_BYTES  # static shared memory: 48 KiB
+
+
+@pytest.mark.parametrize("capped", [False, True], ids=["grid", "capped-grid"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32, np.float64], ids=["float16", "float32", "float64"])
+def test_cuda_racecheck(racecheck_device, dtype, capped):
+    """No shared-memory hazard in the gather kernel's shared cell sums or the cells kernel
+    (racecheck builds on the host, which fail a launch at the first one), overlapping or not,
+    with the launcher's grid and with one block a dimension, which loops over its tiles."""
+    import contextlib
+
+    import cuda_host
+
+    rng = np.random.default_rng(19)
+    rows = gradops.fractional_pooling_sequence(45, 1.44, True, seed=7)
+    cols = gradops.fractional_pooling_sequence(23, 1.44, False, seed=8)
+    with cuda_host.capped_grids() if capped else contextlib.nullcontext():
+        for overlapping in (False, True):
+            check_cuda(*pool_case(rng, (3, 45, 23, 16), rows, cols, overlapping, dtype))
+

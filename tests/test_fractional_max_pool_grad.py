@@ -1280,3 +1280,22 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         assert not isinstance(got, gradops.InvalidArgumentError)
     else:
         assert isinstance(got, gradops.InvalidArgumentError) or not np.array_equal(got, want)
+
+
+def test_cuda_racecheck(racecheck_device):
+    """No shared-memory hazard in the cells kernel's exchange of choices between neighbouring
+    threads (racecheck builds on the host, which fail a launch at the first one): the eight
+    calls of :func:`_cells_problem`, with the launcher's grid and with one block that loops over
+    column blocks, chunks and channel blocks; and select + gather on the same sequences."""
+    got, want = _cells_problem()
+    assert len(got) == len(want)
+    for a, b in zip(got, want):
+        np.testing.assert_array_equal(a, b)
+    rng = np.random.default_rng(17)
+    rows = gradops.fractional_pooling_sequence(13, 1.44, True, seed=2).tolist()
+    cols = gradops.fractional_pooling_sequence(11, 1.5, False, seed=3).tolist()
+    for overlapping in (False, True):
+        x = rng.standard_normal((2, 13, 11, 16)).astype(np.float32)
+        y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+        _check_cuda(x, y, rng.standard_normal(y.shape).astype(np.float32), rows, cols, overlapping)
+
