@@ -63,8 +63,9 @@ conv2d_backprop_filter_direct(const T* __restrict__ input, const T* __restrict__
             if (static_cast<int>(threadIdx.x) < half) partial[threadIdx.x] += partial[threadIdx.x + half];
             __syncthreads();
         }
+        // No barrier before the next element: after the last one above, only thread 0 reads
+        // partial (its slot 0), and thread 0 is the next to write that slot.
         if (threadIdx.x == 0) filter_grad[e] = from_acc<T, Acc>(partial[0]);
-        __syncthreads();  // partial[0] is read before the next element overwrites it
     }
 }
 

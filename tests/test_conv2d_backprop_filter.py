@@ -315,6 +315,24 @@ def test_cuda_several_tiles(cuda_device, rng, path, splits, dtype, layout):
     assert_close(got, want, dtype)
 
 
+@pytest.mark.parametrize("capped", [False, True], ids=["grid", "capped-grid"])
+@pytest.mark.parametrize("path", ["direct", "tiled"])
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+def test_cuda_racecheck(racecheck_device, rng, path, dtype, capped):
+    """No shared-memory hazard in the direct and tiled kernels (racecheck builds on the host),
+    with the launcher's grid and with grids capped to one block a dimension: the direct kernel's
+    block then reduces every filter element in turn, with no barrier between one element's last
+    read of its partial sums and the next element's first writes (none is needed)."""
+    import contextlib
+
+    import cuda_host
+
+    with cuda_host.capped_grids() if capped else contextlib.nullcontext():
+        for layout in ("NHWC", "NCHW"):
+            got, want, _ = run_cuda(rng, dtype, layout, 2, 6, 5, 2, 3, 4, 3, 2, (2, 1), "SAME", path=path)
+            assert_close(got, want, dtype)
+
+
 @drawn_problems(150, cuda_conv_problems())
 def test_cuda_property_tiled_matches_numpy(cuda_device, p):
     """Random layouts, paddings, strides, dilations, groups, dtypes and channel counts (with and
