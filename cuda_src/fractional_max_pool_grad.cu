@@ -459,6 +459,60 @@ template <typename T, typename I, int V> struct CellChoice {
 // row among them (max_cells_plan).
 constexpr int kMaxCellsThreads = 128;
 
+// A Pack<X, V> for each of SLOTS threads in shared memory, word-major: a pack is cut into words
+// of at most 16 bytes (one shared-memory access each: LDS/STS.128, .64, .32 or .16), and word k
+// of every slot lies together, so the 32 lanes of a warp, which take consecutive slots, access
+// consecutive words: one pass over the banks per 128 bytes at any width.  Whole packs side by
+// side (the layout before) put lanes 32 or 64 bytes apart where a pack holds more than one
+// word: 2 or 4 passes for each 16-byte access (float and int with int choices, float64 and
+// 64-bit integers with long long ones), 2 or 4 for the narrow packs' 2- to 8-byte accesses.
+template <typename X, int V, int SLOTS> struct SlotWords {
+    static constexpr int W = V * static_cast<int>(sizeof(X)) <= 16 ? V : 16 / static_cast<int>(sizeof(X));  // a word's
+    Pack<X, W> words[V / W][SLOTS];
+    // Word k of a slot; the host model counts the access (STORE: put's, else get's) for its
+    // bank-conflict figures.
+    __device__ __forceinline__ Pack<X, W>& word(int k, int slot, bool store) {
+        Pack<X, W>& w = words[k][slot];
+#ifdef GRADOPS_HOST_MODEL
+        gradops_host::count_access(&w, store ? gradops_host::STORE : gradops_host::LOAD,
+                                   static_cast<int>(sizeof(Pack<X, W>)));
+#else
+        static_cast<void>(store);
+#endif
+        return w;
+    }
+    __device__ __forceinline__ void put(int slot, const Pack<X, V>& p) {
+#pragma unroll
+        for (int k = 0; k < V / W; ++k) {
+            Pack<X, W> w;
+#pragma unroll
+            for (int u = 0; u < W; ++u) w.v[u] = p.v[k * W + u];
+            word(k, slot, true) = w;
+        }
+    }
+    __device__ __forceinline__ Pack<X, V> get(int slot) {
+        Pack<X, V> p;
+#pragma unroll
+        for (int k = 0; k < V / W; ++k) {
+            const Pack<X, W> w = word(k, slot, false);
+#pragma unroll
+            for (int u = 0; u < W; ++u) p.v[k * W + u] = w.v[u];
+        }
+        return p;
+    }
+};
+
+// One cell row's choices of every thread of a block (see the overlapping kernel).
+template <typename T, typename I, int V> struct PassedRow {
+    SlotWords<I, V, kMaxCellsThreads> best;
+    SlotWords<T, V, kMaxCellsThreads> grads;
+    __device__ __forceinline__ void put(int slot, const CellChoice<T, I, V>& c) {
+        best.put(slot, c.best);
+        grads.put(slot, c.grads);
+    }
+    __device__ __forceinline__ CellChoice<T, I, V> get(int slot) { return {best.get(slot), grads.get(slot)}; }
+};
+
 // The overlapping kernel's threads (see above): calls work(n, c, ch, chunk, valid, halo) once
 // per (block of cell columns, chunk of cell rows, block of channels) this block owns, in every
 // thread of the block alike; ``valid``: the thread has a cell column and channels; ``halo``:
@@ -547,7 +601,7 @@ __global__ void fractional_max_pool_grad_cells(
         // for itself and its right neighbour as the row above (row r - 1): row r's slot is
         // written again at row r + 3, after the barrier of row r + 2, which every thread passes
         // only after its reads of rows r and r - 1 (at rows r and r + 1).
-        __shared__ CellChoice<T, I, V> passed[3][kMaxCellsThreads];
+        __shared__ PassedRow<T, I, V> passed[3];
         const int slot = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
         const int left_slot = slot - static_cast<int>(blockDim.x);
         for_each_block_of_columns<I, V>(
@@ -587,7 +641,7 @@ __global__ void fractional_max_pool_grad_cells(
 #pragma unroll
                         for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
                         if (differs && writes) mismatch[0] = 1;  // as select's flag
-                        passed[buffer][slot] = own;
+                        passed[buffer].put(slot, own);
                     }
                     __syncthreads();  // the neighbours' choices of row r are in passed[buffer]
                     if (valid && writes) {
@@ -596,9 +650,9 @@ __global__ void fractional_max_pool_grad_cells(
                         // column, from left_width - 1).
                         const bool has_up = r > 0;
                         const CellChoice<T, I, V> none{no_choice<I, V>(), Pack<T, V>{}};
-                        const CellChoice<T, I, V> left = has_left ? passed[buffer][left_slot] : none;
-                        const CellChoice<T, I, V> up = has_up ? passed[above][slot] : none;
-                        const CellChoice<T, I, V> up_left = has_up && has_left ? passed[above][left_slot] : none;
+                        const CellChoice<T, I, V> left = has_left ? passed[buffer].get(left_slot) : none;
+                        const CellChoice<T, I, V> up = has_up ? passed[above].get(slot) : none;
+                        const CellChoice<T, I, V> up_left = has_up && has_left ? passed[above].get(left_slot) : none;
                         const I height_above = has_up ? y0 - row_bounds[r - 1] + 1 : I(0);
                         const I up_first = (height_above - 1) * width;
                         const I up_left_corner = height_above * left_width - 1;

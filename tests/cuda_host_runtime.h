@@ -110,7 +110,10 @@ struct WarpExchange {
 struct SharedStats {
     long long accesses = 0, wavefronts = 0, ideal = 0;
 };
-enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, LOAD_4 = 3, SHARED_KINDS = 4 };
+// LOAD and STORE: plain loads and stores of any width that a kernel reports itself under
+// GRADOPS_HOST_MODEL (gradops_host::count_access with their width), where it wants its
+// shared-memory layout's bank conflicts counted.
+enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, LOAD_4 = 3, LOAD = 4, STORE = 5, SHARED_KINDS = 6 };
 
 // One kind of shared-memory access (16-byte writes, 4-byte loads) of one warp, grouped into
 // warp-level instructions: lane l's n-th access belongs to the warp's n-th instruction of that
@@ -119,6 +122,7 @@ enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, LOAD_4 = 3, SHARED_K
 struct StoreRound {
     const void* address[kWarpSize];
     int filled = 0;
+    int bytes = 16;  // the access width (LOAD and STORE; every lane's the same)
 };
 struct WarpStores {
     std::deque<StoreRound> rounds;  // not yet complete, oldest first
@@ -675,11 +679,37 @@ inline void count_word_wavefronts(const void* const* words, SharedKind kind) {
     stats.ideal += 1;  // 32 lanes x 4 bytes = 128 bytes, one pass
 }
 
+// Wavefronts of one warp-level shared-memory access of ``bytes`` (2, 4, 8 or 16) a lane, lane l
+// at addresses[l]: served in phases of 128 bytes (32 lanes for up to 4 bytes, 16 for 8, 8 for
+// 16), each one pass over the 32 banks plus one for each further distinct 4-byte word in its
+// busiest bank (the same word twice is a broadcast).
+inline void count_width_wavefronts(const void* const* addresses, int bytes, SharedKind kind) {
+    constexpr int kBanks = 32;
+    SharedStats& stats = scheduler().shared[kind];
+    ++stats.accesses;
+    const int lanes = bytes <= 4 ? kWarpSize : 128 / bytes;
+    const int words = (bytes + 3) / 4;
+    for (int first = 0; first < kWarpSize; first += lanes) {
+        std::uintptr_t seen[kBanks][kWarpSize * 4];
+        int count[kBanks] = {0};
+        for (int l = first; l < first + lanes; ++l)
+            for (int w = 0; w < words; ++w) {
+                const std::uintptr_t word = reinterpret_cast<std::uintptr_t>(addresses[l]) / 4 + w;
+                const int bank = static_cast<int>(word % kBanks);
+                bool again = false;
+                for (int j = 0; j < count[bank]; ++j) again |= seen[bank][j] == word;
+                if (!again) seen[bank][count[bank]++] = word;
+            }
+        stats.wavefronts += *std::max_element(count, count + kBanks);
+        stats.ideal += 1;
+    }
+}
+
 // One lane's shared-memory access of ``kind`` (16-byte writes: st.shared.v4, cp.async's write
-// side; 4-byte loads: ld.shared.b32): the warp's accesses of a kind are counted per warp-level
-// instruction, 16-byte ones in 4 phases of 8 lanes as the hardware serves them, 4-byte ones in
-// one phase of 32.
-inline void count_access(const void* dst, SharedKind kind) {
+// side; 4-byte loads: ld.shared.b32; LOAD and STORE of ``bytes``): the warp's accesses of a kind
+// are counted per warp-level instruction, 16-byte ones in 4 phases of 8 lanes as the hardware
+// serves them, 4-byte ones in one phase of 32 (count_width_wavefronts).
+inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
     Scheduler& s = scheduler();
     const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
     if ((warp + 1) * kWarpSize > s.threads) return;  // a partial warp: not counted
@@ -688,9 +718,11 @@ inline void count_access(const void* dst, SharedKind kind) {
     while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
     StoreRound& r = w.rounds[round];
     r.address[l] = dst;
+    r.bytes = bytes;
     if (++r.filled == kWarpSize) {
         constexpr int kPhases = 4;  // 32 lanes x 16 bytes = 4 x 128 bytes
-        if (kind == LOAD_4) count_word_wavefronts(r.address, kind);
+        if (kind == LOAD || kind == STORE) count_width_wavefronts(r.address, r.bytes, kind);
+        else if (kind == LOAD_4) count_word_wavefronts(r.address, kind);
         else count_wavefronts(r.address, kPhases, kind);
     }
     while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {

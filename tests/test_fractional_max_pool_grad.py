@@ -1299,3 +1299,70 @@ def test_cuda_racecheck(racecheck_device):
         y = gradops.fractional_max_pool(x, rows, cols, overlapping)
         _check_cuda(x, y, rng.standard_normal(y.shape).astype(np.float32), rows, cols, overlapping)
 
+
+def _slot_bank_figures(device, dtypes=(np.float16, np.float32, np.float64, np.int64)):
+    """{(dtype, "load" / "store"): the host model's shared-memory counts} of the overlapping cells
+    kernel's exchange of choices (SlotWords), with 32 channel vectors a block (the halo row one
+    whole warp, which does not read; every other warp's lanes on one cell column: the same
+    neighbours, so its accesses are converged and the model counts them), 32-bit and 64-bit
+    indices; each result still NumPy's."""
+    from gradops.backends.cuda import _build
+
+    rows = gradops.fractional_pooling_sequence(13, 1.44, True, seed=2).tolist()
+    cols = gradops.fractional_pooling_sequence(11, 1.5, False, seed=3).tolist()
+    rng = np.random.default_rng(23)
+    figures = {}
+    for dtype in dtypes:
+        for index in ("int", "long long"):
+            vector = max_launcher().vector_channels(dtype)
+            x = rng.standard_normal((2, 13, 11, 32 * vector)).astype(dtype)
+            y = gradops.fractional_max_pool(x, rows, cols, True)
+            dy = rng.standard_normal(y.shape).astype(dtype)
+            g = _geometry(x, y, dy, rows, cols, True)
+            kernels = device.host_kernels(max_launcher().SOURCE, max_launcher()._cells_expression(
+                np.dtype(dtype), index, vector, True))
+            for kind in ("load", "store"):
+                kernels.shared_stats(reset=True, kind=kind)
+            got = max_launcher().fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), path="cells",
+                                                          index=index, block_vectors=32)
+            want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, True, backend="numpy")
+            np.testing.assert_array_equal(to_host(got), want)
+            for kind in ("load", "store"):
+                figures[np.dtype(dtype).name, index, kind] = kernels.shared_stats(kind=kind)
+    assert _build  # the real sources' library holds every instantiation
+    return figures
+
+
+def test_cells_slots_have_no_bank_conflicts(monkeypatch):
+    """The overlapping cells kernel's slots (SlotWords: word-major) are read and written with
+    one pass over the banks per 128 bytes in every dtype and index width, counted by the host
+    model over every converged warp-level access; whole packs side by side (the layout before,
+    which a planted layout reproduces) take 2 to 4 passes where a pack has more than one word."""
+    import cuda_host
+
+    if cuda_host.unavailable_reason():
+        pytest.skip(f"cannot build the kernel sources for the host: {cuda_host.unavailable_reason()}")
+    device = cuda_host.HostDevice(order="shuffled", seed=3).install(monkeypatch)
+    for key, stats in _slot_bank_figures(device).items():
+        assert stats["accesses"] > 0 and stats["wavefronts"] == stats["ideal"], (key, stats)
+
+
+def test_planted_slot_layout_shows_bank_conflicts(tmp_path, monkeypatch):
+    """The bank figures can fail: packs laid out slot-major (each slot's words together, lanes a
+    pack apart) give the same results and more passes than the banks need wherever a pack has
+    two words (32-byte packs: long long choices of 4 channels, float64's 4 channels), and the
+    same passes where every pack is one word (float32 with int choices)."""
+    import cuda_host
+
+    if cuda_host.unavailable_reason():
+        pytest.skip(f"cannot build the kernel sources for the host: {cuda_host.unavailable_reason()}")
+    cuda_host.planted_sources(tmp_path, max_launcher().SOURCE, ("Pack<X, W>& w = words[k][slot];",
+                                                                "Pack<X, W>& w = words[0][slot * (V / W) + k];"))
+    device = cuda_host.HostDevice(order="shuffled", seed=3, source_dir=tmp_path).install(monkeypatch)
+    figures = _slot_bank_figures(device, dtypes=(np.float32, np.float64))
+    conflicted = {key[:2] for key, stats in figures.items() if stats["wavefronts"] > stats["ideal"]}
+    assert conflicted == {("float32", "long long"), ("float64", "int"), ("float64", "long long")}, figures
+    for key, stats in figures.items():
+        if key[:2] in conflicted:
+            assert stats["wavefronts"] >= 1.5 * stats["ideal"], (key, stats)
+
