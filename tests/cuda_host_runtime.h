@@ -775,7 +775,11 @@ GRADOPS_HOST_UNCHECKED inline void race_access(const void* p, std::size_t n, boo
     const auto ordered = [&](unsigned long long epoch, int other, unsigned long long generation) {
         return epoch != e || other == t || (other / kWarpSize == warp && generation < g);
     };
-    for (std::size_t i = 0; i < r.ranges.size(); ++i) {
+    // The ranges are sorted and disjoint: from the last one that starts at or before ``begin``.
+    std::size_t i = static_cast<std::size_t>(
+        std::upper_bound(r.ranges.begin(), r.ranges.end(), begin,
+                         [](std::uintptr_t a, const SharedRange& x) { return a < x.begin; }) - r.ranges.begin());
+    for (i = i > 0 ? i - 1 : 0; i < r.ranges.size() && r.ranges[i].begin < end; ++i) {
         const SharedRange& range = r.ranges[i];
         const std::uintptr_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
         for (std::uintptr_t byte = lo; byte < hi; ++byte) {
@@ -1023,8 +1027,10 @@ extern "C" {
 GRADOPS_HOST_UNCHECKED void gradops_register_shared(const void* p, std::size_t n, const char* name) {
     using namespace gradops_host;
     const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p);
-    race_state.ranges.push_back({begin, begin + n, strdup(name)});
-    race_state.shadow.emplace_back(n);
+    std::size_t i = 0;  // kept sorted by address, for race_access's search
+    while (i < race_state.ranges.size() && race_state.ranges[i].begin < begin) ++i;
+    race_state.ranges.insert(race_state.ranges.begin() + static_cast<std::ptrdiff_t>(i), {begin, begin + n, strdup(name)});
+    race_state.shadow.emplace(race_state.shadow.begin() + static_cast<std::ptrdiff_t>(i), n);
     race_low = std::min(race_low, begin);
     race_high = std::max(race_high, begin + n);
 }
