@@ -1517,7 +1517,12 @@ __device__ __forceinline__ void stage_plane(T* tile, const T* plane, int lane, i
 // a lane's elements lie at the same places for every unit (pack_offsets, once a warp).
 constexpr int kPackSteps = 7;  // elements a lane at most: 4 planes of <= 56 elements
 constexpr int kPackNone = 0x7fffffff;  // the source of an element past the four planes: past any limit
-constexpr int kTrashColumn = kStagedCols;  // tile columns kStagedCols .. kRowPitch - 1 are never read
+// Where a lane stores an element past the four planes: tile columns kStagedCols .. kRowPitch - 1
+// are never read, and each lane has its own place among them (rows 0 - 3 x those 8 columns), so
+// no two lanes store to one address (a write-after-write race, if an unread one; a racecheck
+// build of the host model reported it when the lanes shared one column).
+__device__ __forceinline__ int trash_offset(int lane) { return lane / 8 * kRowPitch + kStagedCols + lane % 8; }
+static_assert(kRowPitch - kStagedCols == 8, "8 unread columns a row: 4 rows of them for 32 lanes");
 
 // floor(e / d) for 0 <= e < 2^12 and d >= 1, from inv = 1 / d in float: (e + 0.5) / d lies at
 // least 0.5 / d from an integer, far more than the float product's error.
@@ -1541,7 +1546,7 @@ __device__ __forceinline__ void pack_offsets(int (&tile_offset)[kPackSteps], int
         const int row = small_quotient(within, inv_cols), col = within - row * out_cols;
         const bool inside = p < 4;
         tile_offset[i] = inside ? ((p / 2) * pack_stride + row - o_row0) * kRowPitch + (p % 2) * pack_stride + col - a0
-                                : kTrashColumn;
+                                : trash_offset(lane);
         source[i] = inside ? p * image_stride + within : kPackNone;
     }
 }
