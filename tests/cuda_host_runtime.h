@@ -782,6 +782,7 @@ GRADOPS_HOST_UNCHECKED inline void race_access(const void* p, std::size_t n, boo
     for (i = i > 0 ? i - 1 : 0; i < r.ranges.size() && r.ranges[i].begin < end; ++i) {
         const SharedRange& range = r.ranges[i];
         const std::uintptr_t lo = std::max(begin, range.begin), hi = std::min(end, range.end);
+        if (lo < hi && r.shadow[i].empty()) r.shadow[i].resize(range.end - range.begin);  // most are never launched
         for (std::uintptr_t byte = lo; byte < hi; ++byte) {
             ByteShadow& b = r.shadow[i][byte - range.begin];
             if (b.writer >= 0 && !ordered(b.write_epoch, b.writer, b.write_generation))
@@ -1029,8 +1030,9 @@ GRADOPS_HOST_UNCHECKED void gradops_register_shared(const void* p, std::size_t n
     const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p);
     std::size_t i = 0;  // kept sorted by address, for race_access's search
     while (i < race_state.ranges.size() && race_state.ranges[i].begin < begin) ++i;
+    if (i < race_state.ranges.size() && race_state.ranges[i].begin == begin) return;  // the library loaded again
     race_state.ranges.insert(race_state.ranges.begin() + static_cast<std::ptrdiff_t>(i), {begin, begin + n, strdup(name)});
-    race_state.shadow.emplace(race_state.shadow.begin() + static_cast<std::ptrdiff_t>(i), n);
+    race_state.shadow.emplace(race_state.shadow.begin() + static_cast<std::ptrdiff_t>(i));  // sized at first use
     race_low = std::min(race_low, begin);
     race_high = std::max(race_high, begin + n);
 }
