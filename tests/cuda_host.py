@@ -88,16 +88,17 @@ class HostLaunchError(RuntimeError):
 
 
 #: g++'s options for every host build.  No FMA contraction: sums round exactly as written, on
-#: every host architecture.  No STB_GNU_UNIQUE symbols: the dynamic loader binds those
-#: process-wide (RTLD_LOCAL or not), so a library's ``__shared__`` variables (template statics)
-#: would be those of the first library loaded with the same kernel, whose array may differ
-#: (a planted bug's edited source) or, for racecheck, not be the one it registered.
-HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fno-gnu-unique")
+#: every host architecture.
+HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w")
 
 
 #: g++'s options added for a racecheck build (HostKernels(racecheck=True)): ThreadSanitizer's
-#: instrumentation of every memory access, without its calls at each function's entry and exit.
-RACECHECK_CXX_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0")
+#: instrumentation of every memory access, without its calls at each function's entry and exit;
+#: and no STB_GNU_UNIQUE symbols, which the loader binds process-wide even under RTLD_LOCAL, so
+#: that the build's ``__shared__`` variables (template statics) are its own, not those of a
+#: library of the same kernels loaded earlier.  (Only here: it also gives each library its own
+#: scheduler and fiber stacks, which in every build multiplied a test worker's memory.)
+RACECHECK_CXX_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0", "-fno-gnu-unique")
 
 
 def shared_variables(library: Path, loaded: ctypes.CDLL) -> list[tuple[int, int, str]]:
