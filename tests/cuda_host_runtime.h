@@ -659,26 +659,6 @@ inline void count_wavefronts(const void* const* rows, int phases, SharedKind kin
     }
 }
 
-// Wavefronts of one warp-level 4-byte shared-memory access, lane l at words[l]: one pass over the
-// 32 banks, plus one for each further distinct word in the busiest bank (the same word twice is
-// a broadcast).
-inline void count_word_wavefronts(const void* const* words, SharedKind kind) {
-    constexpr int kBanks = 32;
-    SharedStats& stats = scheduler().shared[kind];
-    ++stats.accesses;
-    std::uintptr_t seen[kBanks][kWarpSize];
-    int count[kBanks] = {0};
-    for (int l = 0; l < kWarpSize; ++l) {
-        const std::uintptr_t word = reinterpret_cast<std::uintptr_t>(words[l]) / 4;
-        const int bank = static_cast<int>(word % kBanks);
-        bool again = false;
-        for (int j = 0; j < count[bank]; ++j) again |= seen[bank][j] == word;
-        if (!again) seen[bank][count[bank]++] = word;
-    }
-    stats.wavefronts += *std::max_element(count, count + kBanks);
-    stats.ideal += 1;  // 32 lanes x 4 bytes = 128 bytes, one pass
-}
-
 // Wavefronts of one warp-level shared-memory access of ``bytes`` (2, 4, 8 or 16) a lane, lane l
 // at addresses[l]: served in phases of 128 bytes (32 lanes for up to 4 bytes, 16 for 8, 8 for
 // 16), each one pass over the 32 banks plus one for each further distinct 4-byte word in its
@@ -720,10 +700,7 @@ inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
     r.address[l] = dst;
     r.bytes = bytes;
     if (++r.filled == kWarpSize) {
-        constexpr int kPhases = 4;  // 32 lanes x 16 bytes = 4 x 128 bytes
-        if (kind == LOAD || kind == STORE) count_width_wavefronts(r.address, r.bytes, kind);
-        else if (kind == LOAD_4) count_word_wavefronts(r.address, kind);
-        else count_wavefronts(r.address, kPhases, kind);
+        count_width_wavefronts(r.address, r.bytes, kind);
     }
     while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
         w.rounds.pop_front();
@@ -1003,7 +980,7 @@ inline unsigned ld_shared_32(const void* src) {
     unsigned v;
     gradops_host::race_access(src, 4, false);
     std::memcpy(&v, src, 4);
-    gradops_host::count_access(src, gradops_host::LOAD_4);
+    gradops_host::count_access(src, gradops_host::LOAD_4, 4);
     return v;
 }
 

@@ -1306,8 +1306,6 @@ def _slot_bank_figures(device, dtypes=(np.float16, np.float32, np.float64, np.in
     whole warp, which does not read; every other warp's lanes on one cell column: the same
     neighbours, so its accesses are converged and the model counts them), 32-bit and 64-bit
     indices; each result still NumPy's."""
-    from gradops.backends.cuda import _build
-
     rows = gradops.fractional_pooling_sequence(13, 1.44, True, seed=2).tolist()
     cols = gradops.fractional_pooling_sequence(11, 1.5, False, seed=3).tolist()
     rng = np.random.default_rng(23)
@@ -1329,7 +1327,6 @@ def _slot_bank_figures(device, dtypes=(np.float16, np.float32, np.float64, np.in
             np.testing.assert_array_equal(to_host(got), want)
             for kind in ("load", "store"):
                 figures[np.dtype(dtype).name, index, kind] = kernels.shared_stats(kind=kind)
-    assert _build  # the real sources' library holds every instantiation
     return figures
 
 
