@@ -63,7 +63,7 @@ __global__ void conv2d_backprop_input_direct(const T* __restrict__ filter, const
 // the dilation enters only modulo the stride.
 struct PhaseTaps {
     int first, step, count;
-    __device__ __forceinline__ PhaseTaps() : first(0), step(1), count(0) {}
+    PhaseTaps() = default;  // trivial: InputGradProblem is a __shared__ variable's member (igemm::Loader)
     __device__ __forceinline__ PhaseTaps(int first_, int step_, int count_) : first(first_), step(step_), count(count_) {}
     __device__ __forceinline__ PhaseTaps(int phase, int pad, int stride, int dilation_mod_stride, int filter_size) {
         // r * dilation = phase + pad (mod stride) has solutions r = first (mod stride / gcd).

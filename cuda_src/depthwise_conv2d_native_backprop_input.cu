@@ -1779,22 +1779,22 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
                 for (int v = 0; v < 4; ++v)
                     if (static_cast<unsigned>(pack_result[j][v]) < static_cast<unsigned>(limit))
                         plane[pack_result[j][v]] = from_acc<T>(acc[j][v]);
-            continue;
-        }
+        } else {
 #pragma unroll
-        for (int j = 0; j < 2; ++j)
+            for (int j = 0; j < 2; ++j)
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int y = y0 + g + 8 * h, x = x0 + 8 * j + 2 * t;
-                if (y >= in_rows || x >= in_cols) continue;
-                T* const at = plane + y * in_cols + x;
-                if (store_pairs) {  // in_cols even: x even, so x + 1 < in_cols and the pair is aligned
-                    dwconv::store_pair<T>(at, acc[j][2 * h], acc[j][2 * h + 1]);
-                } else {
-                    at[0] = from_acc<T>(acc[j][2 * h]);
-                    if (x + 1 < in_cols) at[1] = from_acc<T>(acc[j][2 * h + 1]);
+                for (int h = 0; h < 2; ++h) {
+                    const int y = y0 + g + 8 * h, x = x0 + 8 * j + 2 * t;
+                    if (y >= in_rows || x >= in_cols) continue;
+                    T* const at = plane + y * in_cols + x;
+                    if (store_pairs) {  // in_cols even: x even, so x + 1 < in_cols and the pair is aligned
+                        dwconv::store_pair<T>(at, acc[j][2 * h], acc[j][2 * h + 1]);
+                    } else {
+                        at[0] = from_acc<T>(acc[j][2 * h]);
+                        if (x + 1 < in_cols) at[1] = from_acc<T>(acc[j][2 * h + 1]);
+                    }
                 }
-            }
+        }
     }
 #endif  // GRADOPS_HAS_MMA_SM80
 }

@@ -53,7 +53,9 @@ struct FastDiv {
     unsigned long long mul;
     int shift;
     int divisor;
-    __device__ __forceinline__ FastDiv() : mul(1), shift(0), divisor(1) {}
+    // Trivial, so that a struct holding FastDivs can be a __shared__ variable: the device never
+    // runs a __shared__ variable's constructor (NVRTC warning 20054), the host model would.
+    FastDiv() = default;
     // The constants from the host (gradops/backends/cuda/_runtime.py: division_magic), as the
     // launch tables carry them: no construction cost in the kernel.
     __device__ __forceinline__ FastDiv(unsigned magic, int shift_, int d) : mul(magic), shift(shift_), divisor(d) {}
@@ -763,6 +765,7 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
         Problem problem;
     };
     __device__ __forceinline__ static SharedFill& shared_fill() {
+        static_assert(__is_trivially_constructible(SharedFill), "the device never runs a __shared__ variable's constructor");
         __shared__ SharedFill fill;
         return fill;
     }
@@ -888,33 +891,33 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
     __device__ __forceinline__ void load(const Problem& p, int m0, int n0, int k0, int slot = 0) {
         if constexpr (Base::K_TABLE) {
             fetch_k_table(p, k0, slot);
-            return;
-        }
+        } else {
 #pragma unroll
-        for (int e = 0; e < MapA::CHUNKS; ++e) {
-            int row, k;
-            MapA::at(e, row, k);
-            // Rows past the GEMM load zeros here; the results do not need them, but with the
-            // check ptxas keeps the f32 wgrad and f64 dgrad instantiations within the 128
-            // registers of 2 CTAs per SM (without it, 4-8 bytes spill on sm_80 / sm_90).
-            if constexpr (VECTOR) {
-                Src<T> s = this->a_chunk(p, e, k0);
-                s.ok = s.ok && m0 + row < p.m_size;
-                fetch_vector(s, &ra[e * C]);
+            for (int e = 0; e < MapA::CHUNKS; ++e) {
+                int row, k;
+                MapA::at(e, row, k);
+                // Rows past the GEMM load zeros here; the results do not need them, but with the
+                // check ptxas keeps the f32 wgrad and f64 dgrad instantiations within the 128
+                // registers of 2 CTAs per SM (without it, 4-8 bytes spill on sm_80 / sm_90).
+                if constexpr (VECTOR) {
+                    Src<T> s = this->a_chunk(p, e, k0);
+                    s.ok = s.ok && m0 + row < p.m_size;
+                    fetch_vector(s, &ra[e * C]);
+                }
+                else if constexpr (ROW_TABLE) fetch_table(p, row, k0 + k, &ra[e * C]);
+                else fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
             }
-            else if constexpr (ROW_TABLE) fetch_table(p, row, k0 + k, &ra[e * C]);
-            else fetch_scalar<true, Problem::A_K_CONTIG>(p, m0 + row, k0 + k, p.m_size, &ra[e * C]);
-        }
 #pragma unroll
-        for (int e = 0; e < MapB::CHUNKS; ++e) {
-            int row, k;
-            MapB::at(e, row, k);
-            if constexpr (VECTOR) {
-                Src<T> s = this->b_chunk(p, e, k0);
-                s.ok = s.ok && n0 + row < p.n_size;
-                fetch_vector(s, &rb[e * C]);
+            for (int e = 0; e < MapB::CHUNKS; ++e) {
+                int row, k;
+                MapB::at(e, row, k);
+                if constexpr (VECTOR) {
+                    Src<T> s = this->b_chunk(p, e, k0);
+                    s.ok = s.ok && n0 + row < p.n_size;
+                    fetch_vector(s, &rb[e * C]);
+                }
+                else fetch_scalar<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
             }
-            else fetch_scalar<false, Problem::B_K_CONTIG>(p, n0 + row, k0 + k, p.n_size, &rb[e * C]);
         }
     }
 

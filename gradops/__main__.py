@@ -108,8 +108,12 @@ def kernels(console: Console, archs: list[str], sources: list[str] | None) -> in
                       f"{'[red]' if spills else ''}{r['spill_stores']}/{r['spill_loads']}",
                       str(r["stack_bytes"]), str(r["shared_bytes"]))
     console.print(table)
-    console.print(f"{len(rows)} kernels compiled, {spilling} with spills or a stack frame")
-    return 1 if spilling else 0
+    warnings = sorted({(r["source"], r["arch"], w) for r in rows for w in r["warnings"]})
+    for source, arch, warning in warnings:
+        console.print(f"[yellow]{source} ({arch}): {escape(warning)}")
+    console.print(f"{len(rows)} kernels compiled, {spilling} with spills or a stack frame, "
+                  f"{len(warnings)} compiler warnings")
+    return 1 if spilling or warnings else 0
 
 
 def static_report(console: Console, out, archs: list[str], conv: bool) -> int:
@@ -158,14 +162,15 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
     table = Table(title="gradops kernels compiled through CuPy's NVRTC entry point")
     for col in ("arch", "source", "kernels", "result", "most registers", "seconds"):
         table.add_column(col)
-    colour = {"ok": "green", "failed": "red", "spills": "red", "not targetable": "yellow", "covered": "cyan"}
+    colour = {"ok": "green", "failed": "red", "spills": "red", "warnings": "red", "not targetable": "yellow",
+              "covered": "cyan"}
     for r in result["rows"]:
         registers = str(r["registers"]) if "registers" in r else ("PTX" if r["status"] == "ok" else "")
         table.add_row(r["arch"], r["source"], str(r["kernels"]),
                       f"[{colour[r['status']]}]{r['status']}[/]", registers, f"{r['seconds']:.1f}")
     console.print(table)
     for r in result["rows"]:
-        if r["status"] in ("failed", "spills"):
+        if r["status"] in ("failed", "spills", "warnings"):
             console.print(f"[red]{r['arch']} {r['source']}[/]: " + escape(r["detail"][:2000]))
     known = [(r["arch"], k) for r in result["rows"] for k in r.get("known_spills", ())]
     for arch, text in known:
@@ -176,10 +181,12 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
         console.print("[red]no include folder holds[/] " + escape(header))
     counts = {s: sum(r["status"] == s for r in result["rows"]) for s in colour}
     console.print(f"{counts['ok']} compiled, {counts['failed']} failed, {counts['spills']} spilling, "
+                  f"{counts['warnings']} with compiler warnings, "
                   f"{len(known)} known spills, "
                   f"{counts['covered']} covered by their class, {counts['not targetable']} not targetable by this NVRTC "
                   f"({sum(r['kernels'] for r in result['rows'] if r['status'] == 'ok')} kernels)")
-    return 1 if counts["failed"] or counts["spills"] or result["foreign"] or result["missing"] or not counts["ok"] else 0
+    return 1 if (counts["failed"] or counts["spills"] or counts["warnings"] or result["foreign"] or result["missing"]
+                 or not counts["ok"]) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

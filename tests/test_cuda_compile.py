@@ -64,13 +64,17 @@ def test_header_edits_change_the_cache_key(tmp_path, monkeypatch):
 
 @pytest.mark.parametrize("source", [_quick_or_slow(s, s in QUICK_SOURCES) for s in SOURCES])
 def test_every_instantiation_compiles_without_spilling(source):
-    """Every instantiation compiles for each arch, and ptxas keeps every kernel in registers
-    (no spill stores or loads, no stack frame): a static check of what would otherwise only
-    show up as lost speed on a GPU."""
+    """Every instantiation compiles for each arch without a warning, and ptxas keeps every
+    kernel in registers (no spill stores or loads, no stack frame): a static check of what would
+    otherwise only show up as lost speed on a GPU.  No warning: #20054 (a ``__shared__``
+    variable with a constructor, which the device never runs and the CPU model runs once, by
+    whichever thread comes first) made the model differ from the GPU and its racecheck report a
+    write-after-write that the GPU does not have."""
     rows = _build.kernel_resources(ARCHS, sources=[source])
     expressions = _build.all_instantiations()[source]
     assert [(r["arch"], r["kernel"]) for r in rows] == [(a, e) for a in ARCHS for e in expressions]
     assert all(0 < r["registers"] <= 255 for r in rows)
+    assert not {(r["arch"], w) for r in rows for w in r["warnings"]}
     spilling = [(r["arch"], r["kernel"], r["spill_stores"], r["stack_bytes"]) for r in rows
                 if r["spill_stores"] or r["spill_loads"] or r["stack_bytes"]]
     assert not spilling
@@ -145,3 +149,36 @@ def test_kernels_command_reports_every_kernel(capsys):
     out = capsys.readouterr().out
     count = len(_build.all_instantiations()["fractional_avg_pool_grad.cu"])
     assert f"{count} kernels compiled, 0 with spills or a stack frame" in out
+
+
+SHARED_WITH_CONSTRUCTOR = r'''
+struct Cursor { int at; __device__ Cursor() : at(1) {} };
+__device__ Cursor& cursor() { __shared__ Cursor c; return c; }
+extern "C" __global__ void with_constructor(int* out) { out[threadIdx.x] = cursor().at; }
+'''
+CLEAN_SHARED = r'''
+extern "C" __global__ void clean(int* out) { __shared__ int s[32]; s[threadIdx.x] = 1; __syncthreads(); out[0] = s[0]; }
+'''
+
+
+def test_compile_warnings_are_read_from_nvrtc_log():
+    """NVRTC's real log: a ``__shared__`` variable with a constructor (which the device never
+    runs) is warning #20054 and :func:`_build.compile_warnings` returns it; a clean program
+    has none.  The install check and the test above refuse any warning."""
+    import io
+
+    pytest.importorskip("cuda.core")
+    from cuda.core import Program, ProgramOptions
+
+    def warnings(text):
+        log = io.StringIO()
+        program = Program(text, "c++", ProgramOptions(arch="sm_90", name="k.cu"))
+        try:
+            program.compile("cubin", logs=log)
+        finally:
+            program.close()
+        return _build.compile_warnings(log.getvalue().replace("\0", ""))
+
+    found = warnings(SHARED_WITH_CONSTRUCTOR)
+    assert len(found) == 1 and "k.cu(3): warning #20054-D: dynamic initialization is not supported" in found[0]
+    assert warnings(CLEAN_SHARED) == []

@@ -217,6 +217,16 @@ def parse_ptxas_log(log: str) -> dict[str, dict[str, int]]:
     return out
 
 
+_NVRTC_WARNING = re.compile(r"warning #\d+")
+
+
+def compile_warnings(log: str) -> list[str]:
+    """NVRTC's warning lines in a compile log (``file(line): warning #N-D: text``), each once.
+    None is harmless by default: #20054, for one, is a ``__shared__`` variable whose constructor
+    the device never runs but the CPU execution model would."""
+    return sorted({line.strip() for line in log.splitlines() if _NVRTC_WARNING.search(line)})
+
+
 def spill_bytes(stats: dict[str, int]) -> tuple[int, int, int]:
     """(spill store, spill load, stack frame) bytes of one kernel's :func:`parse_ptxas_log` entry:
     all zero where ptxas kept the kernel in registers."""
@@ -226,12 +236,15 @@ def spill_bytes(stats: dict[str, int]) -> tuple[int, int, int]:
 def kernel_resources(archs=("sm_80", "sm_90"), sources=None) -> list[dict]:
     """What ptxas reports for every instantiation (a static check, no GPU needed): one dict per
     (source, arch, kernel) with registers per thread, spill stores/loads and stack bytes per
-    thread, and static shared memory bytes per block."""
+    thread, static shared memory bytes per block, and ``warnings``: NVRTC's warnings for the
+    kernel's source and arch (:func:`compile_warnings`; every kernel of that compile has them)."""
     rows = []
     for filename, arch, expressions, code, log in _compiled(archs, sources, ptxas_verbose=True):
         stats = parse_ptxas_log(log)
+        warnings = compile_warnings(log)
         for expression in expressions:
             mangled = code.symbol_mapping[expression]
             mangled = mangled.decode() if isinstance(mangled, bytes) else mangled
-            rows.append({"source": filename, "arch": arch, "kernel": expression, **stats[mangled]})
+            rows.append({"source": filename, "arch": arch, "kernel": expression, **stats[mangled],
+                         "warnings": warnings})
     return rows

@@ -302,7 +302,7 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
         one_per_class: bool = False, each=()) -> dict:
     """Compile everything; returns ``{"nvrtc", "options", "foreign", "missing", "classes",
     "rows"}`` where each row is ``{arch, source, kernels, status ("ok" | "failed" | "spills" |
-    "not targetable" | "covered"), seconds, detail}``, and ``registers`` (the most any kernel
+    "warnings" (NVRTC's, :func:`_build.compile_warnings`) | "not targetable" | "covered"), seconds, detail}``, and ``registers`` (the most any kernel
     uses) where ptxas reported.  ``one_per_class``: of each class of targetable archs that see
     the same preprocessed source (:func:`arch_classes`), compile only the archs in ``each``,
     or the oldest where the class has none of them; the others are "covered"
@@ -354,6 +354,9 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
                 row.update(resource_verdict(names, log.getvalue(), known))
             else:
                 row.update(status="ok", detail="PTX: the driver compiles it, so ptxas reports nothing here")
+            warnings = _build.compile_warnings(log.getvalue())
+            if warnings and row["status"] == "ok":  # a source-level warning means what it says on every arch
+                row.update(status="warnings", detail="; ".join(warnings))
         row["seconds"] = time.perf_counter() - start
 
     # Longest first, so that no large program is left compiling alone at the end: the cost of a
