@@ -88,16 +88,17 @@ class HostLaunchError(RuntimeError):
 
 
 #: g++'s options for every host build.  No FMA contraction: sums round exactly as written, on
-#: every host architecture.
-HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w")
+#: every host architecture.  Hidden visibility: each library's kernel code (its ``__shared__``
+#: variables) is its own; the runtime header keeps itself visible (see its top).
+HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fvisibility=hidden")
 
 
 #: g++'s options added for a racecheck build (HostKernels(racecheck=True)): ThreadSanitizer's
 #: instrumentation of every memory access, without its calls at each function's entry and exit;
-#: and no STB_GNU_UNIQUE symbols, which the loader binds process-wide even under RTLD_LOCAL, so
-#: that the build's ``__shared__`` variables (template statics) are its own, not those of a
-#: library of the same kernels loaded earlier.  (Only here: it also gives each library its own
-#: scheduler and fiber stacks, which in every build multiplied a test worker's memory.)
+#: and no STB_GNU_UNIQUE symbols, so that the runtime's statics, whose racecheck state ordinary
+#: builds lack, are the build's own, not shared with an ordinary build loaded in the same
+#: process.  (Only here: it gives each library its own scheduler and fiber stacks, which in
+#: every build multiplied a test worker's memory.)
 RACECHECK_CXX_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0", "-fno-gnu-unique")
 
 
@@ -178,14 +179,14 @@ class HostKernels:
         self.expressions = list(expressions)
         code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
         for i, expression in enumerate(self.expressions):
-            code.append(f'extern "C" int kernel_{i}(void* const* p, const long long* s, const unsigned* grid, '
+            code.append(f'GRADOPS_HOST_EXPORT int kernel_{i}(void* const* p, const long long* s, const unsigned* grid, '
                         f'const unsigned* block, int order, unsigned seed, const unsigned long long* only, '
                         f'long long only_count, char* error, int error_size) '
                         f'{{ return gradops_host::launch_kernel(&{expression}, p, s, grid, block, order, seed, '
                         f'only, only_count, error, error_size); }}')
-            code.append(f'extern "C" int signature_{i}(int* codes, int capacity) '
+            code.append(f'GRADOPS_HOST_EXPORT int signature_{i}(int* codes, int capacity) '
                         f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
-        code.append('extern "C" void shared_stats(long long* out, int kind, int reset) { '
+        code.append('GRADOPS_HOST_EXPORT void shared_stats(long long* out, int kind, int reset) { '
                     'auto& t = gradops_host::scheduler().shared[kind]; '
                     'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
         # __launch_bounds__: each bounded kernel template gets a constexpr twin returning its bound,
@@ -203,11 +204,11 @@ class HostKernels:
             name, args = expression_parts(expression)
             value = (f"gradops::host_launch_bound_{name}<{args}>()" if name in bounded
                      else str(MAX_THREADS_PER_BLOCK))
-            code.append(f'extern "C" int launch_bound_{i}() {{ return {value}; }}')
+            code.append(f'GRADOPS_HOST_EXPORT int launch_bound_{i}() {{ return {value}; }}')
         text = "\n".join(code) + "\n"
         sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
         flags = defines + (list(RACECHECK_CXX_FLAGS) if racecheck else [])
-        digest = hashlib.sha256((" ".join(flags) + text + sources + RUNTIME_HEADER.read_text()).encode()
+        digest = hashlib.sha256((" ".join(HOST_CXX_FLAGS + tuple(flags)) + text + sources + RUNTIME_HEADER.read_text()).encode()
                                 ).hexdigest()[:16]
         directory = _build_directory()
         library = directory / f"{Path(filename).stem}_{digest}.so"

@@ -28,8 +28,18 @@
 //   fail a launch at the first hazard between two threads: see "racecheck" below.
 #pragma once
 
+// Builds take -fvisibility=hidden (tests/cuda_host.py: HOST_CXX_FLAGS), so that the kernel
+// code's template statics (its __shared__ variables) are local to each library: g++ would
+// otherwise emit them as STB_GNU_UNIQUE symbols, which the loader binds process-wide even under
+// RTLD_LOCAL, and a second build of a kernel (a planted bug's) would use the first one's
+// __shared__ memory.  This runtime stays visible: its statics (the scheduler, with its fiber
+// stacks) are one copy in the process, however many libraries are loaded.
+#pragma GCC visibility push(default)
+
 // Tells the kernel headers that this runtime supplies the emulated PTX primitives.
 #define GRADOPS_HOST_MODEL 1
+// The entry points tests/cuda_host.py generates after the kernel sources (found with dlsym).
+#define GRADOPS_HOST_EXPORT extern "C" __attribute__((visibility("default")))
 
 #include <algorithm>
 #include <cmath>
@@ -1046,3 +1056,5 @@ GRADOPS_HOST_UNCHECKED void __tsan_atomic_thread_fence(int) {}
 GRADOPS_HOST_UNCHECKED void __tsan_atomic_signal_fence(int) {}
 }
 #endif
+
+#pragma GCC visibility pop

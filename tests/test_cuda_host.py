@@ -965,3 +965,39 @@ def test_fast_division_is_exact(tmp_path):
     bad.mkdir()
     cuda_host.planted_sources(bad, "igemm_tiles.cuh", ("        if (mul * dd < power) ++mul;\n" * 2, ""))
     assert not np.array_equal(run(bad), want)
+
+
+#: A template kernel whose ``__shared__`` word survives from one launch to the next (the host
+#: model keeps ``__shared__`` variables as statics); MARK is what this build leaves in it.
+SHARED_MARK = r"""
+#include "gradops_common.cuh"
+namespace gradops {
+template <int N>
+__global__ void leave_mark(int* out) {
+    __shared__ int mark;
+    out[0] = mark;
+    mark = MARK;
+}
+}  // namespace gradops
+"""
+
+
+@pytest.mark.parametrize("racecheck", [False, True])
+def test_each_build_has_its_own_shared_variables(racecheck, tmp_path):
+    """Two builds of one kernel loaded in one process (the real sources and a planted bug's)
+    each have their own ``__shared__`` variables.  g++ emits a template's statics as
+    STB_GNU_UNIQUE symbols, which the loader binds process-wide even under RTLD_LOCAL: without
+    the kernel code's hidden visibility, the second build read the mark the first one left."""
+    builds = []
+    for mark in (1, 2):
+        folder = tmp_path / f"mark{mark}"
+        folder.mkdir()
+        shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", folder)
+        (folder / "mark.cu").write_text(SHARED_MARK.replace("MARK;", f"{mark};"))
+        builds.append(cuda_host.HostKernels("mark.cu", ["gradops::leave_mark<0>"], folder, racecheck=racecheck))
+    out = np.full(1, -1, np.int32)
+    seen = []
+    for build in builds + builds:
+        build.launch("gradops::leave_mark<0>", (1,), (1,), [out], [])
+        seen.append(int(out[0]))
+    assert seen == [0, 0, 1, 2]
