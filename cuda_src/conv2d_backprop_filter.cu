@@ -264,6 +264,7 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
 // mma.sync.  The reduction is split across CTAs (blockIdx.z) into a float scratch that
 // split_reduce sums in order, as the general kernel's: bitwise deterministic.  The launcher
 // checks out_depth % 8 == 0, 16-byte aligned arrays and 32-bit offsets inside an image.
+#if GRADOPS_HAS_MMA_SM80  // this kernel is sm_80's and newer only
 constexpr int kFewFilterOut = 64;       // out channels per CTA (mma M)
 constexpr int kFewFilterTaps = 64;      // taps per CTA (mma N)
 constexpr int kFewFilterBK = 32;        // positions per k-tile: two m16n8k16 k-steps
@@ -276,7 +277,6 @@ constexpr int kFewFilterPad = 8;
 // (the launcher keeps padded coordinates below 2^30), so the bounds test fails and it gathers 0.
 constexpr int kFewFilterNoTap = -(1 << 30);
 
-#if GRADOPS_HAS_MMA_SM80
 // One tap of the CTA's table: its offset in an image relative to a position's window origin, and
 // its row and column shifts (r * dilation_rows, s * dilation_cols).
 struct alignas(16) FewFilterTap {

@@ -1411,6 +1411,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
 // launcher runs this kernel only when every tensor has fewer than 2^31 elements and every padded
 // coordinate of a unit fits.  The element type T is the accumulator-less half of the usual
 // <T, Acc> pair: the tensor cores accumulate in float, the only accumulator they offer.
+#if GRADOPS_HAS_MMA_SM80  // the _mma kernel's, which has no body before sm_80
 namespace dwmma {
 constexpr int kWarps = 4;        // warps per CTA (128 threads)
 constexpr int kUnit = 16;        // unit rows and columns (the mma's M, and two of its N)
@@ -1576,6 +1577,7 @@ __device__ __forceinline__ void stage_packed(T* tile, const T* planes, int limit
     for (int i = 0; i < kPackSteps; ++i) tile[tile_offset[i]] = value[i];
 }
 }  // namespace dwmma
+#endif  // GRADOPS_HAS_MMA_SM80
 
 // chunk: elements per staging load (8, 4, 2 or 1; see dwmma::stage_rows); store_pairs: in_cols
 // is even (two columns per result store).  FORM: how a unit is staged, each form its own
