@@ -21,7 +21,7 @@ namespace gradops {
 
 // Threads of the direct kernel; a power of two for the tree reduction (the launcher uses the
 // same number, FILTER_DIRECT_THREADS in the launcher).
-constexpr int kFilterDirectThreads = 128;
+inline constexpr int kFilterDirectThreads = 128;
 
 template <typename T, typename Acc, int L>
 __global__ void __launch_bounds__(kFilterDirectThreads)
@@ -265,17 +265,17 @@ conv2d_backprop_filter_1x1_igemm(const T* __restrict__ input, const T* __restric
 // split_reduce sums in order, as the general kernel's: bitwise deterministic.  The launcher
 // checks out_depth % 8 == 0, 16-byte aligned arrays and 32-bit offsets inside an image.
 #if GRADOPS_HAS_MMA_SM80  // this kernel is sm_80's and newer only
-constexpr int kFewFilterOut = 64;       // out channels per CTA (mma M)
-constexpr int kFewFilterTaps = 64;      // taps per CTA (mma N)
-constexpr int kFewFilterBK = 32;        // positions per k-tile: two m16n8k16 k-steps
-constexpr int kFewFilterThreads = 128;  // 4 warps, each 32 out channels x 32 taps
+inline constexpr int kFewFilterOut = 64;       // out channels per CTA (mma M)
+inline constexpr int kFewFilterTaps = 64;      // taps per CTA (mma N)
+inline constexpr int kFewFilterBK = 32;        // positions per k-tile: two m16n8k16 k-steps
+inline constexpr int kFewFilterThreads = 128;  // 4 warps, each 32 out channels x 32 taps
 // 16 bytes of padding per shared-memory row (72 elements, 144 bytes): the 8 rows of an
 // ldmatrix matrix, or 8 lanes' 16-byte stores to 8 rows, then start 4 banks apart and cover
 // all 32 banks once (no conflicts).
-constexpr int kFewFilterPad = 8;
+inline constexpr int kFewFilterPad = 8;
 // A tap past the filter's end gets this row shift: every position's row plus it is negative
 // (the launcher keeps padded coordinates below 2^30), so the bounds test fails and it gathers 0.
-constexpr int kFewFilterNoTap = -(1 << 30);
+inline constexpr int kFewFilterNoTap = -(1 << 30);
 
 // One tap of the CTA's table: its offset in an image relative to a position's window origin, and
 // its row and column shifts (r * dilation_rows, s * dilation_cols).

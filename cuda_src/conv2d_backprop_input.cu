@@ -420,14 +420,14 @@ conv2d_backprop_input_1x1_igemm(const T* __restrict__ filter, const T* __restric
 // by the CIN staged filter rows.  The taps come from PhaseTaps as in the GEMM kernel below: no
 // division per tap.  32-bit offsets inside an image and in the filter (the launcher checks
 // them); 64-bit image starts.  Fixed summation order (taps, then channels): deterministic.
-constexpr int kFewChannelThreads = 256;
+inline constexpr int kFewChannelThreads = 256;
 // Shared memory for the staged filter rows: 40 KB, so 5 CTAs fit an H100 SM (228 KB) and the
 // kernel stays within the 48 KB of static shared memory.  The launcher requires the whole
 // filter to fit (FEW_CHANNEL_FILTER_BYTES).
-constexpr int kFewChannelFilterBytes = 40 * 1024;
+inline constexpr int kFewChannelFilterBytes = 40 * 1024;
 // At least 2 CTAs per SM (<= 128 registers).  Without a minimum ptxas (CUDA 13) spills some
 // instantiations at 48-64 registers; with 4 it spills others.
-constexpr int kFewChannelMinBlocks = 2;
+inline constexpr int kFewChannelMinBlocks = 2;
 
 template <typename T, typename Acc, int CIN>
 __global__ void __launch_bounds__(kFewChannelThreads, kFewChannelMinBlocks)

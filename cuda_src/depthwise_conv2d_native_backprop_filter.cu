@@ -138,8 +138,8 @@ using dwconv::Lane;
 using dwconv::kVectorBytes;
 
 // Work items per CTA: with 16 lanes (float or double accumulators alike), 128 threads.
-constexpr int kItems = 8;
-constexpr int kThreads = Block<float>::LANES * kItems;
+inline constexpr int kItems = 8;
+inline constexpr int kThreads = Block<float>::LANES * kItems;
 static_assert(Block<double>::LANES == Block<float>::LANES, "one thread count for every accumulator");
 // CTAs per SM the register allocation must allow: 3 (at most 168 registers a thread; without
 // it nvcc held 5x5 stride-1 float16 at 128 and spilled), 2 where 168 spilled (sm_80 and sm_90
@@ -156,7 +156,7 @@ template <typename T, int K, int S, bool ASYNC = false> struct MinBlocks {
     static constexpr int value = SPILLS_AT_168 ? 2 : 3;
 };
 // Staging loads a thread issues before it widens and stores any of them.
-constexpr int kStageBatch = 8;
+inline constexpr int kStageBatch = 8;
 
 // The tile of one specialisation.  Work items of 2 x 4 positions at stride 1 (a 4 x 6 window
 // of 24 staged values feeds 2 x 4 x 9 taps), 1 x 4 at stride 2 (3 x 9 values for 4 x 9 taps);
@@ -673,10 +673,10 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 // included); the launcher checks and runs the _partial kernel otherwise.
 namespace dwplanes {
 
-constexpr int kWarpSize = 32;
+inline constexpr int kWarpSize = 32;
 // Warps (out_backprop channels) per CTA: 128 threads.
-constexpr int kWarps = 4;
-constexpr int kThreads = kWarps * kWarpSize;
+inline constexpr int kWarps = 4;
+inline constexpr int kThreads = kWarps * kWarpSize;
 // CTAs per SM the register allocation must allow: 5 for 3x3 (102 registers a thread), 4 for
 // 5x5 at stride 1 (128) and 3 at stride 2 (170), 2 with double sums (255).  At 6 CTAs (85
 // registers) 3x3 at stride 1 spilled on sm_80 or sm_90 for some element type and window form;
@@ -686,7 +686,7 @@ template <typename Acc, int K, int S> struct MinBlocks {
     static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? 5 : (S == 1 ? 4 : 3);
 };
 // Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
-constexpr int kItemCols = 4;
+inline constexpr int kItemCols = 4;
 
 // Work items of 4 x 4 positions at stride 1 (a 6 x 6 window of 36 loads feeds 16 x 9 taps at
 // 3x3) and 2 x 4 at stride 2 (5 x 9 loads for 8 x 9 taps), where 2 x 4 at stride 1 would load
@@ -1070,13 +1070,13 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
 // 2^31 elements.  The element type T is the accumulator-less half of the usual <T, Acc> pair:
 // the tensor cores accumulate in float, the only accumulator they offer.
 namespace dwfmma {
-constexpr int kWarps = 4;                // warps per CTA (128 threads)
-constexpr int kThreads = 32 * kWarps;
-constexpr int kTile = 32;                // out_backprop rows and columns a plane may have at most
-constexpr int kPitch = kTile + 8;        // staged columns: block b0 reads [b0, b0 + 16) (80 bytes a
+inline constexpr int kWarps = 4;                // warps per CTA (128 threads)
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kTile = 32;                // out_backprop rows and columns a plane may have at most
+inline constexpr int kPitch = kTile + 8;        // staged columns: block b0 reads [b0, b0 + 16) (80 bytes a
                                          // row: an odd number of 16-byte groups, so the 8 rows of an
                                          // ldmatrix fall on distinct bank groups)
-constexpr int kStageBatch = 4;           // chunk loads a lane issues per region before its stores
+inline constexpr int kStageBatch = 4;           // chunk loads a lane issues per region before its stores
 // CTAs per SM the registers must allow (at most 80, 102, 128 or 168 registers a thread): as many
 // warps as fit without a spill on any arch with NVRTC 13 and 12 (at 128, 5x5 multiplier 2 with
 // the pair loop spilled on sm_80 with NVRTC 12.9; at 64, 3x3 multiplier 1 on sm_100), since the
@@ -1435,10 +1435,10 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
 // order.  Offsets are 32-bit (the launcher checks every tensor, the padding's negative offsets
 // included, and the partial buffer).
 namespace dwfnhwc {
-constexpr int kWarps = 8;
-constexpr int kThreads = 32 * kWarps;
-constexpr int kTile = 16;             // output rows and columns of a unit: one k-step, two column blocks
-constexpr int kPitch = 24;            // staged columns (48 bytes: an odd number of 16-byte groups,
+inline constexpr int kWarps = 8;
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kTile = 16;             // output rows and columns of a unit: one k-step, two column blocks
+inline constexpr int kPitch = 24;            // staged columns (48 bytes: an odd number of 16-byte groups,
                                       // so an ldmatrix's 8 rows fall on distinct bank groups);
                                       // block b0 reads columns [b0, b0 + 16), b0 <= 8
 // CTAs per SM the registers must allow: 2 (128 registers; at 3, 5x5 and the packed form spilled
@@ -1728,8 +1728,8 @@ __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, P
 // (9 for a 3x3 filter on 32 channels), so a thread's chain of dependent load batches is the
 // kernel's time; on the H200 (2026-11-28) 8 fixed groups took 9.4 us over 369 slices (46 loads
 // a thread, 3 batches of 16) against 2.3-2.6 us where a thread had one batch.
-constexpr int kReduceElements = 32;
-constexpr int kReduceMaxGroups = 32;
+inline constexpr int kReduceElements = 32;
+inline constexpr int kReduceMaxGroups = 32;
 
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kReduceElements * kReduceMaxGroups) depthwise_conv2d_native_backprop_filter_reduce(

@@ -232,7 +232,7 @@ template <int KH, int KW, int SH, int SW, int R, int C> struct Shape {
 };
 // How many 16-byte loads a thread keeps in flight (4 registers each) before widening them
 // into shared memory, when it has more than 16 to make.
-constexpr int kBatch = 12;
+inline constexpr int kBatch = 12;
 
 // One spatial dimension of the tile (see "Indices" above).
 template <int K, int S, int TILE, int ITEM> struct Axis {
@@ -436,7 +436,7 @@ __device__ __forceinline__ void widen_chunk(const Raw& raw, Acc (&out)[VEC]) {
 // staging's kBatch x 4, rounded to whole rows of the common tiles), one load per register for
 // chunks of at most 4 bytes: a 32-thread CTA staging 2-byte elements of a 7 x 7 map (90 loads a
 // thread) waits for 3 batches, not the 6 that a cap of 16 loads made.
-constexpr int kBatchWords = 40;
+inline constexpr int kBatchWords = 40;
 
 // Rows ROWS x columns COLS of CHANNELS channel planes of out_backprop into the position-inner
 // staged tile (stage[slot * CP + row * RP + col], see Planes), zeros outside out_backprop or
@@ -1081,22 +1081,22 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 // (division_magic), not divisions.
 namespace dwplanes {
 
-constexpr int kThreads = 256;
+inline constexpr int kThreads = 256;
 // Positions of a work item: 4 consecutive columns of 2 consecutive rows (the rows share all
 // but one of their KH + 1 window rows, and the item's fixed costs are spread over 8 positions).
-constexpr int kSegment = 4;
-constexpr int kItemRows = 2;
+inline constexpr int kSegment = 4;
+inline constexpr int kItemRows = 2;
 // Columns of a work item at stride S: 4, and 8 at stride 2, where a position's sums are a
 // quarter of stride 1's and the item's fixed costs (index split, pointers, stores) would
 // otherwise be most of its instructions (sm_90, float16 3x3: 129 a 2 x 4 item, 16 a position).
 template <int S> constexpr int kItemCols = kSegment * S;
 // Staged values a work item reads per window row (K <= 5): its 4 columns and up to 4 halo
 // columns at stride 1; at stride 2 its 4 staged columns and up to 3 (HALO + PC).
-constexpr int kWindow = 8;
+inline constexpr int kWindow = 8;
 // out_backprop elements a thread stages per step (one row's, consecutive).
-constexpr int kChunk = 8;
+inline constexpr int kChunk = 8;
 // Static shared memory per CTA: 8 CTAs of 256 threads (an SM's 2048 threads) fit in 192 KiB.
-constexpr int kSharedBytes = 24576;
+inline constexpr int kSharedBytes = 24576;
 
 // A K x K filter slice padded to a multiple of 4 accumulators (whole 16-byte loads).
 template <int KH, int KW> struct Taps {
@@ -1413,10 +1413,10 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
 // <T, Acc> pair: the tensor cores accumulate in float, the only accumulator they offer.
 #if GRADOPS_HAS_MMA_SM80  // the _mma kernel's, which has no body before sm_80
 namespace dwmma {
-constexpr int kWarps = 4;        // warps per CTA (128 threads)
-constexpr int kUnit = 16;        // unit rows and columns (the mma's M, and two of its N)
-constexpr int kStagedCols = 32;  // staged out_backprop columns (a half's window: 8 + K - 1 + shift <= 19)
-constexpr int kRowPitch = 40;    // elements from one tile row to the next (80 bytes: an odd number
+inline constexpr int kWarps = 4;        // warps per CTA (128 threads)
+inline constexpr int kUnit = 16;        // unit rows and columns (the mma's M, and two of its N)
+inline constexpr int kStagedCols = 32;  // staged out_backprop columns (a half's window: 8 + K - 1 + shift <= 19)
+inline constexpr int kRowPitch = 40;    // elements from one tile row to the next (80 bytes: an odd number
                                  // of 16-byte bank groups); columns 32 .. 39 are never written or read
 // The band's source: two reversed, zero-padded copies of each (q, r) filter row.  Element j of
 // copy p holds filter[r][s][c][q] for s = kBandZero + p - j (0 where s is outside [0, K)), so a
@@ -1424,8 +1424,8 @@ constexpr int kRowPitch = 40;    // elements from one tile row to the next (80 b
 // in which j is even.  A lane reads s = sg - 8 i - e for band rows 8 i + 2 t + e (i = 0, 1, 2)
 // with sg = g - 2 t + shift + K - 1 in [-4, 18], so j runs over [kBandZero - 18, kBandZero + 1 +
 // 4 + 16 + 1] = [0, 40].
-constexpr int kBandZero = 18;
-constexpr int kBandPitch = 48;   // elements per copy: j <= 40, rounded up to whole 16-byte chunks
+inline constexpr int kBandZero = 18;
+inline constexpr int kBandPitch = 48;   // elements per copy: j <= 40, rounded up to whole 16-byte chunks
 
 // Rows ROWS x kStagedCols columns of one out_backprop plane into ``tile`` (row pitch
 // kRowPitch), VEC elements per load and store: chunk k of the rows goes to lane k % 32 (a row's
@@ -1466,8 +1466,8 @@ __device__ __forceinline__ void stage_rows(T (*tile)[kRowPitch], const T* plane,
 // out_cols and the chunk's first element are even.  The pairs' places in the tile are the same
 // for every unit of a warp (plane_pair_offsets, once a warp), and so are the tile's zeros outside
 // the plane, which the warp writes once before its first unit and no store overwrites.
-constexpr int kPlaneSteps = 2;                     // chunks a lane at most: planes of <= 64 chunks
-constexpr int kPlanePairs = 4;                     // pairs a chunk at most (16 bytes of halves)
+inline constexpr int kPlaneSteps = 2;                     // chunks a lane at most: planes of <= 64 chunks
+inline constexpr int kPlanePairs = 4;                     // pairs a chunk at most (16 bytes of halves)
 
 // Tile offsets (elements, row pitch kRowPitch) of the pairs of the chunks this lane stages with
 // VEC elements a chunk: element e of the plane lies at tile row e / out_cols - o_row0, column
@@ -1516,8 +1516,8 @@ __device__ __forceinline__ void stage_plane(T* tile, const T* plane, int lane, i
 // only.  The four planes are staged element by element (a 7 x 7 half plane is 98 bytes, 2-byte
 // aligned), element e of the 4 x out_rows x out_cols to lane e % 32, kPackSteps a lane at most;
 // a lane's elements lie at the same places for every unit (pack_offsets, once a warp).
-constexpr int kPackSteps = 7;  // elements a lane at most: 4 planes of <= 56 elements
-constexpr int kPackNone = 0x7fffffff;  // the source of an element past the four planes: past any limit
+inline constexpr int kPackSteps = 7;  // elements a lane at most: 4 planes of <= 56 elements
+inline constexpr int kPackNone = 0x7fffffff;  // the source of an element past the four planes: past any limit
 // Where a lane stores an element past the four planes: tile columns kStagedCols .. kRowPitch - 1
 // are never read, and each lane has its own place among them (rows 0 - 3 x those 8 columns), so
 // no two lanes store to one address (a write-after-write race, if an unread one; a racecheck

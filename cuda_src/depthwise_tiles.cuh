@@ -11,11 +11,11 @@ namespace gradops {
 namespace dwconv {
 
 // Bytes of accumulators per staged position: one 128-byte shared-memory row (32 banks).
-constexpr int kPositionBytes = 128;
+inline constexpr int kPositionBytes = 128;
 // Global loads of the vector paths.
-constexpr int kVectorBytes = 16;
+inline constexpr int kVectorBytes = 16;
 // Bytes of accumulators one thread reads per staged position: 2 float or 1 double channels.
-constexpr int kLaneBytes = 8;
+inline constexpr int kLaneBytes = 8;
 
 template <typename Acc> struct Block {
     static constexpr int CHANNELS = kPositionBytes / static_cast<int>(sizeof(Acc));  // 32 float, 16 double

@@ -114,11 +114,11 @@ namespace gradops {
 namespace fractional {
 
 // Shared memory for staged shares, in doubles (48 KiB: all the static shared memory a block may have).
-constexpr int kShareCapacity = 6144;
+inline constexpr int kShareCapacity = 6144;
 // Vectors of channels per block at most (blockDim.x).
-constexpr int kBlockVectors = 4;
+inline constexpr int kBlockVectors = 4;
 // Doubles of padding after each staged cell's channels (see the header comment).
-constexpr int kCellPad = 2;
+inline constexpr int kCellPad = 2;
 
 // Element <-> double, correctly rounded on the way back (the half types round once from
 // double, not through float).

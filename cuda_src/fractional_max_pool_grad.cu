@@ -99,7 +99,7 @@ template <typename I> struct alignas(4 * sizeof(I) < 16 ? 4 * sizeof(I) : 16) Ce
 // Columns of a cell's row that select keeps in registers for the next cell of its run, and
 // that the cells kernel's scan loads together: a pooling ratio below 3 makes cells of at most
 // 3 columns, 4 where cells overlap.
-constexpr int kCarryCols = 4;
+inline constexpr int kCarryCols = 4;
 
 // The scan's first element for the V channels: the choice so far (place 0, or flat offset
 // ``offset`` + u).
@@ -457,7 +457,7 @@ template <typename T, typename I, int V> struct CellChoice {
 
 // Threads of an overlapping cells kernel's block: CELLS_THREADS (the launcher's 128), the halo
 // row among them (max_cells_plan).
-constexpr int kMaxCellsThreads = 128;
+inline constexpr int kMaxCellsThreads = 128;
 
 // A Pack<X, V> for each of SLOTS threads in shared memory, word-major: a pack is cut into words
 // of at most 16 bytes (one shared-memory access each: LDS/STS.128, .64, .32 or .16), and word k

@@ -1601,8 +1601,8 @@ template <typename T, typename Acc, bool SPLIT> struct SplitStore {
 // DRAM round trips sets the time.  sm_90 SASS (nvcc 13): ptxas issues 8 of a batch's loads, then
 // interleaves the rest with the additions, so a batch of 32 costs about two round trips and a
 // tail batch of 8 one; the plain loop before this was unrolled 4 deep (4 splits per round trip).
-constexpr int kSplitReduceBatch = 32;
-constexpr int kSplitReduceTail = 8;
+inline constexpr int kSplitReduceBatch = 32;
+inline constexpr int kSplitReduceTail = 8;
 
 // Second stage of a split reduction: out[i] = sum over splits of partial[s][i], in split order,
 // so the result is bitwise reproducible (no atomics).

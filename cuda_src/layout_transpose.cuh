@@ -33,10 +33,10 @@ namespace gradops {
 namespace layout {
 
 // Elements per tile side: a warp's lanes span one tile row.
-constexpr int kTile = 32;
+inline constexpr int kTile = 32;
 // Warps per CTA (blockDim = (kTile, kBlockRows)); each thread moves kSteps elements each way.
-constexpr int kBlockRows = 4;
-constexpr int kSteps = kTile / kBlockRows;
+inline constexpr int kBlockRows = 4;
+inline constexpr int kSteps = kTile / kBlockRows;
 
 // Calls work(n, i0, j0, full) for each TILE x TILE tile of the batch of rows x cols matrices that
 // this block owns (batch item n, first row i0, first column j0), every grid dimension strided;
