@@ -184,13 +184,12 @@ def test_compile_warnings_are_read_from_nvrtc_log():
     assert warnings(CLEAN_SHARED) == []
 
 
-
-def _ptx(source: str, arch: str = "compute_90") -> str:
-    """NVRTC's PTX of every instantiation of ``source`` (cuda.bindings' NVRTC: cuda.core's
+def _ptx(source: str) -> str:
+    """NVRTC's sm_90 PTX of every instantiation of ``source`` (cuda.bindings' NVRTC: cuda.core's
     Program asks the driver before it returns PTX)."""
     from cuda.bindings import nvrtc
 
-    options = [f"--gpu-architecture={arch}".encode(), f"--std={_build.CXX_STD}".encode()] + [
+    options = [b"--gpu-architecture=compute_90", f"--std={_build.CXX_STD}".encode()] + [
         b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)]
     _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
     try:

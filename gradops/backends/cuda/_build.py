@@ -222,8 +222,8 @@ _NVRTC_WARNING = re.compile(r"warning #\d+")
 
 def compile_warnings(log: str) -> list[str]:
     """NVRTC's warning lines in a compile log (``file(line): warning #N-D: text``), each once.
-    None is harmless by default: #20054, for one, is a ``__shared__`` variable whose constructor
-    the device never runs but the CPU execution model would."""
+    Every one is treated as a defect: #20054, for one, is a ``__shared__`` variable whose
+    constructor the device never runs but the CPU execution model would."""
     return sorted({line.strip() for line in log.splitlines() if _NVRTC_WARNING.search(line)})
 
 
