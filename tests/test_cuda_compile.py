@@ -14,6 +14,7 @@ where this check must run rather than skip.
 from __future__ import annotations
 
 import platform
+import re
 import sys
 
 import pytest
@@ -184,16 +185,47 @@ def test_compile_warnings_are_read_from_nvrtc_log():
     assert warnings(CLEAN_SHARED) == []
 
 
+#: Kernels whose PTX NVVM itself does not reproduce (NVRTC 12.9 and 13.5 alike; measured
+#: 2026-11-30): the depthwise input gradient's kernels that read float accumulators from shared
+#: memory 16 bytes at a time through ``load_run`` (the NCHW tiled kernels at stride 1, the planes
+#: kernels).  Six compiles of the whole source gave 2 or 3 PTX texts for 12 of its 152 kernels;
+#: the variants differ in the loads NVVM forms, e.g. one 16-byte ``ld.shared.v4.f32`` marked
+#: ``.pragma "used_bytes_mask 255"`` plus an ``ld.shared.v2.f32`` of its upper half where another
+#: compile has the one load, so the hot path's LDS count moves (82 or 83 in the __half 3x3 R=1
+#: kernel).  ptxas is not the cause: one PTX text always gave one cubin.  The compiles below
+#: leave these kernels out, so that they still catch any other change from run to run.
+NVVM_UNSTABLE = re.compile(r"depthwise_conv2d_native_backprop_input_(tiled<[^,]+, float, 1, \d, \d, 1, 1,"
+                           r"|planes<[^,]+, float,)")
+
+
+def _stable(source: str) -> list[str]:
+    """The name expressions of ``source`` that NVVM compiles reproducibly (all but
+    :data:`NVVM_UNSTABLE`), for sm_90."""
+    return [e for e in _build.all_instantiations(90)[source] if not NVVM_UNSTABLE.match(e.removeprefix("gradops::"))]
+
+
+def test_nvvm_unstable_names_the_kernels_it_means():
+    """The pattern names 12 tiled and 12 planes kernels of one source and nothing else, so that a
+    renamed template cannot make it silently leave out nothing or everything."""
+    left_out = {source: [e for e in _build.all_instantiations(90)[source] if e not in _stable(source)]
+                for source in SOURCES}
+    assert {s for s, names in left_out.items() if names} == {"depthwise_conv2d_native_backprop_input.cu"}
+    names = left_out["depthwise_conv2d_native_backprop_input.cu"]
+    assert sum("_tiled<" in e for e in names) == 12 and sum("_planes<" in e for e in names) == 12
+    assert "gradops::depthwise_conv2d_native_backprop_input_tiled<__half, float, 1, 3, 3, 1, 1, 1, 2>" in names
+    assert not [e for e in names if "double" in e]
+
+
 def _ptx(source: str) -> str:
-    """NVRTC's sm_90 PTX of every instantiation of ``source`` (cuda.bindings' NVRTC: cuda.core's
-    Program asks the driver before it returns PTX)."""
+    """NVRTC's sm_90 PTX of the reproducible instantiations of ``source`` (:func:`_stable`;
+    cuda.bindings' NVRTC: cuda.core's Program asks the driver before it returns PTX)."""
     from cuda.bindings import nvrtc
 
     options = [b"--gpu-architecture=compute_90", f"--std={_build.CXX_STD}".encode()] + [
         b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)]
     _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
     try:
-        for expression in _build.all_instantiations(90)[source]:
+        for expression in _stable(source):
             nvrtc.nvrtcAddNameExpression(program, expression.encode())
         (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
         assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS
@@ -207,7 +239,8 @@ def _ptx(source: str) -> str:
 
 @pytest.mark.parametrize("source", [_quick_or_slow(s, s in QUICK_SOURCES) for s in SOURCES])
 def test_ptx_is_reproducible(source):
-    """Two compiles of one source give the same PTX, with no internal-linkage names in it.
+    """Two compiles of one source give the same PTX (:data:`NVVM_UNSTABLE` left out), with no
+    internal-linkage names in it.
     NVRTC emits each namespace-scope ``constexpr`` as a global and named internal-linkage ones
     with a per-compile random suffix (``_ZN78_INTERNAL_..._cu_ec61727d_327277...``); ptxas'
     schedule depended on those names, so the same source compiled to different SASS.  The
@@ -217,17 +250,11 @@ def test_ptx_is_reproducible(source):
     assert _ptx(source) == first
 
 
-#: The depthwise input gradient's cubins still differ between compiles of identical PTX
-#: (NVRTC 13.5's ptxas; a few ``_tiled`` instantiations take another schedule), for a reason
-#: not found yet: left out here rather than marked as expected to fail at random.
-CUBIN_REPRODUCIBLE = [s for s in SOURCES if s != "depthwise_conv2d_native_backprop_input.cu"]
-
-
-@pytest.mark.parametrize("source", [_quick_or_slow(s, s in QUICK_SOURCES) for s in CUBIN_REPRODUCIBLE])
+@pytest.mark.parametrize("source", [_quick_or_slow(s, s in QUICK_SOURCES) for s in SOURCES])
 def test_compiles_are_reproducible(source):
     """Two compiles of one source give the same cubin, byte for byte, so that the static report
     and the install check's register counts do not move with no change to the source (see
-    :func:`test_ptx_is_reproducible` for what made them move)."""
-    first, second = ([bytes(code.code) for _, _, _, code, _ in _build._compiled(("sm_90",), [source], False)]
-                     for _ in range(2))
+    :func:`test_ptx_is_reproducible` for what made them move; :data:`NVVM_UNSTABLE` left out)."""
+    first, second = ([bytes(code.code) for _, _, _, code, _ in
+                      _build._compiled(("sm_90",), [source], False, only=_stable(source))] for _ in range(2))
     assert first == second
