@@ -96,32 +96,37 @@ def test_every_instantiation_compiles_for_turing(source):
     assert rows == [(source, "sm_75", len(_build.all_instantiations(75)[source]))]
 
 
+def _ptx(source: str, expressions: list[str], extra_options=()) -> str:
+    """NVRTC's sm_90 PTX of ``expressions`` of ``source`` (cuda.bindings' NVRTC: cuda.core's
+    Program asks the driver before it returns PTX)."""
+    from cuda.bindings import nvrtc
+
+    options = [b"--gpu-architecture=compute_90", f"--std={_build.CXX_STD}".encode()] + [
+        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)]
+    options += [o.encode() for o in extra_options]
+    _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
+    try:
+        for expression in expressions:
+            assert nvrtc.nvrtcAddNameExpression(program, expression.encode())[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        _, size = nvrtc.nvrtcGetPTXSize(program)
+        text = b" " * size
+        nvrtc.nvrtcGetPTX(program, text)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return text.decode()
+
+
 def test_runtime_options_keep_float32_subnormals():
     """The runtime's own NVRTC options (``-ftz=false``; CuPy's cached compile would append
     ``-ftz=true``) give PTX without flush-to-zero float32 arithmetic, so a GPU keeps subnormals
     as NumPy, TF's CPU kernels and the host build do."""
-    from cuda.bindings import nvrtc
-
     from gradops.backends.cuda import _runtime
 
-    expression = b"gradops::fractional_avg_pool_grad<float, int, 4>"
     extra = [o for o in _runtime.gradops_options(13) if not o.startswith("-I")]
     assert extra == ["-ftz=false"]
-    include = [str(_build.source_dir())] + _build.cuda_include_dirs(13)
-    options = [f"-I{d}".encode() for d in include] + [f"--std={_build.CXX_STD}".encode(), b"-arch=compute_90"]
-    options += [o.encode() for o in extra]
-    _, program = nvrtc.nvrtcCreateProgram(_build.source_code("fractional_avg_pool_grad.cu").encode(),
-                                          b"fractional_avg_pool_grad.cu", 0, [], [])
-    try:
-        assert nvrtc.nvrtcAddNameExpression(program, expression)[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
-        result, = nvrtc.nvrtcCompileProgram(program, len(options), options)
-        assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS
-        _, size = nvrtc.nvrtcGetPTXSize(program)
-        buffer = b" " * size
-        nvrtc.nvrtcGetPTX(program, buffer)
-        ptx = buffer.decode()
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)
+    ptx = _ptx("fractional_avg_pool_grad.cu", ["gradops::fractional_avg_pool_grad<float, int, 4>"], extra)
     float_ops = [line for line in ptx.splitlines() if ".f32" in line]
     assert float_ops and not [line for line in float_ops if ".ftz" in line]
 
@@ -198,43 +203,26 @@ NVVM_UNSTABLE = re.compile(r"depthwise_conv2d_native_backprop_input_(tiled<[^,]+
                            r"|planes<[^,]+, float,)")
 
 
+def _nvvm_unstable(expression: str) -> bool:
+    return NVVM_UNSTABLE.match(expression.removeprefix("gradops::")) is not None
+
+
 def _stable(source: str) -> list[str]:
     """The name expressions of ``source`` that NVVM compiles reproducibly (all but
     :data:`NVVM_UNSTABLE`), for sm_90."""
-    return [e for e in _build.all_instantiations(90)[source] if not NVVM_UNSTABLE.match(e.removeprefix("gradops::"))]
+    return [e for e in _build.all_instantiations(90)[source] if not _nvvm_unstable(e)]
 
 
 def test_nvvm_unstable_names_the_kernels_it_means():
     """The pattern names 12 tiled and 12 planes kernels of one source and nothing else, so that a
     renamed template cannot make it silently leave out nothing or everything."""
-    left_out = {source: [e for e in _build.all_instantiations(90)[source] if e not in _stable(source)]
-                for source in SOURCES}
+    left_out = {source: [e for e in expressions if _nvvm_unstable(e)]
+                for source, expressions in _build.all_instantiations(90).items()}
     assert {s for s, names in left_out.items() if names} == {"depthwise_conv2d_native_backprop_input.cu"}
     names = left_out["depthwise_conv2d_native_backprop_input.cu"]
     assert sum("_tiled<" in e for e in names) == 12 and sum("_planes<" in e for e in names) == 12
     assert "gradops::depthwise_conv2d_native_backprop_input_tiled<__half, float, 1, 3, 3, 1, 1, 1, 2>" in names
     assert not [e for e in names if "double" in e]
-
-
-def _ptx(source: str) -> str:
-    """NVRTC's sm_90 PTX of the reproducible instantiations of ``source`` (:func:`_stable`;
-    cuda.bindings' NVRTC: cuda.core's Program asks the driver before it returns PTX)."""
-    from cuda.bindings import nvrtc
-
-    options = [b"--gpu-architecture=compute_90", f"--std={_build.CXX_STD}".encode()] + [
-        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)]
-    _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
-    try:
-        for expression in _stable(source):
-            nvrtc.nvrtcAddNameExpression(program, expression.encode())
-        (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-        assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS
-        _, size = nvrtc.nvrtcGetPTXSize(program)
-        text = b" " * size
-        nvrtc.nvrtcGetPTX(program, text)
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)
-    return text.decode()
 
 
 @pytest.mark.parametrize("source", [_quick_or_slow(s, s in QUICK_SOURCES) for s in SOURCES])
@@ -245,9 +233,9 @@ def test_ptx_is_reproducible(source):
     with a per-compile random suffix (``_ZN78_INTERNAL_..._cu_ec61727d_327277...``); ptxas'
     schedule depended on those names, so the same source compiled to different SASS.  The
     sources declare them ``inline constexpr`` (external linkage, a fixed name)."""
-    first = _ptx(source)
+    first = _ptx(source, _stable(source))
     assert "_INTERNAL_" not in first
-    assert _ptx(source) == first
+    assert _ptx(source, _stable(source)) == first
 
 
 @pytest.mark.parametrize("source", [_quick_or_slow(s, s in QUICK_SOURCES) for s in SOURCES])

@@ -434,7 +434,7 @@ def hostile_int_list(draw, values):
 def cast_or_zeros(x, dtype):
     """x cast to dtype, or zeros of dtype where NumPy refuses the cast: an earlier mutation may
     have made x any of HOSTILE_DTYPES, and NumPy refuses some pairs with TypeError/ValueError and
-    datetime64 -> a short string with RuntimeError (CI's run of 8ac75c9 drew that pair)."""
+    datetime64 -> a short string with RuntimeError (CI's run of 75e3642 drew that pair)."""
     try:
         return x.astype(dtype)
     except (TypeError, ValueError, OverflowError, RuntimeError):
