@@ -1074,8 +1074,8 @@ inline constexpr int kWarps = 4;                // warps per CTA (128 threads)
 inline constexpr int kThreads = 32 * kWarps;
 inline constexpr int kTile = 32;                // out_backprop rows and columns a plane may have at most
 inline constexpr int kPitch = kTile + 8;        // staged columns: block b0 reads [b0, b0 + 16) (80 bytes a
-                                         // row: an odd number of 16-byte groups, so the 8 rows of an
-                                         // ldmatrix fall on distinct bank groups)
+                                                // row: an odd number of 16-byte groups, so the 8 rows of an
+                                                // ldmatrix fall on distinct bank groups)
 inline constexpr int kStageBatch = 4;           // chunk loads a lane issues per region before its stores
 // CTAs per SM the registers must allow (at most 80, 102, 128 or 168 registers a thread): as many
 // warps as fit without a spill on any arch with NVRTC 13 and 12 (at 128, 5x5 multiplier 2 with
@@ -1439,8 +1439,8 @@ inline constexpr int kWarps = 8;
 inline constexpr int kThreads = 32 * kWarps;
 inline constexpr int kTile = 16;             // output rows and columns of a unit: one k-step, two column blocks
 inline constexpr int kPitch = 24;            // staged columns (48 bytes: an odd number of 16-byte groups,
-                                      // so an ldmatrix's 8 rows fall on distinct bank groups);
-                                      // block b0 reads columns [b0, b0 + 16), b0 <= 8
+                                             // so an ldmatrix's 8 rows fall on distinct bank groups);
+                                             // block b0 reads columns [b0, b0 + 16), b0 <= 8
 // CTAs per SM the registers must allow: 2 (128 registers; at 3, 5x5 and the packed form spilled
 // on sm_80 and sm_90 with NVRTC 13), but 1 for the packed 5x5 multiplier-1 form on sm_80 with
 // NVRTC 12.9 (the cuda12 extra), which spilled 16 bytes at 2 (install check, 2026-11-29).

@@ -1417,7 +1417,7 @@ inline constexpr int kWarps = 4;        // warps per CTA (128 threads)
 inline constexpr int kUnit = 16;        // unit rows and columns (the mma's M, and two of its N)
 inline constexpr int kStagedCols = 32;  // staged out_backprop columns (a half's window: 8 + K - 1 + shift <= 19)
 inline constexpr int kRowPitch = 40;    // elements from one tile row to the next (80 bytes: an odd number
-                                 // of 16-byte bank groups); columns 32 .. 39 are never written or read
+                                        // of 16-byte bank groups); columns 32 .. 39 are never written or read
 // The band's source: two reversed, zero-padded copies of each (q, r) filter row.  Element j of
 // copy p holds filter[r][s][c][q] for s = kBandZero + p - j (0 where s is outside [0, K)), so a
 // fragment register's pair (s, s - 1) is elements j, j + 1: one aligned 32-bit load from the copy
