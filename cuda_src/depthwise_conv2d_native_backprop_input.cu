@@ -594,10 +594,19 @@ __device__ __forceinline__ void store_quad(T* dst, const Acc (&v)[4], int x, int
 }
 
 // READ consecutive accumulators of 16-byte (READ x sizeof(Acc) bytes) aligned shared memory in
-// one load.
-template <int READ, typename Acc> __device__ __forceinline__ void load_run(const Acc* src, Acc* out) {
+// one load.  AS_WRITTEN: float's 16 bytes through ptx::ld_shared_16, which NVVM emits as it
+// stands.  From a float4 dereference it sometimes kept half of the load and read the other half
+// again, differently from one compile to the next (benchmarks/README.md).  The tiled kernel's
+// NCHW taps take it (the same shared loads as NVVM's better variant); the planes kernel's do not:
+// there it cost registers (sm_90, float16 5x5 at stride 1: 61 -> 66, one CTA less per SM).
+template <int READ, bool AS_WRITTEN = false, typename Acc>
+__device__ __forceinline__ void load_run(const Acc* src, Acc* out) {
     if constexpr (READ * sizeof(Acc) == 16 && sizeof(Acc) == 4) {
-        const float4 v = *reinterpret_cast<const float4*>(src);
+        float4 v;
+        if constexpr (AS_WRITTEN)
+            v = ptx::ld_shared_16(src);
+        else
+            v = *reinterpret_cast<const float4*>(src);
         out[0] = v.x, out[1] = v.y, out[2] = v.z, out[3] = v.w;
     } else if constexpr (READ * sizeof(Acc) == 16) {
         const double2 v = *reinterpret_cast<const double2*>(src);
@@ -630,7 +639,7 @@ __device__ __forceinline__ void accumulate_planes(
             Acc row[RUNS * READ];
 #pragma unroll
             for (int k = 0; k < RUNS; ++k)
-                load_run<READ>(window + u * Block<Acc>::LANES * CP + wr * RP + k * READ, row + k * READ);
+                load_run<READ, true>(window + u * Block<Acc>::LANES * CP + wr * RP + k * READ, row + k * READ);
 #pragma unroll
             for (int wc = 0; wc < Cols::WINDOW; ++wc) {
                 if (CHECKED && (wr < row_begin || wr >= row_end || wc < col_begin || wc >= col_end)) continue;

@@ -17,8 +17,8 @@
 // checks the emulation against the ISA's fragment tables written out independently.
 //
 // Architectures: mma.sync.m16n8k16 with f16/bf16 inputs, m16n8k8 TF32 and cp.async need sm_80;
-// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16, ld_shared_32 and
-// ld_shared_32_volatile everywhere).  sm_70/sm_75 builds keep the
+// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16, ld_shared_32,
+// ld_shared_32_volatile and ld_shared_16 everywhere).  sm_70/sm_75 builds keep the
 // WMMA and SIMT paths of igemm_tiles.cuh (_conv_igemm.math_kinds decides per dtype and arch which
 // math kinds are instantiated; which primitives a kind uses is decided here, by GRADOPS_ARCH).
 #pragma once
@@ -84,6 +84,18 @@ __device__ __forceinline__ unsigned ld_shared_32(const void* src) {
 __device__ __forceinline__ unsigned ld_shared_32_volatile(const void* src) {
     unsigned v;
     asm volatile("ld.volatile.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(shared_address(src)) : "memory");
+    return v;
+}
+
+// PTX ISA, "Data Movement and Conversion Instructions: ld": ld.shared.v4.f32, one 16-byte load
+// from shared memory (LDS.128; src 16-byte aligned).  What a float4 dereference should compile
+// to; NVVM (CUDA 12.9 and 13.x) sometimes turns some of those into a v4 load of which it uses 8
+// bytes plus a v2 load of the other 8, differently from one compile to the next
+// (benchmarks/README.md).  This one load is emitted as written, in every compile.
+__device__ __forceinline__ float4 ld_shared_16(const void* src) {
+    float4 v;
+    asm volatile("ld.shared.v4.f32 {%0, %1, %2, %3}, [%4];\n"
+                 : "=f"(v.x), "=f"(v.y), "=f"(v.z), "=f"(v.w) : "r"(shared_address(src)) : "memory");
     return v;
 }
 #endif
@@ -253,6 +265,7 @@ template <int N> void cp_async_wait_group();
 void st_shared_16(void* dst, const void* src);
 unsigned ld_shared_32(const void* src);
 unsigned ld_shared_32_volatile(const void* src);
+float4 ld_shared_16(const void* src);
 #endif
 // (GRADOPS_HOST_MODEL: tests/cuda_host_runtime.h has defined them, emulated, before this header.)
 

@@ -278,12 +278,12 @@ class HostKernels:
         return list(codes[:count])
 
     #: The shared-memory primitives whose traffic the host runtime counts (``SharedKind``).
-    SHARED_KINDS = ("ldmatrix", "st_shared_16", "cp_async", "ld_shared_32", "load", "store")
+    SHARED_KINDS = ("ldmatrix", "st_shared_16", "cp_async", "ld_shared_32", "load", "store", "ld_shared_16")
 
     def shared_stats(self, reset: bool = True, kind: str = "ldmatrix") -> dict[str, int]:
         """Shared-memory traffic of one emulated primitive (``ldmatrix``, the 16-byte stores
-        of ``st_shared_16``, the shared-memory writes of 16-byte ``cp_async``, or the 4-byte
-        loads of ``ld_shared_32``), or of the plain ``load``s and ``store``s a kernel reports
+        of ``st_shared_16``, the shared-memory writes of 16-byte ``cp_async``, the 4-byte
+        loads of ``ld_shared_32`` or the 16-byte loads of ``ld_shared_16``), or of the plain ``load``s and ``store``s a kernel reports
         itself (``gradops_host::count_access`` with their width), since the last reset: ``accesses`` (warp-level instructions),
         ``wavefronts`` (bank passes they took) and ``ideal`` (the fewest passes the same bytes
         could take); wavefronts > ideal means bank conflicts.  ``reset``: start counting afresh."""

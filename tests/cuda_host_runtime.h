@@ -114,16 +114,16 @@ struct WarpExchange {
 
 // Shared-memory traffic of the emulated shared-memory primitives, per kind (ldmatrix; 16-byte
 // stores, st_shared_16; the shared-memory writes of 16-byte cp.async, counted as 16-byte
-// stores' are; 4-byte loads, ld_shared_32), since the last reset: warp-level accesses, the
-// wavefronts (bank passes) they take, and the fewest wavefronts the same bytes could take.
-// wavefronts > ideal means bank conflicts.
+// stores' are; 4-byte loads, ld_shared_32; 16-byte loads, ld_shared_16), since the last reset:
+// warp-level accesses, the wavefronts (bank passes) they take, and the fewest wavefronts the
+// same bytes could take.  wavefronts > ideal means bank conflicts.
 struct SharedStats {
     long long accesses = 0, wavefronts = 0, ideal = 0;
 };
 // LOAD and STORE: plain loads and stores of any width that a kernel reports itself under
 // GRADOPS_HOST_MODEL (gradops_host::count_access with their width), where it wants its
 // shared-memory layout's bank conflicts counted.
-enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, LOAD_4 = 3, LOAD = 4, STORE = 5, SHARED_KINDS = 6 };
+enum SharedKind { LDMATRIX = 0, STORE_16 = 1, CP_ASYNC = 2, LOAD_4 = 3, LOAD = 4, STORE = 5, LOAD_16 = 6, SHARED_KINDS = 7 };
 
 // One kind of shared-memory access (16-byte writes, 4-byte loads) of one warp, grouped into
 // warp-level instructions: lane l's n-th access belongs to the warp's n-th instruction of that
@@ -696,7 +696,7 @@ inline void count_width_wavefronts(const void* const* addresses, int bytes, Shar
 }
 
 // One lane's shared-memory access of ``kind`` (16-byte writes: st.shared.v4, cp.async's write
-// side; 4-byte loads: ld.shared.b32; LOAD and STORE of ``bytes``): the warp's accesses of a kind
+// side; 4-byte loads: ld.shared.b32; 16-byte loads: ld.shared.v4; LOAD and STORE of ``bytes``): the warp's accesses of a kind
 // are counted per warp-level instruction, 16-byte ones in 4 phases of 8 lanes as the hardware
 // serves them, 4-byte ones in one phase of 32 (count_width_wavefronts).
 inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
@@ -997,6 +997,18 @@ inline unsigned ld_shared_32(const void* src) {
 // ld.volatile.shared.b32: on the host the same as ld_shared_32 (what .volatile changes is only
 // what the compiler may do with the load).
 inline unsigned ld_shared_32_volatile(const void* src) { return ld_shared_32(src); }
+
+// ld.shared.v4.f32: the 16 bytes at src (16-byte aligned) as they are now; counted
+// (gradops_host::count_access).
+inline float4 ld_shared_16(const void* src) {
+    if (reinterpret_cast<std::uintptr_t>(src) % 16)
+        gradops_host::fail("ld.shared.v4: a 16-byte load from an address that is not 16-byte aligned");
+    float4 v;
+    gradops_host::race_access(src, 16, false);
+    std::memcpy(&v, src, 16);
+    gradops_host::count_access(src, gradops_host::LOAD_16);
+    return v;
+}
 
 // cvt.rna.tf32.f32 on a float's bits: rounded to 10 mantissa bits, ties away from zero (the
 // low 13 bits cleared); Inf and NaN pass unchanged.

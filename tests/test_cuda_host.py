@@ -626,6 +626,12 @@ DEPTHWISE_PLANTED = {
     "depthwise-nchw-slice-planes-not-offset": (
         "const int plane0 = (n * out_depth + oc0 + q) * plane;", "const int plane0 = (n * out_depth + oc0) * plane;",
         [DW_NCHW_M3]),
+    # NCHW taps: 16-byte reads of the staged rows (float accumulators at stride 1: ptx::ld_shared_16)
+    "depthwise-nchw-taps-read-off-the-16-byte-grid": (
+        "wr * RP + k * READ, row + k * READ);", "wr * RP + k * READ + 2, row + k * READ);", [DW_NCHW_F16, DW_NCHW_F32]),
+    "depthwise-nchw-taps-runs-read-in-reverse": (
+        "wr * RP + k * READ, row + k * READ);", "wr * RP + (RUNS - 1 - k) * READ, row + k * READ);",
+        [DW_NCHW_F16, DW_NCHW_F32]),
     # narrow tiles: the tile origin and its staged columns must follow the tile's own width
     "depthwise-tile-origin-assumes-16-columns": (
         "const int x0 = tile_col * S::TILE_COLS - pad_left % SW;", "const int x0 = tile_col * 16 - pad_left % SW;",

@@ -206,6 +206,17 @@ __global__ void load_words(const unsigned* tile, const int* offset, unsigned* ou
     out[threadIdx.x] = VOLATILE ? ld_shared_32_volatile(&s[offset[threadIdx.x]]) : ld_shared_32(&s[offset[threadIdx.x]]);
 }
 
+// One warp: lane l reads the 16 bytes at float offset[l] of a 1024-float shared tile with
+// ld_shared_16 into out[4 l .. 4 l + 3].
+__global__ void load_quads(const float* tile, const int* offset, float* out) {
+    __shared__ __align__(128) float s[1024];
+    for (int i = threadIdx.x; i < 1024; i += 32) s[i] = tile[i];
+    __syncthreads();
+    const float4 v = ld_shared_16(&s[offset[threadIdx.x]]);
+    out[4 * threadIdx.x] = v.x, out[4 * threadIdx.x + 1] = v.y, out[4 * threadIdx.x + 2] = v.z;
+    out[4 * threadIdx.x + 3] = v.w;
+}
+
 // One warp, grid-stride: out[i] = round_tf32(bits[i]).
 __global__ void round_words_to_tf32(const unsigned* bits, unsigned* out, int n) {
     for (int i = threadIdx.x; i < n; i += 32) out[i] = round_tf32(bits[i]);
@@ -309,7 +320,7 @@ EXPRESSIONS = (
     [f"load_matrices<{x}, {bool_arg(t)}, {ld}>" for x in (1, 2, 4) for t in (False, True) for ld in LDS]
     + ["mma_m16n8k16_lanes<__half>", "mma_m16n8k16_lanes<__nv_bfloat16>", "mma_m16n8k8_tf32_lanes"]
     + ["mma_m16n8k8_lanes<__half>", "mma_m16n8k8_lanes<__nv_bfloat16>"]
-    + ["load_words<false>", "load_words<true>", "round_words_to_tf32"]
+    + ["load_words<false>", "load_words<true>", "load_quads", "round_words_to_tf32"]
     + [f"async_copy<{w}>" for w in (-1, 0, 1)]
     + [f"store_rows<{ld}>" for ld in (32, 40, 64)]
     + [f"split_warp<{split}, {bool_arg(mma)}>" for split in (0, 16, 31, 32) for mma in (False, True)]
@@ -524,6 +535,30 @@ def test_4_byte_load_reads_and_bank_conflicts_are_counted(kernels, stride, wavef
                    order="shuffled", seed=2)
     np.testing.assert_array_equal(out, tile[offsets])
     assert kernels.shared_stats(kind="ld_shared_32") == {"accesses": 1, "wavefronts": wavefronts, "ideal": 1}
+
+
+@pytest.mark.parametrize("stride,wavefronts", [(4, 4), (8, 8), (16, 16), (32, 32), (0, 4), (36, 4)])
+def test_16_byte_load_reads_and_bank_conflicts_are_counted(kernels, stride, wavefronts):
+    """ld_shared_16 returns the 4 floats it addresses, in order; a warp's 32 sixteen-byte loads
+    are served a quarter-warp at a time, so consecutive quads (or quads 36 floats apart, or one
+    quad) take 4 passes, and quads 8, 16 or 32 floats apart put 2, 4 or 8 lanes of a quarter on
+    the same banks."""
+    tile = np.arange(1024, dtype=np.float32) * np.float32(1.5) - 7
+    offsets = (np.arange(32) * stride % 1024).astype(np.int32)
+    out = np.zeros(128, np.float32)
+    kernels.shared_stats(reset=True, kind="ld_shared_16")
+    kernels.launch("load_quads", (1,), (32,), [tile, offsets, out], [], order="shuffled", seed=3)
+    np.testing.assert_array_equal(out.reshape(32, 4), tile[offsets[:, None] + np.arange(4)])
+    assert kernels.shared_stats(kind="ld_shared_16") == {"accesses": 1, "wavefronts": wavefronts, "ideal": 4}
+
+
+def test_16_byte_load_needs_an_aligned_address(kernels):
+    """A 16-byte shared load from an address that is not 16-byte aligned fails the launch, as
+    ld.shared.v4 faults on a GPU (misaligned address)."""
+    offsets = (np.arange(32) * 4).astype(np.int32)
+    offsets[9] += 2
+    with pytest.raises(cuda_host.HostLaunchError, match="not 16-byte aligned"):
+        kernels.launch("load_quads", (1,), (32,), [np.zeros(1024, np.float32), offsets, np.zeros(128, np.float32)], [])
 
 
 # --------------------------------------------------------------------------- cp.async
