@@ -711,6 +711,32 @@ def test_planted_depthwise_tiled_kernel_bugs_fail_the_comparison(bug, tmp_path, 
             assert_same_result(got, want, problem[6])
 
 
+@pytest.mark.parametrize("odd", [True, False], ids=["odd-planes", "planted-even-planes"])
+def test_depthwise_nchw_tap_reads_are_conflict_free(monkeypatch, tmp_path, odd):
+    """The NCHW tiled kernel's 16-byte tap reads (ptx::ld_shared_16, float accumulators at
+    stride 1) take the fewest bank passes: its staged planes lie an odd number of 16 bytes apart,
+    so the 8 lanes of a quarter-warp (8 slots, one column) read 8 different 16-byte bank groups
+    (dwconv::Planes).  Planted planes an even number of 16 bytes apart put lanes on the same banks:
+    the count sees more passes (the result stays right)."""
+    source_dir = None
+    expression = "gradops::depthwise_conv2d_native_backprop_input_tiled<float, float, 1, 3, 3, 1, 1, 2, 2>"
+    if not odd:
+        cuda_host.planted_sources(tmp_path, DEPTHWISE_SOURCE,
+                                  ("(PLANE / UNIT) % 2 == 1 ? PLANE : PLANE + UNIT;", "(PLANE / UNIT) % 2 == 0 ? PLANE : PLANE + UNIT;"),
+                                  ("(CP / UNIT) % 2 == 1, \"16-byte rows, odd", "true, \"16-byte rows, odd"))
+        source_dir = tmp_path
+    device = cuda_host.HostDevice(order="shuffled", seed=11, source_dir=source_dir).install(monkeypatch)
+    kernels = device.host_kernels(DEPTHWISE_SOURCE, expression)
+    kernels.shared_stats(reset=True, kind="ld_shared_16")
+    assert_same_result(*run_depthwise_planted(DW_NCHW_F32, np.random.default_rng(7)), np.float32)
+    reads = kernels.shared_stats(kind="ld_shared_16")
+    assert reads["accesses"] > 0
+    if odd:
+        assert reads["wavefronts"] == reads["ideal"], reads
+    else:
+        assert reads["wavefronts"] > reads["ideal"], reads
+
+
 # --------------------------------------------------------------------------- the public API on the stand-in
 
 
