@@ -982,32 +982,32 @@ inline void st_shared_16(void* dst, const void* src) {
     gradops_host::count_access(dst, gradops_host::STORE_16);
 }
 
-// ld.shared.b32: the 4 bytes at src (4-byte aligned) as they are now; counted
-// (gradops_host::count_access).
-inline unsigned ld_shared_32(const void* src) {
-    if (reinterpret_cast<std::uintptr_t>(src) % 4)
-        gradops_host::fail("ld.shared.b32: a 4-byte load from an address that is not 4-byte aligned");
-    unsigned v;
-    gradops_host::race_access(src, 4, false);
-    std::memcpy(&v, src, 4);
-    gradops_host::count_access(src, gradops_host::LOAD_4, 4);
+// ld.shared of a V (4 or 16 bytes) at src (V-aligned, else the launch fails naming ``what``) as
+// it is now; counted under ``kind`` (gradops_host::count_access).
+template <typename V> inline V ld_shared(const void* src, gradops_host::SharedKind kind, const char* what) {
+    static_assert(sizeof(V) == 4 || sizeof(V) == 16, "the widths the kernels load");
+    if (reinterpret_cast<std::uintptr_t>(src) % sizeof(V)) gradops_host::fail(what);
+    V v;
+    gradops_host::race_access(src, sizeof(V), false);
+    std::memcpy(&v, src, sizeof(V));
+    gradops_host::count_access(src, kind, sizeof(V));
     return v;
+}
+
+// ld.shared.b32: the 4 bytes at src (4-byte aligned), as raw bits.
+inline unsigned ld_shared_32(const void* src) {
+    return ld_shared<unsigned>(src, gradops_host::LOAD_4,
+                               "ld.shared.b32: a 4-byte load from an address that is not 4-byte aligned");
 }
 
 // ld.volatile.shared.b32: on the host the same as ld_shared_32 (what .volatile changes is only
 // what the compiler may do with the load).
 inline unsigned ld_shared_32_volatile(const void* src) { return ld_shared_32(src); }
 
-// ld.shared.v4.f32: the 16 bytes at src (16-byte aligned) as they are now; counted
-// (gradops_host::count_access).
+// ld.shared.v4.f32: the 16 bytes at src (16-byte aligned).
 inline float4 ld_shared_16(const void* src) {
-    if (reinterpret_cast<std::uintptr_t>(src) % 16)
-        gradops_host::fail("ld.shared.v4: a 16-byte load from an address that is not 16-byte aligned");
-    float4 v;
-    gradops_host::race_access(src, 16, false);
-    std::memcpy(&v, src, 16);
-    gradops_host::count_access(src, gradops_host::LOAD_16);
-    return v;
+    return ld_shared<float4>(src, gradops_host::LOAD_16,
+                             "ld.shared.v4: a 16-byte load from an address that is not 16-byte aligned");
 }
 
 // cvt.rna.tf32.f32 on a float's bits: rounded to 10 mantissa bits, ties away from zero (the
