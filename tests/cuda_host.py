@@ -283,8 +283,9 @@ class HostKernels:
     def shared_stats(self, reset: bool = True, kind: str = "ldmatrix") -> dict[str, int]:
         """Shared-memory traffic of one emulated primitive (``ldmatrix``, the 16-byte stores
         of ``st_shared_16``, the shared-memory writes of 16-byte ``cp_async``, the 4-byte
-        loads of ``ld_shared_32`` or the 16-byte loads of ``ld_shared_16``), or of the plain ``load``s and ``store``s a kernel reports
-        itself (``gradops_host::count_access`` with their width), since the last reset: ``accesses`` (warp-level instructions),
+        loads of ``ld_shared_32`` or the 16-byte loads of ``ld_shared_16``), or of the plain
+        ``load``s and ``store``s a kernel reports itself (``gradops_host::count_access`` with
+        their width), since the last reset: ``accesses`` (warp-level instructions),
         ``wavefronts`` (bank passes they took) and ``ideal`` (the fewest passes the same bytes
         could take); wavefronts > ideal means bank conflicts.  ``reset``: start counting afresh."""
         out = (ctypes.c_longlong * 3)()

@@ -696,9 +696,10 @@ inline void count_width_wavefronts(const void* const* addresses, int bytes, Shar
 }
 
 // One lane's shared-memory access of ``kind`` (16-byte writes: st.shared.v4, cp.async's write
-// side; 4-byte loads: ld.shared.b32; 16-byte loads: ld.shared.v4; LOAD and STORE of ``bytes``): the warp's accesses of a kind
-// are counted per warp-level instruction, 16-byte ones in 4 phases of 8 lanes as the hardware
-// serves them, 4-byte ones in one phase of 32 (count_width_wavefronts).
+// side; 4-byte loads: ld.shared.b32; 16-byte loads: ld.shared.v4; LOAD and STORE of
+// ``bytes``): the warp's accesses of a kind are counted per warp-level instruction, 16-byte
+// ones in 4 phases of 8 lanes as the hardware serves them, 4-byte ones in one phase of 32
+// (count_width_wavefronts).
 inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
     Scheduler& s = scheduler();
     const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
