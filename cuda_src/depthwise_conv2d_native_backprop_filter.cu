@@ -6,7 +6,9 @@
 // [tap = r * S + s][k = c * M + m], the out_backprop channel order.
 //
 // Two launches, no floating-point atomics, so every bit of the result is reproducible: partial
-// sums of fixed slices of the output positions, then their fixed-order sum.
+// sums of fixed slices of the output positions, then their fixed-order sum.  Where the launcher
+// cuts the work into one slice, the first kernel writes the result itself (store_sum) and the
+// second does not run.
 // * ..._tiled (NHWC 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the tiled
 //   kernel" below): the partial sums of a slice of output tiles x 32 (float) or 16 (double)
 //   channels per CTA, the input tile staged in shared memory, the sums in registers; its ASYNC
@@ -34,6 +36,26 @@
 
 namespace gradops {
 
+// Writes one sum of the first kernels at ``index`` ([slice][tap][k]): into ``partial`` for the
+// _reduce kernel, or, where the launch has a single slice (``result`` not null; slice 0's
+// layout is the filter gradient's, [tap][k]), into the filter gradient itself, rounded as the
+// _reduce kernel rounds one slice's sum (0 + sum, then from_acc: the same bits, -0.0 included).
+// Uniform per launch, after the sums: one branch, off every hot loop.
+template <typename T, typename Acc, typename I>
+__device__ __forceinline__ void store_sum(Acc* __restrict__ partial, T* __restrict__ result, I index, Acc sum) {
+#ifdef __CUDA_ARCH__
+    // An opaque copy of the pointer at each store, so that the compiler tests it here rather
+    // than keeping a copy of the enclosing loops per branch (unswitched, the per-element kernel
+    // doubled its code and moved its registers by up to 8 either way, across occupancy steps).
+    asm volatile("mov.b64 %0, %0;" : "+l"(result));
+#endif
+    if (result != nullptr) {
+        result[index] = from_acc<T, Acc>(Acc(0) + sum);
+    } else {
+        partial[index] = sum;
+    }
+}
+
 template <int L, typename I> struct DwTensor {
     I rows, cols, depth;
     __device__ __forceinline__ I offset(I n, I y, I x, I c) const {
@@ -44,8 +66,8 @@ template <int L, typename I> struct DwTensor {
 template <typename T, typename Acc, int L, typename I>
 __global__ void depthwise_conv2d_native_backprop_filter_partial(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial,
-        long long batch_, long long in_rows_, long long in_cols_, long long in_depth_, long long multiplier_,
-        long long out_rows_, long long out_cols_, long long filter_rows_, long long filter_cols_,
+        T* __restrict__ result, long long batch_, long long in_rows_, long long in_cols_, long long in_depth_,
+        long long multiplier_, long long out_rows_, long long out_cols_, long long filter_rows_, long long filter_cols_,
         long long stride_rows_, long long stride_cols_, long long dilation_rows_, long long dilation_cols_,
         long long pad_top_, long long pad_left_, long long slices_, long long rows_per_slice_) {
     const I batch = static_cast<I>(batch_), in_rows = static_cast<I>(in_rows_), in_cols = static_cast<I>(in_cols_);
@@ -94,7 +116,7 @@ __global__ void depthwise_conv2d_native_backprop_filter_partial(
                 acc += to_acc<Acc>(input[in.offset(n, h, w, c)]) * to_acc<Acc>(out_backprop[out.offset(n, p, q, k)]);
             }
         }
-        partial[(slice * taps + tap) * out_depth + k] = acc;
+        store_sum(partial, result, (slice * taps + tap) * out_depth + k, acc);
     }
 }
 
@@ -424,13 +446,14 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
 // loads of multiplier 2 (each value staged twice); the launcher picks it (in_depth a multiple
 // of 16 / sizeof(T) and an aligned input for 1 and 2).  lane_loads: out_backprop read V
 // channels per load (out_depth a multiple of V, aligned).  columns_per_warp: how a warp's two
-// work items sit in the tile (see below).  partial: [slices][K * K][out_depth].
+// work items sit in the tile (see below).  partial: [slices][K * K][out_depth] (result:
+// store_sum).
 template <typename T, typename Acc, int K, int S, int C, bool ASYNC = false>
 __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K, S, ASYNC>::value)) depthwise_conv2d_native_backprop_filter_tiled(
-        const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
-        int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
-        int tiles_down, int tiles_across, int units, int units_per_slice, int staging, int lane_loads,
-        int columns_per_warp) {
+        const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial,
+        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int multiplier, int out_rows, int out_cols,
+        int pad_top, int pad_left, int tiles_down, int tiles_across, int units, int units_per_slice, int staging,
+        int lane_loads, int columns_per_warp) {
     using namespace dwfilter;
     using Sh = Shape<K, S, C>;
     using Async = AsyncStaging<T, Acc, K, S, C>;
@@ -637,7 +660,7 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
         Acc sum = sums[t * CHANNELS + channel];
 #pragma unroll
         for (int w = 1; w < kItems; ++w) sum += sums[(w * K * K + t) * CHANNELS + channel];
-        partial[(slice * K * K + t) * out_depth + k0 + channel] = sum;
+        store_sum(partial, result, (slice * K * K + t) * out_depth + k0 + channel, sum);
     }
 }
 
@@ -970,13 +993,14 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
 // [z * border_per_slice, ...) (every slice a share of both, so that no warp runs only border
 // items); lane_loads: out_backprop rows read 4 values per load (out_cols a multiple of 4, an
 // aligned tensor); WINDOW_FORM: a dwplanes::WindowForm (pairs need in_cols even and the input
-// aligned to a pair).  partial: [slices][K * K][out_depth].
+// aligned to a pair).  partial: [slices][K * K][out_depth] (result: store_sum).
 template <typename T, typename Acc, int K, int S, int WINDOW_FORM>
 __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
-        const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial, int in_rows,
-        int in_cols, int in_depth, int multiplier, int out_rows, int out_cols, int pad_top, int pad_left,
-        int item_rows, int item_cols, int box_row0, int box_row1, int box_col0, int box_col1, int interior_items,
-        int border_items, int interior_per_slice, int border_per_slice, int lane_loads) {
+        const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial,
+        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int multiplier, int out_rows, int out_cols,
+        int pad_top, int pad_left, int item_rows, int item_cols, int box_row0, int box_row1, int box_col0,
+        int box_col1, int interior_items, int border_items, int interior_per_slice, int border_per_slice,
+        int lane_loads) {
     using namespace dwplanes;
     // A warp's lanes' sums, [tap][lane]; 33 words a tap, so that the lanes adding one tap each
     // read 32 banks.
@@ -1017,7 +1041,7 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, 
         Acc sum = sums[warp][lane][0];
 #pragma unroll
         for (int l = 1; l < kWarpSize; ++l) sum += sums[warp][lane][l];
-        partial[(slice * K * K + lane) * out_depth + k] = sum;
+        store_sum(partial, result, (slice * K * K + lane) * out_depth + k, sum);
     }
 }
 
@@ -1265,12 +1289,12 @@ template <int M, int K> __device__ __forceinline__ bool warp_sums_finite(const f
 
 // VEC: elements per staging chunk (4, 2 or 1; see dwfmma::stage_image; a template parameter:
 // three run-time variants in one kernel held about 40 more registers).  partial: [slices][K *
-// K][out_depth] floats.
+// K][out_depth] floats (result: store_sum).
 template <typename T, int K, int M, int VEC>
 __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::value) depthwise_conv2d_native_backprop_filter_mma(
-        const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial, int in_rows,
-        int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int batch,
-        int images_per_slice) {
+        const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial,
+        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int out_rows, int out_cols, int pad_top,
+        int pad_left, int batch, int images_per_slice) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwfmma;
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
@@ -1371,7 +1395,7 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
             float sum = diagonal[0];
 #pragma unroll
             for (int j = 1; j < 8; ++j) sum += diagonal[j * 9];  // entry (j + d_s, j)
-            partial[(slice * K * K + tap) * out_depth + c * M + q] = sum;
+            store_sum(partial, result, (slice * K * K + tap) * out_depth + c * M + q, sum);
         }
     } else {
         // The checked sums: TF's taps only, from global memory.
@@ -1391,7 +1415,7 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
                     }
                 }
             }
-            partial[(slice * K * K + tap) * out_depth + c * M + q] = sum;
+            store_sum(partial, result, (slice * K * K + tap) * out_depth + c * M + q, sum);
         }
     }
 #endif  // GRADOPS_HAS_MMA_SM80
@@ -1586,15 +1610,17 @@ __device__ __forceinline__ void store_unit(unsigned* stage, int tid, const uint4
 }
 }  // namespace dwfnhwc
 
-// partial: [slices][K * K][out_depth] floats.  Grid (in_depth / Stage::CHANNELS, slices); units
-// (image, tile row, tile column), column fastest; slice z takes units [z units_per_slice, +
-// units_per_slice).  PACKED (maps of at most 8 x 8; tiles_down = tiles_across = 1): unit n holds
-// images 4 n .. 4 n + 3, 2 x 2 at pack_stride rows and columns (the launcher's
-// mma_nhwc_pack_stride: no image's taps reach another's values), its taps on the same diagonals.
+// partial: [slices][K * K][out_depth] floats (result: store_sum).  Grid (in_depth /
+// Stage::CHANNELS, slices); units (image, tile row, tile column), column fastest; slice z takes
+// units [z units_per_slice, + units_per_slice).  PACKED (maps of at most 8 x 8; tiles_down =
+// tiles_across = 1): unit n holds images 4 n .. 4 n + 3, 2 x 2 at pack_stride rows and columns
+// (the launcher's mma_nhwc_pack_stride: no image's taps reach another's values), its taps on the
+// same diagonals.
 template <typename T, int K, int M, bool PACKED>
 __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, PACKED>::value)) depthwise_conv2d_native_backprop_filter_mma_nhwc(
-        const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial, int in_rows,
-        int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_down,
+        const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial,
+        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int out_rows, int out_cols, int pad_top,
+        int pad_left, int tiles_down,
         int tiles_across, int units, int units_per_slice, int batch, int pack_stride) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwfnhwc;
@@ -1685,7 +1711,8 @@ __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, P
                         float sum = sums[lane * 8];
 #pragma unroll
                         for (int j = 1; j < 8; ++j) sum += sums[lane * 8 + j * 9];  // entry (j + s, j)
-                        partial[(slice * K * K + r * K + lane) * out_depth + (c0 + warp * CW + h) * M + q] = sum;
+                        store_sum(partial, result,
+                                  (slice * K * K + r * K + lane) * out_depth + (c0 + warp * CW + h) * M + q, sum);
                     }
                     __syncwarp();
                 }
@@ -1712,7 +1739,7 @@ __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, P
                     }
                 }
             }
-            partial[(slice * K * K + tap) * out_depth + c * M + q] = sum;
+            store_sum(partial, result, (slice * K * K + tap) * out_depth + c * M + q, sum);
         }
     }
 #endif  // GRADOPS_HAS_MMA_SM80

@@ -729,6 +729,8 @@ class HostDevice:
             scalars = [a for a in args if not isinstance(a, (np.ndarray, np.uint64))]
             for p in pointers:
                 address = p.ctypes.data if isinstance(p, np.ndarray) else int(p)
+                if address == 0:
+                    continue  # a null pointer, which a kernel may take (and must not dereference)
                 owner = self.device_of(address)
                 assert owner is not None, f"{expression}: a pointer argument is not in device memory"
                 assert owner == self.current_device, (

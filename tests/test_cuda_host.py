@@ -777,7 +777,9 @@ def test_foreign_views_are_zero_copy_and_keep_their_device(monkeypatch):
 
 
 def test_launches_with_host_memory_or_another_devices_array_are_refused(monkeypatch, kernels):
-    """A kernel argument must point into an array of the current device, as on a GPU."""
+    """A kernel argument must point into an array of the current device, as on a GPU, or be
+    null (a pointer the kernel does not use, as the depthwise filter gradient's one-slice
+    launches pass)."""
     device = cuda_host.HostDevice().install(monkeypatch)
     import cupy
 
@@ -793,6 +795,7 @@ def test_launches_with_host_memory_or_another_devices_array_are_refused(monkeypa
     with pytest.raises(AssertionError, match="launched on device 0 with an array of device 1"):
         launch((1,), (1,), (np.uint64(on_1.ctypes.data), on_0, on_0, *sizes))
     launch((1,), (1,), (on_0, on_0, on_0, *sizes))  # the same launch, well formed
+    launch((1,), (1,), (on_0, np.uint64(0), on_0, *sizes))  # a null pointer the empty launch never reads
 
 
 DEPTHWISE = ("depthwise_conv2d_native_backprop_input.cu",

@@ -991,6 +991,33 @@ def test_planted_reduce_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_planted_bug_caught(PLANTED_REDUCE[bug], lambda: reduce_problem(np.random.default_rng(7)),
                               lambda got, want: assert_close(got, want, np.float64), 11, tmp_path, monkeypatch)
 
+PLANTED_ONE_SLICE = {  # bugs in store_sum's one-slice store, run on one_slice_problem
+    "one-slice-result-never-written": ("result[index] = from_acc<T, Acc>(Acc(0) + sum);", ""),
+    "one-slice-result-one-element-on": ("result[index] = from_acc<T, Acc>(Acc(0) + sum);",
+                                        "result[index + 1] = from_acc<T, Acc>(Acc(0) + sum);"),
+    "one-slice-result-not-rounded": ("result[index] = from_acc<T, Acc>(Acc(0) + sum);",
+                                     "result[index] = from_acc<T, Acc>(Acc(0) + static_cast<Acc>(static_cast<int>(sum)));"),
+}
+
+
+def one_slice_problem(rng):
+    """(launcher result, NumPy backend result) of a float16 call in one slice (the first
+    kernel writes the result): multiplier 2 on 5 channels, SAME padding."""
+    import cupy
+
+    kwargs, _, _, _ = cuda_case(rng, x_shape=(2, 6, 7, 5), filt_hw=(3, 3), multiplier=2, padding="SAME",
+                                dtype=np.float16)
+    got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+        geometry_of(kwargs), cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), slices=1)
+    return to_host(got), gradops.depthwise_conv2d_native_backprop_filter(**kwargs, backend="numpy")
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_ONE_SLICE))
+def test_planted_one_slice_store_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED_ONE_SLICE[bug], lambda: one_slice_problem(np.random.default_rng(9)),
+                              lambda got, want: assert_close(got, want, np.float16), 11, tmp_path, monkeypatch)
+
+
 PLANTED_TILED = {  # bugs in the tiled kernel: name -> (text of the real source, its replacement)
     "tiled-slice-drops-its-last-tile": ("const int stop = min(units, first + units_per_slice);",
                                         "const int stop = min(units, first + units_per_slice - 1);"),
@@ -1252,34 +1279,41 @@ def test_cuda_planes_shapes(cuda_device, rng, filt, stride):
                 check_cuda(kwargs, x, dy, case, planes=True, items_per_slice=per_slice)
 
 
-ONE_SLICE_PATHS = {  # path -> (layout, filter, the launcher's overrides that make one slice)
-    "per-element": ("NHWC", (3, 2), dict(tiled=False, slices=1)),
-    "tiled": ("NHWC", (3, 3), dict(tiled=True, units_per_slice=10 ** 6)),
-    "planes": ("NCHW", (3, 3), dict(planes=True, items_per_slice=10 ** 6)),
+ONE_SLICE_PATHS = {  # path -> (layout, filter, the launcher's overrides that make one slice, its kernel)
+    "per-element": ("NHWC", (3, 2), dict(tiled=False, slices=1), "_partial<"),
+    "tiled": ("NHWC", (3, 3), dict(tiled=True, units_per_slice=10 ** 6), "_tiled<"),
+    "planes": ("NCHW", (3, 3), dict(planes=True, items_per_slice=10 ** 6), "_planes<"),
+    "mma": ("NCHW", (3, 3), dict(mma=True, images_per_slice=10 ** 6), "_mma<"),
+    "mma-nhwc": ("NHWC", (5, 5), dict(mma=True, images_per_slice=10 ** 6), "_mma_nhwc<"),
 }
+ONE_SLICE_DTYPES = {"float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float32": np.float32,
+                    "float64": np.float64}
 
 
-@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=["float32", "float64", "float16"])
-@pytest.mark.parametrize("path", list(ONE_SLICE_PATHS))
+@pytest.mark.parametrize("path,dtype", [(p, d) for p in ONE_SLICE_PATHS for d in ONE_SLICE_DTYPES
+                                        if not p.startswith("mma") or d in ("float16", "bfloat16")])
 def test_cuda_one_slice_needs_no_reduction(cuda_device, monkeypatch, path, dtype):
-    """With one slice of sums in the result's own type (float32, float64) the first kernel writes
-    the result and no reduction runs; its bits are those the reduction would have written.  Sums
-    of another type (float16's float32) still take the reduction, which rounds them."""
+    """With one slice the first kernel writes the result and no reduction runs, in every dtype and
+    from every first kernel; its bits are those the reduction would have written (the half
+    types' float sums rounded as the reduction rounds one slice's sum)."""
     rng = np.random.default_rng(71)
-    data_format, filt, forced = ONE_SLICE_PATHS[path]
+    data_format, filt, forced, first = ONE_SLICE_PATHS[path]
+    dtype = ONE_SLICE_DTYPES[dtype]
     kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 7, 9, 16), filt_hw=filt, multiplier=1, padding="SAME",
                                     data_format=data_format, dtype=dtype)
-    assert cuda_launcher.reduce_needed(1, dtype) == (dtype == np.float16)
+    assert not cuda_launcher.reduce_needed(1, dtype)
     assert cuda_launcher.reduce_needed(2, dtype)
     before = len(cuda_device.launches) if cuda_device is not None else 0
     one = check_cuda(kwargs, x, dy, case, **forced)
     if cuda_device is not None:
         kernels = [launch[0] for launch in cuda_device.launches[before:]]
-        assert len(kernels) == (2 if dtype == np.float16 else 1), kernels
-        assert ("_reduce<" in kernels[-1]) == (dtype == np.float16)
-        assert {"per-element": "_partial<", "tiled": "_tiled<", "planes": "_planes<"}[path] in kernels[0]
+        assert len(kernels) == 1 and first in kernels[0], kernels
     monkeypatch.setattr(cuda_launcher, "reduce_needed", lambda slices, dtype: True)
+    before = len(cuda_device.launches) if cuda_device is not None else 0
     two = check_cuda(kwargs, x, dy, case, **forced)
+    if cuda_device is not None:
+        kernels = [launch[0] for launch in cuda_device.launches[before:]]
+        assert len(kernels) == 2 and first in kernels[0] and "_reduce<" in kernels[1], kernels
     np.testing.assert_array_equal(one.view(np.uint8), two.view(np.uint8))
 
 
@@ -1596,11 +1630,13 @@ def test_cuda_mma_is_the_default_and_chunks_agree(cuda_device):
         wide = to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(g, x_gpu, dy_gpu, mma=True))
         single = to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(g, shifted, dy_gpu, mma=True))
         assert wide.tobytes() == single.tobytes()
+        before = len(cuda_device.launches) if cuda_device is not None else 0
         default = to_host(gradops.depthwise_conv2d_native_backprop_filter(**dict(
             kwargs, input=x_gpu, out_backprop=dy_gpu), backend="cuda"))
         assert default.tobytes() == wide.tobytes()
-        if cuda_device is not None:  # the host stand-in: the partial sums' kernel, then the reduction
-            assert cuda_device.launches[-2][0] == f"gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 2, {chunk}>"
+        if cuda_device is not None:  # the host stand-in: the partial sums' kernel first
+            assert cuda_device.launches[before][0] == \
+                f"gradops::depthwise_conv2d_native_backprop_filter_mma<__half, 3, 2, {chunk}>"
         check_cuda(kwargs, x, dy, case)
 
 
@@ -1819,15 +1855,18 @@ def test_cuda_mma_nhwc_is_the_default_and_alignment_decides(cuda_device):
     kwargs, x, dy, case = nhwc_case(rng, (3, 14, 14, 16), 3, "SAME", None, 2, np.float16)
     x_gpu = cupy.asarray(np.ascontiguousarray(kwargs["input"]))
     dy_gpu = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
+    before = len(cuda_device.launches) if cuda_device is not None else 0
     gradops.depthwise_conv2d_native_backprop_filter(**dict(kwargs, input=x_gpu, out_backprop=dy_gpu), backend="cuda")
     if cuda_device is not None:
-        assert cuda_device.launches[-2][0] == "gradops::depthwise_conv2d_native_backprop_filter_mma_nhwc<__half, 3, 2, false>"
+        assert cuda_device.launches[before][0] == \
+            "gradops::depthwise_conv2d_native_backprop_filter_mma_nhwc<__half, 3, 2, false>"
     shifted = misaligned_on_gpu(kwargs["input"])
     assert not cuda_launcher.mma_nhwc_possible(geometry_of(kwargs), np.float16, (shifted, dy_gpu))
+    before = len(cuda_device.launches) if cuda_device is not None else 0
     gradops.depthwise_conv2d_native_backprop_filter(**dict(kwargs, input=shifted, out_backprop=dy_gpu),
                                                     backend="cuda")
     if cuda_device is not None:
-        assert "_mma_nhwc<" not in cuda_device.launches[-2][0]
+        assert "_mma_nhwc<" not in cuda_device.launches[before][0]
     check_cuda(kwargs, x, dy, case)
 
 

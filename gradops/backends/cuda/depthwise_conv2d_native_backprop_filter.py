@@ -4,9 +4,8 @@ Two launches (see the .cu file): partial sums of fixed slices of the output posi
 (tap, out_backprop channel) into a float (double for float64) scratch buffer, then a fixed-
 order sum of the slices, rounded once to the element type.  No atomics: the slicing depends
 on the geometry only, never on the GPU, so results are bitwise reproducible everywhere.  One
-launch where the geometry gives one slice and the sums are in the result's own type (float32,
-float64; :func:`reduce_needed`): the first kernel writes the result, which the fixed-order sum
-of one slice would only copy.
+launch where the geometry gives one slice (:func:`reduce_needed`): the first kernel writes the
+result, rounded as the fixed-order sum of one slice would round it (the same bits).
 
 The partial sums come from the tiled kernel (a CTA per channel block and slice of tiles, the
 sums in registers) where it runs (:func:`tiled_eligible`: NHWC, 3x3 or 5x5 at stride 1 or 2,
@@ -736,11 +735,12 @@ def pick_mma_nhwc(g: Conv2DGeometry, dtype, arrays=(), mma: bool | None = None) 
 
 
 def reduce_needed(slices: int, dtype) -> bool:
-    """Whether the partial sums need the second kernel: more than one slice, or sums in another
-    type than the result's (float32 for the half types).  Where not, the first kernel writes
-    the result itself: one slice's partial sums are laid out as the filter gradient
-    (tap-major, then out_backprop channel), and the second kernel would copy them unchanged."""
-    return slices > 1 or np.dtype(accumulator_dtype(np.dtype(dtype))) != np.dtype(dtype)
+    """Whether the partial sums need the second kernel: more than one slice.  With one, the
+    first kernel writes the result itself (``store_sum``), in every dtype: one slice's sums are
+    laid out as the filter gradient (tap-major, then out_backprop channel), and it rounds each as
+    the second kernel would (``0 + sum``, then to the result's type: the same bits).  ``dtype``
+    is kept for the callers; the answer no longer depends on it."""
+    return slices > 1
 
 
 def reduce_groups(slices: int) -> int:
@@ -819,12 +819,14 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     elements = g.filter_rows * g.filter_cols * g.out_depth
     grad = cupy.empty(g.filter_shape, dtype)
 
-    def partial_buffer(slices: int) -> "cupy.ndarray":
-        """The first kernel's sums (float32, float64 for float64): the result itself where no
-        reduction follows."""
+    def outputs(slices: int) -> tuple:
+        """(partial-sum buffer or None, the first kernel's ``partial`` and ``result`` pointers,
+        ``store_sum``): float32 (float64 for float64) partial sums for the reduction, or, with
+        one slice, the result itself and no buffer (the other pointer null)."""
         if not reduce_needed(slices, dtype):
-            return grad.reshape(-1)
-        return cupy.empty((slices * elements,), accumulator_dtype(dtype))
+            return None, (np.uint64(0), _runtime.pointer(grad))
+        partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
+        return partial, (_runtime.pointer(partial), np.uint64(0))
     if tiled is None and (slices is not None or index_bits is not None):
         tiled = False  # the per-element kernel's overrides
     if planes is None and tiled is not None:
@@ -840,11 +842,11 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             per_slice = images_per_slice
             slices = -(-units // per_slice)
         packed = mma_nhwc_packed(g)
-        partial = partial_buffer(slices)
+        partial, sums = outputs(slices)
         fn = _runtime.kernel(SOURCE, _mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier, packed))
         i32 = _runtime.i32
         fn((g.in_depth // mma_nhwc_channels(g), slices), (MMA_NHWC_THREADS,),
-           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+           (_runtime.pointer(x), _runtime.pointer(dy), *sums,
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
                                down, across, units, per_slice, g.batch,
                                mma_nhwc_pack_stride(g) if packed else 0))))
@@ -853,12 +855,12 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         if images_per_slice is not None:
             per_slice = images_per_slice
             slices = -(-g.batch // per_slice)
-        partial = partial_buffer(slices)
+        partial, sums = outputs(slices)
         fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier,
                                                      mma_chunk(g, dtype, (x, dy))))
         i32 = _runtime.i32
         fn((g.in_depth, -(-slices // MMA_WARPS)), (MMA_THREADS,),
-           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+           (_runtime.pointer(x), _runtime.pointer(dy), *sums,
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
                                g.batch, per_slice))))
     elif pick_planes(g, dtype, planes):
@@ -866,12 +868,12 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         slices = planes_slicing(g)[0] if items_per_slice is None else -(-g.batch * down * across // items_per_slice)
         row0, row1, col0, col1 = planes_interior_box(g)
         interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
-        partial = partial_buffer(slices)
+        partial, sums = outputs(slices)
         form = planes_window_form(g, dtype, x, pairs)
         fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows, form))
         i32 = _runtime.i32
         fn((-(-g.out_depth // PLANES_WARPS), slices), (PLANES_THREADS,),
-           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+           (_runtime.pointer(x), _runtime.pointer(dy), *sums,
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                g.pad_top, g.pad_left, down, across, row0, row1, col0, col1, interior, border,
                                interior_per_slice, border_per_slice, int(planes_lane_loads(g, dtype, dy))))))
@@ -893,11 +895,11 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             raise ValueError("asynchronous staging needs 16-byte staging, out_depth a multiple of 16 / itemsize, a "
                              "16-byte aligned out_backprop, a filter size and stride whose buffers fit in static "
                              "shared memory and compute capability 8.0+")
-        partial = partial_buffer(slices)
+        partial, sums = outputs(slices)
         fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c, bool(copies)))
         i32 = _runtime.i32
         fn((-(-g.out_depth // tiled_channels(dtype)), slices), (TILED_THREADS,),
-           (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+           (_runtime.pointer(x), _runtime.pointer(dy), *sums,
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                g.pad_top, g.pad_left, down, across, g.batch * down * across, per_slice, mode,
                                int(lane_loads(g, dtype, dy)), int(columns)))))
@@ -913,9 +915,9 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             index_bits = 32 if narrow else 64
         elif index_bits == 32 and not narrow:
             raise ValueError("32-bit indices cannot address this geometry")
-        partial = partial_buffer(slices)
+        partial, sums = outputs(slices)
         fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
-        _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), _runtime.pointer(partial),
+        _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), *sums,
                                        *kernel_scalars(g, slices, rows_per_slice)))
     if not reduce_needed(slices, dtype):
         return grad
