@@ -43,13 +43,15 @@ namespace gradops {
 // Uniform per launch, after the sums: one branch, off every hot loop.
 template <typename T, typename Acc, typename I>
 __device__ __forceinline__ void store_sum(Acc* __restrict__ partial, T* __restrict__ result, I index, Acc sum) {
+    int to_result = result != nullptr;
 #ifdef __CUDA_ARCH__
-    // An opaque copy of the pointer at each store, so that the compiler tests it here rather
-    // than keeping a copy of the enclosing loops per branch (unswitched, the per-element kernel
-    // doubled its code and moved its registers by up to 8 either way, across occupancy steps).
-    asm volatile("mov.b64 %0, %0;" : "+l"(result));
+    // The test made opaque at each store, so that the compiler branches here rather than keeping
+    // a copy of the enclosing loops per branch (unswitched, the per-element kernel doubled its
+    // code and moved its registers by up to 8 either way, across occupancy steps).  The flag,
+    // not the pointer, so that the store stays a global one (STG, not a generic ST).
+    asm volatile("" : "+r"(to_result));
 #endif
-    if (result != nullptr) {
+    if (to_result) {
         result[index] = from_acc<T, Acc>(Acc(0) + sum);
     } else {
         partial[index] = sum;

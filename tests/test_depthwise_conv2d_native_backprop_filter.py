@@ -1301,14 +1301,14 @@ def test_cuda_one_slice_needs_no_reduction(cuda_device, monkeypatch, path, dtype
     dtype = ONE_SLICE_DTYPES[dtype]
     kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 7, 9, 16), filt_hw=filt, multiplier=1, padding="SAME",
                                     data_format=data_format, dtype=dtype)
-    assert not cuda_launcher.reduce_needed(1, dtype)
-    assert cuda_launcher.reduce_needed(2, dtype)
+    assert not cuda_launcher.reduce_needed(1)
+    assert cuda_launcher.reduce_needed(2)
     before = len(cuda_device.launches) if cuda_device is not None else 0
     one = check_cuda(kwargs, x, dy, case, **forced)
     if cuda_device is not None:
         kernels = [launch[0] for launch in cuda_device.launches[before:]]
         assert len(kernels) == 1 and first in kernels[0], kernels
-    monkeypatch.setattr(cuda_launcher, "reduce_needed", lambda slices, dtype: True)
+    monkeypatch.setattr(cuda_launcher, "reduce_needed", lambda slices: True)
     before = len(cuda_device.launches) if cuda_device is not None else 0
     two = check_cuda(kwargs, x, dy, case, **forced)
     if cuda_device is not None:

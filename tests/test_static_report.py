@@ -342,17 +342,18 @@ def test_two_stage_sums_the_kernels():
     assert row["compulsory_bytes"] == 4 * 2 * (2 * 20 * 20 * 64 + 2 * g.out_rows * g.out_cols * 64)
 
 
-def test_one_slice_float32_filter_gradient_has_no_reduce_stage():
-    """Where the launcher runs no reduction (one slice, float32 sums of a float32 result), the
-    model has no reduce stage and the first kernel's DRAM bytes gain the filter gradient it
-    writes, which can make DRAM its limiter."""
+@pytest.mark.parametrize("width", [4, 2], ids=["float32", "float16"])
+def test_one_slice_filter_gradient_has_no_reduce_stage(width):
+    """Where the launcher runs no reduction (one slice, in any dtype), the model has no reduce
+    stage and the first kernel's DRAM bytes gain the filter gradient it writes (``width`` bytes
+    an element), which can make DRAM its limiter."""
     device = sr.DEVICES[0]
     first = {"stage": "planes", "bytes": 3.35e6, "limits_ms": {"DRAM": 1e-3, "L2": 5e-4, "issue": 1.0005e-3,
                                                                "occupancy": 2e-4},
              "limiter": "issue", "predicted_ms": 1.0005e-3, "pct_hbm": 99.95}
-    assert sr.reduce_stages(device, None, 1, 9 * 1000, np.float32, 4, 4, first) == []
-    assert first["bytes"] == 3.35e6 + 4 * 9000
-    assert first["limits_ms"]["DRAM"] == pytest.approx((3.35e6 + 36000) / device.bandwidth * 1e3)
+    assert sr.reduce_stages(device, None, 1, 9 * 1000, width, 4, first) == []
+    assert first["bytes"] == 3.35e6 + width * 9000
+    assert first["limits_ms"]["DRAM"] == pytest.approx((3.35e6 + width * 9000) / device.bandwidth * 1e3)
     assert first["limiter"] == "DRAM" and first["predicted_ms"] == first["limits_ms"]["DRAM"]
     assert first["pct_hbm"] == pytest.approx(100.0)
 
@@ -565,7 +566,7 @@ def test_filter_mma_nhwc_prediction(new_kernels):
         case = by_label[label]
         p = sr.predict(case, "float16", device, new_kernels)
         assert "not_modelled" not in p, p
-        assert [st["stage"] for st in p["stages"]] == [stage] + (["reduce"] if stage == "mma" else []), label
+        assert [st["stage"] for st in p["stages"]] == [stage, "reduce"], label
         assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
         if stage != "mma_nhwc":
             continue

@@ -1462,15 +1462,15 @@ def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
     return table[fewest]
 
 
-def reduce_stages(device: Device, kernel, slices: int, filter_elements: int, dtype, width: int, acc: int,
+def reduce_stages(device: Device, kernel, slices: int, filter_elements: int, width: int, acc: int,
                   first: dict) -> list[dict]:
     """The filter gradient's stages after ``first``: the reduction, or none where the launcher
-    runs none (one slice of sums in the result's own type: ``reduce_needed``); then ``first``
-    writes the filter gradient, whose bytes its DRAM limit gains (they were the reduction's)."""
+    runs none (one slice: ``reduce_needed``); then ``first`` writes the filter gradient, whose
+    bytes its DRAM limit gains (they were the reduction's)."""
     import importlib
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
-    if dwf.reduce_needed(slices, dtype):
+    if dwf.reduce_needed(slices):
         return [filter_reduce_stage(device, kernel, slices, filter_elements, width, acc)]
     first["bytes"] += width * filter_elements
     with_limit(first, device, first["bytes"], "DRAM", first["bytes"] / device.bandwidth)
@@ -1562,7 +1562,7 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
                        "idle_thread_instructions_per_unit": idle_unit,
                        "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /
                        (down * across * tile_rows * tile_cols)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -1704,7 +1704,7 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
                        "out_backprop_row_loads": "one" if four else "per value",
                        "window_loads": {dwf.PLANES_SINGLES: "per value", dwf.PLANES_PAIRS: "pairs",
                                         dwf.PLANES_PAIRS_FROM_COLUMN_BEFORE: "pairs from the column before"}[form]}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -1888,7 +1888,7 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
                        "hmma_per_image": costs["hmma"], "staging_loads_per_image": costs["loads"],
                        "staging_slots": list(costs["slots"]),
                        "plane_fill": dwf.mma_fill(g)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -2061,7 +2061,7 @@ def _predict_depthwise_filter_mma_nhwc(case: Case, dtype_name: str, device: Devi
                        "staging_loads_per_unit": costs["loads"], "staging_slots": list(costs["slots"]),
                        "packed": packed, "pack_stride": dwf.mma_nhwc_pack_stride(g) if packed else None,
                        "tile_fill": g.batch * g.out_rows * g.out_cols / (units * tile * tile)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -2112,7 +2112,7 @@ def _predict_depthwise_filter(case: Case, dtype_name: str, device: Device, kerne
     first = _stage("partial", device, partial, work, mean, pipes, reads,
                    filter_partial_l2_bytes(g, width, _runtime.BLOCK_1D) + acc * partials, trips)
 
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, dtype, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
     return _two_stage(case, dtype_name, device, g, partials, [first, *second])
 
 

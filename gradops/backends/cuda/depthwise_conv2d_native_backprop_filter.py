@@ -734,12 +734,11 @@ def pick_mma_nhwc(g: Conv2DGeometry, dtype, arrays=(), mma: bool | None = None) 
     return bool(mma)
 
 
-def reduce_needed(slices: int, dtype) -> bool:
+def reduce_needed(slices: int) -> bool:
     """Whether the partial sums need the second kernel: more than one slice.  With one, the
     first kernel writes the result itself (``store_sum``), in every dtype: one slice's sums are
     laid out as the filter gradient (tap-major, then out_backprop channel), and it rounds each as
-    the second kernel would (``0 + sum``, then to the result's type: the same bits).  ``dtype``
-    is kept for the callers; the answer no longer depends on it."""
+    the second kernel would (``0 + sum``, then to the result's type: the same bits)."""
     return slices > 1
 
 
@@ -823,7 +822,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         """(partial-sum buffer or None, the first kernel's ``partial`` and ``result`` pointers,
         ``store_sum``): float32 (float64 for float64) partial sums for the reduction, or, with
         one slice, the result itself and no buffer (the other pointer null)."""
-        if not reduce_needed(slices, dtype):
+        if not reduce_needed(slices):
             return None, (np.uint64(0), _runtime.pointer(grad))
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
         return partial, (_runtime.pointer(partial), np.uint64(0))
@@ -919,7 +918,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
         _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), *sums,
                                        *kernel_scalars(g, slices, rows_per_slice)))
-    if not reduce_needed(slices, dtype):
+    if not reduce_needed(slices):
         return grad
     reduce = _runtime.kernel(SOURCE, _reduce_expression(dtype))
     reduce((-(-elements // REDUCE_ELEMENTS),), (REDUCE_ELEMENTS * reduce_groups(slices),),
