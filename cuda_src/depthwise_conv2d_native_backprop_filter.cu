@@ -1622,8 +1622,7 @@ template <typename T, int K, int M, bool PACKED>
 __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, PACKED>::value)) depthwise_conv2d_native_backprop_filter_mma_nhwc(
         const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial,
         T* __restrict__ result, int in_rows, int in_cols, int in_depth, int out_rows, int out_cols, int pad_top,
-        int pad_left, int tiles_down,
-        int tiles_across, int units, int units_per_slice, int batch, int pack_stride) {
+        int pad_left, int tiles_down, int tiles_across, int units, int units_per_slice, int batch, int pack_stride) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwfnhwc;
     using St = Stage<K, M>;

@@ -991,12 +991,13 @@ def test_planted_reduce_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     assert_planted_bug_caught(PLANTED_REDUCE[bug], lambda: reduce_problem(np.random.default_rng(7)),
                               lambda got, want: assert_close(got, want, np.float64), 11, tmp_path, monkeypatch)
 
+
 PLANTED_ONE_SLICE = {  # bugs in store_sum's one-slice store, run on one_slice_problem
     "one-slice-result-never-written": ("result[index] = from_acc<T, Acc>(Acc(0) + sum);", ""),
     "one-slice-result-one-element-on": ("result[index] = from_acc<T, Acc>(Acc(0) + sum);",
                                         "result[index + 1] = from_acc<T, Acc>(Acc(0) + sum);"),
-    "one-slice-result-not-rounded": ("result[index] = from_acc<T, Acc>(Acc(0) + sum);",
-                                     "result[index] = from_acc<T, Acc>(Acc(0) + static_cast<Acc>(static_cast<int>(sum)));"),
+    "one-slice-result-truncated": ("result[index] = from_acc<T, Acc>(Acc(0) + sum);",
+                                   "result[index] = from_acc<T, Acc>(Acc(0) + static_cast<Acc>(static_cast<int>(sum)));"),
 }
 
 
