@@ -186,6 +186,11 @@ class HostKernels:
                         f'only, only_count, error, error_size); }}')
             code.append(f'GRADOPS_HOST_EXPORT int signature_{i}(int* codes, int capacity) '
                         f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
+        code.append('GRADOPS_HOST_EXPORT void shared_regions(const unsigned long long* at, '
+                    'const unsigned long long* bytes, long long count) { '
+                    'auto& r = gradops_host::scheduler().shared_regions; r.clear(); '
+                    'for (long long i = 0; i < count; ++i) '
+                    'r.emplace_back(reinterpret_cast<unsigned char*>(at[i]), bytes[i]); }')
         code.append('GRADOPS_HOST_EXPORT void shared_stats(long long* out, int kind, int reset) { '
                     'auto& t = gradops_host::scheduler().shared[kind]; '
                     'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
@@ -236,9 +241,16 @@ class HostKernels:
                 objects.unlink()
             partial.replace(library)  # atomic: a concurrent run never loads half a library
         self._lib = ctypes.CDLL(str(library))
+        variables = shared_variables(library, self._lib)
         if racecheck:
-            for address, size, name in shared_variables(library, self._lib):
+            for address, size, name in variables:
                 self._lib.gradops_register_shared(ctypes.c_void_p(address), ctypes.c_size_t(size), name.encode())
+        # Poisoned before each block of a launch (see the runtime header): a GPU leaves them
+        # undefined.  ``poison_shared = False`` keeps them as the last block left them (only for
+        # tests of the host model itself).
+        self.poison_shared = True
+        self._shared_regions = tuple(np.array([v[i] for v in variables] or [0], np.uint64) for i in (0, 1))
+        self._shared_count = len(variables)
 
     def launch(self, expression: str, grid, block, pointers, scalars, order: str = "forward",
                seed: int = 0, blocks=None) -> None:
@@ -262,6 +274,10 @@ class HostKernels:
         if blocks is not None and only_count == 0:
             return  # no block of this launch was asked for
         error = ctypes.create_string_buffer(512)
+        at, size = self._shared_regions
+        self._lib.shared_regions(at.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong)),
+                                 size.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong)),
+                                 ctypes.c_longlong(self._shared_count if self.poison_shared else 0))
         status = fn(pointer_array, scalar_array.ctypes.data_as(ctypes.POINTER(ctypes.c_longlong)),
                     grid_array, block_array, ctypes.c_int(ORDERS[order]), ctypes.c_uint(seed),
                     only.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong)), ctypes.c_longlong(only_count),

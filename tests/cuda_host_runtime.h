@@ -8,7 +8,13 @@
 //   not run in lock-step between block barriers (see release_barriers).  A barrier that some threads of the block never reach (divergent
 //   __syncthreads, or threads that exited) is reported as an error instead of hanging.
 // * __shared__ variables become function-local statics: one copy, shared by the block's
-//   threads, reused by the next block (as on a GPU, shared memory is not cleared between blocks).
+//   threads.  A GPU leaves shared memory undefined when a block starts (another kernel's or
+//   another block's leftovers), so before each block the runtime fills every __shared__
+//   variable of the launching library with a poison byte (tests/cuda_host.py registers them for
+//   each launch): 0xff (NaN in every floating type, -1 in integers) in even blocks of a forward
+//   launch, 0x7f (a huge finite float, float64 and bfloat16; NaN in float16) in odd ones, and
+//   the other way round for the other orders.  A kernel that reads shared memory it has not
+//   written in the same block gets values that differ between blocks and between orders.
 // * A memory fault in a kernel (an access to an unmapped address; or a misaligned 16-byte
 //   vector access, when the host compiler uses aligned SSE moves for it) ends the launch with an
 //   error instead of taking the test process down.
@@ -52,6 +58,7 @@
 #include <random>
 #include <tuple>
 #include <type_traits>
+#include <utility>
 #include <vector>
 #include <csetjmp>
 #include <csignal>
@@ -153,6 +160,8 @@ struct Scheduler {
     void (*body)(void*) = nullptr;
     void* body_arg = nullptr;
     char error[512] = {0};
+    // The launching library's __shared__ variables (address, bytes), poisoned before each block.
+    std::vector<std::pair<unsigned char*, std::size_t>> shared_regions;
 };
 
 inline Scheduler& scheduler() {
@@ -351,6 +360,12 @@ inline int launch(void (*body)(void*), void* arg, const unsigned* grid, const un
     return run_blocks(grid, block, order, seed, only_blocks, only_count, error, error_size);
 }
 
+// Fills the launching library's __shared__ variables with ``byte`` (see the header comment).
+// Not an access of any thread, so racecheck builds do not see it.
+__attribute__((no_sanitize_thread, noinline)) inline void poison_shared(Scheduler& s, int byte) {
+    for (const auto& region : s.shared_regions) std::memset(region.first, byte, region.second);
+}
+
 inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed,
                       const unsigned long long* only_blocks, long long only_count, char* error, int error_size) {
     Scheduler& s = scheduler();
@@ -398,6 +413,7 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.context.uc_link = &s.home;
             makecontext(&f.context, trampoline, 0);
         }
+        poison_shared(s, (b + (order == FORWARD ? 0 : 1)) % 2 ? 0x7f : 0xff);
         race_new_block();  // what the last block did to shared memory is ordered before this one
         for (int t = 0; t < threads; ++t) sweep[t] = order == REVERSE ? threads - 1 - t : t;
         for (;;) {

@@ -1003,7 +1003,8 @@ def test_fast_division_is_exact(tmp_path):
 
 
 #: A template kernel whose ``__shared__`` word survives from one launch to the next (the host
-#: model keeps ``__shared__`` variables as statics); MARK is what this build leaves in it.
+#: model keeps ``__shared__`` variables as statics, and poisons them before each block unless
+#: told not to); MARK is what this build leaves in it.
 SHARED_MARK = r"""
 #include "gradops_common.cuh"
 namespace gradops {
@@ -1030,9 +1031,50 @@ def test_each_build_has_its_own_shared_variables(racecheck, tmp_path):
         shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", folder)
         (folder / "mark.cu").write_text(SHARED_MARK.replace("MARK;", f"{mark};"))
         builds.append(cuda_host.HostKernels("mark.cu", ["gradops::leave_mark<0>"], folder, racecheck=racecheck))
+        builds[-1].poison_shared = False
     out = np.full(1, -1, np.int32)
     seen = []
     for build in builds + builds:
         build.launch("gradops::leave_mark<0>", (1,), (1,), [out], [])
         seen.append(int(out[0]))
     assert seen == [0, 0, 1, 2]
+
+
+#: A kernel that reads a ``__shared__`` word and a float before writing them, then writes both.
+SHARED_UNWRITTEN = r"""
+#include "gradops_common.cuh"
+namespace gradops {
+template <int N>
+__global__ void read_unwritten(unsigned* word_out, float* float_out) {
+    __shared__ unsigned word;
+    __shared__ float value[2];
+    word_out[blockIdx.x] = word;
+    float_out[blockIdx.x] = value[1];
+    word = 0;
+    value[1] = 0.0f;
+}
+}  // namespace gradops
+"""
+
+
+@pytest.mark.parametrize("racecheck", [False, True])
+def test_shared_memory_is_poisoned_before_each_block(racecheck, tmp_path):
+    """A GPU leaves shared memory undefined when a block starts; the host model fills it with
+    0xff (NaN in every float type) or 0x7f (a huge finite float) bytes, alternating by block and
+    swapped between orders, so that a kernel which reads shared memory it has not written in
+    the same block sees values that change with the block and the order (not the zeros of a
+    fresh static, nor what the previous block left)."""
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
+    (tmp_path / "unwritten.cu").write_text(SHARED_UNWRITTEN)
+    build = cuda_host.HostKernels("unwritten.cu", ["gradops::read_unwritten<0>"], tmp_path, racecheck=racecheck)
+    assert build.poison_shared
+    words, floats = np.zeros(4, np.uint32), np.zeros(4, np.float32)
+    for order, first in (("forward", 0xFFFFFFFF), ("reverse", 0x7F7F7F7F), ("shuffled", 0x7F7F7F7F)):
+        build.launch("gradops::read_unwritten<0>", (4,), (1,), [words, floats], [], order=order)
+        second = first ^ 0x80808080
+        assert words.tolist() == [first, second, first, second], order
+        assert np.isnan(floats[0::2]).all() == (first == 0xFFFFFFFF), order
+        assert (floats[1::2] == np.float32(3.3961514e38)).all() == (first == 0xFFFFFFFF), order
+    build.poison_shared = False
+    build.launch("gradops::read_unwritten<0>", (2,), (1,), [words, floats], [])
+    assert words[:2].tolist() == [0, 0]  # what the last block left
