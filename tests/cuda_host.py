@@ -28,8 +28,14 @@ Racecheck builds (``HostKernels(racecheck=True)``, ``HostDevice(racecheck=True)`
 them) add g++'s ThreadSanitizer instrumentation, whose hooks the runtime header defines: every
 access to a kernel's ``__shared__`` variables is checked against the block's barriers, and a
 launch fails at the first hazard between two threads (what compute-sanitizer's racecheck reports
-on a GPU), in whatever order the threads happened to run.  It checks accesses as the C++ source
-makes them, not as the compiled SASS does.
+on a GPU), in whatever order the threads happened to run; and every access of kernel code that
+g++ emits with its type's alignment, global or shared, is checked for that alignment (a GPU's
+misaligned address error).  It checks accesses as the C++ source makes them, not as the
+compiled SASS does.
+
+Every build poisons the ``__shared__`` variables before each block (``poison_shared``): a GPU
+leaves shared memory undefined when a block starts, so a kernel that reads what it has not
+written gets NaN or huge values that change with the block and the order of the run.
 
 What the stand-in cannot show: streams (every launch runs to completion at once), and
 anything about the real CuPy beyond the handful of functions gradops calls.

@@ -12,8 +12,8 @@
 //   another block's leftovers), so before each block the runtime fills every __shared__
 //   variable of the launching library with a poison byte (tests/cuda_host.py registers them for
 //   each launch): 0xff (NaN in every floating type, -1 in integers) in even blocks of a forward
-//   launch, 0x7f (a huge finite float, float64 and bfloat16; NaN in float16) in odd ones, and
-//   the other way round for the other orders.  A kernel that reads shared memory it has not
+//   launch, 0x5a (finite in every type: about 203 in float16, 1.5e16 in bfloat16 and float32)
+//   in odd ones, and the other way round for the other orders.  A kernel that reads shared memory it has not
 //   written in the same block gets values that differ between blocks and between orders.
 // * A memory fault in a kernel (an access to an unmapped address; or a misaligned 16-byte
 //   vector access, when the host compiler uses aligned SSE moves for it) ends the launch with an
@@ -31,7 +31,8 @@
 // * The PTX primitives of cuda_src/tensor_core_ptx.cuh (ldmatrix, mma.sync m16n8k16/m16n8k8,
 //   cp.async) are emulated with the ISA's lane ownership: see "tensor-core PTX emulation" below.
 // * GRADOPS_HOST_RACECHECK builds check every shared-memory access against the barriers and
-//   fail a launch at the first hazard between two threads: see "racecheck" below.
+//   fail a launch at the first hazard between two threads, and check every access g++ emits
+//   with its type's alignment for that alignment: see "racecheck" below.
 #pragma once
 
 // Builds take -fvisibility=hidden (tests/cuda_host.py: HOST_CXX_FLAGS), so that the kernel
@@ -413,7 +414,7 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.context.uc_link = &s.home;
             makecontext(&f.context, trampoline, 0);
         }
-        poison_shared(s, (b + (order == FORWARD ? 0 : 1)) % 2 ? 0x7f : 0xff);
+        poison_shared(s, (b + (order == FORWARD ? 0 : 1)) % 2 ? 0x5a : 0xff);
         race_new_block();  // what the last block did to shared memory is ordered before this one
         for (int t = 0; t < threads; ++t) sweep[t] = order == REVERSE ? threads - 1 - t : t;
         for (;;) {
@@ -748,6 +749,17 @@ inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
 // copies are memcpy calls that g++ does not instrument) report their accesses themselves.
 // This holds for any order the threads run in: it needs no wrong result to find a race.
 #ifdef GRADOPS_HOST_RACECHECK
+// An access of ``bytes`` (2, 4, 8 or 16) by a kernel thread to an address g++ assumed aligned to
+// its size (see __tsan_readN below): a GPU's misaligned address error.
+GRADOPS_HOST_UNCHECKED inline void check_access_alignment(const void* p, std::size_t bytes) {
+    if (bytes > 1 && reinterpret_cast<std::uintptr_t>(p) % bytes && scheduler().current >= 0 && !race_busy) {
+        char message[160];
+        std::snprintf(message, sizeof message,
+                      "a %zu-byte access to an address that is not aligned to its size (misaligned address)", bytes);
+        fail(message);
+    }
+}
+
 GRADOPS_HOST_UNCHECKED inline void race_hazard(const char* kind, const SharedRange& range, std::uintptr_t byte,
                                                int first, int second) {
     const auto where = [](int t, char* out, std::size_t n) {
@@ -1060,9 +1072,18 @@ GRADOPS_HOST_UNCHECKED void __tsan_vptr_update(void**, void*) {}
 GRADOPS_HOST_UNCHECKED void __tsan_vptr_read(void**) {}
 GRADOPS_HOST_UNCHECKED void __tsan_read_range(void* p, std::size_t n) { gradops_host::race_access(p, n, false); }
 GRADOPS_HOST_UNCHECKED void __tsan_write_range(void* p, std::size_t n) { gradops_host::race_access(p, n, true); }
+// The aligned hooks also check the alignment g++ assumed from the access's type (its
+// unaligned ones are called where g++ knows less): a GPU faults on an N-byte access (LDG, STG,
+// LDS, STS of N bytes) whose address is not a multiple of N, a CPU does not.
 #define GRADOPS_HOST_TSAN_WIDTH(N)                                                                          \
-    GRADOPS_HOST_UNCHECKED void __tsan_read##N(void* p) { gradops_host::race_access(p, N, false); }           \
-    GRADOPS_HOST_UNCHECKED void __tsan_write##N(void* p) { gradops_host::race_access(p, N, true); }           \
+    GRADOPS_HOST_UNCHECKED void __tsan_read##N(void* p) {                                                   \
+        gradops_host::check_access_alignment(p, N);                                                         \
+        gradops_host::race_access(p, N, false);                                                             \
+    }                                                                                                       \
+    GRADOPS_HOST_UNCHECKED void __tsan_write##N(void* p) {                                                  \
+        gradops_host::check_access_alignment(p, N);                                                         \
+        gradops_host::race_access(p, N, true);                                                              \
+    }                                                                                                       \
     GRADOPS_HOST_UNCHECKED void __tsan_unaligned_read##N(void* p) { gradops_host::race_access(p, N, false); } \
     GRADOPS_HOST_UNCHECKED void __tsan_unaligned_write##N(void* p) { gradops_host::race_access(p, N, true); }
 GRADOPS_HOST_TSAN_WIDTH(1)

@@ -1414,6 +1414,10 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
                                           "const bool col_in = a0 + col < out_cols;"),
     "mma-staging-drops-the-last-row": ("if (CHUNKS % 32 == 0 || row < ROWS) *reinterpret_cast<Raw*>",
                                        "if (row < ROWS - 1) *reinterpret_cast<Raw*>"),
+    # Caught since the host model poisons shared memory before each block (a GPU leaves it
+    # undefined): the band's zeros (taps outside the filter) would otherwise be a fresh static's.
+    "mma-band-zeros-never-written": ("for (int i = lane; i < kZeroChunks; i += 32) chunks[i] = make_uint4(0, 0, 0, 0);",
+                                     "(void)chunks;"),
 }
 
 
@@ -1437,10 +1441,11 @@ def mma_plane_problem(rng, dtype=np.float16):
 
 
 #: Bugs planted in the whole-plane form, each caught by mma_plane_problem.  The zeros outside the
-#: plane are written once a warp; on the host a bug that never writes them is not caught (its
-#: shared memory is a static, zero before the first block and given nothing but zeros outside the
-#: plane by this form), so the bug planted writes float16 ones (finite: NaNs there would only send every
-#: unit through the checked sums, which skip them) instead.
+#: plane are written once a warp: one bug writes float16 ones there (finite: NaNs there would
+#: only send every unit through the checked sums, which skip them), one never writes them (caught
+#: since the host model poisons shared memory before each block, as a GPU leaves it undefined:
+#: NaN in half the blocks, whose units then take the checked sums, and a finite value in the
+#: others, which the products take in; before that, a fresh static's zeros hid it).
 PLANTED_MMA_PLANE = {
     "mma-plane-pairs-never-wrap-to-the-next-row": ("if (col == out_cols) col = 0, ++row;", ""),
     "mma-plane-one-offset-a-chunk": ("*reinterpret_cast<unsigned*>(tile + offset[i][p]) = words[p];",
@@ -1453,6 +1458,8 @@ PLANTED_MMA_PLANE = {
     "mma-plane-slices-share-a-plane": ("(n * out_depth + c * M + q) * plane_size", "(n * out_depth + c * M) * plane_size"),
     "mma-plane-ones-outside-the-plane": ("chunks[i] = make_uint4(0, 0, 0, 0);\n    }",
                                          "chunks[i] = make_uint4(0x3c003c00u, 0x3c003c00u, 0x3c003c00u, 0x3c003c00u);\n    }"),
+    "mma-plane-zeros-outside-the-plane-never-written": ("chunks[i] = make_uint4(0, 0, 0, 0);\n    }",
+                                                        "(void)chunks;\n    }"),
     "mma-plane-chunk-of-4-taken-for-8": ("stage_plane<8>(&tile[q][0][0], whole, lane, plane_chunks, plane_offset);",
                                          "stage_plane<4>(&tile[q][0][0], whole, lane, plane_chunks, plane_offset);"),
 }
