@@ -30,12 +30,15 @@ access to a kernel's ``__shared__`` variables is checked against the block's bar
 launch fails at the first hazard between two threads (what compute-sanitizer's racecheck reports
 on a GPU), in whatever order the threads happened to run; and every access of kernel code that
 g++ emits with its type's alignment, global or shared, is checked for that alignment (a GPU's
-misaligned address error).  It checks accesses as the C++ source makes them, not as the
+misaligned address error), and every access to the guard bytes around a ``HostDevice`` array is
+refused (memcheck: out of bounds, reads included).  It checks accesses as the C++ source makes them, not as the
 compiled SASS does.
 
 Every build poisons the ``__shared__`` variables before each block (``poison_shared``): a GPU
 leaves shared memory undefined when a block starts, so a kernel that reads what it has not
-written gets NaN or huge values that change with the block and the order of the run.
+written gets NaN or finite garbage that changes with the block and the order of the run; and
+every build starts automatic variables as 0xfe bytes (``HOST_CXX_FLAGS``), as a GPU's registers
+hold garbage.
 
 What the stand-in cannot show: streams (every launch runs to completion at once), and
 anything about the real CuPy beyond the handful of functions gradops calls.
@@ -95,8 +98,11 @@ class HostLaunchError(RuntimeError):
 
 #: g++'s options for every host build.  No FMA contraction: sums round exactly as written, on
 #: every host architecture.  Hidden visibility: each library's kernel code (its ``__shared__``
-#: variables) is its own; the runtime header keeps itself visible (see its top).
-HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fvisibility=hidden")
+#: variables) is its own; the runtime header keeps itself visible (see its top).  Automatic
+#: variables start as a pattern of 0xfe bytes, not whatever the stack held: a GPU's registers
+#: hold garbage, so kernel code that reads a local it has not written gets wrong values here too.
+HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fvisibility=hidden",
+                  "-ftrivial-auto-var-init=pattern")
 
 
 #: g++'s options added for a racecheck build (HostKernels(racecheck=True)): ThreadSanitizer's
@@ -259,10 +265,13 @@ class HostKernels:
         self._shared_count = len(variables)
 
     def launch(self, expression: str, grid, block, pointers, scalars, order: str = "forward",
-               seed: int = 0, blocks=None) -> None:
+               seed: int = 0, blocks=None, allocations=None) -> None:
         """Run ``expression`` over ``grid`` x ``block`` (up to 3 entries each) with ``pointers``
         (arrays, or raw addresses as ints) and int64 ``scalars``, each in parameter order.
-        ``blocks``: run only the blocks with these linear ids (x fastest), not the whole grid."""
+        ``blocks``: run only the blocks with these linear ids (x fastest), not the whole grid.
+        ``allocations``: (buffer start, array start, array end, buffer end) addresses of the
+        arrays between guard bytes (HostDevice's); a racecheck build fails the launch at any
+        access of kernel code to a guard byte (memcheck: out of bounds)."""
         fn = getattr(self._lib, f"kernel_{self.expressions.index(expression)}")
         addresses = []
         for a in pointers:
@@ -280,6 +289,10 @@ class HostKernels:
         if blocks is not None and only_count == 0:
             return  # no block of this launch was asked for
         error = ctypes.create_string_buffer(512)
+        if self.racecheck:
+            bounds = np.ascontiguousarray(np.array(allocations or [(0, 0, 0, 0)], np.uint64).reshape(-1, 4))
+            self._lib.gradops_set_allocations(bounds.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong)),
+                                              ctypes.c_longlong(len(allocations or ())))
         at, size = self._shared_regions
         self._lib.shared_regions(at.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong)),
                                  size.ctypes.data_as(ctypes.POINTER(ctypes.c_ulonglong)),
@@ -710,6 +723,15 @@ class HostDevice:
                 return device
         return None
 
+    def allocation_bounds(self) -> list[tuple[int, int, int, int]]:
+        """(buffer start, array start, array end, buffer end) of every allocation: its guards
+        are [buffer start, array start) and [array end, buffer end)."""
+        out = []
+        for buffer, guard, nbytes, _ in self._buffers:
+            start = buffer.ctypes.data
+            out.append((start, start + guard, start + guard + nbytes, start + buffer.nbytes))
+        return out
+
     def check_guards(self) -> None:
         for buffer, guard, nbytes, _ in self._buffers:
             before, after = buffer[:guard], buffer[guard + nbytes:]
@@ -759,7 +781,8 @@ class HostDevice:
                     f"{expression}: launched on device {self.current_device} with an array of device {owner}")
             self.launches.append((expression, tuple(grid), tuple(block)))
             blocks = self.block_filter(expression, tuple(grid)) if self.block_filter else None
-            kernels.launch(expression, grid, block, pointers, scalars, self.order, self.seed, blocks)
+            kernels.launch(expression, grid, block, pointers, scalars, self.order, self.seed, blocks,
+                           allocations=self.allocation_bounds())
             self.check_guards()
 
         return launch

@@ -31,8 +31,9 @@
 // * The PTX primitives of cuda_src/tensor_core_ptx.cuh (ldmatrix, mma.sync m16n8k16/m16n8k8,
 //   cp.async) are emulated with the ISA's lane ownership: see "tensor-core PTX emulation" below.
 // * GRADOPS_HOST_RACECHECK builds check every shared-memory access against the barriers and
-//   fail a launch at the first hazard between two threads, and check every access g++ emits
-//   with its type's alignment for that alignment: see "racecheck" below.
+//   fail a launch at the first hazard between two threads, check every access g++ emits with
+//   its type's alignment for that alignment, and refuse any access to the guard bytes around
+//   the launch's arrays (memcheck): see "racecheck" below.
 #pragma once
 
 // Builds take -fvisibility=hidden (tests/cuda_host.py: HOST_CXX_FLAGS), so that the kernel
@@ -201,6 +202,16 @@ inline Racecheck race_state;
 // The instrumented code's fast path reads only these (no guard variables, no calls).
 inline std::uintptr_t race_low = ~std::uintptr_t(0), race_high = 0;
 inline bool race_busy = false;
+
+// Memcheck of global memory (racecheck builds): the guard bytes around each array of the
+// launching device (tests/cuda_host.py's HostDevice), sorted by address: an access of kernel code
+// that touches one is outside its allocation, which compute-sanitizer's memcheck reports on a
+// GPU (where the value read may not matter to the result, so no comparison would catch it).
+struct Allocation {
+    std::uintptr_t buffer_begin, array_begin, array_end, buffer_end;
+};
+inline std::vector<Allocation> allocations;
+inline std::uintptr_t guard_low = ~std::uintptr_t(0), guard_high = 0;
 
 GRADOPS_HOST_UNCHECKED inline void race_new_epoch() { ++race_state.epoch; }
 // A block starts: its threads have passed no __syncwarp (a launch that failed may have left
@@ -760,6 +771,28 @@ GRADOPS_HOST_UNCHECKED inline void check_access_alignment(const void* p, std::si
     }
 }
 
+GRADOPS_HOST_UNCHECKED inline void check_guards(const void* p, std::size_t n, bool write) {
+    const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p), end = begin + n;
+    if (end <= guard_low || begin >= guard_high || race_busy || scheduler().current < 0) return;
+    // The last allocation whose buffer starts at or before ``begin``, and the one after it.
+    auto next = std::upper_bound(allocations.begin(), allocations.end(), begin,
+                                 [](std::uintptr_t a, const Allocation& x) { return a < x.buffer_begin; });
+    for (auto it = next == allocations.begin() ? next : next - 1; it != allocations.end() && it <= next; ++it) {
+        const Allocation& a = *it;
+        if (end <= a.buffer_begin || begin >= a.buffer_end) continue;
+        if (begin >= a.array_begin && end <= a.array_end) continue;
+        char message[240];
+        const bool before = begin < a.array_begin;
+        std::snprintf(message, sizeof message,
+                      "memcheck: a %zu-byte %s %llu bytes %s an array of %llu bytes (out of bounds)", n,
+                      write ? "write" : "read",
+                      static_cast<unsigned long long>(before ? a.array_begin - begin : begin + n - a.array_end),
+                      before ? "before the start of" : "past the end of",
+                      static_cast<unsigned long long>(a.array_end - a.array_begin));
+        fail(message);
+    }
+}
+
 GRADOPS_HOST_UNCHECKED inline void race_hazard(const char* kind, const SharedRange& range, std::uintptr_t byte,
                                                int first, int second) {
     const auto where = [](int t, char* out, std::size_t n) {
@@ -834,6 +867,7 @@ GRADOPS_HOST_UNCHECKED inline void race_access(const void* p, std::size_t n, boo
 }
 #else
 inline void race_access(const void*, std::size_t, bool) {}
+inline void check_guards(const void*, std::size_t, bool) {}
 #endif
 
 inline float b16_to_float(std::uint16_t bits, const __half*) {
@@ -977,6 +1011,7 @@ inline void cp_async_16(void* dst, const void* src, bool fill) {
         gradops_host::fail("cp.async: a 16-byte copy with an address that is not 16-byte aligned");
     gradops_host::Scheduler& s = gradops_host::scheduler();
     s.fibers[s.current].copies_open.push_back({dst, src, fill ? 16 : 0});
+    if (fill) gradops_host::check_guards(src, 16, false);  // the global read, which memcpy makes unseen
     gradops_host::race_access(dst, 16, true);  // it may land at any time until its wait_group
     gradops_host::count_access(dst, gradops_host::CP_ASYNC);
 }
@@ -1070,22 +1105,49 @@ GRADOPS_HOST_UNCHECKED void __tsan_func_entry(void*) {}
 GRADOPS_HOST_UNCHECKED void __tsan_func_exit() {}
 GRADOPS_HOST_UNCHECKED void __tsan_vptr_update(void**, void*) {}
 GRADOPS_HOST_UNCHECKED void __tsan_vptr_read(void**) {}
-GRADOPS_HOST_UNCHECKED void __tsan_read_range(void* p, std::size_t n) { gradops_host::race_access(p, n, false); }
-GRADOPS_HOST_UNCHECKED void __tsan_write_range(void* p, std::size_t n) { gradops_host::race_access(p, n, true); }
+GRADOPS_HOST_UNCHECKED void gradops_set_allocations(const unsigned long long* bounds, long long count) {
+    using namespace gradops_host;
+    allocations.clear();
+    guard_low = ~std::uintptr_t(0), guard_high = 0;
+    for (long long i = 0; i < count; ++i) {
+        const unsigned long long* b = bounds + 4 * i;
+        allocations.push_back({b[0], b[1], b[2], b[3]});
+        guard_low = std::min<std::uintptr_t>(guard_low, b[0]);
+        guard_high = std::max<std::uintptr_t>(guard_high, b[3]);
+    }
+    std::sort(allocations.begin(), allocations.end(),
+              [](const Allocation& a, const Allocation& b) { return a.buffer_begin < b.buffer_begin; });
+}
+GRADOPS_HOST_UNCHECKED void __tsan_read_range(void* p, std::size_t n) {
+    gradops_host::check_guards(p, n, false);
+    gradops_host::race_access(p, n, false);
+}
+GRADOPS_HOST_UNCHECKED void __tsan_write_range(void* p, std::size_t n) {
+    gradops_host::check_guards(p, n, true);
+    gradops_host::race_access(p, n, true);
+}
 // The aligned hooks also check the alignment g++ assumed from the access's type (its
 // unaligned ones are called where g++ knows less): a GPU faults on an N-byte access (LDG, STG,
 // LDS, STS of N bytes) whose address is not a multiple of N, a CPU does not.
 #define GRADOPS_HOST_TSAN_WIDTH(N)                                                                          \
     GRADOPS_HOST_UNCHECKED void __tsan_read##N(void* p) {                                                   \
         gradops_host::check_access_alignment(p, N);                                                         \
+        gradops_host::check_guards(p, N, false);                                                            \
         gradops_host::race_access(p, N, false);                                                             \
     }                                                                                                       \
     GRADOPS_HOST_UNCHECKED void __tsan_write##N(void* p) {                                                  \
         gradops_host::check_access_alignment(p, N);                                                         \
+        gradops_host::check_guards(p, N, true);                                                             \
         gradops_host::race_access(p, N, true);                                                              \
     }                                                                                                       \
-    GRADOPS_HOST_UNCHECKED void __tsan_unaligned_read##N(void* p) { gradops_host::race_access(p, N, false); } \
-    GRADOPS_HOST_UNCHECKED void __tsan_unaligned_write##N(void* p) { gradops_host::race_access(p, N, true); }
+    GRADOPS_HOST_UNCHECKED void __tsan_unaligned_read##N(void* p) {                                         \
+        gradops_host::check_guards(p, N, false);                                                            \
+        gradops_host::race_access(p, N, false);                                                             \
+    }                                                                                                       \
+    GRADOPS_HOST_UNCHECKED void __tsan_unaligned_write##N(void* p) {                                        \
+        gradops_host::check_guards(p, N, true);                                                             \
+        gradops_host::race_access(p, N, true);                                                              \
+    }
 GRADOPS_HOST_TSAN_WIDTH(1)
 GRADOPS_HOST_TSAN_WIDTH(2)
 GRADOPS_HOST_TSAN_WIDTH(4)

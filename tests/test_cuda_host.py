@@ -1081,6 +1081,79 @@ def test_shared_memory_is_poisoned_before_each_block(racecheck, tmp_path):
     assert words[:2].tolist() == [0, 0]  # what the last block left
 
 
+#: A kernel that stores a local it never wrote (in C++ an indeterminate value; on a GPU, whatever
+#: the register held).
+UNINITIALIZED_LOCAL = r"""
+#include "gradops_common.cuh"
+namespace gradops {
+template <int N>
+__global__ void store_uninitialized(unsigned* out, float* value) {
+    unsigned word[N];
+    float sum;
+    out[threadIdx.x] = word[threadIdx.x % N];
+    value[threadIdx.x] = sum;
+}
+}  // namespace gradops
+"""
+
+
+def test_locals_start_as_a_pattern_not_zeros(tmp_path):
+    """Host builds start every automatic variable of kernel code as 0xfe bytes
+    (-ftrivial-auto-var-init=pattern): kernel code that reads a local before writing it gets
+    -1.7e38 in a float and 0xfefefefe in a word, not the zeros or stale values a CPU stack may
+    hold, as a GPU register would give it garbage."""
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
+    (tmp_path / "uninitialized.cu").write_text(UNINITIALIZED_LOCAL)
+    build = cuda_host.HostKernels("uninitialized.cu", ["gradops::store_uninitialized<4>"], tmp_path)
+    words, values = np.zeros(8, np.uint32), np.zeros(8, np.float32)
+    build.launch("gradops::store_uninitialized<4>", (1,), (8,), [words, values], [])
+    assert (words == 0xFEFEFEFE).all()
+    assert (values.view(np.uint32) == 0xFEFEFEFE).all()
+
+
+#: One element read at ``index`` and written at ``index + shift``.
+READ_AT = r"""
+#include "gradops_common.cuh"
+namespace gradops {
+template <int N>
+__global__ void read_at(const float* in, float* out, long long index, long long shift) {
+    out[index + shift] = in[index];
+}
+}  // namespace gradops
+"""
+
+
+def test_racecheck_builds_refuse_accesses_to_guard_bytes(tmp_path, monkeypatch):
+    """memcheck: racecheck builds fail a launch at any access of kernel code to the guard bytes
+    around a HostDevice array (past its end or before its start), read or write, naming the
+    access and the array; in-bounds accesses run.  Plain builds catch the writes only after the
+    launch (the guards' bytes change) and never the reads."""
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
+    (tmp_path / "read_at.cu").write_text(READ_AT)
+    monkeypatch.setattr(cuda_host._build, "all_instantiations",
+                        lambda arch=None: {"read_at.cu": ["gradops::read_at<0>"]})
+    for racecheck in (False, True):
+        device = cuda_host.HostDevice(racecheck=racecheck, source_dir=tmp_path)
+        source, target = device.ones((8,), np.float32), device.zeros((8,), np.float32)
+        launch = device.kernel("read_at.cu", "gradops::read_at<0>")
+        launch((1,), (1,), (source, target, np.int64(7), np.int64(0)))
+        assert float(target[7]) == 1.0
+        if racecheck:
+            with pytest.raises(cuda_host.HostLaunchError, match="memcheck: a 4-byte read 4 bytes past the end of an "
+                                                                 "array of 32 bytes"):
+                launch((1,), (1,), (source, target, np.int64(8), np.int64(-1)))
+            with pytest.raises(cuda_host.HostLaunchError, match="memcheck: a 4-byte read 4 bytes before the start "
+                                                                 "of an array of 32 bytes"):
+                launch((1,), (1,), (source, target, np.int64(-1), np.int64(1)))
+            with pytest.raises(cuda_host.HostLaunchError, match="memcheck: a 4-byte write 8 bytes past the end"):
+                launch((1,), (1,), (source, target, np.int64(7), np.int64(2)))
+        else:
+            launch((1,), (1,), (source, target, np.int64(8), np.int64(-1)))  # an unseen read (guard NaN)
+            assert np.isnan(float(target[7]))
+            with pytest.raises(AssertionError, match="a kernel wrote outside an array of 32 bytes"):
+                launch((1,), (1,), (source, target, np.int64(7), np.int64(2)))
+
+
 #: Typed accesses at an element offset: aligned to their size when OFFSET is a multiple of it.
 TYPED_ACCESS = r"""
 #include "gradops_common.cuh"

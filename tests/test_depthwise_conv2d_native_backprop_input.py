@@ -1487,9 +1487,9 @@ def mma_packed_problem(rng, dtype=np.float16):
 #: Bugs planted in the packed form, each caught by mma_packed_problem.  Not among them: staging
 #: the images past the batch from memory instead of as zeros.  Only those images' results, which
 #: are not stored, read them (or, if not finite, they send the unit through the checked sums), so
-#: the values stay right; the reads past out_backprop are what is wrong, and the host model does
-#: not refuse reads that land in an allocation's guard bytes: compute-sanitizer's memcheck on a GPU
-#: (scripts/device-session.sh runs the mma tests under it) is the check for that.  Nor storing the
+#: the values stay right; the reads past out_backprop are what is wrong, which a racecheck build's
+#: memcheck refuses (test_planted_out_of_bounds_read_only_memcheck_catches), as compute-sanitizer's
+#: memcheck would on a GPU (scripts/device-session.sh runs the mma tests under it).  Nor storing the
 #: results of the gap between images: they land in the next plane's first row, where the right
 #: value may or may not overwrite them, depending on the blocks' order.
 PLANTED_MMA_PACKED = {
@@ -1552,6 +1552,29 @@ def test_planted_mma_form_bugs_fail_the_comparison(form, bug, tmp_path, monkeypa
             assert_same_non_finite(one, reference, np.float16)
 
     cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, bugs[bug], run, check, 5, tmp_path, monkeypatch)
+
+
+def test_planted_out_of_bounds_read_only_memcheck_catches(tmp_path, monkeypatch):
+    """The packed form staging the images past the batch from memory (out_backprop's guard bytes
+    on the host) instead of as zeros: the results stay right, since only those images' results,
+    which are not stored, read them, so a plain build passes the comparison; a racecheck build
+    fails the launch at the first read past out_backprop (its memcheck)."""
+    monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (
+        "if (source[i] < limit) value[i] = planes[source[i]];",
+        "if (source[i] != kPackNone) value[i] = planes[source[i]];"))
+
+    def run():
+        problems = mma_packed_problem(np.random.default_rng(11))
+        for kwargs, want in problems:
+            assert_same_non_finite(to_host(cuda_call(kwargs, path="mma")), want, np.float16)
+
+    with monkeypatch.context() as patch:
+        cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(patch)
+        run()
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path, racecheck=True).install(monkeypatch)
+    with pytest.raises(cuda_host.HostLaunchError, match="memcheck: a 2-byte read .* past the end of an array"):
+        run()
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_MMA))
