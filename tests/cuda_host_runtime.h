@@ -774,23 +774,30 @@ GRADOPS_HOST_UNCHECKED inline void check_access_alignment(const void* p, std::si
 GRADOPS_HOST_UNCHECKED inline void check_guards(const void* p, std::size_t n, bool write) {
     const std::uintptr_t begin = reinterpret_cast<std::uintptr_t>(p), end = begin + n;
     if (end <= guard_low || begin >= guard_high || race_busy || scheduler().current < 0) return;
-    // The last allocation whose buffer starts at or before ``begin``, and the one after it.
-    auto next = std::upper_bound(allocations.begin(), allocations.end(), begin,
-                                 [](std::uintptr_t a, const Allocation& x) { return a < x.buffer_begin; });
-    for (auto it = next == allocations.begin() ? next : next - 1; it != allocations.end() && it <= next; ++it) {
-        const Allocation& a = *it;
-        if (end <= a.buffer_begin || begin >= a.buffer_end) continue;
-        if (begin >= a.array_begin && end <= a.array_end) continue;
-        char message[240];
-        const bool before = begin < a.array_begin;
-        std::snprintf(message, sizeof message,
-                      "memcheck: a %zu-byte %s %llu bytes %s an array of %llu bytes (out of bounds)", n,
-                      write ? "write" : "read",
-                      static_cast<unsigned long long>(before ? a.array_begin - begin : begin + n - a.array_end),
-                      before ? "before the start of" : "past the end of",
-                      static_cast<unsigned long long>(a.array_end - a.array_begin));
-        fail(message);
+    // Busy while searching, as race_access is: the library code it calls is instrumented, and
+    // its accesses must not come back here.
+    race_busy = true;
+    const Allocation* const first = allocations.data();
+    std::size_t lo = 0, hi = allocations.size();  // the first allocation whose buffer starts past ``begin``
+    while (lo < hi) {
+        const std::size_t mid = (lo + hi) / 2;
+        if (first[mid].buffer_begin <= begin) lo = mid + 1; else hi = mid;
     }
+    const Allocation* hit = nullptr;
+    for (std::size_t i = lo > 0 ? lo - 1 : 0; i < allocations.size() && i <= lo && !hit; ++i) {
+        const Allocation& a = first[i];
+        if (end > a.buffer_begin && begin < a.buffer_end && (begin < a.array_begin || end > a.array_end)) hit = &a;
+    }
+    race_busy = false;
+    if (!hit) return;
+    char message[240];
+    const bool before = begin < hit->array_begin;
+    std::snprintf(message, sizeof message, "memcheck: a %zu-byte %s %llu bytes %s an array of %llu bytes (out of bounds)",
+                  n, write ? "write" : "read",
+                  static_cast<unsigned long long>(before ? hit->array_begin - begin : end - hit->array_end),
+                  before ? "before the start of" : "past the end of",
+                  static_cast<unsigned long long>(hit->array_end - hit->array_begin));
+    fail(message);
 }
 
 GRADOPS_HOST_UNCHECKED inline void race_hazard(const char* kind, const SharedRange& range, std::uintptr_t byte,

@@ -5,40 +5,19 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import gradops
 from conftest import FLOAT_DTYPES, assert_close, random_array
-from reference import conv2d, conv2d_backprop_filter, depthwise_to_hwio, window
+from depthwise_cases import (DTYPE_IDS, NO_PADS, adjoint_args, adjoint_grid, attr4, depthwise_cases, explicit8,
+                             geometry_grid, out_hw, padding_format_dtype_grid, to_format)
+from reference import conv2d, conv2d_backprop_filter, depthwise_to_hwio
 
-NO_PADS = ((0, 0), (0, 0))
-DTYPE_IDS = [np.dtype(d).name for d in FLOAT_DTYPES]
 OP = "depthwise_conv2d_native_backprop_filter"
 
 
 # --------------------------------------------------------------------------- helpers
-
-
-def attr4(rows, cols, data_format):
-    """A strides/dilations attribute in ``data_format`` order."""
-    return [1, rows, cols, 1] if data_format == "NHWC" else [1, 1, rows, cols]
-
-
-def explicit8(pads, data_format):
-    """((top, bottom), (left, right)) as TF's 8-entry explicit_paddings in ``data_format`` order."""
-    (t, b), (l, r) = pads
-    return [0, 0, t, b, l, r, 0, 0] if data_format == "NHWC" else [0, 0, 0, 0, t, b, l, r]
-
-
-def to_format(x, data_format):
-    """An NHWC array in ``data_format``."""
-    return x if data_format == "NHWC" else x.transpose(0, 3, 1, 2)
-
-
-def out_hw(in_hw, filt_hw, strides, dilations, padding, pads):
-    """Output (rows, cols) from the reference's window()."""
-    return tuple(window(in_hw[i], filt_hw[i], strides[i], dilations[i], padding, pads[i])[0] for i in range(2))
 
 
 def expected_grad(x, filter_sizes, dy, strides, padding, dilations, pads):
@@ -80,11 +59,7 @@ def run_case(rng, *, strides=(1, 1), dilations=(1, 1), padding="VALID", pads=NO_
 # --------------------------------------------------------------------------- grids
 
 
-@pytest.mark.parametrize("padding,pads", [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1, 3)))],
-                         ids=["SAME", "VALID", "EXPLICIT"])
-@pytest.mark.parametrize("dilations", [(1, 1), (2, 2), (1, 2)], ids=lambda d: f"dil{d[0]}x{d[1]}")
-@pytest.mark.parametrize("strides", [(1, 1), (2, 2), (1, 2), (2, 1)], ids=lambda s: f"str{s[0]}x{s[1]}")
-@pytest.mark.parametrize("filt_hw", [(1, 1), (3, 3), (5, 5)], ids=lambda f: f"f{f[0]}x{f[1]}")
+@geometry_grid
 def test_geometry_grid(rng, filt_hw, strides, dilations, padding, pads):
     """Every filter size x stride x dilation x padding combination matches the loop reference."""
     x_shape = (2, 6, 7, 2) if filt_hw != (5, 5) else (1, 9, 10, 2)  # VALID with 5x5 dil 2 needs 9 rows
@@ -101,10 +76,7 @@ def test_multiplier_format_dtype_grid(rng, multiplier, data_format, dtype):
              dilations=(1, 2), padding="SAME", data_format=data_format, dtype=dtype)
 
 
-@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
-@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("padding,pads", [("VALID", NO_PADS), ("EXPLICIT", ((0, 3), (2, 1)))],
-                         ids=["VALID", "EXPLICIT"])
+@padding_format_dtype_grid
 def test_padding_format_dtype_grid(rng, padding, pads, data_format, dtype):
     """VALID and asymmetric EXPLICIT padding in both layouts and all float dtypes match the reference."""
     run_case(rng, x_shape=(2, 6, 5, 2), filt_hw=(3, 3), multiplier=3, strides=(1, 2), dilations=(2, 1),
@@ -140,16 +112,12 @@ def test_golden_example():
 # --------------------------------------------------------------------------- adjoint identity
 
 
-@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
-@pytest.mark.parametrize("padding,pads", [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((1, 2), (0, 1)))],
-                         ids=["SAME", "VALID", "EXPLICIT"])
+@adjoint_grid
 def test_adjoint_identity(rng, padding, pads, data_format):
     """<depthwise_conv2d_native(x, w), dy> == <w, backprop_filter(x, w.shape, dy)> in float64."""
-    x = rng.standard_normal(to_format(np.empty((2, 7, 6, 3)), data_format).shape)
+    x = rng.standard_normal(to_format((2, 7, 6, 3), data_format))
     w = rng.standard_normal((3, 2, 3, 2))
-    args = dict(strides=attr4(2, 1, data_format), padding=padding,
-                explicit_paddings=explicit8(pads, data_format) if padding == "EXPLICIT" else [],
-                data_format=data_format, dilations=attr4(1, 2, data_format))
+    args = adjoint_args(padding, pads, data_format)
     y = gradops.depthwise_conv2d_native(x, w, **args)
     x_nhwc = x if data_format == "NHWC" else x.transpose(0, 2, 3, 1)
     ref_y = conv2d(x_nhwc, depthwise_to_hwio(w), (2, 1), padding, (1, 2), pads)
@@ -161,25 +129,6 @@ def test_adjoint_identity(rng, padding, pads, data_format):
 
 
 # --------------------------------------------------------------------------- hypothesis
-
-
-@st.composite
-def depthwise_cases(draw):
-    n = draw(st.integers(1, 2))
-    h, w = draw(st.integers(1, 6)), draw(st.integers(1, 6))
-    c, m = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    fr, fc = draw(st.integers(1, 3)), draw(st.integers(1, 3))
-    strides = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    dilations = (draw(st.integers(1, 3)), draw(st.integers(1, 3)))
-    padding = draw(st.sampled_from(["SAME", "VALID", "EXPLICIT"]))
-    pads = NO_PADS
-    if padding == "EXPLICIT":
-        pads = tuple((draw(st.integers(0, 3)), draw(st.integers(0, 3))) for _ in range(2))
-    oh, ow = out_hw((h, w), (fr, fc), strides, dilations, padding, pads)
-    assume(oh > 0 and ow > 0)
-    return dict(x_shape=(n, h, w, c), filt_hw=(fr, fc), multiplier=m, strides=strides, dilations=dilations,
-                padding=padding, pads=pads, data_format=draw(st.sampled_from(["NHWC", "NCHW"])),
-                dtype=draw(st.sampled_from(FLOAT_DTYPES)))
 
 
 @settings(max_examples=60, deadline=None)
