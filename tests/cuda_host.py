@@ -37,8 +37,8 @@ compiled SASS does.
 Every build poisons the ``__shared__`` variables before each block (``poison_shared``): a GPU
 leaves shared memory undefined when a block starts, so a kernel that reads what it has not
 written gets NaN or finite garbage that changes with the block and the order of the run; and
-every build starts automatic variables as 0xfe bytes (``HOST_CXX_FLAGS``), as a GPU's registers
-hold garbage.
+racecheck builds start automatic variables as 0xfe bytes (``RACECHECK_CXX_FLAGS``), as a GPU's
+registers hold garbage.
 
 What the stand-in cannot show: streams (every launch runs to completion at once), and
 anything about the real CuPy beyond the handful of functions gradops calls.
@@ -98,11 +98,8 @@ class HostLaunchError(RuntimeError):
 
 #: g++'s options for every host build.  No FMA contraction: sums round exactly as written, on
 #: every host architecture.  Hidden visibility: each library's kernel code (its ``__shared__``
-#: variables) is its own; the runtime header keeps itself visible (see its top).  Automatic
-#: variables start as a pattern of 0xfe bytes, not whatever the stack held: a GPU's registers
-#: hold garbage, so kernel code that reads a local it has not written gets wrong values here too.
-HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fvisibility=hidden",
-                  "-ftrivial-auto-var-init=pattern")
+#: variables) is its own; the runtime header keeps itself visible (see its top).
+HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fvisibility=hidden")
 
 
 #: g++'s options added for a racecheck build (HostKernels(racecheck=True)): ThreadSanitizer's
@@ -111,7 +108,13 @@ HOST_CXX_FLAGS = ("-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-w", "-fvi
 #: builds lack, are the build's own, not shared with an ordinary build loaded in the same
 #: process.  (Only here: it gives each library its own scheduler and fiber stacks, which in
 #: every build multiplied a test worker's memory.)
-RACECHECK_CXX_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0", "-fno-gnu-unique")
+#: Automatic variables start as 0xfe bytes there (a local that kernel code reads before writing it
+#: gets a wrong value, as a GPU register's garbage would), not whatever the fiber's stack held.
+#: Only there: 0xfefe is NaN in float16, which the tensor-core kernels' checked sums heal, so the
+#: pattern hid a planted bug (nhwc-first-unit-not-loaded) that the stack's leftovers expose in
+#: plain builds; the two kinds of build see the two kinds of garbage.
+RACECHECK_CXX_FLAGS = ("-fsanitize=thread", "--param", "tsan-instrument-func-entry-exit=0", "-fno-gnu-unique",
+                       "-ftrivial-auto-var-init=pattern")
 
 
 def shared_variables(library: Path, loaded: ctypes.CDLL) -> list[tuple[int, int, str]]:

@@ -1097,14 +1097,15 @@ __global__ void store_uninitialized(unsigned* out, float* value) {
 """
 
 
-def test_locals_start_as_a_pattern_not_zeros(tmp_path):
-    """Host builds start every automatic variable of kernel code as 0xfe bytes
+def test_racecheck_builds_start_locals_as_a_pattern(tmp_path):
+    """Racecheck builds start every automatic variable of kernel code as 0xfe bytes
     (-ftrivial-auto-var-init=pattern): kernel code that reads a local before writing it gets
     -1.7e38 in a float and 0xfefefefe in a word, not the zeros or stale values a CPU stack may
-    hold, as a GPU register would give it garbage."""
+    hold, as a GPU register would give it garbage.  (Plain builds keep the stack's leftovers:
+    see RACECHECK_CXX_FLAGS.)"""
     shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
     (tmp_path / "uninitialized.cu").write_text(UNINITIALIZED_LOCAL)
-    build = cuda_host.HostKernels("uninitialized.cu", ["gradops::store_uninitialized<4>"], tmp_path)
+    build = cuda_host.HostKernels("uninitialized.cu", ["gradops::store_uninitialized<4>"], tmp_path, racecheck=True)
     words, values = np.zeros(8, np.uint32), np.zeros(8, np.float32)
     build.launch("gradops::store_uninitialized<4>", (1,), (8,), [words, values], [])
     assert (words == 0xFEFEFEFE).all()
