@@ -339,11 +339,18 @@ inline char* kernel_error() {
     siglongjmp(fault_return(), kKernelError);
 }
 
-// A vector load of global memory (cuda_src's load_vector): a GPU faults on an address
-// that is not aligned to its size; a CPU does not, so the model checks.
+// An access of ``bytes`` at ``p`` by kernel code (``access`` names it in the message): a GPU
+// faults on an address that is not a multiple of its size; a CPU does not, so the model checks.
+inline void check_alignment(const void* p, std::size_t bytes, const char* access) {
+    if (reinterpret_cast<std::uintptr_t>(p) % bytes == 0) return;
+    char message[200];
+    std::snprintf(message, sizeof message, "%s to an address that is not aligned to its size (misaligned address)",
+                  access);
+    fail(message);
+}
+// A vector load of global memory (cuda_src's load_vector).
 inline void check_vector_alignment(const void* p, std::size_t bytes) {
-    if (reinterpret_cast<std::uintptr_t>(p) % bytes)
-        fail("a global vector access to an address that is not aligned to its size (misaligned address)");
+    check_alignment(p, bytes, "a global vector access");
 }
 
 inline int run_blocks(const unsigned* grid, const unsigned* block, int order, unsigned seed,
@@ -763,12 +770,10 @@ inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
 // An access of ``bytes`` (2, 4, 8 or 16) by a kernel thread to an address g++ assumed aligned to
 // its size (see __tsan_readN below): a GPU's misaligned address error.
 GRADOPS_HOST_UNCHECKED inline void check_access_alignment(const void* p, std::size_t bytes) {
-    if (bytes > 1 && reinterpret_cast<std::uintptr_t>(p) % bytes && scheduler().current >= 0 && !race_busy) {
-        char message[160];
-        std::snprintf(message, sizeof message,
-                      "a %zu-byte access to an address that is not aligned to its size (misaligned address)", bytes);
-        fail(message);
-    }
+    if (bytes < 2 || reinterpret_cast<std::uintptr_t>(p) % bytes == 0 || scheduler().current < 0 || race_busy) return;
+    char access[32];
+    std::snprintf(access, sizeof access, "a %zu-byte access", bytes);
+    check_alignment(p, bytes, access);
 }
 
 GRADOPS_HOST_UNCHECKED inline void check_guards(const void* p, std::size_t n, bool write) {

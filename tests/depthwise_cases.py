@@ -1,48 +1,41 @@
 """Helpers and case grids shared by the depthwise_conv2d_native_backprop_input and
 depthwise_conv2d_native_backprop_filter tests.
 
-Attribute builders in either layout, the reference's output size, the grids of geometry and
-padding both gradients run through, and the tiny-shape hypothesis strategy.  Shapes are NHWC
+The depthwise tests' names for conv_cases' layout builders, the grids of geometry and padding
+both gradients run through, and the tiny-shape hypothesis strategy.  Shapes are NHWC
 (``x_shape = (batch, rows, cols, in_depth)``) and converted to ``data_format`` at the call.
 """
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from hypothesis import assume
 from hypothesis import strategies as st
 
 from conftest import FLOAT_DTYPES
-from reference import window
+from conv_cases import NO_PADS, attrs, dtype_id, layout_attr, out_size, shape_in, to_layout
 
-NO_PADS = ((0, 0), (0, 0))
-DTYPE_IDS = [np.dtype(d).name for d in FLOAT_DTYPES]
+DTYPE_IDS = [dtype_id(d) for d in FLOAT_DTYPES]
 
 
 def attr4(rows, cols, data_format):
     """A strides/dilations attribute in ``data_format`` order."""
-    return [1, rows, cols, 1] if data_format == "NHWC" else [1, 1, rows, cols]
+    return layout_attr(rows, cols, data_format)
 
 
 def explicit8(pads, data_format):
     """((top, bottom), (left, right)) as TF's 8-entry explicit_paddings in ``data_format`` order."""
-    (t, b), (l, r) = pads
-    return [0, 0, t, b, l, r, 0, 0] if data_format == "NHWC" else [0, 0, 0, 0, t, b, l, r]
+    return attrs(data_format, padding="EXPLICIT", pads=pads)["explicit_paddings"]
 
 
 def to_format(x, data_format):
     """An NHWC array (or shape tuple) in ``data_format``."""
-    if data_format == "NHWC":
-        return x
-    if isinstance(x, tuple):
-        return (x[0], x[3], x[1], x[2])
-    return x.transpose(0, 3, 1, 2)
+    return shape_in(x, data_format) if isinstance(x, tuple) else to_layout(x, data_format)
 
 
 def out_hw(in_hw, filt_hw, strides, dilations, padding, pads):
     """Output (rows, cols) from the reference's window()."""
-    return tuple(window(in_hw[i], filt_hw[i], strides[i], dilations[i], padding, pads[i])[0] for i in range(2))
+    return tuple(out_size(in_hw[i], filt_hw[i], strides[i], dilations[i], padding, pads[i]) for i in range(2))
 
 
 def _marks(*marks):
@@ -82,9 +75,7 @@ adjoint_grid = _marks(
 
 def adjoint_args(padding, pads, data_format):
     """The adjoint identities' attributes: strides (2, 1), dilations (1, 2)."""
-    return dict(strides=attr4(2, 1, data_format), padding=padding,
-                explicit_paddings=explicit8(pads, data_format) if padding == "EXPLICIT" else [],
-                data_format=data_format, dilations=attr4(1, 2, data_format))
+    return attrs(data_format, strides=(2, 1), padding=padding, dilations=(1, 2), pads=pads)
 
 
 @st.composite
