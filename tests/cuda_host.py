@@ -451,6 +451,25 @@ def assert_planted_bug_caught(filename: str, edit, run, check, seed, tmp_path, m
         check(got, want)
 
 
+def assert_only_racecheck_catches(filename: str, edit, run, match: str, seed, tmp_path, monkeypatch):
+    """A bug (``edit``, planted in a copy of ``filename``) that leaves the results right on the
+    host model: ``run()``, which checks them, passes with a plain build, and a racecheck build
+    fails the launch with an error matching ``match`` (a race, a misaligned or out-of-bounds
+    access); skips where the host model cannot build."""
+    import pytest
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    planted_sources(tmp_path, filename, edit)
+    with monkeypatch.context() as patch:
+        HostDevice(order="shuffled", seed=seed, source_dir=tmp_path).install(patch)
+        run()
+    HostDevice(order="shuffled", seed=seed, source_dir=tmp_path, racecheck=True).install(monkeypatch)
+    with pytest.raises(HostLaunchError, match=match):
+        run()
+
+
 def planted_sources(directory, filename: str, *edits: tuple[str, str]) -> Path:
     """A copy of the kernel sources in ``directory`` with each (text, replacement) of ``edits``
     made in ``filename``, for planted-bug tests (``HostDevice(source_dir=...)`` builds it).  Each

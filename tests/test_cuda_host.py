@@ -1002,6 +1002,14 @@ def test_fast_division_is_exact(tmp_path):
     assert not np.array_equal(run(bad), want)
 
 
+def source_folder(folder, filename: str, text: str):
+    """``folder``, holding ``text`` as ``filename`` beside gradops_common.cuh: a small kernel
+    source for a host build."""
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", folder)
+    (folder / filename).write_text(text)
+    return folder
+
+
 #: A template kernel whose ``__shared__`` word survives from one launch to the next (the host
 #: model keeps ``__shared__`` variables as statics, and poisons them before each block unless
 #: told not to); MARK is what this build leaves in it.
@@ -1028,8 +1036,7 @@ def test_each_build_has_its_own_shared_variables(racecheck, tmp_path):
     for mark in (1, 2):
         folder = tmp_path / f"mark{mark}"
         folder.mkdir()
-        shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", folder)
-        (folder / "mark.cu").write_text(SHARED_MARK.replace("MARK;", f"{mark};"))
+        source_folder(folder, "mark.cu", SHARED_MARK.replace("MARK;", f"{mark};"))
         builds.append(cuda_host.HostKernels("mark.cu", ["gradops::leave_mark<0>"], folder, racecheck=racecheck))
         builds[-1].poison_shared = False
     out = np.full(1, -1, np.int32)
@@ -1064,8 +1071,7 @@ def test_shared_memory_is_poisoned_before_each_block(racecheck, tmp_path):
     swapped between orders, so that a kernel which reads shared memory it has not written in
     the same block sees values that change with the block and the order (not the zeros of a
     fresh static, nor what the previous block left)."""
-    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
-    (tmp_path / "unwritten.cu").write_text(SHARED_UNWRITTEN)
+    source_folder(tmp_path, "unwritten.cu", SHARED_UNWRITTEN)
     build = cuda_host.HostKernels("unwritten.cu", ["gradops::read_unwritten<0>"], tmp_path, racecheck=racecheck)
     assert build.poison_shared
     words, floats = np.zeros(4, np.uint32), np.zeros(4, np.float32)
@@ -1103,8 +1109,7 @@ def test_racecheck_builds_start_locals_as_a_pattern(tmp_path):
     -1.7e38 in a float and 0xfefefefe in a word, not the zeros or stale values a CPU stack may
     hold, as a GPU register would give it garbage.  (Plain builds keep the stack's leftovers:
     see RACECHECK_CXX_FLAGS.)"""
-    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
-    (tmp_path / "uninitialized.cu").write_text(UNINITIALIZED_LOCAL)
+    source_folder(tmp_path, "uninitialized.cu", UNINITIALIZED_LOCAL)
     build = cuda_host.HostKernels("uninitialized.cu", ["gradops::store_uninitialized<4>"], tmp_path, racecheck=True)
     words, values = np.zeros(8, np.uint32), np.zeros(8, np.float32)
     build.launch("gradops::store_uninitialized<4>", (1,), (8,), [words, values], [])
@@ -1129,8 +1134,7 @@ def test_racecheck_builds_refuse_accesses_to_guard_bytes(tmp_path, monkeypatch):
     around a HostDevice array (past its end or before its start), read or write, naming the
     access and the array; in-bounds accesses run.  Plain builds catch the writes only after the
     launch (the guards' bytes change) and never the reads."""
-    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
-    (tmp_path / "read_at.cu").write_text(READ_AT)
+    source_folder(tmp_path, "read_at.cu", READ_AT)
     monkeypatch.setattr(cuda_host._build, "all_instantiations",
                         lambda arch=None: {"read_at.cu": ["gradops::read_at<0>"]})
     for racecheck in (False, True):
@@ -1180,8 +1184,7 @@ def test_racecheck_builds_refuse_misaligned_typed_accesses(width, size, scalar, 
     scalar's is its own width, but g++ may copy a vector struct (uint2, uint4, __half2) member
     by member, so an offset that is a multiple of the member but not of the struct is not
     caught there (global vector loads check themselves: load_vector)."""
-    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
-    (tmp_path / "typed.cu").write_text(TYPED_ACCESS)
+    source_folder(tmp_path, "typed.cu", TYPED_ACCESS)
     offsets = {0: True, size: True, 1: False, **({size // 2: False} if scalar else {})}
     expressions = {offset: f"gradops::typed_access<{width}, {offset}>" for offset in offsets}
     build = cuda_host.HostKernels("typed.cu", list(expressions.values()), tmp_path, racecheck=True)

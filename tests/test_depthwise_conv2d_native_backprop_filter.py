@@ -1962,15 +1962,11 @@ def test_planted_barrier_bugs_only_racecheck_catches(bug, tmp_path, monkeypatch)
     passes the comparison there and fails the launch in a racecheck build."""
     import cuda_host
 
-    if cuda_host.unavailable_reason():
-        pytest.skip(f"cannot build the kernel sources for the host: {cuda_host.unavailable_reason()}")
     runner, edit = RACECHECK_PLANTED[bug]
-    run = globals()[runner]
-    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, edit)
-    with monkeypatch.context() as patch:
-        cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(patch)
-        assert_same_nonfinite_and_close_half(*run(np.random.default_rng(9)))
-    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path, racecheck=True).install(monkeypatch)
-    with pytest.raises(cuda_host.HostLaunchError, match="racecheck: .* hazard on __shared__ .*::stage"):
-        run(np.random.default_rng(9))
+
+    def run():
+        assert_same_nonfinite_and_close_half(*globals()[runner](np.random.default_rng(9)))
+
+    cuda_host.assert_only_racecheck_catches(cuda_launcher.SOURCE, edit, run,
+                                            "racecheck: .* hazard on __shared__ .*::stage", 5, tmp_path, monkeypatch)
 

@@ -1504,21 +1504,16 @@ def test_planted_out_of_bounds_read_only_memcheck_catches(tmp_path, monkeypatch)
     which are not stored, read them, so a plain build passes the comparison; a racecheck build
     fails the launch at the first read past out_backprop (its memcheck)."""
     monkeypatch.setattr(cuda_launcher, "MMA_TARGET_WARPS", 2)
-    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (
-        "if (source[i] < limit) value[i] = planes[source[i]];",
-        "if (source[i] != kPackNone) value[i] = planes[source[i]];"))
 
     def run():
         problems = mma_packed_problem(np.random.default_rng(11))
         for kwargs, want in problems:
             assert_same_non_finite(to_host(cuda_call(kwargs, path="mma")), want, np.float16)
 
-    with monkeypatch.context() as patch:
-        cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(patch)
-        run()
-    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path, racecheck=True).install(monkeypatch)
-    with pytest.raises(cuda_host.HostLaunchError, match="memcheck: a 2-byte read .* past the end of an array"):
-        run()
+    cuda_host.assert_only_racecheck_catches(
+        cuda_launcher.SOURCE, ("if (source[i] < limit) value[i] = planes[source[i]];",
+                               "if (source[i] != kPackNone) value[i] = planes[source[i]];"),
+        run, "memcheck: a 2-byte read .* past the end of an array", 5, tmp_path, monkeypatch)
 
 
 @pytest.mark.parametrize("bug", sorted(PLANTED_MMA))
