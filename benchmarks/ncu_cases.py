@@ -34,7 +34,7 @@ parser.add_argument("--ops", default=None, help="keep the ops whose name holds t
 parser.add_argument("--labels", default=None,
                     help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
 parser.add_argument("--paths", default=None,
-                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,direct,transpose), filter-"
+                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,mma_nhwc,direct,transpose), filter-"
                          "gradient paths (sync,async: the tiled kernel's staging; mma) and the fractional pooling gradients' "
                          "kernels (gather,cells), "
                          "each timed as engine gradops-cuda:PATH on the cases of its op that it can run")
@@ -44,7 +44,7 @@ args = parser.parse_args()
 chosen = set(args.engines.split(",")) if args.engines else None
 # Which --paths each op takes: the input gradient's kernel paths, the filter gradient's staging,
 # the fractional pooling gradients' kernels.
-PATHS_OF = {"depthwise_conv2d_native_backprop_input": ("tiled", "planes", "mma", "direct", "transpose"),
+PATHS_OF = {"depthwise_conv2d_native_backprop_input": ("tiled", "planes", "mma", "mma_nhwc", "direct", "transpose"),
             "depthwise_conv2d_native_backprop_filter": ("sync", "async", "mma"),
             "fractional_avg_pool_grad": ("gather", "cells"), "fractional_max_pool_grad": ("gather", "cells")}
 

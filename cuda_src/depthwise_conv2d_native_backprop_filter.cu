@@ -1574,13 +1574,6 @@ __device__ __forceinline__ void load_unit(const T* __restrict__ input, const T* 
     }
 }
 
-// Value j of both chunks of a pair as one word (the first position's in the low half).
-__device__ __forceinline__ unsigned pair_word(const uint4 (&pair)[2], int j) {
-    const unsigned a[4] = {pair[0].x, pair[0].y, pair[0].z, pair[0].w};
-    const unsigned b[4] = {pair[1].x, pair[1].y, pair[1].z, pair[1].w};
-    return j % 2 == 0 ? (a[j / 2] & 0xffffu) | (b[j / 2] << 16) : (a[j / 2] >> 16) | (b[j / 2] & 0xffff0000u);
-}
-
 // The slots into the planes: value j of input chunk h to channel 8 h + j's input plane; value j
 // of out_backprop chunk h (the CTA's output channel k = 8 h + j) to channel k / M's plane k % M.
 template <int K, int M>
@@ -1595,7 +1588,7 @@ __device__ __forceinline__ void store_unit(unsigned* stage, int tid, const uint4
         const Slot<St::X_SIDE, St::X_CHUNKS> at(e);
         unsigned* const dst = stage + 8 * at.chunk * CHANNEL_WORDS + (at.row * kPitch + at.col) / 2;
 #pragma unroll
-        for (int j = 0; j < 8; ++j) dst[j * CHANNEL_WORDS] = pair_word(raw_x[i], j);
+        for (int j = 0; j < 8; ++j) dst[j * CHANNEL_WORDS] = dwconv::pair_word(raw_x[i], j);
     }
 #pragma unroll
     for (int i = 0; i < St::Y_SLOTS; ++i) {
@@ -1606,7 +1599,7 @@ __device__ __forceinline__ void store_unit(unsigned* stage, int tid, const uint4
 #pragma unroll
         for (int j = 0; j < 8; ++j) {
             const int k = 8 * at.chunk + j;  // the CTA's output channel: channel k / M, slice k % M
-            dst[k / M * CHANNEL_WORDS + k % M * Y_WORDS] = pair_word(raw_y[i], j);
+            dst[k / M * CHANNEL_WORDS + k % M * Y_WORDS] = dwconv::pair_word(raw_y[i], j);
         }
     }
 }

@@ -1585,6 +1585,101 @@ __device__ __forceinline__ void stage_packed(T* tile, const T* planes, int limit
 #pragma unroll
     for (int i = 0; i < kPackSteps; ++i) tile[tile_offset[i]] = value[i];
 }
+// The warp's B fragments of channel c (see the kernel's comment): ``band`` (the warp's own) first
+// gets the two reversed zero-padded copies of each (q, r) filter row, then each fragment register
+// is one 32-bit load from it.  Row block i (band rows 8 i .. 8 i + 7) of a lane is the register
+// B[8 i + 2 t + e][g] = filter[r][s][c][q], s = g - (8 i + 2 t + e) + shift + K - 1, in its half
+// e (low: e = 0), 0 where s is outside [0, K).  band_lo[q][r] = blocks (0, 1), the m16n8k16
+// operand of half 0; band_hi[q][r] = blocks (1, 2), half 1's (block 2 alone is half 0's m16n8k8
+// operand, block 0 half 1's).
+template <typename T, int K, int M>
+__device__ __forceinline__ void load_band(T (&band)[M][K][2][kBandPitch], const T* __restrict__ filter, int c,
+                                          int in_depth, int lane, int shift, unsigned (&band_lo)[M][K][2],
+                                          unsigned (&band_hi)[M][K][2]) {
+    {
+        constexpr int kZeroChunks = M * K * 2 * kBandPitch * 2 / 16;
+        uint4* const chunks = reinterpret_cast<uint4*>(&band[0][0][0][0]);
+        for (int i = lane; i < kZeroChunks; i += 32) chunks[i] = make_uint4(0, 0, 0, 0);
+        __syncwarp();
+        for (int i = lane; i < M * K * K; i += 32) {
+            const int q = i % M, rs = i / M;  // rs = r * K + s: the filter's own order
+            const T value = filter[(rs * in_depth + c) * M + q];
+            band[q][rs / K][0][kBandZero - rs % K] = value;
+            band[q][rs / K][1][kBandZero + 1 - rs % K] = value;
+        }
+        __syncwarp();
+    }
+    const int g = lane / 4, t = lane % 4;
+    const int sg = g - 2 * t + shift + K - 1;  // s of band row 2 t (block 0, e = 0)
+    const int copy = (sg + kBandZero) & 1;     // the copy in which that s sits at an even element
+    const int j0 = kBandZero + copy - sg;
+#pragma unroll
+    for (int q = 0; q < M; ++q)
+#pragma unroll
+        for (int r = 0; r < K; ++r) {
+            // Block 1 (8 elements on) sits in both pairs: its second copy is a load of its own
+            // (volatile: ptxas would otherwise merge the two and copy the register once per unit).
+            const T* const block = &band[q][r][copy][j0];
+            band_lo[q][r][0] = ptx::ld_shared_32(block);
+            band_lo[q][r][1] = ptx::ld_shared_32(block + 8);
+            band_hi[q][r][0] = ptx::ld_shared_32_volatile(block + 8);
+            band_hi[q][r][1] = ptx::ld_shared_32(block + 16);
+        }
+}
+
+// One unit's products, added into acc (acc[j][v]: unit row g + 8 (v / 2), column 8 j + 2 t + v %
+// 2): per (q, r), groups[0] = the tile's 8-column groups 0 and 1, groups[1] = 2 and 3 (registers
+// a0 a1: a group's unit rows 0 - 7 and 8 - 15; a2 a3: the next group's), as the A operands take
+// them.  a_row, a_col: the ldmatrix row lane ``lane`` supplies (the kernel's).
+template <typename T, int K, int M, int ROWS>
+__device__ __forceinline__ void unit_products(const T (*tile)[ROWS][kRowPitch], int a_row, int a_col,
+                                              const unsigned (&band_lo)[M][K][2], const unsigned (&band_hi)[M][K][2],
+                                              float (&acc)[2][4]) {
+#pragma unroll
+    for (int q = 0; q < M; ++q)
+#pragma unroll
+        for (int r = 0; r < K; ++r) {
+            unsigned groups[2][4];
+            ptx::ldmatrix<4, false>(groups[0], &tile[q][a_row + K - 1 - r][a_col]);
+            ptx::ldmatrix<4, false>(groups[1], &tile[q][a_row + K - 1 - r][16 + a_col]);
+            const unsigned group1[2] = {groups[0][2], groups[0][3]}, group2[2] = {groups[1][0], groups[1][1]};
+            ptx::mma_m16n8k16<T>(acc[0], groups[0], band_lo[q][r], acc[0]);
+            ptx::mma_m16n8k8<T>(acc[0], group2, band_hi[q][r][1], acc[0]);
+            ptx::mma_m16n8k8<T>(acc[1], group1, band_lo[q][r][0], acc[1]);
+            ptx::mma_m16n8k16<T>(acc[1], groups[1], band_hi[q][r], acc[1]);
+        }
+}
+
+// Whether every accumulator of the warp's unit is finite: a probe of one FMA each (NaN once any
+// is Inf or NaN, else +-0), then a warp vote.
+__device__ __forceinline__ bool unit_sums_finite(const float (&acc)[2][4]) {
+    float probe = 0.0f;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int v = 0; v < 4; ++v) probe = fmaf(acc[j][v], 0.0f, probe);
+    return !__any_sync(0xffffffffu, probe != 0.0f);
+}
+
+// The checked sum of unit row i, column x (the position y_in, x_in of its image) from the staged
+// tile: TF's taps only, skipping those outside out_backprop (out_backprop column x_in + pad_left
+// - s is tile column x - s + K - 1 + shift).
+template <typename T, int K, int M, int ROWS>
+__device__ __forceinline__ float checked_sum(const T (*tile)[ROWS][kRowPitch], const T* __restrict__ filter, int c,
+                                             int in_depth, int i, int x, int y_in, int x_in, int out_rows,
+                                             int out_cols, int pad_top, int pad_left, int shift) {
+    float sum = 0.0f;
+    for (int q = 0; q < M; ++q)
+        for (int r = 0; r < K; ++r) {
+            if (static_cast<unsigned>(y_in + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;
+            for (int s = 0; s < K; ++s) {
+                if (static_cast<unsigned>(x_in + pad_left - s) >= static_cast<unsigned>(out_cols)) continue;
+                sum += to_acc<float>(tile[q][i + K - 1 - r][x - s + K - 1 + shift]) *
+                       to_acc<float>(filter[((r * K + s) * in_depth + c) * M + q]);
+            }
+        }
+    return sum;
+}
 }  // namespace dwmma
 #endif  // GRADOPS_HAS_MMA_SM80
 
@@ -1623,42 +1718,9 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
     T (*const tile)[ROWS][kRowPitch] = stage[warp];
     const int shift = ((pad_left - (K - 1)) % 8 + 8) % 8;
 
-    // The band's fragments: row block i (band rows 8 i .. 8 i + 7) of a lane is the register
-    // B[8 i + 2 t + e][g] = filter[r][s][c][q], s = g - (8 i + 2 t + e) + shift + K - 1, in its
-    // half e (low: e = 0), 0 where s is outside [0, K).  band_lo[q][r] = blocks (0, 1), the
-    // m16n8k16 operand of half 0; band_hi[q][r] = blocks (1, 2), half 1's (block 2 alone is half
-    // 0's m16n8k8 operand, block 0 half 1's).  The warp first writes its filter slice into the two reversed
-    // zero-padded copies of each (q, r) row (see kBandZero), so a block is one 32-bit load at an
-    // offset fixed per lane, with no test.
-    {
-        constexpr int kZeroChunks = M * K * 2 * kBandPitch * 2 / 16;
-        uint4* const chunks = reinterpret_cast<uint4*>(&band[warp][0][0][0][0]);
-        for (int i = lane; i < kZeroChunks; i += 32) chunks[i] = make_uint4(0, 0, 0, 0);
-        __syncwarp();
-        for (int i = lane; i < M * K * K; i += 32) {
-            const int q = i % M, rs = i / M;  // rs = r * K + s: the filter's own order
-            const T value = filter[(rs * in_depth + c) * M + q];
-            band[warp][q][rs / K][0][kBandZero - rs % K] = value;
-            band[warp][q][rs / K][1][kBandZero + 1 - rs % K] = value;
-        }
-        __syncwarp();
-    }
+    // The band's fragments (dwmma::load_band), the same for every unit and both halves.
     unsigned band_lo[M][K][2], band_hi[M][K][2];
-    const int sg = g - 2 * t + shift + K - 1;  // s of band row 2 t (block 0, e = 0)
-    const int copy = (sg + kBandZero) & 1;     // the copy in which that s sits at an even element
-    const int j0 = kBandZero + copy - sg;
-#pragma unroll
-    for (int q = 0; q < M; ++q)
-#pragma unroll
-        for (int r = 0; r < K; ++r) {
-            // Block 1 (8 elements on) sits in both pairs: its second copy is a load of its own
-            // (volatile: ptxas would otherwise merge the two and copy the register once per unit).
-            const T* const block = &band[warp][q][r][copy][j0];
-            band_lo[q][r][0] = ptx::ld_shared_32(block);
-            band_lo[q][r][1] = ptx::ld_shared_32(block + 8);
-            band_hi[q][r][0] = ptx::ld_shared_32_volatile(block + 8);
-            band_hi[q][r][1] = ptx::ld_shared_32(block + 16);
-        }
+    load_band<T, K, M>(band[warp], filter, c, in_depth, lane, shift, band_lo, band_hi);
 
     // Lane l supplies ldmatrix row l % 8 of matrix l / 8: unit row (l % 8) + 8 ((l / 8) % 2),
     // window column 8 (l / 16) (the A fragment's order a0 .. a3).
@@ -1724,30 +1786,11 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
         }
         __syncwarp();
 
-        // groups[0] = the tile's 8-column groups 0 and 1, groups[1] = 2 and 3 (registers a0 a1:
-        // a group's unit rows 0 - 7 and 8 - 15; a2 a3: the next group's), as the A operands take them.
         float acc[2][4] = {};
-#pragma unroll
-        for (int q = 0; q < M; ++q)
-#pragma unroll
-            for (int r = 0; r < K; ++r) {
-                unsigned groups[2][4];
-                ptx::ldmatrix<4, false>(groups[0], &tile[q][a_row + K - 1 - r][a_col]);
-                ptx::ldmatrix<4, false>(groups[1], &tile[q][a_row + K - 1 - r][16 + a_col]);
-                const unsigned group1[2] = {groups[0][2], groups[0][3]}, group2[2] = {groups[1][0], groups[1][1]};
-                ptx::mma_m16n8k16<T>(acc[0], groups[0], band_lo[q][r], acc[0]);
-                ptx::mma_m16n8k8<T>(acc[0], group2, band_hi[q][r][1], acc[0]);
-                ptx::mma_m16n8k8<T>(acc[1], group1, band_lo[q][r][0], acc[1]);
-                ptx::mma_m16n8k16<T>(acc[1], groups[1], band_hi[q][r], acc[1]);
-            }
+        unit_products<T, K, M, ROWS>(tile, a_row, a_col, band_lo, band_hi, acc);
 
         // acc[j][v]: unit row g + 8 (v / 2), column 8 j + 2 t + v % 2.
-        float probe = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-            for (int v = 0; v < 4; ++v) probe = fmaf(acc[j][v], 0.0f, probe);
-        if (__any_sync(0xffffffffu, probe != 0.0f)) {  // NaN (+-0 otherwise): the checked sums
+        if (!unit_sums_finite(acc)) {  // the checked sums
 #pragma unroll 1
             for (int j = 0; j < 2; ++j)
 #pragma unroll 1
@@ -1756,18 +1799,8 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
                     // the position in its image (packed: the image's own row and column)
                     const int y_in = PACKED ? i - (i >= pack_stride ? pack_stride : 0) : y0 + i;
                     const int x_in = PACKED ? x - (x >= pack_stride ? pack_stride : 0) : x0 + x;
-                    float sum = 0.0f;
-                    for (int q = 0; q < M; ++q)
-                        for (int r = 0; r < K; ++r) {
-                            if (static_cast<unsigned>(y_in + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;
-                            for (int s = 0; s < K; ++s) {
-                                if (static_cast<unsigned>(x_in + pad_left - s) >= static_cast<unsigned>(out_cols))
-                                    continue;
-                                // out_backprop column x0 + x + pad_left - s is tile column x - s + K - 1 + shift
-                                sum += to_acc<float>(tile[q][i + K - 1 - r][x - s + K - 1 + shift]) *
-                                       to_acc<float>(filter[((r * K + s) * in_depth + c) * M + q]);
-                            }
-                        }
+                    const float sum = checked_sum<T, K, M, ROWS>(tile, filter, c, in_depth, i, x, y_in, x_in, out_rows,
+                                                                 out_cols, pad_top, pad_left, shift);
                     if constexpr (PACKED) {
                         // stored from here: acc[j][v] = sum (a variable index) made ptxas keep the
                         // packed form's accumulators in local memory on every path
@@ -1805,6 +1838,212 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
                         if (x + 1 < in_cols) at[1] = from_acc<T>(acc[j][2 * h + 1]);
                     }
                 }
+        }
+    }
+#endif  // GRADOPS_HAS_MMA_SM80
+}
+
+// ==================================================================== the NHWC tensor-core kernel
+//
+// depthwise_conv2d_native_backprop_input_mma_nhwc: the _mma kernel's products (dwmma::
+// unit_products: per channel, per unit of 16 x 16 positions, the band's mma) for NHWC half types,
+// K x K filters (K = 3 or 5) at stride 1 and dilation 1, multipliers 1 and 2, sm_80 and newer.
+// NHWC keeps a position's channels together, so the channel planes the products read are made
+// by a transpose in shared memory, and the results are transposed back:
+// * A CTA owns kChannels = 8 consecutive input channels c0 .. c0 + 7 (warp w: channel c0 + w, and
+//   its band, built once) and one unit position (y0, x0) of the image, and takes images
+//   blockIdx.z, + gridDim.z, ...  A position's out_backprop values of the CTA's channels are M
+//   16-byte chunks (8 M output channels, c0 M ..).
+// * Staging (per image): the tile rows o_row0 .. o_row0 + 15 + K - 1 (o_row0 = y0 + pad_top -
+//   (K - 1)) and as many columns from a0 = x0 + pad_left - (K - 1) (shift 0: no chunk alignment
+//   to keep), zeros outside out_backprop.  A thread takes a slot: one chunk of two neighbouring
+//   positions of a staged row (16 + K - 1, an even count of columns), and stores value j of both
+//   as one word to output channel k = 8 chunk + j's plane: warp k / M's tile k % M.  A slot's
+//   offsets and whether its positions lie inside out_backprop are the same for every image (the
+//   unit position is the CTA's), so they are set once.  The tile's columns past the staged ones
+//   (to 32, which the products read) stay as zeroed at the start.  The next image's loads are
+//   issued before this image's products, so their round trip overlaps them (registers hold
+//   them, no second buffer).
+// * Results: each warp rounds its unit to T into its own result plane (16 x kResultPitch), a
+//   pair of columns a 4-byte store; then thread p (unit row p / 16, column p % 16) gathers the 8
+//   channels of its position from the 8 planes and stores them as one 16-byte chunk.
+// Non-finite values follow the _mma kernel: a warp whose unit holds an accumulator that is not
+// finite recomputes it on the CUDA cores from its staged tile (dwmma::checked_sum).  Offsets are
+// 32-bit (the launcher checks every tensor, and that in_depth is a multiple of 8 with out_backprop
+// and the result 16-byte aligned).
+#if GRADOPS_HAS_MMA_SM80
+namespace dwmnhwc {
+inline constexpr int kWarps = 8;  // warps per CTA, one input channel each
+inline constexpr int kThreads = 32 * kWarps;
+inline constexpr int kChannels = kWarps;  // input channels a CTA owns (16 bytes of halves a position)
+// Result plane row pitch (elements): 16 columns and 8 more, so that a warp's pair stores (lanes
+// (g, t) at word 12 g + t + constant) fall on 32 distinct banks.
+inline constexpr int kResultPitch = 24;
+static_assert(dwmma::kUnit * dwmma::kUnit == kThreads, "a thread per unit position stores its chunk");
+
+template <int K, int M> struct Stage {
+    static constexpr int ROWS = dwmma::kUnit + K - 1;  // staged rows, and columns
+    static constexpr int PAIRS = ROWS * ROWS / 2;      // pairs of neighbouring positions of a row
+    static constexpr int SLOTS = (M * PAIRS + kThreads - 1) / kThreads;  // (chunk, pair) slots a thread
+    static_assert(ROWS % 2 == 0 && ROWS <= dwmma::kStagedCols, "rows of whole pairs inside the tile");
+};
+
+// CTAs per SM the registers must allow: 2 (128 registers).
+inline constexpr int kMinBlocks = 2;
+
+// A thread's staging slot: its source offset in 16-byte chunks from a unit's first staged
+// position (the CTA's first output channel), the word of its pair in the tile of its chunk's first output channel (from the
+// CTA's first tile), whether it exists (a thread past the last slot has none) and whether each of
+// its two positions lies inside out_backprop.
+struct Slot {
+    int source, word;
+    bool valid, inside[2];
+};
+
+template <int K, int M>
+__device__ __forceinline__ Slot slot_of(int e, int o_row0, int a0, int out_rows, int out_cols, int out_depth) {
+    using St = Stage<K, M>;
+    const int chunk = e / St::PAIRS, pair = e % St::PAIRS;
+    const int row = pair / (St::ROWS / 2), col = 2 * (pair % (St::ROWS / 2));
+    Slot s;
+    s.source = (row * out_cols + col) * (out_depth / 8) + chunk;
+    // Output channel 8 chunk's tile (channel 8 chunk + j is j tiles on), one tile ROWS x kRowPitch.
+    s.word = (8 * chunk * St::ROWS * dwmma::kRowPitch + row * dwmma::kRowPitch + col) / 2;
+    s.valid = e < M * St::PAIRS;
+    const bool row_in = s.valid && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows);
+#pragma unroll
+    for (int d = 0; d < 2; ++d) s.inside[d] = row_in && static_cast<unsigned>(a0 + col + d) < static_cast<unsigned>(out_cols);
+    return s;
+}
+
+// A thread's slots of one image into registers: ``first`` is the image's first staged position (it
+// may lie before out_backprop: only the slots inside read), ``position_chunks`` 16-byte chunks a position.
+template <int K, int M>
+__device__ __forceinline__ void load_slots(const uint4* __restrict__ first, const Slot (&slot)[Stage<K, M>::SLOTS],
+                                           int position_chunks, uint4 (&raw)[Stage<K, M>::SLOTS][2]) {
+#pragma unroll
+    for (int i = 0; i < Stage<K, M>::SLOTS; ++i)
+#pragma unroll
+        for (int d = 0; d < 2; ++d) {
+            raw[i][d] = make_uint4(0, 0, 0, 0);
+            if (slot[i].inside[d]) raw[i][d] = dwconv::load_vector(first + slot[i].source + d * position_chunks);
+        }
+}
+
+// Value j of slot i's chunk (output channel k = 8 chunk + j: warp k / M's tile k % M) to its tile.
+template <int K, int M>
+__device__ __forceinline__ void store_slots(unsigned* stage, const Slot (&slot)[Stage<K, M>::SLOTS],
+                                            const uint4 (&raw)[Stage<K, M>::SLOTS][2]) {
+    using St = Stage<K, M>;
+    constexpr int TILE_WORDS = St::ROWS * dwmma::kRowPitch / 2;  // one output channel's tile
+#pragma unroll
+    for (int i = 0; i < St::SLOTS; ++i) {
+        if ((M * St::PAIRS) % kThreads != 0 && !slot[i].valid) break;
+        unsigned* const dst = stage + slot[i].word;
+#pragma unroll
+        for (int j = 0; j < 8; ++j) dst[j * TILE_WORDS] = dwconv::pair_word(raw[i], j);
+    }
+}
+}  // namespace dwmnhwc
+#endif  // GRADOPS_HAS_MMA_SM80
+
+// Grid (tiles_down x tiles_across unit positions, in_depth / 8, image groups); block 256.
+template <typename T, int K, int M>
+__global__ void __launch_bounds__(256, 2) depthwise_conv2d_native_backprop_input_mma_nhwc(
+    const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop, int in_rows,
+    int in_cols, int in_depth, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_across, int batch) {
+#if GRADOPS_HAS_MMA_SM80
+    using namespace dwmma;
+    using namespace dwmnhwc;
+    using St = Stage<K, M>;
+    static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
+    static_assert(M == 1 || M == 2, "multipliers 1 and 2");
+    static_assert(kThreads == 256 && kMinBlocks == 2, "the launch bounds");
+    constexpr int ROWS = St::ROWS;
+    __shared__ __align__(16) T stage[dwmnhwc::kWarps][M][ROWS][kRowPitch];
+    __shared__ __align__(16) T band[dwmnhwc::kWarps][M][K][2][kBandPitch];
+    __shared__ __align__(16) T result[dwmnhwc::kWarps][kUnit][kResultPitch];
+
+    const int tid = static_cast<int>(threadIdx.x);
+    const int lane = tid % 32, warp = tid / 32;
+    const int g = lane / 4, t = lane % 4;
+    const int c0 = static_cast<int>(blockIdx.y) * kChannels;
+    const int out_depth = in_depth * M;
+    T (*const tile)[ROWS][kRowPitch] = stage[warp];
+    constexpr int kShift = 0;  // a0 need not be a multiple of 8: the staging is by positions
+
+    {
+        // Zeros in tile columns 16 .. 31 of every row (two 16-byte chunks): the products read
+        // columns up to 31, staging writes columns up to ROWS - 1 (over some of these zeros, after
+        // the barrier at the top of the image loop), and columns 32 on are never read.
+        static_assert(kStagedCols == 32 && ROWS > 16 && (kRowPitch * sizeof(T)) % 16 == 0, "two chunks a row");
+        constexpr int kRows = dwmnhwc::kWarps * M * ROWS;
+        for (int i = tid; i < 2 * kRows; i += kThreads)
+            *reinterpret_cast<uint4*>(&stage[0][0][0][0] + (i / 2) * kRowPitch + 16 + 8 * (i % 2)) = make_uint4(0, 0, 0, 0);
+    }
+    const unsigned across = static_cast<unsigned>(tiles_across);
+    const int y0 = static_cast<int>(blockIdx.x / across) * kUnit, x0 = static_cast<int>(blockIdx.x % across) * kUnit;
+    const int o_row0 = y0 + pad_top - (K - 1), a0 = x0 + pad_left - (K - 1);
+    Slot slot[St::SLOTS];
+#pragma unroll
+    for (int i = 0; i < St::SLOTS; ++i) {
+        // opaque: held in registers, not recomputed from the thread index for every image
+        slot[i] = slot_of<K, M>(dwconv::opaque(tid + i * kThreads), o_row0, a0, out_rows, out_cols, out_depth);
+        slot[i].source = dwconv::opaque(slot[i].source);
+        slot[i].word = dwconv::opaque(slot[i].word);
+    }
+    // Image n's first staged position (row o_row0, column a0, output channel c0 M), in chunks;
+    // it may lie before out_backprop, and only the slots inside out_backprop add to it.
+    const int first = ((o_row0 * out_cols + a0) * out_depth + c0 * M) / 8;
+    const int image_chunks = out_rows * out_cols * out_depth / 8;
+    // This thread's result position (unit row tid / 16, column tid % 16) and whether it is inside.
+    const int y = y0 + tid / kUnit, x = x0 + tid % kUnit;
+    const bool store = y < in_rows && x < in_cols;
+    const uint4* const source = reinterpret_cast<const uint4*>(out_backprop);
+
+    // The first image's loads, then the band (whose filter loads' round trip overlaps theirs).
+    uint4 raw[St::SLOTS][2];
+    const int step = static_cast<int>(gridDim.z);
+    int n = static_cast<int>(blockIdx.z);
+    if (n < batch) load_slots<K, M>(source + (first + n * image_chunks), slot, out_depth / 8, raw);
+    unsigned band_lo[M][K][2], band_hi[M][K][2];
+    load_band<T, K, M>(band[warp], filter, c0 + warp, in_depth, lane, kShift, band_lo, band_hi);
+    const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
+    for (; n < batch; n += step) {
+        __syncthreads();  // every warp is done with the previous image's tiles and result planes
+        store_slots<K, M>(reinterpret_cast<unsigned*>(&stage[0][0][0][0]), slot, raw);
+        __syncthreads();
+        if (n + step < batch) load_slots<K, M>(source + (first + (n + step) * image_chunks), slot, out_depth / 8, raw);
+
+        float acc[2][4] = {};
+        unit_products<T, K, M, ROWS>(tile, a_row, a_col, band_lo, band_hi, acc);
+        // acc[j][v]: unit row g + 8 (v / 2), column 8 j + 2 t + v % 2.
+        if (!unit_sums_finite(acc)) {  // the checked sums
+#pragma unroll 1
+            for (int j = 0; j < 2; ++j)
+#pragma unroll 1
+                for (int v = 0; v < 4; ++v) {
+                    const int i = g + 8 * (v / 2), col = 8 * j + 2 * t + v % 2;
+                    acc[j][v] = checked_sum<T, K, M, ROWS>(tile, filter, c0 + warp, in_depth, i, col, y0 + i, x0 + col,
+                                                           out_rows, out_cols, pad_top, pad_left, kShift);
+                }
+        }
+        unsigned* const plane = reinterpret_cast<unsigned*>(&result[warp][0][0]);
+#pragma unroll
+        for (int j = 0; j < 2; ++j)
+#pragma unroll
+            for (int h = 0; h < 2; ++h)
+                plane[((g + 8 * h) * kResultPitch + 8 * j + 2 * t) / 2] = dwconv::pack_pair<T>(acc[j][2 * h], acc[j][2 * h + 1]);
+        __syncthreads();
+        if (store) {
+            const unsigned short* const values = reinterpret_cast<const unsigned short*>(&result[0][0][0]);
+            const int at = (tid / kUnit) * kResultPitch + tid % kUnit;
+            constexpr int PLANE = kUnit * kResultPitch;
+            const uint4 chunk = make_uint4(values[at] | static_cast<unsigned>(values[at + PLANE]) << 16,
+                                           values[at + 2 * PLANE] | static_cast<unsigned>(values[at + 3 * PLANE]) << 16,
+                                           values[at + 4 * PLANE] | static_cast<unsigned>(values[at + 5 * PLANE]) << 16,
+                                           values[at + 6 * PLANE] | static_cast<unsigned>(values[at + 7 * PLANE]) << 16);
+            *reinterpret_cast<uint4*>(in_backprop + ((n * in_rows + y) * in_cols + x) * in_depth + c0) = chunk;
         }
     }
 #endif  // GRADOPS_HAS_MMA_SM80

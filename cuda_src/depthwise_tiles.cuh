@@ -83,5 +83,15 @@ template <typename Acc, int N> __device__ __forceinline__ void store16(Acc* dst,
     }
 }
 
+// Element j of both 16-byte chunks of two neighbouring positions (8 two-byte elements each) as one
+// word, the first position's in the low half: a transpose of NHWC chunks into channel planes stores
+// a plane's two columns at once.
+// One byte permute (PRMT): bytes 0, 1 of a's word and of b's (0x5410), or bytes 2, 3 of each (0x7632).
+__device__ __forceinline__ unsigned pair_word(const uint4 (&pair)[2], int j) {
+    const unsigned a[4] = {pair[0].x, pair[0].y, pair[0].z, pair[0].w};
+    const unsigned b[4] = {pair[1].x, pair[1].y, pair[1].z, pair[1].w};
+    return __byte_perm(a[j / 2], b[j / 2], j % 2 == 0 ? 0x5410u : 0x7632u);
+}
+
 }  // namespace dwconv
 }  // namespace gradops

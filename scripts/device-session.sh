@@ -87,7 +87,7 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (150 + 50), the full sections (100), then the filter gradient's timing in the rest.
+# 340 s): A/B (170 + 50), the full sections (100), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
 # kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
@@ -96,11 +96,14 @@ METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # session 46, and MMA_CHOICE and its siblings, read off the latency-aware estimate:
 # benchmarks/results/path_estimates.md; TRANSPOSE_BY_DEFAULT, opt-in); about 230 calls, 52 of them of 3 kernels, at the 2.2 a
 # second of the last run (40 s more than before: 20 from the full sections' cap, 20 from the
-# filter gradient's timing at the end).
-timeout -s INT -k 10 150 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+# filter gradient's timing at the end).  Then the NHWC stride-1 multiplier-2 cases and 5x5
+# multiplier 1 on the launcher's choice, the tiled kernel and the NHWC tensor-core kernel
+# (gradops-cuda:mma_nhwc, half types only; MMA_NHWC_CHOICE, new in session 53): about 50 calls
+# more, 20 s taken from the filter gradient's timing.
+timeout -s INT -k 10 170 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
-    --engines gradops-cuda --paths tiled,planes,transpose,mma --ops backprop_input \
-    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW" --time-limit 130 \
+    --engines gradops-cuda --paths tiled,planes,transpose,mma,mma_nhwc --ops backprop_input \
+    --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW,3x3/1 m2 NHWC,5x5/1 m2 NHWC,5x5/1 m1 NHWC" --time-limit 150 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 >"$W/ncu_ab.md" 2>&1

@@ -542,6 +542,20 @@ inline float __uint_as_float(unsigned bits) {
     return v;
 }
 
+// __byte_perm(x, y, s) (CUDA's integer intrinsics; libdevice's __nv_byte_perm): byte n of the
+// result is byte s<4n+2:4n> of the eight bytes of y:x, x's lowest first.  Bit 3 of each selector
+// nibble is not used by that definition; PTX's prmt.b32, which it compiles to, would replicate the
+// selected byte's sign with it set, so kernels keep it clear (the two definitions agree there).
+inline unsigned __byte_perm(unsigned x, unsigned y, unsigned s) {
+    const unsigned long long bytes = (static_cast<unsigned long long>(y) << 32) | x;
+    unsigned result = 0;
+    for (int n = 0; n < 4; ++n) {
+        const unsigned index = (s >> (4 * n)) & 7u;
+        result |= static_cast<unsigned>((bytes >> (8 * index)) & 0xffu) << (8 * n);
+    }
+    return result;
+}
+
 // ------------------------------------------------------------------ nvcuda::wmma emulation
 namespace nvcuda {
 namespace wmma {

@@ -1002,6 +1002,49 @@ def test_fast_division_is_exact(tmp_path):
     assert not np.array_equal(run(bad), want)
 
 
+BYTE_PERM_KERNEL = r"""
+#include "depthwise_tiles.cuh"
+// out[i] = __byte_perm(x[i], y[i], s[i]); pairs[i] = the depthwise kernels' pair_word of chunks
+// x[i], y[i] (their words i % 4 repeated) and element i % 8.
+__global__ void byte_perm_check(const unsigned* x, const unsigned* y, const unsigned* s, unsigned* out,
+                                unsigned* pairs, long long n) {
+    GRADOPS_GRID_STRIDE_LOOP(i, n) {
+        out[i] = __byte_perm(x[i], y[i], s[i]);
+        const uint4 pair[2] = {make_uint4(x[i], x[i], x[i], x[i]), make_uint4(y[i], y[i], y[i], y[i])};
+        pairs[i] = gradops::dwconv::pair_word(pair, static_cast<int>(i % 8));
+    }
+}
+"""
+
+
+def test_byte_perm_follows_cudas_definition(tmp_path):
+    """The host model's __byte_perm: byte n of the result is byte s<4n+2:4n> of y:x (CUDA's integer
+    intrinsics), on random words and selectors with each nibble's bit 3 clear (where PTX's prmt,
+    which sign-replicates with it set, agrees); pair_word (the NHWC transposes' words) is element j
+    of both positions' chunks, the first's in the low half."""
+    rng = np.random.default_rng(9)
+    n = 4096
+    x, y = (rng.integers(0, 2**32, n, dtype=np.uint64).astype(np.uint32) for _ in range(2))
+    s = (rng.integers(0, 2**16, n, dtype=np.uint64).astype(np.uint32) & np.uint32(0x7777))
+    s[:4] = (0x5410, 0x7632, 0x3210, 0x0000)
+    (tmp_path / "depthwise_tiles.cuh").write_text((cuda_host._build.source_dir() / "depthwise_tiles.cuh").read_text())
+    kernels = cuda_host.HostKernels("byte_perm.cu", ["byte_perm_check"],
+                                    source_folder(tmp_path, "byte_perm.cu", BYTE_PERM_KERNEL))
+    out, pairs = np.zeros(n, np.uint32), np.zeros(n, np.uint32)
+    kernels.run("byte_perm_check", [x, y, s, out, pairs], [n])
+    eight = (y.astype(np.uint64) << np.uint64(32)) | x.astype(np.uint64)
+    want = np.zeros(n, np.uint64)
+    for byte in range(4):
+        index = (s.astype(np.uint64) >> np.uint64(4 * byte)) & np.uint64(7)
+        want |= ((eight >> (np.uint64(8) * index)) & np.uint64(0xff)) << np.uint64(8 * byte)
+    assert np.array_equal(out, want.astype(np.uint32))
+    assert out[0] == (x[0] & 0xffff) | (y[0] << 16) and out[1] == (x[1] >> 16) | (y[1] & 0xffff0000)
+    half = np.arange(n) % 2  # element j of a chunk: half j % 2 of word j / 2
+    first = np.where(half == 0, x & 0xffff, x >> 16)
+    second = np.where(half == 0, y & 0xffff, y >> 16)
+    assert np.array_equal(pairs, (first | (second << 16)).astype(np.uint32))
+
+
 def source_folder(folder, filename: str, text: str):
     """``folder``, holding ``text`` as ``filename`` beside gradops_common.cuh: a small kernel
     source for a host build."""

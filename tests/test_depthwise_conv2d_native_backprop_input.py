@@ -291,7 +291,8 @@ def run_on_host(kernels, kwargs):
 def test_instantiations_cover_every_launch():
     """Every dtype x layout x (specialisation or generic) the launcher can pick is instantiated,
     for the direct kernel, every dtype x layout x specialisation for the tiled one, each half
-    type x filter x multiplier x form (rows, whole planes, packed images) for the tensor-core one, and each dtype x filter x stride for the
+    type x filter x multiplier x form (rows, whole planes, packed images) for the tensor-core one and each half
+    type x filter x multiplier for the NHWC tensor-core one, and each dtype x filter x stride for the
     planes one (NCHW only), and the batched transpose per element width and index type; none
     twice."""
     names = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
@@ -299,6 +300,7 @@ def test_instantiations_cover_every_launch():
     assert len(names) == len(listed)
     mma = (len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
            * len(cuda_launcher.MMA_FORMS))
+    mma += len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)  # NHWC
     planes = 4 * len(cuda_launcher.PLANES_FILTERS) * len(cuda_launcher.PLANES_STRIDES)
     transposes = 3 * 2 + 2  # 2-, 4- and 8-byte elements and 16-bit pairs, int and long long indices
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
@@ -317,6 +319,7 @@ def test_instantiations_cover_every_launch():
                 for form in range(len(cuda_launcher.MMA_FORMS)):
                     assert cuda_launcher._mma_expression(np.dtype(getattr(ml_dtypes, dtype, dtype)), k, m,
                                                          form) in listed
+                assert cuda_launcher._mma_nhwc_expression(np.dtype(getattr(ml_dtypes, dtype, dtype)), k, m) in listed
     for dtype in FLOAT_DTYPES:
         for data_format in ("NHWC", "NCHW"):
             for shape in (*cuda_launcher.SPECIALISATIONS, cuda_launcher.GENERIC):
@@ -432,8 +435,8 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "planes", "transpose"],
-                                     ids=["auto", "direct", "tiled", "mma", "planes", "transpose"])
+CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "mma_nhwc", "planes", "transpose"],
+                                     ids=["auto", "direct", "tiled", "mma", "mma_nhwc", "planes", "transpose"])
 
 
 def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
@@ -450,7 +453,7 @@ def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
 
 
 def launched(device):
-    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "planes" / "direct",
+    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "mma_nhwc" / "planes" / "direct",
     or "transpose" where it is the transpose path's second transpose after the tiled kernel), None
     on a GPU."""
     if device is None:
@@ -460,8 +463,8 @@ def launched(device):
         names = [launch[0] for launch in device.launches[-3:]]
         assert len(names) == 3 and "::transpose_batched" in names[0] and "_tiled<" in names[1]
         return "transpose"
-    return ("tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "planes" if "_planes<" in name
-            else "direct")
+    return ("tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "mma_nhwc" if "_mma_nhwc<" in name
+            else "planes" if "_planes<" in name else "direct")
 
 
 def mma_runs(g, dtype) -> bool:
@@ -469,6 +472,13 @@ def mma_runs(g, dtype) -> bool:
     from gradops.backends.cuda import _runtime
 
     return cuda_launcher.mma_possible(g, dtype) and _runtime.compute_capability() >= cuda_launcher.MMA_ARCH
+
+
+def mma_nhwc_runs(g, dtype) -> bool:
+    """Whether the NHWC tensor-core kernel can run ``g`` on the current (or stand-in) GPU."""
+    from gradops.backends.cuda import _runtime
+
+    return cuda_launcher.mma_nhwc_possible(g, dtype) and _runtime.compute_capability() >= cuda_launcher.MMA_ARCH
 
 
 def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=None):
@@ -489,6 +499,10 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         with pytest.raises(ValueError, match="mma kernel cannot run"):
             cuda_call(kwargs, path=path)
         return None
+    if path == "mma_nhwc" and not mma_nhwc_runs(g, dtype):
+        with pytest.raises(ValueError, match="mma_nhwc kernel cannot run"):
+            cuda_call(kwargs, path=path)
+        return None
     if path == "planes" and not cuda_launcher.planes_possible(g, dtype):
         with pytest.raises(ValueError, match="planes kernel cannot run"):
             cuda_call(kwargs, path=path)
@@ -501,7 +515,8 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
     assert isinstance(got, cupy.ndarray)
     assert got.dtype == dtype and got.shape == tuple(kwargs["input_sizes"])
     if device is not None and 0 not in got.shape and kwargs["filter"].size and kwargs["out_backprop"].size:
-        auto = ("mma" if cuda_launcher.mma_chosen(g, dtype) else "planes" if cuda_launcher.planes_chosen(g, dtype)
+        auto = ("mma" if cuda_launcher.mma_chosen(g, dtype) else "mma_nhwc" if cuda_launcher.mma_nhwc_chosen(g, dtype)
+                else "planes" if cuda_launcher.planes_chosen(g, dtype)
                 else "transpose" if cuda_launcher.transpose_chosen(g, dtype) else "tiled" if eligible else "direct")
         assert launched(device) == (path or auto)
     got = to_host(got)
@@ -1332,8 +1347,8 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
     "mma-band-mirrored": ("const int sg = g - 2 * t + shift + K - 1;", "const int sg = 2 * t - g + shift + K - 1;"),
     "mma-band-ignores-the-shift": ("const int sg = g - 2 * t + shift + K - 1;", "const int sg = g - 2 * t + K - 1;"),
     "mma-band-reads-the-other-copy": ("const int copy = (sg + kBandZero) & 1;", "const int copy = (sg + kBandZero + 1) & 1;"),
-    "mma-band-pairs-the-wrong-neighbour": ("band[warp][q][rs / K][1][kBandZero + 1 - rs % K] = value;",
-                                           "band[warp][q][rs / K][1][kBandZero - 1 - rs % K] = value;"),
+    "mma-band-pairs-the-wrong-neighbour": ("band[q][rs / K][1][kBandZero + 1 - rs % K] = value;",
+                                           "band[q][rs / K][1][kBandZero - 1 - rs % K] = value;"),
     "mma-band-filter-of-another-slice": ("const T value = filter[(rs * in_depth + c) * M + q];",
                                          "const T value = filter[(rs * in_depth + c) * M];"),
     "mma-rows-not-shifted-per-tap": ("ptx::ldmatrix<4, false>(groups[1], &tile[q][a_row + K - 1 - r][16 + a_col]);",
@@ -1351,7 +1366,7 @@ PLANTED_MMA = {  # bugs in the tensor-core kernel: name -> (text of the real sou
     "mma-last-image-dropped": ("n < batch; n += image_step", "n < batch - 1; n += image_step"),
     "mma-last-image-row-dropped": ("if (y >= in_rows || x >= in_cols) continue;",
                                    "if (y >= in_rows - 1 || x >= in_cols) continue;"),
-    "mma-never-checks-non-finite": ("if (__any_sync(0xffffffffu, probe != 0.0f))", "if (__any_sync(0xffffffffu, 0))"),
+    "mma-never-checks-non-finite": ("return !__any_sync(0xffffffffu, probe != 0.0f);", "return !__any_sync(0xffffffffu, 0);"),
     "mma-checked-sums-ignore-the-top-edge": (
         "if (static_cast<unsigned>(y_in + pad_top - r) >= static_cast<unsigned>(out_rows)) continue;", ""),
     "mma-staging-ignores-the-left-edge": ("const bool col_in = static_cast<unsigned>(a0 + col) < static_cast<unsigned>(out_cols);",
@@ -1529,6 +1544,204 @@ def test_planted_mma_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
         assert_same_non_finite(got, want, np.float16)
 
     cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA[bug], run, check, 5, tmp_path, monkeypatch)
+
+
+# ------------------------------------------------------------------ the NHWC tensor-core kernel
+
+#: (x_shape [N, H, W, C], filter, padding, pads, multiplier, dtype) for the NHWC tensor-core
+#: kernel (in_depth a multiple of 8): images ending inside a unit down and across, one and several
+#: channel blocks, SAME / VALID / EXPLICIT pads (past the filter's reach too, and none), one unit
+#: a map (14 x 14), units that fit exactly (16 x 32), a 1 x 1 image.
+MMA_NHWC_CASES = {
+    "f16-3x3-17x19-c8": ((2, 17, 19, 8), (3, 3), "SAME", NO_PADS, 1, np.float16),
+    "bf16-5x5-20x35-c16-m2": ((2, 20, 35, 16), (5, 5), "SAME", NO_PADS, 2, ml_dtypes.bfloat16),
+    "f16-5x5-valid-20x21-m2": ((2, 20, 21, 8), (5, 5), "VALID", NO_PADS, 2, np.float16),
+    "bf16-3x3-pads-past-filter": ((1, 14, 14, 8), (3, 3), "EXPLICIT", ((5, 0), (0, 6)), 1, ml_dtypes.bfloat16),
+    "f16-5x5-15x15-odd-pads-c24": ((3, 15, 15, 24), (5, 5), "EXPLICIT", ((1, 3), (4, 0)), 1, np.float16),
+    "f16-3x3-14x14-m2": ((3, 14, 14, 8), (3, 3), "SAME", NO_PADS, 2, np.float16),
+    "bf16-5x5-1x1-image": ((2, 1, 1, 8), (5, 5), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
+    "f16-5x5-16x32-whole-units": ((2, 16, 32, 8), (5, 5), "SAME", NO_PADS, 1, np.float16),
+}
+
+
+@pytest.mark.parametrize("target_ctas", [None, 1], ids=["one-image-per-cta", "several-images-per-cta"])
+@pytest.mark.parametrize("case", list(MMA_NHWC_CASES))
+def test_cuda_mma_nhwc_edges(cuda_device, rng, monkeypatch, case, target_ctas):
+    """The NHWC tensor-core kernel (forced) matches the loops and the NumPy backend at its edges;
+    with a CTA target of 1 each CTA takes several images (its bands reused, the next image's
+    loads in flight during this one's products)."""
+    x_shape, filt_hw, padding, pads, multiplier, dtype = MMA_NHWC_CASES[case]
+    if target_ctas is not None:
+        monkeypatch.setattr(cuda_launcher, "MMA_NHWC_TARGET_CTAS", target_ctas)
+    kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, padding=padding,
+                                   pads=pads, data_format="NHWC", dtype=dtype)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.mma_nhwc_possible(g, np.dtype(dtype))
+    if target_ctas is not None:
+        assert cuda_launcher.mma_nhwc_grid(g)[2] < g.batch or g.batch == 1
+    check_cuda(kwargs, ref, scale, path="mma_nhwc", device=cuda_device)
+
+
+def test_mma_nhwc_choice():
+    """Where the NHWC tensor-core kernel can run and where the launcher takes it by itself, and its grid."""
+    half = np.dtype(np.float16)
+
+    def g(x_shape=(32, 28, 28, 16), filt=5, multiplier=2, strides=(1, 1), dilations=(1, 1), data_format="NHWC"):
+        """The validated geometry of a SAME case (shapes only)."""
+        n, h, w, c = x_shape
+        oh, ow = out_hw((h, w), (filt, filt), strides, dilations, "SAME", NO_PADS)
+        return conv2d_geometry(OP, to_format(x_shape, data_format), (filt, filt, c, multiplier),
+                               to_format((n, oh, ow, c * multiplier), data_format), attr4(*strides, data_format),
+                               "SAME", [], data_format, attr4(*dilations, data_format), depthwise=True)
+
+    assert cuda_launcher.mma_nhwc_possible(g(), half)
+    assert cuda_launcher.mma_nhwc_possible(g(filt=3, multiplier=1), np.dtype(ml_dtypes.bfloat16))
+    for refused, dtype in ((g(x_shape=(32, 28, 28, 12)), half), (g(), np.dtype(np.float32)),
+                           (g(data_format="NCHW"), half), (g(strides=(2, 2)), half),
+                           (g(dilations=(2, 2)), half), (g(multiplier=3), half), (g(filt=7), half)):
+        assert not cuda_launcher.mma_nhwc_possible(refused, dtype)
+    assert cuda_launcher.mma_nhwc_chosen(g(), half, arch=90) and cuda_launcher.mma_nhwc_chosen(g(), half, arch=80)
+    assert not cuda_launcher.mma_nhwc_chosen(g(), half, arch=75)
+    assert cuda_launcher.pick_path(g(), half, arch=90) == "mma_nhwc"
+    assert cuda_launcher.pick_path(g(), half, arch=75) == "tiled"
+    # MMA_NHWC_CHOICE: 5x5 multiplier 2 where a map's units are 75% inside; 3x3 multiplier 2 on maps
+    # of 32 units or more (112 x 112); never multiplier 1 (the tiled kernel)
+    chosen = (g(x_shape=(32, 14, 14, 480)), g(x_shape=(2, 16, 16, 8)), g(filt=3, x_shape=(32, 112, 112, 32)),
+              g(filt=3, x_shape=(2, 128, 64, 8)))
+    not_chosen = (g(x_shape=(32, 7, 7, 1152)), g(x_shape=(2, 20, 20, 8)), g(filt=3, x_shape=(32, 56, 56, 144)),
+                  g(filt=3, x_shape=(2, 128, 48, 8)), g(filt=3, multiplier=1, x_shape=(32, 112, 112, 32)),
+                  g(multiplier=1, x_shape=(32, 28, 28, 240)))
+    assert [cuda_launcher.mma_nhwc_chosen(c, half, arch=90) for c in chosen] == [True] * len(chosen)
+    assert [cuda_launcher.mma_nhwc_chosen(c, half, arch=90) for c in not_chosen] == [False] * len(not_chosen)
+    assert all(cuda_launcher.mma_nhwc_possible(c, half) for c in not_chosen)
+    assert cuda_launcher.mma_nhwc_grid(g(x_shape=(32, 112, 112, 32))) == (49, 4, 5)
+    assert cuda_launcher.mma_nhwc_grid(g(x_shape=(32, 14, 14, 480))) == (1, 60, 16)
+    assert cuda_launcher.mma_nhwc_grid(g(x_shape=(3, 14, 14, 8))) == (1, 1, 3)
+    names = cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]
+    assert sum("_mma_nhwc<" in e for e in names) == 8
+    assert "_mma_nhwc<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
+
+
+def test_cuda_mma_nhwc_misaligned_out_backprop(cuda_device, rng):
+    """An out_backprop view 2 bytes off a 16-byte boundary: the launcher's own choice falls back to
+    the tiled kernel, the forced path is refused, and the result is right."""
+    from gradops.backends.cuda import _runtime
+
+    kwargs, ref, scale = make_case(rng, x_shape=(2, 14, 14, 8), filt_hw=(5, 5), multiplier=2, padding="SAME",
+                                   data_format="NHWC", dtype=np.float16)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.mma_nhwc_chosen(g, np.float16, arch=90)
+    dy = kwargs["out_backprop"]
+    view = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))[1:].reshape(dy.shape)
+    assert int(_runtime.pointer(view)) % 16 == 2
+    got = to_host(cuda_call(kwargs, out_backprop=view))  # the public API: the launcher's own choice
+    assert cuda_device is None or launched(cuda_device) == "tiled"
+    assert_close(got, ref, np.float16, scale)
+    with pytest.raises(ValueError, match="aligned to 16 bytes"):
+        cuda_call(kwargs, path="mma_nhwc", out_backprop=view)
+
+
+def mma_nhwc_non_finite_problem(rng, dtype=np.float16):
+    """(kwargs, reference result): NHWC 5x5 multiplier 2 on 3 images of 20 x 35 x 16 (2 x 3 units,
+    two channel blocks), an Inf in out_backprop inside one unit, a NaN filter tap that lands on
+    the padding for the image's edges, an Inf tap, and otherwise finite values."""
+    kwargs, _, _ = make_case(rng, x_shape=(3, 20, 35, 16), filt_hw=(5, 5), multiplier=2, padding="SAME",
+                             data_format="NHWC", dtype=dtype)
+    dy = kwargs["out_backprop"].copy()
+    dy[1, 12, 20, 19] = np.inf
+    w = kwargs["filter"].copy()
+    w[0, 0, 9, 1] = np.nan
+    w[4, 4, 2, 0] = np.inf
+    kwargs.update(out_backprop=dy, filter=w)
+    return kwargs, gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_cuda_mma_nhwc_non_finite_values(cuda_device, rng, monkeypatch, dtype):
+    """An Inf in out_backprop and an Inf and a NaN in the filter reach exactly the elements TF's
+    sums give them through the NHWC tensor-core kernel (with CTAs taking several images); two runs
+    are bitwise equal (on the host, blocks and threads in another order)."""
+    monkeypatch.setattr(cuda_launcher, "MMA_NHWC_TARGET_CTAS", 1)
+    kwargs, want = mma_nhwc_non_finite_problem(rng, dtype)
+    got = to_host(cuda_call(kwargs, path="mma_nhwc"))
+    assert cuda_device is None or launched(cuda_device) == "mma_nhwc"
+    assert np.isnan(want.astype(np.float64)).any() and np.isinf(want.astype(np.float64)).any()
+    assert_same_non_finite(got, want, dtype)
+    if cuda_device is not None:
+        cuda_device.seed += 1
+    assert to_host(cuda_call(kwargs, path="mma_nhwc")).tobytes() == got.tobytes()
+
+
+#: Bugs planted in the NHWC tensor-core kernel, each caught by mma_nhwc_non_finite_problem (with
+#: CTAs taking several images).  The band and products are the _mma kernel's (PLANTED_MMA).
+PLANTED_MMA_NHWC = {
+    "nhwc-pairs-unpaired-columns": ("col = 2 * (pair % (St::ROWS / 2));", "col = pair % (St::ROWS / 2);"),
+    "nhwc-pair-halves-swapped": ("dst[j * TILE_WORDS] = dwconv::pair_word(raw[i], j);",
+                                 "dst[j * TILE_WORDS] = __byte_perm(dwconv::pair_word(raw[i], j), 0u, 0x1032u);"),
+    "nhwc-second-position-of-a-pair-not-loaded": ("first + slot[i].source + d * position_chunks", "first + slot[i].source"),
+    "nhwc-second-chunk-to-the-first-chunks-tiles": ("s.word = (8 * chunk * St::ROWS * dwmma::kRowPitch",
+                                                    "s.word = (chunk * St::ROWS * dwmma::kRowPitch"),
+    "nhwc-staging-ignores-the-top-edge": ("static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows);",
+                                          "o_row0 + row < out_rows;"),
+    "nhwc-staging-ignores-the-left-edge": ("static_cast<unsigned>(a0 + col + d) < static_cast<unsigned>(out_cols);",
+                                           "a0 + col + d < out_cols;"),
+    "nhwc-slot-source-rows-of-the-input": ("s.source = (row * out_cols + col) * (out_depth / 8) + chunk;",
+                                           "s.source = (row * (out_cols + 1) + col) * (out_depth / 8) + chunk;"),
+    "nhwc-result-planes-unpadded": ("plane[((g + 8 * h) * kResultPitch + 8 * j + 2 * t) / 2]",
+                                    "plane[((g + 8 * h) * kUnit + 8 * j + 2 * t) / 2]"),
+    "nhwc-result-channels-swapped": ("const uint4 chunk = make_uint4(values[at] | static_cast<unsigned>(values[at + PLANE]) << 16,",
+                                     "const uint4 chunk = make_uint4(values[at + PLANE] | static_cast<unsigned>(values[at]) << 16,"),
+    "nhwc-last-image-dropped": ("for (; n < batch; n += step) {", "for (; n < batch - 1; n += step) {"),
+    "nhwc-prefetch-reloads-this-image": ("load_slots<K, M>(source + (first + (n + step) * image_chunks), slot,",
+                                         "load_slots<K, M>(source + (first + n * image_chunks), slot,"),
+    "nhwc-checked-sums-of-the-first-unit": ("i, col, y0 + i, x0 + col,", "i, col, i, col,"),
+    "nhwc-warps-share-the-first-channels-band": ("load_band<T, K, M>(band[warp], filter, c0 + warp,",
+                                                 "load_band<T, K, M>(band[warp], filter, c0,"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_MMA_NHWC))
+def test_planted_mma_nhwc_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    """Each bug planted in a copy of the NHWC tensor-core kernel makes mma_nhwc_non_finite_problem's
+    result differ from the NumPy backend (or the launch fail on an access outside an array); the
+    real source passes."""
+    monkeypatch.setattr(cuda_launcher, "MMA_NHWC_TARGET_CTAS", 1)
+
+    def run():
+        kwargs, want = mma_nhwc_non_finite_problem(np.random.default_rng(13))
+        return to_host(cuda_call(kwargs, path="mma_nhwc")), want
+
+    def check(got, want):
+        assert_same_non_finite(got, want, np.float16)
+
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA_NHWC[bug], run, check, 5, tmp_path,
+                                        monkeypatch)
+
+
+#: Barriers of the NHWC tensor-core kernel, each removed: the tiles restaged while another warp
+#: still reads them, the tiles read before every warp has staged its part, the result planes read
+#: before every warp has written its own.
+NHWC_BARRIERS = {
+    "before-restaging": ("        __syncthreads();  // every warp is done with the previous image's tiles and result planes\n",
+                         ""),
+    "after-staging": ("raw);\n        __syncthreads();\n        if (n + step < batch)", "raw);\n        if (n + step < batch)"),
+    "before-the-results": ("        __syncthreads();\n        if (store) {\n", "        if (store) {\n"),
+}
+
+
+@pytest.mark.parametrize("barrier", list(NHWC_BARRIERS))
+def test_planted_mma_nhwc_barrier_bugs_racecheck_catches(barrier, tmp_path, monkeypatch):
+    """Each of the NHWC tensor-core kernel's barriers removed: a racecheck build of the host model
+    fails the launch on the shared-memory race it leaves."""
+    monkeypatch.setattr(cuda_launcher, "MMA_NHWC_TARGET_CTAS", 1)
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, NHWC_BARRIERS[barrier])
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path, racecheck=True).install(monkeypatch)
+    kwargs, _ = mma_nhwc_non_finite_problem(np.random.default_rng(13))
+    with pytest.raises(cuda_host.HostLaunchError, match="race"):
+        cuda_call(kwargs, path="mma_nhwc")
 
 
 # ------------------------------------------------------------------ the planes kernel (NCHW)

@@ -1088,7 +1088,8 @@ def test_tiled_depthwise_predictions(tiled_kernels):
     device = sr.DEVICES[0]
     cases = [c for c in sr.suite("mobilenetv2") if c.op == DEPTHWISE_INPUT and c.label.startswith("dw1 ")
              and c.label.endswith("NHWC")]
-    one, two = (sr.predict(c, "float16", device, kernels) for c in cases[:2])
+    # (the launcher takes the NHWC tensor-core kernel for multiplier 2 on 112 x 112: MMA_NHWC_CHOICE)
+    one, two = (sr.predict(c, "float16", device, kernels, path="tiled") for c in cases[:2])
     assert "not_modelled" not in one and one["tiled"]["vector_loads"] and not one["tiled"]["paired_multipliers"]
     assert two["tiled"]["paired_multipliers"] and two["tiled"]["ctas"] == 2 * one["tiled"]["ctas"]
     assert one["predicted_ms"] == max(one["limits_ms"].values()) > 0
@@ -1325,6 +1326,46 @@ def test_mma_depthwise_paths_and_prediction():
     tensor_s = 32 * 15 * units / elements * elements / 32 / (sr.DEVICES[0].sms * st.TENSOR_LANES / 32
                                                               * sr.DEVICES[0].clock_hz)
     assert got["issue_detail"]["busiest_pipe_s"] >= tensor_s * (1 - 1e-9)
+
+
+def test_mma_nhwc_paths_and_prediction():
+    """The NHWC tensor-core kernel's model: one thread's image path holds its warp's HMMAs (4 K M,
+    3 K M in HMMA.16816 units) and ldmatrix (2 K M), both 16-byte loads of each of its staging
+    slots (M of them at 5x5), their 8 word stores each and its warp's 4 result-plane stores, the 8
+    result-plane reads and one 16-byte result store; the fixed path (band, slot offsets, zeroed
+    columns) is positive; an EfficientNet NHWC float16 shape through predict_depthwise_mma_nhwc
+    charges every (CTA, image) iteration 256 image paths and every CTA 256 fixed paths, the tensor
+    pipe 8 warps' HMMA.16816 an iteration, names its kernel and is the launcher's choice there."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    import numpy as np
+
+    from gradops.bench import static_tiled as st
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    expression = dw._mma_nhwc_expression(np.float16, 5, 2)
+    [kernel] = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], only=[expression])
+    paths = st.mma_nhwc_paths(kernel)
+    counts = paths["image_counts"]
+    assert st.mma_nhwc_slots(5, 2) == 2 and st.mma_nhwc_slots(3, 1) == 1
+    assert counts["HMMA"] == 40 and paths["tensor"] == 30 and counts["LDSM"] == 20
+    assert counts["LDG.128"] == 4 and counts["STS.32"] == 2 * 8 + 4 and counts["LDS.16"] == 8
+    assert counts["STG.128"] == 1 and paths["image"] > 0 and paths["fixed"] > 0
+    case = next(c for c in sr.suite("efficientnet") if c.op == DEPTHWISE_INPUT and c.label.startswith("dw5x5-3 ")
+                and c.label.endswith("m2 NHWC"))
+    g = case.geometry()
+    assert dw.pick_path(g, np.float16, arch=90) == "mma_nhwc" and dw.mma_nhwc_expression(g, np.float16) == expression
+    got = st.predict_depthwise_mma_nhwc(case, "float16", sr.DEVICES[0], kernel, g)
+    grid = dw.mma_nhwc_grid(g)
+    iterations = got["tiled"]["iterations"]
+    assert iterations == grid[0] * grid[1] * g.batch
+    elements = math.prod(g.input_shape)
+    assert got["kernel"] == expression and got["predicted_ms"] == max(got["limits_ms"].values()) > 0
+    assert got["sass_per_element"] == pytest.approx(
+        256 * (paths["image"] * iterations + paths["fixed"] * math.prod(grid)) / elements)
+    tensor_s = 32 * 30 * 8 * iterations / (sr.DEVICES[0].sms * st.TENSOR_LANES * sr.DEVICES[0].clock_hz)
+    assert got["issue_detail"]["busiest_pipe_s"] >= tensor_s * (1 - 1e-9)
+    assert sr.predict(case, "float16", sr.DEVICES[0], {("sm_90", expression): kernel}) == got
 
 
 def test_mma_plane_paths_and_prediction():

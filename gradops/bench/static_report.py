@@ -179,6 +179,20 @@ ASSUMPTIONS = [
     "bytes; L2: each unit's staged rows (16 + K - 1 rows x 32 columns per multiplier slice; the whole-plane form: "
     "the plane; the packed form: its four planes) and its results; "
     "latency: waves of resident CTAs x one DRAM round trip per unit a warp takes in turn x 600 ns.",
+    "Depthwise input gradient, NHWC tensor-core kernel (NHWC float16 / bfloat16, 3x3 / 5x5 at stride 1, "
+    "multipliers 1 and 2, in_depth a multiple of 8; the launcher's choice where MMA_NHWC_CHOICE holds, on sm_80 "
+    "and newer; static_tiled.predict_depthwise_mma_nhwc): a CTA of 256 threads (8 warps, one input channel each) "
+    "owns a 16 x 16 unit position of 8 channels and takes a run of images; every (CTA, image) iteration costs each "
+    "of its threads the cheapest path through one iteration of the image loop with its warp's HMMAs, all its "
+    "staging slots (two 16-byte loads each, predicated, so all count, and 8 word stores each; a thread past the "
+    "last slot is charged them too), its warp's 4 result-plane stores, and the result gather's 16-byte store "
+    "taken; every CTA each thread's fixed path (the whole kernel's cheapest path with one image, less the image "
+    "path: zeroed columns, band fragments, slot offsets; loops run once); SASS/elem = 256 x (iterations x image "
+    "path + CTAs x fixed path) / the shape's elements (positions a unit computes outside the image included). "
+    "Tensor pipe as for the NCHW kernel, 8 warps' HMMAs an iteration. DRAM: compulsory bytes; L2: each iteration's "
+    "staged window ((16 + K - 1)^2 positions x 16 M bytes) and the results; latency: waves of resident CTAs x one "
+    "DRAM round trip per image a CTA takes in turn (the next image's loads are issued before this one's products, "
+    "which the model does not credit; the band's filter loads are issued after the first image's) x 600 ns.",
     "Fractional average pooling gradient, staged tile kernel (gradops.bench.static_tiled): the launch and tile "
     "shape are the launcher's own plan() for the shape and dtype (16-byte vectors of channels where the depth "
     "allows, aligned arrays), its cells and per-tile cell ranges its own cell_tables() and tile_cell_ranges(). "
@@ -691,6 +705,8 @@ def _reference_paths(kernel) -> dict | None:
         return _tiled_reference_paths(kernel)
     if "_input_mma<" in kernel.expression:
         return _mma_reference_paths(kernel)
+    if "_input_mma_nhwc<" in kernel.expression:
+        return _mma_nhwc_reference_paths(kernel)
     if "_input_planes<" in kernel.expression:
         return _planes_reference_paths(kernel)
     if kernel.source == DEPTHWISE_SOURCE:
@@ -822,6 +838,25 @@ def _mma_reference_paths(kernel) -> dict:
             "path": _path_summary(paths["unit_counts"]), "call_sites": _kernel_call_sites(kernel.cfg),
             "global_bytes_per_element": loads * 32 / positions, "tiled": True,
             "extra_text": f"fixed {paths['fixed']} per warp, {paths['hmma']} HMMA per unit "
+                          f"({paths['tensor']:g} in HMMA.16816 units)"}
+
+
+def _mma_nhwc_reference_paths(kernel) -> dict:
+    """The kernel table's figures for the NHWC tensor-core depthwise kernel: one thread's path
+    through one image of a unit (16 x 16 positions x 8 channels: 8 outputs a thread), its fixed
+    path beside it."""
+    from . import static_tiled as st
+
+    k, m = st.mma_template(kernel.expression)
+    paths = st.mma_nhwc_paths(kernel)
+    outputs = 8  # 16 x 16 positions x 8 channels / 256 threads
+    loads = paths["loads"] * 16 + 16  # its staging loads and its result chunk
+    return {"work": f"one thread's image of a unit of 16 x 16 positions x 8 channels (multiplier {m}), 16-byte "
+                    f"staging and stores; / {outputs} outputs per thread (chosen per shape: MMA_NHWC_CHOICE)",
+            "per_element": paths["image"] / outputs, "thread_instructions": paths["image"],
+            "path": _path_summary(paths["image_counts"]), "call_sites": _kernel_call_sites(kernel.cfg),
+            "global_bytes_per_element": loads / outputs, "tiled": True,
+            "extra_text": f"fixed {paths['fixed']} per thread, {paths['hmma']} HMMA per warp and image "
                           f"({paths['tensor']:g} in HMMA.16816 units)"}
 
 
@@ -1058,6 +1093,8 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str, path: str
             path = dw.pick_path(geometry, dtype, arch=int(arch.removeprefix("sm_")))  # what the launcher runs
         if path == "mma":
             return kernels[(arch, dw.mma_expression(geometry, dtype))]
+        if path == "mma_nhwc":
+            return kernels[(arch, dw.mma_nhwc_expression(geometry, dtype))]
         if path == "tiled":
             return kernels[(arch, dw.tiled_expression(geometry, dtype))]
         if path == "planes":
@@ -1082,6 +1119,7 @@ def input_paths(g, dtype) -> tuple[str, ...]:
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
     return tuple(p for p, ok in (("tiled", dw.tiled_eligible(g, dtype)), ("mma", dw.mma_possible(g, dtype)),
+                                 ("mma_nhwc", dw.mma_nhwc_possible(g, dtype)),
                                  ("planes", dw.planes_possible(g, dtype))) if ok)
 
 
@@ -1147,6 +1185,10 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
             from . import static_tiled as st
 
             return st.predict_depthwise_mma(case, dtype_name, device, kernel, g)
+        if "_input_mma_nhwc<" in kernel.expression:
+            from . import static_tiled as st
+
+            return st.predict_depthwise_mma_nhwc(case, dtype_name, device, kernel, g)
         if "_input_planes<" in kernel.expression:
             from . import static_tiled as st
 

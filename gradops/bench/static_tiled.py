@@ -1138,6 +1138,101 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
                       "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}
 
 
+def mma_nhwc_slots(k: int, m: int, threads: int = 256) -> int:
+    """(chunk, pair) staging slots a thread of the NHWC tensor-core kernel takes per image
+    (``dwmnhwc::Stage::SLOTS``): M chunks of (16 + K - 1)^2 / 2 pairs of positions."""
+    rows = 16 + k - 1
+    return -(-m * rows * rows // 2 // threads)
+
+
+def mma_nhwc_paths(kernel) -> dict:
+    """One thread's cheapest path through one image of the NHWC tensor-core kernel (its warp's
+    HMMAs, all its staging slots: their 16-byte loads, both positions of every slot, predicated,
+    so all count, and their 8 word stores each; its warp's 4 result-plane stores and its 16-byte
+    result store; the checked sums not taken), and through the whole kernel with one image, whose
+    difference is the fixed cost of a thread (zeroing the tiles' unstaged columns, its warp's
+    band, its slots' offsets).  ``tensor``: a warp's HMMAs per image in HMMA.16816 units
+    (:func:`hmma_16816_equivalents`)."""
+    from ..backends.cuda import _sass
+    from ..backends.cuda._sass import KeyLimit, PathError
+
+    cfg = kernel.cfg
+    k, m = mma_template(kernel.expression)
+    slots = mma_nhwc_slots(k, m)
+    loads, words = 2 * slots, 8 * slots + 4  # 16-byte loads; 4-byte shared stores (staging, result planes)
+    hmma = 4 * k * m
+    images = [lp for lp in cfg.top_loops() if any(x.base == "HMMA" for n in lp.blocks for x in cfg.instructions(n))]
+    if len(images) != 1:
+        raise PathError(f"{kernel.expression}: {len(images)} loops hold the HMMAs, expected the image loop")
+    # key = HMMA + a x staging loads + b x result stores + c x shared word stores
+    a = hmma + 1
+    b = a * (loads + 1)
+    c = 2 * b
+    tensor = hmma_16816_equivalents(x for n in images[0].blocks for x in cfg.instructions(n))
+
+    def counted(ins) -> int:
+        kind = _sass.memory_kind(ins)
+        return ((1 if ins.base == "HMMA" else 0) + (a if kind == "LDG.128" else 0) + (b if kind == "STG.128" else 0)
+                + (c if kind == "STS.32" else 0))
+
+    image_key = hmma + a * loads + b + c * words
+    cost, counts = cfg.path(images[0], image_key, counted)
+    # The whole kernel with one image: the first image's loads are issued before the loop, the
+    # loop's (the next image's) not taken, so the loads count once either way.
+    table = cfg.function_table(counted, {1: (1, None)}, kmax=KeyLimit(image_key + 1, lambda key: True))
+    if image_key not in table:
+        raise PathError(f"{kernel.expression}: no path through the kernel with exactly one image")
+    whole, whole_counts = table[image_key]
+    return {"image": cost, "image_counts": counts, "fixed": whole - cost, "fixed_counts": whole_counts - counts,
+            "hmma": hmma, "tensor": tensor, "loads": loads, "shared_words": words}
+
+
+def predict_depthwise_mma_nhwc(case, dtype_name: str, device, kernel, g) -> dict:
+    """The roofline of one depthwise input-gradient shape run by the NHWC tensor-core kernel:
+    every (CTA, image) iteration of the launch costs each of its 256 threads the image path and
+    every CTA each thread's fixed path (:func:`mma_nhwc_paths`), the tensor pipe 8 warps' HMMAs an
+    iteration (:data:`TENSOR_LANES`), DRAM the compulsory bytes, L2 each iteration's staged
+    window ((16 + K - 1)^2 positions x 16 M bytes, halo included) and its results, and the
+    latency limit one DRAM round trip per image a CTA takes in turn (waves of resident CTAs; the
+    band's filter loads are issued after the first image's, and wait with them)."""
+    import importlib
+
+    from ..backends.cuda import _sass
+    from .metrics import bytes_moved
+    from .static_report import DTYPES, roofline, with_latency_limit
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    dtype = DTYPES[dtype_name]
+    width = dtype.itemsize
+    paths = mma_nhwc_paths(kernel)
+    k, m = mma_template(kernel.expression)
+    grid = dw.mma_nhwc_grid(g)
+    ctas = math.prod(grid)
+    threads = dw.MMA_NHWC_THREADS
+    iterations = grid[0] * grid[1] * g.batch  # (unit position, channel block, image)
+    images_per_cta = -(-g.batch // grid[2])
+    elements = math.prod(g.input_shape)
+    per_element = threads * (paths["image"] * iterations + paths["fixed"] * ctas) / elements
+    pipes = (Counter(classes_per_element(paths["image_counts"], threads * iterations / elements))
+             + Counter(classes_per_element(paths["fixed_counts"], threads * ctas / elements)))
+    warps = threads // 32
+    pipes["tensor"] = 32 * paths["tensor"] * warps * iterations / elements
+    traffic = bytes_moved(case, g, width)
+    l2 = iterations * (16 + k - 1) ** 2 * 16 * m + elements * width
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], threads)
+    limits = roofline(with_tensor_pipe(device), elements, per_element, pipes, traffic, l2,
+                      occ["warps_per_sm"] * 32)
+    with_latency_limit(limits, device, traffic, latency_limit_s(device, ctas, occ, images_per_cta))
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
+            "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "tiled": {"ctas": ctas, "threads_per_cta": threads, "iterations": iterations,
+                      "images_per_cta": images_per_cta, "load_bytes": 16, "store_bytes": 16,
+                      "image_thread_instructions": paths["image"], "fixed_thread_instructions": paths["fixed"],
+                      "hmma_per_warp_image": paths["hmma"], "tensor_per_warp_image": paths["tensor"],
+                      "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}
+
+
 def with_tensor_pipe(device):
     """``device`` with the tensor pipe's rate (:data:`TENSOR_LANES`) among its pipes, unless it has one."""
     pipes = dict(device.pipes)

@@ -1,6 +1,6 @@
 """Launcher for cuda_src/depthwise_conv2d_native_backprop_input.cu.
 
-Four paths (see the .cu file); ``path=`` forces one (the tests run each on small shapes):
+Six paths (see the .cu file); ``path=`` forces one (the tests run each on small shapes):
 
 * ``tiled``: a CTA per (14 x 8 input-gradient positions at stride 1, 7 x 8 on images of at
   most 7 rows; 8 x 16 at stride 2, 8 x 8 where 16-column tiles would leave half a tile empty,
@@ -19,6 +19,12 @@ Four paths (see the .cu file); ``path=`` forces one (the tests run each on small
   7 x 7 images packed into one unit.  The launcher picks it where the static model predicts it
   faster than ``planes`` (:data:`MMA_CHOICE`, :data:`MMA_PLANE_CHOICE`,
   :data:`MMA_PACKED_CHOICE`, :func:`mma_chosen`).
+* ``mma_nhwc``: the same products for NHWC float16 / bfloat16 (:func:`mma_nhwc_possible`: in_depth a
+  multiple of 8; out_backprop 16-byte aligned, else the launcher's choice runs ``tiled``): a CTA of
+  8 warps owns 8 channels of a 16 x 16 unit position and takes a run of images, transposing each
+  image's staged window into channel planes in shared memory and its results back into 16-byte
+  chunks.  The launcher picks it where the static model predicts it faster than ``tiled``
+  (:data:`MMA_NHWC_CHOICE`, :func:`mma_nhwc_chosen`).
 * ``planes``: NCHW, 3x3 / 5x5 filters at strides 1x1 and 2x2 and dilation 1, any multiplier
   (:func:`planes_possible`): a CTA of 256 threads owns several consecutive channel planes of
   one image and a band of rows across the whole width, stages their out_backprop rows (one
@@ -66,6 +72,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import math
 
 import numpy as np
 
@@ -77,6 +84,7 @@ KERNEL = "gradops::depthwise_conv2d_native_backprop_input"
 TILED_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_tiled"
 PLANES_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_planes"
 MMA_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_mma"
+MMA_NHWC_KERNEL = "gradops::depthwise_conv2d_native_backprop_input_mma_nhwc"
 
 #: Template value of each data_format (``gradops::Layout`` in gradops_common.cuh).
 LAYOUTS = {"NHWC": 0, "NCHW": 1}
@@ -88,7 +96,7 @@ SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
 
 #: Kernel paths; tests force each with ``path=``.
-PATHS = ("direct", "tiled", "mma", "planes", "transpose")
+PATHS = ("direct", "tiled", "mma", "mma_nhwc", "planes", "transpose")
 
 #: The planes kernel (``_planes``, NCHW): these square filters at these strides (the same on
 #: both axes) and dilation 1.
@@ -174,6 +182,34 @@ MMA_TARGET_WARPS = 8192
 #: (False: only when asked for, ``path="mma"``).
 MMA_BY_DEFAULT = True
 
+#: The NHWC tensor-core kernel (``_mma_nhwc``): the same filters, strides, multipliers, dtypes and
+#: compute capabilities as the _mma kernel, NHWC with in_depth a multiple of MMA_NHWC_CHANNELS (a
+#: CTA's input channels, one a warp: a position's out_backprop values of them are whole 16-byte
+#: chunks) and out_backprop 16-byte aligned; a CTA of MMA_NHWC_THREADS takes one unit position
+#: (MMA_UNIT x MMA_UNIT) of its channels in a run of images.
+MMA_NHWC_CHANNELS = 8
+MMA_NHWC_THREADS = 256
+#: Images a CTA takes at most (it builds its bands once for all of them), and the CTAs a launch
+#: aims for before it gives a CTA more than one (the geometry alone decides, never the GPU).
+MMA_NHWC_IMAGES_PER_CTA = 8
+MMA_NHWC_TARGET_CTAS = 1024
+#: Where the launcher picks the NHWC tensor-core kernel by itself (:func:`mma_nhwc_chosen`): per
+#: (filter size K, multiplier), the least fraction of the computed positions inside the image
+#: (:func:`mma_fill`: 77% for the 14 x 14 .. 112 x 112 maps of 224 x 224 networks, 19% for 7 x 7)
+#: and the least units a map (:func:`mma_units`).  Read off the latency-aware estimate of the
+#: benchmark's NHWC float16 layers, H100 and A100 (benchmarks/path_estimates.py,
+#: results/path_estimates.md; predicted, not measured): 5x5 at multiplier 2 1.31-1.37x ahead of
+#: the tiled kernel on the H100 (1.8-2.0x on the A100), whose float sums alone (50 FFMA an element)
+#: use 70% of the issue budget of 75% of HBM; 3x3 at multiplier 2 1.13x on 112 x 112 (49 units a
+#: map; A100 1.22x), behind from 56 x 56 (16 units: 0.93x) down (0.88x at 14 x 14), where a CTA's
+#: fixed costs and its images' round trips weigh more; at multiplier 1 the tiled kernel is ahead
+#: or level on the H100 (1.5-1.7x at 3x3, 0.98-1.09x at 5x5, where the A100 would gain 1.17-1.32x
+#: from the tensor cores: the choice does not depend on the GPU).
+MMA_NHWC_CHOICE = {(5, 2): (0.75, 1), (3, 2): (0.75, 32)}
+#: Whether the launcher picks the NHWC tensor-core kernel by itself where it can run (False: only
+#: when asked for, ``path="mma_nhwc"``).
+MMA_NHWC_BY_DEFAULT = True
+
 #: Bytes of accumulators per staged position (``dwconv::kPositionBytes``: 32 float or 16 double
 #: channels per CTA) and per thread (``kLaneBytes``: 2 float or 1 double channels).
 POSITION_BYTES = 128
@@ -232,6 +268,8 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
         names += [_mma_expression(dtype, k, m, form) for dtype in MMA_DTYPES for k in MMA_FILTERS
                   for m in MMA_MULTIPLIERS for form in range(len(MMA_FORMS))]
+        names += [_mma_nhwc_expression(dtype, k, m) for dtype in MMA_DTYPES for k in MMA_FILTERS
+                  for m in MMA_MULTIPLIERS]
     return {SOURCE: names}
 
 
@@ -243,6 +281,11 @@ def _planes_expression(dtype, filter_size: int, stride: int) -> str:
 def _mma_expression(dtype, filter_size: int, multiplier: int, form: int = 0) -> str:
     element, _ = _build.c_types(dtype)
     return f"{MMA_KERNEL}<{element}, {filter_size}, {multiplier}{f', {form}' if form else ''}>"
+
+
+def _mma_nhwc_expression(dtype, filter_size: int, multiplier: int) -> str:
+    element, _ = _build.c_types(dtype)
+    return f"{MMA_NHWC_KERNEL}<{element}, {filter_size}, {multiplier}>"
 
 
 def specialisation(g: Conv2DGeometry) -> tuple[int, int, int, int]:
@@ -763,6 +806,58 @@ def _planes_args(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
 
 
 @functools.lru_cache(maxsize=256)
+def mma_nhwc_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the NHWC tensor-core kernel can run ``g`` on a GPU that has it (compute capability
+    8.0+; for an out_backprop aligned to 16 bytes): NHWC, float16 / bfloat16, a 3x3 or 5x5 filter
+    at stride 1 and dilation 1, multiplier 1 or 2, in_depth a multiple of
+    :data:`MMA_NHWC_CHANNELS`, every tensor and every offset of a unit's staged window (up to two
+    units past the image and before it) in 32-bit range, the grid within CUDA's limits."""
+    if g.data_format != "NHWC" or np.dtype(dtype).name not in MMA_DTYPES:
+        return False
+    if g.filter_rows != g.filter_cols or g.filter_rows not in MMA_FILTERS or g.depth_multiplier not in MMA_MULTIPLIERS:
+        return False
+    if (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) != (1, 1, 1, 1):
+        return False
+    if g.in_depth % MMA_NHWC_CHANNELS:
+        return False
+    out_depth = g.in_depth * g.depth_multiplier
+    margin = 2 * MMA_UNIT
+    sizes = ((g.batch * g.in_rows + margin) * (g.in_cols + margin) * g.in_depth,
+             (g.batch * g.out_rows + g.pad_top + margin) * (g.out_cols + g.pad_left + margin) * out_depth,
+             g.filter_rows * g.filter_cols * out_depth, g.batch + MMA_NHWC_IMAGES_PER_CTA)
+    grid = mma_nhwc_grid(g)
+    return max(sizes) <= INT32_MAX and grid[0] <= INT32_MAX and max(grid[1:]) <= _runtime.GRID_YZ_LIMIT
+
+
+def mma_nhwc_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
+    """Whether the launcher picks the NHWC tensor-core kernel by itself (for an aligned
+    out_backprop): :data:`MMA_NHWC_BY_DEFAULT`, :func:`mma_nhwc_possible`, the fill and units a
+    map :data:`MMA_NHWC_CHOICE` asks of the filter size and multiplier, and a GPU with mma.sync
+    (compute capability ``arch``; None: the current device's)."""
+    if not (MMA_NHWC_BY_DEFAULT and mma_nhwc_possible(g, dtype)):
+        return False
+    least = MMA_NHWC_CHOICE.get((g.filter_rows, g.depth_multiplier))
+    if least is None or mma_fill(g) < least[0] or math.prod(mma_units(g)) < least[1]:
+        return False
+    return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
+
+
+def mma_nhwc_grid(g: Conv2DGeometry) -> tuple[int, int, int]:
+    """The NHWC tensor-core kernel's grid: (unit positions in an image, channel blocks of
+    :data:`MMA_NHWC_CHANNELS`, image groups); a CTA takes up to :data:`MMA_NHWC_IMAGES_PER_CTA`
+    images where the launch has more than :data:`MMA_NHWC_TARGET_CTAS` units."""
+    down, across = mma_units(g)
+    blocks = max(1, g.in_depth // MMA_NHWC_CHANNELS)
+    units = down * across * blocks * g.batch
+    per_cta = max(1, min(MMA_NHWC_IMAGES_PER_CTA, -(-units // MMA_NHWC_TARGET_CTAS)))
+    return down * across, blocks, -(-g.batch // per_cta)
+
+
+def mma_nhwc_expression(g: Conv2DGeometry, dtype) -> str:
+    """The name expression of the NHWC tensor-core instantiation for ``g``."""
+    return _mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier)
+
+
 def nhwc_twin(g: Conv2DGeometry) -> Conv2DGeometry:
     """``g`` in NHWC: the geometry the transpose path runs the tiled kernel on."""
     return dataclasses.replace(g, data_format="NHWC")
@@ -780,12 +875,16 @@ def transpose_chosen(g: Conv2DGeometry, dtype) -> bool:
 
 def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | None = None) -> str:
     """``path`` if given (checked), else mma where :func:`mma_chosen` (on compute capability
-    ``arch``; None: the current device's), planes where :func:`planes_chosen`, transpose where
-    :func:`transpose_chosen`, tiled where it can run, else direct."""
+    ``arch``; None: the current device's), mma_nhwc where :func:`mma_nhwc_chosen` (the same; the
+    launch falls back to tiled for an out_backprop not 16-byte aligned), planes where
+    :func:`planes_chosen`, transpose where :func:`transpose_chosen`, tiled where it can run, else
+    direct."""
     eligible = tiled_eligible(g, dtype)
     if path is None:
         if mma_chosen(g, dtype, arch):
             return "mma"
+        if mma_nhwc_chosen(g, dtype, arch):
+            return "mma_nhwc"
         if planes_chosen(g, dtype):
             return "planes"
         return "transpose" if transpose_chosen(g, dtype) else "tiled" if eligible else "direct"
@@ -798,6 +897,10 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
         raise ValueError("the mma kernel cannot run this geometry (it takes NCHW float16 / bfloat16, 3x3 or 5x5 "
                          "filters at stride 1 without dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of "
                          "compute capability 8.0 or newer)")
+    if path == "mma_nhwc" and not (mma_nhwc_possible(g, dtype) and _runtime.compute_capability() >= MMA_ARCH):
+        raise ValueError("the mma_nhwc kernel cannot run this geometry (it takes NHWC float16 / bfloat16 with "
+                         f"in_depth a multiple of {MMA_NHWC_CHANNELS}, 3x3 or 5x5 filters at stride 1 without "
+                         "dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of compute capability 8.0 or newer)")
     if path == "planes" and not planes_possible(g, dtype):
         raise ValueError("the planes kernel cannot run this geometry (it takes NCHW, 3x3 or 5x5 filters at stride "
                          "1x1 or 2x2 without dilation, a slice row that fits its shared memory, and 32-bit offsets)")
@@ -837,7 +940,7 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled" / "mma" / "planes" / "transpose"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
+    ("direct" / "tiled" / "mma" / "mma_nhwc" / "planes" / "transpose"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
     ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) override the
     automatic choices.
     """
@@ -848,9 +951,14 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         return cupy.empty(g.input_shape, dtype)
     if 0 in filter.shape or 0 in out_backprop.shape:  # no tap reaches any input element
         return cupy.zeros(g.input_shape, dtype)
+    forced = path
     path = pick_path(g, dtype, path)
     filter = _runtime.contiguous(filter)
     out_backprop = _runtime.contiguous(out_backprop)
+    if path == "mma_nhwc" and not _runtime.vector_aligned(out_backprop):
+        if forced:
+            raise ValueError("the mma_nhwc kernel needs out_backprop aligned to 16 bytes")
+        path = "tiled"  # NHWC float16 / bfloat16 at 3x3 / 5x5 stride 1: the tiled kernel runs it
     if path == "transpose":
         return _through_nhwc(g, filter, out_backprop, vector, narrow)
     in_backprop = cupy.empty(g.input_shape, dtype)
@@ -869,6 +977,13 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
                                    mma_pack_stride(g))))
         fn = _runtime.kernel(SOURCE, mma_expression(g, dtype, out_backprop))
         fn(mma_grid(g), (MMA_WARPS * 32,), args)
+        return in_backprop
+    if path == "mma_nhwc":
+        i32 = _runtime.i32
+        args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
+                *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
+                                   mma_units(g)[1], g.batch)))
+        _runtime.kernel(SOURCE, mma_nhwc_expression(g, dtype))(mma_nhwc_grid(g), (MMA_NHWC_THREADS,), args)
         return in_backprop
     if path == "planes":
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
