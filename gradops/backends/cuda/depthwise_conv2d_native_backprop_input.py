@@ -521,15 +521,20 @@ def mma_fill(g: Conv2DGeometry) -> float:
     return g.in_rows * g.in_cols / (down * across * MMA_UNIT * MMA_UNIT)
 
 
+def _mma_products_take(g: Conv2DGeometry, dtype, data_format: str) -> bool:
+    """Whether the tensor-core kernels' band products take ``g`` in ``data_format``: float16 /
+    bfloat16, a square filter of :data:`MMA_FILTERS` at stride 1 and dilation 1, a multiplier of
+    :data:`MMA_MULTIPLIERS`."""
+    return (g.data_format == data_format and np.dtype(dtype).name in MMA_DTYPES and g.filter_rows == g.filter_cols
+            and g.filter_rows in MMA_FILTERS and g.depth_multiplier in MMA_MULTIPLIERS
+            and (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) == (1, 1, 1, 1))
+
+
 def mma_possible(g: Conv2DGeometry, dtype) -> bool:
     """Whether the tensor-core kernel can run ``g`` on a GPU that has it (compute capability
     8.0+): NCHW, float16 / bfloat16, a 3x3 or 5x5 filter at stride 1 and dilation 1, multiplier
     1 or 2, every tensor and every offset of a unit in 32-bit range, in_depth within grid y."""
-    if g.data_format != "NCHW" or np.dtype(dtype).name not in MMA_DTYPES:
-        return False
-    if g.filter_rows != g.filter_cols or g.filter_rows not in MMA_FILTERS or g.depth_multiplier not in MMA_MULTIPLIERS:
-        return False
-    if (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) != (1, 1, 1, 1):
+    if not _mma_products_take(g, dtype, "NCHW"):
         return False
     out_depth = g.in_depth * g.depth_multiplier
     down, across = mma_units(g)
@@ -812,13 +817,7 @@ def mma_nhwc_possible(g: Conv2DGeometry, dtype) -> bool:
     at stride 1 and dilation 1, multiplier 1 or 2, in_depth a multiple of
     :data:`MMA_NHWC_CHANNELS`, every tensor and every offset of a unit's staged window (up to two
     units past the image and before it) in 32-bit range, the grid within CUDA's limits."""
-    if g.data_format != "NHWC" or np.dtype(dtype).name not in MMA_DTYPES:
-        return False
-    if g.filter_rows != g.filter_cols or g.filter_rows not in MMA_FILTERS or g.depth_multiplier not in MMA_MULTIPLIERS:
-        return False
-    if (g.stride_rows, g.stride_cols, g.dilation_rows, g.dilation_cols) != (1, 1, 1, 1):
-        return False
-    if g.in_depth % MMA_NHWC_CHANNELS:
+    if not _mma_products_take(g, dtype, "NHWC") or g.in_depth % MMA_NHWC_CHANNELS:
         return False
     out_depth = g.in_depth * g.depth_multiplier
     margin = 2 * MMA_UNIT
