@@ -203,8 +203,8 @@ MMA_NHWC_TARGET_CTAS = 1024
 #: use 70% of the issue budget of 75% of HBM; 3x3 at multiplier 2 1.13x on 112 x 112 (49 units a
 #: map; A100 1.22x), behind from 56 x 56 (16 units: 0.93x) down (0.88x at 14 x 14), where a CTA's
 #: fixed costs and its images' round trips weigh more; at multiplier 1 the tiled kernel is ahead
-#: or level on the H100 (1.5-1.7x at 3x3, 0.98-1.09x at 5x5, where the A100 would gain 1.17-1.32x
-#: from the tensor cores: the choice does not depend on the GPU).
+#: or level on the H100 (1.5-1.8x at 3x3, level to 1.09x at 5x5, where the A100 would gain
+#: 1.17-1.33x from the tensor cores: the choice does not depend on the GPU).
 MMA_NHWC_CHOICE = {(5, 2): (0.75, 1), (3, 2): (0.75, 32)}
 #: Whether the launcher picks the NHWC tensor-core kernel by itself where it can run (False: only
 #: when asked for, ``path="mma_nhwc"``).
