@@ -1587,12 +1587,13 @@ __device__ __forceinline__ void stage_packed(T* tile, const T* planes, int limit
 }
 // The warp's B fragments of channel c (see the kernel's comment): ``band`` (the warp's own) first
 // gets the two reversed zero-padded copies of each (q, r) filter row, then each fragment register
-// is one 32-bit load from it.  Row block i (band rows 8 i .. 8 i + 7) of a lane is the register
+// is one 32-bit load from it (BLOCK1_TWICE: block 1, in both operands, loaded twice; else one
+// register for both).  Row block i (band rows 8 i .. 8 i + 7) of a lane is the register
 // B[8 i + 2 t + e][g] = filter[r][s][c][q], s = g - (8 i + 2 t + e) + shift + K - 1, in its half
 // e (low: e = 0), 0 where s is outside [0, K).  band_lo[q][r] = blocks (0, 1), the m16n8k16
 // operand of half 0; band_hi[q][r] = blocks (1, 2), half 1's (block 2 alone is half 0's m16n8k8
 // operand, block 0 half 1's).
-template <typename T, int K, int M>
+template <typename T, int K, int M, bool BLOCK1_TWICE = true>
 __device__ __forceinline__ void load_band(T (&band)[M][K][2][kBandPitch], const T* __restrict__ filter, int c,
                                           int in_depth, int lane, int shift, unsigned (&band_lo)[M][K][2],
                                           unsigned (&band_hi)[M][K][2]) {
@@ -1622,7 +1623,7 @@ __device__ __forceinline__ void load_band(T (&band)[M][K][2][kBandPitch], const 
             const T* const block = &band[q][r][copy][j0];
             band_lo[q][r][0] = ptx::ld_shared_32(block);
             band_lo[q][r][1] = ptx::ld_shared_32(block + 8);
-            band_hi[q][r][0] = ptx::ld_shared_32_volatile(block + 8);
+            band_hi[q][r][0] = BLOCK1_TWICE ? ptx::ld_shared_32_volatile(block + 8) : band_lo[q][r][1];
             band_hi[q][r][1] = ptx::ld_shared_32(block + 16);
         }
 }
@@ -2011,7 +2012,12 @@ __global__ void __launch_bounds__(256, (dwmnhwc::MinBlocks<K, M>::value)) depthw
     int n = static_cast<int>(blockIdx.z);
     if (n < batch) load_slots<K, M>(source + (first + n * image_chunks), slot, out_depth / 8, raw);
     unsigned band_lo[M][K][2], band_hi[M][K][2];
-    load_band<T, K, M>(band[warp], filter, c0 + warp, in_depth, lane, kShift, band_lo, band_hi);
+    // 5x5 multiplier 2 from sm_90: block 1's register once for both operands (ptxas copies it where
+    // needed), where its 10 more registers made ptxas recompute the slots' offsets every image at
+    // the 128-register cap (sm_90 SASS, per thread and image: 327 -> 257 instructions, fixed 199 ->
+    // 250; on sm_80 it costs 11 an image, so sm_80 keeps both).
+    constexpr bool kBlock1Twice = !(K == 5 && M == 2 && GRADOPS_ARCH >= 900);
+    load_band<T, K, M, kBlock1Twice>(band[warp], filter, c0 + warp, in_depth, lane, kShift, band_lo, band_hi);
     const int a_row = (lane % 8) + 8 * ((lane / 8) % 2), a_col = 8 * (lane / 16);
     for (; n < batch; n += step) {
         __syncthreads();  // every warp is done with the previous image's tiles and result planes

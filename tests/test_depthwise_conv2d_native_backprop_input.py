@@ -1673,7 +1673,8 @@ def test_cuda_mma_nhwc_non_finite_values(cuda_device, rng, monkeypatch, dtype):
 
 
 #: Bugs planted in the NHWC tensor-core kernel, each caught by mma_nhwc_non_finite_problem (with
-#: CTAs taking several images).  The band and products are the _mma kernel's (PLANTED_MMA).
+#: CTAs taking several images; 5x5 multiplier 2, whose band holds block 1 once from sm_90, as the
+#: host builds it).  The band and products are the _mma kernel's (PLANTED_MMA).
 PLANTED_MMA_NHWC = {
     "nhwc-pairs-unpaired-columns": ("col = 2 * (pair % (St::ROWS / 2));", "col = pair % (St::ROWS / 2);"),
     "nhwc-pair-halves-swapped": ("dst[j * TILE_WORDS] = dwconv::pair_word(raw[i], j);",
@@ -1695,8 +1696,11 @@ PLANTED_MMA_NHWC = {
     "nhwc-prefetch-reloads-this-image": ("load_slots<K, M>(source + (first + (n + step) * image_chunks), slot,",
                                          "load_slots<K, M>(source + (first + n * image_chunks), slot,"),
     "nhwc-checked-sums-of-the-first-unit": ("i, col, y0 + i, x0 + col,", "i, col, i, col,"),
-    "nhwc-warps-share-the-first-channels-band": ("load_band<T, K, M>(band[warp], filter, c0 + warp,",
-                                                 "load_band<T, K, M>(band[warp], filter, c0,"),
+    "nhwc-warps-share-the-first-channels-band": ("load_band<T, K, M, kBlock1Twice>(band[warp], filter, c0 + warp,",
+                                                 "load_band<T, K, M, kBlock1Twice>(band[warp], filter, c0,"),
+    "nhwc-block-1-of-the-low-operand-for-the-high": (
+        "BLOCK1_TWICE ? ptx::ld_shared_32_volatile(block + 8) : band_lo[q][r][1];",
+        "BLOCK1_TWICE ? ptx::ld_shared_32_volatile(block + 8) : band_lo[q][r][0];"),
 }
 
 
@@ -1716,6 +1720,25 @@ def test_planted_mma_nhwc_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 
     cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_MMA_NHWC[bug], run, check, 5, tmp_path,
                                         monkeypatch)
+
+
+def test_mma_nhwc_band_with_block_1_twice_gives_the_same_bits(tmp_path, monkeypatch):
+    """5x5 multiplier 2 keeps block 1 of the band in two registers on sm_80 and in one from sm_90
+    (kBlock1Twice); the host builds the latter.  Built with the sm_80 form, the non-finite problem
+    gives the NumPy backend's result and the same bits as the default build."""
+    if cuda_host.unavailable_reason():
+        pytest.skip(f"cannot build the kernel sources for the host: {cuda_host.unavailable_reason()}")
+    monkeypatch.setattr(cuda_launcher, "MMA_NHWC_TARGET_CTAS", 1)
+    kwargs, want = mma_nhwc_non_finite_problem(np.random.default_rng(13))
+    with monkeypatch.context() as patch:
+        cuda_host.HostDevice(order="shuffled", seed=5).install(patch)
+        default = to_host(cuda_call(kwargs, path="mma_nhwc"))
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (
+        "constexpr bool kBlock1Twice = !(K == 5 && M == 2 && GRADOPS_ARCH >= 900);", "constexpr bool kBlock1Twice = true;"))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path).install(monkeypatch)
+    twice = to_host(cuda_call(kwargs, path="mma_nhwc"))
+    assert_same_non_finite(twice, want, np.float16)
+    assert twice.tobytes() == default.tobytes()
 
 
 #: Barriers of the NHWC tensor-core kernel, each removed: the tiles restaged while another warp
