@@ -198,7 +198,7 @@ MMA_NHWC_TARGET_CTAS = 1024
 #: (:func:`mma_fill`: 77% for the 14 x 14 .. 112 x 112 maps of 224 x 224 networks, 19% for 7 x 7)
 #: and the least units a map (:func:`mma_units`).  Read off the latency-aware estimate of the
 #: benchmark's NHWC float16 layers, H100 and A100 (benchmarks/path_estimates.py,
-#: results/path_estimates.md; predicted, not measured): 5x5 at multiplier 2 1.31-1.37x ahead of
+#: results/path_estimates.md; predicted, not measured): 5x5 at multiplier 2 1.40-1.49x ahead of
 #: the tiled kernel on the H100 (1.8-2.0x on the A100), whose float sums alone (50 FFMA an element)
 #: use 70% of the issue budget of 75% of HBM; 3x3 at multiplier 2 1.13x on 112 x 112 (49 units a
 #: map; A100 1.22x), behind from 56 x 56 (16 units: 0.93x) down (0.88x at 14 x 14), where a CTA's
