@@ -1992,7 +1992,8 @@ __global__ void __launch_bounds__(256, (dwmnhwc::MinBlocks<K, M>::value)) depthw
     Slot slot[St::SLOTS];
 #pragma unroll
     for (int i = 0; i < St::SLOTS; ++i) {
-        // opaque: held in registers, not recomputed from the thread index for every image
+        // opaque: NVVM keeps the slots as computed here (ptxas, which sees no asm, may still
+        // recompute them from the thread index where registers run short)
         slot[i] = slot_of<K, M>(dwconv::opaque(tid + i * kThreads), o_row0, a0, out_rows, out_cols, out_depth);
         slot[i].source = dwconv::opaque(slot[i].source);
         slot[i].word = dwconv::opaque(slot[i].word);

@@ -849,7 +849,10 @@ def _mma_nhwc_reference_paths(kernel) -> dict:
 
     k, m = st.mma_template(kernel.expression)
     paths = st.mma_nhwc_paths(kernel)
-    outputs = 8  # 16 x 16 positions x 8 channels / 256 threads
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    outputs = dw.MMA_UNIT ** 2 * dw.MMA_NHWC_CHANNELS // dw.MMA_NHWC_THREADS  # a thread's: 8
     loads = paths["loads"] * 16 + 16  # its staging loads and its result chunk
     return {"work": f"one thread's image of a unit of 16 x 16 positions x 8 channels (multiplier {m}), 16-byte "
                     f"staging and stores; / {outputs} outputs per thread (chosen per shape: MMA_NHWC_CHOICE)",

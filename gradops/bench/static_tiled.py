@@ -1138,11 +1138,15 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
                       "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}
 
 
-def mma_nhwc_slots(k: int, m: int, threads: int = 256) -> int:
+def mma_nhwc_slots(k: int, m: int) -> int:
     """(chunk, pair) staging slots a thread of the NHWC tensor-core kernel takes per image
-    (``dwmnhwc::Stage::SLOTS``): M chunks of (16 + K - 1)^2 / 2 pairs of positions."""
-    rows = 16 + k - 1
-    return -(-m * rows * rows // 2 // threads)
+    (``dwmnhwc::Stage::SLOTS``): M chunks of (unit + K - 1)^2 / 2 pairs of positions over the
+    launcher's MMA_NHWC_THREADS."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    rows = dw.MMA_UNIT + k - 1
+    return -(-m * rows * rows // 2 // dw.MMA_NHWC_THREADS)
 
 
 def mma_nhwc_paths(kernel) -> dict:
