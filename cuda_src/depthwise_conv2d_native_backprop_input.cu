@@ -1872,6 +1872,17 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
 // finite recomputes it on the CUDA cores from its staged tile (dwmma::checked_sum).  Offsets are
 // 32-bit (the launcher checks every tensor, and that in_depth is a multiple of 8 with out_backprop
 // and the result 16-byte aligned).
+namespace dwmnhwc {
+// Outside the sm_80 guard: the kernel's declaration (every arch) names it.
+// CTAs per SM the registers must allow: 2 (128 registers), but 1 for 5x5 multiplier 2 on sm_80
+// with NVRTC 12.9 (the cuda12 extra), which spilled 12 bytes at 2 (2026-12-01).
+template <int K, int M> struct MinBlocks {
+    static constexpr bool NVRTC12_SM80 = GRADOPS_CUDACC_MAJOR < 13 && GRADOPS_ARCH == 800;
+    static constexpr int value = NVRTC12_SM80 && K == 5 && M == 2 ? 1 : 2;
+};
+
+}  // namespace dwmnhwc
+
 #if GRADOPS_HAS_MMA_SM80
 namespace dwmnhwc {
 inline constexpr int kWarps = 8;  // warps per CTA, one input channel each
@@ -1887,13 +1898,6 @@ template <int K, int M> struct Stage {
     static constexpr int PAIRS = ROWS * ROWS / 2;      // pairs of neighbouring positions of a row
     static constexpr int SLOTS = (M * PAIRS + kThreads - 1) / kThreads;  // (chunk, pair) slots a thread
     static_assert(ROWS % 2 == 0 && ROWS <= dwmma::kStagedCols, "rows of whole pairs inside the tile");
-};
-
-// CTAs per SM the registers must allow: 2 (128 registers), but 1 for 5x5 multiplier 2 on sm_80
-// with NVRTC 12.9 (the cuda12 extra), which spilled 12 bytes at 2 (2026-12-01).
-template <int K, int M> struct MinBlocks {
-    static constexpr bool NVRTC12_SM80 = GRADOPS_CUDACC_MAJOR < 13 && GRADOPS_ARCH == 800;
-    static constexpr int value = NVRTC12_SM80 && K == 5 && M == 2 ? 1 : 2;
 };
 
 // A thread's staging slot: its source offset in 16-byte chunks from a unit's first staged

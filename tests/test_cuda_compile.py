@@ -96,6 +96,75 @@ def test_every_instantiation_compiles_for_turing(source):
     assert rows == [(source, "sm_75", len(_build.all_instantiations(75)[source]))]
 
 
+def _nvrtc_log(source: str, arch: int, expressions=()) -> tuple[bool, str]:
+    """Compile ``source`` to PTX for ``compute_<arch>`` with NVRTC (cuda.bindings) and
+    ``expressions`` as name expressions: (succeeded, NVRTC's log)."""
+    from cuda.bindings import nvrtc
+
+    options = [f"--gpu-architecture=compute_{arch}".encode(), f"--std={_build.CXX_STD}".encode()] + [
+        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)]
+    _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
+    try:
+        for expression in expressions:
+            assert nvrtc.nvrtcAddNameExpression(program, expression.encode())[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
+        (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        _, size = nvrtc.nvrtcGetProgramLogSize(program)
+        log = b" " * size
+        nvrtc.nvrtcGetProgramLog(program, log)
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+    return result == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").replace("\0", "")
+
+
+def _nvrtc_archs() -> list[int]:
+    from cuda.bindings import nvrtc
+
+    return list(nvrtc.nvrtcGetSupportedArchs()[1])
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_every_source_parses_for_every_arch(source):
+    """Each source, with no kernel instantiated, compiles for every arch this NVRTC targets
+    (sm_75 to sm_121; a tenth of a second each).  Instantiating is slow, so outside ``slow`` runs
+    most sources' kernels are compiled only by CI's install check; but a template's declaration is
+    parsed whatever is instantiated, and the code an arch guard (``GRADOPS_HAS_MMA_SM80``) leaves
+    out differs by arch.  Before this test, a kernel declaration that named a type defined only
+    inside the sm_80 guard (its ``__launch_bounds__``) failed for sm_75, and only CI's install
+    check, 25 minutes in, said so."""
+    archs = _nvrtc_archs()
+    assert 75 in archs and 90 in archs
+    failed = {arch: log for arch in archs for ok, log in [_nvrtc_log(source, arch)] if not ok}
+    assert not failed, "\n".join(f"sm_{arch}: {log}" for arch, log in failed.items())
+
+
+def test_the_parse_check_fails_on_a_declaration_outside_the_guard(tmp_path, monkeypatch):
+    """The check above fails when a kernel's declaration names what only the sm_80 guard
+    defines: sm_75 refuses it, sm_80 accepts it."""
+    text = """#include "gradops_common.cuh"
+#include "tensor_core_ptx.cuh"
+#if GRADOPS_HAS_MMA_SM80
+namespace guarded { template <int K> struct MinBlocks { static constexpr int value = 2; }; }
+#endif
+template <int K> __global__ void __launch_bounds__(256, guarded::MinBlocks<K>::value) k(float* out) {
+#if GRADOPS_HAS_MMA_SM80
+    out[threadIdx.x] = K;
+#endif
+}
+"""
+    for header in _build.source_dir().glob("*.cuh"):
+        (tmp_path / header.name).write_text(header.read_text())
+    (tmp_path / "planted.cu").write_text(text)
+    monkeypatch.setattr(_build, "source_dir", lambda: tmp_path)
+    _build.source_code.cache_clear()
+    try:
+        ok75, log75 = _nvrtc_log("planted.cu", 75)
+        ok80, log80 = _nvrtc_log("planted.cu", 80)
+    finally:
+        _build.source_code.cache_clear()
+    assert not ok75 and "guarded" in log75
+    assert ok80, log80
+
+
 def _ptx(source: str, expressions: list[str], extra_options=()) -> str:
     """NVRTC's sm_90 PTX of ``expressions`` of ``source`` (cuda.bindings' NVRTC: cuda.core's
     Program asks the driver before it returns PTX)."""
