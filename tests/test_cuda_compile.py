@@ -96,13 +96,20 @@ def test_every_instantiation_compiles_for_turing(source):
     assert rows == [(source, "sm_75", len(_build.all_instantiations(75)[source]))]
 
 
+def _nvrtc_options(arch: int, extra_options=()) -> list[bytes]:
+    """NVRTC options for PTX of ``compute_<arch>``: the project's C++ standard, cuda_src/ and CUDA
+    13's headers on the include path, then ``extra_options``."""
+    return [f"--gpu-architecture=compute_{arch}".encode(), f"--std={_build.CXX_STD}".encode()] + [
+        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)
+    ] + [o.encode() for o in extra_options]
+
+
 def _nvrtc_log(source: str, arch: int, expressions=()) -> tuple[bool, str]:
     """Compile ``source`` to PTX for ``compute_<arch>`` with NVRTC (cuda.bindings) and
     ``expressions`` as name expressions: (succeeded, NVRTC's log)."""
     from cuda.bindings import nvrtc
 
-    options = [f"--gpu-architecture=compute_{arch}".encode(), f"--std={_build.CXX_STD}".encode()] + [
-        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)]
+    options = _nvrtc_options(arch)
     _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
     try:
         for expression in expressions:
@@ -170,9 +177,7 @@ def _ptx(source: str, expressions: list[str], extra_options=()) -> str:
     Program asks the driver before it returns PTX)."""
     from cuda.bindings import nvrtc
 
-    options = [b"--gpu-architecture=compute_90", f"--std={_build.CXX_STD}".encode()] + [
-        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)]
-    options += [o.encode() for o in extra_options]
+    options = _nvrtc_options(90, extra_options)
     _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
     try:
         for expression in expressions:
