@@ -66,7 +66,46 @@ def samples(folder: Path, report: dict, device: str = MEASURED_DEVICE) -> list[d
             out.append({"suite": r["suite"], "label": r["label"], "op": r["op"], "dtype": r["dtype"],
                         "kernel": name, "family": kernel_family(name),
                         "measured_s": us * 1e-6, "bound_s": predicted_us(stage, bandwidth)[0] * 1e-6,
-                        **lm.stage_features(stage, model, bandwidth)})
+                        **lm.stage_features(stage, model, bandwidth), "waves": stage_waves(stage, model)})
+    return out
+
+
+def stage_waves(stage: dict, device: dict) -> float | None:
+    """The stage's CTAs / (SMs x its resident CTAs an SM), where the report records its CTAs and
+    either its CTAs an SM or its threads a CTA (with the resident warps); else None."""
+    plan = stage.get("tiled") or {}
+    ctas, per_sm = plan.get("ctas"), plan.get("blocks_per_sm")
+    if per_sm is None and plan.get("threads_per_cta"):
+        per_sm = stage["resident_warps_per_sm"] * 32 / plan["threads_per_cta"]
+    if not ctas or not per_sm:
+        return None
+    return ctas / (device["sms"] * per_sm)
+
+
+#: Bins of :func:`stage_waves` for the errors by waves (lower edges; the last is open).
+WAVE_BINS = (0.0, 1.0, 1.5, 2.5, 5.0)
+#: "Few" waves in the summary: the bins up to this.
+FEW_WAVES = 1.5
+
+
+def _layout(sample: dict) -> str:
+    return "NCHW" if "NCHW" in sample["label"] else "NHWC"
+
+
+def by_waves(data: list[dict], errors: np.ndarray) -> list[dict]:
+    """The estimate's errors per layout and :data:`WAVE_BINS` bin of the samples' waves, then
+    those whose waves the report does not give (``low`` None)."""
+    out = []
+    for layout in ("NHWC", "NCHW"):
+        waves = [s.get("waves") if _layout(s) == layout else -1.0 for s in data]
+        for i, low in enumerate(WAVE_BINS):
+            high = WAVE_BINS[i + 1] if i + 1 < len(WAVE_BINS) else math.inf
+            idx = [j for j, w in enumerate(waves) if w is not None and low <= w < high]
+            if idx:
+                out.append({"layout": layout, "low": low, "high": high, **_summary(errors[idx])})
+    unknown = [j for j, s in enumerate(data) if s.get("waves") is None]
+    if unknown:
+        out.append({"layout": None, "low": None, "high": None, **_summary(errors[unknown])})
     return out
 
 
@@ -143,7 +182,8 @@ def analyse(data: list[dict], other: list[dict] | None = None) -> dict:
         at, at_rms = lm.fit(data, occupancy_exponent=exponent)
         exponents.append({"fit": at.__dict__, "rms_log": at_rms})
     result = {"fit": fitted.__dict__, "rms_log": rms, "in_sample": _summary(errors), "bound": _summary(bound),
-              "left_out": _summary(every_left_out), "families": per_family, "occupancy_exponents": exponents}
+              "left_out": _summary(every_left_out), "families": per_family, "occupancy_exponents": exponents,
+              "by_waves": by_waves(data, errors)}
     if other:
         result["other_run"] = out_of_sample(other, fitted)
     return result
@@ -184,6 +224,26 @@ def markdown(result: dict) -> str:
                      f"{f_['issue_efficiency']:g} | {e['rms_log']:.3f} |")
     lines += ["", "Exponents from 0.5 to 1 fit about equally: these samples cannot say how much more resident "
                   "warps are worth, only that they are worth something (exponent 0 fits worst)."]
+    lines += ["", "## Launches of few waves", "",
+              "The in-sample error by layout and by the launch's waves (its CTAs / (SMs x resident CTAs an SM), "
+              "from the report's plan where it records one; the warp-path term spreads a launch's work evenly "
+              "over the SMs' resident warps, as if waves were continuous):", "",
+              "| layout | waves | n | estimate: geomean ratio (range) | within 1.5x |", "|---|---|---:|---|---:|"]
+    for b in result["by_waves"]:
+        name = ("not recorded" if b["low"] is None else
+                f"{b['low']:g} or more" if math.isinf(b["high"]) else f"{b['low']:g} to {b['high']:g}")
+        lines.append(f"| {b['layout'] or 'both'} | {name} | {b['n']} | {b['geomean_ratio']:.2f} "
+                     f"({b['min_ratio']:.2f}-{b['max_ratio']:.2f}) | {b['within_1_5x']:.0%} |")
+    def span(layout, few):
+        ratios = [x["geomean_ratio"] for x in result["by_waves"] if x["layout"] == layout
+                  and (x["high"] <= FEW_WAVES if few else x["low"] >= FEW_WAVES)]
+        return f"{min(ratios):.2f}-{max(ratios):.2f}x" if ratios else "none"
+    lines += ["", f"In NHWC, the launches under {FEW_WAVES:g} waves came out {span('NHWC', True)} their estimate "
+                  f"(bins' geometric means), those of more waves {span('NHWC', False)}; in NCHW {span('NCHW', True)} "
+                  f"and {span('NCHW', False)}. On the H200 run of 2026-11-28 the NCHW launches of few waves were "
+                  "also the smallest planes (7 x 7 and 14 x 14: rows of 7 and 14 elements), so that run cannot tell "
+                  "the waves from the short rows there; its NHWC kernels say that a choice that gains by fewer, "
+                  "larger CTAs should expect to lose about a tenth more than the estimate says."]
     other = result.get("other_run")
     if other:
         lines += ["", "## Out of sample: the H100 run of 2026-11-22", "",

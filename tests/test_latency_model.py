@@ -127,6 +127,37 @@ def test_fit_script_refits_from_the_committed_samples(tmp_path):
     assert other["estimate"]["n"] == 136
     assert other["estimate"]["within_1_5x"] > 2 * other["bound"]["within_1_5x"]
     assert "## Out of sample: the H100 run of 2026-11-22" in text
+    # the errors by waves: the same from the committed samples' waves
+    assert again["by_waves"] == pytest.approx(committed["by_waves"]) and "## Launches of few waves" in text
+
+
+def test_waves_of_a_stage_and_the_errors_by_waves():
+    """stage_waves: CTAs / (SMs x CTAs an SM), the CTAs an SM from the plan or from its threads
+    and the resident warps; None where the plan gives neither.  by_waves bins the samples by it."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import latency_fit
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    assert latency_fit.stage_waves({"tiled": {"ctas": 396, "blocks_per_sm": 2}}, H100) == pytest.approx(1.5)
+    assert latency_fit.stage_waves({"tiled": {"ctas": 264, "threads_per_cta": 256}, "resident_warps_per_sm": 16},
+                                   H100) == pytest.approx(1.0)
+    assert latency_fit.stage_waves({"tiled": {"ctas": 264}, "resident_warps_per_sm": 16}, H100) is None
+    assert latency_fit.stage_waves({"resident_warps_per_sm": 16}, H100) is None
+    data = [{"waves": 0.5, "label": "a NHWC"}, {"waves": 1.2, "label": "b NHWC"}, {"waves": 1.4, "label": "c NCHW"},
+            {"waves": 9.0, "label": "d NHWC"}, {"label": "e NCHW"}]
+    bins = latency_fit.by_waves(data, np.log(np.array([2.0, 1.5, 1.5, 1.0, 1.0])))
+    assert [(b["layout"], b["low"], b["n"]) for b in bins] == [
+        ("NHWC", 0.0, 1), ("NHWC", 1.0, 1), ("NHWC", 5.0, 1), ("NCHW", 1.0, 1), (None, None, 1)]
+    assert bins[1]["geomean_ratio"] == pytest.approx(1.5) and bins[0]["within_1_5x"] == 0.0
+    # the committed run: every sample in one bin; NHWC launches of few waves came out above their
+    # estimate, those of more waves below it
+    committed = json.loads(FIT_JSON.read_text())["by_waves"]
+    assert sum(b["n"] for b in committed) == 386
+    nhwc = [b for b in committed if b["layout"] == "NHWC"]
+    few = [b["geomean_ratio"] for b in nhwc if b["high"] <= latency_fit.FEW_WAVES]
+    many = [b["geomean_ratio"] for b in nhwc if b["low"] >= latency_fit.FEW_WAVES]
+    assert few and many and min(few) > 1.0 > max(many)
 
 
 def test_other_run_samples_rebuild_the_bound():

@@ -57,6 +57,11 @@ class LatencyFit:
 #: ``fixed_s`` was held at 2 us: with it free between 0 and 5 us the error moves only from 0.28
 #: to 0.24 (the fit cannot tell it from the other terms), and the run's shortest kernels (the
 #: filter gradient's second kernel with one load batch a thread) took 2.3-2.6 us.
+#: Launches of few waves: the path term spreads a launch's work evenly over the SMs' resident
+#: warps.  In NHWC the H200's kernels under 1.5 waves came out 1.04-1.07x their estimate, those of
+#: more 0.85-0.98x (latency_fit.md, "Launches of few waves"; NCHW's few-wave kernels were also
+#: its smallest planes, 1.8-2.0x): a choice that gains by fewer, larger CTAs loses about a tenth
+#: more than the estimate says.
 FIT = LatencyFit(fixed_s=2.0e-6, cpi=8.0, latency_factor=1.5, issue_efficiency=0.5)
 
 #: The H200 samples cannot tell how much resident warps shorten a warp's own path: refitted at
