@@ -137,7 +137,9 @@ def foreign_include_dirs(options) -> list[str]:
 #: nvdisasm, so the Maxwell, Pascal and Volta entries are not located):
 #:
 #: * NVRTC 13: none in the main loop of the sm_86 / sm_89 kernels or of the scalar float split
-#:   filter gradient on Blackwell; one 8-byte load per reduction step of the direct kernel (sm_120).
+#:   filter gradient on Blackwell; one 8-byte load per filter element of the direct kernel (sm_120: its
+#:   element loop's step, gridDim.x, spilled once and reloaded at the loop's back edge, outside the
+#:   reduction over positions; SASS of NVRTC 13.5, 2026-12-01).
 #: * NVRTC 12.9, sm_100: 64 x 64 tiles and the 1x1 input gradient 1 per k-tile; the 5x5
 #:   tensor-core depthwise filter gradient none.  (The scalar-load
 #:   tensor-core input and filter gradients, 22 and 4-7 per k-tile of 32 HMMA, and the 3x3
