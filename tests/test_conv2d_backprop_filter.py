@@ -405,6 +405,58 @@ def test_cuda_few_channels(cuda_device, rng, dtype, layout, case, splits):
         assert not any("_few_channels<" in e for e, _, _ in cuda_device.launches[len(launched):])
 
 
+def test_narrow_groups_take_the_tensor_cores(monkeypatch):
+    """A group's GEMM narrower than TILED_MIN_DIM takes the tiled kernel on the tensor cores once
+    it has TILED_MIN_GROUP_ELEMENTS filter elements (ResNeXt 32x4d's 3x3 layers: 36 x 4), the
+    direct kernel below that, with SIMT math (float32, float64, half types before sm_70) and
+    where the tiled kernel cannot run; a forced path is taken as it is."""
+    from gradops.backends.cuda import _runtime
+
+    launcher = cuda_launcher("conv2d_backprop_filter")
+    # tiled_eligible reads the current device's tile (no GPU here): an H100's
+    monkeypatch.setattr(_runtime, "compute_capability", lambda: 90)
+
+    def geometry(groups, per_group, r=3, h=56):
+        c = groups * per_group
+        return conv_geometry("conv2d_backprop_filter", (32, h, h, c), (r, r, per_group, c), (32, h, h, c), "NHWC",
+                             (1, 1), "SAME", (1, 1), NO_PADS)
+
+    resnext = geometry(32, 4)
+    m, n, _ = launcher._gemm_sizes(resnext)
+    assert (m, n) == (36, 4) and min(m, n) < ig.TILED_MIN_DIM <= m and m * n >= launcher.TILED_MIN_GROUP_ELEMENTS
+    for dtype in (np.float16, ml_dtypes.bfloat16):
+        assert launcher.pick_path(resnext, dtype, arch=90) == "tiled"
+        assert launcher.pick_path(resnext, dtype, arch=80) == "tiled"
+        assert launcher.pick_path(resnext, dtype, arch=60) == "direct"  # no tensor cores: SIMT
+    assert launcher.pick_path(resnext, np.float16, arch=75) == "tiled"  # float16 tensor cores from sm_70
+    assert launcher.pick_path(resnext, ml_dtypes.bfloat16, arch=75) == "direct"  # bfloat16 ones from sm_80
+    for dtype in (np.float32, np.float64):
+        assert launcher.pick_path(resnext, dtype, arch=90) == "direct"
+    # below the threshold: a 1x1 filter of 4 channels a group (16 elements), 3x3 of 2 (36)
+    assert launcher.pick_path(geometry(32, 4, r=1), np.float16, arch=90) == "direct"
+    assert launcher.pick_path(geometry(64, 2), np.float16, arch=90) == "direct"
+    # wide groups are the generic rule's, forced paths the caller's
+    assert launcher.pick_path(geometry(2, 64), np.float16, arch=90) == "tiled"
+    assert launcher.pick_path(geometry(2, 64), np.float16, "direct", arch=90) == "direct"
+    assert launcher.pick_path(resnext, np.float16, "direct", arch=90) == "direct"
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["float16", "bfloat16"])
+@LAYOUTS
+def test_cuda_narrow_groups_on_the_tensor_cores(cuda_device, rng, dtype, layout):
+    """The launcher's own choice for 4 channels a group (3x3: 36 x 4 elements a group) runs the
+    tiled kernel, which matches the NumPy backend and the direct kernel."""
+    args = (dtype, layout, 2, 9, 8, 3, 4, 4, 3, 3, (1, 1), "SAME")
+    got, want, g = run_cuda(rng, *args)
+    assert cuda_launcher("conv2d_backprop_filter").pick_path(g, dtype) == "tiled"
+    assert_close(got, want, dtype)
+    if cuda_device is not None:
+        launched = [e for e, _, _ in cuda_device.launches]
+        assert launched and not any("_direct<" in e for e in launched), launched
+    direct, _, _ = run_cuda(np.random.default_rng(0), *args, path="direct")
+    assert_close(direct, run_cuda(np.random.default_rng(0), *args, path="tiled")[1], dtype)
+
+
 @pytest.mark.parametrize("dtype,groups,cin,cout,why", [
     (np.float32, 1, 3, 16, "float32"), (np.float64, 1, 3, 16, "float64"), (np.float16, 2, 2, 16, "two groups"),
     (np.float16, 1, 5, 16, "five channels"), (np.float16, 1, 3, 12, "out_depth not a multiple of 8")])

@@ -10,6 +10,9 @@ at stride 1 without padding, with 16-byte loads, takes the tiled path's plain-GE
 (``_1x1_igemm``: no position decomposition, no bounds tests).  A filter of one to four input
 channels (a network's stem: an image's 3), one group, float16 / bfloat16 on sm_80 and newer,
 takes ``_few_channels``: 64 out channels x 64 taps per CTA with a per-CTA tap table.
+The launcher takes the tiled path where it can run and a group's GEMM is at least
+``TILED_MIN_DIM`` wide both ways, or, on the tensor cores, has :data:`TILED_MIN_GROUP_ELEMENTS`
+elements (:func:`pick_path`: grouped convolutions of a few channels a group).
 """
 
 from __future__ import annotations
@@ -81,6 +84,35 @@ def _gemm_sizes(g) -> tuple[int, int, int]:
     """(M, N, reduction) of one group's GEMM: taps x in channels, out channels, batch x positions."""
     return (g.filter_rows * g.filter_cols * g.filter_in_depth, g.out_depth // g.groups,
             g.batch * g.out_rows * g.out_cols)
+
+
+#: Where a group's GEMM is narrower than ``_conv_igemm.TILED_MIN_DIM`` (a grouped convolution of
+#: a few channels a group, such as ResNeXt 32x4d's 4), the launcher still takes the tiled kernel
+#: on the tensor cores once a group's filter elements (taps x in channels x out channels, M x N)
+#: reach this.  The direct kernel's CTA of 128 threads owns one filter element and spends about
+#: 200 SASS instructions a thread per position (sm_90, NVRTC 13.5: its reduction loop, unrolled
+#: twice, takes 400 for two positions on its cheapest path): 6.25 warp-instructions per position
+#: and element.  The tensor-core kernel with scalar loads (channels not a multiple of 8) spends
+#: 352 a thread per 32-position k-tile in its 8 warps (static report, main loop): 88 per
+#: position for a whole tile of up to 128 x 128 elements.  The two meet at 14 elements a group;
+#: 64 leaves a margin of 4.5x for what those counts leave out (the tiled kernel's prologue,
+#: epilogue and split reduction).  SIMT math (float32, float64, half types before sm_70) keeps
+#: TILED_MIN_DIM: there the tiled kernel's 1,273-1,494 instructions per 16-position k-tile meet
+#: the direct kernel near 100 elements a group.  Predicted from instruction counts, not measured.
+TILED_MIN_GROUP_ELEMENTS = 64
+
+
+def pick_path(g, dtype, path: str | None = None, arch: int | None = None) -> str:
+    """The caller's ``path`` if valid (``_conv_igemm.pick_path``), else: the tiled kernel where it
+    can run and the group's GEMM is at least ``TILED_MIN_DIM`` wide both ways, or, on the tensor
+    cores (compute capability ``arch``; None: the current device's), has at least
+    :data:`TILED_MIN_GROUP_ELEMENTS` elements; the direct kernel otherwise."""
+    m, n, _ = _gemm_sizes(g)
+    eligible = tiled_eligible(g, dtype)
+    if (path is None and eligible and m * n >= TILED_MIN_GROUP_ELEMENTS
+            and ig.math_kind(dtype, arch) == ig.WMMA_HALF):
+        return "tiled"
+    return ig.pick_path(path, eligible, m, n)
 
 
 def tiled_eligible(g, dtype) -> bool:
@@ -170,7 +202,7 @@ def conv2d_backprop_filter(geometry, input, out_backprop, *, path: str | None = 
     dtype = np.dtype(input.dtype)
     if ig.is_empty(g.filter_shape, input.shape, out_backprop.shape):
         return cupy.zeros(g.filter_shape, dtype)
-    path = ig.pick_path(path, tiled_eligible(g, dtype), *_gemm_sizes(g)[:2])
+    path = pick_path(g, dtype, path)
 
     x = _runtime.contiguous(input)
     dy = _runtime.contiguous(out_backprop)
