@@ -96,31 +96,33 @@ def test_every_instantiation_compiles_for_turing(source):
     assert rows == [(source, "sm_75", len(_build.all_instantiations(75)[source]))]
 
 
-def _nvrtc_options(arch: int, extra_options=()) -> list[bytes]:
-    """NVRTC options for PTX of ``compute_<arch>``: the project's C++ standard, cuda_src/ and CUDA
-    13's headers on the include path, then ``extra_options``."""
-    return [f"--gpu-architecture=compute_{arch}".encode(), f"--std={_build.CXX_STD}".encode()] + [
-        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)
-    ] + [o.encode() for o in extra_options]
-
-
-def _nvrtc_log(source: str, arch: int, expressions=()) -> tuple[bool, str]:
-    """Compile ``source`` to PTX for ``compute_<arch>`` with NVRTC (cuda.bindings) and
-    ``expressions`` as name expressions: (succeeded, NVRTC's log)."""
+def _nvrtc(source: str, arch: int, expressions=(), extra_options=()) -> tuple[bool, str, str]:
+    """Compile ``source`` to PTX for ``compute_<arch>`` with NVRTC (cuda.bindings: cuda.core's
+    Program asks the driver before it returns PTX), ``expressions`` as name expressions, with the
+    project's C++ standard, cuda_src/ and CUDA 13's headers, then ``extra_options``:
+    (succeeded, NVRTC's log, the PTX, empty where it failed)."""
     from cuda.bindings import nvrtc
 
-    options = _nvrtc_options(arch)
+    options = [f"--gpu-architecture=compute_{arch}".encode(), f"--std={_build.CXX_STD}".encode()] + [
+        b"-I" + folder.encode() for folder in [str(_build.source_dir())] + _build.cuda_include_dirs(13)
+    ] + [o.encode() for o in extra_options]
     _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
     try:
         for expression in expressions:
             assert nvrtc.nvrtcAddNameExpression(program, expression.encode())[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
         (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
+        ok = result == nvrtc.nvrtcResult.NVRTC_SUCCESS
         _, size = nvrtc.nvrtcGetProgramLogSize(program)
         log = b" " * size
         nvrtc.nvrtcGetProgramLog(program, log)
+        ptx = b""
+        if ok:
+            _, size = nvrtc.nvrtcGetPTXSize(program)
+            ptx = b" " * size
+            nvrtc.nvrtcGetPTX(program, ptx)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
-    return result == nvrtc.nvrtcResult.NVRTC_SUCCESS, log.decode(errors="replace").replace("\0", "")
+    return ok, log.decode(errors="replace").replace("\0", ""), ptx.decode()
 
 
 def _nvrtc_archs() -> list[int]:
@@ -140,7 +142,7 @@ def test_every_source_parses_for_every_arch(source):
     check, 25 minutes in, said so."""
     archs = _nvrtc_archs()
     assert 75 in archs and 90 in archs
-    failed = {arch: log for arch in archs for ok, log in [_nvrtc_log(source, arch)] if not ok}
+    failed = {arch: log for arch in archs for ok, log, _ in [_nvrtc(source, arch)] if not ok}
     assert not failed, "\n".join(f"sm_{arch}: {log}" for arch, log in failed.items())
 
 
@@ -164,8 +166,8 @@ template <int K> __global__ void __launch_bounds__(256, guarded::MinBlocks<K>::v
     monkeypatch.setattr(_build, "source_dir", lambda: tmp_path)
     _build.source_code.cache_clear()
     try:
-        ok75, log75 = _nvrtc_log("planted.cu", 75)
-        ok80, log80 = _nvrtc_log("planted.cu", 80)
+        ok75, log75, _ = _nvrtc("planted.cu", 75)
+        ok80, log80, _ = _nvrtc("planted.cu", 80)
     finally:
         _build.source_code.cache_clear()
     assert not ok75 and "guarded" in log75
@@ -173,23 +175,10 @@ template <int K> __global__ void __launch_bounds__(256, guarded::MinBlocks<K>::v
 
 
 def _ptx(source: str, expressions: list[str], extra_options=()) -> str:
-    """NVRTC's sm_90 PTX of ``expressions`` of ``source`` (cuda.bindings' NVRTC: cuda.core's
-    Program asks the driver before it returns PTX)."""
-    from cuda.bindings import nvrtc
-
-    options = _nvrtc_options(90, extra_options)
-    _, program = nvrtc.nvrtcCreateProgram(_build.source_code(source).encode(), source.encode(), 0, [], [])
-    try:
-        for expression in expressions:
-            assert nvrtc.nvrtcAddNameExpression(program, expression.encode())[0] == nvrtc.nvrtcResult.NVRTC_SUCCESS
-        (result,) = nvrtc.nvrtcCompileProgram(program, len(options), options)
-        assert result == nvrtc.nvrtcResult.NVRTC_SUCCESS
-        _, size = nvrtc.nvrtcGetPTXSize(program)
-        text = b" " * size
-        nvrtc.nvrtcGetPTX(program, text)
-    finally:
-        nvrtc.nvrtcDestroyProgram(program)
-    return text.decode()
+    """NVRTC's sm_90 PTX of ``expressions`` of ``source``."""
+    ok, log, ptx = _nvrtc(source, 90, expressions, extra_options)
+    assert ok, log
+    return ptx
 
 
 def test_runtime_options_keep_float32_subnormals():
