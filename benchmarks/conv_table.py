@@ -208,8 +208,7 @@ def plan(op: str, g, dtype, allow_tf32: bool = False, few_channels: bool = True,
     with options(allow_tf32=allow_tf32), mock.patch.object(_runtime, "compute_capability", return_value=ARCH):
         kind = ig.math_kind(dtype, ARCH)
         m, n, _ = launcher._gemm_sizes(g)
-        path = (WGRAD.pick_path(g, dtype, None, ARCH) if op == suites.CONV_FILTER
-                else ig.pick_path(None, launcher.tiled_eligible(g, dtype), m, n))
+        path = launcher.pick_path(g, dtype)
         few = few_channels and op == suites.CONV_FILTER and path == "tiled" and WGRAD.few_channels_eligible(g, dtype)
     if path == "direct":
         return Plan("direct")

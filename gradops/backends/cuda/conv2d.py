@@ -36,6 +36,12 @@ def _gemm_sizes(g) -> tuple[int, int, int]:
             g.filter_rows * g.filter_cols * g.filter_in_depth)
 
 
+def pick_path(g, dtype, path: str | None = None) -> str:
+    """The caller's ``path`` if valid, else tiled where it can run and the GEMM is at least
+    ``TILED_MIN_DIM`` wide both ways, else direct (``_conv_igemm.pick_path``)."""
+    return ig.pick_path(path, tiled_eligible(g, dtype), *_gemm_sizes(g)[:2])
+
+
 def tiled_eligible(g, dtype) -> bool:
     m, n, red = _gemm_sizes(g)
     bn = ig.TILES[(np.dtype(dtype), ig.math_kind(dtype))][1]
@@ -57,7 +63,7 @@ def conv2d(geometry, input, filter, *, path: str | None = None, vector: bool | N
     dtype = np.dtype(input.dtype)
     if ig.is_empty(g.out_backprop_shape, input.shape, filter.shape):
         return cupy.zeros(g.out_backprop_shape, dtype)
-    path = ig.pick_path(path, tiled_eligible(g, dtype), *_gemm_sizes(g)[:2])
+    path = pick_path(g, dtype, path)
 
     x = _runtime.contiguous(input)
     w = _runtime.contiguous(filter)

@@ -93,6 +93,12 @@ def _gemm_sizes(g) -> tuple[int, int, int]:
             g.filter_rows * g.filter_cols * (g.out_depth // g.groups))
 
 
+def pick_path(g, dtype, path: str | None = None) -> str:
+    """The caller's ``path`` if valid, else tiled where it can run and the GEMM is at least
+    ``TILED_MIN_DIM`` wide both ways, else direct (``_conv_igemm.pick_path``)."""
+    return ig.pick_path(path, tiled_eligible(g, dtype), *_gemm_sizes(g)[:2])
+
+
 def tiled_eligible(g, dtype) -> bool:
     """Whether the tiled kernel can run this call (32-bit GEMM indices, grid limits).  The
     scalar path's k table also holds offsets of out_backprop between an element and a row
@@ -213,7 +219,7 @@ def conv2d_backprop_input(geometry, filter, out_backprop, *, path: str | None = 
     dtype = np.dtype(out_backprop.dtype)
     if ig.is_empty(g.input_shape, filter.shape, out_backprop.shape):
         return cupy.zeros(g.input_shape, dtype)
-    path = ig.pick_path(path, tiled_eligible(g, dtype), *_gemm_sizes(g)[:2])
+    path = pick_path(g, dtype, path)
 
     w = _runtime.contiguous(filter)
     dy = _runtime.contiguous(out_backprop)
