@@ -62,7 +62,7 @@ from pathlib import Path
 
 import numpy as np
 
-from gradops._arrays import host_memory_bytes
+from gradops import _arrays
 from gradops.backends.cuda import _build
 from gradops.backends.cudnn import _loader as _cudnn_loader
 
@@ -815,7 +815,9 @@ class HostDevice:
 
         runtime = types.SimpleNamespace(
             getDeviceCount=lambda: self.device_count,
-            memGetInfo=lambda: (host_memory_bytes(),) * 2,  # the "device" memory is the host's
+            # the "device" memory is the host's, as a test may have set it (_arrays.host_memory_bytes
+            # looked up at each call, so a test's monkeypatch of it holds for the device too)
+            memGetInfo=lambda: (_arrays.host_memory_bytes(),) * 2,
             runtimeGetVersion=lambda: 13000,
         )
         module = types.ModuleType("cupy")

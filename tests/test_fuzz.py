@@ -99,6 +99,10 @@ def small_host_memory():
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(_arrays, "host_memory_bytes", lambda: FUZZ_HOST_MEMORY)
+        # The CPU stand-in's "GPU" memory is the host's (cuda_host asks _arrays.host_memory_bytes
+        # at each call): its totals, cached per device, are asked afresh under this limit, where a
+        # worker's earlier tests may have cached the real memory.
+        patch.setattr(_arrays, "_device_totals", {})
         yield
 
 
@@ -587,6 +591,22 @@ def test_gpu_valid_calls_match_reference(cuda_device, call):
     result = getattr(gradops, op)(**on_device(kw))
     assert isinstance(result, cupy.ndarray)
     assert_ieee_close(to_host(result), expected, dtype)
+
+
+def test_stand_in_gpu_has_the_modules_memory(cuda_device):
+    """On the CPU stand-in, the "GPU" has this module's host memory too (FUZZ_HOST_MEMORY), as
+    the hostile-argument test below needs: a GPU call the NumPy backend refuses for memory is
+    refused on the device as well, not computed (a 128 MiB result here).  Until 2026-12-01 the
+    stand-in kept the host_memory_bytes it imported (the real one wherever a test module imported
+    cuda_host first, as in the full suite), and the hostile-argument test failed at random: a GPU
+    call with a 5.7 GB result was computed that the NumPy backend then refused."""
+    import cupy
+
+    if cuda_device is None:
+        pytest.skip("a real GPU has its own memory")
+    with pytest.raises(gradops.InvalidArgumentError, match=f"more than the GPU's {FUZZ_HOST_MEMORY} bytes"):
+        gradops.conv2d_backprop_input([1, 4096, 4096, 1], cupy.ones((1, 1, 1, 1), np.float32),
+                                      cupy.ones((1, 1, 1, 1), np.float32), [1, 4096, 4096, 1], "VALID")
 
 
 @settings(CI, max_examples=300, suppress_health_check=[HealthCheck.function_scoped_fixture])
