@@ -145,7 +145,7 @@ def out_of_sample(other: list[dict], fitted: lm.LatencyFit) -> dict:
     bound = np.array([math.log(s["measured_s"] / s["bound_s"]) for s in other])
     groups = defaultdict(list)
     for i, s in enumerate(other):
-        groups[f"{s['op']} {s['dtype']} {'NCHW' if 'NCHW' in s['label'] else 'NHWC'}"].append(i)
+        groups[f"{s['op']} {s['dtype']} {_layout(s)}"].append(i)
     return {"estimate": _summary(errors), "bound": _summary(bound),
             "groups": {g: {"estimate": _summary(errors[idx]), "bound": _summary(bound[idx])}
                        for g, idx in sorted(groups.items())}}
