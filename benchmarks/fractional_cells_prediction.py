@@ -9,8 +9,9 @@ shapes of each benchmark geometry: per element of the input gradient, the thread
 64-bit conversions and FP64 instructions, and the time each of those and DRAM would take on an
 H200.
 
-* Average: a region's rows, each with its further columns.  Every branch of a cell row's body
-  is counted (neighbour cells, the roundings a region may not need): upper bounds.
+* Average: the static report's own count of the kernel (``gradops/bench/static_cells.py``: every
+  warp of the launcher's launch, a cell row's shares with every branch counted, the region's rows
+  and, per warp, its widest region's columns): upper bounds.
 * Max: the scan (a cell's rows of at most 4 columns, loaded together; overlapping cells are a
   row and a column larger than their region, and the halo threads' scans are added), then the
   writes (overlapping: the region's first row, then its other rows' first column, then the
@@ -41,7 +42,7 @@ import numpy as np
 
 import gradops
 from gradops.backends.cuda import _sass
-from gradops.bench import suites
+from gradops.bench import static_cells, suites
 
 avg = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
 mx = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
@@ -55,25 +56,6 @@ def loop_counts(cfg, loop) -> Counter:
     bases = Counter(i.base for i in cfg.loop_instructions(loop))
     return Counter(all=sum(bases.values()), conversion=sum(v for b, v in bases.items() if b in ("F2F", "I2F", "F2I")),
                    fp64=sum(v for b, v in bases.items() if b.startswith("D")))
-
-
-def per_cell(kernel, rows: float, cols: float) -> Counter:
-    """Thread-operations per cell row for mean region sizes ``rows`` x ``cols``: the cell loop's
-    own instructions once, each inner row loop's ``rows`` times and each column loop's as often
-    as its kernel runs it (average: rows x (cols - 1); max: the scan rows x cols - 1, the writes
-    rows x cols)."""
-    cfg = _sass.CFG(kernel.function)
-    (cell,) = [loop for loop in cfg._loops() if loop.depth == 4]  # inside the three grid-stride loops
-    total = loop_counts(cfg, cell)
-    row_loops = sorted(cell.children, key=lambda loop: loop.header)
-    col_trips = [rows * (cols - 1)] if len(row_loops) == 1 else [rows * cols - 1, rows * cols]
-    for row, trips in zip(row_loops, col_trips):
-        row_total = loop_counts(cfg, row)
-        (col,) = row.children
-        col_total = loop_counts(cfg, col)
-        for key in KEYS:
-            total[key] += -row_total[key] + rows * (row_total[key] - col_total[key]) + trips * col_total[key]
-    return total
 
 
 def _cell_loop(cfg):
@@ -154,8 +136,7 @@ def main() -> None:
         g = case.geometry()
         if (case.op, np.float16, g.overlapping) not in forms:
             continue
-        row_counts, col_counts = np.diff(g.row_partition), np.diff(g.col_partition)
-        rows, cols = row_counts.mean(), col_counts.mean()
+        rows = np.diff(g.row_partition).mean()
         for dtype in dtypes:
             expression = forms[(case.op, dtype, g.overlapping)]
             kernel = kernels[expression]
@@ -163,8 +144,10 @@ def main() -> None:
             total = g.batch * g.in_rows * g.in_cols * g.depth
             outputs = g.batch * g.out_rows * g.out_cols * g.depth
             if case.op == suites.FRACTIONAL:
-                counts = per_cell(kernel, rows, cols)
-                per = {key: counts[key] / (rows * cols * vector) for key in KEYS}
+                warp_instructions, counts = static_cells.warp_counts(
+                    kernel, g, avg.cells_plan(g, dtype, vector=vector))
+                per = {"all": 32 * warp_instructions / total, "conversion": 32 * counts["class:conversion"] / total,
+                       "fp64": 32 * counts["class:fp64"] / total}
                 latency = None
                 moved = total + outputs
             else:
@@ -195,10 +178,11 @@ def main() -> None:
                   f"| {times['issue'] * 1e6:.1f} | {times['fp64'] * 1e6:.1f} | {times['conversion'] * 1e6:.1f} "
                   f"| {times['DRAM'] * 1e6:.1f} | {trips_text} | {latency_text} | {limit} |")
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
-    print(f"\ngradops {gradops.__version__} at {commit or 'unknown commit'}; counts: average, every branch of a "
-          "cell row (upper bounds); max, scanned rows by their cheapest path, the rest every branch; elements: a "
-          "thread's region (average: mean rows x mean columns of the geometry's cells; max: every cell) x its "
-          "channels; round trips: a thread's chain (its chunk of cells), max only.")
+    print(f"\ngradops {gradops.__version__} at {commit or 'unknown commit'}; counts: average, every warp of the "
+          "launcher's launch (gradops/bench/static_cells.py: every branch of a cell row, upper bounds; its latency "
+          "and the latency-aware estimate are in the static report and path_estimates.md), per input-gradient "
+          "element; max, scanned rows by their cheapest path, the rest every branch, per element of a thread's "
+          "region (every cell) x its channels; round trips: a thread's chain (its chunk of cells), max only.")
 
 
 if __name__ == "__main__":

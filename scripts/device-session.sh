@@ -87,7 +87,7 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (170 + 50), the full sections (100), then the filter gradient's timing in the rest.
+# 340 s): A/B (170 + 60), the full sections (100), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
 # kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
@@ -110,13 +110,14 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 --summary 2>&1 \
     | tee "$W/ncu_ab_summary.md"
 
-# A/B of the fractional pooling gradients: the launcher's kernels (gradops-cuda: average's gather,
-# max's select + gather) against the cells kernels (gradops-cuda:cells; max's overlapping form
-# new since session 40), whose defaults wait for this (CELLS_BY_DEFAULT): the fractional cases
-# in float16 and float32, 32 calls.
-timeout -s INT -k 10 50 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+# A/B of the fractional pooling gradients: the gather kernels (gradops-cuda:gather: average's
+# staged gather, max's select + gather) against the cells kernels (gradops-cuda:cells; max's
+# overlapping form new since session 40), which decide CELLS_BY_DEFAULT (average: cells for
+# disjoint cells since session 55, by the latency-aware estimate; max: opt-in), beside the
+# launchers' choices: the fractional cases in float16 and float32, 48 calls.
+timeout -s INT -k 10 60 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_fractional_index.json" --suites fractional \
-    --engines gradops-cuda --paths cells --ops fractional --time-limit 40 \
+    --engines gradops-cuda --paths gather,cells --ops fractional --time-limit 50 \
     >"$W/ncu_ab_fractional.csv" 2>"$W/ncu_ab_fractional.err"
 stamp "ncu A/B fractional: $(tail -1 "$W/ncu_ab_fractional.err")"
 python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional_index.json" --bandwidth 4.8e12 \

@@ -896,38 +896,51 @@ def test_cells_plan():
 
 
 def test_cells_path_is_chosen_only_where_it_can_run(monkeypatch):
-    """Opt-in: gather unless CELLS_BY_DEFAULT; then cells for partitions and gather for the rest;
-    forcing cells where the cells do not partition the input is refused."""
+    """The launcher's choice: cells for disjoint partitions (CELLS_BY_DEFAULT), gather for
+    overlapping ones and for cells that do not partition the input; each mode's default can be
+    turned either way; forcing cells where the cells do not partition the input is refused."""
     def geometry(rows, cols, overlapping):
         return fractional_pool_geometry(OP, [1, 5, 5, 1], (1, len(rows) - 1, len(cols) - 1, 1), rows, cols, overlapping)
 
-    partition, other = geometry([0, 2, 5], [0, 3, 5], True), geometry([0, 2, 2, 5], [0, 3, 5], True)
-    assert cuda_launcher.pick_path(partition, np.float32) == "gather"
-    assert cuda_launcher.pick_path(partition, np.float32, "cells") == "cells"
+    partitions = {mode: geometry([0, 2, 5], [0, 3, 5], mode == "overlapping") for mode in ("disjoint", "overlapping")}
+    other = geometry([0, 2, 2, 5], [0, 3, 5], True)
+    assert cuda_launcher.CELLS_BY_DEFAULT == {"disjoint": True, "overlapping": False}
+    assert cuda_launcher.pick_path(partitions["disjoint"], np.float32) == "cells"
+    assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "gather"
+    for g in partitions.values():
+        assert cuda_launcher.pick_path(g, np.float32, "cells") == "cells"
+        assert cuda_launcher.pick_path(g, np.float32, "gather") == "gather"
     with pytest.raises(ValueError, match="partition"):
         cuda_launcher.pick_path(other, np.float32, "cells")
     with pytest.raises(ValueError, match="no kernel path"):
-        cuda_launcher.pick_path(partition, np.float32, "tiles")
-    monkeypatch.setattr(cuda_launcher, "CELLS_BY_DEFAULT", True)
-    assert cuda_launcher.pick_path(partition, np.float32) == "cells"
+        cuda_launcher.pick_path(partitions["disjoint"], np.float32, "tiles")
+    monkeypatch.setattr(cuda_launcher, "CELLS_BY_DEFAULT", {"disjoint": False, "overlapping": True})
+    assert cuda_launcher.pick_path(partitions["disjoint"], np.float32) == "gather"
+    assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "cells"
     assert cuda_launcher.pick_path(other, np.float32) == "gather"
 
 
-def test_cuda_cells_by_default(monkeypatch, rng):
-    """With CELLS_BY_DEFAULT the public API launches the cells kernel for generated sequences
-    (and gather for the others), with TF's loop result bit for bit (the host stand-in)."""
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_cuda_cells_by_default(monkeypatch, rng, overlapping):
+    """The public API launches the kernel CELLS_BY_DEFAULT names for generated sequences (cells
+    for disjoint ones; with the overlapping mode's default turned on, for overlapping ones too)
+    and gather for the others, with TF's loop result bit for bit (the host stand-in)."""
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(reason)
     device = cuda_host.HostDevice(order="shuffled", seed=3).install(monkeypatch)
-    monkeypatch.setattr(cuda_launcher, "CELLS_BY_DEFAULT", True)
+    if overlapping:
+        monkeypatch.setattr(cuda_launcher, "CELLS_BY_DEFAULT", {"disjoint": True, "overlapping": True})
     rows = gradops.fractional_pooling_sequence(9, 1.44, True, seed=3)
     cols = gradops.fractional_pooling_sequence(8, 1.5, False, seed=4)
     for sequences, kernel in (((rows, cols), "_cells<"), (([0, 4, 2, 9], [0, 3, 8]), "_grad<")):
-        kwargs, expected = pool_case(rng, (2, 9, 8, 16), *sequences, True, np.float32)
+        kwargs, expected = pool_case(rng, (2, 9, 8, 16), *sequences, overlapping, np.float32)
         got = gradops.fractional_avg_pool_grad(**dict(kwargs, out_backprop=to_gpu(kwargs["out_backprop"])), backend="cuda")
         assert_identical(to_host(got), expected)
-        assert kernel in device.launches[-1][0]
+        launched = device.launches[-1][0]
+        assert kernel in launched
+        if kernel == "_cells<":
+            assert launched.endswith(f", {str(overlapping).lower()}>")
 
 
 def cells_problem(rng):
@@ -1162,13 +1175,15 @@ def test_cuda_more_than_2_31_elements(overlapping):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("path", cuda_launcher.PATHS)
 @pytest.mark.parametrize("overlapping", [True, False])
-def test_host_more_than_2_31_elements(monkeypatch, overlapping):
-    """The kernel source's 64-bit offsets and pooling-table indexing, executed on the CPU
+def test_host_more_than_2_31_elements(monkeypatch, overlapping, path):
+    """The kernel sources' 64-bit offsets and pooling-table indexing, executed on the CPU
     through the launcher: a float16 input gradient of 2**31 + 7372852 elements (the 64-bit
-    instantiation).  Only blocks of the last two rows of tiles run, at the right edge: every
-    element they write lies past the 2**31-th and is checked against TF's loop restricted to
-    that element's cells (exact: both sum in double in TF's order and round once)."""
+    instantiations of both kernels).  Only blocks of the last two rows of tiles (cells: of
+    chunks of cell rows) run, at the right edge: every element they write lies past the
+    2**31-th and is checked against TF's loop restricted to that element's cells (exact: both
+    sum in double in TF's order and round once)."""
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(reason)
@@ -1178,15 +1193,25 @@ def test_host_more_than_2_31_elements(monkeypatch, overlapping):
     rng = np.random.default_rng(3)
     dy = rng.standard_normal((1, len(rows) - 1, len(cols) - 1, 1)).astype(np.float16)
     g = fractional_pool_geometry(OP, [1, in_rows, in_cols, 1], dy.shape, rows.tolist(), cols.tolist(), overlapping)
-    p = cuda_launcher.plan(g, np.float16)
-    assert p.index == "long long" and p.row_tiles > 2 and p.grid[0] == p.col_tiles > 4
-    first_row = (p.row_tiles - 2) * p.tile_height
+    if path == "gather":
+        p = cuda_launcher.plan(g, np.float16)
+        assert p.index == "long long" and p.row_tiles > 2 and p.grid[0] == p.col_tiles > 4
+        first_row = (p.row_tiles - 2) * p.tile_height
+        first_col = (p.col_tiles - 4) * p.tile_cols
+        expression = cuda_launcher._expression(np.float16, "long long", 1)
+        row_blocks = p.row_tiles
+    else:
+        p = cuda_launcher.cells_plan(g, np.float16)
+        assert p.index == "long long" and p.row_chunks > 2 and p.grid[0] == p.column_blocks > 4
+        first_row = g.row_partition[(p.row_chunks - 2) * p.chunk_rows]
+        first_col = g.col_partition[(p.column_blocks - 4) * p.block_columns]
+        expression = cuda_launcher._cells_expression(np.float16, "long long", 1, overlapping)
+        row_blocks = p.row_chunks
     assert first_row * in_cols >= 2**31  # every element of the chosen blocks lies past 2**31
-    run = [bx + p.grid[0] * by for by in (p.row_tiles - 2, p.row_tiles - 1) for bx in range(p.grid[0] - 4, p.grid[0])]
+    run = [bx + p.grid[0] * by for by in (row_blocks - 2, row_blocks - 1) for bx in range(p.grid[0] - 4, p.grid[0])]
     device = cuda_host.HostDevice(block_filter=lambda expression, grid: run).install(monkeypatch)
-    got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy))[0, :, :, 0]
-    assert device.launches[-1][0] == cuda_launcher._expression(np.float16, "long long", 1)
-    first_col = (p.col_tiles - 4) * p.tile_cols
+    got = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(dy), path=path)[0, :, :, 0]
+    assert device.launches[-1][0] == expression
     written = got[first_row:, first_col:]
     assert written.size > 1000 and not np.isnan(written).any()
     assert np.isnan(got[:first_row:1000, ::1000]).all() and np.isnan(got[first_row:, :first_col:100]).all(), \
@@ -1503,7 +1528,9 @@ def test_cell_tables_are_uploaded_once_per_geometry_device_and_stream(monkeypatc
     assert len(uploads) == 5
     call(on_0, rows_a)                                    # stream 0 is not the stand-in's "no stream"
     assert len(uploads) == 6
-    assert all(name.startswith("gradops::fractional_avg_pool_grad<") for name, _, _ in device.launches)
+    # the cells kernel for the disjoint partitions, gather for the rest; each path's tables cached
+    kernels = {name.split("<")[0] for name, _, _ in device.launches}
+    assert kernels == {"gradops::fractional_avg_pool_grad", "gradops::fractional_avg_pool_grad_cells"}
 
 
 def test_cell_table_cache_is_a_small_lru(monkeypatch, rng):

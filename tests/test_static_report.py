@@ -450,9 +450,60 @@ def unmodelled(expression: str) -> bool:
     return asynchronous or any(t in expression for t in ("double", "long long", "<int,", "_cells<"))
 
 
+def test_cells_model_by_hand(monkeypatch):
+    """static_cells: a warp holds 32 / block_vectors (batch item, cell column) pairs and runs the
+    widest of their regions' columns; its cell rows are its chunk's, its input rows theirs."""
+    from gradops._geometry import fractional_pool_geometry
+    from gradops.bench import static_cells
+
+    # regions of 2, 1, 2, 2 rows and 1, 2, 2 columns; depth 64 in float16: 8 vectors, a warp 4 columns
+    g = fractional_pool_geometry("fractional_avg_pool_grad", [2, 7, 5, 64], (2, 4, 3, 64), [0, 2, 3, 5, 7],
+                                 [0, 1, 3, 5], False)
+    p = static_cells.launcher().cells_plan(g, np.float16)
+    assert (p.vector, p.block_vectors, p.chunk_rows, p.channel_blocks) == (8, 8, 1, 1)
+    # columns (1, 2, 2) in each of 2 batch items: warps (1, 2, 2, 1) and (2, 2, idle, idle)
+    assert static_cells.column_warps(g, 8) == (2, 2)
+    assert static_cells.column_warps(g, 32) == (6, 4)   # a warp a column
+    assert static_cells.column_warps(g, 1) == (1, 1)    # one warp holds all six
+    parts = {"fixed": Counter(total=10, **{"class:fp64": 1}), "cell": Counter(total=100, **{"class:fp64": 4}),
+             "row": Counter(total=20), "col": Counter(total=5)}
+    monkeypatch.setattr(static_cells, "loop_counts", lambda kernel: parts)
+    total, counts = static_cells.warp_counts(None, g, p)
+    # 2 warps x 4 chunks x 10 + 2 warps x 4 cell rows x 100 + 7 input rows x (2 warps x 20 + 2 extra columns x 5)
+    assert total == 2 * 4 * 10 + 2 * 4 * 100 + 7 * (2 * 20 + 2 * 5)
+    assert counts["class:fp64"] == 2 * 4 * 1 + 2 * 4 * 4
+
+
+@needs_tools
+def test_cells_kernel_is_modelled_where_the_launcher_takes_it():
+    """The fractional suite's disjoint average pooling shapes run the cells kernel (the launcher's
+    choice): the report prices it (static_cells), about 14 SASS instructions an element in float16
+    against gather's 20 or more, with every resident warp of a kernel without shared memory; its
+    overlapping shapes stay on gather, and the cells kernel's count is available for them too."""
+    device = sr.DEVICES[0]
+    cases = [c for c in sr.suite("fractional") if c.op == FRACTIONAL]
+    kernels = {(k.arch, k.expression): k for k in _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE])}
+    for case in cases:
+        g = case.geometry()
+        assert sr.fractional_paths(g, np.float16) == ("gather", "cells")
+        launched = sr.predict(case, "float16", device, kernels)
+        cells = sr.predict(case, "float16", device, kernels, path="cells")
+        gather = sr.predict(case, "float16", device, kernels, path="gather")
+        assert "_cells<" in cells["kernel"] and "_cells<" not in gather["kernel"]
+        assert launched["kernel"] == (gather if g.overlapping else cells)["kernel"]
+        if not g.overlapping:
+            assert 10 < cells["sass_per_element"] < 18 < gather["sass_per_element"]
+            assert cells["resident_warps_per_sm"] == 2 * gather["resident_warps_per_sm"] == 48
+            assert cells["limiter"] == "DRAM" and cells["cells"]["round_trips"] == cells["cells"]["chunk_rows"]
+        assert cells["predicted_ms"] == max(cells["limits_ms"].values()) > 0
+    record = sr.reference_paths(kernels[("sm_90", "gradops::fractional_avg_pool_grad_cells<__half, int, 8, false>")])
+    assert 10 < record["per_element"] < 18 and record["call_sites"] == 0
+    assert record["path"]["memory"] == {"LDG.128": 1, "LDG.32": 3, "STG.128": 1}
+
+
 def test_opt_in_cells_kernels_point_at_their_own_counts():
-    """The fractional pooling gradients' cells kernels (opt-in) are not in the report's model:
-    their rows name the script that counts them."""
+    """Max pooling's cells kernels (opt-in) are not in the report's model: their rows name the
+    script that counts them."""
     if not HAS_TOOLS:
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
     names = [f"gradops::fractional_max_pool_grad_cells<float, int, 4, {mode}>" for mode in ("false", "true")]
@@ -1625,7 +1676,8 @@ def test_path_estimates_back_the_input_gradients_choice():
     input-gradient path today by more than the table's tie under both the estimate and its refit
     at occupancy exponent 0.5 (the two fit the H200 run equally well; where they disagree, the
     estimates do not rank the paths), so a change to MMA_CHOICE and its siblings, or to
-    PLANES_BY_DEFAULT, that the committed estimates do not back fails here."""
+    PLANES_BY_DEFAULT, that the committed estimates do not back fails here; the same for the
+    fractional average pooling gradient's CELLS_BY_DEFAULT."""
     import json
 
     root = Path(__file__).resolve().parents[1]
@@ -1635,10 +1687,10 @@ def test_path_estimates_back_the_input_gradients_choice():
     folder = root / "benchmarks" / "results"
     report = json.loads((folder / "path_estimates.json").read_text())
     assert (folder / "path_estimates.md").read_text() == pe.markdown(report) + "\n"
-    by_key = {(c.suite, c.label, c.op): c for name in ("mobilenetv2", "efficientnet") for c in sr.suite(name)}
-    checked = 0
+    by_key = {(c.suite, c.label, c.op): c for name in pe.SUITES for c in sr.suite(name)}
+    checked = Counter()
     for row in report["rows"]:
-        if row["device"] != "H100 SXM" or row["op"] != DEPTHWISE_INPUT:
+        if row["device"] != "H100 SXM" or row["op"] not in (DEPTHWISE_INPUT, FRACTIONAL):
             continue
         today = dict(row, launcher=pe.launcher_path(by_key[(row["suite"], row["label"], row["op"])], row["dtype"], 90))
         paths = today["paths"]
@@ -1646,5 +1698,6 @@ def test_path_estimates_back_the_input_gradients_choice():
             faster = [paths[today["launcher"]][key] > report["meta"]["tie"] * paths[path][key]
                       for key in ("estimate_us", "shallow_us")]
             assert not all(faster), (row["label"], row["dtype"], today["launcher"], path)
-        checked += 1
-    assert checked >= 64  # every NCHW layer of both suites, float16 and float32
+        checked[row["op"]] += 1
+    assert checked[DEPTHWISE_INPUT] >= 64  # every NCHW layer of both suites, float16 and float32
+    assert checked[FRACTIONAL] == 8  # the fractional suite's 4 average pooling shapes, float16 and float32

@@ -213,6 +213,18 @@ ASSUMPTIONS = [
     "staging lane loads, as its loads are serialised: each vector's load sits in its own block ending in the "
     "branch on that vector's finiteness) x 600 ns; the position loop's table and shared-memory loads (L1) are not "
     "counted.",
+    "Fractional average pooling gradient, cells kernel (sequences whose cells partition the input without "
+    "overlapping: the launcher's choice, CELLS_BY_DEFAULT; gradops.bench.static_cells): the launch is the "
+    "launcher's cells_plan (a thread per batch item, cell column and 16-byte vector of channels, walking down a "
+    "chunk of cell rows; 128-thread blocks, no shared memory). Every warp of the launch is counted: every "
+    "instruction outside the cell-row loop once per warp and chunk, the cell-row loop's own (the shares: every "
+    "branch, Inf/NaN handling included, an upper bound) once per cell row, the input-row loop's once per input "
+    "row, and the column loop's per input row as often as the warp's widest region needs beyond its first column "
+    "(the lanes share their rows; a narrower region's lane idles). Warps past the last column are not counted. "
+    "DRAM: compulsory bytes and the four cell tables; L2: out_backprop once per cell row and thread (with "
+    "overlapping cells also the left neighbour's and, once per chunk, the row above's), the gradient, the tables; "
+    "latency: waves of resident CTAs x (the chunk's cell rows + 1 with overlapping cells) x 600 ns, a round trip "
+    "a cell row.",
     "Kernel time only: no launch latency, no allocation, no host-to-device copy of the fractional cell tables "
     "(the GPU benchmark's CUDA-event time includes all of those).",
     "Two-kernel ops (depthwise filter gradient: partial sums then their fixed-order sum; fractional max pooling "
@@ -685,6 +697,10 @@ def reference_paths(kernel) -> dict | None:
         return {"not_modelled": "opt-in (path=\"transpose\"): NCHW <-> NHWC copies; its instructions per element and "
                                 "the path's break-even are in nchw_transpose_breakeven.md "
                                 "(benchmarks/nchw_transpose_breakeven.py)"}
+    if "_avg_pool_grad_cells<" in kernel.expression:
+        from . import static_cells
+
+        return static_cells.reference_paths(kernel)
     if "pool_grad_cells<" in kernel.expression:  # opt-in until measured; its own figures elsewhere
         return {"not_modelled": "opt-in (path=\"cells\"): its per-element counts and limits are in "
                                 "fractional_cells_prediction.md (benchmarks/fractional_cells_prediction.py)"}
@@ -1104,6 +1120,10 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str, path: str
             return kernels[(arch, dw.planes_expression(geometry, dtype))]
         return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]
     fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
+    if fr.pick_path(geometry, dtype, path) == "cells":
+        from . import static_cells
+
+        return kernels[(arch, static_cells.cells_expression(geometry, dtype))]
     p = _fractional_launch(geometry, dtype)  # the launcher's plan: its index type and vector width
     return kernels[(arch, fr._expression(dtype, p.index, p.vector))]
 
@@ -1124,6 +1144,15 @@ def input_paths(g, dtype) -> tuple[str, ...]:
     return tuple(p for p, ok in (("tiled", dw.tiled_eligible(g, dtype)), ("mma", dw.mma_possible(g, dtype)),
                                  ("mma_nhwc", dw.mma_nhwc_possible(g, dtype)),
                                  ("planes", dw.planes_possible(g, dtype))) if ok)
+
+
+def fractional_paths(g, dtype) -> tuple[str, ...]:
+    """The fractional average pooling gradient's kernels the model can predict for ``g``
+    (``predict``'s ``path``): gather, and cells where the cells partition the input."""
+    import importlib
+
+    fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
+    return ("gather", "cells") if fr.cells_possible(g) else ("gather",)
 
 
 def filter_paths(g, dtype) -> tuple[str, ...]:
@@ -1158,14 +1187,15 @@ def filter_launcher_path(g, dtype, arch: int) -> str:
 def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: str | None = None) -> dict:
     """The roofline prediction of one benchmark case on one device (see the module docstring),
     or the case with ``not_modelled`` (the reason) when its kernel cannot be modelled.  ``path``:
-    the kernel the launcher would run (None), or another of the depthwise gradients'
-    (:func:`input_paths`, :func:`filter_paths`; ValueError where it cannot run the case)."""
+    the kernel the launcher would run (None), or another of the depthwise gradients' or of the
+    fractional average pooling gradient's (:func:`input_paths`, :func:`filter_paths`,
+    :func:`fractional_paths`; ValueError where it cannot run the case)."""
     from ..backends.cuda import _sass
 
     dtype = DTYPES[dtype_name]
     g = case.geometry()
     if path is not None:
-        paths_of = {DEPTHWISE_INPUT: input_paths, DEPTHWISE_FILTER: filter_paths}
+        paths_of = {DEPTHWISE_INPUT: input_paths, DEPTHWISE_FILTER: filter_paths, FRACTIONAL: fractional_paths}
         if case.op not in paths_of:
             raise ValueError(f"{case.op}: the model predicts only the launcher's kernels")
         if path not in paths_of[case.op](g, dtype):
@@ -1196,6 +1226,10 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
             from . import static_tiled as st
 
             return st.predict_depthwise_planes(case, dtype_name, device, kernel, g)
+        if "pool_grad_cells<" in kernel.expression:
+            from . import static_cells
+
+            return static_cells.predict(case, dtype_name, device, kernel, g)
         if case.op == FRACTIONAL:
             from . import static_tiled as st
 

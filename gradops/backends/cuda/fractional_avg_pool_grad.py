@@ -5,8 +5,8 @@ Two kernels (``path=`` forces one; :func:`pick_path`):
   sum the shares of the cells each position lies in, staged in shared memory.
 - ``cells`` (``fractional_avg_pool_grad_cells``): sequences whose cells partition the input,
   overlapping or not (what TF's generator makes).  A thread per cell writes the cell's values
-  over its own region.  Opt-in (:data:`CELLS_BY_DEFAULT`) until a GPU has timed it beside
-  ``gather``.
+  over its own region.  The launcher's choice for disjoint cells, opt-in for overlapping ones
+  (:data:`CELLS_BY_DEFAULT`).
 
 The geometry's pooling cells (validated once, on the host) become small integer tables: for
 each input row (column), the list of row (column) cells containing it in cell order (CSR:
@@ -34,9 +34,17 @@ KERNEL = "gradops::fractional_avg_pool_grad"
 CELLS_KERNEL = "gradops::fractional_avg_pool_grad_cells"
 #: Kernel paths; tests and the bench engine force each with ``path=``.
 PATHS = ("gather", "cells")
-#: Whether the launcher picks the cells kernel by itself where the sequences allow it (False:
-#: only when asked for, ``path="cells"``).  It waits for a GPU run that times it beside gather.
-CELLS_BY_DEFAULT = False
+#: Whether the launcher picks the cells kernel by itself where the sequences allow it, for
+#: disjoint and for overlapping cells (False: only when asked for, ``path="cells"``).  The
+#: static model's latency-aware estimate decides (predicted, not measured: no GPU has run the
+#: cells kernel; benchmarks/results/path_estimates.md, gradops/bench/static_cells.py).  On the
+#: fractional suite's disjoint shapes it puts cells ahead by 1.3-1.7x on the H100 (float16: 26
+#: against 37-43 us; float32 47 against 56 us), with twice the resident warps (no shared
+#: memory) and about 14 SASS instructions an element against 20-22, although its count takes
+#: every branch of the shares (an upper bound) and gather's its cheapest path; on the
+#: overlapping ones it puts gather ahead by 1.1-1.4x (the overlapping cells kernel's four
+#: roundings and neighbours' shares: 94 registers in float16).
+CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": False}
 #: Cell rows a thread of the cells kernel walks down (the most; fewer when the grid would hold
 #: fewer than CELLS_TARGET_THREADS threads).  Overlapping cells recompute the row above each
 #: chunk's first, so longer chunks cost fewer share computations.
@@ -284,9 +292,11 @@ def cells_possible(g: FractionalPoolGeometry) -> bool:
 
 def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
     """The kernel for ``g``: ``path`` when given (ValueError where the cells kernel cannot run
-    it), else cells where :data:`CELLS_BY_DEFAULT` and possible, else gather."""
+    it), else cells where :data:`CELLS_BY_DEFAULT` takes the cells' mode and it can run, else
+    gather."""
     if path is None:
-        return "cells" if CELLS_BY_DEFAULT and cells_possible(g) else "gather"
+        chosen = CELLS_BY_DEFAULT["overlapping" if g.overlapping else "disjoint"]
+        return "cells" if chosen and cells_possible(g) else "gather"
     if path not in PATHS:
         raise ValueError(f"fractional_avg_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
     if path == "cells" and not cells_possible(g):
