@@ -112,9 +112,9 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
 
 # A/B of the fractional pooling gradients: the gather kernels (gradops-cuda:gather: average's
 # staged gather, max's select + gather) against the cells kernels (gradops-cuda:cells; max's
-# overlapping form new since session 40), which decide CELLS_BY_DEFAULT (average: cells for
-# disjoint cells since session 55, by the latency-aware estimate; max: opt-in), beside the
-# launchers' choices: the fractional cases in float16 and float32, 48 calls.
+# overlapping form new since session 40), which decide CELLS_BY_DEFAULT (both ops: cells for
+# disjoint cells since session 55, by the latency-aware estimate; overlapping: gather), beside
+# the launchers' choices: the fractional cases in float16 and float32, 48 calls.
 timeout -s INT -k 10 60 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_fractional_index.json" --suites fractional \
     --engines gradops-cuda --paths gather,cells --ops fractional --time-limit 50 \

@@ -684,13 +684,16 @@ def test_cell_tables_are_uploaded_once_per_geometry_and_index_type(monkeypatch, 
 
 
 @pytest.mark.slow
-def test_host_input_of_more_than_2_31_elements(monkeypatch):
-    """Both kernels' 64-bit offsets, executed on the CPU through the launcher: a float16
+@pytest.mark.parametrize("path", ["gather", "cells"])
+def test_host_input_of_more_than_2_31_elements(monkeypatch, path):
+    """Both paths' 64-bit offsets, executed on the CPU through the launcher: a float16
     orig_input of 46400 x 46344 = 2**31 + 2877952 elements in disjoint 8x8 cells, with many
-    ties (61 distinct values).  Select runs in full (the gather reads every cell's choice and
-    the mismatch flag must stay clear); of gather, the block whose walk ends at the last
-    element runs, and every element it writes past the 2**31-th is checked: out_backprop of
-    its cell if it is the cell's first maximum in TF's scan order, else 0."""
+    ties (61 distinct values).  gather: select runs in full (the gather reads every cell's
+    choice and the mismatch flag must stay clear); of gather, the block whose walk ends at the
+    last element runs.  cells: the last four blocks of cell columns of the last chunk of cell
+    rows run, a region past the 2**31-th element.  Every element written past
+    the 2**31-th is checked: out_backprop of its cell if it is the cell's first maximum in TF's
+    scan order, else 0."""
     import importlib
 
     import cuda_host
@@ -705,16 +708,28 @@ def test_host_input_of_more_than_2_31_elements(monkeypatch):
     rows, cols, cell = 46400, 46344, 8
     total = rows * cols
     assert total > 2**31
+    out_rows, out_cols = rows // cell, cols // cell
+    sequence_rows, sequence_cols = list(range(0, rows + 1, cell)), list(range(0, cols + 1, cell))
+    shape_out = (1, out_rows, out_cols, 1)
+    g = fractional_max_pool_geometry("fractional_max_pool_grad", (1, rows, cols, 1), shape_out, shape_out,
+                                     sequence_rows, sequence_cols, False)
+    assert launcher.index_type(g) == "long long"
+    p = launcher.max_cells_plan(g, np.float16, index="long long", vector=1)
+    assert p.row_chunks > 1 and p.grid[0] == p.column_blocks > 4
+    cells_rows = ((p.row_chunks - 1) * p.chunk_rows * cell, rows)
+    cells_cols = ((p.column_blocks - 4) * p.block_columns * cell, cols)
+    assert cells_rows[0] * cols >= 2**31
 
     def block_filter(expression, grid):
         if "_select<" in expression:
             return list(range(grid[0]))
+        if "_cells<" in expression:
+            return [bx + grid[0] * (p.row_chunks - 1) for bx in range(grid[0] - 4, grid[0])]
         return [((total - 1) % (grid[0] * _runtime.BLOCK_1D)) // _runtime.BLOCK_1D]
 
     device = cuda_host.HostDevice(block_filter=block_filter).install(monkeypatch)
     import cupy  # the HostDevice stand-in
 
-    out_rows, out_cols = rows // cell, cols // cell
     x = cupy.empty((1, rows, cols, 1), np.float16)
     x_flat = x.reshape(-1)
     y = np.empty((out_rows, out_cols), np.float16)
@@ -729,31 +744,31 @@ def test_host_input_of_more_than_2_31_elements(monkeypatch):
         y[top:top + len(cells)] = cells.max(axis=2)
         first[top:top + len(cells)] = cells.argmax(axis=2)  # row by row, left to right: TF's scan
     dy = (np.random.default_rng(9).integers(-64, 64, (out_rows, out_cols)) / 64).astype(np.float16)
-    sequence_rows, sequence_cols = list(range(0, rows + 1, cell)), list(range(0, cols + 1, cell))
-    shape_out = (1, out_rows, out_cols, 1)
-    g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, shape_out, shape_out, sequence_rows,
-                                     sequence_cols, False)
-    assert launcher.index_type(g) == "long long"
     got = launcher.fractional_max_pool_grad(g, x, cupy.asarray(y.reshape(shape_out)),
-                                            cupy.asarray(dy.reshape(shape_out)))
-    # <T, I, V, C>: every launch indexes in 64 bits (C is the chosen elements' type)
+                                            cupy.asarray(dy.reshape(shape_out)), path=path)
+    # <T, I, V, ...>: every launch indexes in 64 bits
     assert all(expression.split(", ")[1] == "long long" for expression, _, _ in device.launches)
     expression, grid, block = device.launches[-1]
-    assert "_gather<" in expression
-    run = block_filter(expression, grid)[0]
-    starts = np.arange(run * block[0], total, block[0] * grid[0])
-    written = (starts[:, None] + np.arange(block[0])[None, :]).reshape(-1)
-    written = written[(written < total) & (written >= 2**31)]
-    assert written.size > 100 and written[-1] == total - 1
+    if path == "gather":
+        assert "_gather<" in expression
+        run = block_filter(expression, grid)[0]
+        starts = np.arange(run * block[0], total, block[0] * grid[0])
+        written = (starts[:, None] + np.arange(block[0])[None, :]).reshape(-1)
+        written = written[(written < total) & (written >= 2**31)]
+        assert written.size > 100 and written[-1] == total - 1
+    else:
+        assert "_grad_cells<" in expression and len(device.launches) == 1
+        ys, xs = np.meshgrid(np.arange(*cells_rows), np.arange(*cells_cols), indexing="ij")
+        written = (ys * cols + xs).reshape(-1)
+        assert written.size > 100 and written[-1] == total - 1 and written[0] >= 2**31
     got_flat = got.reshape(-1)
-    chosen = 0
-    for i in written:
-        row, col = divmod(int(i), cols)
-        r, q = row // cell, col // cell
-        mine = (row % cell) * cell + col % cell == first[r, q]
-        chosen += mine
-        assert float(got_flat[i]) == (float(dy[r, q]) if mine else 0.0), (row, col)
-    assert 0 < chosen < written.size  # both kinds of element were checked
+    row, col = np.divmod(written, cols)
+    r, q = row // cell, col // cell
+    mine = (row % cell) * cell + col % cell == first[r, q]
+    values = got_flat[cupy.asarray(written)] if hasattr(got_flat, "get") else got_flat[written]
+    values = values.get() if hasattr(values, "get") else np.asarray(values)
+    np.testing.assert_array_equal(values.astype(np.float32), np.where(mine, dy[r, q], 0).astype(np.float32))
+    assert 0 < mine.sum() < written.size  # both kinds of element were checked
 
 
 def test_cuda_refuses_what_tf_refuses(cuda_device):
@@ -942,10 +957,13 @@ def test_cuda_cells_kernel_refuses_what_tf_refuses(cuda_device, overlapping):
     _check_cuda(x, y, dy, rows, cols, overlapping)
 
 
-def test_cells_path_choice():
-    """Opt-in (CELLS_BY_DEFAULT); only cells that partition the input, disjoint or overlapping;
-    forcing it elsewhere is refused with the reason."""
+def test_cells_path_choice(monkeypatch):
+    """The launcher's choice (CELLS_BY_DEFAULT): cells for disjoint partitions, select + gather
+    for overlapping ones, each mode's default can be turned either way; only cells that
+    partition the input, disjoint or overlapping, take the cells kernel; forcing it elsewhere
+    is refused with the reason."""
     launcher = max_launcher()
+    assert launcher.CELLS_BY_DEFAULT == {"disjoint": True, "overlapping": False}
     x = np.zeros((1, 5, 5, 1), np.float32)
 
     def geometry(rows, cols, overlapping):
@@ -956,12 +974,17 @@ def test_cells_path_choice():
         partition = geometry([0, 2, 5], [0, 3, 5], overlapping)
         assert launcher.cells_bounds(partition)[0].tolist() == [0, 2, 5]
         assert launcher.cells_bounds(partition)[1].tolist() == [0, 3, 5]
-        assert launcher.pick_path(partition, np.float32) == "gather"
+        assert launcher.pick_path(partition, np.float32) == ("gather" if overlapping else "cells")
         assert launcher.pick_path(partition, np.float32, "cells") == "cells"
+        assert launcher.pick_path(partition, np.float32, "gather") == "gather"
+        monkeypatch.setattr(launcher, "CELLS_BY_DEFAULT", {"disjoint": False, "overlapping": True})
+        assert launcher.pick_path(partition, np.float32) == ("cells" if overlapping else "gather")
+        monkeypatch.undo()
     # row 4 in no disjoint cell; row 0 in no overlapping cell; a one-row cell inside its neighbour
     for other in (geometry([0, 2, 4], [0, 3, 5], False), geometry([1, 3, 5], [0, 3, 5], True),
                   geometry([0, 2, 2, 5], [0, 3, 5], True)):
         assert launcher.cells_bounds(other) is None
+        assert launcher.pick_path(other, np.float32) == "gather"
         with pytest.raises(ValueError, match="partition"):
             launcher.pick_path(other, np.float32, "cells")
     with pytest.raises(ValueError, match="no kernel path"):
@@ -1240,7 +1263,9 @@ def _planted_problem(wrong_output=False, local=None, large_cells=False):
             if not wrong_output else None)
     g = fractional_max_pool_geometry("fractional_max_pool_grad", x.shape, y.shape, dy.shape, rows, cols, overlapping)
     try:
-        got = to_host(launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), local=local))
+        # select + gather, which the planted bugs edit (the disjoint large cells would take the cells kernel)
+        got = to_host(launcher.fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), local=local,
+                                                        path="gather"))
     except gradops.InvalidArgumentError as exc:
         return exc, want
     return got, want

@@ -164,3 +164,204 @@ def reference_paths(kernel) -> dict:
                     f"branch), per input row {per_row:.0f}; path: a cell row of one input row and column",
             "per_element": 32 * warp_instructions / elements, "extra_text": f"fixed {parts['fixed']['total']}",
             "path": _path_summary(parts["cell"] + parts["row"]), "call_sites": 0}
+
+
+# --------------------------------------------------------------------------- max pooling's cells kernel
+
+MAX_LAUNCHER = "gradops.backends.cuda.fractional_max_pool_grad"
+
+
+def max_launcher():
+    return importlib.import_module(MAX_LAUNCHER)
+
+
+def max_cells_launch(g, dtype):
+    """(expression, plan) of the max pooling cells kernel the launcher runs for ``g`` with fresh
+    (aligned) arrays."""
+    fm = max_launcher()
+    v = fm.channels_per_thread(g, dtype)
+    p = fm.max_cells_plan(g, dtype, index=fm.index_type(g), vector=v)
+    return fm._cells_expression(dtype, p.index, v, g.overlapping), p
+
+
+def max_loop_parts(kernel, vector: int) -> dict:
+    """The max pooling cells kernel's parts (:func:`gradops.backends.cuda._sass.summarize`
+    counts, cold blocks left out): ``fixed`` (outside the cell-row loop), ``cell`` (the cell-row
+    loop's own, every branch), ``first_row`` (overlapping: the region's first row's store loop,
+    an iteration), ``row`` and ``interior`` (the later rows' loop's own, an iteration, and its
+    column loop's), and ``scan``: {elements compared: cheapest path through one iteration of the
+    scan loop} (a row of at most 4 columns loaded together, one FSETP or DSETP a channel and element;
+    integer elements: ValueError)."""
+    from ..backends.cuda import _sass
+
+    cfg = kernel.cfg
+    cell = max((loop for loop in cfg._loops() if loop.depth == CELL_LOOP_DEPTH),
+               key=lambda loop: len(cfg.loop_instructions(loop)))
+    children = sorted(cell.children, key=lambda loop: loop.header)
+    bases = [Counter(i.base for i in cfg.loop_instructions(loop)) for loop in children]
+    (scan,) = [loop for loop, b in zip(children, bases) if b["LDG"] and not b["STG"] and not loop.children]
+    first_rows = [loop for loop, b in zip(children, bases) if b["STG"] and not loop.children]
+    (rows,) = [loop for loop, b in zip(children, bases) if b["STG"] and loop.children]
+    (interior,) = rows.children
+
+    def count(loop) -> Counter:
+        return _sass.summarize(cfg.loop_instructions(loop))
+
+    everything = _sass.summarize([x for n in sorted(cfg.blocks) if not cfg.cold(n) for x in cfg.instructions(n)])
+    own = count(cell)
+    for loop in children:
+        own = own - count(loop)
+    if "<int," in kernel.expression or "<long long," in kernel.expression:
+        raise ValueError("integer elements: the scan's compares (ISETP) are not told from its loop control")
+    # one compare a channel and element: FSETP (the half types compare as float), DSETP for double
+    table = cfg.path_table(scan, counted=lambda i: i.base in ("FSETP", "DSETP"), kmax=4 * vector)
+    return {"fixed": everything - count(cell), "cell": own,
+            "first_row": count(first_rows[0]) if first_rows else Counter(),
+            "row": count(rows) - count(interior), "interior": count(interior),
+            "scan": {k // vector: table[k] for k in table if k % vector == 0}}
+
+
+def max_warp_columns(g, p) -> list[tuple[int, int]]:
+    """(the widest scan, the widest region) in columns of each warp of one block row of the grid
+    (every column block; one chunk of cell rows and one block of channels), for warps with at
+    least one lane that has a cell column; overlapping: threadIdx.y 0 is the halo (column j0 - 1,
+    scanned only), and a cell's scan takes the next region's first column too."""
+    widths = np.diff(np.asarray(g.col_partition, dtype=np.int64))
+    out_cols = widths.size
+    scan = widths + ((np.arange(out_cols) + 1 < out_cols) if g.overlapping else 0)
+    columns = g.batch * out_cols
+    block_y = p.block[1]
+    lanes_y = 32 // p.block_vectors  # thread rows (threadIdx.y) a warp holds
+    warps = []
+    for bx in range(p.column_blocks):
+        for w in range(block_y // lanes_y if block_y % lanes_y == 0 else -(-block_y // lanes_y)):
+            ty = np.arange(w * lanes_y, min((w + 1) * lanes_y, block_y))
+            j = bx * p.block_columns + ty - (1 if p.halo else 0)
+            j = j[(j >= 0) & (j < columns)]
+            if j.size:
+                c = j % out_cols
+                warps.append((int(scan[c].max()), int(widths[c].max())))
+    return warps
+
+
+def max_warp_counts(kernel, g, p, vector: int) -> tuple[float, Counter, float]:
+    """(warp-instructions, their counts by class, a thread's dependent round trips) of one launch
+    of the max pooling cells kernel with plan ``p``: per warp and chunk of cell rows, the fixed
+    part once; per cell row it scans (its chunk's, and with overlapping cells the row above the
+    chunk's first) the cell-row loop's own and the scan of the warp's widest cell (the region's
+    rows, plus the next region's first with overlapping cells; each scanned row the cheapest
+    scan iteration comparing that many elements, the first one fewer); per cell row it writes,
+    the stores of the warp's widest region (disjoint: a row loop iteration per row and a column
+    loop iteration, which stores, per element; overlapping: the first row's loop an element,
+    then per later row the row loop's iteration, which stores its first column, and the column
+    loop's for the others)."""
+    parts = max_loop_parts(kernel, vector)
+    scan_table = parts["scan"]
+    heights = np.diff(np.asarray(g.row_partition, dtype=np.int64))
+    out_rows = heights.size
+    overlapping = bool(g.overlapping)
+    scanned = heights + ((np.arange(out_rows) + 1 < out_rows) if overlapping else 0)
+
+    def scan_cost(height: int, width: int) -> Counter:
+        if width > 4 or width not in scan_table or width - 1 not in scan_table:
+            raise ValueError(f"{kernel.expression}: no narrow scan path of {width} columns")
+        counts = Counter(scan_table[width - 1][1])
+        for key, v in scan_table[width][1].items():
+            counts[key] += v * (height - 1)
+        return counts
+
+    total = Counter()
+
+    def add(counter: Counter, times: float) -> None:
+        for key, v in counter.items():
+            total[key] += v * times
+
+    warps = max_warp_columns(g, p)
+    for chunk in range(p.row_chunks):
+        r0, r1 = chunk * p.chunk_rows, min((chunk + 1) * p.chunk_rows, out_rows)
+        scanned_rows = list(range(r0 - 1 if overlapping and r0 > 0 else r0, r1))
+        for scan_width, width in warps:
+            add(parts["fixed"], 1)
+            for r in scanned_rows:
+                add(parts["cell"], 1)
+                add(scan_cost(int(scanned[r]), scan_width), 1)
+                if r < r0:
+                    continue
+                later = int(heights[r]) - (1 if overlapping else 0)
+                if overlapping:
+                    add(parts["first_row"], width)
+                add(parts["row"], later)
+                # the later rows' own loop stores their first column where cells overlap
+                add(parts["interior"], later * (width - 1 if overlapping else width))
+    counts = Counter({k: v * p.channel_blocks for k, v in total.items()})
+    trips = p.chunk_rows * float(np.mean(scanned - (1 if overlapping else 0))) + (
+        float(np.mean(scanned)) if overlapping else 0.0)
+    return counts["total"], counts, trips
+
+
+def predict_max(case, dtype_name: str, device, kernel, g) -> dict:
+    """The roofline of one fractional max pooling shape run by the cells kernel (one kernel in
+    place of select + gather; :func:`max_warp_counts`), per input-gradient element.  DRAM:
+    compulsory bytes and the two bound tables; L2: every scanned element once (with overlapping
+    cells the shared rows and columns twice, less the rows a thread holds), orig_output and
+    out_backprop once per cell, the gradient written; latency: waves of resident CTAs x a
+    thread's chain of round trips (a scanned row each) x 600 ns."""
+    from ..backends.cuda import _sass
+    from . import static_tiled as st
+    from .metrics import bytes_moved
+    from .static_report import DTYPES, roofline, with_latency_limit
+
+    fm = max_launcher()
+    dtype = DTYPES[dtype_name]
+    width = dtype.itemsize
+    expression, p = max_cells_launch(g, dtype)
+    if kernel.expression != expression:
+        raise ValueError(f"{kernel.expression}: not the cells kernel the launcher runs for this shape")
+    vector = int(expression.split(",")[2])
+    elements, outputs = math.prod(g.input_shape), math.prod(g.output_shape)
+    warp_instructions, counts, trips = max_warp_counts(kernel, g, p, vector)
+    per_element = 32 * warp_instructions / elements
+    classes = {k.removeprefix("class:"): 32 * v / elements for k, v in counts.items() if k.startswith("class:")}
+    tables = fm.INDEX_TYPES[p.index].itemsize * (g.out_rows + g.out_cols + 2)
+    traffic = bytes_moved(case, g, width) + tables
+    heights = np.diff(np.asarray(g.row_partition, dtype=np.int64)) + (1 if g.overlapping else 0)
+    widths = np.diff(np.asarray(g.col_partition, dtype=np.int64)) + (1 if g.overlapping else 0)
+    scanned = g.batch * g.depth * float(heights.sum() * widths.sum())
+    l2 = width * (scanned + 2 * outputs + elements) + tables
+    threads = p.block[0] * p.block[1]
+    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], threads)
+    limits = roofline(device, elements, per_element, classes, traffic, l2, occ["warps_per_sm"] * 32)
+    ctas = p.column_blocks * p.row_chunks * p.channel_blocks
+    with_latency_limit(limits, device, traffic, st.latency_limit_s(device, ctas, occ, trips))
+    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "compulsory_bytes": traffic - tables,
+            "l2_bytes": l2, "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
+            "cells": {"ctas": ctas, "threads_per_cta": threads, "chunk_rows": p.chunk_rows, "round_trips": trips,
+                      "column_warps": len(max_warp_columns(g, p)), "blocks_per_sm": occ["blocks_per_sm"]}}
+
+
+def max_reference_paths(kernel) -> dict:
+    """The kernel table's figures for a max pooling cells instantiation: its warp count
+    (:func:`max_warp_counts`) per input-gradient element on the fractional suite's first max
+    pooling shape of its mode, with the instantiation's index type and channels a thread."""
+    from .static_report import FRACTIONAL_MAX, _path_summary, suite, template_args
+
+    fm = max_launcher()
+    element, index, vector, overlapping = (a.strip() for a in template_args(kernel.expression))
+    dtype = next(d for d, c_type in fm.ELEMENT_TYPES.items() if c_type == element)
+    case = next(c for c in suite("fractional") if c.op == FRACTIONAL_MAX and c.overlapping == (overlapping == "true"))
+    g = case.geometry()
+    vector = int(vector)
+    if g.depth % vector:
+        return {"not_modelled": f"not modelled: {vector} channels a thread do not divide the suite's depth"}
+    p = fm.max_cells_plan(g, dtype, index=index, vector=vector)
+    warp_instructions, _, trips = max_warp_counts(kernel, g, p, vector)
+    parts = max_loop_parts(kernel, vector)
+    one = parts["cell"] + parts["scan"][0][1] + (parts["first_row"] if g.overlapping else parts["row"] + parts["interior"])
+    return {"work": f"{case.label}: every warp of the launch ({p.block[0]}x{p.block[1]} threads, chunks of "
+                    f"{p.chunk_rows} cell rows, {vector} channels a thread); per cell row {parts['cell']['total']} "
+                    f"(every branch) + its scan, a scanned row of 1 / 2 / 3 columns "
+                    f"{' / '.join(str(parts['scan'][w][0]) for w in (1, 2, 3) if w in parts['scan'])}; "
+                    f"path: a cell row of one element",
+            "per_element": 32 * warp_instructions / math.prod(g.input_shape),
+            "extra_text": f"{trips:.1f} round trips a thread", "path": _path_summary(one), "call_sites": 0}

@@ -118,8 +118,8 @@ ASSUMPTIONS = [
     "scheduler limit.",
     "HBM: 3.35 TB/s (H100 SXM), 2.039 TB/s (A100 SXM 80GB), NVIDIA datasheets (gradops.bench.metrics). DRAM bytes "
     "are the compulsory bytes the GPU benchmark also uses (every tensor read once, the gradient written once), plus "
-    "the cell tables for fractional pooling (average: the launcher's ten tables in its index type, as uploaded; "
-    "max: six tables).",
+    "the cell tables for fractional pooling (average: the gather launcher's ten tables in its index type, as "
+    "uploaded, the cells kernel's four; max: select + gather's six tables, the cells kernel's two).",
     "L2 -> SM bandwidth: 6.5 TB/s (H100 SXM), 4.5 TB/s (A100): ASSUMED, not an NVIDIA figure (order of magnitude of "
     "public microbenchmarks); L2 traffic model: L1 catches reuse within a thread block (neighbouring columns) but "
     "not between input rows (other blocks), so depthwise reads out_backprop filter_rows times from L2 and each "
@@ -213,8 +213,8 @@ ASSUMPTIONS = [
     "staging lane loads, as its loads are serialised: each vector's load sits in its own block ending in the "
     "branch on that vector's finiteness) x 600 ns; the position loop's table and shared-memory loads (L1) are not "
     "counted.",
-    "Fractional average pooling gradient, cells kernel (sequences whose cells partition the input without "
-    "overlapping: the launcher's choice, CELLS_BY_DEFAULT; gradops.bench.static_cells): the launch is the "
+    "Fractional average pooling gradient, cells kernel (disjoint partitions: the launcher's choice, "
+    "CELLS_BY_DEFAULT; gradops.bench.static_cells): the launch is the "
     "launcher's cells_plan (a thread per batch item, cell column and 16-byte vector of channels, walking down a "
     "chunk of cell rows; 128-thread blocks, no shared memory). Every warp of the launch is counted: every "
     "instruction outside the cell-row loop once per warp and chunk, the cell-row loop's own (the shares: every "
@@ -225,10 +225,24 @@ ASSUMPTIONS = [
     "overlapping cells also the left neighbour's and, once per chunk, the row above's), the gradient, the tables; "
     "latency: waves of resident CTAs x (the chunk's cell rows + 1 with overlapping cells) x 600 ns, a round trip "
     "a cell row.",
+    "Fractional max pooling gradient, cells kernel (disjoint partitions: the launcher's choice, CELLS_BY_DEFAULT; "
+    "one kernel in place of select + gather; gradops.bench.static_cells.predict_max): the launcher's "
+    "max_cells_plan; every warp of the launch: every instruction outside the cell-row loop once per warp and chunk, "
+    "per cell row it scans (its chunk's, and with overlapping cells the row above the chunk's first) the cell-row "
+    "loop's own (every branch) and the scan of the warp's widest cell (each scanned row the cheapest iteration of "
+    "the scan loop that compares that many elements, one FSETP or DSETP a channel and element, the first row one "
+    "fewer), per cell row it writes the warp's widest region's stores (a column-loop iteration an element; with "
+    "overlapping cells the first row's loop, then a row-loop iteration per later row and the column loop for its "
+    "other elements). Overlapping cells: the halo row of threads shares its warps with other columns and adds no "
+    "warp; the barrier a cell row is not charged. DRAM: compulsory bytes and the two bound tables; L2: every "
+    "scanned element once, orig_output and out_backprop once per cell, the gradient; latency: waves of resident "
+    "CTAs x a thread's round trips (a scanned row each, the first row of an overlapping cell held from the cell "
+    "above, plus the row above a chunk) x 600 ns. Integer elements are not modelled.",
     "Kernel time only: no launch latency, no allocation, no host-to-device copy of the fractional cell tables "
     "(the GPU benchmark's CUDA-event time includes all of those).",
     "Two-kernel ops (depthwise filter gradient: partial sums then their fixed-order sum; fractional max pooling "
-    "gradient: select then gather, with the mismatch flag read back between them, host time left out): each "
+    "gradient where it runs select then gather (overlapping cells; disjoint ones take its cells kernel, below), "
+    "with the mismatch flag read back between them, host time left out): each "
     "kernel gets its own four limits; the row's limits and predicted time are the sums over both kernels, its "
     "limiter is the dearer kernel's; SASS/elem and the budget are per partial sum (filter gradient: one thread of "
     "the first kernel, slices x taps x out_depth of them, slicing as the launcher's) or per input element (max "
@@ -697,13 +711,15 @@ def reference_paths(kernel) -> dict | None:
         return {"not_modelled": "opt-in (path=\"transpose\"): NCHW <-> NHWC copies; its instructions per element and "
                                 "the path's break-even are in nchw_transpose_breakeven.md "
                                 "(benchmarks/nchw_transpose_breakeven.py)"}
-    if "_avg_pool_grad_cells<" in kernel.expression:
+    if "pool_grad_cells<" in kernel.expression:
         from . import static_cells
 
-        return static_cells.reference_paths(kernel)
-    if "pool_grad_cells<" in kernel.expression:  # opt-in until measured; its own figures elsewhere
-        return {"not_modelled": "opt-in (path=\"cells\"): its per-element counts and limits are in "
-                                "fractional_cells_prediction.md (benchmarks/fractional_cells_prediction.py)"}
+        try:
+            if "_avg_pool_grad_cells<" in kernel.expression:
+                return static_cells.reference_paths(kernel)
+            return static_cells.max_reference_paths(kernel)
+        except (PathError, ValueError) as exc:
+            return {"not_modelled": f"not modelled: {exc}"}
     if "_filter_tiled<" in kernel.expression and kernel.expression.endswith(", true>"):
         return {"not_modelled": "opt-in (async_copies=True): asynchronous staging, not modelled; the GPU A/B "
                                 "(gradops-cuda:async) decides whether the launcher takes it"}
@@ -1155,6 +1171,15 @@ def fractional_paths(g, dtype) -> tuple[str, ...]:
     return ("gather", "cells") if fr.cells_possible(g) else ("gather",)
 
 
+def fractional_max_paths(g, dtype) -> tuple[str, ...]:
+    """The fractional max pooling gradient's kernels the model can predict for ``g``: gather
+    (select + gather), and cells where the cells partition the input."""
+    import importlib
+
+    fm = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
+    return ("gather", "cells") if fm.cells_bounds(g) is not None else ("gather",)
+
+
 def filter_paths(g, dtype) -> tuple[str, ...]:
     """The depthwise filter gradient's first kernels the model can predict for ``g`` (aligned
     arrays, a GPU with tensor cores; ``predict``'s ``path``), in the launcher's order of preference:
@@ -1195,13 +1220,14 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
     dtype = DTYPES[dtype_name]
     g = case.geometry()
     if path is not None:
-        paths_of = {DEPTHWISE_INPUT: input_paths, DEPTHWISE_FILTER: filter_paths, FRACTIONAL: fractional_paths}
+        paths_of = {DEPTHWISE_INPUT: input_paths, DEPTHWISE_FILTER: filter_paths, FRACTIONAL: fractional_paths,
+                    FRACTIONAL_MAX: fractional_max_paths}
         if case.op not in paths_of:
             raise ValueError(f"{case.op}: the model predicts only the launcher's kernels")
         if path not in paths_of[case.op](g, dtype):
             raise ValueError(f"{path}: not a modelled path of this case ({paths_of[case.op](g, dtype)})")
     two_stage = {DEPTHWISE_FILTER: functools.partial(_predict_depthwise_filter, path=path),
-                 FRACTIONAL_MAX: _predict_fractional_max}
+                 FRACTIONAL_MAX: functools.partial(_predict_fractional_max, path=path)}
     if case.op in two_stage:
         try:
             return two_stage[case.op](case, dtype_name, device, kernels, g)
@@ -2267,13 +2293,20 @@ def fractional_max_groups(g, channels: int = 1) -> Counter:
     return pixel_warps(np.diff(row_offsets), np.diff(col_offsets), g.batch, threads)
 
 
-def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels: dict, g) -> dict:
+def _predict_fractional_max(case: Case, dtype_name: str, device: Device, kernels: dict, g,
+                            path: str | None = None) -> dict:
     """Both kernels of the max pooling gradient (select, then gather; the flag read back between
-    them is host time, left out).  Per element: per input element (the gradient's)."""
+    them is host time, left out), or where the launcher (or ``path``) takes it the cells kernel
+    (:func:`.static_cells.predict_max`).  Per element: per input element (the gradient's)."""
     import importlib
 
     fm = importlib.import_module("gradops.backends.cuda.fractional_max_pool_grad")
     dtype = DTYPES[dtype_name]
+    if fm.pick_path(g, dtype, path) == "cells":
+        from . import static_cells
+
+        expression, _ = static_cells.max_cells_launch(g, dtype)
+        return static_cells.predict_max(case, dtype_name, device, kernels[(f"sm_{device.arch}", expression)], g)
     width = dtype.itemsize
     index = fm.index_type(g)
     iw = fm.INDEX_TYPES[index].itemsize

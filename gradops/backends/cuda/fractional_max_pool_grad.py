@@ -19,8 +19,8 @@ Where the cells partition the input (TF's generated sequences, overlapping or no
 can do both passes (``fractional_max_pool_grad_cells``, ``path="cells"``): a thread per cell
 scans it and writes its own region; with overlapping cells the neighbouring threads pass their
 choices through shared memory for the elements their cells share, and each block has a halo row
-of threads (:func:`max_cells_plan`, :attr:`CellsPlan.block`).  Opt-in (:data:`CELLS_BY_DEFAULT`)
-until a GPU has timed it.
+of threads (:func:`max_cells_plan`, :attr:`CellsPlan.block`).  The launcher's choice for
+disjoint cells, opt-in for overlapping ones (:data:`CELLS_BY_DEFAULT`).
 """
 
 from __future__ import annotations
@@ -38,9 +38,16 @@ KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_
 CELLS_KERNEL = "gradops::fractional_max_pool_grad_cells"
 #: Kernel paths (``path=``): select then gather, or the one-pass cells kernel.
 PATHS = ("gather", "cells")
-#: Whether the launcher picks the cells kernel by itself where it can run (False: only when
-#: asked for, ``path="cells"``).  It waits for a GPU run that times it beside select + gather.
-CELLS_BY_DEFAULT = False
+#: Whether the launcher picks the cells kernel by itself where it can run, for disjoint and for
+#: overlapping cells (False: only when asked for, ``path="cells"``).  The static model's
+#: latency-aware estimate decides (predicted, not measured: no GPU has run the cells kernel;
+#: benchmarks/results/path_estimates.md, gradops/bench/static_cells.py).  On the fractional
+#: suite's disjoint shapes it puts the one pass ahead of select + gather by 1.5x in float16
+#: (47 against 70-73 us on the H100) and 1.3-1.4x in float32 (92 against 122-127 us): it reads
+#: each tensor once and writes no chosen buffer.  On the overlapping ones it puts select +
+#: gather ahead by 1.1-1.8x: the overlapping kernel's exchange of choices through shared memory
+#: and its halo leave it 16-20 resident warps with about 64-79 SASS instructions an element.
+CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": False}
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
 
@@ -89,9 +96,11 @@ def cells_bounds(g: FractionalPoolGeometry) -> tuple[np.ndarray, np.ndarray] | N
 
 def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
     """The kernels for ``g``: ``path`` when given (ValueError where the cells kernel cannot run
-    it), else cells where :data:`CELLS_BY_DEFAULT` and possible, else gather (select + gather)."""
+    it), else cells where :data:`CELLS_BY_DEFAULT` takes the cells' mode and it can run, else
+    gather (select + gather)."""
     if path is None:
-        return "cells" if CELLS_BY_DEFAULT and cells_bounds(g) is not None else "gather"
+        chosen = CELLS_BY_DEFAULT["overlapping" if g.overlapping else "disjoint"]
+        return "cells" if chosen and cells_bounds(g) is not None else "gather"
     if path not in PATHS:
         raise ValueError(f"fractional_max_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
     if path == "cells" and cells_bounds(g) is None:
