@@ -479,21 +479,28 @@ def test_cells_model_by_hand(monkeypatch):
     assert counts["class:fp64"] == 2 * 4 * 1 + 2 * 4 * 4
 
 
+def _fractional_paths_by_case(op, source, dtype_name, paths_of):
+    """(kernels of ``source`` for sm_90, [(geometry, the launcher's, the cells kernel's and the
+    gather path's H100 predictions)] of the fractional suite's ``op`` shapes in ``dtype_name``),
+    each shape's paths checked to be gather and cells (``paths_of``)."""
+    device = sr.DEVICES[0]
+    kernels = {(k.arch, k.expression): k for k in _sass.compile_kernels(("sm_90",), [source])}
+    rows = []
+    for case in (c for c in sr.suite("fractional") if c.op == op):
+        g = case.geometry()
+        assert paths_of(g, sr.DTYPES[dtype_name]) == ("gather", "cells")
+        rows.append((g, *(sr.predict(case, dtype_name, device, kernels, path=p) for p in (None, "cells", "gather"))))
+    return kernels, rows
+
+
 @needs_tools
 def test_cells_kernel_is_modelled_where_the_launcher_takes_it():
     """The fractional suite's disjoint average pooling shapes run the cells kernel (the launcher's
     choice): the report prices it (static_cells), about 14 SASS instructions an element in float16
     against gather's 20 or more, with every resident warp of a kernel without shared memory; its
     overlapping shapes stay on gather, and the cells kernel's count is available for them too."""
-    device = sr.DEVICES[0]
-    cases = [c for c in sr.suite("fractional") if c.op == FRACTIONAL]
-    kernels = {(k.arch, k.expression): k for k in _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE])}
-    for case in cases:
-        g = case.geometry()
-        assert sr.fractional_paths(g, np.float16) == ("gather", "cells")
-        launched = sr.predict(case, "float16", device, kernels)
-        cells = sr.predict(case, "float16", device, kernels, path="cells")
-        gather = sr.predict(case, "float16", device, kernels, path="gather")
+    kernels, rows = _fractional_paths_by_case(FRACTIONAL, sr.FRACTIONAL_SOURCE, "float16", sr.fractional_paths)
+    for g, launched, cells, gather in rows:
         assert "_cells<" in cells["kernel"] and "_cells<" not in gather["kernel"]
         assert launched["kernel"] == (gather if g.overlapping else cells)["kernel"]
         if not g.overlapping:
@@ -514,15 +521,9 @@ def test_max_cells_kernel_is_modelled_where_the_launcher_takes_it():
     the cells kernel's count is available for them too.  The kernel table has its rows (integer
     elements excepted: their compares are not told from loop control), blocks of 128 threads
     (overlapping: its halo among them)."""
-    device = sr.DEVICES[0]
-    cases = [c for c in sr.suite("fractional") if c.op == FRACTIONAL_MAX]
-    kernels = {(k.arch, k.expression): k for k in _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_MAX_SOURCE])}
-    for case in cases:
-        g = case.geometry()
-        assert sr.fractional_max_paths(g, np.float32) == ("gather", "cells")
-        launched = sr.predict(case, "float32", device, kernels)
-        cells = sr.predict(case, "float32", device, kernels, path="cells")
-        gather = sr.predict(case, "float32", device, kernels, path="gather")
+    kernels, rows = _fractional_paths_by_case(FRACTIONAL_MAX, sr.FRACTIONAL_MAX_SOURCE, "float32",
+                                              sr.fractional_max_paths)
+    for g, launched, cells, gather in rows:
         assert "_grad_cells<" in cells["kernel"] and "stages" not in cells and len(gather["stages"]) == 2
         assert launched["kernel"] == (gather if g.overlapping else cells)["kernel"]
         if not g.overlapping:
