@@ -1213,8 +1213,9 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
     """The roofline prediction of one benchmark case on one device (see the module docstring),
     or the case with ``not_modelled`` (the reason) when its kernel cannot be modelled.  ``path``:
     the kernel the launcher would run (None), or another of the depthwise gradients' or of the
-    fractional average pooling gradient's (:func:`input_paths`, :func:`filter_paths`,
-    :func:`fractional_paths`; ValueError where it cannot run the case)."""
+    fractional pooling gradients' (:func:`input_paths`, :func:`filter_paths`,
+    :func:`fractional_paths`, :func:`fractional_max_paths`; ValueError where it cannot run the
+    case)."""
     from ..backends.cuda import _sass
 
     dtype = DTYPES[dtype_name]
