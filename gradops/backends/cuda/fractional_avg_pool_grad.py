@@ -38,7 +38,7 @@ PATHS = ("gather", "cells")
 #: disjoint and for overlapping cells (False: only when asked for, ``path="cells"``).  The
 #: static model's latency-aware estimate decides (predicted, not measured: no GPU has run the
 #: cells kernel; benchmarks/results/path_estimates.md, gradops/bench/static_cells.py).  On the
-#: fractional suite's disjoint shapes it puts cells ahead by 1.3-1.7x on the H100 (float16: 26
+#: fractional suite's disjoint shapes it puts cells ahead by 1.2-1.7x on the H100 (float16: 26
 #: against 37-43 us; float32 47 against 56 us), with twice the resident warps (no shared
 #: memory) and about 14 SASS instructions an element against 20-22, although its count takes
 #: every branch of the shares (an upper bound) and gather's its cheapest path; on the

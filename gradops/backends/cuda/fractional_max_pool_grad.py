@@ -45,7 +45,7 @@ PATHS = ("gather", "cells")
 #: suite's disjoint shapes it puts the one pass ahead of select + gather by 1.5x in float16
 #: (47 against 70-73 us on the H100) and 1.3-1.4x in float32 (92 against 122-127 us): it reads
 #: each tensor once and writes no chosen buffer.  On the overlapping ones it puts select +
-#: gather ahead by 1.1-1.8x: the overlapping kernel's exchange of choices through shared memory
+#: gather ahead by 1.1-1.9x: the overlapping kernel's exchange of choices through shared memory
 #: and its halo leave it 16-20 resident warps with about 64-79 SASS instructions an element.
 CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": False}
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
