@@ -40,9 +40,9 @@ PATHS = ("gather", "cells")
 #: cells kernel; benchmarks/results/path_estimates.md, gradops/bench/static_cells.py).  On the
 #: fractional suite's disjoint shapes it puts cells ahead by 1.2-1.7x on the H100 (float16: 26
 #: against 37-43 us; float32 47 against 56 us), with twice the resident warps (no shared
-#: memory) and about 14 SASS instructions an element against 20-22, although its count takes
-#: every branch of the shares (an upper bound) and gather's its cheapest path; on the
-#: overlapping ones it puts gather ahead by 1.1-1.4x (the overlapping cells kernel's four
+#: memory) and about 14 SASS instructions an element against 20-22 (float16; float32 19-20
+#: against 31), although its count takes every branch of the shares (an upper bound) and
+#: gather's its cheapest path; on the overlapping ones it puts gather ahead by 1.1-1.4x (the overlapping cells kernel's four
 #: roundings and neighbours' shares: 94 registers in float16).
 CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": False}
 #: Cell rows a thread of the cells kernel walks down (the most; fewer when the grid would hold
