@@ -48,14 +48,10 @@ RATES = {"issue": 4 * 32, "fp64": 64, "conversion": 16}  # thread-operations a c
 
 
 def launch(case, dtype):
-    """(expression, plan, vector, the source) of the launcher's cells kernel for ``case``."""
-    g = case.geometry()
+    """(expression, plan, the source) of the launcher's cells kernel for ``case``."""
     if case.op == suites.FRACTIONAL:
-        fr = static_cells.launcher()
-        p = fr.cells_plan(g, dtype)
-        return fr._cells_expression(dtype, p.index, p.vector, g.overlapping), p, p.vector, fr.SOURCE
-    expression, p = static_cells.max_cells_launch(g, dtype)
-    return expression, p, int(expression.split(",")[2]), static_cells.max_launcher().SOURCE
+        return (*static_cells.cells_launch(case.geometry(), dtype), static_cells.launcher().SOURCE)
+    return (*static_cells.max_cells_launch(case.geometry(), dtype), static_cells.max_launcher().SOURCE)
 
 
 def main() -> None:
@@ -67,7 +63,7 @@ def main() -> None:
     cases = [c for c in suites.suite("fractional") if c.op in (suites.FRACTIONAL, suites.FRACTIONAL_MAX)]
     launches = {(c.label, c.op, d): launch(c, d) for c in cases for d in dtypes}
     wanted = {}
-    for expression, _, _, source in launches.values():
+    for expression, _, source in launches.values():
         wanted.setdefault(source, set()).add(expression)
     kernels = {k.expression: k for source, names in wanted.items()
                for k in _sass.compile_kernels((args.arch,), [source], only=sorted(names))}
@@ -82,7 +78,7 @@ def main() -> None:
     for case in cases:
         g = case.geometry()
         for dtype in dtypes:
-            expression, p, vector, _ = launches[(case.label, case.op, dtype)]
+            expression, p, _ = launches[(case.label, case.op, dtype)]
             kernel = kernels[expression]
             total = math.prod(g.input_shape)
             outputs = math.prod(g.output_shape)
@@ -91,7 +87,7 @@ def main() -> None:
                 trips = p.chunk_rows + (1 if g.overlapping else 0)
                 moved = total + outputs
             else:
-                warp_instructions, counts, trips = static_cells.max_warp_counts(kernel, g, p, vector)
+                warp_instructions, counts, trips = static_cells.max_warp_counts(kernel, g, p)
                 moved = 2 * (total + outputs)
             per = {"all": 32 * warp_instructions / total, "conversion": 32 * counts["class:conversion"] / total,
                    "fp64": 32 * counts["class:fp64"] / total}

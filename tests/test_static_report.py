@@ -1527,7 +1527,7 @@ def test_cells_model_finds_the_max_kernels_loops():
             g = fractional_max_pool_geometry("fractional_max_pool_grad", (2, 8, cols[-1], 8), out, out, rows, cols,
                                              overlapping)
             p = fm.max_cells_plan(g, np.float32, index="int", vector=4, chunk_rows=2)
-            total, counts, trips = static_cells.max_warp_counts(kernel, g, p, 4)
+            total, counts, trips = static_cells.max_warp_counts(kernel, g, p)
             heights = np.diff(rows) + (np.arange(len(rows) - 1) + 1 < len(rows) - 1) * overlapping
             assert trips == pytest.approx(2 * np.mean(heights - overlapping) + (np.mean(heights) if overlapping else 0))
             assert total > 0 and counts["class:fp64"] == 0

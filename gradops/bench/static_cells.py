@@ -1,12 +1,13 @@
-"""The fractional average pooling gradient's cells kernel in the static model (predicted, not measured).
+"""The fractional pooling gradients' cells kernels in the static model (predicted, not measured).
 
-``fractional_avg_pool_grad_cells`` (``cuda_src/fractional_avg_pool_grad.cu``) takes sequences whose
+``fractional_avg_pool_grad_cells`` and ``fractional_max_pool_grad_cells`` take sequences whose
 cells partition the input (TF's generator makes such sequences): a thread per (batch item, cell
-column, vector of channels) walks down a chunk of cell rows, computes each cell's shares once and
-stores them over the cell's region (``fractional_cells::for_each_cell_column``).  This module
-prices one launch of it, as the launcher plans it (``cells_plan``), with the static report's limits
+column, vector of channels) walks down a chunk of cell rows and writes each cell's region
+(``fractional_cells::for_each_cell_column``).  This module prices one launch of either, as its
+launcher plans it (``cells_plan``, ``max_cells_plan``), with the static report's limits
 (:func:`gradops.bench.static_report.roofline`), so that the latency-aware estimate can rank it
-against the staged gather kernel (``predict(..., path="cells")``).
+against the gather kernels (``predict(..., path="cells")``).  Max pooling's count is
+:func:`max_warp_counts`'; average pooling's follows.
 
 The count, per warp (a warp is ``32 / block_vectors`` consecutive (batch item, cell column) pairs
 of one block of channels, one chunk of cell rows):
@@ -36,20 +37,45 @@ from collections import Counter
 
 import numpy as np
 
-LAUNCHER = "gradops.backends.cuda.fractional_avg_pool_grad"
-#: The cells kernel's loops inside its three grid-stride loops: cell rows, input rows, columns.
+#: The cells kernels' cell-row loop lies inside their three grid-stride loops.
 CELL_LOOP_DEPTH = 4
 
 
 def launcher():
-    return importlib.import_module(LAUNCHER)
+    """The fractional average pooling launcher module."""
+    from .static_tiled import fractional_launcher
+
+    return fractional_launcher()
 
 
-def cells_expression(g, dtype) -> str:
-    """The instantiation the launcher runs for ``g`` with fresh (aligned) arrays."""
+def cells_launch(g, dtype):
+    """(expression, plan) of the average pooling cells kernel the launcher runs for ``g`` with
+    fresh (aligned) arrays."""
     fr = launcher()
     p = fr.cells_plan(g, dtype)
-    return fr._cells_expression(dtype, p.index, p.vector, g.overlapping)
+    return fr._cells_expression(dtype, p.index, p.vector, g.overlapping), p
+
+
+def _cell_loop(kernel):
+    """The cell-row loop: the largest loop at :data:`CELL_LOOP_DEPTH` (with overlapping max
+    pooling cells, a chunk's rescans of the row above sit beside it)."""
+    from ..backends.cuda import _sass
+
+    loops = [loop for loop in kernel.cfg._loops() if loop.depth == CELL_LOOP_DEPTH]
+    if not loops:
+        raise _sass.PathError(f"{kernel.expression}: no cell-row loop")
+    return max(loops, key=lambda loop: len(kernel.cfg.loop_instructions(loop)))
+
+
+def _counts(kernel, loop=None) -> Counter:
+    """:func:`gradops.backends.cuda._sass.summarize` of a loop's instructions, or (None) of the
+    whole kernel's, cold blocks left out."""
+    from ..backends.cuda import _sass
+
+    cfg = kernel.cfg
+    if loop is not None:
+        return _sass.summarize(cfg.loop_instructions(loop))
+    return _sass.summarize([x for n in sorted(cfg.blocks) if not cfg.cold(n) for x in cfg.instructions(n)])
 
 
 def loop_counts(kernel) -> dict[str, Counter]:
@@ -57,23 +83,11 @@ def loop_counts(kernel) -> dict[str, Counter]:
     every branch counted) of the cells kernel's parts: ``fixed`` (everything outside the cell-row
     loop), ``cell`` (the cell-row loop's own), ``row`` (the input-row loop's own), ``col`` (the
     column loop)."""
-    from ..backends.cuda import _sass
-
-    cfg = kernel.cfg
-    cells = [loop for loop in cfg._loops() if loop.depth == CELL_LOOP_DEPTH]
-    if len(cells) != 1:
-        raise _sass.PathError(f"{kernel.expression}: expected one cell-row loop, found {len(cells)}")
-    (cell,) = cells
+    cell = _cell_loop(kernel)
     (row,) = cell.children
     (col,) = row.children
-    everything = [x for n in sorted(cfg.blocks) if not cfg.cold(n) for x in cfg.instructions(n)]
-
-    def count(instructions) -> Counter:
-        return _sass.summarize(instructions)
-
-    c_all, c_cell = count(everything), count(cfg.loop_instructions(cell))
-    c_row, c_col = count(cfg.loop_instructions(row)), count(cfg.loop_instructions(col))
-    return {"fixed": c_all - c_cell, "cell": c_cell - c_row, "row": c_row - c_col, "col": c_col}
+    c_cell, c_row, c_col = _counts(kernel, cell), _counts(kernel, row), _counts(kernel, col)
+    return {"fixed": _counts(kernel) - c_cell, "cell": c_cell - c_row, "row": c_row - c_col, "col": c_col}
 
 
 def column_warps(g, block_vectors: int) -> tuple[int, int]:
@@ -103,43 +117,51 @@ def warp_counts(kernel, g, p) -> tuple[float, Counter]:
     return counts["total"], counts
 
 
-def predict(case, dtype_name: str, device, kernel, g) -> dict:
-    """The roofline of one fractional average pooling shape run by the cells kernel (module
-    docstring), in the static report's prediction format."""
+def _prediction(case, dtype_name: str, device, kernel, g, p, warp_instructions: float, counts: Counter,
+                tables: int, l2_bytes: float, round_trips: float, **cells) -> dict:
+    """One cells kernel's prediction in the static report's format: its instructions per
+    input-gradient element and by pipe, DRAM (compulsory bytes and ``tables``), ``l2_bytes``,
+    the occupancy of the plan ``p``'s block and the latency of ``round_trips`` a thread over the
+    launch's waves of CTAs; ``cells``: figures added to the row's ``cells`` entry."""
     from ..backends.cuda import _sass
     from . import static_tiled as st
     from .metrics import bytes_moved
     from .static_report import DTYPES, roofline, with_latency_limit
 
-    fr = launcher()
-    dtype = DTYPES[dtype_name]
-    width = dtype.itemsize
-    p = fr.cells_plan(g, dtype)
-    if kernel.expression != fr._cells_expression(dtype, p.index, p.vector, g.overlapping):
-        raise ValueError(f"{kernel.expression}: not the cells kernel the launcher runs for this shape")
     elements = math.prod(g.input_shape)
-    outputs = math.prod(g.output_shape)
-    warp_instructions, counts = warp_counts(kernel, g, p)
     per_element = 32 * warp_instructions / elements
     classes = {k.removeprefix("class:"): 32 * v / elements for k, v in counts.items() if k.startswith("class:")}
-    tables = fr.INDEX_TYPES[p.index].itemsize * (2 * (g.out_rows + g.out_cols) + 2)
-    traffic = bytes_moved(case, g, width) + tables
-    neighbours = 1 + (2 if g.overlapping else 0) / max(p.chunk_rows, 1) + (1 if g.overlapping else 0)
-    l2 = width * (outputs * neighbours + elements) + tables
+    compulsory = bytes_moved(case, g, DTYPES[dtype_name].itemsize)
+    traffic = compulsory + tables
     threads = p.block[0] * p.block[1]
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], threads)
-    limits = roofline(device, elements, per_element, classes, traffic, l2, occ["warps_per_sm"] * 32)
+    limits = roofline(device, elements, per_element, classes, traffic, l2_bytes, occ["warps_per_sm"] * 32)
     ctas = p.column_blocks * p.row_chunks * p.channel_blocks
-    chain = p.chunk_rows + (1 if g.overlapping else 0)
-    with_latency_limit(limits, device, traffic, st.latency_limit_s(device, ctas, occ, chain))
-    warps, extra = column_warps(g, p.block_vectors)
+    with_latency_limit(limits, device, traffic, st.latency_limit_s(device, ctas, occ, round_trips))
     return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
-            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
-            "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
-            "cells": {"ctas": ctas, "threads_per_cta": threads, "chunk_rows": p.chunk_rows,
-                      "round_trips": chain, "column_warps": warps,
-                      "mean_extra_columns_per_warp": extra / warps if warps else 0.0,
-                      "blocks_per_sm": occ["blocks_per_sm"]}}
+            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "compulsory_bytes": compulsory,
+            "l2_bytes": l2_bytes, "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"],
+            **limits, "cells": {"ctas": ctas, "threads_per_cta": threads, "chunk_rows": p.chunk_rows,
+                                "round_trips": round_trips, "blocks_per_sm": occ["blocks_per_sm"], **cells}}
+
+
+def predict(case, dtype_name: str, device, kernel, g) -> dict:
+    """The roofline of one fractional average pooling shape run by the cells kernel (module
+    docstring), in the static report's prediction format."""
+    from .static_report import DTYPES
+
+    dtype = DTYPES[dtype_name]
+    expression, p = cells_launch(g, dtype)
+    if kernel.expression != expression:
+        raise ValueError(f"{kernel.expression}: not the cells kernel the launcher runs for this shape")
+    warp_instructions, counts = warp_counts(kernel, g, p)
+    tables = launcher().INDEX_TYPES[p.index].itemsize * (2 * (g.out_rows + g.out_cols) + 2)
+    neighbours = 1 + ((1 + 2 / p.chunk_rows) if g.overlapping else 0)
+    l2 = dtype.itemsize * (math.prod(g.output_shape) * neighbours + math.prod(g.input_shape)) + tables
+    warps, extra = column_warps(g, p.block_vectors)
+    return _prediction(case, dtype_name, device, kernel, g, p, warp_instructions, counts, tables, l2,
+                       p.chunk_rows + (1 if g.overlapping else 0), column_warps=warps,
+                       mean_extra_columns_per_warp=extra / warps if warps else 0.0)
 
 
 def reference_paths(kernel) -> dict:
@@ -177,7 +199,7 @@ def max_launcher():
 
 def max_cells_launch(g, dtype):
     """(expression, plan) of the max pooling cells kernel the launcher runs for ``g`` with fresh
-    (aligned) arrays."""
+    (aligned) arrays; the plan's vector is the kernel's channels a thread."""
     fm = max_launcher()
     v = fm.channels_per_thread(g, dtype)
     p = fm.max_cells_plan(g, dtype, index=fm.index_type(g), vector=v)
@@ -192,32 +214,24 @@ def max_loop_parts(kernel, vector: int) -> dict:
     column loop's), and ``scan``: {elements compared: cheapest path through one iteration of the
     scan loop} (a row of at most 4 columns loaded together, one FSETP or DSETP a channel and element;
     integer elements: ValueError)."""
-    from ..backends.cuda import _sass
-
+    if "<int," in kernel.expression or "<long long," in kernel.expression:
+        raise ValueError("integer elements: the scan's compares (ISETP) are not told from its loop control")
     cfg = kernel.cfg
-    cell = max((loop for loop in cfg._loops() if loop.depth == CELL_LOOP_DEPTH),
-               key=lambda loop: len(cfg.loop_instructions(loop)))
+    cell = _cell_loop(kernel)
     children = sorted(cell.children, key=lambda loop: loop.header)
     bases = [Counter(i.base for i in cfg.loop_instructions(loop)) for loop in children]
     (scan,) = [loop for loop, b in zip(children, bases) if b["LDG"] and not b["STG"] and not loop.children]
     first_rows = [loop for loop, b in zip(children, bases) if b["STG"] and not loop.children]
     (rows,) = [loop for loop, b in zip(children, bases) if b["STG"] and loop.children]
     (interior,) = rows.children
-
-    def count(loop) -> Counter:
-        return _sass.summarize(cfg.loop_instructions(loop))
-
-    everything = _sass.summarize([x for n in sorted(cfg.blocks) if not cfg.cold(n) for x in cfg.instructions(n)])
-    own = count(cell)
+    own = _counts(kernel, cell)
     for loop in children:
-        own = own - count(loop)
-    if "<int," in kernel.expression or "<long long," in kernel.expression:
-        raise ValueError("integer elements: the scan's compares (ISETP) are not told from its loop control")
+        own = own - _counts(kernel, loop)
     # one compare a channel and element: FSETP (the half types compare as float), DSETP for double
     table = cfg.path_table(scan, counted=lambda i: i.base in ("FSETP", "DSETP"), kmax=4 * vector)
-    return {"fixed": everything - count(cell), "cell": own,
-            "first_row": count(first_rows[0]) if first_rows else Counter(),
-            "row": count(rows) - count(interior), "interior": count(interior),
+    return {"fixed": _counts(kernel) - _counts(kernel, cell), "cell": own,
+            "first_row": _counts(kernel, first_rows[0]) if first_rows else Counter(),
+            "row": _counts(kernel, rows) - _counts(kernel, interior), "interior": _counts(kernel, interior),
             "scan": {k // vector: table[k] for k in table if k % vector == 0}}
 
 
@@ -244,7 +258,7 @@ def max_warp_columns(g, p) -> list[tuple[int, int]]:
     return warps
 
 
-def max_warp_counts(kernel, g, p, vector: int) -> tuple[float, Counter, float]:
+def max_warp_counts(kernel, g, p) -> tuple[float, Counter, float]:
     """(warp-instructions, their counts by class, a thread's dependent round trips) of one launch
     of the max pooling cells kernel with plan ``p``: per warp and chunk of cell rows, the fixed
     part once; per cell row it scans (its chunk's, and with overlapping cells the row above the
@@ -255,7 +269,7 @@ def max_warp_counts(kernel, g, p, vector: int) -> tuple[float, Counter, float]:
     loop iteration, which stores, per element; overlapping: the first row's loop an element,
     then per later row the row loop's iteration, which stores its first column, and the column
     loop's for the others)."""
-    parts = max_loop_parts(kernel, vector)
+    parts = max_loop_parts(kernel, p.vector)
     scan_table = parts["scan"]
     heights = np.diff(np.asarray(g.row_partition, dtype=np.int64))
     out_rows = heights.size
@@ -306,38 +320,20 @@ def predict_max(case, dtype_name: str, device, kernel, g) -> dict:
     cells the shared rows and columns twice, less the rows a thread holds), orig_output and
     out_backprop once per cell, the gradient written; latency: waves of resident CTAs x a
     thread's chain of round trips (a scanned row each) x 600 ns."""
-    from ..backends.cuda import _sass
-    from . import static_tiled as st
-    from .metrics import bytes_moved
-    from .static_report import DTYPES, roofline, with_latency_limit
+    from .static_report import DTYPES
 
-    fm = max_launcher()
     dtype = DTYPES[dtype_name]
-    width = dtype.itemsize
     expression, p = max_cells_launch(g, dtype)
     if kernel.expression != expression:
         raise ValueError(f"{kernel.expression}: not the cells kernel the launcher runs for this shape")
-    vector = int(expression.split(",")[2])
-    elements, outputs = math.prod(g.input_shape), math.prod(g.output_shape)
-    warp_instructions, counts, trips = max_warp_counts(kernel, g, p, vector)
-    per_element = 32 * warp_instructions / elements
-    classes = {k.removeprefix("class:"): 32 * v / elements for k, v in counts.items() if k.startswith("class:")}
-    tables = fm.INDEX_TYPES[p.index].itemsize * (g.out_rows + g.out_cols + 2)
-    traffic = bytes_moved(case, g, width) + tables
+    warp_instructions, counts, trips = max_warp_counts(kernel, g, p)
+    tables = max_launcher().INDEX_TYPES[p.index].itemsize * (g.out_rows + g.out_cols + 2)
     heights = np.diff(np.asarray(g.row_partition, dtype=np.int64)) + (1 if g.overlapping else 0)
     widths = np.diff(np.asarray(g.col_partition, dtype=np.int64)) + (1 if g.overlapping else 0)
     scanned = g.batch * g.depth * float(heights.sum() * widths.sum())
-    l2 = width * (scanned + 2 * outputs + elements) + tables
-    threads = p.block[0] * p.block[1]
-    occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], threads)
-    limits = roofline(device, elements, per_element, classes, traffic, l2, occ["warps_per_sm"] * 32)
-    ctas = p.column_blocks * p.row_chunks * p.channel_blocks
-    with_latency_limit(limits, device, traffic, st.latency_limit_s(device, ctas, occ, trips))
-    return {"suite": case.suite, "label": case.label, "op": case.op, "dtype": dtype_name, "device": device.key,
-            "kernel": kernel.expression, "elements": elements, "bytes": traffic, "compulsory_bytes": traffic - tables,
-            "l2_bytes": l2, "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
-            "cells": {"ctas": ctas, "threads_per_cta": threads, "chunk_rows": p.chunk_rows, "round_trips": trips,
-                      "column_warps": len(max_warp_columns(g, p)), "blocks_per_sm": occ["blocks_per_sm"]}}
+    l2 = dtype.itemsize * (scanned + 2 * math.prod(g.output_shape) + math.prod(g.input_shape)) + tables
+    return _prediction(case, dtype_name, device, kernel, g, p, warp_instructions, counts, tables, l2, trips,
+                       column_warps=len(max_warp_columns(g, p)))
 
 
 def max_reference_paths(kernel) -> dict:
@@ -355,9 +351,10 @@ def max_reference_paths(kernel) -> dict:
     if g.depth % vector:
         return {"not_modelled": f"not modelled: {vector} channels a thread do not divide the suite's depth"}
     p = fm.max_cells_plan(g, dtype, index=index, vector=vector)
-    warp_instructions, _, trips = max_warp_counts(kernel, g, p, vector)
+    warp_instructions, _, trips = max_warp_counts(kernel, g, p)
     parts = max_loop_parts(kernel, vector)
-    one = parts["cell"] + parts["scan"][0][1] + (parts["first_row"] if g.overlapping else parts["row"] + parts["interior"])
+    stores = parts["first_row"] if g.overlapping else parts["row"] + parts["interior"]
+    one = parts["cell"] + parts["scan"][0][1] + stores
     return {"work": f"{case.label}: every warp of the launch ({p.block[0]}x{p.block[1]} threads, chunks of "
                     f"{p.chunk_rows} cell rows, {vector} channels a thread); per cell row {parts['cell']['total']} "
                     f"(every branch) + its scan, a scanned row of 1 / 2 / 3 columns "

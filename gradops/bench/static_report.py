@@ -1139,7 +1139,7 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str, path: str
     if fr.pick_path(geometry, dtype, path) == "cells":
         from . import static_cells
 
-        return kernels[(arch, static_cells.cells_expression(geometry, dtype))]
+        return kernels[(arch, static_cells.cells_launch(geometry, dtype)[0])]
     p = _fractional_launch(geometry, dtype)  # the launcher's plan: its index type and vector width
     return kernels[(arch, fr._expression(dtype, p.index, p.vector))]
 

@@ -42,8 +42,8 @@ PATHS = ("gather", "cells")
 #: against 37-43 us; float32 47 against 56 us), with twice the resident warps (no shared
 #: memory) and about 14 SASS instructions an element against 20-22 (float16; float32 19-20
 #: against 31), although its count takes every branch of the shares (an upper bound) and
-#: gather's its cheapest path; on the overlapping ones it puts gather ahead by 1.1-1.4x (the overlapping cells kernel's four
-#: roundings and neighbours' shares: 94 registers in float16).
+#: gather's its cheapest path; on the overlapping ones it puts gather ahead by 1.1-1.4x (the
+#: overlapping cells kernel's four roundings and neighbours' shares: 94 registers in float16).
 CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": False}
 #: Cell rows a thread of the cells kernel walks down (the most; fewer when the grid would hold
 #: fewer than CELLS_TARGET_THREADS threads).  Overlapping cells recompute the row above each
@@ -290,13 +290,18 @@ def cells_possible(g: FractionalPoolGeometry) -> bool:
     return g.row_partition is not None and g.col_partition is not None
 
 
+def cells_by_default(defaults: dict, g: FractionalPoolGeometry) -> bool:
+    """Whether a launcher's ``CELLS_BY_DEFAULT`` (``{"disjoint": bool, "overlapping": bool}``)
+    takes the cells kernel for ``g``'s mode (where it can run)."""
+    return defaults["overlapping" if g.overlapping else "disjoint"]
+
+
 def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
     """The kernel for ``g``: ``path`` when given (ValueError where the cells kernel cannot run
     it), else cells where :data:`CELLS_BY_DEFAULT` takes the cells' mode and it can run, else
     gather."""
     if path is None:
-        chosen = CELLS_BY_DEFAULT["overlapping" if g.overlapping else "disjoint"]
-        return "cells" if chosen and cells_possible(g) else "gather"
+        return "cells" if cells_by_default(CELLS_BY_DEFAULT, g) and cells_possible(g) else "gather"
     if path not in PATHS:
         raise ValueError(f"fractional_avg_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
     if path == "cells" and not cells_possible(g):

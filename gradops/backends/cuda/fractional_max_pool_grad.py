@@ -31,7 +31,7 @@ from ..._errors import InvalidArgumentError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _runtime
 from ._runtime import cached_tables, division_magic
-from .fractional_avg_pool_grad import ELEMENT_TYPES, CellsPlan, cells_plan, cells_scalars
+from .fractional_avg_pool_grad import ELEMENT_TYPES, CellsPlan, cells_by_default, cells_plan, cells_scalars
 
 SOURCE = "fractional_max_pool_grad.cu"
 KERNELS = ("gradops::fractional_max_pool_select", "gradops::fractional_max_pool_gather")
@@ -99,8 +99,7 @@ def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
     it), else cells where :data:`CELLS_BY_DEFAULT` takes the cells' mode and it can run, else
     gather (select + gather)."""
     if path is None:
-        chosen = CELLS_BY_DEFAULT["overlapping" if g.overlapping else "disjoint"]
-        return "cells" if chosen and cells_bounds(g) is not None else "gather"
+        return "cells" if cells_by_default(CELLS_BY_DEFAULT, g) and cells_bounds(g) is not None else "gather"
     if path not in PATHS:
         raise ValueError(f"fractional_max_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
     if path == "cells" and cells_bounds(g) is None:
