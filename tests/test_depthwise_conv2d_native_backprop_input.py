@@ -245,10 +245,8 @@ CUDA_PADDINGS = [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1
 CUDA_PADDING_IDS = ["SAME", "VALID", "EXPLICIT", "EXPLICIT_wide"]
 
 
-def make_case(rng, *, x_shape, filt_hw, multiplier, strides=(1, 1), dilations=(1, 1), padding="VALID",
-              pads=NO_PADS, data_format="NHWC", dtype=np.float64):
-    """Random filter and out_backprop for an NHWC-described case, as gradops' keyword arguments
-    (tensors in ``data_format``), with the float64 reference (in ``data_format``) and its scale."""
+def _case(rng, x_shape, filt_hw, multiplier, strides, dilations, padding, pads, data_format, dtype):
+    """(gradops' keyword arguments, the NHWC filter and out_backprop) of a random case."""
     n, h, w_, c = x_shape
     oh, ow = out_hw((h, w_), filt_hw, strides, dilations, padding, pads)
     w = random_array(rng, (*filt_hw, c, multiplier), dtype)
@@ -258,6 +256,22 @@ def make_case(rng, *, x_shape, filt_hw, multiplier, strides=(1, 1), dilations=(1
                   strides=attr4(*strides, data_format), padding=padding,
                   explicit_paddings=explicit8(pads, data_format) if padding == "EXPLICIT" else [],
                   data_format=data_format, dilations=attr4(*dilations, data_format))
+    return kwargs, w, dy
+
+
+def case_kwargs(rng, *, x_shape, filt_hw, multiplier, strides=(1, 1), dilations=(1, 1), padding="VALID",
+                pads=NO_PADS, data_format="NHWC", dtype=np.float64):
+    """Random filter and out_backprop for an NHWC-described case, as gradops' keyword arguments
+    (tensors in ``data_format``), without a reference: for tests that need only the call or its
+    geometry (the brute-force reference takes seconds on the larger shapes)."""
+    return _case(rng, x_shape, filt_hw, multiplier, strides, dilations, padding, pads, data_format, dtype)[0]
+
+
+def make_case(rng, *, x_shape, filt_hw, multiplier, strides=(1, 1), dilations=(1, 1), padding="VALID",
+              pads=NO_PADS, data_format="NHWC", dtype=np.float64):
+    """:func:`case_kwargs` (the same draws) with the float64 reference (in ``data_format``) and
+    its scale."""
+    kwargs, w, dy = _case(rng, x_shape, filt_hw, multiplier, strides, dilations, padding, pads, data_format, dtype)
     ref, scale = expected_grad(x_shape, w, dy, strides, padding, dilations, pads)
     return kwargs, to_format(ref, data_format), scale
 
@@ -334,17 +348,17 @@ def test_instantiations_cover_every_launch():
 
 def test_specialisation_choice():
     """3x3 / 5x5 filters at strides 1x1 / 2x2 get their compile-time kernels, the rest the generic one."""
-    kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=(1, 8, 8, 1), filt_hw=(5, 5), multiplier=1,
+    kwargs = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 1), filt_hw=(5, 5), multiplier=1,
                              strides=(2, 2), padding="SAME")
     assert cuda_launcher.specialisation(geometry_of(kwargs)) == (5, 5, 2, 2)
-    kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=(1, 8, 8, 1), filt_hw=(3, 3), multiplier=1,
+    kwargs = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 1), filt_hw=(3, 3), multiplier=1,
                              strides=(1, 2), padding="SAME")
     assert cuda_launcher.specialisation(geometry_of(kwargs)) == cuda_launcher.GENERIC
 
 
 def tiled_ok(**case):
     """Whether the launcher may run the tiled kernel for a make_case description."""
-    kwargs, _, _ = make_case(np.random.default_rng(0), **case)
+    kwargs = case_kwargs(np.random.default_rng(0), **case)
     return cuda_launcher.tiled_eligible(geometry_of(kwargs), kwargs["out_backprop"].dtype)
 
 
@@ -641,7 +655,7 @@ def test_cuda_foreign_gpu_tensors(cuda_device, rng, wrapper):
 def test_cuda_deterministic(cuda_device, rng, dtype):
     """Two runs give bitwise equal results (a gather in a fixed order, no atomics); on the host
     the second run visits blocks and threads in another order."""
-    kwargs, _, _ = make_case(rng, x_shape=(4, 33, 31, 8), filt_hw=(5, 5), multiplier=3, strides=(1, 1),
+    kwargs = case_kwargs(rng, x_shape=(4, 33, 31, 8), filt_hw=(5, 5), multiplier=3, strides=(1, 1),
                              dilations=(2, 1), padding="SAME", dtype=dtype)
     filt, dy = to_gpu(kwargs["filter"]), to_gpu(kwargs["out_backprop"])
     first = to_host(cuda_call(kwargs, filter=filt, out_backprop=dy))
@@ -936,7 +950,7 @@ def test_cuda_tiled_deterministic(cuda_device, rng, dtype, shape):
     visits blocks and threads in another order (with an Inf in the filter, so that the checked
     inner loop runs too)."""
     filt_hw, strides, multiplier = shape
-    kwargs, _, _ = make_case(rng, x_shape=(3, 29, 37, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
+    kwargs = case_kwargs(rng, x_shape=(3, 29, 37, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
                              padding="SAME", dtype=dtype)
     filt, dy = to_gpu(kwargs["filter"]), to_gpu(kwargs["out_backprop"])
     runs = []
@@ -963,7 +977,7 @@ def test_cuda_tiled_non_finite_filter_skips_padding(cuda_device, rng, shape, dty
     finite takes the inner loop that skips them (0 * Inf would be NaN).  Compared with the NumPy
     backend position by position."""
     filt_hw, strides, multiplier = shape
-    kwargs, _, _ = make_case(rng, x_shape=(2, 11, 20, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
+    kwargs = case_kwargs(rng, x_shape=(2, 11, 20, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
                              padding="SAME", data_format=data_format, dtype=dtype)
     w = kwargs["filter"].copy()
     w[0, 0, 3, 0] = np.inf       # tap (0, 0): on the padding for the last rows and columns
@@ -1157,7 +1171,7 @@ def test_mma_plane_chunk():
     unit a plane, every out_backprop row and column inside the unit's staged window, out_cols
     even, at most 64 chunks; 16-byte chunks where they divide the plane, else 8-byte ones."""
     def g(x_shape, filt=5, padding="SAME", pads=NO_PADS):
-        kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
+        kwargs = case_kwargs(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
                                  padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
         return geometry_of(kwargs)
 
@@ -1190,7 +1204,7 @@ def test_mma_pack_stride():
     two images of S + rows <= 16 a unit, their out_backprop inside the staged window and the four
     planes within 224 elements."""
     def g(x_shape, filt=5, padding="SAME", pads=NO_PADS):
-        kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
+        kwargs = case_kwargs(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
                                  padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
         return geometry_of(kwargs)
 
@@ -1310,7 +1324,7 @@ def mma_non_finite_problem(rng, dtype=np.float16):
     """(kwargs, reference result): NCHW 5x5 multiplier 2 on 2 images of 20 x 35 (2 x 3 units), an
     Inf in out_backprop inside one unit, a NaN filter tap that lands on the padding for the
     image's edges, an Inf tap, and otherwise finite values."""
-    kwargs, _, _ = make_case(rng, x_shape=(2, 20, 35, 3), filt_hw=(5, 5), multiplier=2, padding="SAME",
+    kwargs = case_kwargs(rng, x_shape=(2, 20, 35, 3), filt_hw=(5, 5), multiplier=2, padding="SAME",
                              data_format="NCHW", dtype=dtype)
     dy = kwargs["out_backprop"].copy()
     dy[1, 3, 12, 20] = np.inf
@@ -1388,7 +1402,7 @@ def mma_plane_problem(rng, dtype=np.float16):
     outside the plane written once)."""
     problems = []
     for x_shape, filt in (((9, 14, 14, 3), 5), ((9, 16, 16, 2), 3)):
-        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=2, padding="SAME",
+        kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=2, padding="SAME",
                                  data_format="NCHW", dtype=dtype)
         dy = kwargs["out_backprop"].copy()
         dy[4, 1, 7, 3] = np.inf
@@ -1431,7 +1445,7 @@ def mma_packed_problem(rng, dtype=np.float16):
     images; with a warp target of 2, as the tests set, a warp takes two)."""
     problems = []
     for x_shape, filt, multiplier in (((7, 7, 7, 3), 5, 2), ((18, 5, 7, 2), 3, 1)):
-        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=multiplier, padding="SAME",
+        kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=multiplier, padding="SAME",
                                  data_format="NCHW", dtype=dtype)
         dy = kwargs["out_backprop"].copy()
         dy[5, 1, 3, 2] = np.inf
@@ -1645,7 +1659,7 @@ def mma_nhwc_non_finite_problem(rng, dtype=np.float16):
     """(kwargs, reference result): NHWC 5x5 multiplier 2 on 3 images of 20 x 35 x 16 (2 x 3 units,
     two channel blocks), an Inf in out_backprop inside one unit, a NaN filter tap that lands on
     the padding for the image's edges, an Inf tap, and otherwise finite values."""
-    kwargs, _, _ = make_case(rng, x_shape=(3, 20, 35, 16), filt_hw=(5, 5), multiplier=2, padding="SAME",
+    kwargs = case_kwargs(rng, x_shape=(3, 20, 35, 16), filt_hw=(5, 5), multiplier=2, padding="SAME",
                              data_format="NHWC", dtype=dtype)
     dy = kwargs["out_backprop"].copy()
     dy[1, 12, 20, 19] = np.inf
@@ -1830,9 +1844,9 @@ def test_planes_plan():
     """Whole planes where they fit, as many as keep a CTA within its work-item budget (a power of
     two); bands of rows for wide planes; refused where one staged row of every slice cannot fit."""
     def geometry(rows, cols, depth, k=3, multiplier=1, stride=1):
-        return geometry_of(make_case(np.random.default_rng(0), x_shape=(1, rows, cols, depth), filt_hw=(k, k),
-                                     multiplier=multiplier, strides=(stride, stride), padding="SAME",
-                                     data_format="NCHW", dtype=np.float32)[0])
+        return geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(1, rows, cols, depth), filt_hw=(k, k),
+                                       multiplier=multiplier, strides=(stride, stride), padding="SAME",
+                                       data_format="NCHW", dtype=np.float32))
 
     f32 = np.dtype(np.float32)
     assert cuda_launcher.planes_plan(geometry(7, 7, 960), f32) == (32, 7)      # 256 items of 8 a plane, 64 (5.3 KiB) fit
@@ -1844,8 +1858,8 @@ def test_planes_plan():
     assert not cuda_launcher._planes_fit(geometry(14, 14, 480, 5, 2), f32, 2 * planes, band)
     wide = geometry(4, 2000, 2, multiplier=2)  # one row of two slices: 2 x (12 + 3 x 2004) floats > 6144
     assert cuda_launcher.planes_plan(wide, f32) == (0, 0) and not cuda_launcher.planes_possible(wide, f32)
-    nhwc = geometry_of(make_case(np.random.default_rng(0), x_shape=(1, 7, 7, 8), filt_hw=(3, 3), multiplier=1,
-                                 padding="SAME", data_format="NHWC", dtype=np.float32)[0])
+    nhwc = geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(1, 7, 7, 8), filt_hw=(3, 3), multiplier=1,
+                                   padding="SAME", data_format="NHWC", dtype=np.float32))
     assert not cuda_launcher.planes_possible(nhwc, f32)
     assert cuda_launcher.PLANES_BY_DEFAULT and cuda_launcher.planes_chosen(geometry(7, 7, 960), f32)
     assert cuda_launcher.pick_path(geometry(7, 7, 960), f32) == "planes"
@@ -1866,10 +1880,10 @@ def test_planes_plan():
     assert cuda_launcher.planes_pitch(wide2) == 60 and cuda_launcher.planes_store_cols(wide2) == 8  # 4 x 14 + 4
     small = dict(x_shape=(1, 9, 9, 2), filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="VALID",
                     data_format="NCHW", dtype=np.float32)
-    valid = geometry_of(make_case(np.random.default_rng(0), **small)[0])
+    valid = geometry_of(case_kwargs(np.random.default_rng(0), **small))
     assert cuda_launcher.planes_plan(valid, f32)[1] % 2 == 0  # 9 rows: a band of 10
     for strides in ((3, 3), (2, 1), (1, 2)):
-        other = geometry_of(make_case(np.random.default_rng(0), **dict(small, strides=strides))[0])
+        other = geometry_of(case_kwargs(np.random.default_rng(0), **dict(small, strides=strides)))
         assert not cuda_launcher.planes_possible(other, f32)
 
 
@@ -1913,7 +1927,7 @@ def planes_problem(rng, monkeypatch):
     for x_shape, filt_hw, stride, pads, multiplier, items in PLANES_PROBLEM:
         monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items or PLANES_ITEMS_DEFAULT)
         cuda_launcher._planes_args.cache_clear()
-        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+        kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
                                  strides=(stride, stride), padding="EXPLICIT", pads=pads, data_format="NCHW",
                                  dtype=np.float32)
         w = kwargs["filter"].copy()
@@ -2004,7 +2018,7 @@ def planes_half_problem(rng):
     the row)."""
     got, want = [], []
     for x_shape in ((2, 10, 16, 5), (2, 9, 12, 5)):
-        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="SAME",
+        kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="SAME",
                                  data_format="NCHW", dtype=np.float16)
         assert cuda_launcher.planes_store_cols(geometry_of(kwargs)) == (8 if x_shape[2] == 16 else 4)
         got.append(to_host(cuda_call(kwargs, path="planes")).ravel())
@@ -2143,7 +2157,7 @@ def test_cuda_transpose_path_is_the_tiled_kernels_bits(cuda_device, rng, dtype):
 
 def test_transpose_path_choice():
     """NCHW where the tiled kernel takes the NHWC twin; opt-in; refused otherwise."""
-    kwargs, _, _ = make_case(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
+    kwargs = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
                              padding="SAME", data_format="NCHW")
     g = geometry_of(kwargs)
     f32 = np.dtype(np.float32)
@@ -2153,7 +2167,7 @@ def test_transpose_path_choice():
     assert not cuda_launcher.transpose_possible(twin, f32)  # NHWC has nothing to transpose
     assert not cuda_launcher.TRANSPOSE_BY_DEFAULT and not cuda_launcher.transpose_chosen(g, f32)
     assert cuda_launcher.pick_path(g, f32, "transpose") == "transpose"
-    dilated, _, _ = make_case(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
+    dilated = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
                               dilations=(2, 2), padding="SAME", data_format="NCHW")
     with pytest.raises(ValueError, match="transpose path cannot run"):
         cuda_launcher.pick_path(geometry_of(dilated), f32, "transpose")
@@ -2212,7 +2226,7 @@ def transpose_problem(rng):
     got, want = [], []
     for x_shape, dtype in (((2, 9, 7, 40), np.float32), ((1, 12, 12, 33), np.float32), ((1, 18, 20, 70), np.float16),
                            ((2, 10, 12, 6), np.float16)):
-        kwargs, _, _ = make_case(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, padding="SAME",
+        kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, padding="SAME",
                                  data_format="NCHW", dtype=dtype)
         got.append(to_host(cuda_call(kwargs, path="transpose")).view(WORD_DTYPES[np.dtype(dtype).itemsize]).ravel())
         want.append(to_host(cuda_call(kwargs, path="tiled")).view(WORD_DTYPES[np.dtype(dtype).itemsize]).ravel())

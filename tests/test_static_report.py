@@ -1539,6 +1539,60 @@ def test_cells_model_finds_the_max_kernels_loops():
         assert totals[0] == totals[1] if not overlapping else totals[0] < totals[1]
 
 
+def test_max_warp_counts_weigh_each_part_as_a_loop_over_warps_and_rows_would(monkeypatch):
+    """max_warp_counts sums each part's multiplicity before weighting it; a loop over every warp,
+    chunk and scanned row (the kernel's own order) gives the same counts, on made-up parts; a
+    warp whose widest scan has no narrow path is refused."""
+    from gradops._geometry import fractional_max_pool_geometry
+    from gradops.bench import static_cells
+
+    fm = static_cells.max_launcher()
+
+    def part(total, **more):
+        return Counter(total=total, **more)
+
+    scan = {w: (10 * (w + 1), part(10 * (w + 1), FSETP=4 * w)) for w in range(5)}
+    parts = {"fixed": part(7), "cell": part(11, LDG=1), "first_row": part(13, STG=1), "row": part(17, STG=1),
+             "interior": part(19, STG=1), "scan": scan}
+    monkeypatch.setattr(static_cells, "max_loop_parts", lambda kernel, vector: parts)
+    kernel = type("K", (), {"expression": "made-up"})()
+    rows, cols = [0, 2, 3, 5, 8, 9], [0, 1, 3, 6, 7]
+    for overlapping in (False, True):
+        out = (3, len(rows) - 1, len(cols) - 1, 8)
+        g = fractional_max_pool_geometry("fractional_max_pool_grad", (3, rows[-1], cols[-1], 8), out, out, rows,
+                                         cols, overlapping)
+        p = fm.max_cells_plan(g, np.float32, index="int", vector=4, chunk_rows=2)
+        heights = np.diff(rows)
+        scanned = heights + (np.arange(heights.size) + 1 < heights.size) * overlapping
+        expected = Counter()
+        for chunk in range(p.row_chunks):
+            r0, r1 = chunk * p.chunk_rows, min((chunk + 1) * p.chunk_rows, heights.size)
+            for scan_width, width in static_cells.max_warp_columns(g, p):
+                expected.update(parts["fixed"])
+                for r in range(r0 - 1 if overlapping and r0 > 0 else r0, r1):
+                    expected.update(parts["cell"])
+                    expected.update(scan[scan_width - 1][1])  # the first row compares one fewer
+                    for _ in range(int(scanned[r]) - 1):
+                        expected.update(scan[scan_width][1])
+                    if r < r0:
+                        continue
+                    later = int(heights[r]) - overlapping
+                    for _ in range(width if overlapping else 0):
+                        expected.update(parts["first_row"])
+                    for _ in range(later):
+                        expected.update(parts["row"])
+                        for _ in range(width - overlapping):
+                            expected.update(parts["interior"])
+        total, counts, _ = static_cells.max_warp_counts(kernel, g, p)
+        assert total == expected["total"] * p.channel_blocks > 0
+        assert +counts == Counter({k: v * p.channel_blocks for k, v in expected.items()})
+    wide = fractional_max_pool_geometry("fractional_max_pool_grad", (1, 4, 12, 8), (1, 2, 2, 8), (1, 2, 2, 8),
+                                        [0, 2, 4], [0, 6, 12], False)
+    p = fm.max_cells_plan(wide, np.float32, index="int", vector=4, chunk_rows=2)
+    with pytest.raises(ValueError, match="no narrow scan path of 6 columns"):
+        static_cells.max_warp_counts(kernel, wide, p)
+
+
 def test_filter_prediction_of_a_forced_path(new_kernels):
     """``predict(..., path=)`` models a filter gradient's other first kernels: the launcher's
     path gives the same prediction as no path, another eligible one its own stage, and a path

@@ -276,37 +276,38 @@ def max_warp_counts(kernel, g, p) -> tuple[float, Counter, float]:
     overlapping = bool(g.overlapping)
     scanned = heights + ((np.arange(out_rows) + 1 < out_rows) if overlapping else 0)
 
-    def scan_cost(height: int, width: int) -> Counter:
-        if width > 4 or width not in scan_table or width - 1 not in scan_table:
-            raise ValueError(f"{kernel.expression}: no narrow scan path of {width} columns")
-        counts = Counter(scan_table[width - 1][1])
-        for key, v in scan_table[width][1].items():
-            counts[key] += v * (height - 1)
-        return counts
-
-    total = Counter()
-
-    def add(counter: Counter, times: float) -> None:
-        for key, v in counter.items():
-            total[key] += v * times
-
-    warps = max_warp_columns(g, p)
+    # Every count is linear in the parts, so each part's multiplicity is summed over the chunks
+    # and the warps first (a warp's by its widths: warps of the same widths count alike), and
+    # the parts are weighted once.
+    warps = Counter(max_warp_columns(g, p))
+    weights = Counter()   # part name -> times
+    scans = Counter()     # (scan_table key, "first" or "later" rows of a cell) -> times
     for chunk in range(p.row_chunks):
         r0, r1 = chunk * p.chunk_rows, min((chunk + 1) * p.chunk_rows, out_rows)
-        scanned_rows = list(range(r0 - 1 if overlapping and r0 > 0 else r0, r1))
-        for scan_width, width in warps:
-            add(parts["fixed"], 1)
-            for r in scanned_rows:
-                add(parts["cell"], 1)
-                add(scan_cost(int(scanned[r]), scan_width), 1)
-                if r < r0:
-                    continue
-                later = int(heights[r]) - (1 if overlapping else 0)
-                if overlapping:
-                    add(parts["first_row"], width)
-                add(parts["row"], later)
-                # the later rows' own loop stores their first column where cells overlap
-                add(parts["interior"], later * (width - 1 if overlapping else width))
+        first = r0 - 1 if overlapping and r0 > 0 else r0
+        scanned_rows = r1 - first
+        later_rows = int(heights[r0:r1].sum()) - (r1 - r0 if overlapping else 0)
+        scanned_below_first = int(scanned[first:r1].sum()) - scanned_rows
+        for (scan_width, width), n in warps.items():
+            weights["fixed"] += n
+            weights["cell"] += n * scanned_rows
+            if scanned_rows:
+                scans[scan_width - 1, "first"] += n * scanned_rows
+                scans[scan_width, "later"] += n * scanned_below_first
+            if overlapping:
+                weights["first_row"] += n * width * (r1 - r0)
+            weights["row"] += n * later_rows
+            # the later rows' own loop stores their first column where cells overlap
+            weights["interior"] += n * later_rows * (width - 1 if overlapping else width)
+    for width in {w + 1 for w, kind in scans if kind == "first"}:
+        if width > 4 or width not in scan_table or width - 1 not in scan_table:
+            raise ValueError(f"{kernel.expression}: no narrow scan path of {width} columns")
+    total = Counter()
+    terms = [(parts[name], times) for name, times in weights.items()]
+    terms += [(scan_table[width][1], times) for (width, _), times in scans.items()]
+    for counter, times in terms:
+        for key, v in counter.items():
+            total[key] += v * times
     counts = Counter({k: v * p.channel_blocks for k, v in total.items()})
     trips = p.chunk_rows * float(np.mean(scanned - (1 if overlapping else 0))) + (
         float(np.mean(scanned)) if overlapping else 0.0)
