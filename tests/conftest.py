@@ -61,22 +61,12 @@ def _gpu_available() -> bool:
 HAS_GPU = _gpu_available()
 
 
-#: Module fixtures that compile a minute or more of kernels (per module).  pytest-xdist gives a
-#: module's tests to whichever worker is free, and each worker that runs one of them builds the
-#: fixture again; the tests that use one of these share an xdist_group instead (run in one worker:
-#: pyproject's ``--dist loadgroup``), so that it is built once.
-SHARED_COMPILE_FIXTURES = ("new_kernels",)
-
-
-@pytest.hookimpl(tryfirst=True)  # before -m deselects: the slow marks added here must count; before
-def pytest_collection_modifyitems(config, items):  # xdist's loadgroup reads the groups
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the slow marks added here must count
+def pytest_collection_modifyitems(config, items):
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU with CuPy")
     for item in items:
         if "gpu" in item.keywords and not HAS_GPU:
             item.add_marker(skip_gpu)
-        for name in SHARED_COMPILE_FIXTURES:
-            if name in getattr(item, "fixturenames", ()):
-                item.add_marker(pytest.mark.xdist_group(f"{item.module.__name__}::{name}"))
         params = getattr(item, "callspec", None)
         if "slow_on_host" in item.keywords and params and params.params.get("cuda_device") == "host":
             item.add_marker(pytest.mark.slow)

@@ -149,6 +149,21 @@ def _build_directory() -> Path:
     return directory
 
 
+@contextlib.contextmanager
+def _building(target: Path):
+    """Holds an exclusive lock on ``target``'s lock file while it is built: test workers that
+    need one library at once (pytest-xdist gives a test's parameters to both) build it once, the
+    others waiting, then loading what the first wrote, instead of each running g++ on it."""
+    import fcntl
+
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
 def runtime_header_pch() -> Path | None:
     """A folder holding ``cuda_host_runtime.h.gch``: the runtime header (with the C++ and CUDA
     half-type headers it includes) precompiled once per content, which g++ takes in place of
@@ -163,13 +178,15 @@ def runtime_header_pch() -> Path | None:
     pch = folder / f"{RUNTIME_HEADER.name}.gch"
     if not pch.exists():
         folder.mkdir(exist_ok=True)
-        partial = folder / f"{RUNTIME_HEADER.name}.{os.getpid()}.tmp"
-        build = subprocess.run(["g++", *HOST_CXX_FLAGS, "-x", "c++-header", str(RUNTIME_HEADER),
-                                f"-I{toolkit_include()}", "-o", str(partial)], capture_output=True, text=True)
-        if build.returncode:
-            partial.unlink(missing_ok=True)
-            return None
-        partial.replace(pch)  # atomic, as the libraries below
+        with _building(pch):
+            if not pch.exists():
+                partial = folder / f"{RUNTIME_HEADER.name}.{os.getpid()}.tmp"
+                build = subprocess.run(["g++", *HOST_CXX_FLAGS, "-x", "c++-header", str(RUNTIME_HEADER),
+                                        f"-I{toolkit_include()}", "-o", str(partial)], capture_output=True, text=True)
+                if build.returncode:
+                    partial.unlink(missing_ok=True)
+                    return None
+                partial.replace(pch)  # atomic, as the libraries below
     return folder
 
 
@@ -233,28 +250,30 @@ class HostKernels:
         directory = _build_directory()
         library = directory / f"{Path(filename).stem}_{digest}.so"
         if not library.exists():
-            source = directory / f"{Path(filename).stem}_{digest}.cpp"
-            source.write_text(text)
-            partial = library.with_suffix(f".{os.getpid()}.tmp")
-            includes = [f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}"]
-            if racecheck:
-                # Compiled with ThreadSanitizer's instrumentation, linked without its run-time
-                # library: the runtime header defines the entry points the instrumentation calls.
-                objects = partial.with_suffix(".o")
-                steps = [["g++", *HOST_CXX_FLAGS, *RACECHECK_CXX_FLAGS, *defines, *includes, "-c", str(source),
-                          "-o", str(objects)],
-                         ["g++", "-shared", str(objects), "-o", str(partial)]]
-            else:
-                pch = runtime_header_pch()
-                steps = [["g++", *HOST_CXX_FLAGS, "-shared", *defines, *([f"-I{pch}"] if pch else []), *includes,
-                          str(source), "-o", str(partial)]]
-            for step in steps:
-                build = subprocess.run(step, capture_output=True, text=True)
-                if build.returncode:
-                    raise RuntimeError(f"g++ could not build {filename} for the host:\n{build.stderr}")
-            if racecheck:
-                objects.unlink()
-            partial.replace(library)  # atomic: a concurrent run never loads half a library
+            with _building(library):
+                if not library.exists():
+                    source = directory / f"{Path(filename).stem}_{digest}.cpp"
+                    source.write_text(text)
+                    partial = library.with_suffix(f".{os.getpid()}.tmp")
+                    includes = [f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}"]
+                    if racecheck:
+                        # Compiled with ThreadSanitizer's instrumentation, linked without its run-time
+                        # library: the runtime header defines the entry points the instrumentation calls.
+                        objects = partial.with_suffix(".o")
+                        steps = [["g++", *HOST_CXX_FLAGS, *RACECHECK_CXX_FLAGS, *defines, *includes, "-c", str(source),
+                                  "-o", str(objects)],
+                                 ["g++", "-shared", str(objects), "-o", str(partial)]]
+                    else:
+                        pch = runtime_header_pch()
+                        steps = [["g++", *HOST_CXX_FLAGS, "-shared", *defines, *([f"-I{pch}"] if pch else []),
+                                  *includes, str(source), "-o", str(partial)]]
+                    for step in steps:
+                        build = subprocess.run(step, capture_output=True, text=True)
+                        if build.returncode:
+                            raise RuntimeError(f"g++ could not build {filename} for the host:\n{build.stderr}")
+                    if racecheck:
+                        objects.unlink()
+                    partial.replace(library)  # atomic: a concurrent run never loads half a library
         self._lib = ctypes.CDLL(str(library))
         variables = shared_variables(library, self._lib)
         if racecheck:

@@ -137,6 +137,39 @@ def test_host_builds_take_the_precompiled_runtime_header(tmp_path):
         assert any(line.endswith("gradops_common.cuh") for line in included)
 
 
+BUILD_ONCE_CHILD = r"""
+import subprocess, sys
+sys.path[:0] = sys.argv[1:3]
+import cuda_host
+real_run = subprocess.run
+def run(args, *more, **options):  # log each library build (g++ -shared) before running it
+    if args[0] == "g++" and "-shared" in args:
+        with open(sys.argv[4], "a") as log:
+            log.write("build\n")
+    return real_run(args, *more, **options)
+cuda_host.subprocess.run = run
+cuda_host.HostKernels("probe.cu", ["copy_one"], sys.argv[3])
+"""
+
+
+def test_workers_build_a_library_once(tmp_path):
+    """Two processes (test workers) that need the same library at once: one runs g++, the other
+    waits for it and loads what it wrote."""
+    import os
+    import subprocess
+    import sys
+    import uuid
+
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
+    (tmp_path / "probe.cu").write_text(f"// {uuid.uuid4()}: a library no earlier run built\n{TEST_KERNELS}")
+    log = tmp_path / "builds.log"
+    tests, root = str(cuda_host.HERE), str(cuda_host.HERE.parent)
+    children = [subprocess.Popen([sys.executable, "-c", BUILD_ONCE_CHILD, tests, root, str(tmp_path), str(log)],
+                                 env={**os.environ, "PYTHONPATH": os.pathsep.join([tests, root])}) for _ in range(2)]
+    assert [child.wait(timeout=300) for child in children] == [0, 0]
+    assert log.read_text().splitlines() == ["build"]
+
+
 def test_barrier_orders_shared_memory(kernels):
     """With __syncthreads every order gives the same answer; without it the answer depends on
     which thread runs first, so running in two orders exposes the race."""
