@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 import gradops
 from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, RTOL, assert_close, random_array, to_gpu, to_host
+from conv_cases import from_layout
 from depthwise_cases import (DTYPE_IDS, NO_PADS, adjoint_args, adjoint_grid, attr4, depthwise_cases, explicit8,
                              geometry_grid, out_hw, padding_format_dtype_grid, to_format)
 from reference import conv2d, conv2d_backprop_input, depthwise_to_hwio
@@ -245,34 +246,30 @@ CUDA_PADDINGS = [("SAME", NO_PADS), ("VALID", NO_PADS), ("EXPLICIT", ((2, 0), (1
 CUDA_PADDING_IDS = ["SAME", "VALID", "EXPLICIT", "EXPLICIT_wide"]
 
 
-def _case(rng, x_shape, filt_hw, multiplier, strides, dilations, padding, pads, data_format, dtype):
-    """(gradops' keyword arguments, the NHWC filter and out_backprop) of a random case."""
-    n, h, w_, c = x_shape
-    oh, ow = out_hw((h, w_), filt_hw, strides, dilations, padding, pads)
-    w = random_array(rng, (*filt_hw, c, multiplier), dtype)
-    dy = random_array(rng, (n, oh, ow, c * multiplier), dtype)
-    kwargs = dict(input_sizes=np.array(to_format(x_shape, data_format)), filter=w,
-                  out_backprop=np.ascontiguousarray(to_format(dy, data_format)),
-                  strides=attr4(*strides, data_format), padding=padding,
-                  explicit_paddings=explicit8(pads, data_format) if padding == "EXPLICIT" else [],
-                  data_format=data_format, dilations=attr4(*dilations, data_format))
-    return kwargs, w, dy
-
-
 def case_kwargs(rng, *, x_shape, filt_hw, multiplier, strides=(1, 1), dilations=(1, 1), padding="VALID",
                 pads=NO_PADS, data_format="NHWC", dtype=np.float64):
     """Random filter and out_backprop for an NHWC-described case, as gradops' keyword arguments
     (tensors in ``data_format``), without a reference: for tests that need only the call or its
     geometry (the brute-force reference takes seconds on the larger shapes)."""
-    return _case(rng, x_shape, filt_hw, multiplier, strides, dilations, padding, pads, data_format, dtype)[0]
+    n, h, w_, c = x_shape
+    oh, ow = out_hw((h, w_), filt_hw, strides, dilations, padding, pads)
+    w = random_array(rng, (*filt_hw, c, multiplier), dtype)
+    dy = random_array(rng, (n, oh, ow, c * multiplier), dtype)
+    return dict(input_sizes=np.array(to_format(x_shape, data_format)), filter=w,
+                out_backprop=np.ascontiguousarray(to_format(dy, data_format)),
+                strides=attr4(*strides, data_format), padding=padding,
+                explicit_paddings=explicit8(pads, data_format) if padding == "EXPLICIT" else [],
+                data_format=data_format, dilations=attr4(*dilations, data_format))
 
 
 def make_case(rng, *, x_shape, filt_hw, multiplier, strides=(1, 1), dilations=(1, 1), padding="VALID",
               pads=NO_PADS, data_format="NHWC", dtype=np.float64):
     """:func:`case_kwargs` (the same draws) with the float64 reference (in ``data_format``) and
     its scale."""
-    kwargs, w, dy = _case(rng, x_shape, filt_hw, multiplier, strides, dilations, padding, pads, data_format, dtype)
-    ref, scale = expected_grad(x_shape, w, dy, strides, padding, dilations, pads)
+    kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, strides=strides,
+                         dilations=dilations, padding=padding, pads=pads, data_format=data_format, dtype=dtype)
+    ref, scale = expected_grad(x_shape, kwargs["filter"], from_layout(kwargs["out_backprop"], data_format), strides,
+                               padding, dilations, pads)
     return kwargs, to_format(ref, data_format), scale
 
 
@@ -349,10 +346,10 @@ def test_instantiations_cover_every_launch():
 def test_specialisation_choice():
     """3x3 / 5x5 filters at strides 1x1 / 2x2 get their compile-time kernels, the rest the generic one."""
     kwargs = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 1), filt_hw=(5, 5), multiplier=1,
-                             strides=(2, 2), padding="SAME")
+                         strides=(2, 2), padding="SAME")
     assert cuda_launcher.specialisation(geometry_of(kwargs)) == (5, 5, 2, 2)
     kwargs = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 1), filt_hw=(3, 3), multiplier=1,
-                             strides=(1, 2), padding="SAME")
+                         strides=(1, 2), padding="SAME")
     assert cuda_launcher.specialisation(geometry_of(kwargs)) == cuda_launcher.GENERIC
 
 
@@ -656,7 +653,7 @@ def test_cuda_deterministic(cuda_device, rng, dtype):
     """Two runs give bitwise equal results (a gather in a fixed order, no atomics); on the host
     the second run visits blocks and threads in another order."""
     kwargs = case_kwargs(rng, x_shape=(4, 33, 31, 8), filt_hw=(5, 5), multiplier=3, strides=(1, 1),
-                             dilations=(2, 1), padding="SAME", dtype=dtype)
+                         dilations=(2, 1), padding="SAME", dtype=dtype)
     filt, dy = to_gpu(kwargs["filter"]), to_gpu(kwargs["out_backprop"])
     first = to_host(cuda_call(kwargs, filter=filt, out_backprop=dy))
     if cuda_device is not None:
@@ -951,7 +948,7 @@ def test_cuda_tiled_deterministic(cuda_device, rng, dtype, shape):
     inner loop runs too)."""
     filt_hw, strides, multiplier = shape
     kwargs = case_kwargs(rng, x_shape=(3, 29, 37, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
-                             padding="SAME", dtype=dtype)
+                         padding="SAME", dtype=dtype)
     filt, dy = to_gpu(kwargs["filter"]), to_gpu(kwargs["out_backprop"])
     runs = []
     for inf in (False, True):
@@ -978,7 +975,7 @@ def test_cuda_tiled_non_finite_filter_skips_padding(cuda_device, rng, shape, dty
     backend position by position."""
     filt_hw, strides, multiplier = shape
     kwargs = case_kwargs(rng, x_shape=(2, 11, 20, 40), filt_hw=filt_hw, multiplier=multiplier, strides=strides,
-                             padding="SAME", data_format=data_format, dtype=dtype)
+                         padding="SAME", data_format=data_format, dtype=dtype)
     w = kwargs["filter"].copy()
     w[0, 0, 3, 0] = np.inf       # tap (0, 0): on the padding for the last rows and columns
     w[-1, -1, 36, -1] = np.nan   # the last tap: on the padding for the first ones
@@ -1172,7 +1169,7 @@ def test_mma_plane_chunk():
     even, at most 64 chunks; 16-byte chunks where they divide the plane, else 8-byte ones."""
     def g(x_shape, filt=5, padding="SAME", pads=NO_PADS):
         kwargs = case_kwargs(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
-                                 padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
+                             padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
         return geometry_of(kwargs)
 
     half = np.dtype(np.float16)
@@ -1205,7 +1202,7 @@ def test_mma_pack_stride():
     planes within 224 elements."""
     def g(x_shape, filt=5, padding="SAME", pads=NO_PADS):
         kwargs = case_kwargs(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
-                                 padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
+                             padding=padding, pads=pads, data_format="NCHW", dtype=np.float16)
         return geometry_of(kwargs)
 
     cases = {
@@ -1325,7 +1322,7 @@ def mma_non_finite_problem(rng, dtype=np.float16):
     Inf in out_backprop inside one unit, a NaN filter tap that lands on the padding for the
     image's edges, an Inf tap, and otherwise finite values."""
     kwargs = case_kwargs(rng, x_shape=(2, 20, 35, 3), filt_hw=(5, 5), multiplier=2, padding="SAME",
-                             data_format="NCHW", dtype=dtype)
+                         data_format="NCHW", dtype=dtype)
     dy = kwargs["out_backprop"].copy()
     dy[1, 3, 12, 20] = np.inf
     w = kwargs["filter"].copy()
@@ -1403,7 +1400,7 @@ def mma_plane_problem(rng, dtype=np.float16):
     problems = []
     for x_shape, filt in (((9, 14, 14, 3), 5), ((9, 16, 16, 2), 3)):
         kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=2, padding="SAME",
-                                 data_format="NCHW", dtype=dtype)
+                             data_format="NCHW", dtype=dtype)
         dy = kwargs["out_backprop"].copy()
         dy[4, 1, 7, 3] = np.inf
         w = kwargs["filter"].copy()
@@ -1446,7 +1443,7 @@ def mma_packed_problem(rng, dtype=np.float16):
     problems = []
     for x_shape, filt, multiplier in (((7, 7, 7, 3), 5, 2), ((18, 5, 7, 2), 3, 1)):
         kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(filt, filt), multiplier=multiplier, padding="SAME",
-                                 data_format="NCHW", dtype=dtype)
+                             data_format="NCHW", dtype=dtype)
         dy = kwargs["out_backprop"].copy()
         dy[5, 1, 3, 2] = np.inf
         w = kwargs["filter"].copy()
@@ -1660,7 +1657,7 @@ def mma_nhwc_non_finite_problem(rng, dtype=np.float16):
     two channel blocks), an Inf in out_backprop inside one unit, a NaN filter tap that lands on
     the padding for the image's edges, an Inf tap, and otherwise finite values."""
     kwargs = case_kwargs(rng, x_shape=(3, 20, 35, 16), filt_hw=(5, 5), multiplier=2, padding="SAME",
-                             data_format="NHWC", dtype=dtype)
+                         data_format="NHWC", dtype=dtype)
     dy = kwargs["out_backprop"].copy()
     dy[1, 12, 20, 19] = np.inf
     w = kwargs["filter"].copy()
@@ -1928,8 +1925,8 @@ def planes_problem(rng, monkeypatch):
         monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items or PLANES_ITEMS_DEFAULT)
         cuda_launcher._planes_args.cache_clear()
         kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
-                                 strides=(stride, stride), padding="EXPLICIT", pads=pads, data_format="NCHW",
-                                 dtype=np.float32)
+                             strides=(stride, stride), padding="EXPLICIT", pads=pads, data_format="NCHW",
+                             dtype=np.float32)
         w = kwargs["filter"].copy()
         w[0, 0, 1, 0] = np.inf
         w[-1, -1, 5, -1] = np.nan
@@ -2019,7 +2016,7 @@ def planes_half_problem(rng):
     got, want = [], []
     for x_shape in ((2, 10, 16, 5), (2, 9, 12, 5)):
         kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="SAME",
-                                 data_format="NCHW", dtype=np.float16)
+                             data_format="NCHW", dtype=np.float16)
         assert cuda_launcher.planes_store_cols(geometry_of(kwargs)) == (8 if x_shape[2] == 16 else 4)
         got.append(to_host(cuda_call(kwargs, path="planes")).ravel())
         want.append(gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy").ravel())
@@ -2158,7 +2155,7 @@ def test_cuda_transpose_path_is_the_tiled_kernels_bits(cuda_device, rng, dtype):
 def test_transpose_path_choice():
     """NCHW where the tiled kernel takes the NHWC twin; opt-in; refused otherwise."""
     kwargs = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
-                             padding="SAME", data_format="NCHW")
+                         padding="SAME", data_format="NCHW")
     g = geometry_of(kwargs)
     f32 = np.dtype(np.float32)
     assert cuda_launcher.transpose_possible(g, f32)
@@ -2168,7 +2165,7 @@ def test_transpose_path_choice():
     assert not cuda_launcher.TRANSPOSE_BY_DEFAULT and not cuda_launcher.transpose_chosen(g, f32)
     assert cuda_launcher.pick_path(g, f32, "transpose") == "transpose"
     dilated = case_kwargs(np.random.default_rng(0), x_shape=(1, 8, 8, 4), filt_hw=(3, 3), multiplier=1,
-                              dilations=(2, 2), padding="SAME", data_format="NCHW")
+                          dilations=(2, 2), padding="SAME", data_format="NCHW")
     with pytest.raises(ValueError, match="transpose path cannot run"):
         cuda_launcher.pick_path(geometry_of(dilated), f32, "transpose")
 
@@ -2227,7 +2224,7 @@ def transpose_problem(rng):
     for x_shape, dtype in (((2, 9, 7, 40), np.float32), ((1, 12, 12, 33), np.float32), ((1, 18, 20, 70), np.float16),
                            ((2, 10, 12, 6), np.float16)):
         kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=1, padding="SAME",
-                                 data_format="NCHW", dtype=dtype)
+                             data_format="NCHW", dtype=dtype)
         got.append(to_host(cuda_call(kwargs, path="transpose")).view(WORD_DTYPES[np.dtype(dtype).itemsize]).ravel())
         want.append(to_host(cuda_call(kwargs, path="tiled")).view(WORD_DTYPES[np.dtype(dtype).itemsize]).ravel())
     import cupy

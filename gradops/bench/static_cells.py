@@ -280,8 +280,11 @@ def max_warp_counts(kernel, g, p) -> tuple[float, Counter, float]:
     # and the warps first (a warp's by its widths: warps of the same widths count alike), and
     # the parts are weighted once.
     warps = Counter(max_warp_columns(g, p))
+    for width in {scan_width for scan_width, _ in warps}:  # every chunk scans at least one row
+        if width > 4 or width not in scan_table or width - 1 not in scan_table:
+            raise ValueError(f"{kernel.expression}: no narrow scan path of {width} columns")
     weights = Counter()   # part name -> times
-    scans = Counter()     # (scan_table key, "first" or "later" rows of a cell) -> times
+    scans = Counter()     # scan_table key (elements compared) -> scanned rows
     for chunk in range(p.row_chunks):
         r0, r1 = chunk * p.chunk_rows, min((chunk + 1) * p.chunk_rows, out_rows)
         first = r0 - 1 if overlapping and r0 > 0 else r0
@@ -291,20 +294,16 @@ def max_warp_counts(kernel, g, p) -> tuple[float, Counter, float]:
         for (scan_width, width), n in warps.items():
             weights["fixed"] += n
             weights["cell"] += n * scanned_rows
-            if scanned_rows:
-                scans[scan_width - 1, "first"] += n * scanned_rows
-                scans[scan_width, "later"] += n * scanned_below_first
+            scans[scan_width - 1] += n * scanned_rows  # a cell's first row compares one element fewer
+            scans[scan_width] += n * scanned_below_first
             if overlapping:
                 weights["first_row"] += n * width * (r1 - r0)
             weights["row"] += n * later_rows
             # the later rows' own loop stores their first column where cells overlap
             weights["interior"] += n * later_rows * (width - 1 if overlapping else width)
-    for width in {w + 1 for w, kind in scans if kind == "first"}:
-        if width > 4 or width not in scan_table or width - 1 not in scan_table:
-            raise ValueError(f"{kernel.expression}: no narrow scan path of {width} columns")
     total = Counter()
     terms = [(parts[name], times) for name, times in weights.items()]
-    terms += [(scan_table[width][1], times) for (width, _), times in scans.items()]
+    terms += [(scan_table[width][1], times) for width, times in scans.items()]
     for counter, times in terms:
         for key, v in counter.items():
             total[key] += v * times
