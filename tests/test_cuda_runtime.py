@@ -347,6 +347,21 @@ def test_arch_classes_of_the_real_sources_keep_the_tensor_core_split():
     assert not any(75 in group and 80 in group for group in classes)
 
 
+def test_archs_that_take_a_siblings_spills_preprocess_as_it_does():
+    """An arch of SPILLS_AS accepts its sibling's known spills because ptxas allocated alike on
+    both, which presumes the same source: each must be in its sibling's class (with the test
+    extra's CUDA headers), as CI's check, which compiles the sibling for it, presumes too."""
+    from gradops.backends.cuda import _install_check
+
+    dirs = _build.cuda_include_dirs(13)
+    if not dirs:
+        pytest.skip("no CUDA headers (the test extra's wheels)")
+    classes = _install_check.arch_classes(_install_check.ARCHS, _install_check.arch_tests(dirs))
+    class_of = {arch: tuple(group) for group in classes for arch in group}
+    for arch, sibling in _install_check.SPILLS_AS.items():
+        assert class_of[_build.arch_number(arch)] == class_of[_build.arch_number(sibling)], (arch, sibling)
+
+
 def test_known_spills_name_kernels_that_exist():
     """Every accepted spill names an instantiation compiled for its arch (a misspelt entry would
     accept nothing and hide that the list is stale)."""
