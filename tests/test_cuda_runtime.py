@@ -332,17 +332,25 @@ def test_compile_plan_compiles_the_named_archs_and_covers_the_rest_of_their_clas
                   90: 90, 100: 100, 103: 90, 120: 120, 121: 90}
 
 
-def test_arch_classes_of_the_real_sources_keep_the_tensor_core_split():
-    """With the test extra's CUDA headers: every arch in one class, and sm_75 apart from sm_80
-    (gradops' own GRADOPS_ARCH >= 800 and the headers' sm_80 paths)."""
+def _real_arch_classes():
+    """The arch tests of gradops' sources and the test extra's CUDA headers, and the classes of
+    _install_check.ARCHS they make (skips without those headers)."""
     from gradops.backends.cuda import _install_check
 
     dirs = _build.cuda_include_dirs(13)
     if not dirs:
         pytest.skip("no CUDA headers (the test extra's wheels)")
     tests = _install_check.arch_tests(dirs)
+    return tests, _install_check.arch_classes(_install_check.ARCHS, tests)
+
+
+def test_arch_classes_of_the_real_sources_keep_the_tensor_core_split():
+    """With the test extra's CUDA headers: every arch in one class, and sm_75 apart from sm_80
+    (gradops' own GRADOPS_ARCH >= 800 and the headers' sm_80 paths)."""
+    from gradops.backends.cuda import _install_check
+
+    tests, classes = _real_arch_classes()
     assert (">=", 800) in tests
-    classes = _install_check.arch_classes(_install_check.ARCHS, tests)
     assert sorted(a for group in classes for a in group) == sorted(_install_check.ARCHS)
     assert not any(75 in group and 80 in group for group in classes)
 
@@ -353,10 +361,7 @@ def test_archs_that_take_a_siblings_spills_preprocess_as_it_does():
     extra's CUDA headers), as CI's check, which compiles the sibling for it, presumes too."""
     from gradops.backends.cuda import _install_check
 
-    dirs = _build.cuda_include_dirs(13)
-    if not dirs:
-        pytest.skip("no CUDA headers (the test extra's wheels)")
-    classes = _install_check.arch_classes(_install_check.ARCHS, _install_check.arch_tests(dirs))
+    _, classes = _real_arch_classes()
     class_of = {arch: tuple(group) for group in classes for arch in group}
     for arch, sibling in _install_check.SPILLS_AS.items():
         assert class_of[_build.arch_number(arch)] == class_of[_build.arch_number(sibling)], (arch, sibling)

@@ -253,10 +253,10 @@ KNOWN_SPILLS = {
 #: Archs whose kernels ptxas allocated exactly as their sibling's when the check first covered
 #: them (2026-11-29, NVRTC 13.5 and 12.9, every source: the same kernels spilling, by the same
 #: bytes): they accept the sibling's known spills.  Pascal's two did not (sm_61's half-type
-#: forward kernel spills 96 bytes, sm_60's 36), and list their own.  sm_89 (Ada), listed with
-#: sm_86 until then, got the same registers, spills, stack and shared memory as sm_86 in every
-#: one of the 734 kernels under NVRTC 13.5 and 12.9 (2026-12-01), so CI's check (.ci/run)
-#: compiles sm_86 for both.
+#: forward kernel spills 96 bytes, sm_60's 36), and list their own.  sm_89 (Ada) listed its own
+#: until 2026-12-01, when every one of the 734 kernels got the same registers, spills, stack and
+#: shared memory on it as on sm_86 under NVRTC 13.5 and 12.9; CI's check (.ci/run) compiles
+#: sm_86 for both.
 SPILLS_AS = {"sm_52": "sm_50", "sm_87": "sm_86", "sm_89": "sm_86", "sm_101": "sm_100", "sm_103": "sm_100",
              "sm_121": "sm_120"}
 
