@@ -415,8 +415,9 @@ MAX_DYNAMIC_SHARED_BYTES = 48 * 1024
 LAUNCH_BOUNDS = re.compile(r"template\s*<([^;{}]*?)>\s*__global__\s+void\s+__launch_bounds__\(([^()]*)\)\s*(\w+)\s*\(")
 
 
-#: Problems the real sources were seen to get right in this process (:func:`_problem_key`).
-_REAL_SOURCE_PASSED: set = set()
+#: Problems the real sources were seen to get right in this process (:func:`_problem_key`), each
+#: with the kernels it asked for (``HostDevice.requested``).
+_REAL_SOURCE_PASSED: dict = {}
 
 #: Values a problem's functions may capture and still name the problem by their repr.
 _PLAIN = (int, float, str, bool, type(None), type, np.dtype)
@@ -453,15 +454,18 @@ def assert_planted_bug_caught(filename: str, edit, run, check, seed, tmp_path, m
     # The real source gets this problem right (once per problem and process: a test's
     # parameters plant different bugs in one problem) ...
     key = _problem_key(filename, run, check, seed)
-    if key is None or key not in _REAL_SOURCE_PASSED:
-        HostDevice(order="shuffled", seed=seed).install(monkeypatch)
+    requested = _REAL_SOURCE_PASSED.get(key) if key is not None else None
+    if requested is None:
+        real = HostDevice(order="shuffled", seed=seed).install(monkeypatch)
         check(*run())
+        requested = real.requested
         if key is not None:
-            _REAL_SOURCE_PASSED.add(key)
+            _REAL_SOURCE_PASSED[key] = requested
 
-    # ... and the edited one does not.
+    # ... and the edited one does not.  The kernels the problem asked for are built from the
+    # edited copy into one library a file (HostDevice's build_together), not one each.
     planted_sources(tmp_path, filename, edit)
-    HostDevice(order="shuffled", seed=seed, source_dir=tmp_path).install(monkeypatch)
+    HostDevice(order="shuffled", seed=seed, source_dir=tmp_path, build_together=requested).install(monkeypatch)
     try:
         got, want = run()
     except (AssertionError, HostLaunchError):
@@ -628,6 +632,13 @@ class HostDevice:
     ``racecheck``: kernels are built with the host runtime's racecheck (``HostKernels``), so a
     launch fails at the first shared-memory hazard between threads of a block.
 
+    ``requested`` records ``{source file: [name expressions]}`` of the kernels the launchers
+    asked for.  ``build_together`` (for edited copies, ``source_dir``) names such kernels: the
+    first that is asked for is built with the others of its file into one library.  g++ takes
+    about a second for a library and a tenth of one for each instantiation added to it, and a
+    planted-bug test's problem asks for several (:func:`assert_planted_bug_caught` passes what
+    the real sources' run of the problem asked for); a kernel not named is built alone.
+
     ``device_count`` devices are emulated: arrays carry the id of the device that was current
     when they were allocated (``with cupy.cuda.Device(i):`` switches), and every launch checks
     that each pointer it is given lies inside an array of the current device, as a real GPU
@@ -635,7 +646,8 @@ class HostDevice:
     """
 
     def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None,
-                 block_filter=None, device_count: int = 2, compute_capability: int = 90, racecheck: bool = False):
+                 block_filter=None, device_count: int = 2, compute_capability: int = 90, racecheck: bool = False,
+                 build_together: dict[str, list[str]] | None = None):
         self.compute_capability = compute_capability
         self.racecheck = racecheck
         self.order = order
@@ -645,9 +657,11 @@ class HostDevice:
         self.device_count = device_count
         self.current_device = 0
         self.launches: list[tuple[str, tuple, tuple]] = []
+        self.requested: dict[str, list[str]] = {}
+        self.build_together = {f: tuple(e) for f, e in (build_together or {}).items()}
         # (buffer, guard bytes, payload bytes, device id) of every allocation
         self._buffers: list[tuple[np.ndarray, int, int, int]] = []
-        self._kernels: dict[tuple[str, str | None], HostKernels] = {}
+        self._kernels: dict[tuple[str, str | tuple | None], HostKernels] = {}
         self.Device = self._device_class()
 
     def _device_class(self):
@@ -784,17 +798,23 @@ class HostDevice:
         """The host build that runs ``expression`` (built on first use): every instantiation
         of ``filename`` in one library for the real sources (cached on disk, shared by all
         tests); for edited copies (``source_dir``, a planted bug per test) ``expression``
-        alone, since g++ takes seconds per instantiation and such a test launches a few."""
+        with the others of its file in ``build_together``, else alone."""
         if expression not in _build.all_instantiations(self.compute_capability).get(filename, ()):
             raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
                                   f"sm_{self.compute_capability}: on that GPU it would not be compiled")
-        key = (filename, None if self.source_dir is None else expression)
+        asked = self.requested.setdefault(filename, [])
+        if expression not in asked:
+            asked.append(expression)
+        together = self.build_together.get(filename, ())
+        key = (filename, None if self.source_dir is None else together if expression in together else expression)
         if key not in self._kernels:
             # Before sm_80 the kernels take other code paths (WMMA for half types, where the
             # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
             older = self.compute_capability < FIRST_MMA_SYNC_ARCH
-            expressions = ([expression] if key[1] is not None else
-                           _build.all_instantiations(self.compute_capability if older else None)[filename])
+            if key[1] is None:
+                expressions = _build.all_instantiations(self.compute_capability if older else None)[filename]
+            else:
+                expressions = list(together) if key[1] is together else [expression]
             self._kernels[key] = HostKernels(filename, expressions, self.source_dir,
                                              arch=self.compute_capability if older else None,
                                              racecheck=self.racecheck)

@@ -170,6 +170,31 @@ def test_workers_build_a_library_once(tmp_path):
     assert log.read_text().splitlines() == ["build"]
 
 
+def test_planted_devices_build_the_named_kernels_together(tmp_path, monkeypatch):
+    """A device on edited sources builds the kernels named in ``build_together`` into one library
+    when the first of them is asked for, and any other kernel alone; ``requested`` lists what
+    was asked for, in order (what a planted-bug test's real-source run hands its planted run)."""
+    filename = "fractional_max_pool_grad.cu"
+    first, second, other = cuda_host._build.all_instantiations(90)[filename][:3]
+    cuda_host.planted_sources(tmp_path, filename)
+    built = []
+    real_host_kernels = cuda_host.HostKernels
+
+    def host_kernels(name, expressions, *args, **kwargs):
+        built.append((name, list(expressions)))
+        return real_host_kernels(name, expressions, *args, **kwargs)
+
+    monkeypatch.setattr(cuda_host, "HostKernels", host_kernels)
+    device = cuda_host.HostDevice(source_dir=tmp_path, build_together={filename: [first, second]})
+    together = device.host_kernels(filename, second)
+    assert device.host_kernels(filename, first) is together
+    alone = device.host_kernels(filename, other)
+    assert alone is not together
+    assert built == [(filename, [first, second]), (filename, [other])]
+    assert device.requested == {filename: [second, first, other]}
+    assert together.signature(first) and alone.signature(other)
+
+
 def test_barrier_orders_shared_memory(kernels):
     """With __syncthreads every order gives the same answer; without it the answer depends on
     which thread runs first, so running in two orders exposes the race."""

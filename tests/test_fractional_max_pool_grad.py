@@ -1287,7 +1287,7 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     wrong_output = bug == "mismatch-never-flagged"  # that bug shows only on an orig_output to refuse
     large = bug in LARGE_CELL_BUGS
     # The real source gets this problem right (or refuses it) ...
-    cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
+    real = cuda_host.HostDevice(order="shuffled", seed=11).install(monkeypatch)
     got, want = _planted_problem(wrong_output, local, large)
     if wrong_output:
         assert isinstance(got, gradops.InvalidArgumentError)
@@ -1296,7 +1296,8 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 
     # ... and the edited one does not.
     cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (text, replacement))
-    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path).install(monkeypatch)
+    cuda_host.HostDevice(order="shuffled", seed=11, source_dir=tmp_path,
+                         build_together=real.requested).install(monkeypatch)
     try:
         got, want = _planted_problem(wrong_output, local, large)
     except (AssertionError, cuda_host.HostLaunchError):
