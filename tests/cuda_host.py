@@ -169,7 +169,7 @@ def runtime_header_pch() -> Path | None:
     half-type headers it includes) precompiled once per content, which g++ takes in place of
     the header when it is first on the include path; None if it cannot be built (g++ then
     parses the header, as without it).  It spares each host build about a third of its time:
-    planted-bug tests build one instantiation each, a few hundred builds a run.  Only the
+    planted-bug tests build a library each from their edited copy, a few hundred a run.  Only the
     runtime header is precompiled: the kernel sources, which planted-bug tests edit, are
     always parsed from the folder a build names."""
     digest = hashlib.sha256((" ".join(HOST_CXX_FLAGS) + str(toolkit_include()) + RUNTIME_HEADER.read_text()
