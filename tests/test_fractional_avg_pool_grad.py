@@ -1571,6 +1571,32 @@ def test_cell_table_cache_is_a_small_lru(monkeypatch, rng):
     assert len(uploads) == size + 2
 
 
+def test_cached_tables_keep_the_cupy_module_they_are_keyed_by(rng):
+    """The table cache keys by the CuPy module's id (the tests' stand-in is a new module per
+    emulated GPU), and its entry keeps that module: no later module can take the id while the
+    entry lives and be handed the dead stand-in's tables.  (Before, a hypothesis test that
+    replayed a geometry could: "a pointer argument is not in device memory", 2026-12-02.)"""
+    import gc
+    import sys
+    import weakref
+
+    from gradops.backends.cuda import _runtime
+
+    if reason := cuda_host.unavailable_reason():
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    with pytest.MonkeyPatch.context() as patch:
+        cuda_host.HostDevice().install(patch)
+        module = weakref.ref(sys.modules["cupy"])
+        dy = to_gpu(rng.standard_normal((1, 2, 1, 1)))
+        gradops.fractional_avg_pool_grad([1, 2, 3, 1], dy, [0, 1, 2], [0, 3], backend="cuda")
+        del dy
+    gc.collect()
+    assert module() is not None
+    _runtime.clear_table_cache()
+    gc.collect()
+    assert module() is None  # the cache was what kept it
+
+
 def test_launcher_constants_are_the_kernels():
     """The launcher sizes tiles with the kernel's shared-memory capacity, cell padding and block
     vectors: the numbers in the .cu file."""

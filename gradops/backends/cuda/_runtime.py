@@ -332,7 +332,8 @@ def cached_tables(key: tuple, build):
     the device and the stream.  Per stream, because the upload is queued on the current stream:
     a kernel on another stream could read the tables before they arrive, and the memory of an
     evicted copy returns to the pool of the stream that allocated it.  The entry keeps the stream
-    object, so its handle is not reused while the entry lives.
+    object and the module, so that neither its handle nor the module's id is reused while the
+    entry lives (a stand-in's id taken by the next one handed it the first's dead tables).
     """
     import cupy
 
@@ -348,7 +349,7 @@ def cached_tables(key: tuple, build):
     # One upload: CuPy stages host data through pinned memory and copies on the current stream.
     packed = cupy.asarray(np.concatenate(tables))
     with _table_lock:
-        _table_cache[key] = (packed, offsets, stream)
+        _table_cache[key] = (packed, offsets, stream, cupy)
         _table_cache.move_to_end(key)
         while len(_table_cache) > TABLE_CACHE_SIZE:
             _table_cache.popitem(last=False)
