@@ -814,7 +814,7 @@ class HostDevice:
             if key[1] is None:
                 expressions = _build.all_instantiations(self.compute_capability if older else None)[filename]
             else:
-                expressions = list(together) if key[1] is together else [expression]
+                expressions = list(key[1]) if isinstance(key[1], tuple) else [expression]
             self._kernels[key] = HostKernels(filename, expressions, self.source_dir,
                                              arch=self.compute_capability if older else None,
                                              racecheck=self.racecheck)
