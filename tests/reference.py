@@ -122,3 +122,59 @@ def fractional_avg_pool(x, row_seq, col_seq, overlapping):
         cell = x[n, row_seq[r]:r1 + 1, col_seq[c]:c1 + 1, :].astype(np.float64)
         out[n, r, c] = cell.mean(axis=(0, 1))
     return out
+
+
+def _max_pool_cells(seq, count, size, overlapping):
+    """(first, last) input index of each of ``count`` cells, ends clamped to the input (a cell
+    may be empty: last < first)."""
+    return [(seq[k], min(seq[k + 1] if overlapping else seq[k + 1] - 1, size - 1)) for k in range(count)]
+
+
+def fractional_max_pool_select(x, rows, cols, out_rows, out_cols, overlapping):
+    """TF's FractionalMaxPoolGrad scan (fractional_max_pool_op.cc): per cell and channel, rows
+    then columns, the first element, replaced by any strictly greater one.  Returns the chosen
+    flat NHWC offsets and their values (the maxima), [N, out_rows, out_cols, C]; every cell
+    must be non-empty (TF refuses an empty one)."""
+    n, h, w, c = x.shape
+    key = x.astype(np.float64) if x.dtype.kind in "fV" else x
+    chosen = np.full((n, out_rows, out_cols, c), -1, np.int64)
+    maxima = np.zeros((n, out_rows, out_cols, c), x.dtype)
+    for b in range(n):
+        for r, (r0, r1) in enumerate(_max_pool_cells(rows, out_rows, h, overlapping)):
+            for q, (c0, c1) in enumerate(_max_pool_cells(cols, out_cols, w, overlapping)):
+                for d in range(c):
+                    best = None
+                    for i in range(r0, r1 + 1):
+                        for j in range(c0, c1 + 1):
+                            if best is None or key[b, best[0], best[1], d] < key[b, i, j, d]:
+                                best = (i, j)
+                    chosen[b, r, q, d] = ((b * h + best[0]) * w + best[1]) * c + d
+                    maxima[b, r, q, d] = x[b, best[0], best[1], d]
+    return chosen, maxima
+
+
+def fractional_max_pool_grad(x, dy, rows, cols, overlapping):
+    """out_backprop added to the chosen elements in output order, in TF's accumulator type
+    (float32 for the half types; unlike the rest of this module, so that it is bit-exact)."""
+    chosen, _ = fractional_max_pool_select(x, rows, cols, dy.shape[1], dy.shape[2], overlapping)
+    acc = dy.dtype if np.dtype(dy.dtype).itemsize > 2 else np.float32
+    grad = np.zeros(x.size, acc)
+    for index, value in zip(chosen.reshape(-1), dy.reshape(-1).astype(acc)):
+        grad[index] += value
+    return grad.reshape(x.shape).astype(dy.dtype)
+
+
+def fractional_max_pool(x, rows, cols, overlapping, lowest):
+    """TF's forward loop: per cell a running ``current < v ? v : current`` from ``lowest`` (the
+    type's lowest finite value), so NaN is never taken and an empty cell (its clamped end
+    before its start) gives ``lowest``; float64 result."""
+    n_, h_, w_, c_ = x.shape
+    out = np.full((n_, len(rows) - 1, len(cols) - 1, c_), float(lowest))
+    for n, (r, (r0, r1)), (q, (c0, c1)) in itertools.product(
+            range(n_), enumerate(_max_pool_cells(rows, len(rows) - 1, h_, overlapping)),
+            enumerate(_max_pool_cells(cols, len(cols) - 1, w_, overlapping))):
+        for i, j, d in itertools.product(range(r0, r1 + 1), range(c0, c1 + 1), range(c_)):
+            value = float(x[n, i, j, d])
+            if out[n, r, q, d] < value:
+                out[n, r, q, d] = value
+    return out

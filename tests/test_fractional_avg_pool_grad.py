@@ -353,6 +353,40 @@ def test_cell_tables_that_cannot_fit_are_refused(monkeypatch):
     np.testing.assert_array_equal(gradops.fractional_avg_pool_grad(*args), np.full((1, in_rows, 1, 1), 2.0))
 
 
+def test_many_cells_beside_a_long_one_stay_within_the_tables_memory():
+    """One cell of all 2**13 rows beside 4095 one-column cells (repeated 0s): only 12,287
+    (index, cell) pairs, but the gather of every row's shares for every column cell held
+    in_rows x out_cols float64 (256 MiB for a 32 KiB gradient, measured with tracemalloc)
+    until it was done per block past the gradient's size."""
+    import tracemalloc
+
+    in_rows, out_cols = 2**13, 2**12 - 1
+    dy = np.arange(out_cols, dtype=np.float32).reshape(1, 1, out_cols, 1)
+    tracemalloc.start()
+    try:
+        grad = gradops.fractional_avg_pool_grad([1, in_rows, 1, 1], dy, [0, in_rows], [0] * (out_cols + 1), True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+    # Every element gets k / 2**13 from cell k: exact binary fractions, so every order sums exactly.
+    np.testing.assert_array_equal(grad, np.full((1, in_rows, 1, 1), out_cols * (out_cols - 1) / 2 / in_rows))
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float64], ids=["int32", "float64"])
+@pytest.mark.parametrize("rows, cols", [
+    ([0, 4, 1, 5, 2], [0, 2, 0, 1, 0, 2, 1, 2, 0]),  # more column cells than columns: blocks gathered alone
+    ([0, 2, 0, 2, 0, 2], [0, 1, 0, 2]),  # rows stacked, few column cells: the step's rows gathered once
+])
+def test_stacked_cells_sum_in_tf_order(rng, dtype, rows, cols):
+    """Both ways _pool_grad_steps gathers shares keep TF's per-element order (integers
+    truncate the float64 sum once, so any other order shows as a unit's difference)."""
+    shape = (2, 5, 3, 2)
+    dy = random_backprop(rng, (2, len(rows) - 1, len(cols) - 1, 2), dtype)
+    got = gradops.fractional_avg_pool_grad(list(shape), dy, rows, cols, True)
+    assert_grad_matches(got, fractional_avg_pool_grad(shape, dy, rows, cols, True), dtype)
+
+
 def test_valid_call_of_invalid_cases_passes():
     """The baseline call the invalid cases perturb is itself accepted (so each case tests one rule)."""
     for overlapping in (False, True):

@@ -1,9 +1,9 @@
 """fractional_max_pool_grad and fractional_max_pool: brute force, TF parity, NaN, validation.
 
-The brute-force reference is TF's kernel loop (fractional_max_pool_op.cc) written out: for
-each batch, row cell, column cell, scan rows then columns, per channel take the first element
-and replace it by any strictly greater one; then add out_backprop, in output order, to the
-chosen elements.
+The brute-force reference (reference.py) is TF's kernel loop (fractional_max_pool_op.cc)
+written out: for each batch, row cell, column cell, scan rows then columns, per channel take
+the first element and replace it by any strictly greater one; then add out_backprop, in
+output order, to the chosen elements.
 """
 
 from __future__ import annotations
@@ -18,46 +18,11 @@ from hypothesis import strategies as st
 import gradops
 
 from conftest import FLOAT_DTYPES, to_gpu, to_host
+from reference import fractional_max_pool_grad as brute_grad
+from reference import fractional_max_pool_select as brute_select
 
 ALL_DTYPES = FLOAT_DTYPES + [np.int32, np.int64]
 TF_DTYPES = [np.float32, np.float64, np.int32, np.int64]
-
-
-def cells(seq, count, size, overlapping):
-    out = []
-    for k in range(count):
-        end = seq[k + 1] if overlapping else seq[k + 1] - 1
-        out.append((seq[k], min(end, size - 1)))
-    return out
-
-
-def brute_select(x, rows, cols, out_rows, out_cols, overlapping):
-    """TF's scan: chosen flat input offsets and maxima, [N, out_rows, out_cols, C]."""
-    n, h, w, c = x.shape
-    key = x.astype(np.float64) if x.dtype.kind in "fV" else x
-    chosen = np.full((n, out_rows, out_cols, c), -1, np.int64)
-    maxima = np.zeros((n, out_rows, out_cols, c), x.dtype)
-    for b in range(n):
-        for r, (r0, r1) in enumerate(cells(rows, out_rows, h, overlapping)):
-            for q, (c0, c1) in enumerate(cells(cols, out_cols, w, overlapping)):
-                for d in range(c):
-                    best = None
-                    for i in range(r0, r1 + 1):
-                        for j in range(c0, c1 + 1):
-                            if best is None or key[b, best[0], best[1], d] < key[b, i, j, d]:
-                                best = (i, j)
-                    chosen[b, r, q, d] = ((b * h + best[0]) * w + best[1]) * c + d
-                    maxima[b, r, q, d] = x[b, best[0], best[1], d]
-    return chosen, maxima
-
-
-def brute_grad(x, dy, rows, cols, overlapping):
-    chosen, _ = brute_select(x, rows, cols, dy.shape[1], dy.shape[2], overlapping)
-    acc = dy.dtype if np.dtype(dy.dtype).itemsize > 2 else np.float32
-    grad = np.zeros(x.size, acc)
-    for index, value in zip(chosen.reshape(-1), dy.reshape(-1).astype(acc)):
-        grad[index] += value
-    return grad.reshape(x.shape).astype(dy.dtype)
 
 
 def random_sequence(rng, size, count, overlapping):
@@ -156,6 +121,81 @@ def test_half_types_select_as_float32_and_sum_in_float32(dtype):
     want = gradops.fractional_max_pool_grad(x.astype(np.float32), y.astype(np.float32), dy.astype(np.float32),
                                             rows, cols).astype(dtype)
     np.testing.assert_array_equal(grad.astype(np.float32), want.astype(np.float32))
+
+
+# --------------------------------------------------------------------------- memory
+
+
+# Repeated entries pool one long input dimension into one cell while the other sequence repeats
+# 0, making many one-element cells: the cells' total size is then in_rows x out_cols, not the
+# input's size.  TF walks the cells one by one; the NumPy backend gathers them in chunks.
+LONG = 2**13
+MANY_CELLS = [(1, LONG, 1, 1), [0, LONG], [0] * (LONG // 2)]
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["long-rows", "long-cols"])
+def test_cells_covering_the_input_many_times_are_gathered_in_bounded_memory(transposed):
+    """Before chunking, the forward op held 128-256 MiB and the gradient 160-416 MiB for this
+    32 KiB input and 16 KiB result (measured with tracemalloc); now a few MiB: the chunk
+    floor (1 MiB of float32) and its working copies."""
+    import tracemalloc
+
+    shape, rows, cols = MANY_CELLS
+    if transposed:
+        shape, rows, cols = (1, 1, LONG, 1), cols, rows
+    x = np.random.default_rng(5).permutation(LONG).astype(np.float32).reshape(shape)
+    tracemalloc.start()
+    try:
+        y = gradops.fractional_max_pool(x, rows, cols, True)
+        dy = np.arange(y.size, dtype=np.float32).reshape(y.shape)
+        grad = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, True)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 16 * 2**20, f"peak {peak / 2**20:.1f} MiB"
+    # Every cell is the whole input line (the long cell x one element 0 of the other axis):
+    # each pools the line's maximum, and all of out_backprop goes to it (integer sums below
+    # 2**24, exact in float32).
+    assert y.size == LONG // 2 - 1 and (y == x.max()).all()
+    want = np.zeros(LONG, np.float32)
+    want[np.argmax(x)] = dy.sum()
+    np.testing.assert_array_equal(grad.reshape(-1), want)
+
+
+@pytest.mark.parametrize("overlapping", [False, True])
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
+def test_chunked_windows_match_brute_force(monkeypatch, overlapping, dtype):
+    """With chunks of one cell, of a few cells and of whole size groups, chunk boundaries
+    cross rows, columns and both: the results must still be TF's, element for element."""
+    from gradops.backends import numpy_backend
+
+    rng = np.random.default_rng(11)
+    x = tied_input(rng, (2, 9, 8, 3), dtype)
+    rows = random_sequence(rng, 9, 6, overlapping)
+    cols = random_sequence(rng, 8, 5, overlapping)
+    cells = (len(rows) - 1) * (len(cols) - 1)
+    _, maxima = brute_select(x, rows, cols, len(rows) - 1, len(cols) - 1, overlapping)
+    chunks = []
+    real = numpy_backend._max_pool_windows
+
+    def counted(g, value):
+        for part in real(g, value):
+            chunks.append(part[0].size * part[1].size)
+            yield part
+
+    monkeypatch.setattr(numpy_backend, "_max_pool_windows", counted)
+    monkeypatch.setattr(numpy_backend, "WINDOW_CHUNK_FACTOR", 0)
+    for budget in (1, 150, 10**6):  # elements: one cell a chunk, a few cells, every group whole
+        monkeypatch.setattr(numpy_backend, "WINDOW_CHUNK_MIN_ELEMENTS", budget)
+        chunks.clear()
+        y, dy, grad = forward_then_grad(x, rows, cols, overlapping, rng)
+        np.testing.assert_array_equal(y, maxima)
+        np.testing.assert_array_equal(grad, brute_grad(x, dy, rows, cols, overlapping))
+        assert sum(chunks) == 2 * cells  # the forward and the gradient each visit every cell once
+        if budget == 1:
+            assert max(chunks) == 1
+        if budget == 150:
+            assert 1 < max(chunks) < cells
 
 
 # --------------------------------------------------------------------------- NaN and infinities

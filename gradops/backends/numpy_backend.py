@@ -11,6 +11,7 @@ modest padding, where a zero-padded flat copy turns every tap into contiguous ro
 
 from __future__ import annotations
 
+import math
 import os
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
@@ -540,9 +541,16 @@ def _pool_grad_steps(shares, row_steps, col_steps, out):
     of j in order.  Each (row step, column step) adds one block; no index is in a step twice."""
     total = np.zeros(out.shape)
     for row_where, row_cells in row_steps:
-        rows = shares[:, row_cells]
+        # Gathering the step's rows of every column cell first is faster, but that copy has
+        # in_rows x out_cols cells, which repeated column entries can make far larger than the
+        # input and the result (a 2**13-row cell beside 2**12 one-column cells: 256 MiB for a
+        # 32 KiB gradient); past the gradient's size, each block is gathered alone.
+        rows = shares[:, row_cells] if len(row_cells) * shares.shape[2] <= out.shape[1] * out.shape[2] else None
         for col_where, col_cells in col_steps:
-            block = rows[:, :, col_cells]  # fancy indexing: measured faster than np.take here
+            if rows is None:
+                block = shares[:, row_cells[:, None], col_cells[None, :]]
+            else:
+                block = rows[:, :, col_cells]  # fancy indexing: measured faster than np.take here
             if isinstance(row_where, slice) or isinstance(col_where, slice):
                 total[:, row_where, col_where] += block
             else:
@@ -660,30 +668,57 @@ def _comparable(x: np.ndarray) -> np.ndarray:
 
 
 def _size_groups(starts, ends):
-    """[(size, cell numbers, [cells, size] index table)] grouping one dimension's cells by size
-    (fractional pooling has two or three sizes), empty cells left out: gathering a group's
-    cells copies each (cell, index) pair once, whatever the cells' sizes."""
+    """[(size, cell numbers, their starts)] grouping one dimension's cells by size (fractional
+    pooling has two or three sizes), empty cells left out: gathering a group's cells copies
+    each (cell, index) pair once, whatever the cells' sizes."""
     starts, ends = np.asarray(starts, np.int64), np.asarray(ends, np.int64)
     sizes = np.maximum(ends - starts + 1, 0)
     groups = []
     for size in np.unique(sizes[sizes > 0]):
         cells = np.flatnonzero(sizes == size)
-        groups.append((int(size), cells, starts[cells][:, None] + np.arange(size)[None, :]))
+        groups.append((int(size), cells, starts[cells]))
     return groups
 
 
+#: Elements a chunk of max-pooling windows may hold, in units of max(input, result) elements:
+#: overlapping cells at TF's ratios (1.4-2) copy about 2-3x the input, which stays one chunk.
+WINDOW_CHUNK_FACTOR = 4
+#: ... and at least this many (a few MiB of working copies), so that a small input pooled into
+#: many cells is not walked in thousands of Python-sized chunks.
+WINDOW_CHUNK_MIN_ELEMENTS = 1 << 18
+
+
 def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
-    """Per (row-size group, column-size group): (row cells, column cells, row table, column
-    table, windows [N, row cells, column cells, rows * cols, C]), each window in TF's scan
-    order: row by row, each row left to right."""
+    """Per chunk of (row-size group, column-size group): (row cells, column cells, row table,
+    column table, windows [N, row cells, column cells, rows * cols, C]), each window in TF's
+    scan order: row by row, each row left to right.
+
+    The windows copy each cell whole, so their size is the sum over cells of the cell's size,
+    which repeated sequence entries can make the product of an input dimension and a result
+    dimension (a 2**13-row input pooled into one cell per row and 2**12 one-column cells held
+    130 MiB for a 32 KiB input before chunking).  Chunks hold at most WINDOW_CHUNK_FACTOR x
+    max(input, result) elements (WINDOW_CHUNK_MIN_ELEMENTS at least), or one cell (never more
+    than the input)."""
+    budget = max(WINDOW_CHUNK_MIN_ELEMENTS,
+                 WINDOW_CHUNK_FACTOR * max(math.prod(g.input_shape), math.prod(g.output_shape)))
     col_groups = _size_groups(g.col_starts, g.col_ends)
-    for rows, row_cells, row_index in _size_groups(g.row_starts, g.row_ends):
-        band = value[:, row_index]  # [N, row cells, rows, in_cols, C]
-        for cols, col_cells, col_index in col_groups:
-            window = band[:, :, :, col_index]  # [N, row cells, rows, col cells, cols, C]
-            window = window.transpose(0, 1, 3, 2, 4, 5).reshape(
-                g.batch, len(row_cells), len(col_cells), rows * cols, g.depth)
-            yield row_cells, col_cells, row_index, col_index, window
+    batch = np.arange(g.batch)[:, None, None, None, None]
+    for rows, row_cells, row_starts in _size_groups(g.row_starts, g.row_ends):
+        for cols, col_cells, col_starts in col_groups:
+            cell_elements = g.batch * rows * cols * g.depth
+            col_chunk = max(1, min(len(col_cells), budget // cell_elements))
+            row_chunk = max(1, budget // (cell_elements * col_chunk))
+            for r in range(0, len(row_cells), row_chunk):
+                # [cells, size] index tables, built per chunk: whole groups' tables can be as
+                # large as the windows (2048 cells of 4096 rows: 64 MiB)
+                row_part = row_starts[r:r + row_chunk, None] + np.arange(rows)
+                for c in range(0, len(col_cells), col_chunk):
+                    col_part = col_starts[c:c + col_chunk, None] + np.arange(cols)
+                    # [N, row cells, col cells, rows, cols, C] in one gather, C-contiguous (all
+                    # three spatial indices advanced): no band of whole input rows, no transposed copy
+                    window = value[batch, row_part[None, :, None, :, None], col_part[None, None, :, None, :]]
+                    window = window.reshape(g.batch, len(row_part), len(col_part), rows * cols, g.depth)
+                    yield row_cells[r:r + row_chunk], col_cells[c:c + col_chunk], row_part, col_part, window
 
 
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, orig_output: np.ndarray,
