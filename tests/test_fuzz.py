@@ -59,7 +59,7 @@ LONG = settings.get_profile("fuzz-long")
 CONV_OPS = ["conv2d_backprop_filter", "conv2d_backprop_filter_v2", "conv2d_backprop_input",
             "conv2d_backprop_input_v2", "conv2d", "depthwise_conv2d_native_backprop_input",
             "depthwise_conv2d_native_backprop_filter", "depthwise_conv2d_native"]
-POOL_OPS = ["fractional_avg_pool_grad", "fractional_avg_pool"]
+POOL_OPS = ["fractional_avg_pool_grad", "fractional_avg_pool", "fractional_max_pool_grad", "fractional_max_pool"]
 INT_DTYPES = (np.dtype(np.int32), np.dtype(np.int64))
 
 HOSTILE_INTS = [0, -1, 1, 2, 3, 7, 2**31 - 1, 2**31, -(2**31), 2**32 - 6, 2**40, 2**62, 2**63 - 1, 2**63,
@@ -123,6 +123,8 @@ def warm_up(small_host_memory):
         gradops.depthwise_conv2d_native(x, np.ones((3, 3, 2, 1), dtype), [1, 1, 1, 1], "SAME")
         gradops.fractional_avg_pool_grad([2, 4, 4, 2], x[:, :2, :2], [0, 2, 4], [0, 2, 4], True)
         gradops.fractional_avg_pool(x, [0, 2, 4], [0, 2, 4], True)
+        pooled = gradops.fractional_max_pool(x, [0, 2, 4], [0, 2, 4], True)
+        gradops.fractional_max_pool_grad(x, pooled, pooled, [0, 2, 4], [0, 2, 4], True)
     gradops.fractional_pooling_sequence(10, 1.5, True, 0)
 
 
@@ -229,14 +231,14 @@ SIZE_FORMS = [list, tuple, lambda v: np.asarray(v, np.int32), lambda v: np.asarr
               lambda v: np.asarray(v, np.uint16)]
 
 
-def poison(draw, x: np.ndarray) -> np.ndarray:
+def poison(draw, x: np.ndarray, specials=(np.nan, np.inf, -np.inf)) -> np.ndarray:
     """Put NaN / +Inf / -Inf at a few drawn positions of a float array (a copy)."""
     if x.size == 0 or x.dtype in INT_DTYPES:
         return x
     x = x.copy()
     flat = x.reshape(-1)
     for _ in range(draw(st.integers(1, 3))):
-        flat[draw(st.integers(0, x.size - 1))] = draw(st.sampled_from([np.nan, np.inf, -np.inf]))
+        flat[draw(st.integers(0, x.size - 1))] = draw(st.sampled_from(specials))
     return x
 
 
@@ -354,14 +356,70 @@ def pool_calls(draw, op=None):
         kw = dict(orig_input_tensor_shape=size([n, h, w, d]), out_backprop=dress(dy, form()),
                   row_pooling_sequence=size(rows + extra), col_pooling_sequence=size(cols + extra),
                   overlapping=overlapping)
+    elif op == "fractional_max_pool_grad":
+        rows, cols = draw(max_pool_sequence(h, bool(overlapping))), draw(max_pool_sequence(w, bool(overlapping)))
+        out_rows, out_cols = len(rows) - 1, len(cols) - 1
+        row_extra, col_extra = draw(empty_cells(rows, h, bool(overlapping))), draw(empty_cells(cols, w, bool(overlapping)))
+        # TF's "Pooling region" check (all entries count) refuses the rest
+        assume((len(rows) + len(row_extra)) * (len(cols) + len(col_extra)) <= n * h * w * d)
+        # Few distinct values (ties: TF's first-in-scan rule decides) or distinct normals; no NaN
+        # in orig_input: a NaN first in a cell is TF's maximum and refused (test_fractional_max_pool_grad).
+        x = (rng.integers(-2, 3, (n, h, w, d)) if draw(st.booleans()) else rng.standard_normal((n, h, w, d)) * scale)
+        x = x.astype(dtype)
+        if draw(st.booleans()):
+            x = poison(draw, x, (np.inf, -np.inf))
+        _, y = reference.fractional_max_pool_select(x, rows, cols, out_rows, out_cols, bool(overlapping))
+        dy = (rng.standard_normal(y.shape) * scale).astype(dtype)
+        if draw(st.booleans()):
+            dy = poison(draw, dy)
+        expected = reference.fractional_max_pool_grad(x, dy, rows, cols, bool(overlapping)).astype(np.float64)
+        kw = dict(orig_input=dress(x, form()), orig_output=dress(y, form()), out_backprop=dress(dy, form()),
+                  row_pooling_sequence=size(rows + row_extra), col_pooling_sequence=size(cols + col_extra),
+                  overlapping=overlapping)
     else:
         x = (rng.standard_normal((n, h, w, d)) * scale).astype(dtype)
         if draw(st.booleans()):
             x = poison(draw, x)
-        expected = reference.fractional_avg_pool(x.astype(np.float64), rows, cols, bool(overlapping))
+        if op == "fractional_avg_pool":
+            expected = reference.fractional_avg_pool(x.astype(np.float64), rows, cols, bool(overlapping))
+        else:
+            lowest = (np.iinfo if dtype in INT_DTYPES else ml_dtypes.finfo)(dtype).min
+            expected = reference.fractional_max_pool(x, rows, cols, bool(overlapping), lowest)
         kw = dict(value=dress(x, form()), row_pooling_sequence=size(rows), col_pooling_sequence=size(cols),
                   overlapping=overlapping)
     return op, kw, expected, dtype
+
+
+@st.composite
+def max_pool_sequence(draw, size, overlapping):
+    """Cells a max pooling gradient accepts: each non-empty, so the entries start within the
+    input and never decrease (overlapping; else increase), the last possibly past the end."""
+    entries = [draw(st.integers(0, size - 1))]
+    for _ in range(draw(st.integers(1, size + 1))):
+        low = entries[-1] + (0 if overlapping else 1)
+        if low > size - 1:
+            break
+        entries.append(draw(st.integers(low, size - 1)))
+    if len(entries) == 1 or draw(st.booleans()):
+        entries.append(draw(st.integers(entries[-1] + (0 if overlapping else 1), size + 3)))
+    return entries
+
+
+@st.composite
+def empty_cells(draw, sequence, size, overlapping):
+    """Entries after a max pooling's cells that TF walks too: each makes an empty cell with the
+    entry before it (one that ends before it starts, or starts past the input)."""
+    extra, last = [], sequence[-1]
+    for _ in range(draw(st.integers(0, 2))):
+        if last >= size:  # a start past the input: any end
+            entry = draw(st.integers(0, size + 3))
+        elif last == 0 and overlapping:
+            break  # no end comes before 0, and negative entries are refused
+        else:
+            entry = draw(st.integers(0, last - 1 if overlapping else last))
+        extra.append(entry)
+        last = entry
+    return extra
 
 
 def any_valid_call():
@@ -397,7 +455,7 @@ SIZE_KEYS = ("filter_sizes", "input_sizes", "orig_input_tensor_shape", "row_pool
 ATTR_KEYS = ("strides", "dilations", "explicit_paddings")
 STRING_KEYS = ("padding", "data_format")
 FLAG_KEYS = ("use_cudnn_on_gpu", "overlapping")
-TENSOR_KEYS = ("input", "filter", "out_backprop", "value")
+TENSOR_KEYS = ("input", "filter", "out_backprop", "value", "orig_input", "orig_output")
 
 
 @st.composite
@@ -565,9 +623,9 @@ MAX_MOVED = 1 << 16
 
 
 def gpu_valid_calls():
-    """Valid calls of the ops with GPU kernels (the forward fractional_avg_pool has none: on GPU
-    arrays it raises BackendUnavailableError, by design)."""
-    return st.one_of(conv_calls(), pool_calls("fractional_avg_pool_grad"))
+    """Valid calls of the ops with GPU kernels (the forward fractional pooling ops have none: on
+    GPU arrays they raise BackendUnavailableError, by design)."""
+    return st.one_of(conv_calls(), pool_calls("fractional_avg_pool_grad"), pool_calls("fractional_max_pool_grad"))
 
 
 def on_device(kw):
