@@ -80,6 +80,18 @@ def test_every_conv_op_refuses_mixed_locations(call):
         call(FakeCudaArray((1, 4, 4, 3)))
 
 
+@pytest.mark.parametrize("gpu_arg", ["orig_input", "orig_output", "out_backprop"])
+def test_fractional_max_pool_grad_refuses_mixed_locations(gpu_arg):
+    """Its three tensors must live together; the one on the GPU is named, with where the others are."""
+    kw = dict(orig_input=np.ones((1, 4, 4, 2), np.float32), orig_output=np.ones((1, 2, 2, 2), np.float32),
+              out_backprop=np.ones((1, 2, 2, 2), np.float32), row_pooling_sequence=[0, 2, 4],
+              col_pooling_sequence=[0, 2, 4])
+    kw[gpu_arg] = FakeCudaArray(kw[gpu_arg].shape)
+    with pytest.raises(gradops.InvalidArgumentError, match="GPU") as info:
+        gradops.fractional_max_pool_grad(**kw)
+    assert gpu_arg in str(info.value) and "host" in str(info.value)
+
+
 @pytest.mark.parametrize("device_type", [CPU, CUDA_HOST])
 def test_dlpack_host_devices_count_as_host(device_type):
     """kDLCPU and kDLCUDAHost (pinned host memory) are host data, not GPU data."""
@@ -525,6 +537,45 @@ def test_arrays_on_a_second_gpu_are_computed_there(cuda_device):
         assert cupy.cuda.Device().id == 0  # the caller's current device is left alone
     assert out_f.device.id == 1 and out_i.device.id == 1
     _check_against_numpy(out_f, out_i, expected, cupy.asnumpy)
+
+
+def _pooling_and_depthwise_calls(rng):
+    """(name, call on arrays made by ``put``, NumPy result) of the ops beyond the conv pair."""
+    x = rng.integers(-3, 4, (2, 6, 5, 4)).astype(np.float32)  # ties: max pooling's scan order decides
+    rows, cols = [0, 2, 4, 6], [0, 2, 3, 5]
+    y = gradops.fractional_max_pool(x, rows, cols, True)
+    pooled_dy = rng.standard_normal(y.shape).astype(np.float32)
+    depthwise_dy = rng.standard_normal((2, 6, 5, 8)).astype(np.float32)
+    return [
+        ("fractional_max_pool_grad",
+         lambda put: gradops.fractional_max_pool_grad(put(x), put(y), put(pooled_dy), rows, cols, True),
+         gradops.fractional_max_pool_grad(x, y, pooled_dy, rows, cols, True)),
+        ("fractional_avg_pool_grad",
+         lambda put: gradops.fractional_avg_pool_grad([2, 6, 5, 4], put(pooled_dy), rows, cols, True),
+         gradops.fractional_avg_pool_grad([2, 6, 5, 4], pooled_dy, rows, cols, True)),
+        ("depthwise_conv2d_native_backprop_filter",
+         lambda put: gradops.depthwise_conv2d_native_backprop_filter(put(x), [3, 3, 4, 2], put(depthwise_dy), S1,
+                                                                     "SAME"),
+         gradops.depthwise_conv2d_native_backprop_filter(x, [3, 3, 4, 2], depthwise_dy, S1, "SAME")),
+    ]
+
+
+def test_pooling_and_depthwise_gradients_on_either_gpu(cuda_device):
+    """The same calls on GPU 0, then GPU 1, then GPU 0 again: each result lives where its inputs
+    do and is right.  What a launcher keeps between calls (fractional pooling's cached cell
+    tables, compiled kernels) must not cross devices: the stand-in fails a launch handed memory
+    of another device."""
+    import cupy
+
+    if cupy.cuda.runtime.getDeviceCount() < 2:
+        pytest.skip("needs two GPUs")
+    for name, call, expected in _pooling_and_depthwise_calls(np.random.default_rng(4)):
+        for device in (0, 1, 0):
+            with cupy.cuda.Device(device):
+                got = call(cupy.asarray)
+            with cupy.cuda.Device(0):
+                assert isinstance(got, cupy.ndarray) and got.device.id == device, name
+                np.testing.assert_allclose(to_host(got), expected, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_tensors_on_different_gpus_are_refused(cuda_device):
