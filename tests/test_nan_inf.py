@@ -169,12 +169,41 @@ def test_fractional_pooling_propagates_per_cell(overlapping, dtype):
                      reference.fractional_avg_pool_grad((2, 6, 5, 2), f64(dy), rows, cols, overlapping), dtype)
 
 
-def test_one_inf_in_forward_pooling_reaches_only_its_cells():
+# The NumPy forward average pooling sums an input holding NaN / Inf cell by cell up to this
+# many cells, and by prefix sums of the finite values plus counts of each special beyond.
+FORWARD_POOLING_PATHS = {"cell-loop": 10**9, "special-counts": 0}
+
+
+@pytest.mark.parametrize("path", list(FORWARD_POOLING_PATHS))
+def test_one_inf_in_forward_pooling_reaches_only_its_cells(monkeypatch, path):
     """Prefix-sum cell sums would give inf - inf = NaN in every later cell; they must stay finite."""
+    from gradops.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "DIRECT_SUM_MAX_CELLS", FORWARD_POOLING_PATHS[path])
     x = np.ones((1, 4, 1, 1))
     x[0, 0, 0, 0] = INF
     out = gradops.fractional_avg_pool(x, [0, 1, 2, 3, 4], [0, 1], False)[0, :, 0, 0]
     np.testing.assert_array_equal(out, [INF, 1, 1, 1])
+
+
+@pytest.mark.parametrize("path", list(FORWARD_POOLING_PATHS))
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.float64], ids=DTYPE_IDS)
+@pytest.mark.parametrize("rows, cols, overlapping", [
+    ([0, 2, 3, 5, 6], [0, 1, 3, 5], True),
+    ([0, 3, 1, 6, 6, 2], [2, 0, 5, 1], True),  # unordered: stacked and empty cells
+    ([0, 2, 4, 6], [0, 2, 5], False),
+])
+def test_forward_pooling_specials_on_both_paths(monkeypatch, path, dtype, rows, cols, overlapping):
+    """+Inf and -Inf in one cell give NaN, a lone infinity its sign, NaN NaN, empty cells 0,
+    finite cells their mean: the same on both paths, against the loop of reference.py."""
+    from gradops.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "DIRECT_SUM_MAX_CELLS", FORWARD_POOLING_PATHS[path])
+    rng = np.random.default_rng(12)
+    x = with_specials(rng, (2, 6, 5, 2), dtype, {0: INF, 2: -INF, 23: NAN, 40: INF, 47: -INF, 58: INF})
+    want = reference.fractional_avg_pool(f64(x), rows, cols, overlapping)
+    assert np.isnan(want).any() and np.isinf(want).any()  # the specials reach the result
+    assert_same_ieee(gradops.fractional_avg_pool(x, rows, cols, overlapping), want, dtype)
 
 
 # --------------------------------------------------------------------------- GPU backends

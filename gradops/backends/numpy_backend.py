@@ -594,6 +594,12 @@ def _take_rows(x: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.take(x, index, axis=1)
 
 
+#: Output cells up to which the forward average pooling of an input holding NaN or Inf sums
+#: each cell in a Python loop (measured here: 50 ms for 77 x 77 cells of 8 x 64 channels,
+#: 2 s for 694 x 694 cells of one channel); past it, counts of the non-finite values decide.
+DIRECT_SUM_MAX_CELLS = 16384
+
+
 def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndarray:
     """Forward average over each (row cell x column cell), NHWC, computed in float64."""
     if _is_empty(g.output_shape, value.shape):
@@ -607,23 +613,38 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
     col_starts = np.where(col_sizes > 0, g.col_starts, 0)
     col_stops = np.where(col_sizes > 0, np.asarray(g.col_ends) + 1, 0)
     cell_sizes = (np.maximum(row_sizes, 1)[:, None] * np.maximum(col_sizes, 1)[None, :]).astype(np.float64)
-    if not np.isfinite(value).all():
+
+    def cell_sums(x):
+        # Differences of prefix sums, one dimension after the other.  The dimension reduced
+        # first is the one leaving the smaller intermediate (out_rows x in_cols or in_rows x
+        # out_cols), which is never larger than the input or the result (repeated entries can
+        # make out_rows exceed in_rows many times over).
+        if g.out_rows * g.in_cols <= g.in_rows * g.out_cols:
+            return _cell_sums(_cell_sums(x, 1, row_starts, row_stops), 2, col_starts, col_stops)
+        return _cell_sums(_cell_sums(x, 2, col_starts, col_stops), 1, row_starts, row_stops)
+
+    finite = np.isfinite(value)
+    if finite.all():
+        sums = cell_sums(value)
+    elif g.out_rows * g.out_cols <= DIRECT_SUM_MAX_CELLS:
         # Prefix-sum differences would turn one inf into NaN in every later cell (inf - inf):
-        # sum each cell directly instead, so non-finite values reach only their own cells.
+        # with few cells (each a vectorised sum over batch and depth), sum each directly.
         sums = np.empty(g.output_shape)
         for r, (r0, r1) in enumerate(zip(row_starts, row_stops)):
             rows = value[:, r0:r1].sum(axis=1, dtype=np.float64)
             for c, (c0, c1) in enumerate(zip(col_starts, col_stops)):
-                sums[:, r, c] = rows[:, c0:c1].sum(axis=1) / cell_sizes[r, c]
-        return _cast_from_float64(sums, value.dtype)
-    # Cell sums as differences of prefix sums, one dimension after the other.  The dimension
-    # reduced first is the one leaving the smaller intermediate (out_rows x in_cols or
-    # in_rows x out_cols), which is never larger than the input or the result (repeated
-    # entries can make out_rows exceed in_rows many times over).
-    if g.out_rows * g.in_cols <= g.in_rows * g.out_cols:
-        sums = _cell_sums(_cell_sums(value, 1, row_starts, row_stops), 2, col_starts, col_stops)
+                sums[:, r, c] = rows[:, c0:c1].sum(axis=1)
     else:
-        sums = _cell_sums(_cell_sums(value, 2, col_starts, col_stops), 1, row_starts, row_stops)
+        # Many cells: the finite values' sums by prefix sums, and each cell's counts of NaN,
+        # +inf and -inf the same way, which decide its IEEE sum (NaN, or +inf and -inf, give
+        # NaN; else the infinity present).  Four passes over the input instead of a Python
+        # loop over the cells (2 s -> 0.1 s for a 1000 x 1000 single-channel input).
+        sums = cell_sums(np.where(finite, value, 0))
+        positive = cell_sums(value == np.inf) > 0
+        negative = cell_sums(value == -np.inf) > 0
+        sums[positive] = np.inf
+        sums[negative] = -np.inf
+        sums[(positive & negative) | (cell_sums(np.isnan(value)) > 0)] = np.nan
     sums /= cell_sizes[None, :, :, None]
     return _cast_from_float64(sums, value.dtype)
 
