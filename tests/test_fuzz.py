@@ -43,6 +43,7 @@ import gradops
 import reference
 from conftest import RTOL, to_gpu, to_host
 from conv_cases import conv_problems, layout_attr, to_layout, valid_truncation
+from pooling_cases import empty_cells, max_pool_sequence, pool_sequence
 
 # The working set the NumPy backend may hold, in units of result + inputs (+ its im2col row),
 # each element counted at 8 bytes: measured peaks are 0.9x-2.3x on 0.5 MB problems, and 5x
@@ -313,24 +314,6 @@ def conv_calls(draw, op=None):
     return op, kw, expected, dtype
 
 
-@st.composite
-def pool_sequence(draw, size, overlapping):
-    """A valid pooling sequence for ``size`` inputs (possibly starting late, ending past the
-    end), or one in any order (decreasing, empty cells, cells past the input) as TF reads it."""
-    if draw(st.booleans()):
-        low = 0 if overlapping else 1  # a disjoint cell may not end before index 0
-        return [draw(st.integers(0, size + 3)),
-                *draw(st.lists(st.integers(low, size + 3), min_size=1, max_size=size + 1))]
-    start = draw(st.integers(0, size - 1))
-    if overlapping:
-        cuts = sorted(draw(st.lists(st.integers(start, size - 1), max_size=size)))
-    else:
-        cuts = sorted(draw(st.sets(st.integers(start + 1, size - 1), max_size=size))) if start + 1 < size else []
-    last = cuts[-1] if cuts else start
-    end = draw(st.integers(last if overlapping else last + 1, size + 3))
-    return [start, *cuts, end]
-
-
 POOL_DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64, np.int32, np.int64]
 
 
@@ -388,38 +371,6 @@ def pool_calls(draw, op=None):
         kw = dict(value=dress(x, form()), row_pooling_sequence=size(rows), col_pooling_sequence=size(cols),
                   overlapping=overlapping)
     return op, kw, expected, dtype
-
-
-@st.composite
-def max_pool_sequence(draw, size, overlapping):
-    """Cells a max pooling gradient accepts: each non-empty, so the entries start within the
-    input and never decrease (overlapping; else increase), the last possibly past the end."""
-    entries = [draw(st.integers(0, size - 1))]
-    for _ in range(draw(st.integers(1, size + 1))):
-        low = entries[-1] + (0 if overlapping else 1)
-        if low > size - 1:
-            break
-        entries.append(draw(st.integers(low, size - 1)))
-    if len(entries) == 1 or draw(st.booleans()):
-        entries.append(draw(st.integers(entries[-1] + (0 if overlapping else 1), size + 3)))
-    return entries
-
-
-@st.composite
-def empty_cells(draw, sequence, size, overlapping):
-    """Entries after a max pooling's cells that TF walks too: each makes an empty cell with the
-    entry before it (one that ends before it starts, or starts past the input)."""
-    extra, last = [], sequence[-1]
-    for _ in range(draw(st.integers(0, 2))):
-        if last >= size:  # a start past the input: any end
-            entry = draw(st.integers(0, size + 3))
-        elif last == 0 and overlapping:
-            break  # no end comes before 0, and negative entries are refused
-        else:
-            entry = draw(st.integers(0, last - 1 if overlapping else last))
-        extra.append(entry)
-        last = entry
-    return extra
 
 
 def any_valid_call():

@@ -1,0 +1,60 @@
+"""Hypothesis strategies for fractional pooling sequences, shared by the fuzzer
+(test_fuzz.py) and the TF parity properties (test_fractional_max_pool_grad.py).
+
+Sequences are lists of Python ints read as TF reads them: cell k runs from entry k to entry
+k + 1 (inclusive when overlapping, else exclusive), its end clamped to the input.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+
+@st.composite
+def pool_sequence(draw, size, overlapping):
+    """A valid pooling sequence for ``size`` inputs (possibly starting late, ending past the
+    end), or one in any order (decreasing, empty cells, cells past the input) as TF reads it."""
+    if draw(st.booleans()):
+        low = 0 if overlapping else 1  # a disjoint cell may not end before index 0
+        return [draw(st.integers(0, size + 3)),
+                *draw(st.lists(st.integers(low, size + 3), min_size=1, max_size=size + 1))]
+    start = draw(st.integers(0, size - 1))
+    if overlapping:
+        cuts = sorted(draw(st.lists(st.integers(start, size - 1), max_size=size)))
+    else:
+        cuts = sorted(draw(st.sets(st.integers(start + 1, size - 1), max_size=size))) if start + 1 < size else []
+    last = cuts[-1] if cuts else start
+    end = draw(st.integers(last if overlapping else last + 1, size + 3))
+    return [start, *cuts, end]
+
+
+@st.composite
+def max_pool_sequence(draw, size, overlapping):
+    """Cells a max pooling gradient accepts: each non-empty, so the entries start within the
+    input and never decrease (overlapping; else increase), the last possibly past the end."""
+    entries = [draw(st.integers(0, size - 1))]
+    for _ in range(draw(st.integers(1, size + 1))):
+        low = entries[-1] + (0 if overlapping else 1)
+        if low > size - 1:
+            break
+        entries.append(draw(st.integers(low, size - 1)))
+    if len(entries) == 1 or draw(st.booleans()):
+        entries.append(draw(st.integers(entries[-1] + (0 if overlapping else 1), size + 3)))
+    return entries
+
+
+@st.composite
+def empty_cells(draw, sequence, size, overlapping):
+    """Entries after a max pooling's cells that TF walks too: each makes an empty cell with the
+    entry before it (one that ends before it starts, or starts past the input)."""
+    extra, last = [], sequence[-1]
+    for _ in range(draw(st.integers(0, 2))):
+        if last >= size:  # a start past the input: any end
+            entry = draw(st.integers(0, size + 3))
+        elif last == 0 and overlapping:
+            break  # no end comes before 0, and negative entries are refused
+        else:
+            entry = draw(st.integers(0, last - 1 if overlapping else last))
+        extra.append(entry)
+        last = entry
+    return extra
