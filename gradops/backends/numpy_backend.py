@@ -244,17 +244,18 @@ def _flat_operand(x: np.ndarray, layout: _FlatLayout, acc: np.dtype) -> np.ndarr
     return flat
 
 
-def _column_taps(src: np.ndarray, layout: _FlatLayout, lo: int, hi: int):
+def _column_taps(src: np.ndarray, layout: _FlatLayout, lo: int, hi: int, columns: slice = slice(None)):
     """The column taps' reads for result rows [lo, hi), side by side: ``(taps, first)`` with
-    taps[j, s*C:(s+1)*C] = src[front + lo + first + j + col_offsets[s]] (contiguous); filter
-    row r's reads are then taps[k : k + hi - lo] with k = row_offsets[r] * cols - first.
+    taps[j, s*C:(s+1)*C] = src[front + lo + first + j + col_offsets[s]] (contiguous) for the
+    filter columns s in ``columns`` (numbered from its start); filter row r's reads are then
+    taps[k : k + hi - lo] with k = row_offsets[r] * cols - first.
 
     One copy serves all filter rows (each is a contiguous row range of it), so each filter
     row is one GEMM with K = S * C.
     """
     first = min(layout.row_offsets) * layout.cols + lo
     count = max(layout.row_offsets) * layout.cols + hi - first
-    offsets = layout.col_offsets
+    offsets = layout.col_offsets[columns]
     step = offsets[1] - offsets[0] if len(offsets) > 1 else 0  # +-dilation: offsets are evenly spaced
     row = src.strides[0]
     view = np.lib.stride_tricks.as_strided(src[layout.front + first + offsets[0]:], (count, len(offsets), src.shape[1]),
@@ -300,14 +301,34 @@ def _unit_stride_filter_grad(g: Conv2DGeometry, x: np.ndarray, dy: np.ndarray, a
     if layout is None:
         return None
     size = g.batch * layout.rows * layout.cols
-    taps, first = _column_taps(_flat_operand(x, layout, acc), layout, 0, size)
+    src = _flat_operand(x, layout, acc)
     dy_flat = np.zeros((size, g.out_depth), acc)
     dy_flat.reshape(g.batch, layout.rows, layout.cols, g.out_depth)[:, :g.out_rows, :g.out_cols] = dy
     grad = np.empty((g.filter_rows, g.filter_cols * g.in_depth, g.out_depth), acc)
-    for r, offset in enumerate(layout.row_offsets):
-        start = offset * layout.cols - first
-        np.dot(taps[start:start + size].T, dy_flat, out=grad[r])
+    c = g.in_depth
+    for s0, s1 in _filter_column_chunks(g, len(src) * c, x.size + dy.size):
+        taps, first = _column_taps(src, layout, 0, size, slice(s0, s1))
+        for r, offset in enumerate(layout.row_offsets):
+            start = offset * layout.cols - first
+            np.dot(taps[start:start + size].T, dy_flat, out=grad[r, s0 * c:s1 * c])
     return grad.reshape(g.filter_rows, g.filter_cols, g.in_depth, g.out_depth)
+
+
+#: The filter gradient's gathered input columns (positions x filter columns x in_depth) may
+#: hold this many times the input's and out_backprop's elements (a 3x3 filter's three columns
+#: fit), or COLUMN_CHUNK_MIN_ELEMENTS, or the result's size; wider filters are gathered and
+#: contracted a few filter columns at a time.
+COLUMN_CHUNK_FACTOR = 4
+COLUMN_CHUNK_MIN_ELEMENTS = 1 << 22
+
+
+def _filter_column_chunks(g: Conv2DGeometry, per_column: int, operands: int):
+    """[(s0, s1)] ranges of filter columns whose gathered input columns (``per_column``
+    elements each) fit the budget above: a 1024-column filter over a 1024-column row held
+    positions x 1024 x in_depth, 256 MiB for a 16 MiB result, before it was split."""
+    budget = max(COLUMN_CHUNK_MIN_ELEMENTS, COLUMN_CHUNK_FACTOR * operands, math.prod(g.filter_shape))
+    step = max(1, budget // max(1, per_column))
+    return [(s0, min(s0 + step, g.filter_cols)) for s0 in range(0, g.filter_cols, step)]
 
 
 def _unit_stride_depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc: np.dtype):
@@ -409,11 +430,13 @@ def conv2d_backprop_filter(g: Conv2DGeometry, input: np.ndarray, out_backprop: n
         for r, rows_out, rows_in in _row_taps(g):
             dy_r = dy[:, rows_out]
             n, h, w, _ = dy_r.shape
-            columns = np.zeros((n, h, w, g.filter_cols, cg), acc)
-            for s, cols_out, cols_in in col_taps:
-                columns[:, :, cols_out, s, :] = x[:, rows_in, cols_in, :]
-            grad[r, :, 0] = np.dot(columns.reshape(n * h * w, g.filter_cols * cg).T,
-                                   dy_r.reshape(n * h * w, og)).reshape(g.filter_cols, cg, og)
+            for s0, s1 in _filter_column_chunks(g, n * h * w * cg, x.size + dy.size):
+                columns = np.zeros((n, h, w, s1 - s0, cg), acc)
+                for s, cols_out, cols_in in col_taps:
+                    if s0 <= s < s1:
+                        columns[:, :, cols_out, s - s0, :] = x[:, rows_in, cols_in, :]
+                grad[r, s0:s1, 0] = np.dot(columns.reshape(n * h * w, (s1 - s0) * cg).T,
+                                           dy_r.reshape(n * h * w, og)).reshape(s1 - s0, cg, og)
     else:
         for r, s, out_idx, in_idx in _taps(g):
             patch = x[:, in_idx[0], in_idx[1], :]
@@ -716,8 +739,8 @@ def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
 
     The windows copy each cell whole, so their size is the sum over cells of the cell's size,
     which repeated sequence entries can make the product of an input dimension and a result
-    dimension (a 2**13-row input pooled into one cell per row and 2**12 one-column cells held
-    130 MiB for a 32 KiB input before chunking).  Chunks hold at most WINDOW_CHUNK_FACTOR x
+    dimension (a 2**13-row, one-column input pooled into one cell of all its rows beside 2**12
+    one-column cells held 130 MiB for a 32 KiB input before chunking).  Chunks hold at most WINDOW_CHUNK_FACTOR x
     max(input, result) elements (WINDOW_CHUNK_MIN_ELEMENTS at least), or one cell (never more
     than the input)."""
     budget = max(WINDOW_CHUNK_MIN_ELEMENTS,
