@@ -234,7 +234,8 @@ def _smoke() -> list[Case]:
 
 
 def _numpy_vs_tf() -> list[Case]:
-    """The case list of benchmarks/bench_numpy_vs_tf.py (issue 2's CPU speed check), float32 NHWC."""
+    """The case list of benchmarks/bench_numpy_vs_tf.py (issue 2's CPU speed check, with issue
+    17's depthwise filter and max pooling gradients on the same shapes), float32 NHWC."""
     s = "numpy_vs_tf"
     f32 = ("float32",)
     cases = []
@@ -243,14 +244,17 @@ def _numpy_vs_tf() -> list[Case]:
         for op in (CONV_FILTER, CONV_INPUT):
             cases.append(Case(s, name, op, (8, 28, 28, 64), "NHWC", (3, 3, 64, 64), (stride, stride), padding,
                               dtypes=f32, name=name))
-    for stride, multiplier in ((1, 1), (2, 1), (1, 2)):
-        name = f"8x56x56x96 3x3 m{multiplier} s{stride} SAME"
-        cases.append(Case(s, name, DEPTHWISE_INPUT, (8, 56, 56, 96), "NHWC", (3, 3, 96, multiplier),
-                          (stride, stride), "SAME", dtypes=f32, name=name))
-    for overlapping in (False, True):
-        name = f"8x112x112x32 ratio 1.44 overlapping={overlapping}"
-        cases.append(Case(s, name, FRACTIONAL, (8, 112, 112, 32), pooling_ratio=1.44, overlapping=overlapping,
-                          seed=1, dtypes=f32, name=name))
+    # Each op's cases in a block, the original list's first (the committed results' row order).
+    for op in DEPTHWISE_OPS:
+        for stride, multiplier in ((1, 1), (2, 1), (1, 2)):
+            name = f"8x56x56x96 3x3 m{multiplier} s{stride} SAME"
+            cases.append(Case(s, name, op, (8, 56, 56, 96), "NHWC", (3, 3, 96, multiplier),
+                              (stride, stride), "SAME", dtypes=f32, name=name))
+    for op in FRACTIONAL_OPS:
+        for overlapping in (False, True):
+            name = f"8x112x112x32 ratio 1.44 overlapping={overlapping}"
+            cases.append(Case(s, name, op, (8, 112, 112, 32), pooling_ratio=1.44, overlapping=overlapping,
+                              seed=1, dtypes=f32, name=name))
     return cases
 
 
