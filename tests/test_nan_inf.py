@@ -25,10 +25,13 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 import gradops
 import reference
 from conftest import to_gpu, to_host
+from pooling_cases import pool_sequence
 
 NAN, INF = np.nan, np.inf
 DTYPES = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
@@ -184,6 +187,32 @@ def test_one_inf_in_forward_pooling_reaches_only_its_cells(monkeypatch, path):
     x[0, 0, 0, 0] = INF
     out = gradops.fractional_avg_pool(x, [0, 1, 2, 3, 4], [0, 1], False)[0, :, 0, 0]
     np.testing.assert_array_equal(out, [INF, 1, 1, 1])
+
+
+@st.composite
+def specials_pooling(draw):
+    """A forward average pooling over any sequences TF reads, with NaN / +-Inf at random places."""
+    overlapping = draw(st.booleans())
+    n, h, w, c = draw(st.integers(1, 2)), draw(st.integers(1, 7)), draw(st.integers(1, 7)), draw(st.integers(1, 3))
+    rows, cols = draw(pool_sequence(h, overlapping)), draw(pool_sequence(w, overlapping))
+    dtype = draw(st.sampled_from([np.float16, ml_dtypes.bfloat16, np.float32, np.float64]))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    count = draw(st.integers(1, 6))
+    specials = dict(zip(rng.integers(0, n * h * w * c, count).tolist(), rng.choice([NAN, INF, -INF], count)))
+    return with_specials(rng, (n, h, w, c), dtype, specials), rows, cols, overlapping
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(case=specials_pooling(), path=st.sampled_from(list(FORWARD_POOLING_PATHS)))
+def test_forward_pooling_specials_property(monkeypatch, case, path):
+    """Random cells (stacked, empty, past the input) and specials: both paths give the loop's
+    NaN and infinities exactly and its finite means within the dtype's tolerance."""
+    from gradops.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "DIRECT_SUM_MAX_CELLS", FORWARD_POOLING_PATHS[path])
+    x, rows, cols, overlapping = case
+    assert_same_ieee(gradops.fractional_avg_pool(x, rows, cols, overlapping),
+                     reference.fractional_avg_pool(f64(x), rows, cols, overlapping), x.dtype)
 
 
 @pytest.mark.parametrize("path", list(FORWARD_POOLING_PATHS))
