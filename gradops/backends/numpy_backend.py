@@ -801,11 +801,12 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
         # than masked copies (np.copyto(where=) costs 30x an fmax here): fmax keeps the current
         # maximum where the new element is NaN or not greater, and the chosen element's number
         # k advances by (k - step) where it is strictly greater.
+        maximum = np.fmax if key.dtype.kind == "f" else np.maximum
         best = key[0].copy()
         step = np.zeros(best.shape, np.min_scalar_type(len(key)))
         for k in range(1, len(key)):
             greater = key[k] > best
-            np.fmax(best, key[k], out=best) if key.dtype.kind == "f" else np.maximum(best, key[k], out=best)
+            maximum(best, key[k], out=best)
             step += greater.astype(step.dtype) * (step.dtype.type(k) - step)
         if key.dtype.kind == "f":
             best[np.isnan(key[0])] = np.nan
