@@ -199,6 +199,37 @@ def test_chunked_windows_match_brute_force(monkeypatch, overlapping, dtype):
             assert 1 < max(chunks) < cells
 
 
+# The NumPy backend finds each cell's chosen element by a scan (small cells) or by argmax.
+MAXIMUM_SEARCHES = {"scan": 10**9, "argmax": 0}
+
+
+@pytest.mark.parametrize("search", list(MAXIMUM_SEARCHES))
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float64, np.int64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_both_maximum_searches_follow_tf_scan(monkeypatch, search, dtype, overlapping):
+    """Ties, NaN after the first element and infinities: each search chooses TF's element, and
+    a NaN first element is refused by both."""
+    from gradops.backends import numpy_backend
+
+    monkeypatch.setattr(numpy_backend, "SCAN_MAX_CELL_ELEMENTS", MAXIMUM_SEARCHES[search])
+    rng = np.random.default_rng(21)
+    x = tied_input(rng, (2, 9, 8, 3), dtype)
+    rows, cols = random_sequence(rng, 9, 4, overlapping), random_sequence(rng, 8, 3, overlapping)
+    if np.dtype(dtype).kind != "i":
+        firsts = {(r, c) for r in rows[:-1] for c in cols[:-1]}
+        flat = [(i, j) for i in range(9) for j in range(8) if (i, j) not in firsts]
+        for (i, j), value in zip(rng.permutation(flat)[:12], [np.nan] * 6 + [np.inf] * 3 + [-np.inf] * 3):
+            x[rng.integers(2), i, j, rng.integers(3)] = value
+    _, maxima = brute_select(x, rows, cols, len(rows) - 1, len(cols) - 1, overlapping)
+    y, dy, grad = forward_then_grad(x, rows, cols, overlapping, rng)
+    np.testing.assert_array_equal(y, maxima)
+    np.testing.assert_array_equal(grad, brute_grad(x, dy, rows, cols, overlapping))
+    if np.dtype(dtype).kind != "i":
+        x[0, rows[0], cols[0], 0] = np.nan  # the first element of the first cell
+        with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
+            gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping)
+
+
 # --------------------------------------------------------------------------- NaN and infinities
 
 

@@ -777,18 +777,52 @@ def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
                     yield row_cells[r:r + row_chunk], col_cells[c:c + col_chunk], row_part, col_part, window
 
 
+#: Cells of up to this many elements are scanned element by element (TF's ratios make 1 to 9);
+#: larger ones by argmax, whose cost does not grow with a Python loop over the cell.
+SCAN_MAX_CELL_ELEMENTS = 16
+
+
+def _first_maxima(key: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(maxima, number of the chosen element) over axis 0 of ``key`` [cell elements, ...] by
+    TF's scan: the first element, replaced only by a strictly greater one.  Ties keep the first
+    maximum and a NaN never replaces; a NaN first element, which TF keeps, gives a NaN maximum
+    (TF then refuses the call: NaN != orig_output)."""
+    if len(key) > SCAN_MAX_CELL_ELEMENTS:
+        ranked = key
+        if key.dtype.kind == "f":
+            nan = np.isnan(key)
+            if nan.any():
+                ranked = np.where(nan, -np.inf, key)  # never chosen ...
+                ranked[0][nan[0]] = np.inf  # ... unless first: then kept
+        step = np.argmax(ranked, axis=0)  # the first maximum
+        return np.take_along_axis(key, step[None], axis=0)[0], step
+    # Small cells: the scan over contiguous slices, with arithmetic rather than masked copies
+    # (np.copyto(where=) costs 30x an fmax here): fmax keeps the current maximum where the
+    # new element is NaN or not greater, and the chosen element's number k advances by
+    # (k - step) where it is strictly greater.
+    maximum = np.fmax if key.dtype.kind == "f" else np.maximum
+    best = key[0].copy()
+    step = np.zeros(best.shape, np.min_scalar_type(len(key)))
+    for k in range(1, len(key)):
+        greater = key[k] > best
+        maximum(best, key[k], out=best)
+        step += greater.astype(step.dtype) * (step.dtype.type(k) - step)
+    if key.dtype.kind == "f":
+        best[np.isnan(key[0])] = np.nan
+    return best, step
+
+
 def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, orig_output: np.ndarray,
                              out_backprop: np.ndarray) -> np.ndarray:
     """Route each out_backprop element to the element TF's scan chooses in its cell (NHWC).
 
     TF's rule per cell and channel: take the first element, replace it by any later one that
-    is strictly greater (``current < x``), which is what the scan below does, one cell element
-    at a time over every cell at once: ties keep the first maximum and a NaN never replaces.
-    A NaN first element, which TF keeps, makes TF refuse the call (NaN != orig_output): its
-    cell's maximum is set to NaN after the scan so that the check below refuses it too.  Every
-    cell is non-empty (the geometry refuses empty ones, as TF does).  The recomputed maxima
-    must equal orig_output (TF's check).  Sums run in the accumulator type in output order, as
-    TF's loop adds them (float32 for the half types, cast once).
+    is strictly greater (``current < x``); :func:`_first_maxima` applies it to every cell of a
+    chunk at once.  A NaN first element, which TF keeps, makes TF refuse the call (NaN !=
+    orig_output), and so does the check below.  Every cell is non-empty (the geometry refuses
+    empty ones, as TF does).  The recomputed maxima must equal orig_output (TF's check).  Sums
+    run in the accumulator type in output order, as TF's loop adds them (float32 for the half
+    types, cast once).
     """
     chosen = np.empty(g.output_shape, np.int64)  # flat NHWC input offsets
     maxima = np.empty(g.output_shape, _comparable(orig_input[:0]).dtype)
@@ -797,19 +831,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
     for row_cells, col_cells, row_index, col_index, window in _max_pool_windows(g, orig_input):
         key = _comparable(window)  # [rows * cols, N, row cells, col cells, C]
         cols = col_index.shape[1]
-        # The scan over contiguous [N, row cells, col cells, C] slices, with arithmetic rather
-        # than masked copies (np.copyto(where=) costs 30x an fmax here): fmax keeps the current
-        # maximum where the new element is NaN or not greater, and the chosen element's number
-        # k advances by (k - step) where it is strictly greater.
-        maximum = np.fmax if key.dtype.kind == "f" else np.maximum
-        best = key[0].copy()
-        step = np.zeros(best.shape, np.min_scalar_type(len(key)))
-        for k in range(1, len(key)):
-            greater = key[k] > best
-            maximum(best, key[k], out=best)
-            step += greater.astype(step.dtype) * (step.dtype.type(k) - step)
-        if key.dtype.kind == "f":
-            best[np.isnan(key[0])] = np.nan
+        best, step = _first_maxima(key)
         # k -> the element's offset from the cell's first, in pixels
         offset = (step // cols).astype(np.int64) * g.in_cols + step % cols
         first = ((batch * g.in_rows + row_index[:, 0][None, :, None, None]) * g.in_cols
