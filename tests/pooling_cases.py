@@ -7,6 +7,7 @@ k + 1 (inclusive when overlapping, else exclusive), its end clamped to the input
 
 from __future__ import annotations
 
+from hypothesis import assume
 from hypothesis import strategies as st
 
 
@@ -58,3 +59,15 @@ def empty_cells(draw, sequence, size, overlapping):
         extra.append(entry)
         last = entry
     return extra
+
+
+@st.composite
+def max_pool_grad_sequences(draw, shape, overlapping):
+    """(row sequence, column sequence, out_rows, out_cols) of a fractional_max_pool_grad call
+    TF computes on an NHWC ``shape``: non-empty cells, possibly followed by entries that make
+    empty cells, within TF's "Pooling region" bound (all entries count)."""
+    n, h, w, c = shape
+    rows, cols = draw(max_pool_sequence(h, overlapping)), draw(max_pool_sequence(w, overlapping))
+    row_extra, col_extra = draw(empty_cells(rows, h, overlapping)), draw(empty_cells(cols, w, overlapping))
+    assume((len(rows) + len(row_extra)) * (len(cols) + len(col_extra)) <= n * h * w * c)
+    return rows + row_extra, cols + col_extra, len(rows) - 1, len(cols) - 1

@@ -164,10 +164,13 @@ def fractional_max_pool_grad(x, dy, rows, cols, overlapping):
     return grad.reshape(x.shape).astype(dy.dtype)
 
 
-def fractional_max_pool(x, rows, cols, overlapping, lowest):
-    """TF's forward loop: per cell a running ``current < v ? v : current`` from ``lowest`` (the
-    type's lowest finite value), so NaN is never taken and an empty cell (its clamped end
-    before its start) gives ``lowest``; float64 result."""
+def fractional_max_pool(x, rows, cols, overlapping):
+    """TF's forward loop: per cell a running ``current < v ? v : current`` from x's type's
+    lowest finite value, so NaN is never taken and an empty cell (its clamped end before its
+    start) gives that lowest value; float64 result."""
+    import ml_dtypes
+
+    lowest = (np.iinfo if np.issubdtype(x.dtype, np.integer) else ml_dtypes.finfo)(x.dtype).min
     n_, h_, w_, c_ = x.shape
     out = np.full((n_, len(rows) - 1, len(cols) - 1, c_), float(lowest))
     for n, (r, (r0, r1)), (q, (c0, c1)) in itertools.product(

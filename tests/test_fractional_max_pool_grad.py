@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import gradops
 
 from conftest import FLOAT_DTYPES, to_gpu, to_host
-from pooling_cases import empty_cells, max_pool_sequence
+from pooling_cases import max_pool_grad_sequences
 from reference import fractional_max_pool_grad as brute_grad
 from reference import fractional_max_pool_select as brute_select
 
@@ -451,18 +451,16 @@ def tf_gradient_calls(draw):
     empty ones, TF's "Pooling region" bound, tied or distinct values with infinities."""
     overlapping = draw(st.booleans())
     n, h, w, c = (draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 3)))
-    rows, cols = draw(max_pool_sequence(h, overlapping)), draw(max_pool_sequence(w, overlapping))
-    row_extra, col_extra = draw(empty_cells(rows, h, overlapping)), draw(empty_cells(cols, w, overlapping))
-    assume((len(rows) + len(row_extra)) * (len(cols) + len(col_extra)) <= n * h * w * c)
+    rows, cols, out_rows, out_cols = draw(max_pool_grad_sequences((n, h, w, c), overlapping))
     dtype = np.dtype(draw(st.sampled_from(TF_DTYPES)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = tied_input(rng, (n, h, w, c), dtype) if draw(st.booleans()) else (rng.standard_normal((n, h, w, c)) * 100)
     x = x.astype(dtype)
     if dtype.kind == "f" and draw(st.booleans()):
         x.reshape(-1)[rng.integers(0, x.size, 2)] = rng.choice([np.inf, -np.inf], 2)
-    _, y = brute_select(x, rows, cols, len(rows) - 1, len(cols) - 1, overlapping)
+    _, y = brute_select(x, rows, cols, out_rows, out_cols, overlapping)
     dy = rng.integers(-50, 51, y.shape).astype(dtype)
-    return x, y, dy, rows + row_extra, cols + col_extra, overlapping
+    return x, y, dy, rows, cols, overlapping
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -43,7 +43,7 @@ import gradops
 import reference
 from conftest import RTOL, to_gpu, to_host
 from conv_cases import conv_problems, layout_attr, to_layout, valid_truncation
-from pooling_cases import empty_cells, max_pool_sequence, pool_sequence
+from pooling_cases import max_pool_grad_sequences, pool_sequence
 
 # The working set the NumPy backend may hold, in units of result + inputs (+ its im2col row),
 # each element counted at 8 bytes: measured peaks are 0.9x-2.3x on 0.5 MB problems, and 5x
@@ -323,7 +323,10 @@ def pool_calls(draw, op=None):
     overlapping = draw(st.sampled_from([False, True, np.bool_(True)]))
     n, h, w, d = (draw(st.integers(1, 2)), draw(st.integers(1, 7)), draw(st.integers(1, 7)),
                   draw(st.integers(1, 3)))
-    rows, cols = draw(pool_sequence(h, bool(overlapping))), draw(pool_sequence(w, bool(overlapping)))
+    if op == "fractional_max_pool_grad":  # its cells must be non-empty, as TF requires
+        rows, cols, out_rows, out_cols = draw(max_pool_grad_sequences((n, h, w, d), bool(overlapping)))
+    else:
+        rows, cols = draw(pool_sequence(h, bool(overlapping))), draw(pool_sequence(w, bool(overlapping)))
     dtype = np.dtype(draw(st.sampled_from(POOL_DTYPES)))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     scale = 100 if dtype in INT_DTYPES else 1
@@ -340,11 +343,6 @@ def pool_calls(draw, op=None):
                   row_pooling_sequence=size(rows + extra), col_pooling_sequence=size(cols + extra),
                   overlapping=overlapping)
     elif op == "fractional_max_pool_grad":
-        rows, cols = draw(max_pool_sequence(h, bool(overlapping))), draw(max_pool_sequence(w, bool(overlapping)))
-        out_rows, out_cols = len(rows) - 1, len(cols) - 1
-        row_extra, col_extra = draw(empty_cells(rows, h, bool(overlapping))), draw(empty_cells(cols, w, bool(overlapping)))
-        # TF's "Pooling region" check (all entries count) refuses the rest
-        assume((len(rows) + len(row_extra)) * (len(cols) + len(col_extra)) <= n * h * w * d)
         # Few distinct values (ties: TF's first-in-scan rule decides) or distinct normals; no NaN
         # in orig_input: a NaN first in a cell is TF's maximum and refused (test_fractional_max_pool_grad).
         x = (rng.integers(-2, 3, (n, h, w, d)) if draw(st.booleans()) else rng.standard_normal((n, h, w, d)) * scale)
@@ -357,7 +355,7 @@ def pool_calls(draw, op=None):
             dy = poison(draw, dy)
         expected = reference.fractional_max_pool_grad(x, dy, rows, cols, bool(overlapping)).astype(np.float64)
         kw = dict(orig_input=dress(x, form()), orig_output=dress(y, form()), out_backprop=dress(dy, form()),
-                  row_pooling_sequence=size(rows + row_extra), col_pooling_sequence=size(cols + col_extra),
+                  row_pooling_sequence=size(rows), col_pooling_sequence=size(cols),
                   overlapping=overlapping)
     else:
         x = (rng.standard_normal((n, h, w, d)) * scale).astype(dtype)
@@ -366,8 +364,7 @@ def pool_calls(draw, op=None):
         if op == "fractional_avg_pool":
             expected = reference.fractional_avg_pool(x.astype(np.float64), rows, cols, bool(overlapping))
         else:
-            lowest = (np.iinfo if dtype in INT_DTYPES else ml_dtypes.finfo)(dtype).min
-            expected = reference.fractional_max_pool(x, rows, cols, bool(overlapping), lowest)
+            expected = reference.fractional_max_pool(x, rows, cols, bool(overlapping))
         kw = dict(value=dress(x, form()), row_pooling_sequence=size(rows), col_pooling_sequence=size(cols),
                   overlapping=overlapping)
     return op, kw, expected, dtype

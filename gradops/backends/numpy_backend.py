@@ -752,9 +752,9 @@ def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
     The windows copy each cell whole, so their size is the sum over cells of the cell's size,
     which repeated sequence entries can make the product of an input dimension and a result
     dimension (a 2**13-row, one-column input pooled into one cell of all its rows beside 2**12
-    one-column cells held 130 MiB for a 32 KiB input before chunking).  Chunks hold at most WINDOW_CHUNK_FACTOR x
-    max(input, result) elements (WINDOW_CHUNK_MIN_ELEMENTS at least), or one cell (never more
-    than the input)."""
+    one-column cells held 130 MiB for a 32 KiB input before chunking).  Chunks hold at most
+    WINDOW_CHUNK_FACTOR x max(input, result) elements (WINDOW_CHUNK_MIN_ELEMENTS at least), or
+    one cell (never more than the input)."""
     budget = max(WINDOW_CHUNK_MIN_ELEMENTS,
                  WINDOW_CHUNK_FACTOR * max(math.prod(g.input_shape), math.prod(g.output_shape)))
     col_groups = _size_groups(g.col_starts, g.col_ends)
