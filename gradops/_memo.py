@@ -5,16 +5,22 @@ with the same ones are the common case (a training step).  A call's arguments be
 that keeps each value's type (``[1, 1, 1, 1]`` and ``[True, 1, 1, 1]`` must not share an
 entry: TF refuses the second); arguments that cannot be frozen (a NumPy array, a custom
 object) bypass the cache.  Exceptions are not cached, so every invalid call is refused with
-its own message.
+its own message.  The cache is shared by threads: a lock covers each lookup-and-reorder and
+each insert-and-evict (another thread's eviction between a hit and its reorder would raise
+KeyError), but not the validation itself, which two threads may then run for the same key.
 """
 
 from __future__ import annotations
 
 import functools
+import threading
 from collections import OrderedDict
 from typing import Any, Callable
 
 _SCALAR_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
+
+
+_MISSING = object()
 
 
 class _Unfreezable(Exception):
@@ -41,6 +47,7 @@ def memoised(maxsize: int = 256) -> Callable:
 
     def decorate(fn: Callable) -> Callable:
         cache: OrderedDict = OrderedDict()
+        lock = threading.Lock()
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -48,17 +55,24 @@ def memoised(maxsize: int = 256) -> Callable:
                 key = (freeze(args), freeze(sorted(kwargs.items())))
             except _Unfreezable:
                 return fn(*args, **kwargs)
-            try:
-                result = cache[key]
-            except KeyError:
-                result = cache[key] = fn(*args, **kwargs)
-                if len(cache) > maxsize:
+            with lock:
+                result = cache.get(key, _MISSING)
+                if result is not _MISSING:
+                    cache.move_to_end(key)
+                    return result
+            result = fn(*args, **kwargs)
+            with lock:
+                cache[key] = result
+                cache.move_to_end(key)  # a thread that computed the same key meanwhile stored it earlier
+                while len(cache) > maxsize:
                     cache.popitem(last=False)
-            else:
-                cache.move_to_end(key)
             return result
 
-        wrapper.cache_clear = cache.clear  # type: ignore[attr-defined]
+        def cache_clear() -> None:
+            with lock:
+                cache.clear()
+
+        wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]
         return wrapper
 
     return decorate

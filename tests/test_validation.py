@@ -436,6 +436,47 @@ def test_memoised_geometry_keeps_value_types_apart_and_caches_no_refusal():
             conv2d_geometry(*args, [1, 1, 1, 1], "SAME", [], "NHWC", [2, 1, 1, 1])
 
 
+def test_memoised_cache_survives_an_eviction_between_a_hit_and_its_reorder(monkeypatch):
+    """Threads share the cache: a second thread that inserts (evicting the entry a first
+    thread has just found) must not make the first thread's reorder raise KeyError.  The
+    interleaving is forced: right after the first thread's lookup succeeds, the second
+    thread's call runs (without the lock) or waits for the first to finish (with it)."""
+    import threading
+
+    from gradops import _memo
+
+    test_thread = threading.current_thread()
+    intruders: list[threading.Thread] = []
+
+    class InterleavingDict(_memo.OrderedDict):
+        def _after_lookup(self, found):
+            if found and threading.current_thread() is test_thread and not intruders:
+                intruders.append(threading.Thread(target=square, args=(3,)))
+                intruders[0].start()
+                intruders[0].join(timeout=0.2)  # done unless it waits for a lock the lookup holds
+
+        def __getitem__(self, key):
+            value = super().__getitem__(key)
+            self._after_lookup(True)
+            return value
+
+        def get(self, key, default=None):
+            value = super().get(key, default)
+            self._after_lookup(value is not default)
+            return value
+
+    monkeypatch.setattr(_memo, "OrderedDict", InterleavingDict)
+
+    @_memo.memoised(maxsize=1)
+    def square(x):
+        return x * x
+
+    assert square(2) == 4
+    assert square(2) == 4  # the hit the intruder interrupts
+    intruders[0].join()
+    assert square(3) == 9 and square(2) == 4
+
+
 def test_memoised_geometry_takes_unhashable_arguments_uncached():
     from gradops._geometry import conv2d_geometry
 
