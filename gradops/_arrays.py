@@ -232,6 +232,19 @@ def ready_for_backend(op: str, where: str, result_shape, arrays: dict[str, Any])
             for name, a in arrays.items()}
 
 
+def memory_bytes(where: str, arrays=()) -> int:
+    """The memory a call's allocations must fit in: the total of the GPU holding ``arrays``
+    (where is GPU), else this machine's physical memory."""
+    return _device_memory_bytes(arrays) if where == GPU else host_memory_bytes()
+
+
+def tensor_bytes(result_shape, *arrays: Any) -> int:
+    """What :func:`check_fits_in_memory` counts: the result at the widest working precision
+    plus the inputs' logical sizes."""
+    need = math.prod(int(d) for d in result_shape) * _WORKING_ITEMSIZE
+    return need + sum(math.prod(int(d) for d in a.shape) * a.dtype.itemsize for a in arrays)
+
+
 def check_fits_in_memory(op: str, where: str, result_shape, *arrays: Any) -> None:
     """Refuse, before anything is allocated, a call that cannot fit in its device's memory.
 
@@ -240,9 +253,8 @@ def check_fits_in_memory(op: str, where: str, result_shape, *arrays: Any) -> Non
     host, or the total memory of the GPU holding the arrays.  A call that passes may still run
     out of memory when other work holds it; one that fails never could have run.
     """
-    need = math.prod(int(d) for d in result_shape) * _WORKING_ITEMSIZE
-    need += sum(math.prod(int(d) for d in a.shape) * a.dtype.itemsize for a in arrays)
-    limit = _device_memory_bytes(arrays) if where == GPU else host_memory_bytes()
+    need = tensor_bytes(result_shape, *arrays)
+    limit = memory_bytes(where, arrays)
     if need > limit:
         place = "the GPU's" if where == GPU else "this machine's"
         raise InvalidArgumentError(

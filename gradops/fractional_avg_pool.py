@@ -40,17 +40,20 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
     # The result's own memory check first (its message is the precise one), then the tables',
     # both before ready_for_backend copies anything.
     _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values())
-    _check_cell_tables_fit(op, geometry)
+    _check_cell_tables_fit(op, where, geometry, arrays)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_avg_pool_grad, geometry, arrays["out_backprop"])
 
 
-def _check_cell_tables_fit(op: str, g) -> None:
+def _check_cell_tables_fit(op: str, where: str, g, arrays: dict[str, Any]) -> None:
     """Every backend lists, on the host, the cells containing each input index: one int64 per
     (index, cell) pair, which grows with how much the cells overlap rather than with the
     tensors (n cells each covering all rows hold n * rows pairs).  Building the lists holds
-    about four such arrays; refuse a call for which that cannot fit in this machine's memory."""
+    about four such arrays; refuse a call for which that cannot fit in this machine's memory.
+    The GPU backend then uploads them with per-index offsets, cell sizes and per-tile cell
+    ranges (at most 8 bytes each): refuse a GPU call whose tables cannot fit beside its result
+    and out_backprop in the GPU's memory."""
     entries = g.cell_table_entries
     need = 4 * 8 * entries
     limit = _arrays.host_memory_bytes()
@@ -59,6 +62,23 @@ def _check_cell_tables_fit(op: str, g) -> None:
             f"{op}: the cells of row_pooling_sequence and col_pooling_sequence hold {entries} (input index, "
             f"cell) pairs in all; listing them per input index needs about {need} bytes, more than this "
             f"machine's {limit} bytes of memory")
+    if where != _arrays.GPU:
+        return
+    tables = gpu_table_bytes(g)
+    need = tables + _arrays.tensor_bytes(g.input_shape, *arrays.values())
+    limit = _arrays.memory_bytes(where, arrays.values())
+    if need > limit:
+        raise InvalidArgumentError(
+            f"{op}: the cells of row_pooling_sequence and col_pooling_sequence hold {entries} (input index, "
+            f"cell) pairs in all; their GPU tables ({tables} bytes at most) beside the result and "
+            f"out_backprop need about {need} bytes, more than the GPU's {limit} bytes of memory")
+
+
+def gpu_table_bytes(g) -> int:
+    """An upper bound of the GPU backend's tables for geometry ``g``, in bytes: per dimension
+    the per-index offsets (size + 1), the cell lists, each cell's size and the per-tile cell
+    ranges (two per tile, at most 2 * (size + 1)), 8 bytes each (64-bit indexing)."""
+    return 8 * (g.cell_table_entries + 3 * (g.in_rows + g.in_cols + 2) + len(g.row_starts) + len(g.col_starts))
 
 
 def fractional_avg_pool(value: Any, row_pooling_sequence: Any, col_pooling_sequence: Any, overlapping=False,

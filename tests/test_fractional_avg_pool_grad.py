@@ -1661,3 +1661,46 @@ def test_cuda_racecheck(racecheck_device, dtype, capped):
         for overlapping in (False, True):
             check_cuda(*pool_case(rng, (3, 45, 23, 16), rows, cols, overlapping, dtype))
 
+
+def test_gpu_tables_that_cannot_fit_in_the_gpus_memory_are_refused(monkeypatch):
+    """The same 2**17 (row, cell) pairs fit in the host's memory but their GPU tables (1 MiB at
+    64-bit indexing) do not fit in a GPU of 512 KiB: refused before any upload, naming the
+    sequences and the GPU (the stand-in's memory, which is otherwise the host's); with 2 MiB
+    computed."""
+    from gradops import _arrays
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    device = cuda_host.HostDevice().install(monkeypatch)
+    n, in_rows = 1024, 256
+    rows = [0, in_rows] * (n // 2) + [0]
+    args = (np.array([1, in_rows, 1, 1]), to_gpu(np.ones((1, n, 1, 1))), rows, [0, 1], True)
+    monkeypatch.setattr(_arrays, "_device_memory_bytes", lambda arrays: 2**19)
+    with pytest.raises(gradops.InvalidArgumentError, match="row_pooling_sequence.*the GPU's 524288 bytes"):
+        gradops.fractional_avg_pool_grad(*args, backend="cuda")
+    assert not device.launches
+    monkeypatch.setattr(_arrays, "_device_memory_bytes", lambda arrays: 2**21)
+    np.testing.assert_array_equal(to_host(gradops.fractional_avg_pool_grad(*args, backend="cuda")),
+                                  np.full((1, in_rows, 1, 1), 2.0))
+
+
+@pytest.mark.parametrize("rows, cols, overlapping", [
+    ([0, 256] * 512 + [0], [0, 1], True),
+    ([0, 3, 5, 9, 12], [0, 2, 5, 7], False),
+    ([0, 5, 2, 9, 0, 12], [0, 7, 7, 1, 3], True),
+])
+def test_gpu_table_bound_covers_the_uploaded_tables(rows, cols, overlapping):
+    """The refusal's bound is at least what the gather and cells kernels upload, 64-bit."""
+    from gradops.fractional_avg_pool import gpu_table_bytes
+
+    in_rows, in_cols = max(rows), max(cols)
+    g = host_geometry({"orig_input_tensor_shape": [1, in_rows, in_cols, 8],
+                       "out_backprop": np.ones((1, len(rows) - 1, len(cols) - 1, 8), np.float32),
+                       "row_pooling_sequence": rows, "col_pooling_sequence": cols, "overlapping": overlapping})
+    plan = cuda_launcher.plan(g, np.float32, index="long long")
+    uploaded = [sum(t.nbytes for t in cuda_launcher.kernel_tables(g, plan))]
+    if g.row_partition is not None and g.col_partition is not None:
+        cells_plan = cuda_launcher.cells_plan(g, np.float32, index="long long")
+        uploaded.append(sum(t.nbytes for t in cuda_launcher.cells_tables(g, cells_plan)))
+    assert 0 < max(uploaded) <= gpu_table_bytes(g)
