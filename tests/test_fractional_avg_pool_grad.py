@@ -1605,6 +1605,72 @@ def test_cell_table_cache_is_a_small_lru(monkeypatch, rng):
     assert len(uploads) == size + 2
 
 
+def test_cell_table_cache_keeps_a_byte_budget(monkeypatch, rng):
+    """Past TABLE_CACHE_BYTES in all the least recently used tables go first, and tables larger
+    than the budget are uploaded for their call only, evicting nothing."""
+    import sys
+
+    from gradops.backends.cuda import _runtime
+
+    cuda_host.HostDevice().install(monkeypatch)
+    dy = to_gpu(rng.standard_normal((1, 3, 1, 1)))
+    uploads = count_table_uploads(monkeypatch)
+    sizes = {}
+    real_asarray = sys.modules["cupy"].asarray
+
+    def call(i):  # geometry i: two cells of all 2 + 2 i rows (gather's tables grow with i)
+        def measured(x, *args, **kwargs):
+            out = real_asarray(x, *args, **kwargs)
+            sizes[i] = out.nbytes
+            return out
+
+        with monkeypatch.context() as patch:
+            patch.setattr(sys.modules["cupy"], "asarray", measured)
+            gradops.fractional_avg_pool_grad([1, 2 + 2 * i, 3, 1], dy, [0, 2 + 2 * i, 0, 2 + 2 * i], [0, 3],
+                                             True, backend="cuda")
+
+    for i in (0, 1, 2, 40):
+        call(i)
+    assert sizes[0] < sizes[1] < sizes[2] and sizes[0] + sizes[1] + sizes[2] < sizes[40]
+    _runtime.clear_table_cache()
+    monkeypatch.setattr(_runtime, "TABLE_CACHE_BYTES", sizes[1] + sizes[2])
+    del uploads[:]
+    for i in (0, 1, 2):        # 0 and 1 fit; 2 pushes the total past the budget: 0 goes
+        call(i)
+    for i in (1, 2):
+        call(i)
+    assert len(uploads) == 3
+    call(0)                    # uploaded again; 1, now the least recently used, goes
+    call(2)
+    assert len(uploads) == 4
+    call(40)
+    call(40)                   # larger than the budget: never kept, and 2 and 0 stay
+    assert len(uploads) == 6
+    call(2)
+    call(0)
+    assert len(uploads) == 6
+    call(1)
+    assert len(uploads) == 7
+    assert sum(entry[0].nbytes for entry in _runtime._table_cache.values()) <= _runtime.TABLE_CACHE_BYTES
+
+
+def test_host_cell_tables_are_kept_only_when_small(monkeypatch, rng):
+    """Each dimension's host cell lists are kept between calls up to CACHED_CELL_ENTRIES pairs;
+    larger ones are rebuilt per call (and give the same result)."""
+    cuda_host.HostDevice().install(monkeypatch)
+    rows = [0, 5, 2, 9, 0, 12]
+    kwargs, expected = pool_case(rng, (1, 12, 6, 8), rows, [0, 2, 4, 6], True, np.float64)
+    dy = to_gpu(kwargs["out_backprop"])
+    cuda_launcher._kept_cells.cache_clear()
+    monkeypatch.setattr(cuda_launcher, "CACHED_CELL_ENTRIES", 12)  # the 7 column pairs kept, not the 27 row pairs
+    for _ in range(2):
+        cuda_launcher.clear_table_cache()
+        got = gradops.fractional_avg_pool_grad(**dict(kwargs, out_backprop=dy), backend="cuda")
+        assert_identical(to_host(got), expected)
+    kept = cuda_launcher._kept_cells.cache_info()
+    assert (kept.currsize, kept.misses) == (1, 1)  # the columns' lists, built once
+
+
 def test_cached_tables_keep_the_cupy_module_they_are_keyed_by(rng):
     """The table cache keys by the CuPy module's id (the tests' stand-in is a new module per
     emulated GPU), and its entry keeps that module: no later module can take the id while the

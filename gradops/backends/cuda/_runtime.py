@@ -298,6 +298,10 @@ def i32(value: int) -> np.int32:
 
 #: Device copies of launch tables kept (per device, stream and everything a table depends on).
 TABLE_CACHE_SIZE = 16
+#: ... and their bytes in all: typical tables are kilobytes, but fractional pooling's grow with
+#: how much its cells overlap (up to gigabytes); an upload larger than this is used once and
+#: dropped, so that a few such geometries cannot hold the GPU's memory between calls.
+TABLE_CACHE_BYTES = 64 * 2**20
 
 
 def division_magic(divisor: int) -> tuple[np.uint32, np.int32]:
@@ -326,7 +330,8 @@ def cached_tables(key: tuple, build):
     returns, packed into one upload on the current device and stream, cached under ``key``
     (which must name everything the tables depend on) in a small LRU shared by the launchers
     that pass tables (fractional pooling's cells, the input gradient's phase plans;
-    :data:`TABLE_CACHE_SIZE` entries).
+    :data:`TABLE_CACHE_SIZE` entries and :data:`TABLE_CACHE_BYTES` bytes at most, least recently
+    used first out; an upload larger than the byte budget is returned without being kept).
 
     The full key adds the CuPy module (the tests' CPU stand-in is a new one per emulated GPU),
     the device and the stream.  Per stream, because the upload is queued on the current stream:
@@ -348,12 +353,18 @@ def cached_tables(key: tuple, build):
     offsets = tuple(int(v) for v in np.cumsum([0] + [len(t) for t in tables[:-1]]))
     # One upload: CuPy stages host data through pinned memory and copies on the current stream.
     packed = cupy.asarray(np.concatenate(tables))
+    if packed.nbytes > TABLE_CACHE_BYTES:
+        return packed, offsets
     with _table_lock:
         _table_cache[key] = (packed, offsets, stream, cupy)
         _table_cache.move_to_end(key)
-        while len(_table_cache) > TABLE_CACHE_SIZE:
+        while len(_table_cache) > TABLE_CACHE_SIZE or _cached_table_bytes() > TABLE_CACHE_BYTES:
             _table_cache.popitem(last=False)
     return packed, offsets
+
+
+def _cached_table_bytes() -> int:
+    return sum(entry[0].nbytes for entry in _table_cache.values())
 
 
 def clear_table_cache() -> None:

@@ -127,9 +127,22 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(0, int(n) - 1).bit_length()
 
 
-@functools.lru_cache(maxsize=64)
+#: (index, cell) pairs up to which one dimension's host tables are kept between calls: 2**20
+#: (8 MiB) covers dimensions up to 2**19 indices with TF's pooling sequences (each index in at
+#: most two cells); larger lists, from longer dimensions or stacked cells, are rebuilt per call.
+CACHED_CELL_ENTRIES = 2**20
+
+
 def _cells(starts: tuple, ends: tuple, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """:func:`cell_tables`, kept per dimension (a training loop repeats its geometries)."""
+    """:func:`cell_tables`, kept per dimension (a training loop repeats its geometries) when
+    it has at most :data:`CACHED_CELL_ENTRIES` pairs."""
+    if sum(max(0, e - s + 1) for s, e in zip(starts, ends)) > CACHED_CELL_ENTRIES:
+        return cell_tables(starts, ends, in_size)
+    return _kept_cells(starts, ends, in_size)
+
+
+@functools.lru_cache(maxsize=64)
+def _kept_cells(starts: tuple, ends: tuple, in_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     tables = cell_tables(starts, ends, in_size)
     for t in tables:
         t.flags.writeable = False
