@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 from typing import Any
@@ -168,8 +169,9 @@ def shape_of(op: str, name: str, x: Any) -> tuple[int, ...]:
     return tuple(int(d) for d in shape)
 
 
-def host_int_vector(op: str, name: str, x: Any) -> list[int]:
-    """A 1-D integer tensor of sizes (``filter_sizes``, ``input_sizes`` ...) as Python ints.
+def host_int_vector(op: str, name: str, x: Any, *, flat: bool = False) -> list[int]:
+    """A 1-D integer tensor of sizes (``filter_sizes``, ``input_sizes`` ...) as Python ints;
+    with ``flat``, a tensor of any rank read in flat order (as TF reads some of them).
 
     TF keeps these tensors in host memory; a GPU array is copied back (they are tiny).
     """
@@ -180,9 +182,11 @@ def host_int_vector(op: str, name: str, x: Any) -> list[int]:
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{op}: {name} must be a 1-D integer tensor, got a bool")
     array = as_host_array(op, name, x)
+    if flat:
+        array = array.reshape(-1)
     if array.ndim != 1:
         raise InvalidArgumentError(f"{op}: {name} must be 1-dimensional, got shape {array.shape}")
-    if array.size and not np.issubdtype(array.dtype, np.integer):
+    if array.size and array.dtype.kind not in "iu":  # not timedelta64, which NumPy files under integers
         raise TypeError(f"{op}: {name} must hold integers, got dtype {array.dtype}")
     return [int(v) for v in array]
 
@@ -232,6 +236,26 @@ def ready_for_backend(op: str, where: str, result_shape, arrays: dict[str, Any])
             for name, a in arrays.items()}
 
 
+def zero_extended(array: Any, shape, *, flat: bool = False):
+    """A zero tensor of ``shape`` and ``array``'s dtype, on ``array``'s device, holding
+    ``array`` in its leading corner (``array[i, j, ...]`` at ``[i, j, ...]``; no dimension of
+    ``array`` larger than ``shape``'s) or, with ``flat``, its elements in C order as the flat
+    prefix (``array.size`` at most ``shape``'s element count)."""
+    if location(array) == HOST:
+        xp, device = np, contextlib.nullcontext()
+    else:
+        import cupy as xp
+
+        device = array.device
+    with device:
+        out = xp.zeros(tuple(shape), array.dtype)
+        if flat:
+            out.reshape(-1)[:array.size] = array.reshape(-1)
+        else:
+            out[tuple(slice(0, d) for d in array.shape)] = array
+    return out
+
+
 def memory_bytes(where: str, arrays=()) -> int:
     """The memory a call's allocations must fit in: the total of the GPU holding ``arrays``
     (where is GPU), else this machine's physical memory."""
@@ -245,15 +269,16 @@ def tensor_bytes(result_shape, *arrays: Any) -> int:
     return need + sum(math.prod(int(d) for d in a.shape) * a.dtype.itemsize for a in arrays)
 
 
-def check_fits_in_memory(op: str, where: str, result_shape, *arrays: Any) -> None:
+def check_fits_in_memory(op: str, where: str, result_shape, *arrays: Any, extra_bytes: int = 0) -> None:
     """Refuse, before anything is allocated, a call that cannot fit in its device's memory.
 
     Counts the result at the widest working precision plus the inputs' logical sizes (a
-    broadcast or strided view may be copied by a backend), against the physical memory of the
-    host, or the total memory of the GPU holding the arrays.  A call that passes may still run
+    broadcast or strided view may be copied by a backend) and ``extra_bytes`` (a copy the op
+    itself makes), against the physical memory of the host, or the total memory of the GPU
+    holding the arrays.  A call that passes may still run
     out of memory when other work holds it; one that fails never could have run.
     """
-    need = tensor_bytes(result_shape, *arrays)
+    need = tensor_bytes(result_shape, *arrays) + extra_bytes
     limit = memory_bytes(where, arrays)
     if need > limit:
         place = "the GPU's" if where == GPU else "this machine's"

@@ -22,6 +22,7 @@ import numpy as np
 from . import _arrays
 from ._dtypes import check_dtypes
 from ._errors import BackendUnavailableError, InvalidArgumentError
+from ._geometry import check_bool
 
 log = logging.getLogger("gradops")
 
@@ -123,9 +124,7 @@ def run(fn, geometry: Any, *arrays: Any):
 
 
 def check_use_cudnn(op: str, use_cudnn_on_gpu: Any) -> bool:
-    if not isinstance(use_cudnn_on_gpu, (bool, np.bool_)):
-        raise TypeError(f"{op}: use_cudnn_on_gpu must be a bool, got {use_cudnn_on_gpu!r}")
-    return bool(use_cudnn_on_gpu)
+    return check_bool(op, "use_cudnn_on_gpu", use_cudnn_on_gpu, default=True)
 
 
 def select_backend(op: str, where: str, backend: str | None, geometry: Any, dtype: np.dtype,

@@ -41,9 +41,20 @@ def _check_choice(op: str, name: str, value: Any, choices: Sequence[str]) -> str
     return value
 
 
+def check_bool(op: str, name: str, value: Any, default: bool) -> bool:
+    """A bool attribute (Python or NumPy bool); None is its default, as in TF's wrappers."""
+    if value is None:
+        return default
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f"{op}: {name} must be a bool, got {value!r}")
+    return bool(value)
+
+
 def int_list(op: str, name: str, value: Any, length: int | None = None) -> list[int]:
-    """An attribute list of integers (``strides``, ``dilations``, ``explicit_paddings``)."""
-    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__"):
+    """An attribute list of integers (``strides``, ``dilations``, ``explicit_paddings``): a
+    list, tuple or range, or a 1-D NumPy array (TF takes lists and tuples)."""
+    is_vector = isinstance(value, np.ndarray) and value.ndim == 1
+    if not (is_vector or isinstance(value, (list, tuple, range))):
         raise TypeError(f"{op}: {name} must be a list of integers, got {value!r}")
     out = []
     for v in value:
@@ -248,8 +259,11 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
     ([R, S, in_depth, multiplier] when ``depthwise``).  ``out_backprop_shape=None`` describes a
     forward convolution: its output shape is computed instead of checked.
     """
-    data_format = _check_choice(op, "data_format", data_format, DATA_FORMATS)
+    # None is an attribute's default, as in TF's Python wrappers (strides and padding have none).
+    data_format = _check_choice(op, "data_format", "NHWC" if data_format is None else data_format, DATA_FORMATS)
     padding = _check_choice(op, "padding", padding, PADDINGS)
+    dilations = (1, 1, 1, 1) if dilations is None else dilations
+    explicit_paddings = () if explicit_paddings is None else explicit_paddings
     stride_rows, stride_cols = _spatial_attr(op, "strides", strides, data_format, "the window step")
     dilation_rows, dilation_cols = _spatial_attr(op, "dilations", dilations, data_format,
                                                  "the spacing of filter taps")
@@ -334,7 +348,7 @@ def input_shape_from_sizes(op: str, input_sizes: list[int], filter_shape: Sequen
                            out_backprop_shape: Sequence[int], data_format: str,
                            allow_two: bool = True) -> tuple[int, ...]:
     """TF's Conv2DBackpropComputeInputShape: ``input_sizes`` of 4 entries, or [rows, cols]."""
-    data_format = _check_choice(op, "data_format", data_format, DATA_FORMATS)
+    data_format = _check_choice(op, "data_format", "NHWC" if data_format is None else data_format, DATA_FORMATS)
     if len(input_sizes) == 4:
         if any(v < 0 for v in input_sizes):
             raise InvalidArgumentError(f"{op}: input_sizes must be non-negative, got {input_sizes}")
@@ -475,18 +489,19 @@ def partition_bounds(starts: Sequence[int], ends: Sequence[int], in_size: int, o
 
 
 def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: int, dim: str,
-                  overlapping: bool) -> tuple[tuple[int, ...], tuple[int, ...]]:
+                  overlapping: bool, output: str = "out_backprop") -> tuple[tuple[int, ...], tuple[int, ...]]:
     """(starts, inclusive ends) of ``cells`` pooling cells from a pooling sequence, as TF reads it.
 
     Cell k starts at ``sequence[k]`` and ends at ``sequence[k+1]`` (overlapping) or
     ``sequence[k+1] - 1``, the end clamped to the last input index (the start is not: a cell
     starting past the input, or ending before it starts, is empty).  Only the first cells + 1
     entries are read.  TF refuses a negative start or (clamped) end, which would index before
-    the input: so do we, and the sequence must be long enough.
+    the input: so do we, and the sequence must be long enough (``output`` names the tensor
+    whose shape gives ``cells``).
     """
     if len(sequence) < cells + 1:
         raise InvalidArgumentError(
-            f"{op}: {name} must have at least {cells + 1} elements (out_backprop has {cells} {dim}), "
+            f"{op}: {name} must have at least {cells + 1} elements ({output} has {cells} {dim}), "
             f"got {len(sequence)}")
     if any(v > INT64_MAX for v in sequence[:cells + 1]):  # e.g. a uint64 array; TF's sequences are int64
         raise InvalidArgumentError(f"{op}: {name} values must fit in int64, got {sequence[:cells + 1]}")
@@ -526,8 +541,7 @@ def fractional_pool_geometry(op: str, orig_input_shape: list[int], out_backprop_
                              row_pooling_sequence: list[int], col_pooling_sequence: list[int],
                              overlapping: Any) -> FractionalPoolGeometry:
     """Validate a fractional_avg_pool_grad call (shapes NHWC) and describe its cells."""
-    if not isinstance(overlapping, (bool, np.bool_)):
-        raise TypeError(f"{op}: overlapping must be a bool, got {overlapping!r}")
+    overlapping = check_bool(op, "overlapping", overlapping, default=False)
     if len(orig_input_shape) != 4:
         raise InvalidArgumentError(
             f"{op}: orig_input_tensor_shape must be 1-dimensional with 4 elements, got {orig_input_shape}")
@@ -540,9 +554,12 @@ def fractional_pool_geometry(op: str, orig_input_shape: list[int], out_backprop_
     if 0 in (batch, in_rows, in_cols, depth):
         raise InvalidArgumentError(
             f"{op}: orig_input_tensor_shape must have positive dimensions, got {list(orig_input_shape)}")
-    if out_batch != batch or out_depth != depth:
+    # TF loops over out_backprop's batch and depth: smaller ones leave the rest of the gradient
+    # zero (the op pads out_backprop with zeros); larger ones write past the gradient's images
+    # or into the next element's channels (out of bounds at the tensor's end).
+    if out_batch > batch or out_depth > depth:
         raise InvalidArgumentError(
-            f"{op}: out_backprop's batch and depth must match orig_input_tensor_shape: "
+            f"{op}: out_backprop's batch and depth must not exceed orig_input_tensor_shape's: "
             f"out_backprop {list(out_backprop_shape)}, original input {list(orig_input_shape)}")
     row_starts, row_ends = pooling_cells(op, "row_pooling_sequence", row_pooling_sequence, out_rows,
                                          in_rows, "rows", bool(overlapping))
@@ -595,9 +612,9 @@ def fractional_max_pool_geometry(op: str, orig_input_shape: Sequence[int], orig_
 
     * batch and depth of orig_output must be orig_input's (TF writes past its argmax buffer
       when orig_output's are smaller, and finds unvisited cells when larger);
-    * out_backprop must have orig_output's shape (TF reads its argmax buffer past the end
-      when out_backprop is larger; when smaller it uses a flat prefix: refused, as
-      fractional_avg_pool_grad refuses a mismatched out_backprop);
+    * out_backprop may have any shape of at most orig_output's element count: TF adds its
+      flat elements in order to the chosen elements of orig_output's first cells (the op pads
+      a smaller one with zeros), and reads its argmax buffer past the end for a larger one;
     * the first out_rows + 1 / out_cols + 1 entries define the cells, each of which must be
       non-empty (TF leaves an empty cell's argmax at -1 and refuses it) and start at 0 or
       later (a negative start reads before orig_input: TF PR #126911, still open in 2.21);
@@ -606,9 +623,7 @@ def fractional_max_pool_geometry(op: str, orig_input_shape: Sequence[int], orig_
 
     The data check (orig_output equal to the maxima) is the backends' (it needs the values).
     """
-    if not isinstance(overlapping, (bool, np.bool_)):
-        raise TypeError(f"{op}: overlapping must be a bool, got {overlapping!r}")
-    overlapping = bool(overlapping)
+    overlapping = check_bool(op, "overlapping", overlapping, default=False)
     batch, in_rows, in_cols, depth = check_shape(op, "orig_input", orig_input_shape)
     if 0 in (batch, in_rows, in_cols, depth):
         raise InvalidArgumentError(f"{op}: orig_input must not be empty, got shape {list(orig_input_shape)}")
@@ -625,15 +640,15 @@ def fractional_max_pool_geometry(op: str, orig_input_shape: Sequence[int], orig_
         raise InvalidArgumentError(
             f"{op}: orig_output's batch and depth must match orig_input's: orig_output "
             f"{list(orig_output_shape)}, orig_input {list(orig_input_shape)}")
-    if tuple(int(d) for d in out_backprop_shape) != (out_batch, out_rows, out_cols, out_depth):
+    if math.prod(int(d) for d in out_backprop_shape) > out_batch * out_rows * out_cols * out_depth:
         raise InvalidArgumentError(
-            f"{op}: out_backprop must have orig_output's shape {list(orig_output_shape)}, "
-            f"got {list(out_backprop_shape)}")
+            f"{op}: out_backprop must have at most orig_output's {out_batch * out_rows * out_cols * out_depth} "
+            f"elements (shape {list(orig_output_shape)}), got shape {list(out_backprop_shape)}")
     cells = []
     for name, sequence, count, size, dim in (
             ("row_pooling_sequence", row_pooling_sequence, out_rows, in_rows, "rows"),
             ("col_pooling_sequence", col_pooling_sequence, out_cols, in_cols, "cols")):
-        starts, ends = pooling_cells(op, name, sequence, count, size, dim, overlapping)
+        starts, ends = pooling_cells(op, name, sequence, count, size, dim, overlapping, "orig_output")
         for k, (s, e) in enumerate(zip(starts, ends)):
             if e < s:
                 raise InvalidArgumentError(

@@ -28,20 +28,28 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
     """Gradient of fractional average pooling w.r.t. its input.
 
     orig_input_tensor_shape: 1-D ints [N, in_rows, in_cols, C]; out_backprop: [N, out_rows,
-    out_cols, C]; pooling sequences: 1-D ints of at least out_rows + 1 / out_cols + 1 entries.
+    out_cols, C] (or fewer images or channels, as TF allows: the rest of the gradient is
+    zero); pooling sequences: 1-D ints of at least out_rows + 1 / out_cols + 1 entries.
     Returns [N, in_rows, in_cols, C] in out_backprop's dtype.
     """
     op = "fractional_avg_pool_grad"
     orig_shape = _arrays.host_int_vector(op, "orig_input_tensor_shape", orig_input_tensor_shape)
-    rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)
-    cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence)
+    # TF's kernel reads the sequences flat, whatever their rank (its max pooling wants 1-D).
+    rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence, flat=True)
+    cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence, flat=True)
     where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, out_backprop=out_backprop)
     geometry = fractional_pool_geometry(op, orig_shape, arrays["out_backprop"].shape, rows, cols, overlapping)
+    # An out_backprop of fewer images or channels than the input (TF leaves the rest of the
+    # gradient zero) is padded with zeros to geometry.output_shape, once validated.
+    padded = arrays["out_backprop"].shape != geometry.output_shape
+    pad_bytes = math.prod(geometry.output_shape) * dtype.itemsize if padded else 0
     # The result's own memory check first (its message is the precise one), then the tables',
     # both before ready_for_backend copies anything.
-    _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values())
+    _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values(), extra_bytes=pad_bytes)
     _check_cell_tables_fit(op, where, geometry, arrays)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
+    if padded:
+        arrays["out_backprop"] = _arrays.zero_extended(arrays["out_backprop"], geometry.output_shape)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_avg_pool_grad, geometry, arrays["out_backprop"])
 

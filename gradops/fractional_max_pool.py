@@ -15,6 +15,7 @@ The gradient is out_backprop summed per chosen element in output order, in the e
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from . import _arrays
@@ -28,9 +29,10 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
     """Gradient of fractional max pooling w.r.t. its input.
 
     orig_input: [N, in_rows, in_cols, C]; orig_output: the forward result [N, out_rows,
-    out_cols, C] (checked: it must equal the maxima TF's rule recomputes); out_backprop: same
-    shape as orig_output; pooling sequences: 1-D ints of at least out_rows + 1 / out_cols + 1
-    entries.  Returns [N, in_rows, in_cols, C] in the common dtype.
+    out_cols, C] (checked: it must equal the maxima TF's rule recomputes); out_backprop:
+    orig_output's shape (or, as TF reads it, any shape of at most its size: its flat elements
+    in order, the rest zero); pooling sequences: 1-D ints of at least out_rows + 1 /
+    out_cols + 1 entries.  Returns [N, in_rows, in_cols, C] in the common dtype.
     """
     op = "fractional_max_pool_grad"
     rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)
@@ -39,7 +41,14 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
                                    out_backprop=out_backprop)
     geometry = fractional_max_pool_geometry(op, arrays["orig_input"].shape, arrays["orig_output"].shape,
                                             arrays["out_backprop"].shape, rows, cols, overlapping)
+    # TF reads out_backprop flat, in order, as far as it goes: another shape of orig_output's
+    # size is the same gradient, a smaller one is padded with zeros (validated, once).
+    padded = arrays["out_backprop"].shape != geometry.output_shape
+    pad_bytes = math.prod(geometry.output_shape) * dtype.itemsize if padded else 0
+    _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values(), extra_bytes=pad_bytes)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
+    if padded:
+        arrays["out_backprop"] = _arrays.zero_extended(arrays["out_backprop"], geometry.output_shape, flat=True)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_max_pool_grad, geometry, arrays["orig_input"], arrays["orig_output"],
                arrays["out_backprop"])

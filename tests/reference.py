@@ -91,9 +91,10 @@ def depthwise_to_hwio(w):
 
 
 def fractional_avg_pool_grad(orig_shape, dy, row_seq, col_seq, overlapping):
-    """TF's FractionalAvgPoolGrad loop (fractional_avg_pool_op.cc), in float64."""
-    n_, h_, w_, c_ = orig_shape
-    _, oh_, ow_, _ = dy.shape
+    """TF's FractionalAvgPoolGrad loop (fractional_avg_pool_op.cc), in float64: over
+    out_backprop's batch, cells and depth (which may be smaller than the input's)."""
+    _, h_, w_, _ = orig_shape
+    n_, oh_, ow_, c_ = dy.shape
     dx = np.zeros(orig_shape)
     for n, r, c in itertools.product(range(n_), range(oh_), range(ow_)):
         r0 = row_seq[r]

@@ -312,6 +312,22 @@ def test_invalid_arguments(case):
         gradops.fractional_avg_pool_grad(**args)
 
 
+@pytest.mark.parametrize("dy_slice", [np.s_[:1], np.s_[..., :2], np.s_[:1, :, :, 1:], np.s_[:, :2, :1]],
+                         ids=["fewer_images", "fewer_channels", "both", "fewer_cells"])
+def test_smaller_out_backprop_is_computed_as_tf_does(tf, rng, dy_slice):
+    """TF loops over out_backprop's batch and depth: fewer images or channels than the input
+    leave the rest of the gradient zero (gradops pads with zeros); fewer cells than the
+    sequences define use the first ones.  Larger ones are refused (test_invalid_arguments)."""
+    dy = rng.standard_normal((2, 3, 2, 3))[dy_slice]
+    rows, cols = [0, 2, 4, 6], [0, 2, 5]
+    got = gradops.fractional_avg_pool_grad([2, 6, 5, 3], dy, rows, cols)
+    np.testing.assert_array_equal(got, fractional_avg_pool_grad((2, 6, 5, 3), dy, rows, cols, False))
+    expected = tf.raw_ops.FractionalAvgPoolGrad(
+        orig_input_tensor_shape=np.array([2, 6, 5, 3], np.int64), out_backprop=dy,
+        row_pooling_sequence=np.array(rows, np.int64), col_pooling_sequence=np.array(cols, np.int64))
+    np.testing.assert_array_equal(got, expected.numpy())
+
+
 # Sequences gradops refused before TF 2.21's behaviour was reproduced: TF computes them.
 FORMERLY_INVALID = {
     "decreasing_row_overlapping": (dict(row_pooling_sequence=[0, 3, 2]), True),
@@ -1770,3 +1786,15 @@ def test_gpu_table_bound_covers_the_uploaded_tables(rows, cols, overlapping):
         cells_plan = cuda_launcher.cells_plan(g, np.float32, index="long long")
         uploaded.append(sum(t.nbytes for t in cuda_launcher.cells_tables(g, cells_plan)))
     assert 0 < max(uploaded) <= gpu_table_bytes(g)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, BFLOAT16], ids=["float32", "bfloat16"])
+def test_cuda_smaller_out_backprop(cuda_device, rng, dtype):
+    """Fewer images and channels than the input on the GPU path: padded on the arrays' device,
+    the NumPy backend's result."""
+    dy = rng.standard_normal((2, 3, 2, 16)).astype(dtype)[:1, :, :, :12]
+    args = ([2, 6, 5, 16], dy, [0, 2, 4, 6], [0, 2, 5], True)
+    expected = gradops.fractional_avg_pool_grad(*args)
+    got = gradops.fractional_avg_pool_grad(args[0], to_gpu(dy), *args[2:], backend="cuda")
+    np.testing.assert_array_equal(to_host(got), expected)
+    assert to_host(got).dtype == expected.dtype

@@ -284,7 +284,7 @@ def _call(x_shape=(1, 4, 4, 1), y_shape=(1, 2, 2, 1), dy_shape=None, rows=(0, 2,
     (dict(x_shape=(4, 4, 1)), "orig_input"),
     (dict(y_shape=(2, 2, 1)), "orig_output"),
     (dict(dy_shape=(1, 2, 3, 1)), "out_backprop"),
-    (dict(dy_shape=(1, 4, 1)), "out_backprop"),
+    (dict(dy_shape=(1, 5, 1)), "out_backprop"),  # more elements than orig_output: TF reads past its argmax
     (dict(x_shape=(0, 4, 4, 1)), "orig_input"),
     (dict(x_shape=(1, 4, 0, 1)), "orig_input"),
     (dict(y_shape=(1, 0, 2, 1)), "orig_output"),
@@ -308,6 +308,13 @@ def test_refusals_name_the_argument(kwargs, names):
 def test_orig_output_must_hold_the_maxima():
     with pytest.raises(gradops.InvalidArgumentError, match="orig_output"):
         _call()  # zeros, not the maxima
+
+
+def test_short_sequence_message_names_orig_output():
+    """The cells' count comes from orig_output's shape (out_backprop's may differ), and the
+    message says so."""
+    with pytest.raises(gradops.InvalidArgumentError, match=r"at least 3 elements \(orig_output has 2 rows\)"):
+        _call(rows=(0, 2))
 
 
 def test_extra_empty_cells_are_ignored_as_tf_does():
@@ -372,6 +379,52 @@ def _tf_grad(tf, x, y, dy, rows, cols, overlapping):
     return tf.raw_ops.FractionalMaxPoolGrad(
         orig_input=x, orig_output=y, out_backprop=dy, row_pooling_sequence=np.asarray(rows, np.int64),
         col_pooling_sequence=np.asarray(cols, np.int64), overlapping=overlapping).numpy()
+
+
+# out_backprop as TF reads it: flat, in order, as far as it goes (orig_output is [2, 3, 2, 3]).
+OUT_BACKPROP_FORMS = {
+    "flat": lambda dy: dy.reshape(-1),
+    "other_shape": lambda dy: dy.reshape(6, 6),
+    "rank_5": lambda dy: dy[None],
+    "scalar": lambda dy: dy.reshape(-1)[0],
+    "prefix": lambda dy: dy.reshape(-1)[:20],
+    "fewer_images": lambda dy: dy[:1],
+    "strided_prefix": lambda dy: dy.reshape(6, 6)[:5, ::2],
+    "empty": lambda dy: dy.reshape(-1)[:0],
+}
+
+
+def _forms_case(rng, dtype):
+    x = rng.permutation(180).reshape(2, 6, 5, 3).astype(dtype)
+    rows, cols = [0, 2, 4, 6], [0, 2, 5]
+    y = gradops.fractional_max_pool(x, rows, cols)
+    dy = rng.integers(-5, 5, y.shape).astype(dtype)
+    return x, y, dy, rows, cols
+
+
+@pytest.mark.parametrize("form", list(OUT_BACKPROP_FORMS))
+def test_out_backprop_of_another_shape_is_read_as_tf_reads_it(tf, rng, form):
+    """Any out_backprop of at most orig_output's size: TF adds its flat elements in order to
+    the chosen elements of the first cells and leaves the rest zero; so does gradops."""
+    x, y, dy, rows, cols = _forms_case(rng, np.float32)
+    dy_form = np.asarray(OUT_BACKPROP_FORMS[form](dy))
+    got = gradops.fractional_max_pool_grad(x, y, dy_form, rows, cols)
+    np.testing.assert_array_equal(got, _tf_grad(tf, x, y, dy_form, rows, cols, False))
+    padded = np.zeros(y.size, dy.dtype)
+    padded[:dy_form.size] = dy_form.reshape(-1)
+    np.testing.assert_array_equal(got, brute_grad(x, padded.reshape(y.shape), rows, cols, False))
+
+
+@pytest.mark.parametrize("form", ["other_shape", "prefix", "strided_prefix", "empty"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float16], ids=["float32", "float16"])
+def test_cuda_out_backprop_of_another_shape(cuda_device, rng, form, dtype):
+    """The GPU path pads on the arrays' device and gives the NumPy backend's result."""
+    x, y, dy, rows, cols = _forms_case(rng, dtype)
+    dy_form = OUT_BACKPROP_FORMS[form](dy)
+    expected = gradops.fractional_max_pool_grad(x, y, dy_form, rows, cols)
+    got = gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(y), to_gpu(dy_form), rows, cols, backend="cuda")
+    np.testing.assert_array_equal(to_host(got), expected)
+    assert to_host(got).dtype == expected.dtype
 
 
 @pytest.mark.parametrize("dtype", TF_DTYPES, ids=lambda d: np.dtype(d).name)

@@ -44,13 +44,13 @@ Classes never compared because the semantics differ on purpose:
 * depthwise with dilations > 1: TF accepts the attribute but *ignores* it (both kernel
   flavours compute the undilated gradient); gradops honours it
   (``test_depthwise_dilations_differ_from_tf_on_purpose``).
-* FractionalAvgPoolGrad with an out_backprop batch/depth differing from
-  orig_input_tensor_shape: TF corrupts its heap when out_backprop's is larger (orig batch <
-  out_backprop batch aborts the process with "malloc(): invalid size") and leaves the rest of
-  the gradient zero when smaller (``test_fractional_smaller_batch_or_depth_refused_on_purpose``);
-  gradops raises InvalidArgumentError.  (Decreasing sequences, empty cells and cells starting
-  past the input are parity cases: ``UNORDERED_SEQUENCES``.)
-* FractionalAvgPoolGrad with a 2-D pooling sequence: TF reads it flat; gradops requires 1-D.
+* FractionalAvgPoolGrad with an out_backprop batch/depth larger than orig_input_tensor_shape:
+  TF corrupts its heap (orig batch < out_backprop batch aborts the process with "malloc():
+  invalid size"); gradops raises InvalidArgumentError.  A smaller one is a parity case (TF
+  leaves the rest of the gradient zero: ``test_fractional_smaller_batch_or_depth_computed_as_tf``),
+  as are decreasing sequences, empty cells and cells starting past the input
+  (``UNORDERED_SEQUENCES``) and sequences of any rank, which TF reads flat
+  (``test_fractional_sequences_of_any_rank_are_read_flat``).
 
 TF bug met on the way: Conv2DBackpropFilter with an *empty* out_backprop (e.g. VALID with an
 input smaller than the filter) returns an uninitialised filter gradient (arbitrary values,
@@ -712,11 +712,11 @@ def test_fractional_cell_ending_before_0_refused_like_tf(tf, overlapping):
 
 
 @pytest.mark.parametrize("dy_shape", [(1, 2, 1, 2), (2, 2, 1, 1)], ids=["smaller_batch", "smaller_depth"])
-def test_fractional_smaller_batch_or_depth_refused_on_purpose(tf, dy_shape):
-    """Known disagreement: an out_backprop with fewer batches or channels than the original
-    input is memory-safe in TF, which fills the gradient's other batches / channels with 0;
-    gradops refuses any batch / depth mismatch (a larger one makes TF write out of bounds).
-    (Only the smaller direction is run through TF: the larger one corrupts its heap.)"""
+def test_fractional_smaller_batch_or_depth_computed_as_tf(tf, dy_shape):
+    """An out_backprop with fewer batches or channels than the original input is memory-safe
+    in TF, which leaves the gradient's other batches / channels 0: gradops returns that result
+    (it pads out_backprop with zeros).  A larger one makes TF write out of bounds and is
+    refused (only the smaller direction is run through TF: the larger one corrupts its heap)."""
     dy = np.arange(1.0, 1.0 + np.prod(dy_shape)).reshape(dy_shape)
     shape = (2, 4, 1, 2)
     want = tf.raw_ops.FractionalAvgPoolGrad(
@@ -726,5 +726,19 @@ def test_fractional_smaller_batch_or_depth_refused_on_purpose(tf, dy_shape):
     padded = np.zeros((2, 2, 1, 2))
     padded[:n, :, :, :d] = dy
     np.testing.assert_array_equal(want, gradops.fractional_avg_pool_grad(list(shape), padded, [0, 2, 4], [0, 1]))
+    np.testing.assert_array_equal(want, gradops.fractional_avg_pool_grad(list(shape), dy, [0, 2, 4], [0, 1]))
     with pytest.raises(gradops.InvalidArgumentError, match="orig_input_tensor_shape"):
-        gradops.fractional_avg_pool_grad(list(shape), dy, [0, 2, 4], [0, 1])
+        gradops.fractional_avg_pool_grad([1, 4, 1, 1], dy, [0, 2, 4], [0, 1])
+
+
+@pytest.mark.parametrize("rows", [[[0, 2], [5, 6]], [[[0, 2, 5]]]], ids=["2d", "3d"])
+def test_fractional_sequences_of_any_rank_are_read_flat(tf, rows):
+    """FractionalAvgPoolGrad reads its pooling sequences flat whatever their rank; so does
+    gradops (its max pooling gradient, like TF's, wants 1-D)."""
+    dy = np.arange(1.0, 9.0).reshape(1, 2, 2, 2)
+    rows = np.array(rows, np.int64)
+    want = tf.raw_ops.FractionalAvgPoolGrad(
+        orig_input_tensor_shape=np.array([1, 5, 6, 2], np.int64), out_backprop=dy, row_pooling_sequence=rows,
+        col_pooling_sequence=np.array([0, 3, 6], np.int64)).numpy()
+    np.testing.assert_array_equal(gradops.fractional_avg_pool_grad([1, 5, 6, 2], dy, rows, [0, 3, 6]), want)
+    np.testing.assert_array_equal(gradops.fractional_avg_pool_grad([1, 5, 6, 2], dy, rows.reshape(-1), [0, 3, 6]), want)

@@ -148,7 +148,50 @@ def test_explicit_padding_batch_depth_positions_follow_data_format():
 
 def test_use_cudnn_on_gpu_must_be_bool():
     raises(filter_grad, "use_cudnn_on_gpu", error=TypeError, use_cudnn_on_gpu="yes")
-    raises(input_grad, "use_cudnn_on_gpu", error=TypeError, use_cudnn_on_gpu=None)
+    raises(input_grad, "use_cudnn_on_gpu", error=TypeError, use_cudnn_on_gpu=1)
+
+
+def test_none_is_an_attributes_default(conv_call):
+    """As in TF's Python wrappers, None for a defaulted attribute means its default
+    (use_cudnn_on_gpu where the op has it)."""
+    expected = conv_call()
+    defaults = dict(explicit_paddings=None, data_format=None, dilations=None)
+    if conv_call in (filter_grad, input_grad):
+        defaults["use_cudnn_on_gpu"] = None
+    np.testing.assert_array_equal(conv_call(**defaults), expected)
+    raises(conv_call, "strides", error=TypeError, strides=None)  # no default: still required
+
+
+def test_none_overlapping_is_false():
+    np.testing.assert_array_equal(pool_grad(overlapping=None), pool_grad())
+    x = np.arange(36, dtype=np.float32).reshape(1, 6, 6, 1)
+    y = gradops.fractional_max_pool(x, [0, 2, 4, 6], [0, 3, 6], None)
+    np.testing.assert_array_equal(y, gradops.fractional_max_pool(x, [0, 2, 4, 6], [0, 3, 6]))
+    np.testing.assert_array_equal(gradops.fractional_max_pool_grad(x, y, np.ones_like(y), [0, 2, 4, 6], [0, 3, 6], None),
+                                  gradops.fractional_max_pool_grad(x, y, np.ones_like(y), [0, 2, 4, 6], [0, 3, 6]))
+    np.testing.assert_array_equal(gradops.fractional_avg_pool(x, [0, 2, 4, 6], [0, 3, 6], None),
+                                  gradops.fractional_avg_pool(x, [0, 2, 4, 6], [0, 3, 6]))
+
+
+@pytest.mark.parametrize("strides", [np.array([1, 1, 1, 1]), (1, 1, 1, 1), range(1, 2)], ids=["array", "tuple", "range"])
+def test_attribute_lists_may_be_sequences_or_1d_arrays(strides):
+    """Lists, tuples, ranges and 1-D NumPy arrays of integers are attribute lists."""
+    if isinstance(strides, range):
+        np.testing.assert_array_equal(filter_grad(dilations=[*strides] * 4), filter_grad())
+    else:
+        np.testing.assert_array_equal(filter_grad(strides=strides), filter_grad())
+
+
+@pytest.mark.parametrize("name", ["strides", "dilations", "explicit_paddings"])
+@pytest.mark.parametrize("value", [np.array(1), np.ones((2, 2), np.int64), {1, 2}, {1: 1, 2: 2}, (v for v in [1, 1, 1, 1]), 1],
+                         ids=["0d_array", "2d_array", "set", "dict", "generator", "int"])
+def test_attribute_lists_of_other_kinds_are_refused_by_name(conv_call, name, value):
+    """Anything else (a 0-d or 2-D array, a set, a dict, a generator, a number) is a TypeError
+    naming the attribute, not NumPy's own message nor a dict read by its keys."""
+    kw = {name: value}
+    if name == "explicit_paddings":
+        kw["padding"] = "EXPLICIT"
+    raises(conv_call, name, "list of integers", error=TypeError, **kw)
 
 
 # ---------------------------------------------------------------- tensor shapes
@@ -329,10 +372,10 @@ def test_fractional_out_backprop_must_be_4d():
     raises(pool_grad, "out_backprop", out_backprop=x_((3, 3, 2)))
 
 
-@pytest.mark.parametrize("shape", [(2, 3, 3, 2), (1, 3, 3, 3), (1, 3, 3, 1)], ids=["batch2", "depth3", "depth1"])
-def test_fractional_batch_and_depth_must_match_original(shape):
+@pytest.mark.parametrize("shape", [(2, 3, 3, 2), (1, 3, 3, 3)], ids=["batch2", "depth3"])
+def test_fractional_batch_and_depth_must_not_exceed_original(shape):
     """TF writes past the end of its gradient buffer when out_backprop's batch or depth is
-    larger, and leaves the rest zero when smaller; gradops refuses both."""
+    larger (a smaller one leaves the rest zero, and is computed: test_tf_parity)."""
     raises(pool_grad, "batch and depth", out_backprop=x_(shape))
 
 
@@ -371,6 +414,11 @@ def test_unordered_pooling_sequences_are_accepted():
 
 def test_pooling_sequence_must_be_integers():
     raises(pool_grad, "row_pooling_sequence", error=TypeError, row_pooling_sequence=[0.0, 2.0, 4.0, 6.0])
+    for unit in ("s", "ns"):  # NumPy files timedelta64 under its integer types
+        raises(pool_grad, "row_pooling_sequence", "integers", error=TypeError,
+               row_pooling_sequence=np.array([0, 2, 4, 6], f"timedelta64[{unit}]"))
+        raises(filter_grad, "filter_sizes", "integers", error=TypeError,
+               filter_sizes=np.array([3, 3, 4, 5], f"timedelta64[{unit}]"))
 
 
 def test_overlapping_must_be_bool():
@@ -421,8 +469,9 @@ def test_gpu_arrays_without_cupy_say_why():
 
 
 def test_memoised_geometry_keeps_value_types_apart_and_caches_no_refusal():
-    """A valid call caches its geometry; an argument equal to it but of another type (TF
-    refuses bool strides) or an invalid one is still validated, every time."""
+    """A valid call caches its geometry; an argument equal to it but of another type (gradops
+    refuses bool strides, which TF's Python wrapper converts) or an invalid one is still
+    validated, every time."""
     from gradops._geometry import conv2d_geometry
 
     args = ("conv2d_backprop_input", (1, 5, 5, 2), (3, 3, 2, 4), (1, 5, 5, 4))
