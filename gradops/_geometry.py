@@ -154,7 +154,8 @@ def windowed_output_size(op: str, dim_name: str, input_size: int, filter_size: i
     if output_size < 0:
         raise InvalidArgumentError(
             f"{op}: computed output {dim_name} would be negative: {output_size} "
-            f"[input_size: {input_size}, effective_filter_size: {effective}, stride: {stride}]"
+            f"[input_size: {input_size}, effective_filter_size: {effective}, stride: {stride}] "
+            f"(the input is smaller than the filter with padding={padding!r})"
         )
     return WindowDim(input_size, filter_size, output_size, stride, dilation, before, after)
 
@@ -248,6 +249,15 @@ class Conv2DGeometry:
                 * self.filter_in_depth * self.out_depth)
 
 
+#: Ops whose input or filter shape comes from a sizes argument rather than a tensor.
+SHAPE_ARGUMENTS = {
+    "conv2d_backprop_input": ("input_sizes", "filter"),
+    "depthwise_conv2d_native_backprop_input": ("input_sizes", "filter"),
+    "conv2d_backprop_filter": ("input", "filter_sizes"),
+    "depthwise_conv2d_native_backprop_filter": ("input", "filter_sizes"),
+}
+
+
 @memoised()
 def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[int],
                     out_backprop_shape: Sequence[int] | None, strides: Any, padding: Any,
@@ -269,8 +279,10 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
                                                  "the spacing of filter taps")
     explicit = _explicit_pads(op, padding, explicit_paddings, data_format)
 
-    input_shape = check_shape(op, "input", input_shape)
-    filter_shape = check_shape(op, "filter", filter_shape)
+    # The arguments that gave the input's and filter's shapes, for the messages.
+    input_name, filter_name = SHAPE_ARGUMENTS.get(op, ("input", "filter"))
+    input_shape = check_shape(op, input_name, input_shape)
+    filter_shape = check_shape(op, filter_name, filter_shape)
     batch, in_rows, in_cols, in_depth = nhwc(input_shape, data_format)
     filter_rows, filter_cols, filter_in_depth, filter_out = filter_shape
     forward = out_backprop_shape is None
@@ -283,11 +295,12 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
 
     if batch != ob_batch:
         raise InvalidArgumentError(
-            f"{op}: input and out_backprop must have the same batch size, got {batch} and {ob_batch}")
+            f"{op}: {input_name} and out_backprop must have the same batch size, got {batch} and {ob_batch}")
     if depthwise:
         if in_depth != filter_in_depth:
             raise InvalidArgumentError(
-                f"{op}: input and filter must have the same in_depth, got {in_depth} and {filter_in_depth}")
+                f"{op}: {input_name} and {filter_name} must have the same in_depth, got {in_depth} and "
+                f"{filter_in_depth}")
         out_depth = in_depth * filter_out
         if out_depth != ob_depth:
             raise InvalidArgumentError(
@@ -298,14 +311,15 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
     else:
         if filter_in_depth <= 0:
             raise InvalidArgumentError(
-                f"{op}: filter depth must be strictly greater than zero, got filter shape {list(filter_shape)}")
+                f"{op}: filter depth must be strictly greater than zero, got {filter_name} {list(filter_shape)}")
         if in_depth % filter_in_depth:
             raise InvalidArgumentError(
-                f"{op}: input depth must be evenly divisible by filter depth, got {in_depth} and {filter_in_depth}")
+                f"{op}: input depth must be evenly divisible by filter depth, got {in_depth} ({input_name}) and "
+                f"{filter_in_depth} ({filter_name})")
         out_depth = filter_out
         if out_depth != ob_depth:
             raise InvalidArgumentError(
-                f"{op}: filter and out_backprop must have the same out_depth, got {out_depth} and {ob_depth}")
+                f"{op}: {filter_name} and out_backprop must have the same out_depth, got {out_depth} and {ob_depth}")
         groups = in_depth // filter_in_depth
         # Each group maps filter_in_depth input channels to out_depth / groups output channels.
         # An input depth of 0 makes no group, which only an out_depth of 0 (all tensors empty)

@@ -8,9 +8,11 @@ The rule tested (TF semantics for every kernel gradops has):
   stays inf with its sign;
 * taps that fall on padding are skipped, never multiplied by a padded zero, so an Inf in
   ``out_backprop`` next to a border does not become NaN through the padding.  (TF's stock
-  CPU Conv2DBackpropFilter multiplies by the zeros of its im2col buffer and does produce NaN
-  there; its input-gradient and forward kernels skip padding.  gradops follows the
-  skip-padding rule in every op and every backend, so results do not depend on the backend.)
+  CPU Conv2DBackpropFilter multiplies by the zeros of its im2col buffer, and its
+  DepthwiseConv2dNativeBackpropInput the filter by a zero-filled out_backprop buffer, and
+  both produce NaN there; its Conv2DBackpropInput skips padding.  gradops follows the
+  skip-padding rule in every op and every backend, so results do not depend on the backend:
+  test_tf_parity.test_padding_is_skipped_not_multiplied_unlike_tf pins the difference.)
 * fractional pooling: each output (forward) or input (gradient) element sums the shares of
   the cells containing it; a non-finite value reaches only those cells.
 

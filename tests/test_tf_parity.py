@@ -508,6 +508,39 @@ def test_int32_conv2d_backprop_input_is_not_supported(tf):
         gradops.conv2d_backprop_input([1, 5, 5, 2], w, dy, _S1, "SAME")
 
 
+@pytest.mark.parametrize("op", ["depthwise_conv2d_native_backprop_input", "conv2d_backprop_filter"])
+def test_padding_is_skipped_not_multiplied_unlike_tf(tf, op):
+    """Known disagreement, on purpose: gradops skips taps that fall on padding in every op and
+    backend (tests/test_nan_inf.py), so an Inf next to a border stays Inf or finite.  TF's
+    DepthwiseConv2dNativeBackpropInput multiplies the filter by its zero-filled out_backprop
+    buffer and its Conv2DBackpropFilter the out_backprop by its zero-padded input patches:
+    0 * Inf = NaN there.  (Its Conv2DBackpropInput skips padding, and agrees with gradops.)
+    gradops' result is the brute-force skip-padding loop; TF's has NaN exactly where that
+    result is finite next to the Inf, and equals it elsewhere."""
+    import reference
+
+    ones = np.ones((1, 3, 3, 1), np.float32)
+    if op == "conv2d_backprop_filter":
+        dy = ones.copy()
+        dy[0, 0, 0, 0] = np.inf
+        got = gradops.conv2d_backprop_filter(ones, [3, 3, 1, 1], dy, _S1, "SAME")
+        want = reference.conv2d_backprop_filter(ones, (3, 3, 1, 1), dy, (1, 1), "SAME")
+        tf_result = tf.raw_ops.Conv2DBackpropFilter(input=ones, filter_sizes=[3, 3, 1, 1], out_backprop=dy,
+                                                    strides=_S1, padding="SAME").numpy()
+    else:
+        w = np.ones((3, 3, 1, 1), np.float32)
+        w[0, 0, 0, 0] = np.inf
+        got = gradops.depthwise_conv2d_native_backprop_input([1, 3, 3, 1], w, ones, _S1, "SAME")
+        want = reference.conv2d_backprop_input((1, 3, 3, 1), w, ones, (1, 1), "SAME")
+        tf_result = tf.raw_ops.DepthwiseConv2dNativeBackpropInput(input_sizes=[1, 3, 3, 1], filter=w, out_backprop=ones,
+                                                                  strides=_S1, padding="SAME").numpy()
+    np.testing.assert_array_equal(got, want)
+    finite = np.isfinite(want)
+    assert finite.any() and np.isinf(want).any()
+    assert np.isnan(tf_result[finite]).all()
+    np.testing.assert_array_equal(tf_result[~finite], want[~finite])
+
+
 def test_depthwise_dilations_differ_from_tf_on_purpose(tf):
     """TF accepts dilations on depthwise but ignores them; gradops honours them (documented).
 

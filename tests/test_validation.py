@@ -532,3 +532,17 @@ def test_memoised_geometry_takes_unhashable_arguments_uncached():
     args = ("conv2d_backprop_input", (1, 5, 5, 2), (3, 3, 2, 4), (1, 5, 5, 4))
     with_array = conv2d_geometry(*args, np.array([1, 1, 1, 1]), "SAME", [], "NHWC", [1, 1, 1, 1])
     assert with_array == conv2d_geometry(*args, [1, 1, 1, 1], "SAME", [], "NHWC", [1, 1, 1, 1])
+
+
+def test_shape_messages_name_the_sizes_argument():
+    """Where a shape comes from input_sizes or filter_sizes, the message names that argument
+    (TF's wording says input / filter)."""
+    raises(input_grad, "input_sizes and out_backprop", "batch size", input_sizes=[3, 6, 6, 4])
+    raises(depthwise_grad, "input_sizes and filter", "in_depth", input_sizes=[2, 6, 6, 3])
+    raises(filter_grad, "filter_sizes and out_backprop", "out_depth", filter_sizes=[3, 3, 4, 6])
+    raises(filter_grad, "filter_sizes", "strictly greater than zero", filter_sizes=[3, 3, 0, 5])
+    raises(filter_grad, "(input)", "(filter_sizes)", "evenly divisible", filter_sizes=[3, 3, 3, 5])
+    raises(gradops.conv2d_backprop_input_v2, "input and out_backprop", input=x_((3, 6, 6, 4)), filter=x_((3, 3, 4, 5)),
+           out_backprop=x_((2, 6, 6, 5)), strides=S1, padding="SAME")
+    raises(input_grad, "padding='EXPLICIT'", "negative", padding="EXPLICIT", input_sizes=[2, 1, 6, 4],
+           out_backprop=x_((2, 0, 6, 5)), explicit_paddings=[0, 0, 0, 0, 1, 1, 0, 0])
