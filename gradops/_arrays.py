@@ -222,25 +222,33 @@ def _device_memory_bytes(arrays) -> int:
         return 2**63 - 1
 
 
-def ready_for_backend(op: str, where: str, result_shape, arrays: dict[str, Any]) -> dict[str, Any]:
+def ready_for_backend(op: str, where: str, result_shape, arrays: dict[str, Any], extra_bytes: int = 0) -> dict[str, Any]:
     """``arrays`` as the backends take them, once the call is known to fit in memory.
 
     Byte-swapped host arrays (e.g. read from a big-endian file) hold the same values, but the
     backends and BLAS need native order: they are copied here, after validation, so a
     refused call never copies (a swapped broadcast view can have 2**40 logical elements).
     """
-    check_fits_in_memory(op, where, result_shape, *arrays.values())
+    check_fits_in_memory(op, where, result_shape, *arrays.values(), extra_bytes=extra_bytes)
     if where == GPU:
         return arrays
     return {name: a if a.dtype.isnative else a.astype(a.dtype.newbyteorder("="))
             for name, a in arrays.items()}
 
 
+def zero_extension_bytes(array: Any, shape) -> int:
+    """Bytes of the copy :func:`zero_extended` makes of ``array`` for ``shape`` (0: none)."""
+    return 0 if tuple(array.shape) == tuple(shape) else math.prod(shape) * array.dtype.itemsize
+
+
 def zero_extended(array: Any, shape, *, flat: bool = False):
-    """A zero tensor of ``shape`` and ``array``'s dtype, on ``array``'s device, holding
-    ``array`` in its leading corner (``array[i, j, ...]`` at ``[i, j, ...]``; no dimension of
-    ``array`` larger than ``shape``'s) or, with ``flat``, its elements in C order as the flat
-    prefix (``array.size`` at most ``shape``'s element count)."""
+    """``array`` itself when it has ``shape``, else a zero tensor of ``shape`` and ``array``'s
+    dtype, on ``array``'s device, holding ``array`` in its leading corner (``array[i, j, ...]``
+    at ``[i, j, ...]``; no dimension of ``array`` larger than ``shape``'s) or, with ``flat``,
+    its elements in C order as the flat prefix (``array.size`` at most ``shape``'s element
+    count)."""
+    if tuple(array.shape) == tuple(shape):
+        return array
     if location(array) == HOST:
         xp, device = np, contextlib.nullcontext()
     else:

@@ -31,7 +31,10 @@ INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 # --------------------------------------------------------------------------- attributes
 
 
-def _check_choice(op: str, name: str, value: Any, choices: Sequence[str]) -> str:
+def _check_choice(op: str, name: str, value: Any, choices: Sequence[str], default: str | None = None) -> str:
+    """``value``, one of ``choices`` (bytes decoded); None is ``default`` where there is one."""
+    if value is None and default is not None:
+        value = default
     if isinstance(value, bytes):
         value = value.decode("ascii", "replace")
     if not isinstance(value, str):
@@ -270,7 +273,7 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
     forward convolution: its output shape is computed instead of checked.
     """
     # None is an attribute's default, as in TF's Python wrappers (strides and padding have none).
-    data_format = _check_choice(op, "data_format", "NHWC" if data_format is None else data_format, DATA_FORMATS)
+    data_format = _check_choice(op, "data_format", data_format, DATA_FORMATS, default="NHWC")
     padding = _check_choice(op, "padding", padding, PADDINGS)
     dilations = (1, 1, 1, 1) if dilations is None else dilations
     explicit_paddings = () if explicit_paddings is None else explicit_paddings
@@ -362,7 +365,7 @@ def input_shape_from_sizes(op: str, input_sizes: list[int], filter_shape: Sequen
                            out_backprop_shape: Sequence[int], data_format: str,
                            allow_two: bool = True) -> tuple[int, ...]:
     """TF's Conv2DBackpropComputeInputShape: ``input_sizes`` of 4 entries, or [rows, cols]."""
-    data_format = _check_choice(op, "data_format", "NHWC" if data_format is None else data_format, DATA_FORMATS)
+    data_format = _check_choice(op, "data_format", data_format, DATA_FORMATS, default="NHWC")
     if len(input_sizes) == 4:
         if any(v < 0 for v in input_sizes):
             raise InvalidArgumentError(f"{op}: input_sizes must be non-negative, got {input_sizes}")

@@ -41,27 +41,25 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
     geometry = fractional_pool_geometry(op, orig_shape, arrays["out_backprop"].shape, rows, cols, overlapping)
     # An out_backprop of fewer images or channels than the input (TF leaves the rest of the
     # gradient zero) is padded with zeros to geometry.output_shape, once validated.
-    padded = arrays["out_backprop"].shape != geometry.output_shape
-    pad_bytes = math.prod(geometry.output_shape) * dtype.itemsize if padded else 0
+    pad_bytes = _arrays.zero_extension_bytes(arrays["out_backprop"], geometry.output_shape)
     # The result's own memory check first (its message is the precise one), then the tables',
     # both before ready_for_backend copies anything.
     _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values(), extra_bytes=pad_bytes)
-    _check_cell_tables_fit(op, where, geometry, arrays)
+    _check_cell_tables_fit(op, where, geometry, arrays, pad_bytes)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
-    if padded:
-        arrays["out_backprop"] = _arrays.zero_extended(arrays["out_backprop"], geometry.output_shape)
+    arrays["out_backprop"] = _arrays.zero_extended(arrays["out_backprop"], geometry.output_shape)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_avg_pool_grad, geometry, arrays["out_backprop"])
 
 
-def _check_cell_tables_fit(op: str, where: str, g, arrays: dict[str, Any]) -> None:
+def _check_cell_tables_fit(op: str, where: str, g, arrays: dict[str, Any], pad_bytes: int) -> None:
     """Every backend lists, on the host, the cells containing each input index: one int64 per
     (index, cell) pair, which grows with how much the cells overlap rather than with the
     tensors (n cells each covering all rows hold n * rows pairs).  Building the lists holds
     about four such arrays; refuse a call for which that cannot fit in this machine's memory.
     The GPU backend then uploads them with per-index offsets, cell sizes and per-tile cell
     ranges (at most 8 bytes each): refuse a GPU call whose tables cannot fit beside its result
-    and out_backprop in the GPU's memory."""
+    and out_backprop (and its ``pad_bytes`` zero-extended copy) in the GPU's memory."""
     entries = g.cell_table_entries
     need = 4 * 8 * entries
     limit = _arrays.host_memory_bytes()
@@ -73,7 +71,7 @@ def _check_cell_tables_fit(op: str, where: str, g, arrays: dict[str, Any]) -> No
     if where != _arrays.GPU:
         return
     tables = gpu_table_bytes(g)
-    need = tables + _arrays.tensor_bytes(g.input_shape, *arrays.values())
+    need = tables + _arrays.tensor_bytes(g.input_shape, *arrays.values()) + pad_bytes
     limit = _arrays.memory_bytes(where, arrays.values())
     if need > limit:
         raise InvalidArgumentError(

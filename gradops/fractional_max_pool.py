@@ -15,7 +15,6 @@ The gradient is out_backprop summed per chosen element in output order, in the e
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from . import _arrays
@@ -43,12 +42,9 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
                                             arrays["out_backprop"].shape, rows, cols, overlapping)
     # TF reads out_backprop flat, in order, as far as it goes: another shape of orig_output's
     # size is the same gradient, a smaller one is padded with zeros (validated, once).
-    padded = arrays["out_backprop"].shape != geometry.output_shape
-    pad_bytes = math.prod(geometry.output_shape) * dtype.itemsize if padded else 0
-    _arrays.check_fits_in_memory(op, where, geometry.input_shape, *arrays.values(), extra_bytes=pad_bytes)
-    arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays)
-    if padded:
-        arrays["out_backprop"] = _arrays.zero_extended(arrays["out_backprop"], geometry.output_shape, flat=True)
+    pad_bytes = _arrays.zero_extension_bytes(arrays["out_backprop"], geometry.output_shape)
+    arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays, extra_bytes=pad_bytes)
+    arrays["out_backprop"] = _arrays.zero_extended(arrays["out_backprop"], geometry.output_shape, flat=True)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_max_pool_grad, geometry, arrays["orig_input"], arrays["orig_output"],
                arrays["out_backprop"])
