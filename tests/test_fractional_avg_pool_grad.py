@@ -472,8 +472,8 @@ BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 def bfloat16_rounded_once(x):
     """float64 -> bfloat16 with a single round to nearest even, as CUDA's __double2bfloat16.
 
-    ml_dtypes converts through float32 and can round twice (1 + 2**-8 + 2**-30 becomes 1, not
-    1 + 2**-7).  Rounding to float32 "to odd" (truncate, then set the last bit when inexact)
+    ml_dtypes before 0.7 converted through float32 and could round twice (1 + 2**-8 + 2**-30
+    became 1, not 1 + 2**-7).  Rounding to float32 "to odd" (truncate, then set the last bit when inexact)
     keeps the information a second rounding to the 8-bit significand needs.
     """
     x = np.asarray(x, np.float64)
@@ -485,12 +485,38 @@ def bfloat16_rounded_once(x):
     return bits.view(np.float32).astype(BFLOAT16)
 
 
+def _bfloat16_nearest_even(x):
+    """float64 -> bfloat16 by search: the nearest of all finite bfloat16 values, ties to the even
+    bit pattern (an independent reference for the helper above; finite values in range only)."""
+    bits = np.arange(1 << 16, dtype=np.uint32).astype(np.uint16)
+    finite = bits[(bits & 0x7F80) != 0x7F80].view(BFLOAT16)  # exponent all ones: Inf and NaN
+    values = finite.astype(np.float64)
+    order = np.argsort(values, kind="stable")
+    finite, values = finite[order], values[order]
+    hi = np.clip(np.searchsorted(values, x), 1, len(values) - 1)
+    lo = hi - 1
+    d_lo, d_hi = x - values[lo], values[hi] - x
+    even_hi = (finite[hi].view(np.uint16) & 1) == 0
+    pick_hi = (d_hi < d_lo) | ((d_hi == d_lo) & even_hi)
+    return np.where(pick_hi, finite[hi], finite[lo])
+
+
 def test_bfloat16_rounded_once():
-    """The helper rounds once where ml_dtypes rounds twice, and agrees elsewhere."""
+    """The helper rounds float64 once to nearest even (ml_dtypes before 0.7 converted through
+    float32 and rounded 1 + 2**-8 + 2**-30 twice, to 1), checked against a search of every
+    bfloat16 value on ties, near-ties and random doubles."""
     assert float(bfloat16_rounded_once(1 + 2**-8 + 2**-30)) == 1 + 2**-7
-    assert float(np.float64(1 + 2**-8 + 2**-30).astype(BFLOAT16)) == 1.0  # the double rounding
-    values = np.random.default_rng(0).standard_normal(10000).astype(np.float32).astype(np.float64)
-    np.testing.assert_array_equal(bfloat16_rounded_once(values), values.astype(BFLOAT16))
+    assert float(bfloat16_rounded_once(-(1 + 2**-8 + 2**-30))) == -(1 + 2**-7)
+    assert float(bfloat16_rounded_once(1 + 2**-8)) == 1.0  # a tie: to the even significand
+    assert float(bfloat16_rounded_once(1 + 3 * 2**-8)) == 1 + 2**-6
+    rng = np.random.default_rng(0)
+    ulp = 2.0 ** rng.integers(-30, 10, 4000) * 2**-8  # half a bfloat16 ulp at each scale
+    ties = np.concatenate([ulp * 256 + ulp, ulp * 256 + ulp * 3])  # exact ties, both parities
+    near = np.concatenate([ties + ties * 2**-40, ties - ties * 2**-40])
+    values = np.concatenate([ties, near, rng.standard_normal(10000) * 2.0 ** rng.integers(-40, 40, 10000)])
+    values = np.concatenate([values, -values])
+    np.testing.assert_array_equal(bfloat16_rounded_once(values).view(np.uint16),
+                                  _bfloat16_nearest_even(values).view(np.uint16))
 
 
 def exact_grad(orig_shape, dy, rows, cols, overlapping):
@@ -1073,7 +1099,7 @@ def check_cuda(kwargs, expected, out_backprop=None):
         cells = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(kwargs["out_backprop"]), path="cells")
         assert_identical(to_host(cells), expected)
     numpy_result = gradops.fractional_avg_pool_grad(**kwargs, backend="numpy")
-    if got.dtype == BFLOAT16:  # ml_dtypes' cast may round twice (see bfloat16_rounded_once)
+    if got.dtype == BFLOAT16:  # ml_dtypes before 0.7 rounds twice (see bfloat16_rounded_once)
         assert_close(got, numpy_result, BFLOAT16)
     else:
         assert_identical(got, numpy_result)

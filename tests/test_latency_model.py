@@ -128,7 +128,11 @@ def test_fit_script_refits_from_the_committed_samples(tmp_path):
     assert other["estimate"]["within_1_5x"] > 2 * other["bound"]["within_1_5x"]
     assert "## Out of sample: the H100 run of 2026-11-22" in text
     # the errors by waves: the same from the committed samples' waves
-    assert again["by_waves"] == pytest.approx(committed["by_waves"]) and "## Launches of few waves" in text
+    # (approx compares a list's dicts exactly, so each row is compared on its own: another
+    # NumPy's summation order moves the geometric means by an ulp)
+    assert len(again["by_waves"]) == len(committed["by_waves"]) and "## Launches of few waves" in text
+    for row, committed_row in zip(again["by_waves"], committed["by_waves"]):
+        assert row == pytest.approx(committed_row)
 
 
 def test_waves_of_a_stage_and_the_errors_by_waves():
