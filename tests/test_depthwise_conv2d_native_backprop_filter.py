@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -177,6 +179,55 @@ def test_dilations_are_honoured(rng):
     assert not np.allclose(plain, dilated)
     ref, scale = expected_grad(x, (3, 3, 2, 2), dy, (1, 1), "SAME", (2, 2), NO_PADS)
     assert_close(dilated, ref, np.float64, scale)
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("multiplier", [1, 3])
+def test_numpy_batch_chunks_sum_in_a_fixed_order(rng, monkeypatch, multiplier, data_format):
+    """The NumPy backend adds per-chunk partial gradients computed on its thread pool: with
+    chunks of two images (the last one short) the result matches the reference, every image is
+    in exactly one chunk, and the bits do not depend on the number of workers."""
+    from gradops.backends import numpy_backend as nb
+    kwargs, x, dy, sizes = make_case(rng, x_shape=(7, 6, 5, 3), filt_hw=(3, 2), multiplier=multiplier,
+                                     strides=(2, 1), padding="SAME", data_format=data_format, dtype=np.float32)
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 2 * (x[0].nbytes + dy[0].nbytes))
+    chunks = []
+    sum_over_batch_chunks = nb._sum_over_batch_chunks
+    monkeypatch.setattr(nb, "_sum_over_batch_chunks", lambda batch, item, result_bytes, partial: sum_over_batch_chunks(
+        batch, item, result_bytes, lambda b: chunks.append((b.start, b.stop)) or partial(b)))
+    results = []
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(nb, "_WORKERS", workers)
+        results.append(gradops.depthwise_conv2d_native_backprop_filter(**kwargs))
+    assert sorted(chunks) == [(0, 2), (0, 2), (0, 2), (2, 4), (2, 4), (2, 4), (4, 6), (4, 6), (4, 6),
+                              (6, 7), (6, 7), (6, 7)]
+    ref, scale = expected_grad(x, sizes, dy, (2, 1), "SAME", (1, 1), NO_PADS)
+    assert_close(results[0], ref, np.float32, scale)
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
+
+
+def test_numpy_batch_chunks_grow_with_the_partial_results(monkeypatch):
+    """Chunks hold at least as many operand bytes as one partial result, so the partial results
+    held at once never outweigh the operands; they are added in batch order."""
+    from gradops.backends import numpy_backend as nb
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)
+    for workers in (1, 2):
+        monkeypatch.setattr(nb, "_WORKERS", workers)
+        order = []
+        total = nb._sum_over_batch_chunks(10, 100, 300, lambda b: order.append(b.start) or np.array([b.stop - b.start]))
+        assert sorted(order) == [0, 3, 6, 9] and total.tolist() == [10]
+        assert nb._sum_over_batch_chunks(10, 100, 1, lambda b: np.array([b.stop - b.start])).tolist() == [10]
+        assert nb._sum_over_batch_chunks(1, 100, 10**9, lambda b: np.array([b.stop - b.start])).tolist() == [1]
+        # float32 terms whose sum depends on the order; the first chunk finishes last
+        terms = np.float32([1e8, 1, -1e8, 1])
+
+        def partial(b):
+            if b.start == 0:
+                time.sleep(0.05)
+            return terms[b.start:b.start + 1].copy()
+
+        assert nb._sum_over_batch_chunks(4, 100, 4, partial).tolist() == [1.0]  # ((1e8 + 1) - 1e8) + 1
 
 
 def test_keyword_arguments_with_tf_names(rng):
