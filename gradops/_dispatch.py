@@ -118,8 +118,14 @@ def arrays_device(arrays) -> Any:
 
 
 def run(fn, geometry: Any, *arrays: Any):
-    """``fn(geometry, *arrays)`` on the device that holds the arrays (CuPy's current device otherwise)."""
-    with arrays_device(arrays):
+    """``fn(geometry, *arrays)`` on the device that holds the arrays (CuPy's current device otherwise).
+
+    NumPy's floating-point error handling is off for the call: NaN, Inf, overflow and
+    underflow follow IEEE arithmetic silently, as in TF and on the GPU, whatever the caller's
+    ``np.seterr`` (a caller's ``all="raise"`` made a NaN input raise FloatingPointError, and
+    the default printed RuntimeWarnings from the NumPy backend's internals).
+    """
+    with arrays_device(arrays), np.errstate(all="ignore"):
         return fn(geometry, *arrays)
 
 

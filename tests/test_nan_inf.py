@@ -24,6 +24,8 @@ against the NumPy backend.
 
 from __future__ import annotations
 
+import warnings
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -135,6 +137,63 @@ def test_depthwise_ops_propagate_like_ieee_loops(placement, dtype):
     assert_same_ieee(gradops.depthwise_conv2d_native(x, filt, **kw), reference.conv2d(f64(x), hwio, **geo), dtype)
     assert_same_ieee(gradops.depthwise_conv2d_native_backprop_filter(x, list(filt.shape), dy, **kw),
                      reference.conv2d_backprop_filter(f64(x), hwio.shape, f64(dy), **geo).reshape(filt.shape), dtype)
+
+
+def _special_calls(dtype):
+    """{op: (zero-argument call, expected result)} with +Inf and -Inf meeting in a sum (NaN),
+    a NaN, and values whose float16 sums overflow; batch 3, so the NumPy backend's thread pool
+    gets one chunk an image when chunks are tiny.  (fractional_max_pool does no arithmetic on
+    the values, so it is not among them.)  Expected results are computed first, under
+    NumPy's default error settings."""
+    rng = np.random.default_rng(5)
+    big = 6e4 if np.dtype(dtype) == np.float16 else 3e38
+    x = with_specials(rng, (3, 5, 6, 2), dtype, {0: INF, 1: -INF, 7: NAN, 9: big, 10: big})
+    dy = with_specials(rng, (3, 5, 6, 4), dtype, {0: INF, 1: -INF, 3: NAN, 20: big, 21: big})
+    filt = with_specials(rng, (3, 3, 2, 4), dtype, {0: INF, 4: -INF, 5: big, 6: big})
+    depthwise_filt = filt.reshape(3, 3, 2, 2, 2)[..., 0].copy()
+    conv = dict(strides=[1, 1, 1, 1], padding="SAME")
+    rows, cols = [0, 2, 4, 5], [0, 1, 3, 5, 6]  # overlapping cells: shared rows and columns sum
+    pool_x = with_specials(rng, (3, 6, 7, 2), dtype, {0: INF, 2: -INF, 5: big})  # one channel, one cell
+    pool_y = gradops.fractional_max_pool(pool_x, rows, cols, True)
+    pool_dy = with_specials(rng, pool_y.shape, dtype, {0: INF, 2: -INF, 4: INF, 6: -INF, 9: NAN, 11: big, 13: big})
+    calls = {
+        "conv2d": lambda: gradops.conv2d(x, filt[:, :, :, :4], **conv),
+        "conv2d_backprop_input": lambda: gradops.conv2d_backprop_input(x.shape, filt, dy, **conv),
+        "conv2d_backprop_filter": lambda: gradops.conv2d_backprop_filter(x, filt.shape, dy, **conv),
+        "depthwise_conv2d_native": lambda: gradops.depthwise_conv2d_native(x, depthwise_filt, **conv),
+        "depthwise_conv2d_native_backprop_input": lambda: gradops.depthwise_conv2d_native_backprop_input(
+            x.shape, depthwise_filt, dy, **conv),
+        "depthwise_conv2d_native_backprop_filter": lambda: gradops.depthwise_conv2d_native_backprop_filter(
+            x, depthwise_filt.shape, dy, **conv),
+        "fractional_avg_pool": lambda: gradops.fractional_avg_pool(pool_x, rows, cols, True),
+        "fractional_avg_pool_grad": lambda: gradops.fractional_avg_pool_grad(pool_x.shape, pool_dy, rows, cols, True),
+        "fractional_max_pool_grad": lambda: gradops.fractional_max_pool_grad(pool_x, pool_y, pool_dy, rows, cols, True),
+    }
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return {op: (call, call()) for op, call in calls.items()}
+
+
+SPECIAL_OPS = list(_special_calls(np.float32))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+@pytest.mark.parametrize("op", SPECIAL_OPS)
+def test_specials_raise_no_floating_point_error_or_warning(monkeypatch, op, dtype):
+    """NaN, Inf and overflow follow IEEE arithmetic silently, as in TF and on the GPU: no
+    RuntimeWarning and no FloatingPointError, even under a caller's np.errstate(all="raise"),
+    also from the NumPy backend's pool threads (forced: 2 workers, tiny chunks); the caller's
+    settings are its own again afterwards."""
+    from gradops.backends import numpy_backend as nb
+    monkeypatch.setattr(nb, "_WORKERS", 2)
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)
+    call, expected = _special_calls(dtype)[op]
+    assert not np.isfinite(f64(expected)).all()
+    with warnings.catch_warnings(), np.errstate(all="raise", under="warn"):
+        warnings.simplefilter("error")
+        got = call()
+        assert np.geterr() == {"divide": "raise", "over": "raise", "under": "warn", "invalid": "raise"}
+    np.testing.assert_array_equal(f64(got), f64(expected))
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)

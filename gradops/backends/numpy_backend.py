@@ -151,6 +151,19 @@ def _pool() -> ThreadPoolExecutor:
     return _POOL
 
 
+def _submit(fn, *args):
+    """``fn(*args)`` on the thread pool, under the caller's NumPy floating-point error settings
+    (``np.errstate`` is per thread, and pool threads would otherwise warn where the caller
+    asked for silence)."""
+    settings = np.geterr()
+
+    def call():
+        with np.errstate(**settings):
+            return fn(*args)
+
+    return _pool().submit(call)
+
+
 def _for_batch_chunks(batch: int, bytes_per_item: int, work) -> None:
     """Run ``work(batch_slice)`` over disjoint batch chunks, spread over a thread pool.
 
@@ -163,7 +176,7 @@ def _for_batch_chunks(batch: int, bytes_per_item: int, work) -> None:
         for sl in slices:
             work(sl)
         return
-    for future in [_pool().submit(work, sl) for sl in slices]:
+    for future in [_submit(work, sl) for sl in slices]:
         future.result()
 
 
@@ -181,7 +194,7 @@ def _sum_over_batch_chunks(batch: int, bytes_per_item: int, result_bytes: int, p
         for sl in slices[1:]:
             total += partial(sl)
         return total
-    futures = [_pool().submit(partial, sl) for sl in slices]
+    futures = [_submit(partial, sl) for sl in slices]
     total = futures[0].result()
     for future in futures[1:]:
         total += future.result()
