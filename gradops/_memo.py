@@ -4,10 +4,11 @@ Validation and geometry are pure functions of the attributes and shapes, and rep
 with the same ones are the common case (a training step).  A call's arguments become a key
 that keeps each value's type (``[1, 1, 1, 1]`` and ``[True, 1, 1, 1]`` must not share an
 entry: gradops refuses the second, which TF's wrapper would convert); arguments that cannot
-be frozen (a NumPy array, a custom object) bypass the cache.  Exceptions are not cached, so every invalid call is refused with
-its own message.  The cache is shared by threads: a lock covers each lookup-and-reorder and
-each insert-and-evict (another thread's eviction between a hit and its reorder would raise
-KeyError), but not the validation itself, which two threads may then run for the same key.
+be frozen (a NumPy array, a custom object) bypass the cache.  Exceptions are not cached, so
+every invalid call is refused with its own message.  The cache is shared by threads: a lock
+covers each lookup-and-reorder and each insert-and-evict (another thread's eviction between a
+hit and its reorder would raise KeyError), but not the validation itself, which two threads
+may then run for the same key.
 """
 
 from __future__ import annotations

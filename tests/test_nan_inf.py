@@ -140,11 +140,10 @@ def test_depthwise_ops_propagate_like_ieee_loops(placement, dtype):
 
 
 def _special_calls(dtype):
-    """{op: (zero-argument call, expected result)} with +Inf and -Inf meeting in a sum (NaN),
-    a NaN, and values whose float16 sums overflow; batch 3, so the NumPy backend's thread pool
-    gets one chunk an image when chunks are tiny.  (fractional_max_pool does no arithmetic on
-    the values, so it is not among them.)  Expected results are computed first, under
-    NumPy's default error settings."""
+    """{op: zero-argument call} with +Inf and -Inf meeting in a sum (NaN), a NaN, and values
+    whose float16 sums overflow; batch 3, so the NumPy backend's thread pool gets one chunk an
+    image when chunks are tiny.  (fractional_max_pool does no arithmetic on the values, so it
+    is not among them.)"""
     rng = np.random.default_rng(5)
     big = 6e4 if np.dtype(dtype) == np.float16 else 3e38
     x = with_specials(rng, (3, 5, 6, 2), dtype, {0: INF, 1: -INF, 7: NAN, 9: big, 10: big})
@@ -156,7 +155,7 @@ def _special_calls(dtype):
     pool_x = with_specials(rng, (3, 6, 7, 2), dtype, {0: INF, 2: -INF, 5: big})  # one channel, one cell
     pool_y = gradops.fractional_max_pool(pool_x, rows, cols, True)
     pool_dy = with_specials(rng, pool_y.shape, dtype, {0: INF, 2: -INF, 4: INF, 6: -INF, 9: NAN, 11: big, 13: big})
-    calls = {
+    return {
         "conv2d": lambda: gradops.conv2d(x, filt[:, :, :, :4], **conv),
         "conv2d_backprop_input": lambda: gradops.conv2d_backprop_input(x.shape, filt, dy, **conv),
         "conv2d_backprop_filter": lambda: gradops.conv2d_backprop_filter(x, filt.shape, dy, **conv),
@@ -169,9 +168,6 @@ def _special_calls(dtype):
         "fractional_avg_pool_grad": lambda: gradops.fractional_avg_pool_grad(pool_x.shape, pool_dy, rows, cols, True),
         "fractional_max_pool_grad": lambda: gradops.fractional_max_pool_grad(pool_x, pool_y, pool_dy, rows, cols, True),
     }
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        return {op: (call, call()) for op, call in calls.items()}
 
 
 SPECIAL_OPS = list(_special_calls(np.float32))
@@ -187,7 +183,10 @@ def test_specials_raise_no_floating_point_error_or_warning(monkeypatch, op, dtyp
     from gradops.backends import numpy_backend as nb
     monkeypatch.setattr(nb, "_WORKERS", 2)
     monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)
-    call, expected = _special_calls(dtype)[op]
+    call = _special_calls(dtype)[op]
+    with warnings.catch_warnings():  # the expected result, under NumPy's default settings
+        warnings.simplefilter("ignore", RuntimeWarning)
+        expected = call()
     assert not np.isfinite(f64(expected)).all()
     with warnings.catch_warnings(), np.errstate(all="raise", under="warn"):
         warnings.simplefilter("error")

@@ -164,20 +164,26 @@ def _submit(fn, *args):
     return _pool().submit(call)
 
 
-def _for_batch_chunks(batch: int, bytes_per_item: int, work) -> None:
-    """Run ``work(batch_slice)`` over disjoint batch chunks, spread over a thread pool.
-
-    NumPy's element-wise loops release the GIL, so chunks run in parallel; their writes are
-    to disjoint batch slices.
-    """
-    chunk = min(max(1, _CHUNK_BYTES // max(1, bytes_per_item)), -(-batch // _WORKERS))
-    slices = [slice(b, min(b + chunk, batch)) for b in range(0, batch, chunk)]
+def _in_order(fn, slices):
+    """``fn(sl)`` for each slice, yielded in slice order: computed on the thread pool (NumPy's
+    loops release the GIL) where there are workers and several slices, else one by one as
+    they are consumed."""
     if _WORKERS == 1 or len(slices) == 1:
-        for sl in slices:
-            work(sl)
-        return
-    for future in [_submit(work, sl) for sl in slices]:
-        future.result()
+        return map(fn, slices)
+    return (future.result() for future in [_submit(fn, sl) for sl in slices])
+
+
+def _image_bytes(g: Conv2DGeometry, acc: np.dtype) -> int:
+    """Bytes of one image's input plus its out_backprop in the accumulator type."""
+    return (g.in_rows * g.in_cols * g.in_depth + g.out_rows * g.out_cols * g.out_depth) * acc.itemsize
+
+
+def _for_batch_chunks(batch: int, bytes_per_item: int, work) -> None:
+    """Run ``work(batch_slice)`` over disjoint batch chunks, spread over a thread pool; their
+    writes are to disjoint batch slices."""
+    chunk = min(max(1, _CHUNK_BYTES // max(1, bytes_per_item)), -(-batch // _WORKERS))
+    for _ in _in_order(work, [slice(b, min(b + chunk, batch)) for b in range(0, batch, chunk)]):
+        pass
 
 
 def _sum_over_batch_chunks(batch: int, bytes_per_item: int, result_bytes: int, partial) -> np.ndarray:
@@ -188,16 +194,10 @@ def _sum_over_batch_chunks(batch: int, bytes_per_item: int, result_bytes: int, p
     where their partial results together would outweigh the operands.
     """
     chunk = max(1, _CHUNK_BYTES // max(1, bytes_per_item), -(-result_bytes // max(1, bytes_per_item)))
-    slices = [slice(b, min(b + chunk, batch)) for b in range(0, batch, chunk)]
-    if _WORKERS == 1 or len(slices) == 1:
-        total = partial(slices[0])
-        for sl in slices[1:]:
-            total += partial(sl)
-        return total
-    futures = [_submit(partial, sl) for sl in slices]
-    total = futures[0].result()
-    for future in futures[1:]:
-        total += future.result()
+    results = _in_order(partial, [slice(b, min(b + chunk, batch)) for b in range(0, batch, chunk)])
+    total = next(results)
+    for result in results:
+        total += result
     return total
 
 
@@ -221,8 +221,7 @@ def _sum_over_taps(g: Conv2DGeometry, src: np.ndarray, weights: np.ndarray, dst_
     if groups == 1:  # per-tap GEMMs over the whole batch: BLAS threads and blocks them itself
         work(slice(0, g.batch))
     else:
-        item = (g.in_rows * g.in_cols * g.in_depth + g.out_rows * g.out_cols * g.out_depth) * acc.itemsize
-        _for_batch_chunks(g.batch, item, work)
+        _for_batch_chunks(g.batch, _image_bytes(g, acc), work)
     return dst
 
 
@@ -529,8 +528,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input: np.ndarray
                 grad[r, s, :, j] = np.einsum("nhwc,nhwc->c", x_tap, planes[j][:, out_idx[0], out_idx[1], :])
         return grad
 
-    item = (g.in_rows * g.in_cols * g.in_depth + g.out_rows * g.out_cols * g.out_depth) * acc.itemsize
-    grad = _sum_over_batch_chunks(g.batch, item, math.prod(g.filter_shape) * acc.itemsize, partial)
+    grad = _sum_over_batch_chunks(g.batch, _image_bytes(g, acc), math.prod(g.filter_shape) * acc.itemsize, partial)
     return grad.astype(out_backprop.dtype, copy=False)
 
 
