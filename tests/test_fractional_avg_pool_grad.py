@@ -183,6 +183,54 @@ def test_integer_truncation_sum_order_matches_tf():
     np.testing.assert_array_equal(got, ref)
 
 
+# --------------------------------------------------------------------------- forward op, NumPy runs
+
+
+@pytest.mark.parametrize("axis", [1, 2])
+def test_numpy_prefix_sums_by_slices_are_cumsums(monkeypatch, axis):
+    """The forward's prefix sums, one add per index where slices are large, are np.cumsum's
+    float64 additions in its order, bit for bit (a cell of -0.0 sums to -0.0 in both)."""
+    from gradops.backends import numpy_backend as nb
+
+    rng = np.random.default_rng(3)
+    x = (rng.standard_normal((2, 9, 7, 5)) * 10.0 ** rng.integers(-8, 9, (2, 9, 7, 5))).astype(np.float32)
+    x[:, 0] = -0.0
+    starts, stops = np.array([0, 0, 2, 3, 1]), np.array([1, 4, 2, 7, 7])
+    results = []
+    for minimum in (0, 10**9):  # always by slices, never
+        monkeypatch.setattr(nb, "PREFIX_SLICE_MIN_ELEMENTS", minimum)
+        results.append(nb._cell_sums(x, axis, starts, stops))
+    np.testing.assert_array_equal(results[0], results[1])
+    assert (np.signbit(results[0]) == np.signbit(results[1])).all()
+    assert np.signbit(results[0][:, 0]).all() if axis == 1 else True
+
+
+@pytest.mark.parametrize("cells", ["few", "many"])
+def test_numpy_forward_batch_runs_match_one_run(monkeypatch, cells):
+    """The forward average takes runs of images on the thread pool; an Inf in one image picks
+    the non-finite sums for the whole batch, so every run of images (and any number of workers)
+    gives the one-run result bit for bit."""
+    from gradops.backends import numpy_backend as nb
+
+    rng = np.random.default_rng(4)
+    # float64 over 12 decades: prefix-sum differences and direct sums round differently here
+    x = rng.standard_normal((5, 9, 8, 3)) * 10.0 ** rng.integers(-6, 7, (5, 9, 8, 3))
+    x[3, 4, 2, 1] = np.inf
+    rows, cols = [0, 2, 3, 6, 9], [0, 3, 5, 8]
+    if cells == "many":
+        monkeypatch.setattr(nb, "DIRECT_SUM_MAX_CELLS", 0)
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 1 << 40)
+    whole = gradops.fractional_avg_pool(x, rows, cols)
+    clean = gradops.fractional_avg_pool(np.delete(x, 3, axis=0), rows, cols)
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)  # one image a run
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(nb, "_WORKERS", workers)
+        np.testing.assert_array_equal(gradops.fractional_avg_pool(x, rows, cols), whole)
+    assert np.isinf(whole[3]).any() and np.isfinite(np.delete(whole, 3, axis=0)).all()
+    assert_close(np.delete(whole, 3, axis=0), clean, np.float64)
+    assert_close(clean, fractional_avg_pool(np.delete(x, 3, axis=0), rows, cols, False), np.float64)
+
+
 # --------------------------------------------------------------------------- adjoint identity
 
 

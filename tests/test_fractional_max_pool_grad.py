@@ -181,7 +181,7 @@ def test_chunked_windows_match_brute_force(monkeypatch, overlapping, dtype):
 
     def counted(g, value):
         for part in real(g, value):
-            chunks.append(part[0].size * part[1].size)
+            chunks.append((part[0].size * part[1].size, len(value)))  # (cells, images)
             yield part
 
     monkeypatch.setattr(numpy_backend, "_max_pool_windows", counted)
@@ -192,11 +192,77 @@ def test_chunked_windows_match_brute_force(monkeypatch, overlapping, dtype):
         y, dy, grad = forward_then_grad(x, rows, cols, overlapping, rng)
         np.testing.assert_array_equal(y, maxima)
         np.testing.assert_array_equal(grad, brute_grad(x, dy, rows, cols, overlapping))
-        assert sum(chunks) == 2 * cells  # the forward and the gradient each visit every cell once
+        # the forward and the gradient (whole batch, or runs of images) each visit every
+        # cell of every image once
+        assert sum(c * n for c, n in chunks) == 2 * cells * len(x)
         if budget == 1:
-            assert max(chunks) == 1
+            assert max(c for c, _ in chunks) == 1
         if budget == 150:
-            assert 1 < max(chunks) < cells
+            assert 1 < max(c for c, _ in chunks) < cells
+
+
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_numpy_batch_runs_on_the_thread_pool(monkeypatch, overlapping):
+    """The NumPy backend takes runs of images on its thread pool: with runs of two images (the
+    last one short) every image is in one run, the result is the reference's (float32 sums of
+    up to four terms in output order, where overlapping cells share a corner) and its bits do
+    not depend on the number of workers."""
+    from gradops.backends import numpy_backend as nb
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((5, 9, 8, 3)).astype(np.float32)
+    rows, cols = random_sequence(rng, 9, 5, overlapping), random_sequence(rng, 8, 4, overlapping)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    dy = rng.standard_normal(y.shape).astype(np.float32)
+    per_image = (x[0].nbytes * 2 + y[0].nbytes * 2 + y[0].size * 8)  # inputs, gradient, chosen offsets
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 2 * per_image)
+    runs = []
+    windows = nb._max_pool_windows
+
+    def recorded(g, value):
+        runs.append(len(value))
+        return windows(g, value)
+
+    monkeypatch.setattr(nb, "_max_pool_windows", recorded)
+    results = []
+    for workers in (1, 2, 3):
+        monkeypatch.setattr(nb, "_WORKERS", workers)
+        results.append(gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping))
+    assert sorted(runs) == [1] * 3 + [2] * 6
+    np.testing.assert_array_equal(results[0], brute_grad(x, dy, rows, cols, overlapping))
+    for got in results[1:]:
+        np.testing.assert_array_equal(got, results[0])
+
+
+def test_numpy_batch_runs_report_the_first_mismatch_in_batch_order(monkeypatch):
+    """Where images 1 and 3 both break orig_output, the error names image 1's element, also when
+    the run holding image 3 finishes first."""
+    import threading
+    import time
+
+    from gradops.backends import numpy_backend as nb
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((4, 6, 6, 2)).astype(np.float32)
+    rows, cols = [0, 2, 4, 6], [0, 3, 6]
+    y = gradops.fractional_max_pool(x, rows, cols)
+    y[3, 1, 0, 0] += 1
+    y[1, 2, 1, 1] -= 1
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)  # one image a run
+    monkeypatch.setattr(nb, "_WORKERS", 4)
+    windows = nb._max_pool_windows
+    slow = []
+
+    def delayed(g, value):
+        if np.shares_memory(value, x[1]):  # image 1's run checks last
+            slow.append(threading.get_ident())
+            time.sleep(0.2)
+        return windows(g, value)
+
+    monkeypatch.setattr(nb, "_max_pool_windows", delayed)
+    with pytest.raises(gradops.InvalidArgumentError, match=r"at \[1, 2, 1, 1\] orig_output holds"):
+        gradops.fractional_max_pool_grad(x, y, np.ones_like(y), rows, cols)
+    assert slow  # x reached the backend as passed, and image 1 was delayed
 
 
 # The NumPy backend finds each cell's chosen element by a scan (small cells) or by argmax.
