@@ -1,7 +1,8 @@
 """The NumPy backend's fast paths, each on shapes that reach it and its boundaries.
 
-Unit-stride convolution gradients run on a zero-padded flat layout (``_flat_layout``), and
-fractional pooling with at most two cells per index runs ``_pool_grad_two_cells``.  Each test
+Unit-stride convolution gradients run on a zero-padded flat layout (``_flat_layout``), the
+depthwise input gradient per stride phase on a zero-padded copy (``_depthwise_input_grad``),
+and fractional pooling with at most two cells per index runs ``_pool_grad_two_cells``.  Each test
 records which path ran (so a shape that silently falls back fails) and compares with the loop
 references in ``reference.py``.
 """
@@ -34,7 +35,7 @@ def taken(monkeypatch):
 
         monkeypatch.setattr(nb, name, wrapper)
 
-    for name in ("_unit_stride_input_grad", "_unit_stride_filter_grad", "_unit_stride_depthwise_input_grad",
+    for name in ("_unit_stride_input_grad", "_unit_stride_filter_grad", "_depthwise_input_grad",
                  "_pool_grad_two_cells", "_pool_grad_steps"):
         spy(name)
     return record
@@ -130,10 +131,73 @@ def test_unit_stride_depthwise_input_grad(rng, taken, case, multiplier):
     depthwise_filter = filt.reshape(*filt.shape[:2], depth, multiplier)
     kwargs, _ = _attrs(*case[3:])
     got = gradops.depthwise_conv2d_native_backprop_input((n, h, w, depth), depthwise_filter, dy, **kwargs)
-    assert taken["_unit_stride_depthwise_input_grad"] == [True]
+    assert taken["_depthwise_input_grad"] == [True]
     ref = reference.conv2d_backprop_input((n, h, w, depth), filt.astype(np.float64), dy.astype(np.float64),
                                           (1, 1), case[3], case[4], pads)
     assert_close(got, ref, np.float32)
+
+
+# (name, (N, H, W), (R, S), strides, padding, dilations, explicit): the depthwise input
+# gradient's stride phases, including phases no tap reaches (their inputs stay zero), taps
+# recurring every stride / gcd(stride, dilation) filter positions, and odd image sizes.
+STRIDED_DEPTHWISE_CASES = [
+    ("same_3x3_s2", (2, 13, 12), (3, 3), (2, 2), "SAME", (1, 1), None),
+    ("valid_5x5_s2", (2, 33, 31), (5, 5), (2, 2), "VALID", (1, 1), None),
+    ("unequal_strides", (2, 14, 15), (3, 4), (3, 2), "SAME", (1, 1), None),
+    ("filter_shorter_than_stride", (2, 12, 13), (1, 2), (3, 3), "VALID", (1, 1), None),  # empty phases
+    ("dilation_shares_the_stride", (2, 20, 19), (3, 3), (2, 2), "SAME", (2, 2), None),  # one phase a tap row
+    ("dilation_coprime", (2, 21, 22), (4, 3), (2, 3), "SAME", (3, 2), None),
+    ("explicit_asymmetric", (2, 16, 18), (3, 3), (2, 2), "EXPLICIT", (1, 1), ((2, 0), (1, 3))),
+    ("stride_past_the_image", (2, 3, 13), (2, 3), (4, 2), "VALID", (1, 1), None),  # phases 3.. hold no input
+]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("multiplier", [1, 2, 3])
+@pytest.mark.parametrize("case", STRIDED_DEPTHWISE_CASES, ids=_ids(STRIDED_DEPTHWISE_CASES))
+def test_strided_depthwise_input_grad(rng, taken, case, multiplier, dtype):
+    _, (n, h, w), (r, s), strides, padding, dilations, explicit = case
+    pads = ((0, 0), (0, 0)) if explicit is None else explicit
+    depth = 3
+    oh, _ = reference.window(h, r, strides[0], dilations[0], padding, pads[0])
+    ow, _ = reference.window(w, s, strides[1], dilations[1], padding, pads[1])
+    filt = random_array(rng, (r, s, depth, multiplier), dtype)
+    dy = random_array(rng, (n, oh, ow, depth * multiplier), dtype)
+    kwargs, _ = _attrs(padding, dilations, explicit)
+    kwargs["strides"] = [1, *strides, 1]
+    got = gradops.depthwise_conv2d_native_backprop_input((n, h, w, depth), filt, dy, **kwargs)
+    assert taken["_depthwise_input_grad"] == [True]
+    ref = reference.conv2d_backprop_input((n, h, w, depth), reference.depthwise_to_hwio(filt).astype(np.float64),
+                                          dy.astype(np.float64), strides, padding, dilations, pads)
+    assert got.dtype == np.dtype(dtype) and got.flags.c_contiguous
+    assert_close(got, ref, dtype, scale=max(1.0, float(np.abs(ref).max())) * r * s)
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_depthwise_input_grad_column_runs(rng, taken, monkeypatch, workers):
+    """Filter tiles shorter than a phase's row of inputs: each row is summed in several column
+    runs (the last one short), images in several chunks, the bits the same for any worker count."""
+    monkeypatch.setattr(nb, "_WORKERS", workers)
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)
+    depth, multiplier = 2, 2
+    filt = random_array(rng, (3, 3, depth, multiplier), np.float32)
+    dy = random_array(rng, (3, 6, 9, depth * multiplier), np.float32)
+    for tile_elements, runs in ((4 * depth * multiplier, 3), (10**6, 1)):  # 4 inputs a run: 9 -> 4, 4, 1
+        monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", tile_elements)
+        einsums = []
+        einsum = np.einsum
+        monkeypatch.setattr(nb.np, "einsum", lambda *args, **kwargs: einsums.append(args[1].shape) or einsum(*args, **kwargs))
+        got = gradops.depthwise_conv2d_native_backprop_input((3, 12, 17, depth), filt, dy, [1, 2, 2, 1], "SAME")
+        monkeypatch.setattr(nb.np, "einsum", einsum)
+        # 3 chunks of one image x 4 phases x the runs of each phase's 9 or 8 columns
+        assert len(einsums) == 3 * (2 * runs + 2 * (2 if runs == 3 else 1))
+        ref = reference.conv2d_backprop_input((3, 12, 17, depth), reference.depthwise_to_hwio(filt).astype(np.float64),
+                                              dy.astype(np.float64), (2, 2), "SAME")
+        assert_close(got, ref, np.float32)
+        if tile_elements == 10**6:
+            np.testing.assert_array_equal(got, first)
+        first = got
+    assert taken["_depthwise_input_grad"] == [True, True]
 
 
 @pytest.mark.parametrize("case", FALLBACK_CASES, ids=_ids(FALLBACK_CASES))
@@ -161,7 +225,7 @@ def test_grouped_and_strided_calls_keep_the_tap_paths(rng, taken):
     got = gradops.conv2d_backprop_filter(x, filt.shape, dy, [1, 2, 2, 1], "SAME")
     assert_close(got, reference.conv2d_backprop_filter(x, filt.shape, dy, (2, 2), "SAME"), np.float64)
     assert not any(taken.get(name) for name in
-                   ("_unit_stride_input_grad", "_unit_stride_filter_grad", "_unit_stride_depthwise_input_grad"))
+                   ("_unit_stride_input_grad", "_unit_stride_filter_grad", "_depthwise_input_grad"))
 
 
 def test_nchw_reaches_the_flat_paths(rng, taken):
@@ -198,7 +262,7 @@ def test_depthwise_row_chunks(rng, taken, monkeypatch):
     x, filt, dy, pads = _problem(rng, np.float64, case, 3, 6, filter_in_depth=1)
     got = gradops.depthwise_conv2d_native_backprop_input(x.shape, filt.reshape(3, 3, 3, 2), dy, [1, 1, 1, 1], "SAME")
     assert_close(got, reference.conv2d_backprop_input(x.shape, filt, dy, (1, 1), "SAME", (1, 1), pads), np.float64)
-    assert taken["_unit_stride_depthwise_input_grad"] == [True]
+    assert taken["_depthwise_input_grad"] == [True]
 
 
 @pytest.mark.parametrize("dtype", [np.float16, "bfloat16"])
@@ -247,7 +311,7 @@ def test_non_finite_values_stay_in_their_own_products(rng, taken, where, value):
                                   reference.conv2d_backprop_input(x.shape, reference.depthwise_to_hwio(dw), dy, *args))
     # Each flat path runs exactly when the operands it multiplies by padding are finite.
     assert ("_unit_stride_input_grad" in taken) == (where != "filter")
-    assert ("_unit_stride_depthwise_input_grad" in taken) == (where != "filter")
+    assert ("_depthwise_input_grad" in taken) == (where != "filter")
     assert ("_unit_stride_filter_grad" in taken) == (where == "filter")
 
 

@@ -4,9 +4,10 @@ Each function takes a validated geometry from ``gradops._geometry`` and NumPy ar
 geometry's layout, and returns a new array in the input dtype.  Convolutions run as one
 vectorised contraction per filter tap over all batches and output positions: a tap's valid
 output range is computed in closed form, so padding is not materialised (explicit paddings
-can be huge) and no work is spent on padded zeros.  The exception is unit strides with
-modest padding, where a zero-padded flat copy turns every tap into contiguous rows (see
-``_flat_layout``).
+can be huge) and no work is spent on padded zeros.  The exceptions, where padding is modest:
+unit-stride convolutions, where a zero-padded flat copy turns every tap into contiguous rows
+(see ``_flat_layout``), and the depthwise input gradient, one einsum per stride phase over
+a zero-padded copy of out_backprop (``_depthwise_input_grad``).
 """
 
 from __future__ import annotations
@@ -371,41 +372,148 @@ def _filter_column_chunks(g: Conv2DGeometry, per_column: int, operands: int):
     return [(s0, min(s0 + step, g.filter_cols)) for s0 in range(0, g.filter_cols, step)]
 
 
-def _unit_stride_depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc: np.dtype):
-    """conv2d_backprop_input when every group has one input channel (depthwise) and strides are
-    unit, or None where padding would cost too much.  ``w`` is [R, S, O] with output channel
-    c * multiplier + m belonging to input channel c; ``dy`` NHWC; returns the NHWC gradient.
+class _PhaseTaps(NamedTuple):
+    """One dimension of a depthwise input gradient, for the inputs i = phase + stride * u.
 
-    A window view of the flat out_backprop ([position, R, S, O], taps as strides, no copy) lets
-    one einsum per chunk multiply-add all taps without temporaries; the multiplier's channels
-    are summed last.
+    Those inputs receive from the taps t = first + step * j (j < taps) whose reads land on
+    out_backprop positions, input u from position u + offset - step_offset * j.
     """
-    layout = _flat_layout(g, transposed=True)
-    if layout is None:
+
+    phase: int
+    inputs: int  # count of u
+    first: int
+    step: int
+    taps: int
+    offset: int
+    step_offset: int
+
+
+def _phase_taps(in_size, filter_size, stride, dilation, pad_before) -> list[_PhaseTaps]:
+    """The stride phases of one dimension that hold inputs and taps.
+
+    Tap t reads out_backprop position o = (i + pad - t * dilation) / stride for input i where
+    that divides exactly, so the taps of a phase recur every stride / gcd(stride, dilation)
+    filter positions, their positions falling by dilation / gcd(stride, dilation) each time.
+    """
+    period = stride // math.gcd(stride, dilation)
+    phases = []
+    for phase in range(min(stride, in_size)):
+        inputs = -(-(in_size - phase) // stride)
+        first = next((t for t in range(min(period, filter_size))
+                      if (phase + pad_before - t * dilation) % stride == 0), None)
+        if first is None:
+            continue
+        taps = -(-(filter_size - first) // period)
+        phases.append(_PhaseTaps(phase, inputs, first, period, taps, (phase + pad_before - first * dilation) // stride,
+                                 period * dilation // stride))
+    return phases
+
+
+#: The depthwise input gradient's filter rows tiled along a row of inputs ([taps, S * in_cols
+#: * out_depth]) are built for column runs of at most this many elements a tap.
+DEPTHWISE_TILE_ELEMENTS = 1 << 16
+
+
+def _depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc: np.dtype, dtype: np.dtype):
+    """conv2d_backprop_input when every group has one input channel (depthwise), for any
+    strides and dilations, or None where padding would cost too much.  ``w`` is [R, S, O] with
+    output channel c * multiplier + m belonging to input channel c; ``dy`` NHWC; returns the
+    NHWC gradient in ``dtype``.
+
+    Per image and stride phase (rows, columns), one einsum multiplies and adds all the phase's
+    taps: out_backprop sits in a zero-padded [rows, columns * O] buffer, so that a row of a
+    phase's inputs reads, for each tap, a contiguous run of columns * O values, which the
+    filter tap's values tiled along the row multiply (a 56 x 56 x 96 image: 5376 values a
+    product instead of 96).  Each input is computed once, by the taps that reach it, without
+    accumulating into the result; the multiplier's channels are summed last.
+    """
+    rows = _phase_taps(g.in_rows, g.filter_rows, g.stride_rows, g.dilation_rows, g.pad_top)
+    cols = _phase_taps(g.in_cols, g.filter_cols, g.stride_cols, g.dilation_cols, g.pad_left)
+    shape = (g.batch, g.in_rows, g.in_cols, g.in_depth)
+    if not rows or not cols:
+        return np.zeros(shape, dtype)
+    # Products with padding count against the tap paths' (which make none), as for _flat_layout.
+    computed = sum(p.inputs * p.taps for p in rows) * sum(p.inputs * p.taps for p in cols)
+    useful = (sum(t[1].stop - t[1].start for t in _row_taps(g)) *
+              sum(t[1].stop - t[1].start for t in _col_taps(g)))
+    if computed > _MAX_FLAT_GROWTH * useful:
         return None
-    src = _flat_operand(dy, layout, acc)
-    size = g.batch * layout.rows * layout.cols
-    depth, multiplier = g.in_depth, g.out_depth // g.in_depth
-    dst = np.empty((size, depth), acc)
-    row = src.strides[0]
-    # Tap (r, s) reads shift(0, 0) - r * dilation_rows * cols - s * dilation_cols rows further.
-    strides = (row, -g.dilation_rows * layout.cols * row, -g.dilation_cols * row, src.strides[1])
-    start = layout.front + layout.row_offsets[0] * layout.cols + layout.col_offsets[0]
 
-    def work(q):
-        n = q.stop - q.start
-        taps = np.lib.stride_tricks.as_strided(src[start + q.start:], (n, g.filter_rows, g.filter_cols, g.out_depth),
-                                               strides, writeable=False)
-        if multiplier == 1:
-            np.einsum("qrsk,rsk->qk", taps, w, out=dst[q])
-        else:
-            per_output = np.einsum("qrsk,rsk->qk", taps, w)
-            np.add(per_output[:, 0::multiplier], per_output[:, 1::multiplier], out=dst[q])
-            for m in range(2, multiplier):
-                dst[q] += per_output[:, m::multiplier]
+    def extent(phases):  # [lo, hi]: the out_backprop positions the phases read, padding included
+        return (min(p.offset - p.step_offset * (p.taps - 1) for p in phases),
+                max(p.inputs - 1 + p.offset for p in phases))
 
-    _for_batch_chunks(size, (g.out_depth + depth) * acc.itemsize, work)
-    return dst.reshape(g.batch, layout.rows, layout.cols, depth)[:, :g.in_rows, :g.in_cols]
+    (row_lo, row_hi), (col_lo, col_hi) = extent(rows), extent(cols)
+    out_depth, depth = g.out_depth, g.in_depth
+    multiplier = out_depth // depth
+    item = np.dtype(acc).itemsize
+    # the buffer's rows and columns of out_backprop that exist
+    top, bottom = max(0, row_lo), min(g.out_rows, row_hi + 1)
+    left, right = max(0, col_lo), min(g.out_cols, col_hi + 1)
+    buffer_shape = (row_hi - row_lo + 1, (col_hi - col_lo + 1) * out_depth)
+    # column runs of a phase: tiles of the filter's values are built for one run and reused
+    plans = []
+    for pr in rows:
+        for pc in cols:
+            run = max(1, min(pc.inputs, DEPTHWISE_TILE_ELEMENTS // out_depth))
+            # taps in the order their reads go up in memory (last tap first): einsum on views
+            # with negative strides held the GIL (no gain from a second thread, measured here)
+            taps = w[pr.first::pr.step][:pr.taps][::-1, pc.first::pc.step][:, :pc.taps][:, ::-1]  # [taps r, taps c, O]
+            tile = np.ascontiguousarray(np.broadcast_to(taps[:, :, None, :], taps.shape[:2] + (run, out_depth)))
+            plans.append((pr, pc, run, tile.reshape(pr.taps, pc.taps, run * out_depth)))
+    # inputs of a phase without taps receive nothing
+    every_phase = len(rows) == min(g.stride_rows, g.in_rows) and len(cols) == min(g.stride_cols, g.in_cols)
+    result = (np.empty if every_phase else np.zeros)(shape, dtype)
+
+    # Results go straight into the gradient where its rows of a phase are runs of inputs *
+    # channels (unit column stride, no multiplier, no cast); else through buffers allocated
+    # once per chunk of images, not per product.
+    direct = g.stride_cols == 1 and multiplier == 1 and dtype == acc
+    most_rows = max(p.inputs for p in rows)
+    most_run = max(run for _, _, run, _ in plans)
+
+    def work(images: slice) -> None:
+        # The chunk's images in each einsum: its set-up holds the GIL, so fewer, larger calls
+        # leave more of the time to a second thread.
+        k = images.stop - images.start
+        buffer = np.zeros((k,) + buffer_shape, acc)
+        buffer.reshape(k, buffer_shape[0], -1, out_depth)[:, top - row_lo:bottom - row_lo, left - col_lo:right - col_lo] = \
+            dy[images, top:bottom, left:right]
+        products = None if direct else np.empty((k, most_rows, most_run * out_depth), acc)
+        summed = np.empty((k, most_rows, most_run, depth), acc) if multiplier > 1 and dtype != acc else None
+        for pr, pc, run, tile in plans:
+            dst = result[images, pr.phase::g.stride_rows, pc.phase::g.stride_cols]  # [k, inputs r, inputs c, C]
+            for u0 in range(0, pc.inputs, run):
+                width = min(run, pc.inputs - u0)
+                start = buffer[:, pr.offset - pr.step_offset * (pr.taps - 1) - row_lo,
+                               (u0 + pc.offset - pc.step_offset * (pc.taps - 1) - col_lo) * out_depth:]
+                taps = np.lib.stride_tricks.as_strided(
+                    start, (k, pr.inputs, pr.taps, pc.taps, width * out_depth),
+                    (buffer.strides[0], buffer.strides[1], pr.step_offset * buffer.strides[1],
+                     pc.step_offset * out_depth * item, item), writeable=False)
+                target = dst[:, :, u0:u0 + width]
+                if direct:
+                    out = target.view()
+                    out.shape = (k, pr.inputs, width * out_depth)  # raises rather than copy
+                else:
+                    out = products[:, :pr.inputs, :width * out_depth]
+                np.einsum("nhrsj,rsj->nhj", taps, tile[:, :, :width * out_depth], out=out)
+                if direct:
+                    continue
+                sums = out.reshape(k, pr.inputs, width, depth, multiplier)
+                if multiplier == 1:
+                    target[...] = sums[..., 0]
+                    continue
+                total = target if summed is None else summed[:, :pr.inputs, :width]
+                np.add(sums[..., 0], sums[..., 1], out=total)
+                for m in range(2, multiplier):
+                    total += sums[..., m]
+                if summed is not None:
+                    target[...] = total
+
+    image = (buffer_shape[0] * buffer_shape[1] + g.in_rows * g.in_cols * depth) * item
+    _for_batch_chunks(g.batch, image, work)
+    return result
 
 
 def conv2d(g: Conv2DGeometry, input: np.ndarray, filter: np.ndarray) -> np.ndarray:
@@ -433,11 +541,12 @@ def conv2d_backprop_input(g: Conv2DGeometry, filter: np.ndarray, out_backprop: n
     dy = _to_nhwc(out_backprop, g.data_format)
     grad = None
     # The flat path multiplies padded zeros by the filter, and 0 * inf is NaN.
-    if g.stride_rows == g.stride_cols == 1 and np.isfinite(w_t).all():
-        if g.groups == 1:
+    if np.isfinite(w_t).all():
+        if g.groups == 1 and g.stride_rows == g.stride_cols == 1:
             grad = _unit_stride_input_grad(g, w_t[:, :, 0], dy, acc)
         elif g.filter_in_depth == 1:
-            grad = _unit_stride_depthwise_input_grad(g, w_t.reshape(g.filter_rows, g.filter_cols, g.out_depth), dy, acc)
+            grad = _depthwise_input_grad(g, w_t.reshape(g.filter_rows, g.filter_cols, g.out_depth), dy, acc,
+                                         out_backprop.dtype)
     if grad is None:
         grad = _sum_over_taps(g, dy, w_t, (g.batch, g.in_rows, g.in_cols, g.in_depth), acc, transposed=True)
     return _from_nhwc(grad, g.data_format).astype(out_backprop.dtype, copy=False)
