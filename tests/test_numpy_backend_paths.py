@@ -176,28 +176,50 @@ def test_strided_depthwise_input_grad(rng, taken, case, multiplier, dtype):
 @pytest.mark.parametrize("workers", [1, 2])
 def test_depthwise_input_grad_column_runs(rng, taken, monkeypatch, workers):
     """Filter tiles shorter than a phase's row of inputs: each row is summed in several column
-    runs (the last one short), images in several chunks, the bits the same for any worker count."""
+    runs (the last one short), no tile holds more than DEPTHWISE_TILE_ELEMENTS (or the phase's
+    slice of the filter, where one input's worth is more), images go in several chunks, and
+    the bits are the same for any worker count and run length."""
     monkeypatch.setattr(nb, "_WORKERS", workers)
     monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)
     depth, multiplier = 2, 2
     filt = random_array(rng, (3, 3, depth, multiplier), np.float32)
     dy = random_array(rng, (3, 6, 9, depth * multiplier), np.float32)
-    for tile_elements, runs in ((4 * depth * multiplier, 3), (10**6, 1)):  # 4 inputs a run: 9 -> 4, 4, 1
-        monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", tile_elements)
-        einsums = []
+    ref = reference.conv2d_backprop_input((3, 12, 17, depth), reference.depthwise_to_hwio(filt).astype(np.float64),
+                                          dy.astype(np.float64), (2, 2), "SAME")
+    results = []
+    # stride 2, 3x3, SAME (pads: top 0, left 1): row phases of 2 and 1 taps, column phases of 1
+    # tap over 9 inputs and 2 taps over 8; 16 elements make runs of 2 and 1 inputs (2 row
+    # taps), 4 and 2 (1 row tap)
+    for budget, calls in ((4 * depth * multiplier, 3 * (5 + 8 + 3 + 4)),
+                          (10**6, 3 * 4)):  # one run a phase
+        monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", budget)
+        tiles = []
         einsum = np.einsum
-        monkeypatch.setattr(nb.np, "einsum", lambda *args, **kwargs: einsums.append(args[1].shape) or einsum(*args, **kwargs))
-        got = gradops.depthwise_conv2d_native_backprop_input((3, 12, 17, depth), filt, dy, [1, 2, 2, 1], "SAME")
+        monkeypatch.setattr(nb.np, "einsum", lambda *args, **kwargs: tiles.append(args[2].size) or einsum(*args, **kwargs))
+        results.append(gradops.depthwise_conv2d_native_backprop_input((3, 12, 17, depth), filt, dy, [1, 2, 2, 1], "SAME"))
         monkeypatch.setattr(nb.np, "einsum", einsum)
-        # 3 chunks of one image x 4 phases x the runs of each phase's 9 or 8 columns
-        assert len(einsums) == 3 * (2 * runs + 2 * (2 if runs == 3 else 1))
-        ref = reference.conv2d_backprop_input((3, 12, 17, depth), reference.depthwise_to_hwio(filt).astype(np.float64),
-                                              dy.astype(np.float64), (2, 2), "SAME")
-        assert_close(got, ref, np.float32)
-        if tile_elements == 10**6:
-            np.testing.assert_array_equal(got, first)
-        first = got
+        assert len(tiles) == calls  # 3 chunks of one image
+        assert max(tiles) <= max(budget, 2 * 2 * depth * multiplier)
+        assert_close(results[-1], ref, np.float32)
+    np.testing.assert_array_equal(results[0], results[1])
     assert taken["_depthwise_input_grad"] == [True, True]
+
+
+def test_depthwise_input_grad_tile_of_a_large_filter(rng, taken, monkeypatch):
+    """A 9 x 9 filter at unit stride: one phase of 81 taps, whose tile is capped at one input's
+    worth beyond the budget (it would be 81 x a row's products)."""
+    monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", 100)  # less than one input's 243
+    filt = random_array(rng, (9, 9, 3, 1), np.float64)
+    dy = random_array(rng, (1, 20, 21, 3), np.float64)
+    tiles = []
+    einsum = np.einsum
+    monkeypatch.setattr(nb.np, "einsum", lambda *args, **kwargs: tiles.append(args[2].shape) or einsum(*args, **kwargs))
+    got = gradops.depthwise_conv2d_native_backprop_input((1, 20, 21, 3), filt, dy, [1, 1, 1, 1], "SAME")
+    monkeypatch.setattr(nb.np, "einsum", einsum)
+    assert taken["_depthwise_input_grad"] == [True]
+    assert set(tiles) == {(9, 9, 3)} and len(tiles) == 21  # one input column a run
+    assert_close(got, reference.conv2d_backprop_input((1, 20, 21, 3), reference.depthwise_to_hwio(filt), dy, (1, 1),
+                                                      "SAME"), np.float64)
 
 
 @pytest.mark.parametrize("case", FALLBACK_CASES, ids=_ids(FALLBACK_CASES))

@@ -409,9 +409,10 @@ def _phase_taps(in_size, filter_size, stride, dilation, pad_before) -> list[_Pha
     return phases
 
 
-#: The depthwise input gradient's filter rows tiled along a row of inputs ([taps, S * in_cols
-#: * out_depth]) are built for column runs of at most this many elements a tap.
-DEPTHWISE_TILE_ELEMENTS = 1 << 16
+#: The depthwise input gradient tiles a phase's filter taps along a run of inputs ([row taps,
+#: column taps, run * out_depth]); runs are as long as this many elements in all allow (at
+#: least one input: the tile is then the phase's slice of the filter).
+DEPTHWISE_TILE_ELEMENTS = 1 << 18
 
 
 def _depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc: np.dtype, dtype: np.dtype):
@@ -455,7 +456,7 @@ def _depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc:
     plans = []
     for pr in rows:
         for pc in cols:
-            run = max(1, min(pc.inputs, DEPTHWISE_TILE_ELEMENTS // out_depth))
+            run = max(1, min(pc.inputs, DEPTHWISE_TILE_ELEMENTS // (pr.taps * pc.taps * out_depth)))
             # taps in the order their reads go up in memory (last tap first): einsum on views
             # with negative strides held the GIL (no gain from a second thread, measured here)
             taps = w[pr.first::pr.step][:pr.taps][::-1, pc.first::pc.step][:, :pc.taps][:, ::-1]  # [taps r, taps c, O]
