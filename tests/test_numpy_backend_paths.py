@@ -173,12 +173,25 @@ def test_strided_depthwise_input_grad(rng, taken, case, multiplier, dtype):
     assert_close(got, ref, dtype, scale=max(1.0, float(np.abs(ref).max())) * r * s)
 
 
+def _record_tiles(monkeypatch):
+    """[(the filter tile einsum read, the whole tile it is a run of)] for each einsum call
+    (pass a ``monkeypatch.context()``, so that undoing it leaves the path spies in place)."""
+    calls = []
+    einsum = np.einsum
+
+    def recorded(*args, **kwargs):
+        calls.append((args[2], args[2].base if args[2].base is not None else args[2]))
+        return einsum(*args, **kwargs)
+
+    monkeypatch.setattr(nb.np, "einsum", recorded)
+    return calls
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_depthwise_input_grad_column_runs(rng, taken, monkeypatch, workers):
     """Filter tiles shorter than a phase's row of inputs: each row is summed in several column
-    runs (the last one short), no tile holds more than DEPTHWISE_TILE_ELEMENTS (or the phase's
-    slice of the filter, where one input's worth is more), images go in several chunks, and
-    the bits are the same for any worker count and run length."""
+    runs (the last one short), the phases' tiles hold DEPTHWISE_TILE_ELEMENTS at most together,
+    images go in several chunks, and the bits are the same for any worker count and run."""
     monkeypatch.setattr(nb, "_WORKERS", workers)
     monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)
     depth, multiplier = 2, 2
@@ -187,22 +200,37 @@ def test_depthwise_input_grad_column_runs(rng, taken, monkeypatch, workers):
     ref = reference.conv2d_backprop_input((3, 12, 17, depth), reference.depthwise_to_hwio(filt).astype(np.float64),
                                           dy.astype(np.float64), (2, 2), "SAME")
     results = []
-    # stride 2, 3x3, SAME (pads: top 0, left 1): row phases of 2 and 1 taps, column phases of 1
-    # tap over 9 inputs and 2 taps over 8; 16 elements make runs of 2 and 1 inputs (2 row
-    # taps), 4 and 2 (1 row tap)
-    for budget, calls in ((4 * depth * multiplier, 3 * (5 + 8 + 3 + 4)),
+    # stride 2, 3x3, SAME (pads: top 0, left 1): column phases of 9 and 8 inputs, each beside
+    # 2 row phases; 9 taps x 4 channels x 2 inputs: runs of 2 inputs
+    for budget, calls in ((2 * 9 * depth * multiplier, 3 * 2 * (5 + 4)),
                           (10**6, 3 * 4)):  # one run a phase
         monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", budget)
-        tiles = []
-        einsum = np.einsum
-        monkeypatch.setattr(nb.np, "einsum", lambda *args, **kwargs: tiles.append(args[2].size) or einsum(*args, **kwargs))
-        results.append(gradops.depthwise_conv2d_native_backprop_input((3, 12, 17, depth), filt, dy, [1, 2, 2, 1], "SAME"))
-        monkeypatch.setattr(nb.np, "einsum", einsum)
+        with monkeypatch.context() as patch:
+            tiles = _record_tiles(patch)
+            results.append(gradops.depthwise_conv2d_native_backprop_input((3, 12, 17, depth), filt, dy, [1, 2, 2, 1],
+                                                                          "SAME"))
         assert len(tiles) == calls  # 3 chunks of one image
-        assert max(tiles) <= max(budget, 2 * 2 * depth * multiplier)
+        assert sum({id(whole): whole.size for _, whole in tiles}.values()) <= budget
         assert_close(results[-1], ref, np.float32)
     np.testing.assert_array_equal(results[0], results[1])
     assert taken["_depthwise_input_grad"] == [True, True]
+
+
+def test_depthwise_input_grad_tiles_of_strided_large_filters(rng, taken, monkeypatch):
+    """A 16 x 15 filter at strides 4 and 3 (12 phases): their tiles together stay within the
+    budget, as they would not with a budget per phase (a review's 64 x 64 filter at stride 8
+    tiled 64 phases' worth, 130 MiB for an 8 MiB result)."""
+    monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", 16 * 15 * 4 * 3)  # 3 inputs a run
+    filt = random_array(rng, (16, 15, 2, 2), np.float64)
+    dy = random_array(rng, (1, 12, 14, 4), np.float64)
+    with monkeypatch.context() as patch:
+        tiles = _record_tiles(patch)
+        got = gradops.depthwise_conv2d_native_backprop_input((1, 48, 41, 2), filt, dy, [1, 4, 3, 1], "SAME")
+    assert taken["_depthwise_input_grad"] == [True]
+    wholes = {id(whole): whole for _, whole in tiles}
+    assert len(wholes) == 12 and sum(w.size for w in wholes.values()) == 16 * 15 * 4 * 3
+    assert_close(got, reference.conv2d_backprop_input((1, 48, 41, 2), reference.depthwise_to_hwio(filt), dy, (4, 3),
+                                                      "SAME"), np.float64)
 
 
 def test_depthwise_input_grad_tile_of_a_large_filter(rng, taken, monkeypatch):
@@ -211,13 +239,11 @@ def test_depthwise_input_grad_tile_of_a_large_filter(rng, taken, monkeypatch):
     monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", 100)  # less than one input's 243
     filt = random_array(rng, (9, 9, 3, 1), np.float64)
     dy = random_array(rng, (1, 20, 21, 3), np.float64)
-    tiles = []
-    einsum = np.einsum
-    monkeypatch.setattr(nb.np, "einsum", lambda *args, **kwargs: tiles.append(args[2].shape) or einsum(*args, **kwargs))
-    got = gradops.depthwise_conv2d_native_backprop_input((1, 20, 21, 3), filt, dy, [1, 1, 1, 1], "SAME")
-    monkeypatch.setattr(nb.np, "einsum", einsum)
+    with monkeypatch.context() as patch:
+        tiles = _record_tiles(patch)
+        got = gradops.depthwise_conv2d_native_backprop_input((1, 20, 21, 3), filt, dy, [1, 1, 1, 1], "SAME")
     assert taken["_depthwise_input_grad"] == [True]
-    assert set(tiles) == {(9, 9, 3)} and len(tiles) == 21  # one input column a run
+    assert {tile.shape for tile, _ in tiles} == {(9, 9, 3)} and len(tiles) == 21  # one input column a run
     assert_close(got, reference.conv2d_backprop_input((1, 20, 21, 3), reference.depthwise_to_hwio(filt), dy, (1, 1),
                                                       "SAME"), np.float64)
 

@@ -409,9 +409,10 @@ def _phase_taps(in_size, filter_size, stride, dilation, pad_before) -> list[_Pha
     return phases
 
 
-#: The depthwise input gradient tiles a phase's filter taps along a run of inputs ([row taps,
-#: column taps, run * out_depth]); runs are as long as this many elements in all allow (at
-#: least one input: the tile is then the phase's slice of the filter).
+#: The depthwise input gradient tiles each phase's filter taps along a run of inputs ([row
+#: taps, column taps, run * out_depth]); each filter tap is in one phase, so runs of
+#: DEPTHWISE_TILE_ELEMENTS // filter elements inputs keep the phases' tiles together within
+#: this many elements (runs of one input at least: the tiles are then the filter's size).
 DEPTHWISE_TILE_ELEMENTS = 1 << 18
 
 
@@ -454,9 +455,10 @@ def _depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc:
     buffer_shape = (row_hi - row_lo + 1, (col_hi - col_lo + 1) * out_depth)
     # column runs of a phase: tiles of the filter's values are built for one run and reused
     plans = []
+    run_inputs = max(1, DEPTHWISE_TILE_ELEMENTS // (g.filter_rows * g.filter_cols * out_depth))
     for pr in rows:
         for pc in cols:
-            run = max(1, min(pc.inputs, DEPTHWISE_TILE_ELEMENTS // (pr.taps * pc.taps * out_depth)))
+            run = min(pc.inputs, run_inputs)
             # taps in the order their reads go up in memory (last tap first): einsum on views
             # with negative strides held the GIL (no gain from a second thread, measured here)
             taps = w[pr.first::pr.step][:pr.taps][::-1, pc.first::pc.step][:, :pc.taps][:, ::-1]  # [taps r, taps c, O]
