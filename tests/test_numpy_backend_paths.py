@@ -216,36 +216,36 @@ def test_depthwise_input_grad_column_runs(rng, taken, monkeypatch, workers):
     assert taken["_depthwise_input_grad"] == [True, True]
 
 
+def _large_filter_tiles(rng, taken, monkeypatch, budget, filter_shape, input_sizes, dy_rows_cols, strides):
+    """The filter tiles of a float64 depthwise input gradient (SAME) run with ``budget``,
+    once the result is checked against the reference loops."""
+    monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", budget)
+    filt = random_array(rng, filter_shape, np.float64)
+    dy = random_array(rng, (input_sizes[0], *dy_rows_cols, filter_shape[2] * filter_shape[3]), np.float64)
+    with monkeypatch.context() as patch:
+        tiles = _record_tiles(patch)
+        got = gradops.depthwise_conv2d_native_backprop_input(input_sizes, filt, dy, [1, *strides, 1], "SAME")
+    assert taken["_depthwise_input_grad"] == [True]
+    assert_close(got, reference.conv2d_backprop_input(input_sizes, reference.depthwise_to_hwio(filt), dy, strides,
+                                                      "SAME"), np.float64)
+    return tiles
+
+
 def test_depthwise_input_grad_tiles_of_strided_large_filters(rng, taken, monkeypatch):
     """A 16 x 15 filter at strides 4 and 3 (12 phases): their tiles together stay within the
     budget, as they would not with a budget per phase (a review's 64 x 64 filter at stride 8
     tiled 64 phases' worth, 130 MiB for an 8 MiB result)."""
-    monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", 16 * 15 * 4 * 3)  # 3 inputs a run
-    filt = random_array(rng, (16, 15, 2, 2), np.float64)
-    dy = random_array(rng, (1, 12, 14, 4), np.float64)
-    with monkeypatch.context() as patch:
-        tiles = _record_tiles(patch)
-        got = gradops.depthwise_conv2d_native_backprop_input((1, 48, 41, 2), filt, dy, [1, 4, 3, 1], "SAME")
-    assert taken["_depthwise_input_grad"] == [True]
+    budget = 16 * 15 * 4 * 3  # 3 inputs a run
+    tiles = _large_filter_tiles(rng, taken, monkeypatch, budget, (16, 15, 2, 2), (1, 48, 41, 2), (12, 14), (4, 3))
     wholes = {id(whole): whole for _, whole in tiles}
-    assert len(wholes) == 12 and sum(w.size for w in wholes.values()) == 16 * 15 * 4 * 3
-    assert_close(got, reference.conv2d_backprop_input((1, 48, 41, 2), reference.depthwise_to_hwio(filt), dy, (4, 3),
-                                                      "SAME"), np.float64)
+    assert len(wholes) == 12 and sum(w.size for w in wholes.values()) == budget
 
 
 def test_depthwise_input_grad_tile_of_a_large_filter(rng, taken, monkeypatch):
     """A 9 x 9 filter at unit stride: one phase of 81 taps, whose tile is capped at one input's
     worth beyond the budget (it would be 81 x a row's products)."""
-    monkeypatch.setattr(nb, "DEPTHWISE_TILE_ELEMENTS", 100)  # less than one input's 243
-    filt = random_array(rng, (9, 9, 3, 1), np.float64)
-    dy = random_array(rng, (1, 20, 21, 3), np.float64)
-    with monkeypatch.context() as patch:
-        tiles = _record_tiles(patch)
-        got = gradops.depthwise_conv2d_native_backprop_input((1, 20, 21, 3), filt, dy, [1, 1, 1, 1], "SAME")
-    assert taken["_depthwise_input_grad"] == [True]
+    tiles = _large_filter_tiles(rng, taken, monkeypatch, 100, (9, 9, 3, 1), (1, 20, 21, 3), (20, 21), (1, 1))
     assert {tile.shape for tile, _ in tiles} == {(9, 9, 3)} and len(tiles) == 21  # one input column a run
-    assert_close(got, reference.conv2d_backprop_input((1, 20, 21, 3), reference.depthwise_to_hwio(filt), dy, (1, 1),
-                                                      "SAME"), np.float64)
 
 
 @pytest.mark.parametrize("case", FALLBACK_CASES, ids=_ids(FALLBACK_CASES))
