@@ -205,11 +205,34 @@ def test_numpy_prefix_sums_by_slices_are_cumsums(monkeypatch, axis):
     assert np.signbit(results[0][:, 0]).all() if axis == 1 else True
 
 
-@pytest.mark.parametrize("cells", ["few", "many"])
+@pytest.mark.parametrize("overlapping", [False, True])
+def test_numpy_forward_small_cells(monkeypatch, overlapping):
+    """Cells of at most SMALL_CELL_MAX indices a dimension, together within SMALL_CELLS_COVER x
+    the input, are summed element by element (unordered, stacked and empty cells included);
+    a larger cell, or cells stacked past the cover, take the prefix sums."""
+    from gradops.backends import numpy_backend as nb
+
+    calls = []
+    small = nb._small_cell_sums
+    monkeypatch.setattr(nb, "_small_cell_sums", lambda *args: calls.append(args[1]) or small(*args))
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((2, 9, 8, 3)) * 10.0 ** rng.integers(-6, 7, (2, 9, 8, 3))
+    for rows, cols, small_path in (([0, 2, 3, 5, 7, 9], [0, 3, 4, 8], True),
+                                   ([4, 1, 3, 3, 6, 2], [7, 2, 1, 4, 8], True),  # unordered, empty cells
+                                   ([0, 5, 9], [0, 3, 4, 8], False),  # a row cell of 5
+                                   ([1, 4] * 7 + [1], [0, 3, 4, 8], False)):  # 7 stacked cells of 3 or 4 rows
+        calls.clear()
+        got = gradops.fractional_avg_pool(x, rows, cols, overlapping)
+        # per run of images, rows then columns
+        assert calls.count(1) == calls.count(2) == len(calls) // 2 and bool(calls) == small_path
+        assert_close(got, fractional_avg_pool(x, rows, cols, overlapping), np.float64)
+
+
+@pytest.mark.parametrize("cells", ["small", "few", "many"])
 def test_numpy_forward_batch_runs_match_one_run(monkeypatch, cells):
     """The forward average takes runs of images on the thread pool; an Inf in one image picks
-    the non-finite sums for the whole batch, so every run of images (and any number of workers)
-    gives the one-run result bit for bit."""
+    the non-finite sums for the whole batch where cells are not small, so every run of images
+    (and any number of workers) gives the one-run result bit for bit."""
     from gradops.backends import numpy_backend as nb
 
     rng = np.random.default_rng(4)
@@ -217,6 +240,7 @@ def test_numpy_forward_batch_runs_match_one_run(monkeypatch, cells):
     x = rng.standard_normal((5, 9, 8, 3)) * 10.0 ** rng.integers(-6, 7, (5, 9, 8, 3))
     x[3, 4, 2, 1] = np.inf
     rows, cols = [0, 2, 3, 6, 9], [0, 3, 5, 8]
+    monkeypatch.setattr(nb, "SMALL_CELL_MAX", 3 if cells == "small" else 0)  # cells of up to 3 rows
     if cells == "many":
         monkeypatch.setattr(nb, "DIRECT_SUM_MAX_CELLS", 0)
     monkeypatch.setattr(nb, "_CHUNK_BYTES", 1 << 40)

@@ -232,17 +232,27 @@ def test_fractional_pooling_propagates_per_cell(overlapping, dtype):
                      reference.fractional_avg_pool_grad((2, 6, 5, 2), f64(dy), rows, cols, overlapping), dtype)
 
 
-# The NumPy forward average pooling sums an input holding NaN / Inf cell by cell up to this
-# many cells, and by prefix sums of the finite values plus counts of each special beyond.
-FORWARD_POOLING_PATHS = {"cell-loop": 10**9, "special-counts": 0}
+# The NumPy forward average pooling adds small cells' elements in turn (any values); with
+# larger cells it sums an input holding NaN / Inf cell by cell up to DIRECT_SUM_MAX_CELLS
+# cells, and by prefix sums of the finite values plus counts of each special beyond.
+FORWARD_POOLING_PATHS = {
+    "small-cells": {"SMALL_CELL_MAX": 10**9, "SMALL_CELLS_COVER": 10**9},
+    "cell-loop": {"SMALL_CELL_MAX": 0, "DIRECT_SUM_MAX_CELLS": 10**9},
+    "special-counts": {"SMALL_CELL_MAX": 0, "DIRECT_SUM_MAX_CELLS": 0},
+}
+
+
+def _forward_pooling_path(monkeypatch, path):
+    from gradops.backends import numpy_backend
+
+    for name, value in FORWARD_POOLING_PATHS[path].items():
+        monkeypatch.setattr(numpy_backend, name, value)
 
 
 @pytest.mark.parametrize("path", list(FORWARD_POOLING_PATHS))
 def test_one_inf_in_forward_pooling_reaches_only_its_cells(monkeypatch, path):
     """Prefix-sum cell sums would give inf - inf = NaN in every later cell; they must stay finite."""
-    from gradops.backends import numpy_backend
-
-    monkeypatch.setattr(numpy_backend, "DIRECT_SUM_MAX_CELLS", FORWARD_POOLING_PATHS[path])
+    _forward_pooling_path(monkeypatch, path)
     x = np.ones((1, 4, 1, 1))
     x[0, 0, 0, 0] = INF
     out = gradops.fractional_avg_pool(x, [0, 1, 2, 3, 4], [0, 1], False)[0, :, 0, 0]
@@ -265,11 +275,9 @@ def specials_pooling(draw):
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(case=specials_pooling(), path=st.sampled_from(list(FORWARD_POOLING_PATHS)))
 def test_forward_pooling_specials_property(monkeypatch, case, path):
-    """Random cells (stacked, empty, past the input) and specials: both paths give the loop's
+    """Random cells (stacked, empty, past the input) and specials: every path gives the loop's
     NaN and infinities exactly and its finite means within the dtype's tolerance."""
-    from gradops.backends import numpy_backend
-
-    monkeypatch.setattr(numpy_backend, "DIRECT_SUM_MAX_CELLS", FORWARD_POOLING_PATHS[path])
+    _forward_pooling_path(monkeypatch, path)
     x, rows, cols, overlapping = case
     assert_same_ieee(gradops.fractional_avg_pool(x, rows, cols, overlapping),
                      reference.fractional_avg_pool(f64(x), rows, cols, overlapping), x.dtype)
@@ -284,10 +292,8 @@ def test_forward_pooling_specials_property(monkeypatch, case, path):
 ])
 def test_forward_pooling_specials_on_both_paths(monkeypatch, path, dtype, rows, cols, overlapping):
     """+Inf and -Inf in one cell give NaN, a lone infinity its sign, NaN NaN, empty cells 0,
-    finite cells their mean: the same on both paths, against the loop of reference.py."""
-    from gradops.backends import numpy_backend
-
-    monkeypatch.setattr(numpy_backend, "DIRECT_SUM_MAX_CELLS", FORWARD_POOLING_PATHS[path])
+    finite cells their mean: the same on every path, against the loop of reference.py."""
+    _forward_pooling_path(monkeypatch, path)
     rng = np.random.default_rng(12)
     x = with_specials(rng, (2, 6, 5, 2), dtype, {0: INF, 2: -INF, 23: NAN, 40: INF, 47: -INF, 58: INF})
     want = reference.fractional_avg_pool(f64(x), rows, cols, overlapping)

@@ -815,7 +815,15 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
         return _cell_sums(_cell_sums(x, 2, col_starts, col_stops), 1, row_starts, row_stops)
 
     out = np.empty(g.output_shape, value.dtype)
-    if np.isfinite(value).all():
+    if _small_cells(row_sizes, g.in_rows) and _small_cells(col_sizes, g.in_cols):
+        # Cells of a few rows and columns (TF's ratios, 1 to 2, give 1 to 3), each index in
+        # about one cell: each cell's elements added in turn, any values (no prefix
+        # differences, so no Inf - Inf), one pass over the input per dimension.
+        def run(b):
+            sums = _small_cell_sums(_small_cell_sums(value[b], 1, row_starts, row_sizes), 2, col_starts, col_sizes)
+            sums /= cell_sizes[None, :, :, None]
+            out[b] = _cast_from_float64(sums, value.dtype)
+    elif np.isfinite(value).all():
         def run(b):
             sums = cell_sums(value[b])
             sums /= cell_sizes[None, :, :, None]
@@ -851,6 +859,32 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
     # through the choice above: runs of them go to the thread pool.
     _for_batch_chunks(g.batch, (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth * 8, run)
     return out
+
+
+#: fractional_avg_pool adds each cell's elements in turn where no cell spans more than this
+#: many indices of a dimension and the cells together hold at most SMALL_CELLS_COVER x its size.
+SMALL_CELL_MAX = 4
+SMALL_CELLS_COVER = 2
+
+
+def _small_cells(sizes: np.ndarray, size: int) -> bool:
+    return int(sizes.max(initial=0)) <= SMALL_CELL_MAX and int(sizes.sum()) <= SMALL_CELLS_COVER * max(1, size)
+
+
+def _small_cell_sums(x: np.ndarray, axis: int, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Sums of ``x`` over [starts[k], starts[k] + sizes[k]) along ``axis``, in float64, each
+    cell's elements added in index order (empty cells give 0); cells of one size at once."""
+    shape = list(x.shape)
+    shape[axis] = len(starts)
+    sums = np.zeros(shape)
+    lead = (slice(None),) * axis
+    for size in np.unique(sizes[sizes > 0]):
+        cells = np.flatnonzero(sizes == size)
+        total = np.take(x, starts[cells], axis=axis).astype(np.float64)
+        for j in range(1, int(size)):
+            total += np.take(x, starts[cells] + j, axis=axis)
+        sums[lead + (cells,)] = total
+    return sums
 
 
 #: np.cumsum along an axis other than the last walks it element by element (16 ms for the
