@@ -436,6 +436,11 @@ class FractionalPoolGeometry:
         return tuple(max(0, e - s + 1) for s, e in zip(self.col_starts, self.col_ends))
 
     @functools.cached_property
+    def holds_elements(self) -> bool:
+        """Whether some cell holds an input element (a non-empty row cell and column cell)."""
+        return any(self.row_cell_sizes) and any(self.col_cell_sizes)
+
+    @functools.cached_property
     def cell_table_entries(self) -> int:
         """(input index, cell containing it) pairs over rows and columns: the size of the
         :meth:`cells_by_index` tables, and the number of share-adds TF's loop makes per
@@ -571,19 +576,21 @@ def fractional_pool_geometry(op: str, orig_input_shape: list[int], out_backprop_
     if 0 in (batch, in_rows, in_cols, depth):
         raise InvalidArgumentError(
             f"{op}: orig_input_tensor_shape must have positive dimensions, got {list(orig_input_shape)}")
-    # TF loops over out_backprop's batch and depth: smaller ones leave the rest of the gradient
-    # zero (the op pads out_backprop with zeros); larger ones write past the gradient's images
-    # or into the next element's channels (out of bounds at the tensor's end).
-    if out_batch > batch or out_depth > depth:
-        raise InvalidArgumentError(
-            f"{op}: out_backprop's batch and depth must not exceed orig_input_tensor_shape's: "
-            f"out_backprop {list(out_backprop_shape)}, original input {list(orig_input_shape)}")
     row_starts, row_ends = pooling_cells(op, "row_pooling_sequence", row_pooling_sequence, out_rows,
                                          in_rows, "rows", bool(overlapping))
     col_starts, col_ends = pooling_cells(op, "col_pooling_sequence", col_pooling_sequence, out_cols,
                                          in_cols, "cols", bool(overlapping))
-    return FractionalPoolGeometry(batch, in_rows, in_cols, depth, out_rows, out_cols,
-                                  row_starts, row_ends, col_starts, col_ends, bool(overlapping))
+    geometry = FractionalPoolGeometry(batch, in_rows, in_cols, depth, out_rows, out_cols,
+                                      row_starts, row_ends, col_starts, col_ends, bool(overlapping))
+    # TF loops over out_backprop's batch and depth: smaller ones leave the rest of the gradient
+    # zero (the op pads out_backprop with zeros); larger ones write past the gradient's images
+    # or into the next element's channels (out of bounds at the tensor's end), unless no cell
+    # holds an input element: TF then writes nothing and returns zeros, and so does the op.
+    if (out_batch > batch or out_depth > depth) and geometry.holds_elements:
+        raise InvalidArgumentError(
+            f"{op}: out_backprop's batch and depth must not exceed orig_input_tensor_shape's where a cell "
+            f"holds input elements: out_backprop {list(out_backprop_shape)}, original input {list(orig_input_shape)}")
+    return geometry
 
 
 def pooling_sequence_args(op: str, input_size: Any, pooling_ratio: Any, pseudo_random: Any,

@@ -29,7 +29,8 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
 
     orig_input_tensor_shape: 1-D ints [N, in_rows, in_cols, C]; out_backprop: [N, out_rows,
     out_cols, C] (or fewer images or channels, as TF allows: the rest of the gradient is
-    zero); pooling sequences: 1-D ints of at least out_rows + 1 / out_cols + 1 entries.
+    zero; more only where every cell is empty, which gives zeros, as in TF); pooling
+    sequences: 1-D ints of at least out_rows + 1 / out_cols + 1 entries.
     Returns [N, in_rows, in_cols, C] in out_backprop's dtype.
     """
     op = "fractional_avg_pool_grad"
@@ -39,6 +40,9 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
     cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence, flat=True)
     where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, out_backprop=out_backprop)
     geometry = fractional_pool_geometry(op, orig_shape, arrays["out_backprop"].shape, rows, cols, overlapping)
+    # More images or channels than the input pass validation only where no cell holds an input
+    # element: what lies past the input's batch and depth is then never read.
+    arrays["out_backprop"] = arrays["out_backprop"][:geometry.batch, :, :, :geometry.depth]
     # An out_backprop of fewer images or channels than the input (TF leaves the rest of the
     # gradient zero) is padded with zeros to geometry.output_shape, once validated.
     pad_bytes = _arrays.zero_extension_bytes(arrays["out_backprop"], geometry.output_shape)

@@ -400,6 +400,34 @@ def test_smaller_out_backprop_is_computed_as_tf_does(tf, rng, dy_slice):
     np.testing.assert_array_equal(got, expected.numpy())
 
 
+# (rows, cols, overlapping): every cell empty (starting past the input, or ending before it starts)
+ALL_CELLS_EMPTY = {
+    "rows_past_the_input": ([6, 7, 9], [0, 2, 5], False),
+    "cols_end_before_start": ([0, 2, 6], [4, 2, 1], True),
+    "equal_entries_disjoint": ([0, 3, 6], [2, 2], False),
+}
+
+
+@pytest.mark.parametrize("dy_shape", [(3, 2, 2, 3), (2, 2, 2, 5), (4, 2, 2, 4)],
+                         ids=["more_images", "more_channels", "both"])
+@pytest.mark.parametrize("case", list(ALL_CELLS_EMPTY), ids=list(ALL_CELLS_EMPTY))
+def test_larger_out_backprop_with_every_cell_empty_is_tf_zeros(tf, rng, case, dy_shape):
+    """More images or channels than the input write out of bounds in TF unless no cell holds an
+    input element: then TF writes nothing and returns zeros (TF 2.21), and so does gradops;
+    with one non-empty cell it is refused (TF corrupted its heap there)."""
+    rows, cols, overlapping = ALL_CELLS_EMPTY[case]
+    dy = rng.standard_normal(dy_shape[:1] + (len(rows) - 1, len(cols) - 1) + dy_shape[3:])
+    got = gradops.fractional_avg_pool_grad([2, 6, 5, 3], dy, rows, cols, overlapping)
+    expected = tf.raw_ops.FractionalAvgPoolGrad(
+        orig_input_tensor_shape=np.array([2, 6, 5, 3], np.int64), out_backprop=dy,
+        row_pooling_sequence=np.array(rows, np.int64), col_pooling_sequence=np.array(cols, np.int64),
+        overlapping=overlapping)
+    assert got.shape == (2, 6, 5, 3) and got.dtype == dy.dtype and not got.any()
+    np.testing.assert_array_equal(got, expected.numpy())
+    with pytest.raises(gradops.InvalidArgumentError, match="batch and depth must not exceed .* where a cell"):
+        gradops.fractional_avg_pool_grad([2, 6, 5, 3], dy, [0, 2, 6], [0, 2, 5], overlapping)
+
+
 # Sequences gradops refused before TF 2.21's behaviour was reproduced: TF computes them.
 FORMERLY_INVALID = {
     "decreasing_row_overlapping": (dict(row_pooling_sequence=[0, 3, 2]), True),
@@ -1214,6 +1242,18 @@ def test_cuda_unordered_sequences(cuda_device, rng, overlapping):
     """Decreasing sequences, empty cells and cells past the input through backend="cuda"."""
     for dtype in ALL_DTYPES:
         check_cuda(*pool_case(rng, (2, 6, 7, 2), [0, 4, 2, 6, 1, 3], [6, 1, 3, 2, 8], overlapping, dtype))
+
+
+@pytest.mark.parametrize("case", list(ALL_CELLS_EMPTY), ids=list(ALL_CELLS_EMPTY))
+def test_cuda_larger_out_backprop_with_every_cell_empty(cuda_device, rng, case):
+    """More images and channels than the input, every cell empty: zeros on the device, as on the host."""
+    import cupy
+
+    rows, cols, overlapping = ALL_CELLS_EMPTY[case]
+    dy = to_gpu(rng.standard_normal((3, len(rows) - 1, len(cols) - 1, 4)).astype(np.float32))
+    got = gradops.fractional_avg_pool_grad([2, 6, 5, 3], dy, rows, cols, overlapping, backend="cuda")
+    assert isinstance(got, cupy.ndarray) and got.shape == (2, 6, 5, 3) and got.dtype == np.float32
+    assert not to_host(got).any()
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
