@@ -237,6 +237,13 @@ def _sum_over_taps(g: Conv2DGeometry, src: np.ndarray, weights: np.ndarray, dst_
 _MAX_FLAT_GROWTH = 1.5
 
 
+def _tap_products(g: Conv2DGeometry) -> int:
+    """(output, input) position pairs over all filter taps that read the input: the products
+    per channel pair that the tap paths make, padding left out."""
+    return (sum(t[1].stop - t[1].start for t in _row_taps(g)) *
+            sum(t[1].stop - t[1].start for t in _col_taps(g)))
+
+
 class _FlatLayout(NamedTuple):
     """Padded per-image blocks of ``rows`` x ``cols`` positions; see ``_flat_layout``."""
 
@@ -267,9 +274,7 @@ def _flat_layout(g: Conv2DGeometry, transposed: bool) -> _FlatLayout | None:
     (result_rows, result_cols), (read_rows, read_cols) = (inputs, outputs) if transposed else (outputs, inputs)
     rows = max(result_rows + max(0, max(row_offsets)), read_rows - min(0, min(row_offsets)))
     cols = max(result_cols + max(0, max(col_offsets)), read_cols - min(0, min(col_offsets)))
-    useful = (sum(t[1].stop - t[1].start for t in _row_taps(g)) *
-              sum(t[1].stop - t[1].start for t in _col_taps(g)))
-    if rows * cols * g.filter_rows * g.filter_cols > _MAX_FLAT_GROWTH * useful:
+    if rows * cols * g.filter_rows * g.filter_cols > _MAX_FLAT_GROWTH * _tap_products(g):
         return None
     front = max(0, -(min(row_offsets) * cols + min(col_offsets)))
     back = max(0, max(row_offsets) * cols + max(col_offsets))
@@ -436,9 +441,7 @@ def _depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc:
         return np.zeros(shape, dtype)
     # Products with padding count against the tap paths' (which make none), as for _flat_layout.
     computed = sum(p.inputs * p.taps for p in rows) * sum(p.inputs * p.taps for p in cols)
-    useful = (sum(t[1].stop - t[1].start for t in _row_taps(g)) *
-              sum(t[1].stop - t[1].start for t in _col_taps(g)))
-    if computed > _MAX_FLAT_GROWTH * useful:
+    if computed > _MAX_FLAT_GROWTH * _tap_products(g):
         return None
 
     def extent(phases):  # [lo, hi]: the out_backprop positions the phases read, padding included
@@ -814,50 +817,58 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
             return _cell_sums(_cell_sums(x, 1, row_starts, row_stops), 2, col_starts, col_stops)
         return _cell_sums(_cell_sums(x, 2, col_starts, col_stops), 1, row_starts, row_stops)
 
-    out = np.empty(g.output_shape, value.dtype)
+    chunked = True  # images in runs on the thread pool
     if _small_cells(row_sizes, g.in_rows) and _small_cells(col_sizes, g.in_cols):
         # Cells of a few rows and columns (TF's ratios, 1 to 2, give 1 to 3), each index in
         # about one cell: each cell's elements added in turn, any values (no prefix
         # differences, so no Inf - Inf), one pass over the input per dimension.
-        def run(b):
-            sums = _small_cell_sums(_small_cell_sums(value[b], 1, row_starts, row_sizes), 2, col_starts, col_sizes)
-            sums /= cell_sizes[None, :, :, None]
-            out[b] = _cast_from_float64(sums, value.dtype)
+        row_groups = _size_groups(g.row_starts, g.row_ends)
+        col_groups = _size_groups(g.col_starts, g.col_ends)
+
+        def sums_of(x):
+            return _small_cell_sums(_small_cell_sums(x, 1, row_groups, g.out_rows), 2, col_groups, g.out_cols)
     elif np.isfinite(value).all():
-        def run(b):
-            sums = cell_sums(value[b])
-            sums /= cell_sizes[None, :, :, None]
-            out[b] = _cast_from_float64(sums, value.dtype)
+        sums_of = cell_sums
     elif g.out_rows * g.out_cols <= DIRECT_SUM_MAX_CELLS:
         # Prefix-sum differences would turn one inf into NaN in every later cell (inf - inf):
-        # with few cells (each a vectorised sum over batch and depth), sum each directly.
-        sums = np.empty(g.output_shape)
-        for r, (r0, r1) in enumerate(zip(row_starts, row_stops)):
-            rows = value[:, r0:r1].sum(axis=1, dtype=np.float64)
-            for c, (c0, c1) in enumerate(zip(col_starts, col_stops)):
-                sums[:, r, c] = rows[:, c0:c1].sum(axis=1)
-        sums /= cell_sizes[None, :, :, None]
-        return _cast_from_float64(sums, value.dtype)
+        # with few cells (each a vectorised sum over batch and depth), sum each directly, over
+        # the whole batch at once (runs of images would repeat the loop).
+        chunked = False
+
+        def sums_of(x):
+            sums = np.empty((len(x), g.out_rows, g.out_cols, g.depth))
+            for r, (r0, r1) in enumerate(zip(row_starts, row_stops)):
+                rows = x[:, r0:r1].sum(axis=1, dtype=np.float64)
+                for c, (c0, c1) in enumerate(zip(col_starts, col_stops)):
+                    sums[:, r, c] = rows[:, c0:c1].sum(axis=1)
+            return sums
     else:
         # Many cells: the finite values' sums by prefix sums, and each cell's counts of NaN,
         # +inf and -inf the same way, which decide its IEEE sum (NaN, or +inf and -inf, give
         # NaN; else the infinity present).  Four passes over the input instead of a Python
         # loop over the cells (2 s -> 0.1 s for a 1000 x 1000 single-channel input).
-        def run(b):
-            x = value[b]
-            finite = np.isfinite(x)
-            sums = cell_sums(np.where(finite, x, 0))
+        def sums_of(x):
+            sums = cell_sums(np.where(np.isfinite(x), x, 0))
             positive = cell_sums(x == np.inf) > 0
             negative = cell_sums(x == -np.inf) > 0
             sums[positive] = np.inf
             sums[negative] = -np.inf
             sums[(positive & negative) | (cell_sums(np.isnan(x)) > 0)] = np.nan
-            sums /= cell_sizes[None, :, :, None]
-            out[b] = _cast_from_float64(sums, value.dtype)
+            return sums
+
+    out = np.empty(g.output_shape, value.dtype)
+
+    def run(b):
+        sums = sums_of(value[b])
+        sums /= cell_sizes[None, :, :, None]
+        out[b] = _cast_from_float64(sums, value.dtype)
 
     # Images are independent, and which sums an image gets depends on the whole batch only
-    # through the choice above: runs of them go to the thread pool.
-    _for_batch_chunks(g.batch, (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth * 8, run)
+    # through the choice above.
+    if chunked:
+        _for_batch_chunks(g.batch, (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth * 8, run)
+    else:
+        run(slice(0, g.batch))
     return out
 
 
@@ -871,19 +882,19 @@ def _small_cells(sizes: np.ndarray, size: int) -> bool:
     return int(sizes.max(initial=0)) <= SMALL_CELL_MAX and int(sizes.sum()) <= SMALL_CELLS_COVER * max(1, size)
 
 
-def _small_cell_sums(x: np.ndarray, axis: int, starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Sums of ``x`` over [starts[k], starts[k] + sizes[k]) along ``axis``, in float64, each
-    cell's elements added in index order (empty cells give 0); cells of one size at once."""
+def _small_cell_sums(x: np.ndarray, axis: int, groups, cells: int) -> np.ndarray:
+    """Sums of ``x`` over each of ``cells`` cells along ``axis``, in float64, each cell's
+    elements added in index order; ``groups`` are the dimension's :func:`_size_groups` (a
+    group's cells at once; cells in none, being empty, give 0)."""
     shape = list(x.shape)
-    shape[axis] = len(starts)
+    shape[axis] = cells
     sums = np.zeros(shape)
     lead = (slice(None),) * axis
-    for size in np.unique(sizes[sizes > 0]):
-        cells = np.flatnonzero(sizes == size)
-        total = np.take(x, starts[cells], axis=axis).astype(np.float64)
-        for j in range(1, int(size)):
-            total += np.take(x, starts[cells] + j, axis=axis)
-        sums[lead + (cells,)] = total
+    for size, numbers, starts in groups:
+        total = np.take(x, starts, axis=axis).astype(np.float64)
+        for j in range(1, size):
+            total += np.take(x, starts + j, axis=axis)
+        sums[lead + (numbers,)] = total
     return sums
 
 
@@ -961,10 +972,11 @@ WINDOW_CHUNK_MIN_ELEMENTS = 1 << 18
 
 
 def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
-    """``value`` is NHWC, ``g``'s images or a run of them.  Per chunk of (row-size group, column-size group): (row cells, column cells, row table,
-    column table, windows [rows * cols, N, row cells, column cells, C]), the cell elements in
-    TF's scan order (row by row, each row left to right) on the first axis, so that each is a
-    contiguous slice for the scans and reductions over it.
+    """Per chunk of (row-size group, column-size group) of ``value`` (NHWC: ``g``'s images or a
+    run of them): (row cells, column cells, row table, column table, windows [rows * cols, N,
+    row cells, column cells, C]), the cell elements in TF's scan order (row by row, each row
+    left to right) on the first axis, so that each is a contiguous slice for the scans and
+    reductions over it.
 
     The windows copy each cell whole, so their size is the sum over cells of the cell's size,
     which repeated sequence entries can make the product of an input dimension and a result
