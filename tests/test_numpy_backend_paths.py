@@ -187,6 +187,51 @@ def _record_tiles(monkeypatch):
     return calls
 
 
+# (input_sizes, filter (R, S), strides, dilations): dilations and strides near 2**62
+HUGE_STEP_CASES = [
+    ((1, 1, 1, 1), (1, 1), (1, 2), (2**62, 1)),  # a fuzzer's draw: one tap a phase, its step 2**62
+    ((1, 5, 6, 2), (2, 2), (1, 2), (2**62 + 1, 3)),
+    ((1, 5, 6, 2), (2, 2), (2, 3), (3, 2**61)),
+    ((1, 5, 6, 2), (2, 2), (2**62, 2), (1, 1)),
+]
+
+
+@pytest.mark.parametrize("case", HUGE_STEP_CASES, ids=["fuzz", "dilation_rows", "dilation_cols", "stride_rows"])
+def test_depthwise_input_grad_huge_steps(rng, taken, case):
+    """Huge dilations and strides give the loops' result: a phase's one tap takes no step (its
+    step once overflowed the view's strides), and phases reading stretches of padding far
+    apart leave the path to the tap loops rather than buffer the distance between them."""
+    sizes, (r, s), strides, dilations = case
+    oh, _ = reference.window(sizes[1], r, strides[0], dilations[0], "SAME")
+    ow, _ = reference.window(sizes[2], s, strides[1], dilations[1], "SAME")
+    filt = random_array(rng, (r, s, sizes[3], 1), np.float32)
+    dy = random_array(rng, (1, oh, ow, sizes[3]), np.float32)
+    got = gradops.depthwise_conv2d_native_backprop_input(sizes, filt, dy, [1, *strides, 1], "SAME",
+                                                         dilations=[1, *dilations, 1])
+    ref = reference.conv2d_backprop_input(sizes, reference.depthwise_to_hwio(filt).astype(np.float64),
+                                          dy.astype(np.float64), strides, "SAME", dilations)
+    assert_close(got, ref, np.float32)
+    if case is HUGE_STEP_CASES[0]:
+        assert taken["_depthwise_input_grad"] == [True]
+
+
+def test_depthwise_input_grad_declines_buffering_far_apart_phases(rng, taken):
+    """Stride 3, dilation 10**6, explicit padding (0, 10**6) over 4 rows: two phases' taps read
+    out_backprop's 2 rows and one phase's tap padding 333,333 rows away.  Their products pass
+    the products rule (3 against 2), but a buffer spanning both would hold 333,335 rows for a
+    2-row out_backprop: the call takes the tap loops instead."""
+    pads = ((0, 10**6), (0, 0))
+    filt = random_array(rng, (2, 1, 2, 1), np.float32)  # one column: the columns add no padding products
+    dy = random_array(rng, (1, 2, 5, 2), np.float32)
+    got = gradops.depthwise_conv2d_native_backprop_input(
+        (1, 4, 5, 2), filt, dy, [1, 3, 1, 1], "EXPLICIT", explicit_paddings=[0, 0, 0, 10**6, 0, 0, 0, 0],
+        dilations=[1, 10**6, 1, 1])
+    assert taken["_depthwise_input_grad"] == [False]
+    assert_close(got, reference.conv2d_backprop_input((1, 4, 5, 2), reference.depthwise_to_hwio(filt).astype(np.float64),
+                                                      dy.astype(np.float64), (3, 1), "EXPLICIT", (10**6, 1), pads),
+                 np.float32)
+
+
 @pytest.mark.parametrize("workers", [1, 2])
 def test_depthwise_input_grad_column_runs(rng, taken, monkeypatch, workers):
     """Filter tiles shorter than a phase's row of inputs: each row is summed in several column

@@ -409,8 +409,10 @@ def _phase_taps(in_size, filter_size, stride, dilation, pad_before) -> list[_Pha
         if first is None:
             continue
         taps = -(-(filter_size - first) // period)
+        # one tap has no next: a step of 0 keeps a huge dilation out of the views' strides
+        step_offset = period * dilation // stride if taps > 1 else 0
         phases.append(_PhaseTaps(phase, inputs, first, period, taps, (phase + pad_before - first * dilation) // stride,
-                                 period * dilation // stride))
+                                 step_offset))
     return phases
 
 
@@ -439,16 +441,20 @@ def _depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc:
     shape = (g.batch, g.in_rows, g.in_cols, g.in_depth)
     if not rows or not cols:
         return np.zeros(shape, dtype)
-    # Products with padding count against the tap paths' (which make none), as for _flat_layout.
-    computed = sum(p.inputs * p.taps for p in rows) * sum(p.inputs * p.taps for p in cols)
-    if computed > _MAX_FLAT_GROWTH * _tap_products(g):
-        return None
 
     def extent(phases):  # [lo, hi]: the out_backprop positions the phases read, padding included
         return (min(p.offset - p.step_offset * (p.taps - 1) for p in phases),
                 max(p.inputs - 1 + p.offset for p in phases))
 
     (row_lo, row_hi), (col_lo, col_hi) = extent(rows), extent(cols)
+    # Products with padding count against the tap paths' (which make none), as for _flat_layout,
+    # and so does the padded buffer's size: phases whose reads lie far apart (a huge dilation,
+    # each phase's one tap reading its own stretch of padding) would span them all.
+    computed = sum(p.inputs * p.taps for p in rows) * sum(p.inputs * p.taps for p in cols)
+    positions = (row_hi - row_lo + 1) * (col_hi - col_lo + 1)
+    if (computed > _MAX_FLAT_GROWTH * _tap_products(g)
+            or positions > _MAX_FLAT_GROWTH * (g.in_rows * g.in_cols + g.out_rows * g.out_cols)):
+        return None
     out_depth, depth = g.out_depth, g.in_depth
     multiplier = out_depth // depth
     item = np.dtype(acc).itemsize
