@@ -8,13 +8,16 @@ be frozen (a NumPy array, a custom object) bypass the cache.  Exceptions are not
 every invalid call is refused with its own message.  The cache is shared by threads: a lock
 covers each lookup-and-reorder and each insert-and-evict (another thread's eviction between a
 hit and its reorder would raise KeyError), but not the validation itself, which two threads
-may then run for the same key.
+may then run for the same key.  A forked child gets new locks: one that another thread of the
+parent held at the fork would never be released there.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 import threading
+import weakref
 from collections import OrderedDict
 from typing import Any, Callable
 
@@ -22,6 +25,25 @@ _SCALAR_TYPES = frozenset({str, bytes, int, float, bool, type(None)})
 
 
 _MISSING = object()
+
+#: Every memoised function's lock holder, so that a forked child can replace the locks.
+_LOCK_HOLDERS: "weakref.WeakSet[_LockHolder]" = weakref.WeakSet()
+
+
+class _LockHolder:
+    __slots__ = ("lock", "__weakref__")
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+
+
+def _new_locks_in_child() -> None:
+    for holder in list(_LOCK_HOLDERS):
+        holder.lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_locks_in_child)
 
 
 class _Unfreezable(Exception):
@@ -48,7 +70,8 @@ def memoised(maxsize: int = 256) -> Callable:
 
     def decorate(fn: Callable) -> Callable:
         cache: OrderedDict = OrderedDict()
-        lock = threading.Lock()
+        holder = _LockHolder()
+        _LOCK_HOLDERS.add(holder)
 
         @functools.wraps(fn)
         def wrapper(*args, **kwargs):
@@ -56,13 +79,13 @@ def memoised(maxsize: int = 256) -> Callable:
                 key = (freeze(args), freeze(sorted(kwargs.items())))
             except _Unfreezable:
                 return fn(*args, **kwargs)
-            with lock:
+            with holder.lock:
                 result = cache.get(key, _MISSING)
                 if result is not _MISSING:
                     cache.move_to_end(key)
                     return result
             result = fn(*args, **kwargs)
-            with lock:
+            with holder.lock:
                 cache[key] = result
                 cache.move_to_end(key)  # a thread that computed the same key meanwhile stored it earlier
                 while len(cache) > maxsize:
@@ -70,7 +93,7 @@ def memoised(maxsize: int = 256) -> Callable:
             return result
 
         def cache_clear() -> None:
-            with lock:
+            with holder.lock:
                 cache.clear()
 
         wrapper.cache_clear = cache_clear  # type: ignore[attr-defined]

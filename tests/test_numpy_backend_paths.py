@@ -538,3 +538,114 @@ def test_take_rows_view_and_gather():
     np.testing.assert_array_equal(run, x[:, [2, 3, 4]])
     for index in ([1, 3, 4], [4, 3, 2], [2, 2, 3], [5]):
         np.testing.assert_array_equal(nb._take_rows(x, np.array(index)), x[:, index])
+
+
+# --------------------------------------------------------------------------- the thread pool
+
+
+def _pooled_call():
+    """A depthwise input gradient of 4 batch chunks: with 2 workers, they go to the pool."""
+    rng = np.random.default_rng(7)
+    out_backprop = rng.standard_normal((4, 8, 8, 3)).astype(np.float32)
+    filter = rng.standard_normal((3, 3, 3, 1)).astype(np.float32)
+    return gradops.depthwise_conv2d_native_backprop_input(
+        [4, 8, 8, 3], filter, out_backprop, [1, 1, 1, 1], "SAME")
+
+
+@pytest.fixture
+def two_chunks_on_two_workers(monkeypatch):
+    """Two workers and chunks of one image, so that every call above uses the pool."""
+    monkeypatch.setattr(nb, "_WORKERS", 2)
+    monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_a_forked_child_computes_after_the_parent_used_the_pool(two_chunks_on_two_workers, monkeypatch):
+    """A child forked after the parent's pool started inherits the pool object but not its
+    threads: without a new pool its first pooled call waited forever (a multiprocessing worker
+    or a data loader forked after a training step hung)."""
+    import multiprocessing
+    import warnings
+
+    monkeypatch.setattr(nb, "_POOL", None)  # this test's pool, not one another test shut down
+    expected = _pooled_call()
+    assert nb._POOL is not None, "the parent's call did not use the pool"
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+
+    def child():
+        send.send(_pooled_call())
+
+    with warnings.catch_warnings():  # Python >= 3.12 warns on fork in a process with threads
+        warnings.simplefilter("ignore", DeprecationWarning)
+        process = context.Process(target=child)
+        process.start()
+    try:
+        assert receive.poll(60), "the forked child's call did not finish in 60 s"
+        np.testing.assert_array_equal(receive.recv(), expected)
+    finally:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
+def test_a_pool_that_takes_no_work_leaves_the_chunks_to_the_caller(two_chunks_on_two_workers, monkeypatch):
+    """The pool is shut down once the interpreter starts to exit, before atexit handlers run
+    (a call from one raised RuntimeError: cannot schedule new futures after shutdown); a pool
+    that can start no thread refuses the same way.  The chunks it does not take run in the
+    caller, in order, with the same result; chunks it took before refusing are still used."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(nb, "_WORKERS", 1)
+    expected = _pooled_call()
+    monkeypatch.setattr(nb, "_WORKERS", 2)
+
+    shut = ThreadPoolExecutor(max_workers=2)
+    shut.shutdown()
+    monkeypatch.setattr(nb, "_POOL", shut)
+    np.testing.assert_array_equal(_pooled_call(), expected)
+
+    class RefusesAfterTwo(ThreadPoolExecutor):
+        taken = 0
+
+        def submit(self, fn, /, *args, **kwargs):
+            if self.taken == 2:
+                raise RuntimeError("can't start new thread")
+            self.taken += 1
+            return super().submit(fn, *args, **kwargs)
+
+    with RefusesAfterTwo(max_workers=2) as partial:
+        monkeypatch.setattr(nb, "_POOL", partial)
+        np.testing.assert_array_equal(_pooled_call(), expected)
+        assert partial.taken == 2
+
+
+def test_a_call_from_an_atexit_handler_computes(tmp_path):
+    """The whole story in a fresh interpreter: a gradient computed in an atexit handler, after
+    the pool has been used and shut down."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = tmp_path / "at_exit.py"
+    script.write_text(
+        "import atexit\n"
+        "import numpy as np\n"
+        "import gradops\n"
+        "from gradops.backends import numpy_backend as nb\n"
+        "nb._WORKERS, nb._CHUNK_BYTES = 2, 1\n"
+        "x = np.arange(4 * 8 * 8 * 3, dtype=np.float32).reshape(4, 8, 8, 3)\n"
+        "f = np.ones((3, 3, 3, 1), np.float32)\n"
+        "def run(label):\n"
+        "    r = gradops.depthwise_conv2d_native_backprop_input([4, 8, 8, 3], f, x, [1, 1, 1, 1], 'SAME')\n"
+        "    print(label, float(r.sum()), flush=True)\n"
+        "atexit.register(run, 'atexit')\n"
+        "run('main')\n"
+        "assert nb._POOL is not None\n")
+    root = Path(__file__).resolve().parents[1]
+    env = {**__import__("os").environ, "PYTHONPATH": str(root)}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120, env=env)
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.split()
+    assert lines[0] == "main" and lines[2] == "atexit" and lines[1] == lines[3], done.stdout

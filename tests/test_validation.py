@@ -526,6 +526,56 @@ def test_memoised_cache_survives_an_eviction_between_a_hit_and_its_reorder(monke
     assert square(3) == 9 and square(2) == 4
 
 
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="needs fork")
+def test_memoised_cache_works_in_a_child_forked_while_another_thread_held_its_lock(monkeypatch):
+    """A fork copies a lock another thread holds, and that thread does not exist in the child:
+    without a new lock the child's first call to a memoised function (every op validates
+    through one) waited forever.  Here a thread is held inside the cache's lookup, under the
+    lock, while the process forks."""
+    import multiprocessing
+    import threading
+    import warnings
+
+    from gradops import _memo
+
+    inside, release = threading.Event(), threading.Event()
+    holder_thread: list[threading.Thread] = []
+
+    class HoldingDict(_memo.OrderedDict):
+        def get(self, key, default=None):
+            if holder_thread and threading.current_thread() is holder_thread[0]:
+                inside.set()
+                release.wait(30)
+            return super().get(key, default)
+
+    monkeypatch.setattr(_memo, "OrderedDict", HoldingDict)
+
+    @_memo.memoised()
+    def square(x):
+        return x * x
+
+    holder_thread.append(threading.Thread(target=square, args=(2,)))
+    holder_thread[0].start()
+    assert inside.wait(30)
+    context = multiprocessing.get_context("fork")
+    receive, send = context.Pipe(duplex=False)
+    try:
+        with warnings.catch_warnings():  # Python >= 3.12 warns on fork in a process with threads
+            warnings.simplefilter("ignore", DeprecationWarning)
+            process = context.Process(target=lambda: send.send((square(3), square(3))))
+            process.start()
+        assert receive.poll(60), "the forked child's call did not finish in 60 s"
+        assert receive.recv() == (9, 9)
+    finally:
+        release.set()
+        holder_thread[0].join()
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()
+    assert square(2) == 4
+
+
 def test_memoised_geometry_takes_unhashable_arguments_uncached():
     from gradops._geometry import conv2d_geometry
 

@@ -12,8 +12,10 @@ a zero-padded copy of out_backprop (``_depthwise_input_grad``).
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import NamedTuple
 
@@ -143,13 +145,28 @@ def _is_empty(*shapes) -> bool:
 _CHUNK_BYTES = 4 << 20
 _WORKERS = max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
 _POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
 
 
 def _pool() -> ThreadPoolExecutor:
     global _POOL
-    if _POOL is None:
-        _POOL = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="gradops")
-    return _POOL
+    with _POOL_LOCK:  # two threads' first calls must not start two pools
+        if _POOL is None:
+            _POOL = ThreadPoolExecutor(max_workers=_WORKERS, thread_name_prefix="gradops")
+        return _POOL
+
+
+def _forget_pool_in_child() -> None:
+    """After ``fork``: the child inherits the pool object but none of its threads (and maybe a
+    lock another thread held), so work submitted to it would wait forever; the child starts its
+    own pool on its first call."""
+    global _POOL, _POOL_LOCK
+    _POOL = None
+    _POOL_LOCK = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _submit(fn, *args):
@@ -168,10 +185,18 @@ def _submit(fn, *args):
 def _in_order(fn, slices):
     """``fn(sl)`` for each slice, yielded in slice order: computed on the thread pool (NumPy's
     loops release the GIL) where there are workers and several slices, else one by one as
-    they are consumed."""
+    they are consumed.  Where the pool takes no more work (it is shut down once the interpreter
+    starts to exit, before ``atexit`` handlers run; or no thread can be started), the rest are
+    computed here: the slices, and so the results, do not depend on where they run."""
     if _WORKERS == 1 or len(slices) == 1:
         return map(fn, slices)
-    return (future.result() for future in [_submit(fn, sl) for sl in slices])
+    futures = []
+    for index, sl in enumerate(slices):
+        try:
+            futures.append(_submit(fn, sl))
+        except RuntimeError:
+            return itertools.chain((future.result() for future in futures), map(fn, slices[index:]))
+    return (future.result() for future in futures)
 
 
 def _image_bytes(g: Conv2DGeometry, acc: np.dtype) -> int:
