@@ -5,8 +5,10 @@ averages input rows ``row_pooling_sequence[r] .. row_pooling_sequence[r+1]`` (in
 ``overlapping``, else exclusive) and likewise for columns, ends clamped to the input edge, as
 TF's FractionalAvgPoolGrad reads the sequences: in any order, a cell that ends before it
 starts (decreasing entries, equal entries when not overlapping, a start past the input) being
-empty.  An empty cell spreads no gradient, and averages to 0 in the forward op.  Sums run in
-float64 and are cast once, truncating toward zero for integer types, as TF does.
+empty.  An empty cell spreads no gradient, and averages to 0 in the forward op.  The gradient's
+sums run in float64 and are cast once, truncating toward zero for integer types, as TF's
+FractionalAvgPoolGrad does; the forward op adds as TF's FractionalAvgPool does, in the element
+type (float32 for the half types), so both are TF's bit for bit.
 """
 
 from __future__ import annotations
@@ -98,7 +100,10 @@ def fractional_avg_pool(value: Any, row_pooling_sequence: Any, col_pooling_seque
     tf.raw_ops.FractionalAvgPool draws its sequences at random from ``pooling_ratio`` and
     returns them; here they are arguments (see :func:`fractional_pooling_sequence`), so the op
     is deterministic.  value: [N, in_rows, in_cols, C]; returns [N, out_rows, out_cols, C] with
-    out_rows = len(row_pooling_sequence) - 1.
+    out_rows = len(row_pooling_sequence) - 1.  As TF computes it: each cell's running sum from
+    zero, row by row and each row left to right, in value's type (float32 for float16/bfloat16,
+    cast once; integers wrap on overflow), divided by the cell's element count in that type
+    (integers truncated toward zero).
     """
     op = "fractional_avg_pool"
     rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)

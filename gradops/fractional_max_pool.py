@@ -58,7 +58,8 @@ def fractional_max_pool(value: Any, row_pooling_sequence: Any, col_pooling_seque
     are arguments, so the op is deterministic.  value: [N, in_rows, in_cols, C]; returns [N,
     out_rows, out_cols, C] with out_rows = len(row_pooling_sequence) - 1.  As TF's forward
     kernel computes it: each cell's maximum ignoring NaN (a running ``max`` from the type's
-    lowest value), so a cell of NaNs only, or an empty cell, gives the lowest value.
+    lowest value), so a cell of NaNs only, or an empty cell, gives the lowest value, and a
+    maximum of 0 has the sign of the cell's first zero (row by row, each row left to right).
     """
     op = "fractional_max_pool"
     rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)

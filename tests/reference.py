@@ -110,19 +110,33 @@ def fractional_avg_pool_grad(orig_shape, dy, row_seq, col_seq, overlapping):
 
 
 def fractional_avg_pool(x, row_seq, col_seq, overlapping):
-    """Average of each pooling cell, by loops; an empty cell (its clamped end before its
-    start) averages to 0, the adjoint of the gradient giving it to no input element."""
+    """TF's FractionalAvgPool loop: per cell a running sum from zero of its elements, row by
+    row and each row left to right, in x's type (float32 for the half types, cast once at the
+    end; integers wrap), divided by the element count in that type (integers truncated toward
+    zero); an empty cell (its clamped end before its start) averages to 0, the adjoint of the
+    gradient giving it to no input element.  Result in x's dtype."""
     n_, h_, w_, c_ = x.shape
     oh_, ow_ = len(row_seq) - 1, len(col_seq) - 1
-    out = np.zeros((n_, oh_, ow_, c_))
-    for n, r, c in itertools.product(range(n_), range(oh_), range(ow_)):
-        r1 = min(row_seq[r + 1] if overlapping else row_seq[r + 1] - 1, h_ - 1)
-        c1 = min(col_seq[c + 1] if overlapping else col_seq[c + 1] - 1, w_ - 1)
-        if r1 < row_seq[r] or c1 < col_seq[c]:
-            continue
-        cell = x[n, row_seq[r]:r1 + 1, col_seq[c]:c1 + 1, :].astype(np.float64)
-        out[n, r, c] = cell.mean(axis=(0, 1))
-    return out
+    acc = np.dtype(np.float32) if x.dtype.itemsize == 2 else x.dtype
+    out = np.zeros((n_, oh_, ow_, c_), acc)
+    with np.errstate(all="ignore"):
+        for n, r, c in itertools.product(range(n_), range(oh_), range(ow_)):
+            r1 = min(row_seq[r + 1] if overlapping else row_seq[r + 1] - 1, h_ - 1)
+            c1 = min(col_seq[c + 1] if overlapping else col_seq[c + 1] - 1, w_ - 1)
+            if r1 < row_seq[r] or c1 < col_seq[c]:
+                continue
+            for d in range(c_):
+                total = acc.type(0)
+                for i in range(row_seq[r], r1 + 1):
+                    for j in range(col_seq[c], c1 + 1):
+                        total = acc.type(total + acc.type(x[n, i, j, d]))
+                count = (r1 - row_seq[r] + 1) * (c1 - col_seq[c] + 1)
+                if acc.kind == "i":  # C++'s truncating division, exact in Python integers
+                    quotient = abs(int(total)) // count
+                    out[n, r, c, d] = -quotient if total < 0 else quotient
+                else:
+                    out[n, r, c, d] = total / acc.type(count)
+    return out.astype(x.dtype)
 
 
 def _max_pool_cells(seq, count, size, overlapping):

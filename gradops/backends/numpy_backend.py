@@ -819,140 +819,57 @@ def _take_rows(x: np.ndarray, index: np.ndarray) -> np.ndarray:
     return np.take(x, index, axis=1)
 
 
-#: Output cells up to which the forward average pooling of an input holding NaN or Inf sums
-#: each cell in a Python loop (measured here: 50 ms for 77 x 77 cells of 8 x 64 channels,
-#: 2 s for 694 x 694 cells of one channel); past it, counts of the non-finite values decide.
-DIRECT_SUM_MAX_CELLS = 16384
+#: A running sum of steps of fewer elements than this (cells of many elements, few cells and
+#: channels at a time) is one np.add.accumulate call, not a Python loop of an add a step: the
+#: loop's ~0.3 us a step costs more than accumulate's ~2.5 ns an element below about 128
+#: elements (float32, measured here: [1000, 64] 148 vs 290 us, [1000, 128] 347 vs 292 us).
+RUNNING_SUM_STEP_ELEMENTS = 128
+
+
+def _running_sum(terms: np.ndarray) -> np.ndarray:
+    """terms[0] + terms[1] + ... in that order (np.add.reduce may add pairwise), as a sum from
+    zero: -0.0 only where every term is -0.0, which a sum from +0.0 makes +0.0, as adding +0.0
+    at the end does (otherwise the two sums are the same)."""
+    if terms[0].size < RUNNING_SUM_STEP_ELEMENTS and len(terms) > 2:
+        total = np.add.accumulate(terms, axis=0, dtype=terms.dtype)[-1]  # strictly in order; ints not widened
+    else:
+        total = terms[0].copy()
+        for term in terms[1:]:
+            total += term
+    total += terms.dtype.type(0)
+    return total
 
 
 def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndarray:
-    """Forward average over each (row cell x column cell), NHWC, computed in float64."""
+    """Forward average over each (row cell x column cell), NHWC, as TF's FractionalAvgPool
+    computes it: a running sum from zero of the cell's elements in TF's scan order (row by row,
+    each row left to right) in the element type, divided by the cell's element count in that
+    type, so the results are TF's bit for bit: IEEE Inf and NaN, no -0.0 sums, integers
+    wrapping on overflow as TF's adds do and divided truncating toward zero.  Half types (an
+    extension: TF's op has none) sum and divide in float32 and are cast once.  An empty cell
+    averages to 0, the adjoint of the gradient (TF's own sequences make none)."""
     if _is_empty(g.output_shape, value.shape):
         return np.zeros(g.output_shape, value.dtype)
-    # An empty cell (end before start, possibly starting past the input) averages to 0: the
-    # adjoint of the gradient, which gives its share to no input element.  Its bounds become
-    # the empty range [0, 0) and its size 1.
-    row_sizes, col_sizes = np.asarray(g.row_cell_sizes), np.asarray(g.col_cell_sizes)
-    row_starts = np.where(row_sizes > 0, g.row_starts, 0)
-    row_stops = np.where(row_sizes > 0, np.asarray(g.row_ends) + 1, 0)
-    col_starts = np.where(col_sizes > 0, g.col_starts, 0)
-    col_stops = np.where(col_sizes > 0, np.asarray(g.col_ends) + 1, 0)
-    cell_sizes = (np.maximum(row_sizes, 1)[:, None] * np.maximum(col_sizes, 1)[None, :]).astype(np.float64)
-
-    def cell_sums(x):
-        # Differences of prefix sums, one dimension after the other.  The dimension reduced
-        # first is the one leaving the smaller intermediate (out_rows x in_cols or in_rows x
-        # out_cols), which is never larger than the input or the result (repeated entries can
-        # make out_rows exceed in_rows many times over).
-        if g.out_rows * g.in_cols <= g.in_rows * g.out_cols:
-            return _cell_sums(_cell_sums(x, 1, row_starts, row_stops), 2, col_starts, col_stops)
-        return _cell_sums(_cell_sums(x, 2, col_starts, col_stops), 1, row_starts, row_stops)
-
-    chunked = True  # images in runs on the thread pool
-    if _small_cells(row_sizes, g.in_rows) and _small_cells(col_sizes, g.in_cols):
-        # Cells of a few rows and columns (TF's ratios, 1 to 2, give 1 to 3), each index in
-        # about one cell: each cell's elements added in turn, any values (no prefix
-        # differences, so no Inf - Inf), one pass over the input per dimension.
-        row_groups = _size_groups(g.row_starts, g.row_ends)
-        col_groups = _size_groups(g.col_starts, g.col_ends)
-
-        def sums_of(x):
-            return _small_cell_sums(_small_cell_sums(x, 1, row_groups, g.out_rows), 2, col_groups, g.out_cols)
-    elif np.isfinite(value).all():
-        sums_of = cell_sums
-    elif g.out_rows * g.out_cols <= DIRECT_SUM_MAX_CELLS:
-        # Prefix-sum differences would turn one inf into NaN in every later cell (inf - inf):
-        # with few cells (each a vectorised sum over batch and depth), sum each directly, over
-        # the whole batch at once (runs of images would repeat the loop).
-        chunked = False
-
-        def sums_of(x):
-            sums = np.empty((len(x), g.out_rows, g.out_cols, g.depth))
-            for r, (r0, r1) in enumerate(zip(row_starts, row_stops)):
-                rows = x[:, r0:r1].sum(axis=1, dtype=np.float64)
-                for c, (c0, c1) in enumerate(zip(col_starts, col_stops)):
-                    sums[:, r, c] = rows[:, c0:c1].sum(axis=1)
-            return sums
-    else:
-        # Many cells: the finite values' sums by prefix sums, and each cell's counts of NaN,
-        # +inf and -inf the same way, which decide its IEEE sum (NaN, or +inf and -inf, give
-        # NaN; else the infinity present).  Four passes over the input instead of a Python
-        # loop over the cells (2 s -> 0.1 s for a 1000 x 1000 single-channel input).
-        def sums_of(x):
-            sums = cell_sums(np.where(np.isfinite(x), x, 0))
-            positive = cell_sums(x == np.inf) > 0
-            negative = cell_sums(x == -np.inf) > 0
-            sums[positive] = np.inf
-            sums[negative] = -np.inf
-            sums[(positive & negative) | (cell_sums(np.isnan(x)) > 0)] = np.nan
-            return sums
-
+    integer = np.issubdtype(value.dtype, np.integer)
     out = np.empty(g.output_shape, value.dtype)
 
     def run(b):
-        sums = sums_of(value[b])
-        sums /= cell_sizes[None, :, :, None]
-        out[b] = _cast_from_float64(sums, value.dtype)
+        x = _comparable(value[b])  # half types widened, exactly
+        sums = np.zeros((len(x),) + g.output_shape[1:], x.dtype)  # empty cells keep 0
+        for row_cells, col_cells, _, _, window in _max_pool_windows(g, x):
+            total = _running_sum(window)
+            count = x.dtype.type(len(window))
+            if integer:  # C++'s division truncates toward zero; NumPy's // floors
+                total, remainder = np.divmod(total, count)
+                total += (remainder != 0) & (total < 0)
+            else:
+                total /= count
+            sums[np.ix_(np.arange(len(x)), row_cells, col_cells)] = total
+        out[b] = sums
 
-    # Images are independent, and which sums an image gets depends on the whole batch only
-    # through the choice above.
-    if chunked:
-        _for_batch_chunks(g.batch, (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth * 8, run)
-    else:
-        run(slice(0, g.batch))
+    _for_batch_chunks(g.batch, (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth
+                      * _comparable(value[:0]).itemsize, run)
     return out
-
-
-#: fractional_avg_pool adds each cell's elements in turn where no cell spans more than this
-#: many indices of a dimension and the cells together hold at most SMALL_CELLS_COVER x its size.
-SMALL_CELL_MAX = 4
-SMALL_CELLS_COVER = 2
-
-
-def _small_cells(sizes: np.ndarray, size: int) -> bool:
-    return int(sizes.max(initial=0)) <= SMALL_CELL_MAX and int(sizes.sum()) <= SMALL_CELLS_COVER * max(1, size)
-
-
-def _small_cell_sums(x: np.ndarray, axis: int, groups, cells: int) -> np.ndarray:
-    """Sums of ``x`` over each of ``cells`` cells along ``axis``, in float64, each cell's
-    elements added in index order; ``groups`` are the dimension's :func:`_size_groups` (a
-    group's cells at once; cells in none, being empty, give 0)."""
-    shape = list(x.shape)
-    shape[axis] = cells
-    sums = np.zeros(shape)
-    lead = (slice(None),) * axis
-    for size, numbers, starts in groups:
-        total = np.take(x, starts, axis=axis).astype(np.float64)
-        for j in range(1, size):
-            total += np.take(x, starts + j, axis=axis)
-        sums[lead + (numbers,)] = total
-    return sums
-
-
-#: np.cumsum along an axis other than the last walks it element by element (16 ms for the
-#: rows of 8 x 112 x 112 x 32 against 4 ms for 112 whole-slice adds, measured here): where each
-#: index's slice has at least this many elements, the prefix sums are one add per index.
-PREFIX_SLICE_MIN_ELEMENTS = 1024
-
-
-def _cell_sums(x: np.ndarray, axis: int, starts: np.ndarray, stops: np.ndarray) -> np.ndarray:
-    """Sums of ``x`` over [starts[k], stops[k]) along ``axis``, in float64: differences of a
-    prefix sum with one leading zero (empty ranges give 0).  Holds the prefix, the result and
-    one result-sized temporary at most."""
-    shape = list(x.shape)
-    shape[axis] += 1
-    prefix = np.zeros(shape)
-    lead = (slice(None),) * axis
-    if x.shape[axis] and x.size // x.shape[axis] >= PREFIX_SLICE_MIN_ELEMENTS:
-        # the same float64 additions in the same order as np.cumsum (whose first sum is x[0])
-        prefix[lead + (1,)] = x[lead + (0,)]
-        for i in range(1, x.shape[axis]):
-            np.add(prefix[lead + (i,)], x[lead + (i,)], out=prefix[lead + (i + 1,)])
-    else:
-        np.cumsum(x, axis=axis, dtype=np.float64, out=prefix[lead + (slice(1, None),)])
-    sums = np.take(prefix, stops, axis=axis)
-    sums -= np.take(prefix, starts, axis=axis)
-    return sums
 
 
 def _cast_from_float64(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -1128,12 +1045,23 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
 def fractional_max_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndarray:
     """Forward max over each (row cell x column cell), NHWC, as TF's forward kernel computes
     it: a running ``max(current, x)`` (``current < x ? x : current``) from the type's lowest
-    value, so NaN is never taken, and an empty or all-NaN cell (or one of -inf only) gives the
-    lowest finite value."""
+    value, so NaN is never taken, an empty or all-NaN cell (or one of -inf only) gives the
+    lowest finite value, and of equal zeros the first in TF's scan order (row by row, each row
+    left to right) gives the result's sign."""
     lowest = _lowest(value.dtype)
     work = _comparable(value)
     out = np.full(g.output_shape, lowest, work.dtype)  # empty cells keep it
-    reduce = np.fmax.reduce if work.dtype.kind == "f" else np.maximum.reduce  # fmax ignores NaN
+    floating = work.dtype.kind == "f"
+    reduce = np.fmax.reduce if floating else np.maximum.reduce  # fmax ignores NaN
     for row_cells, col_cells, _, _, window in _max_pool_windows(g, work):
-        out[np.ix_(np.arange(g.batch), row_cells, col_cells)] = reduce(window, axis=0, initial=lowest)
+        maxima = reduce(window, axis=0, initial=lowest)
+        if floating:
+            # fmax keeps either of two equal zeros (its SIMD and scalar loops differ); TF keeps
+            # the first: where the maximum is zero, the sign of the cell's first zero
+            zero = maxima == 0
+            if zero.any():
+                candidates = window[:, zero]
+                first = np.argmax(candidates == 0, axis=0)
+                maxima[zero] = np.where(np.signbit(candidates[first, np.arange(len(first))]), -0.0, 0.0)
+        out[np.ix_(np.arange(g.batch), row_cells, col_cells)] = maxima
     return out.astype(value.dtype, copy=False)
