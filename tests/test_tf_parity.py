@@ -775,3 +775,119 @@ def test_fractional_sequences_of_any_rank_are_read_flat(tf, rows):
         col_pooling_sequence=np.array([0, 3, 6], np.int64)).numpy()
     np.testing.assert_array_equal(gradops.fractional_avg_pool_grad([1, 5, 6, 2], dy, rows, [0, 3, 6]), want)
     np.testing.assert_array_equal(gradops.fractional_avg_pool_grad([1, 5, 6, 2], dy, rows.reshape(-1), [0, 3, 6]), want)
+
+
+# --------------------------------------------------------------------------- signed zeros
+#
+# np.testing.assert_array_equal and assert_close take -0.0 for +0.0, so the parity tests above
+# cannot see a zero's sign.  These inputs are mostly zeros of both signs (products of zeros
+# and sums of them decide the result's sign), and every backend's zeros must carry TF's sign.
+
+
+def _signed_zeros(rng, shape, dtype):
+    """Zeros of random sign, a tenth of the elements small integers (exact in every dtype)."""
+    x = np.where(rng.random(shape) < 0.5, -0.0, 0.0)
+    pick = rng.random(shape) < 0.1
+    x[pick] = rng.integers(-3, 4, int(pick.sum()))
+    return x.astype(dtype)
+
+
+def _assert_tf_signs(name, got, want, dtype):
+    got, want = np.asarray(got).astype(np.float64), np.asarray(want).astype(np.float64)
+    assert_tf_close(got, want, dtype)
+    zero = (got == 0) & (want == 0)
+    wrong = int((np.signbit(got[zero]) != np.signbit(want[zero])).sum())
+    assert wrong == 0, f"{name}: {wrong} of {int(zero.sum())} zeros have the other sign than TF's"
+
+
+def assert_tf_close(got, want, dtype):
+    tol = RTOL[np.dtype(dtype)] * max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+    assert float(np.max(np.abs(got - want))) <= tol if want.size else True
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("depth", [1, 8, 32])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("dtype", [F16, F32, F64], ids=["float16", "float32", "float64"])
+def test_convolution_gradients_give_tf_signed_zeros(tf, any_backend, dtype, stride, depth, data_format):
+    """The four convolution gradients, every backend (NCHW through a transpose of TF's NHWC
+    result, which TF cannot compute)."""
+    from conftest import to_gpu, to_host
+
+    rng = np.random.default_rng(depth * 10 + stride)
+    x = _signed_zeros(rng, (2, 9, 9, depth), dtype)
+    depthwise_filter = _signed_zeros(rng, (3, 3, depth, 1), dtype)
+    conv_filter = _signed_zeros(rng, (3, 3, depth, 4), dtype)
+    strides = [1, stride, stride, 1]
+    out_rows = -(-9 // stride)
+    dy = _signed_zeros(rng, (2, out_rows, out_rows, depth), dtype)
+    dy4 = _signed_zeros(rng, (2, out_rows, out_rows, 4), dtype)
+    nchw = data_format == "NCHW"
+    layout = (lambda a: np.ascontiguousarray(np.transpose(a, (0, 3, 1, 2)))) if nchw else (lambda a: a)
+    back = (lambda a: np.transpose(a, (0, 2, 3, 1))) if nchw else (lambda a: a)
+    ours_strides = [1, 1, stride, stride] if nchw else strides
+    on = (lambda a: to_gpu(layout(a))) if any_backend != "numpy" else layout
+    host = to_host if any_backend != "numpy" else (lambda a: a)
+    common = dict(padding="SAME", data_format=data_format, backend=any_backend)
+    cases = {
+        "dw input gradient": (
+            lambda: back(host(gradops.depthwise_conv2d_native_backprop_input(
+                list(layout(x).shape), depthwise_filter if any_backend == "numpy" else to_gpu(depthwise_filter),
+                on(dy), ours_strides, **common))),
+            lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+                input_sizes=x.shape, filter=depthwise_filter, out_backprop=dy, strides=strides, padding="SAME")),
+        "dw filter gradient": (
+            lambda: host(gradops.depthwise_conv2d_native_backprop_filter(
+                on(x), list(depthwise_filter.shape), on(dy), ours_strides, **common)),
+            lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+                input=x, filter_sizes=depthwise_filter.shape, out_backprop=dy, strides=strides, padding="SAME")),
+        "conv input gradient": (
+            lambda: back(host(gradops.conv2d_backprop_input(
+                list(layout(x).shape), conv_filter if any_backend == "numpy" else to_gpu(conv_filter),
+                on(dy4), ours_strides, **common))),
+            lambda: tf.raw_ops.Conv2DBackpropInput(
+                input_sizes=x.shape, filter=conv_filter, out_backprop=dy4, strides=strides, padding="SAME")),
+        "conv filter gradient": (
+            lambda: host(gradops.conv2d_backprop_filter(on(x), list(conv_filter.shape), on(dy4), ours_strides,
+                                                        **common)),
+            lambda: tf.raw_ops.Conv2DBackpropFilter(
+                input=x, filter_sizes=conv_filter.shape, out_backprop=dy4, strides=strides, padding="SAME")),
+    }
+    for name, (ours, theirs) in cases.items():
+        try:
+            got = ours()
+        except gradops.BackendUnavailableError as exc:  # cuDNN: no float64, say
+            assert any_backend == "cudnn", exc
+            continue
+        _assert_tf_signs(name, got, theirs().numpy(), dtype)
+
+
+@pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
+@pytest.mark.parametrize("depth", [1, 8, 32])
+def test_fractional_pooling_gradients_give_tf_signed_zeros(tf, any_backend, overlapping, depth):
+    """Both fractional pooling gradients, every backend, float32 (the type both TF ops share
+    with every gradops backend)."""
+    from conftest import to_gpu, to_host
+
+    if any_backend == "cudnn":
+        pytest.skip("cuDNN has no fractional pooling")
+    rng = np.random.default_rng(depth + overlapping)
+    x = _signed_zeros(rng, (2, 12, 12, depth), np.float32)
+    y, rows, cols = tf.raw_ops.FractionalMaxPool(value=x, pooling_ratio=[1.0, 1.5, 1.5, 1.0], pseudo_random=True,
+                                                 overlapping=overlapping, deterministic=True, seed=3, seed2=4)
+    rows, cols, y = rows.numpy(), cols.numpy(), y.numpy()
+    dy = _signed_zeros(rng, y.shape, np.float32)
+    on = to_gpu if any_backend != "numpy" else (lambda a: a)
+    host = to_host if any_backend != "numpy" else (lambda a: a)
+    _assert_tf_signs("fractional avg pool gradient",
+                     host(gradops.fractional_avg_pool_grad(list(x.shape), on(dy), rows, cols, overlapping,
+                                                           backend=any_backend)),
+                     tf.raw_ops.FractionalAvgPoolGrad(orig_input_tensor_shape=x.shape, out_backprop=dy,
+                                                      row_pooling_sequence=rows, col_pooling_sequence=cols,
+                                                      overlapping=overlapping).numpy(), np.float32)
+    _assert_tf_signs("fractional max pool gradient",
+                     host(gradops.fractional_max_pool_grad(on(x), on(y), on(dy), rows, cols, overlapping,
+                                                           backend=any_backend)),
+                     tf.raw_ops.FractionalMaxPoolGrad(orig_input=x, orig_output=y, out_backprop=dy,
+                                                      row_pooling_sequence=rows, col_pooling_sequence=cols,
+                                                      overlapping=overlapping).numpy(), np.float32)
