@@ -149,6 +149,13 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
     ``only_environment``, also on CUDA headers from outside this environment."""
     from gradops.backends.cuda import _build, _install_check
 
+    try:
+        import cupy  # noqa: F401  (its NVRTC compiles; no GPU needed)
+    except ImportError as exc:
+        console.print("[red]error[/]: " + escape(f"install-check compiles through CuPy's NVRTC step, and CuPy "
+                                                 f"does not import here ({exc}): pip install 'gradops[cuda13]' "
+                                                 "or 'gradops[cuda12]'"))
+        return 2
     each = tuple(_build.arch_number(a) for a in each or ())
     checked = tuple(_build.arch_number(a) for a in archs) if archs else _install_check.ARCHS
     checked += tuple(a for a in each if a not in checked)

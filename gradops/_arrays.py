@@ -181,6 +181,10 @@ def host_int_vector(op: str, name: str, x: Any, *, flat: bool = False) -> list[i
         x = cupy.asnumpy(as_gpu_array(op, name, x))
     if isinstance(x, (bool, np.bool_)):
         raise TypeError(f"{op}: {name} must be a 1-D integer tensor, got a bool")
+    if isinstance(x, (list, tuple)) and all(type(v) is int or isinstance(v, np.integer) for v in x):
+        # Python ints as they are: NumPy would make 2**63 a float and 2**64 an object, and the
+        # range check (which names the argument) would not be reached
+        return [int(v) for v in x]
     array = as_host_array(op, name, x)
     if flat:
         array = array.reshape(-1)

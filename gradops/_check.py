@@ -222,12 +222,13 @@ def run_check(use_tf: bool = True) -> list[dict]:
     cases = _cases(rng)
     status = _dispatch.backend_status()
     tf = None
+    tf_missing = ""
     if use_tf:
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
         try:
             import tensorflow as tf  # noqa: F811
-        except Exception:
-            tf = None
+        except Exception as exc:  # reported as a skipped row below, not hidden
+            tf, tf_missing = None, f"{type(exc).__name__}: {exc}"
     rows: dict[tuple, dict] = {}
 
     def record(op, backend, reference, dtype, err, scale, n=1, note=""):
@@ -281,4 +282,8 @@ def run_check(use_tf: bool = True) -> list[dict]:
             rows[("*", backend)] = dict(op="(all ops)", backend=backend, reference="numpy", dtype="-", cases=0,
                                         max_error=float("nan"), tolerance=float("nan"), passed=None,
                                         note=f"skipped: {reason}")
+    if tf_missing:
+        rows[("*", "tensorflow")] = dict(op="(all ops)", backend="numpy", reference="tensorflow", dtype="-", cases=0,
+                                         max_error=float("nan"), tolerance=float("nan"), passed=None,
+                                         note=f"skipped: tensorflow does not import ({tf_missing})"[:120])
     return list(rows.values())

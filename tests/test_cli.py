@@ -91,3 +91,29 @@ def test_bench_errors_are_printed_verbatim():
     result = run("bench", "--mode", "cpu", "--suite", "smoke", "--engine", "gradops[cuda12]", "--no-progress")
     assert result.returncode == 2, result.stdout + result.stderr
     assert "unknown engine(s) gradops[cuda12]" in result.stdout, result.stdout
+
+
+def test_check_reports_a_tensorflow_it_could_not_import(monkeypatch):
+    """Without --no-tf and with no importable TensorFlow, the check says the comparison was
+    skipped (a row like those of an unavailable GPU backend) instead of passing silently."""
+    monkeypatch.setitem(sys.modules, "tensorflow", None)  # import tensorflow raises ImportError
+    rows = _check.run_check(use_tf=True)
+    skipped = [r for r in rows if r["reference"] == "tensorflow"]
+    assert len(skipped) == 1 and skipped[0]["passed"] is None
+    assert skipped[0]["note"].startswith("skipped: tensorflow does not import (ModuleNotFoundError")
+
+
+@pytest.mark.parametrize("args, words", [
+    (("bench", "--mode", "gpu", "--suite", "smoke", "--no-plot"), "--mode gpu needs a CUDA GPU and CuPy"),
+    (("install-check", "--arch", "sm_80"), "install-check compiles through CuPy's NVRTC step"),
+])
+def test_gpu_commands_without_cupy_say_so(args, words):
+    """Without CuPy (a CPU-only install), the GPU commands end with a sentence and exit
+    status 2, not a ModuleNotFoundError traceback."""
+    import importlib.util
+
+    if importlib.util.find_spec("cupy") is not None:
+        pytest.skip("CuPy is installed here")
+    result = run(*args)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert words in " ".join(result.stdout.split()) and "Traceback" not in result.stderr

@@ -136,6 +136,27 @@ def test_an_unwritable_cache_still_gives_a_kernel(fake_cupy, monkeypatch, tmp_pa
     assert name == "_mangled_0" and binary.startswith(b"binary of")
 
 
+def test_no_home_folder_compiles_without_a_cache(fake_cupy, monkeypatch, caplog):
+    """No cache folder named and no home (``docker run --user N`` with no passwd entry and no
+    HOME: Path.home() raises RuntimeError): the kernel is compiled in the process and not
+    cached; the first call used to fail with "Could not determine home directory"."""
+    import logging
+    from pathlib import Path
+
+    monkeypatch.delenv("GRADOPS_KERNEL_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+
+    def no_home():
+        raise RuntimeError("Could not determine home directory.")
+
+    monkeypatch.setattr(Path, "home", staticmethod(no_home))
+    assert _runtime.cache_dir() is None
+    with caplog.at_level(logging.INFO, logger="gradops"):
+        kind, name, binary = _runtime.kernel(SOURCE, expressions()[0])
+    assert name == "_mangled_0" and binary.startswith(b"binary of")
+    assert any("not caching" in r.getMessage() for r in caplog.records)
+
+
 def test_cuda12_options_add_the_nvcc_wheels_crt_headers(monkeypatch, tmp_path):
     """CUDA 12 keeps crt/mma.h (which mma.h includes) in the nvcc wheel, a folder CuPy does not
     add: the runtime adds it.  CUDA 13's crt wheel shares the runtime's folder."""

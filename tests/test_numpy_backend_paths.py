@@ -649,3 +649,30 @@ def test_a_call_from_an_atexit_handler_computes(tmp_path):
     assert done.returncode == 0, done.stderr
     lines = done.stdout.split()
     assert lines[0] == "main" and lines[2] == "atexit" and lines[1] == lines[3], done.stdout
+
+
+def test_a_call_abandoned_midway_cancels_its_chunks_not_yet_started(monkeypatch):
+    """Ctrl-C (or an error in one chunk) stops the caller; the chunks still queued are
+    cancelled, not run on in the background ahead of the next call's (a 100 MB call
+    interrupted at 10% kept the CPU busy and made the next small call 100x slower)."""
+    import threading
+    import time
+
+    monkeypatch.setattr(nb, "_WORKERS", 2)
+    monkeypatch.setattr(nb, "_POOL", None)
+    ran, lock = [], threading.Lock()
+
+    def chunk(index):
+        with lock:
+            ran.append(index)
+        if index == 0:
+            raise KeyboardInterrupt  # what the caller sees first, as from a signal handler
+        time.sleep(0.05)
+        return index
+
+    with pytest.raises(KeyboardInterrupt):
+        for _ in nb._in_order(chunk, list(range(40))):
+            pass
+    time.sleep(0.3)  # long enough for the queue to drain 6 more chunks were they not cancelled
+    assert len(ran) <= 3, f"{len(ran)} of 40 chunks ran after the call was abandoned"
+    assert list(nb._in_order(lambda i: i * i, list(range(6)))) == [0, 1, 4, 9, 16, 25]  # the pool still works

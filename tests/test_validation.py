@@ -596,3 +596,21 @@ def test_shape_messages_name_the_sizes_argument():
            out_backprop=x_((2, 6, 6, 5)), strides=S1, padding="SAME")
     raises(input_grad, "padding='EXPLICIT'", "negative", padding="EXPLICIT", input_sizes=[2, 1, 6, 4],
            out_backprop=x_((2, 0, 6, 5)), explicit_paddings=[0, 0, 0, 0, 1, 1, 0, 0])
+
+
+@pytest.mark.parametrize("value", [2**63, 2**64, 10**20])
+def test_python_ints_past_int64_in_size_tensors_name_the_argument(value):
+    """Size tensors given as Python lists reach the int64 range check: NumPy made 2**63 a
+    float64 array ("must hold integers") and 2**64 an object array ("not a numeric array"),
+    where a uint64 array of the same value was refused as out of range."""
+    w, dy = np.ones((3, 3, 2, 2), np.float32), np.ones((2, 6, 7, 2), np.float32)
+    calls = {
+        "input_sizes": lambda: gradops.conv2d_backprop_input([2, 6, 7, value], w, dy, [1, 1, 1, 1], "SAME"),
+        "filter_sizes": lambda: gradops.conv2d_backprop_filter(dy, [3, 3, 2, value], dy, [1, 1, 1, 1], "SAME"),
+        "orig_input_tensor_shape": lambda: gradops.fractional_avg_pool_grad(
+            [1, value, 4, 1], np.ones((1, 2, 2, 1)), [0, 2, 4], [0, 2, 4]),
+        "row_pooling_sequence": lambda: gradops.fractional_max_pool(np.ones((1, 4, 4, 1)), [0, 2, value, 4], [0, 2, 4]),
+    }
+    for name, call in calls.items():
+        with pytest.raises(gradops.InvalidArgumentError, match=f"{name} .*must fit in int64"):
+            call()

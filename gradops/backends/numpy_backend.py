@@ -195,8 +195,20 @@ def _in_order(fn, slices):
         try:
             futures.append(_submit(fn, sl))
         except RuntimeError:
-            return itertools.chain((future.result() for future in futures), map(fn, slices[index:]))
-    return (future.result() for future in futures)
+            return itertools.chain(_results(futures), map(fn, slices[index:]))
+    return _results(futures)
+
+
+def _results(futures):
+    """The futures' results in order; a caller that stops early (Ctrl-C, an error in one
+    chunk) cancels the chunks not yet started, which would otherwise run on and hold up the
+    next call's chunks behind them."""
+    try:
+        for future in futures:
+            yield future.result()
+    finally:
+        for future in futures:
+            future.cancel()
 
 
 def _image_bytes(g: Conv2DGeometry, acc: np.dtype) -> int:

@@ -50,6 +50,10 @@ def main(args: argparse.Namespace, console) -> int:
     from .runner import gpu_present, run
 
     mode = args.mode if args.mode != "auto" else ("gpu" if gpu_present() else "cpu")
+    if mode == "gpu" and not args.engine and not gpu_present():
+        console.print("[red]error[/]: --mode gpu needs a CUDA GPU and CuPy, and this machine has none "
+                      "(`python -m gradops info` says why; --mode cpu times the NumPy backend against TF)")
+        return 2
     suites = args.suite or (["all"] if mode == "gpu" else ["numpy_vs_tf"])
     if mode == "cpu":
         console.print("[yellow]no CUDA device (or --mode cpu): timing gradops' NumPy backend against "

@@ -80,12 +80,20 @@ def nvrtc_options(cuda_major: int | None = None) -> tuple[str, ...]:
     return tuple(core.assemble_cupy_compiler_options(gradops_options(cuda_major)))  # CuPy >= 14 (the extras)
 
 
-def cache_dir() -> Path:
-    """Where compiled kernels are kept between processes."""
+def cache_dir() -> Path | None:
+    """Where compiled kernels are kept between processes; None where no folder is named and
+    there is no home folder (a container's user without a passwd entry or HOME): then kernels
+    are compiled in each process, not cached (a shared folder such as /tmp could hold another
+    user's binaries)."""
     explicit = os.environ.get("GRADOPS_KERNEL_CACHE_DIR")
     if explicit:
         return Path(explicit)
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = Path.home() / ".cache"
+        except (RuntimeError, KeyError):  # Path.home(): "Could not determine home directory."
+            return None
     return Path(base) / "gradops" / "kernels"
 
 
@@ -188,19 +196,25 @@ def _load(filename: str, expression: str, device: int):
     arch = compute_capability()
     key = _cache_key(filename, expression, str(arch))
     directory = cache_dir()
-    binary_path, meta_path = directory / f"{key}.bin", directory / f"{key}.json"
-    try:
-        mangled = json.loads(meta_path.read_text())["mangled"] if binary_path.is_file() else None
-    except (OSError, ValueError, KeyError):
+    if directory is None:
+        binary_path = meta_path = None
         mangled = None
+    else:
+        binary_path, meta_path = directory / f"{key}.bin", directory / f"{key}.json"
+        try:
+            mangled = json.loads(meta_path.read_text())["mangled"] if binary_path.is_file() else None
+        except (OSError, ValueError, KeyError):
+            mangled = None
     if mangled is None:
         log.info("gradops: compiling %s from %s for sm_%s (first use; cached in %s)",
-                 expression, filename, arch, directory)
+                 expression, filename, arch, directory or "no folder: no home folder")
         start = time.perf_counter()
         binary, names = compile_kernels(filename, [expression])
         mangled = names[expression]
         log.info("gradops: compiled %s in %.1f s", expression, time.perf_counter() - start)
         try:
+            if directory is None:
+                raise OSError("no home folder, and neither GRADOPS_KERNEL_CACHE_DIR nor XDG_CACHE_HOME set")
             _write_atomic(binary_path, binary)
             _write_atomic(meta_path, json.dumps({"mangled": mangled, "expression": expression}).encode())
         except OSError as exc:  # a read-only home: load from a temporary file instead
