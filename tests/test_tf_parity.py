@@ -829,37 +829,30 @@ def test_convolution_gradients_give_tf_signed_zeros(tf, any_backend, dtype, stri
     on = (lambda a: to_gpu(layout(a))) if any_backend != "numpy" else layout
     host = to_host if any_backend != "numpy" else (lambda a: a)
     common = dict(padding="SAME", data_format=data_format, backend=any_backend)
-    cases = {
-        "dw input gradient": (
-            lambda: back(host(gradops.depthwise_conv2d_native_backprop_input(
-                list(layout(x).shape), depthwise_filter if any_backend == "numpy" else to_gpu(depthwise_filter),
-                on(dy), ours_strides, **common))),
-            lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
-                input_sizes=x.shape, filter=depthwise_filter, out_backprop=dy, strides=strides, padding="SAME")),
-        "dw filter gradient": (
-            lambda: host(gradops.depthwise_conv2d_native_backprop_filter(
-                on(x), list(depthwise_filter.shape), on(dy), ours_strides, **common)),
-            lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
-                input=x, filter_sizes=depthwise_filter.shape, out_backprop=dy, strides=strides, padding="SAME")),
-        "conv input gradient": (
-            lambda: back(host(gradops.conv2d_backprop_input(
-                list(layout(x).shape), conv_filter if any_backend == "numpy" else to_gpu(conv_filter),
-                on(dy4), ours_strides, **common))),
-            lambda: tf.raw_ops.Conv2DBackpropInput(
-                input_sizes=x.shape, filter=conv_filter, out_backprop=dy4, strides=strides, padding="SAME")),
-        "conv filter gradient": (
-            lambda: host(gradops.conv2d_backprop_filter(on(x), list(conv_filter.shape), on(dy4), ours_strides,
-                                                        **common)),
-            lambda: tf.raw_ops.Conv2DBackpropFilter(
-                input=x, filter_sizes=conv_filter.shape, out_backprop=dy4, strides=strides, padding="SAME")),
-    }
-    for name, (ours, theirs) in cases.items():
-        try:
-            got = ours()
-        except gradops.BackendUnavailableError as exc:  # cuDNN: no float64, say
-            assert any_backend == "cudnn", exc
-            continue
-        _assert_tf_signs(name, got, theirs().numpy(), dtype)
+    filter_on = to_gpu if any_backend != "numpy" else (lambda a: a)
+    kinds = (("dw", gradops.depthwise_conv2d_native_backprop_input, gradops.depthwise_conv2d_native_backprop_filter,
+              tf.raw_ops.DepthwiseConv2dNativeBackpropInput, tf.raw_ops.DepthwiseConv2dNativeBackpropFilter,
+              depthwise_filter, dy),
+             ("conv", gradops.conv2d_backprop_input, gradops.conv2d_backprop_filter,
+              tf.raw_ops.Conv2DBackpropInput, tf.raw_ops.Conv2DBackpropFilter, conv_filter, dy4))
+    for kind, input_grad, filter_grad, tf_input_grad, tf_filter_grad, filt, grad in kinds:
+        tf_args = dict(out_backprop=grad, strides=strides, padding="SAME")
+        cases = {
+            f"{kind} input gradient": (
+                lambda: back(host(input_grad(list(layout(x).shape), filter_on(filt), on(grad), ours_strides,
+                                             **common))),
+                lambda: tf_input_grad(input_sizes=x.shape, filter=filt, **tf_args)),
+            f"{kind} filter gradient": (
+                lambda: host(filter_grad(on(x), list(filt.shape), on(grad), ours_strides, **common)),
+                lambda: tf_filter_grad(input=x, filter_sizes=filt.shape, **tf_args)),
+        }
+        for name, (ours, theirs) in cases.items():
+            try:
+                got = ours()
+            except gradops.BackendUnavailableError as exc:  # cuDNN: no float64, say
+                assert any_backend == "cudnn", exc
+                continue
+            _assert_tf_signs(name, got, theirs().numpy(), dtype)
 
 
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
