@@ -72,7 +72,8 @@ def conv2d_backprop_input(input_sizes: Any, filter: Any, out_backprop: Any, stri
 
     input_sizes: 1-D ints, the input shape in ``data_format`` or just [rows, cols] (batch taken
     from out_backprop, depth from the filter); filter: HWIO; out_backprop in ``data_format``.
-    Returns the input gradient, shape ``input_sizes``, in the filter's dtype.
+    Returns the 4-D input gradient (shape ``input_sizes``, or with [rows, cols] the batch and
+    depth so taken) in the filter's dtype.
     """
     op = "conv2d_backprop_input"
     sizes = _arrays.host_int_vector(op, "input_sizes", input_sizes)

@@ -32,7 +32,8 @@ def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, ro
     orig_input_tensor_shape: 1-D ints [N, in_rows, in_cols, C]; out_backprop: [N, out_rows,
     out_cols, C] (or fewer images or channels, as TF allows: the rest of the gradient is
     zero; more only where every cell is empty, which gives zeros, as in TF); pooling
-    sequences: 1-D ints of at least out_rows + 1 / out_cols + 1 entries.
+    sequences: ints of any rank, read flat as TF reads them, of at least out_rows + 1 /
+    out_cols + 1 entries.
     Returns [N, in_rows, in_cols, C] in out_backprop's dtype.
     """
     op = "fractional_avg_pool_grad"
