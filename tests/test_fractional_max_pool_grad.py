@@ -178,14 +178,14 @@ def test_chunked_windows_match_brute_force(monkeypatch, overlapping, dtype):
     cells = (len(rows) - 1) * (len(cols) - 1)
     _, maxima = brute_select(x, rows, cols, len(rows) - 1, len(cols) - 1, overlapping)
     chunks = []
-    real = numpy_backend._max_pool_windows
+    real = numpy_backend._cell_windows
 
     def counted(g, value):
         for part in real(g, value):
             chunks.append((part[0].size * part[1].size, len(value)))  # (cells, images)
             yield part
 
-    monkeypatch.setattr(numpy_backend, "_max_pool_windows", counted)
+    monkeypatch.setattr(numpy_backend, "_cell_windows", counted)
     monkeypatch.setattr(numpy_backend, "WINDOW_CHUNK_FACTOR", 0)
     for budget in (1, 150, 10**6):  # elements: one cell a chunk, a few cells, every group whole
         monkeypatch.setattr(numpy_backend, "WINDOW_CHUNK_MIN_ELEMENTS", budget)
@@ -218,13 +218,13 @@ def test_numpy_batch_runs_on_the_thread_pool(monkeypatch, overlapping):
     per_image = (x[0].nbytes * 2 + y[0].nbytes * 2 + y[0].size * 8)  # inputs, gradient, chosen offsets
     monkeypatch.setattr(nb, "_CHUNK_BYTES", 2 * per_image)
     runs = []
-    windows = nb._max_pool_windows
+    windows = nb._cell_windows
 
     def recorded(g, value):
         runs.append(len(value))
         return windows(g, value)
 
-    monkeypatch.setattr(nb, "_max_pool_windows", recorded)
+    monkeypatch.setattr(nb, "_cell_windows", recorded)
     results = []
     for workers in (1, 2, 3):
         monkeypatch.setattr(nb, "_WORKERS", workers)
@@ -251,7 +251,7 @@ def test_numpy_batch_runs_report_the_first_mismatch_in_batch_order(monkeypatch):
     y[1, 2, 1, 1] -= 1
     monkeypatch.setattr(nb, "_CHUNK_BYTES", 1)  # one image a run
     monkeypatch.setattr(nb, "_WORKERS", 4)
-    windows = nb._max_pool_windows
+    windows = nb._cell_windows
     slow = []
 
     def delayed(g, value):
@@ -260,7 +260,7 @@ def test_numpy_batch_runs_report_the_first_mismatch_in_batch_order(monkeypatch):
             time.sleep(0.2)
         return windows(g, value)
 
-    monkeypatch.setattr(nb, "_max_pool_windows", delayed)
+    monkeypatch.setattr(nb, "_cell_windows", delayed)
     with pytest.raises(gradops.InvalidArgumentError, match=r"at \[1, 2, 1, 1\] orig_output holds"):
         gradops.fractional_max_pool_grad(x, y, np.ones_like(y), rows, cols)
     assert slow  # x reached the backend as passed, and image 1 was delayed

@@ -862,26 +862,23 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
     averages to 0, the adjoint of the gradient (TF's own sequences make none)."""
     if _is_empty(g.output_shape, value.shape):
         return np.zeros(g.output_shape, value.dtype)
-    integer = np.issubdtype(value.dtype, np.integer)
-    out = np.empty(g.output_shape, value.dtype)
+    work = _comparable(value[:0]).dtype  # half types widened, exactly
+    out = np.zeros(g.output_shape, work)  # empty cells keep 0
 
     def run(b):
-        x = _comparable(value[b])  # half types widened, exactly
-        sums = np.zeros((len(x),) + g.output_shape[1:], x.dtype)  # empty cells keep 0
-        for row_cells, col_cells, _, _, window in _max_pool_windows(g, x):
+        images = out[b]
+        for row_cells, col_cells, _, _, window in _cell_windows(g, _comparable(value[b])):
             total = _running_sum(window)
-            count = x.dtype.type(len(window))
-            if integer:  # C++'s division truncates toward zero; NumPy's // floors
+            count = work.type(len(window))
+            if work.kind == "i":  # C++'s division truncates toward zero; NumPy's // floors
                 total, remainder = np.divmod(total, count)
                 total += (remainder != 0) & (total < 0)
             else:
                 total /= count
-            sums[np.ix_(np.arange(len(x)), row_cells, col_cells)] = total
-        out[b] = sums
+            images[np.ix_(np.arange(len(images)), row_cells, col_cells)] = total
 
-    _for_batch_chunks(g.batch, (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth
-                      * _comparable(value[:0]).itemsize, run)
-    return out
+    _for_batch_chunks(g.batch, (g.in_rows * g.in_cols + g.out_rows * g.out_cols) * g.depth * work.itemsize, run)
+    return out.astype(value.dtype, copy=False)
 
 
 def _cast_from_float64(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
@@ -923,7 +920,8 @@ def _size_groups(starts, ends):
     return groups
 
 
-#: Elements a chunk of max-pooling windows may hold, in units of max(input, result) elements:
+#: Elements a chunk of cell windows (both pooling forwards, the max pooling gradient) may hold,
+#: in units of max(input, result) elements:
 #: overlapping cells at TF's ratios (1.4-2) copy about 2-3x the input, which stays one chunk.
 WINDOW_CHUNK_FACTOR = 4
 #: ... and at least this many (a few MiB of working copies), so that a small input pooled into
@@ -931,7 +929,7 @@ WINDOW_CHUNK_FACTOR = 4
 WINDOW_CHUNK_MIN_ELEMENTS = 1 << 18
 
 
-def _max_pool_windows(g: FractionalPoolGeometry, value: np.ndarray):
+def _cell_windows(g: FractionalPoolGeometry, value: np.ndarray):
     """Per chunk of (row-size group, column-size group) of ``value`` (NHWC: ``g``'s images or a
     run of them): (row cells, column cells, row table, column table, windows [rows * cols, N,
     row cells, column cells, C]), the cell elements in TF's scan order (row by row, each row
@@ -1024,7 +1022,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
         chosen = np.empty((images,) + g.output_shape[1:], np.int64)  # flat offsets in the run's images
         maxima = np.empty(chosen.shape, _comparable(orig_input[:0]).dtype)
         batch = np.arange(images, dtype=np.int64)[:, None, None, None]
-        for row_cells, col_cells, row_index, col_index, window in _max_pool_windows(g, orig_input[b]):
+        for row_cells, col_cells, row_index, col_index, window in _cell_windows(g, orig_input[b]):
             rows, cols = row_index.shape[1], col_index.shape[1]
             best, step = _first_maxima(_comparable(window))  # window: [rows * cols, n, row cells, col cells, C]
             # k -> the element's offset from its cell's first element, in flat NHWC elements
@@ -1065,7 +1063,7 @@ def fractional_max_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
     out = np.full(g.output_shape, lowest, work.dtype)  # empty cells keep it
     floating = work.dtype.kind == "f"
     reduce = np.fmax.reduce if floating else np.maximum.reduce  # fmax ignores NaN
-    for row_cells, col_cells, _, _, window in _max_pool_windows(g, work):
+    for row_cells, col_cells, _, _, window in _cell_windows(g, work):
         maxima = reduce(window, axis=0, initial=lowest)
         if floating:
             # fmax keeps either of two equal zeros (its SIMD and scalar loops differ); TF keeps

@@ -196,34 +196,34 @@ def _load(filename: str, expression: str, device: int):
     arch = compute_capability()
     key = _cache_key(filename, expression, str(arch))
     directory = cache_dir()
-    if directory is None:
-        binary_path = meta_path = None
-        mangled = None
-    else:
+    if directory is not None:
         binary_path, meta_path = directory / f"{key}.bin", directory / f"{key}.json"
         try:
-            mangled = json.loads(meta_path.read_text())["mangled"] if binary_path.is_file() else None
+            if binary_path.is_file():
+                mangled = json.loads(meta_path.read_text())["mangled"]
+                return cupy.RawModule(path=str(binary_path)).get_function(mangled)
         except (OSError, ValueError, KeyError):
-            mangled = None
-    if mangled is None:
-        log.info("gradops: compiling %s from %s for sm_%s (first use; cached in %s)",
-                 expression, filename, arch, directory or "no folder: no home folder")
-        start = time.perf_counter()
-        binary, names = compile_kernels(filename, [expression])
-        mangled = names[expression]
-        log.info("gradops: compiled %s in %.1f s", expression, time.perf_counter() - start)
+            pass
+    log.info("gradops: compiling %s from %s for sm_%s (first use; cached in %s)",
+             expression, filename, arch, directory or "no folder: there is no home folder")
+    start = time.perf_counter()
+    binary, names = compile_kernels(filename, [expression])
+    mangled = names[expression]
+    log.info("gradops: compiled %s in %.1f s", expression, time.perf_counter() - start)
+    if directory is not None:
         try:
-            if directory is None:
-                raise OSError("no home folder, and neither GRADOPS_KERNEL_CACHE_DIR nor XDG_CACHE_HOME set")
             _write_atomic(binary_path, binary)
             _write_atomic(meta_path, json.dumps({"mangled": mangled, "expression": expression}).encode())
-        except OSError as exc:  # a read-only home: load from a temporary file instead
+            return cupy.RawModule(path=str(binary_path)).get_function(mangled)
+        except OSError as exc:  # a read-only home
             log.info("gradops: kernel cache %s is not writable (%s); not caching", directory, exc)
-            with tempfile.TemporaryDirectory() as tmp:
-                path = Path(tmp) / "kernel.bin"
-                path.write_bytes(binary)
-                return cupy.RawModule(path=str(path)).get_function(mangled)
-    return cupy.RawModule(path=str(binary_path)).get_function(mangled)
+    else:
+        log.info("gradops: no kernel cache folder (no home folder, and neither GRADOPS_KERNEL_CACHE_DIR "
+                 "nor XDG_CACHE_HOME set); not caching")
+    with tempfile.TemporaryDirectory() as tmp:  # no cache: load from a temporary file
+        path = Path(tmp) / "kernel.bin"
+        path.write_bytes(binary)
+        return cupy.RawModule(path=str(path)).get_function(mangled)
 
 
 def kernel(filename: str, expression: str):
