@@ -186,6 +186,8 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
         console.print("[red]header folder outside this environment:[/] " + escape(folder))
     for header in result["missing"]:
         console.print("[red]no include folder holds[/] " + escape(header))
+    for problem in result["api"]:
+        console.print("[red]CuPy lacks what the kernel loader uses:[/] " + escape(problem))
     counts = {s: sum(r["status"] == s for r in result["rows"]) for s in colour}
     console.print(f"{counts['ok']} compiled, {counts['failed']} failed, {counts['spills']} spilling, "
                   f"{counts['warnings']} with compiler warnings, "
@@ -193,7 +195,7 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
                   f"{counts['covered']} covered by their class, {counts['not targetable']} not targetable by this NVRTC "
                   f"({sum(r['kernels'] for r in result['rows'] if r['status'] == 'ok')} kernels)")
     return 1 if (counts["failed"] or counts["spills"] or counts["warnings"] or result["foreign"] or result["missing"]
-                 or not counts["ok"]) else 0
+                 or result["api"] or not counts["ok"]) else 0
 
 
 def main(argv: list[str] | None = None) -> int:

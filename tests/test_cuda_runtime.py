@@ -3,7 +3,8 @@ CuPy for, what it compiles, caches and logs.
 
 CuPy is not installed on CPU CI, so these tests give ``_runtime`` a recording stand-in for the
 few CuPy calls it makes (``compile_using_nvrtc``, ``assemble_cupy_compiler_options``,
-``RawModule(path=...)``, the current device).  The real CuPy compile step runs in the install
+``cupy.cuda.Module().load(bytes)`` and ``get_function``, ``CUDADriverError``, the current
+device), with CuPy 14's argument types (cupy/cuda/function.pyx: ``load`` takes ``bytes`` only).  The real CuPy compile step runs in the install
 check (``python -m gradops install-check``, scripts/check-gpu-install.sh) and on a GPU."""
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ class FakeCupy:
 
     def __init__(self, compute_capability: int = 86):
         self.compiles: list[tuple[str, tuple, list]] = []
-        self.loads: list[str] = []
+        self.loads: list[bytes] = []
         self.device = 0
         self.compute_capability = compute_capability
         self.log = ""
@@ -35,10 +36,19 @@ class FakeCupy:
                 self.id = fake.device if device is None else device
                 self.compute_capability = str(fake.compute_capability)
 
-        class RawModule:
-            def __init__(self, path):
-                fake.loads.append(path)
-                self.binary = open(path, "rb").read()
+        class CUDADriverError(RuntimeError):
+            pass
+
+        class Module:
+            """cuModuleLoadData as CuPy wraps it: a binary the driver cannot read raises."""
+
+            def load(self, cubin):
+                if not isinstance(cubin, bytes):  # Cython's ``bytes cubin``
+                    raise TypeError(f"Argument 'cubin' has incorrect type (expected bytes, got {type(cubin).__name__})")
+                if not (cubin.startswith(b"binary of") or _runtime.elf_size(cubin) is not None):
+                    raise CUDADriverError("CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid")
+                fake.loads.append(cubin)
+                self.binary = cubin
 
             def get_function(self, name):
                 return ("kernel", name, self.binary)
@@ -53,9 +63,10 @@ class FakeCupy:
 
         self.module = types.ModuleType("cupy")
         self.module.__version__ = "14.2.0"
-        self.module.RawModule = RawModule
         self.module.cuda = types.SimpleNamespace(
             Device=Device,
+            Module=Module,
+            driver=types.SimpleNamespace(CUDADriverError=CUDADriverError),
             runtime=types.SimpleNamespace(runtimeGetVersion=lambda: 13000),
             compiler=types.SimpleNamespace(compile_using_nvrtc=compile_using_nvrtc),
             nvrtc=types.SimpleNamespace(getVersion=lambda: (13, 0)))
@@ -70,6 +81,7 @@ class FakeCupy:
         monkeypatch.setitem(sys.modules, "cupy._core", types.SimpleNamespace(core=self.core))
         monkeypatch.setitem(sys.modules, "cupy._core.core", self.core)
         monkeypatch.setenv("GRADOPS_KERNEL_CACHE_DIR", str(tmp_path / "cache"))
+        monkeypatch.delenv("CUPY_CACHE_IN_MEMORY", raising=False)
         monkeypatch.setattr(_runtime, "_kernels", {})
         monkeypatch.setattr(_runtime, "_capabilities", {})
         return self
@@ -88,7 +100,7 @@ def test_a_call_compiles_only_the_kernel_it_needs_once_per_device(fake_cupy):
     first, second = expressions()[:2]
     k = _runtime.kernel(SOURCE, first)
     assert [c[2] for c in fake_cupy.compiles] == [[first]]  # one instantiation, not the file
-    assert _runtime.kernel(SOURCE, first) is k               # the RawKernel is kept
+    assert _runtime.kernel(SOURCE, first) is k               # the loaded kernel is kept
     _runtime.kernel(SOURCE, second)
     fake_cupy.device = 1
     k1 = _runtime.kernel(SOURCE, first)
@@ -154,7 +166,115 @@ def test_no_home_folder_compiles_without_a_cache(fake_cupy, monkeypatch, caplog)
     with caplog.at_level(logging.INFO, logger="gradops"):
         kind, name, binary = _runtime.kernel(SOURCE, expressions()[0])
     assert name == "_mangled_0" and binary.startswith(b"binary of")
-    assert any("not caching" in r.getMessage() for r in caplog.records)
+    assert any("not cached: no home folder" in r.getMessage() for r in caplog.records)
+
+
+def _cache_files(tmp_path):
+    folder = tmp_path / "cache"
+    return sorted(f.name for f in folder.iterdir()) if folder.exists() else []
+
+
+@pytest.mark.parametrize("value, in_memory", [("1", True), ("0", False), ("", False), ("yes", False), ("2", False)])
+def test_cupy_cache_in_memory_is_read_as_cupy_reads_it(monkeypatch, value, in_memory):
+    """CuPy's _get_bool_env_variable: only an integer equal to 1 is true."""
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", value)
+    assert _runtime.cache_in_memory() is in_memory
+
+
+def test_cupy_cache_in_memory_writes_nothing(fake_cupy, monkeypatch, tmp_path, caplog):
+    """With CUPY_CACHE_IN_MEMORY=1 (CuPy's switch for a read-only filesystem) gradops writes no
+    cache either: each process compiles its kernels once, and loads them from memory."""
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
+    first = expressions()[0]
+    with caplog.at_level(logging.INFO, logger="gradops"):
+        kind, name, binary = _runtime.kernel(SOURCE, first)
+    assert name == "_mangled_0" and binary.startswith(b"binary of")
+    assert _cache_files(tmp_path) == []
+    assert any("CUPY_CACHE_IN_MEMORY" in r.getMessage() for r in caplog.records)
+    monkeypatch.setattr(_runtime, "_kernels", {})  # a new process compiles again
+    _runtime.kernel(SOURCE, first)
+    assert len(fake_cupy.compiles) == 2 and _cache_files(tmp_path) == []
+
+
+def test_a_read_only_filesystem_still_gives_a_kernel(fake_cupy, monkeypatch, tmp_path):
+    """No writable cache folder and no usable temporary folder (a container with a read-only
+    root): the kernel is loaded from memory.  The loader used to fall back to a temporary file,
+    and failed here with "No usable temporary directory found"."""
+    import tempfile
+
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    monkeypatch.setenv("GRADOPS_KERNEL_CACHE_DIR", str(blocker / "cache"))
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "no-such-folder"))
+    with pytest.raises(OSError):
+        tempfile.TemporaryDirectory()  # the premise: no temporary folder
+    kind, name, binary = _runtime.kernel(SOURCE, expressions()[0])
+    assert name == "_mangled_0" and binary.startswith(b"binary of")
+
+
+def test_a_damaged_cached_binary_is_compiled_again(fake_cupy, monkeypatch, tmp_path, caplog):
+    """A cache file the driver refuses (truncated by hand, a disk error) is replaced, with a
+    warning; it must not make every later process fail."""
+    first = expressions()[0]
+    _runtime.kernel(SOURCE, first)
+    (binary_file,) = [f for f in (tmp_path / "cache").iterdir() if f.suffix == ".bin"]
+    binary_file.write_bytes(b"\x7fELF damaged")
+    monkeypatch.setattr(_runtime, "_kernels", {})
+    with caplog.at_level(logging.INFO, logger="gradops"):
+        kind, name, binary = _runtime.kernel(SOURCE, first)
+    assert binary.startswith(b"binary of") and len(fake_cupy.compiles) == 2
+    assert any(r.levelno == logging.WARNING and "compiling it again" in r.getMessage() for r in caplog.records)
+    assert binary_file.read_bytes().startswith(b"binary of")  # the cache holds a good binary again
+    monkeypatch.setattr(_runtime, "_kernels", {})
+    _runtime.kernel(SOURCE, first)
+    assert len(fake_cupy.compiles) == 2  # ...which the next process reads
+
+
+def test_a_failed_cache_write_leaves_no_partial_file(fake_cupy, monkeypatch, tmp_path):
+    """A full disk (here: the rename fails) leaves no ``*.tmp`` behind and still gives a kernel."""
+    import os
+
+    def full_disk(src, dst):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", full_disk)
+    kind, name, binary = _runtime.kernel(SOURCE, expressions()[0])
+    assert binary.startswith(b"binary of")
+    assert _cache_files(tmp_path) == []
+
+
+def test_the_stand_in_has_the_cupy_surface_the_runtime_uses(fake_cupy):
+    """The same check the install check runs against each GPU extra's real CuPy (CI, no GPU):
+    the stand-in these tests use offers what real CuPy offers the runtime."""
+    assert _runtime.cupy_api_problems() == []
+
+
+def test_the_cupy_surface_check_catches_what_the_loader_would_trip_on(fake_cupy, monkeypatch):
+    cuda = fake_cupy.module.cuda
+    real_compile, real_module = cuda.compiler.compile_using_nvrtc, cuda.Module
+
+    def old_compile(source, options=(), arch=None, filename="kern.cu", name_expressions=None):
+        return real_compile(source, options, arch, filename, name_expressions)
+
+    monkeypatch.setattr(cuda.compiler, "compile_using_nvrtc", old_compile)
+    assert _runtime.cupy_api_problems() == ["cupy.cuda.compiler.compile_using_nvrtc takes no log_stream"]
+    monkeypatch.setattr(cuda.compiler, "compile_using_nvrtc", real_compile)
+
+    class LenientModule(real_module):
+        def load(self, cubin):  # takes anything: the runtime's bytes() would not be needed
+            self.binary = bytes(cubin)
+
+    monkeypatch.setattr(cuda, "Module", LenientModule)
+    assert _runtime.cupy_api_problems() == ["cupy.cuda.Module().load accepted a bytearray (expected: bytes only)"]
+    monkeypatch.delattr(cuda, "Module")
+    monkeypatch.delattr(cuda, "driver")
+    assert _runtime.cupy_api_problems() == ["cupy.cuda.Module is missing", "cupy.cuda.driver.CUDADriverError is missing"]
+
+
+def test_the_real_cupy_has_the_surface_the_runtime_uses():
+    """Where CuPy is installed (a GPU machine, a GPU extra's environment): no GPU needed."""
+    pytest.importorskip("cupy")
+    assert _runtime.cupy_api_problems() == []
 
 
 def test_cuda12_options_add_the_nvcc_wheels_crt_headers(monkeypatch, tmp_path):

@@ -1,4 +1,5 @@
-"""gradops' own CUDA kernels (``cuda_src/``), compiled at run time by CuPy's RawModule.
+"""gradops' own CUDA kernels (``cuda_src/``), compiled at run time by CuPy's NVRTC step
+(as RawModule does) and loaded from memory.
 
 One launcher module per op (named after it) holds the host side: it allocates the result,
 picks the template instantiation and launches on the current CuPy stream.  ``_build`` knows

@@ -13,7 +13,9 @@ A file's instantiations for one arch compile as one NVRTC program (the runtime c
 instantiation at a time, with the same options); compile errors do not depend on the grouping.
 For a cubin the check also has ptxas report each kernel (``--ptxas-options=-v``, which changes
 no code) and fails where a kernel spills registers or keeps a stack frame: lost speed that would
-otherwise only show on a GPU, now checked for every arch and both NVRTC majors.
+otherwise only show on a GPU, now checked for every arch and both NVRTC majors.  It also checks
+that the installed CuPy has every function and type the runtime calls to compile and load a
+kernel (:func:`_runtime.cupy_api_problems`).
 """
 
 from __future__ import annotations
@@ -306,8 +308,9 @@ def compile_plan(classes, one_per_class: bool = False, each=()) -> dict[int, int
 
 def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False,
         one_per_class: bool = False, each=()) -> dict:
-    """Compile everything; returns ``{"nvrtc", "options", "foreign", "missing", "classes",
-    "rows"}`` where each row is ``{arch, source, kernels, status ("ok" | "failed" | "spills" |
+    """Compile everything; returns ``{"nvrtc", "options", "foreign", "missing", "api" (what the
+    installed CuPy lacks of the surface the runtime uses: :func:`_runtime.cupy_api_problems`),
+    "classes", "rows"}`` where each row is ``{arch, source, kernels, status ("ok" | "failed" | "spills" |
     "warnings" (NVRTC's, :func:`_build.compile_warnings`) | "not targetable" | "covered"), seconds, detail}``, and ``registers`` (the most any kernel
     uses) where ptxas reported.  ``one_per_class``: of each class of targetable archs that see
     the same preprocessed source (:func:`arch_classes`), compile only the archs in ``each``,
@@ -315,6 +318,7 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
     (:func:`compile_plan`)."""
     import cupy
 
+    api = _runtime.cupy_api_problems()
     nvrtc = cupy.cuda.nvrtc.getVersion()
     targetable = set(cupy.cuda.nvrtc.getSupportedArchs())
     options = _runtime.nvrtc_options()
@@ -371,5 +375,5 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
     jobs_todo.sort(key=lambda item: -len(item[3]) * len(_build.source_code(item[2])))
     with _target(_arch_option), ThreadPoolExecutor(max(1, jobs)) as pool:
         list(pool.map(compile_one, jobs_todo))
-    return {"nvrtc": f"{nvrtc[0]}.{nvrtc[1]}", "options": options, "foreign": foreign, "missing": missing,
+    return {"nvrtc": f"{nvrtc[0]}.{nvrtc[1]}", "options": options, "foreign": foreign, "missing": missing, "api": api,
             "classes": [[f"sm_{a}" for a in group] for group in classes], "rows": rows}

@@ -3,16 +3,20 @@
 Each kernel is one template instantiation (a name expression an op's launcher lists) of
 ``cuda_src/<op>.cu``, compiled on first use for the device's architecture by CuPy's NVRTC
 entry point (``cupy.cuda.compiler.compile_using_nvrtc``) with CuPy's own include folders and C++
-standard (``assemble_cupy_compiler_options``, what ``RawModule`` uses), and loaded with
-``cupy.RawModule``.  A first call therefore compiles one kernel, not every instantiation of a
-file.  Two deliberate differences from ``RawModule(code=...)``:
+standard (``assemble_cupy_compiler_options``, what ``RawModule`` uses), and loaded from memory
+with ``cupy.cuda.Module`` (``RawModule``'s loader, without its need for a file).  A first call
+therefore compiles one kernel, not every instantiation of a file.  Three deliberate differences
+from ``RawModule(code=...)``:
 
 * no ``-ftz=true``: float32 subnormals are kept, as in TF's CPU kernels, NumPy and the host
   execution model the tests run the same sources on (CuPy's cached compile appends the flag
   after the caller's options, and NVRTC takes the last one);
 * the compiled binary is cached on disk by gradops (``GRADOPS_KERNEL_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/gradops/kernels`` or ``~/.cache/gradops/kernels``), keyed by the source (with
-  its headers' digest), the instantiation, the options, the NVRTC version and the target arch.
+  its headers' digest), the instantiation, the options, the NVRTC version and the target arch;
+  with CuPy's ``CUPY_CACHE_IN_MEMORY=1``, or where no folder can be named or written, kernels
+  are compiled once per process and nothing is written (a read-only root filesystem works);
+* a cached binary the driver refuses (a damaged file) is compiled again, not an error.
 
 Compiling is logged at INFO level on the ``gradops`` logger.  Launches never synchronise the host.
 """
@@ -100,9 +104,13 @@ def cache_dir() -> Path | None:
 def _write_atomic(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(partial, path)  # a concurrent process never reads half a file
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(partial, path)  # a concurrent process never reads half a file
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)  # a full disk leaves no partial file behind
+        raise
 
 
 #: NVRTC's option that has ptxas report each kernel's registers, spills and stack (informational:
@@ -188,24 +196,62 @@ def _cache_key(filename: str, expression: str, arch: str) -> str:
     return hashlib.sha256(repr(parts).encode()).hexdigest()
 
 
+def cache_in_memory() -> bool:
+    """CuPy's ``CUPY_CACHE_IN_MEMORY`` as CuPy reads it (``1``: true; unset, empty or anything
+    else: false): where CuPy is told to keep its kernel cache off the disk (a read-only
+    filesystem, a container without a writable home), gradops does not write its own either."""
+    value = os.environ.get("CUPY_CACHE_IN_MEMORY")
+    if not value:
+        return False
+    try:
+        return int(value) == 1
+    except ValueError:
+        return False
+
+
+def _module_function(binary: bytes, mangled: str):
+    """One kernel of a cubin (or PTX) held in memory: ``cuModuleLoadData`` through CuPy's
+    ``cupy.cuda.Module`` (the loader ``RawModule`` uses), so that loading never needs a file.
+    The returned ``cupy.cuda.Function`` keeps its module loaded and launches as ``RawKernel``
+    does: ``fn(grid, block, args, shared_mem=...)`` on the current stream."""
+    import cupy
+
+    module = cupy.cuda.Module()
+    module.load(bytes(binary))
+    return module.get_function(mangled)
+
+
+def _read_cache(binary_path: Path, meta_path: Path) -> tuple[bytes, str] | None:
+    """A cached binary and its mangled name, or None where there is none or it cannot be read."""
+    try:
+        if not binary_path.is_file():
+            return None
+        return binary_path.read_bytes(), json.loads(meta_path.read_text())["mangled"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
 def _load(filename: str, expression: str, device: int):
-    """The ``RawKernel`` of one instantiation on ``device`` (current), compiled or read from the
-    disk cache."""
+    """The kernel of one instantiation on ``device`` (current): read from the disk cache, else
+    compiled (and written to the cache where it can be), and loaded from memory either way."""
     import cupy
 
     arch = compute_capability()
     key = _cache_key(filename, expression, str(arch))
-    directory = cache_dir()
+    directory = None if cache_in_memory() else cache_dir()
     if directory is not None:
         binary_path, meta_path = directory / f"{key}.bin", directory / f"{key}.json"
-        try:
-            if binary_path.is_file():
-                mangled = json.loads(meta_path.read_text())["mangled"]
-                return cupy.RawModule(path=str(binary_path)).get_function(mangled)
-        except (OSError, ValueError, KeyError):
-            pass
-    log.info("gradops: compiling %s from %s for sm_%s (first use; cached in %s)",
-             expression, filename, arch, directory or "no folder: there is no home folder")
+        cached = _read_cache(binary_path, meta_path)
+        if cached is not None:
+            try:
+                return _module_function(*cached)
+            except cupy.cuda.driver.CUDADriverError as exc:  # a damaged file (CUDA_ERROR_INVALID_IMAGE)
+                log.warning("gradops: cached kernel %s could not be loaded (%s); compiling it again",
+                            binary_path, exc)
+    where = (f"cached in {directory}" if directory is not None else
+             "not cached: CUPY_CACHE_IN_MEMORY=1" if cache_in_memory() else
+             "not cached: no home folder, and neither GRADOPS_KERNEL_CACHE_DIR nor XDG_CACHE_HOME set")
+    log.info("gradops: compiling %s from %s for sm_%s (first use; %s)", expression, filename, arch, where)
     start = time.perf_counter()
     binary, names = compile_kernels(filename, [expression])
     mangled = names[expression]
@@ -214,16 +260,69 @@ def _load(filename: str, expression: str, device: int):
         try:
             _write_atomic(binary_path, binary)
             _write_atomic(meta_path, json.dumps({"mangled": mangled, "expression": expression}).encode())
-            return cupy.RawModule(path=str(binary_path)).get_function(mangled)
-        except OSError as exc:  # a read-only home
+        except OSError as exc:  # a read-only home: the kernel is still loaded, from memory
             log.info("gradops: kernel cache %s is not writable (%s); not caching", directory, exc)
+    return _module_function(binary, mangled)
+
+
+#: The parameters of ``compile_using_nvrtc`` that :func:`compile_kernels` passes.
+_NVRTC_PARAMETERS = ("source", "options", "arch", "filename", "name_expressions", "log_stream")
+
+
+def cupy_api_problems() -> list[str]:
+    """What the installed CuPy lacks of the surface this module uses (empty: all there).  The
+    install check runs it against the real CuPy of each GPU extra without a GPU, and the tests'
+    CuPy stand-in must pass it too, so that a CuPy release that moves one of these fails CI
+    instead of a user's first GPU call."""
+    import inspect
+
+    import cupy
+
+    problems = []
+
+    def lookup(path: str):
+        obj = cupy
+        for part in path.split(".")[1:]:
+            obj = getattr(obj, part, None)
+            if obj is None:
+                problems.append(f"{path} is missing")
+                return None
+        return obj
+
+    compile_fn = lookup("cupy.cuda.compiler.compile_using_nvrtc")
+    if compile_fn is not None:
+        try:
+            names = set(inspect.signature(compile_fn).parameters)
+        except (TypeError, ValueError):
+            names = set(_NVRTC_PARAMETERS)  # a compiled function without a signature: cannot tell
+        absent = [n for n in _NVRTC_PARAMETERS if n not in names]
+        if absent:
+            problems.append(f"cupy.cuda.compiler.compile_using_nvrtc takes no {', '.join(absent)}")
+    try:
+        import cupy._core.core as core
+    except ImportError:
+        problems.append("cupy._core.core does not import")
     else:
-        log.info("gradops: no kernel cache folder (no home folder, and neither GRADOPS_KERNEL_CACHE_DIR "
-                 "nor XDG_CACHE_HOME set); not caching")
-    with tempfile.TemporaryDirectory() as tmp:  # no cache: load from a temporary file
-        path = Path(tmp) / "kernel.bin"
-        path.write_bytes(binary)
-        return cupy.RawModule(path=str(path)).get_function(mangled)
+        if not callable(getattr(core, "assemble_cupy_compiler_options", None)):
+            problems.append("cupy._core.core.assemble_cupy_compiler_options is missing")
+    for path in ("cupy.cuda.Device", "cupy.cuda.runtime.runtimeGetVersion", "cupy.cuda.nvrtc.getVersion"):
+        lookup(path)
+    module = lookup("cupy.cuda.Module")
+    if module is not None:
+        problems += [f"cupy.cuda.Module has no {m}()" for m in ("load", "get_function")
+                     if not callable(getattr(module, m, None))]
+        try:
+            module().load(bytearray(b"\0"))  # refused for its type before any CUDA call: no GPU needed
+        except TypeError:
+            pass
+        except Exception as exc:  # noqa: BLE001 - anything else: the loader is not what this module expects
+            problems.append(f"cupy.cuda.Module().load did not refuse a bytearray for its type ({type(exc).__name__})")
+        else:
+            problems.append("cupy.cuda.Module().load accepted a bytearray (expected: bytes only)")
+    error = lookup("cupy.cuda.driver.CUDADriverError")
+    if error is not None and not (isinstance(error, type) and issubclass(error, Exception)):
+        problems.append("cupy.cuda.driver.CUDADriverError is not an exception class")
+    return problems
 
 
 def kernel(filename: str, expression: str):
