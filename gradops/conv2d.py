@@ -42,7 +42,7 @@ def _backprop_input(op, input_shape_fn, filter, out_backprop, strides, padding, 
 
 def conv2d_backprop_filter(input: Any, filter_sizes: Any, out_backprop: Any, strides, padding,
                            use_cudnn_on_gpu=True, explicit_paddings=(), data_format="NHWC",
-                           dilations=DEFAULT_DILATIONS, *, backend=None):
+                           dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """Gradient of conv2d w.r.t. its filter (tf.raw_ops.Conv2DBackpropFilter).
 
     input: [N, H, W, C] or [N, C, H, W]; filter_sizes: 1-D ints [rows, cols, in_depth, out_depth];
@@ -57,7 +57,7 @@ def conv2d_backprop_filter(input: Any, filter_sizes: Any, out_backprop: Any, str
 
 def conv2d_backprop_filter_v2(input: Any, filter: Any, out_backprop: Any, strides, padding,
                               use_cudnn_on_gpu=True, explicit_paddings=(), data_format="NHWC",
-                              dilations=DEFAULT_DILATIONS, *, backend=None):
+                              dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """As :func:`conv2d_backprop_filter`, the filter shape taken from ``filter`` (values unused)."""
     op = "conv2d_backprop_filter_v2"
     where, arrays, _ = prepare(op, FLOAT_DTYPES, input=input, filter=filter)  # TF types filter as T
@@ -67,7 +67,7 @@ def conv2d_backprop_filter_v2(input: Any, filter: Any, out_backprop: Any, stride
 
 def conv2d_backprop_input(input_sizes: Any, filter: Any, out_backprop: Any, strides, padding,
                           use_cudnn_on_gpu=True, explicit_paddings=(), data_format="NHWC",
-                          dilations=DEFAULT_DILATIONS, *, backend=None):
+                          dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """Gradient of conv2d w.r.t. its input (tf.raw_ops.Conv2DBackpropInput).
 
     input_sizes: 1-D ints, the input shape in ``data_format`` or just [rows, cols] (batch taken
@@ -87,7 +87,7 @@ def conv2d_backprop_input(input_sizes: Any, filter: Any, out_backprop: Any, stri
 
 def conv2d_backprop_input_v2(input: Any, filter: Any, out_backprop: Any, strides, padding,
                              use_cudnn_on_gpu=True, explicit_paddings=(), data_format="NHWC",
-                             dilations=DEFAULT_DILATIONS, *, backend=None):
+                             dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """As :func:`conv2d_backprop_input`, the input shape taken from ``input`` (values unused)."""
     op = "conv2d_backprop_input_v2"
     where, arrays, _ = prepare(op, FLOAT_DTYPES, input=input, filter=filter)  # TF types input as T
@@ -97,7 +97,7 @@ def conv2d_backprop_input_v2(input: Any, filter: Any, out_backprop: Any, strides
 
 
 def conv2d(input: Any, filter: Any, strides, padding, use_cudnn_on_gpu=True, explicit_paddings=(),
-           data_format="NHWC", dilations=DEFAULT_DILATIONS, *, backend=None):
+           data_format="NHWC", dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """Forward convolution (tf.raw_ops.Conv2D), the op whose gradients the others are.
 
     input: [N, H, W, C] or [N, C, H, W]; filter: HWIO [rows, cols, C / groups, out_depth].

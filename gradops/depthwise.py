@@ -23,7 +23,7 @@ DEFAULT_DILATIONS = (1, 1, 1, 1)
 
 def depthwise_conv2d_native_backprop_input(input_sizes: Any, filter: Any, out_backprop: Any, strides,
                                            padding, explicit_paddings=(), data_format="NHWC",
-                                           dilations=DEFAULT_DILATIONS, *, backend=None):
+                                           dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """Gradient of depthwise_conv2d_native w.r.t. its input.
 
     input_sizes: 1-D ints of 4 entries, the input shape in ``data_format``; filter:
@@ -44,7 +44,7 @@ def depthwise_conv2d_native_backprop_input(input_sizes: Any, filter: Any, out_ba
 
 def depthwise_conv2d_native_backprop_filter(input: Any, filter_sizes: Any, out_backprop: Any, strides,
                                             padding, explicit_paddings=(), data_format="NHWC",
-                                            dilations=DEFAULT_DILATIONS, *, backend=None):
+                                            dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """Gradient of depthwise_conv2d_native w.r.t. its filter.
 
     input: [N, H, W, in_depth] in ``data_format``; filter_sizes: 1-D ints [rows, cols, in_depth,
@@ -73,7 +73,7 @@ def depthwise_conv2d_native_backprop_filter(input: Any, filter_sizes: Any, out_b
 
 
 def depthwise_conv2d_native(input: Any, filter: Any, strides, padding, explicit_paddings=(),
-                            data_format="NHWC", dilations=DEFAULT_DILATIONS, *, backend=None):
+                            data_format="NHWC", dilations=DEFAULT_DILATIONS, name=None, *, backend=None):
     """Forward depthwise convolution (tf.raw_ops.DepthwiseConv2dNative), dilations honoured.
 
     input in ``data_format``; filter [rows, cols, in_depth, multiplier]; returns

@@ -26,7 +26,7 @@ from ._geometry import fractional_pool_forward_geometry, fractional_pool_geometr
 
 
 def fractional_avg_pool_grad(orig_input_tensor_shape: Any, out_backprop: Any, row_pooling_sequence: Any,
-                             col_pooling_sequence: Any, overlapping=False, *, backend=None):
+                             col_pooling_sequence: Any, overlapping=False, name=None, *, backend=None):
     """Gradient of fractional average pooling w.r.t. its input.
 
     orig_input_tensor_shape: 1-D ints [N, in_rows, in_cols, C]; out_backprop: [N, out_rows,
@@ -95,7 +95,7 @@ def gpu_table_bytes(g) -> int:
 
 
 def fractional_avg_pool(value: Any, row_pooling_sequence: Any, col_pooling_sequence: Any, overlapping=False,
-                        *, backend=None):
+                        name=None, *, backend=None):
     """Forward fractional average pooling over given pooling sequences.
 
     tf.raw_ops.FractionalAvgPool draws its sequences at random from ``pooling_ratio`` and

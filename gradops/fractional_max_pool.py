@@ -24,7 +24,7 @@ from ._geometry import fractional_max_pool_geometry, fractional_pool_forward_geo
 
 
 def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: Any, row_pooling_sequence: Any,
-                             col_pooling_sequence: Any, overlapping=False, *, backend=None):
+                             col_pooling_sequence: Any, overlapping=False, name=None, *, backend=None):
     """Gradient of fractional max pooling w.r.t. its input.
 
     orig_input: [N, in_rows, in_cols, C]; orig_output: the forward result [N, out_rows,
@@ -51,7 +51,7 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
 
 
 def fractional_max_pool(value: Any, row_pooling_sequence: Any, col_pooling_sequence: Any, overlapping=False,
-                        *, backend=None):
+                        name=None, *, backend=None):
     """Forward fractional max pooling over given pooling sequences.
 
     tf.raw_ops.FractionalMaxPool draws its sequences at random and returns them; here they

@@ -884,3 +884,47 @@ def test_fractional_pooling_gradients_give_tf_signed_zeros(tf, any_backend, over
                      tf.raw_ops.FractionalMaxPoolGrad(orig_input=x, orig_output=y, out_backprop=dy,
                                                       row_pooling_sequence=rows, col_pooling_sequence=cols,
                                                       overlapping=overlapping).numpy(), np.float32)
+
+
+#: Each gradops op and the tf.raw_ops op whose arguments it takes.
+SIGNATURE_OPS = {
+    "conv2d_backprop_filter": "Conv2DBackpropFilter",
+    "conv2d_backprop_filter_v2": "Conv2DBackpropFilterV2",
+    "conv2d_backprop_input": "Conv2DBackpropInput",
+    "conv2d_backprop_input_v2": "Conv2DBackpropInputV2",
+    "depthwise_conv2d_native_backprop_input": "DepthwiseConv2dNativeBackpropInput",
+    "depthwise_conv2d_native_backprop_filter": "DepthwiseConv2dNativeBackpropFilter",
+    "fractional_avg_pool_grad": "FractionalAvgPoolGrad",
+    "fractional_max_pool_grad": "FractionalMaxPoolGrad",
+    "conv2d": "Conv2D",
+    "depthwise_conv2d_native": "DepthwiseConv2dNative",
+}
+
+
+def _tf_default(value):
+    return tuple(value) if isinstance(value, list) else value  # TF's [] / [1, 1, 1, 1]: tuples here
+
+
+@pytest.mark.parametrize("op", sorted(SIGNATURE_OPS))
+def test_arguments_are_tf_raw_ops_own(tf, op):
+    """Names, order and defaults of every argument as tf.raw_ops has them (``name`` included, so
+    that a TF call with ``name=`` runs unchanged), then gradops' keyword-only ``backend``."""
+    import inspect
+
+    ours = inspect.signature(getattr(gradops, op)).parameters.values()
+    theirs = inspect.signature(getattr(tf.raw_ops, SIGNATURE_OPS[op])).parameters.values()
+    assert [(p.name, _tf_default(p.default)) for p in ours if p.kind is not p.KEYWORD_ONLY] == \
+           [(p.name, _tf_default(p.default)) for p in theirs]
+    assert [p.name for p in ours if p.kind is p.KEYWORD_ONLY] == ["backend"]
+
+
+@pytest.mark.parametrize("name", [None, "grad", "", 5])
+def test_name_is_accepted_and_ignored_as_in_tf_eager(tf, name):
+    """TF's eager mode ignores ``name`` whatever it is; so does gradops."""
+    x = np.ones((1, 3, 3, 1), np.float32)
+    f = np.ones((2, 2, 1, 1), np.float32)
+    dy = np.ones((1, 2, 2, 1), np.float32)
+    expected = tf.raw_ops.Conv2DBackpropInput(input_sizes=x.shape, filter=f, out_backprop=dy, strides=[1, 1, 1, 1],
+                                              padding="VALID", name=name).numpy()
+    got = gradops.conv2d_backprop_input(x.shape, f, dy, [1, 1, 1, 1], "VALID", name=name)
+    np.testing.assert_array_equal(got, expected)
