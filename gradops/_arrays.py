@@ -77,11 +77,18 @@ def common_location(op: str, **tensors: Any) -> str:
 
 
 def as_host_array(op: str, name: str, x: Any) -> np.ndarray:
-    """``x`` as a NumPy array (no copy when it already is one)."""
+    """``x`` as a NumPy array (no copy when it already is one, nor for a host DLPack tensor
+    without NumPy's own protocols, which is read with ``np.from_dlpack``)."""
     try:
         array = np.asarray(x)
     except Exception as exc:  # ragged lists, objects NumPy cannot read
         raise TypeError(f"{op}: {name} is not an array: {exc}") from None
+    if array.dtype == object and array.ndim == 0 and callable(getattr(x, "__dlpack__", None)):
+        try:
+            return np.from_dlpack(x)
+        except Exception as exc:  # NumPy reads no bfloat16 (kDLBfloat), nor a broken producer
+            raise TypeError(f"{op}: {name} is a host DLPack tensor NumPy cannot read ({_first_line(exc)}); "
+                            "pass a NumPy array") from None
     if array.dtype == object:
         raise TypeError(f"{op}: {name} is not a numeric array (got {type(x).__name__})")
     return array
