@@ -226,3 +226,68 @@ def test_fractional_pooling_asks_its_backend_on_the_arrays_device(host_device, m
     assert asked == [("fractional_avg_pool_grad", 1)], asked
     np.testing.assert_array_equal(cupy.asnumpy(got), gradops.fractional_avg_pool_grad([1, 4, 4, 2], dy, [0, 2, 4],
                                                                                       [0, 2, 4]))
+
+
+# --------------------------------------------------------------------------- the driver hint
+
+
+class _FakeDriver:
+    """libcuda's cuDriverGetVersion, reporting ``version`` (e.g. 12080 for CUDA 12.8)."""
+
+    def __init__(self, version: int):
+        self.version = version
+
+    def cuDriverGetVersion(self, pointer):
+        pointer._obj.value = self.version
+        return 0  # CUDA_SUCCESS
+
+
+def _broken_cupy(runtime_version: int):
+    import types
+
+    def get_device_count():
+        raise RuntimeError("cudaErrorInsufficientDriver: CUDA driver version is insufficient for CUDA runtime version")
+
+    runtime = types.SimpleNamespace(getDeviceCount=get_device_count, runtimeGetVersion=lambda: runtime_version)
+    return types.SimpleNamespace(cuda=types.SimpleNamespace(runtime=runtime))
+
+
+@pytest.mark.parametrize("driver, runtime, words", [
+    (None, 13000, "no NVIDIA driver was found: libcuda.so.1 does not load (in a container, run it with --gpus all)"),
+    (12080, 13000, "the NVIDIA driver supports CUDA up to 12.8 and CuPy is built for CUDA 13.0: update the driver "
+                   "(R580 or newer) or install gradops[cuda12]"),
+    (11080, 12080, "the NVIDIA driver supports CUDA up to 11.8 and CuPy is built for CUDA 12.8: update the driver "
+                   "(R525 or newer)"),
+])
+def test_an_unusable_driver_is_named_with_what_to_do(monkeypatch, driver, runtime, words):
+    """CuPy says "CUDA driver version is insufficient" both with no driver and with one too old
+    for its CUDA major (an R570 driver under gradops[cuda13]); gradops tells which, and what to do."""
+    import sys
+
+    from gradops.backends import _gpu_probe
+
+    monkeypatch.setattr(_gpu_probe, "DRIVER_LIBRARY", "libcuda.so.1")
+    monkeypatch.setattr(_gpu_probe, "_load_driver", lambda: None if driver is None else _FakeDriver(driver))
+    monkeypatch.setitem(sys.modules, "cupy", _broken_cupy(runtime))
+    ok, reason = _gpu_probe.cupy_device_status()
+    assert not ok
+    assert reason == ("no usable CUDA driver/device: RuntimeError: cudaErrorInsufficientDriver: CUDA driver version "
+                      f"is insufficient for CUDA runtime version; {words}")
+
+
+def test_a_driver_new_enough_adds_no_hint(monkeypatch):
+    """Same major (minor-version compatibility) or newer: the runtime's own error stands alone
+    (no device, a device in use, ...)."""
+    from gradops.backends import _gpu_probe
+
+    for driver in (13000, 13020, 14000):
+        monkeypatch.setattr(_gpu_probe, "_load_driver", lambda d=driver: _FakeDriver(d))
+        assert _gpu_probe.driver_hint(13010) == ""
+
+
+def test_the_real_driver_lookup_never_raises():
+    """On this machine, whatever it has: an int version or None, without cuInit or a device."""
+    from gradops.backends import _gpu_probe
+
+    version = _gpu_probe.driver_cuda_version()
+    assert version is None or version >= 1000

@@ -2,6 +2,58 @@
 
 from __future__ import annotations
 
+import ctypes
+import sys
+
+#: The CUDA driver library each platform loads (what the CUDA runtime itself opens).
+DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
+#: The oldest driver branch for each CUDA major (NVIDIA's CUDA toolkit release notes, table 3).
+MINIMUM_DRIVER = {12: "R525", 13: "R580"}
+
+
+def _load_driver():
+    """The CUDA driver library, or None where none is installed (or visible: a container run
+    without ``--gpus``)."""
+    try:
+        return ctypes.CDLL(DRIVER_LIBRARY)
+    except OSError:
+        return None
+
+
+def driver_cuda_version() -> int | None:
+    """The newest CUDA version the installed driver supports (e.g. 12080 for 12.8:
+    ``cuDriverGetVersion``, which needs no device and no cuInit), or None without a driver."""
+    driver = _load_driver()
+    if driver is None:
+        return None
+    version = ctypes.c_int(0)
+    try:
+        status = driver.cuDriverGetVersion(ctypes.byref(version))
+    except (AttributeError, OSError):
+        return None
+    return int(version.value) if status == 0 and version.value > 0 else None
+
+
+def _format(version: int) -> str:
+    return f"{version // 1000}.{version % 1000 // 10}"
+
+
+def driver_hint(runtime_version: int) -> str:
+    """Why a CUDA runtime of ``runtime_version`` (CuPy's) may find no usable driver, where the
+    driver can say: none installed, or one too old for the runtime's CUDA major; else ''."""
+    driver = driver_cuda_version()
+    if driver is None:
+        return (f"no NVIDIA driver was found: {DRIVER_LIBRARY} does not load (in a container, run it "
+                "with --gpus all)")
+    runtime_major = runtime_version // 1000
+    if driver // 1000 < runtime_major:
+        minimum = MINIMUM_DRIVER.get(runtime_major)
+        return (f"the NVIDIA driver supports CUDA up to {_format(driver)} and CuPy is built for CUDA "
+                f"{_format(runtime_version)}: update the driver"
+                + (f" ({minimum} or newer)" if minimum else "")
+                + (f" or install gradops[cuda{driver // 1000}]" if driver // 1000 in MINIMUM_DRIVER else ""))
+    return ""
+
 
 def cupy_device_status() -> tuple[bool, str]:
     """(True, device description) when CuPy imports and sees a CUDA device, else (False, why)."""
@@ -14,7 +66,12 @@ def cupy_device_status() -> tuple[bool, str]:
     try:
         count = cupy.cuda.runtime.getDeviceCount()
     except Exception as exc:
-        return False, f"no usable CUDA driver/device: {type(exc).__name__}: {exc}"
+        reason = f"no usable CUDA driver/device: {type(exc).__name__}: {exc}"
+        try:
+            hint = driver_hint(int(cupy.cuda.runtime.runtimeGetVersion()))
+        except Exception:  # noqa: BLE001 - the hint is a courtesy; the reason stands without it
+            hint = ""
+        return False, reason + (f"; {hint}" if hint else "")
     if count == 0:
         return False, "no CUDA device found"
     return True, f"{count} CUDA device(s)"
