@@ -34,6 +34,11 @@ def info(console: Console) -> int:
         version = _version(dist)
         if version or dist in ("numpy", "ml_dtypes"):
             table.add_row(dist, version or "not installed")
+    from gradops.backends import _gpu_probe
+
+    driver = _gpu_probe.driver_cuda_version()
+    table.add_row("CUDA driver", f"supports CUDA up to {driver // 1000}.{driver % 1000 // 10}" if driver
+                  else f"none found ({_gpu_probe.DRIVER_LIBRARY} does not load)")
     try:
         import cupy
 
