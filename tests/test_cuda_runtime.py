@@ -517,3 +517,40 @@ def test_known_spills_name_kernels_that_exist():
         assert major in (12, 13)
         listed = {e for names in _build.all_instantiations(_build.arch_number(arch)).values() for e in names}
         assert expression in listed, (arch, expression)
+
+
+# --------------------------------------------------------------------------- the loader on a real GPU
+
+
+def _real_gpu_kernel(monkeypatch, tmp_path, cache: bool = True):
+    """One small instantiation through the real loader, with a fresh cache folder and nothing
+    kept from earlier calls; returns the kernel and the cache folder's files."""
+    monkeypatch.setenv("GRADOPS_KERNEL_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(_runtime, "_kernels", {})
+    expression = expressions()[0]
+    return _runtime.kernel(SOURCE, expression), sorted((tmp_path / "cache").glob("*")) if cache else []
+
+
+@pytest.mark.gpu
+def test_real_loader_caches_loads_from_memory_and_survives_a_damaged_file(monkeypatch, tmp_path, caplog):
+    """Under real CuPy and the driver: a kernel is compiled, cached and loaded from memory
+    (a cupy.cuda.Function, launchable as RawKernel is); a cache file the driver refuses
+    (CUDA_ERROR_INVALID_IMAGE) is compiled again with a warning; CUPY_CACHE_IN_MEMORY=1
+    writes nothing."""
+    import cupy
+
+    monkeypatch.delenv("CUPY_CACHE_IN_MEMORY", raising=False)
+    fn, files = _real_gpu_kernel(monkeypatch, tmp_path)
+    assert isinstance(fn, cupy.cuda.Function) and callable(fn)
+    (binary,) = [f for f in files if f.suffix == ".bin"]
+    good = binary.read_bytes()
+    binary.write_bytes(good[: len(good) // 2])  # a truncated cubin
+    with caplog.at_level(logging.INFO, logger="gradops"):
+        fn, _ = _real_gpu_kernel(monkeypatch, tmp_path)
+    assert isinstance(fn, cupy.cuda.Function)
+    assert any(r.levelno == logging.WARNING and "compiling it again" in r.getMessage() for r in caplog.records)
+    rewritten = binary.read_bytes()
+    assert rewritten != good[: len(good) // 2] and _runtime.elf_size(rewritten) == len(rewritten)  # whole again
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
+    fn, files = _real_gpu_kernel(monkeypatch, tmp_path / "in-memory")
+    assert isinstance(fn, cupy.cuda.Function) and files == []
