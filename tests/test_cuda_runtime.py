@@ -212,22 +212,40 @@ def test_a_read_only_filesystem_still_gives_a_kernel(fake_cupy, monkeypatch, tmp
     assert name == "_mangled_0" and binary.startswith(b"binary of")
 
 
-def test_a_damaged_cached_binary_is_compiled_again(fake_cupy, monkeypatch, tmp_path, caplog):
-    """A cache file the driver refuses (truncated by hand, a disk error) is replaced, with a
-    warning; it must not make every later process fail."""
+@pytest.mark.parametrize("damage, words", [
+    (b"\x7fELF damaged", "is damaged (12 bytes, not a whole cubin)"),  # never reaches the driver
+    (b"not a module", "could not be loaded"),                             # the driver refuses it
+])
+def test_a_damaged_cached_binary_is_compiled_again(fake_cupy, monkeypatch, tmp_path, caplog, damage, words):
+    """A cache file that is truncated (by hand, a disk error) or that the driver refuses is
+    replaced, with a warning; it must not make every later process fail.  A cubin shorter than
+    its ELF header says is never handed to the driver: cuModuleLoadData takes no length."""
     first = expressions()[0]
     _runtime.kernel(SOURCE, first)
     (binary_file,) = [f for f in (tmp_path / "cache").iterdir() if f.suffix == ".bin"]
-    binary_file.write_bytes(b"\x7fELF damaged")
+    binary_file.write_bytes(damage)
     monkeypatch.setattr(_runtime, "_kernels", {})
+    loads = len(fake_cupy.loads)
     with caplog.at_level(logging.INFO, logger="gradops"):
         kind, name, binary = _runtime.kernel(SOURCE, first)
     assert binary.startswith(b"binary of") and len(fake_cupy.compiles) == 2
-    assert any(r.levelno == logging.WARNING and "compiling it again" in r.getMessage() for r in caplog.records)
+    assert fake_cupy.loads[loads:] == [binary]  # only the new binary reached the loader
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and words in warnings[0] and "compiling it again" in warnings[0]
     assert binary_file.read_bytes().startswith(b"binary of")  # the cache holds a good binary again
     monkeypatch.setattr(_runtime, "_kernels", {})
     _runtime.kernel(SOURCE, first)
     assert len(fake_cupy.compiles) == 2  # ...which the next process reads
+
+
+@pytest.mark.skipif(not (sys.platform == "linux" and sys.version_info >= (3, 11)),
+                    reason="the NVRTC wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+def test_only_a_whole_cubin_is_intact():
+    whole = _real_cubin()
+    assert _runtime.intact(whole) and _runtime.intact(b"//\n.version 9.0\n")
+    for cut in (1, 8, len(whole) // 2, len(whole) - 60):
+        assert not _runtime.intact(whole[:len(whole) - cut])
+    assert not _runtime.intact(b"")
 
 
 def test_a_failed_cache_write_leaves_no_partial_file(fake_cupy, monkeypatch, tmp_path):
@@ -534,9 +552,9 @@ def _real_gpu_kernel(monkeypatch, tmp_path, cache: bool = True):
 @pytest.mark.gpu
 def test_real_loader_caches_loads_from_memory_and_survives_a_damaged_file(monkeypatch, tmp_path, caplog):
     """Under real CuPy and the driver: a kernel is compiled, cached and loaded from memory
-    (a cupy.cuda.Function, launchable as RawKernel is); a cache file the driver refuses
-    (CUDA_ERROR_INVALID_IMAGE) is compiled again with a warning; CUPY_CACHE_IN_MEMORY=1
-    writes nothing."""
+    (a cupy.cuda.Function, launchable as RawKernel is); a truncated cache file (caught by its
+    ELF size before the driver sees it) and one the driver refuses (CUDA_ERROR_INVALID_IMAGE)
+    are compiled again with a warning; CUPY_CACHE_IN_MEMORY=1 writes nothing."""
     import cupy
 
     monkeypatch.delenv("CUPY_CACHE_IN_MEMORY", raising=False)
@@ -551,6 +569,11 @@ def test_real_loader_caches_loads_from_memory_and_survives_a_damaged_file(monkey
     assert any(r.levelno == logging.WARNING and "compiling it again" in r.getMessage() for r in caplog.records)
     rewritten = binary.read_bytes()
     assert rewritten != good[: len(good) // 2] and _runtime.elf_size(rewritten) == len(rewritten)  # whole again
+    binary.write_bytes(b"//\n.version 1.0\n.target sm_10\nnot a module\n")  # PTX no driver accepts
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="gradops"):
+        fn, _ = _real_gpu_kernel(monkeypatch, tmp_path)
+    assert any(r.levelno == logging.WARNING and "could not be loaded" in r.getMessage() for r in caplog.records)
     monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
     fn, files = _real_gpu_kernel(monkeypatch, tmp_path / "in-memory")
     assert isinstance(fn, cupy.cuda.Function) and files == []

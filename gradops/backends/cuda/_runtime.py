@@ -16,7 +16,8 @@ from ``RawModule(code=...)``:
   its headers' digest), the instantiation, the options, the NVRTC version and the target arch;
   with CuPy's ``CUPY_CACHE_IN_MEMORY=1``, or where no folder can be named or written, kernels
   are compiled once per process and nothing is written (a read-only root filesystem works);
-* a cached binary the driver refuses (a damaged file) is compiled again, not an error.
+* a damaged cached binary (shorter than its ELF header says, or one the driver refuses) is
+  compiled again, not an error, and never reaches the driver truncated.
 
 Compiling is logged at INFO level on the ``gradops`` logger.  Launches never synchronise the host.
 """
@@ -221,14 +222,29 @@ def _module_function(binary: bytes, mangled: str):
     return module.get_function(mangled)
 
 
+def intact(binary: bytes) -> bool:
+    """Whether a binary can be handed to the driver: a cubin exactly as long as its own ELF
+    header says (``cuModuleLoadData`` takes no length, so a truncated cubin would have the
+    driver read past the buffer), or non-empty PTX (text: Python's bytes end in a NUL)."""
+    if binary.startswith(_ELF64_LSB[:4]):
+        return elf_size(binary) == len(binary)
+    return len(binary) > 0
+
+
 def _read_cache(binary_path: Path, meta_path: Path) -> tuple[bytes, str] | None:
-    """A cached binary and its mangled name, or None where there is none or it cannot be read."""
+    """A cached binary and its mangled name, or None where there is none or it cannot be read
+    (a damaged binary is logged)."""
     try:
         if not binary_path.is_file():
             return None
-        return binary_path.read_bytes(), json.loads(meta_path.read_text())["mangled"]
+        binary, mangled = binary_path.read_bytes(), json.loads(meta_path.read_text())["mangled"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
+    if not intact(binary):
+        log.warning("gradops: cached kernel %s is damaged (%d bytes, not a whole cubin); compiling it again",
+                    binary_path, len(binary))
+        return None
+    return binary, mangled
 
 
 def _load(filename: str, expression: str, device: int):
