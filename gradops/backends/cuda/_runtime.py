@@ -15,7 +15,7 @@ from ``RawModule(code=...)``:
   ``$XDG_CACHE_HOME/gradops/kernels`` or ``~/.cache/gradops/kernels``), keyed by the source (with
   its headers' digest), the instantiation, the options, the NVRTC version and the target arch;
   with CuPy's ``CUPY_CACHE_IN_MEMORY=1``, or where no folder can be named or written, kernels
-  are compiled once per process and nothing is written (a read-only root filesystem works);
+  are compiled once per process and nothing is written (gradops needs no writable folder);
 * a damaged cached binary (shorter than its ELF header says, or one the driver refuses) is
   compiled again, not an error, and never reaches the driver truncated.
 
