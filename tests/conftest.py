@@ -113,7 +113,8 @@ class CudaArrayInterfaceOnly:
 
 
 class DLPackOnly:
-    """A foreign GPU tensor exposing only the DLPack protocol."""
+    """A foreign tensor exposing only the DLPack protocol, on the wrapped array's device (a GPU
+    array's, or a NumPy array's: a host tensor NumPy reads only through DLPack)."""
 
     def __init__(self, array):
         self._array = array

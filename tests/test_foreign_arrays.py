@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import gradops
-from conftest import assert_close, to_gpu, to_host
+from conftest import DLPackOnly, assert_close, to_gpu, to_host
 from gradops import _arrays
 from gradops._dtypes import bfloat16
 
@@ -98,36 +98,23 @@ def test_dlpack_host_devices_count_as_host(device_type):
     assert _arrays.location(FakeDlpackTensor((1,), device_type)) == _arrays.HOST
 
 
-class HostDlpackOnly:
-    """A host tensor with DLPack and nothing else NumPy reads (no __array__, no buffer)."""
-
-    def __init__(self, array):
-        self._array = array
-
-    def __dlpack__(self, **kwargs):
-        return self._array.__dlpack__(**kwargs)
-
-    def __dlpack_device__(self):
-        return self._array.__dlpack_device__()
-
-
 def test_a_host_dlpack_only_tensor_is_read_without_a_copy():
     """kDLCPU tensors that offer only DLPack are host data and are read through np.from_dlpack
     (they used to be refused as "not a numeric array"); a strided one keeps its strides."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((2, 6, 10, 3)).astype(np.float32)[:, :, ::2]  # a strided view
     dy = rng.standard_normal((2, 6, 5, 4)).astype(np.float32)
-    assert np.asarray(HostDlpackOnly(x)).dtype == object  # the premise: NumPy cannot read it otherwise
+    assert np.asarray(DLPackOnly(x)).dtype == object  # the premise: NumPy cannot read it otherwise
     expected = gradops.conv2d_backprop_filter(x, [3, 3, 3, 4], dy, S1, "SAME")
-    got = gradops.conv2d_backprop_filter(HostDlpackOnly(x), [3, 3, 3, 4], HostDlpackOnly(dy), S1, "SAME")
+    got = gradops.conv2d_backprop_filter(DLPackOnly(x), [3, 3, 3, 4], DLPackOnly(dy), S1, "SAME")
     assert type(got) is np.ndarray
     np.testing.assert_array_equal(got, expected)
-    assert np.shares_memory(_arrays.as_host_array("op", "input", HostDlpackOnly(x)), x)
+    assert np.shares_memory(_arrays.as_host_array("op", "input", DLPackOnly(x)), x)
 
 
 def test_a_host_dlpack_tensor_numpy_cannot_read_is_refused_by_name():
     """NumPy's DLPack reader has no bfloat16: a clear TypeError naming the argument."""
-    dy = HostDlpackOnly(np.ones((1, 2, 2, 1), bfloat16))
+    dy = DLPackOnly(np.ones((1, 2, 2, 1), bfloat16))
     with pytest.raises(TypeError, match="out_backprop is a host DLPack tensor NumPy cannot read"):
         gradops.conv2d_backprop_input([1, 2, 2, 1], np.ones((1, 1, 1, 1), bfloat16), dy, S1, "SAME")
 
