@@ -1300,3 +1300,40 @@ def test_racecheck_builds_refuse_misaligned_typed_accesses(width, size, scalar, 
                                match=f"a {size if scalar else '[0-9]+'}-byte access to an address that is not "
                                      "aligned to its size"):
                 build.launch(expressions[offset], (1,), (1,), [source, target], [])
+
+
+#: The CuPy names gradops uses (gradops.backends.cuda._runtime.CUPY_NAMES) that the HostDevice
+#: stand-in does not offer, and why none of its tests needs them.
+NOT_ON_THE_STAND_IN = {
+    # Compiling and loading: the stand-in replaces _runtime.kernel with g++ builds of the same
+    # sources (the compile step is tests/test_cuda_runtime.py's, against a recording CuPy, and
+    # the install check's, against the real one).
+    **dict.fromkeys(("cupy.__version__", "cupy._core.core.assemble_cupy_compiler_options", "cupy.cuda.Module",
+                     "cupy.cuda.compiler._get_arch_for_options_for_nvrtc",
+                     "cupy.cuda.compiler._get_max_compute_capability", "cupy.cuda.compiler._use_ptx",
+                     "cupy.cuda.compiler.compile_using_nvrtc", "cupy.cuda.driver.CUDADriverError",
+                     "cupy.cuda.nvrtc.getSupportedArchs", "cupy.cuda.nvrtc.getVersion"), "compile and load"),
+    # The cuDNN path's workspace and index arrays: cuDNN is refused on the stand-in.
+    "cupy.arange": "cuDNN path", "cupy.uint8": "cuDNN path",
+    # No streams: each launch completes before the call returns (_runtime._current_stream's
+    # getattr default), so stream order is a GPU-only property.
+    "cupy.cuda.get_current_stream": "no streams", "cupy.cuda.Stream": "no streams (GPU benchmark)",
+    # Versions and device properties for `info` and the GPU benchmark's report.
+    "cupy.cuda.runtime.driverGetVersion": "info / GPU benchmark",
+    "cupy.cuda.runtime.getDeviceProperties": "info / GPU benchmark",
+}
+
+
+def test_the_stand_in_offers_every_cupy_name_but_those_listed_with_a_reason(monkeypatch):
+    """Where the CPU stand-in cannot behave like CuPy, this test says so: every CuPy name
+    gradops uses is offered by the installed stand-in except the ones above."""
+    from gradops.backends.cuda import _runtime
+
+    cuda_host.HostDevice().install(monkeypatch)
+    missing = set()
+    for name in _runtime.CUPY_NAMES:
+        try:
+            _runtime.resolve_cupy_name(name)
+        except (AttributeError, ImportError):
+            missing.add(name)
+    assert missing == set(NOT_ON_THE_STAND_IN)

@@ -262,9 +262,59 @@ def test_a_failed_cache_write_leaves_no_partial_file(fake_cupy, monkeypatch, tmp
 
 
 def test_the_stand_in_has_the_cupy_surface_the_runtime_uses(fake_cupy):
-    """The same check the install check runs against each GPU extra's real CuPy (CI, no GPU):
-    the stand-in these tests use offers what real CuPy offers the runtime."""
-    assert _runtime.cupy_api_problems() == []
+    """The same check the install check runs against each GPU extra's real CuPy (CI, no GPU),
+    for the compile and load steps: the stand-in these tests use offers what real CuPy offers
+    the runtime."""
+    assert _runtime.cupy_api_problems(_runtime.LOADER_CUPY_NAMES) == []
+    assert "cupy.empty is missing" in _runtime.cupy_api_problems()  # the rest is not its to offer
+
+
+def _cupy_names_in_sources() -> set[str]:
+    """Every dotted CuPy name gradops' sources use: attribute chains on a name bound to CuPy or
+    one of its modules (``import cupy``, ``import cupy as xp``, ``from cupy.cuda import
+    compiler``; the cuDNN path's ``xp``, which is its runtime's CuPy module) and
+    ``getattr(<such a chain>, "name", ...)``."""
+    import ast
+    from pathlib import Path
+
+    import gradops
+
+    def chain(node, aliases):
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if isinstance(node, ast.Name) and node.id in aliases:
+            return ".".join([aliases[node.id], *reversed(parts)])
+        return None
+
+    found = set()
+    for path in Path(gradops.__file__).parent.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        aliases = {"xp": "cupy"} if "cudnn" in path.parts else {}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                aliases.update({a.asname or "cupy": a.name for a in node.names if a.name.split(".")[0] == "cupy"})
+            elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "cupy":
+                aliases.update({a.asname or a.name: f"{node.module}.{a.name}" for a in node.names})
+        for node in ast.walk(tree):
+            name = chain(node, aliases) if isinstance(node, ast.Attribute) else None
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "getattr"
+                    and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant)):
+                base = chain(node.args[0], aliases)
+                name = f"{base}.{node.args[1].value}" if base else None
+            if name:
+                found.add(name)
+    return {n for n in found if not any(other.startswith(n + ".") for other in found)}
+
+
+def test_the_listed_cupy_names_are_exactly_those_the_sources_use():
+    """A new CuPy call in gradops must be listed in CUPY_NAMES, so that the install check looks
+    it up in the real CuPy of both GPU extras (CI); a name no longer used must go."""
+    used = _cupy_names_in_sources()
+    assert "cupy.cuda.runtime.getDeviceCount" in used and "cupy.cuda.compiler.compile_using_nvrtc" in used
+    assert set(_runtime.CUPY_NAMES) == used, (sorted(used - set(_runtime.CUPY_NAMES)),
+                                               sorted(set(_runtime.CUPY_NAMES) - used))
 
 
 def test_the_cupy_surface_check_catches_what_the_loader_would_trip_on(fake_cupy, monkeypatch):
@@ -275,7 +325,8 @@ def test_the_cupy_surface_check_catches_what_the_loader_would_trip_on(fake_cupy,
         return real_compile(source, options, arch, filename, name_expressions)
 
     monkeypatch.setattr(cuda.compiler, "compile_using_nvrtc", old_compile)
-    assert _runtime.cupy_api_problems() == ["cupy.cuda.compiler.compile_using_nvrtc takes no log_stream"]
+    loader = _runtime.LOADER_CUPY_NAMES
+    assert _runtime.cupy_api_problems(loader) == ["cupy.cuda.compiler.compile_using_nvrtc takes no log_stream"]
     monkeypatch.setattr(cuda.compiler, "compile_using_nvrtc", real_compile)
 
     class LenientModule(real_module):
@@ -283,10 +334,11 @@ def test_the_cupy_surface_check_catches_what_the_loader_would_trip_on(fake_cupy,
             self.binary = bytes(cubin)
 
     monkeypatch.setattr(cuda, "Module", LenientModule)
-    assert _runtime.cupy_api_problems() == ["cupy.cuda.Module().load accepted a bytearray (expected: bytes only)"]
+    assert _runtime.cupy_api_problems(loader) == ["cupy.cuda.Module().load accepted a bytearray (expected: bytes only)"]
     monkeypatch.delattr(cuda, "Module")
     monkeypatch.delattr(cuda, "driver")
-    assert _runtime.cupy_api_problems() == ["cupy.cuda.Module is missing", "cupy.cuda.driver.CUDADriverError is missing"]
+    assert _runtime.cupy_api_problems(loader) == ["cupy.cuda.Module is missing",
+                                                  "cupy.cuda.driver.CUDADriverError is missing"]
 
 
 def test_the_real_cupy_has_the_surface_the_runtime_uses():

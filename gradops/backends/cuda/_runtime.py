@@ -284,46 +284,73 @@ def _load(filename: str, expression: str, device: int):
 #: The parameters of ``compile_using_nvrtc`` that :func:`compile_kernels` passes.
 _NVRTC_PARAMETERS = ("source", "options", "arch", "filename", "name_expressions", "log_stream")
 
+#: The CuPy names this module's compile and load steps use.
+LOADER_CUPY_NAMES = (
+    "cupy.__version__",
+    "cupy._core.core.assemble_cupy_compiler_options",
+    "cupy.cuda.Device",
+    "cupy.cuda.Module",
+    "cupy.cuda.compiler.compile_using_nvrtc",
+    "cupy.cuda.driver.CUDADriverError",
+    "cupy.cuda.nvrtc.getVersion",
+    "cupy.cuda.runtime.runtimeGetVersion",
+)
+#: Every CuPy name gradops' sources use (tests/test_cuda_runtime.py reads them off the sources
+#: and requires this list to be exactly that), which the install check looks up in the real
+#: CuPy of each GPU extra: a CuPy release that renames or drops one fails CI, not a user's GPU.
+CUPY_NAMES = tuple(sorted(set(LOADER_CUPY_NAMES) | {
+    "cupy.arange", "cupy.asarray", "cupy.ascontiguousarray", "cupy.asnumpy", "cupy.empty",
+    "cupy.from_dlpack", "cupy.get_default_memory_pool", "cupy.ndarray", "cupy.ones", "cupy.uint8",
+    "cupy.zeros",
+    "cupy.cuda.Stream", "cupy.cuda.get_current_stream",
+    # CuPy internals the install check uses to target an arch without a device:
+    "cupy.cuda.compiler._get_arch_for_options_for_nvrtc", "cupy.cuda.compiler._get_max_compute_capability",
+    "cupy.cuda.compiler._use_ptx",
+    "cupy.cuda.nvrtc.getSupportedArchs",
+    "cupy.cuda.runtime.driverGetVersion", "cupy.cuda.runtime.getDeviceCount",
+    "cupy.cuda.runtime.getDeviceProperties", "cupy.cuda.runtime.memGetInfo",
+}))
 
-def cupy_api_problems() -> list[str]:
-    """What the installed CuPy lacks of the surface this module uses (empty: all there).  The
-    install check runs it against the real CuPy of each GPU extra without a GPU, and the tests'
-    CuPy stand-in must pass it too, so that a CuPy release that moves one of these fails CI
-    instead of a user's first GPU call."""
+
+def resolve_cupy_name(name: str):
+    """The object a dotted CuPy name (``cupy.cuda.runtime.getDeviceCount``) names, importing
+    submodules CuPy does not import itself; raises AttributeError or ImportError."""
+    import importlib
+
+    parts = name.split(".")
+    obj = importlib.import_module(parts[0])
+    for i, part in enumerate(parts[1:], start=1):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            obj = importlib.import_module(".".join(parts[:i + 1]))
+    return obj
+
+
+def cupy_api_problems(names=CUPY_NAMES) -> list[str]:
+    """What the installed CuPy lacks of ``names`` (default: every name gradops uses) and of the
+    loader's expectations of them (empty: all there).  The install check runs it against the
+    real CuPy of each GPU extra without a GPU, and the tests' CuPy stand-in must pass it for
+    :data:`LOADER_CUPY_NAMES`, so that a CuPy release that moves one of these fails CI instead
+    of a user's first GPU call."""
     import inspect
 
-    import cupy
-
-    problems = []
-
-    def lookup(path: str):
-        obj = cupy
-        for part in path.split(".")[1:]:
-            obj = getattr(obj, part, None)
-            if obj is None:
-                problems.append(f"{path} is missing")
-                return None
-        return obj
-
-    compile_fn = lookup("cupy.cuda.compiler.compile_using_nvrtc")
+    problems, found = [], {}
+    for name in names:
+        try:
+            found[name] = resolve_cupy_name(name)
+        except (AttributeError, ImportError):
+            problems.append(f"{name} is missing")
+    compile_fn = found.get("cupy.cuda.compiler.compile_using_nvrtc")
     if compile_fn is not None:
         try:
-            names = set(inspect.signature(compile_fn).parameters)
+            parameters = set(inspect.signature(compile_fn).parameters)
         except (TypeError, ValueError):
-            names = set(_NVRTC_PARAMETERS)  # a compiled function without a signature: cannot tell
-        absent = [n for n in _NVRTC_PARAMETERS if n not in names]
+            parameters = set(_NVRTC_PARAMETERS)  # a compiled function without a signature: cannot tell
+        absent = [n for n in _NVRTC_PARAMETERS if n not in parameters]
         if absent:
             problems.append(f"cupy.cuda.compiler.compile_using_nvrtc takes no {', '.join(absent)}")
-    try:
-        import cupy._core.core as core
-    except ImportError:
-        problems.append("cupy._core.core does not import")
-    else:
-        if not callable(getattr(core, "assemble_cupy_compiler_options", None)):
-            problems.append("cupy._core.core.assemble_cupy_compiler_options is missing")
-    for path in ("cupy.cuda.Device", "cupy.cuda.runtime.runtimeGetVersion", "cupy.cuda.nvrtc.getVersion"):
-        lookup(path)
-    module = lookup("cupy.cuda.Module")
+    module = found.get("cupy.cuda.Module")
     if module is not None:
         problems += [f"cupy.cuda.Module has no {m}()" for m in ("load", "get_function")
                      if not callable(getattr(module, m, None))]
@@ -335,7 +362,7 @@ def cupy_api_problems() -> list[str]:
             problems.append(f"cupy.cuda.Module().load did not refuse a bytearray for its type ({type(exc).__name__})")
         else:
             problems.append("cupy.cuda.Module().load accepted a bytearray (expected: bytes only)")
-    error = lookup("cupy.cuda.driver.CUDADriverError")
+    error = found.get("cupy.cuda.driver.CUDADriverError")
     if error is not None and not (isinstance(error, type) and issubclass(error, Exception)):
         problems.append("cupy.cuda.driver.CUDADriverError is not an exception class")
     return problems
