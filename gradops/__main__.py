@@ -36,9 +36,7 @@ def info(console: Console) -> int:
             table.add_row(dist, version or "not installed")
     from gradops.backends import _gpu_probe
 
-    driver = _gpu_probe.driver_cuda_version()
-    table.add_row("CUDA driver", f"supports CUDA up to {driver // 1000}.{driver % 1000 // 10}" if driver
-                  else f"none found ({_gpu_probe.DRIVER_LIBRARY} does not load)")
+    table.add_row("CUDA driver", _gpu_probe.describe_driver())
     try:
         import cupy
 

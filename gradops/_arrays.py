@@ -18,6 +18,8 @@ GPU = "gpu"
 # DLPack device types (dlpack.h): kDLCUDA, kDLCUDAHost is host memory, kDLCUDAManaged.
 _DLPACK_CUDA = 2
 _DLPACK_CUDA_MANAGED = 13
+#: Host memory in DLPack's device types: kDLCPU, kDLCUDAHost, kDLROCMHost.
+_DLPACK_HOST = (1, 3, 11)
 
 
 def _cuda_array_interface(x: Any) -> tuple[dict | None, BaseException | None]:
@@ -87,7 +89,10 @@ def as_host_array(op: str, name: str, x: Any) -> np.ndarray:
         try:
             return np.from_dlpack(x)
         except Exception as exc:  # NumPy reads no bfloat16 (kDLBfloat), nor a broken producer
-            raise TypeError(f"{op}: {name} is a host DLPack tensor NumPy cannot read ({_first_line(exc)}); "
+            device = _dlpack_device_type(x)
+            kind = ("a host DLPack tensor" if device in _DLPACK_HOST else
+                    f"a DLPack tensor on device type {device} (neither host memory nor CUDA)")
+            raise TypeError(f"{op}: {name} is {kind} NumPy cannot read ({_first_line(exc)}); "
                             "pass a NumPy array") from None
     if array.dtype == object:
         raise TypeError(f"{op}: {name} is not a numeric array (got {type(x).__name__})")

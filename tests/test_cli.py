@@ -21,11 +21,11 @@ def test_info_lists_every_backend_with_its_status():
     for backend in gradops.BACKENDS:
         assert f"backend {backend}" in result.stdout
     assert "available: always available" in result.stdout  # numpy
-    from gradops.backends._gpu_probe import driver_cuda_version
+    from gradops.backends._gpu_probe import driver_status
 
-    driver = driver_cuda_version()  # this machine's, whatever it has
-    assert ("CUDA driver" in result.stdout
-            and ("none found" if driver is None else f"supports CUDA up to {driver // 1000}.") in result.stdout)
+    state, driver = driver_status()  # this machine's, whatever it has
+    words = {"missing": "none found", "unreadable": "reports no CUDA version"}.get(state, "supports CUDA up to")
+    assert "CUDA driver" in result.stdout and words in result.stdout
 
 
 def test_check_passes_and_reports_a_table():

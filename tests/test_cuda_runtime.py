@@ -37,7 +37,9 @@ class FakeCupy:
                 self.compute_capability = str(fake.compute_capability)
 
         class CUDADriverError(RuntimeError):
-            pass
+            def __init__(self, status, message):  # CuPy's carries the CUresult as .status
+                super().__init__(message)
+                self.status = status
 
         class Module:
             """cuModuleLoadData as CuPy wraps it: a binary the driver cannot read raises."""
@@ -46,7 +48,7 @@ class FakeCupy:
                 if not isinstance(cubin, bytes):  # Cython's ``bytes cubin``
                     raise TypeError(f"Argument 'cubin' has incorrect type (expected bytes, got {type(cubin).__name__})")
                 if not (cubin.startswith(b"binary of") or _runtime.elf_size(cubin) is not None):
-                    raise CUDADriverError("CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid")
+                    raise CUDADriverError(200, "CUDA_ERROR_INVALID_IMAGE: device kernel image is invalid")
                 fake.loads.append(cubin)
                 self.binary = cubin
 
@@ -57,6 +59,13 @@ class FakeCupy:
         def compile_using_nvrtc(source, options=(), arch=None, filename="kern.cu", name_expressions=None,
                                 log_stream=None, cache_in_memory=False, jitify=None, method=None):
             fake.compiles.append((filename, tuple(options), list(name_expressions)))
+            if not cache_in_memory:  # CuPy 14 names the program after a source file it writes first
+                import os
+                import tempfile
+
+                with tempfile.TemporaryDirectory() as root:
+                    with open(os.path.join(root, filename), "w") as f:
+                        f.write(source)
             if log_stream is not None:
                 log_stream.write(fake.log)
             return f"binary of {name_expressions}".encode(), {e: f"_mangled_{i}" for i, e in enumerate(name_expressions)}
@@ -185,15 +194,25 @@ def test_cupy_cache_in_memory_writes_nothing(fake_cupy, monkeypatch, tmp_path, c
     """With CUPY_CACHE_IN_MEMORY=1 (CuPy's switch for a read-only filesystem) gradops writes no
     cache either: each process compiles its kernels once, and loads them from memory."""
     monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
+    monkeypatch.delenv("GRADOPS_KERNEL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     first = expressions()[0]
     with caplog.at_level(logging.INFO, logger="gradops"):
         kind, name, binary = _runtime.kernel(SOURCE, first)
     assert name == "_mangled_0" and binary.startswith(b"binary of")
-    assert _cache_files(tmp_path) == []
+    assert list(tmp_path.iterdir()) == []
     assert any("CUPY_CACHE_IN_MEMORY" in r.getMessage() for r in caplog.records)
     monkeypatch.setattr(_runtime, "_kernels", {})  # a new process compiles again
     _runtime.kernel(SOURCE, first)
-    assert len(fake_cupy.compiles) == 2 and _cache_files(tmp_path) == []
+    assert len(fake_cupy.compiles) == 2 and list(tmp_path.iterdir()) == []
+
+
+def test_gradops_own_cache_folder_wins_over_cupy_cache_in_memory(fake_cupy, monkeypatch, tmp_path):
+    """GRADOPS_KERNEL_CACHE_DIR (set by the fixture) names gradops' folder: CuPy's switch for
+    its own cache does not override it (scripts/warm_kernel_cache.py fills that folder)."""
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
+    _runtime.kernel(SOURCE, expressions()[0])
+    assert len(_cache_files(tmp_path)) == 2  # the binary and its name
 
 
 def test_a_read_only_filesystem_still_gives_a_kernel(fake_cupy, monkeypatch, tmp_path):
@@ -246,6 +265,23 @@ def test_only_a_whole_cubin_is_intact():
     for cut in (1, 8, len(whole) // 2, len(whole) - 60):
         assert not _runtime.intact(whole[:len(whole) - cut])
     assert not _runtime.intact(b"")
+
+
+def test_a_driver_error_that_does_not_blame_the_file_is_raised(fake_cupy, monkeypatch):
+    """Out of memory (CUDA_ERROR_OUT_OF_MEMORY, 2) while loading a cached kernel is the
+    device's problem: raised as it is, not taken for a damaged file and recompiled."""
+    first = expressions()[0]
+    _runtime.kernel(SOURCE, first)
+    monkeypatch.setattr(_runtime, "_kernels", {})
+    error = fake_cupy.module.cuda.driver.CUDADriverError
+
+    def out_of_memory(self, cubin):
+        raise error(2, "CUDA_ERROR_OUT_OF_MEMORY: out of memory")
+
+    monkeypatch.setattr(fake_cupy.module.cuda.Module, "load", out_of_memory)
+    with pytest.raises(error, match="OUT_OF_MEMORY"):
+        _runtime.kernel(SOURCE, first)
+    assert len(fake_cupy.compiles) == 1
 
 
 def test_a_failed_cache_write_leaves_no_partial_file(fake_cupy, monkeypatch, tmp_path):
@@ -326,15 +362,15 @@ def test_the_cupy_surface_check_catches_what_the_loader_would_trip_on(fake_cupy,
 
     monkeypatch.setattr(cuda.compiler, "compile_using_nvrtc", old_compile)
     loader = _runtime.LOADER_CUPY_NAMES
-    assert _runtime.cupy_api_problems(loader) == ["cupy.cuda.compiler.compile_using_nvrtc takes no log_stream"]
+    assert _runtime.cupy_api_problems(loader) == [
+        "cupy.cuda.compiler.compile_using_nvrtc takes no log_stream, cache_in_memory"]
     monkeypatch.setattr(cuda.compiler, "compile_using_nvrtc", real_compile)
 
-    class LenientModule(real_module):
-        def load(self, cubin):  # takes anything: the runtime's bytes() would not be needed
-            self.binary = bytes(cubin)
+    class NoLoader(real_module):
+        load = None
 
-    monkeypatch.setattr(cuda, "Module", LenientModule)
-    assert _runtime.cupy_api_problems(loader) == ["cupy.cuda.Module().load accepted a bytearray (expected: bytes only)"]
+    monkeypatch.setattr(cuda, "Module", NoLoader)
+    assert _runtime.cupy_api_problems(loader) == ["cupy.cuda.Module has no load()"]
     monkeypatch.delattr(cuda, "Module")
     monkeypatch.delattr(cuda, "driver")
     assert _runtime.cupy_api_problems(loader) == ["cupy.cuda.Module is missing",
@@ -426,9 +462,11 @@ def test_whole_cubin_puts_back_the_byte_cupy_drops_and_nothing_else():
     assert _runtime.elf_size(ptx) is None and _runtime.whole_cubin(ptx) == ptx
 
 
-def test_whole_cubin_pads_only_a_header_table_end():
-    """A file whose last bytes are a section's, not a header table's, is not padded: its lost
-    byte need not be zero."""
+def test_whole_cubin_pads_a_one_byte_cut_whatever_ends_the_file():
+    """A file whose last bytes are a section's, not a header table's, is padded too: the zero
+    is what the driver reads from memory after the bytes (as in CuPy's own in-memory loads), so
+    the cached file is what was loaded, and not one that fails intact() in every process.  A
+    longer cut is not guessed at."""
     import struct
 
     header = bytearray(64)
@@ -441,7 +479,8 @@ def test_whole_cubin_pads_only_a_header_table_end():
     struct.pack_into("<QQ", section, 0x18, 144, 16)        # its bytes: 144..160
     elf = bytes(header) + bytes(16) + bytes(section) + b"x" * 16
     assert _runtime.elf_size(elf) == len(elf) == 160
-    assert _runtime.whole_cubin(elf[:-1]) == elf[:-1]
+    assert _runtime.whole_cubin(elf[:-1]) == elf[:-1] + b"\0"
+    assert _runtime.whole_cubin(elf[:-2]) == elf[:-2] and not _runtime.intact(elf[:-2])
 
 
 def test_the_cached_binary_is_the_whole_cubin(fake_cupy, tmp_path):
@@ -592,13 +631,12 @@ def test_known_spills_name_kernels_that_exist():
 # --------------------------------------------------------------------------- the loader on a real GPU
 
 
-def _real_gpu_kernel(monkeypatch, tmp_path, cache: bool = True):
+def _real_gpu_kernel(monkeypatch, tmp_path):
     """One small instantiation through the real loader, with a fresh cache folder and nothing
     kept from earlier calls; returns the kernel and the cache folder's files."""
     monkeypatch.setenv("GRADOPS_KERNEL_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.setattr(_runtime, "_kernels", {})
-    expression = expressions()[0]
-    return _runtime.kernel(SOURCE, expression), sorted((tmp_path / "cache").glob("*")) if cache else []
+    return _runtime.kernel(SOURCE, expressions()[0]), sorted((tmp_path / "cache").glob("*"))
 
 
 @pytest.mark.gpu
@@ -627,5 +665,8 @@ def test_real_loader_caches_loads_from_memory_and_survives_a_damaged_file(monkey
         fn, _ = _real_gpu_kernel(monkeypatch, tmp_path)
     assert any(r.levelno == logging.WARNING and "could not be loaded" in r.getMessage() for r in caplog.records)
     monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")
-    fn, files = _real_gpu_kernel(monkeypatch, tmp_path / "in-memory")
-    assert isinstance(fn, cupy.cuda.Function) and files == []
+    monkeypatch.delenv("GRADOPS_KERNEL_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "in-memory"))
+    monkeypatch.setattr(_runtime, "_kernels", {})
+    assert isinstance(_runtime.kernel(SOURCE, expressions()[0]), cupy.cuda.Function)
+    assert not (tmp_path / "in-memory").exists()

@@ -232,12 +232,15 @@ def test_fractional_pooling_asks_its_backend_on_the_arrays_device(host_device, m
 
 
 class _FakeDriver:
-    """libcuda's cuDriverGetVersion, reporting ``version`` (e.g. 12080 for CUDA 12.8)."""
+    """libcuda's cuDriverGetVersion, reporting ``version`` (e.g. 12080 for CUDA 12.8), or
+    failing as a stub library's does (CUDA_ERROR_STUB_LIBRARY, 34) with ``version=None``."""
 
-    def __init__(self, version: int):
+    def __init__(self, version: int | None):
         self.version = version
 
     def cuDriverGetVersion(self, pointer):
+        if self.version is None:
+            return 34
         pointer._obj.value = self.version
         return 0  # CUDA_SUCCESS
 
@@ -253,7 +256,10 @@ def _broken_cupy(runtime_version: int):
 
 
 @pytest.mark.parametrize("driver, runtime, words", [
-    (None, 13000, "no NVIDIA driver was found: libcuda.so.1 does not load (in a container, run it with --gpus all)"),
+    ("missing", 13000, "no NVIDIA driver was found: libcuda.so.1 does not load (in a container, run it with "
+                       "--gpus all)"),
+    (None, 13000, "libcuda.so.1 loads but reports no CUDA version (cuDriverGetVersion failed: a toolkit's stub "
+                  "library found before the driver's, or a broken driver install)"),
     (12080, 13000, "the NVIDIA driver supports CUDA up to 12.8 and CuPy is built for CUDA 13.0: update the driver "
                    "(R580 or newer) or install gradops[cuda12]"),
     (11080, 12080, "the NVIDIA driver supports CUDA up to 11.8 and CuPy is built for CUDA 12.8: update the driver "
@@ -267,7 +273,7 @@ def test_an_unusable_driver_is_named_with_what_to_do(monkeypatch, driver, runtim
     from gradops.backends import _gpu_probe
 
     monkeypatch.setattr(_gpu_probe, "DRIVER_LIBRARY", "libcuda.so.1")
-    monkeypatch.setattr(_gpu_probe, "_load_driver", lambda: None if driver is None else _FakeDriver(driver))
+    monkeypatch.setattr(_gpu_probe, "_load_driver", lambda: None if driver == "missing" else _FakeDriver(driver))
     monkeypatch.setitem(sys.modules, "cupy", _broken_cupy(runtime))
     ok, reason = _gpu_probe.cupy_device_status()
     assert not ok

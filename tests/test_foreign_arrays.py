@@ -112,6 +112,14 @@ def test_a_host_dlpack_only_tensor_is_read_without_a_copy():
     assert np.shares_memory(_arrays.as_host_array("op", "input", DLPackOnly(x)), x)
 
 
+def test_a_dlpack_tensor_on_another_accelerator_is_named_as_such():
+    """A ROCm tensor (kDLROCM, 10) is not host data to read; its device type is named.  (The
+    fake's __dlpack__ raises, as NumPy's reader would for that device.)"""
+    with pytest.raises(TypeError, match="input is a DLPack tensor on device type 10 \\(neither host memory nor CUDA"):
+        gradops.conv2d_backprop_filter(FakeDlpackTensor((1, 1, 1, 1), 10), [1, 1, 1, 1], np.ones((1, 1, 1, 1)),
+                                       S1, "SAME")
+
+
 def test_a_host_dlpack_tensor_numpy_cannot_read_is_refused_by_name():
     """NumPy's DLPack reader has no bfloat16: a clear TypeError naming the argument."""
     dy = DLPackOnly(np.ones((1, 2, 2, 1), bfloat16))

@@ -20,18 +20,35 @@ def _load_driver():
         return None
 
 
-def driver_cuda_version() -> int | None:
-    """The newest CUDA version the installed driver supports (e.g. 12080 for 12.8:
-    ``cuDriverGetVersion``, which needs no device and no cuInit), or None without a driver."""
+def driver_status() -> tuple[str, int | None]:
+    """("ok", the newest CUDA version the installed driver supports, e.g. 12080 for 12.8), or
+    ("missing", None) where the driver library does not load, or ("unreadable", None) where it
+    loads but ``cuDriverGetVersion`` (which needs no device and no cuInit) reports nothing: a
+    toolkit's stub library, a broken install."""
     driver = _load_driver()
     if driver is None:
-        return None
+        return "missing", None
     version = ctypes.c_int(0)
     try:
         status = driver.cuDriverGetVersion(ctypes.byref(version))
     except (AttributeError, OSError):
-        return None
-    return int(version.value) if status == 0 and version.value > 0 else None
+        return "unreadable", None
+    return ("ok", int(version.value)) if status == 0 and version.value > 0 else ("unreadable", None)
+
+
+def driver_cuda_version() -> int | None:
+    """The newest CUDA version the installed driver supports, or None (see :func:`driver_status`)."""
+    return driver_status()[1]
+
+
+def describe_driver() -> str:
+    """One line on the driver for ``info``."""
+    state, version = driver_status()
+    if state == "ok":
+        return f"supports CUDA up to {_format(version)}"
+    if state == "missing":
+        return f"none found ({DRIVER_LIBRARY} does not load)"
+    return f"{DRIVER_LIBRARY} loads but reports no CUDA version (a stub library, or a broken driver install)"
 
 
 def _format(version: int) -> str:
@@ -41,10 +58,13 @@ def _format(version: int) -> str:
 def driver_hint(runtime_version: int) -> str:
     """Why a CUDA runtime of ``runtime_version`` (CuPy's) may find no usable driver, where the
     driver can say: none installed, or one too old for the runtime's CUDA major; else ''."""
-    driver = driver_cuda_version()
-    if driver is None:
+    state, driver = driver_status()
+    if state == "missing":
         return (f"no NVIDIA driver was found: {DRIVER_LIBRARY} does not load (in a container, run it "
                 "with --gpus all)")
+    if driver is None:
+        return (f"{DRIVER_LIBRARY} loads but reports no CUDA version (cuDriverGetVersion failed: a "
+                "toolkit's stub library found before the driver's, or a broken driver install)")
     runtime_major = runtime_version // 1000
     if driver // 1000 < runtime_major:
         minimum = MINIMUM_DRIVER.get(runtime_major)

@@ -14,8 +14,10 @@ from ``RawModule(code=...)``:
 * the compiled binary is cached on disk by gradops (``GRADOPS_KERNEL_CACHE_DIR``, else
   ``$XDG_CACHE_HOME/gradops/kernels`` or ``~/.cache/gradops/kernels``), keyed by the source (with
   its headers' digest), the instantiation, the options, the NVRTC version and the target arch;
-  with CuPy's ``CUPY_CACHE_IN_MEMORY=1``, or where no folder can be named or written, kernels
-  are compiled once per process and nothing is written (gradops needs no writable folder);
+  with CuPy's ``CUPY_CACHE_IN_MEMORY=1`` (unless ``GRADOPS_KERNEL_CACHE_DIR`` names a folder),
+  or where no folder can be named or written, kernels are compiled once per process and
+  nothing is written: compiling (in memory, not through a temporary source file) and loading
+  need no writable folder;
 * a damaged cached binary (shorter than its ELF header says, or one the driver refuses) is
   compiled again, not an error, and never reaches the driver truncated.
 
@@ -130,9 +132,11 @@ def compile_kernels(filename: str, expressions, arch: str | None = None, log=Non
     from cupy.cuda import compiler
 
     options = nvrtc_options() + ((PTXAS_VERBOSE,) if ptxas_verbose else ())
+    # cache_in_memory=True: without it CuPy writes the source into a temporary folder first
+    # (only to name the program), which a read-only filesystem does not have.
     binary, mapping = compiler.compile_using_nvrtc(
         _build.source_code(filename), options, arch, filename=filename, name_expressions=list(expressions),
-        log_stream=log)
+        log_stream=log, cache_in_memory=True)
     names = {e: (m.decode() if isinstance(m, bytes) else m) for e, m in mapping.items()}
     return whole_cubin(binary.encode() if isinstance(binary, str) else bytes(binary)), names
 
@@ -176,14 +180,13 @@ def whole_cubin(binary: bytes) -> bytes:
     """``binary`` with the byte CuPy 14's ``nvrtc.getCUBIN`` drops put back.  getCUBIN strips
     a "trailing NULL" from the cubin as from PTX, but a cubin is not a string: its last byte
     goes.  NVRTC (12.9 and 13.x) writes a header table last, so that byte is the top byte of the
-    last entry's last field (a 64-bit alignment or entry size), zero.  CuPy's in-memory loads
-    get it back from the terminator Python keeps after every bytes object; the file gradops
-    caches stayed one byte short of its own header's size (NVIDIA's nvdisasm and cuobjdump
-    refuse such a file; the driver on the H200 loaded them).  Only a cubin exactly one byte
-    short of a header table's end is padded; anything else (PTX, a whole cubin) is returned
-    as it is."""
-    end = elf_size(binary)
-    if end == len(binary) + 1 and end in _header_table_ends(binary):
+    last entry's last field (a 64-bit alignment or entry size), zero.  A cubin exactly one byte
+    short of its ELF header's size is padded with a zero, whatever ends it: that is also what
+    the driver reads from memory (Python keeps a zero after every bytes object), as in CuPy's
+    own in-memory loads, and the file gradops caches is then what was loaded (NVIDIA's nvdisasm
+    and cuobjdump refuse a short file).  Anything else (PTX, a whole cubin, a longer cut) is
+    returned as it is."""
+    if elf_size(binary) == len(binary) + 1:
         return binary + b"\0"
     return binary
 
@@ -200,7 +203,8 @@ def _cache_key(filename: str, expression: str, arch: str) -> str:
 def cache_in_memory() -> bool:
     """CuPy's ``CUPY_CACHE_IN_MEMORY`` as CuPy reads it (``1``: true; unset, empty or anything
     else: false): where CuPy is told to keep its kernel cache off the disk (a read-only
-    filesystem, a container without a writable home), gradops does not write its own either."""
+    filesystem, a container without a writable home), gradops does not write its own either,
+    unless ``GRADOPS_KERNEL_CACHE_DIR`` names a folder for it."""
     value = os.environ.get("CUPY_CACHE_IN_MEMORY")
     if not value:
         return False
@@ -220,6 +224,13 @@ def _module_function(binary: bytes, mangled: str):
     module = cupy.cuda.Module()
     module.load(bytes(binary))
     return module.get_function(mangled)
+
+
+#: Driver errors (cuda.h's CUresult) that blame the module image or its kernel name, so that a
+#: cached binary which raises one is compiled again: INVALID_IMAGE, NO_BINARY_FOR_GPU,
+#: INVALID_PTX, UNSUPPORTED_PTX_VERSION, INVALID_SOURCE, NOT_FOUND (a mangled name the module
+#: lacks).  Any other error (out of memory, a lost context) is raised as it is.
+IMAGE_ERRORS = frozenset({200, 209, 218, 222, 300, 500})
 
 
 def intact(binary: bytes) -> bool:
@@ -254,14 +265,17 @@ def _load(filename: str, expression: str, device: int):
 
     arch = compute_capability()
     key = _cache_key(filename, expression, str(arch))
-    directory = None if cache_in_memory() else cache_dir()
+    explicit = bool(os.environ.get("GRADOPS_KERNEL_CACHE_DIR"))  # gradops' own setting wins over CuPy's
+    directory = None if cache_in_memory() and not explicit else cache_dir()
     if directory is not None:
         binary_path, meta_path = directory / f"{key}.bin", directory / f"{key}.json"
         cached = _read_cache(binary_path, meta_path)
         if cached is not None:
             try:
                 return _module_function(*cached)
-            except cupy.cuda.driver.CUDADriverError as exc:  # a damaged file (CUDA_ERROR_INVALID_IMAGE)
+            except cupy.cuda.driver.CUDADriverError as exc:
+                if getattr(exc, "status", None) not in IMAGE_ERRORS:
+                    raise  # the device's or context's problem, not the file's: compiling would not help
                 log.warning("gradops: cached kernel %s could not be loaded (%s); compiling it again",
                             binary_path, exc)
     where = (f"cached in {directory}" if directory is not None else
@@ -282,7 +296,7 @@ def _load(filename: str, expression: str, device: int):
 
 
 #: The parameters of ``compile_using_nvrtc`` that :func:`compile_kernels` passes.
-_NVRTC_PARAMETERS = ("source", "options", "arch", "filename", "name_expressions", "log_stream")
+_NVRTC_PARAMETERS = ("source", "options", "arch", "filename", "name_expressions", "log_stream", "cache_in_memory")
 
 #: The CuPy names this module's compile and load steps use.
 LOADER_CUPY_NAMES = (
@@ -354,14 +368,6 @@ def cupy_api_problems(names=CUPY_NAMES) -> list[str]:
     if module is not None:
         problems += [f"cupy.cuda.Module has no {m}()" for m in ("load", "get_function")
                      if not callable(getattr(module, m, None))]
-        try:
-            module().load(bytearray(b"\0"))  # refused for its type before any CUDA call: no GPU needed
-        except TypeError:
-            pass
-        except Exception as exc:  # noqa: BLE001 - anything else: the loader is not what this module expects
-            problems.append(f"cupy.cuda.Module().load did not refuse a bytearray for its type ({type(exc).__name__})")
-        else:
-            problems.append("cupy.cuda.Module().load accepted a bytearray (expected: bytes only)")
     error = found.get("cupy.cuda.driver.CUDADriverError")
     if error is not None and not (isinstance(error, type) and issubclass(error, Exception)):
         problems.append("cupy.cuda.driver.CUDADriverError is not an exception class")
@@ -370,7 +376,8 @@ def cupy_api_problems(names=CUPY_NAMES) -> list[str]:
 
 def kernel(filename: str, expression: str):
     """One instantiation (a name expression listed by the op's ``instantiations()``) as a
-    ``RawKernel`` of the current device, compiled on its first use and kept per device."""
+    launchable kernel (``cupy.cuda.Function``: ``fn(grid, block, args, shared_mem=...)``) of the
+    current device, compiled on its first use and kept per device."""
     import cupy
 
     device = cupy.cuda.Device().id
