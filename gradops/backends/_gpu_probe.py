@@ -11,6 +11,10 @@ DRIVER_LIBRARY = "nvcuda.dll" if sys.platform == "win32" else "libcuda.so.1"
 MINIMUM_DRIVER = {12: "R525", 13: "R580"}
 
 
+_UNREADABLE = (f"{DRIVER_LIBRARY} loads but reports no CUDA version (cuDriverGetVersion failed: a "
+               "toolkit's stub library found before the driver's, or a broken driver install)")
+
+
 def _load_driver():
     """The CUDA driver library, or None where none is installed (or visible: a container run
     without ``--gpus``)."""
@@ -36,11 +40,6 @@ def driver_status() -> tuple[str, int | None]:
     return ("ok", int(version.value)) if status == 0 and version.value > 0 else ("unreadable", None)
 
 
-def driver_cuda_version() -> int | None:
-    """The newest CUDA version the installed driver supports, or None (see :func:`driver_status`)."""
-    return driver_status()[1]
-
-
 def describe_driver() -> str:
     """One line on the driver for ``info``."""
     state, version = driver_status()
@@ -48,7 +47,7 @@ def describe_driver() -> str:
         return f"supports CUDA up to {_format(version)}"
     if state == "missing":
         return f"none found ({DRIVER_LIBRARY} does not load)"
-    return f"{DRIVER_LIBRARY} loads but reports no CUDA version (a stub library, or a broken driver install)"
+    return _UNREADABLE
 
 
 def _format(version: int) -> str:
@@ -63,8 +62,7 @@ def driver_hint(runtime_version: int) -> str:
         return (f"no NVIDIA driver was found: {DRIVER_LIBRARY} does not load (in a container, run it "
                 "with --gpus all)")
     if driver is None:
-        return (f"{DRIVER_LIBRARY} loads but reports no CUDA version (cuDriverGetVersion failed: a "
-                "toolkit's stub library found before the driver's, or a broken driver install)")
+        return _UNREADABLE
     runtime_major = runtime_version // 1000
     if driver // 1000 < runtime_major:
         minimum = MINIMUM_DRIVER.get(runtime_major)

@@ -88,13 +88,16 @@ def nvrtc_options(cuda_major: int | None = None) -> tuple[str, ...]:
 
 
 def cache_dir() -> Path | None:
-    """Where compiled kernels are kept between processes; None where no folder is named and
-    there is no home folder (a container's user without a passwd entry or HOME): then kernels
-    are compiled in each process, not cached (a shared folder such as /tmp could hold another
-    user's binaries)."""
+    """Where compiled kernels are kept between processes; None, so that kernels are compiled
+    in each process and nothing is written, where gradops' folder is not named and CuPy is told
+    to cache in memory (:func:`cache_in_memory`), or there is no home folder (a container's user
+    without a passwd entry or HOME; a shared folder such as /tmp could hold another user's
+    binaries)."""
     explicit = os.environ.get("GRADOPS_KERNEL_CACHE_DIR")
     if explicit:
         return Path(explicit)
+    if cache_in_memory():
+        return None
     base = os.environ.get("XDG_CACHE_HOME")
     if not base:
         try:
@@ -265,8 +268,7 @@ def _load(filename: str, expression: str, device: int):
 
     arch = compute_capability()
     key = _cache_key(filename, expression, str(arch))
-    explicit = bool(os.environ.get("GRADOPS_KERNEL_CACHE_DIR"))  # gradops' own setting wins over CuPy's
-    directory = None if cache_in_memory() and not explicit else cache_dir()
+    directory = cache_dir()
     if directory is not None:
         binary_path, meta_path = directory / f"{key}.bin", directory / f"{key}.json"
         cached = _read_cache(binary_path, meta_path)
