@@ -1,6 +1,7 @@
 // The one work split of the fractional pooling gradients' cells kernels
 // (fractional_avg_pool_grad_cells, fractional_max_pool_grad_cells), which take pooling cells that
-// partition the input: a thread per (batch item, cell column, vector of V channels) walks down a
+// partition the input, and of the forward poolings (fractional_pool.cu), which take any cells: a
+// thread per (batch item, cell column, vector of V channels) walks down a
 // chunk of chunk_rows cell rows.  threadIdx.x is the vector within the block's blockDim.x (a
 // power of two dividing the vectors, so no lane is idle), threadIdx.y the cell column among the
 // flattened (batch item, cell column) pairs, blockIdx.y the chunk of cell rows and blockIdx.z the

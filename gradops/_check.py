@@ -64,6 +64,7 @@ def _cases(rng) -> list[Case]:
         for overlapping in (False, True):
             cases.append(_fractional_case(g, rng, dtype, overlapping))
             cases.append(_fractional_max_case(g, rng, dtype, overlapping))
+            cases += _fractional_forward_cases(g, rng, dtype, overlapping)
     return cases
 
 
@@ -197,6 +198,18 @@ def _fractional_max_case(g, rng, dtype, overlapping):
                                                             row_pooling_sequence=rows, col_pooling_sequence=cols,
                                                             overlapping=overlapping).numpy(),
                 adjoint)
+
+
+def _fractional_forward_cases(g, rng, dtype, overlapping):
+    """The forward poolings (GPU against NumPy only: TF's draw their own sequences, and the
+    gradients' adjoint identities above check the NumPy forwards)."""
+    shape = (2, 13, 11, 3)
+    rows = g.fractional_pooling_sequence(shape[1], 1.44, pseudo_random=True, seed=5)
+    cols = g.fractional_pooling_sequence(shape[2], 1.44, pseudo_random=False, seed=6)
+    x = rng.integers(-4, 5, shape).astype(dtype)  # ties in the maxima, exact sums in every dtype
+    return [Case(op, f"{list(shape)} overlapping={overlapping}", np.dtype(dtype),
+                 lambda b, dev, op=op: getattr(g, op)(dev(x), rows, cols, overlapping, backend=b), None, None)
+            for op in ("fractional_avg_pool", "fractional_max_pool")]
 
 
 def _max_error(actual, expected) -> tuple[float, float]:

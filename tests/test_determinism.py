@@ -46,6 +46,7 @@ def _calls(rng, dtype):
         ("fractional_avg_pool_grad", gradops.fractional_avg_pool_grad,
          ([8, 33, 31, 16], pool_dy, rows, cols, True), {}),
         ("fractional_avg_pool", gradops.fractional_avg_pool, (x, rows, cols, True), {}),
+        ("fractional_max_pool", gradops.fractional_max_pool, (x, rows, cols, True), {}),
     ]
 
 

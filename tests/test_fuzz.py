@@ -590,9 +590,8 @@ MAX_MOVED = 1 << 16
 
 
 def gpu_valid_calls():
-    """Valid calls of the ops with GPU kernels (the forward fractional pooling ops have none: on
-    GPU arrays they raise BackendUnavailableError, by design)."""
-    return st.one_of(conv_calls(), pool_calls("fractional_avg_pool_grad"), pool_calls("fractional_max_pool_grad"))
+    """Valid calls of every op on GPU arrays (each has GPU kernels)."""
+    return st.one_of(conv_calls(), *(pool_calls(op) for op in POOL_OPS))
 
 
 def on_device(kw):

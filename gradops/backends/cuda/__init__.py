@@ -23,6 +23,8 @@ _OPS = {
     "depthwise_conv2d_native_backprop_filter": "depthwise_conv2d_native_backprop_filter",
     "fractional_avg_pool_grad": "fractional_avg_pool_grad",
     "fractional_max_pool_grad": "fractional_max_pool_grad",
+    "fractional_avg_pool": "fractional_pool",
+    "fractional_max_pool": "fractional_pool",
 }
 
 
@@ -80,6 +82,14 @@ def depthwise_conv2d_native_backprop_filter(geometry, input, out_backprop):
 
 def fractional_avg_pool_grad(geometry, out_backprop):
     return _launcher("fractional_avg_pool_grad").fractional_avg_pool_grad(geometry, out_backprop)
+
+
+def fractional_avg_pool(geometry, value):
+    return _launcher("fractional_avg_pool").fractional_avg_pool(geometry, value)
+
+
+def fractional_max_pool(geometry, value):
+    return _launcher("fractional_max_pool").fractional_max_pool(geometry, value)
 
 
 def fractional_max_pool_grad(geometry, orig_input, orig_output, out_backprop):

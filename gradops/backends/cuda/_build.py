@@ -37,6 +37,7 @@ LAUNCHERS = (
     "gradops.backends.cuda.depthwise_conv2d_native_backprop_filter",
     "gradops.backends.cuda.fractional_avg_pool_grad",
     "gradops.backends.cuda.fractional_max_pool_grad",
+    "gradops.backends.cuda.fractional_pool",
     "gradops.backends.cuda.conv2d",
     "gradops.backends.cuda.conv2d_backprop_filter",
     "gradops.backends.cuda.conv2d_backprop_input",
