@@ -90,8 +90,9 @@ def warp_counts(kernel, g, p, unrolled: int = 1):
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--arch", default="sm_90")
-    parser.add_argument("--unrolled-columns", type=int, default=1,
-                        help="loads the column loop issues before the first is used (1: the loop as written)")
+    parser.add_argument("--unrolled-columns", type=int, default=3,
+                        help="columns whose loads issue together (the kernel's kColumnLoads; 1 for its first "
+                             "version, one load a column)")
     args = parser.parse_args()
     arch = int(args.arch.removeprefix("sm_"))
     fp = launcher()

@@ -40,10 +40,17 @@ namespace fractional_pool {
 template <typename X, int V> struct alignas(V * sizeof(X) < 16 ? V * sizeof(X) : 16) Pack {
     X v[V];
 };
+// A GPU faults on a misaligned vector access; the host model (whose CPU would not) checks.
 template <int V, typename X> __device__ __forceinline__ Pack<X, V> load_pack(const X* p) {
+#ifdef GRADOPS_HOST_MODEL
+    gradops_host::check_vector_alignment(p, sizeof(Pack<X, V>));
+#endif
     return *reinterpret_cast<const Pack<X, V>*>(p);
 }
 template <int V, typename X> __device__ __forceinline__ void store_pack(X* p, const Pack<X, V>& value) {
+#ifdef GRADOPS_HOST_MODEL
+    gradops_host::check_vector_alignment(p, sizeof(Pack<X, V>));
+#endif
     *reinterpret_cast<Pack<X, V>*>(p) = value;
 }
 
@@ -113,8 +120,8 @@ template <> __device__ __forceinline__ long long lowest<long long>() { return -9
 // overlapping or not), not one a column.  The static model's latency-aware estimate
 // (benchmarks/fractional_forward_prediction.py, predicted, not measured) of the fractional suite's
 // 16 forward launches on an H200: geometric mean 44.7 us loading one column at a time, 37.0 with
-// pairs, 36.1 with 3 (the overlapping float32 shapes 1.8x faster, none more than 1.06x slower),
-// 37.2 with 4 (48 registers: a sixth fewer resident warps).
+// pairs, 36.1 with 3 (overlapping float32 1.84x faster for the average, 1.37x for the maximum;
+// none more than 1.06x slower), 37.2 with 4 (48 registers: a sixth fewer resident warps).
 inline constexpr int kColumnLoads = 3;
 
 // Calls visit(value pack) for each element of cell (first_row .. last_row) x (first_col ..

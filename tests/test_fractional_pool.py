@@ -254,8 +254,8 @@ def test_cuda_avg_pool_adjoint_of_its_gradient(cuda_device, overlapping):
 
 @pytest.mark.parametrize("arch", [60, 75, 80])
 def test_older_gpus_run_the_forwards(monkeypatch, arch):
-    """The kernels use nothing newer than 16-byte loads: every GPU generation CuPy runs on takes
-    them (the stand-in posing as Pascal, Turing and Ampere)."""
+    """The launcher takes the kernels on a stand-in posing as Pascal, Turing and Ampere (no
+    architecture check refuses them; that they compile for each arch is the install check's)."""
     cuda_host.HostDevice(order="shuffled", seed=arch, compute_capability=arch).install(monkeypatch)
     rng = np.random.default_rng(arch)
     for dtype in (np.float16, ml_dtypes.bfloat16, np.float32):
@@ -263,6 +263,55 @@ def test_older_gpus_run_the_forwards(monkeypatch, arch):
         for op in OPS:
             got = forward(op)(to_gpu(x), [0, 2, 3, 5, 6, 8, 9], [0, 1, 3, 4, 6, 7, 9], True)
             assert_same_bits(to_host(got), numpy_result(op, x, [0, 2, 3, 5, 6, 8, 9], [0, 1, 3, 4, 6, 7, 9], True))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
+def test_cuda_memcheck(racecheck_device, dtype):
+    """No access outside an array's bytes and no misaligned vector access (the racecheck build
+    checks both), over every kind of sequence, with vectors, one channel a thread, 64-bit
+    indices and chunks of one row."""
+    rng = np.random.default_rng(38)
+    for shape, rows, cols in SEQUENCES.values():
+        if rows is None:
+            rows = gradops.fractional_pooling_sequence(shape[1], 1.44, True, seed=3)
+            cols = gradops.fractional_pooling_sequence(shape[2], 1.44, False, seed=4)
+        x = random_value(rng, shape[:3] + (8,), dtype)
+        for overlapping in (False, True):
+            g = geometry(x.shape, rows, cols, overlapping)
+            for force in ({}, dict(vector=1), dict(index="long long", chunk_rows=1)):
+                for op in OPS:
+                    got = getattr(launcher(), op)(g, to_gpu(x), **force)
+                    assert_same_bits(to_host(got), numpy_result(op, x, rows, cols, overlapping))
+
+
+def test_planted_over_read_only_memcheck_catches(tmp_path, monkeypatch):
+    """Loading a row's last columns unguarded reads past the cell (unused, so the results stay
+    right) and, at the input's last element, past the array: the memcheck build refuses it."""
+    def run():
+        x = random_value(np.random.default_rng(39), (1, 5, 6, 8), np.float32)
+        rows, cols = [0, 2, 5], [0, 3, 6]
+        g = geometry(x.shape, rows, cols, False)
+        assert_same_bits(to_host(launcher().fractional_max_pool(g, to_gpu(x))), numpy_result(
+            "fractional_max_pool", x, rows, cols, False))
+
+    cuda_host.assert_only_racecheck_catches(
+        launcher().SOURCE, ("if (k < rest) packs[k] = load_pack<V>(row + k * depth);",
+                            "packs[k] = load_pack<V>(row + k * depth);"),
+        run, "memcheck: a .* read .* past the end of an array", 5, tmp_path, monkeypatch)
+
+
+def test_cuda_integer_average_of_a_cell_too_large_for_its_count_is_refused(cuda_device):
+    """The count is divided in the element type (as TF divides); an int32 cell of 2**31 elements
+    or more (8 GiB) cannot be, and the launcher says so rather than divide by a wrapped count."""
+    from gradops._geometry import fractional_pool_forward_geometry
+
+    g = fractional_pool_forward_geometry("fractional_avg_pool", (1, 2**16, 2**15 + 1, 1), [0, 2**16], [0, 2**15 + 1],
+                                         False)
+    assert launcher().largest_cell(g) == 2**31 + 2**16
+    import cupy
+
+    with pytest.raises(gradops.BackendUnavailableError, match="at most 2147483647 elements"):
+        launcher().fractional_avg_pool(g, cupy.zeros((1, 1, 1, 1), np.int32))
 
 
 def test_cuda_tables_are_kept_per_geometry(cuda_device):
