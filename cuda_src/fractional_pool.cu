@@ -17,8 +17,9 @@
 // order (row by row, each row left to right):
 // * fractional_avg_pool: a running sum from zero in Sum<T> (T itself; float for the half types;
 //   unsigned for the integers, so that overflow wraps as TF's adds do, with no signed overflow),
-//   divided by the cell's element count converted to that type (IEEE division; integers truncate
-//   toward zero, as C++ divides), rounded to T once.  An empty cell gives 0.
+//   divided by the cell's element count as a counter of that type reaches it (TF counts in T, one
+//   increment an element: a float counter stops at 2^24, a double one at 2^53), by IEEE division
+//   (integers truncate toward zero, as C++ divides), rounded to T once.  An empty cell gives 0.
 // * fractional_max_pool: TF's running max from T's lowest value, `current < x ? x : current`, in a
 //   type that orders T exactly (the half types widen exactly): NaN never replaces, an empty,
 //   all-NaN or all -inf cell gives the lowest finite value, and of equal zeros the first keeps its
@@ -54,31 +55,46 @@ template <int V, typename X> __device__ __forceinline__ void store_pack(X* p, co
     *reinterpret_cast<Pack<X, V>*>(p) = value;
 }
 
+// The value a counter of float type F reaches after `count` increments from 0 (TF's count of a
+// cell's elements): exact up to 2^digits, where adding 1 first rounds back (2^24 for float, 2^53
+// for double), and stuck there after.
+template <typename F> struct Counter;
+template <> struct Counter<float> {
+    template <typename I> __device__ __forceinline__ static float of(I count) {
+        return count < I(1 << 24) ? static_cast<float>(count) : 16777216.0f;  // 2^24
+    }
+};
+template <> struct Counter<double> {
+    // A cell of 2^53 elements is past any memory: the count converts exactly.
+    template <typename I> __device__ __forceinline__ static double of(I count) { return static_cast<double>(count); }
+};
+
 // The average's running sum: Sum::type holds it, add() adds one element, mean() divides by the
-// cell's element count and rounds to T.
+// cell's element count (as TF's counter of that type holds it) and rounds to T.
 template <typename T> struct Sum {
     typedef T type;
     __device__ __forceinline__ static type add(type s, T x) { return s + x; }
     template <typename I> __device__ __forceinline__ static T mean(type s, I count) {
-        return s / static_cast<type>(count);
+        return s / Counter<type>::of(count);
     }
 };
 template <> struct Sum<__half> {
     typedef float type;
     __device__ __forceinline__ static type add(type s, __half x) { return s + __half2float(x); }
     template <typename I> __device__ __forceinline__ static __half mean(type s, I count) {
-        return __float2half_rn(s / static_cast<float>(count));
+        return __float2half_rn(s / Counter<float>::of(count));
     }
 };
 template <> struct Sum<__nv_bfloat16> {
     typedef float type;
     __device__ __forceinline__ static type add(type s, __nv_bfloat16 x) { return s + bfloat16_bits_to_float(x); }
     template <typename I> __device__ __forceinline__ static __nv_bfloat16 mean(type s, I count) {
-        return __float2bfloat16_rn(s / static_cast<float>(count));
+        return __float2bfloat16_rn(s / Counter<float>::of(count));
     }
 };
 // Integers add as unsigned (wrapping, as TF's two's-complement adds do, without the undefined
-// signed overflow) and divide as signed: C++'s division truncates toward zero, as TF's does.
+// signed overflow) and divide as signed: C++'s division truncates toward zero, as TF's does.  The
+// count fits T: the op refuses cells of more elements than T's maximum (TF's count would overflow).
 template <typename T, typename U> struct IntegerSum {
     typedef U type;
     __device__ __forceinline__ static type add(type s, T x) { return s + static_cast<U>(x); }

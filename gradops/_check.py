@@ -35,6 +35,7 @@ class Case:
     run: Callable[[str, Callable], np.ndarray]  # (backend, to_device) -> result
     tf_run: Callable[[object], np.ndarray] | None  # tf module -> TF's result, None if TF can't
     adjoint: Callable[[], tuple[float, float]] | None  # NumPy (lhs, rhs) of <A x, y> = <x, A^T y>
+    exact: bool = False  # results must equal the reference bit for bit (NaN payloads aside)
 
 
 def _rand(rng, shape, dtype):
@@ -201,15 +202,50 @@ def _fractional_max_case(g, rng, dtype, overlapping):
 
 
 def _fractional_forward_cases(g, rng, dtype, overlapping):
-    """The forward poolings (GPU against NumPy only: TF's draw their own sequences, and the
-    gradients' adjoint identities above check the NumPy forwards)."""
+    """The forward poolings, bit for bit: GPU against NumPy on irregular sequences, and NumPy
+    against TF on sequences TF's own draw gives (a ratio that divides the input: every seed
+    draws equal cells).  Integer values: ties in the maxima, exact sums in every dtype."""
     shape = (2, 13, 11, 3)
     rows = g.fractional_pooling_sequence(shape[1], 1.44, pseudo_random=True, seed=5)
     cols = g.fractional_pooling_sequence(shape[2], 1.44, pseudo_random=False, seed=6)
-    x = rng.integers(-4, 5, shape).astype(dtype)  # ties in the maxima, exact sums in every dtype
-    return [Case(op, f"{list(shape)} overlapping={overlapping}", np.dtype(dtype),
-                 lambda b, dev, op=op: getattr(g, op)(dev(x), rows, cols, overlapping, backend=b), None, None)
-            for op in ("fractional_avg_pool", "fractional_max_pool")]
+    x = rng.integers(-4, 5, shape).astype(dtype)
+    tf_shape, ratios = (2, 12, 12, 3), (2.0, 3.0)
+    tf_x = rng.integers(-4, 5, tf_shape).astype(dtype)
+    tf_rows, tf_cols = np.arange(0, 13, 2), np.arange(0, 13, 3)
+    cases = []
+    for op, tf_op in (("fractional_avg_pool", "FractionalAvgPool"), ("fractional_max_pool", "FractionalMaxPool")):
+        def tf_run(tf, tf_op=tf_op):
+            out, row_seq, col_seq = getattr(tf.raw_ops, tf_op)(
+                value=tf_x, pooling_ratio=[1.0, *ratios, 1.0], pseudo_random=True, overlapping=overlapping,
+                deterministic=True, seed=1, seed2=2)
+            assert list(row_seq.numpy()) == list(tf_rows) and list(col_seq.numpy()) == list(tf_cols)
+            return out.numpy()
+
+        cases.append(Case(op, f"{list(shape)} overlapping={overlapping}", np.dtype(dtype),
+                          lambda b, dev, op=op: getattr(g, op)(dev(x), rows, cols, overlapping, backend=b), None,
+                          None, exact=True))
+        cases.append(Case(op, f"{list(tf_shape)} ratios {ratios} overlapping={overlapping}", np.dtype(dtype),
+                          lambda b, dev, op=op: getattr(g, op)(dev(tf_x), tf_rows, tf_cols, overlapping, backend=b),
+                          tf_run, None, exact=True))
+    return cases
+
+
+def _exact_error(actual, expected) -> tuple[float, float]:
+    """(0, 1) where ``actual`` is ``expected`` bit for bit (any NaN equal to any NaN), else
+    (max |actual - expected| or inf, 1)."""
+    actual, expected = np.asarray(actual), np.asarray(expected)
+    if actual.shape != expected.shape or actual.dtype != expected.dtype:
+        return float("inf"), 1.0
+    if actual.dtype.kind == "i":
+        same = actual == expected
+    else:
+        wide_actual, wide_expected = actual.astype(np.float64), expected.astype(np.float64)
+        same = (actual.view(f"u{actual.itemsize}") == expected.view(f"u{expected.itemsize}")) | (
+            np.isnan(wide_actual) & np.isnan(wide_expected))
+    if same.all():
+        return 0.0, 1.0
+    diff = np.abs(actual.astype(np.float64) - expected.astype(np.float64))[~same]
+    return float(np.nan_to_num(diff.max(), nan=np.inf)) or float("inf"), 1.0
 
 
 def _max_error(actual, expected) -> tuple[float, float]:
@@ -244,11 +280,11 @@ def run_check(use_tf: bool = True) -> list[dict]:
             tf, tf_missing = None, f"{type(exc).__name__}: {exc}"
     rows: dict[tuple, dict] = {}
 
-    def record(op, backend, reference, dtype, err, scale, n=1, note=""):
+    def record(op, backend, reference, dtype, err, scale, n=1, note="", exact=False):
         key = (op, backend, reference, np.dtype(dtype).name)
         row = rows.setdefault(key, dict(op=op, backend=backend, reference=reference, dtype=np.dtype(dtype).name,
-                                        cases=0, max_error=0.0, tolerance=_tolerance(dtype), passed=True,
-                                        note=note))
+                                        cases=0, max_error=0.0, tolerance=0.0 if exact else _tolerance(dtype),
+                                        passed=True, note=note))
         row["cases"] += n
         rel = err / scale
         row["max_error"] = max(row["max_error"], rel)
@@ -276,7 +312,8 @@ def run_check(use_tf: bool = True) -> list[dict]:
                     max_error=float("nan"), tolerance=_tolerance(case.dtype), passed=False,
                     note=f"{type(exc).__name__}: {exc}"[:80]))
                 continue
-            record(case.op, backend, "numpy", case.dtype, *_max_error(result, reference))
+            compare = _exact_error if case.exact else _max_error
+            record(case.op, backend, "numpy", case.dtype, *compare(result, reference), exact=case.exact)
         if case.adjoint is not None and case.dtype == np.dtype(np.float64):
             lhs, rhs = case.adjoint()
             record(case.op, "numpy", "adjoint identity", np.float64, abs(lhs - rhs), max(1.0, abs(lhs)))
@@ -284,6 +321,9 @@ def run_check(use_tf: bool = True) -> list[dict]:
             try:
                 expected = case.tf_run(tf)
             except Exception:  # TF has no CPU kernel for this dtype/config: nothing to compare
+                continue
+            if case.exact:
+                record(case.op, "numpy", "tensorflow", case.dtype, *_exact_error(reference, expected), exact=True)
                 continue
             err, scale = _max_error(reference, expected)
             if case.dtype in (np.dtype(np.float16), bfloat16):

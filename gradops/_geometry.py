@@ -436,6 +436,11 @@ class FractionalPoolGeometry:
         return tuple(max(0, e - s + 1) for s, e in zip(self.col_starts, self.col_ends))
 
     @functools.cached_property
+    def largest_cell(self) -> int:
+        """Elements of the largest cell (0 if every cell is empty)."""
+        return max(self.row_cell_sizes, default=0) * max(self.col_cell_sizes, default=0)
+
+    @functools.cached_property
     def holds_elements(self) -> bool:
         """Whether some cell holds an input element (a non-empty row cell and column cell)."""
         return any(self.row_cell_sizes) and any(self.col_cell_sizes)

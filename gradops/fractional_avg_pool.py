@@ -103,14 +103,20 @@ def fractional_avg_pool(value: Any, row_pooling_sequence: Any, col_pooling_seque
     is deterministic.  value: [N, in_rows, in_cols, C]; returns [N, out_rows, out_cols, C] with
     out_rows = len(row_pooling_sequence) - 1.  As TF computes it: each cell's running sum from
     zero, row by row and each row left to right, in value's type (float32 for float16/bfloat16,
-    cast once; integers wrap on overflow), divided by the cell's element count in that type
-    (integers truncated toward zero).
+    cast once; integers wrap on overflow), divided by the cell's element count as TF counts
+    it, in that type (a float32 count stops at 2**24; integers truncated toward zero).  An
+    integer value with a cell of more elements than its type holds is refused: TF's count
+    would overflow (undefined, and zero at 2**32 elements in int32).
     """
     op = "fractional_avg_pool"
     rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)
     cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence)
     where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, value=value)
     geometry = fractional_pool_forward_geometry(op, arrays["value"].shape, rows, cols, overlapping)
+    if dtype.kind == "i" and geometry.largest_cell > np.iinfo(dtype).max:
+        raise InvalidArgumentError(
+            f"{op}: value is {dtype.name} and a pooling cell holds {geometry.largest_cell} elements: its "
+            f"element count, which TF keeps in {dtype.name}, would overflow (at most {np.iinfo(dtype).max})")
     arrays = _arrays.ready_for_backend(op, where, geometry.output_shape, arrays)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_avg_pool, geometry, arrays["value"])

@@ -112,8 +112,8 @@ def fractional_avg_pool_grad(orig_shape, dy, row_seq, col_seq, overlapping):
 def fractional_avg_pool(x, row_seq, col_seq, overlapping):
     """TF's FractionalAvgPool loop: per cell a running sum from zero of its elements, row by
     row and each row left to right, in x's type (float32 for the half types, cast once at the
-    end; integers wrap), divided by the element count in that type (integers truncated toward
-    zero); an empty cell (its clamped end before its start) averages to 0, the adjoint of the
+    end; integers wrap), divided by the element count as a counter of that type reaches it (a
+    float32 one stops at 2**24; integers truncated toward zero); an empty cell (its clamped end before its start) averages to 0, the adjoint of the
     gradient giving it to no input element.  Result in x's dtype."""
     n_, h_, w_, c_ = x.shape
     oh_, ow_ = len(row_seq) - 1, len(col_seq) - 1
@@ -126,16 +126,16 @@ def fractional_avg_pool(x, row_seq, col_seq, overlapping):
             if r1 < row_seq[r] or c1 < col_seq[c]:
                 continue
             for d in range(c_):
-                total = acc.type(0)
+                total, count = acc.type(0), acc.type(0)
                 for i in range(row_seq[r], r1 + 1):
                     for j in range(col_seq[c], c1 + 1):
                         total = acc.type(total + acc.type(x[n, i, j, d]))
-                count = (r1 - row_seq[r] + 1) * (c1 - col_seq[c] + 1)
+                        count = acc.type(count + acc.type(1))
                 if acc.kind == "i":  # C++'s truncating division, exact in Python integers
-                    quotient = abs(int(total)) // count
+                    quotient = abs(int(total)) // int(count)
                     out[n, r, c, d] = -quotient if total < 0 else quotient
                 else:
-                    out[n, r, c, d] = total / acc.type(count)
+                    out[n, r, c, d] = total / count
     return out.astype(x.dtype)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import numpy as np
 import pytest
 
 import gradops
@@ -61,6 +62,34 @@ def test_check_compares_with_tensorflow(tf):
                                           "depthwise_conv2d_native_backprop_filter", "fractional_avg_pool_grad",
                                           "fractional_max_pool_grad"}
     assert all(r["passed"] for r in tf_rows)
+
+
+@pytest.mark.tf
+def test_check_compares_the_forwards_with_tensorflow_bit_for_bit(tf, monkeypatch):
+    """The forward poolings' rows against TF (its dtypes, on sequences its own draw gives) allow
+    no error at all: an average one ulp off, which a tolerance would pass, fails them."""
+    forwards = ("fractional_avg_pool", "fractional_max_pool")
+
+    def forward_rows():
+        return {(r["op"], r["dtype"]): r for r in _check.run_check(use_tf=True)
+                if r["op"] in forwards and r["reference"] == "tensorflow"}
+
+    rows = forward_rows()
+    assert set(rows) == {(op, dtype) for op in forwards for dtype in ("float32", "float64", "int32", "int64")}
+    assert all(r["passed"] and r["tolerance"] == 0 and r["cases"] == 2 for r in rows.values())
+
+    from gradops.backends import numpy_backend
+
+    real = numpy_backend.fractional_avg_pool
+
+    def one_ulp_up(g, value):
+        out = real(g, value)
+        return np.nextafter(out, np.inf).astype(out.dtype) if out.dtype.kind == "f" else out
+
+    monkeypatch.setattr(numpy_backend, "fractional_avg_pool", one_ulp_up)
+    rows = forward_rows()
+    failed = {key for key, r in rows.items() if not r["passed"]}
+    assert failed == {("fractional_avg_pool", "float32"), ("fractional_avg_pool", "float64")}
 
 
 def test_check_prints_notes_verbatim(monkeypatch):

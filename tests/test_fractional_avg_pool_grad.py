@@ -581,6 +581,37 @@ def test_forward_matches_tensorflow_bit_for_bit(tf, overlapping, ratio, dtype):
         _same_bits(result, results[-1])
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64], ids=["float32", "float64"])
+def test_forward_count_of_a_huge_cell_matches_tensorflow(tf, dtype):
+    """TF counts a cell's elements in the element type, one increment an element, so a float32
+    count stops at 2**24: one cell of 2**24 + 2**17 elements, a 4096 among zeros, averages to
+    4096 / 2**24 in float32 (an exact count would give 4096 / 16908288) and to the exact
+    quotient in float64.  TF's own sequences ([0, rows] at ratio rows)."""
+    rows = 2**24 + 2**17
+    x = np.zeros((1, rows, 1, 1), dtype)
+    x[0, 12345, 0, 0] = 4096.0
+    out, row_seq, col_seq = tf.raw_ops.FractionalAvgPool(
+        value=x, pooling_ratio=[1.0, float(rows), 1.0, 1.0], pseudo_random=False, overlapping=False,
+        deterministic=True, seed=1, seed2=1)
+    assert list(row_seq.numpy()) == [0, rows] and list(col_seq.numpy()) == [0, 1]
+    _same_bits(gradops.fractional_avg_pool(x, row_seq.numpy(), col_seq.numpy()), out.numpy())
+    expected = 2.0**-12 if dtype == np.float32 else 4096.0 / rows
+    assert float(out.numpy()[0, 0, 0, 0]) == expected
+
+
+def test_element_count_is_a_counter_of_the_sums_type():
+    """element_count(n, T) is what n increments of a T counter from 0 give (TF's count)."""
+    from gradops.backends.numpy_backend import element_count
+
+    counter = np.float32(2**24 - 3)
+    for n in range(2**24 - 3, 2**24 + 5):
+        assert element_count(n, np.dtype(np.float32)) == counter, n
+        counter = np.float32(counter + np.float32(1))
+    assert element_count(2**53 + 7, np.dtype(np.float64)) == 2.0**53
+    assert element_count(2**40 + 1, np.dtype(np.float64)) == 2**40 + 1
+    assert element_count(2**31 - 1, np.dtype(np.int32)) == 2**31 - 1
+
+
 # --------------------------------------------------------------------------- CUDA kernel
 #
 # The kernel source runs twice: on the CPU (compiled by g++ through tests/cuda_host.py, so its

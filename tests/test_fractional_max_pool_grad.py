@@ -749,10 +749,10 @@ def test_cell_places_choice_and_a_large_cell():
         return fractional_max_pool_geometry("fractional_max_pool_grad", (1, in_rows, in_cols, 2), out, out, rows,
                                             cols, False)
 
-    assert launcher.largest_cell(geometry([0, 16, 17], [0, 16, 17], 17, 17)) == 256
+    assert geometry([0, 16, 17], [0, 16, 17], 17, 17).largest_cell == 256
     assert launcher.local_places(geometry([0, 16, 17], [0, 16, 17], 17, 17))
     big = geometry([0, 17, 18], [0, 16, 17], 18, 17)
-    assert launcher.largest_cell(big) == 272 and not launcher.local_places(big)
+    assert big.largest_cell == 272 and not launcher.local_places(big)
     with pytest.raises(ValueError, match="at most 256"):
         launcher.local_places(big, True)
 

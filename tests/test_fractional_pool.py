@@ -300,18 +300,53 @@ def test_planted_over_read_only_memcheck_catches(tmp_path, monkeypatch):
         run, "memcheck: a .* read .* past the end of an array", 5, tmp_path, monkeypatch)
 
 
-def test_cuda_integer_average_of_a_cell_too_large_for_its_count_is_refused(cuda_device):
-    """The count is divided in the element type (as TF divides); an int32 cell of 2**31 elements
-    or more (8 GiB) cannot be, and the launcher says so rather than divide by a wrapped count."""
-    from gradops._geometry import fractional_pool_forward_geometry
+@pytest.mark.parametrize("backend", [None, "numpy", "cuda"])
+def test_integer_average_of_a_cell_too_large_for_its_count_is_refused(backend):
+    """TF counts a cell's elements in the element type: an int32 cell of 2**31 elements or more
+    (8 GiB) would overflow the count (zero at 2**32), so the op refuses it before any backend
+    runs, naming the value (a broadcast view: nothing is allocated)."""
+    value = np.broadcast_to(np.int32(3), (1, 2**16, 2**15 + 1, 1))
+    with pytest.raises(gradops.InvalidArgumentError, match="value is int32 .* 2147549184 elements"):
+        gradops.fractional_avg_pool(value, [0, 2**16], [0, 2**15 + 1], backend=backend)
+    # int64 counts hold it; a cell of 2**31 - 1 elements fits int32's count (not computed here)
+    g = geometry(value.shape, [0, 2**16], [0, 2**15 + 1], False)
+    assert g.largest_cell == 2**31 + 2**16
 
-    g = fractional_pool_forward_geometry("fractional_avg_pool", (1, 2**16, 2**15 + 1, 1), [0, 2**16], [0, 2**15 + 1],
-                                         False)
-    assert launcher().largest_cell(g) == 2**31 + 2**16
-    import cupy
 
-    with pytest.raises(gradops.BackendUnavailableError, match="at most 2147483647 elements"):
-        launcher().fractional_avg_pool(g, cupy.zeros((1, 1, 1, 1), np.int32))
+def huge_cell_problem(dtype):
+    """(x, row sequence, column sequence): a cell of 2**24 + 2**17 elements holding one 4096
+    among zeros (its TF average 2**-12), beside cells of 4."""
+    rows = 2**24 + 2**17 + 4
+    x = np.zeros((1, rows, 2, 1), dtype)
+    x[0, 7, 0, 0] = 4096.0
+    x[0, :3, 1, 0] = 1.0
+    return x, [0, 4, rows], [0, 1, 2]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_cuda_float_count_of_a_huge_cell_stops_at_2_24(cuda_device, dtype):
+    """A float32 counter stops at 2**24 (TF's count of a cell's elements; the half types count in
+    float32): a cell of 2**24 + 2**17 elements (a count the types would tell apart) with one value
+    4096 and zeros averages to 4096 / 2**24 = 2**-12, as the NumPy backend (checked against TF)
+    gives; a cell of 4 beside it divides by 4."""
+    x, rows_seq, cols_seq = huge_cell_problem(dtype)
+    got = to_host(gradops.fractional_avg_pool(to_gpu(x), rows_seq, cols_seq))
+    assert_same_bits(got, numpy_result("fractional_avg_pool", x, rows_seq, cols_seq, False))
+    assert float(got[0, 1, 0, 0]) == 2.0**-12
+    assert float(got[0, 0, 1, 0]) == 0.75
+
+
+def test_planted_exact_float_count_is_caught(tmp_path, monkeypatch):
+    """The float count converted exactly (not as TF's float counter stops) fails the test above."""
+    def problem():
+        x, rows, cols = huge_cell_problem(np.float32)
+        got = to_host(gradops.fractional_avg_pool(to_gpu(x), rows, cols))
+        return got.view(np.uint32), numpy_result("fractional_avg_pool", x, rows, cols, False).view(np.uint32)
+
+    cuda_host.assert_planted_bug_caught(launcher().SOURCE, ("count < I(1 << 24) ? static_cast<float>(count) : 16777216.0f",
+                                                            "static_cast<float>(count)"),
+                                        problem, lambda got, want: np.testing.assert_array_equal(got, want), 5,
+                                        tmp_path, monkeypatch)
 
 
 def test_cuda_tables_are_kept_per_geometry(cuda_device):
@@ -378,8 +413,8 @@ PLANTED = {  # name -> (text of the real source, its replacement)
                                          "for (int k = kColumnLoads - 1; k >= 0; --k) visit(packs[k]);"),
     "avg-counts-one-column-less": ("(last_row - first_row + 1) * (last_col - first_col + 1)",
                                    "(last_row - first_row + 1) * (last_col - first_col)"),
-    "half-mean-truncated": ("return __float2half_rn(s / static_cast<float>(count));",
-                            "return __float2half_rz(s / static_cast<float>(count));"),
+    "half-mean-truncated": ("return __float2half_rn(s / Counter<float>::of(count));",
+                            "return __float2half_rz(s / Counter<float>::of(count));"),
     "next-row-of-cells-one-output-row-short": ("r < r1; ++r, out += out_row) {\n                typename M::type",
                                                "r < r1; ++r, out += out_row - depth) {\n                typename M::type"),
 }

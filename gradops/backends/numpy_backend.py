@@ -852,12 +852,22 @@ def _running_sum(terms: np.ndarray) -> np.ndarray:
     return total
 
 
+def element_count(elements: int, dtype: np.dtype):
+    """A cell's element count as TF's FractionalAvgPool holds it: a counter of the sum's type
+    (``dtype``) incremented once an element.  A float counter stops where adding 1 rounds back
+    (2**24 in float32, 2**53 in float64), so a float32 cell of more than 2**24 elements is
+    divided by 2**24 (TF 2.21: a 4097 x 4097 cell of 0.5 averages to 0.5, not 0.49976)."""
+    if dtype.kind == "f":
+        return dtype.type(min(elements, 2 ** (np.finfo(dtype).nmant + 1)))
+    return dtype.type(elements)  # the op refuses integer cells past the type's maximum
+
+
 def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndarray:
     """Forward average over each (row cell x column cell), NHWC, as TF's FractionalAvgPool
     computes it: a running sum from zero of the cell's elements in TF's scan order (row by row,
     each row left to right) in the element type, divided by the cell's element count in that
-    type, so the results are TF's bit for bit: IEEE Inf and NaN, no -0.0 sums, integers
-    wrapping on overflow as TF's adds do and divided truncating toward zero.  Half types (an
+    type (:func:`element_count`), so the results are TF's bit for bit: IEEE Inf and NaN, no
+    -0.0 sums, integers wrapping on overflow as TF's adds do and divided truncating toward zero.  Half types (an
     extension: TF's op has none) sum and divide in float32 and are cast once.  An empty cell
     averages to 0, the adjoint of the gradient (TF's own sequences make none)."""
     if _is_empty(g.output_shape, value.shape):
@@ -869,7 +879,7 @@ def fractional_avg_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
         images = out[b]
         for row_cells, col_cells, _, _, window in _cell_windows(g, _comparable(value[b])):
             total = _running_sum(window)
-            count = work.type(len(window))
+            count = element_count(len(window), work)
             if work.kind == "i":  # C++'s division truncates toward zero; NumPy's // floors
                 total, remainder = np.divmod(total, count)
                 total += (remainder != 0) & (total < 0)

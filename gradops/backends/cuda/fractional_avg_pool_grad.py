@@ -221,7 +221,7 @@ def plan(g: FractionalPoolGeometry, dtype, *, aligned: bool = True, index: str |
     """The launch of ``g`` for ``dtype``.  ``aligned``: both tensors start on a 16-byte boundary.
     The keywords override the choices (tests use them to run the 64-bit, scalar and direct paths
     on small problems)."""
-    largest_cell = max(g.row_cell_sizes, default=0) * max(g.col_cell_sizes, default=0)
+    largest_cell = g.largest_cell
     if largest_cell >= MAX_CELL_SIZE:  # never on a real device: the input gradient would not fit
         raise BackendUnavailableError(
             f"fractional_avg_pool_grad: gradops' CUDA kernel takes pooling cells of fewer than 2**50 elements "

@@ -125,20 +125,12 @@ def max_cells_plan(g: FractionalPoolGeometry, dtype, *, index: str | None = None
                       halo_vectors=HALO_VECTORS if g.overlapping else None)
 
 
-def largest_cell(g: FractionalPoolGeometry) -> int:
-    """Elements of the largest cell (rows x columns; cells of one row sequence are independent
-    of the columns', so the largest is the longest row cell times the longest column cell)."""
-    rows = max((e - s + 1 for s, e in zip(g.row_starts, g.row_ends)), default=0)
-    cols = max((e - s + 1 for s, e in zip(g.col_starts, g.col_ends)), default=0)
-    return rows * cols
-
-
 def local_places(g: FractionalPoolGeometry, local: bool | None = None) -> bool:
     """Whether select stores each chosen element as its place in the cell's scan (one byte)
     rather than its flat input offset (4 or 8 bytes): where every cell has at most
     :data:`LOCAL_CELL_LIMIT` elements (fractional pooling's cells are a few elements).
     ``local`` (tests) forces the choice; True raises when a cell is too large."""
-    eligible = largest_cell(g) <= LOCAL_CELL_LIMIT
+    eligible = g.largest_cell <= LOCAL_CELL_LIMIT
     if local and not eligible:
         raise ValueError(f"one-byte places need cells of at most {LOCAL_CELL_LIMIT} elements")
     return eligible if local is None else bool(local)

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..._errors import BackendUnavailableError
 from ..._geometry import FractionalPoolGeometry
 from . import _runtime
 from ._runtime import cached_tables
@@ -58,22 +57,12 @@ def device_tables(g: FractionalPoolGeometry, p: CellsPlan):
     return cached_tables(key, lambda: kernel_tables(g, p))
 
 
-def largest_cell(g: FractionalPoolGeometry) -> int:
-    """Elements of the largest cell."""
-    return max(g.row_cell_sizes, default=0) * max(g.col_cell_sizes, default=0)
-
-
 def _pool(op: str, g: FractionalPoolGeometry, value, index, vector, chunk_rows, block_vectors):
     import cupy
 
     dtype = value.dtype
     if 0 in g.input_shape or 0 in g.output_shape:  # the geometry rejects these; stay safe
         return cupy.zeros(g.output_shape, dtype)
-    if op == "fractional_avg_pool" and dtype.kind == "i" and largest_cell(g) > np.iinfo(dtype).max:
-        # The kernel divides by the count in the element type, as TF does; NumPy cannot hold it either.
-        raise BackendUnavailableError(
-            f"{op}: gradops' CUDA kernel averages {dtype.name} cells of at most {np.iinfo(dtype).max} elements "
-            f"(the count in the element type), got one of {largest_cell(g)}")
     if index is None and 2 * max(g.out_rows, g.out_cols) + 2 >= 2**31:
         index = "long long"  # the tables' (first, last) pairs are indexed by 2 * cell + 1
     value = _runtime.contiguous(value)
