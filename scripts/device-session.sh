@@ -53,9 +53,12 @@ sanitize memcheck 260 "" tests/test_advisories.py tests/test_nan_inf.py \
     tests/test_depthwise_conv2d_native_backprop_filter.py tests/test_fractional_max_pool_grad.py &
 # memcheck on the input gradient's planes kernel and transpose path and the fractional pooling
 # gradients' cells kernels (new since the last GPU run; the fractional tests run them beside the
-# launchers' kernels).
-sanitize memcheck:memcheck-planes 200 "planes or mma or transpose or cuda_generated or cuda_hand_written or cells" \
-    tests/test_depthwise_conv2d_native_backprop_input.py tests/test_fractional_avg_pool_grad.py &
+# launchers' kernels), then the forward poolings' kernel (new in session 65) over every kind of
+# sequence in float32 (28 tests, last: what the cap leaves).
+sanitize memcheck:memcheck-planes 200 \
+    "planes or mma or transpose or cuda_generated or cuda_hand_written or cells or (cuda_matches_numpy_bit_for_bit and float32)" \
+    tests/test_depthwise_conv2d_native_backprop_input.py tests/test_fractional_avg_pool_grad.py \
+    tests/test_fractional_pool.py &
 # racecheck on the filter gradient's asynchronous staging (cp.async into shared memory and its
 # barriers, new since the last GPU run) and the overlapping fractional max pooling cells kernel
 # (neighbours' choices through shared memory, a barrier a cell row; new in session 40; the
@@ -87,7 +90,7 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (170 + 60), the full sections (100), then the filter gradient's timing in the rest.
+# 340 s): A/B (170 + 70), the full sections (100), then the filter gradient's timing in the rest.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
 # kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
@@ -114,10 +117,12 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwid
 # staged gather, max's select + gather) against the cells kernels (gradops-cuda:cells; max's
 # overlapping form new since session 40), which decide CELLS_BY_DEFAULT (both ops: cells for
 # disjoint cells since session 55, by the latency-aware estimate; overlapping: gather), beside
-# the launchers' choices: the fractional cases in float16 and float32, 48 calls.
-timeout -s INT -k 10 60 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
-    python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_fractional_index.json" --suites fractional \
-    --engines gradops-cuda --paths gather,cells --ops fractional --time-limit 50 \
+# the launchers' choices: the fractional cases in float16 and float32, 48 calls.  Then the forward
+# poolings' kernel (cuda_src/fractional_pool.cu, new in session 65, never timed) on the same
+# shapes, 16 calls, beside benchmarks/results/fractional_forward_prediction.md's estimates.
+timeout -s INT -k 10 70 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+    python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_fractional_index.json" --suites fractional,fractional_forward \
+    --engines gradops-cuda --paths gather,cells --ops fractional --time-limit 60 \
     >"$W/ncu_ab_fractional.csv" 2>"$W/ncu_ab_fractional.err"
 stamp "ncu A/B fractional: $(tail -1 "$W/ncu_ab_fractional.err")"
 python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional_index.json" --bandwidth 4.8e12 \

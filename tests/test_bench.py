@@ -67,6 +67,12 @@ def test_suites_cover_what_the_issue_names():
             ((32, 112, 112, 64), False), ((32, 112, 112, 64), True), ((32, 56, 56, 256), False),
             ((32, 56, 56, 256), True)}
     assert {c.pooling_ratio for c in fractional} == {1.44}
+    # The forward poolings: the gradients' shapes, sequences and dtypes, in a suite of their own.
+    forward = suites.suite("fractional_forward")
+    assert {c.op for c in forward} == set(suites.FRACTIONAL_FORWARD_OPS)
+    for op, grad in zip(suites.FRACTIONAL_FORWARD_OPS, suites.FRACTIONAL_OPS):
+        assert [(c.label, c.input_shape, c.overlapping, c.seed, c.dtypes) for c in forward if c.op == op] == [
+            (c.label, c.input_shape, c.overlapping, c.seed, c.dtypes) for c in fractional if c.op == grad]
     # The depthwise filter gradient is benchmarked on exactly the layers of the input gradient.
     for name in ("mobilenetv2", "efficientnet"):
         layers = {op: {(c.label, c.input_shape, c.filter_shape, c.strides, c.padding, c.dtypes)
@@ -323,7 +329,7 @@ def test_gpu_mode_report_with_fake_engines(tmp_path):
         assert row["speedups"] == {"gradops-cuda vs gradops-cudnn": 2.0, "gradops-cuda vs torch": 4.0,
                                    "gradops-cudnn vs torch": 2.0}
         ours = row["engines"]["gradops-cuda"]
-        if row["op"] in suites.DEPTHWISE_OPS + suites.FRACTIONAL_OPS:
+        if row["op"] in suites.DEPTHWISE_OPS + suites.POOLING_OPS:
             assert ours["pct_peak"] == pytest.approx(100 * row["bytes"] / 1e-3 / 3.35e12)
         else:
             assert ours["pct_peak"] == pytest.approx(100 * row["flops"] / 1e-3 / 67e12)  # FP32, TF32 off
@@ -499,7 +505,7 @@ def test_numpy_vs_tf_format():
 
 def _layout_cases():
     """Smoke cases plus small copies of the awkward ones: TF SAME with odd padding, strided 1x1, depthwise m2."""
-    cases = [c for c in suites.suite("smoke") if c.op not in suites.FRACTIONAL_OPS]
+    cases = [c for c in suites.suite("smoke") if c.op not in suites.POOLING_OPS]
     for layout in suites.LAYOUTS:
         for op in ("conv2d_backprop_filter", "conv2d_backprop_input"):
             cases.append(suites.Case("t", "7x7/2 SAME (pads 2, 3)", op, (2, 20, 19, 3), layout, (7, 7, 3, 4), (2, 2)))
@@ -569,7 +575,9 @@ def test_cpu_mode_smoke_writes_json_markdown_and_png(tmp_path):
         assert numpy_entry["status"] == "ok" and numpy_entry["time_ms"] > 0, row
         assert numpy_entry["reference_error"] <= check.TOLERANCE["float32"]
         tf_entry = row["engines"]["tensorflow"]
-        if row["data_format"] == "NCHW" and row["op"] not in suites.FRACTIONAL_OPS:
+        if row["data_format"] == "NCHW" and row["op"] not in suites.POOLING_OPS:
+            assert tf_entry["status"] in ("n/a", "unavailable")
+        elif row["op"] in suites.FRACTIONAL_FORWARD_OPS:  # TF's forwards draw their own sequences
             assert tf_entry["status"] in ("n/a", "unavailable")
         elif tf_entry["status"] != "unavailable":  # tensorflow is an optional test dependency
             assert tf_entry["status"] == "ok", row
@@ -643,11 +651,17 @@ def test_ncu_table_groups_kernels_by_the_marker_before_them(tmp_path):
     from gradops.bench.suites import suite
 
     case = suite("fractional")[0]
+    forward = suite("fractional_forward")[0]  # a forward pooling: its own compulsory bytes
     index = tmp_path / "index.json"
-    index.write_text(json.dumps([dict(i=2, suite=case.suite, label=case.label, op=case.op, dtype="float32",
-                                      engine="gradops-cuda")]))
-    line = ncu_table.table(str(path), str(index), 1e12).splitlines()[2]
+    index.write_text(json.dumps([dict(i=i, suite=c.suite, label=c.label, op=c.op, dtype="float32",
+                                      engine="gradops-cuda") for i, c in ((1, forward), (2, case))]))
+    lines = ncu_table.table(str(path), str(index), 1e12).splitlines()
+    line = next(row for row in lines if case.op in row)
     assert "| 4.0 |" in line and "gradops-cuda" in line  # 4,000 ns
+    line = next(row for row in lines if f"| {forward.op} |" in row)
+    need = metrics.bytes_moved(forward, forward.geometry(), 4)
+    assert need == 4 * (32 * 112 * 112 * 64 + 32 * 77 * 77 * 64)  # value read, output written
+    assert "| 3.0 |" in line and f"| {100 * need / 3e-6 / 1e12:.1f} |" in line, line
 
 
 def _load_benchmark_script(name: str):

@@ -19,14 +19,15 @@ from typing import Any, Callable
 import numpy as np
 
 from .._dtypes import bfloat16
-from .suites import (CONV_FILTER, CONV_INPUT, DEPTHWISE_FILTER, DEPTHWISE_INPUT, FRACTIONAL, FRACTIONAL_MAX,
-                     FRACTIONAL_OPS, Case)
+from .suites import (CONV_FILTER, CONV_INPUT, DEPTHWISE_FILTER, DEPTHWISE_INPUT, FRACTIONAL, FRACTIONAL_AVG_FORWARD,
+                     FRACTIONAL_FORWARD_OPS, FRACTIONAL_MAX, FRACTIONAL_MAX_FORWARD, FRACTIONAL_OPS, POOLING_OPS,
+                     Case)
 
 CUDA_EVENTS = "cuda-events"
 WALL_CLOCK = "wall-clock"
 #: The operands that are tensors (moved to a device, widened for the reference); the pooling
 #: sequences stay host integer vectors.
-TENSORS = ("input", "filter", "out_backprop", "orig_input", "orig_output")
+TENSORS = ("input", "filter", "out_backprop", "orig_input", "orig_output", "value")
 
 
 # --------------------------------------------------------------------------- inputs
@@ -44,9 +45,12 @@ def make_inputs(case: Case, dtype: np.dtype, rng: np.random.Generator) -> dict[s
         work = np.float64 if np.dtype(dtype) == np.float64 else np.float32
         return rng.standard_normal(shape, dtype=work).astype(dtype)
 
-    if case.op in FRACTIONAL_OPS:
+    if case.op in POOLING_OPS:
         rows, cols = case.pooling_sequences()
         arrays = {"row_pooling_sequence": rows, "col_pooling_sequence": cols}
+        if case.op in FRACTIONAL_FORWARD_OPS:
+            arrays["value"] = normal(geometry.input_shape)
+            return arrays
         if case.op == FRACTIONAL_MAX:
             import gradops
 
@@ -68,7 +72,7 @@ def batch_slice(case: Case, arrays: dict[str, np.ndarray], batch: int) -> tuple[
     pooling of each item depends on that item alone, so orig_output slices as well)."""
     small = case.with_batch(batch)
     out = dict(arrays)
-    for name in ("input", "out_backprop", "orig_input", "orig_output"):
+    for name in ("input", "out_backprop", "orig_input", "orig_output", "value"):
         if name in out:
             out[name] = np.ascontiguousarray(out[name][:batch])
     return small, out
@@ -94,6 +98,9 @@ def call_gradops(case: Case, arrays: dict[str, Any], backend: str | None):
         return gradops.depthwise_conv2d_native_backprop_filter(arrays["input"], list(case.filter_shape),
                                                                arrays["out_backprop"], case.tf_strides(), case.padding,
                                                                **attrs)
+    if case.op in FRACTIONAL_FORWARD_OPS:  # fractional_avg_pool, fractional_max_pool
+        return getattr(gradops, case.op)(arrays["value"], arrays["row_pooling_sequence"],
+                                         arrays["col_pooling_sequence"], case.overlapping, backend=backend)
     if case.op == FRACTIONAL_MAX:
         return gradops.fractional_max_pool_grad(arrays["orig_input"], arrays["orig_output"], arrays["out_backprop"],
                                                 arrays["row_pooling_sequence"], arrays["col_pooling_sequence"],
@@ -175,6 +182,8 @@ class TensorFlowEngine(Engine):
         return True, "available"
 
     def supports(self, case, dtype):
+        if case.op in FRACTIONAL_FORWARD_OPS:
+            return False, "TF's forward fractional poolings draw their own pooling sequences"
         if case.op in FRACTIONAL_OPS:
             if np.dtype(dtype) not in (np.dtype(np.float32), np.dtype(np.float64)):
                 name = "FractionalAvgPoolGrad" if case.op == FRACTIONAL else "FractionalMaxPoolGrad"
@@ -393,9 +402,9 @@ class TorchEngine(Engine):
         return True, "available"
 
     def supports(self, case, dtype):
-        if case.op == FRACTIONAL:
+        if case.op in (FRACTIONAL, FRACTIONAL_AVG_FORWARD):
             return False, "PyTorch has no fractional average pooling"
-        if case.op == FRACTIONAL_MAX:
+        if case.op in (FRACTIONAL_MAX, FRACTIONAL_MAX_FORWARD):
             return False, ("PyTorch's fractional max pooling draws its own cell boundaries (_random_samples), "
                            "not TF's pooling sequences")
         return True, "supported"
@@ -492,7 +501,7 @@ class JaxEngine(Engine):
         return (True, "available") if devices else (False, f"jax sees no {self.platform} device")
 
     def supports(self, case, dtype):
-        if case.op in FRACTIONAL_OPS:
+        if case.op in POOLING_OPS:
             return False, "JAX has no fractional pooling"
         if np.dtype(dtype) == np.float64 and not getattr(self._import().config, "jax_enable_x64", False):
             # Without x64 JAX silently computes in float32 (seen as float64 "mismatches" on an H100).

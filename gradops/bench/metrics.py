@@ -18,7 +18,7 @@ import numpy as np
 
 from .._geometry import Conv2DGeometry, FractionalPoolGeometry
 from .suites import (CONV_FILTER, CONV_INPUT, DEPTHWISE_FILTER, DEPTHWISE_INPUT, DEPTHWISE_OPS, FRACTIONAL,
-                     FRACTIONAL_MAX, FRACTIONAL_OPS, Case)
+                     FRACTIONAL_FORWARD_OPS, FRACTIONAL_MAX, POOLING_OPS, Case)
 
 TERA = 1e12
 GIGA = 1e9
@@ -30,13 +30,15 @@ def _count(shape) -> int:
 
 def flops(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry) -> int | None:
     """FLOPs of the convolution gradients; None for fractional pooling (no meaningful count)."""
-    if case.op in FRACTIONAL_OPS:
+    if case.op in POOLING_OPS:
         return None
     return geometry.flops
 
 
 def bytes_moved(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, itemsize: int) -> int:
     """Compulsory bytes: tensors read once plus the result written once."""
+    if case.op in FRACTIONAL_FORWARD_OPS:  # value read, output written
+        return itemsize * (_count(geometry.input_shape) + _count(geometry.output_shape))
     if case.op == FRACTIONAL:  # out_backprop read, input gradient written
         return itemsize * (_count(geometry.output_shape) + _count(geometry.input_shape))
     if case.op == FRACTIONAL_MAX:  # orig_input, orig_output, out_backprop read, input gradient written
@@ -52,7 +54,7 @@ def bytes_moved(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, i
 
 
 #: Ops judged against bandwidth rather than FLOP/s (depthwise and pooling: <~10 FLOP/byte).
-MEMORY_BOUND_OPS = DEPTHWISE_OPS + FRACTIONAL_OPS
+MEMORY_BOUND_OPS = DEPTHWISE_OPS + POOLING_OPS
 
 
 def memory_bound(case: Case) -> bool:

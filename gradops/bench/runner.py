@@ -27,7 +27,7 @@ import numpy as np
 
 from . import check, metrics
 from .engines import CPU_SPEEDUPS, CUDA_EVENTS, GPU_SPEEDUPS, Engine, batch_slice, make_inputs, numpy_reference
-from .suites import DTYPES, FRACTIONAL_OPS, Case, expand, suite
+from .suites import DTYPES, POOLING_OPS, Case, expand, suite
 from .timing import TimingSettings, cuda_events, wall_clock
 
 #: Batch items the small check runs (enough to catch batch-stride bugs, cheap for NumPy in float64).
@@ -110,8 +110,8 @@ class Runner:
                    dtype=dtype_name, input_shape=list(case.input_tensor_shape()),
                    filter_shape=list(case.filter_shape) if case.filter_shape else None,
                    strides=list(case.strides), padding=case.padding, pads=case.pads,
-                   pooling_ratio=case.pooling_ratio if case.op in FRACTIONAL_OPS else None,
-                   overlapping=case.overlapping if case.op in FRACTIONAL_OPS else None,
+                   pooling_ratio=case.pooling_ratio if case.op in POOLING_OPS else None,
+                   overlapping=case.overlapping if case.op in POOLING_OPS else None,
                    flops=work, bytes=traffic, engines={}, pairwise={})
         results: dict[str, dict] = row["engines"]
         tolerance = check.TOLERANCE[dtype_name]

@@ -14,7 +14,7 @@ import numpy as np
 
 from .._dtypes import bfloat16
 from .._geometry import (Conv2DGeometry, FractionalPoolGeometry, conv2d_geometry, fractional_max_pool_geometry,
-                         fractional_pool_geometry, from_nhwc)
+                         fractional_pool_forward_geometry, fractional_pool_geometry, from_nhwc)
 
 CONV_FILTER = "conv2d_backprop_filter"
 CONV_INPUT = "conv2d_backprop_input"
@@ -22,12 +22,21 @@ DEPTHWISE_INPUT = "depthwise_conv2d_native_backprop_input"
 DEPTHWISE_FILTER = "depthwise_conv2d_native_backprop_filter"
 FRACTIONAL = "fractional_avg_pool_grad"
 FRACTIONAL_MAX = "fractional_max_pool_grad"
-OPS = (CONV_FILTER, CONV_INPUT, DEPTHWISE_INPUT, DEPTHWISE_FILTER, FRACTIONAL, FRACTIONAL_MAX)
+#: The forward poolings (sequences given): the gradients' adjoints, and max pooling's orig_output.
+FRACTIONAL_AVG_FORWARD = "fractional_avg_pool"
+FRACTIONAL_MAX_FORWARD = "fractional_max_pool"
+OPS = (CONV_FILTER, CONV_INPUT, DEPTHWISE_INPUT, DEPTHWISE_FILTER, FRACTIONAL, FRACTIONAL_MAX, FRACTIONAL_AVG_FORWARD,
+       FRACTIONAL_MAX_FORWARD)
 DEPTHWISE_OPS = (DEPTHWISE_INPUT, DEPTHWISE_FILTER)
+#: The fractional pooling gradients (the static report's and the kernel A/Bs' pooling ops).
 FRACTIONAL_OPS = (FRACTIONAL, FRACTIONAL_MAX)
+FRACTIONAL_FORWARD_OPS = (FRACTIONAL_AVG_FORWARD, FRACTIONAL_MAX_FORWARD)
+#: Every op whose case is a pooling (ratio, overlapping and sequences; NHWC only).
+POOLING_OPS = FRACTIONAL_OPS + FRACTIONAL_FORWARD_OPS
 #: Short names of the ops in plots and tables.
 OP_SHORT = {CONV_FILTER: "dW", CONV_INPUT: "dX", DEPTHWISE_INPUT: "dw dX", DEPTHWISE_FILTER: "dw dW",
-            FRACTIONAL: "frac avg", FRACTIONAL_MAX: "frac max"}
+            FRACTIONAL: "frac avg", FRACTIONAL_MAX: "frac max", FRACTIONAL_AVG_FORWARD: "frac avg fwd",
+            FRACTIONAL_MAX_FORWARD: "frac max fwd"}
 
 DTYPES = {"float16": np.dtype(np.float16), "bfloat16": bfloat16, "float32": np.dtype(np.float32),
           "float64": np.dtype(np.float64)}
@@ -67,7 +76,7 @@ class Case:
     def label(self) -> str:
         if self.name:
             return self.name
-        return f"{self.layer} {self.data_format}" if self.op not in FRACTIONAL_OPS else self.layer
+        return f"{self.layer} {self.data_format}" if self.op not in POOLING_OPS else self.layer
 
     @property
     def batch(self) -> int:
@@ -106,11 +115,13 @@ class Case:
 
     def geometry(self) -> Conv2DGeometry | FractionalPoolGeometry:
         """gradops' validation of this call (raises InvalidArgumentError if it is not a valid one)."""
-        if self.op in FRACTIONAL_OPS:
+        if self.op in POOLING_OPS:
             rows, cols = self.pooling_sequences()
             n, _, _, c = self.input_shape
             out_shape = (n, len(rows) - 1, len(cols) - 1, c)
             rows, cols = [int(v) for v in rows], [int(v) for v in cols]
+            if self.op in FRACTIONAL_FORWARD_OPS:
+                return fractional_pool_forward_geometry(self.op, self.input_shape, rows, cols, self.overlapping)
             if self.op == FRACTIONAL_MAX:  # orig_output and out_backprop both have the output's shape
                 return fractional_max_pool_geometry(self.op, self.input_shape, out_shape, out_shape, rows, cols,
                                                     self.overlapping)
@@ -197,18 +208,24 @@ def _efficientnet(batch: int = 32) -> list[Case]:
     return cases
 
 
-def _fractional(batch: int = 32) -> list[Case]:
+def _fractional(batch: int = 32, suite_name: str = "fractional", ops=FRACTIONAL_OPS) -> list[Case]:
     """Average and max pooling gradients on the same shapes, cells and sequences."""
     cases = []
     for size, depth in ((112, 64), (56, 256)):
         for overlapping in (False, True):
             dtypes = WITH_DOUBLE if (size, overlapping) == (56, False) else HALF_AND_SINGLE
-            for op in FRACTIONAL_OPS:
-                cases.append(Case("fractional", f"{batch}x{size}x{size}x{depth} ratio 1.44 "
+            for op in ops:
+                cases.append(Case(suite_name, f"{batch}x{size}x{size}x{depth} ratio 1.44 "
                                   f"{'overlapping' if overlapping else 'disjoint'}", op,
                                   (batch, size, size, depth), pooling_ratio=1.44, overlapping=overlapping, seed=size,
                                   dtypes=dtypes))
     return cases
+
+
+def _fractional_forward(batch: int = 32) -> list[Case]:
+    """The forward average and max poolings on the gradients' shapes, cells and sequences (a
+    suite of its own: the fractional suite's GPU runs time the gradients' kernels)."""
+    return _fractional(batch, "fractional_forward", FRACTIONAL_FORWARD_OPS)
 
 
 def _smoke() -> list[Case]:
@@ -226,7 +243,7 @@ def _smoke() -> list[Case]:
             cases.append(Case(s, "dw 3x3/2 m2", op, (4, 16, 16, 24), layout, (3, 3, 24, 2), (2, 2),
                               dtypes=WITH_DOUBLE))
     for overlapping in (False, True):
-        for op in FRACTIONAL_OPS:
+        for op in POOLING_OPS:
             cases.append(Case(s, f"frac 4x20x20x8 ratio 1.44 {'overlapping' if overlapping else 'disjoint'}",
                               op, (4, 20, 20, 8), pooling_ratio=1.44, overlapping=overlapping, seed=3,
                               dtypes=WITH_DOUBLE))
@@ -264,11 +281,12 @@ _BUILDERS = {
     "mobilenetv2": _mobilenetv2,
     "efficientnet": _efficientnet,
     "fractional": _fractional,
+    "fractional_forward": _fractional_forward,
     "numpy_vs_tf": _numpy_vs_tf,
 }
 SUITES = tuple(_BUILDERS)
 #: What ``--suite all`` means: the named model suites (not smoke, not the CPU-only list).
-ALL = ("resnet50", "mobilenetv2", "efficientnet", "fractional")
+ALL = ("resnet50", "mobilenetv2", "efficientnet", "fractional", "fractional_forward")
 
 
 def suite(name: str) -> list[Case]:
