@@ -169,18 +169,52 @@ __device__ __forceinline__ void scan_cell(const T* __restrict__ value, I at, I f
     }
 }
 
-}  // namespace fractional_pool
+// The two poolings as one kernel body's policy: Acc holds a channel's running value from
+// start(), add() takes one of the cell's values in TF's scan order, and result() gives the output
+// element from it and the cell's bounds (inclusive; an empty cell is (0, -1)).
+template <typename T> struct AvgPool {
+    typedef Sum<T> S;
+    typedef typename S::type Acc;
+    __device__ __forceinline__ static Acc start() { return Acc(0); }
+    __device__ __forceinline__ static Acc add(Acc sum, T x) { return S::add(sum, x); }
+    template <int V, typename I>
+    __device__ __forceinline__ static Pack<T, V> result(const Acc (&sum)[V], I first_row, I last_row, I first_col,
+                                                        I last_col) {
+        // An empty cell scanned nothing: its sum 0 over a count of 1 is +0.
+        const bool empty = last_row < first_row || last_col < first_col;
+        const I count = empty ? I(1) : (last_row - first_row + 1) * (last_col - first_col + 1);
+        Pack<T, V> mean;
+#pragma unroll
+        for (int u = 0; u < V; ++u) mean.v[u] = S::mean(sum[u], count);
+        return mean;
+    }
+};
+template <typename T> struct MaxPool {
+    typedef Max<T> M;
+    typedef typename M::type Acc;
+    __device__ __forceinline__ static Acc start() { return lowest<T>(); }
+    __device__ __forceinline__ static Acc add(Acc best, T value) {
+        const Acc x = M::widen(value);
+        if (best < x) best = x;  // TF's test: strictly greater, so NaN never replaces
+        return best;
+    }
+    template <int V, typename I>
+    __device__ __forceinline__ static Pack<T, V> result(const Acc (&best)[V], I, I, I, I) {
+        Pack<T, V> maxima;
+#pragma unroll
+        for (int u = 0; u < V; ++u) maxima.v[u] = M::narrow(best[u]);
+        return maxima;
+    }
+};
 
 // Thread work (fractional_cells.cuh): V channels ch .. ch + V - 1 of output cells (n, r, c), r
 // in r0 .. r1 - 1.
-template <typename T, typename I, int V>
-__global__ void fractional_avg_pool(const T* __restrict__ value, T* __restrict__ output,
-                                    const I* __restrict__ row_bounds, const I* __restrict__ col_bounds, I in_rows,
-                                    I in_cols, I depth, I out_rows, I out_cols, I columns, I column_blocks,
-                                    I row_chunks, I channel_blocks, unsigned out_cols_magic, int out_cols_shift,
-                                    int chunk_rows) {
-    using namespace fractional_pool;
-    typedef Sum<T> S;
+template <typename Pool, typename T, typename I, int V>
+__device__ __forceinline__ void pool_cells(const T* __restrict__ value, T* __restrict__ output,
+                                           const I* __restrict__ row_bounds, const I* __restrict__ col_bounds,
+                                           I in_rows, I in_cols, I depth, I out_rows, I out_cols, I columns,
+                                           I column_blocks, I row_chunks, I channel_blocks, unsigned out_cols_magic,
+                                           int out_cols_shift, int chunk_rows) {
     const I in_row = in_cols * depth;
     const I out_row = out_cols * depth;
     fractional_cells::for_each_cell_column<I, V>(
@@ -192,23 +226,30 @@ __global__ void fractional_avg_pool(const T* __restrict__ value, T* __restrict__
 #pragma unroll 1
             for (I r = r0; r < r1; ++r, out += out_row) {
                 const I first_row = row_bounds[2 * r], last_row = row_bounds[2 * r + 1];
-                typename S::type sum[V];
+                typename Pool::Acc acc[V];
 #pragma unroll
-                for (int u = 0; u < V; ++u) sum[u] = typename S::type(0);
+                for (int u = 0; u < V; ++u) acc[u] = Pool::start();
                 scan_cell<T, V>(value, image, first_row, last_row, first_col, last_col, in_row, depth,
                                 [&](const Pack<T, V>& p) {
 #pragma unroll
-                                    for (int u = 0; u < V; ++u) sum[u] = S::add(sum[u], p.v[u]);
+                                    for (int u = 0; u < V; ++u) acc[u] = Pool::add(acc[u], p.v[u]);
                                 });
-                // An empty cell ((0, -1) bounds) scanned nothing: its sum 0 over a count of 1 is +0.
-                const bool empty = last_row < first_row || last_col < first_col;
-                const I count = empty ? I(1) : (last_row - first_row + 1) * (last_col - first_col + 1);
-                Pack<T, V> mean;
-#pragma unroll
-                for (int u = 0; u < V; ++u) mean.v[u] = S::mean(sum[u], count);
-                store_pack<V>(out, mean);
+                store_pack<V>(out, Pool::template result<V>(acc, first_row, last_row, first_col, last_col));
             }
         });
+}
+
+}  // namespace fractional_pool
+
+template <typename T, typename I, int V>
+__global__ void fractional_avg_pool(const T* __restrict__ value, T* __restrict__ output,
+                                    const I* __restrict__ row_bounds, const I* __restrict__ col_bounds, I in_rows,
+                                    I in_cols, I depth, I out_rows, I out_cols, I columns, I column_blocks,
+                                    I row_chunks, I channel_blocks, unsigned out_cols_magic, int out_cols_shift,
+                                    int chunk_rows) {
+    fractional_pool::pool_cells<fractional_pool::AvgPool<T>, T, I, V>(
+        value, output, row_bounds, col_bounds, in_rows, in_cols, depth, out_rows, out_cols, columns, column_blocks,
+        row_chunks, channel_blocks, out_cols_magic, out_cols_shift, chunk_rows);
 }
 
 template <typename T, typename I, int V>
@@ -217,35 +258,9 @@ __global__ void fractional_max_pool(const T* __restrict__ value, T* __restrict__
                                     I in_cols, I depth, I out_rows, I out_cols, I columns, I column_blocks,
                                     I row_chunks, I channel_blocks, unsigned out_cols_magic, int out_cols_shift,
                                     int chunk_rows) {
-    using namespace fractional_pool;
-    typedef Max<T> M;
-    const I in_row = in_cols * depth;
-    const I out_row = out_cols * depth;
-    fractional_cells::for_each_cell_column<I, V>(
-        depth, out_rows, out_cols, columns, column_blocks, row_chunks, channel_blocks, out_cols_magic,
-        out_cols_shift, chunk_rows, [&](const I n, const I c, const I ch, const I r0, const I r1) {
-            const I first_col = col_bounds[2 * c], last_col = col_bounds[2 * c + 1];
-            const I image = n * in_rows * in_row + ch;
-            T* out = output + (n * out_rows + r0) * out_row + c * depth + ch;
-#pragma unroll 1
-            for (I r = r0; r < r1; ++r, out += out_row) {
-                typename M::type best[V];
-#pragma unroll
-                for (int u = 0; u < V; ++u) best[u] = lowest<T>();
-                scan_cell<T, V>(value, image, row_bounds[2 * r], row_bounds[2 * r + 1], first_col, last_col, in_row,
-                                depth, [&](const Pack<T, V>& p) {
-#pragma unroll
-                                    for (int u = 0; u < V; ++u) {
-                                        const typename M::type x = M::widen(p.v[u]);
-                                        if (best[u] < x) best[u] = x;  // TF's test: strictly greater, NaN never
-                                    }
-                                });
-                Pack<T, V> maxima;
-#pragma unroll
-                for (int u = 0; u < V; ++u) maxima.v[u] = M::narrow(best[u]);
-                store_pack<V>(out, maxima);
-            }
-        });
+    fractional_pool::pool_cells<fractional_pool::MaxPool<T>, T, I, V>(
+        value, output, row_bounds, col_bounds, in_rows, in_cols, depth, out_rows, out_cols, columns, column_blocks,
+        row_chunks, channel_blocks, out_cols_magic, out_cols_shift, chunk_rows);
 }
 
 }  // namespace gradops

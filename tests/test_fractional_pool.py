@@ -404,8 +404,8 @@ def planted_problem(rng):
 
 
 PLANTED = {  # name -> (text of the real source, its replacement)
-    "max-ties-go-to-the-last": ("if (best[u] < x) best[u] = x;", "if (best[u] <= x) best[u] = x;"),
-    "max-takes-nan": ("if (best[u] < x) best[u] = x;", "if (!(x <= best[u])) best[u] = x;"),
+    "max-ties-go-to-the-last": ("if (best < x) best = x;", "if (best <= x) best = x;"),
+    "max-takes-nan": ("if (best < x) best = x;", "if (!(x <= best)) best = x;"),
     "scan-drops-the-last-row": ("for (I y = first_row; y <= last_row; ++y)", "for (I y = first_row; y < last_row; ++y)"),
     "scan-drops-the-last-column": ("const I rest = last_col - x + 1;", "const I rest = last_col - x;"),
     "scan-groups-only-wider-rows": ("for (; last_col - x >= kColumnLoads - 1;", "for (; last_col - x >= kColumnLoads;"),
@@ -415,8 +415,7 @@ PLANTED = {  # name -> (text of the real source, its replacement)
                                    "(last_row - first_row + 1) * (last_col - first_col)"),
     "half-mean-truncated": ("return __float2half_rn(s / Counter<float>::of(count));",
                             "return __float2half_rz(s / Counter<float>::of(count));"),
-    "next-row-of-cells-one-output-row-short": ("r < r1; ++r, out += out_row) {\n                typename M::type",
-                                               "r < r1; ++r, out += out_row - depth) {\n                typename M::type"),
+    "next-row-of-cells-one-output-row-short": ("r < r1; ++r, out += out_row) {", "r < r1; ++r, out += out_row - depth) {"),
 }
 
 
