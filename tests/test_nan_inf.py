@@ -211,6 +211,44 @@ def test_inf_next_to_padding_does_not_become_nan_in_filter_gradient(dtype):
     np.testing.assert_array_equal(grad, expected)
 
 
+# Single-channel problems: every matrix product the NumPy backend does has an inner size of 1
+# (one channel, or a tap that meets one position), where OpenBLAS skips a product whose scalar
+# operand is 0 (inf * 0 came out 0, not NaN).  (shape of x, filter [r, s], strides, padding)
+SINGLE_CHANNEL = {
+    "1x2 1x1 VALID": ((1, 1, 2, 1), (1, 1), (1, 1), "VALID"),
+    "1x2 1x2 VALID": ((1, 1, 2, 1), (1, 2), (1, 1), "VALID"),
+    "3x4 2x2 SAME": ((2, 3, 4, 1), (2, 2), (1, 1), "SAME"),
+    "1x1 3x3 SAME stride 4": ((1, 1, 1, 1), (3, 3), (4, 4), "SAME"),
+}
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("holder", ["x", "w", "dy"])
+@pytest.mark.parametrize("problem", list(SINGLE_CHANNEL))
+def test_inf_times_zero_is_nan_in_single_channel_products(problem, holder, dtype):
+    """An Inf in one operand meets zeros in the other: each op's products are the loops' (NaN)."""
+    x_shape, (r, s), strides, padding = SINGLE_CHANNEL[problem]
+    oh = reference.window(x_shape[1], r, strides[0], 1, padding)[0]
+    ow = reference.window(x_shape[2], s, strides[1], 1, padding)[0]
+    operands = {"x": np.zeros(x_shape, dtype), "w": np.zeros((r, s, 1, 1), dtype),
+                "dy": np.zeros((x_shape[0], oh, ow, 1), dtype)}
+    flat = operands[holder].reshape(-1)
+    flat[flat.size // 2] = INF  # the middle: in every problem here some product meets it
+    x, filt, dy = operands["x"], operands["w"], operands["dy"]
+    kw = dict(strides=[1, *strides, 1], padding=padding)
+    geo = dict(strides=strides, padding=padding)
+    want_dw = reference.conv2d_backprop_filter(f64(x), filt.shape, f64(dy), **geo)
+    want_dx = reference.conv2d_backprop_input(x.shape, f64(filt), f64(dy), **geo)
+    want_y = reference.conv2d(f64(x), f64(filt), **geo)
+    assert np.isnan(np.concatenate([want_dw.ravel(), want_dx.ravel(), want_y.ravel()])).any()  # a live case
+    for got, want in ((gradops.conv2d_backprop_filter(x, list(filt.shape), dy, **kw), want_dw),
+                      (gradops.depthwise_conv2d_native_backprop_filter(x, list(filt.shape), dy, **kw), want_dw),
+                      (gradops.conv2d_backprop_input(list(x.shape), filt, dy, **kw), want_dx),
+                      (gradops.depthwise_conv2d_native_backprop_input(list(x.shape), filt, dy, **kw), want_dx),
+                      (gradops.conv2d(x, filt, **kw), want_y), (gradops.depthwise_conv2d_native(x, filt, **kw), want_y)):
+        assert_same_ieee(got, want, dtype)
+
+
 def test_inf_plus_minus_inf_is_nan_and_same_sign_infs_stay_inf():
     """1x1 filter [1, 1] -> out depth 2 per input channel: dx = dy0 * 1 + dy1 * 1."""
     filt = np.ones((1, 1, 1, 2), np.float32)

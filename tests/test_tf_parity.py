@@ -855,6 +855,49 @@ def test_convolution_gradients_give_tf_signed_zeros(tf, any_backend, dtype, stri
             _assert_tf_signs(name, got, theirs().numpy(), dtype)
 
 
+@pytest.mark.parametrize("dtype", [F16, F32, F64], ids=["float16", "float32", "float64"])
+def test_a_lone_negative_zero_product_sums_to_tf_positive_zero(tf, any_backend, dtype):
+    """One channel and a tap that meets one position: each sum has a single product, -0 * 1.
+    TF's sums start from +0, so they give +0; a sum that is just the product keeps -0."""
+    from conftest import to_gpu, to_host
+
+    on = to_gpu if any_backend != "numpy" else (lambda a: a)
+    host = to_host if any_backend != "numpy" else (lambda a: a)
+    minus_zero, one = np.full((1, 1, 1, 1), -0.0, dtype), np.ones((1, 1, 1, 1), dtype)
+    strides, common = [1, 1, 1, 1], dict(padding="VALID", backend=any_backend)
+    cases = {
+        "conv filter gradient": (lambda: gradops.conv2d_backprop_filter(on(minus_zero), [1, 1, 1, 1], on(one), strides,
+                                                                        **common),
+                                 lambda: tf.raw_ops.Conv2DBackpropFilter(input=minus_zero, filter_sizes=[1, 1, 1, 1],
+                                                                         out_backprop=one, strides=strides,
+                                                                         padding="VALID")),
+        "conv input gradient": (lambda: gradops.conv2d_backprop_input([1, 1, 1, 1], on(minus_zero), on(one), strides,
+                                                                      **common),
+                                lambda: tf.raw_ops.Conv2DBackpropInput(input_sizes=[1, 1, 1, 1], filter=minus_zero,
+                                                                       out_backprop=one, strides=strides,
+                                                                       padding="VALID")),
+        "dw filter gradient": (lambda: gradops.depthwise_conv2d_native_backprop_filter(
+                                   on(minus_zero), [1, 1, 1, 1], on(one), strides, **common),
+                               lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropFilter(
+                                   input=minus_zero, filter_sizes=[1, 1, 1, 1], out_backprop=one, strides=strides,
+                                   padding="VALID")),
+        "dw input gradient": (lambda: gradops.depthwise_conv2d_native_backprop_input(
+                                  [1, 1, 1, 1], on(minus_zero), on(one), strides, **common),
+                              lambda: tf.raw_ops.DepthwiseConv2dNativeBackpropInput(
+                                  input_sizes=[1, 1, 1, 1], filter=minus_zero, out_backprop=one, strides=strides,
+                                  padding="VALID")),
+    }
+    for name, (ours, theirs) in cases.items():
+        want = theirs().numpy()
+        assert not np.signbit(want).any(), f"{name}: TF gave -0 here"  # the rule this test pins
+        try:
+            got = host(ours())
+        except gradops.BackendUnavailableError as exc:  # cuDNN: no float64, say
+            assert any_backend == "cudnn", exc
+            continue
+        _assert_tf_signs(name, got, want, dtype)
+
+
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
 @pytest.mark.parametrize("depth", [1, 8, 32])
 def test_fractional_pooling_gradients_give_tf_signed_zeros(tf, any_backend, overlapping, depth):

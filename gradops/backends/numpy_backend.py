@@ -95,6 +95,21 @@ def _split_last(view: np.ndarray, groups: int) -> np.ndarray:
     return split
 
 
+def _dot(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """np.dot(a, b) of a [m, k] and b [k, n], with every product IEEE's and TF's +0 sums.
+
+    BLAS may skip a product whose scalar operand is zero: OpenBLAS does for an inner size of 1
+    (its axpy and scal by 0 return early), so inf * 0 came out 0, not NaN; and a lone -0 product
+    stayed -0 where TF's sums, which start from +0, give +0.  An inner size of 1 is a broadcast
+    product instead, plus +0.
+    """
+    if a.shape[1] != 1:
+        return np.dot(a, b, out=out)
+    out = np.multiply(a, b, out=out)
+    out += 0.0  # -0 -> +0, as a sum from +0 gives; every other value unchanged
+    return out
+
+
 def _accumulate_tap(dst: np.ndarray, src: np.ndarray, w_tap: np.ndarray) -> None:
     """dst[n, h, w, (g, o)] += sum_k src[n, h, w, (g, k)] * w_tap[g, k, o], one tap's contribution.
 
@@ -103,7 +118,7 @@ def _accumulate_tap(dst: np.ndarray, src: np.ndarray, w_tap: np.ndarray) -> None
     groups, k, o = w_tap.shape
     n, h, w, _ = src.shape
     if groups == 1:  # a plain matrix product: BLAS (np.dot measured faster than matmul here)
-        dst += np.dot(src.reshape(n * h * w, k), w_tap[0]).reshape(n, h, w, o)
+        dst += _dot(src.reshape(n * h * w, k), w_tap[0]).reshape(n, h, w, o)
         return
     if k == 1 and o == 1:  # depthwise, multiplier 1: one weight per channel, contiguous
         dst += src * w_tap[:, 0, 0]
@@ -368,9 +383,9 @@ def _unit_stride_input_grad(g: Conv2DGeometry, w_t: np.ndarray, dy: np.ndarray, 
             start = offset * layout.cols - first
             w_row = w_t[r].reshape(-1, g.in_depth)  # [S * O, C], matching the taps' (s, o) order
             if r == 0:
-                np.dot(taps[start:start + hi - lo], w_row, out=dst[lo:hi])
+                _dot(taps[start:start + hi - lo], w_row, out=dst[lo:hi])
             else:
-                dst[lo:hi] += np.dot(taps[start:start + hi - lo], w_row)
+                dst[lo:hi] += _dot(taps[start:start + hi - lo], w_row)
     return dst.reshape(g.batch, layout.rows, layout.cols, g.in_depth)[:, :g.in_rows, :g.in_cols]
 
 
@@ -393,7 +408,7 @@ def _unit_stride_filter_grad(g: Conv2DGeometry, x: np.ndarray, dy: np.ndarray, a
         taps, first = _column_taps(src, layout, 0, size, slice(s0, s1))
         for r, offset in enumerate(layout.row_offsets):
             start = offset * layout.cols - first
-            np.dot(taps[start:start + size].T, dy_flat, out=grad[r, s0 * c:s1 * c])
+            _dot(taps[start:start + size].T, dy_flat, out=grad[r, s0 * c:s1 * c])
     return grad.reshape(g.filter_rows, g.filter_cols, g.in_depth, g.out_depth)
 
 
@@ -633,7 +648,7 @@ def conv2d_backprop_filter(g: Conv2DGeometry, input: np.ndarray, out_backprop: n
                 for s, cols_out, cols_in in col_taps:
                     if s0 <= s < s1:
                         columns[:, :, cols_out, s - s0, :] = x[:, rows_in, cols_in, :]
-                grad[r, s0:s1, 0] = np.dot(columns.reshape(n * h * w, (s1 - s0) * cg).T,
+                grad[r, s0:s1, 0] = _dot(columns.reshape(n * h * w, (s1 - s0) * cg).T,
                                            dy_r.reshape(n * h * w, og)).reshape(s1 - s0, cg, og)
     else:
         for r, s, out_idx, in_idx in _taps(g):
