@@ -9,7 +9,7 @@
 //   orig_output, out_backprop   [batch, out_rows, out_cols, depth]
 // Cell tables (built on the host from the validated geometry, element type I as the indices):
 //   row_bounds  [2 * out_rows]   first and last input row of each row cell (inclusive; every
-//                                cell is non-empty: the geometry refuses empty ones, as TF does)
+//                                cell is non-empty: the op hands the backends no empty one)
 //   row_offsets [in_rows + 1]    input row y lies in the row cells of
 //   row_entries [entries]        row_entries[row_offsets[y] .. row_offsets[y + 1]), in increasing
 //                                cell order, each a CellEntry: the cell, the rows of the cell

@@ -15,7 +15,7 @@ from typing import Callable
 import numpy as np
 
 from . import _dispatch
-from ._dtypes import FLOAT_DTYPES, accumulator_dtype, bfloat16
+from ._dtypes import FLOAT_DTYPES, bfloat16
 from ._errors import BackendUnavailableError
 
 # Allowed max |error| relative to the largest |reference| value (and at least 1).

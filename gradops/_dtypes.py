@@ -32,6 +32,15 @@ def accumulator_dtype(dtype: np.dtype) -> np.dtype:
     return dtype
 
 
+def lowest(dtype: np.dtype):
+    """Eigen::NumTraits<T>::lowest(): the most negative finite value of ``dtype``, where TF's
+    running maxima start (ml_dtypes' finfo covers bfloat16)."""
+    import ml_dtypes
+
+    dtype = np.dtype(dtype)
+    return dtype.type((np.iinfo if dtype.kind in "iu" else ml_dtypes.finfo)(dtype).min)
+
+
 def dtype_name(dtype: np.dtype) -> str:
     return np.dtype(dtype).name
 

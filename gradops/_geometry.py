@@ -547,6 +547,16 @@ def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: 
     return tuple(starts), tuple(ends)
 
 
+def max_pool_cell(sequence: Sequence[int], k: int, in_size: int, overlapping: bool) -> tuple[int, int]:
+    """(start, inclusive end) of cell k as TF's FractionalMaxPoolGrad computes them in int64:
+    ``sequence[k]`` and ``sequence[k + 1]`` (overlapping) or ``sequence[k + 1] - 1``, clamped to
+    the last input index; the end's subtraction wraps as TF's does (INT64_MIN - 1 is INT64_MAX)."""
+    end = sequence[k + 1] if overlapping else sequence[k + 1] - 1
+    if end < -(INT64_MAX + 1):
+        end += 2 ** 64
+    return sequence[k], min(end, in_size - 1)
+
+
 def fractional_pool_forward_geometry(op: str, value_shape: Sequence[int], row_pooling_sequence: list[int],
                                      col_pooling_sequence: list[int], overlapping: Any) -> FractionalPoolGeometry:
     """Validate a forward fractional pooling (avg or max; value NHWC) whose output size the
@@ -626,27 +636,45 @@ def pooling_sequence_args(op: str, input_size: Any, pooling_ratio: Any, pseudo_r
     return input_size, pooling_ratio, bool(pseudo_random), seed
 
 
-@memoised()
 def fractional_max_pool_geometry(op: str, orig_input_shape: Sequence[int], orig_output_shape: Sequence[int],
                                  out_backprop_shape: Sequence[int], row_pooling_sequence: list[int],
                                  col_pooling_sequence: list[int], overlapping: Any) -> FractionalPoolGeometry:
-    """Validate a fractional_max_pool_grad call (shapes NHWC) and describe its cells.
+    """The geometry of :func:`fractional_max_pool_cells`: its cells that hold elements."""
+    return fractional_max_pool_cells(op, orig_input_shape, orig_output_shape, out_backprop_shape,
+                                     row_pooling_sequence, col_pooling_sequence, overlapping)[0]
+
+
+@memoised()
+def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_output_shape: Sequence[int],
+                              out_backprop_shape: Sequence[int], row_pooling_sequence: list[int],
+                              col_pooling_sequence: list[int],
+                              overlapping: Any) -> tuple[FractionalPoolGeometry, tuple[int, ...], tuple[int, ...]]:
+    """Validate a fractional_max_pool_grad call (shapes NHWC) and describe its cells: (the
+    pooling of orig_output's row and column cells that hold input elements, in order, which is
+    what the backends take; orig_output's number of each of those row cells; of each column
+    cell).  Cells that hold no element (empty ones, those past a short sequence) are not
+    listed, so the description's size follows the sequences, not orig_output's shape.
 
     TF's FractionalMaxPoolGrad (fractional_max_pool_op.cc) checks ranks, non-empty tensors and
     len(row_pooling_sequence) * len(col_pooling_sequence) <= orig_input's element count, in
     that order, then walks every cell the sequences define.  Everything else it leaves to a
     comparison of the recomputed maxima with orig_output and a bounds check of each argmax,
-    which run after it has already read and written through the cells.  Here every case that
-    would take TF out of bounds, or that TF refuses after the walk, is refused up front:
+    which run after it has already read and written through the cells.  Here the calls that
+    would take TF out of bounds, or that TF refuses after the walk, are refused up front, and
+    the others are TF's:
 
     * batch and depth of orig_output must be orig_input's (TF writes past its argmax buffer
-      when orig_output's are smaller, and finds unvisited cells when larger);
+      when orig_output's are smaller; larger ones, which TF computes only for an out_backprop
+      that stops before the unvisited images or channels, are refused too);
     * out_backprop may have any shape of at most orig_output's element count: TF adds its
       flat elements in order to the chosen elements of orig_output's first cells (the op pads
       a smaller one with zeros), and reads its argmax buffer past the end for a larger one;
-    * the first out_rows + 1 / out_cols + 1 entries define the cells, each of which must be
-      non-empty (TF leaves an empty cell's argmax at -1 and refuses it) and start at 0 or
-      later (a negative start reads before orig_input: TF PR #126911, still open in 2.21);
+    * cell k of the first out_rows / out_cols runs from entry k to entry k + 1 as TF reads
+      them; a non-empty cell must start at 0 or later (a negative start reads outside its
+      image, before orig_input for the first: TF PR #126911, still open in 2.21).  A cell that
+      is empty (ends before it starts, or starts past the input) or that a short sequence never
+      defines holds TF's lowest value and no choice: TF refuses the call where out_backprop's
+      flat elements reach it (an argmax of -1), and computes it otherwise, as does the op;
     * further entries define cells TF also walks, writing to out_index rows or columns past
       orig_output's: they must be empty (TF then touches nothing and returns its result).
 
@@ -673,27 +701,56 @@ def fractional_max_pool_geometry(op: str, orig_input_shape: Sequence[int], orig_
         raise InvalidArgumentError(
             f"{op}: out_backprop must have at most orig_output's {out_batch * out_rows * out_cols * out_depth} "
             f"elements (shape {list(orig_output_shape)}), got shape {list(out_backprop_shape)}")
-    cells = []
+    cells = []  # per dimension: (orig_output's cells that hold elements, their starts, their ends)
     for name, sequence, count, size, dim in (
             ("row_pooling_sequence", row_pooling_sequence, out_rows, in_rows, "rows"),
             ("col_pooling_sequence", col_pooling_sequence, out_cols, in_cols, "cols")):
-        starts, ends = pooling_cells(op, name, sequence, count, size, dim, overlapping, "orig_output")
-        for k, (s, e) in enumerate(zip(starts, ends)):
-            if e < s:
-                raise InvalidArgumentError(
-                    f"{op}: {name} makes pooling cell {k} empty (it starts at {s} and ends at {e} with "
-                    f"overlapping={overlapping}, {dim} {size}); every cell of a max pooling needs an element, "
-                    f"got {sequence[:count + 1]}")
-        # TF walks len(sequence) - 1 cells; those past orig_output's must be empty.
-        for k in range(count, len(sequence) - 1):
-            start = sequence[k]
-            end = min(sequence[k + 1] if overlapping else sequence[k + 1] - 1, size - 1)
-            if end >= start:
-                raise InvalidArgumentError(
-                    f"{op}: {name} has {len(sequence)} elements, defining cell {k} ({start}..{end}) past "
-                    f"orig_output's {count} {dim}; extra cells must be empty (TF would write its argmax "
-                    f"out of bounds)")
-        cells.append((starts, ends))
-    (row_starts, row_ends), (col_starts, col_ends) = cells
-    return FractionalPoolGeometry(batch, in_rows, in_cols, depth, out_rows, out_cols,
+        walked = max(0, len(sequence) - 1)  # TF walks len(sequence) - 1 cells
+        if any(v > INT64_MAX for v in sequence[:walked + 1]):  # e.g. a uint64 array; TF's are int64
+            raise InvalidArgumentError(f"{op}: {name} values must fit in int64, got {sequence[:walked + 1]}")
+        kept, starts, ends = [], [], []
+        for k in range(walked):
+            start, end = max_pool_cell(sequence, k, size, overlapping)
+            if k >= count:  # TF writes these cells' maxima past orig_output's rows / columns
+                if end >= start:
+                    raise InvalidArgumentError(
+                        f"{op}: {name} has {len(sequence)} elements, defining cell {k} ({start}..{end}) past "
+                        f"orig_output's {count} {dim}; extra cells must be empty (TF would write its argmax "
+                        f"out of bounds)")
+            elif end >= start:  # (empty cells, and those past a short sequence, hold no element)
+                if start < 0:
+                    raise InvalidArgumentError(
+                        f"{op}: {name} values must not be negative as the start of a non-empty cell: cell {k} "
+                        f"would start at {start} (TF 2.21 reads outside the cell's image, before orig_input at "
+                        f"the first, PR #126911), got {sequence[:walked + 1]}")
+                kept.append(k)
+                starts.append(start)
+                ends.append(end)
+        cells.append((tuple(kept), tuple(starts), tuple(ends)))
+    (kept_rows, row_starts, row_ends), (kept_cols, col_starts, col_ends) = cells
+    # An empty or unvisited cell keeps TF's maximum at T's lowest value (the op checks that
+    # orig_output holds it) and its argmax at -1, which TF refuses only where out_backprop's
+    # flat elements reach it ("Invalid input backprop index: -1").  The first such cell in flat
+    # order is in image 0: row 0 of the first empty column cell, or column 0 of the first empty
+    # row cell, whichever comes first.
+    first_row, first_col = (next((i for i, k in enumerate(kept) if i != k), len(kept))
+                            for kept in (kept_rows, kept_cols))
+    empty = ((first_row, 0) if first_row == 0 or first_col == out_cols else (0, first_col)) \
+        if first_row < out_rows or first_col < out_cols else None
+    elements = math.prod(int(d) for d in out_backprop_shape)
+    if empty is not None and elements > (empty[0] * out_cols + empty[1]) * out_depth:
+        r, c = empty
+        name, sequence, k, count, size, dim = (
+            ("row_pooling_sequence", row_pooling_sequence, r, out_rows, in_rows, "rows") if r == first_row < out_rows
+            else ("col_pooling_sequence", col_pooling_sequence, c, out_cols, in_cols, "cols"))
+        why = (f"has {len(sequence)} elements, so TF's loop visits {max(0, len(sequence) - 1)} of orig_output's "
+               f"{count} {dim} and cell {k} is never visited" if k >= len(sequence) - 1
+               else "makes pooling cell {} empty (from {} to {} with overlapping={}, clamped to {} {})".format(
+                   k, *max_pool_cell(sequence, k, size, overlapping), overlapping, size, dim))
+        raise InvalidArgumentError(
+            f"{op}: {name} {why}, and out_backprop's {elements} elements reach orig_output[0, {r}, {c}, 0] (flat "
+            f"element {(r * out_cols + c) * out_depth}), for which TF's walk chose no input element (TF: Invalid "
+            f"input backprop index: -1); an empty cell takes no gradient, got {sequence}")
+    live = FractionalPoolGeometry(batch, in_rows, in_cols, depth, len(kept_rows), len(kept_cols),
                                   row_starts, row_ends, col_starts, col_ends, overlapping)
+    return live, kept_rows, kept_cols

@@ -17,10 +17,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from . import _arrays
-from ._dispatch import prepare, run, select_backend
-from ._dtypes import FRACTIONAL_POOL_DTYPES
-from ._geometry import fractional_max_pool_geometry, fractional_pool_forward_geometry
+from ._dispatch import arrays_device, prepare, run, select_backend
+from ._dtypes import FRACTIONAL_POOL_DTYPES, lowest
+from ._errors import InvalidArgumentError
+from ._geometry import fractional_max_pool_cells, fractional_pool_forward_geometry
 
 
 def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: Any, row_pooling_sequence: Any,
@@ -30,16 +33,25 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
     orig_input: [N, in_rows, in_cols, C]; orig_output: the forward result [N, out_rows,
     out_cols, C] (checked: it must equal the maxima TF's rule recomputes); out_backprop:
     orig_output's shape (or, as TF reads it, any shape of at most its size: its flat elements
-    in order, the rest zero); pooling sequences: 1-D ints of at least out_rows + 1 /
-    out_cols + 1 entries.  Returns [N, in_rows, in_cols, C] in the common dtype.
+    in order, the rest zero); pooling sequences: 1-D ints, cell k from entry k to entry k + 1.
+    A cell that is empty, or that a sequence of fewer than out_rows + 1 / out_cols + 1 entries
+    never defines, chooses nothing (orig_output holds the lowest value there), and
+    out_backprop's flat elements must stop before the first such cell, as TF requires.
+    Returns [N, in_rows, in_cols, C] in the common dtype.
     """
     op = "fractional_max_pool_grad"
     rows = _arrays.host_int_vector(op, "row_pooling_sequence", row_pooling_sequence)
     cols = _arrays.host_int_vector(op, "col_pooling_sequence", col_pooling_sequence)
     where, arrays, dtype = prepare(op, FRACTIONAL_POOL_DTYPES, orig_input=orig_input, orig_output=orig_output,
                                    out_backprop=out_backprop)
-    geometry = fractional_max_pool_geometry(op, arrays["orig_input"].shape, arrays["orig_output"].shape,
-                                            arrays["out_backprop"].shape, rows, cols, overlapping)
+    geometry, kept_rows, kept_cols = fractional_max_pool_cells(
+        op, arrays["orig_input"].shape, arrays["orig_output"].shape, arrays["out_backprop"].shape, rows, cols,
+        overlapping)
+    if (len(kept_rows), len(kept_cols)) != arrays["orig_output"].shape[1:3]:  # cells holding no element
+        with arrays_device(arrays.values()):
+            arrays["orig_output"] = without_empty_cells(op, arrays["orig_output"], kept_rows, kept_cols)
+            if not geometry.holds_elements:  # TF chooses nothing: the gradient is zero
+                return (np if where == _arrays.HOST else _cupy()).zeros(geometry.input_shape, dtype)
     # TF reads out_backprop flat, in order, as far as it goes: another shape of orig_output's
     # size is the same gradient, a smaller one is padded with zeros (validated, once).
     pad_bytes = _arrays.zero_extension_bytes(arrays["out_backprop"], geometry.output_shape)
@@ -48,6 +60,95 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
     return run(impl.fractional_max_pool_grad, geometry, arrays["orig_input"], arrays["orig_output"],
                arrays["out_backprop"])
+
+
+#: orig_output elements compared at a time in empty cells on the host: a broadcast orig_output
+#: of millions of empty-cell entries makes no temporary of their size ...
+EMPTY_CELLS_CHUNK = 1 << 14
+#: ... and on a GPU, where each chunk's answer is read back (a host synchronisation).
+EMPTY_CELLS_GPU_CHUNK = 1 << 22
+
+
+def without_empty_cells(op: str, orig_output, kept_rows: tuple[int, ...], kept_cols: tuple[int, ...]):
+    """orig_output [N, out_rows, out_cols, C] (NumPy or CuPy) at the cells that hold elements
+    (rows ``kept_rows``, columns ``kept_cols``): what the backends take, in the same order.
+
+    TF's walk leaves the maximum of an empty cell (or of one the sequences never define) at
+    T's lowest value and chooses nothing there; the geometry has let no out_backprop element
+    reach such a cell.  So orig_output must hold that value there (TF's "tensor_out_dup is not
+    the same as tensor_out" check), compared here in chunks, bit for bit (NaN is refused).
+    """
+    bits = np.asarray(lowest(orig_output.dtype)).view(f"u{orig_output.dtype.itemsize}")
+    # the unsigned integers of orig_output's bytes, in its byte order (a host array may be swapped)
+    as_bits = bits.dtype if orig_output.dtype.isnative else bits.dtype.newbyteorder()
+    for axis, kept in ((1, kept_rows), (2, kept_cols)):
+        for start, stop in _gaps(kept, orig_output.shape[axis]):
+            view = orig_output[:, start:stop] if axis == 1 else orig_output[:, :, start:stop]
+            found = _first_other(view.view(as_bits), bits,
+                                 EMPTY_CELLS_CHUNK if isinstance(view, np.ndarray) else EMPTY_CELLS_GPU_CHUNK)
+            if found is not None:
+                at, held = found
+                at[axis] += start
+                raise InvalidArgumentError(
+                    f"{op}: orig_output is not the max pooling of orig_input over the pooling sequences (TF: "
+                    f"tensor_out_dup is not the same as tensor_out): at {at} orig_output holds "
+                    f"{np.asarray(held, bits.dtype).view(lowest(orig_output.dtype).dtype)[()]!r}, but that cell is empty, where "
+                    f"TF's maximum stays the lowest value {lowest(orig_output.dtype)!r}")
+    return orig_output[:, _index(kept_rows)][:, :, _index(kept_cols)]
+
+
+def _gaps(kept: tuple[int, ...], size: int):
+    """(start, stop) of each run of 0 .. size - 1 not in ``kept`` (increasing)."""
+    previous = 0
+    for k in [*kept, size]:
+        if k > previous:
+            yield previous, k
+        previous = k + 1
+
+
+def _index(kept: tuple[int, ...]):
+    """A slice where ``kept`` is a run of consecutive numbers (a view, even of a broadcast), else the list."""
+    return slice(kept[0], kept[-1] + 1) if kept and kept[-1] - kept[0] + 1 == len(kept) else list(kept)
+
+
+def _first_other(view, value, chunk: int) -> tuple[list[int], int] | None:
+    """(index, value) of the first element of ``view`` (4-D, any strides) other than ``value``
+    in C order, or None; compared in chunks of at most ``chunk`` elements."""
+    steps, room = [1, 1, 1, 1], chunk
+    for axis in (3, 2, 1, 0):  # an axis takes more than one index only when the later ones are whole
+        steps[axis] = max(1, min(view.shape[axis], room))
+        if steps[axis] < view.shape[axis]:
+            break
+        room //= max(1, view.shape[axis])
+    for corner in _c_order([-(-n // step) for n, step in zip(view.shape, steps)]):
+        first = [c * step for c, step in zip(corner, steps)]
+        chunk = view[tuple(slice(f, f + step) for f, step in zip(first, steps))]
+        other = chunk != value
+        if bool(other.any()):
+            where = [int(i) for i in np.unravel_index(int(other.reshape(-1).argmax()), chunk.shape)]
+            return [f + i for f, i in zip(first, where)], int(chunk[tuple(where)])
+    return None
+
+
+def _c_order(counts: list[int]):
+    """Every index of a grid of ``counts`` (all positive) in C order, one at a time (np.ndindex
+    and itertools.product hold the whole range: 10 MB for 2**18 chunks)."""
+    index = [0] * len(counts)
+    while True:
+        yield index
+        for axis in reversed(range(len(counts))):
+            index[axis] += 1
+            if index[axis] < counts[axis]:
+                break
+            index[axis] = 0
+        else:
+            return
+
+
+def _cupy():
+    import cupy
+
+    return cupy
 
 
 def fractional_max_pool(value: Any, row_pooling_sequence: Any, col_pooling_sequence: Any, overlapping=False,

@@ -148,33 +148,45 @@ def _max_pool_cells(seq, count, size, overlapping):
 def fractional_max_pool_select(x, rows, cols, out_rows, out_cols, overlapping):
     """TF's FractionalMaxPoolGrad scan (fractional_max_pool_op.cc): per cell and channel, rows
     then columns, the first element, replaced by any strictly greater one.  Returns the chosen
-    flat NHWC offsets and their values (the maxima), [N, out_rows, out_cols, C]; every cell
-    must be non-empty (TF refuses an empty one)."""
+    flat NHWC offsets and their values (the maxima), [N, out_rows, out_cols, C].  As in TF's
+    walk, only the first len(sequence) - 1 cells are visited (the sequences' cells past
+    out_rows / out_cols must be empty), and an empty or unvisited cell keeps the offset -1 and
+    the type's lowest value."""
+    import ml_dtypes
+
     n, h, w, c = x.shape
     key = x.astype(np.float64) if x.dtype.kind in "fV" else x
     chosen = np.full((n, out_rows, out_cols, c), -1, np.int64)
-    maxima = np.zeros((n, out_rows, out_cols, c), x.dtype)
+    maxima = np.full((n, out_rows, out_cols, c), (np.iinfo if x.dtype.kind == "i" else ml_dtypes.finfo)(x.dtype).min,
+                     x.dtype)
+    row_cells = _max_pool_cells(rows, len(rows) - 1, h, overlapping)
+    col_cells = _max_pool_cells(cols, len(cols) - 1, w, overlapping)
+    assert all(r1 < r0 for r0, r1 in row_cells[out_rows:]) and all(c1 < c0 for c0, c1 in col_cells[out_cols:])
     for b in range(n):
-        for r, (r0, r1) in enumerate(_max_pool_cells(rows, out_rows, h, overlapping)):
-            for q, (c0, c1) in enumerate(_max_pool_cells(cols, out_cols, w, overlapping)):
+        for r, (r0, r1) in enumerate(row_cells[:out_rows]):
+            for q, (c0, c1) in enumerate(col_cells[:out_cols]):
                 for d in range(c):
                     best = None
                     for i in range(r0, r1 + 1):
                         for j in range(c0, c1 + 1):
                             if best is None or key[b, best[0], best[1], d] < key[b, i, j, d]:
                                 best = (i, j)
-                    chosen[b, r, q, d] = ((b * h + best[0]) * w + best[1]) * c + d
-                    maxima[b, r, q, d] = x[b, best[0], best[1], d]
+                    if best is not None:
+                        chosen[b, r, q, d] = ((b * h + best[0]) * w + best[1]) * c + d
+                        maxima[b, r, q, d] = x[b, best[0], best[1], d]
     return chosen, maxima
 
 
-def fractional_max_pool_grad(x, dy, rows, cols, overlapping):
-    """out_backprop added to the chosen elements in output order, in TF's accumulator type
-    (float32 for the half types; unlike the rest of this module, so that it is bit-exact)."""
+def fractional_max_pool_grad(x, dy, rows, cols, overlapping, elements=None):
+    """out_backprop (orig_output's shape) added to the chosen elements in output order, in TF's
+    accumulator type (float32 for the half types; unlike the rest of this module, so that it is
+    bit-exact).  ``elements``: how many of dy's flat elements TF reads (default all)."""
     chosen, _ = fractional_max_pool_select(x, rows, cols, dy.shape[1], dy.shape[2], overlapping)
     acc = dy.dtype if np.dtype(dy.dtype).itemsize > 2 else np.float32
     grad = np.zeros(x.size, acc)
-    for index, value in zip(chosen.reshape(-1), dy.reshape(-1).astype(acc)):
+    for index, value in zip(chosen.reshape(-1)[:elements], dy.reshape(-1)[:elements].astype(acc)):
+        if index < 0:
+            raise ValueError("an out_backprop element reaches an empty cell (TF: Invalid input backprop index: -1)")
         grad[index] += value
     return grad.reshape(x.shape).astype(dy.dtype)
 

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 import gradops
 
 from conftest import FLOAT_DTYPES, to_gpu, to_host
-from pooling_cases import max_pool_grad_sequences
+from pooling_cases import max_pool_grad_sequences, pool_sequence
 from reference import fractional_max_pool_grad as brute_grad
 from reference import fractional_max_pool as brute_forward
 from reference import fractional_max_pool_select as brute_select
@@ -379,8 +379,10 @@ def test_orig_output_must_hold_the_maxima():
 
 def test_short_sequence_message_names_orig_output():
     """The cells' count comes from orig_output's shape (out_backprop's may differ), and the
-    message says so."""
-    with pytest.raises(gradops.InvalidArgumentError, match=r"at least 3 elements \(orig_output has 2 rows\)"):
+    message says so: a sequence too short for it leaves cells TF never visits, refused where
+    out_backprop reaches them (here, all of it)."""
+    with pytest.raises(gradops.InvalidArgumentError,
+                       match=r"has 2 elements, so TF's loop visits 1 of orig_output's 2 rows .* orig_output\[0, 1, 0, 0\]"):
         _call(rows=(0, 2))
 
 
@@ -588,6 +590,199 @@ def test_tf_parity_extra_empty_cells_and_pooling_region_check(tf):
         gradops.fractional_max_pool_grad(z, np.zeros((1, 1, 1, 1), np.float32), dy, [0, 1], [0, 2])
 
 
+# Empty cells and cells a short sequence never defines: TF's walk leaves them the lowest value
+# and no choice, and computes the call where out_backprop stops before them.
+# name: (input shape, rows, cols, overlapping, orig_output rows and columns)
+EMPTY_CELLS = {
+    "empty-row-cell": ((2, 7, 9, 3), [0, 2, 4, 6, 6, 7], [0, 3, 6, 9], False, (5, 3)),
+    "unvisited-row-cells": ((2, 7, 9, 3), [0, 2, 4, 7], [0, 3, 6, 9], False, (5, 3)),
+    "empty-col-cell": ((1, 6, 8, 2), [0, 3, 6], [0, 3, 3, 8], False, (2, 3)),
+    "unvisited-col-cell": ((1, 6, 8, 2), [0, 3, 6], [0, 4], False, (2, 2)),
+    "decreasing-overlapping": ((2, 6, 6, 2), [0, 2, 4, 1, 5], [0, 3, 5], True, (4, 2)),
+    "start-past-the-input": ((1, 5, 5, 4), [0, 2, 4, 9, 5], [0, 2, 5], False, (4, 2)),
+    "one-entry": ((1, 4, 4, 1), [0, 4], [3], False, (1, 1)),
+    "next-entry-zero": ((1, 4, 5, 2), [0, 2, 4], [0, 3, 0, 5], False, (2, 3)),
+    "every-cell-empty": ((2, 4, 4, 2), [0, 4], [5, 7], False, (1, 1)),
+}
+
+
+def empty_cells_case(name, dtype, rng, depth=None):
+    """(x, orig_output, out_backprop, rows, cols, overlapping, reach): out_backprop has
+    orig_output's shape (random values) and TF reads its first ``reach`` flat elements at most,
+    those before the first empty or unvisited cell.  ``depth`` replaces the case's."""
+    shape, rows, cols, overlapping, (out_rows, out_cols) = EMPTY_CELLS[name]
+    shape = shape if depth is None else shape[:3] + (depth,)
+    x = (rng.permutation(np.prod(shape)) - 20).reshape(shape).astype(dtype)
+    chosen, y = brute_select(x, rows, cols, out_rows, out_cols, overlapping)
+    dy = rng.integers(-50, 51, y.shape).astype(dtype)
+    reach = int(np.argmax(chosen.reshape(-1) < 0)) if (chosen < 0).any() else chosen.size
+    return x, y, dy, rows, cols, overlapping, reach
+
+
+@pytest.mark.parametrize("dtype", TF_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", list(EMPTY_CELLS))
+def test_tf_parity_empty_and_unvisited_cells(tf, name, dtype):
+    """TF computes a call with empty cells, or cells its sequences never define, where
+    out_backprop's flat elements stop before the first of them (orig_output holding the lowest
+    value there): the same bits; one element more, and both refuse."""
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case(name, dtype, np.random.default_rng(3))
+    assert reach < y.size  # an empty cell somewhere
+    for elements in sorted({0, reach // 2, reach}):
+        prefix = dy.reshape(-1)[:elements]
+        got = gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping)
+        np.testing.assert_array_equal(got, _tf_grad(tf, x, y, prefix, rows, cols, overlapping))
+        np.testing.assert_array_equal(got, brute_grad(x, dy, rows, cols, overlapping, elements))
+    prefix = dy.reshape(-1)[:reach + 1]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid input backprop index: -1"):
+        _tf_grad(tf, x, y, prefix, rows, cols, overlapping)
+    with pytest.raises(gradops.InvalidArgumentError, match="_pooling_sequence .*TF: Invalid input backprop index: -1"):
+        gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping)
+
+
+def test_empty_cells_need_the_lowest_value_in_orig_output(tf):
+    """TF's check covers the empty cells: their maximum is the lowest value, and any other
+    orig_output there is refused, by TF and by gradops."""
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case("empty-row-cell", np.float32,
+                                                                 np.random.default_rng(4))
+    y = y.copy()
+    y[1, 3, 2, 1] = 0  # an empty cell's
+    prefix = dy.reshape(-1)[:reach]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="tensor_out_dup is not the same as tensor_out"):
+        _tf_grad(tf, x, y, prefix, rows, cols, overlapping)
+    with pytest.raises(gradops.InvalidArgumentError, match="orig_output is not the max pooling"):
+        gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping)
+
+
+def test_backends_see_no_empty_cell(monkeypatch, rng):
+    """The op checks the empty cells itself and hands the backend the other cells only: the
+    pooling of those, with orig_output there, in the same output order."""
+    from gradops.backends import numpy_backend
+
+    seen = []
+    real = numpy_backend.fractional_max_pool_grad
+
+    def spy(g, orig_input, orig_output, out_backprop):
+        seen.append((g, orig_output.shape, out_backprop.shape))
+        return real(g, orig_input, orig_output, out_backprop)
+
+    monkeypatch.setattr(numpy_backend, "fractional_max_pool_grad", spy)
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case("empty-row-cell", np.float32, rng)
+    got = gradops.fractional_max_pool_grad(x, y, dy.reshape(-1)[:reach], rows, cols, overlapping)
+    np.testing.assert_array_equal(got, brute_grad(x, dy, rows, cols, overlapping, reach))
+    (g, y_shape, dy_shape), = seen
+    assert min(g.row_cell_sizes) > 0 and min(g.col_cell_sizes) > 0 and (g.out_rows, g.out_cols) == (4, 3)
+    assert y_shape == dy_shape == (2, 4, 3, 3)
+
+
+@pytest.mark.parametrize("chunk", [1, 3, 1 << 14])
+def test_empty_cells_are_checked_in_chunks(monkeypatch, chunk):
+    """orig_output's empty cells are compared a chunk at a time (any chunk size: the same
+    answer), and the message names the first wrong element in C order."""
+    import importlib
+
+    module = importlib.import_module("gradops.fractional_max_pool")  # the module, not the function
+    monkeypatch.setattr(module, "EMPTY_CELLS_CHUNK", chunk)
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case("empty-col-cell", np.float64,
+                                                                 np.random.default_rng(2))
+    prefix = dy.reshape(-1)[:reach]
+    np.testing.assert_array_equal(gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping),
+                                  brute_grad(x, dy, rows, cols, overlapping, reach))
+    wrong = y.copy()
+    wrong[0, 1, 1, 1] = np.nan  # column cell 1 is empty: NaN is not the lowest value either
+    wrong[0, 1, 1, 0] = 7.0
+    with pytest.raises(gradops.InvalidArgumentError, match=r"at \[0, 1, 1, 0\] orig_output holds np.float64\(7.0\)"):
+        gradops.fractional_max_pool_grad(x, wrong, prefix, rows, cols, overlapping)
+    wrong[0, 1, 1, 0] = y[0, 1, 1, 0]
+    with pytest.raises(gradops.InvalidArgumentError, match=r"at \[0, 1, 1, 1\] orig_output holds np.float64\(nan\)"):
+        gradops.fractional_max_pool_grad(x, wrong, prefix, rows, cols, overlapping)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64, np.int32], ids=lambda d: np.dtype(d).name)
+def test_empty_cells_of_a_byteswapped_orig_output(dtype):
+    """The empty cells' check compares bits in orig_output's own byte order (a big-endian array
+    holds the same values; the fuzzer's case), and names the value it found."""
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case("unvisited-col-cell", dtype,
+                                                                 np.random.default_rng(9))
+    swapped = y.astype(y.dtype.newbyteorder())
+    prefix = dy.reshape(-1)[:reach]
+    np.testing.assert_array_equal(gradops.fractional_max_pool_grad(x, swapped, prefix, rows, cols, overlapping),
+                                  brute_grad(x, dy, rows, cols, overlapping, reach))
+    swapped[0, 0, 1, 1] = 5
+    with pytest.raises(gradops.InvalidArgumentError, match=r"at \[0, 0, 1, 1\] orig_output holds .*5"):
+        gradops.fractional_max_pool_grad(x, swapped, prefix, rows, cols, overlapping)
+
+
+def test_a_broadcast_orig_output_of_empty_cells_allocates_little():
+    """2**20 rows of orig_output that a one-cell sequence never visits, as a broadcast view:
+    checked, refused or computed, without a temporary of their size (the fuzzer's case)."""
+    import tracemalloc
+
+    x = np.array([0.25, -1.0, 0.5, 2.0], np.float16).reshape(1, 2, 2, 1)
+    dy = np.array([3.0], np.float16)
+    for fill, expect in ((np.float16(1), "that cell is empty"), (np.float16(-65504), None)):
+        y = np.broadcast_to(fill, (1, 1 << 20, 1, 1))
+        if expect is None:
+            y = y.copy()
+            y[0, 0, 0, 0] = 2.0  # the one visited cell, rows 0..1 x column 1: max(-1, 2)
+            y = np.broadcast_to(y, y.shape)  # a read-only view: the op must not write it
+        tracemalloc.start()
+        try:
+            if expect is None:
+                got = gradops.fractional_max_pool_grad(x, y, dy, [0, 2], [1, 2])
+                assert got.reshape(-1).tolist() == [0, 0, 0, 3]
+            else:
+                with pytest.raises(gradops.InvalidArgumentError, match=expect):
+                    gradops.fractional_max_pool_grad(x, y, dy, [0, 2], [1, 2])
+            peak = tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+        assert peak < (1 << 20) // 4, peak  # the view's logical size is 2 MiB
+
+
+def test_forward_output_of_empty_cells_is_the_gradients_orig_output(rng):
+    """gradops' own forward gives the lowest value in empty cells, which its gradient accepts as
+    orig_output (with an out_backprop that stops before them, as TF requires)."""
+    x, _, dy, rows, cols, overlapping, reach = empty_cells_case("decreasing-overlapping", np.float16, rng)
+    y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+    got = gradops.fractional_max_pool_grad(x, y, dy.reshape(-1)[:reach], rows, cols, overlapping)
+    np.testing.assert_array_equal(got, brute_grad(x, dy, rows, cols, overlapping, reach))
+
+
+@st.composite
+def empty_cell_calls(draw):
+    """A call with sequences in any order (empty cells anywhere) or too short, in TF's dtypes,
+    with out_backprop's flat elements stopping at or before the first empty cell."""
+    overlapping = draw(st.booleans())
+    n, h, w, c = (draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 3)))
+    rows, cols = draw(pool_sequence(h, overlapping)), draw(pool_sequence(w, overlapping))
+    out_rows = draw(st.integers(1, len(rows) + 1))
+    out_cols = draw(st.integers(1, len(cols) + 1))
+    # TF's "Pooling region" bound; cells past orig_output's that are non-empty are refused
+    assume(len(rows) * len(cols) <= n * h * w * c)
+    assume(all(e < s for s, e in (_cell(rows, k, h, overlapping) for k in range(out_rows, len(rows) - 1))))
+    assume(all(e < s for s, e in (_cell(cols, k, w, overlapping) for k in range(out_cols, len(cols) - 1))))
+    dtype = np.dtype(draw(st.sampled_from(TF_DTYPES)))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    x = tied_input(rng, (n, h, w, c), dtype) if draw(st.booleans()) else (rng.standard_normal((n, h, w, c)) * 100)
+    x = x.astype(dtype)
+    chosen, y = brute_select(x, rows, cols, out_rows, out_cols, overlapping)
+    reach = int(np.argmax(chosen.reshape(-1) < 0)) if (chosen < 0).any() else chosen.size
+    elements = draw(st.one_of(st.just(reach), st.integers(0, reach)))  # mostly all TF reads
+    dy = rng.integers(-50, 51, elements).astype(dtype)
+    return x, y, dy, rows, cols, overlapping
+
+
+def _cell(sequence, k, size, overlapping):
+    return sequence[k], min(sequence[k + 1] if overlapping else sequence[k + 1] - 1, size - 1)
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(call=empty_cell_calls())
+def test_tf_parity_property_empty_cells(tf, call):
+    """Random calls with empty and unvisited cells that TF computes: the same bits."""
+    np.testing.assert_array_equal(gradops.fractional_max_pool_grad(*call), _tf_grad(tf, *call))
+
+
 @st.composite
 def tf_gradient_calls(draw):
     """A call TF's FractionalMaxPoolGrad computes: non-empty cells, trailing entries making
@@ -636,7 +831,8 @@ def _check_cuda(x, y, dy, rows, cols, overlapping, **kwargs):
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))  # bit for bit
     g = _geometry(x, y, dy, rows, cols, overlapping)
-    if max_launcher().cells_bounds(g) is not None:  # the opt-in one-pass kernel, forced: the same bits
+    # the opt-in one-pass kernel, forced: the same bits (where no cell is empty: the op drops those)
+    if max_launcher().cells_bounds(g) is not None and g.output_shape == y.shape:
         cells = to_host(max_launcher().fractional_max_pool_grad(g, to_gpu(x), to_gpu(y), to_gpu(dy), path="cells"))
         np.testing.assert_array_equal(cells.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
     return got
@@ -675,6 +871,23 @@ def test_cuda_matches_numpy_bit_for_bit(cuda_device, case, overlapping, dtype):
         rows = gradops.fractional_pooling_sequence(shape[1], 1.44, True, seed=3)
         cols = gradops.fractional_pooling_sequence(shape[2], 1.44, False, seed=4)
     _check_cuda(*_cuda_case(rng, shape, rows, cols, overlapping, dtype), rows, cols, overlapping)
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16, np.float32, np.int64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", list(EMPTY_CELLS))
+def test_cuda_empty_and_unvisited_cells(cuda_device, name, dtype):
+    """The op checks orig_output's empty cells on the arrays' device and hands the kernels the
+    others: bit for bit NumPy's result (8 or 4 channels a thread), a CuPy array also where no
+    cell holds an element, and a wrong orig_output in an empty cell refused."""
+    depth = 8 if np.dtype(dtype).itemsize == 2 else 4
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case(name, dtype, np.random.default_rng(6), depth)
+    prefix = dy.reshape(-1)[:reach]
+    _check_cuda(x, y, prefix, rows, cols, overlapping)
+    wrong = y.copy()
+    wrong.reshape(-1)[reach] = 0  # the first empty cell's first element: TF's lowest value there
+    with pytest.raises(gradops.InvalidArgumentError, match=r"orig_output is not the max pooling.* that cell is empty"):
+        gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(wrong), to_gpu(prefix), rows, cols, overlapping,
+                                         backend="cuda")
 
 
 @pytest.mark.parametrize("local", [True, False], ids=["cell-places", "flat-offsets"])

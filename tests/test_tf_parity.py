@@ -68,7 +68,6 @@ import itertools
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any
 
 import ml_dtypes
 import numpy as np

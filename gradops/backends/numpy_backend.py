@@ -22,6 +22,7 @@ from typing import NamedTuple
 import numpy as np
 
 from .._dtypes import accumulator_dtype
+from .._dtypes import lowest as dtype_lowest
 from .._errors import InvalidArgumentError
 from .._geometry import Conv2DGeometry, FractionalPoolGeometry
 
@@ -916,15 +917,6 @@ def _cast_from_float64(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
 # --------------------------------------------------------------------------- fractional max pooling
 
 
-def _lowest(dtype: np.dtype):
-    """Eigen::NumTraits<T>::lowest(): where TF's running maxima start."""
-    if np.issubdtype(dtype, np.integer):
-        return np.iinfo(dtype).min
-    import ml_dtypes
-
-    return ml_dtypes.finfo(dtype).min
-
-
 def _comparable(x: np.ndarray) -> np.ndarray:
     """``x`` in a type NumPy compares natively, with the same order (exact for half types)."""
     if x.dtype.kind == "f" and x.dtype.itemsize >= 4 or np.issubdtype(x.dtype, np.integer):
@@ -1032,14 +1024,23 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
     TF's rule per cell and channel: take the first element, replace it by any later one that
     is strictly greater (``current < x``); :func:`_first_maxima` applies it to every cell of a
     chunk at once.  A NaN first element, which TF keeps, makes TF refuse the call (NaN !=
-    orig_output), and so does the check below.  Every cell is non-empty (the geometry refuses
-    empty ones, as TF does).  The recomputed maxima must equal orig_output (TF's check).  Sums
+    orig_output), and so does the check below.  Every cell is non-empty (the op hands the
+    backends no empty one).  The recomputed maxima must equal orig_output (TF's check).  Sums
     run in the accumulator type in output order, as TF's loop adds them (float32 for the half
     types, cast once).  Images are independent: runs of them go to the thread pool, and the
     first image (in batch order) that fails the check is the one reported.
     """
     acc = out_backprop.dtype if out_backprop.dtype.itemsize > 2 else np.dtype(np.float32)
-    grad = np.zeros(g.input_shape, acc)
+    # The gradient is allocated once a run of images has passed TF's check, so a call refused
+    # there (say a broadcast orig_input of millions of elements) does not hold one.
+    grads, lock = [], threading.Lock()
+
+    def gradient() -> np.ndarray:
+        with lock:
+            if not grads:
+                grads.append(np.zeros(g.input_shape, acc))
+            return grads[0]
+
     channel = np.arange(g.depth, dtype=np.int64)
 
     def run(b: slice) -> None:
@@ -1069,12 +1070,12 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input: np.ndarray, 
                 f"sequences (TF: tensor_out_dup is not the same as tensor_out): at {list(at)} orig_output holds "
                 f"{orig_output[at]!r}, the cell's maximum by TF's rule is {orig_input.dtype.type(maxima[where])!r}")
         # np.add.at adds in index order, unbuffered: flat output order, as TF's loop.
-        np.add.at(grad[b].reshape(-1), chosen.reshape(-1), out_backprop[b].reshape(-1).astype(acc, copy=False))
+        np.add.at(gradient()[b].reshape(-1), chosen.reshape(-1), out_backprop[b].reshape(-1).astype(acc, copy=False))
 
     item = (g.in_rows * g.in_cols * (orig_input.itemsize + acc.itemsize)
             + g.out_rows * g.out_cols * (orig_output.itemsize + out_backprop.itemsize + 8)) * g.depth
     _for_batch_chunks(g.batch, item, run)
-    return grad.astype(out_backprop.dtype, copy=False)
+    return gradient().astype(out_backprop.dtype, copy=False)
 
 
 def fractional_max_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndarray:
@@ -1083,7 +1084,7 @@ def fractional_max_pool(g: FractionalPoolGeometry, value: np.ndarray) -> np.ndar
     value, so NaN is never taken, an empty or all-NaN cell (or one of -inf only) gives the
     lowest finite value, and of equal zeros the first in TF's scan order (row by row, each row
     left to right) gives the result's sign."""
-    lowest = _lowest(value.dtype)
+    lowest = dtype_lowest(value.dtype)
     work = _comparable(value)
     out = np.full(g.output_shape, lowest, work.dtype)  # empty cells keep it
     floating = work.dtype.kind == "f"
