@@ -547,6 +547,14 @@ def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: 
     return tuple(starts), tuple(ends)
 
 
+def shown(sequence: Sequence[int], most: int = 16) -> str:
+    """A sequence for a message: whole when short, else its first ``most`` entries and its length
+    (a legal sequence can have as many entries as orig_input has elements)."""
+    if len(sequence) <= most:
+        return str(list(sequence))
+    return f"[{', '.join(map(str, sequence[:most]))}, ...] ({len(sequence)} elements)"
+
+
 def max_pool_cell(sequence: Sequence[int], k: int, in_size: int, overlapping: bool) -> tuple[int, int]:
     """(start, inclusive end) of cell k as TF's FractionalMaxPoolGrad computes them in int64:
     ``sequence[k]`` and ``sequence[k + 1]`` (overlapping) or ``sequence[k + 1] - 1``, clamped to
@@ -670,15 +678,20 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
       flat elements in order to the chosen elements of orig_output's first cells (the op pads
       a smaller one with zeros), and reads its argmax buffer past the end for a larger one;
     * cell k of the first out_rows / out_cols runs from entry k to entry k + 1 as TF reads
-      them; a non-empty cell must start at 0 or later (a negative start reads outside its
-      image, before orig_input for the first: TF PR #126911, still open in 2.21).  A cell that
-      is empty (ends before it starts, or starts past the input) or that a short sequence never
-      defines holds TF's lowest value and no choice: TF refuses the call where out_backprop's
-      flat elements reach it (an argmax of -1), and computes it otherwise, as does the op;
+      them; a non-empty cell must start at 0 or later (a negative row start reads the previous
+      image's rows, a negative column start the previous row's columns, and before orig_input
+      in the first image's first row: TF PR #126911, still open in 2.21; gradops refuses both
+      even where TF stays inside orig_input).  A cell that is empty (ends before it starts, or
+      starts past the input) or that a short sequence never defines holds TF's lowest value
+      and no choice: TF refuses the call where out_backprop's flat elements reach it (an
+      argmax of -1), and computes it otherwise, as does the op;
     * further entries define cells TF also walks, writing to out_index rows or columns past
-      orig_output's: they must be empty (TF then touches nothing and returns its result).
+      orig_output's: they must be empty (TF then touches nothing and returns its result);
+    * the two checks above apply where the other dimension has a cell holding elements: where
+      it has none, TF's walk reads and writes nothing, and every cell is empty.
 
-    The data check (orig_output equal to the maxima) is the backends' (it needs the values).
+    The data check (orig_output equal to the maxima) is the backends' for the cells that hold
+    elements and the op's for the others (it needs the values).
     """
     overlapping = check_bool(op, "overlapping", overlapping, default=False)
     batch, in_rows, in_cols, depth = check_shape(op, "orig_input", orig_input_shape)
@@ -701,32 +714,32 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
         raise InvalidArgumentError(
             f"{op}: out_backprop must have at most orig_output's {out_batch * out_rows * out_cols * out_depth} "
             f"elements (shape {list(orig_output_shape)}), got shape {list(out_backprop_shape)}")
-    cells = []  # per dimension: (orig_output's cells that hold elements, their starts, their ends)
-    for name, sequence, count, size, dim in (
-            ("row_pooling_sequence", row_pooling_sequence, out_rows, in_rows, "rows"),
-            ("col_pooling_sequence", col_pooling_sequence, out_cols, in_cols, "cols")):
+    dims = (("row_pooling_sequence", row_pooling_sequence, out_rows, in_rows, "rows"),
+            ("col_pooling_sequence", col_pooling_sequence, out_cols, in_cols, "cols"))
+    walks = []  # per dimension: the walked cells that hold elements, (k, start, end)
+    for name, sequence, _, size, _ in dims:
         walked = max(0, len(sequence) - 1)  # TF walks len(sequence) - 1 cells
         if any(v > INT64_MAX for v in sequence[:walked + 1]):  # e.g. a uint64 array; TF's are int64
-            raise InvalidArgumentError(f"{op}: {name} values must fit in int64, got {sequence[:walked + 1]}")
-        kept, starts, ends = [], [], []
-        for k in range(walked):
-            start, end = max_pool_cell(sequence, k, size, overlapping)
+            raise InvalidArgumentError(f"{op}: {name} values must fit in int64, got {shown(sequence)}")
+        cells_k = (max_pool_cell(sequence, k, size, overlapping) for k in range(walked))
+        walks.append([(k, start, end) for k, (start, end) in enumerate(cells_k) if end >= start])
+    cells = []  # per dimension: (orig_output's cells that hold elements, their starts, their ends)
+    for (name, sequence, count, size, dim), walk, other in zip(dims, walks, walks[::-1]):
+        if not other:  # every cell TF walks is empty: it reads and writes nothing
+            cells.append(((), (), ()))
+            continue
+        for k, start, end in walk:
             if k >= count:  # TF writes these cells' maxima past orig_output's rows / columns
-                if end >= start:
-                    raise InvalidArgumentError(
-                        f"{op}: {name} has {len(sequence)} elements, defining cell {k} ({start}..{end}) past "
-                        f"orig_output's {count} {dim}; extra cells must be empty (TF would write its argmax "
-                        f"out of bounds)")
-            elif end >= start:  # (empty cells, and those past a short sequence, hold no element)
-                if start < 0:
-                    raise InvalidArgumentError(
-                        f"{op}: {name} values must not be negative as the start of a non-empty cell: cell {k} "
-                        f"would start at {start} (TF 2.21 reads outside the cell's image, before orig_input at "
-                        f"the first, PR #126911), got {sequence[:walked + 1]}")
-                kept.append(k)
-                starts.append(start)
-                ends.append(end)
-        cells.append((tuple(kept), tuple(starts), tuple(ends)))
+                raise InvalidArgumentError(
+                    f"{op}: {name} has {len(sequence)} elements, defining cell {k} ({start}..{end}) past "
+                    f"orig_output's {count} {dim}; extra cells must be empty (TF would write its argmax "
+                    f"out of bounds)")
+            if start < 0:
+                raise InvalidArgumentError(
+                    f"{op}: {name} values must not be negative as the start of a non-empty cell: cell {k} "
+                    f"would start at {start} (TF 2.21 reads before the cell's first {dim[:-1]}, before "
+                    f"orig_input in the first image, PR #126911), got {shown(sequence)}")
+        cells.append(tuple(zip(*walk)) if walk else ((), (), ()))
     (kept_rows, row_starts, row_ends), (kept_cols, col_starts, col_ends) = cells
     # An empty or unvisited cell keeps TF's maximum at T's lowest value (the op checks that
     # orig_output holds it) and its argmax at -1, which TF refuses only where out_backprop's
@@ -740,8 +753,11 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
     elements = math.prod(int(d) for d in out_backprop_shape)
     if empty is not None and elements > (empty[0] * out_cols + empty[1]) * out_depth:
         r, c = empty
+        # the dimension whose cell is empty (where one has no cell holding elements, it, even
+        # though the other's cell 0 then holds none either)
+        rows_blamed = bool(walks[1]) and (not walks[0] or r == first_row < out_rows)
         name, sequence, k, count, size, dim = (
-            ("row_pooling_sequence", row_pooling_sequence, r, out_rows, in_rows, "rows") if r == first_row < out_rows
+            ("row_pooling_sequence", row_pooling_sequence, r, out_rows, in_rows, "rows") if rows_blamed
             else ("col_pooling_sequence", col_pooling_sequence, c, out_cols, in_cols, "cols"))
         why = (f"has {len(sequence)} elements, so TF's loop visits {max(0, len(sequence) - 1)} of orig_output's "
                f"{count} {dim} and cell {k} is never visited" if k >= len(sequence) - 1
@@ -750,7 +766,7 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
         raise InvalidArgumentError(
             f"{op}: {name} {why}, and out_backprop's {elements} elements reach orig_output[0, {r}, {c}, 0] (flat "
             f"element {(r * out_cols + c) * out_depth}), for which TF's walk chose no input element (TF: Invalid "
-            f"input backprop index: -1); an empty cell takes no gradient, got {sequence}")
+            f"input backprop index: -1); an empty cell takes no gradient, got {shown(sequence)}")
     live = FractionalPoolGeometry(batch, in_rows, in_cols, depth, len(kept_rows), len(kept_cols),
                                   row_starts, row_ends, col_starts, col_ends, overlapping)
     return live, kept_rows, kept_cols

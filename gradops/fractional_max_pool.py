@@ -50,14 +50,15 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
     if (len(kept_rows), len(kept_cols)) != arrays["orig_output"].shape[1:3]:  # cells holding no element
         with arrays_device(arrays.values()):
             arrays["orig_output"] = without_empty_cells(op, arrays["orig_output"], kept_rows, kept_cols)
-            if not geometry.holds_elements:  # TF chooses nothing: the gradient is zero
-                return (np if where == _arrays.HOST else _cupy()).zeros(geometry.input_shape, dtype)
     # TF reads out_backprop flat, in order, as far as it goes: another shape of orig_output's
     # size is the same gradient, a smaller one is padded with zeros (validated, once).
     pad_bytes = _arrays.zero_extension_bytes(arrays["out_backprop"], geometry.output_shape)
     arrays = _arrays.ready_for_backend(op, where, geometry.input_shape, arrays, extra_bytes=pad_bytes)
     arrays["out_backprop"] = _arrays.zero_extended(arrays["out_backprop"], geometry.output_shape, flat=True)
     impl = select_backend(op, where, backend, geometry, dtype, arrays=arrays)
+    if not geometry.holds_elements:  # TF chooses nothing: the gradient is zero
+        with arrays_device(arrays.values()):
+            return (np if where == _arrays.HOST else _cupy()).zeros(geometry.input_shape, dtype)
     return run(impl.fractional_max_pool_grad, geometry, arrays["orig_input"], arrays["orig_output"],
                arrays["out_backprop"])
 

@@ -161,7 +161,8 @@ def fractional_max_pool_select(x, rows, cols, out_rows, out_cols, overlapping):
                      x.dtype)
     row_cells = _max_pool_cells(rows, len(rows) - 1, h, overlapping)
     col_cells = _max_pool_cells(cols, len(cols) - 1, w, overlapping)
-    assert all(r1 < r0 for r0, r1 in row_cells[out_rows:]) and all(c1 < c0 for c0, c1 in col_cells[out_cols:])
+    if any(r1 >= r0 for r0, r1 in row_cells) and any(c1 >= c0 for c0, c1 in col_cells):  # else TF walks nothing
+        assert all(r1 < r0 for r0, r1 in row_cells[out_rows:]) and all(c1 < c0 for c0, c1 in col_cells[out_cols:])
     for b in range(n):
         for r, (r0, r1) in enumerate(row_cells[:out_rows]):
             for q, (c0, c1) in enumerate(col_cells[:out_cols]):

@@ -603,6 +603,10 @@ EMPTY_CELLS = {
     "one-entry": ((1, 4, 4, 1), [0, 4], [3], False, (1, 1)),
     "next-entry-zero": ((1, 4, 5, 2), [0, 2, 4], [0, 3, 0, 5], False, (2, 3)),
     "every-cell-empty": ((2, 4, 4, 2), [0, 4], [5, 7], False, (1, 1)),
+    # no column cell holds an element, so TF walks nothing: a negative row start and an extra
+    # non-empty row cell read and write nothing
+    "negative-start-no-column": ((1, 4, 4, 2), [-1, 2], [3, 1], False, (1, 1)),
+    "extra-row-no-column": ((1, 4, 4, 2), [0, 2, 4], [2, 2], False, (1, 1)),
 }
 
 
@@ -737,6 +741,27 @@ def test_a_broadcast_orig_output_of_empty_cells_allocates_little():
         finally:
             tracemalloc.stop()
         assert peak < (1 << 20) // 4, peak  # the view's logical size is 2 MiB
+
+
+def test_no_cell_holding_elements_still_checks_the_backend():
+    """Where no cell holds an element the gradient is zero, but the call is checked as any
+    other: a wrong backend name, and host arrays for a GPU backend, are refused."""
+    x = np.arange(9, dtype=np.float32).reshape(1, 3, 3, 1)
+    y = np.full((1, 1, 1, 1), np.finfo(np.float32).min, np.float32)
+    dy = np.zeros((0,), np.float32)
+    assert gradops.fractional_max_pool_grad(x, y, dy, [0], [0]).tolist() == np.zeros_like(x).tolist()
+    with pytest.raises(gradops.InvalidArgumentError, match="backend must be"):
+        gradops.fractional_max_pool_grad(x, y, dy, [0], [0], backend="bogus")
+    with pytest.raises(gradops.InvalidArgumentError, match="needs GPU arrays"):
+        gradops.fractional_max_pool_grad(x, y, dy, [0], [0], backend="cuda")
+
+
+def test_long_sequences_are_shortened_in_messages():
+    """A refusal quotes a long sequence by its first entries and its length."""
+    x = np.zeros((1, 4, 4, 8), np.float32)  # TF's bound: 43 x 2 sequence entries <= 128 elements
+    rows = [0, 2, 2] + [2] * 40  # cell 1 and the extra cells empty
+    with pytest.raises(gradops.InvalidArgumentError, match=r"got \[0, 2, 2, 2, .*, 2, \.\.\.\] \(43 elements\)"):
+        gradops.fractional_max_pool_grad(x, np.zeros((1, 2, 1, 8), np.float32), np.ones(9, np.float32), rows, [0, 4])
 
 
 def test_forward_output_of_empty_cells_is_the_gradients_orig_output(rng):
