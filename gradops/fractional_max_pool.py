@@ -79,7 +79,8 @@ def without_empty_cells(op: str, orig_output, kept_rows: tuple[int, ...], kept_c
     reach such a cell.  So orig_output must hold that value there (TF's "tensor_out_dup is not
     the same as tensor_out" check), compared here in chunks, bit for bit (NaN is refused).
     """
-    bits = np.asarray(lowest(orig_output.dtype)).view(f"u{orig_output.dtype.itemsize}")
+    # a NumPy scalar (CuPy takes those as operands, not NumPy arrays, even 0-d ones)
+    bits = np.asarray(lowest(orig_output.dtype)).view(f"u{orig_output.dtype.itemsize}")[()]
     # the unsigned integers of orig_output's bytes, in its byte order (a host array may be swapped)
     as_bits = bits.dtype if orig_output.dtype.isnative else bits.dtype.newbyteorder()
     for axis, kept in ((1, kept_rows), (2, kept_cols)):
@@ -90,11 +91,11 @@ def without_empty_cells(op: str, orig_output, kept_rows: tuple[int, ...], kept_c
             if found is not None:
                 at, held = found
                 at[axis] += start
+                value = np.asarray(held, bits.dtype).view(lowest(orig_output.dtype).dtype)[()]  # native order
                 raise InvalidArgumentError(
                     f"{op}: orig_output is not the max pooling of orig_input over the pooling sequences (TF: "
-                    f"tensor_out_dup is not the same as tensor_out): at {at} orig_output holds "
-                    f"{np.asarray(held, bits.dtype).view(lowest(orig_output.dtype).dtype)[()]!r}, but that cell is empty, where "
-                    f"TF's maximum stays the lowest value {lowest(orig_output.dtype)!r}")
+                    f"tensor_out_dup is not the same as tensor_out): at {at} orig_output holds {value!r}, but that "
+                    f"cell is empty, where TF's maximum stays the lowest value {lowest(orig_output.dtype)!r}")
     return orig_output[:, _index(kept_rows)][:, :, _index(kept_cols)]
 
 

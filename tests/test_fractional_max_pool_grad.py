@@ -743,6 +743,27 @@ def test_a_broadcast_orig_output_of_empty_cells_allocates_little():
         assert peak < (1 << 20) // 4, peak  # the view's logical size is 2 MiB
 
 
+def test_empty_cells_are_compared_with_a_numpy_scalar(monkeypatch):
+    """CuPy takes NumPy scalars as operands but refuses NumPy arrays, even 0-d ones; the CPU
+    stand-in (tests/cuda_host.py, NumPy underneath) accepts both, so this pins what the op's
+    empty-cell check passes to the comparison."""
+    import importlib
+
+    module = importlib.import_module("gradops.fractional_max_pool")
+    seen = []
+    real = module._first_other
+
+    def spy(view, value, chunk):
+        seen.append(value)
+        return real(view, value, chunk)
+
+    monkeypatch.setattr(module, "_first_other", spy)
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case("empty-row-cell", ml_dtypes.bfloat16,
+                                                                 np.random.default_rng(1))
+    gradops.fractional_max_pool_grad(x, y, dy.reshape(-1)[:reach], rows, cols, overlapping)
+    assert seen and all(isinstance(v, np.generic) and not isinstance(v, np.ndarray) for v in seen)
+
+
 def test_no_cell_holding_elements_still_checks_the_backend():
     """Where no cell holds an element the gradient is zero, but the call is checked as any
     other: a wrong backend name, and host arrays for a GPU backend, are refused."""
