@@ -534,8 +534,7 @@ def pooling_cells(op: str, name: str, sequence: list[int], cells: int, in_size: 
         raise InvalidArgumentError(f"{op}: {name} values must fit in int64, got {sequence[:cells + 1]}")
     starts, ends = [], []
     for k in range(cells):
-        start = sequence[k]
-        end = min(sequence[k + 1] if overlapping else sequence[k + 1] - 1, in_size - 1)
+        start, end = sequence_cell(sequence, k, in_size, overlapping)
         if start < 0 or end < 0:
             if start >= 0 and sequence[k + 1] >= 0:  # a disjoint cell [s, 0 - 1]
                 raise InvalidArgumentError(
@@ -555,8 +554,8 @@ def shown(sequence: Sequence[int], most: int = 16) -> str:
     return f"[{', '.join(map(str, sequence[:most]))}, ...] ({len(sequence)} elements)"
 
 
-def max_pool_cell(sequence: Sequence[int], k: int, in_size: int, overlapping: bool) -> tuple[int, int]:
-    """(start, inclusive end) of cell k as TF's FractionalMaxPoolGrad computes them in int64:
+def sequence_cell(sequence: Sequence[int], k: int, in_size: int, overlapping: bool) -> tuple[int, int]:
+    """(start, inclusive end) of cell k as TF's fractional pooling kernels compute them in int64:
     ``sequence[k]`` and ``sequence[k + 1]`` (overlapping) or ``sequence[k + 1] - 1``, clamped to
     the last input index; the end's subtraction wraps as TF's does (INT64_MIN - 1 is INT64_MAX)."""
     end = sequence[k + 1] if overlapping else sequence[k + 1] - 1
@@ -721,7 +720,7 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
         walked = max(0, len(sequence) - 1)  # TF walks len(sequence) - 1 cells
         if any(v > INT64_MAX for v in sequence[:walked + 1]):  # e.g. a uint64 array; TF's are int64
             raise InvalidArgumentError(f"{op}: {name} values must fit in int64, got {shown(sequence)}")
-        cells_k = (max_pool_cell(sequence, k, size, overlapping) for k in range(walked))
+        cells_k = (sequence_cell(sequence, k, size, overlapping) for k in range(walked))
         walks.append([(k, start, end) for k, (start, end) in enumerate(cells_k) if end >= start])
     cells = []  # per dimension: (orig_output's cells that hold elements, their starts, their ends)
     for (name, sequence, count, size, dim), walk, other in zip(dims, walks, walks[::-1]):
@@ -748,21 +747,20 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
     # row cell, whichever comes first.
     first_row, first_col = (next((i for i, k in enumerate(kept) if i != k), len(kept))
                             for kept in (kept_rows, kept_cols))
-    empty = ((first_row, 0) if first_row == 0 or first_col == out_cols else (0, first_col)) \
-        if first_row < out_rows or first_col < out_cols else None
+    # (flat pixel in image 0, the dimension holds elements somewhere, the dimension): a tie at
+    # pixel 0 names a dimension whose cells hold none, else the rows
+    empty = min([(first_row * out_cols, bool(walks[0]), 0)] * (first_row < out_rows)
+                + [(first_col, bool(walks[1]), 1)] * (first_col < out_cols), default=None)
     elements = math.prod(int(d) for d in out_backprop_shape)
-    if empty is not None and elements > (empty[0] * out_cols + empty[1]) * out_depth:
-        r, c = empty
-        # the dimension whose cell is empty (where one has no cell holding elements, it, even
-        # though the other's cell 0 then holds none either)
-        rows_blamed = bool(walks[1]) and (not walks[0] or r == first_row < out_rows)
+    if empty is not None and elements > empty[0] * out_depth:
+        r, c = (first_row, 0) if empty[2] == 0 else (0, first_col)
         name, sequence, k, count, size, dim = (
-            ("row_pooling_sequence", row_pooling_sequence, r, out_rows, in_rows, "rows") if rows_blamed
+            ("row_pooling_sequence", row_pooling_sequence, r, out_rows, in_rows, "rows") if empty[2] == 0
             else ("col_pooling_sequence", col_pooling_sequence, c, out_cols, in_cols, "cols"))
         why = (f"has {len(sequence)} elements, so TF's loop visits {max(0, len(sequence) - 1)} of orig_output's "
                f"{count} {dim} and cell {k} is never visited" if k >= len(sequence) - 1
                else "makes pooling cell {} empty (from {} to {} with overlapping={}, clamped to {} {})".format(
-                   k, *max_pool_cell(sequence, k, size, overlapping), overlapping, size, dim))
+                   k, *sequence_cell(sequence, k, size, overlapping), overlapping, size, dim))
         raise InvalidArgumentError(
             f"{op}: {name} {why}, and out_backprop's {elements} elements reach orig_output[0, {r}, {c}, 0] (flat "
             f"element {(r * out_cols + c) * out_depth}), for which TF's walk chose no input element (TF: Invalid "

@@ -86,8 +86,8 @@ def without_empty_cells(op: str, orig_output, kept_rows: tuple[int, ...], kept_c
     for axis, kept in ((1, kept_rows), (2, kept_cols)):
         for start, stop in _gaps(kept, orig_output.shape[axis]):
             view = orig_output[:, start:stop] if axis == 1 else orig_output[:, :, start:stop]
-            found = _first_other(view.view(as_bits), bits,
-                                 EMPTY_CELLS_CHUNK if isinstance(view, np.ndarray) else EMPTY_CELLS_GPU_CHUNK)
+            found = _first_other(view.view(as_bits), bits, EMPTY_CELLS_CHUNK if _arrays.location(orig_output)
+                                 == _arrays.HOST else EMPTY_CELLS_GPU_CHUNK)
             if found is not None:
                 at, held = found
                 at[axis] += start

@@ -384,6 +384,20 @@ def test_smaller_out_backprop_is_computed_as_tf_does(tf, rng, dy_slice):
     np.testing.assert_array_equal(got, expected.numpy())
 
 
+def test_int64_min_entry_wraps_as_tf_computes_it(tf):
+    """A disjoint cell's end is the next entry - 1 in int64: after INT64_MIN it wraps to
+    INT64_MAX, clamped to the last row, so TF's cell runs from its start to the input's end
+    (TF 2.21 computes it; gradops refused the negative entry).  The max pooling gradient reads
+    cells with the same function."""
+    dy = np.ones((1, 1, 1, 1), np.float64)
+    rows, cols = np.array([1, -2**63], np.int64), np.array([0, 3], np.int64)
+    got = gradops.fractional_avg_pool_grad([1, 3, 3, 1], dy, rows, cols)
+    expected = tf.raw_ops.FractionalAvgPoolGrad(orig_input_tensor_shape=np.array([1, 3, 3, 1], np.int64),
+                                                out_backprop=dy, row_pooling_sequence=rows, col_pooling_sequence=cols)
+    np.testing.assert_array_equal(got, expected.numpy())
+    assert got[0, 0].tolist() == [[0.0]] * 3 and got[0, 1:].reshape(-1).tolist() == [1 / 6] * 6
+
+
 # (rows, cols, overlapping): every cell empty (starting past the input, or ending before it starts)
 ALL_CELLS_EMPTY = {
     "rows_past_the_input": ([6, 7, 9], [0, 2, 5], False),
