@@ -670,9 +670,10 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
     would take TF out of bounds, or that TF refuses after the walk, are refused up front, and
     the others are TF's:
 
-    * batch and depth of orig_output must be orig_input's (TF writes past its argmax buffer
-      when orig_output's are smaller; larger ones, which TF computes only for an out_backprop
-      that stops before the unvisited images or channels, are refused too);
+    * batch and depth of orig_output must be at least orig_input's (TF's walk writes each
+      image's and channel's maximum at orig_output's offsets: past its buffers when they are
+      fewer, into the next cell's when the channels are); its extra images and channels are
+      never visited, so they hold TF's lowest value and no choice, like an empty cell;
     * out_backprop may have any shape of at most orig_output's element count: TF adds its
       flat elements in order to the chosen elements of orig_output's first cells (the op pads
       a smaller one with zeros), and reads its argmax buffer past the end for a larger one;
@@ -686,8 +687,9 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
       argmax of -1), and computes it otherwise, as does the op;
     * further entries define cells TF also walks, writing to out_index rows or columns past
       orig_output's: they must be empty (TF then touches nothing and returns its result);
-    * the two checks above apply where the other dimension has a cell holding elements: where
-      it has none, TF's walk reads and writes nothing, and every cell is empty.
+    * the checks above of orig_output's batch and depth and of the cells apply where both
+      dimensions have a cell holding elements: where one has none, TF's walk reads and writes
+      nothing, and every entry of orig_output is empty.
 
     The data check (orig_output equal to the maxima) is the backends' for the cells that hold
     elements and the op's for the others (it needs the values).
@@ -705,10 +707,6 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
             f"{op}: Pooling region has more elements than the input tensor: row_pooling_sequence has {n_rows} "
             f"and col_pooling_sequence {n_cols} elements ({n_rows * n_cols} > orig_input's "
             f"{batch * in_rows * in_cols * depth})")
-    if (out_batch, out_depth) != (batch, depth):
-        raise InvalidArgumentError(
-            f"{op}: orig_output's batch and depth must match orig_input's: orig_output "
-            f"{list(orig_output_shape)}, orig_input {list(orig_input_shape)}")
     if math.prod(int(d) for d in out_backprop_shape) > out_batch * out_rows * out_cols * out_depth:
         raise InvalidArgumentError(
             f"{op}: out_backprop must have at most orig_output's {out_batch * out_rows * out_cols * out_depth} "
@@ -740,31 +738,47 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
                     f"orig_input in the first image, PR #126911), got {shown(sequence)}")
         cells.append(tuple(zip(*walk)) if walk else ((), (), ()))
     (kept_rows, row_starts, row_ends), (kept_cols, col_starts, col_ends) = cells
-    # An empty or unvisited cell keeps TF's maximum at T's lowest value (the op checks that
-    # orig_output holds it) and its argmax at -1, which TF refuses only where out_backprop's
-    # flat elements reach it ("Invalid input backprop index: -1").  The first such cell in flat
-    # order is in image 0: row 0 of the first empty column cell, or column 0 of the first empty
-    # row cell, whichever comes first.
+    if kept_rows and kept_cols and (out_batch < batch or out_depth < depth):
+        raise InvalidArgumentError(
+            f"{op}: orig_output's batch and depth must be at least orig_input's where a cell holds input "
+            f"elements (TF writes each image's and channel's maximum at orig_output's offsets: past its buffers, or "
+            f"into the next cell's channels): orig_output {list(orig_output_shape)}, orig_input "
+            f"{list(orig_input_shape)}")
+    # An empty or unvisited cell, and an image or channel orig_output has past orig_input's,
+    # keeps TF's maximum at T's lowest value (the op checks that orig_output holds it) and its
+    # argmax at -1, which TF refuses only where out_backprop's flat elements reach it ("Invalid
+    # input backprop index: -1").  The first such entry in flat order: in image 0, channel 0 of
+    # row 0 of the first empty column cell or of column 0 of the first empty row cell; channel
+    # `depth` of the first cell; or image `batch`'s first.
     first_row, first_col = (next((i for i, k in enumerate(kept) if i != k), len(kept))
                             for kept in (kept_rows, kept_cols))
-    # (flat pixel in image 0, the dimension holds elements somewhere, the dimension): a tie at
-    # pixel 0 names a dimension whose cells hold none, else the rows
-    empty = min([(first_row * out_cols, bool(walks[0]), 0)] * (first_row < out_rows)
-                + [(first_col, bool(walks[1]), 1)] * (first_col < out_cols), default=None)
+    # (flat element, the unvisited part holds elements somewhere, what): a tie at element 0
+    # names a dimension whose cells hold none, else the rows
+    empty = min([(first_row * out_cols * out_depth, bool(walks[0]), "rows")] * (first_row < out_rows)
+                + [(first_col * out_depth, bool(walks[1]), "cols")] * (first_col < out_cols)
+                + [(depth, True, "channels")] * (out_depth > depth)
+                + [(batch * out_rows * out_cols * out_depth, True, "images")] * (out_batch > batch), default=None)
     elements = math.prod(int(d) for d in out_backprop_shape)
-    if empty is not None and elements > empty[0] * out_depth:
-        r, c = (first_row, 0) if empty[2] == 0 else (0, first_col)
-        name, sequence, k, count, size, dim = (
-            ("row_pooling_sequence", row_pooling_sequence, r, out_rows, in_rows, "rows") if empty[2] == 0
-            else ("col_pooling_sequence", col_pooling_sequence, c, out_cols, in_cols, "cols"))
-        why = (f"has {len(sequence)} elements, so TF's loop visits {max(0, len(sequence) - 1)} of orig_output's "
-               f"{count} {dim} and cell {k} is never visited" if k >= len(sequence) - 1
-               else "makes pooling cell {} empty (from {} to {} with overlapping={}, clamped to {} {})".format(
-                   k, *sequence_cell(sequence, k, size, overlapping), overlapping, size, dim))
+    if empty is not None and elements > empty[0]:
+        flat, _, what = empty
+        at = [int(i) for i in np.unravel_index(flat, (out_batch, out_rows, out_cols, out_depth))]
+        if what in ("rows", "cols"):
+            name, sequence, k, count, size = (
+                ("row_pooling_sequence", row_pooling_sequence, at[1], out_rows, in_rows) if what == "rows"
+                else ("col_pooling_sequence", col_pooling_sequence, at[2], out_cols, in_cols))
+            why = (f"{name} has {len(sequence)} elements, so TF's loop visits {max(0, len(sequence) - 1)} of "
+                   f"orig_output's {count} {what} and cell {k} is never visited" if k >= len(sequence) - 1
+                   else "{} makes pooling cell {} empty (from {} to {} with overlapping={}, clamped to {} {})".format(
+                       name, k, *sequence_cell(sequence, k, size, overlapping), overlapping, size, what))
+            got = f", got {shown(sequence)}"
+        else:
+            why = (f"orig_output has {out_depth} channels to orig_input's {depth}" if what == "channels"
+                   else f"orig_output has {out_batch} images to orig_input's {batch}")
+            why, got = f"{why}, which TF's walk never visits", ""
         raise InvalidArgumentError(
-            f"{op}: {name} {why}, and out_backprop's {elements} elements reach orig_output[0, {r}, {c}, 0] (flat "
-            f"element {(r * out_cols + c) * out_depth}), for which TF's walk chose no input element (TF: Invalid "
-            f"input backprop index: -1); an empty cell takes no gradient, got {shown(sequence)}")
+            f"{op}: {why}, and out_backprop's {elements} elements reach orig_output{at} (flat element {flat}), "
+            f"for which TF's walk chose no input element (TF: Invalid input backprop index: -1); an empty or "
+            f"unvisited entry takes no gradient{got}")
     live = FractionalPoolGeometry(batch, in_rows, in_cols, depth, len(kept_rows), len(kept_cols),
                                   row_starts, row_ends, col_starts, col_ends, overlapping)
     return live, kept_rows, kept_cols

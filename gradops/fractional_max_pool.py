@@ -35,8 +35,9 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
     orig_output's shape (or, as TF reads it, any shape of at most its size: its flat elements
     in order, the rest zero); pooling sequences: 1-D ints, cell k from entry k to entry k + 1.
     A cell that is empty, or that a sequence of fewer than out_rows + 1 / out_cols + 1 entries
-    never defines, chooses nothing (orig_output holds the lowest value there), and
-    out_backprop's flat elements must stop before the first such cell, as TF requires.
+    never defines, and an image or channel of orig_output past orig_input's, chooses nothing
+    (orig_output holds the lowest value there), and out_backprop's flat elements must stop
+    before the first such entry, as TF requires.
     Returns [N, in_rows, in_cols, C] in the common dtype.
     """
     op = "fractional_max_pool_grad"
@@ -47,9 +48,11 @@ def fractional_max_pool_grad(orig_input: Any, orig_output: Any, out_backprop: An
     geometry, kept_rows, kept_cols = fractional_max_pool_cells(
         op, arrays["orig_input"].shape, arrays["orig_output"].shape, arrays["out_backprop"].shape, rows, cols,
         overlapping)
-    if (len(kept_rows), len(kept_cols)) != arrays["orig_output"].shape[1:3]:  # cells holding no element
+    live = (geometry.batch, len(kept_rows), len(kept_cols), geometry.depth)
+    if live != arrays["orig_output"].shape:  # entries holding no element's maximum
         with arrays_device(arrays.values()):
-            arrays["orig_output"] = without_empty_cells(op, arrays["orig_output"], kept_rows, kept_cols)
+            arrays["orig_output"] = without_empty_cells(op, arrays["orig_output"], live[0], kept_rows, kept_cols,
+                                                        live[3])
     # TF reads out_backprop flat, in order, as far as it goes: another shape of orig_output's
     # size is the same gradient, a smaller one is padded with zeros (validated, once).
     pad_bytes = _arrays.zero_extension_bytes(arrays["out_backprop"], geometry.output_shape)
@@ -70,33 +73,46 @@ EMPTY_CELLS_CHUNK = 1 << 14
 EMPTY_CELLS_GPU_CHUNK = 1 << 22
 
 
-def without_empty_cells(op: str, orig_output, kept_rows: tuple[int, ...], kept_cols: tuple[int, ...]):
-    """orig_output [N, out_rows, out_cols, C] (NumPy or CuPy) at the cells that hold elements
-    (rows ``kept_rows``, columns ``kept_cols``): what the backends take, in the same order.
+def without_empty_cells(op: str, orig_output, batch: int, kept_rows: tuple[int, ...], kept_cols: tuple[int, ...],
+                        depth: int):
+    """orig_output [out_batch, out_rows, out_cols, out_depth] (NumPy or CuPy) at its entries
+    that hold a maximum: the first ``batch`` images, the cells that hold elements (rows
+    ``kept_rows``, columns ``kept_cols``), the first ``depth`` channels; what the backends
+    take, in the same order.
 
-    TF's walk leaves the maximum of an empty cell (or of one the sequences never define) at
-    T's lowest value and chooses nothing there; the geometry has let no out_backprop element
-    reach such a cell.  So orig_output must hold that value there (TF's "tensor_out_dup is not
-    the same as tensor_out" check), compared here in chunks, bit for bit (NaN is refused).
+    TF's walk leaves the maximum of an empty cell (or of one the sequences never define), and
+    of an image or channel past orig_input's, at T's lowest value and chooses nothing there;
+    the geometry has let no out_backprop element reach such an entry.  So orig_output must
+    hold that value there (TF's "tensor_out_dup is not the same as tensor_out" check),
+    compared here in chunks, bit for bit (NaN is refused).
     """
     # a NumPy scalar (CuPy takes those as operands, not NumPy arrays, even 0-d ones)
     bits = np.asarray(lowest(orig_output.dtype)).view(f"u{orig_output.dtype.itemsize}")[()]
     # the unsigned integers of orig_output's bytes, in its byte order (a host array may be swapped)
     as_bits = bits.dtype if orig_output.dtype.isnative else bits.dtype.newbyteorder()
-    for axis, kept in ((1, kept_rows), (2, kept_cols)):
-        for start, stop in _gaps(kept, orig_output.shape[axis]):
-            view = orig_output[:, start:stop] if axis == 1 else orig_output[:, :, start:stop]
+    # orig_output's unvisited images; in the others, its unvisited channels; in the visited
+    # ones, its empty row cells, then its empty column cells
+    every = slice(None)
+    regions = [(slice(batch, None), every, every, every), (slice(0, batch), every, every, slice(depth, None))]
+    regions += [(slice(0, batch), slice(start, stop), every, slice(0, depth))
+                for start, stop in _gaps(kept_rows, orig_output.shape[1])]
+    regions += [(slice(0, batch), every, slice(start, stop), slice(0, depth))
+                for start, stop in _gaps(kept_cols, orig_output.shape[2])]
+    for region in regions:
+        view = orig_output[region]
+        if view.size:
             found = _first_other(view.view(as_bits), bits, EMPTY_CELLS_CHUNK if _arrays.location(orig_output)
                                  == _arrays.HOST else EMPTY_CELLS_GPU_CHUNK)
             if found is not None:
-                at, held = found
-                at[axis] += start
+                at = [i + (r.start or 0) for i, r in zip(found[0], region)]
+                held = found[1]
                 value = np.asarray(held, bits.dtype).view(lowest(orig_output.dtype).dtype)[()]  # native order
                 raise InvalidArgumentError(
                     f"{op}: orig_output is not the max pooling of orig_input over the pooling sequences (TF: "
-                    f"tensor_out_dup is not the same as tensor_out): at {at} orig_output holds {value!r}, but that "
-                    f"cell is empty, where TF's maximum stays the lowest value {lowest(orig_output.dtype)!r}")
-    return orig_output[:, _index(kept_rows)][:, :, _index(kept_cols)]
+                    f"tensor_out_dup is not the same as tensor_out): at {at} orig_output holds {value!r}, but TF's "
+                    f"walk chooses no element for that entry (an empty or unvisited cell, image or channel), so its "
+                    f"maximum stays the lowest value {lowest(orig_output.dtype)!r}")
+    return orig_output[:batch, _index(kept_rows)][:, :, _index(kept_cols)][..., :depth]
 
 
 def _gaps(kept: tuple[int, ...], size: int):

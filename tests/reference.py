@@ -145,24 +145,26 @@ def _max_pool_cells(seq, count, size, overlapping):
     return [(seq[k], min(seq[k + 1] if overlapping else seq[k + 1] - 1, size - 1)) for k in range(count)]
 
 
-def fractional_max_pool_select(x, rows, cols, out_rows, out_cols, overlapping):
+def fractional_max_pool_select(x, rows, cols, out_rows, out_cols, overlapping, out_batch=None, out_depth=None):
     """TF's FractionalMaxPoolGrad scan (fractional_max_pool_op.cc): per cell and channel, rows
     then columns, the first element, replaced by any strictly greater one.  Returns the chosen
-    flat NHWC offsets and their values (the maxima), [N, out_rows, out_cols, C].  As in TF's
-    walk, only the first len(sequence) - 1 cells are visited (the sequences' cells past
-    out_rows / out_cols must be empty), and an empty or unvisited cell keeps the offset -1 and
-    the type's lowest value."""
+    flat NHWC offsets and their values (the maxima), [out_batch, out_rows, out_cols,
+    out_depth] (by default x's batch and depth).  As in TF's walk, only the first
+    len(sequence) - 1 cells and x's images and channels are visited (the sequences' cells past
+    out_rows / out_cols must be empty, out_batch and out_depth at least x's), and an empty or
+    unvisited entry keeps the offset -1 and the type's lowest value."""
     import ml_dtypes
 
     n, h, w, c = x.shape
+    out_batch, out_depth = n if out_batch is None else out_batch, c if out_depth is None else out_depth
     key = x.astype(np.float64) if x.dtype.kind in "fV" else x
-    chosen = np.full((n, out_rows, out_cols, c), -1, np.int64)
-    maxima = np.full((n, out_rows, out_cols, c), (np.iinfo if x.dtype.kind == "i" else ml_dtypes.finfo)(x.dtype).min,
-                     x.dtype)
+    chosen = np.full((out_batch, out_rows, out_cols, out_depth), -1, np.int64)
+    maxima = np.full(chosen.shape, (np.iinfo if x.dtype.kind == "i" else ml_dtypes.finfo)(x.dtype).min, x.dtype)
     row_cells = _max_pool_cells(rows, len(rows) - 1, h, overlapping)
     col_cells = _max_pool_cells(cols, len(cols) - 1, w, overlapping)
     if any(r1 >= r0 for r0, r1 in row_cells) and any(c1 >= c0 for c0, c1 in col_cells):  # else TF walks nothing
         assert all(r1 < r0 for r0, r1 in row_cells[out_rows:]) and all(c1 < c0 for c0, c1 in col_cells[out_cols:])
+        assert out_batch >= n and out_depth >= c
     for b in range(n):
         for r, (r0, r1) in enumerate(row_cells[:out_rows]):
             for q, (c0, c1) in enumerate(col_cells[:out_cols]):
@@ -179,10 +181,12 @@ def fractional_max_pool_select(x, rows, cols, out_rows, out_cols, overlapping):
 
 
 def fractional_max_pool_grad(x, dy, rows, cols, overlapping, elements=None):
-    """out_backprop (orig_output's shape) added to the chosen elements in output order, in TF's
-    accumulator type (float32 for the half types; unlike the rest of this module, so that it is
-    bit-exact).  ``elements``: how many of dy's flat elements TF reads (default all)."""
-    chosen, _ = fractional_max_pool_select(x, rows, cols, dy.shape[1], dy.shape[2], overlapping)
+    """out_backprop (orig_output's shape, whose batch and depth may exceed x's) added to the
+    chosen elements in output order, in TF's accumulator type (float32 for the half types;
+    unlike the rest of this module, so that it is bit-exact).  ``elements``: how many of dy's
+    flat elements TF reads (default all)."""
+    chosen, _ = fractional_max_pool_select(x, rows, cols, dy.shape[1], dy.shape[2], overlapping, dy.shape[0],
+                                           dy.shape[3])
     acc = dy.dtype if np.dtype(dy.dtype).itemsize > 2 else np.float32
     grad = np.zeros(x.size, acc)
     for index, value in zip(chosen.reshape(-1)[:elements], dy.reshape(-1)[:elements].astype(acc)):

@@ -610,14 +610,28 @@ EMPTY_CELLS = {
 }
 
 
-def empty_cells_case(name, dtype, rng, depth=None):
+# Orig_output with more images or channels than orig_input: TF's walk never visits those, so
+# they hold the lowest value and no choice, as an empty cell does.
+# name: (a case of EMPTY_CELLS, or "full": no empty cell; orig_output's extra images, channels)
+FULL_CELLS = {"full": ((2, 5, 7, 3), [0, 2, 5], [0, 3, 5, 7], True, (2, 3))}
+EXTRA_ENTRIES = {
+    "images": ("full", 2, 0),
+    "channels": ("full", 0, 3),
+    "images-and-channels": ("full", 1, 1),
+    "images-and-an-empty-cell": ("empty-row-cell", 1, 0),
+    "channels-and-an-unvisited-cell": ("unvisited-col-cell", 0, 2),
+}
+
+
+def empty_cells_case(name, dtype, rng, depth=None, images=0, channels=0):
     """(x, orig_output, out_backprop, rows, cols, overlapping, reach): out_backprop has
     orig_output's shape (random values) and TF reads its first ``reach`` flat elements at most,
-    those before the first empty or unvisited cell.  ``depth`` replaces the case's."""
-    shape, rows, cols, overlapping, (out_rows, out_cols) = EMPTY_CELLS[name]
+    those before the first empty or unvisited cell, image or channel.  ``depth`` replaces the
+    case's; orig_output has ``images`` and ``channels`` more than x."""
+    shape, rows, cols, overlapping, (out_rows, out_cols) = {**EMPTY_CELLS, **FULL_CELLS}[name]
     shape = shape if depth is None else shape[:3] + (depth,)
     x = (rng.permutation(np.prod(shape)) - 20).reshape(shape).astype(dtype)
-    chosen, y = brute_select(x, rows, cols, out_rows, out_cols, overlapping)
+    chosen, y = brute_select(x, rows, cols, out_rows, out_cols, overlapping, shape[0] + images, shape[3] + channels)
     dy = rng.integers(-50, 51, y.shape).astype(dtype)
     reach = int(np.argmax(chosen.reshape(-1) < 0)) if (chosen < 0).any() else chosen.size
     return x, y, dy, rows, cols, overlapping, reach
@@ -641,6 +655,64 @@ def test_tf_parity_empty_and_unvisited_cells(tf, name, dtype):
         _tf_grad(tf, x, y, prefix, rows, cols, overlapping)
     with pytest.raises(gradops.InvalidArgumentError, match="_pooling_sequence .*TF: Invalid input backprop index: -1"):
         gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping)
+
+
+@pytest.mark.parametrize("dtype", TF_DTYPES, ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", list(EXTRA_ENTRIES))
+def test_tf_parity_more_images_or_channels_in_orig_output(tf, name, dtype):
+    """TF walks orig_input's images and channels, at orig_output's offsets: orig_output's extra
+    ones keep the lowest value and no choice, and TF computes the call where out_backprop
+    stops before the first of them (with extra channels: within the first cell's channels):
+    the same bits; one element more, and both refuse."""
+    base, images, channels = EXTRA_ENTRIES[name]
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case(base, dtype, np.random.default_rng(5),
+                                                                images=images, channels=channels)
+    assert y.shape == (x.shape[0] + images,) + y.shape[1:3] + (x.shape[3] + channels,)
+    assert reach == (x.shape[3] if channels else min(x.shape[0] * y[0].size, reach))
+    for elements in sorted({0, reach // 2, reach}):
+        prefix = dy.reshape(-1)[:elements]
+        got = gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping)
+        np.testing.assert_array_equal(got, _tf_grad(tf, x, y, prefix, rows, cols, overlapping))
+        np.testing.assert_array_equal(got, brute_grad(x, dy, rows, cols, overlapping, elements))
+    prefix = dy.reshape(-1)[:reach + 1]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="Invalid input backprop index: -1"):
+        _tf_grad(tf, x, y, prefix, rows, cols, overlapping)
+    what = "channels" if channels else "images" if base == "full" else "_pooling_sequence"
+    with pytest.raises(gradops.InvalidArgumentError, match=f"{what} .*TF: Invalid input backprop index: -1"):
+        gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping)
+
+
+@pytest.mark.parametrize("where", ["image", "channel"])
+def test_extra_images_and_channels_need_the_lowest_value(tf, where):
+    """TF's check covers orig_output's extra images and channels too: any value but the
+    lowest there is refused, by TF and by gradops (which names the element)."""
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case("full", np.float64, np.random.default_rng(8),
+                                                                images=1, channels=1)
+    y = y.copy()
+    at = (2, 0, 1, 0) if where == "image" else (1, 1, 2, 3)
+    y[at] = -1e308  # not the lowest float64
+    prefix = dy.reshape(-1)[:reach]
+    with pytest.raises(tf.errors.InvalidArgumentError, match="tensor_out_dup is not the same as tensor_out"):
+        _tf_grad(tf, x, y, prefix, rows, cols, overlapping)
+    with pytest.raises(gradops.InvalidArgumentError, match=rf"at \[{', '.join(map(str, at))}\] orig_output holds"):
+        gradops.fractional_max_pool_grad(x, y, prefix, rows, cols, overlapping)
+
+
+def test_fewer_images_or_channels_in_orig_output(tf):
+    """Fewer images or channels in orig_output than in orig_input: TF's walk would write past
+    its buffers (images) or into the next cell's channels, and gradops refuses, naming
+    orig_output; where no cell holds an element TF's walk touches nothing, and both return
+    zeros."""
+    x = np.arange(2 * 4 * 4 * 2, dtype=np.float32).reshape(2, 4, 4, 2)
+    for y_shape in ((1, 2, 2, 2), (2, 2, 2, 1)):
+        with pytest.raises(gradops.InvalidArgumentError, match="orig_output's batch and depth must be at least"):
+            gradops.fractional_max_pool_grad(x, np.zeros(y_shape, np.float32), np.zeros(0, np.float32),
+                                             [0, 2, 4], [0, 2, 4])
+    y = np.full((1, 1, 1, 1), np.finfo(np.float32).min, np.float32)
+    dy = np.zeros(0, np.float32)
+    got = gradops.fractional_max_pool_grad(x, y, dy, [5, 6], [0, 2])  # row cell 0 starts past the input
+    np.testing.assert_array_equal(got, _tf_grad(tf, x, y, dy, [5, 6], [0, 2], False))
+    assert got.shape == x.shape and not got.any()
 
 
 def test_empty_cells_need_the_lowest_value_in_orig_output(tf):
@@ -723,7 +795,7 @@ def test_a_broadcast_orig_output_of_empty_cells_allocates_little():
 
     x = np.array([0.25, -1.0, 0.5, 2.0], np.float16).reshape(1, 2, 2, 1)
     dy = np.array([3.0], np.float16)
-    for fill, expect in ((np.float16(1), "that cell is empty"), (np.float16(-65504), None)):
+    for fill, expect in ((np.float16(1), "chooses no element for that entry"), (np.float16(-65504), None)):
         y = np.broadcast_to(fill, (1, 1 << 20, 1, 1))
         if expect is None:
             y = y.copy()
@@ -796,8 +868,9 @@ def test_forward_output_of_empty_cells_is_the_gradients_orig_output(rng):
 
 @st.composite
 def empty_cell_calls(draw):
-    """A call with sequences in any order (empty cells anywhere) or too short, in TF's dtypes,
-    with out_backprop's flat elements stopping at or before the first empty cell."""
+    """A call with sequences in any order (empty cells anywhere) or too short, sometimes an
+    orig_output of more images or channels, in TF's dtypes, with out_backprop's flat elements
+    stopping at or before the first empty cell, image or channel."""
     overlapping = draw(st.booleans())
     n, h, w, c = (draw(st.integers(1, 2)), draw(st.integers(1, 6)), draw(st.integers(1, 6)), draw(st.integers(1, 3)))
     rows, cols = draw(pool_sequence(h, overlapping)), draw(pool_sequence(w, overlapping))
@@ -811,7 +884,8 @@ def empty_cell_calls(draw):
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     x = tied_input(rng, (n, h, w, c), dtype) if draw(st.booleans()) else (rng.standard_normal((n, h, w, c)) * 100)
     x = x.astype(dtype)
-    chosen, y = brute_select(x, rows, cols, out_rows, out_cols, overlapping)
+    images, channels = draw(st.sampled_from([(0, 0)] * 4 + [(1, 0), (0, 1), (2, 2)]))
+    chosen, y = brute_select(x, rows, cols, out_rows, out_cols, overlapping, n + images, c + channels)
     reach = int(np.argmax(chosen.reshape(-1) < 0)) if (chosen < 0).any() else chosen.size
     elements = draw(st.one_of(st.just(reach), st.integers(0, reach)))  # mostly all TF reads
     dy = rng.integers(-50, 51, elements).astype(dtype)
@@ -931,7 +1005,26 @@ def test_cuda_empty_and_unvisited_cells(cuda_device, name, dtype):
     _check_cuda(x, y, prefix, rows, cols, overlapping)
     wrong = y.copy()
     wrong.reshape(-1)[reach] = 0  # the first empty cell's first element: TF's lowest value there
-    with pytest.raises(gradops.InvalidArgumentError, match=r"orig_output is not the max pooling.* that cell is empty"):
+    with pytest.raises(gradops.InvalidArgumentError, match=r"orig_output is not the max pooling.* chooses no element for that entry"):
+        gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(wrong), to_gpu(prefix), rows, cols, overlapping,
+                                         backend="cuda")
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64], ids=lambda d: np.dtype(d).name)
+@pytest.mark.parametrize("name", list(EXTRA_ENTRIES))
+def test_cuda_more_images_or_channels_in_orig_output(cuda_device, name, dtype):
+    """orig_output's extra images and channels are checked on the arrays' device and left out
+    of what the kernels get: bit for bit NumPy's result, and a wrong value there refused."""
+    base, images, channels = EXTRA_ENTRIES[name]
+    depth = 8 if np.dtype(dtype).itemsize == 2 else 4
+    x, y, dy, rows, cols, overlapping, reach = empty_cells_case(base, dtype, np.random.default_rng(7), depth,
+                                                                images, channels)
+    prefix = dy.reshape(-1)[:reach]
+    got = _check_cuda(x, y, prefix, rows, cols, overlapping)
+    np.testing.assert_array_equal(got, brute_grad(x, dy, rows, cols, overlapping, reach))
+    wrong = y.copy()
+    wrong[-1, -1, -1, -1] = 0  # an extra image's or channel's
+    with pytest.raises(gradops.InvalidArgumentError, match=r"orig_output is not the max pooling.* chooses no element"):
         gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(wrong), to_gpu(prefix), rows, cols, overlapping,
                                          backend="cuda")
 

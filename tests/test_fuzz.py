@@ -351,12 +351,16 @@ def pool_calls(draw, op=None):
             x = poison(draw, x, (np.inf, -np.inf))
         # A last row of orig_output that the row cells leave empty (unvisited, or empty extra
         # cells): TF computes the call where out_backprop stops before it (image 0's rows above).
+        # Or more images or channels, which TF's walk never visits either: out_backprop stops
+        # before the first of them (with channels, within the first cell's).
         empty_row = draw(st.booleans())
-        _, y = reference.fractional_max_pool_select(x, rows, cols, out_rows + empty_row, out_cols, bool(overlapping))
+        images, channels = draw(st.sampled_from([(0, 0)] * 3 + [(1, 0), (0, 2)]))
+        _, y = reference.fractional_max_pool_select(x, rows, cols, out_rows + empty_row, out_cols, bool(overlapping),
+                                                    n + images, d + channels)
         dy = (rng.standard_normal(y.shape) * scale).astype(dtype)
         if draw(st.booleans()):
             dy = poison(draw, dy)
-        read = dy[:1, :out_rows] if empty_row else dy
+        read = dy[:1, :1, :1, :d] if channels else dy[:1, :out_rows] if empty_row else dy[:n]
         expected = reference.fractional_max_pool_grad(x, dy, rows, cols, bool(overlapping), read.size)
         expected = expected.astype(np.float64)
         kw = dict(orig_input=dress(x, form()), orig_output=dress(y, form()), out_backprop=dress(read, form()),
