@@ -1005,7 +1005,8 @@ def test_cuda_empty_and_unvisited_cells(cuda_device, name, dtype):
     _check_cuda(x, y, prefix, rows, cols, overlapping)
     wrong = y.copy()
     wrong.reshape(-1)[reach] = 0  # the first empty cell's first element: TF's lowest value there
-    with pytest.raises(gradops.InvalidArgumentError, match=r"orig_output is not the max pooling.* chooses no element for that entry"):
+    with pytest.raises(gradops.InvalidArgumentError,
+                       match=r"orig_output is not the max pooling.* chooses no element for that entry"):
         gradops.fractional_max_pool_grad(to_gpu(x), to_gpu(wrong), to_gpu(prefix), rows, cols, overlapping,
                                          backend="cuda")
 
