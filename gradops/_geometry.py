@@ -671,9 +671,11 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
     the others are TF's:
 
     * batch and depth of orig_output must be at least orig_input's (TF's walk writes each
-      image's and channel's maximum at orig_output's offsets: past its buffers when they are
-      fewer, into the next cell's when the channels are); its extra images and channels are
-      never visited, so they hold TF's lowest value and no choice, like an empty cell;
+      image's and channel's maximum at orig_output's offsets: past its buffers where the
+      images are fewer; where the channels are, into the next cells' entries, merging their
+      maxima, and past the end from the last cell unless it is unvisited: gradops refuses
+      those too, though TF computes some); its extra images and channels are never visited,
+      so they hold TF's lowest value and no choice, like an empty cell;
     * out_backprop may have any shape of at most orig_output's element count: TF adds its
       flat elements in order to the chosen elements of orig_output's first cells (the op pads
       a smaller one with zeros), and reads its argmax buffer past the end for a larger one;
@@ -741,9 +743,9 @@ def fractional_max_pool_cells(op: str, orig_input_shape: Sequence[int], orig_out
     if kept_rows and kept_cols and (out_batch < batch or out_depth < depth):
         raise InvalidArgumentError(
             f"{op}: orig_output's batch and depth must be at least orig_input's where a cell holds input "
-            f"elements (TF writes each image's and channel's maximum at orig_output's offsets: past its buffers, or "
-            f"into the next cell's channels): orig_output {list(orig_output_shape)}, orig_input "
-            f"{list(orig_input_shape)}")
+            f"elements (TF writes each image's and channel's maximum at orig_output's offsets: past its buffers, or, "
+            f"with fewer channels, into the next cells' entries, a result gradops does not compute): orig_output "
+            f"{list(orig_output_shape)}, orig_input {list(orig_input_shape)}")
     # An empty or unvisited cell, and an image or channel orig_output has past orig_input's,
     # keeps TF's maximum at T's lowest value (the op checks that orig_output holds it) and its
     # argmax at -1, which TF refuses only where out_backprop's flat elements reach it ("Invalid

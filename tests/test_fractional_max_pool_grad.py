@@ -699,8 +699,8 @@ def test_extra_images_and_channels_need_the_lowest_value(tf, where):
 
 
 def test_fewer_images_or_channels_in_orig_output(tf):
-    """Fewer images or channels in orig_output than in orig_input: TF's walk would write past
-    its buffers (images) or into the next cell's channels, and gradops refuses, naming
+    """Fewer images or channels in orig_output than in orig_input: TF's walk writes past its
+    buffers (images), or into the next cells' entries (channels), and gradops refuses, naming
     orig_output; where no cell holds an element TF's walk touches nothing, and both return
     zeros."""
     x = np.arange(2 * 4 * 4 * 2, dtype=np.float32).reshape(2, 4, 4, 2)
@@ -708,6 +708,15 @@ def test_fewer_images_or_channels_in_orig_output(tf):
         with pytest.raises(gradops.InvalidArgumentError, match="orig_output's batch and depth must be at least"):
             gradops.fractional_max_pool_grad(x, np.zeros(y_shape, np.float32), np.zeros(0, np.float32),
                                              [0, 2, 4], [0, 2, 4])
+    # A known deviation (README): with fewer channels TF writes a cell's further channels into
+    # the next cells' entries, in bounds here (orig_output's second image is never walked), and
+    # computes a result; gradops refuses.
+    x1, y1 = np.array([1, 5, 3, 2, 0, 7, 4, -1], np.float32).reshape(1, 2, 2, 2), np.array([4, 7], np.float32)
+    dy1 = np.array([10, 100], np.float32)
+    tf_result = _tf_grad(tf, x1, y1.reshape(2, 1, 1, 1), dy1, [0, 2], [0, 2], False)
+    assert tf_result.reshape(-1).tolist() == [0, 0, 0, 0, 0, 100, 10, 0]
+    with pytest.raises(gradops.InvalidArgumentError, match="a result gradops does not compute"):
+        gradops.fractional_max_pool_grad(x1, y1.reshape(2, 1, 1, 1), dy1, [0, 2], [0, 2])
     y = np.full((1, 1, 1, 1), np.finfo(np.float32).min, np.float32)
     dy = np.zeros(0, np.float32)
     got = gradops.fractional_max_pool_grad(x, y, dy, [5, 6], [0, 2])  # row cell 0 starts past the input
