@@ -91,13 +91,13 @@ def without_empty_cells(op: str, orig_output, batch: int, kept_rows: tuple[int, 
     # the unsigned integers of orig_output's bytes, in its byte order (a host array may be swapped)
     as_bits = bits.dtype if orig_output.dtype.isnative else bits.dtype.newbyteorder()
     # orig_output's unvisited images; in the others, its unvisited channels; in the visited
-    # ones, its empty row cells, then its empty column cells
+    # ones, its empty row cells, then its empty column cells (none kept: the rows' were all)
     every = slice(None)
     regions = [(slice(batch, None), every, every, every), (slice(0, batch), every, every, slice(depth, None))]
     regions += [(slice(0, batch), slice(start, stop), every, slice(0, depth))
                 for start, stop in _gaps(kept_rows, orig_output.shape[1])]
     regions += [(slice(0, batch), every, slice(start, stop), slice(0, depth))
-                for start, stop in _gaps(kept_cols, orig_output.shape[2])]
+                for start, stop in _gaps(kept_cols, orig_output.shape[2]) if kept_rows]
     for region in regions:
         view = orig_output[region]
         if view.size:
