@@ -7,7 +7,8 @@
 
 namespace gradops {
 
-// Tensors can exceed 2^31 elements: every linear index and offset is 64-bit.
+// Tensors can exceed 2^31 elements: index_t is 64-bit (kernels with a 32-bit variant for
+// smaller tensors take their index type as a template parameter).
 typedef long long index_t;
 
 // ---------------------------------------------------------------- element <-> accumulator
@@ -31,7 +32,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, flo
 
 // ---------------------------------------------------------------- thread indexing
 // Elementwise kernels use a 1-D grid-stride loop over a 64-bit linear index, so any grid
-// size (the host caps it, see _cuda_runtime.launch_1d) covers any tensor size.
+// size (the host caps it, see _runtime.launch_1d) covers any tensor size.
 #define GRADOPS_GRID_STRIDE_LOOP(i, n)                                                        \
     for (::gradops::index_t i = static_cast<::gradops::index_t>(blockIdx.x) * blockDim.x + threadIdx.x; \
          i < (n); i += static_cast<::gradops::index_t>(blockDim.x) * gridDim.x)

@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "tensorflow-cpu; auto: gpu when a CUDA device is visible")
     parser.add_argument("--engine", action="append", default=None,
                         help="only these engines (repeatable); gpu mode also takes gradops-cuda:PATH, the depthwise "
-                             "input gradient with its kernel path forced (tiled, planes, mma, direct, transpose), the filter "
+                             "input gradient with its kernel path forced (tiled, planes, mma, mma_nhwc, direct, transpose), the filter "
                              "gradient's tiled kernel with its staging forced (sync, async) or its tensor-core kernel "
                              "(mma), or a fractional pooling "
                              "gradient's kernels forced (gather, cells)")

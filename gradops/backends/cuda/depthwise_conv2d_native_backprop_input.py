@@ -128,8 +128,8 @@ PLANES_BY_DEFAULT = True
 #: sums hold 32 (3x3) and 16 (5x5) resident warps per SM where the tiled kernel's hold 10-16, and
 #: the estimate puts it level with or behind the tiled kernel at stride 1 (56 x 56 3x3 multiplier
 #: 1: tiled 1.09x ahead, 1.29x by the refit at exponent 0.5; 14 x 14 5x5: 1.49-1.61x) and ahead at
-#: stride 2 (1.09-2.41x, H100; benchmarks/results/path_estimates.md's float64 rows, which the
-#: benchmark itself does not time).
+#: stride 2 (1.09-2.41x, H100; benchmarks/results/path_estimates.md's float64 rows; the
+#: benchmark times float64 only on MobileNetV2's dw10, 7 x 7 at stride 1).
 PLANES_FLOAT64_STRIDES = (2,)
 
 #: Whether the launcher picks the transpose path by itself for the NCHW shapes it can run (False:
