@@ -9,6 +9,8 @@ references in ``reference.py``.
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -538,6 +540,34 @@ def test_take_rows_view_and_gather():
     np.testing.assert_array_equal(run, x[:, [2, 3, 4]])
     for index in ([1, 3, 4], [4, 3, 2], [2, 2, 3], [5]):
         np.testing.assert_array_equal(nb._take_rows(x, np.array(index)), x[:, index])
+
+
+@pytest.mark.parametrize("numpy_reshape", ["installed", "before 2.1"])
+def test_reshaped_view_writes_through_and_never_copies(monkeypatch, numpy_reshape):
+    """_reshaped_view is a view that writes go through, and refuses (ValueError) a shape that
+    would need a copy, on NumPy's reshape(copy=False) and on the fallback for NumPy < 2.1
+    (setting .shape on a view; NumPy 2.5 deprecates it, so the fallback runs only there)."""
+    if numpy_reshape == "before 2.1":
+        reshape = np.reshape
+
+        def reshape_without_copy_argument(array, shape, **kwargs):
+            if kwargs:
+                raise TypeError("reshape() got an unexpected keyword argument 'copy'")
+            return reshape(array, shape)
+
+        monkeypatch.setattr(nb.np, "reshape", reshape_without_copy_argument)
+        # Here on NumPy 2.5+, setting .shape warns; NumPy < 2.1, where the fallback runs, does not.
+        warnings.filterwarnings("ignore", "Setting the shape", DeprecationWarning)
+    x = np.zeros((2, 3, 8))
+    split = nb._split_last(x[:, 1:], 2)  # rows 1 and 2 of each image: strided, still a view
+    assert split.shape == (2, 2, 2, 4)
+    split[1, 0, 1, 3] = 5.0
+    assert x[1, 1, 7] == 5.0 and np.count_nonzero(x) == 1
+    flat = nb._reshaped_view(x[:, 1:], (2, 16))
+    flat[0, 15] = 6.0
+    assert x[0, 2, 7] == 6.0
+    with pytest.raises(ValueError):
+        nb._reshaped_view(x[:, :, :4], (2, 12))  # rows of 4 of 8: no single stride
 
 
 # --------------------------------------------------------------------------- the thread pool

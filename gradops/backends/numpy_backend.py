@@ -89,11 +89,24 @@ def _taps(g: Conv2DGeometry):
             yield r, s, (rows_out, cols_out), (rows_in, cols_in)
 
 
+def _reshaped_view(array: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``array`` in ``shape`` as a view (writes go through); raises ValueError where that
+    would need a copy.  NumPy 2.5 deprecates setting ``.shape``, which did this before
+    ``reshape(copy=False)`` (NumPy 2.1)."""
+    try:
+        return np.reshape(array, shape, copy=False)
+    except TypeError:  # NumPy < 2.1: reshape has no copy argument
+        view = array.view()
+        try:
+            view.shape = shape
+        except AttributeError as error:
+            raise ValueError(str(error)) from None
+        return view
+
+
 def _split_last(view: np.ndarray, groups: int) -> np.ndarray:
     """[..., G * K] -> [..., G, K] as a view (writes go through); never a copy."""
-    split = view.view()
-    split.shape = view.shape[:-1] + (groups, view.shape[-1] // groups)  # raises rather than copy
-    return split
+    return _reshaped_view(view, view.shape[:-1] + (groups, view.shape[-1] // groups))
 
 
 def _dot(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -558,8 +571,7 @@ def _depthwise_input_grad(g: Conv2DGeometry, w: np.ndarray, dy: np.ndarray, acc:
                      pc.step_offset * out_depth * item, item), writeable=False)
                 target = dst[:, :, u0:u0 + width]
                 if direct:
-                    out = target.view()
-                    out.shape = (k, pr.inputs, width * out_depth)  # raises rather than copy
+                    out = _reshaped_view(target, (k, pr.inputs, width * out_depth))
                 else:
                     out = products[:, :pr.inputs, :width * out_depth]
                 np.einsum("nhrsj,rsj->nhj", taps, tile[:, :, :width * out_depth], out=out)
