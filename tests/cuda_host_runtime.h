@@ -213,6 +213,14 @@ struct Allocation {
 inline std::vector<Allocation> allocations;
 inline std::uintptr_t guard_low = ~std::uintptr_t(0), guard_high = 0;
 
+// scheduler()'s Scheduler is built when the library loads, while the guard range is empty.
+// check_guards asks scheduler() about any access inside the range, and the Scheduler's
+// constructor is instrumented: built at the first such check (arrays mapped on both sides of
+// this library's own data), it came back to check_guards, which called scheduler() inside its
+// own initialisation: a hang with other threads, recursive_init_error without
+// (tests/test_cuda_host.py::test_racecheck_library_takes_arrays_around_its_own_data).
+[[gnu::constructor, gnu::used]] GRADOPS_HOST_UNCHECKED static void build_scheduler_at_load() { (void)scheduler(); }
+
 GRADOPS_HOST_UNCHECKED inline void race_new_epoch() { ++race_state.epoch; }
 // A block starts: its threads have passed no __syncwarp (a launch that failed may have left
 // some lanes of a warp one barrier ahead of others).

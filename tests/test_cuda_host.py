@@ -1230,6 +1230,39 @@ __global__ void read_at(const float* in, float* out, long long index, long long 
 """
 
 
+SET_ALLOCATIONS_CHILD = r"""
+import ctypes, sys
+library = ctypes.CDLL(sys.argv[1])
+low, high = 1, 2**62  # two arrays' bounds, far below and far above the library's own data
+bounds = (ctypes.c_ulonglong * 8)(low, low, low + 1, low + 1, high, high, high + 1, high + 1)
+library.gradops_set_allocations(bounds, ctypes.c_longlong(2))
+print("returned")
+"""
+
+
+def test_racecheck_library_takes_arrays_around_its_own_data(tmp_path):
+    """A racecheck build checks an access against the arrays' guard bytes when it lies between
+    the lowest and highest array, asking the scheduler whether a kernel runs: arrays mapped
+    below and above the library (mmap places large ones beside it) make its own data such an
+    access.  The scheduler is built when the library loads; built at the first such check, in
+    the first launch's gradops_set_allocations, its instrumented constructor came back to that
+    check and waited forever on its own initialisation guard (a full run of the suite hung in a
+    planted barrier test of the depthwise filter gradient, 2026-12-04); this child, with one
+    thread, gets libstdc++'s recursive_init_error instead.  The call runs in a child process,
+    so a hang fails this test instead of stalling the run."""
+    import subprocess
+    import sys
+
+    source_folder(tmp_path, "read_at.cu", READ_AT)
+    build = cuda_host.HostKernels("read_at.cu", ["gradops::read_at<1>"], tmp_path, racecheck=True)
+    try:
+        child = subprocess.run([sys.executable, "-c", SET_ALLOCATIONS_CHILD, build._lib._name],
+                               capture_output=True, text=True, timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail("gradops_set_allocations hung with arrays on both sides of the library's data")
+    assert child.returncode == 0 and child.stdout.strip() == "returned", child.stderr
+
+
 def test_racecheck_builds_refuse_accesses_to_guard_bytes(tmp_path, monkeypatch):
     """memcheck: racecheck builds fail a launch at any access of kernel code to the guard bytes
     around a HostDevice array (past its end or before its start), read or write, naming the
