@@ -88,7 +88,7 @@ def as_host_array(op: str, name: str, x: Any) -> np.ndarray:
     if array.dtype == object and array.ndim == 0 and callable(getattr(x, "__dlpack__", None)):
         try:
             return np.from_dlpack(x)
-        except Exception as exc:  # NumPy reads no bfloat16 (kDLBfloat), nor a broken producer
+        except Exception as exc:  # bfloat16 (kDLBfloat) before NumPy 2.5, a broken producer
             device = _dlpack_device_type(x)
             kind = ("a host DLPack tensor" if device in _DLPACK_HOST else
                     f"a DLPack tensor on device type {device} (neither host memory nor CUDA)")

@@ -120,11 +120,47 @@ def test_a_dlpack_tensor_on_another_accelerator_is_named_as_such():
                                        S1, "SAME")
 
 
+class UnreadableHostDLPack:
+    """A host DLPack tensor whose producer fails to export it, as NumPy's reader fails on a dtype
+    it lacks (bfloat16 before NumPy 2.5): the error comes from the __dlpack__ call."""
+
+    def __dlpack__(self, **kwargs):
+        raise BufferError("DLPack only supports signed/unsigned integers, float and complex dtypes.")
+
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+def _numpy_reads_bfloat16_dlpack() -> bool:
+    try:
+        np.from_dlpack(np.ones(1, bfloat16))
+    except BufferError:  # NumPy < 2.5
+        return False
+    return True
+
+
 def test_a_host_dlpack_tensor_numpy_cannot_read_is_refused_by_name():
-    """NumPy's DLPack reader has no bfloat16: a clear TypeError naming the argument."""
-    dy = DLPackOnly(np.ones((1, 2, 2, 1), bfloat16))
-    with pytest.raises(TypeError, match="out_backprop is a host DLPack tensor NumPy cannot read"):
-        gradops.conv2d_backprop_input([1, 2, 2, 1], np.ones((1, 1, 1, 1), bfloat16), dy, S1, "SAME")
+    """A host DLPack tensor NumPy's reader refuses: a clear TypeError naming the argument."""
+    with pytest.raises(TypeError, match="out_backprop is a host DLPack tensor NumPy cannot read "
+                                        "\\(BufferError: DLPack only "):
+        gradops.conv2d_backprop_input([1, 2, 2, 1], np.ones((1, 1, 1, 1), bfloat16), UnreadableHostDLPack(), S1,
+                                      "SAME")
+
+
+def test_a_host_bfloat16_dlpack_tensor_is_computed_where_numpy_reads_it():
+    """NumPy 2.5 reads a kDLBfloat DLPack tensor as ml_dtypes' bfloat16, and gradops computes with it
+    (without a copy); an older NumPy refuses it, and so does gradops, naming the argument."""
+    rng = np.random.default_rng(3)
+    dy, w = (rng.standard_normal(shape).astype(bfloat16) for shape in ((1, 3, 3, 2), (2, 2, 1, 2)))
+    call = lambda dy: gradops.conv2d_backprop_input([1, 3, 3, 1], w, dy, S1, "SAME")  # noqa: E731
+    if not _numpy_reads_bfloat16_dlpack():
+        with pytest.raises(TypeError, match="out_backprop is a host DLPack tensor NumPy cannot read"):
+            call(DLPackOnly(dy))
+        return
+    assert _arrays.as_host_array("op", "out_backprop", DLPackOnly(dy)).ctypes.data == dy.ctypes.data
+    got = call(DLPackOnly(dy))
+    assert got.dtype == np.dtype(bfloat16)
+    np.testing.assert_array_equal(got.view(np.uint16), call(dy).view(np.uint16))
 
 
 def test_broken_dlpack_device_is_treated_as_host_and_then_refused_as_non_numeric():
@@ -227,8 +263,8 @@ def _cupy_like_host_device():
     class CupyLikeDLPackHostDevice(cuda_host.HostDevice):
         """The stand-in with CuPy >= 14's from_dlpack for CUDA producers: __dlpack__ is given
         CuPy's current stream (the legacy default stream, 1: the stand-in has no other), and a
-        kDLBfloat tensor becomes an ml_dtypes bfloat16 array (HostDevice.from_dlpack reads
-        through NumPy, which refuses bfloat16)."""
+        kDLBfloat tensor becomes an ml_dtypes bfloat16 array, whichever NumPy reads it (NumPy
+        refuses bfloat16 before 2.5)."""
 
         def from_dlpack(self, x):
             if isinstance(x, cuda_host.HostArray):
@@ -248,11 +284,34 @@ def _cupy_like_host_device():
     return CupyLikeDLPackHostDevice
 
 
-@pytest.fixture(params=["cupy-like-dlpack", "numpy-dlpack"])
+def _old_cupy_like_host_device():
+    import cuda_host
+
+    class OldCupyLikeDLPackHostDevice(cuda_host.HostDevice):
+        """The stand-in with a from_dlpack that refuses a kDLBfloat tensor, as CuPy before 14 did
+        (HostDevice.from_dlpack reads through NumPy, which takes bfloat16 from NumPy 2.5 on)."""
+
+        def from_dlpack(self, x):
+            if isinstance(x, cuda_host.HostArray):
+                return x
+            device_type, _ = x.__dlpack_device__()
+            if device_type != KDL_CUDA:
+                raise TypeError(f"from_dlpack: not a CUDA tensor (DLPack device type {device_type})")
+            capsule = x.__dlpack__(stream=1)
+            head = _dltensor(capsule)
+            if (head.code, head.bits, head.lanes) == (KDL_BFLOAT, 16, 1):
+                raise TypeError("Unsupported dtype: bfloat16 (DLPack code 4)")
+            host = np.from_dlpack(_Capsule(capsule))
+            return self._view(host.ctypes.data, host.shape, host.dtype, host.strides)
+
+    return OldCupyLikeDLPackHostDevice
+
+
+@pytest.fixture(params=["cupy-like-dlpack", "old-cupy-dlpack"])
 def stand_in(request, monkeypatch):
     """The host stand-in, with a from_dlpack that takes bfloat16 as CuPy >= 14's does
-    ("cupy-like-dlpack"), or the plain HostDevice one, which refuses bfloat16 as an older
-    CuPy would ("numpy-dlpack"): gradops must then read bfloat16 through the CUDA array interface."""
+    ("cupy-like-dlpack"), or one that refuses bfloat16 as an older CuPy did ("old-cupy-dlpack"):
+    gradops must then read bfloat16 through the CUDA array interface."""
     import zlib
 
     import cuda_host
@@ -260,7 +319,7 @@ def stand_in(request, monkeypatch):
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(f"cannot build the kernel sources for the host: {reason}")
-    cls = _cupy_like_host_device() if request.param == "cupy-like-dlpack" else cuda_host.HostDevice
+    cls = _cupy_like_host_device() if request.param == "cupy-like-dlpack" else _old_cupy_like_host_device()
     device = cls(order="shuffled", seed=zlib.crc32(request.node.nodeid.encode())).install(monkeypatch)
     device.bfloat16_dlpack = request.param == "cupy-like-dlpack"
     return device
