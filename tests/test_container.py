@@ -3,8 +3,9 @@
 The image cannot be built here, so these tests hold the Dockerfile to pyproject.toml (Python
 version, extras, CUDA version), check that .dockerignore keeps what the Dockerfile copies, and
 run the CPU-detectable logic of scripts/gpu-ci.sh: its JUnit gate, and its failing (for the
-right reason) where the GPU tests can only skip.  Skipped inside the image, which holds the
-tests but not the Dockerfile.
+right reason) where the GPU tests can only skip; and CPU CI's scripts/test-newest-numpy.sh where
+it finds no Python to run.  Skipped inside the image, which holds the tests but not the
+Dockerfile.
 """
 
 from __future__ import annotations
@@ -330,3 +331,23 @@ def test_gpu_ci_rejects_unknown_settings(tmp_path):
     assert status == 2 and "unknown step 'gpu'" in output, output
     status, output, _ = _gpu_ci(tmp_path, "info", GRADOPS_CI_SANITIZER="maybe")
     assert status == 2 and "GRADOPS_CI_SANITIZER" in output, output
+
+
+# ---------------------------------------------------------------- CPU CI: scripts/test-newest-numpy.sh
+def _newest_numpy_script(tmp_path, **env):
+    """scripts/test-newest-numpy.sh with a PATH of dirname only (no Python, no pyenv)."""
+    folder = tmp_path / "bin"
+    folder.mkdir(parents=True)
+    (folder / "dirname").symlink_to(shutil.which("dirname"))
+    return subprocess.run(["/bin/bash", str(ROOT / "scripts" / "test-newest-numpy.sh")], capture_output=True,
+                          text=True, env={"PATH": str(folder), "HOME": str(tmp_path), **env}, timeout=60)
+
+
+def test_newest_numpy_script_says_it_did_not_run_without_a_newer_python(tmp_path):
+    """Where no Python 3.12+ is found, the script tests nothing, says so and succeeds (CI's
+    machine may have none); an interpreter named in GRADOPS_NEWEST_PYTHON that is older fails."""
+    run = _newest_numpy_script(tmp_path)
+    assert run.returncode == 0 and "not run: no Python 3.12 or later here" in run.stdout, run.stdout + run.stderr
+    if sys.version_info < (3, 12):
+        run = _newest_numpy_script(tmp_path / "older", GRADOPS_NEWEST_PYTHON=sys.executable)
+        assert run.returncode == 2 and "is not Python 3.12+" in run.stderr, run.stdout + run.stderr

@@ -360,8 +360,15 @@ def test_one_slice_filter_gradient_has_no_reduce_stage(width):
 
 # --------------------------------------------------------------------------- end to end (compiles)
 
+def _module_exists(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:  # a dotted name's parent package is missing ("cuda")
+        return False
+
+
 HAS_TOOLS = (sys.platform == "linux" and platform.machine() == "x86_64" and sys.version_info >= (3, 11)
-             and importlib.util.find_spec("cuda.core") is not None)
+             and _module_exists("cuda.core"))
 
 
 def _tools_present() -> bool:
