@@ -257,14 +257,14 @@ class _Capsule:
         return (1, 0)  # kDLCPU: NumPy reads the stand-in's memory, which is host memory
 
 
-def _cupy_like_host_device():
+def _cupy_like_host_device(takes_bfloat16: bool):
     import cuda_host
 
     class CupyLikeDLPackHostDevice(cuda_host.HostDevice):
-        """The stand-in with CuPy >= 14's from_dlpack for CUDA producers: __dlpack__ is given
-        CuPy's current stream (the legacy default stream, 1: the stand-in has no other), and a
-        kDLBfloat tensor becomes an ml_dtypes bfloat16 array, whichever NumPy reads it (NumPy
-        refuses bfloat16 before 2.5)."""
+        """The stand-in with CuPy's from_dlpack for CUDA producers: __dlpack__ is given CuPy's
+        current stream (the legacy default stream, 1: the stand-in has no other), and a kDLBfloat
+        tensor becomes an ml_dtypes bfloat16 array as in CuPy >= 14 (whichever NumPy reads it:
+        NumPy refuses bfloat16 before 2.5), or is refused, as CuPy before 14 did."""
 
         def from_dlpack(self, x):
             if isinstance(x, cuda_host.HostArray):
@@ -275,6 +275,8 @@ def _cupy_like_host_device():
             capsule = x.__dlpack__(stream=1)
             head = _dltensor(capsule)
             is_bfloat16 = (head.code, head.bits, head.lanes) == (KDL_BFLOAT, 16, 1)
+            if is_bfloat16 and not takes_bfloat16:
+                raise TypeError("Unsupported dtype: bfloat16 (DLPack code 4)")
             if is_bfloat16:
                 head.code = KDL_UINT  # NumPy reads the bits as uint16
             host = np.from_dlpack(_Capsule(capsule))
@@ -282,29 +284,6 @@ def _cupy_like_host_device():
             return out.view(bfloat16) if is_bfloat16 else out
 
     return CupyLikeDLPackHostDevice
-
-
-def _old_cupy_like_host_device():
-    import cuda_host
-
-    class OldCupyLikeDLPackHostDevice(cuda_host.HostDevice):
-        """The stand-in with a from_dlpack that refuses a kDLBfloat tensor, as CuPy before 14 did
-        (HostDevice.from_dlpack reads through NumPy, which takes bfloat16 from NumPy 2.5 on)."""
-
-        def from_dlpack(self, x):
-            if isinstance(x, cuda_host.HostArray):
-                return x
-            device_type, _ = x.__dlpack_device__()
-            if device_type != KDL_CUDA:
-                raise TypeError(f"from_dlpack: not a CUDA tensor (DLPack device type {device_type})")
-            capsule = x.__dlpack__(stream=1)
-            head = _dltensor(capsule)
-            if (head.code, head.bits, head.lanes) == (KDL_BFLOAT, 16, 1):
-                raise TypeError("Unsupported dtype: bfloat16 (DLPack code 4)")
-            host = np.from_dlpack(_Capsule(capsule))
-            return self._view(host.ctypes.data, host.shape, host.dtype, host.strides)
-
-    return OldCupyLikeDLPackHostDevice
 
 
 @pytest.fixture(params=["cupy-like-dlpack", "old-cupy-dlpack"])
@@ -319,7 +298,7 @@ def stand_in(request, monkeypatch):
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(f"cannot build the kernel sources for the host: {reason}")
-    cls = _cupy_like_host_device() if request.param == "cupy-like-dlpack" else _old_cupy_like_host_device()
+    cls = _cupy_like_host_device(takes_bfloat16=request.param == "cupy-like-dlpack")
     device = cls(order="shuffled", seed=zlib.crc32(request.node.nodeid.encode())).install(monkeypatch)
     device.bfloat16_dlpack = request.param == "cupy-like-dlpack"
     return device
