@@ -79,8 +79,11 @@ stamp "warm: $(tail -1 "$W/warm.log")"
     --rootdir "$OLDPWD" -p no:cacheprovider -n 14 -q -m "gpu and not slow" "${TIMEOUT[@]}" \
     --junitxml "$W/gpu-tests.junit.xml" "$OLDPWD/tests") >"$W/gpu-tests.log" 2>&1
 echo "exit $?" >>"$W/gpu-tests.log"
+# The device image has no TensorFlow (its CPU wheel is far over the 64 MiB a call may carry; 1.3 GB
+# installed), so the TF parity tests' GPU cases skip there; the GPU CI image (Dockerfile: the
+# test extra) has it.
 python3 scripts/junit_gate.py "$W/gpu-tests.junit.xml" --label gpu-tests --no-skips \
-    --allow-skip "^needs two GPUs" --min-passed 1 >>"$W/gpu-tests.log" 2>&1
+    --allow-skip "^needs two GPUs|^could not import 'tensorflow'" --min-passed 1 >>"$W/gpu-tests.log" 2>&1
 stamp "gpu tests: $(grep -E 'passed|failed' "$W/gpu-tests.log" | tail -2 | tr '\n' ' ')"
 wait
 pkill -9 -f "python3 -m pytest" 2>/dev/null

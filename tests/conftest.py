@@ -173,6 +173,13 @@ def racecheck_device(request, monkeypatch):
     return cuda_host.HostDevice(order="shuffled", seed=seed, racecheck=True).install(monkeypatch)
 
 
+@pytest.fixture
+def host_device(request, monkeypatch):
+    """The HostDevice stand-in alone, for tests of the stand-in itself: a GPU has nothing for them
+    to check, and a GPU run's gate refuses skips."""
+    return _install_host_device(request, monkeypatch)
+
+
 @pytest.fixture(params=["host", pytest.param("gpu", marks=pytest.mark.gpu)])
 def cuda_device(request, monkeypatch):
     """Where a test of gradops' CUDA kernels runs: "gpu" (CuPy on a GPU; skipped without one;
