@@ -1257,8 +1257,9 @@ def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
 
 def test_mma_choice(monkeypatch):
     """What the tensor-core kernel takes, and where the launcher picks it by itself
-    (MMA_CHOICE: 5x5 at multiplier 2 on maps whose units are at least 75% inside, 3x3 at
-    multiplier 2 there with 16-byte staging, never multiplier 1; MMA_PLANE_CHOICE: wherever the whole-plane form runs (14 x 14);
+    (MMA_CHOICE: 3x3 and 5x5 at multipliers 1 and 2 on maps whose units are at least 75% inside,
+    whatever the staging, as the H200 measured on 2026-12-04; MMA_PLANE_CHOICE: wherever the
+    whole-plane form runs (14 x 14);
     MMA_PACKED_CHOICE: where the packed form runs (7 x 7), at 5x5; never float32 or before sm_80,
     where the planes kernel runs NCHW)."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
@@ -1279,21 +1280,21 @@ def test_mma_choice(monkeypatch):
         assert not cuda_launcher.mma_possible(*refused)
     assert cuda_launcher.mma_fill(g()[0]) == pytest.approx(28 * 28 / (32 * 32))
     chosen = [g(multiplier=2), g(multiplier=2, dtype=ml_dtypes.bfloat16),  # rows: 77% inside, 4-byte staging
+              g(), g(dtype=ml_dtypes.bfloat16),  # 5x5 multiplier 1 likewise
               g(x_shape=(2, 14, 14, 8), multiplier=2),
               g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2),
               g(x_shape=(2, 14, 14, 8)),  # whole planes in 8-byte chunks (rows would take 4-byte ones)
               g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3), multiplier=2),  # whole planes (77% of the unit inside)
               g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3)),  # whole planes at 3x3 multiplier 1
               g(x_shape=(2, 7, 7, 8), multiplier=2), g(x_shape=(2, 7, 7, 8)),  # packed, 4 images a unit
-              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2)]  # 77%, 16-byte staging
-    not_chosen = [g(), g(dtype=ml_dtypes.bfloat16),  # 5x5 multiplier 1: 77% inside, 4-byte staging
-                  g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3)),  # packed, but 3x3 at multiplier 1
+              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%, 16-byte staging
+              g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1 staged 8 bytes at a time
+              g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # 3x3 multiplier 2 staged 8 bytes at a time
+              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1, 77% inside
+              g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1: all inside, 16-byte staging
+              g(x_shape=(2, 64, 64, 8))]  # 5x5 multiplier 1 likewise
+    not_chosen = [g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3)),  # packed, but 3x3 at multiplier 1
                   g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3), multiplier=2),  # packed, 3x3 at multiplier 2
-                  g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1 staged 8 bytes at a time
-                  g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # 3x3 multiplier 2 staged 8 bytes at a time
-                  g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1, 77% inside
-                  g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1: all inside, 16-byte staging
-                  g(x_shape=(2, 64, 64, 8)),  # 5x5 multiplier 1 likewise
                   g(x_shape=(2, 40, 40, 8), filt_hw=(3, 3)),  # 16-byte staging, but 69% inside
                   g(x_shape=(2, 40, 40, 8), filt_hw=(5, 5), multiplier=2),  # 69% inside
                   g(dtype=np.float32), g(data_format="NHWC"), g(strides=(2, 2))]
@@ -1302,7 +1303,7 @@ def test_mma_choice(monkeypatch):
     m2 = g(multiplier=2)
     assert not cuda_launcher.mma_chosen(*m2, arch=75) and cuda_launcher.mma_chosen(*m2, arch=80)
     assert cuda_launcher.pick_path(*m2, arch=90) == "mma" and cuda_launcher.pick_path(*m2, arch=75) == "planes"
-    assert cuda_launcher.pick_path(*g(), arch=90) == "planes"
+    assert cuda_launcher.pick_path(*g(x_shape=(2, 40, 40, 8), filt_hw=(3, 3)), arch=90) == "planes"
     assert cuda_launcher.pick_path(*g(data_format="NHWC"), arch=90) == "tiled"
     monkeypatch.setattr(cuda_launcher, "MMA_BY_DEFAULT", False)
     assert not cuda_launcher.mma_chosen(*m2, arch=90)
@@ -1593,8 +1594,10 @@ def test_cuda_mma_nhwc_edges(cuda_device, rng, monkeypatch, case, target_ctas):
     check_cuda(kwargs, ref, scale, path="mma_nhwc", device=cuda_device)
 
 
-def test_mma_nhwc_choice():
-    """Where the NHWC tensor-core kernel can run and where the launcher takes it by itself, and its grid."""
+def test_mma_nhwc_choice(monkeypatch):
+    """Where the NHWC tensor-core kernel can run, that the launcher does not take it by itself
+    (MMA_NHWC_BY_DEFAULT, off since the H200 measured it behind the tiled kernel), where it would
+    with the default turned on (MMA_NHWC_CHOICE), and its grid."""
     half = np.dtype(np.float16)
 
     def g(x_shape=(32, 28, 28, 16), filt=5, multiplier=2, strides=(1, 1), dilations=(1, 1), data_format="NHWC"):
@@ -1611,6 +1614,9 @@ def test_mma_nhwc_choice():
                            (g(data_format="NCHW"), half), (g(strides=(2, 2)), half),
                            (g(dilations=(2, 2)), half), (g(multiplier=3), half), (g(filt=7), half)):
         assert not cuda_launcher.mma_nhwc_possible(refused, dtype)
+    assert not cuda_launcher.MMA_NHWC_BY_DEFAULT
+    assert not cuda_launcher.mma_nhwc_chosen(g(), half, arch=90) and cuda_launcher.pick_path(g(), half, arch=90) == "tiled"
+    monkeypatch.setattr(cuda_launcher, "MMA_NHWC_BY_DEFAULT", True)
     assert cuda_launcher.mma_nhwc_chosen(g(), half, arch=90) and cuda_launcher.mma_nhwc_chosen(g(), half, arch=80)
     assert not cuda_launcher.mma_nhwc_chosen(g(), half, arch=75)
     assert cuda_launcher.pick_path(g(), half, arch=90) == "mma_nhwc"
@@ -1633,14 +1639,16 @@ def test_mma_nhwc_choice():
     assert "_mma_nhwc<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
 
 
-def test_cuda_mma_nhwc_misaligned_out_backprop(cuda_device, rng):
-    """An out_backprop view 2 bytes off a 16-byte boundary: the launcher's own choice falls back to
-    the tiled kernel, the forced path is refused, and the result is right."""
+def test_cuda_mma_nhwc_misaligned_out_backprop(cuda_device, rng, monkeypatch):
+    """An out_backprop view 2 bytes off a 16-byte boundary: the launcher's own choice (with
+    MMA_NHWC_BY_DEFAULT turned on) falls back to the tiled kernel, the forced path is refused, and
+    the result is right."""
     from gradops.backends.cuda import _runtime
 
     kwargs, ref, scale = make_case(rng, x_shape=(2, 14, 14, 8), filt_hw=(5, 5), multiplier=2, padding="SAME",
                                    data_format="NHWC", dtype=np.float16)
     g = geometry_of(kwargs)
+    monkeypatch.setattr(cuda_launcher, "MMA_NHWC_BY_DEFAULT", True)
     assert cuda_launcher.mma_nhwc_chosen(g, np.float16, arch=90)
     dy = kwargs["out_backprop"]
     view = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))[1:].reshape(dy.shape)
@@ -1863,6 +1871,13 @@ def test_planes_plan():
     f64 = np.dtype(np.float64)  # float64 takes it at stride 2 only (PLANES_FLOAT64_STRIDES)
     assert cuda_launcher.planes_possible(geometry(14, 14, 8), f64) and cuda_launcher.pick_path(geometry(14, 14, 8), f64) == "tiled"
     assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), f64) == "planes"
+    # float32 3x3 at stride 2, multiplier 1, takes the tiled kernel (PLANES_FLOAT32_TILED); 5x5
+    # there, multiplier 2 there and float16 take the planes kernel
+    assert cuda_launcher.planes_possible(geometry(14, 14, 8, stride=2), f32)
+    assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), f32) == "tiled"
+    assert cuda_launcher.pick_path(geometry(14, 14, 8, k=5, stride=2), f32) == "planes"
+    assert cuda_launcher.pick_path(geometry(14, 14, 8, multiplier=2, stride=2), f32) == "planes"
+    assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), np.dtype(np.float16), arch=90) == "planes"
     # Stride 2: even bands from an even padded row, items of 2 x 8.  SAME 5x5 on 56 x 56 pads 1
     # above and left: rows -1 .. 56 (58, one band) in items of 2 rows, columns 0 .. 55 in 7 items
     # (odd phase); 4 planes (812 items), staged 29 + 2 rows of 32 (4 x 7 + 4) values a slice.

@@ -1149,17 +1149,18 @@ def test_cells_plan():
 
 
 def test_cells_path_is_chosen_only_where_it_can_run(monkeypatch):
-    """The launcher's choice: cells for disjoint partitions (CELLS_BY_DEFAULT), gather for
-    overlapping ones and for cells that do not partition the input; each mode's default can be
-    turned either way; forcing cells where the cells do not partition the input is refused."""
+    """The launcher's choice: cells for partitions, disjoint and overlapping (CELLS_BY_DEFAULT,
+    measured on an H200, 2026-12-04), gather for cells that do not partition the input; each
+    mode's default can be turned either way; forcing cells where the cells do not partition the
+    input is refused."""
     def geometry(rows, cols, overlapping):
         return fractional_pool_geometry(OP, [1, 5, 5, 1], (1, len(rows) - 1, len(cols) - 1, 1), rows, cols, overlapping)
 
     partitions = {mode: geometry([0, 2, 5], [0, 3, 5], mode == "overlapping") for mode in ("disjoint", "overlapping")}
     other = geometry([0, 2, 2, 5], [0, 3, 5], True)
-    assert cuda_launcher.CELLS_BY_DEFAULT == {"disjoint": True, "overlapping": False}
+    assert cuda_launcher.CELLS_BY_DEFAULT == {"disjoint": True, "overlapping": True}
     assert cuda_launcher.pick_path(partitions["disjoint"], np.float32) == "cells"
-    assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "gather"
+    assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "cells"
     for g in partitions.values():
         assert cuda_launcher.pick_path(g, np.float32, "cells") == "cells"
         assert cuda_launcher.pick_path(g, np.float32, "gather") == "gather"
@@ -1171,19 +1172,20 @@ def test_cells_path_is_chosen_only_where_it_can_run(monkeypatch):
     assert cuda_launcher.pick_path(partitions["disjoint"], np.float32) == "gather"
     assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "cells"
     assert cuda_launcher.pick_path(other, np.float32) == "gather"
+    monkeypatch.setattr(cuda_launcher, "CELLS_BY_DEFAULT", {"disjoint": True, "overlapping": False})
+    assert cuda_launcher.pick_path(partitions["disjoint"], np.float32) == "cells"
+    assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "gather"
 
 
 @pytest.mark.parametrize("overlapping", [False, True])
 def test_cuda_cells_by_default(monkeypatch, rng, overlapping):
-    """The public API launches the kernel CELLS_BY_DEFAULT names for generated sequences (cells
-    for disjoint ones; with the overlapping mode's default turned on, for overlapping ones too)
-    and gather for the others, with TF's loop result bit for bit (the host stand-in)."""
+    """The public API launches the kernel CELLS_BY_DEFAULT names for generated sequences (cells,
+    disjoint or overlapping) and gather for the others, with TF's loop result bit for bit (the
+    host stand-in)."""
     reason = cuda_host.unavailable_reason()
     if reason:
         pytest.skip(reason)
     device = cuda_host.HostDevice(order="shuffled", seed=3).install(monkeypatch)
-    if overlapping:
-        monkeypatch.setattr(cuda_launcher, "CELLS_BY_DEFAULT", {"disjoint": True, "overlapping": True})
     rows = gradops.fractional_pooling_sequence(9, 1.44, True, seed=3)
     cols = gradops.fractional_pooling_sequence(8, 1.5, False, seed=4)
     for sequences, kernel in (((rows, cols), "_cells<"), (([0, 4, 2, 9], [0, 3, 8]), "_grad<")):

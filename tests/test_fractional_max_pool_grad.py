@@ -1559,13 +1559,17 @@ def test_cuda_cells_kernel_refuses_what_tf_refuses(cuda_device, overlapping):
     _check_cuda(x, y, dy, rows, cols, overlapping)
 
 
+def mode(overlapping):
+    return "overlapping" if overlapping else "disjoint"
+
+
 def test_cells_path_choice(monkeypatch):
-    """The launcher's choice (CELLS_BY_DEFAULT): cells for disjoint partitions, select + gather
-    for overlapping ones, each mode's default can be turned either way; only cells that
-    partition the input, disjoint or overlapping, take the cells kernel; forcing it elsewhere
-    is refused with the reason."""
+    """The launcher's choice (CELLS_BY_DEFAULT): cells for partitions, disjoint and overlapping
+    (measured on an H200, 2026-12-04), each mode's default can be turned either way; only cells
+    that partition the input take the cells kernel; forcing it elsewhere is refused with the
+    reason."""
     launcher = max_launcher()
-    assert launcher.CELLS_BY_DEFAULT == {"disjoint": True, "overlapping": False}
+    assert launcher.CELLS_BY_DEFAULT == {"disjoint": True, "overlapping": True}
     x = np.zeros((1, 5, 5, 1), np.float32)
 
     def geometry(rows, cols, overlapping):
@@ -1576,11 +1580,12 @@ def test_cells_path_choice(monkeypatch):
         partition = geometry([0, 2, 5], [0, 3, 5], overlapping)
         assert launcher.cells_bounds(partition)[0].tolist() == [0, 2, 5]
         assert launcher.cells_bounds(partition)[1].tolist() == [0, 3, 5]
-        assert launcher.pick_path(partition, np.float32) == ("gather" if overlapping else "cells")
+        assert launcher.pick_path(partition, np.float32) == "cells"
         assert launcher.pick_path(partition, np.float32, "cells") == "cells"
         assert launcher.pick_path(partition, np.float32, "gather") == "gather"
-        monkeypatch.setattr(launcher, "CELLS_BY_DEFAULT", {"disjoint": False, "overlapping": True})
-        assert launcher.pick_path(partition, np.float32) == ("cells" if overlapping else "gather")
+        for default in ({"disjoint": False, "overlapping": True}, {"disjoint": True, "overlapping": False}):
+            monkeypatch.setattr(launcher, "CELLS_BY_DEFAULT", default)
+            assert launcher.pick_path(partition, np.float32) == ("cells" if default[mode(overlapping)] else "gather")
         monkeypatch.undo()
     # row 4 in no disjoint cell; row 0 in no overlapping cell; a one-row cell inside its neighbour
     for other in (geometry([0, 2, 4], [0, 3, 5], False), geometry([1, 3, 5], [0, 3, 5], True),

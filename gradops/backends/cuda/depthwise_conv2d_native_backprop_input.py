@@ -114,8 +114,11 @@ PLANES_ITEMS = 4 * PLANES_THREADS
 #: out_backprop elements a thread stages per step (``dwplanes::kChunk``).
 PLANES_CHUNK = 8
 #: Whether the launcher picks the planes kernel by itself for the NCHW shapes it can run where
-#: it does not take the tensor cores (False: only when asked for, ``path="planes"``).  No GPU has
-#: run it yet.  The latency-aware estimate (fitted to the H200 run, within 1.5x of 88% of its
+#: it does not take the tensor cores (False: only when asked for, ``path="planes"``).  The H200
+#: measured it on 2026-12-04 (benchmarks/results/gpu_h200_2026-12-04/ncu_ab.md): ahead of the
+#: tiled kernel on 44 of the 50 NCHW layer-dtypes, by up to 4.9x (float16 5x5 stride 2), level to
+#: 1.07x behind on dw1 / dw3 / dw5 multiplier 2 float32, and behind at 3x3 stride 2 in float32
+#: (:data:`PLANES_FLOAT32_TILED`).  The latency-aware estimate (fitted to the H200 run, within 1.5x of 88% of its
 #: kernels, where the bound that had kept it opt-in was 1.3-10x optimistic) puts it ahead of the
 #: tiled kernel on every NCHW benchmark layer (MobileNetV2, EfficientNet; float16, float32), by
 #: 1.23-3.15x on the H100 and 1.05-3.49x on the A100, and by 1.20-2.54x and 1.08-2.79x under its
@@ -131,6 +134,14 @@ PLANES_BY_DEFAULT = True
 #: stride 2 (1.09-2.41x, H100; benchmarks/results/path_estimates.md's float64 rows; the
 #: benchmark times float64 only on MobileNetV2's dw10, 7 x 7 at stride 1).
 PLANES_FLOAT64_STRIDES = (2,)
+#: (filter size, stride, multiplier) where the launcher takes the tiled kernel for float32 rather
+#: than the planes kernel: 3x3 at stride 2, multiplier 1, where the H200 measured the tiled kernel
+#: level or ahead on all four benchmark layers (tiled / planes 0.89-1.01: 56 x 56 0.90, 28 x 28
+#: 0.89, 14 x 14 0.90, 112 x 112 1.01; benchmarks/results/gpu_h200_2026-12-04/ncu_ab.md), where in
+#: float16 the planes kernel was 1.21-2.35x ahead; at 5x5 stride 2 the planes kernel was
+#: 1.39-2.37x ahead in float32.  Multiplier 2 at stride 2 was not measured; the estimate keeps
+#: the planes kernel there.
+PLANES_FLOAT32_TILED = frozenset({(3, 2, 1)})
 
 #: Whether the launcher picks the transpose path by itself for the NCHW shapes it can run (False:
 #: only when asked for, ``path="transpose"``): it waits, like the planes kernel, for a GPU run
@@ -151,17 +162,18 @@ MMA_WARPS = 4
 #: computed positions that lie inside the image (:func:`mma_fill`: a 7 x 7 map fills 19% of a
 #: 16 x 16 unit, 14 x 14 and 28 x 28 maps 77%, multiples of 16 all of it) and the least staging
 #: load in elements (:func:`mma_chunk`: 8 where out_cols is a multiple of 8, 4 for 28, 2 for 14);
-#: elsewhere the planes kernel runs NCHW.  Read off the latency-aware estimate of every benchmark
-#: layer on every path, H100 and A100 (benchmarks/path_estimates.py, results/path_estimates.md;
-#: predicted, not measured): the tensor cores win at multiplier 2 (1.10-1.25x on the H100; 3x3
-#: only with 16-byte staging: at 28 x 28, 8-byte, the planes kernel is 1.26x ahead); at multiplier
-#: 1 the planes kernel wins or ties every row-form layer (56 x 56 3x3: 1.17x on the H100, 1.47x on
-#: the A100; 28 x 28 5x5: 1.19x and 1.18x; 112 x 112 3x3: level on the H100, 1.28x on the A100).
-#: tests/test_static_report.py checks that no other path beats the launcher's by more than 5%
-#: under both fits (latency_model.FIT and SHALLOW_OCCUPANCY), on the H100.  Session 45 read
-#: these entries against the tiled kernel, and the bound before it put both kernels at 100% of
-#: HBM on most 3x3 layers and could not rank them.
-MMA_CHOICE = {(5, 2): (0.75, 2), (3, 2): (0.75, 8)}
+#: elsewhere the planes kernel runs NCHW.  Measured on an H200 (Nsight Compute kernel times,
+#: benchmarks/results/gpu_h200_2026-12-04/ncu_ab.md): on every row-form layer of the benchmark
+#: (float16: 112 x 112, 56 x 56 and 28 x 28 maps, 3x3 and 5x5, multipliers 1 and 2) the tensor
+#: cores were level with or ahead of the planes kernel (mma / planes 0.70-1.01: 28 x 28 3x3
+#: multiplier 2 0.70, 28 x 28 5x5 multiplier 1 0.76, 28 x 28 3x3 multiplier 1 0.85, 112 x 112 3x3
+#: multiplier 1 0.89), so every pair takes them wherever the fill holds, whatever the staging
+#: chunk.  The latency-aware estimate these entries were read off before (predicted, not
+#: measured: results/path_estimates.md) had the planes kernel ahead at multiplier 1 (1.17-1.19x on
+#: the H100) and at 28 x 28 3x3 multiplier 2 (1.26x): the measurement reverses both.  The fill
+#: bound stays the estimate's (every measured map fills 77% or more).  Not measured on an A100,
+#: where the estimate put the planes kernel further ahead at multiplier 1 (1.18-1.47x).
+MMA_CHOICE = {(3, 1): (0.75, 1), (3, 2): (0.75, 1), (5, 1): (0.75, 1), (5, 2): (0.75, 1)}
 #: The (K, multiplier) pairs for which the launcher picks the tensor-core kernel wherever its
 #: whole-plane form runs (:func:`mma_plane_chunk`: one unit a plane, 14 x 14 and 16 x 16 maps),
 #: in place of MMA_CHOICE's test: all of them, by the same estimate (the benchmark's 14 x 14
@@ -206,9 +218,13 @@ MMA_NHWC_TARGET_CTAS = 1024
 #: or level on the H100 (1.5-1.8x at 3x3, level to 1.09x at 5x5, where the A100 would gain
 #: 1.17-1.33x from the tensor cores: the choice does not depend on the GPU).
 MMA_NHWC_CHOICE = {(5, 2): (0.75, 1), (3, 2): (0.75, 32)}
-#: Whether the launcher picks the NHWC tensor-core kernel by itself where it can run (False: only
-#: when asked for, ``path="mma_nhwc"``).
-MMA_NHWC_BY_DEFAULT = True
+#: Whether the launcher picks the NHWC tensor-core kernel by itself where MMA_NHWC_CHOICE says so
+#: (False: only when asked for, ``path="mma_nhwc"``).  Off since the H200 measured it
+#: (benchmarks/results/gpu_h200_2026-12-04/ncu_ab.md, float16): behind the tiled kernel on every
+#: NHWC layer it could run (14), 1.02-2.1x: where it was chosen, 112 x 112 3x3 multiplier 2 1.31x,
+#: 28 x 28 5x5 multiplier 2 1.17x, 14 x 14 5x5 multiplier 2 1.02-1.03x, where the estimate above
+#: had it 1.13-1.49x ahead.  Not measured on an A100.
+MMA_NHWC_BY_DEFAULT = False
 
 #: Bytes of accumulators per staged position (``dwconv::kPositionBytes``: 32 float or 16 double
 #: channels per CTA) and per thread (``kLaneBytes``: 2 float or 1 double channels).
@@ -775,8 +791,10 @@ def planes_possible(g: Conv2DGeometry, dtype) -> bool:
 
 def planes_chosen(g: Conv2DGeometry, dtype) -> bool:
     """Whether the launcher picks the planes kernel by itself (:data:`PLANES_BY_DEFAULT`; float64
-    at :data:`PLANES_FLOAT64_STRIDES` only)."""
+    at :data:`PLANES_FLOAT64_STRIDES` only; float32 not at :data:`PLANES_FLOAT32_TILED`)."""
     if np.dtype(dtype) == np.float64 and g.stride_rows not in PLANES_FLOAT64_STRIDES:
+        return False
+    if np.dtype(dtype) == np.float32 and (g.filter_rows, g.stride_rows, g.depth_multiplier) in PLANES_FLOAT32_TILED:
         return False
     return PLANES_BY_DEFAULT and planes_possible(g, dtype)
 

@@ -5,8 +5,7 @@ Two kernels (``path=`` forces one; :func:`pick_path`):
   sum the shares of the cells each position lies in, staged in shared memory.
 - ``cells`` (``fractional_avg_pool_grad_cells``): sequences whose cells partition the input,
   overlapping or not (what TF's generator makes).  A thread per cell writes the cell's values
-  over its own region.  The launcher's choice for disjoint cells, opt-in for overlapping ones
-  (:data:`CELLS_BY_DEFAULT`).
+  over its own region.  The launcher's choice wherever it can run (:data:`CELLS_BY_DEFAULT`).
 
 The geometry's pooling cells (validated once, on the host) become small integer tables: for
 each input row (column), the list of row (column) cells containing it in cell order (CSR:
@@ -35,16 +34,16 @@ CELLS_KERNEL = "gradops::fractional_avg_pool_grad_cells"
 #: Kernel paths; tests and the bench engine force each with ``path=``.
 PATHS = ("gather", "cells")
 #: Whether the launcher picks the cells kernel by itself where the sequences allow it, for
-#: disjoint and for overlapping cells (False: only when asked for, ``path="cells"``).  The
-#: static model's latency-aware estimate decides (predicted, not measured: no GPU has run the
-#: cells kernel; benchmarks/results/path_estimates.md, gradops/bench/static_cells.py).  On the
-#: fractional suite's disjoint shapes it puts cells ahead by 1.2-1.7x on the H100 (float16: 26
-#: against 37-43 us; float32 47 against 56 us), with twice the resident warps (no shared
-#: memory) and about 14 SASS instructions an element against 20-22 (float16; float32 19-20
-#: against 31), although its count takes every branch of the shares (an upper bound) and
-#: gather's its cheapest path; on the overlapping ones it puts gather ahead by 1.1-1.4x (the
-#: overlapping cells kernel's four roundings and neighbours' shares: 94 registers in float16).
-CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": False}
+#: disjoint and for overlapping cells (False: only when asked for, ``path="cells"``).  Measured
+#: on an H200 (Nsight Compute kernel times, benchmarks/results/gpu_h200_2026-12-04/
+#: ncu_ab_fractional.md; the fractional suite's 32x112x112x64 and 32x56x56x256 at ratio 1.44):
+#: cells ahead of gather on every case, disjoint 1.6-2.4x (float16 21.4 against 45.6 us, 73-78%
+#: of HBM) and overlapping 1.5-2.0x (float16 37.8-42.4 against 74.3-76.9 us; float32 46.9-50.3
+#: against 74.0-74.8 us).  The static model's latency-aware estimate (predicted, not measured:
+#: benchmarks/results/path_estimates.md, gradops/bench/static_cells.py) had put gather ahead for
+#: overlapping cells by 1.1-1.4x (the overlapping cells kernel's four roundings and neighbours'
+#: shares: 94 registers in float16); the measurement reverses it.
+CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": True}
 #: Cell rows a thread of the cells kernel walks down (the most; fewer when the grid would hold
 #: fewer than CELLS_TARGET_THREADS threads).  Overlapping cells recompute the row above each
 #: chunk's first, so longer chunks cost fewer share computations.

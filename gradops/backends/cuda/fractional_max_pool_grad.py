@@ -19,8 +19,8 @@ Where the cells partition the input (TF's generated sequences, overlapping or no
 can do both passes (``fractional_max_pool_grad_cells``, ``path="cells"``): a thread per cell
 scans it and writes its own region; with overlapping cells the neighbouring threads pass their
 choices through shared memory for the elements their cells share, and each block has a halo row
-of threads (:func:`max_cells_plan`, :attr:`CellsPlan.block`).  The launcher's choice for
-disjoint cells, opt-in for overlapping ones (:data:`CELLS_BY_DEFAULT`).
+of threads (:func:`max_cells_plan`, :attr:`CellsPlan.block`).  The launcher's choice wherever
+it can run (:data:`CELLS_BY_DEFAULT`).
 """
 
 from __future__ import annotations
@@ -39,15 +39,17 @@ CELLS_KERNEL = "gradops::fractional_max_pool_grad_cells"
 #: Kernel paths (``path=``): select then gather, or the one-pass cells kernel.
 PATHS = ("gather", "cells")
 #: Whether the launcher picks the cells kernel by itself where it can run, for disjoint and for
-#: overlapping cells (False: only when asked for, ``path="cells"``).  The static model's
-#: latency-aware estimate decides (predicted, not measured: no GPU has run the cells kernel;
-#: benchmarks/results/path_estimates.md, gradops/bench/static_cells.py).  On the fractional
-#: suite's disjoint shapes it puts the one pass ahead of select + gather by 1.5x in float16
-#: (47 against 70-73 us on the H100) and 1.3-1.4x in float32 (92 against 122-127 us): it reads
-#: each tensor once and writes no chosen buffer.  On the overlapping ones it puts select +
-#: gather ahead by 1.1-1.9x: the overlapping kernel's exchange of choices through shared memory
-#: and its halo leave it 16-20 resident warps with about 64-79 SASS instructions an element.
-CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": False}
+#: overlapping cells (False: only when asked for, ``path="cells"``).  Measured on an H200 (Nsight
+#: Compute kernel times, benchmarks/results/gpu_h200_2026-12-04/ncu_ab_fractional.md; the
+#: fractional suite's 32x112x112x64 and 32x56x56x256 at ratio 1.44): the one pass is ahead of
+#: select + gather on every disjoint case, 1.5-1.7x (float32 74.4 against 112.3 us, 85% of HBM),
+#: and on three of the four overlapping ones, 1.04-1.19x; behind on the fourth (32x56x56x256
+#: float16: 91.7 against 80.8 us, 1.13x), a geometric mean of 1.05x ahead.  It also writes no
+#: chosen buffer.  The static model's latency-aware estimate (predicted, not measured:
+#: benchmarks/results/path_estimates.md, gradops/bench/static_cells.py) had put select + gather
+#: ahead for overlapping cells by 1.1-1.9x (the exchange of choices through shared memory and its
+#: halo leave the kernel 16-20 resident warps with about 64-79 SASS instructions an element).
+CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": True}
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
 
