@@ -39,6 +39,17 @@ CUDNN_OPS = frozenset({
     "depthwise_conv2d_native_backprop_filter",
 })
 
+#: Ops that take gradops' CUDA kernels on GPU arrays by default even where cuDNN supports the
+#: call (``backend="cudnn"`` still takes cuDNN), with the reason the decision gives.  TF gives
+#: these ops no ``use_cudnn_on_gpu`` attribute, so the choice is gradops' own, by measurement.
+CUDA_BY_DEFAULT = {
+    "depthwise_conv2d_native_backprop_filter": (
+        "gradops' CUDA kernels by default for this op (backend='cudnn' takes cuDNN): on an H200, "
+        "cuDNN 9.19's grouped wgrad took 1.0 to 24 times their kernel time (geometric means by "
+        "dtype, layout and multiplier over MobileNetV2 and EfficientNet layers; up to 3,200 times at "
+        "multiplier 2), benchmarks/results/gpu_h200_2026-12-04"),
+}
+
 
 @dataclass(frozen=True)
 class BackendDecision:
@@ -157,6 +168,8 @@ def _select(op, where, backend, geometry, dtype, use_cudnn_on_gpu) -> ModuleType
             why_not_cudnn = "use_cudnn_on_gpu=False"
         elif op not in CUDNN_OPS:
             why_not_cudnn = f"cuDNN has no {op}"
+        elif op in CUDA_BY_DEFAULT:
+            why_not_cudnn = CUDA_BY_DEFAULT[op]
         else:
             cudnn = backend_module("cudnn")
             ok, reason = cudnn.available()

@@ -49,7 +49,9 @@ def depthwise_conv2d_native_backprop_filter(input: Any, filter_sizes: Any, out_b
 
     input: [N, H, W, in_depth] in ``data_format``; filter_sizes: 1-D ints [rows, cols, in_depth,
     multiplier]; out_backprop: [N, out_rows, out_cols, in_depth * multiplier] in ``data_format``.
-    Returns the filter gradient, shape ``filter_sizes``, in the input's dtype.
+    Returns the filter gradient, shape ``filter_sizes``, in the input's dtype.  On GPU arrays
+    gradops' CUDA kernels compute it unless ``backend="cudnn"`` asks for cuDNN
+    (``_dispatch.CUDA_BY_DEFAULT``).
     """
     op = "depthwise_conv2d_native_backprop_filter"
     sizes = _arrays.host_int_vector(op, "filter_sizes", filter_sizes)

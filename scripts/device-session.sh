@@ -3,13 +3,13 @@
 # 8 minutes plus a machine start): warm the kernel cache, GPU tests beside compute-sanitizer
 # memcheck and racecheck, Nsight Compute A/Bs of the input gradient's NCHW kernels (tiled
 # against planes and the transpose path) and of the fractional pooling gradients' (launcher's against cells), ncu's full sections (stall reasons, occupancy) for a few representative
-# kernels, then Nsight Compute kernel times of the filter gradient (with an A/B of its tiled
-# kernel's synchronous and asynchronous staging).  Every step has its
+# kernels, then Nsight Compute kernel times of the input gradient on the launcher beside gradops'
+# cuDNN path (the default for GPU arrays; never timed) and PyTorch.  Every step has its
 # own time cap, and a hung kernel fails its test (pytest-timeout) instead of stalling a worker:
 # the H200 run of 2026-11-28 lost 35 tests and both sanitizers to one hang.  Results go to
 # $OUT/results.tgz.  Needs the carried wheels in .whl/ (../shared/device/wheels.sh
 # "nvidia-cuda-crt==13.0.88").  Environment: GRADOPS_COMMIT (recorded), SESSION_NCU_ENGINES
-# (default gradops-cuda: PyTorch's kernel times are in benchmarks/results/gpu_h200_2026-11-28).
+# (the last step's engines, default gradops-cuda,gradops-cudnn,torch).
 set -u
 OUT="${OUT:-/tmp/out}"
 W=/tmp/w
@@ -21,7 +21,7 @@ export PYTHONPATH="/tmp/site:$PWD:$PWD/scripts" PYTHONUNBUFFERED=1 TF_CPP_MIN_LO
 export GRADOPS_KERNEL_CACHE_DIR=/tmp/kc GRADOPS_COMMIT="${GRADOPS_COMMIT:-unknown}"
 SAN="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
 NCU="$(command -v ncu || echo ncu)"
-ENGINES="${SESSION_NCU_ENGINES:-gradops-cuda}"
+ENGINES="${SESSION_NCU_ENGINES:-gradops-cuda,gradops-cudnn,torch}"
 # A test whose kernel hangs is failed after this many seconds (its worker is replaced).
 TIMEOUT=()
 python3 -c "import pytest_timeout" 2>/dev/null && TIMEOUT=(--timeout 60 --timeout-method thread)
@@ -148,17 +148,16 @@ timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --
     --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 
-# Kernel times of the filter gradient (its reduction and its tiled kernel's out_backprop loads
-# changed since the H200 run, and the launcher takes the NHWC tensor-core kernel for half types
-# at stride 1 since 2026-11-29; the other ops' kernels are as measured then,
-# benchmarks/results/gpu_h200_2026-11-28) in what is left, each NHWC case also on the tiled
-# kernel (engine gradops-cuda:sync: the A/B of the tensor-core kernel's choice) and with its
-# asynchronous staging (gradops-cuda:async; ASYNC_BY_DEFAULT waits for this).
+# Kernel times of the input gradient in what is left: the launcher (its choices changed on the
+# A/Bs of 2026-12-04, which timed each path forced: the A/B above now times the new launcher)
+# beside gradops' cuDNN path, which GPU arrays take by default for this op and which no run has
+# timed (the filter gradient's, timed on 2026-12-04, was 1.0-24x slower: _dispatch.CUDA_BY_DEFAULT),
+# and PyTorch.
 left=$((520 - $(date +%s) + T0))
 if [ "$left" -gt 30 ]; then
     timeout -s INT -k 10 "$left" "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
         python3 benchmarks/ncu_cases.py '' "$W/ncu_index.json" --suites mobilenetv2,efficientnet \
-        --engines "$ENGINES" --paths sync,async --ops backprop_filter --time-limit $((left - 20)) \
+        --engines "$ENGINES" --ops backprop_input --time-limit $((left - 20)) \
         >"$W/ncu.csv" 2>"$W/ncu.err"
     stamp "ncu: $(tail -1 "$W/ncu.err")"
     python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth 4.8e12 --summary 2>&1 \

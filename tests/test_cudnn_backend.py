@@ -878,6 +878,25 @@ def test_last_backend_decision_explains_why_not_cudnn(fake_backends, caplog):
     assert "conv2d_backprop_filter: backend cuda (use_cudnn_on_gpu=False" + kernels + ")" in logged
 
 
+def test_depthwise_filter_gradient_takes_the_kernels_by_default(fake_backends):
+    """The depthwise filter gradient goes to gradops' kernels on GPU arrays even where cuDNN
+    supports the call (_dispatch.CUDA_BY_DEFAULT: cuDNN's grouped wgrad measured slower on an
+    H200), saying why; backend="cudnn" still takes cuDNN; its sibling, the input gradient, and the
+    convolutions keep cuDNN's default."""
+    op = "depthwise_conv2d_native_backprop_filter"
+    assert _dispatch.CUDA_BY_DEFAULT.keys() == {op}
+    assert _select(op) == "cuda"
+    reason = gradops.last_backend_decision().reason
+    assert reason.startswith("gradops' CUDA kernels by default for this op (backend='cudnn' takes cuDNN)")
+    assert "gpu_h200_2026-12-04" in reason and reason.endswith("; gradops' CUDA kernels: ok")
+    assert _select(op, backend="cudnn") == "cudnn"
+    assert gradops.last_backend_decision().reason == "backend='cudnn' requested"
+    assert _select(op, use_cudnn_on_gpu=False) == "cuda"
+    assert gradops.last_backend_decision().reason.startswith("use_cudnn_on_gpu=False")
+    for sibling in ("depthwise_conv2d_native_backprop_input", "conv2d_backprop_filter"):
+        assert _select(sibling) == "cudnn"
+
+
 def test_last_backend_decision_for_host_calls_and_per_thread():
     x = np.ones((1, 3, 3, 1), np.float32)
     gradops.conv2d_backprop_filter(x, [2, 2, 1, 1], np.ones((1, 2, 2, 1), np.float32), [1, 1, 1, 1], "VALID")

@@ -893,12 +893,14 @@ def test_cuda_non_contiguous_and_nonfinite_inputs(cuda_device, rng, data_format)
 
 
 def test_cuda_default_dispatch_on_gpu_arrays(cuda_device, rng):
-    """backend=None on GPU arrays: cuDNN where available and supporting the call, else these kernels."""
+    """backend=None on GPU arrays: these kernels, whether or not cuDNN could run the call
+    (_dispatch.CUDA_BY_DEFAULT: the H200 measured cuDNN's grouped wgrad slower)."""
     kwargs, x, dy, case = cuda_case(rng, x_shape=(2, 6, 5, 2), filt_hw=(3, 3), multiplier=2, padding="SAME")
     gpu = dict(kwargs, input=to_gpu(kwargs["input"]), out_backprop=to_gpu(kwargs["out_backprop"]))
     got = gradops.depthwise_conv2d_native_backprop_filter(**gpu)
     decision = gradops.last_backend_decision()
-    assert decision.op == OP and decision.backend in ("cuda", "cudnn")
+    assert decision.op == OP and decision.backend == "cuda"
+    assert decision.reason.startswith("gradops' CUDA kernels by default for this op")
     ref, scale = expected_grad(x, tuple(kwargs["filter_sizes"]), dy, (1, 1), "SAME", (1, 1), NO_PADS)
     assert_close(to_host(got), ref, np.float64, scale)
 
