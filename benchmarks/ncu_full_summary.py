@@ -145,9 +145,37 @@ def occupancy_limiter(launch: dict) -> str:
     return "+".join(k for k, v in limits.items() if v == least)
 
 
+#: The per-reason stall metrics ``--metrics "regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$"``
+#: adds beside ``--set full`` (scripts/device-session.sh's "ncu full" step since 2026-12-04), in
+#: whichever section the details page lists them: cycles a warp spends in that state per issued
+#: instruction.  "selected" is the issuing state itself, not a stall.
+STALL_METRIC = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+
+
+def measured_stalls(launch: dict) -> list[tuple[str, float, float]]:
+    """The per-reason stall metrics where the CSV has them, largest first: ``(reason, cycles per
+    issued instruction, % of all the reasons' cycles)``; [] where it has none."""
+    found = {}
+    for (_, name), (value, _) in launch.get("metrics", {}).items():
+        m = STALL_METRIC.match(name)
+        if m and m.group(1) != "selected":
+            try:
+                found[m.group(1).replace("_", " ").title()] = _number(value)
+            except ValueError:
+                continue
+    total = sum(found.values())
+    return sorted(((reason, cycles, 100.0 * cycles / total if total else float("nan"))
+                   for reason, cycles in found.items()), key=lambda s: -s[1])
+
+
 def stalls(launch: dict) -> list[tuple[str, float, float]]:
-    """The CPIStall rule's stall reasons, largest first: ``(reason, cycles per issued instruction,
-    % of the cycles between two issues)``."""
+    """Stall reasons, largest first: ``(reason, cycles per issued instruction, % of the cycles
+    between two issues)``: every reason from the per-reason metrics where the CSV has them
+    (:func:`measured_stalls`), else those the CPIStall rule reports (the reasons above its
+    threshold only)."""
+    measured = measured_stalls(launch)
+    if measured:
+        return measured
     found = []
     for rule in launch["rules"]:
         if rule["rule"] != "CPIStall":
@@ -234,7 +262,7 @@ def table(csv_path: str, index_path: str, n_stalls: int = 3) -> str:
     cols = ["case", "op", "layout", "engine", "kernel (ncu ID)", "time (us)", "SOL SM / L1 / L2 %", "DRAM % of peak",
             "achieved occ. %", "theoretical occ. % (limit)", "regs/thread", "waves/SM", "issue slots busy %",
             "issued warp/scheduler", "no eligible %", "warp cycles/issued inst",
-            "stalls flagged by ncu (cycles/inst, % of all)", "L1 hit %", "L2 hit %",
+            "stalls (cycles/inst, % of all)", "L1 hit %", "L2 hit %",
             "smem bank conflicts (n-way, % of wavefronts)", "uncoalesced global (excess sectors %)"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * 5 + "---:|" * 11 + "---|" + "---:|" * 2 + "---|---:|"]
     for r in rows(csv_path, index_path, n_stalls):
@@ -257,7 +285,8 @@ def metric_names() -> str:
     used += [f"`Occupancy / {name}`" for name in BLOCK_LIMITS]
     return ("Metrics (details page, `Section Name / Metric Name`): " + ", ".join(used) + ".\n\n"
             "Rules (details page, `Rule Name`; only where they fired): `CPIStall` (stall reasons above its "
-            "threshold; per-reason stall metrics are not on the details page), `SharedMemoryConflicts`, "
+            "threshold; used where the CSV lacks the per-reason `smsp__average_warps_issue_stalled_*` metrics, "
+            "which the details page does not list unless --metrics asks for them), `SharedMemoryConflicts`, "
             "`UncoalescedGlobalAccess`.\n")
 
 

@@ -141,12 +141,16 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional
 # their L1/L2 sectors per request side by side.  Measured, the tiled kernel's NCHW/NHWC time ratio grows as its NCHW result stores
 # narrow (4 / 2 / 1 columns a lane: geometric means 2.0 / 2.4 / 3.3, H200), and a lane stores
 # to its own channel plane; these sections show whether sectors, not bytes, set its time.
+# The per-reason stall metrics too (the details page lists only the reasons ncu's CPIStall rule
+# flags; benchmarks/ncu_full_summary.py reads these where present), and the summary itself.
 timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
+    --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional,efficientnet \
     --engines gradops-cuda --paths tiled,cells --dtypes float16 \
     --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
     --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
+python3 benchmarks/ncu_full_summary.py "$W/ncu_full.csv" "$W/ncu_full_index.json" >"$W/ncu_full.md" 2>&1
 
 # Kernel times of the input gradient in what is left: the launcher (its choices changed on the
 # A/Bs of 2026-12-04, which timed each path forced: the A/B above now times the new launcher)
@@ -164,5 +168,5 @@ if [ "$left" -gt 30 ]; then
         | tee "$W/ncu_summary.md"
 fi
 stamp "done"
-cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_ab_summary.md" "$W/ncu_ab_fractional.md" "$OUT/" 2>/dev/null
+cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_ab_summary.md" "$W/ncu_ab_fractional.md" "$W/ncu_full.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$W" .

@@ -176,6 +176,28 @@ def test_stall_reasons_largest_first_and_capped(summary):
     assert summary.stalls(launch) == [("Drain", 8.0, 49.7), ("Long Scoreboard", 4.9, 30.6)]
 
 
+def test_stall_metrics_take_precedence_over_the_rule(summary):
+    """With the per-reason metrics in the CSV (--metrics regex:smsp__average_warps_issue_stalled_...),
+    every reason is read from them, largest first, as a share of their sum ("selected", the
+    issuing state, left out), and the CPIStall rule is not used; a launch without them falls back
+    to the rule."""
+    prefix, suffix = "smsp__average_warps_issue_stalled_", "_per_issue_active.ratio"
+    cmd = "Command line profiler metrics"
+    launch = {"metrics": {(cmd, prefix + "long_scoreboard" + suffix): ("6.00", ""),
+                          (cmd, prefix + "barrier" + suffix): ("3.00", ""),
+                          (cmd, prefix + "mio_throttle" + suffix): ("1.00", ""),
+                          (cmd, prefix + "selected" + suffix): ("1.00", ""),
+                          (cmd, prefix + "wait" + suffix): ("1.00", ""),
+                          ("Warp State Statistics", "Warp Cycles Per Issued Instruction"): ("11.00", "cycle")},
+              "rules": [{"rule": "CPIStall", "text": LONG_SCOREBOARD.format("4.9", "30.6", "16.1")}]}
+    assert summary.stalls(launch) == [("Long Scoreboard", 6.0, pytest.approx(54.5454, rel=1e-4)),
+                                      ("Barrier", 3.0, pytest.approx(27.2727, rel=1e-4)),
+                                      ("Mio Throttle", 1.0, pytest.approx(9.0909, rel=1e-4)),
+                                      ("Wait", 1.0, pytest.approx(9.0909, rel=1e-4))]
+    launch["metrics"] = {k: v for k, v in launch["metrics"].items() if not k[1].startswith(prefix)}
+    assert summary.stalls(launch) == [("Long Scoreboard", 4.9, 30.6)]
+
+
 def test_table_and_cli(summary, files):
     text = summary.table(*files)
     lines = text.splitlines()
