@@ -355,9 +355,11 @@ def staging_mode(g: Conv2DGeometry, dtype, input) -> int:
 
 
 #: Whether the launcher takes the tiled kernel's asynchronous staging (cp.async copies of the
-#: next unit while the CTA sums this one) by itself.  False until a GPU has timed it against the
-#: synchronous staging (``gradops-cuda:async`` in the benchmarks, ``async_copies=True`` here);
-#: the static model predicts only the synchronous form.
+#: next unit while the CTA sums this one) by itself (``gradops-cuda:async`` in the benchmarks,
+#: ``async_copies=True`` here).  False: the H200 timed it against the synchronous staging on
+#: 2026-12-04 (benchmarks/results/gpu_h200_2026-12-04/ncu_summary.md, NHWC layers), no faster
+#: overall: geometric means of % of HBM async / sync 10.7 / 11.2 (EfficientNet float16), 17.0 /
+#: 16.1 (MobileNetV2 float16), 28.0 / 30.1 (MobileNetV2 float32).
 ASYNC_BY_DEFAULT = False
 #: cp.async needs compute capability 8.0.
 ASYNC_ARCH = 80

@@ -33,8 +33,8 @@ Six paths (see the .cu file); ``path=`` forces one (the tests run each on small 
   :func:`planes_plan`); at stride 2 bands start at even
   padded rows and the sums take the columns' stride phase at compile time, so only the taps that
   land are computed.  The launcher's NCHW kernel wherever it runs and the tensor cores are not
-  chosen (:data:`PLANES_BY_DEFAULT`: by the static model's latency-aware estimate; no GPU has run
-  it yet).
+  chosen (:data:`PLANES_BY_DEFAULT`; ahead of the tiled kernel on 44 of 50 NCHW layer-dtypes
+  the H200 timed on 2026-12-04, behind at float32 3x3 stride 2: :data:`PLANES_FLOAT32_TILED`).
 * ``transpose``: NCHW run as NHWC: out_backprop transposed to NHWC, the ``tiled`` kernel on the
   NHWC twin of the geometry (:func:`nhwc_twin`), the result transposed back (two launches of
   ``_layout``'s batched transpose: 32 x 32 tiles through shared memory, 16-bit elements in
@@ -43,7 +43,9 @@ Six paths (see the .cu file); ``path=`` forces one (the tests run each on small 
   times as long in NCHW as in NHWC on the same shapes, so the extra bytes can cost less than
   NCHW's access pattern (``benchmarks/results/nchw_transpose_breakeven.md``).  The same bits
   as ``tiled`` in NCHW: every element sums its taps in the same order in either layout.  Opt-in
-  (``path="transpose"``) until a GPU has timed it (:data:`TRANSPOSE_BY_DEFAULT`).
+  (``path="transpose"``, :data:`TRANSPOSE_BY_DEFAULT`): the H200 timed it on 2026-12-04 behind the
+  launcher's kernel on 50 of the 52 NCHW benchmark layer-dtypes (ahead on two float32 layers at
+  stride 2: 1.05x and 1.13x).
 * ``direct``: the gather kernel, one thread per element with 64-bit offsets: everything else
   (dilations, other filters and strides, tensors past 2**31 elements), and the reference for
   unusual shapes.  Its 3x3 / 5x5 specialisations unroll the tap loops.
@@ -144,8 +146,11 @@ PLANES_FLOAT64_STRIDES = (2,)
 PLANES_FLOAT32_TILED = frozenset({(3, 2, 1)})
 
 #: Whether the launcher picks the transpose path by itself for the NCHW shapes it can run (False:
-#: only when asked for, ``path="transpose"``): it waits, like the planes kernel, for a GPU run
-#: that times it beside the tiled kernel (scripts/device-session.sh's A/B).
+#: only when asked for, ``path="transpose"``).  The H200 timed it beside the other paths on
+#: 2026-12-04 (benchmarks/results/gpu_h200_2026-12-04/ncu_ab.md): behind the launcher's kernel on
+#: 50 of the 52 NCHW benchmark layer-dtypes, ahead on two float32 layers at stride 2 (dw9 14 x 14
+#: 3x3 1.05x, dw5x5-5 14 x 14 5x5 1.13x: 27.4 against the planes kernel's 30.9 us), so it stays
+#: opt-in.
 TRANSPOSE_BY_DEFAULT = False
 
 #: The tensor-core kernel (``_mma``): NCHW half types, these square filters at stride 1 and
