@@ -1749,8 +1749,15 @@ __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, P
 // (9 for a 3x3 filter on 32 channels), so a thread's chain of dependent load batches is the
 // kernel's time; on the H200 (2026-11-28) 8 fixed groups took 9.4 us over 369 slices (46 loads
 // a thread, 3 batches of 16) against 2.3-2.6 us where a thread had one batch.
+// Why the loads go in explicit batches: a loop over the slices, however unrolled, compiles to a
+// load, its add and the loop's exit test per slice (the trip count and the stride are run-time
+// values), so each slice was a round trip of its own: 6-9 us a call on the H200 (2026-12-04), a
+// fifth of the op's kernel time, where the first kernel took 10-100 us.  A batch issues all its
+// (predicated) loads, then adds them in slice order: the same sum, one round trip a batch.
 inline constexpr int kReduceElements = 32;
 inline constexpr int kReduceMaxGroups = 32;
+inline constexpr int kReduceBatch = 16;  // loads a thread has in flight at once (REDUCE_LOADS)
+inline constexpr int kReduceGroupBatch = 8;  // groups' sums group 0 reads from shared memory at once
 
 template <typename T, typename Acc>
 __global__ void __launch_bounds__(kReduceElements * kReduceMaxGroups) depthwise_conv2d_native_backprop_filter_reduce(
@@ -1762,15 +1769,32 @@ __global__ void __launch_bounds__(kReduceElements * kReduceMaxGroups) depthwise_
     const index_t e = static_cast<index_t>(blockIdx.x) * kReduceElements + lane;
     Acc acc = Acc(0);
     if (e < elements) {
-        // Unrolled so that 16 loads are in flight at once (the sum stays in slice order).
-#pragma unroll 16
-        for (index_t z = group; z < slices; z += groups) acc += partial[z * elements + e];
+        const index_t step = groups;
+        for (index_t z0 = group; z0 < slices; z0 += kReduceBatch * step) {
+            Acc batch[kReduceBatch];
+#pragma unroll
+            for (int i = 0; i < kReduceBatch; ++i) {
+                const index_t z = z0 + i * step;
+                batch[i] = z < slices ? partial[z * elements + e] : Acc(0);
+            }
+            // Added only where loaded: a masked zero would turn a -0 sum into +0.
+#pragma unroll
+            for (int i = 0; i < kReduceBatch; ++i)
+                if (z0 + i * step < slices) acc += batch[i];
+        }
     }
     sums[group][lane] = acc;
     __syncthreads();
     if (group == 0 && e < elements) {
         Acc sum = sums[0][lane];
-        for (int g = 1; g < groups; ++g) sum += sums[g][lane];
+        for (int g0 = 1; g0 < groups; g0 += kReduceGroupBatch) {
+            Acc batch[kReduceGroupBatch];
+#pragma unroll
+            for (int i = 0; i < kReduceGroupBatch; ++i) batch[i] = g0 + i < groups ? sums[g0 + i][lane] : Acc(0);
+#pragma unroll
+            for (int i = 0; i < kReduceGroupBatch; ++i)
+                if (g0 + i < groups) sum += batch[i];
+        }
         filter_grad[e] = from_acc<T, Acc>(sum);
     }
 }

@@ -932,15 +932,28 @@ PLANTED = {  # name: (text of the real source, its replacement)
     "idle-lanes-not-skipped": ("if (k >= out_depth) continue;", ""),
     "channel-group-ignored": ("const I k = group * kGroup + lane;", "const I k = lane;"),
 }
-PLANTED_REDUCE = {  # bugs in the reduction, run on reduce_problem's 3 groups of slices
-    "reduce-drops-the-last-slice": ("for (index_t z = group; z < slices; z += groups)",
-                                    "for (index_t z = group; z < slices - 1; z += groups)"),
-    "reduce-skips-a-group": ("for (int g = 1; g < groups; ++g)", "for (int g = 2; g < groups; ++g)"),
-    "reduce-one-group-too-many": ("const int groups = static_cast<int>(blockDim.x) / kReduceElements;",
-                                  "const int groups = static_cast<int>(blockDim.x) / kReduceElements + 1;"),
-    "reduce-reads-the-groups-before-the-barrier": ("sums[group][lane] = acc;\n    __syncthreads();",
-                                                   "sums[group][lane] = acc;"),
-    "reduce-sums-a-wrong-tap": ("acc += partial[z * elements + e];", "acc += partial[z * elements + (e + 1) % elements];"),
+PLANTED_REDUCE = {  # bugs in the reduction: (edit, the reduce_problem it runs on: REDUCE_PROBLEMS)
+    "reduce-drops-the-last-slice": (("if (z0 + i * step < slices) acc += batch[i];",
+                                     "if (z0 + i * step < slices - 1) acc += batch[i];"), "few"),
+    "reduce-skips-a-group": (("for (int g0 = 1; g0 < groups; g0 += kReduceGroupBatch)",
+                              "for (int g0 = 2; g0 < groups; g0 += kReduceGroupBatch)"), "few"),
+    "reduce-one-group-too-many": (("const int groups = static_cast<int>(blockDim.x) / kReduceElements;",
+                                   "const int groups = static_cast<int>(blockDim.x) / kReduceElements + 1;"), "few"),
+    "reduce-reads-the-groups-before-the-barrier": (("sums[group][lane] = acc;\n    __syncthreads();",
+                                                    "sums[group][lane] = acc;"), "few"),
+    "reduce-sums-a-wrong-tap": (("batch[i] = z < slices ? partial[z * elements + e] : Acc(0);",
+                                 "batch[i] = z < slices ? partial[z * elements + (e + 1) % elements] : Acc(0);"), "few"),
+    # The batches (kReduceBatch slices a thread, kReduceGroupBatch groups' sums): the "many"
+    # problem has two batches of slices per group and 32 groups (four batches of group sums).
+    "reduce-batches-overlap": (("z0 += kReduceBatch * step", "z0 += step"), "few"),
+    "reduce-second-batch-skipped": (("z0 < slices; z0 += kReduceBatch * step", "z0 < slices; z0 += 2 * kReduceBatch * step"),
+                                    "many"),
+    "reduce-batch-loses-its-last-slice": (("for (int i = 0; i < kReduceBatch; ++i)\n                if (z0",
+                                           "for (int i = 0; i < kReduceBatch - 1; ++i)\n                if (z0"), "many"),
+    "reduce-group-batches-skip-a-group": (("g0 += kReduceGroupBatch)", "g0 += kReduceGroupBatch + 1)"), "many"),
+    "reduce-group-batch-loses-its-last-group": (
+        ("for (int i = 0; i < kReduceGroupBatch; ++i)\n                if (g0",
+         "for (int i = 0; i < kReduceGroupBatch - 1; ++i)\n                if (g0"), "many"),
 }
 
 
@@ -970,14 +983,21 @@ def test_planted_kernel_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
                               lambda got, want: assert_close(got, want, np.float64), 11, tmp_path, monkeypatch)
 
 
-def reduce_problem(rng):
-    """(launcher result, NumPy backend result) of a call whose reduction has 3 groups of slices
-    (36 slices of the 36 (batch, out_row) pairs: 12, 12 and 12 slices a group)."""
+#: reduce_problem's calls: "few", 3 groups of 12 slices (36 slices of the 36 (batch, out_row)
+#: pairs); "many", 32 groups of 18 or 19 slices (600 slices of 600 pairs: two batches of loads a
+#: thread, four batches of the groups' sums).
+REDUCE_PROBLEMS = {"few": ((3, 12, 5, 17), 36), "many": ((2, 300, 3, 17), 600)}
+
+
+def reduce_problem(rng, problem="few"):
+    """(launcher result, NumPy backend result) of a call whose reduction takes REDUCE_PROBLEMS'
+    shape and slices."""
     import cupy
 
-    kwargs, _, _, _ = cuda_case(rng, x_shape=(3, 12, 5, 17), filt_hw=(3, 3), multiplier=2, padding="SAME")
+    x_shape, slices = REDUCE_PROBLEMS[problem]
+    kwargs, _, _, _ = cuda_case(rng, x_shape=x_shape, filt_hw=(3, 3), multiplier=2, padding="SAME")
     got = cuda_launcher.depthwise_conv2d_native_backprop_filter(
-        geometry_of(kwargs), cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), slices=36)
+        geometry_of(kwargs), cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"]), slices=slices)
     return to_host(got), gradops.depthwise_conv2d_native_backprop_filter(**kwargs, backend="numpy")
 
 
@@ -988,9 +1008,23 @@ def test_reduce_groups():
                                                                                             32, 32]
 
 
+def test_reduce_problems_take_their_batches():
+    """REDUCE_PROBLEMS' slices give the groups and the batches the planted bugs need."""
+    few, many = (cuda_launcher.reduce_groups(REDUCE_PROBLEMS[p][1]) for p in ("few", "many"))
+    assert few == 3 and many == cuda_launcher.REDUCE_MAX_GROUPS == 32
+    assert -(-600 // many) > cuda_launcher.REDUCE_LOADS  # a second batch of loads
+
+
+@pytest.mark.parametrize("problem", sorted(REDUCE_PROBLEMS))
+def test_cuda_reduce_problems(cuda_device, problem):
+    got, want = reduce_problem(np.random.default_rng(7), problem)
+    assert_close(got, want, np.float64)
+
+
 @pytest.mark.parametrize("bug", sorted(PLANTED_REDUCE))
 def test_planted_reduce_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
-    assert_planted_bug_caught(PLANTED_REDUCE[bug], lambda: reduce_problem(np.random.default_rng(7)),
+    edit, problem = PLANTED_REDUCE[bug]
+    assert_planted_bug_caught(edit, lambda: reduce_problem(np.random.default_rng(7), problem),
                               lambda got, want: assert_close(got, want, np.float64), 11, tmp_path, monkeypatch)
 
 

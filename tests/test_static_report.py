@@ -846,6 +846,39 @@ def test_filter_tiled_unit_round_trips(new_kernels):
     assert p["round_trips_per_element"] == p["tiled"]["units_per_slice"] + 1
 
 
+#: The revision the H200 measured on 2026-12-04 (its reduction took 6-9 us a call).
+H200_REVISION_2 = "8193847"
+
+
+def _reduce_round_trips(kernel) -> tuple[int, int]:
+    """(global loads, dependent load round trips) of the reduction's straight run from its first
+    global load to its barrier: the slice loop's body once, as the listing orders it."""
+    ins = kernel.function.instructions
+    first = next(i for i, x in enumerate(ins) if x.base == "LDG")
+    barrier = next(i for i, x in enumerate(ins) if x.base == "BAR")
+    return sum(x.base == "LDG" for x in ins[first:barrier]), _sass.load_round_trips(ins[first:barrier])
+
+
+@needs_tools
+def test_filter_reduce_issues_a_batch_of_loads_at_once():
+    """The filter gradient's reduction issues a batch's 16 loads of partial sums before it adds
+    them (float16 / float32: 2 round trips a batch; float64, whose 64-register budget at 1024
+    threads interleaves loads and adds: 4), where the loop the H200 measured at 8193847 compiled to
+    a load, an add and an exit test per slice: 16 round trips for 16 slices (6-9 us a call)."""
+    import importlib
+
+    dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
+    wanted = {dwf._reduce_expression(sr.DTYPES[name]): name for name in ("float16", "float32", "float64")}
+    new = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE], only=list(wanted))
+    assert {wanted[k.expression]: _reduce_round_trips(k) for k in new} == {
+        "float16": (16, 2), "float32": (16, 2), "float64": (16, 4)}
+    text = source_at_revision(H200_REVISION_2, sr.DEPTHWISE_FILTER_SOURCE)
+    old = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE], texts={sr.DEPTHWISE_FILTER_SOURCE: text},
+                                only=[dwf._reduce_expression(sr.DTYPES["float32"])])
+    loads, trips = _reduce_round_trips(old[0])
+    assert loads == trips >= 16
+
+
 @needs_tools
 def test_depthwise_generic_kernel_path_is_counted():
     """A grid-stride kernel the counter does model: the generic depthwise instantiation, one
