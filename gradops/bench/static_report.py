@@ -1554,8 +1554,8 @@ def filter_tiled_unit_round_trips(kernel, dtype) -> int:
 
 def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
     """(instructions, counts) of the busiest thread of the depthwise filter gradient's reduction
-    (a thread of group 0): the fewest accumulator loads >= ``loads`` a path makes (the unrolled
-    slice loop's remainder is predicated), the barrier, and the groups' sum and its store."""
+    (a thread of group 0): the fewest accumulator loads >= ``loads`` a path makes (a batch's
+    loads are predicated), the barrier, and the groups' sum and its store."""
     from ..backends.cuda._sass import PathError
 
     cfg = kernel.cfg
@@ -1587,7 +1587,8 @@ def filter_reduce_stage(device: Device, kernel, slices: int, filter_elements: in
     """The reduction's roofline: ``reduce_groups(slices)`` threads per filter element, each
     costing the busiest thread's path (an upper bound: only group 0 adds the groups; the path
     takes the groups' sum loop once), ceil(slices / groups) loads each; DRAM: the filter gradient written; L2: the partial sums read; latency: waves of
-    resident CTAs x (ceil(loads / 16) round trips of the unrolled loop + 1 for the store)."""
+    resident CTAs x (a round trip per batch of REDUCE_LOADS loads, which a thread issues
+    together, + 1 for the store)."""
     import importlib
 
     from ..backends.cuda import _sass
@@ -1603,7 +1604,7 @@ def filter_reduce_stage(device: Device, kernel, slices: int, filter_elements: in
                           dwf.REDUCE_ELEMENTS * groups)
     traffic, l2 = width * filter_elements, acc * slices * filter_elements + width * filter_elements
     limits = roofline(device, filter_elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
-    round_trips = -(-loads // 16) + 1
+    round_trips = -(-loads // dwf.REDUCE_LOADS) + 1
     ctas = -(-filter_elements // dwf.REDUCE_ELEMENTS)
     with_latency_limit(limits, device, traffic, st.latency_limit_s(device, ctas, occ, round_trips))
     return {"stage": "reduce", "kernel": kernel.expression, "elements": filter_elements, "bytes": traffic,

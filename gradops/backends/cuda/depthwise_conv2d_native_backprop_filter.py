@@ -54,7 +54,7 @@ INT32_MAX = 2**31 - 1
 GROUP = 32
 #: The reduction's CTA: kReduceElements filter elements x :func:`reduce_groups` groups of
 #: slices, at most kReduceMaxGroups; a group sums at most REDUCE_LOADS slices where that many
-#: groups allow (the kernel's unrolled loop keeps 16 loads in flight: one batch a thread).
+#: groups allow: one batch a thread of the kernel's kReduceBatch loads, issued together.
 REDUCE_ELEMENTS = 32
 REDUCE_MAX_GROUPS = 32
 REDUCE_LOADS = 16
