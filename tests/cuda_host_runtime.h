@@ -524,6 +524,10 @@ inline void __syncwarp(unsigned = 0xffffffffu) {
     gradops_host::wait_at(gradops_host::AT_WARP_BARRIER);
     gradops_host::race_syncwarp(gradops_host::scheduler().current);
 }
+// A fence orders one thread's own memory accesses as others see them; it synchronises no
+// threads.  A thread here runs until it waits at a barrier, its accesses in program order, so
+// there is nothing to order.
+inline void __threadfence_block() {}
 // A block barrier that also ORs a predicate over the block's threads.  Here three barriers
 // (contribute, read, reset before anyone can contribute to the next call), one on the GPU: the
 // extra two only order the threads more than the hardware would.

@@ -933,23 +933,27 @@ PLANTED = {  # name: (text of the real source, its replacement)
     "channel-group-ignored": ("const I k = group * kGroup + lane;", "const I k = lane;"),
 }
 PLANTED_REDUCE = {  # bugs in the reduction: (edit, the reduce_problem it runs on: REDUCE_PROBLEMS)
-    "reduce-drops-the-last-slice": (("if (z0 + i * step < slices) acc += batch[i];",
-                                     "if (z0 + i * step < slices - 1) acc += batch[i];"), "few"),
+    "reduce-drops-the-last-slice": (("index_t left = slices - group;", "index_t left = slices - 1 - group;"), "few"),
     "reduce-skips-a-group": (("for (int g0 = 1; g0 < groups; g0 += kReduceGroupBatch)",
                               "for (int g0 = 2; g0 < groups; g0 += kReduceGroupBatch)"), "few"),
     "reduce-one-group-too-many": (("const int groups = static_cast<int>(blockDim.x) / kReduceElements;",
                                    "const int groups = static_cast<int>(blockDim.x) / kReduceElements + 1;"), "few"),
     "reduce-reads-the-groups-before-the-barrier": (("sums[group][lane] = acc;\n    __syncthreads();",
                                                     "sums[group][lane] = acc;"), "few"),
-    "reduce-sums-a-wrong-tap": (("batch[i] = z < slices ? partial[z * elements + e] : Acc(0);",
-                                 "batch[i] = z < slices ? partial[z * elements + (e + 1) % elements] : Acc(0);"), "few"),
+    "reduce-sums-a-wrong-tap": (("batch[i] = i < count ? partial[at] : Acc(0);",
+                                 "batch[i] = i < count ? partial[at - e + (e + 1) % elements] : Acc(0);"), "few"),
     # The batches (kReduceBatch slices a thread, kReduceGroupBatch groups' sums): the "many"
     # problem has two batches of slices per group and 32 groups (four batches of group sums).
-    "reduce-batches-overlap": (("z0 += kReduceBatch * step", "z0 += step"), "few"),
-    "reduce-second-batch-skipped": (("z0 < slices; z0 += kReduceBatch * step", "z0 < slices; z0 += 2 * kReduceBatch * step"),
-                                    "many"),
-    "reduce-batch-loses-its-last-slice": (("for (int i = 0; i < kReduceBatch; ++i)\n                if (z0",
-                                           "for (int i = 0; i < kReduceBatch - 1; ++i)\n                if (z0"), "many"),
+    "reduce-batches-overlap": (("offset += kReduceBatch * stride", "offset += stride"), "many"),
+    "reduce-second-batch-skipped": (("left -= kReduceBatch * groups, offset += kReduceBatch * stride",
+                                     "left -= 2 * kReduceBatch * groups, offset += 2 * kReduceBatch * stride"), "many"),
+    "reduce-batch-loses-its-last-slice": (("for (int i = 0; i < kReduceBatch; ++i)\n                if (i < count)",
+                                           "for (int i = 0; i < kReduceBatch - 1; ++i)\n                if (i < count)"),
+                                          "many"),
+    # A batch of a group with fewer than kReduceBatch slices left reads past them (into the
+    # next group's slices and past the partial sums: the guard bytes' NaN).
+    "reduce-batch-reads-past-its-slices": (
+        ("const int count = (reach + groups - 1) / groups;", "const int count = kReduceBatch;"), "few"),
     "reduce-group-batches-skip-a-group": (("g0 += kReduceGroupBatch)", "g0 += kReduceGroupBatch + 1)"), "many"),
     "reduce-group-batch-loses-its-last-group": (
         ("for (int i = 0; i < kReduceGroupBatch; ++i)\n                if (g0",

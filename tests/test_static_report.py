@@ -862,16 +862,25 @@ def _reduce_round_trips(kernel) -> tuple[int, int]:
 @needs_tools
 def test_filter_reduce_issues_a_batch_of_loads_at_once():
     """The filter gradient's reduction issues a batch's 16 loads of partial sums before it adds
-    them (float16 / float32: 2 round trips a batch; float64, whose 64-register budget at 1024
-    threads interleaves loads and adds: 4), where the loop the H200 measured at 8193847 compiled to
-    a load, an add and an exit test per slice: 16 round trips for 16 slices (6-9 us a call)."""
+    them, one round trip a batch on sm_80, sm_90 and sm_120, where the loop the H200 measured at
+    8193847 compiled to a load, an add and an exit test per slice: 16 round trips for 16 slices
+    (6-9 us a call).  Without the fence between the loads and the adds, ptxas interleaves them on
+    sm_90 (it aims at 32 registers there: two CTAs of 1024 threads an SM)."""
     import importlib
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
     wanted = {dwf._reduce_expression(sr.DTYPES[name]): name for name in ("float16", "float32", "float64")}
-    new = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE], only=list(wanted))
-    assert {wanted[k.expression]: _reduce_round_trips(k) for k in new} == {
-        "float16": (16, 2), "float32": (16, 2), "float64": (16, 4)}
+    for arch in ("sm_80", "sm_90", "sm_120"):
+        new = _sass.compile_kernels((arch,), [sr.DEPTHWISE_FILTER_SOURCE], only=list(wanted))
+        assert {wanted[k.expression]: _reduce_round_trips(k) for k in new} == {
+            "float16": (16, 1), "float32": (16, 1), "float64": (16, 1)}, arch
+    text = (_build.source_dir() / sr.DEPTHWISE_FILTER_SOURCE).read_text()
+    fence = "            __threadfence_block();\n"
+    assert text.count(fence) == 1
+    unfenced = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE],
+                                     texts={sr.DEPTHWISE_FILTER_SOURCE: text.replace(fence, "")},
+                                     only=[dwf._reduce_expression(sr.DTYPES["float32"])])
+    assert _reduce_round_trips(unfenced[0])[1] > 1
     text = source_at_revision(H200_REVISION_2, sr.DEPTHWISE_FILTER_SOURCE)
     old = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_FILTER_SOURCE], texts={sr.DEPTHWISE_FILTER_SOURCE: text},
                                 only=[dwf._reduce_expression(sr.DTYPES["float32"])])
