@@ -693,9 +693,9 @@ template <typename Acc, int KH, int KW, int SH, int SW, int R, int C> struct Pla
 // only), 0 otherwise.  Grid: (tiles across x channel blocks of CHANNELS input channels, or
 // CHANNELS / 2 when paired, tiles down, batch); block: LANES x the tile's work items (128, or
 // 64 for C = 2; 64, or 32 for R = 1, at stride 1).  No __launch_bounds__: with it
-// ptxas spilled registers in some instantiations; without it none spills (the stride-1
-// kernels use 128-209 registers on sm_90, so registers limit their occupancy: the static
-// report lists it per kernel).
+// ptxas spilled registers in some instantiations; without it none spills (on sm_90 with NVRTC
+// 13, the stride-1 kernels use 98-152 registers in NHWC and 128-207 in NCHW, so registers limit
+// their occupancy: the static report lists it per kernel).
 template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R, int C>
 __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
@@ -761,6 +761,141 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
     const Acc* window = L == NCHW ? stage + lane * P::CP + (i0 / SH) * P::RP + j0 / SW
                                   : stage + ((i0 / SH) * Cols::STAGED + j0 / SW) * CHANNELS + V * lane;
 
+    if (tid == 0) nonfinite_slice = -1;
+    // Each slice q stages the filter slice taps[tap][c] = filter[tap][c0 + c][q] and the
+    // out_backprop tile (channels c0 * M + q, (c0 + 1) * M + q, ...; zeros outside out_backprop),
+    // and notes whether the filter slice is finite: `finite` stays 0 while every value is
+    // (v * 0 == 0).  Multiplier 1 in NHWC with 16-byte rows (see "Loads") has one slice, staged
+    // in 16-byte vectors here, before the accumulators exist: staged inside the slice loop, its
+    // batch of loads in flight sat beside the accumulators (zero, but live across the loop's
+    // back edge), 161 registers on sm_90 for float16 3x3 at stride 1 (56 accumulators) where
+    // this order takes 98: four CTAs an SM where three fitted.  (No thread reads the staged
+    // slice or the flag before the loop's second barrier.)
+    const bool vector = L == NHWC && vector_loads != 0 && slices == 1;
+    Acc finite = Acc(0);
+    if (vector) {
+        const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
+        // Loads first (16 bytes per thread and step, all in flight at once), then widening
+        // to accumulators and 16-byte shared-memory stores.  Thread t moves vector
+        // t % PER_POSITION (channels c .. c + ELEMENTS - 1) of its slot t / PER_POSITION.
+        constexpr int ELEMENTS = VectorSize<T>::value;
+        constexpr int PER_POSITION = CHANNELS / ELEMENTS;  // vectors per tap / staged position
+        constexpr int SLOTS = THREADS / PER_POSITION;      // positions per step
+        const unsigned slot = t / PER_POSITION;
+        const int c = static_cast<int>(t % PER_POSITION) * ELEMENTS;
+        const bool channels_in = oc0 + c < out_depth;  // out_depth is a multiple of ELEMENTS
+
+        // The filter slice: taps slot, slot + SLOTS, ...
+        constexpr int FILTER_STEPS = (TAPS + SLOTS - 1) / SLOTS;
+        uint4 filter_raw[FILTER_STEPS];
+#pragma unroll
+        for (int k = 0; k < FILTER_STEPS; ++k) {
+            const unsigned tap = slot + k * SLOTS;
+            filter_raw[k] = make_uint4(0, 0, 0, 0);
+            if ((TAPS % SLOTS == 0 || tap < TAPS) && channels_in)
+                filter_raw[k] = *reinterpret_cast<const uint4*>(filter + static_cast<int>(tap) * out_depth + oc0 + c);
+        }
+
+        // The tile.  Offset of staged position (row, col): origin + row * row_step + col * out_depth.
+        const int origin = ((n * out_rows + o_row0) * out_cols + o_col0) * out_depth + oc0 + c;
+        const int row_step = out_cols * out_depth;
+        if constexpr (SLOTS >= Cols::STAGED) {
+            // Slots cover whole staged rows: slot = group * Cols::STAGED + col, and the slot
+            // takes column col of rows group, group + GROUPS, ...; the index math is one
+            // division per thread, then an add per step (slots past GROUPS rows idle).
+            constexpr int GROUPS = SLOTS / Cols::STAGED;
+            constexpr int STEPS = (Rows::STAGED + GROUPS - 1) / GROUPS;
+            const int group = static_cast<int>(slot / Cols::STAGED), col = static_cast<int>(slot % Cols::STAGED);
+            if (group < GROUPS) {
+                const bool col_in = static_cast<unsigned>(o_col0 + col) < static_cast<unsigned>(out_cols);
+                // A pointer advanced by GROUPS rows per step: two adds, no multiply.
+                const T* from = out_backprop + (origin + group * row_step + col * out_depth);
+                const long long advance = static_cast<long long>(GROUPS) * row_step;
+                Acc* const to = stage + (group * Cols::STAGED + col) * CHANNELS + c;
+                const bool inside = col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows;
+                constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
+#pragma unroll
+                for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
+                    uint4 raw[BATCH];
+                    if (inside) {  // every row of the column inside out_backprop (most tiles): no checks
+#pragma unroll
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            if (Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || group + k * GROUPS < Rows::STAGED)
+                                raw[k - k0] = *reinterpret_cast<const uint4*>(from);
+                            from += advance;
+                        }
+                    } else {
+#pragma unroll
+                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                            const int row = group + k * GROUPS;
+                            raw[k - k0] = make_uint4(0, 0, 0, 0);
+                            if ((Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || row < Rows::STAGED) && col_in &&
+                                channels_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
+                                raw[k - k0] = *reinterpret_cast<const uint4*>(from);
+                            from += advance;
+                        }
+                    }
+#pragma unroll
+                    for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                        if (Rows::STAGED % GROUPS != 0 && k + 1 == STEPS && group + k * GROUPS >= Rows::STAGED)
+                            break;
+                        Acc values[ELEMENTS];
+                        widen<T, Acc>(raw[k - k0], values);
+                        store16(to + k * GROUPS * Cols::STAGED * CHANNELS, values);
+                    }
+                }
+            }
+        } else {
+            // Staged rows wider than a step: positions slot, slot + SLOTS, ... in row-major
+            // order, walked with a carry instead of a division per step.
+            constexpr int STEPS = (POSITIONS + SLOTS - 1) / SLOTS;
+            GridWalk<Cols::STAGED, SLOTS> walk(slot, origin, row_step, out_depth);
+            const bool inside = channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows && o_col0 >= 0 &&
+                                o_col0 + Cols::STAGED <= out_cols;
+            constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
+#pragma unroll
+            for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
+                uint4 raw[BATCH];
+                if (inside) {  // the whole staged tile inside out_backprop (most tiles): no checks
+#pragma unroll
+                    for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                        if (POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS)
+                            raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                        walk.next();
+                    }
+                } else {
+#pragma unroll
+                    for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                        raw[k - k0] = make_uint4(0, 0, 0, 0);
+                        if ((POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS) && channels_in &&
+                            static_cast<unsigned>(o_row0 + static_cast<int>(walk.row)) <
+                                static_cast<unsigned>(out_rows) &&
+                            static_cast<unsigned>(o_col0 + static_cast<int>(walk.col)) <
+                                static_cast<unsigned>(out_cols))
+                            raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
+                        walk.next();
+                    }
+                }
+#pragma unroll
+                for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
+                    if (POSITIONS % SLOTS != 0 && slot + k * SLOTS >= POSITIONS) break;
+                    Acc values[ELEMENTS];
+                    widen<T, Acc>(raw[k - k0], values);
+                    store16(stage + (slot + k * SLOTS) * CHANNELS + c, values);
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < FILTER_STEPS; ++k) {
+            if (TAPS % SLOTS != 0 && slot + k * SLOTS >= TAPS) break;
+            Acc values[ELEMENTS];
+            widen<T, Acc>(filter_raw[k], values);
+            store16(taps + (slot + k * SLOTS) * CHANNELS + c, values);
+#pragma unroll
+            for (int u = 0; u < ELEMENTS; ++u) finite += values[u] * Acc(0);
+        }
+    }
+
     Acc acc[S::ITEM_ROWS][S::ITEM_COLS][V];
 #pragma unroll
     for (int i = 0; i < S::ITEM_ROWS; ++i)
@@ -769,137 +904,11 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
 #pragma unroll
             for (int u = 0; u < V; ++u) acc[i][j][u] = Acc(0);
 
-    if (tid == 0) nonfinite_slice = -1;
-    const bool vector = L == NHWC && vector_loads != 0 && slices == 1;
     for (int q = 0; q < slices; ++q) {
         __syncthreads();  // the flag is initialised; the previous slice has been read
-        const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
-
-        // ---- the filter slice taps[tap][c] = filter[tap][c0 + c][q] and the out_backprop tile
-        // (channels c0 * M + q, (c0 + 1) * M + q, ...; zeros outside out_backprop), and whether
-        // the filter slice is finite: `finite` stays 0 while every value is (v * 0 == 0).
-        Acc finite = Acc(0);
-        if (vector) {
-            // Loads first (16 bytes per thread and step, all in flight at once), then widening
-            // to accumulators and 16-byte shared-memory stores.  Thread t moves vector
-            // t % PER_POSITION (channels c .. c + ELEMENTS - 1) of its slot t / PER_POSITION.
-            constexpr int ELEMENTS = VectorSize<T>::value;
-            constexpr int PER_POSITION = CHANNELS / ELEMENTS;  // vectors per tap / staged position
-            constexpr int SLOTS = THREADS / PER_POSITION;      // positions per step
-            const unsigned slot = t / PER_POSITION;
-            const int c = static_cast<int>(t % PER_POSITION) * ELEMENTS;
-            const bool channels_in = oc0 + c < out_depth;  // out_depth is a multiple of ELEMENTS
-
-            // The filter slice: taps slot, slot + SLOTS, ...
-            constexpr int FILTER_STEPS = (TAPS + SLOTS - 1) / SLOTS;
-            uint4 filter_raw[FILTER_STEPS];
-#pragma unroll
-            for (int k = 0; k < FILTER_STEPS; ++k) {
-                const unsigned tap = slot + k * SLOTS;
-                filter_raw[k] = make_uint4(0, 0, 0, 0);
-                if ((TAPS % SLOTS == 0 || tap < TAPS) && channels_in)
-                    filter_raw[k] = *reinterpret_cast<const uint4*>(filter + static_cast<int>(tap) * out_depth + oc0 + c);
-            }
-
-            // The tile.  Offset of staged position (row, col): origin + row * row_step + col * out_depth.
-            const int origin = ((n * out_rows + o_row0) * out_cols + o_col0) * out_depth + oc0 + c;
-            const int row_step = out_cols * out_depth;
-            if constexpr (SLOTS >= Cols::STAGED) {
-                // Slots cover whole staged rows: slot = group * Cols::STAGED + col, and the slot
-                // takes column col of rows group, group + GROUPS, ...; the index math is one
-                // division per thread, then an add per step (slots past GROUPS rows idle).
-                constexpr int GROUPS = SLOTS / Cols::STAGED;
-                constexpr int STEPS = (Rows::STAGED + GROUPS - 1) / GROUPS;
-                const int group = static_cast<int>(slot / Cols::STAGED), col = static_cast<int>(slot % Cols::STAGED);
-                if (group < GROUPS) {
-                    const bool col_in = static_cast<unsigned>(o_col0 + col) < static_cast<unsigned>(out_cols);
-                    // A pointer advanced by GROUPS rows per step: two adds, no multiply.
-                    const T* from = out_backprop + (origin + group * row_step + col * out_depth);
-                    const long long advance = static_cast<long long>(GROUPS) * row_step;
-                    Acc* const to = stage + (group * Cols::STAGED + col) * CHANNELS + c;
-                    const bool inside = col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows;
-                    constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
-#pragma unroll
-                    for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
-                        uint4 raw[BATCH];
-                        if (inside) {  // every row of the column inside out_backprop (most tiles): no checks
-#pragma unroll
-                            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                                if (Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || group + k * GROUPS < Rows::STAGED)
-                                    raw[k - k0] = *reinterpret_cast<const uint4*>(from);
-                                from += advance;
-                            }
-                        } else {
-#pragma unroll
-                            for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                                const int row = group + k * GROUPS;
-                                raw[k - k0] = make_uint4(0, 0, 0, 0);
-                                if ((Rows::STAGED % GROUPS == 0 || k + 1 < STEPS || row < Rows::STAGED) && col_in &&
-                                    channels_in && static_cast<unsigned>(o_row0 + row) < static_cast<unsigned>(out_rows))
-                                    raw[k - k0] = *reinterpret_cast<const uint4*>(from);
-                                from += advance;
-                            }
-                        }
-#pragma unroll
-                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                            if (Rows::STAGED % GROUPS != 0 && k + 1 == STEPS && group + k * GROUPS >= Rows::STAGED)
-                                break;
-                            Acc values[ELEMENTS];
-                            widen<T, Acc>(raw[k - k0], values);
-                            store16(to + k * GROUPS * Cols::STAGED * CHANNELS, values);
-                        }
-                    }
-                }
-            } else {
-                // Staged rows wider than a step: positions slot, slot + SLOTS, ... in row-major
-                // order, walked with a carry instead of a division per step.
-                constexpr int STEPS = (POSITIONS + SLOTS - 1) / SLOTS;
-                GridWalk<Cols::STAGED, SLOTS> walk(slot, origin, row_step, out_depth);
-                const bool inside = channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows && o_col0 >= 0 &&
-                                    o_col0 + Cols::STAGED <= out_cols;
-                constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
-#pragma unroll
-                for (int k0 = 0; k0 < STEPS; k0 += BATCH) {
-                    uint4 raw[BATCH];
-                    if (inside) {  // the whole staged tile inside out_backprop (most tiles): no checks
-#pragma unroll
-                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                            if (POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS)
-                                raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
-                            walk.next();
-                        }
-                    } else {
-#pragma unroll
-                        for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                            raw[k - k0] = make_uint4(0, 0, 0, 0);
-                            if ((POSITIONS % SLOTS == 0 || slot + k * SLOTS < POSITIONS) && channels_in &&
-                                static_cast<unsigned>(o_row0 + static_cast<int>(walk.row)) <
-                                    static_cast<unsigned>(out_rows) &&
-                                static_cast<unsigned>(o_col0 + static_cast<int>(walk.col)) <
-                                    static_cast<unsigned>(out_cols))
-                                raw[k - k0] = *reinterpret_cast<const uint4*>(out_backprop + walk.offset);
-                            walk.next();
-                        }
-                    }
-#pragma unroll
-                    for (int k = k0; k < k0 + BATCH && k < STEPS; ++k) {
-                        if (POSITIONS % SLOTS != 0 && slot + k * SLOTS >= POSITIONS) break;
-                        Acc values[ELEMENTS];
-                        widen<T, Acc>(raw[k - k0], values);
-                        store16(stage + (slot + k * SLOTS) * CHANNELS + c, values);
-                    }
-                }
-            }
-#pragma unroll
-            for (int k = 0; k < FILTER_STEPS; ++k) {
-                if (TAPS % SLOTS != 0 && slot + k * SLOTS >= TAPS) break;
-                Acc values[ELEMENTS];
-                widen<T, Acc>(filter_raw[k], values);
-                store16(taps + (slot + k * SLOTS) * CHANNELS + c, values);
-#pragma unroll
-                for (int u = 0; u < ELEMENTS; ++u) finite += values[u] * Acc(0);
-            }
-        } else {
+        if (!vector) {  // the slice, one element per load
+            const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
+            finite = Acc(0);
             // The filter slice one element per load: thread t takes slot t % CHANNELS of taps
             // t / CHANNELS, + THREADS / CHANNELS, ...  Slot c is out_backprop channel oc0 + c *
             // channel_step + q, except NCHW's paired order: slot c = j + LANES * m is channel

@@ -611,6 +611,7 @@ DW_5X5_S2 = ((2, 19, 23, 12), 5, 2, "EXPLICIT", ((1, 2), (3, 0)), 1, np.float32,
 DW_F32_S1 = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, False)  # 16-byte staging, walked rows
 DW_M2 = ((1, 9, 18, 37), 5, 1, "SAME", NO_PADS, 2, np.float64, False)  # one element per load
 DW_INF = ((2, 13, 21, 40), 3, 1, "SAME", NO_PADS, 1, np.float32, True)
+DW_M2_INF = ((1, 9, 18, 37), 5, 1, "SAME", NO_PADS, 2, np.float64, True)  # slice 0 of two not finite
 # NCHW (a ninth field): 16-byte chunks of out_backprop rows starting 7 (float16) or 3 (float32)
 # columns before the tile, 4-column result stores with the image ending inside the last tile
 # (8-column tiles at stride 1: 40 = 5 x 8, 20 = 2 x 8 + 4).
@@ -635,8 +636,13 @@ DW_NARROW_7X7 = ((2, 7, 7, 24), 3, 2, "SAME", NO_PADS, 2, np.float32, False, "NH
 # 32 slots of 6 staged rows: dwconv::row_groups picks 2).
 DW_NCHW_GROUPS = ((1, 11, 24, 36), 5, 2, "SAME", NO_PADS, 1, np.float32, False, "NCHW", "narrow")
 DEPTHWISE_PLANTED = {
+    # The slice loop's two barriers: slices staged one element per load (DW_M2's two) need both.
+    # The 16-byte staging of a single slice runs before the loop, so either barrier fences it from
+    # the sums (neither edit alone breaks DW_3X3 or DW_NARROW_NHWC).
     "depthwise-tile-read-before-the-barrier": (
-        "        __syncthreads();  // the slice is staged\n", "\n", [DW_3X3, DW_M2, DW_NARROW_NHWC]),
+        "        __syncthreads();  // the slice is staged\n", "\n", [DW_M2]),
+    "depthwise-next-slice-staged-while-this-one-is-read": (
+        "        __syncthreads();  // the flag is initialised; the previous slice has been read\n", "\n", [DW_M2]),
     "depthwise-halo-one-row-short": (
         "constexpr int STEPS = (Rows::STAGED + GROUPS - 1) / GROUPS;",
         "constexpr int STEPS = (Rows::STAGED - 1 + GROUPS - 1) / GROUPS;", [DW_3X3]),
@@ -649,6 +655,10 @@ DEPTHWISE_PLANTED = {
     "depthwise-row-walk-without-carry": ("            offset += wrap;\n", "\n", [DW_F32_S1]),
     "depthwise-padding-taps-multiplied": ("            if (nonfinite_slice != q) {", "            if (true) {",
                                           [DW_INF]),
+    # The flag of a non-finite slice, set after the loop's first barrier for both stagings (the
+    # 16-byte staging runs before the loop, and thread 0 clears the flag before that barrier).
+    "depthwise-non-finite-slice-not-flagged": (
+        "        if (finite != Acc(0)) nonfinite_slice = q;  // NaN: some value was Inf or NaN\n", "\n", [DW_INF, DW_M2_INF]),
     # NCHW plane-row staging and quad stores
     "depthwise-nchw-chunks-ignore-the-column-phase": (
         "const int shift = o_col0 & (VEC - 1);", "const int shift = 0;", [DW_NCHW_F16, DW_NCHW_F32, DW_NCHW_ROWS8]),

@@ -889,6 +889,22 @@ def test_filter_reduce_issues_a_batch_of_loads_at_once():
 
 
 @needs_tools
+def test_nhwc_tiled_kernel_stages_its_one_slice_before_the_accumulators():
+    """The NHWC tiled input gradient stages a multiplier-1 slice (16-byte vectors) before the
+    slice loop that holds its accumulators: float16 3x3 at stride 1 fits 128 registers on sm_90,
+    four CTAs of 128 threads an SM, where staging inside the loop kept the batch of loads in
+    flight beside the live accumulators (the H200 measured 160 registers and 18.75% theoretical
+    occupancy at 8193847, three CTAs)."""
+    expression = "gradops::depthwise_conv2d_native_backprop_input_tiled<__half, float, 0, 3, 3, 1, 1, 2, 2>"
+    [new] = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], only=[expression])
+    assert new.ptxas["registers"] <= 128 and new.ptxas["spill_stores"] == 0
+    text = source_at_revision(H200_REVISION_2, sr.DEPTHWISE_SOURCE)
+    [old] = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], texts={sr.DEPTHWISE_SOURCE: text},
+                                  only=[expression])
+    assert old.ptxas["registers"] > 152  # 168 allocated a thread: 12 warps an SM
+
+
+@needs_tools
 def test_depthwise_generic_kernel_path_is_counted():
     """A grid-stride kernel the counter does model: the generic depthwise instantiation, one
     element per iteration, its taps in a loop (two 2-byte loads per tap)."""
@@ -1198,8 +1214,10 @@ def test_nchw_staging_path_takes_the_launchs_stores(tiled_kernels):
 
 def test_tiled_count_is_stable_across_the_pairing_change(tiled_kernels):
     """The measured revision's source differs from today's, for a kernel whose tile is the same
-    (3x3/2: 8 x 16 positions of 4 x 4 work items), by the multiplier pairing and the NCHW store
-    widths only: its multiplier-1 path (16-byte staging) must cost within 5% of today's."""
+    (3x3/2: 8 x 16 positions of 4 x 4 work items), by the multiplier pairing, the NCHW store
+    widths and where the 16-byte staging sits (before the slice loop since 2026-12-04: 416
+    instructions a thread, the measured revision's 383): its multiplier-1 path (16-byte staging)
+    must cost within 10% of today's."""
     from gradops.bench import static_tiled as st
 
     _, _, old, strided = tiled_kernels
@@ -1207,7 +1225,7 @@ def test_tiled_count_is_stable_across_the_pairing_change(tiled_kernels):
         pytest.skip(f"revision {st.MEASURED_DEPTHWISE_REVISION} is not in this checkout's history")
     now, then = st.depthwise_tiled_path(strided, True, False, 1), st.depthwise_tiled_path(old, True, False, 1)
     assert then["path"]["memory"]["LDG.128"] == now["path"]["memory"]["LDG.128"] == 3
-    assert abs(now["instructions"] - then["instructions"]) < 0.05 * now["instructions"]
+    assert abs(now["instructions"] - then["instructions"]) < 0.1 * now["instructions"]
 
 
 def test_tiled_depthwise_predictions(tiled_kernels):

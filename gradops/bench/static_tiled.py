@@ -397,7 +397,8 @@ def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared:
     kernels that sum from shared memory; None: not counted).
     ``trips``: ``{loop depth: (iterations, (loads, shared words or None) per iteration, or None)}``.
     ``store_words``: the shared words an instruction counts (default :func:`shared_words`); None
-    from it rules out every path through that instruction.
+    from it rules out every path through that instruction, and otherwise it must count a store's
+    width, as the default does (a path's words are checked against its stores' widths).
 
     The shared words keep a path from leaving a staging loop's or the result pass's stores
     early (their guards are run-time conditions the CFG cannot evaluate).  The counts are
@@ -437,6 +438,11 @@ def common_path(kernel, stores: tuple[int, int], loads: tuple[int, int], shared:
     candidates = []
     for k, (cost, counts) in table.items():
         words = (k // a) % b
+        # A block's wide stores can carry the words digit past b - 1 into the next (valid()
+        # sees only the digit): such a path's digit understates its words, so it is left out.
+        stored = sum(n * int(kind.split(".")[1]) // 32 for kind, n in counts.items() if kind.startswith("STS."))
+        if stored != words:
+            continue
         if (counts[store_kind] == stores[1] and words >= shared and counts[load_kind] >= loads[1]
                 and (reads is None or (k // (a * b)) % c == reads)):
             candidates.append((counts[load_kind], words, cost, counts))
@@ -478,7 +484,10 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
     if fma != depthwise_fma_per_slice(t):
         raise PathError(f"{kernel.expression}: the unchecked sums hold {fma} FMAs, the source's tap loops "
                         f"{depthwise_fma_per_slice(t)}")
-    trips = {1: (t.slices, (t.loads() // t.slices, None))}  # every slice stages the same loads
+    # Every slice stages the same loads, in the slice loop; NHWC's 16-byte staging has one slice,
+    # which since a94e130 precedes the loop (its loads in flight no longer sit beside the live
+    # accumulators), so the loop's one iteration is left free.
+    trips = {1: (t.slices, None if t.vector and not t.nchw else (t.loads() // t.slices, None))}
     if t.nchw and not t.rows:  # the channel loop (unroll 1): CHANNELS / warps steps of one load and store per chunk
         trips[2] = t.channel_steps()
     elif not t.vector:  # the staging loop unrolled by 4: its remainder (< 4 loads) runs before it, unrolled
@@ -495,6 +504,13 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
             if ins.base == "STS" and access_width(ins) > t.run * t.acc:
                 return None
             return shared_words(ins)
+    if t.vector and not t.nchw:
+        # A thread with NHWC's 16-byte staging (before the slice loop) skips the loop's element
+        # staging, which the CFG cannot tell: no path may take a global load of another width.
+        def words(ins, stored=words):
+            if ins.base == "LDG" and access_width(ins) != t.load_width:
+                return None
+            return stored(ins)
     cost, counts = common_path(kernel, (t.store_width, 0 if idle else t.stores()), (t.load_width, t.loads()),
                                t.shared_words(), trips, through, slack=slack, store_words=words)
     from .static_report import _path_summary
