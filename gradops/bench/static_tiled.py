@@ -507,10 +507,13 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
     if t.vector and not t.nchw:
         # A thread with NHWC's 16-byte staging (before the slice loop) skips the loop's element
         # staging, which the CFG cannot tell: no path may take a global load of another width.
-        def words(ins, stored=words):
+        stored = words
+
+        def sixteen_byte_words(ins):
             if ins.base == "LDG" and access_width(ins) != t.load_width:
                 return None
             return stored(ins)
+        words = sixteen_byte_words
     cost, counts = common_path(kernel, (t.store_width, 0 if idle else t.stores()), (t.load_width, t.loads()),
                                t.shared_words(), trips, through, slack=slack, store_words=words)
     from .static_report import _path_summary
