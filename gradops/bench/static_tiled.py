@@ -485,7 +485,7 @@ def _depthwise_tiled_path(kernel, vector: bool, paired: bool, multiplier: int, r
         raise PathError(f"{kernel.expression}: the unchecked sums hold {fma} FMAs, the source's tap loops "
                         f"{depthwise_fma_per_slice(t)}")
     # Every slice stages the same loads, in the slice loop; NHWC's 16-byte staging has one slice,
-    # which since a94e130 precedes the loop (its loads in flight no longer sit beside the live
+    # which since b6601c2 precedes the loop (its loads in flight no longer sit beside the live
     # accumulators), so the loop's one iteration is left free.
     trips = {1: (t.slices, None if t.vector and not t.nchw else (t.loads() // t.slices, None))}
     if t.nchw and not t.rows:  # the channel loop (unroll 1): CHANNELS / warps steps of one load and store per chunk
