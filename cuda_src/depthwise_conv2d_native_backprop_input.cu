@@ -692,16 +692,18 @@ template <typename Acc, int KH, int KW, int SH, int SW, int R, int C> struct Pla
 // (below); pair_multipliers: 1 for paired multipliers (see "Multipliers"; M = 2 and V = 2
 // only), 0 otherwise.  Grid: (tiles across x channel blocks of CHANNELS input channels, or
 // CHANNELS / 2 when paired, tiles down, batch); block: LANES x the tile's work items (128, or
-// 64 for C = 2; 64, or 32 for R = 1, at stride 1).  No __launch_bounds__: with it
-// ptxas spilled registers in some instantiations; without it none spills (on sm_90 with NVRTC
-// 13, the stride-1 kernels use 98-152 registers in NHWC and 128-207 in NCHW, so registers limit
-// their occupancy: the static report lists it per kernel).
+// 64 for C = 2; 64, or 32 for R = 1, at stride 1).  The body is a device function so that the
+// kernel template (below) can have register-bounded explicit specialisations ("Register
+// budgets"); the template itself has no __launch_bounds__: with one ptxas spilled registers in
+// some instantiations and took more in others (on sm_90 with NVRTC 13, the unbounded stride-1
+// kernels use 98-152 registers in NHWC and 128-213 in NCHW, so registers limit their occupancy:
+// the static report lists it per kernel).
+namespace dwconv {
 template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R, int C>
-__global__ void depthwise_conv2d_native_backprop_input_tiled(
+__device__ __forceinline__ void tiled_input_gradient(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
     int pad_left, int tiles_across, int vector_loads, int columns_per_warp, int pair_multipliers) {
-    using namespace dwconv;
     using B = Block<Acc>;
     using S = Shape<KH, KW, SH, SW, R, C>;
     using Rows = Axis<KH, SH, S::TILE_ROWS, S::ITEM_ROWS>;
@@ -1043,6 +1045,50 @@ __global__ void depthwise_conv2d_native_backprop_input_tiled(
         }
     }
 }
+}  // namespace dwconv
+
+#define GRADOPS_DW_TILED_ARGS                                                                                 \
+    filter, out_backprop, in_backprop, in_rows, in_cols, in_depth, depth_multiplier, out_rows, out_cols, pad_top, \
+        pad_left, tiles_across, vector_loads, columns_per_warp, pair_multipliers
+
+template <typename T, typename Acc, int L, int KH, int KW, int SH, int SW, int R, int C>
+__global__ void depthwise_conv2d_native_backprop_input_tiled(
+    const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
+    int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
+    int pad_left, int tiles_across, int vector_loads, int columns_per_warp, int pair_multipliers) {
+    dwconv::tiled_input_gradient<T, Acc, L, KH, KW, SH, SW, R, C>(GRADOPS_DW_TILED_ARGS);
+}
+
+// Register budgets.  The half types' stride-1 NHWC tiles of 2 x 2 work items (64 threads) are
+// limited by registers where an SM has 228 KiB of shared memory (sm_90, sm_100): 98 registers
+// (3x3) fit 16 warps an SM (4 a scheduler of 16,384 registers) where shared memory holds 20
+// (10 CTAs of 22.2 KiB with the 1 KiB each reserves), 144 (5x5) 12 where it holds 14.  These
+// specialisations ask ptxas for 10 and 8 CTAs an SM, i.e. 96 and 128 registers, which it meets
+// without a spill on those archs with NVRTC 13 (and on sm_90 with 12.9; on sm_100 12.9 spills
+// 244-372 bytes, so there it keeps the unbounded kernel).  Elsewhere shared memory caps the
+// CTAs first (sm_80 164 KiB: 7 and 5; sm_86 / sm_120 100 KiB: 4 and 3), so the bound would buy
+// nothing; and a bound on any other instantiation moves ptxas's allocation (NCHW 3x3: 168 ->
+// 216 registers), hence explicit specialisations, not a bound on the template.  Half types
+// only: float32 spills at 96 (8-12 bytes on sm_90).  Registers and spills per arch and NVRTC:
+// the install check; the static report's occupancy: tests/test_static_report.py.
+#if GRADOPS_ARCH == 900 || (GRADOPS_ARCH >= 1000 && GRADOPS_ARCH < 1100 && GRADOPS_CUDACC_MAJOR >= 13)
+#define GRADOPS_DW_TILED_BOUNDED(ELEMENT, K, CTAS)                                                      \
+    template <>                                                                                       \
+    __global__ void __launch_bounds__(64, CTAS)                                                       \
+        depthwise_conv2d_native_backprop_input_tiled<ELEMENT, float, NHWC, K, K, 1, 1, 2, 2>(         \
+            const ELEMENT* __restrict__ filter, const ELEMENT* __restrict__ out_backprop,              \
+            ELEMENT* __restrict__ in_backprop, int in_rows, int in_cols, int in_depth, int depth_multiplier, \
+            int out_rows, int out_cols, int pad_top, int pad_left, int tiles_across, int vector_loads,   \
+            int columns_per_warp, int pair_multipliers) {                                             \
+        dwconv::tiled_input_gradient<ELEMENT, float, NHWC, K, K, 1, 1, 2, 2>(GRADOPS_DW_TILED_ARGS);  \
+    }
+GRADOPS_DW_TILED_BOUNDED(__half, 3, 10)
+GRADOPS_DW_TILED_BOUNDED(__nv_bfloat16, 3, 10)
+GRADOPS_DW_TILED_BOUNDED(__half, 5, 8)
+GRADOPS_DW_TILED_BOUNDED(__nv_bfloat16, 5, 8)
+#undef GRADOPS_DW_TILED_BOUNDED
+#endif
+#undef GRADOPS_DW_TILED_ARGS
 
 // ==================================================================== the planes kernel
 //

@@ -623,6 +623,8 @@ class HostDevice:
     ``compute_capability`` (e.g. 75) is what the launchers see as the device's architecture,
     so tests can run the choices an older GPU gets; below sm_80 the kernels are also built as
     that architecture (``HostKernels(arch=...)``), so its code paths run (WMMA for half types).
+    ``build_as_arch``: build them as that architecture from sm_80 too (GRADOPS_ARCH: the code an
+    sm_90 build alone compiles, such as its register-bounded specialisations, else the newest's).
 
     Each launch is checked as CuPy and the driver would check it: grid and block are tuples of
     1-3 positive ints within CUDA's limits and the kernel's ``__launch_bounds__`` (evaluated per
@@ -649,8 +651,9 @@ class HostDevice:
 
     def __init__(self, order: str = "forward", seed: int = 0, source_dir: Path | None = None,
                  block_filter=None, device_count: int = 2, compute_capability: int = 90, racecheck: bool = False,
-                 build_together: dict[str, list[str]] | None = None):
+                 build_together: dict[str, list[str]] | None = None, build_as_arch: bool = False):
         self.compute_capability = compute_capability
+        self.build_as_arch = build_as_arch
         self.racecheck = racecheck
         self.order = order
         self.seed = seed
@@ -812,7 +815,7 @@ class HostDevice:
         if key not in self._kernels:
             # Before sm_80 the kernels take other code paths (WMMA for half types, where the
             # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
-            older = self.compute_capability < FIRST_MMA_SYNC_ARCH
+            older = self.compute_capability < FIRST_MMA_SYNC_ARCH or self.build_as_arch
             if key[1] is None:
                 expressions = _build.all_instantiations(self.compute_capability if older else None)[filename]
             else:

@@ -992,6 +992,71 @@ def test_cuda_tiled_non_finite_filter_skips_padding(cuda_device, rng, shape, dty
     assert_close(got[finite], want[finite], dtype, scale=float(np.abs(want[finite].astype(np.float64)).max()))
 
 
+
+# The sm_90 / sm_100 build's register-bounded specialisations of the tiled kernel (half types,
+# NHWC, 3x3 and 5x5 at stride 1, 2 x 2 work items; "Register budgets" in the source): each case
+# runs one of them on an image that ends inside a tile, with asymmetric padding.  Multiplier 1
+# stages 16-byte vectors, 2 pairs its slices, 3 stages one element a load.
+BOUNDED_CASES = {
+    "f16-3x3-m1": ((2, 17, 21, 32), (3, 3), 1, np.float16),
+    "bf16-3x3-m2": ((1, 15, 18, 16), (3, 3), 2, ml_dtypes.bfloat16),
+    "f16-3x3-m3": ((1, 16, 9, 5), (3, 3), 3, np.float16),
+    "bf16-5x5-m1": ((1, 16, 19, 24), (5, 5), 1, ml_dtypes.bfloat16),
+    "f16-5x5-m2": ((2, 15, 10, 8), (5, 5), 2, np.float16),
+}
+BOUNDED_PADS = ((2, 0), (0, 1))  # (top, bottom), (left, right): pad_top and pad_left differ
+
+
+def run_bounded_case(case, seed, **device):
+    """``case`` of BOUNDED_CASES on a host stand-in (``device``: HostDevice's arguments) through the
+    public API: (result, NumPy backend's result, the tiled kernel's launches)."""
+    x_shape, filt_hw, multiplier, dtype = BOUNDED_CASES[case]
+    host = cuda_host.HostDevice(order="shuffled", seed=seed, compute_capability=90, **device)
+    kwargs = case_kwargs(np.random.default_rng(seed), x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+                         padding="EXPLICIT", pads=BOUNDED_PADS, dtype=dtype)
+    want = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+    with pytest.MonkeyPatch.context() as patch:
+        host.install(patch)
+        import cupy  # the stand-in
+
+        got = gradops.depthwise_conv2d_native_backprop_input(
+            **dict(kwargs, filter=cupy.asarray(kwargs["filter"]), out_backprop=cupy.asarray(kwargs["out_backprop"])),
+            backend="cuda")
+        got = to_host(got)
+    return got, want, [e for e, _, _ in host.launches if "_tiled<" in e]
+
+
+@pytest.mark.parametrize("case", list(BOUNDED_CASES))
+def test_sm90_build_runs_the_register_bounded_tiled_kernels(case):
+    """Built as sm_90 (GRADOPS_ARCH 900), the launcher's tiled kernel for these cases is one of the
+    bounded specialisations, and it computes what the NumPy backend does."""
+    got, want, tiled = run_bounded_case(case, 5, build_as_arch=True)
+    x_shape, (k, _), _, dtype = BOUNDED_CASES[case]
+    element = "__half" if np.dtype(dtype) == np.float16 else "__nv_bfloat16"
+    assert tiled == [f"gradops::depthwise_conv2d_native_backprop_input_tiled<{element}, float, 0, {k}, {k}, 1, 1, 2, 2>"]
+    assert_close(got, want, dtype, scale=float(np.abs(want.astype(np.float64)).max()))
+
+
+def test_only_the_sm90_build_compiles_the_bounded_specialisations(tmp_path):
+    """A planted bug in the specialisations (pad_top and pad_left swapped in the call of the
+    kernel body) fails the sm_90 build's result and leaves the newest arch's build, which has no
+    specialisation, right: the test above runs the specialisations, not the template."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    call = "dwconv::tiled_input_gradient<ELEMENT, float, NHWC, K, K, 1, 1, 2, 2>(GRADOPS_DW_TILED_ARGS);"
+    swapped = ("dwconv::tiled_input_gradient<ELEMENT, float, NHWC, K, K, 1, 1, 2, 2>(filter, out_backprop, "
+               "in_backprop, in_rows, in_cols, in_depth, depth_multiplier, out_rows, out_cols, pad_left, pad_top, "
+               "tiles_across, vector_loads, columns_per_warp, pair_multipliers);")
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (call, swapped))
+    for case in ("f16-3x3-m1", "bf16-5x5-m1"):
+        dtype = BOUNDED_CASES[case][3]
+        got, want, _ = run_bounded_case(case, 6, source_dir=tmp_path)
+        assert_close(got, want, dtype, scale=float(np.abs(want.astype(np.float64)).max()))
+        got, want, _ = run_bounded_case(case, 6, source_dir=tmp_path, build_as_arch=True)
+        with pytest.raises(AssertionError):
+            assert_close(got, want, dtype, scale=float(np.abs(want.astype(np.float64)).max()))
+
 @pytest.mark.gpu
 def test_cuda_non_default_stream(rng):
     """Under a non-blocking stream the call runs on that stream; its result is right once synchronised."""

@@ -891,17 +891,48 @@ def test_filter_reduce_issues_a_batch_of_loads_at_once():
 @needs_tools
 def test_nhwc_tiled_kernel_stages_its_one_slice_before_the_accumulators():
     """The NHWC tiled input gradient stages a multiplier-1 slice (16-byte vectors) before the
-    slice loop that holds its accumulators: float16 3x3 at stride 1 fits 128 registers on sm_90,
-    four CTAs of 128 threads an SM, where staging inside the loop kept the batch of loads in
-    flight beside the live accumulators (the H200 measured 160 registers and 18.75% theoretical
-    occupancy at 8193847, three CTAs)."""
+    slice loop that holds its accumulators: float16 3x3 at stride 1 fits 128 registers on sm_90
+    (sm_80 here: sm_90 compiles a register-bounded specialisation, below), where staging inside
+    the loop kept the batch of loads in flight beside the live accumulators (the H200 measured 160
+    registers and 18.75% theoretical occupancy at 8193847, 12 warps an SM)."""
     expression = "gradops::depthwise_conv2d_native_backprop_input_tiled<__half, float, 0, 3, 3, 1, 1, 2, 2>"
-    [new] = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], only=[expression])
+    [new] = _sass.compile_kernels(("sm_80",), [sr.DEPTHWISE_SOURCE], only=[expression])
     assert new.ptxas["registers"] <= 128 and new.ptxas["spill_stores"] == 0
     text = source_at_revision(H200_REVISION_2, sr.DEPTHWISE_SOURCE)
     [old] = _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE], texts={sr.DEPTHWISE_SOURCE: text},
                                   only=[expression])
     assert old.ptxas["registers"] > 152  # 168 allocated a thread: 12 warps an SM
+
+
+@needs_tools
+def test_tiled_half_stride_1_tiles_are_register_bounded_where_shared_memory_allows():
+    """sm_90 compiles the half types' NHWC stride-1 tiles of 2 x 2 work items (64 threads) as
+    specialisations bounded to 10 (3x3) and 8 (5x5) CTAs an SM: 96 and 128 registers, no spill,
+    20 and 14 warps an SM (shared memory caps the 5x5 tile at 7 CTAs) where the template takes
+    98 and 144 (16 and 12 warps: compiled here from a copy without the specialisations).  Float32
+    and NCHW compile the template."""
+    exprs = {(t, k): f"gradops::depthwise_conv2d_native_backprop_input_tiled<{t}, float, 0, {k}, {k}, 1, 1, 2, 2>"
+             for t in ("__half", "__nv_bfloat16") for k in (3, 5)}
+    others = ["gradops::depthwise_conv2d_native_backprop_input_tiled<float, float, 0, 3, 3, 1, 1, 2, 2>",
+              "gradops::depthwise_conv2d_native_backprop_input_tiled<__half, float, 1, 3, 3, 1, 1, 2, 2>"]
+    source = (_build.source_dir() / sr.DEPTHWISE_SOURCE).read_text()
+    condition = "#if GRADOPS_ARCH == 900 || (GRADOPS_ARCH >= 1000"
+    assert source.count(condition) == 1
+    kernels = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
+                                                               only=[*exprs.values(), *others])}
+    templates = {k.expression: k for k in _sass.compile_kernels(
+        ("sm_90",), [sr.DEPTHWISE_SOURCE], texts={sr.DEPTHWISE_SOURCE: source.replace(condition, "#if 0 && (0")},
+        only=list(exprs.values()))}
+    for (element, k), expression in exprs.items():
+        bounded, template = kernels[expression].ptxas, templates[expression].ptxas
+        assert bounded["registers"] == (96 if k == 3 else 128), (expression, bounded)
+        assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (expression, bounded)
+        assert template["registers"] > bounded["registers"], (expression, template)
+        fit = _sass.occupancy(90, bounded["registers"], bounded["shared_bytes"], 64)
+        assert fit["warps_per_sm"] == (20 if k == 3 else 14), fit
+        assert _sass.occupancy(90, template["registers"], bounded["shared_bytes"], 64)["warps_per_sm"] < fit["warps_per_sm"]
+    for expression in others:  # the template: well above the bounds
+        assert kernels[expression].ptxas["registers"] > 100, expression
 
 
 @needs_tools
