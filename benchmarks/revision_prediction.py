@@ -4,7 +4,8 @@
 * Input gradient, NHWC tiled kernel, on every MobileNetV2 and EfficientNet NHWC layer in
   float16 and float32 (``static_report.predict(..., path="tiled")`` on the H100 SXM model, with
   ``latency_model``'s latency-aware estimate): registers, resident warps per SM, SASS per
-  element, the estimate (us and % of HBM) and its limiting term.
+  element, the estimate (us and % of HBM) and its limiting term, and the new / old ratio under
+  ``latency_model.SHALLOW_OCCUPANCY`` too.
 * Filter gradient's reduction, float16 / float32 / float64 on sm_90 and float32 on sm_80:
   registers, the global-load round trips of a batch of 16 loads (``_sass.load_round_trips``
   from the first load to the barrier) and the busiest thread's path at 12 / 16 / 19 loads
@@ -56,21 +57,24 @@ def tiled_rows(revisions) -> list[str]:
                     found.setdefault((case.suite, case.label, dtype), {})[revision] = None
                     continue
                 latency_model.annotate({"meta": {"devices": [meta]}, "predictions": [p]})
+                shallow, _ = latency_model.prediction_estimate(p, meta, latency_model.SHALLOW_OCCUPANCY)
                 registers = kernels[("sm_90", p["kernel"])].ptxas["registers"]
                 found.setdefault((case.suite, case.label, dtype), {})[revision] = (
                     registers, p["resident_warps_per_sm"], p["sass_per_element"], p["latency_aware"]["ms"] * 1e3,
-                    p["latency_aware"]["pct_hbm"], p["latency_aware"]["term"])
+                    p["latency_aware"]["pct_hbm"], p["latency_aware"]["term"], shallow)
     old, new = revisions
     rows = [f"| suite | layer | dtype | registers | warps/SM | SASS/elem | estimate, us (% of HBM) {old} | "
-            f"estimate, us (% of HBM) {new} | new / old | term |", "|---|---|---|---|---|---|---:|---:|---:|---|"]
+            f"estimate, us (% of HBM) {new} | new / old | term | new / old, square-root fit |",
+            "|---|---|---|---|---|---|---:|---:|---:|---|---:|"]
     for (suite, label, dtype), by in found.items():
         a, b = by.get(old), by.get(new)
         if a is None or b is None:
             rows.append(f"| {suite} | {label} | {dtype} | not modelled: {old} {a is not None}, {new} {b is not None} "
-                        f"| | | | | | |")
+                        f"| | | | | | | |")
             continue
         rows.append(f"| {suite} | {label} | {dtype} | {a[0]} → {b[0]} | {a[1]} → {b[1]} | {a[2]:.1f} → {b[2]:.1f} | "
-                    f"{a[3]:.1f} ({a[4]:.1f}%) | {b[3]:.1f} ({b[4]:.1f}%) | {b[3] / a[3]:.2f} | {b[5]} |")
+                    f"{a[3]:.1f} ({a[4]:.1f}%) | {b[3]:.1f} ({b[4]:.1f}%) | {b[3] / a[3]:.2f} | {b[5]} | "
+                    f"{b[6] / a[6]:.2f} |")
     return rows
 
 
@@ -108,7 +112,9 @@ def main() -> None:
         f"--old {revisions[0]} --new {revisions[1]}`; NVRTC {_sass.nvrtc_version()}, nvdisasm "
         f"{_sass.tool_version('nvdisasm')}; sm_90 (and sm_80 for the reduction). Model: the static report's "
         f"(benchmarks/results/static_report.md, its assumptions), on the {sr.DEVICES[0].key} device, "
-        "with the latency-aware estimate (gradops/bench/latency_model.py).", "",
+        "with the latency-aware estimate (gradops/bench/latency_model.py). The last column is the same "
+        "ratio under latency_model.SHALLOW_OCCUPANCY, the fit that credits resident warps by their square "
+        "root only (the H200 runs cannot tell the two apart).", "",
         "## Input gradient: the NHWC tiled kernel (path \"tiled\")", "", *tiled_rows(revisions), "",
         "## Filter gradient: the reduction of the slices' partial sums", "", *reduce_rows(revisions), ""])
     if args.out:
