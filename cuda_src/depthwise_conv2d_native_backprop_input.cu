@@ -906,7 +906,11 @@ __device__ __forceinline__ void tiled_input_gradient(
 #pragma unroll
             for (int u = 0; u < V; ++u) acc[i][j][u] = Acc(0);
 
-    for (int q = 0; q < slices; ++q) {
+    // At least one slice (depth_multiplier >= 1; the launcher runs no empty tensor), so a do-while:
+    // a for loop's zero-trip exit had ptxas zero the accumulators on both sides of its test, 16-28
+    // instructions a thread on every path (sm_90: the stride-2 path's 396 -> 416 at b6601c2).
+    int q = 0;
+    do {
         __syncthreads();  // the flag is initialised; the previous slice has been read
         if (!vector) {  // the slice, one element per load
             const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
@@ -1012,7 +1016,7 @@ __device__ __forceinline__ void tiled_input_gradient(
                                                                col_end);
             }
         }
-    }
+    } while (++q < slices);
 
     if (L == NHWC) {
         if (!active) return;
