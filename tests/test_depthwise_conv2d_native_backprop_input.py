@@ -992,7 +992,6 @@ def test_cuda_tiled_non_finite_filter_skips_padding(cuda_device, rng, shape, dty
     assert_close(got[finite], want[finite], dtype, scale=float(np.abs(want[finite].astype(np.float64)).max()))
 
 
-
 # The sm_90 / sm_100 build's register-bounded specialisations of the tiled kernel (half types,
 # NHWC, 3x3 and 5x5 at stride 1, 2 x 2 work items; "Register budgets" in the source): each case
 # runs one of them on an image that ends inside a tile, with asymmetric padding.  Multiplier 1
@@ -1031,9 +1030,12 @@ def test_sm90_build_runs_the_register_bounded_tiled_kernels(case):
     """Built as sm_90 (GRADOPS_ARCH 900), the launcher's tiled kernel for these cases is one of the
     bounded specialisations, and it computes what the NumPy backend does."""
     got, want, tiled = run_bounded_case(case, 5, build_as_arch=True)
+    from gradops.backends.cuda import _build
+
     x_shape, (k, _), _, dtype = BOUNDED_CASES[case]
-    element = "__half" if np.dtype(dtype) == np.float16 else "__nv_bfloat16"
-    assert tiled == [f"gradops::depthwise_conv2d_native_backprop_input_tiled<{element}, float, 0, {k}, {k}, 1, 1, 2, 2>"]
+    element, accumulator = _build.c_types(dtype)
+    assert tiled == [f"gradops::depthwise_conv2d_native_backprop_input_tiled<{element}, {accumulator}, 0, {k}, {k}, 1, "
+                     f"1, 2, 2>"]
     assert_close(got, want, dtype, scale=float(np.abs(want.astype(np.float64)).max()))
 
 
@@ -1056,6 +1058,7 @@ def test_only_the_sm90_build_compiles_the_bounded_specialisations(tmp_path):
         got, want, _ = run_bounded_case(case, 6, source_dir=tmp_path, build_as_arch=True)
         with pytest.raises(AssertionError):
             assert_close(got, want, dtype, scale=float(np.abs(want.astype(np.float64)).max()))
+
 
 @pytest.mark.gpu
 def test_cuda_non_default_stream(rng):
