@@ -1496,6 +1496,7 @@ template <int K, int M> struct Stage {
     static constexpr int Y_SLOTS = (Y_CHUNKS * Y_PAIRS + kThreads - 1) / kThreads;
     static_assert(BYTES % 16 == 0 && (kPitch * 2) % 32 == 16, "16-byte plane rows, an odd number of 16-byte groups");
     static_assert(CHANNEL_ELEMENTS % 2 == 0, "4-byte aligned planes");
+    static_assert((8 / M) * (CHANNEL_ELEMENTS / 2) % 32 == 0, "chunk 1's planes 8 / M channels, 0 banks, on from chunk 0's");
     static_assert(16 * 8 * 4 <= CHANNEL_ELEMENTS * 2, "one tap row's accumulators fit a channel's planes");
 };
 
@@ -1512,15 +1513,21 @@ template <bool PACKED> __device__ __forceinline__ int block_of(int at, int pack_
     return PACKED && at >= pack_stride ? 1 : 0;
 }
 
-// Slot e of a region of SIDE (even) positions a row and CHUNKS chunks a position, chunk-major
-// (every pair's chunk 0, then chunk 1: a warp's stores go to the same planes): its chunk, row
-// and first column.
+// Slot e of a region of SIDE (even) positions a row and CHUNKS (1 or 2) chunks a position,
+// chunk fastest (slots 2 p and 2 p + 1 are chunks 0 and 1 of pair p): its chunk, row and first
+// column.  Neighbouring lanes thus load the two 16-byte halves of a position's 32-byte sector in
+// the same instruction.  Chunk-major slots (every pair's chunk 0, then every chunk 1) gave each
+// warp load 32 half-used sectors: the H200 measured 50% excess global sectors and L1/TEX at 80-86%
+// of its peak on this kernel (benchmarks/results/gpu_h200_2026-12-04/full_sections.md).  The
+// shared stores take 2 wavefronts either way: a chunk's planes lie a multiple of 32 words from the
+// other chunk's (Stage's static_assert), so the bank of a slot's store depends on its position
+// alone, and 16 pairs (2 or 3 staged rows) fall on distinct banks where 32 did not.
 template <int SIDE, int CHUNKS> struct Slot {
+    static_assert(CHUNKS == 1 || CHUNKS == 2, "one or two 16-byte chunks a position");
     int chunk, row, col;
     __device__ __forceinline__ Slot(int e) {
-        constexpr int PAIRS = SIDE * SIDE / 2;
-        chunk = CHUNKS == 1 ? 0 : e / PAIRS;
-        const int pair = CHUNKS == 1 ? e : e % PAIRS;
+        chunk = CHUNKS == 1 ? 0 : e % 2;
+        const int pair = CHUNKS == 1 ? e : e / 2;
         row = pair / (SIDE / 2);
         col = 2 * (pair % (SIDE / 2));
     }

@@ -42,13 +42,19 @@ template <> struct ChunkOf<8> { using type = uint2; };
 template <> struct ChunkOf<16> { using type = uint4; };
 
 // One vector load of V from global memory at p, which must be aligned to sizeof(V): a GPU
-// faults on a misaligned vector access; the host model (which a CPU would not fault) checks.
-template <typename V> __device__ __forceinline__ V load_vector(const V* p) {
+// faults on a misaligned vector access; the host model (which a CPU would not fault) checks, and
+// counts the sectors of each warp-level load where a test asks (tests/cuda_host_runtime.h,
+// count_global_load; its call site tells one load instruction from another).
 #ifdef GRADOPS_HOST_MODEL
+template <typename V>
+__device__ __forceinline__ V load_vector(const V* p, const char* file = __builtin_FILE(), int line = __builtin_LINE()) {
     gradops_host::check_vector_alignment(p, sizeof(V));
-#endif
+    gradops_host::count_global_load(p, static_cast<int>(sizeof(V)), file, line);
     return *p;
 }
+#else
+template <typename V> __device__ __forceinline__ V load_vector(const V* p) { return *p; }
+#endif
 
 // 16 bytes of T (one vector load) widened to accumulators.
 template <typename T> struct VectorSize {

@@ -225,6 +225,11 @@ class HostKernels:
                     'auto& r = gradops_host::scheduler().shared_regions; r.clear(); '
                     'for (long long i = 0; i < count; ++i) '
                     'r.emplace_back(reinterpret_cast<unsigned char*>(at[i]), bytes[i]); }')
+        code.append('GRADOPS_HOST_EXPORT void global_load_stats(long long* out, int reset) { '
+                    'auto& s = gradops_host::scheduler(); auto& t = s.global_loads; '
+                    'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
+        code.append('GRADOPS_HOST_EXPORT void count_global_loads(int on) { '
+                    'gradops_host::scheduler().count_global = on != 0; }')
         code.append('GRADOPS_HOST_EXPORT void shared_stats(long long* out, int kind, int reset) { '
                     'auto& t = gradops_host::scheduler().shared[kind]; '
                     'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
@@ -351,6 +356,25 @@ class HostKernels:
         self._lib.shared_stats(out, ctypes.c_int(self.SHARED_KINDS.index(kind)), ctypes.c_int(int(reset)))
         return dict(zip(("accesses", "wavefronts", "ideal"), (int(v) for v in out)))
 
+    def count_global_loads(self, on: bool = True) -> None:
+        """Start (or stop) counting the sectors of the kernels' global vector loads (cuda_src's
+        ``load_vector``; see :meth:`global_load_stats`), from zero."""
+        self.global_load_stats(reset=True)
+        self._lib.count_global_loads(ctypes.c_int(int(on)))
+
+    def global_load_stats(self, reset: bool = True) -> dict[str, int]:
+        """The global vector loads counted since the last reset, per warp-level instruction (the
+        lanes' n-th loads from one call site of ``load_vector``; an instruction that not all 32
+        lanes of a warp make is left out): ``accesses`` (warp-level loads), ``sectors`` (the
+        distinct 32-byte sectors each touches, summed) and ``ideal`` (the fewest sectors the
+        distinct bytes each reads could fill); sectors > ideal means partly used sectors, what
+        Nsight Compute reports as excess sectors.  Count only launches whose lanes make the same
+        loads (interior tiles): a lane that skips a load before another from the same call site
+        would have that one grouped with its neighbours' earlier loads."""
+        out = (ctypes.c_longlong * 3)()
+        self._lib.global_load_stats(out, ctypes.c_int(int(reset)))
+        return dict(zip(("accesses", "sectors", "ideal"), (int(v) for v in out)))
+
     def race_accesses(self) -> int:
         """Accesses to ``__shared__`` memory that a racecheck build has checked so far."""
         self._lib.gradops_race_accesses.restype = ctypes.c_longlong
@@ -393,9 +417,9 @@ def capped_grids(limit: int = 1):
 # --------------------------------------------------------------------------- CuPy stand-in
 
 #: Guard bytes on each side of every array the stand-in allocates: as many as the array has
-#: (up to GUARD_MAX), rounded up to a multiple of GUARD_ALIGN (which keeps the array as aligned
-#: as cudaMalloc would), so an index up to twice too large still lands in a guard.  0xFF bytes
-#: read as NaN in every float dtype.
+#: (up to GUARD_MAX), rounded up to a multiple of GUARD_ALIGN (the buffer starts at one too, so
+#: the array is as aligned as cudaMalloc's), so an index up to twice too large still lands in a
+#: guard.  0xFF bytes read as NaN in every float dtype.
 GUARD_ALIGN = 256
 GUARD_MAX = 16 << 20
 GUARD_BYTE = 0xFF
@@ -708,7 +732,12 @@ class HostDevice:
         dtype = np.dtype(dtype)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         guard = min(max(1, -(-nbytes // GUARD_ALIGN)) * GUARD_ALIGN, GUARD_MAX)
-        buffer = np.full(nbytes + 2 * guard, GUARD_BYTE, np.uint8)
+        # The buffer starts at a multiple of GUARD_ALIGN (NumPy aligns its own to 16 or 64 bytes),
+        # so the array does too, as cudaMalloc's do: which 32-byte sectors a load touches
+        # (HostKernels.global_load_stats) depends on it.
+        raw = np.full(nbytes + 2 * guard + GUARD_ALIGN, GUARD_BYTE, np.uint8)
+        shift = -raw.ctypes.data % GUARD_ALIGN
+        buffer = raw[shift:shift + nbytes + 2 * guard]
         self._buffers.append((buffer, guard, nbytes, self.current_device))
         out = buffer[guard:guard + nbytes].view(dtype).reshape(shape).view(HostArray)
         out._device_id, out._host_device = self.current_device, self

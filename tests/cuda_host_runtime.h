@@ -57,6 +57,7 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <map>
 #include <random>
 #include <tuple>
 #include <type_traits>
@@ -159,6 +160,11 @@ struct Scheduler {
     std::vector<WarpExchange> exchange;
     SharedStats shared[SHARED_KINDS];
     std::vector<WarpStores> warp_stores[SHARED_KINDS];  // per kind of counted per-lane access
+    // Global vector loads (cuda_src's load_vector) while count_global is set: per warp, per call
+    // site (file, line), grouped into warp-level instructions as warp_stores are; their sectors.
+    bool count_global = false;
+    SharedStats global_loads;
+    std::vector<std::map<std::pair<const char*, int>, WarpStores>> warp_global;
     void (*body)(void*) = nullptr;
     void* body_arg = nullptr;
     char error[512] = {0};
@@ -430,8 +436,10 @@ inline int run_blocks(const unsigned* grid, const unsigned* block, int order, un
             f.state = RUNNABLE;
             f.started = false;
             s.running_warp = -1;
-            if (t == 0)
+            if (t == 0) {
                 for (auto& stores : s.warp_stores) stores.assign((threads + kWarpSize - 1) / kWarpSize, WarpStores{});
+                s.warp_global.assign((threads + kWarpSize - 1) / kWarpSize, {});
+            }
             f.copies_open.clear();  // copies a thread of the previous block left in flight
             f.copy_groups.clear();
             getcontext(&f.context);
@@ -774,6 +782,53 @@ inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
     if (++r.filled == kWarpSize) {
         count_width_wavefronts(r.address, r.bytes, kind);
     }
+    while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
+        w.rounds.pop_front();
+        ++w.done;
+    }
+}
+
+// The 32-byte sectors of one warp-level global load, lane l reading ``bytes`` at addresses[l]:
+// ``wavefronts`` counts the distinct sectors the lanes touch (what the L1/TEX unit requests),
+// ``ideal`` the fewest sectors the distinct bytes they read could fill (bytes / 32, rounded up);
+// sectors > ideal means partly used sectors (Nsight Compute's "excess sectors").
+inline void count_sectors(const void* const* addresses, int bytes) {
+    SharedStats& stats = scheduler().global_loads;
+    ++stats.accesses;
+    std::uintptr_t start[kWarpSize];
+    for (int l = 0; l < kWarpSize; ++l) start[l] = reinterpret_cast<std::uintptr_t>(addresses[l]);
+    std::sort(start, start + kWarpSize);
+    std::vector<std::uintptr_t> sectors;
+    long long distinct = 0;
+    std::uintptr_t covered = 0;  // the end of the bytes counted so far (starts are sorted)
+    for (int l = 0; l < kWarpSize; ++l) {
+        const std::uintptr_t begin = l == 0 ? start[l] : std::max(start[l], covered), end = start[l] + bytes;
+        if (begin < end) distinct += static_cast<long long>(end - begin);
+        covered = std::max(covered, end);
+        for (std::uintptr_t sector = start[l] / 32; sector <= (end - 1) / 32; ++sector) sectors.push_back(sector);
+    }
+    std::sort(sectors.begin(), sectors.end());
+    stats.wavefronts += std::unique(sectors.begin(), sectors.end()) - sectors.begin();
+    stats.ideal += (distinct + 31) / 32;
+}
+
+// One lane's global vector load of ``bytes`` at ``p`` from (file, line), counted per warp-level
+// instruction (the lanes' n-th loads from one call site; a round that not all 32 lanes reach,
+// e.g. a predicated last slot, is never counted) while counting is on (HostKernels.
+// count_global_loads).  Lanes that skip a load of a site before a later one of the same site
+// would be grouped wrongly: count only launches whose lanes make the same loads.
+inline void count_global_load(const void* p, int bytes, const char* file, int line) {
+    Scheduler& s = scheduler();
+    if (!s.count_global || s.current < 0) return;
+    const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
+    if ((warp + 1) * kWarpSize > s.threads) return;  // a partial warp: not counted
+    WarpStores& w = s.warp_global[warp][{file, line}];
+    const long long round = w.issued[l]++ - w.done;
+    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
+    StoreRound& r = w.rounds[round];
+    r.address[l] = p;
+    r.bytes = bytes;
+    if (++r.filled == kWarpSize) count_sectors(r.address, r.bytes);
     while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
         w.rounds.pop_front();
         ++w.done;

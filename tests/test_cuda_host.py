@@ -336,6 +336,20 @@ def test_writes_outside_an_array_are_caught(kernels):
         device.check_guards()
 
 
+def test_arrays_are_aligned_as_cuda_mallocs_are():
+    """Every array the stand-in allocates starts at a multiple of 256 bytes, as cudaMalloc's do
+    (NumPy aligns its own buffers to 16 or 64 bytes), with its guards around it: which 32-byte
+    sectors a kernel's loads touch (HostKernels.global_load_stats) depends on it."""
+    device = cuda_host.HostDevice()
+    for count, dtype in ((1, np.float16), (3, np.float32), (1000, np.float64), (4097, np.uint8)):
+        for _ in range(4):
+            out = device.empty((count,), dtype)
+            assert out.ctypes.data % cuda_host.GUARD_ALIGN == 0, (count, dtype)
+    for start, array_start, array_end, end in device.allocation_bounds():
+        assert start % cuda_host.GUARD_ALIGN == 0 and array_start - start >= cuda_host.GUARD_ALIGN
+        assert end - array_end == array_start - start
+
+
 def test_memory_faults_end_the_launch_not_the_process(kernels):
     out = np.zeros(1, np.float32)
     unmapped = 16  # the first page is never mapped

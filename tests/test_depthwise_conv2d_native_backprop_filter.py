@@ -1915,6 +1915,53 @@ def test_cuda_mma_nhwc_is_the_default_and_alignment_decides(cuda_device):
     check_cuda(kwargs, x, dy, case)
 
 
+#: Slot order of the NHWC tensor-core kernel's staging planted chunk-major (every pair's chunk 0,
+#: then every chunk 1), as it was until the H200 measured its loads at 50% excess sectors.
+PLANTED_MMA_NHWC_CHUNK_MAJOR = ("""        chunk = CHUNKS == 1 ? 0 : e % 2;
+        const int pair = CHUNKS == 1 ? e : e / 2;""", """        chunk = CHUNKS == 1 ? 0 : e / (SIDE * SIDE / 2);
+        const int pair = CHUNKS == 1 ? e : e % (SIDE * SIDE / 2);""")
+
+
+@pytest.mark.parametrize("filt", [3, 5])
+@pytest.mark.parametrize("chunk_major", [False, True], ids=["chunk-fastest", "planted-chunk-major"])
+def test_mma_nhwc_staging_loads_fill_whole_sectors(monkeypatch, tmp_path, filt, chunk_major):
+    """The NHWC tensor-core kernel's 16-byte staging loads (multiplier 1: a position's 16 channels
+    are one 32-byte sector of the CTA's) touch only whole sectors: neighbouring lanes load the two
+    halves of a sector in one instruction.  Counted by the execution model per warp-level load
+    (tests/cuda_host_runtime.h, count_global_load) on one interior unit: VALID padding on a (16 +
+    K - 1)-square image of 32 channels (64-byte positions, two CTAs), so that every lane makes
+    every load.  Planted chunk-major slots load half of each sector per instruction: twice the
+    sectors, with the same (right) result."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    source_dir = None
+    if chunk_major:
+        cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, PLANTED_MMA_NHWC_CHUNK_MAJOR)
+        source_dir = tmp_path
+    device = cuda_host.HostDevice(source_dir=source_dir).install(monkeypatch)
+    expression = cuda_launcher._mma_nhwc_expression(np.dtype(np.float16), filt, 1, False)
+    kernels = device.host_kernels(cuda_launcher.SOURCE, expression)
+    kernels.count_global_loads(True)
+    try:
+        kwargs, x, dy, case = nhwc_case(np.random.default_rng(8), (1, 15 + filt, 15 + filt, 32), filt, "VALID", None, 1,
+                                        np.float16)
+        check_cuda(kwargs, x, dy, case, mma=True)
+        assert device.launches[0][0] == expression
+        loads = kernels.global_load_stats()
+    finally:
+        kernels.count_global_loads(False)
+    # Per CTA (256 threads): input slots 2 (16 + K - 1)^2 / 2, out_backprop slots 256, two loads
+    # each; the last input slot's warp-level loads with fewer than 32 lanes are not counted.
+    input_slots = (15 + filt) ** 2
+    counted = 2 * 2 * (input_slots // 32 + 256 // 32)
+    assert loads["accesses"] == counted, loads
+    assert loads["ideal"] == 16 * loads["accesses"], loads  # 32 lanes x 16 bytes
+    assert loads["sectors"] == (2 if chunk_major else 1) * loads["ideal"], loads
+
+
 def mma_nhwc_nonfinite_problem(dtype=np.float16):
     """(kwargs, loops' result) of a SAME 5x5 problem on 2 images of 16 channels, 9 x 10: an Inf
     in the input next to the padding (channel 0, image 0), a NaN in out_backprop at the corner
