@@ -166,6 +166,22 @@ __global__ void depthwise_conv2d_native_backprop_input(
 // flight; otherwise one element per load.  NHWC stores two channels at a time when in_depth
 // is even.
 //
+// Swizzle (NHWC, float16 and bfloat16, stride 1).  A 16-byte load of 8 halves widens to 32
+// bytes of floats, two 16-byte shared stores, and the 4 threads of a staged position write its
+// 128 bytes: a quarter-warp's 8 lanes are two positions, whose stores at the same channels fell
+// on the same banks (2 wavefronts a store where 1 suffices: the H200 measured 51% of this
+// kernel's shared-store wavefronts as conflicts, 2026-12-04, full_sections.md).  So a staged
+// position (and a filter tap) of odd index keeps its 4-float groups swapped in pairs: channel
+// offset k of the position lies at k ^ 4 (swizzled()), and a quarter-warp's two positions fill
+// all 32 banks.  Readers take a thread's V = 2 channels from k ^ 4 likewise: a lane's two
+// offsets are fixed, and which one a staged position uses follows at compile time from the
+// window's first position's parity (two window pointers), so no read costs an instruction more;
+// the set-up costs a thread about 10 (sm_90: +0.1 to +0.5 SASS an element).  Per warp of a
+// full 3x3 tile (multiplier 1, 16-byte staging), the stores then take 85 of its 211 shared-memory
+// wavefronts where they took 169 of 295 (5x5: 121 of 347, was 241 of 467; the reads, 63 and 113
+// LDS.64, 2 each).  Stride 2 keeps the plain layout: a thread stages about 3 vectors there, and
+// the set-up cost more than the conflicts (+0.3 to +0.9 SASS an element).
+//
 // NCHW (issue 15).  The CTA and its work items are NHWC's; the staged tile is position-inner
 // (Planes: a plane of staged rows per staged slot), since out_backprop and in_backprop are
 // channel planes:
@@ -242,6 +258,37 @@ template <int K, int S, int TILE, int ITEM> struct Axis {
     static constexpr int WINDOW = (ITEM - 1) / S + HALO + 1;  // staged rows one work item reads
 };
 
+// Where channel offset k of a staged position or tap lies (see "Swizzle"): k ^ 4 where `odd`.
+__device__ __forceinline__ int swizzled(int k, bool odd) { return odd ? k ^ 4 : k; }
+
+// A thread's widened channels c .. c + N - 1 (N = 4 or 8, c a multiple of N) of one staged
+// position or tap (`position`: its channel 0) in 16-byte stores.  Where SWIZZLE (see "Swizzle"):
+// offsets[0] is where channels c .. c + 3 lie in a position of the thread's first one's parity
+// (c or c ^ 4), offsets[1] in one of the other, so c + 4 .. c + 7 lie at the other offset, and
+// `flip` (a constant once the caller's loop is unrolled) says whether this position's parity
+// differs from the first one's: no instruction per store beyond the store (a thread computes
+// both offsets once).  COUNTED: the host model counts the stores' bank wavefronts (the staged
+// tile's; tests/test_depthwise_conv2d_native_backprop_input.py).
+template <bool SWIZZLE, bool COUNTED = false, typename Acc, int N>
+__device__ __forceinline__ void store_staged(Acc* position, const int (&offsets)[2], bool flip, const Acc (&v)[N]) {
+    constexpr int PER_STORE = 16 / static_cast<int>(sizeof(Acc));
+    static_assert(N % PER_STORE == 0, "whole 16-byte stores");
+#pragma unroll
+    for (int u = 0; u < N; u += PER_STORE) {
+        // Under the swizzle, channels c + 4 .. c + 7 lie at the other offset (c is a multiple of N).
+        Acc* const at = position + (SWIZZLE ? offsets[(u / 4) ^ static_cast<int>(flip)] : offsets[0] + u);
+#ifdef GRADOPS_HOST_MODEL
+        if (COUNTED) gradops_host::count_access(at, gradops_host::STORE, 16);
+#endif
+        if constexpr (sizeof(Acc) == 4) {
+            *reinterpret_cast<float4*>(at) = make_float4(v[u], v[u + 1], v[u + 2], v[u + 3]);
+        } else {
+            static_assert(!SWIZZLE, "the swizzle moves groups of 4 floats");
+            *reinterpret_cast<double2*>(at) = make_double2(v[u], v[u + 1]);
+        }
+    }
+}
+
 // The value of x, opaque to the optimiser.  The staging loops take their thread index through
 // it once per multiplier slice, so that their index math is redone per slice rather than hoisted
 // out of the (usually one-iteration) slice loop, where it held dozens of registers and spilled.
@@ -274,9 +321,12 @@ template <typename T, typename Acc, int V> __device__ __forceinline__ void store
 // The taps of one work item: every staged value of its window times every filter tap that
 // carries it to one of the work item's positions.  CHECKED skips staged positions outside
 // out_backprop (window rows [row_begin, row_end) x columns [col_begin, col_end) are inside).
+// window: the thread's channels at the window's first staged position, as the positions an even
+// number on are swizzled; window_odd: the same position as those an odd number on are (they
+// differ only under the swizzle, see "Swizzle").
 template <bool CHECKED, typename Acc, int KH, int KW, int SH, int SW, int R, int C>
 __device__ __forceinline__ void accumulate(
-    const Acc* __restrict__ window, const Lane<Acc> (&w)[KH * KW],
+    const Acc* __restrict__ window, const Acc* __restrict__ window_odd, const Lane<Acc> (&w)[KH * KW],
     Acc (&acc)[Shape<KH, KW, SH, SW, R, C>::ITEM_ROWS][Shape<KH, KW, SH, SW, R, C>::ITEM_COLS][Block<Acc>::V], int row_begin,
     int row_end, int col_begin, int col_end) {
     using S = Shape<KH, KW, SH, SW, R, C>;
@@ -287,7 +337,9 @@ __device__ __forceinline__ void accumulate(
 #pragma unroll
         for (int wc = 0; wc < Cols::WINDOW; ++wc) {
             if (CHECKED && (wr < row_begin || wr >= row_end || wc < col_begin || wc >= col_end)) continue;
-            const Lane<Acc> v = *reinterpret_cast<const Lane<Acc>*>(window + (wr * Cols::STAGED + wc) * Block<Acc>::CHANNELS);
+            const int at = wr * Cols::STAGED + wc;  // the staged position, from the window's first
+            const Acc* const from = (at % 2 ? window_odd : window) + at * Block<Acc>::CHANNELS;
+            const Lane<Acc> v = *reinterpret_cast<const Lane<Acc>*>(from);
 #pragma unroll
             for (int i = 0; i < S::ITEM_ROWS; ++i) {
                 const int r = i - (wr - Rows::HALO) * SH;  // the tap row that carries staged row wr to row i
@@ -760,8 +812,15 @@ __device__ __forceinline__ void tiled_input_gradient(
     const int y_first = y0 + i0, x_first = x0 + j0;
     const bool active = channel < in_depth && y_first < in_rows && y_first + S::ITEM_ROWS > 0 && x_first < in_cols &&
                         x_first + S::ITEM_COLS > 0;
+    // NHWC: the swizzle's two places of the thread's channels (see "Swizzle"): window at the
+    // window's first staged position's parity, window_odd at the other.
+    constexpr bool SWIZZLE = L == NHWC && sizeof(T) == 2 && S::TALL;
+    const int first_position = (i0 / SH) * Cols::STAGED + j0 / SW;
+    const bool first_odd = SWIZZLE && first_position % 2 != 0;
     const Acc* window = L == NCHW ? stage + lane * P::CP + (i0 / SH) * P::RP + j0 / SW
-                                  : stage + ((i0 / SH) * Cols::STAGED + j0 / SW) * CHANNELS + V * lane;
+                                  : stage + first_position * CHANNELS + swizzled(V * lane, first_odd);
+    const Acc* window_odd = L == NCHW ? window
+                                      : stage + first_position * CHANNELS + swizzled(V * lane, SWIZZLE && !first_odd);
 
     if (tid == 0) nonfinite_slice = -1;
     // Each slice q stages the filter slice taps[tap][c] = filter[tap][c0 + c][q] and the
@@ -785,6 +844,10 @@ __device__ __forceinline__ void tiled_input_gradient(
         constexpr int SLOTS = THREADS / PER_POSITION;      // positions per step
         const unsigned slot = t / PER_POSITION;
         const int c = static_cast<int>(t % PER_POSITION) * ELEMENTS;
+        // Where the thread's first 4 channels lie in a staged position or tap of its slot's parity
+        // (offsets[0]) and of the other (offsets[1]; see "Swizzle" and store_staged).
+        const bool slot_odd = SWIZZLE && slot % 2 != 0;
+        const int offsets[2] = {swizzled(c, slot_odd), swizzled(c, SWIZZLE && !slot_odd)};
         const bool channels_in = oc0 + c < out_depth;  // out_depth is a multiple of ELEMENTS
 
         // The filter slice: taps slot, slot + SLOTS, ...
@@ -813,7 +876,8 @@ __device__ __forceinline__ void tiled_input_gradient(
                 // A pointer advanced by GROUPS rows per step: two adds, no multiply.
                 const T* from = out_backprop + (origin + group * row_step + col * out_depth);
                 const long long advance = static_cast<long long>(GROUPS) * row_step;
-                Acc* const to = stage + (group * Cols::STAGED + col) * CHANNELS + c;
+                // Staged position slot + k GROUPS Cols::STAGED at step k (slot = group Cols::STAGED + col).
+                Acc* const to = stage + static_cast<int>(slot) * CHANNELS;
                 const bool inside = col_in && channels_in && o_row0 >= 0 && o_row0 + Rows::STAGED <= out_rows;
                 constexpr int BATCH = STEPS > 16 ? kBatch : STEPS;
 #pragma unroll
@@ -843,7 +907,8 @@ __device__ __forceinline__ void tiled_input_gradient(
                             break;
                         Acc values[ELEMENTS];
                         widen<T, Acc>(raw[k - k0], values);
-                        store16(to + k * GROUPS * Cols::STAGED * CHANNELS, values);
+                        store_staged<SWIZZLE, true>(to + k * GROUPS * Cols::STAGED * CHANNELS, offsets,
+                                                    k * GROUPS * Cols::STAGED % 2 != 0, values);
                     }
                 }
             }
@@ -883,7 +948,8 @@ __device__ __forceinline__ void tiled_input_gradient(
                     if (POSITIONS % SLOTS != 0 && slot + k * SLOTS >= POSITIONS) break;
                     Acc values[ELEMENTS];
                     widen<T, Acc>(raw[k - k0], values);
-                    store16(stage + (slot + k * SLOTS) * CHANNELS + c, values);
+                    store_staged<SWIZZLE, true>(stage + (slot + k * SLOTS) * CHANNELS, offsets, k * SLOTS % 2 != 0,
+                                                values);
                 }
             }
         }
@@ -892,7 +958,7 @@ __device__ __forceinline__ void tiled_input_gradient(
             if (TAPS % SLOTS != 0 && slot + k * SLOTS >= TAPS) break;
             Acc values[ELEMENTS];
             widen<T, Acc>(filter_raw[k], values);
-            store16(taps + (slot + k * SLOTS) * CHANNELS + c, values);
+            store_staged<SWIZZLE>(taps + (slot + k * SLOTS) * CHANNELS, offsets, k * SLOTS % 2 != 0, values);
 #pragma unroll
             for (int u = 0; u < ELEMENTS; ++u) finite += values[u] * Acc(0);
         }
@@ -938,7 +1004,8 @@ __device__ __forceinline__ void tiled_input_gradient(
                 if (COUNT % THREADS != 0 && k + 1 == FILTER_LOADS && tap >= TAPS) break;
                 Acc value = Acc(0);
                 if (channel_in) value = to_acc<Acc>(filter[tap * out_depth + oc0 + slot_channel]);
-                taps[tap * CHANNELS + (L == NCHW ? V * (c % LANES) + c / LANES : c)] = value;
+                const int slot_at = L == NCHW ? V * (c % LANES) + c / LANES : swizzled(c, SWIZZLE && tap % 2 != 0);
+                taps[tap * CHANNELS + slot_at] = value;
                 finite += value * Acc(0);
             }
             if (L == NHWC) {  // consecutive threads on consecutive channels of one position
@@ -954,7 +1021,7 @@ __device__ __forceinline__ void tiled_input_gradient(
                         static_cast<unsigned>(o_col) < static_cast<unsigned>(out_cols) && c0 + (c >> pairs) < in_depth)
                         value = to_acc<Acc>(out_backprop[((n * out_rows + o_row) * out_cols + o_col) * out_depth +
                                                          oc0 + c * channel_step + q]);
-                    stage[position * CHANNELS + c] = value;
+                    stage[position * CHANNELS + swizzled(c, SWIZZLE && position % 2 != 0)] = value;
                 }
             } else {
                 // NCHW: rows of the channel planes, 16-byte chunks where rows are aligned (bit 0
@@ -995,13 +1062,14 @@ __device__ __forceinline__ void tiled_input_gradient(
             Lane<Acc> w[TAPS];
 #pragma unroll
             for (int tap = 0; tap < TAPS; ++tap)  // NCHW: slots lane and lane + LANES, side by side
-                w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS + V * lane);
+                w[tap] = *reinterpret_cast<const Lane<Acc>*>(taps + tap * CHANNELS +
+                                                             swizzled(V * lane, SWIZZLE && tap % 2 != 0));
             if (nonfinite_slice != q) {
                 if (L == NCHW)
                     accumulate_planes<false, Acc, KH, KW, SH, SW, R, C, P::READ, P::RP, P::CP>(window, w, acc, 0, 0, 0,
                                                                                             0);
                 else
-                    accumulate<false, Acc, KH, KW, SH, SW, R, C>(window, w, acc, 0, 0, 0, 0);
+                    accumulate<false, Acc, KH, KW, SH, SW, R, C>(window, window_odd, w, acc, 0, 0, 0, 0);
             } else {
                 // The part of this thread's window inside out_backprop (computed here, from
                 // opaque values, so that it is not hoisted into the common path).
@@ -1012,8 +1080,8 @@ __device__ __forceinline__ void tiled_input_gradient(
                     accumulate_planes<true, Acc, KH, KW, SH, SW, R, C, P::READ, P::RP, P::CP>(
                         window, w, acc, row_begin, row_end, col_begin, col_end);
                 else
-                    accumulate<true, Acc, KH, KW, SH, SW, R, C>(window, w, acc, row_begin, row_end, col_begin,
-                                                               col_end);
+                    accumulate<true, Acc, KH, KW, SH, SW, R, C>(window, window_odd, w, acc, row_begin, row_end,
+                                                               col_begin, col_end);
             }
         }
     } while (++q < slices);

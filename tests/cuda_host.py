@@ -7,7 +7,11 @@ threads (fibers, one block at a time), ``__syncthreads``/``__syncwarp`` barriers
 memory and emulations of ``nvcuda::wmma`` and of the PTX primitives of
 ``cuda_src/tensor_core_ptx.cuh`` (ldmatrix, mma.sync, cp.async); see its header comment.  This checks the kernels'
 index math, tiling, barriers and summation on machines without a GPU; it says nothing about
-speed, memory coalescing or the real tensor-core and warp hardware (the GPU tests cover those).
+speed or the real tensor-core and warp hardware (the GPU tests cover those).  It counts, where a
+test asks, the bank wavefronts of shared-memory accesses that the emulated primitives or the
+kernels report (``HostKernels.shared_stats``) and the 32-byte sectors of the global vector loads
+made through cuda_src's ``load_vector`` (``HostKernels.global_load_stats``), per warp-level
+instruction: coalescing and bank conflicts, of those accesses only.
 
 Two ways in:
 

@@ -1060,6 +1060,56 @@ def test_only_the_sm90_build_compiles_the_bounded_specialisations(tmp_path):
             assert_close(got, want, dtype, scale=float(np.abs(want.astype(np.float64)).max()))
 
 
+#: The swizzle of the staged tile planted off: every staged position keeps its channels in order.
+PLANTED_NO_SWIZZLE = ("constexpr bool SWIZZLE = L == NHWC && sizeof(T) == 2 && S::TALL;",
+                      "constexpr bool SWIZZLE = false;")
+
+
+@pytest.mark.parametrize("dtype,k,planted", [(np.float16, 3, False), (ml_dtypes.bfloat16, 5, False),
+                                             (np.float32, 3, False), (np.float16, 3, True), (np.float16, 5, True)],
+                         ids=["float16-3x3", "bfloat16-5x5", "float32-3x3", "planted-unswizzled-3x3",
+                              "planted-unswizzled-5x5"])
+def test_tiled_nhwc_staging_stores_are_conflict_free(tmp_path, dtype, k, planted):
+    """The NHWC tiled kernel's 16-byte staging stores take the fewest bank wavefronts at stride 1
+    (counted by the execution model per warp-level store: tests/cuda_host_runtime.h,
+    count_access): half types widen a 16-byte load to two 16-byte stores, and the swizzle keeps a
+    quarter-warp's two staged positions on distinct banks.  Planted unswizzled, the same stores
+    take twice the wavefronts (the 51% store conflicts the H200 measured, full_sections.md), with
+    the same, right result.  Float32 (one 16-byte store a load) needs no swizzle."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    from gradops.backends.cuda import _build
+
+    source_dir = None
+    if planted:
+        cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, PLANTED_NO_SWIZZLE)
+        source_dir = tmp_path
+    host = cuda_host.HostDevice(order="shuffled", seed=4, source_dir=source_dir)
+    element, accumulator = _build.c_types(dtype)
+    expression = f"gradops::depthwise_conv2d_native_backprop_input_tiled<{element}, {accumulator}, 0, {k}, {k}, 1, 1, 2, 2>"
+    kwargs = case_kwargs(np.random.default_rng(4), x_shape=(2, 14, 16, 32), filt_hw=(k, k), multiplier=1,
+                         padding="SAME", dtype=dtype)
+    want = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+    with pytest.MonkeyPatch.context() as patch:
+        host.install(patch)
+        import cupy  # the stand-in
+
+        kernels = host.host_kernels(cuda_launcher.SOURCE, expression)
+        kernels.shared_stats(reset=True, kind="store")
+        got = to_host(gradops.depthwise_conv2d_native_backprop_input(
+            **dict(kwargs, filter=cupy.asarray(kwargs["filter"]), out_backprop=cupy.asarray(kwargs["out_backprop"])),
+            backend="cuda"))
+        stores = kernels.shared_stats(kind="store")
+    assert [e for e, _, _ in host.launches] == [expression]
+    assert_close(got, want, dtype, scale=float(np.abs(want.astype(np.float64)).max()))
+    # Two tiles of 14 x 8 positions; staged rows of 10 or 12 positions, 4 (half) or 8 (float)
+    # threads each, one warp-level store per row and 16-byte store of a thread; warps whose
+    # lanes are not all staging (the last rows of 64 slots) are not counted.
+    assert stores["accesses"] > 0 and stores["ideal"] == 4 * stores["accesses"], stores
+    assert stores["wavefronts"] == (2 if planted else 1) * stores["ideal"], stores
+
+
 @pytest.mark.gpu
 def test_cuda_non_default_stream(rng):
     """Under a non-blocking stream the call runs on that stream; its result is right once synchronised."""
