@@ -206,7 +206,7 @@ template <typename Acc> __device__ __forceinline__ void probe(Acc& p, Acc x) { p
 // every tap that carries the one to the other.  CHECKED skips staged rows outside [row_begin,
 // row_end), columns outside [col_begin, col_end) and positions outside rows x cols.
 template <bool CHECKED, typename Acc, int K, int S, int C>
-__device__ __forceinline__ void accumulate(const Acc* __restrict__ window,
+__device__ __forceinline__ void accumulate(const Acc* __restrict__ window, const Acc* __restrict__ window_odd,
                                            const Lane<Acc> (&dy)[Shape<K, S, C>::ITEM_ROWS][Shape<K, S, C>::ITEM_COLS],
                                            Acc (&acc)[K * K][Block<Acc>::V], int row_begin, int row_end,
                                            int col_begin, int col_end, int rows, int cols) {
@@ -216,8 +216,9 @@ __device__ __forceinline__ void accumulate(const Acc* __restrict__ window,
 #pragma unroll
         for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
             if (CHECKED && (wr < row_begin || wr >= row_end || wc < col_begin || wc >= col_end)) continue;
-            const Lane<Acc> x = *reinterpret_cast<const Lane<Acc>*>(window + (wr * Sh::STAGED_COLS + wc) *
-                                                                              Block<Acc>::CHANNELS);
+            const int at = wr * Sh::STAGED_COLS + wc;
+            const Lane<Acc> x =
+                *reinterpret_cast<const Lane<Acc>*>((at % 2 ? window_odd : window) + at * Block<Acc>::CHANNELS);
 #pragma unroll
             for (int i = 0; i < Sh::ITEM_ROWS; ++i) {
                 const int r = wr - i * S;  // the tap that carries window row wr to position row i
@@ -287,6 +288,20 @@ struct Box {
     }
 };
 
+// Where channel offset k of a staged position lies: k ^ 4 in an odd position where the tile is
+// swizzled (SWIZZLE: half types with synchronous staging).  A 16-byte load of 8 halves widens to
+// two 16-byte stores of floats (multiplier 2, each value twice: four), and a quarter-warp's 8
+// lanes write two positions (four), whose stores at the same channels fell on the same banks: 2
+// wavefronts a store (4) where 1 (2) do once an odd position's 4-float groups are swapped in
+// pairs.  Readers take a lane's 2 channels from k ^ 4 likewise; which place a staged position
+// uses follows at compile time from the window's first position's parity (two window pointers),
+// so no read costs an instruction more.  As the input gradient's tiled kernel ("Swizzle" there).
+// Float32 at multiplier 1 stores one 16-byte vector a lane, 8 lanes a position, without a
+// conflict.  Not swizzled: the asynchronous form (opt-in; 5x5 at stride 1 spilled 8 bytes with
+// the swizzle on sm_90) and 5x5 at stride 2 (12-20 bytes on sm_75 and sm_80, NVRTC 13: its
+// registers are at the 168 that 3 CTAs an SM allow).
+__device__ __forceinline__ int swizzled(int k, bool odd) { return odd ? k ^ 4 : k; }
+
 // The staged tile of one unit: STAGED positions (COLS per row) from input offset ``tile_at``
 // (staged position 0, channel 0; negative where the tile starts outside the image), channel-
 // inner, widened to accumulators, zeros outside ``inside`` and past the channels.  Both loops
@@ -298,7 +313,7 @@ struct Box {
 // FROM_RAW: the chunks come from ``raw`` (shared memory, chunk e at raw[e]), where copy_unit's
 // cp.async copies put them (zeros already where the tile has none); input, tile_at and inside
 // are unused.
-template <typename T, typename Acc, int STAGED, int COLS, int M, bool FROM_RAW = false>
+template <typename T, typename Acc, int STAGED, int COLS, int M, bool SWIZZLE, bool FROM_RAW = false>
 __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
                                               int tile_at, Box inside, int k0, int in_cols, int in_depth,
                                               const uint4* raw_chunks = nullptr) {
@@ -308,6 +323,12 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
     constexpr int CHUNKS = STAGED * PER_POSITION;
     constexpr int PER_THREAD = (CHUNKS + kThreads - 1) / kThreads;
     const int c0 = k0 / M;  // the CTA's first input channel
+    // The swizzle: every staged position of a thread has its parity (kThreads / PER_POSITION
+    // positions a step is even); the thread's 4-float groups 2 m and 2 m + 1 lie at 8 m + lo and
+    // 8 m + hi from its first channel.
+    static_assert(kThreads / PER_POSITION % 2 == 0, "a thread's positions of one parity");
+    const bool odd = SWIZZLE && tid / PER_POSITION % 2 != 0;
+    const int lo = odd ? 4 : 0, hi = odd ? 0 : 4;
 #pragma unroll
     for (int b0 = 0; b0 < PER_THREAD; b0 += kStageBatch) {
         uint4 raw[kStageBatch];
@@ -332,7 +353,24 @@ __device__ __forceinline__ void stage_vectors(const T* __restrict__ input, Acc* 
             Acc v[VEC];
             dwconv::widen<T, Acc>(raw[b], v);
             Acc* dst = staged + e / PER_POSITION * CHANNELS + e % PER_POSITION * VEC * M;
-            if constexpr (M == 1) {
+#ifdef GRADOPS_HOST_MODEL
+            // The host model counts the 16-byte stores' bank wavefronts (tests/test_depthwise_conv2d_
+            // native_backprop_filter.py), in the order of the stores below.
+            if constexpr (sizeof(Acc) == 4 && !FROM_RAW)
+                for (int g = 0; g < VEC * M / 4; ++g)
+                    gradops_host::count_access(SWIZZLE ? dst + 8 * (g / 2) + (g % 2 ? hi : lo) : dst + 4 * g,
+                                               gradops_host::STORE, 16);
+#endif
+            if constexpr (SWIZZLE) {
+                static_assert(VEC == 8, "8 halves a load: 2 M groups of 4 floats");
+#pragma unroll
+                for (int g = 0; g < 2 * M; ++g) {
+                    const int u = 4 * g / M;  // the first of the group's input values (each M times)
+                    *reinterpret_cast<float4*>(dst + 8 * (g / 2) + (g % 2 ? hi : lo)) =
+                        M == 1 ? make_float4(v[u], v[u + 1], v[u + 2], v[u + 3])
+                               : make_float4(v[u], v[u], v[u + 1], v[u + 1]);
+                }
+            } else if constexpr (M == 1) {
                 dwconv::store16<Acc, VEC>(dst, v);
             } else {
                 Acc twice[2 * VEC];
@@ -413,7 +451,7 @@ __device__ __forceinline__ void copy_unit(const T* __restrict__ input, const T* 
 
 // stage_elements: one element per load, any multiplier: output channel k0 + e reads input
 // channel (k0 + e) / multiplier.
-template <typename T, typename Acc, int STAGED, int COLS>
+template <typename T, typename Acc, int STAGED, int COLS, bool SWIZZLE>
 __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc* __restrict__ staged, int tid,
                                                int tile_at, Box inside, int k0, int in_cols, int in_depth,
                                                int multiplier) {
@@ -421,6 +459,10 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
     constexpr int ELEMENTS = STAGED * CHANNELS;
     constexpr int PER_THREAD = (ELEMENTS + kThreads - 1) / kThreads;
     const int out_depth = in_depth * multiplier;
+    // The swizzle: element e = tid + j kThreads of a thread lies at e ^ 4 where its position is
+    // odd, as every one of the thread's is where tid / CHANNELS is (CHANNELS divides kThreads / 2).
+    static_assert(kThreads / CHANNELS % 2 == 0, "a thread's positions of one parity");
+    const int slot = SWIZZLE && tid / CHANNELS % 2 != 0 ? tid ^ 4 : tid;
 #pragma unroll 1
     for (int b0 = 0; b0 < PER_THREAD; b0 += kStageBatch) {
         T raw[kStageBatch];
@@ -437,7 +479,7 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
         for (int b = 0; b < kStageBatch; ++b) {
             const int e = tid + (b0 + b) * kThreads;
             if (e >= ELEMENTS) break;
-            staged[e] = to_acc<Acc>(raw[b]);
+            staged[slot + (b0 + b) * kThreads] = to_acc<Acc>(raw[b]);
         }
     }
 }
@@ -489,7 +531,15 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
     const int slice = static_cast<int>(blockIdx.y);
     // The work item's first window row / column within the staged tile, and its positions'.
     const int window_row0 = item_row * Sh::ITEM_ROWS * S, window_col0 = item_col * Sh::ITEM_COLS * S;
-    const Acc* const window = staged + (window_row0 * Sh::STAGED_COLS + window_col0) * CHANNELS + lane * V;
+    const int window_first = window_row0 * Sh::STAGED_COLS + window_col0;
+    // The swizzle (half types, synchronous staging, but 5x5 at stride 2; see dwfilter::swizzled):
+    // the lane's channels at the window's first position, and where they lie in a position of the
+    // other parity.
+    constexpr bool SWIZZLE = sizeof(T) == 2 && !ASYNC && !(K == 5 && S == 2);
+    const bool first_odd = SWIZZLE && window_first % 2 != 0;
+    const Acc* const window = staged + window_first * CHANNELS + swizzled(lane * V, first_odd);
+    const Acc* const window_odd =
+        staged + window_first * CHANNELS + swizzled(lane * V, SWIZZLE && !first_odd);
 
     Acc acc[K * K][V];
 #pragma unroll
@@ -577,11 +627,11 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
                 // The unit's chunks from the raw buffer, and this item's out_backprop values
                 // (zeros past the output and the channels were copied as zeros).
                 if (staging == 1) {
-                    stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1, true>(input, staged, tid, tile_at, inside, k0,
-                                                                           in_cols, in_depth, raw_in);
+                    stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1, SWIZZLE, true>(
+                        input, staged, tid, tile_at, inside, k0, in_cols, in_depth, raw_in);
                 } else {
-                    stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2, true>(input, staged, tid, tile_at, inside, k0,
-                                                                           in_cols, in_depth, raw_in);
+                    stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2, SWIZZLE, true>(
+                        input, staged, tid, tile_at, inside, k0, in_cols, in_depth, raw_in);
                 }
                 const unsigned char* const item_dy = reinterpret_cast<const unsigned char*>(raw_dy) +
                     ((item_row * Sh::ITEM_ROWS * Sh::TILE_COLS + item_col * Sh::ITEM_COLS) * CHANNELS + lane * V) *
@@ -593,14 +643,14 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
                         dy_raw[i][j].bits = *reinterpret_cast<const decltype(dy_raw[i][j].bits)*>(
                             item_dy + (i * Sh::TILE_COLS + j) * CHANNELS * static_cast<int>(sizeof(T)));
             } else if (staging == 1) {
-                stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                                 in_depth);
+                stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 1, SWIZZLE>(input, staged, tid, tile_at, inside, k0,
+                                                                          in_cols, in_depth);
             } else if (staging == 2) {
-                stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                                 in_depth);
+                stage_vectors<T, Acc, STAGED, Sh::STAGED_COLS, 2, SWIZZLE>(input, staged, tid, tile_at, inside, k0,
+                                                                          in_cols, in_depth);
             } else {
-                stage_elements<T, Acc, STAGED, Sh::STAGED_COLS>(input, staged, tid, tile_at, inside, k0, in_cols,
-                                                               in_depth, multiplier);
+                stage_elements<T, Acc, STAGED, Sh::STAGED_COLS, SWIZZLE>(input, staged, tid, tile_at, inside, k0,
+                                                                        in_cols, in_depth, multiplier);
             }
             if (++tile_col == tiles_across) {
                 tile_col = 0;
@@ -623,12 +673,12 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
 #pragma unroll
                     for (int j = 0; j < Sh::ITEM_COLS; ++j) dy[i][j] = widen_lane<T, Acc>(dy_raw[i][j]);
                 if (!checked) {
-                    accumulate<false, Acc, K, S, C>(window, dy, acc, 0, 0, 0, 0, 0, 0);
+                    accumulate<false, Acc, K, S, C>(window, window_odd, dy, acc, 0, 0, 0, 0, 0, 0);
                 } else {
                     // Window rows / columns inside the image: y0 + window_row0 + wr in [0, in_rows).
                     const int wy = y0 + window_row0, wx = x0 + window_col0;
-                    accumulate<true, Acc, K, S, C>(window, dy, acc, max(0, -wy), in_rows - wy, max(0, -wx),
-                                                   in_cols - wx, rows, cols);
+                    accumulate<true, Acc, K, S, C>(window, window_odd, dy, acc, max(0, -wy), in_rows - wy,
+                                                   max(0, -wx), in_cols - wx, rows, cols);
                 }
             }
         }

@@ -1962,6 +1962,46 @@ def test_mma_nhwc_staging_loads_fill_whole_sectors(monkeypatch, tmp_path, filt, 
     assert loads["sectors"] == (2 if chunk_major else 1) * loads["ideal"], loads
 
 
+#: The tiled kernel's swizzle of its staged tile planted off (half types stage in channel order).
+PLANTED_TILED_NO_SWIZZLE = ("constexpr bool SWIZZLE = sizeof(T) == 2 && !ASYNC && !(K == 5 && S == 2);",
+                            "constexpr bool SWIZZLE = false;")
+
+
+@pytest.mark.parametrize("dtype,stride,multiplier,planted,ratio", [
+    (np.float16, 2, 1, False, 1), (ml_dtypes.bfloat16, 1, 1, False, 1), (np.float16, 2, 2, False, 2),
+    (np.float32, 2, 1, False, 1), (np.float16, 2, 1, True, 2), (np.float16, 2, 2, True, 4)],
+    ids=["float16-m1", "bfloat16-stride-1", "float16-m2", "float32-m1", "planted-unswizzled-m1",
+         "planted-unswizzled-m2"])
+def test_tiled_staging_stores_bank_wavefronts(tmp_path, monkeypatch, dtype, stride, multiplier, planted, ratio):
+    """The NHWC tiled kernel's 16-byte staging stores, counted by the execution model per
+    warp-level store (tests/cuda_host_runtime.h, count_access), take the fewest bank wavefronts
+    at multiplier 1 and twice that at multiplier 2 (a quarter-warp's four positions on two bank
+    halves) for half types, swizzled; planted unswizzled they take twice that (the two positions
+    of a quarter-warp, four at multiplier 2, on the same banks), with the same, right result.
+    Float32 at multiplier 1 (one 16-byte store a lane) needs no swizzle."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    source_dir = None
+    if planted:
+        cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, PLANTED_TILED_NO_SWIZZLE)
+        source_dir = tmp_path
+    device = cuda_host.HostDevice(source_dir=source_dir).install(monkeypatch)
+    expression = cuda_launcher._tiled_expression(np.dtype(dtype), 3, stride, 4)
+    kernels = device.host_kernels(cuda_launcher.SOURCE, expression)
+    kernels.shared_stats(reset=True, kind="store")
+    kwargs, x, dy, case = cuda_case(np.random.default_rng(12), x_shape=(2, 9, 34, 32), filt_hw=(3, 3),
+                                    multiplier=multiplier, padding="SAME", strides=(stride, stride),
+                                    data_format="NHWC", dtype=dtype)
+    check_cuda(kwargs, x, dy, case, tiled=True, items_across=4)
+    assert any(launch[0] == expression for launch in device.launches), device.launches
+    stores = kernels.shared_stats(kind="store")
+    assert stores["accesses"] > 0 and stores["ideal"] == 4 * stores["accesses"], stores
+    assert stores["wavefronts"] == ratio * stores["ideal"], stores
+
+
 def mma_nhwc_nonfinite_problem(dtype=np.float16):
     """(kwargs, loops' result) of a SAME 5x5 problem on 2 images of 16 channels, 9 x 10: an Inf
     in the input next to the padding (channel 0, image 0), a NaN in out_backprop at the corner
