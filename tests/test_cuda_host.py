@@ -690,8 +690,8 @@ DEPTHWISE_PLANTED = {
         "Acc* const at = p.to + k * GROUPS * RP;", "Acc* const at = p.to + k * GROUPS * COLS;",
         [DW_NCHW_F16, DW_NCHW_SHIFT4]),
     "depthwise-nchw-taps-stored-slot-major": (  # a lane reads its slots' taps as one adjacent pair
-        "taps[tap * CHANNELS + (L == NCHW ? V * (c % LANES) + c / LANES : c)] = value;",
-        "taps[tap * CHANNELS + c] = value;", [DW_NCHW_F16, DW_NCHW_F32]),
+        "const int slot_at = L == NCHW ? V * (c % LANES) + c / LANES : swizzled(c, SWIZZLE && tap % 2 != 0);",
+        "const int slot_at = L == NCHW ? c : swizzled(c, SWIZZLE && tap % 2 != 0);", [DW_NCHW_F16, DW_NCHW_F32]),
     "depthwise-nchw-paired-filter-in-nhwc-order": (
         "nchw_pairs ? 2 * (c % LANES) + c / LANES : c * channel_step + q", "c * channel_step + q", [DW_NCHW_PAIRED]),
     "depthwise-nchw-paired-planes-one-apart": (
