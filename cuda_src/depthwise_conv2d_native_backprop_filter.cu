@@ -288,7 +288,7 @@ struct Box {
     }
 };
 
-// Where channel offset k of a staged position lies: k ^ 4 in an odd position where the tile is
+// The swizzle: channel offset k of a staged position lies at k ^ 4 in an odd one where the tile is
 // swizzled (SWIZZLE: half types with synchronous staging).  A 16-byte load of 8 halves widens to
 // two 16-byte stores of floats (multiplier 2, each value twice: four), and a quarter-warp's 8
 // lanes write two positions (four), whose stores at the same channels fell on the same banks: 2
@@ -300,7 +300,7 @@ struct Box {
 // conflict.  Not swizzled: the asynchronous form (opt-in; 5x5 at stride 1 spilled 8 bytes with
 // the swizzle on sm_90) and 5x5 at stride 2 (12-20 bytes on sm_75 and sm_80, NVRTC 13: its
 // registers are at the 168 that 3 CTAs an SM allow).
-__device__ __forceinline__ int swizzled(int k, bool odd) { return odd ? k ^ 4 : k; }
+using dwconv::swizzled;
 
 // The staged tile of one unit: STAGED positions (COLS per row) from input offset ``tile_at``
 // (staged position 0, channel 0; negative where the tile starts outside the image), channel-

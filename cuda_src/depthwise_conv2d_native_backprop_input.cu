@@ -258,9 +258,6 @@ template <int K, int S, int TILE, int ITEM> struct Axis {
     static constexpr int WINDOW = (ITEM - 1) / S + HALO + 1;  // staged rows one work item reads
 };
 
-// Where channel offset k of a staged position or tap lies (see "Swizzle"): k ^ 4 where `odd`.
-__device__ __forceinline__ int swizzled(int k, bool odd) { return odd ? k ^ 4 : k; }
-
 // A thread's widened channels c .. c + N - 1 (N = 4 or 8, c a multiple of N) of one staged
 // position or tap (`position`: its channel 0) in 16-byte stores.  Where SWIZZLE (see "Swizzle"):
 // offsets[0] is where channels c .. c + 3 lie in a position of the thread's first one's parity

@@ -56,6 +56,10 @@ __device__ __forceinline__ V load_vector(const V* p, const char* file = __builti
 template <typename V> __device__ __forceinline__ V load_vector(const V* p) { return *p; }
 #endif
 
+// Where channel offset k of a staged position lies in the tiled kernels' swizzled channel-inner
+// tiles (both gradients; "Swizzle" in the input gradient's source): k ^ 4 in an odd position.
+__device__ __forceinline__ int swizzled(int k, bool odd) { return odd ? k ^ 4 : k; }
+
 // 16 bytes of T (one vector load) widened to accumulators.
 template <typename T> struct VectorSize {
     static constexpr int value = kVectorBytes / static_cast<int>(sizeof(T));
