@@ -764,6 +764,22 @@ inline void count_width_wavefronts(const void* const* addresses, int bytes, Shar
     }
 }
 
+// Lane l's access at p of ``bytes`` joins the warp's oldest round it has not been in (its n-th
+// access, the warp's n-th instruction); ``count(round)`` runs once a round holds all 32 lanes.
+template <typename Count>
+inline void add_to_round(WarpStores& w, int l, const void* p, int bytes, Count count) {
+    const long long round = w.issued[l]++ - w.done;
+    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
+    StoreRound& r = w.rounds[round];
+    r.address[l] = p;
+    r.bytes = bytes;
+    if (++r.filled == kWarpSize) count(r);
+    while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
+        w.rounds.pop_front();
+        ++w.done;
+    }
+}
+
 // One lane's shared-memory access of ``kind`` (16-byte writes: st.shared.v4, cp.async's write
 // side; 4-byte loads: ld.shared.b32; 16-byte loads: ld.shared.v4; LOAD and STORE of
 // ``bytes``): the warp's accesses of a kind are counted per warp-level instruction, 16-byte
@@ -773,19 +789,8 @@ inline void count_access(const void* dst, SharedKind kind, int bytes = 16) {
     Scheduler& s = scheduler();
     const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
     if ((warp + 1) * kWarpSize > s.threads) return;  // a partial warp: not counted
-    WarpStores& w = s.warp_stores[kind][warp];
-    const long long round = w.issued[l]++ - w.done;
-    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
-    StoreRound& r = w.rounds[round];
-    r.address[l] = dst;
-    r.bytes = bytes;
-    if (++r.filled == kWarpSize) {
-        count_width_wavefronts(r.address, r.bytes, kind);
-    }
-    while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
-        w.rounds.pop_front();
-        ++w.done;
-    }
+    add_to_round(s.warp_stores[kind][warp], l, dst, bytes,
+                 [kind](const StoreRound& r) { count_width_wavefronts(r.address, r.bytes, kind); });
 }
 
 // The 32-byte sectors of one warp-level global load, lane l reading ``bytes`` at addresses[l]:
@@ -822,17 +827,8 @@ inline void count_global_load(const void* p, int bytes, const char* file, int li
     if (!s.count_global || s.current < 0) return;
     const int warp = s.current / kWarpSize, l = s.current % kWarpSize;
     if ((warp + 1) * kWarpSize > s.threads) return;  // a partial warp: not counted
-    WarpStores& w = s.warp_global[warp][{file, line}];
-    const long long round = w.issued[l]++ - w.done;
-    while (static_cast<long long>(w.rounds.size()) <= round) w.rounds.emplace_back();
-    StoreRound& r = w.rounds[round];
-    r.address[l] = p;
-    r.bytes = bytes;
-    if (++r.filled == kWarpSize) count_sectors(r.address, r.bytes);
-    while (!w.rounds.empty() && w.rounds.front().filled == kWarpSize) {
-        w.rounds.pop_front();
-        ++w.done;
-    }
+    add_to_round(s.warp_global[warp][{file, line}], l, p, bytes,
+                 [](const StoreRound& r) { count_sectors(r.address, r.bytes); });
 }
 
 // ------------------------------------------------------------------ racecheck
