@@ -173,11 +173,17 @@ static_assert(Block<double>::LANES == Block<float>::LANES, "one thread count for
 // stride 1 on sm_70 (GRADOPS_ARCH < 750: only the cuda12 extra targets it).
 // Asynchronous staging (ASYNC, below) at stride 2 spilled at 168 with 5x5 filters and with
 // 4-byte elements (sm_90: 4-28 B).
+// 4 (at most 128 registers) for float 3x3 at stride 1, synchronous, from sm_75: 120-128
+// registers without a spill on sm_75 - sm_121 (NVRTC 13 and 12.9), where 3 let ptxas take 140,
+// so 12 resident warps become 16 for 1-2% more SASS (sm_90: 2080 -> 2120).  Spilled at 128:
+// the same on sm_50 - sm_70 (16-20 B, NVRTC 12.9), float 3x3 at stride 2 on sm_75 and sm_80
+// (56-88 B, NVRTC 13) and half 5x5 at stride 1 (40 B); half 3x3 takes 119-128 under 3 already.
 template <typename T, int K, int S, bool ASYNC = false> struct MinBlocks {
     static constexpr bool SPILLS_AT_168 = sizeof(T) == 8 || (K == 5 && S == 2 && sizeof(T) == 4) ||
                                           (K == 5 && S == 1 && sizeof(T) == 4 && GRADOPS_ARCH < 750) ||
                                           (ASYNC && S == 2 && (K == 5 || sizeof(T) == 4));
-    static constexpr int value = SPILLS_AT_168 ? 2 : 3;
+    static constexpr bool FITS_128 = sizeof(T) == 4 && K == 3 && S == 1 && !ASYNC && GRADOPS_ARCH >= 750;
+    static constexpr int value = SPILLS_AT_168 ? 2 : FITS_128 ? 4 : 3;
 };
 // Staging loads a thread issues before it widens and stores any of them.
 inline constexpr int kStageBatch = 8;
@@ -757,8 +763,13 @@ inline constexpr int kThreads = kWarps * kWarpSize;
 // registers) 3x3 at stride 1 spilled on sm_80 or sm_90 for some element type and window form;
 // at 6 / 4 CTAs 3x3 / 5x5 at stride 2 spilled.  (Each item's loads are issued before any value
 // is widened: with 64 registers the compiler had widened each half value next to its load.)
-template <typename Acc, int K, int S> struct MinBlocks {
-    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? 5 : (S == 1 ? 4 : 3);
+// But float 3x3 at stride 1 on sm_90 takes 6 (80 registers, no spill in any window form, NVRTC
+// 13), where 5 let ptxas take 88-90: 24 resident warps where 20.  On sm_75, sm_80, sm_100 and
+// sm_120 the singles and pairs-from-the-column-before forms spilled 4-12 B at 6; half types
+// take 71-80 at 5 already.
+template <typename T, typename Acc, int K, int S> struct MinBlocks {
+    static constexpr bool FLOAT_SM90 = sizeof(T) == 4 && K == 3 && S == 1 && GRADOPS_ARCH == 900;
+    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (FLOAT_SM90 ? 6 : 5) : (S == 1 ? 4 : 3);
 };
 // Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
 inline constexpr int kItemCols = 4;
@@ -1047,7 +1058,7 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
 // aligned tensor); WINDOW_FORM: a dwplanes::WindowForm (pairs need in_cols even and the input
 // aligned to a pair).  partial: [slices][K * K][out_depth] (result: store_sum).
 template <typename T, typename Acc, int K, int S, int WINDOW_FORM>
-__global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
+__global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<T, Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial,
         T* __restrict__ result, int in_rows, int in_cols, int in_depth, int multiplier, int out_rows, int out_cols,
         int pad_top, int pad_left, int item_rows, int item_cols, int box_row0, int box_row1, int box_col0,

@@ -937,6 +937,64 @@ def test_tiled_half_stride_1_tiles_are_register_bounded_where_shared_memory_allo
 
 
 @needs_tools
+def test_filter_tiled_float_3x3_stride_1_fits_four_ctas():
+    """The depthwise filter gradient's NHWC tiled kernel, float32 3x3 at stride 1 (synchronous
+    staging), asks ptxas for 4 CTAs an SM (dwfilter::MinBlocks): at most 128 registers, no spill,
+    16 warps an SM on sm_80 and sm_90, where with 3 CTAs (compiled here from a copy without
+    FITS_128) ptxas takes over 128 and the SM holds 12.  Stride 2 and half types keep 3."""
+    exprs = [f"gradops::depthwise_conv2d_native_backprop_filter_tiled<float, float, 3, 1, {c}>" for c in (2, 4)]
+    others = ["gradops::depthwise_conv2d_native_backprop_filter_tiled<float, float, 3, 2, 4>",
+              "gradops::depthwise_conv2d_native_backprop_filter_tiled<__half, float, 3, 1, 4>"]
+    source = (_build.source_dir() / sr.DEPTHWISE_FILTER_SOURCE).read_text()
+    condition = "static constexpr bool FITS_128 = "
+    assert source.count(condition) == 1
+    for arch in ("sm_80", "sm_90"):
+        kernels = {k.expression: k for k in _sass.compile_kernels((arch,), [sr.DEPTHWISE_FILTER_SOURCE],
+                                                                   only=[*exprs, *others])}
+        templates = {k.expression: k for k in _sass.compile_kernels(
+            (arch,), [sr.DEPTHWISE_FILTER_SOURCE],
+            texts={sr.DEPTHWISE_FILTER_SOURCE: source.replace(condition, condition + "false && ")}, only=exprs)}
+        for expression in exprs:
+            bounded, template = kernels[expression].ptxas, templates[expression].ptxas
+            assert bounded["registers"] <= 128, (arch, expression, bounded)
+            assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
+            assert template["registers"] > 128, (arch, expression, template)
+            block = sr.block_size(expression)
+            assert _sass.occupancy(int(arch[3:]), bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 16
+            assert _sass.occupancy(int(arch[3:]), template["registers"], template["shared_bytes"], block)["warps_per_sm"] == 12
+        for expression in others:
+            assert kernels[expression].ptxas["spill_stores"] == 0, (arch, expression)
+        assert kernels[others[0]].ptxas["registers"] > 128, arch  # stride 2: 3 CTAs
+
+
+@needs_tools
+def test_filter_planes_float_3x3_stride_1_fits_six_ctas_on_sm90():
+    """The depthwise filter gradient's planes kernel (NCHW), float32 3x3 at stride 1, asks ptxas
+    for 6 CTAs an SM on sm_90 only (dwplanes::MinBlocks): 80 registers in every window form, no
+    spill, 24 warps an SM, where with 5 (a copy without FLOAT_SM90) it takes more and the SM
+    holds 20.  sm_80, where 6 spilled, compiles as without it."""
+    exprs = [f"gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 3, 1, {form}>" for form in (0, 1, 2)]
+    source = (_build.source_dir() / sr.DEPTHWISE_FILTER_SOURCE).read_text()
+    condition = "static constexpr bool FLOAT_SM90 = "
+    assert source.count(condition) == 1
+    without = {sr.DEPTHWISE_FILTER_SOURCE: source.replace(condition, condition + "false && ")}
+    for arch in ("sm_90", "sm_80"):
+        kernels = {k.expression: k.ptxas for k in _sass.compile_kernels((arch,), [sr.DEPTHWISE_FILTER_SOURCE], only=exprs)}
+        templates = {k.expression: k.ptxas for k in _sass.compile_kernels((arch,), [sr.DEPTHWISE_FILTER_SOURCE],
+                                                                           texts=without, only=exprs)}
+        for expression in exprs:
+            bounded, template = kernels[expression], templates[expression]
+            assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
+            if arch == "sm_80":
+                assert bounded["registers"] == template["registers"], (expression, bounded, template)
+                continue
+            assert bounded["registers"] <= 80 < template["registers"], (expression, bounded, template)
+            block = sr.block_size(expression)
+            assert _sass.occupancy(90, bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 24
+            assert _sass.occupancy(90, template["registers"], template["shared_bytes"], block)["warps_per_sm"] == 20
+
+
+@needs_tools
 def test_depthwise_generic_kernel_path_is_counted():
     """A grid-stride kernel the counter does model: the generic depthwise instantiation, one
     element per iteration, its taps in a loop (two 2-byte loads per tap)."""
