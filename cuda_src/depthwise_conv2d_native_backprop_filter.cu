@@ -764,7 +764,7 @@ inline constexpr int kThreads = kWarps * kWarpSize;
 // at 6 / 4 CTAs 3x3 / 5x5 at stride 2 spilled.  (Each item's loads are issued before any value
 // is widened: with 64 registers the compiler had widened each half value next to its load.)
 // But float 3x3 at stride 1 on sm_90 takes 6 (80 registers, no spill in any window form, NVRTC
-// 13), where 5 let ptxas take 88-90: 24 resident warps where 20.  On sm_75, sm_80, sm_100 and
+// 13 and 12.9), where 5 let ptxas take 88-90: 24 resident warps where 20.  On sm_75, sm_80, sm_100 and
 // sm_120 the singles and pairs-from-the-column-before forms spilled 4-12 B at 6; half types
 // take 71-80 at 5 already.
 template <typename T, typename Acc, int K, int S> struct MinBlocks {
