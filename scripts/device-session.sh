@@ -93,7 +93,8 @@ stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (170 + 70), the full sections (100), then the filter gradient's timing in the rest.
+# 340 s): A/B (170 + 70), the full sections (100), then kernel times in the rest: the filter
+# gradient's launcher, then the input gradient's engines.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
 # kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
@@ -152,6 +153,22 @@ timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 python3 benchmarks/ncu_full_summary.py "$W/ncu_full.csv" "$W/ncu_full_index.json" >"$W/ncu_full.md" 2>&1
 
+# Kernel times of the depthwise filter gradient on its launcher (gradops-cuda), half of what is
+# left: no step above times it, and every change to its kernels since the 2026-12-04 run is
+# untimed (the reduction's load batches, the NHWC tensor-core kernel's whole-sector loads, the
+# tiled kernel's swizzled half-type staging, float32 3x3 stride 1 at 16 warps (tiled) and 24 on
+# sm_90 (planes)); the 2026-12-04 figures are in results/gpu_h200_2026-12-04/ncu_summary.md.
+left=$((520 - $(date +%s) + T0))
+if [ "$left" -gt 60 ]; then
+    half=$((left / 2))
+    timeout -s INT -k 10 "$half" "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+        python3 benchmarks/ncu_cases.py '' "$W/ncu_filter_index.json" --suites mobilenetv2,efficientnet \
+        --engines gradops-cuda --ops backprop_filter --time-limit $((half - 15)) \
+        >"$W/ncu_filter.csv" 2>"$W/ncu_filter.err"
+    stamp "ncu filter: $(tail -1 "$W/ncu_filter.err")"
+    python3 benchmarks/ncu_table.py "$W/ncu_filter.csv" "$W/ncu_filter_index.json" --bandwidth 4.8e12 --summary 2>&1 \
+        | tee "$W/ncu_filter_summary.md"
+fi
 # Kernel times of the input gradient in what is left: the launcher (its choices changed on the
 # A/Bs of 2026-12-04, which timed each path forced: the A/B above now times the new launcher)
 # beside gradops' cuDNN path, which GPU arrays take by default for this op and which no run has
@@ -168,5 +185,6 @@ if [ "$left" -gt 30 ]; then
         | tee "$W/ncu_summary.md"
 fi
 stamp "done"
-cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_ab_summary.md" "$W/ncu_ab_fractional.md" "$W/ncu_full.md" "$OUT/" 2>/dev/null
+cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_filter_summary.md" "$W/ncu_ab_summary.md" "$W/ncu_ab_fractional.md" \
+    "$W/ncu_full.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$W" .
