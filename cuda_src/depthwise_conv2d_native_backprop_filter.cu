@@ -175,7 +175,8 @@ static_assert(Block<double>::LANES == Block<float>::LANES, "one thread count for
 // 4-byte elements (sm_90: 4-28 B).
 // 4 (at most 128 registers) for float 3x3 at stride 1, synchronous, from sm_75: 120-128
 // registers without a spill on sm_75 - sm_121 (NVRTC 13 and 12.9), where 3 let ptxas take 140,
-// so 12 resident warps become 16 for 1-2% more SASS (sm_90: 2080 -> 2120).  Spilled at 128:
+// so 12 resident warps become 16 for more instructions (sm_90: 2080 -> 2120 in the kernel,
+// 454 -> 492 on a unit's path; sm_80's unit path 448 -> 433).  Spilled at 128:
 // the same on sm_50 - sm_70 (16-20 B, NVRTC 12.9), float 3x3 at stride 2 on sm_75 and sm_80
 // (56-88 B, NVRTC 13) and half 5x5 at stride 1 (40 B); half 3x3 takes 119-128 under 3 already.
 template <typename T, int K, int S, bool ASYNC = false> struct MinBlocks {
@@ -763,10 +764,10 @@ inline constexpr int kThreads = kWarps * kWarpSize;
 // registers) 3x3 at stride 1 spilled on sm_80 or sm_90 for some element type and window form;
 // at 6 / 4 CTAs 3x3 / 5x5 at stride 2 spilled.  (Each item's loads are issued before any value
 // is widened: with 64 registers the compiler had widened each half value next to its load.)
-// But float 3x3 at stride 1 on sm_90 takes 6 (80 registers, no spill in any window form, NVRTC
-// 13 and 12.9), where 5 let ptxas take 88-90: 24 resident warps where 20.  On sm_75, sm_80, sm_100 and
-// sm_120 the singles and pairs-from-the-column-before forms spilled 4-12 B at 6; half types
-// take 71-80 at 5 already.
+// But float 3x3 at stride 1 on sm_90 takes 6 (80 registers, no spill in any window form,
+// NVRTC 13 and 12.9), where 5 let ptxas take 88-90: 24 resident warps where 20.  On sm_75,
+// sm_80, sm_100 and sm_120 the singles and pairs-from-the-column-before forms spilled 4-12 B
+// at 6; half types take 71-80 at 5 already.
 template <typename T, typename Acc, int K, int S> struct MinBlocks {
     static constexpr bool FLOAT_SM90 = sizeof(T) == 4 && K == 3 && S == 1 && GRADOPS_ARCH == 900;
     static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (FLOAT_SM90 ? 6 : 5) : (S == 1 ? 4 : 3);
