@@ -523,6 +523,20 @@ def assert_only_racecheck_catches(filename: str, edit, run, match: str, seed, tm
         run()
 
 
+def planted_host_device(tmp_path, filename: str, edit=None, **options) -> "HostDevice":
+    """A HostDevice (not installed; ``options`` as its own) built from the kernel sources, or from
+    a copy in ``tmp_path`` with ``edit`` (text, replacement) made in ``filename`` where given;
+    skips where the host model cannot build."""
+    import pytest
+
+    reason = unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    if edit is not None:
+        options["source_dir"] = planted_sources(tmp_path, filename, edit)
+    return HostDevice(**options)
+
+
 def planted_sources(directory, filename: str, *edits: tuple[str, str]) -> Path:
     """A copy of the kernel sources in ``directory`` with each (text, replacement) of ``edits``
     made in ``filename``, for planted-bug tests (``HostDevice(source_dir=...)`` builds it).  Each

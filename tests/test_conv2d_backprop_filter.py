@@ -39,14 +39,10 @@ def make_problem(rng, dtype, n, h, w, groups, cg, og, r, s, strides, padding, di
 
 def planted_host_device(monkeypatch, tmp_path, filename, edit, seed):
     """The host stand-in built from kernel sources with ``edit`` (text, replacement) made in
-    ``filename`` (skips where the host model cannot build)."""
+    ``filename``, installed (skips where the host model cannot build)."""
     import cuda_host
 
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    cuda_host.planted_sources(tmp_path, filename, edit)
-    return cuda_host.HostDevice(order="shuffled", seed=seed, source_dir=tmp_path).install(monkeypatch)
+    return cuda_host.planted_host_device(tmp_path, filename, edit, order="shuffled", seed=seed).install(monkeypatch)
 
 
 def expected_grad(x, filter_shape, dy, strides, padding, dilations, pads):

@@ -1915,21 +1915,6 @@ def test_cuda_mma_nhwc_is_the_default_and_alignment_decides(cuda_device):
     check_cuda(kwargs, x, dy, case)
 
 
-def host_device_planted(monkeypatch, tmp_path, edit=None):
-    """The HostDevice stand-in, installed for the test, building this op's source with ``edit``
-    ((text, replacement)) planted where given; skips where the host cannot build the sources."""
-    import cuda_host
-
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    source_dir = None
-    if edit is not None:
-        cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, edit)
-        source_dir = tmp_path
-    return cuda_host.HostDevice(source_dir=source_dir).install(monkeypatch)
-
-
 #: Slot order of the NHWC tensor-core kernel's staging planted chunk-major (every pair's chunk 0,
 #: then every chunk 1), as it was until the H200 measured its loads at 50% excess sectors.
 PLANTED_MMA_NHWC_CHUNK_MAJOR = ("""        chunk = CHUNKS == 1 ? 0 : e % 2;
@@ -1947,7 +1932,10 @@ def test_mma_nhwc_staging_loads_fill_whole_sectors(monkeypatch, tmp_path, filt, 
     K - 1)-square image of 32 channels (64-byte positions, two CTAs), so that every lane makes
     every load.  Planted chunk-major slots load half of each sector per instruction: twice the
     sectors, with the same (right) result."""
-    device = host_device_planted(monkeypatch, tmp_path, PLANTED_MMA_NHWC_CHUNK_MAJOR if chunk_major else None)
+    import cuda_host
+
+    edit = PLANTED_MMA_NHWC_CHUNK_MAJOR if chunk_major else None
+    device = cuda_host.planted_host_device(tmp_path, cuda_launcher.SOURCE, edit).install(monkeypatch)
     expression = cuda_launcher._mma_nhwc_expression(np.dtype(np.float16), filt, 1, False)
     kernels = device.host_kernels(cuda_launcher.SOURCE, expression)
     kernels.count_global_loads(True)
@@ -1985,7 +1973,10 @@ def test_tiled_staging_stores_bank_wavefronts(tmp_path, monkeypatch, dtype, stri
     halves) for half types, swizzled; planted unswizzled they take twice that (the two positions
     of a quarter-warp, four at multiplier 2, on the same banks), with the same, right result.
     Float32 at multiplier 1 (one 16-byte store a lane) needs no swizzle."""
-    device = host_device_planted(monkeypatch, tmp_path, PLANTED_TILED_NO_SWIZZLE if planted else None)
+    import cuda_host
+
+    edit = PLANTED_TILED_NO_SWIZZLE if planted else None
+    device = cuda_host.planted_host_device(tmp_path, cuda_launcher.SOURCE, edit).install(monkeypatch)
     expression = cuda_launcher._tiled_expression(np.dtype(dtype), 3, stride, 4)
     kernels = device.host_kernels(cuda_launcher.SOURCE, expression)
     kernels.shared_stats(reset=True, kind="store")

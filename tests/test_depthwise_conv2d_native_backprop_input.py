@@ -1076,16 +1076,10 @@ def test_tiled_nhwc_staging_stores_are_conflict_free(tmp_path, dtype, k, planted
     quarter-warp's two staged positions on distinct banks.  Planted unswizzled, the same stores
     take twice the wavefronts (the 51% store conflicts the H200 measured, full_sections.md), with
     the same, right result.  Float32 (one 16-byte store a load) needs no swizzle."""
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
     from gradops.backends.cuda import _build
 
-    source_dir = None
-    if planted:
-        cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, PLANTED_NO_SWIZZLE)
-        source_dir = tmp_path
-    host = cuda_host.HostDevice(order="shuffled", seed=4, source_dir=source_dir)
+    host = cuda_host.planted_host_device(tmp_path, cuda_launcher.SOURCE, PLANTED_NO_SWIZZLE if planted else None,
+                                         order="shuffled", seed=4)
     element, accumulator = _build.c_types(dtype)
     expression = f"gradops::depthwise_conv2d_native_backprop_input_tiled<{element}, {accumulator}, 0, {k}, {k}, 1, 1, 2, 2>"
     kwargs = case_kwargs(np.random.default_rng(4), x_shape=(2, 14, 16, 32), filt_hw=(k, k), multiplier=1,

@@ -904,6 +904,17 @@ def test_nhwc_tiled_kernel_stages_its_one_slice_before_the_accumulators():
     assert old.ptxas["registers"] > 152  # 168 allocated a thread: 12 warps an SM
 
 
+def ptxas_with_and_without(arch, source_name, condition, disabled, expressions):
+    """({expression: ptxas figures} as the source is, the same from a copy whose one
+    ``condition`` text reads ``disabled``): ``expressions`` compiled for ``arch``."""
+    source = (_build.source_dir() / source_name).read_text()
+    assert source.count(condition) == 1
+    texts = {source_name: source.replace(condition, disabled)}
+    return ({k.expression: k.ptxas for k in _sass.compile_kernels((arch,), [source_name], only=expressions)},
+            {k.expression: k.ptxas for k in _sass.compile_kernels((arch,), [source_name], texts=texts,
+                                                                  only=expressions)})
+
+
 @needs_tools
 def test_tiled_half_stride_1_tiles_are_register_bounded_where_shared_memory_allows():
     """sm_90 compiles the half types' NHWC stride-1 tiles of 2 x 2 work items (64 threads) as
@@ -915,16 +926,11 @@ def test_tiled_half_stride_1_tiles_are_register_bounded_where_shared_memory_allo
              for t in ("__half", "__nv_bfloat16") for k in (3, 5)}
     others = ["gradops::depthwise_conv2d_native_backprop_input_tiled<float, float, 0, 3, 3, 1, 1, 2, 2>",
               "gradops::depthwise_conv2d_native_backprop_input_tiled<__half, float, 1, 3, 3, 1, 1, 2, 2>"]
-    source = (_build.source_dir() / sr.DEPTHWISE_SOURCE).read_text()
-    condition = "#if GRADOPS_ARCH == 900 || (GRADOPS_ARCH >= 1000"
-    assert source.count(condition) == 1
-    kernels = {k.expression: k for k in _sass.compile_kernels(("sm_90",), [sr.DEPTHWISE_SOURCE],
-                                                               only=[*exprs.values(), *others])}
-    templates = {k.expression: k for k in _sass.compile_kernels(
-        ("sm_90",), [sr.DEPTHWISE_SOURCE], texts={sr.DEPTHWISE_SOURCE: source.replace(condition, "#if 0 && (0")},
-        only=[*exprs.values(), *others])}
+    kernels, templates = ptxas_with_and_without(
+        "sm_90", sr.DEPTHWISE_SOURCE, "#if GRADOPS_ARCH == 900 || (GRADOPS_ARCH >= 1000", "#if 0 && (0",
+        [*exprs.values(), *others])
     for (element, k), expression in exprs.items():
-        bounded, template = kernels[expression].ptxas, templates[expression].ptxas
+        bounded, template = kernels[expression], templates[expression]
         assert bounded["registers"] == (96 if k == 3 else 128), (expression, bounded)
         assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (expression, bounded)
         assert template["registers"] > bounded["registers"], (expression, template)
@@ -932,8 +938,8 @@ def test_tiled_half_stride_1_tiles_are_register_bounded_where_shared_memory_allo
         assert fit["warps_per_sm"] == (20 if k == 3 else 14), fit
         assert _sass.occupancy(90, template["registers"], bounded["shared_bytes"], 64)["warps_per_sm"] < fit["warps_per_sm"]
     for expression in others:  # the template: well above the bounds, and as without the specialisations
-        assert kernels[expression].ptxas["registers"] > 100, expression
-        assert kernels[expression].ptxas["registers"] == templates[expression].ptxas["registers"], expression
+        assert kernels[expression]["registers"] > 100, expression
+        assert kernels[expression]["registers"] == templates[expression]["registers"], expression
 
 
 @needs_tools
@@ -945,17 +951,12 @@ def test_filter_tiled_float_3x3_stride_1_fits_four_ctas():
     exprs = [f"gradops::depthwise_conv2d_native_backprop_filter_tiled<float, float, 3, 1, {c}>" for c in (2, 4)]
     others = ["gradops::depthwise_conv2d_native_backprop_filter_tiled<float, float, 3, 2, 4>",
               "gradops::depthwise_conv2d_native_backprop_filter_tiled<__half, float, 3, 1, 4>"]
-    source = (_build.source_dir() / sr.DEPTHWISE_FILTER_SOURCE).read_text()
     condition = "static constexpr bool FITS_128 = "
-    assert source.count(condition) == 1
     for arch in ("sm_80", "sm_90"):
-        kernels = {k.expression: k for k in _sass.compile_kernels((arch,), [sr.DEPTHWISE_FILTER_SOURCE],
-                                                                   only=[*exprs, *others])}
-        templates = {k.expression: k for k in _sass.compile_kernels(
-            (arch,), [sr.DEPTHWISE_FILTER_SOURCE],
-            texts={sr.DEPTHWISE_FILTER_SOURCE: source.replace(condition, condition + "false && ")}, only=exprs)}
+        kernels, templates = ptxas_with_and_without(arch, sr.DEPTHWISE_FILTER_SOURCE, condition,
+                                                    condition + "false && ", [*exprs, *others])
         for expression in exprs:
-            bounded, template = kernels[expression].ptxas, templates[expression].ptxas
+            bounded, template = kernels[expression], templates[expression]
             assert bounded["registers"] <= 128, (arch, expression, bounded)
             assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
             assert template["registers"] > 128, (arch, expression, template)
@@ -963,8 +964,8 @@ def test_filter_tiled_float_3x3_stride_1_fits_four_ctas():
             assert _sass.occupancy(int(arch[3:]), bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 16
             assert _sass.occupancy(int(arch[3:]), template["registers"], template["shared_bytes"], block)["warps_per_sm"] == 12
         for expression in others:
-            assert kernels[expression].ptxas["spill_stores"] == 0, (arch, expression)
-        assert kernels[others[0]].ptxas["registers"] > 128, arch  # stride 2: 3 CTAs
+            assert kernels[expression]["spill_stores"] == 0, (arch, expression)
+        assert kernels[others[0]]["registers"] > 128, arch  # stride 2: 3 CTAs
 
 
 @needs_tools
@@ -974,14 +975,10 @@ def test_filter_planes_float_3x3_stride_1_fits_six_ctas_on_sm90():
     spill, 24 warps an SM, where with 5 (a copy without FLOAT_SM90) it takes more and the SM
     holds 20.  sm_80, where 6 spilled, compiles as without it."""
     exprs = [f"gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 3, 1, {form}>" for form in (0, 1, 2)]
-    source = (_build.source_dir() / sr.DEPTHWISE_FILTER_SOURCE).read_text()
     condition = "static constexpr bool FLOAT_SM90 = "
-    assert source.count(condition) == 1
-    without = {sr.DEPTHWISE_FILTER_SOURCE: source.replace(condition, condition + "false && ")}
     for arch in ("sm_90", "sm_80"):
-        kernels = {k.expression: k.ptxas for k in _sass.compile_kernels((arch,), [sr.DEPTHWISE_FILTER_SOURCE], only=exprs)}
-        templates = {k.expression: k.ptxas for k in _sass.compile_kernels((arch,), [sr.DEPTHWISE_FILTER_SOURCE],
-                                                                           texts=without, only=exprs)}
+        kernels, templates = ptxas_with_and_without(arch, sr.DEPTHWISE_FILTER_SOURCE, condition,
+                                                    condition + "false && ", exprs)
         for expression in exprs:
             bounded, template = kernels[expression], templates[expression]
             assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
