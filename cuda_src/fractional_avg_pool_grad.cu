@@ -351,6 +351,129 @@ template <typename T, int V> __device__ __forceinline__ void store_vector(T* p, 
     *reinterpret_cast<Vector<T, V>*>(p) = round_vector<T, V>(sum);
 }
 
+// ---- Float shares: the disjoint cells kernel's values for float16, bfloat16 and float32
+// A disjoint cell's value is one share rounded to T, and for these types it can be computed
+// exactly in float: no FP64 instruction and no conversion to or from double (FP64 runs at 1/64
+// of FP32's rate on sm_61/75/86/89/120 parts, 1/2 on sm_60/70/80/90/100).  Cells hold at most
+// kFloatShareCells elements (the launcher takes the gather kernel for larger ones).  Notation as
+// in the header comment, now in float: RN rounds to the nearest float, ties to even; b an
+// integer 1 <= b <= 2^12; y = RN(1 / b) (__frcp_rn: IEEE round-to-nearest); z = a / b.
+//   D. q0 = RN(a y), q = RN(q0 + (a - b q0) y) (two FMAs) is RN(z) for finite a where z is a
+//      normal float or rounds to zero: part B's steps with 24 for 53 (u = 2^-24) need only
+//      b < 2^22 (r = b (z - q0) below 4.0002 b half-ulps of z fits 24 bits; |d| < 2.0001 u
+//      ulp(z) stays below ulp(z) / (2b)), and a float z is never a midpoint (a = m b would
+//      need 25 significant bits).  Below 2^-126 the same steps hold on the subnormal grid of
+//      2^-149 (r is a multiple of it below b of them, |d| < 2^-173), except where z is exactly
+//      a midpoint of that grid: then q is z's even neighbour or its odd one, the odd one being
+//      a nonzero subnormal.  So a q that is normal or zero is RN(z), and only a subnormal q
+//      may be wrong (float32 only; part F).  Inf or NaN a makes q NaN (r is NaN).
+//   E. float16 and bfloat16 values: T(q) = T(RN64(z)), TF's rounding through double.  With p
+//      T's precision (11, 8) and z in [2^e, 2^(e+1)) (for a subnormal T result, e is T's least
+//      normal exponent), a is a multiple of 2^(e-p+1) and T's midpoints are odd multiples of
+//      2^(e-p), so z is a midpoint or at least 2^(e-p) / b from every one; q and RN64(z) are
+//      within 2^(e-24) of z, less than 2^(e-p) / b for b < 2^13: both round to T(z).  A
+//      midpoint z is a float (at most p + 1 significant bits) and then q = z exactly (even on
+//      float's subnormal grid, which bfloat16's midpoints lie on); so is RN64(z).
+//   F. float32 results below 2^-126 (|a| < 2^-114 here): a is divided scaled up by 2^64 (case
+//      D), then scaled back, which rounds to the subnormal grid within 2^-149 of z (2^-150 from
+//      each rounding); r = a - b q is exact (a multiple of 2^-149 below b of them) and q moves a
+//      step toward z when 2 |r| > b 2^-149.  A midpoint z = q + 2^-150 is exact after scaling, so
+//      the scaling back rounds it to even.  A result that rounds to zero has a's sign, as TF's
+//      cast of the tiny double RN64(z) has.
+// TF adds the share to +0.0: a zero a gives +0.0 (D's FMAs give +0.0 for -0.0 too).
+inline constexpr int kFloatShareCells = 4096;
+
+template <typename T> struct FloatShares { static constexpr bool value = false; };
+template <> struct FloatShares<__half> { static constexpr bool value = true; };
+template <> struct FloatShares<__nv_bfloat16> { static constexpr bool value = true; };
+template <> struct FloatShares<float> { static constexpr bool value = true; };
+
+template <typename T> __device__ __forceinline__ float to_float(T x) { return static_cast<float>(x); }
+template <> __device__ __forceinline__ float to_float<__half>(__half x) { return __half2float(x); }
+template <> __device__ __forceinline__ float to_float<__nv_bfloat16>(__nv_bfloat16 x) { return bfloat16_bits_to_float(x); }
+
+template <typename T> __device__ __forceinline__ T from_float(float x) { return x; }
+template <> __device__ __forceinline__ __half from_float<__half>(float x) { return __float2half_rn(x); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float x) { return __float2bfloat16_rn(x); }
+
+// RN(1 / b) in float.
+__device__ __forceinline__ float float_reciprocal(float b) {
+#ifdef __CUDA_ARCH__
+    return __frcp_rn(b);
+#else
+    return 1.0f / b;  // IEEE division: the same correctly rounded value
+#endif
+}
+
+// a * b rounded once (never contracted into an FMA by the compiler).
+__device__ __forceinline__ float mul_rn(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fmul_rn(a, b);
+#else
+    return a * b;  // the host build compiles with -ffp-contract=off
+#endif
+}
+
+// RN(a / b) in float where that is normal or zero (part D), y = float_reciprocal(b).
+__device__ __forceinline__ float float_divide(float a, float b, float y) {
+    const float q0 = mul_rn(a, y);
+    return fmaf(fmaf(-b, q0, a), y, q0);
+}
+
+// RN(a / b) in float for finite a with |a / b| below 2^-126 (part F).
+__device__ __forceinline__ float float_divide_subnormal(float a, float b, float y) {
+    float q = mul_rn(float_divide(a * 0x1p64f, b, y), 0x1p-64f);  // within 2^-149 of a / b
+    const float r = fmaf(-b, q, a);                                 // b (a / b - q), exact
+    if (2.0f * fabsf(r) > b * 0x1p-149f) q += r > 0.0f ? 0x1p-149f : -0x1p-149f;  // both sides exact
+    return q;  // a zero q is a's zero: |a / b| < 2^-150 scales back to it, and no step reaches zero
+}
+
+// RN(a / b) for an Inf, NaN or float32 a whose quotient lies below 2^-126 (out of line: no
+// steady-state path takes it).
+__device__ GRADOPS_NOINLINE float rare_float_value(float a, float b, float y) {
+    return fabsf(a) <= 3.40282347e38f ? float_divide_subnormal(a, b, y) : a * y;  // Inf or NaN: a y
+}
+
+// Whether float_divide's q needs part F: a nonzero float32 below 2^-126, or NaN (an Inf or NaN
+// a).  The half types need only the NaN test (part E holds for every finite a).
+template <typename T> __device__ __forceinline__ bool float_share_inexact(float q) {
+    if constexpr (sizeof(T) == 4) {
+        return !(fabsf(q) >= 0x1p-126f || q == 0.0f);
+    } else {
+        return q != q;
+    }
+}
+
+// The disjoint cells kernel's values T(0.0 + d[v] / b), as TF rounds them through double, for
+// the float types and a cell of b <= kFloatShareCells elements (y = float_reciprocal(b)).  One
+// test per vector sends the rare lanes (Inf, NaN, float32 results below 2^-126) to a second
+// pass: Inf and NaN give d y (Inf or NaN, as TF's division does).
+template <typename T, int V>
+__device__ __forceinline__ Vector<T, V> float_cell_values(const Vector<T, V>& d, float b, float y) {
+    float q[V];
+    bool inexact = false;
+#pragma unroll
+    for (int v = 0; v < V; ++v) {
+        q[v] = float_divide(to_float(d.e[v]), b, y);
+        inexact |= float_share_inexact<T>(q[v]);
+    }
+    if (inexact) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) {
+            if (!float_share_inexact<T>(q[v])) continue;
+            if constexpr (sizeof(T) == 4) {
+                q[v] = rare_float_value(to_float(d.e[v]), b, y);
+            } else {
+                q[v] = to_float(d.e[v]) * y;  // an Inf or NaN a (part E covers every finite one)
+            }
+        }
+    }
+    Vector<T, V> out;
+#pragma unroll
+    for (int v = 0; v < V; ++v) out.e[v] = from_float<T>(q[v]);
+    return out;
+}
+
 }  // namespace fractional
 
 // T: element type; I: index and table type (int when every tensor and table has fewer than
@@ -553,6 +676,12 @@ __global__ void fractional_avg_pool_grad(
 // no barriers, no per-element tables: every input-gradient element is one of at most four
 // values per cell, rounded once and stored as 16-byte vectors.
 //
+// Disjoint cells of float16, bfloat16 and float32 (of at most kFloatShareCells elements: the
+// launcher's condition) take their one value from float_cell_values: float arithmetic only, no
+// FP64 instruction and no conversion through double, TF's bits (parts D-F above it).  The
+// other types, and overlapping cells (sums of up to four shares, rounded as TF's double sums
+// round), take the double shares.
+//
 // Overlapping cells: the region's first row (r > 0) also lies in cell r - 1, its first column
 // (c > 0) in cell c - 1, and TF adds the shares cell by cell in row-cell-major order, so the
 // first row takes s(r-1, c) + s(r, c), the first column s(r, c-1) + s(r, c) and the corner
@@ -601,18 +730,18 @@ __global__ void fractional_avg_pool_grad_cells(
 #pragma unroll 1
             for (I r = r0; r < r1; ++r) {
                 const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
-                const double row_size = static_cast<double>(row_sizes[r]);
-                double own[V];
-                shares_of(dy_column + r * dy_row, row_size * col_size, own);
                 // The values of the region's first row (its first column: corner; the others:
                 // top) and of its other rows (first column: left; the others: inner), each
                 // rounded only where the region has such positions.
                 Vec corner, top, left, inner;
+                const T* const dy = dy_column + r * dy_row;
                 if constexpr (OVERLAP) {
-                    double left_own[V];
+                    const double row_size = static_cast<double>(row_sizes[r]);
+                    double own[V], left_own[V];
+                    shares_of(dy, row_size * col_size, own);
 #pragma unroll
                     for (int v = 0; v < V; ++v) left_own[v] = 0.0;
-                    if (has_left) shares_of(dy_column + r * dy_row - depth, row_size * left_size, left_own);
+                    if (has_left) shares_of(dy - depth, row_size * left_size, left_own);
                     double sum[V];
 #pragma unroll
                     for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
@@ -633,7 +762,13 @@ __global__ void fractional_avg_pool_grad_cells(
                         up[v] = own[v];
                         up_left[v] = left_own[v];
                     }
+                } else if constexpr (FloatShares<T>::value) {  // no FP64 (see float_cell_values)
+                    const Vec d = *reinterpret_cast<const Vec*>(dy);  // one 16-byte load
+                    const float size = static_cast<float>(row_sizes[r] * col_sizes[c]);  // <= kFloatShareCells
+                    corner = top = left = inner = float_cell_values<T, V>(d, size, float_reciprocal(size));
                 } else {
+                    double own[V];
+                    shares_of(dy, static_cast<double>(row_sizes[r]) * col_size, own);
                     corner = top = left = inner = round_vector<T, V>(own);
                 }
                 T* dx = dx_column + row_first * dx_row;

@@ -30,6 +30,14 @@ template <typename T, typename Acc> __device__ __forceinline__ T from_acc(Acc x)
 template <> __device__ __forceinline__ __half from_acc<__half, float>(float x) { return __float2half_rn(x); }
 template <> __device__ __forceinline__ __nv_bfloat16 from_acc<__nv_bfloat16, float>(float x) { return __float2bfloat16_rn(x); }
 
+// An out-of-line device function (a rare path kept out of a kernel's steady-state code); the
+// host build (tests/cuda_host.py, g++) has no __noinline__ and inlines as it likes.
+#if defined(__CUDACC__)
+#define GRADOPS_NOINLINE __noinline__
+#else
+#define GRADOPS_NOINLINE
+#endif
+
 // ---------------------------------------------------------------- thread indexing
 // Elementwise kernels use a 1-D grid-stride loop over a 64-bit linear index, so any grid
 // size (the host caps it, see _runtime.launch_1d) covers any tensor size.

@@ -1177,6 +1177,39 @@ def test_cells_path_is_chosen_only_where_it_can_run(monkeypatch):
     assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "gather"
 
 
+def test_cells_path_takes_float_types_disjoint_cells_up_to_float_share_cells(monkeypatch, rng):
+    """Disjoint cells of float16, bfloat16 and float32, whose values the cells kernel computes in
+    float, run there up to FLOAT_SHARE_CELLS elements (the .cu file's proof needs fewer than
+    2**13); a larger cell takes gather (forcing cells is refused), with TF's values through the
+    public API (the host stand-in).  Other dtypes and overlapping cells keep the cells kernel."""
+    assert cuda_launcher.FLOAT_SHARE_CELLS == 4096 and cuda_launcher.FLOAT_SHARE_CELLS < 2**13
+
+    def geometry(rows, cols, overlapping=False):
+        return fractional_pool_geometry(OP, [1, rows[-1], cols[-1], 1], (1, len(rows) - 1, len(cols) - 1, 1), rows,
+                                        cols, overlapping)
+
+    fits, too_large = geometry([0, 64, 65], [0, 64, 66]), geometry([0, 65, 66], [0, 64, 65])
+    assert fits.largest_cell == 4096 and too_large.largest_cell == 4160
+    for dtype in cuda_launcher.FLOAT_SHARE_DTYPES:
+        assert cuda_launcher.pick_path(fits, dtype) == "cells"
+        assert cuda_launcher.pick_path(too_large, dtype) == "gather"
+        with pytest.raises(ValueError, match="4096 elements"):
+            cuda_launcher.pick_path(too_large, dtype, "cells")
+        assert cuda_launcher.pick_path(geometry([0, 65, 66], [0, 64, 65], True), dtype) == "cells"
+    for dtype in (np.float64, np.int32, np.int64):
+        assert cuda_launcher.pick_path(too_large, dtype) == "cells"
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    device = cuda_host.HostDevice(order="shuffled", seed=3).install(monkeypatch)
+    for g, kernel in ((fits, "_cells<"), (too_large, "_grad<")):
+        kwargs, expected = pool_case(rng, (1, g.in_rows, g.in_cols, 8), g.row_starts + (g.in_rows,),
+                                     g.col_starts + (g.in_cols,), False, np.float16)
+        got = gradops.fractional_avg_pool_grad(**dict(kwargs, out_backprop=to_gpu(kwargs["out_backprop"])), backend="cuda")
+        assert_identical(to_host(got), expected)
+        assert kernel in device.launches[-1][0]
+
+
 @pytest.mark.parametrize("overlapping", [False, True])
 def test_cuda_cells_by_default(monkeypatch, rng, overlapping):
     """The public API launches the kernel CELLS_BY_DEFAULT names for generated sequences (cells,
@@ -1274,7 +1307,7 @@ def check_cuda(kwargs, expected, out_backprop=None):
     got = to_host(got)
     assert_identical(got, expected)
     g = host_geometry(kwargs)
-    if cuda_launcher.cells_possible(g):  # the opt-in cells kernel, forced, gives the same bits
+    if cuda_launcher.cells_possible(g, got.dtype):  # the opt-in cells kernel, forced, gives the same bits
         cells = cuda_launcher.fractional_avg_pool_grad(g, to_gpu(kwargs["out_backprop"]), path="cells")
         assert_identical(to_host(cells), expected)
     numpy_result = gradops.fractional_avg_pool_grad(**kwargs, backend="numpy")
@@ -1514,7 +1547,20 @@ __global__ void share_probe(const T* a, const long long* b, double* out, double*
         gradops::fractional::stage_shares<T, V>(d, size, y, out + i * V);
     }
 }
+// out[i * V + v]: the disjoint cells kernel's float-computed value of a[i * V + v] in a cell of b[i]
+// elements (float16, bfloat16, float32).
+template <typename T, int V>
+__global__ void float_value_probe(const T* a, const long long* b, T* out, long long n) {
+    using gradops::fractional::Vector;
+    GRADOPS_GRID_STRIDE_LOOP(i, n) {
+        const float size = static_cast<float>(b[i]);
+        const auto d = *reinterpret_cast<const Vector<T, V>*>(a + i * V);
+        *reinterpret_cast<Vector<T, V>*>(out + i * V) =
+            gradops::fractional::float_cell_values<T, V>(d, size, gradops::fractional::float_reciprocal(size));
+    }
+}
 """
+FLOAT_PROBE_TYPES = {"__half": np.float16, "__nv_bfloat16": BFLOAT16, "float": np.float32}
 PROBE_TYPES = {"__half": np.float16, "__nv_bfloat16": BFLOAT16, "float": np.float32, "double": np.float64,
                "int": np.int32, "long long": np.int64}
 
@@ -1523,6 +1569,8 @@ def share_probe_kernels(directory):
     """The probe compiled for the host against the .cu files in ``directory``."""
     (directory / "share_probe.cu").write_text(SHARE_PROBE)
     expressions = [f"share_probe<{t}, {v}>" for t, d in PROBE_TYPES.items() for v in (1, 16 // np.dtype(d).itemsize)]
+    expressions += [f"float_value_probe<{t}, {v}>" for t, d in FLOAT_PROBE_TYPES.items()
+                    for v in (1, 16 // np.dtype(d).itemsize)]
     return cuda_host.HostKernels("share_probe.cu", expressions, directory)
 
 
@@ -1619,6 +1667,91 @@ def test_kernel_share_is_the_correctly_rounded_quotient(share_probe, ctype):
     np.testing.assert_array_equal(recip.view(np.int64), (1.0 / sizes.astype(np.float64)).view(np.int64))
 
 
+def probe_float_values(kernels, ctype, a, b, vector=1):
+    """The disjoint cells kernel's float-computed values of a over cells of sizes b (one a vector)."""
+    a = np.ascontiguousarray(a, FLOAT_PROBE_TYPES[ctype])
+    b = np.ascontiguousarray(b, np.int64)
+    assert a.size == b.size * vector
+    out = np.zeros_like(a)
+    kernels.run(f"float_value_probe<{ctype}, {vector}>", [a, b, out], [b.size])
+    return out
+
+
+def tf_disjoint_values(a, b):
+    """TF's value of a disjoint cell: 0.0 + a / b in float64, rounded once to a's type."""
+    with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+        exact = 0.0 + np.asarray(a).astype(np.float64) / np.asarray(b, np.float64)
+    return bfloat16_rounded_once(exact) if np.asarray(a).dtype == BFLOAT16 else exact.astype(np.asarray(a).dtype)
+
+
+def float_value_cases(ctype, rng):
+    """(values, cell sizes) that cover the float path's proof (the .cu file's parts D-F):
+    every float16 and bfloat16 value over cells of 1..96 (1..40) elements and over the largest
+    sizes it takes; float32 bit patterns, subnormals, exact subnormal midpoints (k 2**-149 over
+    even cells), values around 2**-126 b, extremes, Inf and NaN, over small and large cells."""
+    dtype = np.dtype(FLOAT_PROBE_TYPES[ctype])
+    top = cuda_launcher.FLOAT_SHARE_CELLS
+    large = np.array([top, top - 1, top - 3, 4093, 3001, 2049, 2048, 2047, 1025, 255, 127], np.int64)
+    if dtype.itemsize == 2:
+        values = np.arange(65536, dtype=np.uint16).view(dtype)
+        sizes = np.concatenate([np.arange(1, 97 if dtype == np.float16 else 41), large])
+        return np.repeat(values, sizes.size), np.tile(sizes, values.size)
+    bits = rng.integers(0, 2**32, 2**18, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    k = np.arange(1, 2**13, dtype=np.float64)
+    subnormal = np.concatenate([k, 2**23 + k, 2**24 - k]) * 2.0**-149  # ties over even b, both sides of 2^-126
+    boundary = (2.0**-126 * large[:, None] * (1 + np.array([-2**-23, 0, 2**-23]))).reshape(-1)
+    info = np.finfo(np.float32)
+    specials = [0.0, -0.0, np.inf, -np.inf, np.nan, info.max, -info.max, info.tiny, -info.tiny,
+                info.smallest_subnormal, -info.smallest_subnormal]
+    with np.errstate(invalid="ignore"):  # NaN bit patterns
+        a = np.concatenate([bits, subnormal, -subnormal, boundary, -boundary, specials]).astype(np.float32)
+    b = rng.integers(1, 130, a.size)
+    b[: bits.size // 2] = rng.integers(1, top + 1, bits.size // 2)
+    b[bits.size: bits.size + 2 * subnormal.size] = rng.choice([2, 4, 6, 8, 10, 12, 14, 16, 2048, 4096],
+                                                              2 * subnormal.size)
+    b[-len(specials):] = rng.integers(1, top + 1, len(specials))
+    return a, b
+
+
+@pytest.mark.parametrize("ctype", list(FLOAT_PROBE_TYPES))
+def test_kernel_float_value_is_tfs_rounding(share_probe, ctype):
+    """The disjoint cells kernel's float path (float16, bfloat16, float32: no FP64) gives TF's
+    value T(0.0 + a / b) bit for bit, in scalar and vector form: every float16 and bfloat16
+    value over cells of 1..96 (1..40) elements and the largest the launcher gives it; float32 bit
+    patterns, subnormal results and their exact midpoints, values at 2**-126 b, Inf and NaN."""
+    assert_float_values_are_tfs(share_probe, ctype)
+
+
+def assert_float_values_are_tfs(kernels, ctype):
+    """The probe's values over :func:`float_value_cases` equal TF's bit for bit (NaN where TF's
+    are NaN), in scalar and vector form."""
+    a, b = float_value_cases(ctype, np.random.default_rng(6))
+    vector = 16 // a.dtype.itemsize
+    a, b = a[: a.size // vector * vector], b[: a.size // vector * vector]
+    for v in (1, vector):
+        sizes = np.repeat(b[::v], v)
+        got, want = probe_float_values(kernels, ctype, a, b[::v], v), tf_disjoint_values(a, sizes)
+        nan = np.isnan(want.astype(np.float64))
+        np.testing.assert_array_equal(np.isnan(got.astype(np.float64)), nan)
+        bad = np.flatnonzero(got[~nan].view(f"u{a.itemsize}") != want[~nan].view(f"u{a.itemsize}"))
+        assert bad.size == 0, (a[~nan][bad[:5]], sizes[~nan][bad[:5]], got[~nan][bad[:5]])
+
+
+def test_float_value_cases_reach_every_part_of_the_proof():
+    """The float32 cases hold results below 2**-126 (part F), exact midpoints of the subnormal
+    grid, results that round to -0.0 and Inf and NaN values: the probe test sees each."""
+    a, b = float_value_cases("float", np.random.default_rng(6))
+    with np.errstate(invalid="ignore"):
+        z = a.astype(np.float64) / b
+    finite = np.isfinite(z)
+    z = np.where(finite, z, 0.0)
+    tiny = finite & (np.abs(z) < 2.0**-126) & (z != 0)
+    midpoint = tiny & (np.abs(z) / 2.0**-150 % 2 == 1)
+    assert tiny.sum() > 10000 and midpoint.sum() > 1000
+    assert (np.signbit(tf_disjoint_values(a, b)) & (tf_disjoint_values(a, b) == 0) & (a != 0)).any()
+    assert np.isinf(a).any() and np.isnan(a).any()
+
+
 # ---- bugs planted in copies of the kernel source must fail these tests
 
 PLANTED = {
@@ -1638,6 +1771,17 @@ PLANTED = {
     "inf-and-nan-not-detected": (
         "    if (finite_vector(d)) {\n#pragma unroll\n        for (int v = 0; v < V; v += P) {",
         "    if (true) {\n#pragma unroll\n        for (int v = 0; v < V; v += P) {", "nan-inf"),
+    # the disjoint cells kernel's float path (float_cell_values): caught by the float value probe
+    "float-quotient-without-correction": (
+        "    return fmaf(fmaf(-b, q0, a), y, q0);", "    return q0;", "float-probe"),
+    "float-subnormal-quotient-not-stepped": (
+        "    if (2.0f * fabsf(r) > b * 0x1p-149f) q += r > 0.0f ? 0x1p-149f : -0x1p-149f;", "", "float-probe"),
+    "float-subnormal-quotient-not-rescaled": (
+        "    float q = mul_rn(float_divide(a * 0x1p64f, b, y), 0x1p-64f);", "    float q = float_divide(a, b, y);",
+        "float-probe"),
+    "float-second-pass-skipped": ("    if (inexact) {\n#pragma unroll", "    if (false) {\n#pragma unroll", "float-probe"),
+    "float-subnormal-results-not-tested": ("        return !(fabsf(q) >= 0x1p-126f || q == 0.0f);",
+                                           "        return q != q;", "float-probe"),
     "direct-path-column-cells-in-reverse": (
         "                                for (I ki = col_begin; ki < col_end; ++ki) {\n                                    const I col_cell = col_cells[ki];",
         "                                for (I ki = col_end - 1; ki >= col_begin; --ki) {\n                                    const I col_cell = col_cells[ki];",
@@ -1677,7 +1821,7 @@ def planted_check(kernels, check, rng):
 
 def test_planted_checks_pass_on_the_real_source(host_kernels, share_probe, rng):
     """The checks the planted bugs must fail pass on the real kernel source."""
-    for check in {check for _, _, check in PLANTED.values()} - {"share-probe"}:
+    for check in {check for _, _, check in PLANTED.values()} - {"share-probe", "float-probe"}:
         planted_check(host_kernels, check, rng)
     sizes = np.array(HARD_RECIPROCALS)
     _, recip = probe_shares(share_probe, "float", np.ones(sizes.size, np.float32), sizes)
@@ -1704,6 +1848,16 @@ def test_planted_kernel_bugs_are_caught(bug, tmp_path, rng, host_kernels):
         sizes = np.array(HARD_RECIPROCALS)
         _, recip = probe_shares(share_probe_kernels(tmp_path), "float", np.ones(sizes.size, np.float32), sizes)
         assert not np.array_equal(recip, 1.0 / sizes)
+        return
+    if check == "float-probe":  # some dtype's values differ from TF's (the real source's pass: the probe test)
+        kernels = share_probe_kernels(tmp_path)
+        failures = 0
+        for ctype in FLOAT_PROBE_TYPES:
+            try:
+                assert_float_values_are_tfs(kernels, ctype)
+            except AssertionError:
+                failures += 1
+        assert failures > 0
         return
     # The edited copy builds only the instantiations the check launches (g++ takes seconds for
     # all of the file's), as the real source's run of it (its own random data) lists them.

@@ -992,6 +992,33 @@ def test_filter_planes_float_3x3_stride_1_fits_six_ctas_on_sm90():
 
 
 @needs_tools
+def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
+    """The fractional average pooling gradient's disjoint cells kernel for float16, bfloat16 and
+    float32 (vectors and single channels, 32- and 64-bit indices) holds no FP64 instruction and
+    no conversion to or from a 64-bit float, on sm_86 (FP64 at 1/64 of FP32's rate) and sm_90;
+    its overlapping form and float64's, which keep the double shares, hold both (so the count
+    sees them)."""
+    def fp64(kernel):
+        return [i for i in kernel.function.instructions
+                if _sass.instruction_class(i) == "fp64" or (i.base == "F2F" and "F64" in i.opcode)]
+
+    kernel = "gradops::fractional_avg_pool_grad_cells"
+    floats = [f"{kernel}<{t}, {i}, {v}, false>" for t, vector in (("__half", 8), ("__nv_bfloat16", 8), ("float", 4))
+              for i in ("int", "long long") for v in (vector, 1)]
+    doubles = [f"{kernel}<__half, int, 8, true>", f"{kernel}<float, int, 4, true>", f"{kernel}<double, int, 2, false>"]
+    for expression in floats + doubles:
+        assert expression in _build.all_instantiations(90)[sr.FRACTIONAL_SOURCE], expression
+    for arch in ("sm_86", "sm_90"):
+        for k in _sass.compile_kernels((arch,), [sr.FRACTIONAL_SOURCE], only=floats + doubles):
+            found = fp64(k)
+            if k.expression in floats:
+                assert not found, (arch, k.expression, [i.opcode for i in found][:5])
+                assert k.ptxas["spill_stores"] == k.ptxas["stack_bytes"] == 0, (arch, k.expression, k.ptxas)
+            else:
+                assert len(found) > 10, (arch, k.expression)
+
+
+@needs_tools
 def test_depthwise_generic_kernel_path_is_counted():
     """A grid-stride kernel the counter does model: the generic depthwise instantiation, one
     element per iteration, its taps in a loop (two 2-byte loads per tap)."""

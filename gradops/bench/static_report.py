@@ -1169,7 +1169,7 @@ def fractional_paths(g, dtype) -> tuple[str, ...]:
     import importlib
 
     fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
-    return ("gather", "cells") if fr.cells_possible(g) else ("gather",)
+    return ("gather", "cells") if fr.cells_possible(g, dtype) else ("gather",)
 
 
 def fractional_max_paths(g, dtype) -> tuple[str, ...]:

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..._dtypes import bfloat16
 from ..._errors import BackendUnavailableError
 from ..._geometry import FractionalPoolGeometry, cells_by_index
 from . import _build, _runtime
@@ -73,6 +74,11 @@ BLOCK_VECTORS = 4
 MAX_CELL_SIZE = 2**50
 #: Input rows per thread at most (each thread sums and stores one position per row).
 ROWS_PER_THREAD = 8
+#: The cells kernel computes disjoint cells' values of these types in float, exactly for cells
+#: of at most FLOAT_SHARE_CELLS elements (fractional::kFloatShareCells; the proof in the .cu
+#: file needs fewer than 2**13); larger cells take the gather kernel.
+FLOAT_SHARE_DTYPES = (np.dtype(np.float16), bfloat16, np.dtype(np.float32))
+FLOAT_SHARE_CELLS = 4096
 
 
 def _expression(dtype, index: str = "int", vector: int | None = None) -> str:
@@ -296,10 +302,15 @@ def device_tables(g: FractionalPoolGeometry, p: Plan):
 # --------------------------------------------------------------------------- the cells kernel
 
 
-def cells_possible(g: FractionalPoolGeometry) -> bool:
-    """Whether the cells kernel can run ``g``: both dimensions' cells are partitions
-    (:func:`gradops._geometry.partition_bounds`)."""
-    return g.row_partition is not None and g.col_partition is not None
+def cells_possible(g: FractionalPoolGeometry, dtype) -> bool:
+    """Whether the cells kernel can run ``g`` for ``dtype``: both dimensions' cells are
+    partitions (:func:`gradops._geometry.partition_bounds`), and disjoint cells of the float
+    types, whose values the kernel computes in float, hold at most FLOAT_SHARE_CELLS elements."""
+    if g.row_partition is None or g.col_partition is None:
+        return False
+    if g.overlapping or np.dtype(dtype) not in FLOAT_SHARE_DTYPES:
+        return True
+    return g.largest_cell <= FLOAT_SHARE_CELLS
 
 
 def cells_by_default(defaults: dict, g: FractionalPoolGeometry) -> bool:
@@ -313,12 +324,13 @@ def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
     it), else cells where :data:`CELLS_BY_DEFAULT` takes the cells' mode and it can run, else
     gather."""
     if path is None:
-        return "cells" if cells_by_default(CELLS_BY_DEFAULT, g) and cells_possible(g) else "gather"
+        return "cells" if cells_by_default(CELLS_BY_DEFAULT, g) and cells_possible(g, dtype) else "gather"
     if path not in PATHS:
         raise ValueError(f"fractional_avg_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
-    if path == "cells" and not cells_possible(g):
+    if path == "cells" and not cells_possible(g, dtype):
         raise ValueError("fractional_avg_pool_grad: the cells kernel takes pooling sequences whose cells "
-                         "partition the input (as TF's generator makes them)")
+                         "partition the input (as TF's generator makes them), and disjoint cells of at most "
+                         f"{FLOAT_SHARE_CELLS} elements in float16, bfloat16 and float32")
     return path
 
 
