@@ -706,7 +706,8 @@ __global__ void fractional_avg_pool_grad_cells(
         chunk_rows, [&](const I n, const I c, const I ch, const I r0, const I r1) {
             const bool has_left = OVERLAP && c > 0;
             const I col_first = col_bounds[c], col_count = col_bounds[c + 1] - col_first;
-            const double col_size = static_cast<double>(col_sizes[c]);
+            const I col_width = col_sizes[c];  // columns in this column of cells, loaded once
+            const double col_size = static_cast<double>(col_width);
             const double left_size = has_left ? static_cast<double>(col_sizes[c - 1]) : 0.0;
             // out_backprop at (n, r, c, ch) is dy_column + r * dy_row.
             const I dy_row = out_cols * depth;
@@ -764,7 +765,7 @@ __global__ void fractional_avg_pool_grad_cells(
                     }
                 } else if constexpr (FloatShares<T>::value) {  // no FP64 (see float_cell_values)
                     const Vec d = *reinterpret_cast<const Vec*>(dy);  // one 16-byte load
-                    const float size = static_cast<float>(row_sizes[r] * col_sizes[c]);  // <= kFloatShareCells
+                    const float size = static_cast<float>(row_sizes[r] * col_width);  // <= kFloatShareCells
                     corner = top = left = inner = float_cell_values<T, V>(d, size, float_reciprocal(size));
                 } else {
                     double own[V];

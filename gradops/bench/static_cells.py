@@ -15,7 +15,9 @@ of one block of channels, one chunk of cell rows):
 - once per warp and chunk: every instruction outside the cell-row loop (the grid loops, the
   column's set-up, with overlapping cells the row above's shares), each branch counted;
 - per cell row: the cell-row loop's own instructions (the shares: loads, the reciprocal, the
-  roundings, every branch counted, Inf/NaN handling included: an upper bound);
+  roundings, every branch counted, Inf/NaN handling included: an upper bound; blocks that call
+  a subroutine are left out as cold: the float reciprocal's slow path and, for disjoint float32
+  cells, the out-of-line division of results below 2**-126 or of Inf and NaN);
 - per input row of the cell: the row loop's own instructions, then the column loop's as often as
   the warp's widest region needs (its lanes run the union: a lane whose region is narrower
   idles).
