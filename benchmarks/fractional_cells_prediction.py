@@ -7,8 +7,8 @@ modes each) for float16 and float32 with 32-bit indexing and vectors of channels
 every warp of the launchers' launch of each benchmark geometry with the static report's own
 model (``gradops/bench/static_cells.py``): per element of the input gradient, the warp
 instructions x 32, 64-bit conversions and FP64 instructions, and the time each of those, DRAM
-and the latency chain would take on an H200; then the average kernels' FP64 time against
-DRAM's on a GeForce-class part (FP64 at 1/64 of FP32: :data:`GEFORCE`).
+and the latency chain would take on an H200; then the average kernels' issue and FP64 times
+against DRAM's on a GeForce-class part (FP64 at 1/64 of FP32: :data:`GEFORCE`).
 
 * Average: a cell row's shares with every branch counted (upper bounds), the region's rows and,
   per warp, its widest region's columns.
@@ -48,7 +48,8 @@ SMS, CLOCK, BANDWIDTH, LATENCY = 132, 1.98e9, 4.8e12, 600e-9
 RATES = {"issue": 4 * 32, "fp64": 64, "conversion": 16}  # thread-operations a clock an SM
 #: A GeForce-class part whose FP64 runs at 1/64 of FP32 (NVIDIA's GA102 whitepaper: 2 FP64
 #: results a clock an SM): the RTX 3090's 82 SMs, 1.695 GHz boost clock and 936 GB/s (its
-#: datasheet), compiled for its sm_86.  Only FP64 and DRAM are priced there.
+#: datasheet), compiled for its sm_86 (where overlapping cells sum in float-float).  Issue (4
+#: warp-instructions a clock an SM), FP64 and DRAM are priced there; not latency or occupancy.
 GEFORCE = {"name": "RTX 3090 (sm_86)", "arch": "sm_86", "sms": 82, "clock": 1.695e9, "fp64": 2, "bandwidth": 936e9}
 
 
@@ -116,28 +117,31 @@ def main() -> None:
 
 
 def geforce_table(cases, launches, wanted) -> None:
-    """The average pooling cells kernels' FP64 time against DRAM's on :data:`GEFORCE`."""
+    """The average pooling cells kernels' issue and FP64 times against DRAM's on :data:`GEFORCE`."""
     kernels = {k.expression: k for source, names in wanted.items()
                for k in _sass.compile_kernels((GEFORCE["arch"],), [source], only=sorted(names))}
-    print(f"\n## FP64 against DRAM on a {GEFORCE['name']} (predicted, not measured)\n")
-    print(f"FP64 at {GEFORCE['fp64']} results a clock an SM (1/64 of FP32), {GEFORCE['sms']} SMs at "
-          f"{GEFORCE['clock'] / 1e9:.3f} GHz, {GEFORCE['bandwidth'] / 1e9:.0f} GB/s; SASS for {GEFORCE['arch']}. "
-          "Where FP64 takes longer than DRAM, FP64 bounds the kernel.\n")
-    print("| case | dtype | FP64 / element | FP64 µs | DRAM µs | FP64 / DRAM |")
-    print("|---|---|---:|---:|---:|---:|")
+    print(f"\n## Issue and FP64 against DRAM on a {GEFORCE['name']} (predicted, not measured)\n")
+    print(f"FP64 at {GEFORCE['fp64']} results a clock an SM (1/64 of FP32), 4 warp-instructions a clock an SM, "
+          f"{GEFORCE['sms']} SMs at {GEFORCE['clock'] / 1e9:.3f} GHz, {GEFORCE['bandwidth'] / 1e9:.0f} GB/s; SASS "
+          f"for {GEFORCE['arch']}, counted as above. The largest of the three bounds the kernel.\n")
+    print("| case | dtype | registers | SASS / element | FP64 / element | issue µs | FP64 µs | DRAM µs | limit |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
     for case in cases:
         if case.op != suites.FRACTIONAL:
             continue
         g = case.geometry()
         for dtype in (np.dtype(np.float16), np.dtype(np.float32)):
             expression, p, _ = launches[(case.label, case.op, dtype)]
-            _, counts = static_cells.warp_counts(kernels[expression], g, p)
+            kernel = kernels[expression]
+            warp_instructions, counts = static_cells.warp_counts(kernel, g, p)
             total = math.prod(g.input_shape)
             fp64 = 32 * counts["class:fp64"]
-            fp64_s = fp64 / (GEFORCE["sms"] * GEFORCE["fp64"] * GEFORCE["clock"])
-            dram_s = (total + math.prod(g.output_shape)) * dtype.itemsize / GEFORCE["bandwidth"]
-            print(f"| {case.label} | {dtype.name} | {fp64 / total:.1f} | {fp64_s * 1e6:.1f} | {dram_s * 1e6:.1f} "
-                  f"| {fp64_s / dram_s:.2f} |")
+            times = {"issue": 32 * warp_instructions / (GEFORCE["sms"] * RATES["issue"] * GEFORCE["clock"]),
+                     "FP64": fp64 / (GEFORCE["sms"] * GEFORCE["fp64"] * GEFORCE["clock"]),
+                     "DRAM": (total + math.prod(g.output_shape)) * dtype.itemsize / GEFORCE["bandwidth"]}
+            print(f"| {case.label} | {dtype.name} | {kernel.ptxas['registers']} | {32 * warp_instructions / total:.1f} "
+                  f"| {fp64 / total:.1f} | {times['issue'] * 1e6:.1f} | {times['FP64'] * 1e6:.1f} "
+                  f"| {times['DRAM'] * 1e6:.1f} | {max(times, key=times.get)} |")
 
 
 if __name__ == "__main__":

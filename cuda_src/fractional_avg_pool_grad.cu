@@ -109,6 +109,7 @@
 //   feature maps, ratio 1.44): float16 about 20 (disjoint cells) and 28 (overlapping), float32
 //   about 33 and 40.
 #include "fractional_cells.cuh"  // includes gradops_common.cuh
+#include "tensor_core_ptx.cuh"    // GRADOPS_ARCH
 
 namespace gradops {
 namespace fractional {
@@ -474,6 +475,161 @@ __device__ __forceinline__ Vector<T, V> float_cell_values(const Vector<T, V>& d,
     return out;
 }
 
+// ---- Overlapping cells in float-float, where FP64 is slow
+// An overlapping position's value is TF's double sum D of up to four shares, rounded to T.
+// Where FP64 runs at 1/32 to 1/64 of FP32's rate (every architecture but the data-centre parts
+// below), the float types' cells kernel computes it without FP64: each share as q + e (q =
+// float_divide's RN(a / b), e = RN((a - b q) y), the remainder exact: |q + e - a / b| <=
+// 2^-46.9 |a / b| + 2^-150), their sum as hi + lo (TwoSums of the q, the e and the TwoSums'
+// errors added in float), and then a test that decides RN_T(D) or gives up, for the whole
+// vector, to the double shares (out of line: ambiguous values are rare).
+//   G. With M = sum of |q|, |D - (hi + lo)| <= 2^-42.9 M + 2^-148: the float additions of lo
+//      (at most 7, each of a value below 2^-22 M) 2^-43.2 M, the shares' errors 2^-46.9 M +
+//      2^-148, TF's own roundings (4 shares and 3 sums in double) 2^-50.2 M.  The test takes
+//      bound = M 2^-40 + 2^-140.
+//   H. float16, bfloat16: h = RN(hi + lo) is within half a float spacing of hi + lo (more than
+//      2^-26 |h|); where 2^-26 |h| > bound, D lies strictly between h's float neighbours, and where those two
+//      round to the same T value, so does D (rounding is monotone).  A T midpoint is a float,
+//      so h on (or next to) one fails the test.
+//   I. float32: with |hi| >= |lo|, h = RN(hi + lo) and low = lo - (h - hi) (Fast2Sum) give
+//      hi + lo = h + low exactly; D lies in [h + down, h + up] (down <= low - bound and up >=
+//      low + bound, rounded outward), and where h + down and h + up both round to h, D does.
+//   A zero M (every share +0.0) gives +0.0, as TF's sum of zeros.  Inf or NaN make M or h NaN
+//   or Inf and the test fail.
+#if GRADOPS_ARCH == 600 || GRADOPS_ARCH == 700 || GRADOPS_ARCH == 800 || GRADOPS_ARCH == 900 || GRADOPS_ARCH == 1000
+inline constexpr bool kFastFp64 = true;  // FP64 at half FP32's rate: P100, V100, A100, H100/H200, B200
+#else
+inline constexpr bool kFastFp64 = false;
+#endif
+
+// s = RN(a + b), s + t = a + b exactly (TwoSum: no condition on a and b).
+__device__ __forceinline__ void two_sum(float a, float b, float& s, float& t) {
+    s = a + b;
+    const float bb = s - a;
+    t = (a - (s - bb)) + (b - bb);
+}
+
+// a + b rounded up, and rounded down.
+__device__ __forceinline__ float add_up(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_ru(a, b);
+#else
+    float s, t;
+    two_sum(a, b, s, t);
+    return t > 0.0f ? nextafterf(s, INFINITY) : s;
+#endif
+}
+__device__ __forceinline__ float add_down(float a, float b) {
+#ifdef __CUDA_ARCH__
+    return __fadd_rd(a, b);
+#else
+    float s, t;
+    two_sum(a, b, s, t);
+    return t < 0.0f ? nextafterf(s, -INFINITY) : s;
+#endif
+}
+
+template <typename T> __device__ __forceinline__ unsigned short bits16(T x) {
+    unsigned short u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+// out = RN_T(D) for an overlapping position whose shares' sum is hi + lo and whose shares' |q|
+// sum to m (parts G-I); false where the test cannot decide.
+template <typename T> __device__ __forceinline__ bool round_sum(float hi, float lo, float m, T& out) {
+    if (m == 0.0f) {
+        out = from_float<T>(0.0f);
+        return true;
+    }
+    const float bound = fmaf(m, 0x1p-40f, 0x1p-140f);
+    if constexpr (sizeof(T) == 4) {
+        if (!(fabsf(hi) >= fabsf(lo))) return false;  // NaN too
+        const float h = hi + lo;
+        const float low = lo - (h - hi);
+        out = h;
+        return h + add_up(low, bound) == h && h + add_down(low, -bound) == h;
+    } else {
+        const float h = hi + lo;
+        if (!(fabsf(h) * 0x1p-26f > bound)) return false;  // NaN too
+        const unsigned bits = __float_as_uint(h);
+        const T below = from_float<T>(__uint_as_float(bits - 1u)), above = from_float<T>(__uint_as_float(bits + 1u));
+        out = below;
+        return bits16(below) == bits16(above);
+    }
+}
+
+// q + e = a / b as the header of this section says (a finite or not: Inf and NaN give NaN q).
+__device__ __forceinline__ void float_float_share(float a, float b, float y, float& q, float& e) {
+    q = float_divide(a, b, y);
+    e = mul_rn(fmaf(-b, q, a), y);
+}
+
+// The cells kernel's four values of an overlapping cell's region from its shares in double, as
+// TF sums them (see fractional_avg_pool_grad_cells): s(r-1, c-1), s(r-1, c), s(r, c-1), s(r, c)
+// (+0.0 where a cell does not exist); each rounded only where the region has such positions.
+template <typename T, int V, typename I>
+__device__ __forceinline__ void overlap_values(const double (&up_left)[V], const double (&up)[V],
+                                               const double (&left_own)[V], const double (&own)[V], I row_count,
+                                               I col_count, Vector<T, V>& corner, Vector<T, V>& top,
+                                               Vector<T, V>& left, Vector<T, V>& inner) {
+    double sum[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
+    corner = top = left = inner = round_vector<T, V>(sum);
+    if (col_count > 1) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] = up[v] + own[v];
+        top = round_vector<T, V>(sum);
+    }
+    if (row_count > 1) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] = left_own[v] + own[v];
+        left = round_vector<T, V>(sum);
+        if (col_count > 1) inner = round_vector<T, V>(own);
+    }
+}
+
+// Writes a cell's region, row_count x col_count positions from dx (rows dx_row apart, positions
+// depth apart): its first row corner then top, its other rows left then inner.
+template <typename T, int V, typename I>
+__device__ __forceinline__ void write_region(T* dx, I dx_row, I depth, I row_count, I col_count,
+                                             const Vector<T, V>& corner, const Vector<T, V>& top,
+                                             const Vector<T, V>& left, const Vector<T, V>& inner) {
+#pragma unroll 1
+    for (I y = 0; y < row_count; ++y, dx += dx_row) {
+        *reinterpret_cast<Vector<T, V>*>(dx) = y == 0 ? corner : left;
+        const Vector<T, V> rest = y == 0 ? top : inner;
+#pragma unroll 1
+        for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vector<T, V>*>(dx + x * depth) = rest;
+    }
+}
+
+// An overlapping cell's region from the double shares, for the float-float path's undecided
+// vectors (out of line: rare).  dy: the cell's out_backprop vector; the cell above is dy -
+// dy_row (if up_size > 0), the one to the left dy - depth (if left_size > 0).
+template <typename T, int V, typename I>
+__device__ GRADOPS_NOINLINE void overlap_region_in_double(const T* dy, I dy_row, I depth, double size, double up_size,
+                                                          double left_size, double up_left_size, T* dx, I dx_row,
+                                                          I row_count, I col_count) {
+    double up_left[V], up[V], left_own[V], own[V];
+    const auto shares_of = [&](const T* p, double b, double (&out)[V]) {
+        if (b > 0.0) {
+            cell_shares<T, V>(*reinterpret_cast<const Vector<T, V>*>(p), b, reciprocal(b), out);
+        } else {
+#pragma unroll
+            for (int v = 0; v < V; ++v) out[v] = 0.0;
+        }
+    };
+    shares_of(dy - dy_row - depth, up_left_size, up_left);
+    shares_of(dy - dy_row, up_size, up);
+    shares_of(dy - depth, left_size, left_own);
+    shares_of(dy, size, own);
+    Vector<T, V> corner, top, left, inner;
+    overlap_values<T, V>(up_left, up, left_own, own, row_count, col_count, corner, top, left, inner);
+    write_region<T, V>(dx, dx_row, depth, row_count, col_count, corner, top, left, inner);
+}
+
 }  // namespace fractional
 
 // T: element type; I: index and table type (int when every tensor and table has fewer than
@@ -678,9 +834,10 @@ __global__ void fractional_avg_pool_grad(
 //
 // Disjoint cells of float16, bfloat16 and float32 (of at most kFloatShareCells elements: the
 // launcher's condition) take their one value from float_cell_values: float arithmetic only, no
-// FP64 instruction and no conversion through double, TF's bits (parts D-F above it).  The
-// other types, and overlapping cells (sums of up to four shares, rounded as TF's double sums
-// round), take the double shares.
+// FP64 instruction and no conversion through double, TF's bits (parts D-F above it).
+// Overlapping cells of those types sum their shares in float-float where FP64 is slow (every
+// architecture but kFastFp64's: parts G-I), a vector whose values round_sum cannot decide
+// taking the double shares out of line; elsewhere, and for the other types, the double shares.
 //
 // Overlapping cells: the region's first row (r > 0) also lies in cell r - 1, its first column
 // (c > 0) in cell c - 1, and TF adds the shares cell by cell in row-cell-major order, so the
@@ -723,10 +880,31 @@ __global__ void fractional_avg_pool_grad_cells(
                 const Vec d = *reinterpret_cast<const Vec*>(dy);
                 cell_shares<T, V>(d, size, reciprocal(size), s);
             };
+            // Overlapping cells of the float types where FP64 is slow: the shares as q + e (see
+            // round_sum), the row above's carried so.
+            constexpr bool float_sums = OVERLAP && !kFastFp64 && FloatShares<T>::value;
+            const float col_width_f = static_cast<float>(col_width);  // <= kFloatShareCells
+            const float left_width_f = has_left ? static_cast<float>(col_sizes[c - 1]) : 0.0f;
+            float up_q[V], up_e[V], up_left_q[V], up_left_e[V];
+#pragma unroll
+            for (int v = 0; v < V; ++v) up_q[v] = up_e[v] = up_left_q[v] = up_left_e[v] = 0.0f;
+            const auto float_shares_of = [&](const T* dy, float size, float (&q)[V], float (&e)[V]) {
+                const Vec d = *reinterpret_cast<const Vec*>(dy);
+                const float y = float_reciprocal(size);
+#pragma unroll
+                for (int v = 0; v < V; ++v) float_float_share(to_float(d.e[v]), size, y, q[v], e[v]);
+            };
             if (OVERLAP && r0 > 0) {
-                const double row_size = static_cast<double>(row_sizes[r0 - 1]);
-                shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_size, up);
-                if (has_left) shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_size, up_left);
+                if constexpr (float_sums) {
+                    const float row_size = static_cast<float>(row_sizes[r0 - 1]);
+                    float_shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_width_f, up_q, up_e);
+                    if (has_left)
+                        float_shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_width_f, up_left_q, up_left_e);
+                } else {
+                    const double row_size = static_cast<double>(row_sizes[r0 - 1]);
+                    shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_size, up);
+                    if (has_left) shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_size, up_left);
+                }
             }
 #pragma unroll 1
             for (I r = r0; r < r1; ++r) {
@@ -736,28 +914,50 @@ __global__ void fractional_avg_pool_grad_cells(
                 // rounded only where the region has such positions.
                 Vec corner, top, left, inner;
                 const T* const dy = dy_column + r * dy_row;
-                if constexpr (OVERLAP) {
+                if constexpr (float_sums) {
+                    const float row_size = static_cast<float>(row_sizes[r]);
+                    float own_q[V], own_e[V], left_q[V], left_e[V];
+                    float_shares_of(dy, row_size * col_width_f, own_q, own_e);
+#pragma unroll
+                    for (int v = 0; v < V; ++v) left_q[v] = left_e[v] = 0.0f;
+                    if (has_left) float_shares_of(dy - depth, row_size * left_width_f, left_q, left_e);
+                    bool decided = true;
+#pragma unroll
+                    for (int v = 0; v < V; ++v) {
+                        float s, t1, t2, t3;
+                        two_sum(up_left_q[v], up_q[v], s, t1);  // ((s(r-1,c-1) + s(r-1,c)) + s(r,c-1)) + s(r,c)
+                        two_sum(s, left_q[v], s, t2);
+                        two_sum(s, own_q[v], s, t3);
+                        decided &= round_sum(s, ((((up_left_e[v] + up_e[v]) + left_e[v]) + own_e[v]) + t1 + t2) + t3,
+                                             ((fabsf(up_left_q[v]) + fabsf(up_q[v])) + fabsf(left_q[v])) + fabsf(own_q[v]),
+                                             corner.e[v]);
+                        two_sum(up_q[v], own_q[v], s, t1);
+                        decided &= round_sum(s, (up_e[v] + own_e[v]) + t1, fabsf(up_q[v]) + fabsf(own_q[v]), top.e[v]);
+                        two_sum(left_q[v], own_q[v], s, t1);
+                        decided &= round_sum(s, (left_e[v] + own_e[v]) + t1, fabsf(left_q[v]) + fabsf(own_q[v]), left.e[v]);
+                        decided &= !float_share_inexact<T>(own_q[v]);  // one share: q is T's value (parts D, E)
+                        inner.e[v] = from_float<T>(own_q[v]);
+                        up_q[v] = own_q[v];
+                        up_e[v] = own_e[v];
+                        up_left_q[v] = left_q[v];
+                        up_left_e[v] = left_e[v];
+                    }
+                    if (!decided) {
+                        const double row_size_d = static_cast<double>(row_sizes[r]);
+                        const double up_size = r > 0 ? static_cast<double>(row_sizes[r - 1]) : 0.0;
+                        overlap_region_in_double<T, V, I>(dy, dy_row, depth, row_size_d * col_size, up_size * col_size,
+                                                          row_size_d * left_size, up_size * left_size,
+                                                          dx_column + row_first * dx_row, dx_row, row_count, col_count);
+                        continue;
+                    }
+                } else if constexpr (OVERLAP) {
                     const double row_size = static_cast<double>(row_sizes[r]);
                     double own[V], left_own[V];
                     shares_of(dy, row_size * col_size, own);
 #pragma unroll
                     for (int v = 0; v < V; ++v) left_own[v] = 0.0;
                     if (has_left) shares_of(dy - depth, row_size * left_size, left_own);
-                    double sum[V];
-#pragma unroll
-                    for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
-                    corner = top = left = inner = round_vector<T, V>(sum);
-                    if (col_count > 1) {
-#pragma unroll
-                        for (int v = 0; v < V; ++v) sum[v] = up[v] + own[v];
-                        top = round_vector<T, V>(sum);
-                    }
-                    if (row_count > 1) {
-#pragma unroll
-                        for (int v = 0; v < V; ++v) sum[v] = left_own[v] + own[v];
-                        left = round_vector<T, V>(sum);
-                        if (col_count > 1) inner = round_vector<T, V>(own);
-                    }
+                    overlap_values<T, V>(up_left, up, left_own, own, row_count, col_count, corner, top, left, inner);
 #pragma unroll
                     for (int v = 0; v < V; ++v) {
                         up[v] = own[v];
@@ -772,14 +972,8 @@ __global__ void fractional_avg_pool_grad_cells(
                     shares_of(dy, static_cast<double>(row_sizes[r]) * col_size, own);
                     corner = top = left = inner = round_vector<T, V>(own);
                 }
-                T* dx = dx_column + row_first * dx_row;
-#pragma unroll 1
-                for (I y = 0; y < row_count; ++y, dx += dx_row) {
-                    *reinterpret_cast<Vec*>(dx) = y == 0 ? corner : left;
-                    const Vec rest = y == 0 ? top : inner;
-#pragma unroll 1
-                    for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + x * depth) = rest;
-                }
+                write_region<T, V>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count, corner, top,
+                                   left, inner);
             }
         });
 }

@@ -1043,10 +1043,28 @@ CELLS_FORCED = {
 }
 
 
+@pytest.fixture(scope="module")
+def fast_fp64_kernels():
+    """The cells kernels built as sm_90 (GRADOPS_ARCH 900): overlapping cells of the float types
+    take the double shares there, where the default host build (the newest architecture, FP64
+    slow as on every part but P100, V100, A100, H100/H200 and B200) sums them in float-float."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    expressions = [e for e in cuda_launcher.instantiations()[cuda_launcher.SOURCE] if "_cells<" in e]
+    return cuda_host.HostKernels(cuda_launcher.SOURCE, expressions, arch=90)
+
+
+@pytest.fixture(params=["float-sums", "double-sums"])
+def cells_kernels(request, host_kernels):
+    """The cells kernels with either path for overlapping cells of the float types."""
+    return host_kernels if request.param == "float-sums" else request.getfixturevalue("fast_fp64_kernels")
+
+
 @pytest.mark.parametrize("dtype", ALL_DTYPES, ids=ALL_IDS)
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
 @pytest.mark.parametrize("forced", list(CELLS_FORCED))
-def test_kernel_source_on_host_cells(host_kernels, rng, forced, overlapping, dtype):
+def test_kernel_source_on_host_cells(cells_kernels, rng, forced, overlapping, dtype):
     """Generated sequences (ratios 1.44 to 3, both generators), batches, depths that take
     vectors or not: the cells kernel gives TF's loop result bit for bit, on every forced choice."""
     for shape in ((2, 13, 11, 24), (3, 9, 17, 5), (1, 1, 7, 16)):
@@ -1054,7 +1072,7 @@ def test_kernel_source_on_host_cells(host_kernels, rng, forced, overlapping, dty
             rows = gradops.fractional_pooling_sequence(shape[1], min(ratio, shape[1]), pseudo_random, seed=shape[1])
             cols = gradops.fractional_pooling_sequence(shape[2], min(ratio, shape[2]), not pseudo_random, seed=shape[2])
             kwargs, expected = pool_case(rng, shape, rows, cols, overlapping, dtype)
-            assert_identical(run_on_host(host_kernels, kwargs, path="cells", **CELLS_FORCED[forced]), expected)
+            assert_identical(run_on_host(cells_kernels, kwargs, path="cells", **CELLS_FORCED[forced]), expected)
 
 
 @st.composite
@@ -1069,12 +1087,14 @@ def partition_cases(draw):
 
 @settings(max_examples=80, deadline=None)
 @given(case=partition_cases(), forced=st.sampled_from(list(CELLS_FORCED)), seed=st.integers(0, 2**32 - 1))
-def test_kernel_source_on_host_cells_property(host_kernels, case, forced, seed):
-    """Random partitions, shapes, depths, modes, dtypes and forced choices: TF's loop bit for bit."""
+def test_kernel_source_on_host_cells_property(host_kernels, fast_fp64_kernels, case, forced, seed):
+    """Random partitions, shapes, depths, modes, dtypes and forced choices: TF's loop bit for
+    bit, with both sum paths."""
     case = dict(case)
     kwargs, expected = pool_case(np.random.default_rng(seed), case.pop("orig_shape"), case.pop("rows"),
                                  case.pop("cols"), case.pop("overlapping"), case.pop("dtype"))
-    assert_identical(run_on_host(host_kernels, kwargs, seed=seed, path="cells", **CELLS_FORCED[forced]), expected)
+    for kernels in (host_kernels, fast_fp64_kernels):
+        assert_identical(run_on_host(kernels, kwargs, seed=seed, path="cells", **CELLS_FORCED[forced]), expected)
 
 
 def assert_same_values(got, want):
@@ -1087,7 +1107,7 @@ def assert_same_values(got, want):
 
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[np.dtype(d).name for d in FLOAT_DTYPES])
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
-def test_kernel_source_on_host_cells_non_finite(host_kernels, rng, overlapping, dtype):
+def test_kernel_source_on_host_cells_non_finite(cells_kernels, rng, overlapping, dtype):
     """Inf, -Inf and NaN in out_backprop: their cells' shares are Inf or NaN as TF's division
     makes them, and overlapping sums of Inf and -Inf are NaN, on every forced choice."""
     rows = gradops.fractional_pooling_sequence(11, 1.44, True, seed=1)
@@ -1099,7 +1119,80 @@ def test_kernel_source_on_host_cells_non_finite(host_kernels, rng, overlapping, 
     expected = exact_grad((2, 11, 10, 16), dy, rows, cols, overlapping)
     assert np.isinf(expected.astype(np.float64)).any() and np.isnan(expected.astype(np.float64)).any()
     for forced in CELLS_FORCED.values():
-        assert_same_values(run_on_host(host_kernels, kwargs, path="cells", **forced), expected)
+        assert_same_values(run_on_host(cells_kernels, kwargs, path="cells", **forced), expected)
+
+
+#: Two overlapping row cells of B1 and B2 rows in a one-column image: the row they share sums
+#: a1 / B1 + a2 / B2, within reach of T's rounding midpoints (the float-float test's hard cases).
+NEAR_MIDPOINT_CELLS = (4093, 4091)
+
+
+def near_midpoint_pairs(dtype, rng, count=24):
+    """(a1, a2) of ``dtype`` in [1, 2) whose a1 / B1 + a2 / B2 lies within a float ulp (float16)
+    or 2**-18 of a float32 ulp (float32) of one of dtype's rounding midpoints, but not on it.
+    float16: a search; float32: N = A1 B2 + A2 B1 chosen by the Chinese remainder theorem so
+    that N 2**s mod B1 B2 is (B1 B2 + d) / 2 for small odd d (S = N / (2**23 B1 B2))."""
+    b1, b2 = NEAR_MIDPOINT_CELLS
+    q = b1 * b2
+    pairs = []
+    if np.dtype(dtype) == np.float16:
+        halves = np.arange(0x3C00, 0x4000, dtype=np.uint16).view(np.float16).astype(np.float64)
+        a1, a2 = rng.choice(halves, 2**20), rng.choice(halves, 2**20)
+        total = a1 / b1 + a2 / b2
+        exponent = np.floor(np.log2(total))
+        units = total / 2.0 ** (exponent - 10)  # half ulps
+        near = np.abs(units - np.floor(units) - 0.5) < 2.0**-12
+        pairs = list(zip(a1[near], a2[near]))[:count]
+    else:
+        while len(pairs) < count:
+            shift, d = int(rng.choice([10, 11])), int(rng.integers(-31, 32)) * 2 + 1
+            n0 = (q + d) // 2 * pow(2, -shift, q) % q
+            a1 = n0 * pow(b2, -1, b1) % b1 + b1 * int(rng.integers(2**23 // b1 + 1, 2**24 // b1))
+            a2 = n0 * pow(b1, -1, b2) % b2 + b2 * int(rng.integers(2**23 // b2 + 1, 2**24 // b2))
+            n = a1 * b2 + a2 * b1
+            if 2**23 <= a1 < 2**24 and 2**23 <= a2 < 2**24 and (n << shift) < 2**23 * q * 2 <= (n << (shift + 1)):
+                pairs.append((a1 / 2.0**23, a2 / 2.0**23))
+    return np.array(pairs)
+
+
+def near_midpoint_case(dtype, rng):
+    """(kwargs, expected, pairs): overlapping row cells of B1 and B2 rows in a one-column image
+    whose shared row sums each channel's pair (:func:`near_midpoint_pairs`)."""
+    b1, b2 = NEAR_MIDPOINT_CELLS
+    pairs = near_midpoint_pairs(dtype, rng)
+    depth = -(-len(pairs) // 8) * 8
+    dy = np.ones((1, 2, 1, depth), dtype)
+    dy[0, 0, 0, : len(pairs)], dy[0, 1, 0, : len(pairs)] = pairs[:, 0], pairs[:, 1]
+    rows, cols = [0, b1 - 1, b1 + b2 - 2], [0, 1]
+    kwargs = dict(orig_input_tensor_shape=np.array([1, b1 + b2 - 1, 1, depth]), out_backprop=dy,
+                  row_pooling_sequence=np.array(rows), col_pooling_sequence=np.array(cols), overlapping=True)
+    return kwargs, exact_grad((1, b1 + b2 - 1, 1, depth), dy, rows, cols, True), pairs
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
+def test_kernel_source_on_host_cells_near_rounding_midpoints(cells_kernels, rng, dtype):
+    """Overlapping cells whose shared row's sum lies next to a rounding midpoint of the type
+    (a float16 one within a float ulp, a float32 one within 2**-18 of a float32 ulp): TF's value
+    bit for bit on both sum paths, where float16's own rounding of the float sum is wrong for
+    some."""
+    from fractions import Fraction
+
+    b1, b2 = NEAR_MIDPOINT_CELLS
+    kwargs, expected, pairs = near_midpoint_case(dtype, rng)
+    assert len(pairs) >= 8
+    for a1, a2 in pairs:  # next to a midpoint, not on it
+        exact = Fraction(a1) / b1 + Fraction(a2) / b2
+        bits = 11 if dtype == np.float16 else 24
+        scale = Fraction(2) ** (exact.numerator.bit_length() - exact.denominator.bit_length() - bits)
+        if exact / scale >= 2**bits:  # bit_length's estimate was one low
+            scale *= 2
+        off = exact / scale
+        off -= off.numerator // off.denominator
+        assert 0 < abs(off - Fraction(1, 2)) < (Fraction(1, 2**12) if dtype == np.float16 else Fraction(1, 2**18))
+    if dtype == np.float16:  # rounding the float sum to float16 is wrong for some: the test matters
+        through_float = (pairs[:, 0] / b1 + pairs[:, 1] / b2).astype(np.float32).astype(np.float16)
+        assert (through_float != expected[0, b1 - 1, 0, : len(pairs)]).any()
+    assert_identical(run_on_host(cells_kernels, kwargs, path="cells"), expected)
 
 
 def test_kernel_source_on_host_cells_orders_agree(host_kernels, rng):
@@ -1177,11 +1270,11 @@ def test_cells_path_is_chosen_only_where_it_can_run(monkeypatch):
     assert cuda_launcher.pick_path(partitions["overlapping"], np.float32) == "gather"
 
 
-def test_cells_path_takes_float_types_disjoint_cells_up_to_float_share_cells(monkeypatch, rng):
-    """Disjoint cells of float16, bfloat16 and float32, whose values the cells kernel computes in
-    float, run there up to FLOAT_SHARE_CELLS elements (the .cu file's proof needs fewer than
-    2**13); a larger cell takes gather (forcing cells is refused), with TF's values through the
-    public API (the host stand-in).  Other dtypes and overlapping cells keep the cells kernel."""
+def test_cells_path_takes_float_types_cells_up_to_float_share_cells(monkeypatch, rng):
+    """Cells of float16, bfloat16 and float32, whose shares the cells kernel computes in float,
+    run there up to FLOAT_SHARE_CELLS elements (the .cu file's proof needs fewer than 2**13),
+    disjoint or overlapping; a larger cell takes gather (forcing cells is refused), with TF's
+    values through the public API (the host stand-in).  Other dtypes keep the cells kernel."""
     assert cuda_launcher.FLOAT_SHARE_CELLS == 4096 and cuda_launcher.FLOAT_SHARE_CELLS < 2**13
 
     def geometry(rows, cols, overlapping=False):
@@ -1195,7 +1288,7 @@ def test_cells_path_takes_float_types_disjoint_cells_up_to_float_share_cells(mon
         assert cuda_launcher.pick_path(too_large, dtype) == "gather"
         with pytest.raises(ValueError, match="4096 elements"):
             cuda_launcher.pick_path(too_large, dtype, "cells")
-        assert cuda_launcher.pick_path(geometry([0, 65, 66], [0, 64, 65], True), dtype) == "cells"
+        assert cuda_launcher.pick_path(geometry([0, 65, 66], [0, 64, 65], True), dtype) == "gather"
     for dtype in (np.float64, np.int32, np.int64):
         assert cuda_launcher.pick_path(too_large, dtype) == "cells"
     reason = cuda_host.unavailable_reason()
@@ -1232,11 +1325,15 @@ def test_cuda_cells_by_default(monkeypatch, rng, overlapping):
 
 
 def cells_problem(rng):
-    """(results, expected) of three cells-kernel calls through the launcher on the current device:
-    the int32 sum-order corner; float32 overlapping cells of 1 to 3 rows and columns with an Inf
-    and a -Inf, two batch items, chunks of two cell rows and one vector a block (4 channel
-    blocks); float16 disjoint cells in chunks of three rows."""
+    """(results, expected) of four cells-kernel calls through the launcher on the current device:
+    the int32 sum-order corner; float64 (the double shares) and float32 (float-float sums on the
+    host build) overlapping cells of 1 to 3 rows and columns, the float32 ones with an Inf and a
+    -Inf, two batch items, chunks of two cell rows and one vector a block; float16 disjoint
+    cells in chunks of three rows."""
     calls = [((1, 4, 4, 1), [0, 1, 3], [0, 1, 4], True, np.int32, {}),
+             # float64 overlapping cells: the double shares on every build
+             ((2, 13, 11, 16), gradops.fractional_pooling_sequence(13, 1.44, True, seed=5).tolist(),
+              [0, 1, 3, 4, 7, 9, 11], True, np.float64, dict(chunk_rows=2, block_vectors=1)),
              ((2, 13, 11, 16), gradops.fractional_pooling_sequence(13, 1.44, True, seed=5).tolist(),
               [0, 1, 3, 4, 7, 9, 11], True, np.float32, dict(chunk_rows=2, block_vectors=1)),
              ((2, 9, 10, 16), gradops.fractional_pooling_sequence(9, 1.44, False, seed=6).tolist(),
@@ -1268,10 +1365,20 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-chunk-ignores-the-row-above": ("if (OVERLAP && r0 > 0) {", "if (false) {"),
     "cells-left-neighbour-across-batch-items": ("const bool has_left = OVERLAP && c > 0;",
                                                 "const bool has_left = OVERLAP && (n > 0 || c > 0);"),
-    "cells-row-above-sized-as-its-own-row": ("row_sizes[r0 - 1]", "row_sizes[r0]"),
-    "cells-left-cell-sized-as-its-own-column": ("col_sizes[c - 1]", "col_sizes[c]"),
+    "cells-row-above-sized-as-its-own-row": ("const double row_size = static_cast<double>(row_sizes[r0 - 1]);",
+                                             "const double row_size = static_cast<double>(row_sizes[r0]);"),
+    "cells-left-cell-sized-as-its-own-column": ("static_cast<double>(col_sizes[c - 1])", "static_cast<double>(col_sizes[c])"),
     "cells-first-column-takes-the-inner-value": ("= y == 0 ? corner : left;", "= y == 0 ? corner : inner;"),
-    "cells-first-row-takes-the-inner-value": ("const Vec rest = y == 0 ? top : inner;", "const Vec rest = inner;"),
+    "cells-first-row-takes-the-inner-value": ("const Vector<T, V> rest = y == 0 ? top : inner;",
+                                              "const Vector<T, V> rest = inner;"),
+    # the float-float sums of overlapping cells (the float types on the host build)
+    "cells-float-row-above-not-carried": ("up_q[v] = own_q[v];", "up_q[v] = up_q[v];"),
+    "cells-float-corner-above-not-carried": ("up_left_q[v] = left_q[v];", "up_left_q[v] = 0.0f;"),
+    "cells-float-row-above-sized-as-its-own-row": ("const float row_size = static_cast<float>(row_sizes[r0 - 1]);",
+                                                   "const float row_size = static_cast<float>(row_sizes[r0]);"),
+    "cells-float-left-cell-sized-as-its-own-column": ("static_cast<float>(col_sizes[c - 1])",
+                                                      "static_cast<float>(col_sizes[c])"),
+    "cells-float-corner-misses-the-left-share": ("two_sum(s, left_q[v], s, t2);", "two_sum(s, 0.0f, s, t2);"),
     "cells-last-column-of-a-region-dropped": ("for (I x = 1; x < col_count; ++x)", "for (I x = 1; x < col_count - 1; ++x)"),
     "cells-last-row-of-a-region-dropped": ("for (I y = 0; y < row_count; ++y, dx += dx_row)",
                                            "for (I y = 0; y < row_count - 1; ++y, dx += dx_row)"),
@@ -1782,6 +1889,15 @@ PLANTED = {
     "float-second-pass-skipped": ("    if (inexact) {\n#pragma unroll", "    if (false) {\n#pragma unroll", "float-probe"),
     "float-subnormal-results-not-tested": ("        return !(fabsf(q) >= 0x1p-126f || q == 0.0f);",
                                            "        return q != q;", "float-probe"),
+    # overlapping cells' float-float sums (round_sum; the default host build takes them)
+    "float-sums-neighbours-not-compared": (
+        "        return bits16(below) == bits16(above);", "        return true;", "float-sums"),
+    "float-sums-float32-interval-not-tested": (
+        "        return h + add_up(low, bound) == h && h + add_down(low, -bound) == h;", "        return true;",
+        "float-sums"),
+    "float-sums-undecided-not-redone-in-double": ("                    if (!decided) {", "                    if (false) {",
+                                                  "float-sums"),
+    "float-sums-remainders-dropped": ("    e = mul_rn(fmaf(-b, q, a), y);", "    e = 0.0f;", "float-sums"),
     "direct-path-column-cells-in-reverse": (
         "                                for (I ki = col_begin; ki < col_end; ++ki) {\n                                    const I col_cell = col_cells[ki];",
         "                                for (I ki = col_end - 1; ki >= col_begin; --ki) {\n                                    const I col_cell = col_cells[ki];",
@@ -1805,6 +1921,15 @@ def planted_check(kernels, check, rng):
         cols = gradops.fractional_pooling_sequence(15, 1.44, True, seed=6)
         kwargs, expected = pool_case(rng, (2, 17, 15, 4), rows, cols, True, np.float64)
         assert_identical(run_on_host(kernels, kwargs, **force), expected)
+    elif check == "float-sums":  # next to rounding midpoints, and generated sequences, overlapping
+        for dtype in (np.float16, np.float32):
+            kwargs, expected, _ = near_midpoint_case(dtype, rng)
+            assert_identical(run_on_host(kernels, kwargs, path="cells"), expected)
+        rows = gradops.fractional_pooling_sequence(21, 1.44, True, seed=8)
+        cols = gradops.fractional_pooling_sequence(19, 1.44, False, seed=9)
+        for dtype in (np.float16, BFLOAT16, np.float32):
+            kwargs, expected = pool_case(rng, (2, 21, 19, 16), rows, cols, True, dtype)
+            assert_identical(run_on_host(kernels, kwargs, path="cells"), expected)
     elif check == "truncation":
         dy = np.full((1, 1, 1, 4), 49, np.int32)  # 49 / 49 is 1; 49 * RN(1/49) is 0.9999999999999999
         kwargs = dict(orig_input_tensor_shape=np.array([1, 7, 7, 4]), out_backprop=dy,

@@ -998,7 +998,9 @@ def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
     float32 (vectors and single channels, 32- and 64-bit indices) holds no FP64 instruction and
     no conversion to or from a 64-bit float, on sm_86 (FP64 at 1/64 of FP32's rate) and sm_90;
     its overlapping form and float64's, which keep the double shares, hold both (so the count
-    sees them)."""
+    sees them).  Overlapping cells of the float types on sm_86 sum in float-float: FP64 only in
+    the out-of-line fallback, which the model counts as cold (static_cells.loop_counts), where
+    sm_90 (FP64 at half FP32's rate) keeps the double shares in its cell loop."""
     def fp64(kernel):
         return [i for i in kernel.function.instructions
                 if _sass.instruction_class(i) == "fp64" or (i.base == "F2F" and "F64" in i.opcode)]
@@ -1017,6 +1019,16 @@ def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
                 assert k.ptxas["spill_stores"] == k.ptxas["stack_bytes"] == 0, (arch, k.expression, k.ptxas)
             else:
                 assert len(found) > 10, (arch, k.expression)
+    from gradops.bench import static_cells
+
+    overlapping = [f"{kernel}<{t}, int, {v}, true>" for t, v in (("__half", 8), ("__nv_bfloat16", 8), ("float", 4))]
+    for arch in ("sm_86", "sm_90"):
+        for k in _sass.compile_kernels((arch,), [sr.FRACTIONAL_SOURCE], only=overlapping):
+            fp64 = sum(part["class:fp64"] for part in static_cells.loop_counts(k).values())
+            assert (fp64 == 0) == (arch == "sm_86"), (arch, k.expression, fp64)
+            if arch == "sm_86":
+                assert any(k.cfg.cold(n) for n in k.cfg.blocks), k.expression  # the fallback's call
+                assert k.ptxas["spill_stores"] == 0, (arch, k.expression, k.ptxas)
 
 
 @needs_tools

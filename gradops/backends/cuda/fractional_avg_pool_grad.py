@@ -74,9 +74,10 @@ BLOCK_VECTORS = 4
 MAX_CELL_SIZE = 2**50
 #: Input rows per thread at most (each thread sums and stores one position per row).
 ROWS_PER_THREAD = 8
-#: The cells kernel computes disjoint cells' values of these types in float, exactly for cells
-#: of at most FLOAT_SHARE_CELLS elements (fractional::kFloatShareCells; the proof in the .cu
-#: file needs fewer than 2**13); larger cells take the gather kernel.
+#: The cells kernel computes these types' shares in float (disjoint cells everywhere,
+#: overlapping cells where FP64 is slow), exactly for cells of at most FLOAT_SHARE_CELLS
+#: elements (fractional::kFloatShareCells; the proof in the .cu file needs fewer than 2**13);
+#: larger cells take the gather kernel.
 FLOAT_SHARE_DTYPES = (np.dtype(np.float16), bfloat16, np.dtype(np.float32))
 FLOAT_SHARE_CELLS = 4096
 
@@ -304,13 +305,12 @@ def device_tables(g: FractionalPoolGeometry, p: Plan):
 
 def cells_possible(g: FractionalPoolGeometry, dtype) -> bool:
     """Whether the cells kernel can run ``g`` for ``dtype``: both dimensions' cells are
-    partitions (:func:`gradops._geometry.partition_bounds`), and disjoint cells of the float
-    types, whose values the kernel computes in float, hold at most FLOAT_SHARE_CELLS elements."""
+    partitions (:func:`gradops._geometry.partition_bounds`), and cells of the float types, whose
+    shares the kernel computes in float (disjoint cells everywhere, overlapping ones where FP64
+    is slow), hold at most FLOAT_SHARE_CELLS elements."""
     if g.row_partition is None or g.col_partition is None:
         return False
-    if g.overlapping or np.dtype(dtype) not in FLOAT_SHARE_DTYPES:
-        return True
-    return g.largest_cell <= FLOAT_SHARE_CELLS
+    return np.dtype(dtype) not in FLOAT_SHARE_DTYPES or g.largest_cell <= FLOAT_SHARE_CELLS
 
 
 def cells_by_default(defaults: dict, g: FractionalPoolGeometry) -> bool:
@@ -329,7 +329,7 @@ def pick_path(g: FractionalPoolGeometry, dtype, path: str | None = None) -> str:
         raise ValueError(f"fractional_avg_pool_grad: no kernel path {path!r} (paths: {', '.join(PATHS)})")
     if path == "cells" and not cells_possible(g, dtype):
         raise ValueError("fractional_avg_pool_grad: the cells kernel takes pooling sequences whose cells "
-                         "partition the input (as TF's generator makes them), and disjoint cells of at most "
+                         "partition the input (as TF's generator makes them), and cells of at most "
                          f"{FLOAT_SHARE_CELLS} elements in float16, bfloat16 and float32")
     return path
 
