@@ -494,8 +494,10 @@ __device__ __forceinline__ Vector<T, V> float_cell_values(const Vector<T, V>& d,
 //   I. float32: with |hi| >= |lo|, h = RN(hi + lo) and low = lo - (h - hi) (Fast2Sum) give
 //      hi + lo = h + low exactly; D lies in [h + down, h + up] (down <= low - bound and up >=
 //      low + bound, rounded outward), and where h + down and h + up both round to h, D does.
-//   A zero M (every share +0.0) gives +0.0, as TF's sum of zeros.  Inf or NaN make M or h NaN
-//   or Inf and the test fail.
+//   A zero M gives +0.0, TF's sum of zero shares: float16 and bfloat16 quotients of nonzero
+//   values are at least 2^-145, so q = 0 only where a = 0; the kernel leaves float32 values
+//   below 2^-100 (whose shares may round to q = e = 0) to the double shares.  Inf or NaN make M
+//   or h NaN or Inf and the test fail.
 #if GRADOPS_ARCH == 600 || GRADOPS_ARCH == 700 || GRADOPS_ARCH == 800 || GRADOPS_ARCH == 900 || GRADOPS_ARCH == 1000
 inline constexpr bool kFastFp64 = true;  // FP64 at half FP32's rate: P100, V100, A100, H100/H200, B200
 #else
@@ -888,11 +890,19 @@ __global__ void fractional_avg_pool_grad_cells(
             float up_q[V], up_e[V], up_left_q[V], up_left_e[V];
 #pragma unroll
             for (int v = 0; v < V; ++v) up_q[v] = up_e[v] = up_left_q[v] = up_left_e[v] = 0.0f;
+            // float32 values below 2^-100 but zero have shares that may round to q = 0 and e = 0
+            // (below 2^-150) while their sum does not: a thread that has loaded one leaves every
+            // later value to the double shares (part G's zero M needs every share exactly zero).
+            bool tiny = false;
             const auto float_shares_of = [&](const T* dy, float size, float (&q)[V], float (&e)[V]) {
                 const Vec d = *reinterpret_cast<const Vec*>(dy);
                 const float y = float_reciprocal(size);
 #pragma unroll
-                for (int v = 0; v < V; ++v) float_float_share(to_float(d.e[v]), size, y, q[v], e[v]);
+                for (int v = 0; v < V; ++v) {
+                    const float a = to_float(d.e[v]);
+                    float_float_share(a, size, y, q[v], e[v]);
+                    if constexpr (sizeof(T) == 4) tiny |= fabsf(a) < 0x1p-100f && a != 0.0f;
+                }
             };
             if (OVERLAP && r0 > 0) {
                 if constexpr (float_sums) {
@@ -921,7 +931,7 @@ __global__ void fractional_avg_pool_grad_cells(
 #pragma unroll
                     for (int v = 0; v < V; ++v) left_q[v] = left_e[v] = 0.0f;
                     if (has_left) float_shares_of(dy - depth, row_size * left_width_f, left_q, left_e);
-                    bool decided = true;
+                    bool decided = !tiny;
 #pragma unroll
                     for (int v = 0; v < V; ++v) {
                         float s, t1, t2, t3;

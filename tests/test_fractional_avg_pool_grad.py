@@ -1169,6 +1169,28 @@ def near_midpoint_case(dtype, rng):
     return kwargs, exact_grad((1, b1 + b2 - 1, 1, depth), dy, rows, cols, True), pairs
 
 
+def tiny_float32_case(bits):
+    """(kwargs, expected): overlapping cells of float32 subnormals (``bits`` times 2**-149, the
+    second batch item negative): each share lies below 2**-150 and rounds to zero in float, while
+    the sums of four do not (TF: 2**-149, or -0.0 and -2**-149)."""
+    rows = gradops.fractional_pooling_sequence(11, 1.44, True, seed=1)
+    cols = gradops.fractional_pooling_sequence(10, 1.44, False, seed=2)
+    dy = np.full((2, len(rows) - 1, len(cols) - 1, 16), bits, np.uint32).view(np.float32)
+    dy[1] = -dy[1]
+    kwargs = dict(orig_input_tensor_shape=np.array([2, 11, 10, 16]), out_backprop=dy,
+                  row_pooling_sequence=np.array(rows), col_pooling_sequence=np.array(cols), overlapping=True)
+    return kwargs, exact_grad((2, 11, 10, 16), dy, rows, cols, True)
+
+
+@pytest.mark.parametrize("bits", [1, 2, 3])
+def test_kernel_source_on_host_cells_float32_subnormal_sums(cells_kernels, bits):
+    """float32 subnormal out_backprop in overlapping cells: shares that round to zero in float
+    but sum to 2**-149 (and the signs of zeros) give TF's bits on both sum paths."""
+    kwargs, expected = tiny_float32_case(bits)
+    assert (expected != 0).any() and (np.signbit(expected) & (expected == 0)).any()
+    assert_identical(run_on_host(cells_kernels, kwargs, path="cells"), expected)
+
+
 @pytest.mark.parametrize("dtype", [np.float16, np.float32], ids=["float16", "float32"])
 def test_kernel_source_on_host_cells_near_rounding_midpoints(cells_kernels, rng, dtype):
     """Overlapping cells whose shared row's sum lies next to a rounding midpoint of the type
@@ -1898,6 +1920,7 @@ PLANTED = {
     "float-sums-undecided-not-redone-in-double": ("                    if (!decided) {", "                    if (false) {",
                                                   "float-sums"),
     "float-sums-remainders-dropped": ("    e = mul_rn(fmaf(-b, q, a), y);", "    e = 0.0f;", "float-sums"),
+    "float-sums-tiny-float32-summed-in-float": ("bool decided = !tiny;", "bool decided = true;", "float-sums"),
     "direct-path-column-cells-in-reverse": (
         "                                for (I ki = col_begin; ki < col_end; ++ki) {\n                                    const I col_cell = col_cells[ki];",
         "                                for (I ki = col_end - 1; ki >= col_begin; --ki) {\n                                    const I col_cell = col_cells[ki];",
@@ -1930,6 +1953,8 @@ def planted_check(kernels, check, rng):
         for dtype in (np.float16, BFLOAT16, np.float32):
             kwargs, expected = pool_case(rng, (2, 21, 19, 16), rows, cols, True, dtype)
             assert_identical(run_on_host(kernels, kwargs, path="cells"), expected)
+        kwargs, expected = tiny_float32_case(1)
+        assert_identical(run_on_host(kernels, kwargs, path="cells"), expected)
     elif check == "truncation":
         dy = np.full((1, 1, 1, 4), 49, np.int32)  # 49 / 49 is 1; 49 * RN(1/49) is 0.9999999999999999
         kwargs = dict(orig_input_tensor_shape=np.array([1, 7, 7, 4]), out_backprop=dy,
