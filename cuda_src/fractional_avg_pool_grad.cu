@@ -143,10 +143,14 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_double<__nv_bfloat16>(
     return __double2bfloat16(x);
 }
 
-// a * b rounded once (never contracted into an FMA by the compiler).
-__device__ __forceinline__ double mul_rn(double a, double b) {
+// a * b rounded once (never contracted into an FMA by the compiler), F float or double.
+template <typename F> __device__ __forceinline__ F mul_rn(F a, F b) {
 #ifdef __CUDA_ARCH__
-    return __dmul_rn(a, b);
+    if constexpr (sizeof(F) == sizeof(double)) {
+        return __dmul_rn(a, b);
+    } else {
+        return __fmul_rn(a, b);
+    }
 #else
     return a * b;  // the host build compiles with -ffp-contract=off
 #endif
@@ -403,15 +407,6 @@ __device__ __forceinline__ float float_reciprocal(float b) {
     return __frcp_rn(b);
 #else
     return 1.0f / b;  // IEEE division: the same correctly rounded value
-#endif
-}
-
-// a * b rounded once (never contracted into an FMA by the compiler).
-__device__ __forceinline__ float mul_rn(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fmul_rn(a, b);
-#else
-    return a * b;  // the host build compiles with -ffp-contract=off
 #endif
 }
 

@@ -165,10 +165,11 @@ def install_check(console: Console, archs: list[str] | None, sources: list[str] 
     result = _install_check.run(checked, sources, jobs, only_environment, one_per_class, each)
     console.print(f"NVRTC {result['nvrtc']}, {sys.prefix}")
     console.print("NVRTC options: " + escape(" ".join(result["options"])))
-    console.print("archs that see the same preprocessed source: "
-                  + "; ".join(", ".join(group) for group in result["classes"])
-                  + ((" (of each, the archs named by --each compiled, else the oldest)" if each else
-                      " (the oldest of each compiled)") if one_per_class else ""))
+    console.print("archs that see the same preprocessed source"
+                  + ((" (of each class, the archs named by --each compiled, else the oldest)" if each else
+                      " (the oldest of each class compiled)") if one_per_class else "") + ":")
+    for source, groups in result["classes"].items():
+        console.print(f"  {source}: " + "; ".join(", ".join(group) for group in groups))
     table = Table(title="gradops kernels compiled through CuPy's NVRTC entry point")
     for col in ("arch", "source", "kernels", "result", "most registers", "seconds"):
         table.add_column(col)

@@ -7,8 +7,8 @@
 # toolkit installed on this machine must not hide a header the extra lacks.
 #
 # Usage: scripts/check-gpu-install.sh EXTRA [ARCH...] [classes [each:ARCH...]]   e.g. cuda13,
-#        cuda12 sm_80 sm_90, cuda12 classes (of the archs that see the same preprocessed source,
-#        only the oldest), or cuda12 classes each:sm_80 each:sm_90 (of each class, the archs
+#        cuda12 sm_80 sm_90, cuda12 classes (of the archs that see the same preprocessed source
+#        file, only the oldest), or cuda12 classes each:sm_80 each:sm_90 (of each class, the archs
 #        named with each:, else the oldest)
 # Settings: GRADOPS_INSTALL_CHECK_DIR (where the environments go; build/install-check),
 #           GRADOPS_INSTALL_CHECK_JOBS (NVRTC programs at once; the number of CPUs),

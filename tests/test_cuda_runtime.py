@@ -607,14 +607,47 @@ def test_arch_classes_of_the_real_sources_keep_the_tensor_core_split():
 
 def test_archs_that_take_a_siblings_spills_preprocess_as_it_does():
     """An arch of SPILLS_AS accepts its sibling's known spills because ptxas allocated alike on
-    both, which presumes the same source: each must be in its sibling's class (with the test
-    extra's CUDA headers), as CI's check, which compiles the sibling for it, presumes too."""
+    both, which presumes the same source: in each source file that holds a kernel of the
+    sibling's known spills, each must be in its sibling's class (with the test extra's CUDA
+    headers), as CI's check, which compiles the sibling for it, presumes too.  (Other files may
+    split them: fractional_avg_pool_grad.cu tells sm_100's fast FP64 from sm_101/sm_103's.)"""
     from gradops.backends.cuda import _install_check
 
-    _, classes = _real_arch_classes()
-    class_of = {arch: tuple(group) for group in classes for arch in group}
+    dirs = _build.cuda_include_dirs(13)
+    if not dirs:
+        pytest.skip("no CUDA headers (the test extra's wheels)")
+    source_of = {e: source for source, expressions in _build.all_instantiations().items() for e in expressions}
+    checked = 0
     for arch, sibling in _install_check.SPILLS_AS.items():
-        assert class_of[_build.arch_number(arch)] == class_of[_build.arch_number(sibling)], (arch, sibling)
+        sources = {source_of[e] for (_, a, e) in _install_check.KNOWN_SPILLS if a == sibling}
+        assert sources, (arch, sibling)  # a sibling without known spills needs no entry
+        for source in sorted(sources):
+            classes = _install_check.arch_classes(_install_check.ARCHS, _install_check.arch_tests(dirs, [source]))
+            class_of = {a: tuple(group) for group in classes for a in group}
+            assert class_of[_build.arch_number(arch)] == class_of[_build.arch_number(sibling)], (arch, sibling, source)
+            checked += 1
+    assert checked >= len(_install_check.SPILLS_AS)
+
+
+def test_arch_classes_are_per_source_file():
+    """An arch test in one source splits the archs of that file only: kFastFp64 in the
+    fractional pooling gradient parts sm_100 from sm_103 there, and nowhere else."""
+    from gradops.backends.cuda import _install_check
+
+    dirs = _build.cuda_include_dirs(13)
+    if not dirs:
+        pytest.skip("no CUDA headers (the test extra's wheels)")
+
+    def together(source, a, b):
+        classes = _install_check.arch_classes(_install_check.ARCHS, _install_check.arch_tests(dirs, [source]))
+        return any(a in group and b in group for group in classes)
+
+    assert not together("fractional_avg_pool_grad.cu", 100, 103)
+    assert not together("fractional_avg_pool_grad.cu", 80, 86)
+    assert together("conv2d_backprop_filter.cu", 100, 103)
+    assert together("conv2d_backprop_filter.cu", 80, 86)
+    everything = _install_check.arch_tests(dirs)
+    assert everything == set().union(*(_install_check.arch_tests(dirs, [s]) for s in _build.all_instantiations()))
 
 
 def test_known_spills_name_kernels_that_exist():

@@ -76,11 +76,15 @@ _INCLUDE = re.compile(r'^\s*#\s*include\s*[<"]([^>"]+)[>"]', re.M)
 _COMPARE = {">=": operator.ge, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt, "<": operator.lt}
 
 
-def arch_tests(include_dirs) -> set[tuple[str, int]]:
+def arch_tests(include_dirs, sources=None) -> set[tuple[str, int]]:
     """Every question about the target arch, as (operator, __CUDA_ARCH__ value), in gradops'
-    sources and the headers they include, followed through ``include_dirs`` as found there."""
+    sources (``sources``: these file names in ``cuda_src/``, else every one) and the headers
+    they include, followed through ``include_dirs`` as found there."""
     folders = [_build.source_dir(), *(Path(d) for d in include_dirs)]
-    todo = sorted(_build.source_dir().glob("*.cu*"))
+    if sources is None:
+        todo = sorted(_build.source_dir().glob("*.cu*"))
+    else:
+        todo = sorted(_build.source_dir() / name for name in sources)
     seen, tests = set(), set()
     while todo:
         path = todo.pop()
@@ -310,10 +314,10 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
         one_per_class: bool = False, each=()) -> dict:
     """Compile everything; returns ``{"nvrtc", "options", "foreign", "missing", "api" (what the
     installed CuPy lacks of the surface the runtime uses: :func:`_runtime.cupy_api_problems`),
-    "classes", "rows"}`` where each row is ``{arch, source, kernels, status ("ok" | "failed" | "spills" |
+    "classes" (``{source: [[arch, ...], ...]}``), "rows"}`` where each row is ``{arch, source, kernels, status ("ok" | "failed" | "spills" |
     "warnings" (NVRTC's, :func:`_build.compile_warnings`) | "not targetable" | "covered"), seconds, detail}``, and ``registers`` (the most any kernel
     uses) where ptxas reported.  ``one_per_class``: of each class of targetable archs that see
-    the same preprocessed source (:func:`arch_classes`), compile only the archs in ``each``,
+    the same preprocessed source file (:func:`arch_classes`, per file), compile only the archs in ``each``,
     or the oldest where the class has none of them; the others are "covered"
     (:func:`compile_plan`)."""
     import cupy
@@ -326,9 +330,12 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
     include_dirs = [o[2:] for o in options if o.startswith("-I")]
     missing = _build.missing_headers(include_dirs)
     numbers = [_build.arch_number(a) for a in archs]
-    tests = arch_tests(include_dirs)
-    classes = arch_classes([a for a in numbers if a in targetable], tests)
-    compiled_as = compile_plan(classes, one_per_class, each)
+    # Classes per source file: a program is compiled on its own, so an arch test in one file
+    # (the fractional pooling gradient's kFastFp64) splits only that file's class.
+    checked = sorted(s for s in _build.all_instantiations() if not sources or s in sources)
+    tests = {source: arch_tests(include_dirs, [source]) for source in checked}
+    classes = {source: arch_classes([a for a in numbers if a in targetable], tests[source]) for source in checked}
+    compiled_as = {source: compile_plan(classes[source], one_per_class, each) for source in checked}
     jobs_todo = []
     rows = []
     for arch in numbers:
@@ -340,9 +347,10 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
                    "status": "not targetable", "seconds": 0.0,
                    "detail": f"NVRTC {nvrtc[0]}.{nvrtc[1]} cannot target sm_{arch}"}
             rows.append(row)
-            if arch in targetable and compiled_as[arch] != arch:
-                row.update(status="covered", detail=f"preprocesses as sm_{compiled_as[arch]} does (the same answers "
-                                                    f"to the {len(tests)} arch tests of the sources and their headers)")
+            as_arch = compiled_as[source].get(arch, arch)
+            if arch in targetable and as_arch != arch:
+                row.update(status="covered", detail=f"preprocesses as sm_{as_arch} does (the same answers to the "
+                                                    f"{len(tests[source])} arch tests of {source} and its headers)")
             elif arch in targetable:
                 jobs_todo.append((row, arch, source, todo[source]))
 
@@ -376,4 +384,5 @@ def run(archs=ARCHS, sources=None, jobs: int = 1, only_environment: bool = False
     with _target(_arch_option), ThreadPoolExecutor(max(1, jobs)) as pool:
         list(pool.map(compile_one, jobs_todo))
     return {"nvrtc": f"{nvrtc[0]}.{nvrtc[1]}", "options": options, "foreign": foreign, "missing": missing, "api": api,
-            "classes": [[f"sm_{a}" for a in group] for group in classes], "rows": rows}
+            "classes": {source: [[f"sm_{a}" for a in group] for group in groups] for source, groups in classes.items()},
+            "rows": rows}
