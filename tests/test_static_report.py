@@ -1031,6 +1031,49 @@ def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
                 assert k.ptxas["spill_stores"] == 0, (arch, k.expression, k.ptxas)
 
 
+#: Floating-point instructions that --fmad's contraction adds or removes (a * b + c fused into
+#: FFMA / DFMA in place of a multiply and an add); HFMA2 is left out, ptxas moves constants with it.
+CONTRACTIBLE = ("FFMA", "DFMA", "FADD", "DADD", "HADD2", "HMUL2")
+
+
+def _contractions(source, arch, only, texts=None):
+    """Per instantiation, the CONTRACTIBLE counts that differ between NVRTC's default --fmad=true
+    (CuPy's compile step) and --fmad=false."""
+    counts = {}
+    for options in (None, {"fma": False}):
+        for k in _sass.compile_kernels((arch,), [source], texts=texts, only=only, options=options):
+            c = Counter(i.base for i in k.function.instructions)
+            counts.setdefault(k.expression, []).append({op: c[op] for op in CONTRACTIBLE})
+    return {e: (fused, plain) for e, (fused, plain) in counts.items() if fused != plain}
+
+
+@needs_tools
+def test_bit_exact_fractional_kernels_leave_nothing_for_fmad_to_contract():
+    """CuPy compiles with NVRTC's default --fmad=true, which may fuse a product and a sum into one
+    FMA rounding; the CPU execution model builds with -ffp-contract=off and rounds twice.  The
+    fractional average poolings promise TF's bits, so their sources spell each FMA (fmaf) and
+    each product that must round alone (mul_rn): on sm_86 (float-float sums) and sm_90 (double
+    shares), every 32-bit-index instantiation compiles to the same FMAs and adds with
+    contraction on and off, so the model computes what a GPU does.  Planted: one fmaf written
+    as a product and a difference is contracted, and seen."""
+    from gradops.backends.cuda import _build
+
+    for source in (sr.FRACTIONAL_SOURCE, "fractional_pool.cu"):
+        only = [e for e in _build.all_instantiations(90)[source] if "long long" not in e]
+        assert len(only) >= 20, source
+        for arch in ("sm_86", "sm_90"):
+            assert _contractions(source, arch, only) == {}, (source, arch)
+    text = _build.source_code(sr.FRACTIONAL_SOURCE)
+    spelled = "e = mul_rn(fmaf(-b, q, a), y);"
+    assert text.count(spelled) == 1
+    planted = {sr.FRACTIONAL_SOURCE: text.replace(spelled, "e = mul_rn(a - b * q, y);")}
+    overlapping = ["gradops::fractional_avg_pool_grad_cells<__half, int, 8, true>"]
+    found = _contractions(sr.FRACTIONAL_SOURCE, "sm_86", overlapping, texts=planted)
+    assert list(found) == overlapping
+    fused, plain = found[overlapping[0]]
+    assert fused["FFMA"] > plain["FFMA"], found
+
+
 @needs_tools
 def test_depthwise_generic_kernel_path_is_counted():
     """A grid-stride kernel the counter does model: the generic depthwise instantiation, one

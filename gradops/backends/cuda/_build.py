@@ -147,14 +147,15 @@ def _kernel_name(expression: str) -> str:
     return expression.split("<", 1)[0].strip()
 
 
-def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, only=None):
+def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, only=None, options: dict | None = None):
     """Compile each listed source for each arch with NVRTC (cuda.core, no GPU needed); yields
     ``(source file, arch, name expressions, ObjectCode, compile log)``.  Raises on the first
     compile error with NVRTC's log.  ``texts``: ``{source file: text}`` compiled in place of the
     checkout's file (e.g. an older revision's, with today's headers); ``only``: the name
     expressions to compile (default: every one the launchers ask for; for a file in ``texts``,
     also names the launchers no longer ask for, of kernels the file's launcher still has: an
-    older revision may have spelled its template arguments differently)."""
+    older revision may have spelled its template arguments differently); ``options``: further
+    ``ProgramOptions`` fields (e.g. ``{"fma": False}``, NVRTC's ``--fmad=false``)."""
     import io
 
     from cuda.core import Program, ProgramOptions
@@ -172,7 +173,7 @@ def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, on
             todo = {k: v for k, v in todo.items() if v}
         for filename, expressions in sorted(todo.items()):
             options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
-                                     ptxas_options=["-v"] if ptxas_verbose else None)
+                                     ptxas_options=["-v"] if ptxas_verbose else None, **(options or {}))
             text = texts[filename] if filename in texts else source_code(filename)
             program = Program(text, "c++", options)
             log = io.StringIO()

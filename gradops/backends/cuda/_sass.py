@@ -798,15 +798,16 @@ class KernelSass:
         return Counter(k for x in instructions if (k := memory_kind(x)))
 
 
-def compile_kernels(archs=("sm_80", "sm_90"), sources=None, texts: dict | None = None, only=None) -> list[KernelSass]:
+def compile_kernels(archs=("sm_80", "sm_90"), sources=None, texts: dict | None = None, only=None,
+                    options: dict | None = None) -> list[KernelSass]:
     """Compile every instantiation of ``sources`` (None: all; ``only``: just these name
-    expressions) for each arch and analyse it; ``texts`` overrides source files' text (see
-    :func:`._build._compiled`)."""
+    expressions) for each arch and analyse it; ``texts`` overrides source files' text and
+    ``options`` adds NVRTC options (see :func:`._build._compiled`)."""
     from . import _build
 
     out = []
     for filename, arch, expressions, code, log in _build._compiled(archs, sources, ptxas_verbose=True, texts=texts,
-                                                                     only=only):
+                                                                     only=only, options=options):
         cubin = bytes(code.code)
         listing = parse_listing(disassemble(cubin))
         usage = res_usage(cubin)
