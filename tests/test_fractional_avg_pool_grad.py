@@ -1217,6 +1217,55 @@ def test_kernel_source_on_host_cells_near_rounding_midpoints(cells_kernels, rng,
     assert_identical(run_on_host(cells_kernels, kwargs, path="cells"), expected)
 
 
+#: The source line that lets a test choose the overlapping cells' sum path.
+FAST_FP64_CHOICE = "#if defined(GRADOPS_FRACTIONAL_FAST_FP64)"
+
+
+@pytest.fixture(params=["float-sums", "double-sums"])
+def forced_sum_path(request, cuda_device, monkeypatch, tmp_path):
+    """The cells kernels with the overlapping cells' sum path forced (GRADOPS_FRACTIONAL_FAST_FP64,
+    which the runtime never defines), whichever the device's arch would pick: on a GPU the
+    source CuPy compiles gets the define (and kernels are loaded afresh), on the stand-in a
+    copy of the sources does."""
+    from gradops.backends.cuda import _build, _runtime
+
+    define = f"#define GRADOPS_FRACTIONAL_FAST_FP64 {int(request.param == 'double-sums')}\n"
+    if cuda_device is None:
+        source_code = _build.source_code
+        monkeypatch.setattr(_build, "source_code",
+                            lambda name: define + source_code(name) if name == cuda_launcher.SOURCE else source_code(name))
+        monkeypatch.setattr(_runtime, "_kernels", {})
+    else:
+        sources = cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, (FAST_FP64_CHOICE, define + FAST_FP64_CHOICE))
+        cuda_host.HostDevice(order="shuffled", seed=cuda_device.seed, source_dir=sources).install(monkeypatch)
+    return request.param
+
+
+def test_cuda_cells_both_sum_paths(forced_sum_path, rng):
+    """Both sum paths of overlapping cells on the device (an H100 or H200 takes the double shares
+    by itself, a GeForce the float-float ones): TF's bits next to rounding midpoints, on float32
+    subnormal sums, on Inf and NaN and on random TF-generated cells; float16, bfloat16, float32."""
+    def run(kwargs):
+        g = host_geometry(kwargs)
+        return to_host(cuda_launcher.fractional_avg_pool_grad(g, to_gpu(kwargs["out_backprop"]), path="cells"))
+
+    for dtype in (np.float16, np.float32):
+        kwargs, expected, _ = near_midpoint_case(dtype, rng)
+        assert_identical(run(kwargs), expected)
+    for bits in (1, 2, 3):
+        kwargs, expected = tiny_float32_case(bits)
+        assert_identical(run(kwargs), expected)
+    rows = gradops.fractional_pooling_sequence(61, 1.44, True, seed=1)
+    cols = gradops.fractional_pooling_sequence(57, 1.7, False, seed=2)
+    for dtype in (np.float16, BFLOAT16, np.float32):
+        kwargs, expected = pool_case(rng, (3, 61, 57, 24), rows, cols, True, dtype)
+        assert_identical(run(kwargs), expected)
+        dy = kwargs["out_backprop"].copy()
+        dy[0, 1, 1, 3], dy[0, 1, 2, 3], dy[1, 2, 0, 9], dy[1, 3, 0, 9], dy[2, 4, 4, 15] = np.inf, -np.inf, np.inf, np.nan, -np.inf
+        kwargs["out_backprop"] = dy
+        assert_same_values(run(kwargs), exact_grad((3, 61, 57, 24), dy, rows, cols, True))
+
+
 def test_kernel_source_on_host_cells_orders_agree(host_kernels, rng):
     """Forward, reverse and shuffled block and thread orders give the same bits."""
     rows = gradops.fractional_pooling_sequence(45, 1.44, True, seed=7)

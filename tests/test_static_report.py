@@ -1031,6 +1031,23 @@ def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
                 assert k.ptxas["spill_stores"] == 0, (arch, k.expression, k.ptxas)
 
 
+@needs_tools
+def test_fractional_sum_path_can_be_forced_for_a_gpu_test():
+    """GRADOPS_FRACTIONAL_FAST_FP64 (never defined by the runtime) picks the overlapping cells'
+    sum path on any arch, so a GPU test runs both on the GPU it has: 0 gives sm_90 sm_86's
+    FP64-free cell loop, 1 gives sm_86 sm_90's double shares."""
+    from gradops.backends.cuda import _build
+    from gradops.bench import static_cells
+
+    text = _build.source_code(sr.FRACTIONAL_SOURCE)
+    overlapping = ["gradops::fractional_avg_pool_grad_cells<__half, int, 8, true>"]
+    for arch, define, fp64_in_loop in (("sm_90", 0, False), ("sm_86", 1, True)):
+        texts = {sr.FRACTIONAL_SOURCE: f"#define GRADOPS_FRACTIONAL_FAST_FP64 {define}\n{text}"}
+        (k,) = _sass.compile_kernels((arch,), [sr.FRACTIONAL_SOURCE], texts=texts, only=overlapping)
+        fp64 = sum(part["class:fp64"] for part in static_cells.loop_counts(k).values())
+        assert (fp64 > 0) == fp64_in_loop, (arch, define, fp64)
+
+
 #: Floating-point instructions that --fmad's contraction adds or removes (a * b + c fused into
 #: FFMA / DFMA in place of a multiply and an add); HFMA2 is left out, ptxas moves constants with it.
 CONTRACTIBLE = ("FFMA", "DFMA", "FADD", "DADD", "HADD2", "HMUL2")
