@@ -510,23 +510,19 @@ __device__ __forceinline__ void two_sum(float a, float b, float& s, float& t) {
     t = (a - (s - bb)) + (b - bb);
 }
 
-// a + b rounded up, and rounded down.
-__device__ __forceinline__ float add_up(float a, float b) {
+// a + b rounded up (UP) or down.
+template <bool UP> __device__ __forceinline__ float add_directed(float a, float b) {
 #ifdef __CUDA_ARCH__
-    return __fadd_ru(a, b);
+    if constexpr (UP) {
+        return __fadd_ru(a, b);
+    } else {
+        return __fadd_rd(a, b);
+    }
 #else
     float s, t;
-    two_sum(a, b, s, t);
-    return t > 0.0f ? nextafterf(s, INFINITY) : s;
-#endif
-}
-__device__ __forceinline__ float add_down(float a, float b) {
-#ifdef __CUDA_ARCH__
-    return __fadd_rd(a, b);
-#else
-    float s, t;
-    two_sum(a, b, s, t);
-    return t < 0.0f ? nextafterf(s, -INFINITY) : s;
+    two_sum(a, b, s, t);  // s is a + b rounded to nearest; t the part it dropped
+    const bool dropped_beyond = UP ? t > 0.0f : t < 0.0f;
+    return dropped_beyond ? nextafterf(s, UP ? INFINITY : -INFINITY) : s;
 #endif
 }
 
@@ -549,7 +545,7 @@ template <typename T> __device__ __forceinline__ bool round_sum(float hi, float 
         const float h = hi + lo;
         const float low = lo - (h - hi);
         out = h;
-        return h + add_up(low, bound) == h && h + add_down(low, -bound) == h;
+        return h + add_directed<true>(low, bound) == h && h + add_directed<false>(low, -bound) == h;
     } else {
         const float h = hi + lo;
         if (!(fabsf(h) * 0x1p-26f > bound)) return false;  // NaN too

@@ -1964,7 +1964,7 @@ PLANTED = {
     "float-sums-neighbours-not-compared": (
         "        return bits16(below) == bits16(above);", "        return true;", "float-sums"),
     "float-sums-float32-interval-not-tested": (
-        "        return h + add_up(low, bound) == h && h + add_down(low, -bound) == h;", "        return true;",
+        "        return h + add_directed<true>(low, bound) == h && h + add_directed<false>(low, -bound) == h;", "        return true;",
         "float-sums"),
     "float-sums-undecided-not-redone-in-double": ("                    if (!decided) {", "                    if (false) {",
                                                   "float-sums"),

@@ -172,10 +172,10 @@ def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, on
                     for k, v in todo.items()}
             todo = {k: v for k, v in todo.items() if v}
         for filename, expressions in sorted(todo.items()):
-            options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
-                                     ptxas_options=["-v"] if ptxas_verbose else None, **(options or {}))
+            program_options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
+                                             ptxas_options=["-v"] if ptxas_verbose else None, **(options or {}))
             text = texts[filename] if filename in texts else source_code(filename)
-            program = Program(text, "c++", options)
+            program = Program(text, "c++", program_options)
             log = io.StringIO()
             try:
                 code = program.compile("cubin", name_expressions=tuple(expressions), logs=log)
