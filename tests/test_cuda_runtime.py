@@ -582,15 +582,16 @@ def test_compile_plan_compiles_the_named_archs_and_covers_the_rest_of_their_clas
                   90: 90, 100: 100, 103: 90, 120: 120, 121: 90}
 
 
-def _real_arch_classes():
-    """The arch tests of gradops' sources and the test extra's CUDA headers, and the classes of
-    _install_check.ARCHS they make (skips without those headers)."""
+def _real_arch_classes(sources=None):
+    """The arch tests of gradops' sources (``sources``: these files only) and the test extra's
+    CUDA headers, and the classes of _install_check.ARCHS they make (skips without those
+    headers)."""
     from gradops.backends.cuda import _install_check
 
     dirs = _build.cuda_include_dirs(13)
     if not dirs:
         pytest.skip("no CUDA headers (the test extra's wheels)")
-    tests = _install_check.arch_tests(dirs)
+    tests = _install_check.arch_tests(dirs, sources)
     return tests, _install_check.arch_classes(_install_check.ARCHS, tests)
 
 
@@ -613,16 +614,13 @@ def test_archs_that_take_a_siblings_spills_preprocess_as_it_does():
     split them: fractional_avg_pool_grad.cu tells sm_100's fast FP64 from sm_101/sm_103's.)"""
     from gradops.backends.cuda import _install_check
 
-    dirs = _build.cuda_include_dirs(13)
-    if not dirs:
-        pytest.skip("no CUDA headers (the test extra's wheels)")
     source_of = {e: source for source, expressions in _build.all_instantiations().items() for e in expressions}
     checked = 0
     for arch, sibling in _install_check.SPILLS_AS.items():
         sources = {source_of[e] for (_, a, e) in _install_check.KNOWN_SPILLS if a == sibling}
         assert sources, (arch, sibling)  # a sibling without known spills needs no entry
         for source in sorted(sources):
-            classes = _install_check.arch_classes(_install_check.ARCHS, _install_check.arch_tests(dirs, [source]))
+            _, classes = _real_arch_classes([source])
             class_of = {a: tuple(group) for group in classes for a in group}
             assert class_of[_build.arch_number(arch)] == class_of[_build.arch_number(sibling)], (arch, sibling, source)
             checked += 1
@@ -632,22 +630,16 @@ def test_archs_that_take_a_siblings_spills_preprocess_as_it_does():
 def test_arch_classes_are_per_source_file():
     """An arch test in one source splits the archs of that file only: kFastFp64 in the
     fractional pooling gradient parts sm_100 from sm_103 there, and nowhere else."""
-    from gradops.backends.cuda import _install_check
-
-    dirs = _build.cuda_include_dirs(13)
-    if not dirs:
-        pytest.skip("no CUDA headers (the test extra's wheels)")
-
     def together(source, a, b):
-        classes = _install_check.arch_classes(_install_check.ARCHS, _install_check.arch_tests(dirs, [source]))
+        _, classes = _real_arch_classes([source])
         return any(a in group and b in group for group in classes)
 
     assert not together("fractional_avg_pool_grad.cu", 100, 103)
     assert not together("fractional_avg_pool_grad.cu", 80, 86)
     assert together("conv2d_backprop_filter.cu", 100, 103)
     assert together("conv2d_backprop_filter.cu", 80, 86)
-    everything = _install_check.arch_tests(dirs)
-    assert everything == set().union(*(_install_check.arch_tests(dirs, [s]) for s in _build.all_instantiations()))
+    everything, _ = _real_arch_classes()
+    assert everything == set().union(*(_real_arch_classes([s])[0] for s in _build.all_instantiations()))
 
 
 def test_known_spills_name_kernels_that_exist():

@@ -1105,6 +1105,14 @@ def assert_same_values(got, want):
     np.testing.assert_array_equal(got[~nan].view(f"u{got.itemsize}"), want[~nan].view(f"u{want.itemsize}"))
 
 
+def with_non_finite(dy):
+    """A copy of out_backprop ([N >= 2, rows >= 5, cols >= 5, C >= 16]) with Inf, -Inf and NaN:
+    Inf beside -Inf in one cell row, Inf above NaN in a column, -Inf in the last image."""
+    dy = dy.copy()
+    dy[0, 1, 1, 3], dy[0, 1, 2, 3], dy[1, 2, 0, 9], dy[1, 3, 0, 9], dy[-1, 4, 4, 15] = np.inf, -np.inf, np.inf, np.nan, -np.inf
+    return dy
+
+
 @pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=[np.dtype(d).name for d in FLOAT_DTYPES])
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
 def test_kernel_source_on_host_cells_non_finite(cells_kernels, rng, overlapping, dtype):
@@ -1113,9 +1121,7 @@ def test_kernel_source_on_host_cells_non_finite(cells_kernels, rng, overlapping,
     rows = gradops.fractional_pooling_sequence(11, 1.44, True, seed=1)
     cols = gradops.fractional_pooling_sequence(10, 1.44, False, seed=2)
     kwargs, _ = pool_case(rng, (2, 11, 10, 16), rows, cols, overlapping, dtype)
-    dy = kwargs["out_backprop"].copy()
-    dy[0, 1, 1, 3], dy[0, 1, 2, 3], dy[1, 2, 0, 9], dy[1, 3, 0, 9], dy[1, 4, 4, 15] = np.inf, -np.inf, np.inf, np.nan, -np.inf
-    kwargs["out_backprop"] = dy
+    dy = kwargs["out_backprop"] = with_non_finite(kwargs["out_backprop"])
     expected = exact_grad((2, 11, 10, 16), dy, rows, cols, overlapping)
     assert np.isinf(expected.astype(np.float64)).any() and np.isnan(expected.astype(np.float64)).any()
     for forced in CELLS_FORCED.values():
@@ -1260,9 +1266,7 @@ def test_cuda_cells_both_sum_paths(forced_sum_path, rng):
     for dtype in (np.float16, BFLOAT16, np.float32):
         kwargs, expected = pool_case(rng, (3, 61, 57, 24), rows, cols, True, dtype)
         assert_identical(run(kwargs), expected)
-        dy = kwargs["out_backprop"].copy()
-        dy[0, 1, 1, 3], dy[0, 1, 2, 3], dy[1, 2, 0, 9], dy[1, 3, 0, 9], dy[2, 4, 4, 15] = np.inf, -np.inf, np.inf, np.nan, -np.inf
-        kwargs["out_backprop"] = dy
+        dy = kwargs["out_backprop"] = with_non_finite(kwargs["out_backprop"])
         assert_same_values(run(kwargs), exact_grad((3, 61, 57, 24), dy, rows, cols, True))
 
 
