@@ -421,6 +421,11 @@ template <int COLS, int STEP> struct GridWalk {
 };
 
 
+// The constant N as a type (std::integral_constant without the standard library): a generic
+// lambda's template argument.
+template <int N> struct Int {
+    static constexpr int value = N;
+};
 // The type A where B holds, else C (std::conditional without the standard library).
 template <bool B, typename A, typename C> struct Pick { using type = A; };
 template <typename A, typename C> struct Pick<false, A, C> { using type = C; };
@@ -1347,7 +1352,9 @@ __device__ __forceinline__ void store_item_row(T* dst, const Acc (&v)[N], int x,
 // out_backprop rows a band stages.  Each (magic, shift) pair divides by: chunk, ceil(out_cols / kChunk);
 // rows, rows_cap; items, ceil(band / kItemRows) x segments; segments, segments.  store_cols: 8
 // (stride 2, in_cols % 8 == 0: a work item row in one store for the half types), 4, 2 or 1 result
-// columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).
+// columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).  load_elements: 8, 4
+// or 2 elements (16, 8 or 4 bytes) a staging load where that divides an out_backprop row and
+// out_backprop is aligned to it, else 1 (the staging loop's stage_rows).
 // No __launch_bounds__: with (kThreads) ptxas kept 48 or 64 registers and spilled 4-12 bytes in
 // half of the instantiations (NVRTC 13.5, sm_80 / sm_90); without it none spills, at 40-64
 // registers (110 for double 5x5).
@@ -1355,7 +1362,7 @@ template <typename T, typename Acc, int KH, int KW, int S>
 __global__ void depthwise_conv2d_native_backprop_input_planes(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
-    int pad_left, int planes, int band, int segments, int rows_cap, int store_cols,
+    int pad_left, int planes, int band, int segments, int rows_cap, int store_cols, int load_elements,
     unsigned chunk_magic, int chunk_shift, unsigned rows_magic, int rows_shift,
     unsigned items_magic, int items_shift, unsigned segments_magic, int segments_shift) {
     using namespace dwplanes;
@@ -1406,45 +1413,68 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     // out_backprop's elements from ``first`` on: a chunk reads all kChunk elements (past its row's
     // end, into the next row, values it does not store) where the tensor goes on that far.
     const int readable = static_cast<int>(gridDim.z) * in_depth * M * plane_size - first_index;
-    // A thread takes a chunk of kChunk consecutive elements of one out_backprop row: consecutive
-    // threads, consecutive chunks of a row, then of the next rows (contiguous in memory), so
-    // each load instruction of a warp spans a few 128-byte lines that its next loads reuse.
-    // Every load is issued before any store and none is predicated, so a chunk takes one round
-    // trip (predicated, they ran out of predicate registers and waited on stores).
+    // The band's out_backprop rows into the zeroed staged planes.  A thread takes a chunk of
+    // kChunk consecutive elements of one out_backprop row: consecutive threads, consecutive chunks
+    // of a row, then of the next rows (contiguous in memory).  Every load of a chunk is issued
+    // before any store and none is predicated, so a chunk takes one round trip (predicated, they
+    // ran out of predicate registers and waited on stores).  Loads of VEC elements: 16, 8 or 4
+    // bytes where that divides an out_backprop row and the array is aligned to it (the launcher's
+    // load_elements; then every row and chunk starts aligned), else one element.  Why (measured,
+    // H200, 2026-12-04, full_sections.md): with one element a load, each of a warp's 8 loads of
+    // its chunks spans the 16 sectors of 32 lanes' chunks for 2 or 4 bytes a lane: 78% excess
+    // global sectors on this kernel (dw1 112x112x32 float16), L1/TEX at 86% of its peak, DRAM at 18%.
+    // (A lambda, not a function: its uses of the kernel's parameters stay reads of the parameter
+    // space, where a function's copies took 6-10 registers more.)
     const int chunks_per_row = (out_cols + kChunk - 1) / kChunk;
-    for (int chunk = tid; chunk < slices * rows_cap * chunks_per_row; chunk += kThreads) {
-        const int row_index = magic_divide(chunk, chunk_magic, chunk_shift);  // slice * rows_cap + r
-        const int x = (chunk - row_index * chunks_per_row) * kChunk;
-        const int slice = magic_divide(row_index, rows_magic, rows_shift);
-        const int r = row_index - slice * rows_cap;
-        if (r >= rows_run) continue;
-        const int offset = slice * plane_size + r * out_cols + x;
-        const T* const src = first + offset;
-        Acc* const dst = stage + (slice * staged_rows + row_first - row_origin + r) * pitch + x - col_origin;
-        const int k0 = x - col_origin;   // staged column of the chunk's first element
-        const int last = out_cols - 1 - x;  // its last element inside the row (>= 0)
-        if (offset + kChunk > readable) {  // the tensor's last chunk: element by element
-            for (int e = 0; e <= last; ++e)
-                if (static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(src[e]);
-            continue;
+    const auto stage_rows = [&](auto load) {
+        constexpr int VEC = decltype(load)::value;
+        static_assert(kChunk % VEC == 0, "whole loads a chunk");
+        using Raw = typename dwconv::ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
+        constexpr int LOADS = kChunk / VEC;
+        for (int chunk = tid; chunk < slices * rows_cap * chunks_per_row; chunk += kThreads) {
+            const int row_index = magic_divide(chunk, chunk_magic, chunk_shift);  // slice * rows_cap + r
+            const int x = (chunk - row_index * chunks_per_row) * kChunk;
+            const int slice = magic_divide(row_index, rows_magic, rows_shift);
+            const int r = row_index - slice * rows_cap;
+            if (r >= rows_run) continue;
+            const int offset = slice * plane_size + r * out_cols + x;
+            const T* const src = first + offset;
+            Acc* const dst = stage + (slice * staged_rows + row_first - row_origin + r) * pitch + x - col_origin;
+            const int k0 = x - col_origin;   // staged column of the chunk's first element
+            const int last = out_cols - 1 - x;  // its last element inside the row (>= 0)
+            if (offset + kChunk > readable) {  // the tensor's last chunk: element by element
+                for (int e = 0; e <= last; ++e)
+                    if (static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(src[e]);
+                continue;
+            }
+            Raw raw[LOADS];
+#pragma unroll
+            for (int j = 0; j < LOADS; ++j) raw[j] = dwconv::load_vector(reinterpret_cast<const Raw*>(src) + j);
+            const T* const values = reinterpret_cast<const T*>(raw);  // widened as stored
+            const bool staged = k0 >= 0 && k0 + kChunk <= pitch;  // all but pads wider than the filter
+            if (staged && last >= kChunk - 1) {  // the whole chunk inside the row
+#pragma unroll
+                for (int e = 0; e < kChunk; ++e) dst[e] = to_acc<Acc>(values[e]);
+            } else if (staged) {  // a row's last chunk
+#pragma unroll
+                for (int e = 0; e < kChunk; ++e)
+                    if (e <= last) dst[e] = to_acc<Acc>(values[e]);
+            } else {
+#pragma unroll
+                for (int e = 0; e < kChunk; ++e)
+                    if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(values[e]);
+            }
         }
-        T raw[kChunk];
-#pragma unroll
-        for (int e = 0; e < kChunk; ++e) raw[e] = src[e];
-        const bool staged = k0 >= 0 && k0 + kChunk <= pitch;  // all but pads wider than the filter
-        if (staged && last >= kChunk - 1) {  // the whole chunk inside the row
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e) dst[e] = to_acc<Acc>(raw[e]);
-        } else if (staged) {  // a row's last chunk
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e)
-                if (e <= last) dst[e] = to_acc<Acc>(raw[e]);
-        } else {
-#pragma unroll
-            for (int e = 0; e < kChunk; ++e)
-                if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(raw[e]);
-        }
+    };
+    // (load_elements is uniform over the launch: one branch, the staging loop inside each case)
+    if constexpr (kChunk * sizeof(T) <= 16) {
+        if (load_elements == kChunk) stage_rows(dwconv::Int<kChunk>{});
     }
+    if constexpr (4 * sizeof(T) <= 16) {
+        if (load_elements == 4) stage_rows(dwconv::Int<4>{});
+    }
+    if (load_elements == 2) stage_rows(dwconv::Int<2>{});
+    if (load_elements == 1) stage_rows(dwconv::Int<1>{});
     __syncthreads();
 
     // Staged rows and columns inside out_backprop (CHECKED only).

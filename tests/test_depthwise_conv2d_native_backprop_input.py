@@ -2100,10 +2100,10 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
                                                   "if (CHECKED && x + k >= col_end) continue;"),
     "planes-last-row-dropped": ("if (y >= in_rows) continue;", "if (y >= in_rows - 1) continue;"),
     "planes-staging-drops-a-row": ("if (r >= rows_run) continue;", "if (r >= rows_run - 1) continue;"),
-    "planes-staging-drops-a-chunks-last-element": ("                if (e <= last) dst[e] = to_acc<Acc>(raw[e]);",
-                                                   "                if (e < last) dst[e] = to_acc<Acc>(raw[e]);"),
-    "planes-staging-stores-past-the-row": ("                if (e <= last) dst[e] = to_acc<Acc>(raw[e]);",
-                                           "                dst[e] = to_acc<Acc>(raw[e]);"),
+    "planes-staging-drops-a-chunks-last-element": ("                    if (e <= last) dst[e] = to_acc<Acc>(values[e]);",
+                                                   "                    if (e < last) dst[e] = to_acc<Acc>(values[e]);"),
+    "planes-staging-stores-past-the-row": ("                    if (e <= last) dst[e] = to_acc<Acc>(values[e]);",
+                                           "                    dst[e] = to_acc<Acc>(values[e]);"),
     "planes-wide-pads-stage-past-the-plane-row": (
         "if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e]", "if (e <= last) dst[e]"),
     # Not planted: loads past the tensor's end (no element-by-element last chunk).  Their values
@@ -2392,3 +2392,139 @@ def test_planted_transpose_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
                                         lambda: transpose_problem(np.random.default_rng(6)),
                                         lambda got, want: np.testing.assert_array_equal(got, want), 5, tmp_path,
                                         monkeypatch)
+
+
+# ---- the planes kernel's staging loads (16, 8 or 4 bytes where rows and the array allow)
+
+#: (dtype, out_backprop element shift into its allocation, load elements the launcher takes): on
+#: 16-column rows every width divides a row, so the array's alignment decides.
+PLANES_LOAD_WIDTHS = [
+    (np.float16, 0, 8), (np.float16, 4, 4), (np.float16, 2, 2), (np.float16, 1, 1),
+    (ml_dtypes.bfloat16, 0, 8), (ml_dtypes.bfloat16, 1, 1),
+    (np.float32, 0, 4), (np.float32, 2, 2), (np.float32, 1, 1),
+    (np.float64, 0, 2), (np.float64, 1, 1),
+]
+
+
+@pytest.mark.parametrize("dtype,shift,elements", PLANES_LOAD_WIDTHS,
+                         ids=[f"{np.dtype(d).name}-shift{s}" for d, s, _ in PLANES_LOAD_WIDTHS])
+def test_cuda_planes_staging_load_widths(cuda_device, rng, dtype, shift, elements):
+    """The planes kernel stages out_backprop in the widest loads (16, 8 or 4 bytes) that divide a
+    row and to which the array is aligned, else an element a load; each width gives the loops'
+    result, at both strides (a 16-column map: 16 and 8 out_backprop columns)."""
+    for stride in (1, 2):
+        kwargs, ref, scale = make_case(rng, x_shape=(2, 9, 16, 5), filt_hw=(3, 3), multiplier=2,
+                                       strides=(stride, stride), padding="SAME", data_format="NCHW", dtype=dtype)
+        g = geometry_of(kwargs)
+        dy = kwargs["out_backprop"]
+        padded = to_gpu(np.concatenate([np.zeros(shift, dy.dtype), dy.reshape(-1)]))
+        view = padded[shift:].reshape(dy.shape)
+        assert cuda_launcher.planes_load_elements(g, np.dtype(dtype), view) == elements
+        got = to_host(cuda_call(kwargs, path="planes", out_backprop=view))
+        assert cuda_device is None or launched(cuda_device) == "planes"
+        assert_close(got, ref, np.dtype(dtype), scale)
+
+
+def test_planes_load_elements():
+    """Elements a staging load: the widest of 16, 8 and 4 bytes (more than one element) that
+    divides an out_backprop row, for an aligned array."""
+    def g(cols, stride=1):
+        return geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(1, 8, cols, 4), filt_hw=(3, 3),
+                                       multiplier=1, strides=(stride, stride), padding="SAME", data_format="NCHW",
+                                       dtype=np.float32))
+
+    half, single, double = np.dtype(np.float16), np.dtype(np.float32), np.dtype(np.float64)
+    assert [cuda_launcher.planes_load_elements(g(c), half) for c in (112, 56, 28, 14, 7)] == [8, 8, 4, 2, 1]
+    assert [cuda_launcher.planes_load_elements(g(c), single) for c in (112, 56, 28, 14, 7)] == [4, 4, 4, 2, 1]
+    assert [cuda_launcher.planes_load_elements(g(c), double) for c in (112, 14, 7)] == [2, 2, 1]
+    assert cuda_launcher.planes_load_elements(g(112, stride=2), half) == 8  # 56 out_backprop columns
+    assert cuda_launcher.planes_load_elements(g(28, stride=2), half) == 2   # 14
+
+
+@pytest.mark.parametrize("shift", [0, 1], ids=["aligned", "element-by-element"])
+def test_planes_staging_loads_fill_whole_sectors(monkeypatch, shift):
+    """Counted by the execution model per warp-level load (tests/cuda_host_runtime.h,
+    count_global_load): the planes kernel's 16-byte staging loads of a float16 map with 16-column
+    rows touch only whole sectors (a warp's 32 chunks, 512 consecutive bytes, in 16 sectors);
+    staged an element a load (an out_backprop 2 bytes into its allocation) each warp-level load
+    reads 2 bytes a lane across the same 16 or 17 sectors, 8 loads a chunk: the 78% excess sectors
+    the H200 measured on this kernel (2026-12-04).  One CTA of 8 planes, 16 staged rows of 2
+    chunks a slice: 256 chunks, one a thread."""
+    import cuda_host
+
+    device = cuda_host.planted_host_device(None, cuda_launcher.SOURCE).install(monkeypatch)
+    kwargs = case_kwargs(np.random.default_rng(8), x_shape=(1, 16, 16, 8), filt_hw=(3, 3), multiplier=1,
+                         padding="SAME", data_format="NCHW", dtype=np.float16)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.planes_plan(g, np.dtype(np.float16)) == (8, 16)
+    dy = kwargs["out_backprop"]
+    padded = to_gpu(np.concatenate([np.zeros(shift, np.float16), dy.reshape(-1)]))
+    view = padded[shift:].reshape(dy.shape)
+    kernels = device.host_kernels(cuda_launcher.SOURCE, cuda_launcher.planes_expression(g, np.dtype(np.float16)))
+    kernels.count_global_loads(True)
+    try:
+        got = to_host(cuda_call(kwargs, path="planes", out_backprop=view))
+        loads = kernels.global_load_stats()
+    finally:
+        kernels.count_global_loads(False)
+    want = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+    assert_close(got, want, np.float16, scale=float(np.abs(want.astype(np.float64)).max()))
+    # 8 warps, one chunk a lane (the tensor's last chunk ends at its last element: read whole)
+    if shift == 0:
+        assert loads["accesses"] == 8 and loads["ideal"] == 16 * 8 and loads["sectors"] == loads["ideal"], loads
+    else:
+        assert loads["accesses"] == 8 * 8 and loads["ideal"] == 2 * 8 * 8, loads  # 64 bytes a warp-level load
+        assert loads["sectors"] >= 16 * 8 * 8, loads
+
+
+#: Bugs in the planes kernel's vector staging, run on planes_vector_problem.
+PLANTED_PLANES_VECTOR = {
+    "planes-vector-loads-repeat-the-first-piece": (
+        "raw[j] = dwconv::load_vector(reinterpret_cast<const Raw*>(src) + j);",
+        "raw[j] = dwconv::load_vector(reinterpret_cast<const Raw*>(src));"),
+    "planes-vector-loads-a-piece-short": ("constexpr int LOADS = kChunk / VEC;", "constexpr int LOADS = kChunk / VEC - 1;"),
+    "planes-element-staging-dropped": ("    if (load_elements == 1) stage_rows(dwconv::Int<1>{});\n", "\n"),
+}
+
+
+def planes_vector_problem(rng):
+    """(results, NumPy backend's) of planes calls whose staging takes every load width: float32
+    and float16 on 16-column rows from allocations shifted 0, 1 and 2 elements (16, 4 and 8 bytes
+    for float32; 16, 2 and 4 for float16), and float16 from one 4 elements in (8 bytes)."""
+    got, want = [], []
+    for dtype, shifts in ((np.float32, (0, 1, 2)), (np.float16, (0, 1, 2, 4))):
+        for shift in shifts:
+            kwargs = case_kwargs(rng, x_shape=(2, 7, 16, 3), filt_hw=(3, 3), multiplier=2, padding="SAME",
+                                 data_format="NCHW", dtype=dtype)
+            dy = kwargs["out_backprop"]
+            padded = to_gpu(np.concatenate([np.zeros(shift, dy.dtype), dy.reshape(-1)]))
+            got.append(to_host(cuda_call(kwargs, path="planes", out_backprop=padded[shift:].reshape(dy.shape)))
+                       .astype(np.float64).ravel())
+            want.append(gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+                        .astype(np.float64).ravel())
+    return np.concatenate(got), np.concatenate(want)
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_PLANES_VECTOR))
+def test_planted_planes_vector_staging_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_PLANES_VECTOR[bug],
+                                        lambda: planes_vector_problem(np.random.default_rng(6)),
+                                        lambda got, want: assert_close(got, want, np.float16,
+                                                                       scale=float(np.abs(want).max())),
+                                        5, tmp_path, monkeypatch)
+
+
+def test_planes_misaligned_vector_loads_are_refused_by_the_model(monkeypatch):
+    """The execution model refuses a vector load from an address not aligned to its size (a GPU's
+    misaligned address error): a launcher that took 16-byte loads for an out_backprop 2 bytes
+    into its allocation fails its launch."""
+    import cuda_host
+
+    cuda_host.planted_host_device(None, cuda_launcher.SOURCE).install(monkeypatch)
+    monkeypatch.setattr(cuda_launcher, "planes_load_elements", lambda g, dtype, out_backprop=None: 8)
+    kwargs = case_kwargs(np.random.default_rng(2), x_shape=(1, 6, 16, 4), filt_hw=(3, 3), multiplier=1,
+                         padding="SAME", data_format="NCHW", dtype=np.float16)
+    dy = kwargs["out_backprop"]
+    padded = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))
+    with pytest.raises(cuda_host.HostLaunchError, match="align"):
+        cuda_call(kwargs, path="planes", out_backprop=padded[1:].reshape(dy.shape))

@@ -2020,6 +2020,34 @@ def test_planes_loop_figures_take_one_round_trip_a_chunk():
         assert 0 < f["skip"] < f["rest"][0] and 0 < f["staging_skip"] < f["staging"][0], expression
 
 
+def test_planes_staging_loads_are_as_wide_as_the_launcher_asks():
+    """The planes kernel's staging loop compiled for each load width the launcher may pass
+    (load_elements 1, 2, 4, 8: elements of at most 16 bytes a load; sm_90): a chunk of 8 elements
+    takes 8 / load_elements global loads of that width on its path, one round trip, and the
+    widest loads of each dtype cost fewer instructions a chunk than an element a load."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    from gradops.bench import static_tiled as st
+
+    widths = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}
+    staging = {}
+    for elements in (1, 2, 4, 8):
+        figures = st.planes_loop_figures("sm_90", 4, 0, elements)
+        for expression, f in figures.items():
+            itemsize = widths[sr.template_args(expression)[0]]
+            assert elements * itemsize <= 16, expression
+            instructions, counts = f["staging"]
+            width = f"LDG.{8 * elements * itemsize}"  # bits a lane
+            assert counts["LDG"] == counts[width] == 8 // elements, (expression, elements, counts)
+            assert f["staging_trips"] == 1, (expression, elements)
+            staging[expression, elements] = instructions
+        assert len(figures) == sum(1 for w in widths.values() if elements * w <= 16) * 4, elements
+    for (expression, elements), instructions in staging.items():
+        widest = 16 // widths[sr.template_args(expression)[0]]
+        if elements == widest:
+            assert instructions < staging[expression, 1], expression
+
+
 #: The H200's kernel times of every path of the A/B cases (scripts/device-session.sh's "ncu A/B"
 #: steps, 2026-12-04): where they exist they decide the launcher's path, not the estimates.
 MEASURED_PATHS = Path(__file__).resolve().parents[1] / "benchmarks/results/gpu_h200_2026-12-04/measured_vs_predicted.json"

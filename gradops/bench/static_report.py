@@ -899,17 +899,20 @@ def _mma_nhwc_reference_paths(kernel) -> dict:
 def _planes_reference_paths(kernel) -> dict:
     """The kernel table's figures for the planes depthwise kernel (NCHW): one work item of one
     slice (2 x 4 positions, 2 x 8 at stride 2), results stored 4 columns at a time, column phase
-    0 (:func:`.static_tiled.planes_loop_figures`), per position; staging, zero fill and filter
-    per CTA are left out (the shape rows count them)."""
+    0, staging loads of 16 bytes (:func:`.static_tiled.planes_loop_figures`), per position;
+    staging, zero fill and filter per CTA are left out (the shape rows count them)."""
     from . import static_tiled as st
 
-    stride = int(template_args(kernel.expression)[4])
-    f = st.planes_loop_figures(kernel.arch, 4, 0)[kernel.expression]
+    args = template_args(kernel.expression)
+    stride = int(args[4])
+    load_elements = 16 // DTYPES[{"__half": "float16", "__nv_bfloat16": "bfloat16", "float": "float32",
+                                  "double": "float64"}[args[0]]].itemsize
+    f = st.planes_loop_figures(kernel.arch, 4, 0, load_elements)[kernel.expression]
     positions = 2 * 4 * stride
     counts = f["rest"][1] + f["sums"][1]
     return {"work": f"one work item of 2 x {4 * stride} positions, multiplier 1, stores of 4 columns, finite "
-                    f"filter (staging {f['staging'][0]} per chunk of 8, {f['straight']} straight-line per thread, "
-                    f"not included); / {positions} positions",
+                    f"filter (staging {f['staging'][0]} per chunk of 8 in 16-byte loads, {f['straight']} "
+                    f"straight-line per thread, not included); / {positions} positions",
             "per_element": (f["rest"][0] + f["sums"][0]) / positions, "thread_instructions": f["rest"][0] + f["sums"][0],
             "path": _path_summary(counts), "call_sites": _kernel_call_sites(kernel.cfg), "tiled": True,
             "extra_text": f"sums {f['sums'][0]} a slice"}

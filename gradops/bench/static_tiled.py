@@ -1273,35 +1273,47 @@ def _with_pipes(device, pipes: dict):
 
 #: Source lines :func:`planes_loop_figures` compiles as constants: the checked sums off (they run
 #: only in a CTA whose filter slices hold an Inf or NaN), the stride-2 sums' column phase
-#: (pad_left % 2) and the result stores' columns (``store_cols``), each uniform over a launch.
+#: (pad_left % 2), the result stores' columns (``store_cols``) and the staging loads' elements
+#: (``load_elements``: the one staging loop that runs), each uniform over a launch.
 PLANES_CHECKED = "const bool checked = __syncthreads_or(nonfinite);"
 PLANES_PHASE = "} else if (pad_left % 2 == 0) {"
 PLANES_STORES = ("store_item_row<T>(dst, acc[0], x, in_cols, store_cols);",
                  "store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
+PLANES_LOADS = "    // (load_elements is uniform over the launch: one branch, the staging loop inside each case)"
 #: Result columns per store and column phases the planes figures are compiled for.
 PLANES_STORE_COLS = (8, 4, 2, 1)
 PLANES_PHASES = (0, 1)
 
 
-def planes_source(store_cols: int, phase: int) -> str:
+def planes_source(store_cols: int, phase: int, load_elements: int = 1) -> str:
     """The input-gradient source with the planes kernel's launch-uniform choices as constants
-    (:data:`PLANES_CHECKED`, :data:`PLANES_PHASE`, :data:`PLANES_STORES`)."""
+    (:data:`PLANES_CHECKED`, :data:`PLANES_PHASE`, :data:`PLANES_STORES`, :data:`PLANES_LOADS`)."""
     from ..backends.cuda import _build
     from .static_report import DEPTHWISE_SOURCE
 
     text = (_build.source_dir() / DEPTHWISE_SOURCE).read_text()
-    for needle in (PLANES_CHECKED, PLANES_PHASE, *PLANES_STORES):
+    for needle in (PLANES_CHECKED, PLANES_PHASE, *PLANES_STORES, PLANES_LOADS):
         if text.count(needle) != 1:
             raise ValueError(f"the planes kernel's source no longer holds {needle!r} once")
     text = text.replace(PLANES_CHECKED, "const bool checked = false; (void)__syncthreads_or(nonfinite);")
     text = text.replace(PLANES_PHASE, "} else if (%s) {" % ("false" if phase else "true"))
     for needle in PLANES_STORES:
         text = text.replace(needle, needle.replace("store_cols)", f"{store_cols})"))
+    text = text.replace(PLANES_LOADS, f"    load_elements = {int(load_elements)};\n" + PLANES_LOADS)
     return text
 
 
+def planes_load_elements(g, dtype) -> int:
+    """The planes kernel's staging load elements for ``g`` with an aligned out_backprop
+    (the launcher's ``planes_load_elements``)."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    return dw.planes_load_elements(g, dtype)
+
+
 @functools.lru_cache(maxsize=None)
-def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
+def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: int = 1) -> dict:
     """Per planes instantiation (name expression) on ``arch``: each loop's steady-state path of
     the kernel compiled from :func:`planes_source` (the cheapest path through one iteration that
     does the loop's work, ``CFG.path_table``), as ``(instructions, counts)`` where the loop's
@@ -1310,7 +1322,9 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
     * ``sums``: one slice's sums of one work item (the item loop's inner loop);
     * ``rest``: the rest of an item that stores both its rows (index split, filter taps, stores);
       ``skip``: an item below the image (``y >= in_rows``: no sums, no stores);
-    * ``staging``: a chunk of ``kChunk`` elements inside a row; ``staging_edge``: a row's last,
+    * ``staging``: a chunk of ``kChunk`` elements inside a row (``kChunk / load_elements`` loads,
+      those of the dtypes whose loads are that wide; the others have no such path and no
+      figures); ``staging_edge``: a row's last,
       shorter chunk (its stores predicated); ``staging_skip``: a chunk in a row the band does not
       stage (no loads); ``staging_trips``: a chunk's dependent load round
       trips (:func:`._sass.load_round_trips` of the loop without the tensor's last chunk's
@@ -1320,7 +1334,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
     * ``straight``: the blocks outside loops every thread runs (those dominating the item loop's
       header, and those its exit dominates).
 
-    Compiled once per (arch, store_cols, phase) in a process."""
+    Compiled once per (arch, store_cols, phase, load_elements) in a process."""
     import importlib
 
     from ..backends.cuda import _build, _sass
@@ -1333,9 +1347,13 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
         return x.base == "STG"
 
     figures = {}
-    for k in _sass.compile_kernels((arch,), [DEPTHWISE_SOURCE], texts={DEPTHWISE_SOURCE: planes_source(store_cols,
-                                                                                                      phase)},
-                                   only=names):
+    source = planes_source(store_cols, phase, load_elements)
+    for k in _sass.compile_kernels((arch,), [DEPTHWISE_SOURCE], texts={DEPTHWISE_SOURCE: source}, only=names):
+        itemsize = 2 if "<__half," in k.expression or "<__nv_bfloat16," in k.expression else (
+            8 if "<double," in k.expression else 4)
+        if load_elements * itemsize > 16:  # no such load for this dtype: its staging loop is gone
+            continue
+        loads_a_chunk = chunk // load_elements
         cfg = k.cfg
         f: dict = {}
         item = None
@@ -1355,20 +1373,28 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
                 f["skip"] = table[0][0]
             elif any(m.startswith("LDG") for m in mem):
                 loads = sum(v for m, v in mem.items() if m.startswith("LDG"))
-                if loads >= chunk:  # staging: one chunk an iteration, interior and edge paths
+                if loads >= chunk:  # staging: one chunk an iteration (with the tensor's last chunk's
+                    # element loads), interior and edge paths
                     # Paths through the nested loop (the tensor's last chunk, element by element)
                     # weigh past kmax, so neither table takes them.
+                    # So do the element loads of the blocks unrolled from it, where a chunk's
+                    # loads are wider.
                     tail = {id(x) for child in loop.children for x in cfg.loop_instructions(child)}
+                    width = load_elements * itemsize  # bytes of a chunk's loads
 
-                    def weigh(test, tail=tail):
-                        return lambda x: 4 * chunk if id(x) in tail else int(test(x))
+                    def weigh(test, tail=tail, width=width):
+                        def weight(x):
+                            if id(x) in tail or (_sass.is_global_load(x) and _sass.access_width(x) != width):
+                                return 4 * chunk
+                            return int(test(x))
+                        return weight
 
                     loads = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=chunk)
-                    f["staging"], f["staging_skip"] = loads[chunk], loads[0][0]
+                    f["staging"], f["staging_skip"] = loads[loads_a_chunk], loads[0][0]
                     edge = cfg.path_table(loop, weigh(lambda x: x.base == "STS" and x.predicate not in (None, "PT")),
                                           kmax=chunk)
-                    f["staging_edge"] = min(n for c, (n, _) in edge.items() if c > 0)
-                    f["staging_trips"] = _chunk_round_trips(cfg, loop, chunk)
+                    f["staging_edge"] = min(n for c, (n, counts) in edge.items() if c > 0 and counts["LDG"])
+                    f["staging_trips"] = _chunk_round_trips(cfg, loop, loads_a_chunk, width)
                 else:  # the filter loop (unrolled, with a remainder loop): per tap
                     table = cfg.path_table(loop, _sass.is_global_load)
                     per = min(n / c for c, (n, _) in table.items() if c)
@@ -1390,11 +1416,11 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int) -> dict:
     return figures
 
 
-def _chunk_round_trips(cfg, loop, chunk: int, limit: int = 4096) -> int:
+def _chunk_round_trips(cfg, loop, chunk: int, width: int, limit: int = 4096) -> int:
     """The fewest dependent load round trips (:func:`._sass.load_round_trips`) of a path through
-    one iteration of the planes kernel's staging loop that makes exactly ``chunk`` global loads
-    (a chunk's path; the tensor's last chunk's element loop, a nested loop, and the blocks
-    unrolled from it take other counts)."""
+    one iteration of the planes kernel's staging loop that makes exactly ``chunk`` global loads,
+    each of ``width`` bytes, and no other (a chunk's path; the tensor's last chunk's element
+    loop, a nested loop, and the blocks unrolled from it take other counts or widths)."""
     from ..backends.cuda import _sass
 
     nested = set().union(*(c.blocks for c in loop.children)) if loop.children else set()
@@ -1405,7 +1431,8 @@ def _chunk_round_trips(cfg, loop, chunk: int, limit: int = 4096) -> int:
         if last.index in loop.latches and loop.header in last.succs:
             seen += 1
             run = [x for n in path for x in cfg.instructions(n)]
-            if sum(1 for x in run if _sass.is_global_load(x)) == chunk:
+            loads = [x for x in run if _sass.is_global_load(x)]
+            if len(loads) == chunk and all(_sass.access_width(x) == width for x in loads):
                 trips = _sass.load_round_trips(run)
                 best = trips if best is None else min(best, trips)
         for n in last.succs:
@@ -1515,7 +1542,8 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
     if kernel.expression != dw.planes_expression(g, dtype):
         raise ValueError(f"{kernel.expression}: not the planes instantiation of {g}")
     store_cols, phase = dw.planes_store_cols(g), g.pad_left % g.stride_cols
-    f = planes_loop_figures(kernel.arch, store_cols, phase)[kernel.expression]
+    load_elements = planes_load_elements(g, dtype)
+    f = planes_loop_figures(kernel.arch, store_cols, phase, load_elements)[kernel.expression]
     work = planes_work(g, np.dtype(dtype), f)
     elements = math.prod(g.input_shape)
     per_element = 32 * work["warp_instructions"] / elements
@@ -1534,6 +1562,7 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
             "kernel": kernel.expression, "elements": elements, "bytes": traffic, "l2_bytes": l2,
             "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
             "tiled": {"ctas": work["ctas"], "threads_per_cta": dw.PLANES_THREADS, "planes": planes, "band": band,
-                      "store_cols": store_cols, "column_phase": phase, "round_trips": work["round_trips"],
+                      "store_cols": store_cols, "column_phase": phase, "load_elements": load_elements,
+                      "round_trips": work["round_trips"],
                       "item_thread_instructions": f["rest"][0] + g.depth_multiplier * f["sums"][0],
                       "blocks_per_sm": occ["blocks_per_sm"]}}

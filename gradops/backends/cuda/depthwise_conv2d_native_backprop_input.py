@@ -819,8 +819,15 @@ def planes_store_cols(g: Conv2DGeometry) -> int:
     return 4 if g.in_cols % 4 == 0 else 2 if g.in_cols % 2 == 0 else 1
 
 
+def planes_load_elements(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
+    """Elements per staging load of the planes kernel (its ``load_elements``): the widest chunk
+    of :func:`nchw_chunk_bytes` (16, 8 or 4 bytes that divide an out_backprop row and to which
+    ``out_backprop`` is aligned; None: an aligned one), in elements, else 1."""
+    return nchw_chunk_bytes(g, dtype, () if out_backprop is None else (out_backprop,)) // np.dtype(dtype).itemsize
+
+
 @functools.lru_cache(maxsize=256)
-def _planes_args(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
+def _planes_args(g: Conv2DGeometry, dtype: np.dtype, load_elements: int) -> tuple:
     """The planes kernel's int arguments after its three pointers (see the .cu file)."""
     i32 = _runtime.i32
     planes, band = planes_plan(g, dtype)
@@ -829,7 +836,8 @@ def _planes_args(g: Conv2DGeometry, dtype: np.dtype) -> tuple:
     magic = [v for d in (planes_chunks_per_row(g), rows_cap, planes_items(g, band), segments)
              for v in _runtime.division_magic(d)]
     return (*(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
-                               g.pad_top, g.pad_left, planes, band, segments, rows_cap, planes_store_cols(g))),
+                               g.pad_top, g.pad_left, planes, band, segments, rows_cap, planes_store_cols(g),
+                               load_elements)),
             *magic)
 
 
@@ -1009,7 +1017,7 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         return in_backprop
     if path == "planes":
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
-                *_planes_args(g, np.dtype(dtype)))
+                *_planes_args(g, np.dtype(dtype), planes_load_elements(g, dtype, out_backprop)))
         _runtime.kernel(SOURCE, planes_expression(g, dtype))(planes_grid(g, dtype), (PLANES_THREADS,), args)
         return in_backprop
 
