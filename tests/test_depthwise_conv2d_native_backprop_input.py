@@ -891,14 +891,20 @@ def test_cuda_shapes_the_tiled_kernel_leaves_to_the_direct_one(cuda_device, rng,
         check_cuda(kwargs, ref, scale, path=path, device=cuda_device)
 
 
+def shifted_gpu(a, shift: int):
+    """``a`` on the GPU, C-contiguous, starting ``shift`` elements into its allocation (so
+    aligned to less than the allocation is)."""
+    padded = to_gpu(np.concatenate([np.zeros(shift, a.dtype), a.reshape(-1)]))
+    return padded[shift:].reshape(a.shape)
+
+
 def test_cuda_tiled_misaligned_out_backprop(cuda_device, rng):
     """An out_backprop that starts 2 bytes into an allocation cannot be read 16 bytes at a time:
     the launcher stages it one element per load (and refuses vector=True)."""
     kwargs, ref, scale = make_case(rng, x_shape=(2, 11, 20, 16), filt_hw=(3, 3), multiplier=1, padding="SAME",
                                    dtype=np.float16)
     dy = kwargs["out_backprop"]
-    padded = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))
-    dy_view = padded[1:].reshape(dy.shape)
+    dy_view = shifted_gpu(dy, 1)
     assert dy_view.flags.c_contiguous
     g, w = geometry_of(kwargs), to_gpu(kwargs["filter"])
     assert not cuda_launcher.use_vector_loads(g, np.dtype(np.float16), (w, dy_view))
@@ -1344,8 +1350,7 @@ def test_cuda_mma_plane_alignment(cuda_device, rng):
     g = geometry_of(kwargs)
     dy = kwargs["out_backprop"]
     for shift, chunk in ((0, 8), (4, 4), (1, 0)):
-        padded = to_gpu(np.concatenate([np.zeros(shift, np.float16), dy.reshape(-1)]))
-        view = padded[shift:].reshape(dy.shape)
+        view = shifted_gpu(dy, shift)
         assert cuda_launcher.mma_plane_chunk(g, np.float16, view) == chunk
         got = to_host(cuda_call(kwargs, path="mma", out_backprop=view))
         if cuda_device is not None:
@@ -1358,8 +1363,7 @@ def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
     kwargs, ref, scale = make_case(rng, x_shape=(2, 11, 32, 3), filt_hw=(5, 5), multiplier=1, padding="SAME",
                                    data_format="NCHW", dtype=np.float16)
     dy = kwargs["out_backprop"]
-    padded = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))
-    dy_view = padded[1:].reshape(dy.shape)
+    dy_view = shifted_gpu(dy, 1)
     g = geometry_of(kwargs)
     assert cuda_launcher.mma_chunk(g, np.float16) == 8 and cuda_launcher.mma_chunk(g, np.float16, dy_view) == 1
     got = to_host(cuda_call(kwargs, path="mma", out_backprop=dy_view))
@@ -2417,8 +2421,7 @@ def test_cuda_planes_staging_load_widths(cuda_device, rng, dtype, shift, element
                                        strides=(stride, stride), padding="SAME", data_format="NCHW", dtype=dtype)
         g = geometry_of(kwargs)
         dy = kwargs["out_backprop"]
-        padded = to_gpu(np.concatenate([np.zeros(shift, dy.dtype), dy.reshape(-1)]))
-        view = padded[shift:].reshape(dy.shape)
+        view = shifted_gpu(dy, shift)
         assert cuda_launcher.planes_load_elements(g, np.dtype(dtype), view) == elements
         got = to_host(cuda_call(kwargs, path="planes", out_backprop=view))
         assert cuda_device is None or launched(cuda_device) == "planes"
@@ -2458,8 +2461,7 @@ def test_planes_staging_loads_fill_whole_sectors(monkeypatch, shift):
     g = geometry_of(kwargs)
     assert cuda_launcher.planes_plan(g, np.dtype(np.float16)) == (8, 16)
     dy = kwargs["out_backprop"]
-    padded = to_gpu(np.concatenate([np.zeros(shift, np.float16), dy.reshape(-1)]))
-    view = padded[shift:].reshape(dy.shape)
+    view = shifted_gpu(dy, shift)
     kernels = device.host_kernels(cuda_launcher.SOURCE, cuda_launcher.planes_expression(g, np.dtype(np.float16)))
     kernels.count_global_loads(True)
     try:
@@ -2497,8 +2499,7 @@ def planes_vector_problem(rng):
             kwargs = case_kwargs(rng, x_shape=(2, 7, 16, 3), filt_hw=(3, 3), multiplier=2, padding="SAME",
                                  data_format="NCHW", dtype=dtype)
             dy = kwargs["out_backprop"]
-            padded = to_gpu(np.concatenate([np.zeros(shift, dy.dtype), dy.reshape(-1)]))
-            got.append(to_host(cuda_call(kwargs, path="planes", out_backprop=padded[shift:].reshape(dy.shape)))
+            got.append(to_host(cuda_call(kwargs, path="planes", out_backprop=shifted_gpu(dy, shift)))
                        .astype(np.float64).ravel())
             want.append(gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
                         .astype(np.float64).ravel())
@@ -2525,6 +2526,5 @@ def test_planes_misaligned_vector_loads_are_refused_by_the_model(monkeypatch):
     kwargs = case_kwargs(np.random.default_rng(2), x_shape=(1, 6, 16, 4), filt_hw=(3, 3), multiplier=1,
                          padding="SAME", data_format="NCHW", dtype=np.float16)
     dy = kwargs["out_backprop"]
-    padded = to_gpu(np.concatenate([np.zeros(1, np.float16), dy.reshape(-1)]))
     with pytest.raises(cuda_host.HostLaunchError, match="align"):
-        cuda_call(kwargs, path="planes", out_backprop=padded[1:].reshape(dy.shape))
+        cuda_call(kwargs, path="planes", out_backprop=shifted_gpu(dy, 1))

@@ -2029,7 +2029,7 @@ def test_planes_staging_loads_are_as_wide_as_the_launcher_asks():
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
     from gradops.bench import static_tiled as st
 
-    widths = {"__half": 2, "__nv_bfloat16": 2, "float": 4, "double": 8}
+    widths = st.C_WIDTHS
     staging = {}
     for elements in (1, 2, 4, 8):
         figures = st.planes_loop_figures("sm_90", 4, 0, elements)

@@ -905,8 +905,7 @@ def _planes_reference_paths(kernel) -> dict:
 
     args = template_args(kernel.expression)
     stride = int(args[4])
-    load_elements = 16 // DTYPES[{"__half": "float16", "__nv_bfloat16": "bfloat16", "float": "float32",
-                                  "double": "float64"}[args[0]]].itemsize
+    load_elements = 16 // st.C_WIDTHS[args[0]]
     f = st.planes_loop_figures(kernel.arch, 4, 0, load_elements)[kernel.expression]
     positions = 2 * 4 * stride
     counts = f["rest"][1] + f["sums"][1]

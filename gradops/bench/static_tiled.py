@@ -1303,15 +1303,6 @@ def planes_source(store_cols: int, phase: int, load_elements: int = 1) -> str:
     return text
 
 
-def planes_load_elements(g, dtype) -> int:
-    """The planes kernel's staging load elements for ``g`` with an aligned out_backprop
-    (the launcher's ``planes_load_elements``)."""
-    import importlib
-
-    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-    return dw.planes_load_elements(g, dtype)
-
-
 @functools.lru_cache(maxsize=None)
 def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: int = 1) -> dict:
     """Per planes instantiation (name expression) on ``arch``: each loop's steady-state path of
@@ -1338,7 +1329,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
     import importlib
 
     from ..backends.cuda import _build, _sass
-    from .static_report import DEPTHWISE_SOURCE
+    from .static_report import DEPTHWISE_SOURCE, template_args
 
     names = [e for e in _build.all_instantiations(int(arch.removeprefix("sm_")))[DEPTHWISE_SOURCE] if "_planes<" in e]
     chunk = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input").PLANES_CHUNK
@@ -1349,8 +1340,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
     figures = {}
     source = planes_source(store_cols, phase, load_elements)
     for k in _sass.compile_kernels((arch,), [DEPTHWISE_SOURCE], texts={DEPTHWISE_SOURCE: source}, only=names):
-        itemsize = 2 if "<__half," in k.expression or "<__nv_bfloat16," in k.expression else (
-            8 if "<double," in k.expression else 4)
+        itemsize = C_WIDTHS[template_args(k.expression)[0]]
         if load_elements * itemsize > 16:  # no such load for this dtype: its staging loop is gone
             continue
         loads_a_chunk = chunk // load_elements
@@ -1542,7 +1532,7 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
     if kernel.expression != dw.planes_expression(g, dtype):
         raise ValueError(f"{kernel.expression}: not the planes instantiation of {g}")
     store_cols, phase = dw.planes_store_cols(g), g.pad_left % g.stride_cols
-    load_elements = planes_load_elements(g, dtype)
+    load_elements = dw.planes_load_elements(g, dtype)
     f = planes_loop_figures(kernel.arch, store_cols, phase, load_elements)[kernel.expression]
     work = planes_work(g, np.dtype(dtype), f)
     elements = math.prod(g.input_shape)
