@@ -1426,6 +1426,11 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     // (A lambda, not a function: its uses of the kernel's parameters stay reads of the parameter
     // space, where a function's copies took 6-10 registers more.)
     const int chunks_per_row = (out_cols + kChunk - 1) / kChunk;
+    // staged_rows again, in unsigned arithmetic (band > 0), for the loop's destination: with the
+    // signed division, ptxas recomputed it from the parameters in every iteration of the 3x3
+    // stride-1 loops (NVRTC 13.5, sm_90: a chunk of one-element loads 86 instructions, was 96;
+    // a row's last chunk 76, was 89), where a separate value keeps the item loop's registers.
+    const int slice_rows = static_cast<int>((static_cast<unsigned>(band) + kItemRows - 1) / kItemRows * kItemRows / S) + (KH - 1) / S;
     const auto stage_rows = [&](auto load) {
         constexpr int VEC = decltype(load)::value;
         static_assert(kChunk % VEC == 0, "whole loads a chunk");
@@ -1439,7 +1444,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
             if (r >= rows_run) continue;
             const int offset = slice * plane_size + r * out_cols + x;
             const T* const src = first + offset;
-            Acc* const dst = stage + (slice * staged_rows + row_first - row_origin + r) * pitch + x - col_origin;
+            Acc* const dst = stage + (slice * slice_rows + row_first - row_origin + r) * pitch + x - col_origin;
             const int k0 = x - col_origin;   // staged column of the chunk's first element
             const int last = out_cols - 1 - x;  // its last element inside the row (>= 0)
             if (offset + kChunk > readable) {  // the tensor's last chunk: element by element

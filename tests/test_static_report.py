@@ -2048,6 +2048,29 @@ def test_planes_staging_loads_are_as_wide_as_the_launcher_asks():
             assert instructions < staging[expression, 1], expression
 
 
+def test_planes_element_staging_costs_the_same_at_every_stride():
+    """The planes kernel's staging of one element a load (the launcher's width for 7-column maps,
+    MobileNetV2 dw10 NCHW) costs a 3x3 stride-1 instantiation at most 1.15x what it costs the same
+    dtype's 3x3 stride-2 one, a chunk inside a row and a row's last chunk alike (sm_90): the loop is
+    the same code.  At e6d749c ptxas recomputed the staged rows' signed division from the
+    parameters in every iteration of the stride-1 loops only: float16 96 and 89 instructions
+    against 78 and 67 (1.23x, 1.33x)."""
+    if not HAS_TOOLS:
+        pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
+    from gradops.bench import static_tiled as st
+
+    figures = st.planes_loop_figures("sm_90", 4, 0, 1)
+    checked = 0
+    for expression, f in figures.items():
+        element, accumulator, kh, kw, stride = sr.template_args(expression)
+        if (kh, stride) != ("3", "1"):
+            continue
+        other = figures[expression.replace(f"{kh}, {kw}, {stride}>", f"{kh}, {kw}, 2>")]
+        for key, cost in (("staging", lambda v: v[0]), ("staging_edge", lambda v: v)):
+            assert cost(f[key]) <= 1.15 * cost(other[key]), (expression, key, f[key], other[key])
+        checked += 1
+    assert checked == 4, figures.keys()  # float16, bfloat16, float32, float64
+
 #: The H200's kernel times of every path of the A/B cases (scripts/device-session.sh's "ncu A/B"
 #: steps, 2026-12-04): where they exist they decide the launcher's path, not the estimates.
 MEASURED_PATHS = Path(__file__).resolve().parents[1] / "benchmarks/results/gpu_h200_2026-12-04/measured_vs_predicted.json"
