@@ -1206,9 +1206,13 @@ GRADOPS_DW_TILED_BOUNDED(__nv_bfloat16, 5, 8)
 // each of its window rows' 8 staged values in 16-byte loads (S = 1: KH + 1 rows; S = 2: HALO + 1;
 // pitch is a multiple of 4, so they are aligned) and keeps the slice's filter taps in registers
 // (16-byte loads from a padded copy in shared memory).
-// Consecutive threads take consecutive items of a row, so a warp's 16-byte reads are
-// consecutive 16-byte words: no bank conflicts past the 4 wavefronts every 16-byte warp
-// access takes.
+// Consecutive threads take consecutive items of a row, so a quarter-warp's 16-byte reads are
+// consecutive 16-byte words, without bank conflicts, unless its items run on into the next row
+// pair onto a bank of its first ones (execution model, float32 3x3 stride 1: 56 columns none,
+// 112 1.1x the ideal wavefronts, 28 and 14 columns 1.6-1.75x).  The staging stores, one element
+// each with consecutive lanes' chunks 32 bytes apart, take about 5 wavefronts for 1 (measured
+// 4.7-way on the H200, 2026-12-04); tests/test_depthwise_conv2d_native_backprop_input.py,
+// test_planes_shared_memory_wavefronts, holds both where they are.
 //
 // Padding.  As in the tiled kernel: a zero staged in place of a position outside out_backprop
 // adds w * 0 = +-0, which changes no sum unless w is Inf or NaN; a CTA whose filter slices
@@ -1247,7 +1251,20 @@ template <int N, typename Acc> __device__ __forceinline__ void load_aligned(cons
     constexpr int PER_LOAD = 16 / static_cast<int>(sizeof(Acc));
     static_assert(N % PER_LOAD == 0, "whole 16-byte loads");
 #pragma unroll
-    for (int k = 0; k < N; k += PER_LOAD) dwconv::load_run<PER_LOAD>(src + k, out + k);
+    for (int k = 0; k < N; k += PER_LOAD) {
+#ifdef GRADOPS_HOST_MODEL
+        gradops_host::count_access(src + k, gradops_host::LOAD, 16);  // its bank wavefronts (tests)
+#endif
+        dwconv::load_run<PER_LOAD>(src + k, out + k);
+    }
+}
+
+// One staged value to shared memory (the host model counts the store's bank wavefronts: tests).
+template <typename Acc> __device__ __forceinline__ void put_staged(Acc* at, Acc value) {
+#ifdef GRADOPS_HOST_MODEL
+    gradops_host::count_access(at, gradops_host::STORE, static_cast<int>(sizeof(Acc)));
+#endif
+    *at = value;
 }
 
 // One work item's sums from one staged slice: ``plane`` is the staged value at (staged row i,
@@ -1449,7 +1466,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
             const int last = out_cols - 1 - x;  // its last element inside the row (>= 0)
             if (offset + kChunk > readable) {  // the tensor's last chunk: element by element
                 for (int e = 0; e <= last; ++e)
-                    if (static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(src[e]);
+                    if (static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) put_staged(dst + e, to_acc<Acc>(src[e]));
                 continue;
             }
             Raw raw[LOADS];
@@ -1459,15 +1476,16 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
             const bool staged = k0 >= 0 && k0 + kChunk <= pitch;  // all but pads wider than the filter
             if (staged && last >= kChunk - 1) {  // the whole chunk inside the row
 #pragma unroll
-                for (int e = 0; e < kChunk; ++e) dst[e] = to_acc<Acc>(values[e]);
+                for (int e = 0; e < kChunk; ++e) put_staged(dst + e, to_acc<Acc>(values[e]));
             } else if (staged) {  // a row's last chunk
 #pragma unroll
                 for (int e = 0; e < kChunk; ++e)
-                    if (e <= last) dst[e] = to_acc<Acc>(values[e]);
+                    if (e <= last) put_staged(dst + e, to_acc<Acc>(values[e]));
             } else {
 #pragma unroll
                 for (int e = 0; e < kChunk; ++e)
-                    if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e] = to_acc<Acc>(values[e]);
+                    if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch))
+                        put_staged(dst + e, to_acc<Acc>(values[e]));
             }
         }
     };

@@ -2104,12 +2104,12 @@ PLANTED_PLANES = {  # bugs in the planes kernel: name -> (text of the real sourc
                                                   "if (CHECKED && x + k >= col_end) continue;"),
     "planes-last-row-dropped": ("if (y >= in_rows) continue;", "if (y >= in_rows - 1) continue;"),
     "planes-staging-drops-a-row": ("if (r >= rows_run) continue;", "if (r >= rows_run - 1) continue;"),
-    "planes-staging-drops-a-chunks-last-element": ("                    if (e <= last) dst[e] = to_acc<Acc>(values[e]);",
-                                                   "                    if (e < last) dst[e] = to_acc<Acc>(values[e]);"),
-    "planes-staging-stores-past-the-row": ("                    if (e <= last) dst[e] = to_acc<Acc>(values[e]);",
-                                           "                    dst[e] = to_acc<Acc>(values[e]);"),
+    "planes-staging-drops-a-chunks-last-element": ("if (e <= last) put_staged(dst + e, to_acc<Acc>(values[e]));",
+                                                   "if (e < last) put_staged(dst + e, to_acc<Acc>(values[e]));"),
+    "planes-staging-stores-past-the-row": ("if (e <= last) put_staged(dst + e, to_acc<Acc>(values[e]));",
+                                           "put_staged(dst + e, to_acc<Acc>(values[e]));"),
     "planes-wide-pads-stage-past-the-plane-row": (
-        "if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) dst[e]", "if (e <= last) dst[e]"),
+        "if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch))\n", "if (e <= last)\n"),
     # Not planted: loads past the tensor's end (no element-by-element last chunk).  Their values
     # are never stored, so the host model, which checks writes and values but not reads of its
     # guard bytes, cannot see them; compute-sanitizer's memcheck on a GPU does
@@ -2477,6 +2477,47 @@ def test_planes_staging_loads_fill_whole_sectors(monkeypatch, shift):
     else:
         assert loads["accesses"] == 8 * 8 and loads["ideal"] == 2 * 8 * 8, loads  # 64 bytes a warp-level load
         assert loads["sectors"] >= 16 * 8 * 8, loads
+
+
+#: The planes kernel's shared-memory wavefronts per ideal, as the execution model counts them
+#: (float32 3x3 stride 1, SAME, one image of 32 channels; columns -> (window and tap loads,
+#: staging stores of whole chunks)): the upper bounds a change must not pass.
+PLANES_WAVEFRONTS = {56: (1.0, 4.9), 112: (1.11, 5.0), 28: (1.75, None), 14: (1.65, None)}
+
+
+@pytest.mark.parametrize("cols", sorted(PLANES_WAVEFRONTS))
+def test_planes_shared_memory_wavefronts(monkeypatch, cols):
+    """Bank wavefronts of the planes kernel's shared-memory traffic, counted per warp-level
+    access by the execution model (dwplanes::load_aligned and put_staged report them): the
+    window reads are conflict-free at 56 columns (a quarter-warp's 8 items run on into the next
+    row pair's 16-byte words), 1.1x ideal at 112 and 1.6-1.75x at 28 and 14, where the next row
+    pair's first item lands on a bank of the quarter-warp's first items; the staging stores (an
+    element each, consecutive lanes' chunks 32 bytes apart) take about 5 wavefronts for 1 at 56
+    and 112 columns (28 and 14 columns end their rows in part chunks, which the count cannot group
+    with the whole chunks).  The H200 measured the float16 kernel's stores 4.7-way (63% of its
+    shared-store wavefronts) on 112 x 112 (2026-12-04, full_sections.md).  Recorded as they are:
+    the fixes examined (a per-lane order of a chunk's stores; a pitch per row width) cost more
+    instructions or store conflicts than they saved."""
+    import cuda_host
+
+    device = cuda_host.planted_host_device(None, cuda_launcher.SOURCE).install(monkeypatch)
+    kwargs = case_kwargs(np.random.default_rng(cols), x_shape=(1, cols, cols, 32), filt_hw=(3, 3), multiplier=1,
+                         padding="SAME", data_format="NCHW", dtype=np.float32)
+    g = geometry_of(kwargs)
+    kernels = device.host_kernels(cuda_launcher.SOURCE, cuda_launcher.planes_expression(g, np.dtype(np.float32)))
+    for kind in ("load", "store"):
+        kernels.shared_stats(reset=True, kind=kind)
+    got = to_host(cuda_call(kwargs, path="planes"))
+    loads, stores = (kernels.shared_stats(kind=kind) for kind in ("load", "store"))
+    want = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
+    assert_close(got, want, np.float32, scale=float(np.abs(want).max()))
+    load_bound, store_bound = PLANES_WAVEFRONTS[cols]
+    assert loads["accesses"] > 0 and loads["wavefronts"] <= load_bound * loads["ideal"], loads
+    if cols == 56:
+        assert loads["wavefronts"] == loads["ideal"], loads
+    if store_bound is not None:
+        assert stores["accesses"] > 0 and stores["wavefronts"] <= store_bound * stores["ideal"], stores
+        assert stores["wavefronts"] >= 4 * stores["ideal"], stores  # the conflicts are there to fix
 
 
 #: Bugs in the planes kernel's vector staging, run on planes_vector_problem.
