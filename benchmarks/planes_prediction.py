@@ -1,5 +1,6 @@
 """Static figures of the depthwise input gradient's planes kernel (NCHW, strides 1 and 2) beside
-the kernel the launcher runs today, on the benchmark shapes (**predicted, not measured**).
+the kernel the launcher runs today, on the benchmark shapes (**predicted, not measured**), and
+the H200's measured times of the planes kernel on them.
 
 The planes kernel (``depthwise_conv2d_native_backprop_input_planes`` in
 cuda_src/depthwise_conv2d_native_backprop_input.cu) was opt-in until session 46, which made it
@@ -14,7 +15,8 @@ This script compiles it for sm_90 (NVRTC, no GPU) and counts, from its SASS
   and the rest of the item loop (index split, both rows' result stores of the geometry's store
   width), each the cheapest path of an iteration that does that work (``CFG.path_table``);
 * the staging loop (a chunk of 8 out_backprop elements: its path for a chunk inside a row and
-  for a row's last, clamped chunk), the zero fill and the filter loop, each per iteration;
+  for a row's last, clamped chunk, with the load width the launcher picks for the shape's aligned
+  arrays, ``planes_load_elements``), the zero fill and the filter loop, each per iteration;
 * the straight-line code every thread runs: the blocks outside loops on every path to the item
   loop (they dominate its header) and after it.
 
@@ -25,9 +27,10 @@ report's "SASS per element" (a thread's instructions per element it produces), w
 table prints beside the static report's figure for the launcher's kernel (since session 46 the planes
 kernel itself, or mma; the tiled kernel's figures are in results/path_estimates.md) and
 the resident warps per SM of each (the occupancy formula at the kernel's registers, shared
-memory and block).  The H200 measured kernel times (2026-11-28) of the launcher's kernel in
-NCHW and in NHWC close each row: the NHWC tiled kernel does the same arithmetic with 16-byte
-channel-vector staging, so the gap between the two is what the NCHW access pattern costs.
+memory and block).  The H200's Nsight Compute kernel times of 2026-12-04 close each row
+(``gpu_h200_2026-12-04/measured_vs_predicted.json``, at commit 8193847, whose planes kernel
+staged one element a load): the planes kernel forced (``gradops-cuda:planes``), and the
+launcher's kernel in NCHW and in NHWC.  The static columns are of the kernel as it is now.
 
     PYTHONPATH=. python benchmarks/planes_prediction.py [--out benchmarks/results/planes_prediction.md]
 """
@@ -55,16 +58,17 @@ dx = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_back
 LABEL = "predicted, not measured"
 SOURCE = dx.SOURCE
 ARCH = "sm_90"
-MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-11-28/measured_vs_predicted.json"
+MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-12-04/measured_vs_predicted.json"
 STATIC = ROOT / "benchmarks/results/static_report.json"
 
 
-def loop_figures(store_cols: int, phase: int = 0) -> dict:
+def loop_figures(store_cols: int, phase: int = 0, load_elements: int = 1) -> dict:
     """Per planes instantiation (name expression): each loop's steady-state path on sm_90, from
-    the source with the checked sums off, results stored ``store_cols`` at a time and (stride 2)
-    the sums of column phase ``phase`` (``static_tiled.planes_loop_figures``, which the static
-    report's planes model uses too), as thread-instructions."""
-    figures = st.planes_loop_figures(ARCH, store_cols, phase)
+    the source with the checked sums off, results stored ``store_cols`` at a time, (stride 2)
+    the sums of column phase ``phase`` and staging loads of ``load_elements`` elements
+    (``static_tiled.planes_loop_figures``, which the static report's planes model uses too), as
+    thread-instructions; instantiations whose elements make wider loads than 16 bytes are absent."""
+    figures = st.planes_loop_figures(ARCH, store_cols, phase, load_elements)
     return {e: {"sums": f["sums"][0], "item_rest": f["rest"][0], "staging": f["staging"][0],
                 "staging_edge": f["staging_edge"], "zero_per_store": f["zero"], "filter": f["filter"],
                 "straight": f["straight"]} for e, f in figures.items()}
@@ -97,11 +101,11 @@ def rows(figures: dict, regs: dict) -> list[dict]:
     static = json.loads(STATIC.read_text())
     predictions = {(p["suite"], p["label"], p["dtype"]): p for p in static["predictions"]
                    if p["device"] == "H100 SXM" and p["op"] == "depthwise_conv2d_native_backprop_input"}
-    measured = {}
+    measured = {}  # (engine, suite, label, dtype) -> us
     if MEASURED.exists():
         for r in json.loads(MEASURED.read_text())["rows"]:
-            if r["engine"] == "gradops-cuda" and r["op"] == "depthwise_conv2d_native_backprop_input":
-                measured[(r["suite"], r["label"], r["dtype"])] = r["us"]
+            if r["engine"] in ("gradops-cuda", "gradops-cuda:planes") and r["op"] == "depthwise_conv2d_native_backprop_input":
+                measured[(r["engine"], r["suite"], r["label"], r["dtype"])] = r["us"]
     out = []
     for name in ("mobilenetv2", "efficientnet"):
         for case in suites.suite(name):
@@ -113,17 +117,19 @@ def rows(figures: dict, regs: dict) -> list[dict]:
                 if not dx.planes_possible(g, dtype):
                     continue
                 expression = dx.planes_expression(g, dtype)
-                f = figures[dx.planes_store_cols(g), g.pad_left % g.stride_cols][expression]
+                f = figures[dx.planes_store_cols(g), g.pad_left % g.stride_cols, dx.planes_load_elements(g, dtype)][expression]
                 occ = _sass.occupancy(90, regs[expression], dx.PLANES_SHARED_BYTES, dx.PLANES_THREADS)
                 p = predictions.get((name, case.label, dtype_name), {})
                 kernel = p.get("kernel", "").split("<")[0].rsplit("_", 1)[-1]
                 nhwc = case.label.replace("NCHW", "NHWC")
                 out.append(dict(suite=name, label=case.label, dtype=dtype_name, plan=dx.planes_plan(g, dtype),
+                                load_elements=dx.planes_load_elements(g, dtype),
                                 planes_sass=per_element(g, dtype, f), planes_warps=occ["warps_per_sm"],
                                 kernel=kernel, kernel_sass=p.get("sass_per_element"),
                                 kernel_warps=p.get("resident_warps_per_sm"),
-                                measured_us=measured.get((name, case.label, dtype_name)),
-                                measured_nhwc_us=measured.get((name, nhwc, dtype_name))))
+                                planes_us=measured.get(("gradops-cuda:planes", name, case.label, dtype_name)),
+                                measured_us=measured.get(("gradops-cuda", name, case.label, dtype_name)),
+                                measured_nhwc_us=measured.get(("gradops-cuda", name, nhwc, dtype_name))))
     return out
 
 
@@ -131,46 +137,69 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
     lines = [f"# The input gradient's planes kernel beside today's NCHW kernel ({LABEL})", "",
              "Generated by `PYTHONPATH=. python benchmarks/planes_prediction.py`; do not edit by hand.", "",
              f"SASS from NVRTC {_sass.nvrtc_version()} for {ARCH}. The planes columns are {LABEL}: static "
-             "instruction counts of the planes kernel (see the script's docstring). 'today' is the static report's "
-             "figure for the kernel the launcher runs (tiled or mma), also static. The two measured columns are the "
-             "H200's Nsight Compute kernel times of 2026-11-28 for the launcher's kernel in NCHW and in NHWC "
-             "(benchmarks/results/gpu_h200_2026-11-28): measured, but not of the planes kernel, which no GPU has "
-             "run yet.", "",
+             "instruction counts of the planes kernel as it is now (see the script's docstring). 'today' is the "
+             "static report's figure for the kernel the launcher runs (planes, mma or tiled), also static. The three "
+             "measured columns are the H200's Nsight Compute kernel times of 2026-12-04 "
+             "(benchmarks/results/gpu_h200_2026-12-04, commit 8193847, whose planes kernel staged one element a "
+             "load): the planes kernel forced, and the launcher's kernel in NCHW and in NHWC.", "",
              "## Loop figures (sm_90, thread-instructions per iteration)", "",
              "| instantiation | registers | sums (one slice, one item: 2 x 4, stride 2 2 x 8) | rest of an item (stores of 8 / 4 / 2 / 1) "
-             "| staging (a chunk of 8 inside a row / at its end) | zero fill (a 16-byte store) | filter (a tap) "
-             "| straight-line | stride 2, odd column phase: sums / rest (stores of 4) |",
-             "|---|---:|---:|---|---|---:|---:|---:|---|"]
-    for expression in sorted(figures[4, 0]):
-        f8, f4, f2, f1 = (figures[c, 0][expression] for c in (8, 4, 2, 1))
-        odd = figures[4, 1][expression]
+             "| staging, a chunk of 8 inside a row / at its end: an element a load | 16-byte loads "
+             "| zero fill (a 16-byte store) | filter (a tap) | straight-line | stride 2, odd column phase: sums / rest (stores of 4) |",
+             "|---|---:|---:|---|---|---|---:|---:|---:|---|"]
+    for expression in sorted(figures[4, 0, 1]):
+        f8, f4, f2, f1 = (figures[c, 0, 1][expression] for c in (8, 4, 2, 1))
+        odd = figures[4, 1, 1][expression]
         phase = f"{odd['sums']} / {odd['item_rest']}" if expression.endswith(", 2>") else "-"
+        widest = figures[4, 0, 16 // ITEMSIZE[expression.split("<")[1].split(",")[0]]][expression]
         lines.append(f"| `{expression.split('::')[1]}` | {regs[expression]} | {f4['sums']} | "
                      f"{f8['item_rest'] if expression.endswith(', 2>') else '-'} / {f4['item_rest']} / {f2['item_rest']} / "
                      f"{f1['item_rest']} | {f4['staging']} / {f4['staging_edge']} | "
+                     f"{widest['staging']} / {widest['staging_edge']} | "
                      f"{f4['zero_per_store']:.2f} | {f4['filter']:.0f} | {f4['straight']} | {phase} |")
     lines += ["", "## Per benchmark shape", "",
-              "| suite | case | dtype | planes plan (planes, band) | planes SASS/elem | planes warps/SM | today's kernel "
-              "| today SASS/elem | today warps/SM | today NCHW µs (H200, measured) | same kernel NHWC µs (H200, "
-              "measured) |",
-              "|---|---|---|---|---:|---:|---|---:|---:|---:|---:|"]
+              "Staging loads as the launcher picks them for aligned arrays (`planes_load_elements`: 16, 8 or 4 "
+              "bytes that divide an out_backprop row, else an element).", "",
+              "| suite | case | dtype | planes plan (planes, band) | staging load (elements) | planes SASS/elem "
+              "| planes warps/SM | today's kernel | today SASS/elem | today warps/SM | planes µs (H200, measured) "
+              "| launcher NCHW µs (H200, measured) | launcher NHWC µs (H200, measured) |",
+              "|---|---|---|---|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
 
     def num(v, fmt):
         return "-" if v is None else format(v, fmt)
 
     for r in table:
-        lines.append(f"| {r['suite']} | {r['label']} | {r['dtype']} | {r['plan']} | {r['planes_sass']:.1f} | "
-                     f"{r['planes_warps']} | {r['kernel'] or '-'} | {num(r['kernel_sass'], '.1f')} | "
-                     f"{num(r['kernel_warps'], 'd')} | {num(r['measured_us'], '.1f')} | "
-                     f"{num(r['measured_nhwc_us'], '.1f')} |")
+        lines.append(f"| {r['suite']} | {r['label']} | {r['dtype']} | {r['plan']} | {r['load_elements']} | "
+                     f"{r['planes_sass']:.1f} | {r['planes_warps']} | {r['kernel'] or '-'} | "
+                     f"{num(r['kernel_sass'], '.1f')} | {num(r['kernel_warps'], 'd')} | {num(r['planes_us'], '.1f')} | "
+                     f"{num(r['measured_us'], '.1f')} | {num(r['measured_nhwc_us'], '.1f')} |")
     return "\n".join(lines) + "\n"
+
+
+#: Bytes of an element, by the instantiation's first template argument.
+ITEMSIZE = st.C_WIDTHS
+
+
+def figure_keys() -> set:
+    """The (store_cols, phase, load_elements) the tables read: the loop table's (every store
+    width and the odd phase with element loads; each load width with stores of 4) and each
+    benchmark shape's."""
+    keys = {(cols, 0, 1) for cols in st.PLANES_STORE_COLS} | {(4, 1, 1)} | {(4, 0, e) for e in (1, 2, 4, 8)}
+    for name in ("mobilenetv2", "efficientnet"):
+        for case in suites.suite(name):
+            if case.op == "depthwise_conv2d_native_backprop_input" and case.data_format == "NCHW":
+                g = case.geometry()
+                for dtype in (np.dtype(np.float16), np.dtype(np.float32)):
+                    if dx.planes_possible(g, dtype):
+                        keys.add((dx.planes_store_cols(g), g.pad_left % g.stride_cols, dx.planes_load_elements(g, dtype)))
+    return keys
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=None, help="write the markdown here (default: print it)")
     args = parser.parse_args()
-    figures = {(cols, phase): loop_figures(cols, phase) for cols in st.PLANES_STORE_COLS for phase in st.PLANES_PHASES}
+    figures = {key: loop_figures(*key) for key in sorted(figure_keys())}
     regs = registers()
     text = markdown(rows(figures, regs), figures, regs)
     if args.out:
