@@ -48,6 +48,11 @@ CUDA_BY_DEFAULT = {
         "cuDNN 9.19's grouped wgrad took 1.0 to 24 times their kernel time (geometric means by "
         "dtype, layout and multiplier over MobileNetV2 and EfficientNet layers; up to 3,200 times at "
         "multiplier 2), benchmarks/results/gpu_h200_2026-12-04"),
+    "depthwise_conv2d_native_backprop_input": (
+        "gradops' CUDA kernels by default for this op (backend='cudnn' takes cuDNN): on an H100, "
+        "cuDNN 9.19 took 1.09 to 28.5 times their kernel time on every MobileNetV2 layer, dtype and "
+        "layout timed (geometric means 4.1 to 8.4 by dtype and layout), "
+        "benchmarks/results/gpu_h100_2026-12-05"),
 }
 
 

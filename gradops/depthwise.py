@@ -28,7 +28,9 @@ def depthwise_conv2d_native_backprop_input(input_sizes: Any, filter: Any, out_ba
 
     input_sizes: 1-D ints of 4 entries, the input shape in ``data_format``; filter:
     [rows, cols, in_depth, multiplier]; out_backprop: [N, out_rows, out_cols, in_depth *
-    multiplier] in ``data_format``.  Returns the input gradient in the filter's dtype.
+    multiplier] in ``data_format``.  Returns the input gradient in the filter's dtype.  On GPU
+    arrays gradops' CUDA kernels compute it unless ``backend="cudnn"`` asks for cuDNN
+    (``_dispatch.CUDA_BY_DEFAULT``).
     """
     op = "depthwise_conv2d_native_backprop_input"
     sizes = _arrays.host_int_vector(op, "input_sizes", input_sizes)

@@ -878,22 +878,24 @@ def test_last_backend_decision_explains_why_not_cudnn(fake_backends, caplog):
     assert "conv2d_backprop_filter: backend cuda (use_cudnn_on_gpu=False" + kernels + ")" in logged
 
 
-def test_depthwise_filter_gradient_takes_the_kernels_by_default(fake_backends):
-    """The depthwise filter gradient goes to gradops' kernels on GPU arrays even where cuDNN
-    supports the call (_dispatch.CUDA_BY_DEFAULT: cuDNN's grouped wgrad measured slower on an
-    H200), saying why; backend="cudnn" still takes cuDNN; its sibling, the input gradient, and the
-    convolutions keep cuDNN's default."""
-    op = "depthwise_conv2d_native_backprop_filter"
-    assert _dispatch.CUDA_BY_DEFAULT.keys() == {op}
+@pytest.mark.parametrize("op, run", [("depthwise_conv2d_native_backprop_filter", "gpu_h200_2026-12-04"),
+                                     ("depthwise_conv2d_native_backprop_input", "gpu_h100_2026-12-05")])
+def test_depthwise_gradients_take_the_kernels_by_default(fake_backends, op, run):
+    """Both depthwise gradients go to gradops' kernels on GPU arrays even where cuDNN supports
+    the call (_dispatch.CUDA_BY_DEFAULT: cuDNN measured slower, the filter gradient's grouped
+    wgrad on an H200, the input gradient on an H100), saying why and naming the run;
+    backend="cudnn" still takes cuDNN; the convolutions keep cuDNN's default."""
+    assert _dispatch.CUDA_BY_DEFAULT.keys() == {"depthwise_conv2d_native_backprop_filter",
+                                                "depthwise_conv2d_native_backprop_input"}
     assert _select(op) == "cuda"
     reason = gradops.last_backend_decision().reason
     assert reason.startswith("gradops' CUDA kernels by default for this op (backend='cudnn' takes cuDNN)")
-    assert "gpu_h200_2026-12-04" in reason and reason.endswith("; gradops' CUDA kernels: ok")
+    assert run in reason and reason.endswith("; gradops' CUDA kernels: ok")
     assert _select(op, backend="cudnn") == "cudnn"
     assert gradops.last_backend_decision().reason == "backend='cudnn' requested"
     assert _select(op, use_cudnn_on_gpu=False) == "cuda"
     assert gradops.last_backend_decision().reason.startswith("use_cudnn_on_gpu=False")
-    for sibling in ("depthwise_conv2d_native_backprop_input", "conv2d_backprop_filter"):
+    for sibling in ("conv2d_backprop_input", "conv2d_backprop_filter"):
         assert _select(sibling) == "cudnn"
 
 
