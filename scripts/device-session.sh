@@ -92,6 +92,10 @@ stamp "sanitizers: $(tail -3 "$W/memcheck.log" | tr '\n' ' ') | $(tail -3 "$W/ra
 stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
 METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+# The summaries' % of HBM at this GPU's datasheet bandwidth (the H100 run of 2026-12-05 was
+# summarised at the H200's 4.8 TB/s, which this script had written in; 4.8e12 if unknown).
+BW=$(python3 -c "import cupy; from gradops.bench.metrics import peaks_for; p = peaks_for(cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()); print(p.bandwidth if p else 4.8e12)" 2>/dev/null || echo 4.8e12)
+stamp "HBM bandwidth for the summaries: $BW bytes/s"
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
 # 340 s): A/B (170 + 70), the full sections (100), then kernel times in the rest: the filter
 # gradient's launcher, then the input gradient's engines.
@@ -113,8 +117,8 @@ timeout -s INT -k 10 170 "$NCU" --profile-from-start off --clock-control none --
     --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW,3x3/1 m2 NHWC,5x5/1 m2 NHWC,5x5/1 m1 NHWC" --time-limit 150 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"
-python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 >"$W/ncu_ab.md" 2>&1
-python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth 4.8e12 --summary 2>&1 \
+python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth "$BW" >"$W/ncu_ab.md" 2>&1
+python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth "$BW" --summary 2>&1 \
     | tee "$W/ncu_ab_summary.md"
 
 # A/B of the fractional pooling gradients: the gather kernels (gradops-cuda:gather: average's
@@ -129,7 +133,7 @@ timeout -s INT -k 10 70 "$NCU" --profile-from-start off --clock-control none --c
     --engines gradops-cuda --paths gather,cells --ops fractional --time-limit 60 \
     >"$W/ncu_ab_fractional.csv" 2>"$W/ncu_ab_fractional.err"
 stamp "ncu A/B fractional: $(tail -1 "$W/ncu_ab_fractional.err")"
-python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional_index.json" --bandwidth 4.8e12 \
+python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional_index.json" --bandwidth "$BW" \
     2>&1 | tee "$W/ncu_ab_fractional.md"
 
 # Why the kernels take 1.3 to 10 times the static model's time (2026-11-28): ncu's full
@@ -166,7 +170,7 @@ if [ "$left" -gt 60 ]; then
         --engines gradops-cuda --ops backprop_filter --time-limit $((half - 15)) \
         >"$W/ncu_filter.csv" 2>"$W/ncu_filter.err"
     stamp "ncu filter: $(tail -1 "$W/ncu_filter.err")"
-    python3 benchmarks/ncu_table.py "$W/ncu_filter.csv" "$W/ncu_filter_index.json" --bandwidth 4.8e12 --summary 2>&1 \
+    python3 benchmarks/ncu_table.py "$W/ncu_filter.csv" "$W/ncu_filter_index.json" --bandwidth "$BW" --summary 2>&1 \
         | tee "$W/ncu_filter_summary.md"
 fi
 # Kernel times of the input gradient in what is left: the launcher (its choices changed on the
@@ -181,7 +185,7 @@ if [ "$left" -gt 30 ]; then
         --engines "$ENGINES" --ops backprop_input --time-limit $((left - 20)) \
         >"$W/ncu.csv" 2>"$W/ncu.err"
     stamp "ncu: $(tail -1 "$W/ncu.err")"
-    python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth 4.8e12 --summary 2>&1 \
+    python3 benchmarks/ncu_table.py "$W/ncu.csv" "$W/ncu_index.json" --bandwidth "$BW" --summary 2>&1 \
         | tee "$W/ncu_summary.md"
 fi
 stamp "done"
