@@ -151,7 +151,7 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
         f8, f4, f2, f1 = (figures[c, 0, 1][expression] for c in (8, 4, 2, 1))
         odd = figures[4, 1, 1][expression]
         phase = f"{odd['sums']} / {odd['item_rest']}" if expression.endswith(", 2>") else "-"
-        widest = figures[4, 0, 16 // ITEMSIZE[expression.split("<")[1].split(",")[0]]][expression]
+        widest = figures[4, 0, st.planes_widest_load(expression)][expression]
         lines.append(f"| `{expression.split('::')[1]}` | {regs[expression]} | {f4['sums']} | "
                      f"{f8['item_rest'] if expression.endswith(', 2>') else '-'} / {f4['item_rest']} / {f2['item_rest']} / "
                      f"{f1['item_rest']} | {f4['staging']} / {f4['staging_edge']} | "
@@ -174,10 +174,6 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
                      f"{num(r['kernel_sass'], '.1f')} | {num(r['kernel_warps'], 'd')} | {num(r['planes_us'], '.1f')} | "
                      f"{num(r['measured_us'], '.1f')} | {num(r['measured_nhwc_us'], '.1f')} |")
     return "\n".join(lines) + "\n"
-
-
-#: Bytes of an element, by the instantiation's first template argument.
-ITEMSIZE = st.C_WIDTHS
 
 
 def figure_keys() -> set:

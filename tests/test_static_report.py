@@ -2043,8 +2043,7 @@ def test_planes_staging_loads_are_as_wide_as_the_launcher_asks():
             staging[expression, elements] = instructions
         assert len(figures) == sum(1 for w in widths.values() if elements * w <= 16) * 4, elements
     for (expression, elements), instructions in staging.items():
-        widest = 16 // widths[sr.template_args(expression)[0]]
-        if elements == widest:
+        if elements == st.planes_widest_load(expression):
             assert instructions < staging[expression, 1], expression
 
 

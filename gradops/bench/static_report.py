@@ -903,10 +903,8 @@ def _planes_reference_paths(kernel) -> dict:
     staging, zero fill and filter per CTA are left out (the shape rows count them)."""
     from . import static_tiled as st
 
-    args = template_args(kernel.expression)
-    stride = int(args[4])
-    load_elements = 16 // st.C_WIDTHS[args[0]]
-    f = st.planes_loop_figures(kernel.arch, 4, 0, load_elements)[kernel.expression]
+    stride = int(template_args(kernel.expression)[4])
+    f = st.planes_loop_figures(kernel.arch, 4, 0, st.planes_widest_load(kernel.expression))[kernel.expression]
     positions = 2 * 4 * stride
     counts = f["rest"][1] + f["sums"][1]
     return {"work": f"one work item of 2 x {4 * stride} positions, multiplier 1, stores of 4 columns, finite "

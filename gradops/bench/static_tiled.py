@@ -1285,6 +1285,15 @@ PLANES_STORE_COLS = (8, 4, 2, 1)
 PLANES_PHASES = (0, 1)
 
 
+
+def planes_widest_load(expression: str) -> int:
+    """Elements of the widest staging load (16 bytes) of a planes instantiation: its
+    ``load_elements`` for rows and arrays that allow it."""
+    from .static_report import template_args
+
+    return 16 // C_WIDTHS[template_args(expression)[0]]
+
+
 def planes_source(store_cols: int, phase: int, load_elements: int = 1) -> str:
     """The input-gradient source with the planes kernel's launch-uniform choices as constants
     (:data:`PLANES_CHECKED`, :data:`PLANES_PHASE`, :data:`PLANES_STORES`, :data:`PLANES_LOADS`)."""
