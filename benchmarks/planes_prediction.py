@@ -62,13 +62,14 @@ MEASURED = ROOT / "benchmarks/results/gpu_h200_2026-12-04/measured_vs_predicted.
 STATIC = ROOT / "benchmarks/results/static_report.json"
 
 
-def loop_figures(store_cols: int, phase: int = 0, load_elements: int = 1) -> dict:
+def loop_figures(store_cols: int, phase: int = 0, load_elements: int = 1, lead: int = 1) -> dict:
     """Per planes instantiation (name expression): each loop's steady-state path on sm_90, from
     the source with the checked sums off, results stored ``store_cols`` at a time, (stride 2)
-    the sums of column phase ``phase`` and staging loads of ``load_elements`` elements
-    (``static_tiled.planes_loop_figures``, which the static report's planes model uses too), as
-    thread-instructions; instantiations whose elements make wider loads than 16 bytes are absent."""
-    figures = st.planes_loop_figures(ARCH, store_cols, phase, load_elements)
+    the sums of column phase ``phase``, staging loads of ``load_elements`` elements and 16-byte
+    staging stores of lead ``lead`` (``static_tiled.planes_loop_figures``, which the static
+    report's planes model uses too), as thread-instructions; instantiations whose elements make
+    wider loads than 16 bytes, or whose 16-byte stores hold no more than ``lead`` values, are absent."""
+    figures = st.planes_loop_figures(ARCH, store_cols, phase, load_elements, lead)
     return {e: {"sums": f["sums"][0], "item_rest": f["rest"][0], "staging": f["staging"][0],
                 "staging_edge": f["staging_edge"], "zero_per_store": f["zero"], "filter": f["filter"],
                 "straight": f["straight"]} for e, f in figures.items()}
@@ -117,7 +118,7 @@ def rows(figures: dict, regs: dict) -> list[dict]:
                 if not dx.planes_possible(g, dtype):
                     continue
                 expression = dx.planes_expression(g, dtype)
-                f = figures[dx.planes_store_cols(g), g.pad_left % g.stride_cols, dx.planes_load_elements(g, dtype)][expression]
+                f = figures[figure_key(g, dtype)][expression]
                 occ = _sass.occupancy(90, regs[expression], dx.PLANES_SHARED_BYTES, dx.PLANES_THREADS)
                 p = predictions.get((name, case.label, dtype_name), {})
                 kernel = p.get("kernel", "").split("<")[0].rsplit("_", 1)[-1]
@@ -143,15 +144,17 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
              "(benchmarks/results/gpu_h200_2026-12-04, commit 8193847, whose planes kernel staged one element a "
              "load): the planes kernel forced, and the launcher's kernel in NCHW and in NHWC.", "",
              "## Loop figures (sm_90, thread-instructions per iteration)", "",
+             "Staging at lead 1 (the 3x3 SAME filters': each chunk's 16-byte staging stores start one value before "
+             "it); the per-shape table takes each shape's own lead (`planes_staging_lead`).", "",
              "| instantiation | registers | sums (one slice, one item: 2 x 4, stride 2 2 x 8) | rest of an item (stores of 8 / 4 / 2 / 1) "
              "| staging, a chunk of 8 inside a row / at its end: an element a load | 16-byte loads "
              "| zero fill (a 16-byte store) | filter (a tap) | straight-line | stride 2, odd column phase: sums / rest (stores of 4) |",
              "|---|---:|---:|---|---|---|---:|---:|---:|---|"]
-    for expression in sorted(figures[4, 0, 1]):
-        f8, f4, f2, f1 = (figures[c, 0, 1][expression] for c in (8, 4, 2, 1))
-        odd = figures[4, 1, 1][expression]
+    for expression in sorted(figures[4, 0, 1, 1]):
+        f8, f4, f2, f1 = (figures[c, 0, 1, 1][expression] for c in (8, 4, 2, 1))
+        odd = figures[4, 1, 1, 1][expression]
         phase = f"{odd['sums']} / {odd['item_rest']}" if expression.endswith(", 2>") else "-"
-        widest = figures[4, 0, st.planes_widest_load(expression)][expression]
+        widest = figures[4, 0, st.planes_widest_load(expression), 1][expression]
         lines.append(f"| `{expression.split('::')[1]}` | {regs[expression]} | {f4['sums']} | "
                      f"{f8['item_rest'] if expression.endswith(', 2>') else '-'} / {f4['item_rest']} / {f2['item_rest']} / "
                      f"{f1['item_rest']} | {f4['staging']} / {f4['staging_edge']} | "
@@ -176,18 +179,25 @@ def markdown(table: list[dict], figures: dict, regs: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def figure_key(g, dtype) -> tuple:
+    """(store_cols, phase, load_elements, lead) of the launch for ``g``."""
+    return (dx.planes_store_cols(g), g.pad_left % g.stride_cols, dx.planes_load_elements(g, dtype),
+            dx.planes_staging_lead(g, dtype))
+
+
 def figure_keys() -> set:
-    """The (store_cols, phase, load_elements) the tables read: the loop table's (every store
-    width and the odd phase with element loads; each load width with stores of 4) and each
-    benchmark shape's."""
-    keys = {(cols, 0, 1) for cols in st.PLANES_STORE_COLS} | {(4, 1, 1)} | {(4, 0, e) for e in (1, 2, 4, 8)}
+    """The (store_cols, phase, load_elements, lead) the tables read: the loop table's (every
+    store width and the odd phase with element loads; each load width with stores of 4; lead 1,
+    the 3x3 SAME filters') and each benchmark shape's."""
+    keys = ({(cols, 0, 1, 1) for cols in st.PLANES_STORE_COLS} | {(4, 1, 1, 1)}
+            | {(4, 0, e, 1) for e in (1, 2, 4, 8)})
     for name in ("mobilenetv2", "efficientnet"):
         for case in suites.suite(name):
             if case.op == "depthwise_conv2d_native_backprop_input" and case.data_format == "NCHW":
                 g = case.geometry()
                 for dtype in (np.dtype(np.float16), np.dtype(np.float32)):
                     if dx.planes_possible(g, dtype):
-                        keys.add((dx.planes_store_cols(g), g.pad_left % g.stride_cols, dx.planes_load_elements(g, dtype)))
+                        keys.add(figure_key(g, dtype))
     return keys
 
 

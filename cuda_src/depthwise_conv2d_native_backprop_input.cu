@@ -1240,6 +1240,19 @@ inline constexpr int kChunk = 8;
 // Static shared memory per CTA: 8 CTAs of 256 threads (an SM's 2048 threads) fit in 192 KiB.
 inline constexpr int kSharedBytes = 24576;
 
+// CTAs an SM the register bound keeps (__launch_bounds__, NVRTC 13 and sm_75 on: see
+// GRADOPS_PLANES_BOUNDS): as many as each instantiation had before the 16-byte staging stores,
+// where that compiles without spilling (NVRTC 13.5, sm_75 to sm_121).  Without bounds ptxas
+// took more registers for the same loops (sm_90: 47-48 at 3x3 stride 1, 5 CTAs where 6 fitted
+// before; 72 at float 5x5 stride 1, 3 where 4).  One CTA fewer than before where the bound
+// spilled: the half types' 3x3 stride 1 (a register on sm_90), double 3x3 stride 1, and on
+// Blackwell (sm_100 to sm_121) float 3x3 stride 1 (4-8 bytes) and the half types' 5x5 stride 1 (4).
+template <typename T, int KH, int S> struct MinBlocks {
+    static constexpr bool HALF = sizeof(T) == 2, DOUBLE = sizeof(T) == 8, BLACKWELL = GRADOPS_ARCH >= 1000;
+    static constexpr int value = KH == 3 ? (S == 1 ? (HALF ? 5 : DOUBLE ? 3 : BLACKWELL ? 5 : 6) : (DOUBLE ? 2 : 4))
+                                         : (DOUBLE ? 2 : S == 1 ? (HALF && BLACKWELL ? 3 : 4) : 3);
+};
+
 // A K x K filter slice padded to a multiple of 4 accumulators (whole 16-byte loads).
 template <int KH, int KW> struct Taps {
     static constexpr int COUNT = KH * KW;
@@ -1259,12 +1272,15 @@ template <int N, typename Acc> __device__ __forceinline__ void load_aligned(cons
     }
 }
 
-// One staged value to shared memory (the host model counts the store's bank wavefronts: tests).
-template <typename Acc> __device__ __forceinline__ void put_staged(Acc* at, Acc value) {
-#ifdef GRADOPS_HOST_MODEL
-    gradops_host::count_access(at, gradops_host::STORE, static_cast<int>(sizeof(Acc)));
-#endif
-    *at = value;
+// One 16-byte group of staged values (a run of 16 / sizeof(Acc) staged columns starting at a
+// multiple of it) to shared memory where ``store`` holds: a predicated st.shared.v4
+// (ptx::st_shared_16_if; a float4 assignment compiled to four STS.32 here, the compiler unable
+// to derive the alignment from the run-time offsets, and an if around it to a branch that
+// recomputed the address).  The host model refuses an address that is not 16-byte aligned and
+// counts the warp-level store's bank wavefronts, a lane that does not store as an idle lane (tests).
+template <typename Acc, int N> __device__ __forceinline__ void put_group(Acc* at, const Acc (&v)[N], bool store) {
+    static_assert(N * sizeof(Acc) == 16, "one 16-byte store");
+    ptx::st_shared_16_if(at, v, store);
 }
 
 // One work item's sums from one staged slice: ``plane`` is the staged value at (staged row i,
@@ -1372,11 +1388,19 @@ __device__ __forceinline__ void store_item_row(T* dst, const Acc (&v)[N], int x,
 // columns per store (store_quad: 4 where in_cols % 4 == 0, 2 where it is even).  load_elements: 8, 4
 // or 2 elements (16, 8 or 4 bytes) a staging load where that divides an out_backprop row and
 // out_backprop is aligned to it, else 1 (the staging loop's stage_rows).
-// No __launch_bounds__: with (kThreads) ptxas kept 48 or 64 registers and spilled 4-12 bytes in
-// half of the instantiations (NVRTC 13.5, sm_80 / sm_90); without it none spills, at 40-64
-// registers (110 for double 5x5).
+// __launch_bounds__ (GRADOPS_PLANES_BOUNDS): dwplanes::MinBlocks from sm_75, but for NVRTC 12
+// (the cuda12 extra) on sm_120, whose ptxas spilled 12 bytes of float 5x5 stride 1 at them, as
+// it spilled 12-36 bytes of six instantiations on sm_50 to sm_70 (unbounded there: 60-130
+// registers, none spilled; NVRTC 12.9 unbounded on sm_90 took 55 registers at float 3x3 stride
+// 1, 4 CTAs).  With (kThreads) alone ptxas kept 48 or 64 registers and spilled 4-12 bytes in
+// half of the instantiations (NVRTC 13.5, sm_80 / sm_90).
+#if GRADOPS_ARCH >= 750 && (GRADOPS_CUDACC_MAJOR >= 13 || GRADOPS_ARCH < 1200)
+#define GRADOPS_PLANES_BOUNDS(T, KH, S) __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<T, KH, S>::value))
+#else
+#define GRADOPS_PLANES_BOUNDS(T, KH, S)
+#endif
 template <typename T, typename Acc, int KH, int KW, int S>
-__global__ void depthwise_conv2d_native_backprop_input_planes(
+__global__ void GRADOPS_PLANES_BOUNDS(T, KH, S) depthwise_conv2d_native_backprop_input_planes(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
     int pad_left, int planes, int band, int segments, int rows_cap, int store_cols, int load_elements,
@@ -1428,7 +1452,7 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     const int first_index = ((n * in_depth + c0) * M * out_rows + row_first) * out_cols;
     const T* const first = out_backprop + first_index;
     // out_backprop's elements from ``first`` on: a chunk reads all kChunk elements (past its row's
-    // end, into the next row, values it does not store) where the tensor goes on that far.
+    // end, into the next row, values it does not keep) where the tensor goes on that far.
     const int readable = static_cast<int>(gridDim.z) * in_depth * M * plane_size - first_index;
     // The band's out_backprop rows into the zeroed staged planes.  A thread takes a chunk of
     // kChunk consecutive elements of one out_backprop row: consecutive threads, consecutive chunks
@@ -1440,19 +1464,47 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
     // H200, 2026-12-04, full_sections.md): with one element a load, each of a warp's 8 loads of
     // its chunks spans the 16 sectors of 32 lanes' chunks for 2 or 4 bytes a lane: 78% excess
     // global sectors on this kernel (dw1 112x112x32 float16), L1/TEX at 86% of its peak, DRAM at 18%.
-    // (A lambda, not a function: its uses of the kernel's parameters stay reads of the parameter
-    // space, where a function's copies took 6-10 registers more.)
+    // Stores: 16-byte groups of PER staged values, aligned in shared memory (see "Staging
+    // stores").  (A lambda, not a function: its uses of the kernel's parameters stay reads of the
+    // parameter space, where a function's copies took 6-10 registers more.)
     const int chunks_per_row = (out_cols + kChunk - 1) / kChunk;
     // staged_rows again, in unsigned arithmetic (band > 0), for the loop's destination: with the
     // signed division, ptxas recomputed it from the parameters in every iteration of the 3x3
     // stride-1 loops (NVRTC 13.5, sm_90: a chunk of one-element loads 86 instructions, was 96;
     // a row's last chunk 76, was 89), where a separate value keeps the item loop's registers.
     const int slice_rows = static_cast<int>((static_cast<unsigned>(band) + kItemRows - 1) / kItemRows * kItemRows / S) + (KH - 1) / S;
-    const auto stage_rows = [&](auto load) {
+    // Staging stores.  A chunk's values, one a store, went to shared memory 32 bytes (8
+    // accumulators) apart in consecutive lanes: 4 to 8 lanes a bank, about 5 wavefronts a store
+    // where 1 would do (the execution model's count; measured on the H100, 2026-12-05: the
+    // kernel's shared stores 2.7-5.1 wavefronts for each one they need, more shared-store than
+    // shared-load wavefronts).  Now they go 16 bytes (PER accumulators) a store, in groups that
+    // start at a multiple of PER in the staged row (each staged row starts 16-byte aligned: pitch
+    // and Taps::PADDED are multiples of 4).  A chunk's first staged column is lead (mod PER) past
+    // such a start, the same for every chunk of the launch (x is a multiple of kChunk, pitch of
+    // PER), so a chunk stores the groups from its first column - LEAD: the LEAD values before
+    // it (the row's previous chunk's last ones, loaded again, from L1; zeros at the row's start,
+    // where they are the left halo) and its own up to the next chunk's first group.  A row's last
+    // chunk also stores its last LEAD values, and a short one stores its last group again with
+    // zeros past the row (the right halo, which its loads read from the next row), so that the
+    // common path masks nothing (masked there, ptxas predicated the masks into every chunk: 12-17
+    // more instructions a chunk, sm_90; loaded element by element, float 3x3 stride 1 spilled at
+    // its 40 registers).  Groups outside the staged row [0, pitch) (pads wider than the filter
+    // reaches) are not stored.
+    constexpr int PER = 16 / static_cast<int>(sizeof(Acc));
+    const int lead = ((-col_origin) % PER + PER) % PER;
+    const auto stage_rows = [&](auto load, auto shift) {
         constexpr int VEC = decltype(load)::value;
-        static_assert(kChunk % VEC == 0, "whole loads a chunk");
+        constexpr int LEAD = decltype(shift)::value;
+        static_assert(kChunk % VEC == 0 && kChunk % PER == 0, "whole loads and whole groups a chunk");
         using Raw = typename dwconv::ChunkOf<VEC * static_cast<int>(sizeof(T))>::type;
         constexpr int LOADS = kChunk / VEC;
+        // The PER elements before a chunk (its row's previous chunk's last ones; aligned to VEC
+        // where the chunk is, or to PER), in loads of up to VEC elements; ptxas narrows them to
+        // the LEAD values used.
+        constexpr int PREV_VEC = VEC < PER ? VEC : PER;
+        using PrevRaw = typename dwconv::ChunkOf<PREV_VEC * static_cast<int>(sizeof(T))>::type;
+        constexpr int PREV_LOADS = LEAD > 0 ? PER / PREV_VEC : 1;
+        constexpr int GROUPS = (LEAD + kChunk + PER - 1) / PER;  // the most a chunk stores (a row's last)
         for (int chunk = tid; chunk < slices * rows_cap * chunks_per_row; chunk += kThreads) {
             const int row_index = magic_divide(chunk, chunk_magic, chunk_shift);  // slice * rows_cap + r
             const int x = (chunk - row_index * chunks_per_row) * kChunk;
@@ -1461,43 +1513,84 @@ __global__ void depthwise_conv2d_native_backprop_input_planes(
             if (r >= rows_run) continue;
             const int offset = slice * plane_size + r * out_cols + x;
             const T* const src = first + offset;
-            Acc* const dst = stage + (slice * slice_rows + row_first - row_origin + r) * pitch + x - col_origin;
-            const int k0 = x - col_origin;   // staged column of the chunk's first element
-            const int last = out_cols - 1 - x;  // its last element inside the row (>= 0)
-            if (offset + kChunk > readable) {  // the tensor's last chunk: element by element
-                for (int e = 0; e <= last; ++e)
-                    if (static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch)) put_staged(dst + e, to_acc<Acc>(src[e]));
-                continue;
-            }
+            const int g0 = x - col_origin - LEAD;  // the staged column of the chunk's first group (a multiple of PER)
+            Acc* const dst = stage + (slice * slice_rows + row_first - row_origin + r) * pitch + g0;
+            const int last = out_cols - 1 - x;  // the chunk's last element inside the row (>= 0)
             Raw raw[LOADS];
-#pragma unroll
-            for (int j = 0; j < LOADS; ++j) raw[j] = dwconv::load_vector(reinterpret_cast<const Raw*>(src) + j);
-            const T* const values = reinterpret_cast<const T*>(raw);  // widened as stored
-            const bool staged = k0 >= 0 && k0 + kChunk <= pitch;  // all but pads wider than the filter
-            if (staged && last >= kChunk - 1) {  // the whole chunk inside the row
-#pragma unroll
-                for (int e = 0; e < kChunk; ++e) put_staged(dst + e, to_acc<Acc>(values[e]));
-            } else if (staged) {  // a row's last chunk
+            if (offset + kChunk > readable) {  // the tensor's last chunk: element by element
+                T* const elements = reinterpret_cast<T*>(raw);
 #pragma unroll
                 for (int e = 0; e < kChunk; ++e)
-                    if (e <= last) put_staged(dst + e, to_acc<Acc>(values[e]));
+                    if (e <= last) elements[e] = src[e];
             } else {
 #pragma unroll
-                for (int e = 0; e < kChunk; ++e)
-                    if (e <= last && static_cast<unsigned>(k0 + e) < static_cast<unsigned>(pitch))
-                        put_staged(dst + e, to_acc<Acc>(values[e]));
+                for (int j = 0; j < LOADS; ++j) raw[j] = dwconv::load_vector(reinterpret_cast<const Raw*>(src) + j);
             }
+            PrevRaw prev_raw[PREV_LOADS];
+            if constexpr (LEAD > 0) {
+                // Not predicated: at a row's start (x = 0) the chunk's own first elements, unused.
+                // (A shuffle from the previous lane instead, with lane 0 loading, spilled 20 bytes
+                // of float 3x3 stride 1 at its 40 registers: NVRTC 13.5, sm_90.)
+                const PrevRaw* const from = reinterpret_cast<const PrevRaw*>(src - (x > 0 ? PER : 0));
+#pragma unroll
+                for (int j = 0; j < PREV_LOADS; ++j) prev_raw[j] = dwconv::load_vector(from + j);
+            }
+            const T* const values = reinterpret_cast<const T*>(raw);  // widened as stored
+            const T* const prev = reinterpret_cast<const T*>(prev_raw);
+            Acc v[GROUPS * PER];  // from staged column g0 on
+#pragma unroll
+            for (int i = 0; i < GROUPS * PER; ++i) {
+                if (i < LEAD)
+                    v[i] = x > 0 ? to_acc<Acc>(prev[PER - LEAD + i]) : Acc(0);
+                else if (i - LEAD < kChunk)
+                    v[i] = to_acc<Acc>(values[i - LEAD]);
+                else
+                    v[i] = Acc(0);
+            }
+            // The staged columns this chunk writes: from g0 up to its next chunk's first group,
+            // or (a row's last) past its last element, inside the staged row.
+            const int end = min(pitch, g0 + (last < kChunk ? LEAD + last + 1 : kChunk));
+            const unsigned limit = static_cast<unsigned>(max(0, end));
+#pragma unroll
+            for (int j = 0; j < GROUPS; ++j) {
+                alignas(16) Acc group[PER];
+#pragma unroll
+                for (int u = 0; u < PER; ++u) group[u] = v[j * PER + u];
+                put_group(dst + j * PER, group, static_cast<unsigned>(g0 + j * PER) < limit);
+            }
+            if (last < kChunk - 1) {
+                // A row's last chunk, short: its last group again, zeros past the row (the right
+                // halo; the loads read the next row's values there).  The same thread, in order.
+                const int j_last = (LEAD + last) / PER;
+#pragma unroll
+                for (int j = 0; j < GROUPS; ++j) {
+                    if (j != j_last) continue;
+                    alignas(16) Acc group[PER];
+#pragma unroll
+                    for (int u = 0; u < PER; ++u) group[u] = j * PER + u - LEAD <= last ? v[j * PER + u] : Acc(0);
+                    put_group(dst + j * PER, group, static_cast<unsigned>(g0 + j * PER) < limit);
+                }
+            }
+        }
+    };
+    // (lead, as load_elements, is uniform over the launch: a branch, the staging loop inside each case)
+    const auto stage_with = [&](auto load) {
+        if (lead == 0) stage_rows(load, dwconv::Int<0>{});
+        if (lead == 1) stage_rows(load, dwconv::Int<1>{});
+        if constexpr (PER == 4) {
+            if (lead == 2) stage_rows(load, dwconv::Int<2>{});
+            if (lead == 3) stage_rows(load, dwconv::Int<3>{});
         }
     };
     // (load_elements is uniform over the launch: one branch, the staging loop inside each case)
     if constexpr (kChunk * sizeof(T) <= 16) {
-        if (load_elements == kChunk) stage_rows(dwconv::Int<kChunk>{});
+        if (load_elements == kChunk) stage_with(dwconv::Int<kChunk>{});
     }
     if constexpr (4 * sizeof(T) <= 16) {
-        if (load_elements == 4) stage_rows(dwconv::Int<4>{});
+        if (load_elements == 4) stage_with(dwconv::Int<4>{});
     }
-    if (load_elements == 2) stage_rows(dwconv::Int<2>{});
-    if (load_elements == 1) stage_rows(dwconv::Int<1>{});
+    if (load_elements == 2) stage_with(dwconv::Int<2>{});
+    if (load_elements == 1) stage_with(dwconv::Int<1>{});
     __syncthreads();
 
     // Staged rows and columns inside out_backprop (CHECKED only).

@@ -17,8 +17,8 @@
 // checks the emulation against the ISA's fragment tables written out independently.
 //
 // Architectures: mma.sync.m16n8k16 with f16/bf16 inputs, m16n8k8 TF32 and cp.async need sm_80;
-// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16, ld_shared_32,
-// ld_shared_32_volatile and ld_shared_16 everywhere).  sm_70/sm_75 builds keep the
+// this header defines them only where GRADOPS_HAS_MMA_SM80 holds (st_shared_16, st_shared_16_if,
+// ld_shared_32, ld_shared_32_volatile and ld_shared_16 everywhere).  sm_70/sm_75 builds keep the
 // WMMA and SIMT paths of igemm_tiles.cuh (_conv_igemm.math_kinds decides per dtype and arch which
 // math kinds are instantiated; which primitives a kind uses is decided here, by GRADOPS_ARCH).
 #pragma once
@@ -64,6 +64,16 @@ __device__ __forceinline__ void st_shared_16(void* dst, const void* src) {
     const uint4 v = *static_cast<const uint4*>(src);
     asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n"
                  :: "r"(shared_address(dst)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+
+// st_shared_16 under a predicate (PTX ISA, "Instruction Statements: Predicated Execution"):
+// one STS.128 whose lanes store where ``store`` holds, the address computed either way, where an
+// if around st_shared_16 compiled to a branch per store, each recomputing the address.
+__device__ __forceinline__ void st_shared_16_if(void* dst, const void* src, bool store) {
+    const uint4 v = *static_cast<const uint4*>(src);
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %5, 0;\n@p st.shared.v4.b32 [%0], {%1, %2, %3, %4};\n}\n"
+                 :: "r"(shared_address(dst)), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(static_cast<int>(store))
+                 : "memory");
 }
 
 // PTX ISA, "Data Movement and Conversion Instructions: ld": ld.shared.b32, one 4-byte load from
@@ -263,6 +273,7 @@ void cp_async_16(void* dst, const void* src, bool fill);
 void cp_async_commit_group();
 template <int N> void cp_async_wait_group();
 void st_shared_16(void* dst, const void* src);
+void st_shared_16_if(void* dst, const void* src, bool store);
 unsigned ld_shared_32(const void* src);
 unsigned ld_shared_32_volatile(const void* src);
 float4 ld_shared_16(const void* src);

@@ -741,18 +741,22 @@ inline void count_wavefronts(const void* const* rows, int phases, SharedKind kin
 // Wavefronts of one warp-level shared-memory access of ``bytes`` (2, 4, 8 or 16) a lane, lane l
 // at addresses[l]: served in phases of 128 bytes (32 lanes for up to 4 bytes, 16 for 8, 8 for
 // 16), each one pass over the 32 banks plus one for each further distinct 4-byte word in its
-// busiest bank (the same word twice is a broadcast).
+// busiest bank (the same word twice is a broadcast).  A null address is an idle lane (a
+// predicated-off store): a phase of idle lanes takes no pass, an instruction of them none.
 inline void count_width_wavefronts(const void* const* addresses, int bytes, SharedKind kind) {
     constexpr int kBanks = 32;
     SharedStats& stats = scheduler().shared[kind];
+    if (std::all_of(addresses, addresses + kWarpSize, [](const void* a) { return a == nullptr; })) return;
     ++stats.accesses;
     const int lanes = bytes <= 4 ? kWarpSize : 128 / bytes;
     const int words = (bytes + 3) / 4;
     for (int first = 0; first < kWarpSize; first += lanes) {
+        if (std::all_of(addresses + first, addresses + first + lanes, [](const void* a) { return a == nullptr; }))
+            continue;
         std::uintptr_t seen[kBanks][kWarpSize * 4];
         int count[kBanks] = {0};
         for (int l = first; l < first + lanes; ++l)
-            for (int w = 0; w < words; ++w) {
+            for (int w = 0; w < words && addresses[l] != nullptr; ++w) {
                 const std::uintptr_t word = reinterpret_cast<std::uintptr_t>(addresses[l]) / 4 + w;
                 const int bank = static_cast<int>(word % kBanks);
                 bool again = false;
@@ -1133,6 +1137,15 @@ inline void st_shared_16(void* dst, const void* src) {
     gradops_host::race_access(dst, 16, true);
     std::memcpy(dst, src, 16);
     gradops_host::count_access(dst, gradops_host::STORE_16);
+}
+
+// @p st.shared.v4.b32: as st_shared_16 where ``store`` holds; where not, nothing is stored or
+// checked and the lane takes part in the warp-level store's count as an idle lane.
+inline void st_shared_16_if(void* dst, const void* src, bool store) {
+    if (store)
+        st_shared_16(dst, src);
+    else
+        gradops_host::count_access(nullptr, gradops_host::STORE_16);
 }
 
 // ld.shared of a V (4 or 16 bytes) at src (V-aligned, else the launch fails naming ``what``) as

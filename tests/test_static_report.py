@@ -2023,37 +2023,49 @@ def test_planes_loop_figures_take_one_round_trip_a_chunk():
 def test_planes_staging_loads_are_as_wide_as_the_launcher_asks():
     """The planes kernel's staging loop compiled for each load width the launcher may pass
     (load_elements 1, 2, 4, 8: elements of at most 16 bytes a load; sm_90): a chunk of 8 elements
-    takes 8 / load_elements global loads of that width on its path, one round trip, and the
-    widest loads of each dtype cost fewer instructions a chunk than an element a load."""
+    takes 8 / load_elements global loads of that width on its path, in one round trip.  At lead
+    1 (3x3 SAME: the 16-byte staging stores start a value before each chunk) one load more, of
+    the value before the chunk (ptxas narrows it to that value), in the same round trip; each
+    chunk stores 16 bytes a store: (8 + lead) / 4 groups rounded up (of 2 values for float64)."""
     if not HAS_TOOLS:
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
     from gradops.bench import static_tiled as st
 
     widths = st.C_WIDTHS
     staging = {}
-    for elements in (1, 2, 4, 8):
-        figures = st.planes_loop_figures("sm_90", 4, 0, elements)
-        for expression, f in figures.items():
-            itemsize = widths[sr.template_args(expression)[0]]
-            assert elements * itemsize <= 16, expression
-            instructions, counts = f["staging"]
-            width = f"LDG.{8 * elements * itemsize}"  # bits a lane
-            assert counts["LDG"] == counts[width] == 8 // elements, (expression, elements, counts)
-            assert f["staging_trips"] == 1, (expression, elements)
-            staging[expression, elements] = instructions
-        assert len(figures) == sum(1 for w in widths.values() if elements * w <= 16) * 4, elements
-    for (expression, elements), instructions in staging.items():
+    for lead in (0, 1):
+        for elements in (1, 2, 4, 8):
+            figures = st.planes_loop_figures("sm_90", 4, 0, elements, lead)
+            for expression, f in figures.items():
+                itemsize = widths[sr.template_args(expression)[0]]
+                assert elements * itemsize <= 16, expression
+                instructions, counts = f["staging"]
+                width = f"LDG.{8 * elements * itemsize}"  # bits a lane
+                assert counts[width] >= 8 // elements and counts["LDG"] == 8 // elements + lead, \
+                    (expression, elements, lead, counts)
+                per = 16 // widths[sr.template_args(expression)[1]]  # accumulators a 16-byte store
+                assert counts["STS"] == counts["STS.128"] == (8 + lead + per - 1) // per, \
+                    (expression, elements, lead, counts)
+                assert f["staging_trips"] == 1, (expression, elements, lead)
+                staging[expression, elements, lead] = instructions
+            assert len(figures) == sum(1 for w in widths.values() if elements * w <= 16) * 4, elements
+    # Instructions a chunk, widest loads against one element a load: no longer always fewer
+    # (float16 3x3 stride 2 at lead 0: 87 against 76), ptxas allocating each copy of the loop
+    # differently at the kernels' register bounds; what the wide loads save is sectors
+    # (test_planes_staging_loads_fill_whole_sectors).  Within a fifth of each other:
+    for (expression, elements, lead), instructions in staging.items():
         if elements == st.planes_widest_load(expression):
-            assert instructions < staging[expression, 1], expression
+            assert instructions <= 1.2 * staging[expression, 1, lead], (expression, lead)
 
 
 def test_planes_element_staging_costs_the_same_at_every_stride():
     """The planes kernel's staging of one element a load (the launcher's width for 7-column maps,
-    MobileNetV2 dw10 NCHW) costs a 3x3 stride-1 instantiation at most 1.15x what it costs the same
-    dtype's 3x3 stride-2 one, a chunk inside a row and a row's last chunk alike (sm_90): the loop is
-    the same code.  At e6d749c ptxas recomputed the staged rows' signed division from the
-    parameters in every iteration of the stride-1 loops only: float16 96 and 89 instructions
-    against 78 and 67 (1.23x, 1.33x)."""
+    MobileNetV2 dw10 NCHW) costs a 3x3 stride-1 instantiation at most 1.2x what it costs the same
+    dtype's 3x3 stride-2 one, a chunk inside a row and a row's last chunk alike (sm_90, lead 1):
+    the loop is the same code.  At e6d749c ptxas recomputed the staged rows' signed division from
+    the parameters in every iteration of the stride-1 loops only: float16 96 and 89 instructions
+    against 78 and 67 (1.23x, 1.33x).  Since the 16-byte staging stores float32 takes 114 against
+    97 (1.18x; at the 40 registers of its 6-CTA bound) and float16 99 against 97."""
     if not HAS_TOOLS:
         pytest.skip("the NVRTC/nvdisasm wheels of the test extra exist for Linux x86_64, Python >= 3.11")
     from gradops.bench import static_tiled as st
@@ -2066,7 +2078,7 @@ def test_planes_element_staging_costs_the_same_at_every_stride():
             continue
         other = figures[expression.replace(f"{kh}, {kw}, {stride}>", f"{kh}, {kw}, 2>")]
         for key, cost in (("staging", lambda v: v[0]), ("staging_edge", lambda v: v)):
-            assert cost(f[key]) <= 1.15 * cost(other[key]), (expression, key, f[key], other[key])
+            assert cost(f[key]) <= 1.2 * cost(other[key]), (expression, key, f[key], other[key])
         checked += 1
     assert checked == 4, figures.keys()  # float16, bfloat16, float32, float64
 

@@ -1273,13 +1273,15 @@ def _with_pipes(device, pipes: dict):
 
 #: Source lines :func:`planes_loop_figures` compiles as constants: the checked sums off (they run
 #: only in a CTA whose filter slices hold an Inf or NaN), the stride-2 sums' column phase
-#: (pad_left % 2), the result stores' columns (``store_cols``) and the staging loads' elements
-#: (``load_elements``: the one staging loop that runs), each uniform over a launch.
+#: (pad_left % 2), the result stores' columns (``store_cols``), the staging loads' elements
+#: (``load_elements``) and the staging stores' lead (``lead``: with load_elements, the one
+#: staging loop that runs), each uniform over a launch.
 PLANES_CHECKED = "const bool checked = __syncthreads_or(nonfinite);"
 PLANES_PHASE = "} else if (pad_left % 2 == 0) {"
 PLANES_STORES = ("store_item_row<T>(dst, acc[0], x, in_cols, store_cols);",
                  "store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);")
 PLANES_LOADS = "    // (load_elements is uniform over the launch: one branch, the staging loop inside each case)"
+PLANES_LEAD = "    const int lead = ((-col_origin) % PER + PER) % PER;"
 #: Result columns per store and column phases the planes figures are compiled for.
 PLANES_STORE_COLS = (8, 4, 2, 1)
 PLANES_PHASES = (0, 1)
@@ -1294,14 +1296,15 @@ def planes_widest_load(expression: str) -> int:
     return 16 // C_WIDTHS[template_args(expression)[0]]
 
 
-def planes_source(store_cols: int, phase: int, load_elements: int = 1) -> str:
+def planes_source(store_cols: int, phase: int, load_elements: int = 1, lead: int = 1) -> str:
     """The input-gradient source with the planes kernel's launch-uniform choices as constants
-    (:data:`PLANES_CHECKED`, :data:`PLANES_PHASE`, :data:`PLANES_STORES`, :data:`PLANES_LOADS`)."""
+    (:data:`PLANES_CHECKED`, :data:`PLANES_PHASE`, :data:`PLANES_STORES`, :data:`PLANES_LOADS`,
+    :data:`PLANES_LEAD`)."""
     from ..backends.cuda import _build
     from .static_report import DEPTHWISE_SOURCE
 
     text = (_build.source_dir() / DEPTHWISE_SOURCE).read_text()
-    for needle in (PLANES_CHECKED, PLANES_PHASE, *PLANES_STORES, PLANES_LOADS):
+    for needle in (PLANES_CHECKED, PLANES_PHASE, *PLANES_STORES, PLANES_LOADS, PLANES_LEAD):
         if text.count(needle) != 1:
             raise ValueError(f"the planes kernel's source no longer holds {needle!r} once")
     text = text.replace(PLANES_CHECKED, "const bool checked = false; (void)__syncthreads_or(nonfinite);")
@@ -1309,11 +1312,12 @@ def planes_source(store_cols: int, phase: int, load_elements: int = 1) -> str:
     for needle in PLANES_STORES:
         text = text.replace(needle, needle.replace("store_cols)", f"{store_cols})"))
     text = text.replace(PLANES_LOADS, f"    load_elements = {int(load_elements)};\n" + PLANES_LOADS)
+    text = text.replace(PLANES_LEAD, f"    const int lead = {int(lead)};")
     return text
 
 
 @functools.lru_cache(maxsize=None)
-def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: int = 1) -> dict:
+def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: int = 1, lead: int = 1) -> dict:
     """Per planes instantiation (name expression) on ``arch``: each loop's steady-state path of
     the kernel compiled from :func:`planes_source` (the cheapest path through one iteration that
     does the loop's work, ``CFG.path_table``), as ``(instructions, counts)`` where the loop's
@@ -1324,9 +1328,11 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
       ``skip``: an item below the image (``y >= in_rows``: no sums, no stores);
     * ``staging``: a chunk of ``kChunk`` elements inside a row (``kChunk / load_elements`` loads,
       those of the dtypes whose loads are that wide; the others have no such path and no
-      figures); ``staging_edge``: a row's last,
-      shorter chunk (its stores predicated); ``staging_skip``: a chunk in a row the band does not
-      stage (no loads); ``staging_trips``: a chunk's dependent load round
+      figures; where ``lead`` > 0, with the load of the ``lead`` values before the chunk that
+      its first 16-byte staging store takes: "Staging stores" in the source);
+      ``staging_edge``: a row's last, shorter chunk (which stores its last group again, with
+      zeros past the row); ``staging_skip``: a chunk in a row the
+      band does not stage (no loads); ``staging_trips``: a chunk's dependent load round
       trips (:func:`._sass.load_round_trips` of the loop without the tensor's last chunk's
       element loop);
     * ``zero``: per 16-byte zero store; ``filter``: per tap (``filter_unroll`` taps an iteration,
@@ -1347,12 +1353,14 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
         return x.base == "STG"
 
     figures = {}
-    source = planes_source(store_cols, phase, load_elements)
+    source = planes_source(store_cols, phase, load_elements, lead)
     for k in _sass.compile_kernels((arch,), [DEPTHWISE_SOURCE], texts={DEPTHWISE_SOURCE: source}, only=names):
         itemsize = C_WIDTHS[template_args(k.expression)[0]]
         if load_elements * itemsize > 16:  # no such load for this dtype: its staging loop is gone
             continue
-        loads_a_chunk = chunk // load_elements
+        per = 16 // C_WIDTHS[template_args(k.expression)[1]]  # accumulators a 16-byte staging store
+        if lead >= per:  # no such lead for this accumulator: its staging loop is gone
+            continue
         cfg = k.cfg
         f: dict = {}
         item = None
@@ -1380,20 +1388,27 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
                     # loads are wider.
                     tail = {id(x) for child in loop.children for x in cfg.loop_instructions(child)}
                     width = load_elements * itemsize  # bytes of a chunk's loads
+                    wide = f"LDG.{8 * width}" if width > itemsize else None
 
-                    def weigh(test, tail=tail, width=width):
+                    def weigh(test, tail=tail):
                         def weight(x):
-                            if id(x) in tail or (_sass.is_global_load(x) and _sass.access_width(x) != width):
-                                return 4 * chunk
-                            return int(test(x))
+                            return 4 * chunk if id(x) in tail else int(test(x))
                         return weight
 
-                    loads = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=chunk)
-                    f["staging"], f["staging_skip"] = loads[loads_a_chunk], loads[0][0]
-                    edge = cfg.path_table(loop, weigh(lambda x: x.base == "STS" and x.predicate not in (None, "PT")),
-                                          kmax=chunk)
-                    f["staging_edge"] = min(n for c, (n, counts) in edge.items() if c > 0 and counts["LDG"])
-                    f["staging_trips"] = _chunk_round_trips(cfg, loop, loads_a_chunk, width)
+                    # A chunk's path: the fewest loads among those that make the chunk's loads
+                    # (the values before it one more: the source loads 16 bytes' worth, which
+                    # ptxas narrows to the lead's; the tensor's last chunk, element by element,
+                    # makes more loads or, at one element a load, as many).
+                    loads = cfg.path_table(loop, weigh(_sass.is_global_load), kmax=2 * chunk)
+                    key = min(c for c, (n, counts) in loads.items()
+                              if 0 < c and (counts[wide] if wide else counts["LDG"]) >= chunk // load_elements)
+                    f["staging"], f["staging_skip"] = loads[key], loads[0][0]
+                    # A short chunk's path: the chunk's loads and one 16-byte store more (its
+                    # last group again), the fewest instructions that take them.
+                    stores = cfg.path_table(loop, weigh(lambda x: x.base == "STS"), kmax=2 * chunk)
+                    f["staging_edge"] = min(n for c, (n, counts) in stores.items()
+                                            if c > f["staging"][1]["STS"] and counts["LDG"])
+                    f["staging_trips"] = _chunk_round_trips(cfg, loop, key, {width, *(itemsize << i for i in range(5))})
                 else:  # the filter loop (unrolled, with a remainder loop): per tap
                     table = cfg.path_table(loop, _sass.is_global_load)
                     per = min(n / c for c, (n, _) in table.items() if c)
@@ -1415,11 +1430,11 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
     return figures
 
 
-def _chunk_round_trips(cfg, loop, chunk: int, width: int, limit: int = 4096) -> int:
+def _chunk_round_trips(cfg, loop, chunk: int, widths, limit: int = 4096) -> int:
     """The fewest dependent load round trips (:func:`._sass.load_round_trips`) of a path through
     one iteration of the planes kernel's staging loop that makes exactly ``chunk`` global loads,
-    each of ``width`` bytes, and no other (a chunk's path; the tensor's last chunk's element
-    loop, a nested loop, and the blocks unrolled from it take other counts or widths)."""
+    each of one of ``widths`` bytes, and no other (a chunk's path; the tensor's last chunk's
+    element loop, a nested loop, and the blocks unrolled from it take other counts or widths)."""
     from ..backends.cuda import _sass
 
     nested = set().union(*(c.blocks for c in loop.children)) if loop.children else set()
@@ -1431,7 +1446,7 @@ def _chunk_round_trips(cfg, loop, chunk: int, width: int, limit: int = 4096) -> 
             seen += 1
             run = [x for n in path for x in cfg.instructions(n)]
             loads = [x for x in run if _sass.is_global_load(x)]
-            if len(loads) == chunk and all(_sass.access_width(x) == width for x in loads):
+            if len(loads) == chunk and all(_sass.access_width(x) in widths for x in loads):
                 trips = _sass.load_round_trips(run)
                 best = trips if best is None else min(best, trips)
         for n in last.succs:
@@ -1542,7 +1557,8 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
         raise ValueError(f"{kernel.expression}: not the planes instantiation of {g}")
     store_cols, phase = dw.planes_store_cols(g), g.pad_left % g.stride_cols
     load_elements = dw.planes_load_elements(g, dtype)
-    f = planes_loop_figures(kernel.arch, store_cols, phase, load_elements)[kernel.expression]
+    lead = dw.planes_staging_lead(g, dtype)
+    f = planes_loop_figures(kernel.arch, store_cols, phase, load_elements, lead)[kernel.expression]
     work = planes_work(g, np.dtype(dtype), f)
     elements = math.prod(g.input_shape)
     per_element = 32 * work["warp_instructions"] / elements

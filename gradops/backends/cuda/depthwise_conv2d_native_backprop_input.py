@@ -826,6 +826,15 @@ def planes_load_elements(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
     return nchw_chunk_bytes(g, dtype, () if out_backprop is None else (out_backprop,)) // np.dtype(dtype).itemsize
 
 
+def planes_staging_lead(g: Conv2DGeometry, dtype) -> int:
+    """The staged column of out_backprop column 0 modulo the accumulators of a 16-byte store
+    (4, or 2 for float64): how many values before a chunk start its first 16-byte staging store
+    (the kernel's ``lead``, computed there from the same geometry; the static model's)."""
+    per = 16 // np.dtype(_accumulator(dtype)).itemsize
+    col_origin = g.pad_left // g.stride_cols - (g.filter_cols - 1) // g.stride_cols
+    return -col_origin % per
+
+
 @functools.lru_cache(maxsize=256)
 def _planes_args(g: Conv2DGeometry, dtype: np.dtype, load_elements: int) -> tuple:
     """The planes kernel's int arguments after its three pointers (see the .cu file)."""
