@@ -97,8 +97,9 @@ METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
 BW=$(python3 -c "import cupy; from gradops.bench.metrics import peaks_for; p = peaks_for(cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()); print(p.bandwidth if p else 4.8e12)" 2>/dev/null || echo 4.8e12)
 stamp "HBM bandwidth for the summaries: $BW bytes/s"
 # The steps below fit what is left of a call of about 540 s after the tests (at most about
-# 340 s): A/B (170 + 70), the full sections (100), then kernel times in the rest: the filter
-# gradient's launcher, then the input gradient's engines.
+# 340 s): A/B (170 + 70), the planes kernel's shared-memory counters (40), the full sections
+# (100), then kernel times in the rest: the filter gradient's launcher, then the input
+# gradient's engines.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
 # kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
@@ -120,6 +121,19 @@ stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth "$BW" >"$W/ncu_ab.md" 2>&1
 python3 benchmarks/ncu_table.py "$W/ncu_ab.csv" "$W/ncu_ab_index.json" --bandwidth "$BW" --summary 2>&1 \
     | tee "$W/ncu_ab_summary.md"
+
+# The planes input-gradient kernel's shared-memory traffic (its measured limiter: L1/TEX at 86%
+# on the H200): instructions, wavefronts and bank conflicts of its loads and stores, forced on
+# the NCHW 3x3/1 m1 layers of 112 / 56 / 28 / 14 columns, float16 and float32, 8 calls.  The H100
+# run of 2026-12-05 (run 2, one image of 32 channels) counted stores at 2.7-5.1 wavefronts per
+# one needed; session 80's 16-byte staging stores aim at 1.6-2 (the execution model's count).
+timeout -s INT -k 10 40 "$NCU" --profile-from-start off --clock-control none --csv \
+    --metrics smsp__sass_inst_executed_op_shared_ld.sum,smsp__sass_inst_executed_op_shared_st.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_st.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,gpu__time_duration.sum \
+    python3 benchmarks/ncu_cases.py '' "$W/planes_shared_index.json" --suites mobilenetv2 \
+    --engines gradops-cuda:planes --ops backprop_input \
+    --labels "dw1 112x112x32 3x3/1 m1 NCHW,dw3 56x56x144 3x3/1 m1 NCHW,dw5 28x28x192 3x3/1 m1 NCHW,dw7 14x14x384 3x3/1 m1 NCHW" \
+    --time-limit 30 >"$W/planes_shared.csv" 2>"$W/planes_shared.err"
+stamp "ncu planes shared memory: $(tail -1 "$W/planes_shared.err")"
 
 # A/B of the fractional pooling gradients: the gather kernels (gradops-cuda:gather: average's
 # staged gather, max's select + gather) against the cells kernels (gradops-cuda:cells; max's
