@@ -2471,6 +2471,24 @@ def test_planes_load_elements():
     assert cuda_launcher.planes_load_elements(g(28, stride=2), half) == 2   # 14
 
 
+def test_planes_staging_lead():
+    """The staged column of out_backprop column 0 modulo a 16-byte store's accumulators (the
+    kernel's ``lead``, which the static model compiles as a constant): 1 for 3x3 SAME at either
+    stride, 2 for 5x5 SAME, 2 and 0 for 3x3 and 5x5 VALID at stride 1, float64's modulo 2, and
+    a left pad wider than the filter reaches (staged column 0 past out_backprop column 0)."""
+    def g(filt, stride, padding="SAME", pads=NO_PADS, cols=16):
+        return geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(1, 8, cols, 4), filt_hw=(filt, filt),
+                                       multiplier=1, strides=(stride, stride), padding=padding, pads=pads,
+                                       data_format="NCHW", dtype=np.float32))
+
+    single, double = np.dtype(np.float32), np.dtype(np.float64)
+    lead = cuda_launcher.planes_staging_lead
+    assert [lead(g(3, 1), single), lead(g(3, 2), single), lead(g(5, 1), single), lead(g(5, 2), single)] == [1, 1, 2, 2]
+    assert [lead(g(3, 1, "VALID"), single), lead(g(5, 1, "VALID"), single)] == [2, 0]
+    assert [lead(g(3, 1), double), lead(g(5, 1), double)] == [1, 0]
+    assert lead(g(5, 1, "EXPLICIT", ((0, 0), (6, 0))), single) == 2  # column origin 6 - 4 = 2 past the stage's first
+
+
 @pytest.mark.parametrize("shift", [0, 1], ids=["aligned", "element-by-element"])
 def test_planes_staging_loads_fill_whole_sectors(monkeypatch, shift):
     """Counted by the execution model per warp-level load (tests/cuda_host_runtime.h,
