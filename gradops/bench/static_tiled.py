@@ -1408,7 +1408,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
                     stores = cfg.path_table(loop, weigh(lambda x: x.base == "STS"), kmax=2 * chunk)
                     f["staging_edge"] = min(n for c, (n, counts) in stores.items()
                                             if c > f["staging"][1]["STS"] and counts["LDG"])
-                    f["staging_trips"] = _chunk_round_trips(cfg, loop, key, {width, *(itemsize << i for i in range(5))})
+                    f["staging_trips"] = _chunk_round_trips(cfg, loop, key)
                 else:  # the filter loop (unrolled, with a remainder loop): per tap
                     table = cfg.path_table(loop, _sass.is_global_load)
                     per = min(n / c for c, (n, _) in table.items() if c)
@@ -1430,11 +1430,12 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
     return figures
 
 
-def _chunk_round_trips(cfg, loop, chunk: int, widths, limit: int = 4096) -> int:
+def _chunk_round_trips(cfg, loop, chunk: int, limit: int = 4096) -> int:
     """The fewest dependent load round trips (:func:`._sass.load_round_trips`) of a path through
-    one iteration of the planes kernel's staging loop that makes exactly ``chunk`` global loads,
-    each of one of ``widths`` bytes, and no other (a chunk's path; the tensor's last chunk's
-    element loop, a nested loop, and the blocks unrolled from it take other counts or widths)."""
+    one iteration of the planes kernel's staging loop that makes exactly ``chunk`` global loads
+    (a chunk's path, its loads and the lead's; the tensor's last chunk's element loads, unrolled,
+    take more, or at one element a load as many, and the fewer round trips of the two count;
+    nested loops are left out)."""
     from ..backends.cuda import _sass
 
     nested = set().union(*(c.blocks for c in loop.children)) if loop.children else set()
@@ -1446,7 +1447,7 @@ def _chunk_round_trips(cfg, loop, chunk: int, widths, limit: int = 4096) -> int:
             seen += 1
             run = [x for n in path for x in cfg.instructions(n)]
             loads = [x for x in run if _sass.is_global_load(x)]
-            if len(loads) == chunk and all(_sass.access_width(x) in widths for x in loads):
+            if len(loads) == chunk:
                 trips = _sass.load_round_trips(run)
                 best = trips if best is None else min(best, trips)
         for n in last.succs:

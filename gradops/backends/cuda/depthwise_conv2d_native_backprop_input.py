@@ -489,6 +489,12 @@ def nchw_chunk_bytes(g: Conv2DGeometry, dtype, arrays=()) -> int:
     return itemsize
 
 
+def staged_col_origin(g: Conv2DGeometry) -> int:
+    """The out_backprop column of staged column 0 in the NCHW staging of the tiled and planes
+    kernels (their ``o_col0`` of the first tile, ``col_origin``): pad_left / stride_cols - HALO."""
+    return g.pad_left // g.stride_cols - (g.filter_cols - 1) // g.stride_cols
+
+
 def nchw_staging_run(g: Conv2DGeometry, chunk_elements: int) -> int:
     """NCHW staging (``stage_planes``): columns per shared-memory store, RUN = min(chunk_elements,
     4) where every tile's first staged out_backprop column, ``o_col0 = pad_left / stride_cols +
@@ -497,8 +503,7 @@ def nchw_staging_run(g: Conv2DGeometry, chunk_elements: int) -> int:
     SAME padding gives o_col0 = -1 (mod 4) at 3x3 and -2 at 5x5: element stores but for runs of
     2 (chunks of 2 elements) at 5x5."""
     run = min(chunk_elements, 4)
-    first = g.pad_left // g.stride_cols - (g.filter_cols - 1) // g.stride_cols
-    return run if run > 1 and first % run == 0 else 1
+    return run if run > 1 and staged_col_origin(g) % run == 0 else 1
 
 
 def nchw_store_cols(g: Conv2DGeometry) -> int:
@@ -830,9 +835,7 @@ def planes_staging_lead(g: Conv2DGeometry, dtype) -> int:
     """The staged column of out_backprop column 0 modulo the accumulators of a 16-byte store
     (4, or 2 for float64): how many values before a chunk start its first 16-byte staging store
     (the kernel's ``lead``, computed there from the same geometry; the static model's)."""
-    per = 16 // np.dtype(_accumulator(dtype)).itemsize
-    col_origin = g.pad_left // g.stride_cols - (g.filter_cols - 1) // g.stride_cols
-    return -col_origin % per
+    return -staged_col_origin(g) % (16 // np.dtype(_accumulator(dtype)).itemsize)
 
 
 @functools.lru_cache(maxsize=256)
