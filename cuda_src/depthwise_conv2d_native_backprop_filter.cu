@@ -8,7 +8,8 @@
 // Two launches, no floating-point atomics, so every bit of the result is reproducible: partial
 // sums of fixed slices of the output positions, then their fixed-order sum.  Where the launcher
 // cuts the work into one slice, the first kernel writes the result itself (store_sum) and the
-// second does not run.
+// second does not run; where it cuts it into a few (the specialised kernels; see "One launch for
+// a few slices"), the first kernel's last CTA or warp of each channel adds them itself.
 // * ..._tiled (NHWC 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the tiled
 //   kernel" below): the partial sums of a slice of output tiles x 32 (float) or 16 (double)
 //   channels per CTA, the input tile staged in shared memory, the sums in registers; its ASYNC
@@ -37,13 +38,13 @@
 namespace gradops {
 
 // Writes one sum of the first kernels at ``index`` ([slice][tap][k]): into ``partial`` for the
-// _reduce kernel, or, where the launch has a single slice (``result`` not null; slice 0's
-// layout is the filter gradient's, [tap][k]), into the filter gradient itself, rounded as the
-// _reduce kernel rounds one slice's sum (0 + sum, then from_acc: the same bits, -0.0 included).
+// reduction, or, where the launch has a single slice (``partial`` null; slice 0's layout is the
+// filter gradient's, [tap][k]), into the filter gradient ``result`` itself, rounded as the
+// reduction rounds one slice's sum (0 + sum, then from_acc: the same bits, -0.0 included).
 // Uniform per launch, after the sums: one branch, off every hot loop.
 template <typename T, typename Acc, typename I>
 __device__ __forceinline__ void store_sum(Acc* __restrict__ partial, T* __restrict__ result, I index, Acc sum) {
-    int to_result = result != nullptr;
+    int to_result = partial == nullptr;
 #ifdef __CUDA_ARCH__
     // The test made opaque at each store, so that the compiler branches here rather than keeping
     // a copy of the enclosing loops per branch (unswitched, the per-element kernel doubled its
@@ -55,6 +56,80 @@ __device__ __forceinline__ void store_sum(Acc* __restrict__ partial, T* __restri
         result[index] = from_acc<T, Acc>(Acc(0) + sum);
     } else {
         partial[index] = sum;
+    }
+}
+
+// ==================================================================== one launch for a few slices
+//
+// Where a launch of a specialised kernel has at most kReduceBatch slices, the launcher passes a
+// zeroed array ``tickets`` (one counter per channel block, or per channel for the kernels whose
+// warps take one channel each) and the filter gradient ``result`` beside ``partial``.  Each CTA
+// (warp) stores its partial sums, then takes a ticket of its channel block; the one that takes
+// the last adds the block's partial sums over the slices, in slice order from 0, as the _reduce
+// kernel's single group does (slices <= kReduceBatch: groups = 1), so the result has the same
+// bits and the second launch (about 3.5 us a call on the H100 of 2026-12-05, a fixed cost that
+// was 15-25% of the 14 x 14 and 7 x 7 layers' kernel time) is saved.  Which CTA is last varies
+// from run to run; the order of the sum does not.  The last one sets the counter back to 0, so
+// that the next launch on the stream (which starts after this one ends) finds it zeroed: the
+// launcher keeps one array per device and stream.
+// Memory order (the PTX memory model's fence-atomic pattern): a CTA's stores, a barrier, then
+// thread 0's fence (release, cumulative over what the barrier ordered before it) and atomic; the
+// last CTA's thread 0 fences again after its atomic (acquire) before a barrier and the loads.
+// The loads go to L2 (ld.global.cg): the partial sums were written by other SMs in this launch.
+
+// Slices a thread's batch of loads covers, here and in the _reduce kernel.
+inline constexpr int kReduceBatch = 16;  // loads a thread has in flight at once (REDUCE_LOADS)
+
+// Takes the ticket ``*ticket`` of a launch whose ``count`` CTAs (``CTA``) or warps share it, after
+// every thread of the CTA (every lane of the warp) has stored its partial sums, and where this
+// one took the last: filter_grad[e] = 0 + partial[e] + partial[elements + e] + ... over
+// ``slices`` (<= kReduceBatch) slices, for e = tap * out_depth + k of taps x [k0, k0 + width),
+// k < out_depth, thread ``thread`` of ``threads`` taking every threads-th of them.  Every
+// thread (lane) must call it.  Out of line: inlined, it moved the kernels' register allocation
+// (on sm_90 the planes kernel's float 3x3 and 5x5 at stride 1 spilled 8 bytes at their bounds
+// of 80 and 128 registers, and the asynchronous tiled kernels lost a CTA an SM); called, it
+// leaves nearly every kernel's registers as they were, for a call at the end of a launch.
+template <bool CTA, typename T, typename Acc>
+__device__ GRADOPS_NOINLINE void add_few_slices(const Acc* partial, T* filter_grad, unsigned* ticket, unsigned count,
+                                                int elements, int slices, int taps, int out_depth, int k0, int width,
+                                                int thread, int threads) {
+    int last = 0;
+    if constexpr (CTA) {
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            last = atomicAdd(ticket, 1u) == count - 1u;
+            if (last) {
+                *ticket = 0u;
+                __threadfence();
+            }
+        }
+        if (!__syncthreads_or(last)) return;
+    } else {
+        __syncwarp();
+        if (threadIdx.x % 32 == 0) {
+            __threadfence();
+            last = atomicAdd(ticket, 1u) == count - 1u;
+            if (last) {
+                *ticket = 0u;
+                __threadfence();
+            }
+        }
+        if (!__any_sync(0xffffffffu, last)) return;
+    }
+    for (int i = thread; i < taps * width; i += threads) {
+        const int k = k0 + i % width;
+        if (k >= out_depth) continue;
+        const int e = i / width * out_depth + k;
+        Acc batch[kReduceBatch];
+#pragma unroll
+        for (int z = 0; z < kReduceBatch; ++z) batch[z] = z < slices ? __ldcg(partial + z * elements + e) : Acc(0);
+        __threadfence_block();  // the batch's loads ahead of its adds: one round trip (see _reduce)
+        Acc sum = Acc(0);
+#pragma unroll
+        for (int z = 0; z < kReduceBatch; ++z)
+            if (z < slices) sum += batch[z];  // added only where loaded, as the _reduce kernel does
+        filter_grad[e] = from_acc<T, Acc>(sum);
     }
 }
 
@@ -179,12 +254,16 @@ static_assert(Block<double>::LANES == Block<float>::LANES, "one thread count for
 // 454 -> 492 on a unit's path; sm_80's unit path 448 -> 433).  Spilled at 128:
 // the same on sm_50 - sm_70 (16-20 B, NVRTC 12.9), float 3x3 at stride 2 on sm_75 and sm_80
 // (56-88 B, NVRTC 13) and half 5x5 at stride 1 (40 B); half 3x3 takes 119-128 under 3 already.
+// Asynchronous 3x3 at stride 1 of the half types and double: 4 and 3, the CTAs an SM they had
+// unbounded until the one-launch reduction's call (sm_90: 126-128 and 168 registers, then
+// 130-134 and 174), which the bounds keep without a spill (123-126 and 162-166).
 template <typename T, int K, int S, bool ASYNC = false> struct MinBlocks {
     static constexpr bool SPILLS_AT_168 = sizeof(T) == 8 || (K == 5 && S == 2 && sizeof(T) == 4) ||
                                           (K == 5 && S == 1 && sizeof(T) == 4 && GRADOPS_ARCH < 750) ||
                                           (ASYNC && S == 2 && (K == 5 || sizeof(T) == 4));
     static constexpr bool FITS_128 = sizeof(T) == 4 && K == 3 && S == 1 && !ASYNC && GRADOPS_ARCH >= 750;
-    static constexpr int value = SPILLS_AT_168 ? 2 : FITS_128 ? 4 : 3;
+    static constexpr bool ASYNC_3X3_1 = ASYNC && K == 3 && S == 1 && sizeof(T) != 4;
+    static constexpr int value = ASYNC_3X3_1 ? (sizeof(T) == 2 ? 4 : 3) : SPILLS_AT_168 ? 2 : FITS_128 ? 4 : 3;
 };
 // Staging loads a thread issues before it widens and stores any of them.
 inline constexpr int kStageBatch = 8;
@@ -498,13 +577,13 @@ __device__ __forceinline__ void stage_elements(const T* __restrict__ input, Acc*
 // of 16 / sizeof(T) and an aligned input for 1 and 2).  lane_loads: out_backprop read V
 // channels per load (out_depth a multiple of V, aligned).  columns_per_warp: how a warp's two
 // work items sit in the tile (see below).  partial: [slices][K * K][out_depth] (result:
-// store_sum).
+// store_sum; tickets: one launch for a few slices, a counter per channel block).
 template <typename T, typename Acc, int K, int S, int C, bool ASYNC = false>
 __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K, S, ASYNC>::value)) depthwise_conv2d_native_backprop_filter_tiled(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial,
-        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int multiplier, int out_rows, int out_cols,
-        int pad_top, int pad_left, int tiles_down, int tiles_across, int units, int units_per_slice, int staging,
-        int lane_loads, int columns_per_warp) {
+        T* __restrict__ result, unsigned* __restrict__ tickets, int in_rows, int in_cols, int in_depth,
+        int multiplier, int out_rows, int out_cols, int pad_top, int pad_left, int tiles_down, int tiles_across,
+        int units, int units_per_slice, int staging, int lane_loads, int columns_per_warp) {
     using namespace dwfilter;
     using Sh = Shape<K, S, C>;
     using Async = AsyncStaging<T, Acc, K, S, C>;
@@ -721,6 +800,9 @@ __global__ void __launch_bounds__(dwfilter::kThreads, (dwfilter::MinBlocks<T, K,
         for (int w = 1; w < kItems; ++w) sum += sums[(w * K * K + t) * CHANNELS + channel];
         store_sum(partial, result, (slice * K * K + t) * out_depth + k0 + channel, sum);
     }
+    if (tickets != nullptr)
+        add_few_slices<true, T, Acc>(partial, result, tickets + blockIdx.x, gridDim.y, K * K * out_depth,
+                                     static_cast<int>(gridDim.y), K * K, out_depth, k0, CHANNELS, tid, kThreads);
 }
 
 // ==================================================================== the planes kernel
@@ -1057,14 +1139,15 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
 // [z * border_per_slice, ...) (every slice a share of both, so that no warp runs only border
 // items); lane_loads: out_backprop rows read 4 values per load (out_cols a multiple of 4, an
 // aligned tensor); WINDOW_FORM: a dwplanes::WindowForm (pairs need in_cols even and the input
-// aligned to a pair).  partial: [slices][K * K][out_depth] (result: store_sum).
+// aligned to a pair).  partial: [slices][K * K][out_depth] (result: store_sum; tickets: one
+// launch for a few slices, a counter per out_backprop channel, taken by its warps).
 template <typename T, typename Acc, int K, int S, int WINDOW_FORM>
 __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<T, Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial,
-        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int multiplier, int out_rows, int out_cols,
-        int pad_top, int pad_left, int item_rows, int item_cols, int box_row0, int box_row1, int box_col0,
-        int box_col1, int interior_items, int border_items, int interior_per_slice, int border_per_slice,
-        int lane_loads) {
+        T* __restrict__ result, unsigned* __restrict__ tickets, int in_rows, int in_cols, int in_depth,
+        int multiplier, int out_rows, int out_cols, int pad_top, int pad_left, int item_rows, int item_cols,
+        int box_row0, int box_row1, int box_col0, int box_col1, int interior_items, int border_items,
+        int interior_per_slice, int border_per_slice, int lane_loads) {
     using namespace dwplanes;
     // A warp's lanes' sums, [tap][lane]; 33 words a tap, so that the lanes adding one tap each
     // read 32 banks.
@@ -1107,6 +1190,9 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<T, Ac
         for (int l = 1; l < kWarpSize; ++l) sum += sums[warp][lane][l];
         store_sum(partial, result, (slice * K * K + lane) * out_depth + k, sum);
     }
+    if (tickets != nullptr)
+        add_few_slices<false, T, Acc>(partial, result, tickets + k, gridDim.y, K * K * out_depth,
+                                      static_cast<int>(gridDim.y), K * K, out_depth, k, 1, lane, kWarpSize);
 }
 
 // ==================================================================== the tensor-core kernel
@@ -1353,12 +1439,13 @@ template <int M, int K> __device__ __forceinline__ bool warp_sums_finite(const f
 
 // VEC: elements per staging chunk (4, 2 or 1; see dwfmma::stage_image; a template parameter:
 // three run-time variants in one kernel held about 40 more registers).  partial: [slices][K *
-// K][out_depth] floats (result: store_sum).
+// K][out_depth] floats (result: store_sum; tickets: one launch for a few slices, a counter per
+// input channel, taken by its warps).
 template <typename T, int K, int M, int VEC>
 __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::value) depthwise_conv2d_native_backprop_filter_mma(
         const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial,
-        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int out_rows, int out_cols, int pad_top,
-        int pad_left, int batch, int images_per_slice) {
+        T* __restrict__ result, unsigned* __restrict__ tickets, int in_rows, int in_cols, int in_depth, int out_rows,
+        int out_cols, int pad_top, int pad_left, int batch, int images_per_slice) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwfmma;
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
@@ -1481,6 +1568,15 @@ __global__ void __launch_bounds__(dwfmma::kThreads, dwfmma::MinBlocks<K, M>::val
             }
             store_sum(partial, result, (slice * K * K + tap) * out_depth + c * M + q, sum);
         }
+    }
+    // Not on sm_80 - sm_89 at 3x3, multiplier 1, 2-element chunks: the call cost that
+    // instantiation a 4-byte spill at its 80 registers there (NVRTC 13.5 and 12.9), with the
+    // helper inlined 8 bytes; the launcher runs the _reduce kernel for it (mma_adds_few_slices).
+    constexpr bool FEW_SLICES = !(GRADOPS_ARCH >= 800 && GRADOPS_ARCH < 900 && K == 3 && M == 1 && VEC == 2);
+    if (FEW_SLICES && tickets != nullptr) {
+        const int slices = (batch + images_per_slice - 1) / images_per_slice;  // warps of channel c
+        add_few_slices<false, T, float>(partial, result, tickets + c, static_cast<unsigned>(slices),
+                                        K * K * out_depth, slices, K * K, out_depth, c * M, M, lane, 32);
     }
 #endif  // GRADOPS_HAS_MMA_SM80
 }
@@ -1674,17 +1770,19 @@ __device__ __forceinline__ void store_unit(unsigned* stage, int tid, const uint4
 }
 }  // namespace dwfnhwc
 
-// partial: [slices][K * K][out_depth] floats (result: store_sum).  Grid (in_depth /
-// Stage::CHANNELS, slices); units (image, tile row, tile column), column fastest; slice z takes
-// units [z units_per_slice, + units_per_slice).  PACKED (maps of at most 8 x 8; tiles_down =
+// partial: [slices][K * K][out_depth] floats (result: store_sum; tickets: one launch for a few
+// slices, a counter per channel block).  Grid (in_depth / Stage::CHANNELS, slices); units
+// (image, tile row, tile column), column fastest; slice z takes units [z units_per_slice, +
+// units_per_slice).  PACKED (maps of at most 8 x 8; tiles_down =
 // tiles_across = 1): unit n holds images 4 n .. 4 n + 3, 2 x 2 at pack_stride rows and columns
 // (the launcher's mma_nhwc_pack_stride: no image's taps reach another's values), its taps on the
 // same diagonals.
 template <typename T, int K, int M, bool PACKED>
 __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, PACKED>::value)) depthwise_conv2d_native_backprop_filter_mma_nhwc(
         const T* __restrict__ input, const T* __restrict__ out_backprop, float* __restrict__ partial,
-        T* __restrict__ result, int in_rows, int in_cols, int in_depth, int out_rows, int out_cols, int pad_top,
-        int pad_left, int tiles_down, int tiles_across, int units, int units_per_slice, int batch, int pack_stride) {
+        T* __restrict__ result, unsigned* __restrict__ tickets, int in_rows, int in_cols, int in_depth, int out_rows,
+        int out_cols, int pad_top, int pad_left, int tiles_down, int tiles_across, int units, int units_per_slice,
+        int batch, int pack_stride) {
 #if GRADOPS_HAS_MMA_SM80
     using namespace dwfnhwc;
     using St = Stage<K, M>;
@@ -1805,6 +1903,10 @@ __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, P
             store_sum(partial, result, (slice * K * K + tap) * out_depth + c * M + q, sum);
         }
     }
+    if (tickets != nullptr)
+        add_few_slices<true, T, float>(partial, result, tickets + blockIdx.x, gridDim.y, K * K * out_depth,
+                                       static_cast<int>(gridDim.y), K * K, out_depth, c0 * M, St::CHANNELS * M, tid,
+                                       kThreads);
 #endif  // GRADOPS_HAS_MMA_SM80
 }
 
@@ -1825,7 +1927,6 @@ __global__ void __launch_bounds__(dwfnhwc::kThreads, (dwfnhwc::MinBlocks<K, M, P
 // (predicated) loads, then adds them in slice order: the same sum, one round trip a batch.
 inline constexpr int kReduceElements = 32;
 inline constexpr int kReduceMaxGroups = 32;
-inline constexpr int kReduceBatch = 16;  // loads a thread has in flight at once (REDUCE_LOADS)
 inline constexpr int kReduceGroupBatch = 8;  // groups' sums group 0 reads from shared memory at once
 
 template <typename T, typename Acc>

@@ -536,6 +536,16 @@ inline void __syncwarp(unsigned = 0xffffffffu) {
 // threads.  A thread here runs until it waits at a barrier, its accesses in program order, so
 // there is nothing to order.
 inline void __threadfence_block() {}
+inline void __threadfence() {}
+// Blocks run one after another here, each to its end or its next barrier, so an atomic is a
+// plain read-modify-write; which block takes a ticket last follows the launch's block order.
+inline unsigned atomicAdd(unsigned* address, unsigned value) {
+    const unsigned old = *address;
+    *address = old + value;
+    return old;
+}
+// A load through L2 (ld.global.cg): the same value here, with no cache to bypass.
+template <typename T> inline T __ldcg(const T* address) { return *address; }
 // A block barrier that also ORs a predicate over the block's threads.  Here three barriers
 // (contribute, read, reset before anyone can contribute to the next call), one on the GPU: the
 // extra two only order the threads more than the hardware would.

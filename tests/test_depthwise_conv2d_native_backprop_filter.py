@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import time
 
 import ml_dtypes
@@ -1356,6 +1357,217 @@ def test_cuda_one_slice_needs_no_reduction(cuda_device, monkeypatch, path, dtype
         kernels = [launch[0] for launch in cuda_device.launches[before:]]
         assert len(kernels) == 2 and first in kernels[0] and "_reduce<" in kernels[1], kernels
     np.testing.assert_array_equal(one.view(np.uint8), two.view(np.uint8))
+
+
+FEW_SLICES_PATHS = {  # path -> (layout, filter, the kernel forced, the override of its units per slice)
+    "tiled": ("NHWC", (3, 3), dict(tiled=True), "units_per_slice"),
+    "tiled-5x5": ("NHWC", (5, 5), dict(tiled=True), "units_per_slice"),
+    "planes": ("NCHW", (3, 3), dict(planes=True), "items_per_slice"),
+    "mma": ("NCHW", (3, 3), dict(mma=True), "images_per_slice"),
+    "mma-nhwc": ("NHWC", (5, 5), dict(mma=True), "images_per_slice"),
+}
+FEW_SLICES_ORDERS = ("forward", "reverse", "shuffled")
+
+
+def few_slices_units(path, g) -> int:
+    """The units ``path``'s kernel cuts into slices (tiles, work items, images)."""
+    if path.startswith("tiled"):
+        return g.batch * math.prod(cuda_launcher.tile_counts(g, cuda_launcher.pick_items_across(g)))
+    if path == "planes":
+        return g.batch * math.prod(cuda_launcher.planes_item_counts(g))
+    return g.batch if path == "mma" else cuda_launcher.mma_nhwc_units(g)
+
+
+def few_slices_call(path, dtype, slices, fused):
+    """The launcher's result (on the host) for a 16-image case cut into ``slices`` slices by
+    ``path``'s kernel, in one launch or two (``fused``)."""
+    data_format, filt, forced, override = FEW_SLICES_PATHS[path]
+    rng = np.random.default_rng(83)
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(16, 7, 9, 16), filt_hw=filt, multiplier=1, padding="SAME",
+                                    data_format=data_format, dtype=dtype)
+    units = few_slices_units(path, geometry_of(kwargs))
+    per_slice = -(-units // slices)
+    assert -(-units // per_slice) == slices
+    return check_cuda(kwargs, x, dy, case, **forced, **{override: per_slice}, fused=fused)
+
+
+@pytest.mark.parametrize("order", FEW_SLICES_ORDERS)
+@pytest.mark.parametrize("slices", [2, 16])
+@pytest.mark.parametrize("path,dtype", [(p, d) for p in FEW_SLICES_PATHS for d in ONE_SLICE_DTYPES
+                                        if not p.startswith("mma") or d in ("float16", "bfloat16")])
+def test_cuda_few_slices_in_one_launch(monkeypatch, path, dtype, slices, order):
+    """With 2 to REDUCE_LOADS slices a specialised kernel's last CTA (warp) of each channel block
+    adds the slices itself: one launch, the same bits as the two launches, whichever block
+    finishes last (the host runs them forward, in reverse and shuffled), its ticket counters
+    left zeroed for the next launch, whose result is the same again."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    device = cuda_host.HostDevice(order=order, seed=slices).install(monkeypatch)
+    from gradops.backends.cuda import _runtime
+
+    dtype = ONE_SLICE_DTYPES[dtype]
+    first = {"tiled": "_tiled<", "tiled-5x5": "_tiled<", "planes": "_planes<", "mma": "_mma<",
+             "mma-nhwc": "_mma_nhwc<"}[path]
+    results = []
+    for fused in (True, False, True):
+        before = len(device.launches)
+        got = few_slices_call(path, dtype, slices, fused)
+        kernels = [launch[0] for launch in device.launches[before:]]
+        assert first in kernels[0] and len(kernels) == (1 if fused else 2), kernels
+        if not fused:
+            assert "_reduce<" in kernels[1]
+            grid = device.launches[before][1]
+            assert grid[1] == (-(-slices // 4) if path == "mma" else slices)  # the slices asked for
+        results.append(got.view(np.uint8))
+        counters = to_host(_runtime.ticket_counters(1))
+        assert counters.dtype == np.uint32 and not counters.any()  # left zeroed
+    np.testing.assert_array_equal(results[0], results[1])
+    np.testing.assert_array_equal(results[2], results[1])
+
+
+def test_fused_reduce_choice():
+    """One launch where the slices are 2 to REDUCE_LOADS (one batch, summed in the second kernel's
+    single group order) and each thread of a ticket's owner sums at most FUSED_MAX_ELEMENTS
+    filter elements; the tiled kernel's 3x3 channel block (288 elements, 128 threads) qualifies,
+    its 5x5 one (800) does not."""
+    fused = cuda_launcher.fused_reduce
+    loads = cuda_launcher.REDUCE_LOADS
+    assert cuda_launcher.reduce_groups(loads) == 1 and cuda_launcher.reduce_groups(loads + 1) == 2
+    assert [fused(s, 288, 128) for s in (1, 2, loads, loads + 1)] == [False, True, True, False]
+    assert fused(2, 9, 32) and fused(2, 25 * 2, 32) and fused(2, 25 * 16, 256)
+    assert not fused(2, 25 * 32, 128)
+    assert fused(2, 4 * 128, 128) and not fused(2, 4 * 128 + 1, 128)
+
+
+def few_slices_problem(path, dtype, slices=16):
+    """(the second of two one-launch calls, the two-launch result) of ``path``'s kernel on the
+    few-slices case: the planted bugs below live in the one-launch code only."""
+    few_slices_call(path, dtype, slices, True)
+    second = few_slices_call(path, dtype, slices, True)
+    return second, few_slices_call(path, dtype, slices, False)
+
+
+def assert_same_bits(got, want):
+    np.testing.assert_array_equal(got.view(np.uint8), want.view(np.uint8))
+
+
+_CTA_TICKET = """        __syncthreads();
+        if (threadIdx.x == 0) {
+            __threadfence();
+            last = atomicAdd(ticket, 1u) == count - 1u;
+            if (last) {
+                *ticket = 0u;"""
+_WARP_TICKET = """        __syncwarp();
+        if (threadIdx.x % 32 == 0) {
+            __threadfence();
+            last = atomicAdd(ticket, 1u) == count - 1u;
+            if (last) {
+                *ticket = 0u;"""
+PLANTED_FUSED = {  # bugs in one launch for a few slices: (edit, path, dtype of few_slices_problem)
+    "cta-ticket-one-early": ((_CTA_TICKET, _CTA_TICKET.replace("count - 1u", "count - 2u")), "tiled", np.float32),
+    "cta-counter-not-reset": ((_CTA_TICKET, _CTA_TICKET.replace("*ticket = 0u;", "")), "mma-nhwc", np.float16),
+    "warp-ticket-one-early": ((_WARP_TICKET, _WARP_TICKET.replace("count - 1u", "count - 2u")), "planes",
+                              np.float64),
+    "warp-counter-not-reset": ((_WARP_TICKET, _WARP_TICKET.replace("*ticket = 0u;", "")), "mma", np.float16),
+    "warp-ticket-of-the-channel-pair": (("add_few_slices<false, T, Acc>(partial, result, tickets + k, gridDim.y",
+                                         "add_few_slices<false, T, Acc>(partial, result, tickets + k / 2, gridDim.y"),
+                                        "planes", np.float32),
+    "sum-from-the-last-slice": (("if (z < slices) sum += batch[z];",
+                                 "if (kReduceBatch - 1 - z < slices) sum += batch[kReduceBatch - 1 - z];"),
+                                "tiled", np.float64),
+    "sum-drops-the-last-slice": (("batch[z] = z < slices ?", "batch[z] = z + 1 < slices ?"), "mma", np.float16),
+    "tiled-block-a-quarter-of-its-channels": (
+        ("out_depth, k0, CHANNELS, tid, kThreads);", "out_depth, k0, CHANNELS / 4, tid, kThreads);"), "tiled",
+        np.float32),
+    "mma-nhwc-block-of-the-wrong-channels": (("out_depth, c0 * M, St::CHANNELS * M, tid,",
+                                              "out_depth, (c0 + 1) * M, St::CHANNELS * M, tid,"), "mma-nhwc",
+                                             np.float16),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_FUSED))
+def test_planted_few_slices_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    """Each planted bug of the one-launch reduction changes the result's bits (or its values
+    beyond the tolerance, or a launch is refused).  Not plantable here: a missing barrier or
+    fence before the ticket, which the host model (blocks run one after another) cannot show;
+    compute-sanitizer's racecheck covers only shared memory, so that order rests on review."""
+    edit, path, dtype = PLANTED_FUSED[bug]
+    assert_planted_bug_caught(edit, lambda: few_slices_problem(path, dtype), assert_same_bits, 13, tmp_path,
+                              monkeypatch)
+
+
+@pytest.mark.gpu
+def test_gpu_few_slices_on_streams_at_once():
+    """One launch for a few slices on two non-blocking streams, queued without waiting: each
+    stream's launches take their own ticket counters (one array per stream), so every call's
+    bits equal the two-launch result's, and each array is left zeroed."""
+    import cupy
+
+    from gradops.backends.cuda import _runtime
+
+    rng = np.random.default_rng(29)
+    kwargs, _, _, _ = cuda_case(rng, x_shape=(16, 28, 28, 96), filt_hw=(3, 3), multiplier=1, padding="SAME",
+                                dtype=np.float32)
+    g = geometry_of(kwargs)
+    x, dy = cupy.asarray(kwargs["input"]), cupy.asarray(kwargs["out_backprop"])
+    units = few_slices_units("tiled", g)
+    per_slice = -(-units // 8)
+    want = to_host(cuda_launcher.depthwise_conv2d_native_backprop_filter(g, x, dy, tiled=True,
+                                                                        units_per_slice=per_slice, fused=False))
+    streams = [cupy.cuda.Stream(non_blocking=True) for _ in range(2)]
+    results, counters = [], []
+    for i in range(8):
+        with streams[i % 2]:
+            results.append(cuda_launcher.depthwise_conv2d_native_backprop_filter(
+                g, x, dy, tiled=True, units_per_slice=per_slice, fused=True))
+            counters.append(_runtime.ticket_counters(1))
+    for stream in streams:
+        stream.synchronize()
+    assert counters[0].data.ptr != counters[1].data.ptr  # one array per stream
+    for got in results:
+        assert_same_bits(to_host(got), want)
+    for c in counters[:2]:
+        assert not to_host(c).any()
+
+
+@pytest.mark.parametrize("arch,cols,one_launch", [(80, 14, False), (80, 16, True), (86, 14, False), (90, 14, True)])
+def test_cuda_mma_few_slices_where_its_build_has_them(monkeypatch, arch, cols, one_launch):
+    """The NCHW tensor-core kernel's 3x3 multiplier-1 build for 2-element chunks (14 columns) on
+    sm_80 - sm_89 has no one-launch reduction (its call spilled there): the launcher runs the
+    second kernel for it, refuses to force one launch, and takes one launch for 4-element chunks
+    (16 columns) and on sm_90 (host builds as each architecture)."""
+    import cuda_host
+
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    device = cuda_host.HostDevice(compute_capability=arch, build_as_arch=True).install(monkeypatch)
+    rng = np.random.default_rng(41)
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(8, 14, cols, 8), filt_hw=(3, 3), multiplier=1, padding="SAME",
+                                    data_format="NCHW", dtype=np.float16)
+    g = geometry_of(kwargs)
+    chunk = 2 if cols == 14 else 4
+    assert cuda_launcher.mma_chunk(g, np.float16) == chunk
+    assert cuda_launcher.mma_adds_few_slices(g, chunk, arch) == one_launch
+    before = len(device.launches)
+    check_cuda(kwargs, x, dy, case, mma=True, images_per_slice=2)  # 4 slices
+    kernels = [launch[0] for launch in device.launches[before:]]
+    assert "_mma<" in kernels[0] and len(kernels) == (1 if one_launch else 2), kernels
+    if not one_launch:
+        with pytest.raises(ValueError, match="no one-launch reduction"):
+            check_cuda(kwargs, x, dy, case, mma=True, images_per_slice=2, fused=True)
+
+
+def test_cuda_few_slices_forced_past_one_batch(cuda_device):
+    """Forcing one launch for more slices than one batch of loads holds is refused."""
+    rng = np.random.default_rng(3)
+    kwargs, x, dy, case = cuda_case(rng, x_shape=(20, 7, 9, 16), filt_hw=(3, 3), multiplier=1, padding="SAME",
+                                    data_format="NCHW", dtype=np.float32)
+    with pytest.raises(ValueError, match="one launch sums at most 16 slices, not 20"):
+        check_cuda(kwargs, x, dy, case, planes=True, items_per_slice=6, fused=True)
 
 
 def test_cuda_planes_one_load_a_row_or_four(cuda_device):

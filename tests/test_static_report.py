@@ -358,6 +358,26 @@ def test_one_slice_filter_gradient_has_no_reduce_stage(width):
     assert first["pct_hbm"] == pytest.approx(100.0)
 
 
+@pytest.mark.parametrize("width", [4, 2], ids=["float32", "float16"])
+def test_few_slices_filter_gradient_has_no_reduce_stage(width):
+    """Where a specialised kernel adds a few slices itself (``fused_reduce`` of its ticket
+    owners), the model has no reduce stage: the first kernel's DRAM bytes gain the filter
+    gradient, its L2 bytes the partial sums' second read, and its latency chain the last CTA's
+    tail: the ticket's round trip and one batch of loads per filter element a thread sums."""
+    device = sr.DEVICES[0]
+    first = {"stage": "tiled", "bytes": 3.35e6, "l2_bytes": 1e6,
+             "limits_ms": {"DRAM": 1e-3, "L2": 5e-4, "issue": 1.0005e-3, "occupancy": 2e-4},
+             "limiter": "issue", "predicted_ms": 1.0005e-3, "pct_hbm": 99.95}
+    owners = (10, 288, 128)  # the tiled kernel's 3x3 channel block: 3 elements a thread
+    assert sr.reduce_stages(device, None, 8, 9 * 1000, width, 4, first, owners) == []
+    assert first["bytes"] == 3.35e6 + width * 9000
+    assert first["l2_bytes"] == 1e6 + 4 * 8 * 9000
+    assert first["one_launch_tail_round_trips"] == 1 + 3
+    assert first["limits_ms"]["occupancy"] == pytest.approx(2e-4 + 4 * device.dram_latency_s * 1e3)
+    assert first["limits_ms"]["L2"] == pytest.approx(first["l2_bytes"] / device.l2_bandwidth * 1e3)
+    assert first["predicted_ms"] == max(first["limits_ms"].values())
+
+
 # --------------------------------------------------------------------------- end to end (compiles)
 
 def _module_exists(name: str) -> bool:
@@ -603,7 +623,8 @@ def test_new_kernels_have_per_element_figures(new_kernels):
 
 def test_filter_mma_prediction(new_kernels):
     """The NCHW half-type layers on planes of 14 x 14 and 28 x 28 take the tensor-core kernel
-    (7 x 7 the planes kernel, in one slice: no reduction): per image the HMMAs of its k-steps x
+    (7 x 7 the planes kernel, in one slice: no reduction; the others in 11 and 16 slices, which
+    the kernel adds itself: no reduction either): per image the HMMAs of its k-steps x
     column blocks x K x M and at least the busiest lane's staging loads, per warp the fixed
     path; the limits add up."""
     import importlib
@@ -616,9 +637,10 @@ def test_filter_mma_prediction(new_kernels):
         case = by_label[label]
         p = sr.predict(case, "float16", device, new_kernels)
         assert "not_modelled" not in p, p
-        assert [st["stage"] for st in p["stages"]] == [stage] + (["reduce"] if stage == "mma" else []), label
+        assert [st["stage"] for st in p["stages"]] == [stage], label
         if stage != "mma":
             continue
+        assert p["stages"][0]["one_launch_tail_round_trips"] == 2  # the ticket, one batch a lane
         g = case.geometry()
         mma = p["stages"][0]["tiled"]
         assert mma["hmma_per_image"] == g.filter_rows * g.depth_multiplier * -(-g.out_rows // 16) * -(-g.out_cols // 8)
@@ -641,7 +663,8 @@ def test_filter_mma_prediction(new_kernels):
 
 def test_filter_mma_nhwc_prediction(new_kernels):
     """The NHWC half-type layers at stride 1 take the NHWC tensor-core kernel (7 x 7 packed,
-    stride 2 the tiled kernel): per unit and thread the HMMAs of
+    stride 2 the tiled kernel), each in 2 to 16 slices that the first kernel adds itself (no
+    reduce stage): per unit and thread the HMMAs of
     two column blocks x K x a warp's two planes and at least the busiest thread's staging loads
     and stores, per CTA the fixed path; the limits add up."""
     import importlib
@@ -654,10 +677,11 @@ def test_filter_mma_nhwc_prediction(new_kernels):
         case = by_label[label]
         p = sr.predict(case, "float16", device, new_kernels)
         assert "not_modelled" not in p, p
-        assert [st["stage"] for st in p["stages"]] == [stage, "reduce"], label
+        assert [st["stage"] for st in p["stages"]] == [stage], label
         assert p["predicted_ms"] == pytest.approx(sum(st["predicted_ms"] for st in p["stages"]))
         if stage != "mma_nhwc":
             continue
+        assert p["stages"][0]["one_launch_tail_round_trips"] == 1 + -(-g_elements(case) // 256)
         g = case.geometry()
         first = p["stages"][0]
         mma = first["tiled"]
@@ -683,6 +707,12 @@ def test_filter_mma_nhwc_prediction(new_kernels):
             assert x_positions == g.batch * g.in_rows * g.in_cols
         else:
             assert g.batch * g.in_rows * g.in_cols <= x_positions <= g.batch * math.prod(dwf.mma_nhwc_tiles(g)) * side ** 2
+
+
+def g_elements(case) -> int:
+    """Filter elements of one NHWC tensor-core CTA: K x K taps x 16 out_backprop channels."""
+    g = case.geometry()
+    return g.filter_rows * g.filter_cols * 16
 
 
 def test_filter_partial_cost_is_the_exact_path_for_several_rows(new_kernels):

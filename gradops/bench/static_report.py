@@ -1570,17 +1570,29 @@ def filter_reduce_cost(kernel, loads: int) -> tuple[int, Counter]:
 
 
 def reduce_stages(device: Device, kernel, slices: int, filter_elements: int, width: int, acc: int,
-                  first: dict) -> list[dict]:
+                  first: dict, owners: tuple[int, int, int] | None = None) -> list[dict]:
     """The filter gradient's stages after ``first``: the reduction, or none where the launcher
-    runs none (one slice: ``reduce_needed``); then ``first`` writes the filter gradient, whose
-    bytes its DRAM limit gains (they were the reduction's)."""
+    runs none (one slice: ``reduce_needed``; or a few, which the first kernel adds itself:
+    ``fused_reduce`` of a specialised kernel's ``owners``, its ``ticket_owners``); then
+    ``first`` writes the filter gradient, whose bytes its DRAM limit gains (they were the
+    reduction's).  With a few slices the last CTA (warp) of each owner also reads the partial
+    sums (L2) after the rest: its chain (the occupancy limit) gains the ticket's round trip and
+    one per filter element a thread sums (a batch of loads each)."""
     import importlib
 
     dwf = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter")
-    if dwf.reduce_needed(slices):
+    fused = owners is not None and dwf.reduce_needed(slices) and dwf.fused_reduce(slices, owners[1], owners[2])
+    if dwf.reduce_needed(slices) and not fused:
         return [filter_reduce_stage(device, kernel, slices, filter_elements, width, acc)]
     first["bytes"] += width * filter_elements
     with_limit(first, device, first["bytes"], "DRAM", first["bytes"] / device.bandwidth)
+    if fused:
+        tail = 1 + -(-owners[1] // owners[2])
+        first["l2_bytes"] += acc * slices * filter_elements
+        first["one_launch_tail_round_trips"] = tail
+        with_limit(first, device, first["bytes"], "L2", first["l2_bytes"] / device.l2_bandwidth)
+        with_latency_limit(first, device, first["bytes"],
+                           first["limits_ms"]["occupancy"] / 1e3 + tail * device.dram_latency_s)
     return []
 
 
@@ -1670,7 +1682,8 @@ def _predict_depthwise_filter_tiled(case: Case, dtype_name: str, device: Device,
                        "idle_thread_instructions_per_unit": idle_unit,
                        "tile": [tile_rows, tile_cols], "tile_fill": g.out_rows * g.out_cols /
                        (down * across * tile_rows * tile_cols)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first,
+                           dwf.ticket_owners("tiled", g, dtype))
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -1812,7 +1825,8 @@ def _predict_depthwise_filter_planes(case: Case, dtype_name: str, device: Device
                        "out_backprop_row_loads": "one" if four else "per value",
                        "window_loads": {dwf.PLANES_SINGLES: "per value", dwf.PLANES_PAIRS: "pairs",
                                         dwf.PLANES_PAIRS_FROM_COLUMN_BEFORE: "pairs from the column before"}[form]}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first,
+                           dwf.ticket_owners("planes", g, dtype))
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -1996,7 +2010,9 @@ def _predict_depthwise_filter_mma(case: Case, dtype_name: str, device: Device, k
                        "hmma_per_image": costs["hmma"], "staging_loads_per_image": costs["loads"],
                        "staging_slots": list(costs["slots"]),
                        "plane_fill": dwf.mma_fill(g)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first,
+                           dwf.ticket_owners("mma", g, dtype) if dwf.mma_adds_few_slices(g, vec, device.arch)
+                           else None)
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 
@@ -2169,7 +2185,8 @@ def _predict_depthwise_filter_mma_nhwc(case: Case, dtype_name: str, device: Devi
                        "staging_loads_per_unit": costs["loads"], "staging_slots": list(costs["slots"]),
                        "packed": packed, "pack_stride": dwf.mma_nhwc_pack_stride(g) if packed else None,
                        "tile_fill": g.batch * g.out_rows * g.out_cols / (units * tile * tile)}}
-    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first)
+    second = reduce_stages(device, reduce, slices, taps * g.out_depth, width, acc, first,
+                           dwf.ticket_owners("mma_nhwc", g, dtype))
     return _two_stage(case, dtype_name, device, g, elements, [first, *second])
 
 

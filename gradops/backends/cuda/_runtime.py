@@ -528,11 +528,45 @@ def cached_tables(key: tuple, build):
     return packed, offsets
 
 
+#: Ticket counter arrays kept (one per CuPy module, device and stream): :func:`ticket_counters`.
+TICKET_CACHE_SIZE = 16
+_ticket_cache: OrderedDict = OrderedDict()
+
+
+def ticket_counters(count: int):
+    """A zeroed uint32 device array of at least ``count`` counters on the current device, for the
+    launches on the current stream of kernels that find the last of their CTAs by an integer
+    ticket (the depthwise filter gradient's one launch for a few slices): each such launch takes
+    ``count`` counters from 0 and its last CTAs set them back to 0 before it ends, so the next
+    launch on the stream (which starts after it) finds them zeroed.  Per stream, because two
+    launches on different streams may run at once; the entry keeps the stream and the module
+    alive, as :func:`cached_tables`' do.  A larger request replaces the array (zeroed on the
+    current stream; the old one's memory returns to the pool of that stream, after the launches
+    queued there).  Not for launches that could overlap on one stream: a CUDA graph replayed on
+    two streams at once would share its counters."""
+    import cupy
+
+    stream = _current_stream(cupy)
+    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr))
+    with _table_lock:
+        entry = _ticket_cache.get(key)
+        if entry is not None and entry[0].size >= count:
+            _ticket_cache.move_to_end(key)
+            return entry[0]
+        counters = cupy.zeros(max(256, 1 << (int(count) - 1).bit_length()), np.uint32)
+        _ticket_cache[key] = (counters, stream, cupy)
+        _ticket_cache.move_to_end(key)
+        while len(_ticket_cache) > TICKET_CACHE_SIZE:
+            _ticket_cache.popitem(last=False)
+        return counters
+
+
 def _cached_table_bytes() -> int:
     return sum(entry[0].nbytes for entry in _table_cache.values())
 
 
 def clear_table_cache() -> None:
-    """Drop every cached device copy of the launch tables."""
+    """Drop every cached device copy of the launch tables, and the ticket counters."""
     with _table_lock:
         _table_cache.clear()
+        _ticket_cache.clear()

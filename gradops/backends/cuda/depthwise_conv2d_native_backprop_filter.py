@@ -5,7 +5,10 @@ Two launches (see the .cu file): partial sums of fixed slices of the output posi
 order sum of the slices, rounded once to the element type.  No atomics: the slicing depends
 on the geometry only, never on the GPU, so results are bitwise reproducible everywhere.  One
 launch where the geometry gives one slice (:func:`reduce_needed`): the first kernel writes the
-result, rounded as the fixed-order sum of one slice would round it (the same bits).
+result, rounded as the fixed-order sum of one slice would round it (the same bits).  One launch
+also where a specialised kernel has a few slices (:func:`fused_reduce`): the last CTA or warp of
+each channel block to finish, found by an integer ticket (:func:`_runtime.ticket_counters`),
+adds the block's slices in the order the second kernel would (the same bits again).
 
 The partial sums come from the tiled kernel (a CTA per channel block and slice of tiles, the
 sums in registers) where it runs (:func:`tiled_eligible`: NHWC, 3x3 or 5x5 at stride 1 or 2,
@@ -58,6 +61,14 @@ GROUP = 32
 REDUCE_ELEMENTS = 32
 REDUCE_MAX_GROUPS = 32
 REDUCE_LOADS = 16
+#: One launch for a few slices (the .cu file's section of that name): the specialised kernels'
+#: last CTA (warp) of a channel block adds the block's slices itself where there are at most
+#: REDUCE_LOADS of them (one batch of loads, summed in the second kernel's order: it has one
+#: group then) and each of its threads has at most FUSED_MAX_ELEMENTS filter elements to sum
+#: (a round trip each, on the launch's critical path; a 3x3 filter's 288 of a 128-thread tiled
+#: CTA are 3).  What it saves is the second launch, a fixed 3.4-4.2 us a call on the H100
+#: (2026-12-05, benchmarks/results/gpu_h100_2026-12-05/ncu_filter.md).
+FUSED_MAX_ELEMENTS = 4
 
 #: The tiled kernel's specialisations: square filters and equal strides (``dwfilter::Shape``).
 TILED_FILTERS = (3, 5)
@@ -744,6 +755,41 @@ def reduce_needed(slices: int) -> bool:
     return slices > 1
 
 
+def fused_reduce(slices: int, block_elements: int, block_threads: int) -> bool:
+    """Whether a specialised kernel's launch of ``slices`` slices adds them itself (one launch
+    for a few slices): more than one slice and at most :data:`REDUCE_LOADS`, and at most
+    :data:`FUSED_MAX_ELEMENTS` of the ``block_elements`` filter elements a ticket owner (a CTA's
+    channel block, or a warp's channel) sums for each of its ``block_threads`` threads.  From the
+    geometry alone, and the sum's order is the second kernel's: the same bits either way."""
+    return 1 < slices <= REDUCE_LOADS and -(-block_elements // block_threads) <= FUSED_MAX_ELEMENTS
+
+
+def ticket_owners(kernel: str, g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
+    """(ticket counters, filter elements of each, threads that sum them) of a specialised
+    kernel's launch (``kernel``: "tiled", "planes", "mma" or "mma_nhwc"): a counter per channel
+    block of a CTA (tiled, mma_nhwc: 32 (16 double) or 16 out_backprop channels, the CTA's
+    threads) or per channel of a warp (planes: out_backprop channels; mma: input channels, each
+    with its multiplier's), its K x K taps each."""
+    taps = g.filter_rows * g.filter_cols
+    if kernel == "tiled":
+        return -(-g.out_depth // tiled_channels(dtype)), taps * tiled_channels(dtype), TILED_THREADS
+    if kernel == "planes":
+        return g.out_depth, taps, 32
+    if kernel == "mma":
+        return g.in_depth, taps * g.depth_multiplier, 32
+    if kernel == "mma_nhwc":
+        channels = mma_nhwc_channels(g)
+        return g.in_depth // channels, taps * channels * g.depth_multiplier, MMA_NHWC_THREADS
+    raise ValueError(f"no ticket owners for {kernel!r}")
+
+
+def mma_adds_few_slices(g: Conv2DGeometry, chunk: int, arch: int) -> bool:
+    """Whether the NCHW tensor-core kernel built for compute capability ``arch`` has the one-launch
+    reduction: all but the 3x3 multiplier-1 instantiation of 2-element chunks on 8.0 - 8.9
+    (``FEW_SLICES`` in the kernel: the call spilled there)."""
+    return not (80 <= arch < 90 and g.filter_rows == 3 and g.depth_multiplier == 1 and chunk == 2)
+
+
 def reduce_groups(slices: int) -> int:
     """Groups of slices per reduction CTA (threads: REDUCE_ELEMENTS x this): enough that a group
     sums at most REDUCE_LOADS slices, at most REDUCE_MAX_GROUPS.  From the slice count alone,
@@ -793,7 +839,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                             units_per_slice: int | None = None, planes: bool | None = None,
                                             items_per_slice: int | None = None, pairs: bool | None = None,
                                             columns_per_warp: bool | None = None, mma: bool | None = None,
-                                            images_per_slice: int | None = None, async_copies: bool | None = None):
+                                            images_per_slice: int | None = None, async_copies: bool | None = None,
+                                            fused: bool | None = None):
     """Filter gradient [filter_rows, filter_cols, in_depth, depth_multiplier] in the input's dtype.
 
     input: [N, in_rows, in_cols, in_depth], out_backprop: [N, out_rows, out_cols, in_depth *
@@ -807,6 +854,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time);
     ``mma`` (the tensor-core kernel of the layout or not) and its ``images_per_slice`` (NHWC:
     units per slice).  Any override of another kernel leaves the tensor-core kernels out.
+    ``fused``: whether a specialised kernel with 2 to :data:`REDUCE_LOADS` slices adds them itself
+    (:func:`fused_reduce`); the per-element kernel never does.
     """
     import cupy
 
@@ -820,14 +869,29 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     elements = g.filter_rows * g.filter_cols * g.out_depth
     grad = cupy.empty(g.filter_shape, dtype)
 
-    def outputs(slices: int) -> tuple:
-        """(partial-sum buffer or None, the first kernel's ``partial`` and ``result`` pointers,
-        ``store_sum``): float32 (float64 for float64) partial sums for the reduction, or, with
-        one slice, the result itself and no buffer (the other pointer null)."""
+    def outputs(slices: int, kernel: str | None = None, possible: bool = True) -> tuple:
+        """(partial-sum buffer or None, whether the first kernel adds the slices itself, its
+        pointers ``partial``, ``result`` and, for the specialised ``kernel``s
+        (:func:`ticket_owners`), ``tickets``): float32 (float64 for float64) partial sums for
+        the reduction, or, with one slice, the result itself and no buffer (``partial`` null;
+        see ``store_sum``); ``result`` and ``tickets`` not null where the launch has a few slices
+        (:func:`fused_reduce`, or ``fused``) and the kernel's build adds them (``possible``)."""
         if not reduce_needed(slices):
-            return None, (np.uint64(0), _runtime.pointer(grad))
+            pointers = (np.uint64(0), _runtime.pointer(grad))
+            return None, False, pointers + ((np.uint64(0),) if kernel else ())
         partial = cupy.empty((slices * elements,), accumulator_dtype(dtype))
-        return partial, (_runtime.pointer(partial), np.uint64(0))
+        if kernel is None:
+            return partial, False, (_runtime.pointer(partial), np.uint64(0))
+        owners, block_elements, block_threads = ticket_owners(kernel, g, dtype)
+        one_launch = possible and fused_reduce(slices, block_elements, block_threads) if fused is None else fused
+        if one_launch and slices > REDUCE_LOADS:
+            raise ValueError(f"one launch sums at most {REDUCE_LOADS} slices, not {slices}")
+        if one_launch and not possible:
+            raise ValueError("this build of the kernel has no one-launch reduction (mma_adds_few_slices)")
+        if not one_launch:
+            return partial, False, (_runtime.pointer(partial), np.uint64(0), np.uint64(0))
+        tickets = _runtime.ticket_counters(owners)
+        return partial, True, (_runtime.pointer(partial), _runtime.pointer(grad), _runtime.pointer(tickets))
     if tiled is None and (slices is not None or index_bits is not None):
         tiled = False  # the per-element kernel's overrides
     if planes is None and tiled is not None:
@@ -843,10 +907,11 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             per_slice = images_per_slice
             slices = -(-units // per_slice)
         packed = mma_nhwc_packed(g)
-        partial, sums = outputs(slices)
+        channels = mma_nhwc_channels(g)  # input channels of a CTA
+        partial, one_launch, sums = outputs(slices, "mma_nhwc")
         fn = _runtime.kernel(SOURCE, _mma_nhwc_expression(dtype, g.filter_rows, g.depth_multiplier, packed))
         i32 = _runtime.i32
-        fn((g.in_depth // mma_nhwc_channels(g), slices), (MMA_NHWC_THREADS,),
+        fn((g.in_depth // channels, slices), (MMA_NHWC_THREADS,),
            (_runtime.pointer(x), _runtime.pointer(dy), *sums,
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
                                down, across, units, per_slice, g.batch,
@@ -856,9 +921,9 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         if images_per_slice is not None:
             per_slice = images_per_slice
             slices = -(-g.batch // per_slice)
-        partial, sums = outputs(slices)
-        fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier,
-                                                     mma_chunk(g, dtype, (x, dy))))
+        chunk = mma_chunk(g, dtype, (x, dy))
+        partial, one_launch, sums = outputs(slices, "mma", mma_adds_few_slices(g, chunk, _runtime.compute_capability()))
+        fn = _runtime.kernel(SOURCE, _mma_expression(dtype, g.filter_rows, g.depth_multiplier, chunk))
         i32 = _runtime.i32
         fn((g.in_depth, -(-slices // MMA_WARPS)), (MMA_THREADS,),
            (_runtime.pointer(x), _runtime.pointer(dy), *sums,
@@ -869,7 +934,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         slices = planes_slicing(g)[0] if items_per_slice is None else -(-g.batch * down * across // items_per_slice)
         row0, row1, col0, col1 = planes_interior_box(g)
         interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
-        partial, sums = outputs(slices)
+        partial, one_launch, sums = outputs(slices, "planes")
         form = planes_window_form(g, dtype, x, pairs)
         fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows, form))
         i32 = _runtime.i32
@@ -896,10 +961,11 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             raise ValueError("asynchronous staging needs 16-byte staging, out_depth a multiple of 16 / itemsize, a "
                              "16-byte aligned out_backprop, a filter size and stride whose buffers fit in static "
                              "shared memory and compute capability 8.0+")
-        partial, sums = outputs(slices)
+        blocks = -(-g.out_depth // tiled_channels(dtype))
+        partial, one_launch, sums = outputs(slices, "tiled")
         fn = _runtime.kernel(SOURCE, _tiled_expression(dtype, g.filter_rows, g.stride_rows, c, bool(copies)))
         i32 = _runtime.i32
-        fn((-(-g.out_depth // tiled_channels(dtype)), slices), (TILED_THREADS,),
+        fn((blocks, slices), (TILED_THREADS,),
            (_runtime.pointer(x), _runtime.pointer(dy), *sums,
             *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.depth_multiplier, g.out_rows, g.out_cols,
                                g.pad_top, g.pad_left, down, across, g.batch * down * across, per_slice, mode,
@@ -916,11 +982,11 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
             index_bits = 32 if narrow else 64
         elif index_bits == 32 and not narrow:
             raise ValueError("32-bit indices cannot address this geometry")
-        partial, sums = outputs(slices)
+        partial, one_launch, sums = outputs(slices)
         fn = _runtime.kernel(SOURCE, _partial_expression(dtype, g.data_format, index_bits))
         _runtime.launch_1d(fn, work, (_runtime.pointer(x), _runtime.pointer(dy), *sums,
                                        *kernel_scalars(g, slices, rows_per_slice)))
-    if not reduce_needed(slices):
+    if not reduce_needed(slices) or one_launch:
         return grad
     reduce = _runtime.kernel(SOURCE, _reduce_expression(dtype))
     reduce((-(-elements // REDUCE_ELEMENTS),), (REDUCE_ELEMENTS * reduce_groups(slices),),
