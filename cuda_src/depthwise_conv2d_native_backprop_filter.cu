@@ -119,17 +119,18 @@ __device__ GRADOPS_NOINLINE void add_few_slices(const Acc* partial, T* filter_gr
     }
     for (int i = thread; i < taps * width; i += threads) {
         const int k = k0 + i % width;
-        if (k >= out_depth) continue;
-        const int e = i / width * out_depth + k;
-        Acc batch[kReduceBatch];
+        if (k < out_depth) {  // the last block's channels past out_depth: none
+            const int e = i / width * out_depth + k;
+            Acc batch[kReduceBatch];
 #pragma unroll
-        for (int z = 0; z < kReduceBatch; ++z) batch[z] = z < slices ? __ldcg(partial + z * elements + e) : Acc(0);
-        __threadfence_block();  // the batch's loads ahead of its adds: one round trip (see _reduce)
-        Acc sum = Acc(0);
+            for (int z = 0; z < kReduceBatch; ++z) batch[z] = z < slices ? __ldcg(partial + z * elements + e) : Acc(0);
+            __threadfence_block();  // the batch's loads ahead of its adds: one round trip (see _reduce)
+            Acc sum = Acc(0);
 #pragma unroll
-        for (int z = 0; z < kReduceBatch; ++z)
-            if (z < slices) sum += batch[z];  // added only where loaded, as the _reduce kernel does
-        filter_grad[e] = from_acc<T, Acc>(sum);
+            for (int z = 0; z < kReduceBatch; ++z)
+                if (z < slices) sum += batch[z];  // added only where loaded, as the _reduce kernel does
+            filter_grad[e] = from_acc<T, Acc>(sum);
+        }
     }
 }
 
