@@ -80,6 +80,18 @@ __device__ __forceinline__ void store_sum(Acc* __restrict__ partial, T* __restri
 // Slices a thread's batch of loads covers, here and in the _reduce kernel.
 inline constexpr int kReduceBatch = 16;  // loads a thread has in flight at once (REDUCE_LOADS)
 
+// One thread's ticket of add_few_slices (below): after a fence (release), the ticket; where it
+// is the last, the counter back to 0 and a fence (acquire).  True where it was the last.
+__device__ __forceinline__ bool took_last_ticket(unsigned* ticket, unsigned count) {
+    __threadfence();
+    const bool last = atomicAdd(ticket, 1u) == count - 1u;
+    if (last) {
+        *ticket = 0u;
+        __threadfence();
+    }
+    return last;
+}
+
 // Takes the ticket ``*ticket`` of a launch whose ``count`` CTAs (``CTA``) or warps share it, after
 // every thread of the CTA (every lane of the warp) has stored its partial sums, and where this
 // one took the last: filter_grad[e] = 0 + partial[e] + partial[elements + e] + ... over
@@ -93,29 +105,12 @@ template <bool CTA, typename T, typename Acc>
 __device__ GRADOPS_NOINLINE void add_few_slices(const Acc* partial, T* filter_grad, unsigned* ticket, unsigned count,
                                                 int elements, int slices, int taps, int out_depth, int k0, int width,
                                                 int thread, int threads) {
-    int last = 0;
     if constexpr (CTA) {
         __syncthreads();
-        if (threadIdx.x == 0) {
-            __threadfence();
-            last = atomicAdd(ticket, 1u) == count - 1u;
-            if (last) {
-                *ticket = 0u;
-                __threadfence();
-            }
-        }
-        if (!__syncthreads_or(last)) return;
+        if (!__syncthreads_or(threadIdx.x == 0 && took_last_ticket(ticket, count))) return;
     } else {
         __syncwarp();
-        if (threadIdx.x % 32 == 0) {
-            __threadfence();
-            last = atomicAdd(ticket, 1u) == count - 1u;
-            if (last) {
-                *ticket = 0u;
-                __threadfence();
-            }
-        }
-        if (!__any_sync(0xffffffffu, last)) return;
+        if (!__any_sync(0xffffffffu, threadIdx.x % 32 == 0 && took_last_ticket(ticket, count))) return;
     }
     for (int i = thread; i < taps * width; i += threads) {
         const int k = k0 + i % width;

@@ -490,6 +490,11 @@ def _current_stream(cupy):
     return get() if get is not None else None
 
 
+def _stream_key(cupy, stream) -> tuple:
+    """What a per-stream device cache is keyed by: the CuPy module, the current device, the stream."""
+    return id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr)
+
+
 def cached_tables(key: tuple, build):
     """(device array, element offset of each table in it) of the host tables ``build()``
     returns, packed into one upload on the current device and stream, cached under ``key``
@@ -508,7 +513,7 @@ def cached_tables(key: tuple, build):
     import cupy
 
     stream = _current_stream(cupy)
-    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr), *key)
+    key = (*_stream_key(cupy, stream), *key)
     with _table_lock:
         entry = _table_cache.get(key)
         if entry is not None:
@@ -547,7 +552,7 @@ def ticket_counters(count: int):
     import cupy
 
     stream = _current_stream(cupy)
-    key = (id(cupy), cupy.cuda.Device().id, None if stream is None else int(stream.ptr))
+    key = _stream_key(cupy, stream)
     with _table_lock:
         entry = _ticket_cache.get(key)
         if entry is not None and entry[0].size >= count:
