@@ -845,10 +845,15 @@ inline constexpr int kThreads = kWarps * kWarpSize;
 // But float 3x3 at stride 1 on sm_90 takes 6 (80 registers, no spill in any window form,
 // NVRTC 13 and 12.9), where 5 let ptxas take 88-90: 24 resident warps where 20.  On sm_75,
 // sm_80, sm_100 and sm_120 the singles and pairs-from-the-column-before forms spilled 4-12 B
-// at 6; half types take 71-80 at 5 already.
-template <typename T, typename Acc, int K, int S> struct MinBlocks {
+// at 6; half types take 71-80 at 5 already.  Their 3x3 pair forms (FORM != kSingles) on
+// sm_75 to sm_89 take 7 (72 registers, 28 resident warps where the SM holds 7 CTAs): all but
+// one already took 71-72 at 5, and bfloat16 at stride 1 from the column before took 80 (24
+// warps) once the one-launch epilogue (add_few_slices) was in; at 7 it takes 72, no spill
+// (NVRTC 13.5 and 12.9).
+template <typename T, typename Acc, int K, int S, int FORM> struct MinBlocks {
     static constexpr bool FLOAT_SM90 = sizeof(T) == 4 && K == 3 && S == 1 && GRADOPS_ARCH == 900;
-    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (FLOAT_SM90 ? 6 : 5) : (S == 1 ? 4 : 3);
+    static constexpr bool HALF_PAIRS = sizeof(T) == 2 && K == 3 && FORM != 0 && GRADOPS_ARCH >= 750 && GRADOPS_ARCH < 900;
+    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (FLOAT_SM90 ? 6 : HALF_PAIRS ? 7 : 5) : (S == 1 ? 4 : 3);
 };
 // Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
 inline constexpr int kItemCols = 4;
@@ -1138,7 +1143,7 @@ __device__ __forceinline__ void sum_border(const T* __restrict__ input, const T*
 // aligned to a pair).  partial: [slices][K * K][out_depth] (result: store_sum; tickets: one
 // launch for a few slices, a counter per out_backprop channel, taken by its warps).
 template <typename T, typename Acc, int K, int S, int WINDOW_FORM>
-__global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<T, Acc, K, S>::value)) depthwise_conv2d_native_backprop_filter_planes(
+__global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<T, Acc, K, S, WINDOW_FORM>::value)) depthwise_conv2d_native_backprop_filter_planes(
         const T* __restrict__ input, const T* __restrict__ out_backprop, Acc* __restrict__ partial,
         T* __restrict__ result, unsigned* __restrict__ tickets, int in_rows, int in_cols, int in_depth,
         int multiplier, int out_rows, int out_cols, int pad_top, int pad_left, int item_rows, int item_cols,

@@ -1023,6 +1023,35 @@ def test_filter_planes_float_3x3_stride_1_fits_six_ctas_on_sm90():
 
 
 @needs_tools
+def test_filter_planes_half_3x3_pair_forms_fit_seven_ctas_before_sm90():
+    """The depthwise filter gradient's planes kernel (NCHW), half types 3x3 in the pair window
+    forms, asks ptxas for 7 CTAs an SM on sm_75 to sm_89 (dwplanes::MinBlocks, HALF_PAIRS): at
+    most 72 registers, no spill, 28 warps an SM on sm_80; bfloat16 at stride 1 with pairs from
+    the column before took 80 registers without it (24 warps; a copy with HALF_PAIRS false).
+    sm_90 compiles as without it."""
+    exprs = [f"gradops::depthwise_conv2d_native_backprop_filter_planes<{t}, float, 3, {s}, {form}>"
+             for t in ("__half", "__nv_bfloat16") for s in (1, 2) for form in (1, 2)]
+    condition = "static constexpr bool HALF_PAIRS = "
+    for arch in ("sm_80", "sm_90"):
+        kernels, templates = ptxas_with_and_without(arch, sr.DEPTHWISE_FILTER_SOURCE, condition,
+                                                    condition + "false && ", exprs)
+        for expression in exprs:
+            bounded, template = kernels[expression], templates[expression]
+            assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
+            if arch == "sm_90":
+                assert bounded["registers"] == template["registers"], (expression, bounded, template)
+                continue
+            assert bounded["registers"] <= 72, (expression, bounded)
+            block = sr.block_size(expression)
+            assert _sass.occupancy(80, bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 28
+        regressed = "gradops::depthwise_conv2d_native_backprop_filter_planes<__nv_bfloat16, float, 3, 1, 2>"
+        if arch == "sm_80":
+            assert templates[regressed]["registers"] > 72, templates[regressed]
+            assert _sass.occupancy(80, templates[regressed]["registers"], templates[regressed]["shared_bytes"],
+                                   sr.block_size(regressed))["warps_per_sm"] == 24
+
+
+@needs_tools
 def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
     """The fractional average pooling gradient's disjoint cells kernel for float16, bfloat16 and
     float32 (vectors and single channels, 32- and 64-bit indices) holds no FP64 instruction and
