@@ -162,11 +162,15 @@ python3 benchmarks/ncu_table.py "$W/ncu_ab_fractional.csv" "$W/ncu_ab_fractional
 # to its own channel plane; these sections show whether sectors, not bytes, set its time.
 # The per-reason stall metrics too (the details page lists only the reasons ncu's CPIStall rule
 # flags; benchmarks/ncu_full_summary.py reads these where present), and the summary itself.
+# Session 82: dw9 14x14x576 3x3/2 m1 NCHW in place of dw8 (sectioned on the H200 and the H100
+# already): the planes kernel's stride-2 small maps are the furthest from the latency-aware
+# estimate (H100 2026-12-05, measured_vs_predicted.md: dw9 float16 19.1 us, 2.7x; dw5x5-5
+# float32 35.4 us, 3.3x), and no run has their stall reasons.
 timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --csv --page details --set full \
     --metrics 'regex:^smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio$' \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_full_index.json" --suites mobilenetv2,fractional,efficientnet \
     --engines gradops-cuda --paths tiled,cells --dtypes float16 \
-    --labels "dw1 112x112x32 3x3/1 m1,dw8 14x14x576 3x3/1 m1,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
+    --labels "dw1 112x112x32 3x3/1 m1,dw9 14x14x576 3x3/2 m1 NCHW,ratio 1.44 overlapping,dw5x5-1 56x56x144 5x5/2 m1 NCHW" \
     --time-limit 80 >"$W/ncu_full.csv" 2>"$W/ncu_full.err"
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 python3 benchmarks/ncu_full_summary.py "$W/ncu_full.csv" "$W/ncu_full_index.json" >"$W/ncu_full.md" 2>&1
