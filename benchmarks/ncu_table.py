@@ -51,10 +51,31 @@ def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
             current = int(re.findall(r"\d+", k["grid"])[0])
             continue
         if current is not None:
-            cases[current].append({"name": k["name"], "ns": k.get("gpu__time_duration.sum", 0.0),
-                                   "read": k.get("dram__bytes_read.sum", 0.0),
-                                   "write": k.get("dram__bytes_write.sum", 0.0)})
+            kernel = {"name": k["name"], "ns": k.get("gpu__time_duration.sum", 0.0),
+                      "read": k.get("dram__bytes_read.sum", 0.0), "write": k.get("dram__bytes_write.sum", 0.0)}
+            if STORE_SECTORS in k:  # runs since session 82 (scripts/device-session.sh's METRICS)
+                kernel["store_sectors"] = k[STORE_SECTORS]
+            cases[current].append(kernel)
     return cases
+
+
+#: Global store sectors (32 bytes) the kernel's stores touched, as L1/TEX counted them.
+STORE_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"
+
+
+def result_bytes(case, geometry, itemsize: int) -> int:
+    """Bytes of the op's result tensor (the input gradient, the filter gradient, the forward
+    pooling's output), which its stores write once at best."""
+    g = geometry
+    if case.op in suites.FRACTIONAL_FORWARD_OPS:
+        shape = g.output_shape
+    elif case.op in (suites.FRACTIONAL, suites.FRACTIONAL_MAX):
+        shape = g.input_shape
+    elif case.op in (suites.CONV_FILTER, suites.DEPTHWISE_FILTER):
+        shape = g.filter_shape
+    else:
+        shape = g.input_shape
+    return itemsize * int(np.prod(shape))
 
 
 def _load(csv_path: str, index_path: str):
@@ -68,7 +89,8 @@ def _load(csv_path: str, index_path: str):
 def table(csv_path: str, index_path: str, bandwidth: float) -> str:
     index, cases, by_key = _load(csv_path, index_path)
     lines = ["| suite | case | op | dtype | engine | kernels | kernel time (us) | DRAM read+write (MB) | "
-             "compulsory (MB) | compulsory / time, % of HBM |", "|" + "---|" * 10]
+             "compulsory (MB) | compulsory / time, % of HBM | result bytes / global store sectors |",
+             "|" + "---|" * 11]
     for e in index:
         ks = cases.get(e["i"], [])
         case = by_key[(e["suite"], e["label"], e["op"])]
@@ -78,8 +100,12 @@ def table(csv_path: str, index_path: str, bandwidth: float) -> str:
         dram = sum(k["read"] + k["write"] for k in ks)
         pct = 100 * need / (ns * 1e-9) / bandwidth if ns else float("nan")
         names = "; ".join(sorted({re.sub(r"\(.*", "", k["name"])[:60] for k in ks}))
+        # Bytes a store sector: 32 where every sector the kernels store to is whole and written
+        # once; less where stores are narrow and scattered (or where partial sums are stored too).
+        sectors = sum(k.get("store_sectors", 0.0) for k in ks)
+        per_sector = f"{result_bytes(case, case.geometry(), itemsize) / sectors:.1f}" if sectors else "-"
         lines.append(f"| {e['suite']} | {e['label']} | {e['op']} | {e['dtype']} | {e['engine']} | {len(ks)}: {names} | "
-                     f"{ns / 1e3:.1f} | {dram / 1e6:.1f} | {need / 1e6:.1f} | {pct:.1f} |")
+                     f"{ns / 1e3:.1f} | {dram / 1e6:.1f} | {need / 1e6:.1f} | {pct:.1f} | {per_sector} |")
     return "\n".join(lines) + "\n"
 
 

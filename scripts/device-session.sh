@@ -91,7 +91,11 @@ sleep 1 # nothing else on the GPU while ncu times
 stamp "sanitizers: $(tail -3 "$W/memcheck.log" | tr '\n' ' ') | $(tail -3 "$W/racecheck.log" | tr '\n' ' ')"
 stamp "racecheck (async): $(tail -2 "$W/racecheck-async.log" | tr '\n' ' ')"
 
-METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum
+# The global store sectors too (session 82): the planes input-gradient kernel's result stores on
+# maps of 14 or 7 columns write 4-13 bytes a sector by the static count
+# (benchmarks/results/planes_store_sectors.md), 32 on the wide maps; ncu_table.py shows result
+# bytes / store sectors beside each call.
+METRICS=gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum
 # The summaries' % of HBM at this GPU's datasheet bandwidth (the H100 run of 2026-12-05 was
 # summarised at the H200's 4.8 TB/s, which this script had written in; 4.8e12 if unknown).
 BW=$(python3 -c "import cupy; from gradops.bench.metrics import peaks_for; p = peaks_for(cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()); print(p.bandwidth if p else 4.8e12)" 2>/dev/null || echo 4.8e12)

@@ -637,7 +637,8 @@ def test_ncu_table_groups_kernels_by_the_marker_before_them(tmp_path):
                                                 ("dram__bytes_write.sum", "byte", "1,000")]),
                 ("2", "kernel_b", "(3, 1, 1)", [("gpu__time_duration.sum", "nsecond", "500")]),
                 ("3", "gradops_case_marker", "(2, 1, 1)", []),
-                ("4", "kernel_c", "(3, 1, 1)", [("gpu__time_duration.sum", "nsecond", "4,000")])]
+                ("4", "kernel_c", "(3, 1, 1)", [("gpu__time_duration.sum", "nsecond", "4,000"),
+                                                ("l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum", "sector", "1,000")])]
     rows = [",".join(f'"{c}"' for c in header), '"==PROF== a line ncu prints"']
     for lid, name, grid, metrics_ in launches:
         for metric in metrics_ or [("gpu__time_duration.sum", "nsecond", "1")]:
@@ -658,10 +659,14 @@ def test_ncu_table_groups_kernels_by_the_marker_before_them(tmp_path):
     lines = ncu_table.table(str(path), str(index), 1e12).splitlines()
     line = next(row for row in lines if case.op in row)
     assert "| 4.0 |" in line and "gradops-cuda" in line  # 4,000 ns
+    # result bytes (the input gradient, float32) / the 1,000 store sectors ncu counted
+    assert line.endswith(f"| {4 * 32 * 112 * 112 * 64 / 1000:.1f} |"), line
+    assert cases[2][0]["store_sectors"] == 1000.0 and "store_sectors" not in cases[1][0]
     line = next(row for row in lines if f"| {forward.op} |" in row)
     need = metrics.bytes_moved(forward, forward.geometry(), 4)
     assert need == 4 * (32 * 112 * 112 * 64 + 32 * 77 * 77 * 64)  # value read, output written
     assert "| 3.0 |" in line and f"| {100 * need / 3e-6 / 1e12:.1f} |" in line, line
+    assert line.endswith("| - |"), line  # no store sectors measured
 
 
 def _load_benchmark_script(name: str):
@@ -812,3 +817,23 @@ def test_measured_vs_predicted_committed_report_renders_from_its_json():
     assert len(ratios) == 258 and 0.9 < math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.1
     assert report["meta"]["static_report"] == "549728a:benchmarks/results/static_report.json"
     assert all(r["us"] > 0 for r in report["rows"])
+
+
+def test_planes_store_sectors_counts_whole_and_scattered_sectors():
+    """benchmarks/planes_store_sectors.py: on MobileNetV2 dw1 (112 columns, 4-element stores, lanes
+    along a row) every store sector the planes kernel writes is whole (32 bytes); on dw10 (7
+    columns, one element a store, lanes two to a row) a float16 store instruction writes 2 bytes
+    into each sector it touches, two lanes a sector at most: 3.96 bytes a sector.  The committed table is
+    the script's output."""
+    module = _load_benchmark_script("planes_store_sectors")
+    from gradops.bench.suites import suite
+
+    cases = {c.label: c for c in suite("mobilenetv2") if c.op.endswith("backprop_input")}
+    whole = module.cta_store_sectors(cases["dw1 112x112x32 3x3/1 m1 NCHW"].geometry(), "float32")
+    assert whole["bytes"] == 32 * whole["sectors"] and whole["store_cols"] == 4
+    scattered = module.cta_store_sectors(cases["dw10 7x7x960 3x3/1 m1 NCHW"].geometry(), "float16")
+    assert scattered["store_cols"] == 1 and 3.9 < scattered["bytes"] / scattered["sectors"] <= 4  # 792 sectors
+    # 32 planes x 7 x 7 elements of 2 bytes, each stored once
+    assert scattered["bytes"] == 32 * 7 * 7 * 2
+    committed = (Path(__file__).parents[1] / "benchmarks" / "results" / "planes_store_sectors.md").read_text()
+    assert committed == module.main([])
