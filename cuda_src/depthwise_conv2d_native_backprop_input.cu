@@ -23,8 +23,9 @@
 // * depthwise_conv2d_native_backprop_input_planes (NCHW, 3x3 and 5x5 at strides 1 and 2, any
 //   multiplier): a CTA stages several whole channel planes, or a band of one's rows, as they
 //   lie in memory, and each thread computes 2 x 4 positions of a plane (2 x 8 at stride 2; see
-//   "the planes kernel").  The launcher's NCHW kernel where the tensor cores are not chosen
-//   (PLANES_BY_DEFAULT, by the static model's latency-aware estimate; not yet run on a GPU).
+//   "the planes kernel"); its STAGED form (stride 2, narrow maps) writes the results through
+//   shared memory in whole sectors.  The launcher's NCHW kernel where the tensor cores are not
+//   chosen (PLANES_BY_DEFAULT, measured on the H200 and the H100).
 // * transpose_batched (layout_transpose.cuh), for the opt-in "transpose" path: NCHW out_backprop
 //   to NHWC, the tiled kernel in NHWC, the result back to NCHW (path="transpose").
 //
@@ -1214,6 +1215,18 @@ GRADOPS_DW_TILED_BOUNDED(__nv_bfloat16, 5, 8)
 // 4.7-way on the H200, 2026-12-04); tests/test_depthwise_conv2d_native_backprop_input.py,
 // test_planes_shared_memory_wavefronts, holds both where they are.
 //
+// Result stores.  An item stores its two rows, planes_store_cols elements a store.  Where a row
+// holds many items, a warp's lanes store consecutive runs of one row: whole 32-byte sectors.  On
+// maps of 14 or 7 columns (two or one item a row) consecutive lanes jump rows and each store
+// writes 2-8 bytes into each of up to 32 sectors: 4-13 bytes a sector in all
+// (benchmarks/results/planes_store_sectors.md), and the H100 (2026-12-05, the planes kernel
+// forced) measured those layers at 12-48% of HBM where the whole-sector ones reached 44-79%.
+// The STAGED form (stride 2, where the launcher counts fewer than PLANES_STAGED_BELOW bytes a
+// sector: planes_staged_result) writes the items' rows into an image of the CTA's results in
+// shared memory instead, the same stores, and after a barrier the CTA copies the image to
+// in_backprop, 16 bytes a store, consecutive threads on consecutive 16 bytes.  The bits are the
+// direct stores'.  Not at stride 1: there the image offset does not fit the register bounds.
+//
 // Padding.  As in the tiled kernel: a zero staged in place of a position outside out_backprop
 // adds w * 0 = +-0, which changes no sum unless w is Inf or NaN; a CTA whose filter slices
 // hold one runs the CHECKED item loop, which skips those positions, so the result is TF's.
@@ -1399,7 +1412,7 @@ __device__ __forceinline__ void store_item_row(T* dst, const Acc (&v)[N], int x,
 #else
 #define GRADOPS_PLANES_BOUNDS(T, KH, S)
 #endif
-template <typename T, typename Acc, int KH, int KW, int S>
+template <typename T, typename Acc, int KH, int KW, int S, bool STAGED = false>
 __global__ void GRADOPS_PLANES_BOUNDS(T, KH, S) depthwise_conv2d_native_backprop_input_planes(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop,
     int in_rows, int in_cols, int in_depth, int depth_multiplier, int out_rows, int out_cols, int pad_top,
@@ -1409,6 +1422,9 @@ __global__ void GRADOPS_PLANES_BOUNDS(T, KH, S) depthwise_conv2d_native_backprop
     using namespace dwplanes;
     using Tp = Taps<KH, KW>;
     static_assert(S == 1 || S == 2, "strides 1 and 2");
+    // Stride 1's bounds leave no register for the image offset (staged, float 3x3 spilled 4-20
+    // bytes at 40 and 48 registers, the half types at 48: sm_90, NVRTC 13.5).
+    static_assert(!STAGED || S == 2, "staged result stores at stride 2");
     constexpr int ITEM_COLS = kItemCols<S>;
     constexpr int BUFFER = kSharedBytes / static_cast<int>(sizeof(Acc));
     __shared__ __align__(16) Acc shared[BUFFER];
@@ -1425,6 +1441,19 @@ __global__ void GRADOPS_PLANES_BOUNDS(T, KH, S) depthwise_conv2d_native_backprop
     const int tid = static_cast<int>(threadIdx.x);
     Acc* const taps = shared;                                 // [slices][Tp::PADDED]
     Acc* const stage = shared + planes * M * Tp::PADDED;      // [slices][staged_rows][pitch]
+    // Result stores (STAGED): the rows of the band inside the image, row_stored .., of the CTA's
+    // planes are one contiguous run of in_backprop from run_first (the launcher stages only where
+    // a CTA has one plane or whole planes).  The items write them into an image after the staged
+    // planes, element (p, y, x) at byte image_first + ((p * in_rows + y) * in_cols + x) *
+    // sizeof(T) of ``stage``, where image_first places in_backprop[run_first + k]'s element at a
+    // 16-byte alignment equal to its own (in_backprop is 16-byte aligned); then the CTA copies the
+    // run out ("The image to in_backprop" below).
+    const int row_stored = max(y0, 0);
+    const int run_first = ((n * in_depth + c0) * in_rows + row_stored) * in_cols;
+    // (One byte offset, which the item loop keeps: with the image's base and first element apart
+    // ptxas spilled more at stride 1's bounds, where there is no staged form now: sm_90, NVRTC 13.5.)
+    const int image_first = static_cast<int>(sizeof(Acc)) * (planes * M * staged_rows * pitch) +
+        static_cast<int>(sizeof(T)) * (run_first % (16 / static_cast<int>(sizeof(T))) - row_stored * in_cols);
 
     // The filter slices (tap-major in global memory: consecutive threads, consecutive slices),
     // checked for values that are not finite (see "Padding").
@@ -1528,9 +1557,11 @@ __global__ void GRADOPS_PLANES_BOUNDS(T, KH, S) depthwise_conv2d_native_backprop
             }
             PrevRaw prev_raw[PREV_LOADS];
             if constexpr (LEAD > 0) {
-                // Not predicated: at a row's start (x = 0) the chunk's own first elements, unused.
-                // (A shuffle from the previous lane instead, with lane 0 loading, spilled 20 bytes
-                // of float 3x3 stride 1 at its 40 registers: NVRTC 13.5, sm_90.)
+                // Not predicated: at a row's start (x = 0) the chunk's own first elements, unused
+                // (the launcher pads out_backprop where its last row is shorter than PER:
+                // planes_tail_padding).  (A shuffle from the previous lane instead, with lane 0
+                // loading, spilled 20 bytes of float 3x3 stride 1 at its 40 registers: NVRTC
+                // 13.5, sm_90.)
                 const PrevRaw* const from = reinterpret_cast<const PrevRaw*>(src - (x > 0 ? PER : 0));
 #pragma unroll
                 for (int j = 0; j < PREV_LOADS; ++j) prev_raw[j] = dwconv::load_vector(from + j);
@@ -1635,11 +1666,36 @@ __global__ void GRADOPS_PLANES_BOUNDS(T, KH, S) depthwise_conv2d_native_backprop
                     accumulate_item_s2<false, KH, KW, 1>(plane, pitch, w, acc, wi, wx, row_begin, row_end, col_begin, col_end);
             }
         }
-        T* const dst = in_backprop + ((n * in_depth + c0 + p) * in_rows + y) * in_cols + x;
-        // Row -1 (S = 2, an odd pad_top) is computed for its phase and not stored.
-        if (S == 1 || y >= 0) store_item_row<T>(dst, acc[0], x, in_cols, store_cols);
-        // An odd band's last item reaches one row into the next band, which stores that row.
-        if (i + 1 < band && y + 1 < in_rows) store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);
+        // The item's rows, to in_backprop or (STAGED) to the same place in the image.
+        const auto store_rows = [&](T* const dst) {
+            // Row -1 (S = 2, an odd pad_top) is computed for its phase and not stored.
+            if (S == 1 || y >= 0) store_item_row<T>(dst, acc[0], x, in_cols, store_cols);
+            // An odd band's last item reaches one row into the next band, which stores that row.
+            if (i + 1 < band && y + 1 < in_rows) store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);
+        };
+        if constexpr (STAGED)
+            store_rows(reinterpret_cast<T*>(reinterpret_cast<char*>(stage) + image_first) + (p * in_rows + y) * in_cols + x);
+        else
+            store_rows(in_backprop + ((n * in_depth + c0 + p) * in_rows + y) * in_cols + x);
+    }
+    if constexpr (STAGED) {
+        // The image to in_backprop, one contiguous run: its first elements up to a 16-byte
+        // boundary of in_backprop one a store, then 16 bytes a store (consecutive threads,
+        // consecutive 16 bytes: whole sectors), then the rest one a store.
+        __syncthreads();
+        constexpr int VEC = 16 / static_cast<int>(sizeof(T));
+        T* const out = in_backprop + run_first;
+        const T* const image = reinterpret_cast<const T*>(reinterpret_cast<const char*>(stage) + image_first) +
+                               row_stored * in_cols;  // in_backprop[run_first]'s
+        const int length = my_planes * (min(in_rows, y0 + band) - row_stored) * in_cols;
+        const int head = min(length, (VEC - run_first % VEC) % VEC);
+        const int vectors = (length - head) / VEC;
+        for (int k = tid; k < head; k += kThreads) out[k] = image[k];
+        for (int v = tid; v < vectors; v += kThreads) {
+            const int k = head + v * VEC;
+            *reinterpret_cast<uint4*>(out + k) = *reinterpret_cast<const uint4*>(image + k);
+        }
+        for (int k = head + vectors * VEC + tid; k < length; k += kThreads) out[k] = image[k];
     }
 }
 

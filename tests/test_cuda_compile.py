@@ -283,13 +283,15 @@ def _stable(source: str) -> list[str]:
 
 
 def test_nvvm_unstable_names_the_kernels_it_means():
-    """The pattern names the 12 planes kernels with float accumulators of one source and nothing
-    else, so that a renamed template cannot make it silently leave out nothing or everything."""
+    """The pattern names the 18 planes kernels with float accumulators of one source (12, and the
+    6 staged forms at stride 2) and nothing else, so that a renamed template cannot make it
+    silently leave out nothing or everything."""
     left_out = {source: [e for e in expressions if _nvvm_unstable(e)]
                 for source, expressions in _build.all_instantiations(90).items()}
     assert {s for s, names in left_out.items() if names} == {"depthwise_conv2d_native_backprop_input.cu"}
     names = left_out["depthwise_conv2d_native_backprop_input.cu"]
-    assert len(names) == 12 and all("_planes<" in e for e in names)
+    assert len(names) == 18 and all("_planes<" in e for e in names)
+    assert sum(e.endswith(", true>") for e in names) == 6
     assert "gradops::depthwise_conv2d_native_backprop_input_planes<__half, float, 5, 5, 1>" in names
     assert not [e for e in names if "double" in e]
 

@@ -304,15 +304,16 @@ def test_instantiations_cover_every_launch():
     for the direct kernel, every dtype x layout x specialisation for the tiled one, each half
     type x filter x multiplier x form (rows, whole planes, packed images) for the tensor-core one and each half
     type x filter x multiplier for the NHWC tensor-core one, and each dtype x filter x stride for the
-    planes one (NCHW only), and the batched transpose per element width and index type; none
-    twice."""
+    planes one (NCHW only; and its staged form at stride 2), and the batched transpose per element
+    width and index type; none twice."""
     names = cuda_launcher.instantiations()[cuda_launcher.SOURCE]
     listed = set(names)
     assert len(names) == len(listed)
     mma = (len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)
            * len(cuda_launcher.MMA_FORMS))
     mma += len(cuda_launcher.MMA_DTYPES) * len(cuda_launcher.MMA_FILTERS) * len(cuda_launcher.MMA_MULTIPLIERS)  # NHWC
-    planes = 4 * len(cuda_launcher.PLANES_FILTERS) * len(cuda_launcher.PLANES_STRIDES)
+    planes = 4 * len(cuda_launcher.PLANES_FILTERS) * (len(cuda_launcher.PLANES_STRIDES)
+                                                      + len(cuda_launcher.PLANES_STAGED_STRIDES))  # staged forms
     transposes = 3 * 2 + 2  # 2-, 4- and 8-byte elements and 16-bit pairs, int and long long indices
     assert len(listed) == 4 * 2 * (2 * len(cuda_launcher.SPECIALISATIONS) + 1 + len(cuda_launcher.SHORT_TILES)
                                    + len(cuda_launcher.NARROW_TILES)) + mma + planes + transposes
@@ -324,6 +325,8 @@ def test_instantiations_cover_every_launch():
         for k in cuda_launcher.PLANES_FILTERS:
             for stride in cuda_launcher.PLANES_STRIDES:
                 assert cuda_launcher._planes_expression(dtype, k, stride) in listed
+                assert (cuda_launcher._planes_expression(dtype, k, stride, True) in listed) == \
+                    (stride in cuda_launcher.PLANES_STAGED_STRIDES)
     for dtype in cuda_launcher.MMA_DTYPES:
         for k in cuda_launcher.MMA_FILTERS:
             for m in cuda_launcher.MMA_MULTIPLIERS:
@@ -1936,7 +1939,7 @@ def test_cuda_planes_edges(cuda_device, rng, monkeypatch, case):
     store width; against the loops and the NumPy backend."""
     x_shape, filt_hw, padding, pads, multiplier, dtype, items, stride = PLANES_EDGE_CASES[case]
     if items == "odd":  # bands of 3 rows: each band's last item reaches into the next band
-        monkeypatch.setattr(cuda_launcher, "planes_plan", lambda g, dtype: (2, 3))
+        monkeypatch.setattr(cuda_launcher, "planes_plan", lambda g, dtype, staged=None: (2, 3))
         cuda_launcher._planes_args.cache_clear()
     elif items is not None:
         monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items)
@@ -2208,6 +2211,175 @@ def test_planted_planes_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
 
     cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_PLANES[bug], run, assert_planes_result, 5,
                                         tmp_path, monkeypatch)
+
+
+#: Staged result stores (planes_staged_result, stride 2): (x_shape [N, H, W, C], filter, multiplier,
+#: dtype).  Planes of 169 / 196 / 110 / 81 / 3 elements: CTA runs that start off a 16-byte
+#: boundary (the image placed to match), runs shorter than a vector, tails; bands of one plane
+#: (a band of a wide plane); odd pads (row -1 computed, not stored).
+PLANES_STAGED_CASES = {
+    "f16-3x3-13x13-groups": ((2, 13, 13, 40), (3, 3), 1, np.float16),
+    "f32-3x3-14x14": ((2, 14, 14, 19), (3, 3), 1, np.float32),
+    "bf16-5x5-odd-pads-11x10": ((2, 11, 10, 9), (5, 5), 2, ml_dtypes.bfloat16),
+    "f64-3x3-m3-9x9": ((1, 9, 9, 5), (3, 3), 3, np.float64),
+    "f16-5x5-14x14-m2": ((2, 14, 14, 6), (5, 5), 2, np.float16),
+    "f32-3x3-bands-of-a-wide-plane": ((1, 40, 30, 2), (3, 3), 1, np.float32),
+    "f16-3x3-1x3": ((3, 1, 3, 5), (3, 3), 1, np.float16),
+}
+
+
+def planes_staged_kwargs(case, rng):
+    x_shape, filt_hw, multiplier, dtype = PLANES_STAGED_CASES[case]
+    return make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, strides=(2, 2),
+                     padding="SAME", data_format="NCHW", dtype=dtype)
+
+
+@pytest.mark.parametrize("case", list(PLANES_STAGED_CASES))
+def test_cuda_planes_staged_results_equal_direct_stores(cuda_device, rng, monkeypatch, case):
+    """The planes kernel's result image and its copy-out (staged=True) write the bits its direct
+    stores write (staged=False), and both match the loops and the NumPy backend; the launcher
+    stages where its own choice says (planes_staged_result), and a band of a wide plane (the
+    work-item budget shrunk) stages too."""
+    if case == "f32-3x3-bands-of-a-wide-plane":
+        monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", 24)
+    cuda_launcher._planes_args.cache_clear()
+    try:
+        kwargs, ref, scale = planes_staged_kwargs(case, rng)
+        g = geometry_of(kwargs)
+        dtype = np.dtype(kwargs["out_backprop"].dtype)
+        planes, band = cuda_launcher.planes_plan(g, dtype, staged=True)
+        if case == "f32-3x3-bands-of-a-wide-plane":
+            assert planes == 1 and band < g.in_rows
+        else:
+            assert band >= g.in_rows and (planes > 1 or g.in_depth == 1)
+        gpu = dict(filter=to_gpu(kwargs["filter"]), out_backprop=to_gpu(kwargs["out_backprop"]))
+        results = {staged: to_host(cuda_launcher.depthwise_conv2d_native_backprop_input(
+            g, gpu["filter"], gpu["out_backprop"], path="planes", staged=staged)) for staged in (True, False)}
+        if cuda_device is not None:
+            assert launched(cuda_device) == "planes"
+        assert results[True].tobytes() == results[False].tobytes()
+        check_cuda(kwargs, ref, scale, path="planes", device=cuda_device)
+    finally:
+        cuda_launcher._planes_args.cache_clear()
+
+
+def test_planes_staged_result_choice():
+    """The launcher stages the planes kernel's results at stride 2 where its direct stores would
+    write fewer than PLANES_STAGED_BELOW bytes a 32-byte sector (planes_direct_store_sectors):
+    MobileNetV2's 14 x 14 and 28 x 28 stride-2 layers in float16, not its 112 x 112 and 56 x 56
+    ones, nor stride 1 (no staged form); the image halves the planes of a CTA where both would not
+    fit; a forced choice it cannot run is refused."""
+    def geometry(rows, cols, depth, k=3, multiplier=1, stride=1):
+        return geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(1, rows, cols, depth), filt_hw=(k, k),
+                                       multiplier=multiplier, strides=(stride, stride), padding="SAME",
+                                       data_format="NCHW", dtype=np.float32))
+
+    f16, f32 = np.dtype(np.float16), np.dtype(np.float32)
+    wide, small, s2 = geometry(112, 112, 32), geometry(7, 7, 960), geometry(14, 14, 576, stride=2)
+    # 112 columns: lanes along a row, 16-byte (float32) stores: whole sectors
+    assert cuda_launcher.planes_direct_store_sectors(wide, f32)[1:] == (700, 700 * 32)
+    assert not cuda_launcher.planes_staged_result(wide, f32)
+    # 7 columns: one element a store, two lanes a row; but stride 1 has no staged form
+    instructions, sectors, written = cuda_launcher.planes_direct_store_sectors(small, f16)
+    assert written == 32 * 7 * 7 * 2 and written < 4 * sectors + 64
+    assert not cuda_launcher.planes_staged_result(small, f16)
+    with pytest.raises(ValueError, match="cannot stage"):
+        cuda_launcher.planes_staged_result(small, f16, staged=True)
+    # 14 x 14 at stride 2: 5.1 bytes a sector; 32 planes and their image do not fit 24 KiB, 16 do
+    _, sectors, written = cuda_launcher.planes_direct_store_sectors(s2, f16)
+    assert 5 < written / sectors < 5.2
+    assert cuda_launcher.planes_staged_result(s2, f16) and cuda_launcher.planes_staged_result(s2, f32)
+    assert cuda_launcher.planes_plan(s2, f16, staged=False) == (32, 14) and cuda_launcher.planes_plan(s2, f16) == (16, 14)
+    assert cuda_launcher.planes_grid(s2, f16) == (36, 1, 1)
+    assert cuda_launcher.planes_expression(s2, f16).endswith(", 3, 3, 2, true>")
+    assert not cuda_launcher._planes_fit(s2, f16, 32, 14, True) and cuda_launcher._planes_fit(s2, f16, 32, 14)
+    assert not cuda_launcher.planes_staged_result(geometry(56, 56, 144, stride=2), f16)  # 27.4 bytes a sector
+    # no image for a plane whose one item row with the image cannot fit
+    huge = geometry(4, 2800, 1, stride=2)  # a band of 2 rows: 12 + 2 x 1404 floats fit 6144, with 2 x 2800 more not
+    assert cuda_launcher.planes_plan(huge, f32, staged=False) != (0, 0)
+    assert not cuda_launcher.planes_staged_result(huge, f32)
+    with pytest.raises(ValueError, match="cannot stage"):
+        cuda_launcher.planes_staged_result(huge, f32, staged=True)
+
+
+def planes_staged_problem(rng):
+    """(results, NumPy backend's) of the planes kernel with staged results forced, over
+    PLANES_STAGED_CASES' whole-plane cases."""
+    got, want = [], []
+    for case in ("f16-3x3-13x13-groups", "f32-3x3-14x14", "bf16-5x5-odd-pads-11x10", "f16-3x3-1x3"):
+        kwargs, _, _ = planes_staged_kwargs(case, rng)
+        g = geometry_of(kwargs)
+        out = cuda_launcher.depthwise_conv2d_native_backprop_input(
+            g, to_gpu(kwargs["filter"]), to_gpu(kwargs["out_backprop"]), path="planes", staged=True)
+        got.append(to_host(out).astype(np.float64).ravel())
+        want.append(gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy").astype(np.float64).ravel())
+    return np.concatenate(got), np.concatenate(want)
+
+
+PLANTED_PLANES_STAGED = {  # bugs in the staged result stores, run on planes_staged_problem
+    "planes-image-not-aligned-as-the-run": ("(run_first % (16 / static_cast<int>(sizeof(T))) - row_stored * in_cols)",
+                                            "(0 - row_stored * in_cols)"),
+    "planes-copy-out-of-whole-bands": ("(min(in_rows, y0 + band) - row_stored)", "(band)"),
+    "planes-copy-out-tail-dropped": ("for (int k = head + vectors * VEC + tid; k < length; k += kThreads)",
+                                     "for (int k = length + tid; k < length; k += kThreads)"),
+    "planes-copy-out-head-dropped": ("for (int k = tid; k < head; k += kThreads) out[k] = image[k];",
+                                     "(void)head;"),
+    "planes-image-row-of-the-item-above": ("image_first) + (p * in_rows + y) * in_cols + x);",
+                                           "image_first) + (p * in_rows + y - 1) * in_cols + x);"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_PLANES_STAGED))
+def test_planted_planes_staged_result_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, PLANTED_PLANES_STAGED[bug],
+                                        lambda: planes_staged_problem(np.random.default_rng(6)),
+                                        lambda got, want: assert_close(got, want, np.float16, scale=float(np.abs(want).max())),
+                                        5, tmp_path, monkeypatch)
+
+
+def test_planted_planes_staged_without_the_barrier_racecheck_catches(tmp_path, monkeypatch):
+    """The barrier between the items' writes to the result image and the copy-out removed: a
+    racecheck build of the host model fails the launch on the read-after-write race."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE,
+                              ("        // consecutive 16 bytes: whole sectors), then the rest one a store.\n        __syncthreads();",
+                               "        // consecutive 16 bytes: whole sectors), then the rest one a store."))
+    cuda_host.HostDevice(order="shuffled", seed=5, source_dir=tmp_path, racecheck=True).install(monkeypatch)
+    with pytest.raises(cuda_host.HostLaunchError, match="race"):
+        planes_staged_problem(np.random.default_rng(6))
+
+
+def test_planes_short_last_rows_read_inside_out_backprop(monkeypatch):
+    """out_backprop rows shorter than a 16-byte group of accumulators (1 x 3 maps at stride 1,
+    SAME 3x3: lead 1): the staging's unpredicated load before a row's first chunk reads the
+    chunk itself, past the tensor's end on its last row; the launcher pads a copy
+    (planes_tail_padding), so the racecheck build's bounds checks pass, and without the padding
+    they fail the launch."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    kwargs, ref, scale = make_case(np.random.default_rng(8), x_shape=(1, 1, 3, 1), filt_hw=(3, 3), multiplier=1,
+                                   padding="SAME", data_format="NCHW", dtype=np.float16)
+    g = geometry_of(kwargs)
+    assert cuda_launcher.planes_tail_padding(g, np.dtype(np.float16)) == 1  # 3 values, 4 a group
+    cuda_host.HostDevice(order="shuffled", seed=5, racecheck=True).install(monkeypatch)
+    np.testing.assert_array_equal(to_host(cuda_call(kwargs, path="planes")),
+                                  gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy"))
+    monkeypatch.setattr(cuda_launcher, "planes_tail_padding", lambda g, dtype: 0)
+    with pytest.raises(cuda_host.HostLaunchError, match="out of bounds"):
+        cuda_call(kwargs, path="planes")
+
+
+def test_planes_staged_racecheck_passes(monkeypatch):
+    """The real source, staged results forced, under the racecheck build: no hazard."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(f"cannot build the kernel sources for the host: {reason}")
+    cuda_host.HostDevice(order="shuffled", seed=5, racecheck=True).install(monkeypatch)
+    got, want = planes_staged_problem(np.random.default_rng(6))
+    assert_close(got, want, np.float16, scale=float(np.abs(want).max()))
 
 
 # ------------------------------------------------------------------ the transpose path (NCHW as NHWC)

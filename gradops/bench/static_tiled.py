@@ -1349,8 +1349,8 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
     names = [e for e in _build.all_instantiations(int(arch.removeprefix("sm_")))[DEPTHWISE_SOURCE] if "_planes<" in e]
     chunk = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input").PLANES_CHUNK
 
-    def is_store(x):
-        return x.base == "STG"
+    def is_store(x):  # a result store: to in_backprop, or (the staged form) to the result image
+        return x.base in ("STG", "STS")
 
     figures = {}
     source = planes_source(store_cols, phase, load_elements, lead)
@@ -1364,9 +1364,27 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
         cfg = k.cfg
         f: dict = {}
         item = None
+        staged = template_args(k.expression)[-1] == "true"
         for loop in cfg.top_loops():
             mem = k.memory_instructions(loop)
-            if any(m.startswith("STG") for m in mem):
+            if staged and not loop.children and "STG.128" in mem and "LDS.128" in mem:
+                # The staged form's copy-out, per 16 bytes: ptxas unrolls it (16 copies) with a
+                # remainder loop of one; a CTA of the small maps it serves has a vector or two a
+                # thread, so the dearer loop's figure counts (its scalar head and tail, a few
+                # elements a CTA, are left out).
+                table = cfg.path_table(loop, lambda x: x.base == "STG")
+                stores = max(table)
+                n, counts = table[stores]
+                per = (n / stores, Counter({c: v / stores for c, v in counts.items()}))
+                if per[0] > f.get("copy", (0.0,))[0]:
+                    f["copy"] = per
+                continue
+            if staged:  # the item loop: its slices' sums (a nested loop) and stores to the image
+                is_item = bool(loop.children) and any(m.startswith("STS") for m in mem) and not any(
+                    m.startswith(("LDG", "STG")) for m in mem)
+            else:
+                is_item = any(m.startswith("STG") for m in mem)
+            if is_item:
                 if not loop.children:  # a copy for multiplier 0 (no slice loop) the compiler keeps
                     continue
                 item = loop
@@ -1417,7 +1435,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
             elif mem and all(m == "STS.128" for m in mem):
                 per = len(cfg.loop_instructions(loop)) / mem["STS.128"]
                 f["zero"] = min(f.get("zero", per), per)
-        missing = {"sums", "staging", "filter", "zero"} - set(f)
+        missing = {"sums", "staging", "filter", "zero"} - set(f) | ({"copy"} - set(f) if staged else set())
         if item is None or missing:
             raise _sass.PathError(f"{k.expression}: no {'item loop' if item is None else ', '.join(sorted(missing))} "
                                   f"found in its SASS")
@@ -1525,11 +1543,16 @@ def planes_work(g, dtype, f: dict) -> dict:
                                          warps)
             work = (full.sum() * (f["rest"][0] + m * f["sums"][0]) + skipped.sum() * f["skip"]
                     + loaded.sum() * chunk_cost + passed.sum() * f["staging_skip"])
+            copied = np.zeros(warps)
+            if "copy" in f:  # the staged form: the image's 16-byte vectors, consecutive threads
+                run = my_planes * (min(g.in_rows, y0 + band) - max(y0, 0)) * g.in_cols * np.dtype(dtype).itemsize
+                copied, _ = _warp_groups(np.ones(run // 16, dtype=bool), warps)
+                work += copied.sum() * f["copy"][0]
             warp_instructions += copies * batch * (float(work) + fixed)
             chain = loaded * f["staging_trips"] + -(-filt // f["filter_unroll"]) * f["filter_trips"]
             trips = max(trips, int(chain.max()))
             for figure, times in ((f["rest"][1], full.sum()), (f["sums"][1], m * full.sum()),
-                                  (f["staging"][1], loaded.sum())):
+                                  (f["staging"][1], loaded.sum()), (f.get("copy", (0, Counter()))[1], copied.sum())):
                 counts.update({c: copies * batch * float(times) * v for c, v in figure.items()})
     return {"warp_instructions": warp_instructions, "counts": counts, "round_trips": trips,
             "ctas": groups * bands * batch, "planes": planes, "band": band,
@@ -1569,8 +1592,15 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
     taps = g.filter_rows * g.filter_cols
     # Each CTA reads its slices' staged rows (the halo rows of neighbouring bands again) and taps.
     slices = g.in_depth * g.depth_multiplier
-    l2 = width * (g.batch * slices * work["staged_rows"] * g.out_cols
-                  + work["ctas"] * planes * g.depth_multiplier * taps + elements)
+    # The results at L2 in whole sectors: a store that writes part of a sector takes a sector's
+    # transfer (the direct stores of narrow maps write 4-13 bytes of each: session 82,
+    # planes_direct_store_sectors); the staged form's copy-out writes whole ones.
+    result_l2 = width * elements
+    if not dw.planes_staged_result(g, dtype):
+        _, sectors, written = dw.planes_direct_store_sectors(g, dtype)
+        result_l2 = result_l2 * 32 * sectors / written
+    l2 = (width * (g.batch * slices * work["staged_rows"] * g.out_cols + work["ctas"] * planes * g.depth_multiplier * taps)
+          + result_l2)
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dw.PLANES_THREADS)
     limits = roofline(device, elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
     with_latency_limit(limits, device, traffic, latency_limit_s(device, work["ctas"], occ, work["round_trips"]))

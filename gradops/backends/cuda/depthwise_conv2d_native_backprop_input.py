@@ -35,6 +35,8 @@ Six paths (see the .cu file); ``path=`` forces one (the tests run each on small 
   land are computed.  The launcher's NCHW kernel wherever it runs and the tensor cores are not
   chosen (:data:`PLANES_BY_DEFAULT`; ahead of the tiled kernel on 44 of 50 NCHW layer-dtypes
   the H200 timed on 2026-12-04, behind at float32 3x3 stride 2: :data:`PLANES_FLOAT32_TILED`).
+  At stride 2 on narrow maps its results go through shared memory and out in whole 32-byte
+  sectors (:func:`planes_staged_result`, the kernel's STAGED form; ``staged=`` forces it).
 * ``transpose``: NCHW run as NHWC: out_backprop transposed to NHWC, the ``tiled`` kernel on the
   NHWC twin of the geometry (:func:`nhwc_twin`), the result transposed back (two launches of
   ``_layout``'s batched transpose: 32 x 32 tiles through shared memory, 16-bit elements in
@@ -284,7 +286,8 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
             names += [_tiled_expression(dtype, data_format, shape) for shape in SPECIALISATIONS]
             names += [_tiled_expression(dtype, data_format, shape, 1) for shape in SHORT_TILES]
             names += [_tiled_expression(dtype, data_format, shape, 2, 2) for shape in NARROW_TILES]
-        names += [_planes_expression(dtype, k, s) for k in PLANES_FILTERS for s in PLANES_STRIDES]
+        names += [_planes_expression(dtype, k, s, staged) for k in PLANES_FILTERS for s in PLANES_STRIDES
+                  for staged in ((False, True) if s in PLANES_STAGED_STRIDES else (False,))]
     names += _layout.expressions()  # the transpose path's
     if arch is None or arch >= MMA_ARCH:  # mma.sync m16n8k16 needs sm_80
         names += [_mma_expression(dtype, k, m, form) for dtype in MMA_DTYPES for k in MMA_FILTERS
@@ -294,9 +297,9 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
     return {SOURCE: names}
 
 
-def _planes_expression(dtype, filter_size: int, stride: int) -> str:
+def _planes_expression(dtype, filter_size: int, stride: int, staged: bool = False) -> str:
     element, accumulator = _build.c_types(dtype)
-    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}, {stride}>"
+    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}, {stride}{', true' if staged else ''}>"
 
 
 def _mma_expression(dtype, filter_size: int, multiplier: int, form: int = 0) -> str:
@@ -752,36 +755,131 @@ def planes_band_rows(g: Conv2DGeometry) -> int:
     return g.in_rows + g.pad_top % g.stride_rows
 
 
-def _planes_fit(g: Conv2DGeometry, dtype, planes: int, band: int) -> bool:
+def _planes_fit(g: Conv2DGeometry, dtype, planes: int, band: int, staged: bool = False) -> bool:
     per_slice = _planes_taps(g) + planes_staged_rows(g, band) * planes_pitch(g)
-    return planes * g.depth_multiplier * per_slice <= _planes_buffer(dtype)
+    values = planes * g.depth_multiplier * per_slice
+    if staged:  # the result image: the band's rows of the planes, and up to 15 bytes to align it
+        itemsize = np.dtype(dtype).itemsize
+        image = planes * min(band, g.in_rows) * g.in_cols * itemsize + 16 - itemsize
+        values += -(-image // np.dtype(_accumulator(dtype)).itemsize)
+    return values <= _planes_buffer(dtype)
 
 
-def planes_plan(g: Conv2DGeometry, dtype) -> tuple[int, int]:
+def planes_plan(g: Conv2DGeometry, dtype, staged: bool | None = None) -> tuple[int, int]:
     """(planes, band) of the planes kernel: a CTA owns ``planes`` consecutive input channels and
     ``band`` input rows (:func:`planes_band_rows`; at stride 2 an even number, whole items of
     both stride phases).  The band is the whole image where one plane of it fits the shared
     memory and holds at most :data:`PLANES_ITEMS` work items, else the most rows that keep both;
     then as many planes (a power of two, at most in_depth rounded up) as fit both.  (0, 0) where
-    not even one item row of one plane fits (wide rows at large multipliers)."""
+    not even one item row of one plane fits (wide rows at large multipliers).  ``staged``: with
+    the result image in the shared memory too (:func:`planes_staged_result`; None: the
+    launcher's choice)."""
+    if staged is None:
+        staged = planes_staged_result(g, dtype)
     step = g.stride_rows  # band granularity: 1, or a whole item at stride 2
-    if not _planes_fit(g, dtype, 1, step):
+    if not _planes_fit(g, dtype, 1, step, staged):
         return 0, 0
     rows = planes_band_rows(g)
     band = min(-(-rows // step) * step, max(step, PLANES_ITEMS // planes_segments(g) * PLANES_ITEM_ROWS))
-    while band > step and not _planes_fit(g, dtype, 1, band):
+    while band > step and not _planes_fit(g, dtype, 1, band, staged):
         band -= step
     planes = 1
-    while (planes < g.in_depth and 2 * planes * planes_items(g, band) <= PLANES_ITEMS
-           and _planes_fit(g, dtype, 2 * planes, band)):
+    # More than one plane only where a band covers the image: a CTA's result rows are then one
+    # contiguous run of in_backprop (the staged result stores need it).
+    while (planes < g.in_depth and 2 * planes * planes_items(g, band) <= PLANES_ITEMS and band >= rows
+           and _planes_fit(g, dtype, 2 * planes, band, staged)):
         planes *= 2
     return planes, band
 
 
-def planes_grid(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
+def planes_grid(g: Conv2DGeometry, dtype, staged: bool | None = None) -> tuple[int, int, int]:
     """The planes kernel's grid: (channel groups, bands, batch)."""
-    planes, band = planes_plan(g, dtype)
+    planes, band = planes_plan(g, dtype, staged)
     return -(-g.in_depth // planes), -(-planes_band_rows(g) // band), g.batch
+
+
+#: The planes kernel stages its results in shared memory and copies them out 16 bytes a store
+#: (``staged_result``; "Result stores" in the source) where its direct stores would write fewer
+#: bytes than this into each 32-byte sector they touch (:func:`planes_direct_store_sectors`).
+#: Why: on the H100 (2026-12-05, results/gpu_h100_2026-12-05/ncu_ab.md, the planes kernel
+#: forced) the NCHW layers whose direct stores write 4-12.4 bytes a sector (maps of 7, 14 and,
+#: at stride 2, 28 columns) reached 12-48% of HBM, those at 32 bytes 44-79%
+#: (benchmarks/results/planes_store_sectors.md); not yet measured with the staged stores.
+PLANES_STAGED_BELOW = 16.0
+#: Strides whose planes kernels have a staged form: at stride 1 the image offset does not fit the
+#: register bounds (float 3x3 spilled 4-20 bytes: sm_90, NVRTC 13.5), and in the launcher's
+#: default paths stride 1 small maps take the tensor-core kernel in the half types.
+PLANES_STAGED_STRIDES = (2,)
+
+
+@functools.lru_cache(maxsize=256)
+def planes_direct_store_sectors(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
+    """(warp store instructions, 32-byte sectors, bytes) of the planes kernel's direct result
+    stores in one full CTA (block (0, 0, 0) of the plan without staging): its lanes take
+    consecutive work items (plane, row pair, segment), each stores its item's rows as
+    ``dwplanes::store_item_row`` does (:func:`planes_store_cols` elements a store), and a sector
+    counts once per warp store instruction that writes into it (in_backprop aligned to 256)."""
+    itemsize = np.dtype(dtype).itemsize
+    planes, band = planes_plan(g, dtype, staged=False)
+    stride = g.stride_rows
+    item_cols = planes_item_cols(g)
+    segments = planes_segments(g)
+    items = planes_items(g, band)
+    store_cols = planes_store_cols(g)
+    per_store = 8 if store_cols == 8 and itemsize == 2 else 4 if store_cols == 8 else store_cols
+
+    def row_stores(x: int) -> list[tuple[int, int]]:
+        if per_store == 8:
+            return [(x, 8)]
+        return [(x + h + k, min(per_store, g.in_cols - x - h - k)) for h in range(0, item_cols, 4)
+                if h == 0 or x + h < g.in_cols for k in range(0, 4, per_store) if x + h + k < g.in_cols]
+
+    y0 = -(g.pad_top % stride)
+    instructions = sectors = written = 0
+    for first in range(0, planes * items, 32):  # a warp: 32 consecutive items
+        lanes = []
+        for item in range(first, min(first + 32, planes * items)):
+            p, rest = divmod(item, items)
+            pair, segment = divmod(rest, segments)
+            i, x = PLANES_ITEM_ROWS * pair, segment * item_cols
+            rows = []
+            for r in (0, 1):  # row i, then row i + 1
+                y = y0 + i + r
+                stored = 0 <= y < g.in_rows and (r == 0 or i + 1 < band)
+                base = (p * g.in_rows + y) * g.in_cols
+                rows.append([(base + c, n) for c, n in row_stores(x)] if stored else [])
+            lanes.append(rows)
+        for r in (0, 1):
+            for j in range(max(len(lane[r]) for lane in lanes)):
+                touched, nbytes = set(), 0
+                for lane in lanes:
+                    if j < len(lane[r]):
+                        start, n = lane[r][j]
+                        touched.update(range(start * itemsize // 32, ((start + n) * itemsize - 1) // 32 + 1))
+                        nbytes += n * itemsize
+                if touched:
+                    instructions, sectors, written = instructions + 1, sectors + len(touched), written + nbytes
+    return instructions, sectors, written
+
+
+def planes_staged_result(g: Conv2DGeometry, dtype, staged: bool | None = None) -> bool:
+    """Whether the planes kernel stages its results (``staged`` when given; ValueError where it
+    cannot): at :data:`PLANES_STAGED_STRIDES`, where its direct stores would write fewer than
+    :data:`PLANES_STAGED_BELOW` bytes a sector, the plan with the result image fits the shared
+    memory, and each CTA's result rows are one contiguous run (one plane, or whole planes)."""
+    def possible() -> bool:  # the plan with the image fits, and a CTA's result rows are one run
+        planes, band = planes_plan(g, dtype, staged=True)
+        return ((planes, band) != (0, 0) and (planes == 1 or band >= planes_band_rows(g))
+                and _planes_fit(g, dtype, planes, band, True))
+
+    if staged is not None:
+        if staged and (g.stride_rows not in PLANES_STAGED_STRIDES or not possible()):
+            raise ValueError("the planes kernel cannot stage its results for this geometry (shared memory)")
+        return staged
+    if g.stride_rows not in PLANES_STAGED_STRIDES or planes_plan(g, dtype, staged=False) == (0, 0) or not possible():
+        return False
+    _, sectors, written = planes_direct_store_sectors(g, dtype)
+    return written < PLANES_STAGED_BELOW * sectors
 
 
 def planes_possible(g: Conv2DGeometry, dtype) -> bool:
@@ -809,9 +907,10 @@ def planes_chosen(g: Conv2DGeometry, dtype) -> bool:
     return PLANES_BY_DEFAULT and planes_possible(g, dtype)
 
 
-def planes_expression(g: Conv2DGeometry, dtype) -> str:
-    """The name expression of the planes instantiation for ``g``."""
-    return _planes_expression(dtype, g.filter_rows, g.stride_rows)
+def planes_expression(g: Conv2DGeometry, dtype, staged: bool | None = None) -> str:
+    """The name expression of the planes instantiation for ``g`` (``staged``: the result image's,
+    :func:`planes_staged_result`; None: the launcher's choice)."""
+    return _planes_expression(dtype, g.filter_rows, g.stride_rows, planes_staged_result(g, dtype, staged))
 
 
 def planes_store_cols(g: Conv2DGeometry) -> int:
@@ -831,6 +930,16 @@ def planes_load_elements(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
     return nchw_chunk_bytes(g, dtype, () if out_backprop is None else (out_backprop,)) // np.dtype(dtype).itemsize
 
 
+def planes_tail_padding(g: Conv2DGeometry, dtype) -> int:
+    """Elements past out_backprop's end the planes kernel's staging reads: at a row's start it
+    loads the 16 bytes' worth of accumulators (PER) before the chunk without a predicate, from the
+    chunk itself (values it does not use), which for the tensor's last row runs past the end
+    where a row is shorter than PER (and the staging has a lead, :func:`planes_staging_lead`).
+    The launcher hands the kernel a copy with that many elements more there; 0 elsewhere."""
+    per = 16 // np.dtype(_accumulator(dtype)).itemsize
+    return per - g.out_cols if planes_staging_lead(g, dtype) > 0 and g.out_cols < per else 0
+
+
 def planes_staging_lead(g: Conv2DGeometry, dtype) -> int:
     """The staged column of out_backprop column 0 modulo the accumulators of a 16-byte store
     (4, or 2 for float64): how many values before a chunk start its first 16-byte staging store
@@ -839,10 +948,10 @@ def planes_staging_lead(g: Conv2DGeometry, dtype) -> int:
 
 
 @functools.lru_cache(maxsize=256)
-def _planes_args(g: Conv2DGeometry, dtype: np.dtype, load_elements: int) -> tuple:
+def _planes_args(g: Conv2DGeometry, dtype: np.dtype, load_elements: int, staged: bool) -> tuple:
     """The planes kernel's int arguments after its three pointers (see the .cu file)."""
     i32 = _runtime.i32
-    planes, band = planes_plan(g, dtype)
+    planes, band = planes_plan(g, dtype, staged)
     segments = planes_segments(g)
     rows_cap = planes_rows_cap(g, band)
     magic = [v for d in (planes_chunks_per_row(g), rows_cap, planes_items(g, band), segments)
@@ -976,14 +1085,16 @@ def _tiled_plan(g: Conv2DGeometry, dtype: np.dtype, item_cols: int) -> tuple:
 
 
 def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backprop, *, path: str | None = None,
-                                           vector: bool | None = None, narrow: bool | None = None):
+                                           vector: bool | None = None, narrow: bool | None = None,
+                                           staged: bool | None = None):
     """Input gradient [N, in_rows, in_cols, in_depth] in ``g.data_format``, out_backprop's dtype.
 
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
     ("direct" / "tiled" / "mma" / "mma_nhwc" / "planes" / "transpose"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
-    ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) override the
+    ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) and ``staged``
+    (planes only: results through shared memory, :func:`planes_staged_result`) override the
     automatic choices.
     """
     import cupy
@@ -1028,9 +1139,16 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
         _runtime.kernel(SOURCE, mma_nhwc_expression(g, dtype))(mma_nhwc_grid(g), (MMA_NHWC_THREADS,), args)
         return in_backprop
     if path == "planes":
+        staged = planes_staged_result(g, dtype, staged)
+        tail = planes_tail_padding(g, dtype)
+        if tail:  # a copy with readable elements past its end
+            padded = cupy.empty(out_backprop.size + tail, dtype)
+            padded[:out_backprop.size] = out_backprop.ravel()
+            out_backprop = padded[:out_backprop.size].reshape(out_backprop.shape)
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
-                *_planes_args(g, np.dtype(dtype), planes_load_elements(g, dtype, out_backprop)))
-        _runtime.kernel(SOURCE, planes_expression(g, dtype))(planes_grid(g, dtype), (PLANES_THREADS,), args)
+                *_planes_args(g, np.dtype(dtype), planes_load_elements(g, dtype, out_backprop), staged))
+        _runtime.kernel(SOURCE, planes_expression(g, dtype, staged))(planes_grid(g, dtype, staged), (PLANES_THREADS,),
+                                                                     args)
         return in_backprop
 
     expression, grid, block, sizes, flags, vector_possible, stores = _tiled_plan(g, np.dtype(dtype),
