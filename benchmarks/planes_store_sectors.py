@@ -10,8 +10,9 @@ consecutive runs of one row: whole 32-byte sectors.  Where it holds two (14 colu
 (7), consecutive lanes jump rows, and each store writes a few bytes into each of up to 32
 sectors.  The launcher's ``planes_direct_store_sectors`` replays that mapping for one full CTA
 of the direct plan and counts, per warp store instruction, the distinct 32-byte sectors its
-active lanes write; ``planes_staged_result`` stages the results in shared memory (whole-sector
-16-byte copies) at stride 2 where the count is below ``PLANES_STAGED_BELOW`` bytes a sector.
+active lanes write; the kernel's staged form (results through shared memory, whole-sector
+16-byte copies; opt-in, ``path="planes_staged"``) is for the stride-2 launches where the count
+is below ``PLANES_STAGED_BELOW`` bytes a sector (``planes_staged_narrow``).
 Output: markdown, one row per NCHW benchmark layer and dtype the planes kernel can run, with
 the H100's measured kernel time and % of HBM of the planes kernel forced (``gradops-cuda:planes``
 in the A/B run's ``ncu_ab.md``, direct stores: before session 82) where that run timed it.
@@ -59,14 +60,15 @@ def main(argv: list[str]) -> str:
              "(block (0, 0, 0)) of each launch's direct plan (`planes_plan(..., staged=False)`), stores as "
              "`dwplanes::store_item_row` makes them, lanes on consecutive work items; a sector is "
              "counted once per warp store instruction that writes into it "
-             "(`planes_direct_store_sectors`).  32 bytes a sector: whole sectors.  Staged: the launcher "
-             f"stages the results (stride 2, below {launcher.PLANES_STAGED_BELOW:g} bytes a sector; "
-             "`planes_staged_result`) and its plan with the image.  Measured columns: the planes kernel "
+             "(`planes_direct_store_sectors`).  32 bytes a sector: whole sectors.  Staged form: whether it is "
+             f"for the launch (stride 2, below {launcher.PLANES_STAGED_BELOW:g} bytes a sector; "
+             "`planes_staged_narrow`; opt-in, `path=\"planes_staged\"`) and its plan with the image.  Measured "
+             "columns: the planes kernel "
              f"forced (`gradops-cuda:planes`, direct stores) in `{run.name}/ncu_ab.md` (kernel time, compulsory "
              "bytes / time as % of HBM); - where not timed.",
              "",
              "| layer | dtype | planes x band (direct) | elements a store | warp stores a CTA | sectors a CTA | "
-             "bytes a sector | staged (planes x band) | measured us | measured % of HBM |",
+             "bytes a sector | staged form (planes x band) | measured us | measured % of HBM |",
              "|---|---|---|---:|---:|---:|---:|---|---:|---:|"]
     for name in ("mobilenetv2", "efficientnet"):
         for case in suite(name):
@@ -79,8 +81,8 @@ def main(argv: list[str]) -> str:
                     continue
                 planes, band = launcher.planes_plan(g, dt, staged=False)
                 instructions, sectors, written = launcher.planes_direct_store_sectors(g, dt)
-                staged = "yes ({} x {})".format(*launcher.planes_plan(g, dt)) if launcher.planes_staged_result(g, dt) \
-                    else "no"
+                staged = "yes ({} x {})".format(*launcher.planes_plan(g, dt, staged=True)) \
+                    if launcher.planes_staged_narrow(g, dt) else "no"
                 us, pct = measured.get((case.label, dtype), (None, None))
                 lines.append(f"| {name} {case.label} | {dtype} | {planes} x {band} | {launcher.planes_store_cols(g)} | "
                              f"{instructions} | {sectors} | {written / sectors:.1f} | {staged} | "

@@ -115,10 +115,12 @@ stamp "HBM bandwidth for the summaries: $BW bytes/s"
 # filter gradient's timing at the end).  Then the NHWC stride-1 multiplier-2 cases and 5x5
 # multiplier 1 on the launcher's choice, the tiled kernel and the NHWC tensor-core kernel
 # (gradops-cuda:mma_nhwc, half types only; MMA_NHWC_CHOICE, new in session 53): about 50 calls
-# more, 20 s taken from the filter gradient's timing.
+# more, 20 s taken from the filter gradient's timing.  Session 82: gradops-cuda:planes_staged, the
+# planes kernel's staged result stores (stride 2 only: 6 layers a dtype, about 12 calls more),
+# which decides PLANES_STAGED_BY_DEFAULT.
 timeout -s INT -k 10 170 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
-    --engines gradops-cuda --paths tiled,planes,transpose,mma,mma_nhwc --ops backprop_input \
+    --engines gradops-cuda --paths tiled,planes,planes_staged,transpose,mma,mma_nhwc --ops backprop_input \
     --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW,3x3/1 m2 NHWC,5x5/1 m2 NHWC,5x5/1 m1 NHWC" --time-limit 150 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"

@@ -761,16 +761,13 @@ def test_few_channel_prediction_counts_each_warps_busiest_lane():
     assert (total, warps) == (want, 2 * 8 * 8)
 
 
-def test_planes_prediction_counts_a_ctas_work(monkeypatch):
+def test_planes_prediction_counts_a_ctas_work():
     """benchmarks/planes_prediction.py's per-element count against the CTA's work counted by hand:
     7 x 7 x 960 NCHW 3x3 SAME multiplier 1, float32: 32 planes a CTA, 4 x 2 items a plane (2 x 4
     positions each), one chunk of 8 a row (at the row's end: 7 elements), 32 x 10 x 12 / 4 zero
     stores (7 rows rounded up to whole items, and the halo), 9 x 32 filter taps, 256 threads'
     straight-line code."""
     pp = _load_benchmark_script("planes_prediction")
-    # The script counts the direct result stores' plan (the staged form, since session 82, halves
-    # dw9's planes: test_planes_staged_result_choice)
-    monkeypatch.setattr(pp.dx, "PLANES_STAGED_STRIDES", ())
     g = next(c for c in suites.suite("mobilenetv2") if c.label == "dw10 7x7x960 3x3/1 m1 NCHW"
              and c.op == "depthwise_conv2d_native_backprop_input").geometry()
     f = {"sums": 90, "item_rest": 100, "staging": 70, "staging_edge": 60, "zero_per_store": 1.25, "filter": 30,
@@ -825,8 +822,8 @@ def test_measured_vs_predicted_committed_report_renders_from_its_json():
 def test_planes_store_sectors_table_is_the_scripts_output():
     """benchmarks/planes_store_sectors.py: the committed table is its output; on MobileNetV2 dw1
     (112 columns, lanes along a row) the direct stores write whole sectors, on dw9 (14 columns at
-    stride 2, two lanes a row) 5.1 bytes a sector, which the launcher stages (in 16 planes a CTA,
-    where 32 do not fit with the image)."""
+    stride 2, two lanes a row) 5.1 bytes a sector, a launch the staged form is for (in 16 planes a
+    CTA, where 32 do not fit with the image)."""
     module = _load_benchmark_script("planes_store_sectors")
     committed = (Path(__file__).parents[1] / "benchmarks" / "results" / "planes_store_sectors.md").read_text()
     assert committed == module.main([])

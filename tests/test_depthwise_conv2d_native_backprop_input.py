@@ -449,8 +449,10 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "mma_nhwc", "planes", "transpose"],
-                                     ids=["auto", "direct", "tiled", "mma", "mma_nhwc", "planes", "transpose"])
+CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged",
+                                              "transpose"],
+                                     ids=["auto", "direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged",
+                                          "transpose"])
 
 
 def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
@@ -521,6 +523,11 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         with pytest.raises(ValueError, match="planes kernel cannot run"):
             cuda_call(kwargs, path=path)
         return None
+    if path == "planes_staged" and not (cuda_launcher.planes_possible(g, dtype)
+                                        and cuda_launcher.planes_staged_possible(g, dtype)):
+        with pytest.raises(ValueError, match="planes kernel cannot run|staged form cannot run"):
+            cuda_call(kwargs, path=path)
+        return None
     if path == "transpose" and not cuda_launcher.transpose_possible(g, dtype):
         with pytest.raises(ValueError, match="transpose path cannot run"):
             cuda_call(kwargs, path=path)
@@ -532,7 +539,7 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         auto = ("mma" if cuda_launcher.mma_chosen(g, dtype) else "mma_nhwc" if cuda_launcher.mma_nhwc_chosen(g, dtype)
                 else "planes" if cuda_launcher.planes_chosen(g, dtype)
                 else "transpose" if cuda_launcher.transpose_chosen(g, dtype) else "tiled" if eligible else "direct")
-        assert launched(device) == (path or auto)
+        assert launched(device) == ("planes" if path == "planes_staged" else path or auto)
     got = to_host(got)
     assert_close(got, ref, dtype, scale)
     expected = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
@@ -2026,12 +2033,14 @@ PLANES_ITEMS_DEFAULT = cuda_launcher.PLANES_ITEMS  # planes_problem's calls rese
 def test_cuda_planes_property(cuda_device, monkeypatch, case, seed, items):
     """Random NCHW shapes on the planes path (3x3 / 5x5 at strides 1 and 2; any sizes, pads,
     multipliers and dtypes; whole planes, or bands from a shrunk work-item budget) match the
-    loops and the NumPy backend, or are refused where one item row cannot fit."""
+    loops and the NumPy backend, or are refused where one item row cannot fit; so does the staged
+    form where it runs (stride 2)."""
     monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", items or PLANES_ITEMS_DEFAULT)
     cuda_launcher._planes_args.cache_clear()
     try:
         kwargs, ref, scale = make_case(np.random.default_rng(seed), **dict(case, data_format="NCHW"))
         check_cuda(kwargs, ref, scale, path="planes", device=cuda_device)
+        check_cuda(kwargs, ref, scale, path="planes_staged", device=cuda_device)  # refused below stride 2
     finally:
         cuda_launcher._planes_args.cache_clear()
 
@@ -2237,9 +2246,8 @@ def planes_staged_kwargs(case, rng):
 @pytest.mark.parametrize("case", list(PLANES_STAGED_CASES))
 def test_cuda_planes_staged_results_equal_direct_stores(cuda_device, rng, monkeypatch, case):
     """The planes kernel's result image and its copy-out (staged=True) write the bits its direct
-    stores write (staged=False), and both match the loops and the NumPy backend; the launcher
-    stages where its own choice says (planes_staged_result), and a band of a wide plane (the
-    work-item budget shrunk) stages too."""
+    stores write (staged=False; path="planes_staged" forces it too), and both match the loops and
+    the NumPy backend; a band of a wide plane (the work-item budget shrunk) stages too."""
     if case == "f32-3x3-bands-of-a-wide-plane":
         monkeypatch.setattr(cuda_launcher, "PLANES_ITEMS", 24)
     cuda_launcher._planes_args.cache_clear()
@@ -2255,6 +2263,9 @@ def test_cuda_planes_staged_results_equal_direct_stores(cuda_device, rng, monkey
         gpu = dict(filter=to_gpu(kwargs["filter"]), out_backprop=to_gpu(kwargs["out_backprop"]))
         results = {staged: to_host(cuda_launcher.depthwise_conv2d_native_backprop_input(
             g, gpu["filter"], gpu["out_backprop"], path="planes", staged=staged)) for staged in (True, False)}
+        forced = to_host(cuda_launcher.depthwise_conv2d_native_backprop_input(g, gpu["filter"], gpu["out_backprop"],
+                                                                              path="planes_staged"))
+        assert forced.tobytes() == results[True].tobytes()
         if cuda_device is not None:
             assert launched(cuda_device) == "planes"
         assert results[True].tobytes() == results[False].tobytes()
@@ -2263,12 +2274,13 @@ def test_cuda_planes_staged_results_equal_direct_stores(cuda_device, rng, monkey
         cuda_launcher._planes_args.cache_clear()
 
 
-def test_planes_staged_result_choice():
-    """The launcher stages the planes kernel's results at stride 2 where its direct stores would
-    write fewer than PLANES_STAGED_BELOW bytes a 32-byte sector (planes_direct_store_sectors):
+def test_planes_staged_result_choice(monkeypatch):
+    """The staged form is for stride-2 launches whose direct stores would write fewer than
+    PLANES_STAGED_BELOW bytes a 32-byte sector (planes_direct_store_sectors, planes_staged_narrow):
     MobileNetV2's 14 x 14 and 28 x 28 stride-2 layers in float16, not its 112 x 112 and 56 x 56
-    ones, nor stride 1 (no staged form); the image halves the planes of a CTA where both would not
-    fit; a forced choice it cannot run is refused."""
+    ones, nor stride 1 (no staged form); its image halves the planes of a CTA where both would not
+    fit.  The launcher takes it only where asked (path="planes_staged", staged=True) until
+    PLANES_STAGED_BY_DEFAULT; a forced choice it cannot run is refused."""
     def geometry(rows, cols, depth, k=3, multiplier=1, stride=1):
         return geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(1, rows, cols, depth), filt_hw=(k, k),
                                        multiplier=multiplier, strides=(stride, stride), padding="SAME",
@@ -2278,26 +2290,36 @@ def test_planes_staged_result_choice():
     wide, small, s2 = geometry(112, 112, 32), geometry(7, 7, 960), geometry(14, 14, 576, stride=2)
     # 112 columns: lanes along a row, 16-byte (float32) stores: whole sectors
     assert cuda_launcher.planes_direct_store_sectors(wide, f32)[1:] == (700, 700 * 32)
-    assert not cuda_launcher.planes_staged_result(wide, f32)
+    assert not cuda_launcher.planes_staged_narrow(wide, f32)
     # 7 columns: one element a store, two lanes a row; but stride 1 has no staged form
     instructions, sectors, written = cuda_launcher.planes_direct_store_sectors(small, f16)
     assert written == 32 * 7 * 7 * 2 and written < 4 * sectors + 64
-    assert not cuda_launcher.planes_staged_result(small, f16)
+    assert not cuda_launcher.planes_staged_possible(small, f16) and not cuda_launcher.planes_staged_narrow(small, f16)
     with pytest.raises(ValueError, match="cannot stage"):
         cuda_launcher.planes_staged_result(small, f16, staged=True)
+    with pytest.raises(ValueError, match="staged form cannot run"):
+        cuda_launcher.pick_path(small, f16, "planes_staged")
     # 14 x 14 at stride 2: 5.1 bytes a sector; 32 planes and their image do not fit 24 KiB, 16 do
     _, sectors, written = cuda_launcher.planes_direct_store_sectors(s2, f16)
     assert 5 < written / sectors < 5.2
-    assert cuda_launcher.planes_staged_result(s2, f16) and cuda_launcher.planes_staged_result(s2, f32)
-    assert cuda_launcher.planes_plan(s2, f16, staged=False) == (32, 14) and cuda_launcher.planes_plan(s2, f16) == (16, 14)
-    assert cuda_launcher.planes_grid(s2, f16) == (36, 1, 1)
-    assert cuda_launcher.planes_expression(s2, f16).endswith(", 3, 3, 2, true>")
+    assert cuda_launcher.planes_staged_narrow(s2, f16) and cuda_launcher.planes_staged_narrow(s2, f32)
+    assert cuda_launcher.planes_plan(s2, f16, staged=False) == (32, 14)
+    assert cuda_launcher.planes_plan(s2, f16, staged=True) == (16, 14)
     assert not cuda_launcher._planes_fit(s2, f16, 32, 14, True) and cuda_launcher._planes_fit(s2, f16, 32, 14)
-    assert not cuda_launcher.planes_staged_result(geometry(56, 56, 144, stride=2), f16)  # 27.4 bytes a sector
+    assert not cuda_launcher.planes_staged_narrow(geometry(56, 56, 144, stride=2), f16)  # 27.4 bytes a sector
+    # opt-in: the launcher's own choice is the direct stores until a GPU has timed both
+    assert not cuda_launcher.PLANES_STAGED_BY_DEFAULT and not cuda_launcher.planes_staged_result(s2, f16)
+    assert cuda_launcher.planes_plan(s2, f16) == (32, 14) and not cuda_launcher.planes_expression(s2, f16).endswith("true>")
+    assert cuda_launcher.pick_path(s2, f16, "planes_staged") == "planes_staged"
+    assert cuda_launcher.planes_expression(s2, f16, staged=True).endswith(", 3, 3, 2, true>")
+    monkeypatch.setattr(cuda_launcher, "PLANES_STAGED_BY_DEFAULT", True)
+    assert cuda_launcher.planes_staged_result(s2, f16) and cuda_launcher.planes_plan(s2, f16) == (16, 14)
+    assert cuda_launcher.planes_grid(s2, f16) == (36, 1, 1)
+    assert not cuda_launcher.planes_staged_result(wide, f32)
     # no image for a plane whose one item row with the image cannot fit
     huge = geometry(4, 2800, 1, stride=2)  # a band of 2 rows: 12 + 2 x 1404 floats fit 6144, with 2 x 2800 more not
     assert cuda_launcher.planes_plan(huge, f32, staged=False) != (0, 0)
-    assert not cuda_launcher.planes_staged_result(huge, f32)
+    assert not cuda_launcher.planes_staged_possible(huge, f32) and not cuda_launcher.planes_staged_result(huge, f32)
     with pytest.raises(ValueError, match="cannot stage"):
         cuda_launcher.planes_staged_result(huge, f32, staged=True)
 
@@ -2320,10 +2342,8 @@ PLANTED_PLANES_STAGED = {  # bugs in the staged result stores, run on planes_sta
     "planes-image-not-aligned-as-the-run": ("(run_first % (16 / static_cast<int>(sizeof(T))) - row_stored * in_cols)",
                                             "(0 - row_stored * in_cols)"),
     "planes-copy-out-of-whole-bands": ("(min(in_rows, y0 + band) - row_stored)", "(band)"),
-    "planes-copy-out-tail-dropped": ("for (int k = head + vectors * VEC + tid; k < length; k += kThreads)",
-                                     "for (int k = length + tid; k < length; k += kThreads)"),
-    "planes-copy-out-head-dropped": ("for (int k = tid; k < head; k += kThreads) out[k] = image[k];",
-                                     "(void)head;"),
+    "planes-copy-out-tail-dropped": ("if (tail < length) out[tail] = image[tail];", "(void)tail;"),
+    "planes-copy-out-head-dropped": ("if (tid < head) out[tid] = image[tid];", "(void)head;"),
     "planes-image-row-of-the-item-above": ("image_first) + (p * in_rows + y) * in_cols + x);",
                                            "image_first) + (p * in_rows + y - 1) * in_cols + x);"),
 }

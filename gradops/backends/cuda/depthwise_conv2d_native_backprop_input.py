@@ -35,8 +35,9 @@ Six paths (see the .cu file); ``path=`` forces one (the tests run each on small 
   land are computed.  The launcher's NCHW kernel wherever it runs and the tensor cores are not
   chosen (:data:`PLANES_BY_DEFAULT`; ahead of the tiled kernel on 44 of 50 NCHW layer-dtypes
   the H200 timed on 2026-12-04, behind at float32 3x3 stride 2: :data:`PLANES_FLOAT32_TILED`).
-  At stride 2 on narrow maps its results go through shared memory and out in whole 32-byte
-  sectors (:func:`planes_staged_result`, the kernel's STAGED form; ``staged=`` forces it).
+  Its staged form (the kernel's STAGED, stride 2) writes the results through shared memory and
+  out in whole 32-byte sectors, for narrow maps (:func:`planes_staged_narrow`); opt-in until a
+  GPU times it (``path="planes_staged"``, :data:`PLANES_STAGED_BY_DEFAULT`).
 * ``transpose``: NCHW run as NHWC: out_backprop transposed to NHWC, the ``tiled`` kernel on the
   NHWC twin of the geometry (:func:`nhwc_twin`), the result transposed back (two launches of
   ``_layout``'s batched transpose: 32 x 32 tiles through shared memory, 16-bit elements in
@@ -100,7 +101,7 @@ SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
 
 #: Kernel paths; tests force each with ``path=``.
-PATHS = ("direct", "tiled", "mma", "mma_nhwc", "planes", "transpose")
+PATHS = ("direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged", "transpose")
 
 #: The planes kernel (``_planes``, NCHW): these square filters at these strides (the same on
 #: both axes) and dilation 1.
@@ -798,14 +799,20 @@ def planes_grid(g: Conv2DGeometry, dtype, staged: bool | None = None) -> tuple[i
     return -(-g.in_depth // planes), -(-planes_band_rows(g) // band), g.batch
 
 
-#: The planes kernel stages its results in shared memory and copies them out 16 bytes a store
-#: (``staged_result``; "Result stores" in the source) where its direct stores would write fewer
-#: bytes than this into each 32-byte sector they touch (:func:`planes_direct_store_sectors`).
-#: Why: on the H100 (2026-12-05, results/gpu_h100_2026-12-05/ncu_ab.md, the planes kernel
-#: forced) the NCHW layers whose direct stores write 4-12.4 bytes a sector (maps of 7, 14 and,
-#: at stride 2, 28 columns) reached 12-48% of HBM, those at 32 bytes 44-79%
-#: (benchmarks/results/planes_store_sectors.md); not yet measured with the staged stores.
+#: The planes kernel's staged form (STAGED: results through shared memory, copied out 16 bytes a
+#: store; "Result stores" in the source) is for launches whose direct stores would write fewer
+#: bytes than this into each 32-byte sector they touch (:func:`planes_direct_store_sectors`,
+#: :func:`planes_staged_narrow`).  Why: on the H100 (2026-12-05,
+#: results/gpu_h100_2026-12-05/ncu_ab.md, the planes kernel forced) the NCHW layers whose direct
+#: stores write 4-12.4 bytes a sector (maps of 7, 14 and, at stride 2, 28 columns) reached
+#: 12-48% of HBM, those at 32 bytes 44-79% (benchmarks/results/planes_store_sectors.md).
 PLANES_STAGED_BELOW = 16.0
+#: Whether the launcher takes the staged form by itself where :func:`planes_staged_narrow` holds
+#: (False: only when asked for, ``path="planes_staged"`` or ``staged=True``).  Not yet timed on a
+#: GPU; the static model charges it twice the instructions an element on those layers (the
+#: image's stores and copy-out, and half the planes a CTA, whose fixed costs double: sm_90,
+#: benchmarks/README.md), so a GPU's A/B decides (scripts/device-session.sh times it).
+PLANES_STAGED_BY_DEFAULT = False
 #: Strides whose planes kernels have a staged form: at stride 1 the image offset does not fit the
 #: register bounds (float 3x3 spilled 4-20 bytes: sm_90, NVRTC 13.5), and in the launcher's
 #: default paths stride 1 small maps take the tensor-core kernel in the half types.
@@ -862,24 +869,36 @@ def planes_direct_store_sectors(g: Conv2DGeometry, dtype) -> tuple[int, int, int
     return instructions, sectors, written
 
 
-def planes_staged_result(g: Conv2DGeometry, dtype, staged: bool | None = None) -> bool:
-    """Whether the planes kernel stages its results (``staged`` when given; ValueError where it
-    cannot): at :data:`PLANES_STAGED_STRIDES`, where its direct stores would write fewer than
-    :data:`PLANES_STAGED_BELOW` bytes a sector, the plan with the result image fits the shared
-    memory, and each CTA's result rows are one contiguous run (one plane, or whole planes)."""
-    def possible() -> bool:  # the plan with the image fits, and a CTA's result rows are one run
-        planes, band = planes_plan(g, dtype, staged=True)
-        return ((planes, band) != (0, 0) and (planes == 1 or band >= planes_band_rows(g))
-                and _planes_fit(g, dtype, planes, band, True))
+def planes_staged_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the planes kernel's staged form can run ``g``: at :data:`PLANES_STAGED_STRIDES`,
+    with a plan whose result image fits the shared memory and whose CTAs' result rows are one
+    contiguous run each (one plane, or whole planes)."""
+    if g.stride_rows not in PLANES_STAGED_STRIDES:
+        return False
+    planes, band = planes_plan(g, dtype, staged=True)
+    return ((planes, band) != (0, 0) and (planes == 1 or band >= planes_band_rows(g))
+            and _planes_fit(g, dtype, planes, band, True))
 
-    if staged is not None:
-        if staged and (g.stride_rows not in PLANES_STAGED_STRIDES or not possible()):
-            raise ValueError("the planes kernel cannot stage its results for this geometry (shared memory)")
-        return staged
-    if g.stride_rows not in PLANES_STAGED_STRIDES or planes_plan(g, dtype, staged=False) == (0, 0) or not possible():
+
+def planes_staged_narrow(g: Conv2DGeometry, dtype) -> bool:
+    """Whether ``g`` is a launch the staged form is for: it can run it, and the direct stores
+    would write fewer than :data:`PLANES_STAGED_BELOW` bytes a 32-byte sector."""
+    if planes_plan(g, dtype, staged=False) == (0, 0) or not planes_staged_possible(g, dtype):
         return False
     _, sectors, written = planes_direct_store_sectors(g, dtype)
     return written < PLANES_STAGED_BELOW * sectors
+
+
+def planes_staged_result(g: Conv2DGeometry, dtype, staged: bool | None = None) -> bool:
+    """Whether the planes kernel stages its results: ``staged`` when given (ValueError where the
+    staged form cannot run), else :data:`PLANES_STAGED_BY_DEFAULT` where
+    :func:`planes_staged_narrow` holds."""
+    if staged is not None:
+        if staged and not planes_staged_possible(g, dtype):
+            raise ValueError("the planes kernel cannot stage its results for this geometry (stride 2, and the "
+                             "result image in its shared memory)")
+        return staged
+    return PLANES_STAGED_BY_DEFAULT and planes_staged_narrow(g, dtype)
 
 
 def planes_possible(g: Conv2DGeometry, dtype) -> bool:
@@ -1052,9 +1071,12 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
         raise ValueError("the mma_nhwc kernel cannot run this geometry (it takes NHWC float16 / bfloat16 with "
                          f"in_depth a multiple of {MMA_NHWC_CHANNELS}, 3x3 or 5x5 filters at stride 1 without "
                          "dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of compute capability 8.0 or newer)")
-    if path == "planes" and not planes_possible(g, dtype):
+    if path in ("planes", "planes_staged") and not planes_possible(g, dtype):
         raise ValueError("the planes kernel cannot run this geometry (it takes NCHW, 3x3 or 5x5 filters at stride "
                          "1x1 or 2x2 without dilation, a slice row that fits its shared memory, and 32-bit offsets)")
+    if path == "planes_staged" and not planes_staged_possible(g, dtype):
+        raise ValueError("the planes kernel's staged form cannot run this geometry (stride 2, and the result image "
+                         "in its shared memory)")
     if path == "transpose" and not transpose_possible(g, dtype):
         raise ValueError("the transpose path cannot run this geometry (it takes NCHW where the tiled kernel can run "
                          "the NHWC twin: 3x3 / 5x5 filters at 1x1 / 2x2 strides without dilation, 32-bit offsets)")
@@ -1092,7 +1114,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled" / "mma" / "mma_nhwc" / "planes" / "transpose"), ``vector`` (tiled only: 16-byte or scalar staging loads) and
+    ("direct" / "tiled" / "mma" / "mma_nhwc" / "planes" / "planes_staged" / "transpose"), ``vector``
+    (tiled only: 16-byte or scalar staging loads) and
     ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) and ``staged``
     (planes only: results through shared memory, :func:`planes_staged_result`) override the
     automatic choices.
@@ -1138,6 +1161,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
                                    mma_units(g)[1], g.batch)))
         _runtime.kernel(SOURCE, mma_nhwc_expression(g, dtype))(mma_nhwc_grid(g), (MMA_NHWC_THREADS,), args)
         return in_backprop
+    if path == "planes_staged":
+        path, staged = "planes", True
     if path == "planes":
         staged = planes_staged_result(g, dtype, staged)
         tail = planes_tail_padding(g, dtype)
