@@ -2342,8 +2342,10 @@ PLANTED_PLANES_STAGED = {  # bugs in the staged result stores, run on planes_sta
     "planes-image-not-aligned-as-the-run": ("(run_first % (16 / static_cast<int>(sizeof(T))) - row_stored * in_cols)",
                                             "(0 - row_stored * in_cols)"),
     "planes-copy-out-of-whole-bands": ("(min(in_rows, y0 + band) - row_stored)", "(band)"),
-    "planes-copy-out-tail-dropped": ("if (tail < length) out[tail] = image[tail];", "(void)tail;"),
-    "planes-copy-out-head-dropped": ("if (tid < head) out[tid] = image[tid];", "(void)head;"),
+    "planes-copy-out-tail-dropped": ("for (int k = head + vectors * VEC + tid; k < length; k += kThreads)",
+                                     "for (int k = length + tid; k < length; k += kThreads)"),
+    "planes-copy-out-head-dropped": ("for (int k = tid; k < head; k += kThreads) out[k] = image[k];",
+                                     "(void)head;"),
     "planes-image-row-of-the-item-above": ("image_first) + (p * in_rows + y) * in_cols + x);",
                                            "image_first) + (p * in_rows + y - 1) * in_cols + x);"),
 }
