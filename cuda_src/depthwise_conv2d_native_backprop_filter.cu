@@ -852,8 +852,10 @@ inline constexpr int kThreads = kWarps * kWarpSize;
 // (NVRTC 13.5 and 12.9).
 template <typename T, typename Acc, int K, int S, int FORM> struct MinBlocks {
     static constexpr bool FLOAT_SM90 = sizeof(T) == 4 && K == 3 && S == 1 && GRADOPS_ARCH == 900;
-    static constexpr bool HALF_PAIRS = sizeof(T) == 2 && K == 3 && FORM != 0 && GRADOPS_ARCH >= 750 && GRADOPS_ARCH < 900;
-    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (FLOAT_SM90 ? 6 : HALF_PAIRS ? 7 : 5) : (S == 1 ? 4 : 3);
+    static constexpr bool HALF_PAIRS = sizeof(T) == 2 && K == 3 && FORM != 0 && GRADOPS_ARCH >= 750 &&
+                                       GRADOPS_ARCH < 900;
+    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (FLOAT_SM90 ? 6 : HALF_PAIRS ? 7 : 5)
+                                                               : (S == 1 ? 4 : 3);
 };
 // Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
 inline constexpr int kItemCols = 4;

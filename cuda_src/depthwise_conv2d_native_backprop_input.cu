@@ -1679,7 +1679,8 @@ __global__ void GRADOPS_PLANES_BOUNDS(T, KH, S, STAGED) depthwise_conv2d_native_
             if (i + 1 < band && y + 1 < in_rows) store_item_row<T>(dst + in_cols, acc[1], x, in_cols, store_cols);
         };
         if constexpr (STAGED)
-            store_rows(reinterpret_cast<T*>(reinterpret_cast<char*>(stage) + image_first) + (p * in_rows + y) * in_cols + x);
+            store_rows(reinterpret_cast<T*>(reinterpret_cast<char*>(stage) +
+                                            image_first) + (p * in_rows + y) * in_cols + x);
         else
             store_rows(in_backprop + ((n * in_depth + c0 + p) * in_rows + y) * in_cols + x);
     }

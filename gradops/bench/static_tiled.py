@@ -1599,8 +1599,8 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
     if not dw.planes_staged_result(g, dtype):
         _, sectors, written = dw.planes_direct_store_sectors(g, dtype)
         result_l2 = result_l2 * 32 * sectors / written
-    l2 = (width * (g.batch * slices * work["staged_rows"] * g.out_cols + work["ctas"] * planes * g.depth_multiplier * taps)
-          + result_l2)
+    staged_reads = g.batch * slices * work["staged_rows"] * g.out_cols
+    l2 = width * (staged_reads + work["ctas"] * planes * g.depth_multiplier * taps) + result_l2
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], dw.PLANES_THREADS)
     limits = roofline(device, elements, per_element, pipes, traffic, l2, occ["warps_per_sm"] * 32)
     with_latency_limit(limits, device, traffic, latency_limit_s(device, work["ctas"], occ, work["round_trips"]))

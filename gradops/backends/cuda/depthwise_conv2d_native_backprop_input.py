@@ -300,7 +300,8 @@ def instantiations(arch: int | None = None) -> dict[str, list[str]]:
 
 def _planes_expression(dtype, filter_size: int, stride: int, staged: bool = False) -> str:
     element, accumulator = _build.c_types(dtype)
-    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}, {stride}{', true' if staged else ''}>"
+    staged_flag = ", true" if staged else ""
+    return f"{PLANES_KERNEL}<{element}, {accumulator}, {filter_size}, {filter_size}, {stride}{staged_flag}>"
 
 
 def _mma_expression(dtype, filter_size: int, multiplier: int, form: int = 0) -> str:
