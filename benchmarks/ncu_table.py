@@ -63,21 +63,6 @@ def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
 STORE_SECTORS = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"
 
 
-def result_bytes(case, geometry, itemsize: int) -> int:
-    """Bytes of the op's result tensor (the input gradient, the filter gradient, the forward
-    pooling's output), which its stores write once at best."""
-    g = geometry
-    if case.op in suites.FRACTIONAL_FORWARD_OPS:
-        shape = g.output_shape
-    elif case.op in (suites.FRACTIONAL, suites.FRACTIONAL_MAX):
-        shape = g.input_shape
-    elif case.op in (suites.CONV_FILTER, suites.DEPTHWISE_FILTER):
-        shape = g.filter_shape
-    else:
-        shape = g.input_shape
-    return itemsize * int(np.prod(shape))
-
-
 def _load(csv_path: str, index_path: str):
     """(the index entries, kernels by case index, the suites' Case by (suite, label, op))."""
     index = json.load(open(index_path))
@@ -103,7 +88,7 @@ def table(csv_path: str, index_path: str, bandwidth: float) -> str:
         # Bytes a store sector: 32 where every sector the kernels store to is whole and written
         # once; less where stores are narrow and scattered (or where partial sums are stored too).
         sectors = sum(k.get("store_sectors", 0.0) for k in ks)
-        per_sector = f"{result_bytes(case, case.geometry(), itemsize) / sectors:.1f}" if sectors else "-"
+        per_sector = f"{metrics.result_bytes(case, case.geometry(), itemsize) / sectors:.1f}" if sectors else "-"
         lines.append(f"| {e['suite']} | {e['label']} | {e['op']} | {e['dtype']} | {e['engine']} | {len(ks)}: {names} | "
                      f"{ns / 1e3:.1f} | {dram / 1e6:.1f} | {need / 1e6:.1f} | {pct:.1f} | {per_sector} |")
     return "\n".join(lines) + "\n"

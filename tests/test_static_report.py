@@ -999,6 +999,24 @@ def test_filter_tiled_float_3x3_stride_1_fits_four_ctas():
         assert kernels[others[0]]["registers"] > 128, arch  # stride 2: 3 CTAs
 
 
+def filter_bound_without_flag(flag, exprs, bounded_arch, other_arch):
+    """ptxas figures of the depthwise filter source's ``exprs`` on ``bounded_arch`` as it is and
+    from a copy whose ``static constexpr bool FLAG = `` reads false: (bounded, template).  Both
+    arches' bounded builds spill nothing, and ``other_arch`` compiles as without the flag."""
+    condition = f"static constexpr bool {flag} = "
+    figures = {}
+    for arch in (bounded_arch, other_arch):
+        figures[arch] = ptxas_with_and_without(arch, sr.DEPTHWISE_FILTER_SOURCE, condition, condition + "false && ",
+                                               exprs)
+        kernels, templates = figures[arch]
+        for expression in exprs:
+            bounded, template = kernels[expression], templates[expression]
+            assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
+            if arch == other_arch:
+                assert bounded["registers"] == template["registers"], (expression, bounded, template)
+    return figures[bounded_arch]
+
+
 @needs_tools
 def test_filter_planes_float_3x3_stride_1_fits_six_ctas_on_sm90():
     """The depthwise filter gradient's planes kernel (NCHW), float32 3x3 at stride 1, asks ptxas
@@ -1006,20 +1024,13 @@ def test_filter_planes_float_3x3_stride_1_fits_six_ctas_on_sm90():
     spill, 24 warps an SM, where with 5 (a copy without FLOAT_SM90) it takes more and the SM
     holds 20.  sm_80, where 6 spilled, compiles as without it."""
     exprs = [f"gradops::depthwise_conv2d_native_backprop_filter_planes<float, float, 3, 1, {form}>" for form in (0, 1, 2)]
-    condition = "static constexpr bool FLOAT_SM90 = "
-    for arch in ("sm_90", "sm_80"):
-        kernels, templates = ptxas_with_and_without(arch, sr.DEPTHWISE_FILTER_SOURCE, condition,
-                                                    condition + "false && ", exprs)
-        for expression in exprs:
-            bounded, template = kernels[expression], templates[expression]
-            assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
-            if arch == "sm_80":
-                assert bounded["registers"] == template["registers"], (expression, bounded, template)
-                continue
-            assert bounded["registers"] <= 80 < template["registers"], (expression, bounded, template)
-            block = sr.block_size(expression)
-            assert _sass.occupancy(90, bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 24
-            assert _sass.occupancy(90, template["registers"], template["shared_bytes"], block)["warps_per_sm"] == 20
+    kernels, templates = filter_bound_without_flag("FLOAT_SM90", exprs, "sm_90", "sm_80")
+    for expression in exprs:
+        bounded, template = kernels[expression], templates[expression]
+        assert bounded["registers"] <= 80 < template["registers"], (expression, bounded, template)
+        block = sr.block_size(expression)
+        assert _sass.occupancy(90, bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 24
+        assert _sass.occupancy(90, template["registers"], template["shared_bytes"], block)["warps_per_sm"] == 20
 
 
 @needs_tools
@@ -1031,24 +1042,16 @@ def test_filter_planes_half_3x3_pair_forms_fit_seven_ctas_before_sm90():
     sm_90 compiles as without it."""
     exprs = [f"gradops::depthwise_conv2d_native_backprop_filter_planes<{t}, float, 3, {s}, {form}>"
              for t in ("__half", "__nv_bfloat16") for s in (1, 2) for form in (1, 2)]
-    condition = "static constexpr bool HALF_PAIRS = "
-    for arch in ("sm_80", "sm_90"):
-        kernels, templates = ptxas_with_and_without(arch, sr.DEPTHWISE_FILTER_SOURCE, condition,
-                                                    condition + "false && ", exprs)
-        for expression in exprs:
-            bounded, template = kernels[expression], templates[expression]
-            assert bounded["spill_stores"] == bounded["spill_loads"] == bounded["stack_bytes"] == 0, (arch, bounded)
-            if arch == "sm_90":
-                assert bounded["registers"] == template["registers"], (expression, bounded, template)
-                continue
-            assert bounded["registers"] <= 72, (expression, bounded)
-            block = sr.block_size(expression)
-            assert _sass.occupancy(80, bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 28
-        regressed = "gradops::depthwise_conv2d_native_backprop_filter_planes<__nv_bfloat16, float, 3, 1, 2>"
-        if arch == "sm_80":
-            assert templates[regressed]["registers"] > 72, templates[regressed]
-            assert _sass.occupancy(80, templates[regressed]["registers"], templates[regressed]["shared_bytes"],
-                                   sr.block_size(regressed))["warps_per_sm"] == 24
+    kernels, templates = filter_bound_without_flag("HALF_PAIRS", exprs, "sm_80", "sm_90")
+    for expression in exprs:
+        bounded = kernels[expression]
+        assert bounded["registers"] <= 72, (expression, bounded)
+        block = sr.block_size(expression)
+        assert _sass.occupancy(80, bounded["registers"], bounded["shared_bytes"], block)["warps_per_sm"] == 28
+    regressed = "gradops::depthwise_conv2d_native_backprop_filter_planes<__nv_bfloat16, float, 3, 1, 2>"
+    assert templates[regressed]["registers"] > 72, templates[regressed]
+    assert _sass.occupancy(80, templates[regressed]["registers"], templates[regressed]["shared_bytes"],
+                           sr.block_size(regressed))["warps_per_sm"] == 24
 
 
 @needs_tools

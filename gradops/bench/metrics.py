@@ -35,6 +35,17 @@ def flops(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry) -> int 
     return geometry.flops
 
 
+def result_bytes(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, itemsize: int) -> int:
+    """Bytes of the op's result tensor (the tensor :func:`bytes_moved` counts written): the input
+    gradient, the filter gradient, or the forward pooling's output."""
+    g = geometry
+    if case.op in FRACTIONAL_FORWARD_OPS:
+        return itemsize * _count(g.output_shape)
+    if case.op in (CONV_FILTER, DEPTHWISE_FILTER):
+        return itemsize * _count(g.filter_shape)
+    return itemsize * _count(g.input_shape)  # the input gradients, fractional pooling's included
+
+
 def bytes_moved(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, itemsize: int) -> int:
     """Compulsory bytes: tensors read once plus the result written once."""
     if case.op in FRACTIONAL_FORWARD_OPS:  # value read, output written
