@@ -251,6 +251,38 @@ HALF_DTYPES = pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16],
 MMA_TILE_SHAPES = pytest.mark.parametrize("tile", _conv_igemm.MMA_TILES, ids=lambda t: f"{t[0]}x{t[1]}")
 
 
+#: Tiny problems (n, h, w, groups, cg, og, r, s, strides, padding): maps of 1-5 rows and
+#: columns, 1-16 channels a group, pointwise and grouped, where rows, channel runs or a GEMM
+#: dimension are shorter than a kernel's vectors or tiles and a load that is right on larger
+#: problems reaches past a tensor's end.
+TINY_PROBLEMS = ((1, 1, 1, 1, 1, 1, 1, 1, (1, 1), "VALID"), (2, 1, 3, 1, 3, 2, 3, 3, (1, 1), "SAME"),
+                 (1, 3, 2, 2, 2, 3, 3, 1, (2, 2), "SAME"), (1, 2, 5, 1, 8, 8, 1, 1, (1, 1), "VALID"),
+                 (1, 5, 1, 1, 4, 16, 3, 3, (2, 1), "SAME"), (2, 2, 3, 4, 1, 1, 3, 3, (1, 1), "SAME"),
+                 (1, 3, 3, 1, 16, 8, 5, 5, (1, 1), "SAME"), (1, 1, 2, 1, 2, 4, 1, 1, (1, 1), "VALID"))
+#: Forced choices of the conv launchers for the tiny problems, with the dtypes each takes (each
+#: launcher refuses, with a ValueError, a problem it cannot run): the implicit GEMM with and
+#: without 16-byte loads, a split, the 1x1 kernel, the smallest mma.sync tile; the direct
+#: kernels; the few-channel kernels (the input gradient's direct one, the filter gradient's
+#: tiled one).
+TINY_CHOICES = {"auto": ({}, FLOAT_DTYPES), "direct": (dict(path="direct"), FLOAT_DTYPES),
+                "tiled": (dict(path="tiled"), FLOAT_DTYPES), "tiled-scalar": (dict(path="tiled", vector=False), FLOAT_DTYPES),
+                "tiled-vector": (dict(path="tiled", vector=True), FLOAT_DTYPES),
+                "tiled-split": (dict(path="tiled", splits=2), FLOAT_DTYPES),
+                "tiled-pointwise": (dict(path="tiled", pointwise=True), FLOAT_DTYPES),
+                "tiled-64x64": (dict(path="tiled", tile=(64, 64)), FLOAT_DTYPES[:2])}
+TINY_FEW_CHANNELS = {"conv2d_backprop_input": ("direct-few", dict(path="direct", few_channels=True), FLOAT_DTYPES),
+                     "conv2d_backprop_filter": ("tiled-few", dict(path="tiled", few_channels=True), FLOAT_DTYPES[:2])}
+
+
+def tiny_choices(op):
+    """pytest parameters (choice name, forced keywords, dtype) of :data:`TINY_CHOICES` and
+    ``op``'s few-channel kernel."""
+    name, forced, dtypes = TINY_FEW_CHANNELS[op]
+    choices = dict(TINY_CHOICES, **{name: (forced, dtypes)})
+    return pytest.mark.parametrize("choice,forced,dtype", [
+        pytest.param(choice, forced, dtype, id=f"{choice}-{dtype_id(dtype)}")
+        for choice, (forced, dtypes) in choices.items() for dtype in dtypes])
+
 def conv_geometry(op, input_shape, filter_shape, out_backprop_shape, layout, strides, padding, dilations, pads):
     """The validated geometry the public op would build (shapes in ``layout``, filter HWIO)."""
     from gradops._geometry import conv2d_geometry

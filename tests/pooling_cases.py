@@ -71,3 +71,13 @@ def max_pool_grad_sequences(draw, shape, overlapping):
     row_extra, col_extra = draw(empty_cells(rows, h, overlapping)), draw(empty_cells(cols, w, overlapping))
     assume((len(rows) + len(row_extra)) * (len(cols) + len(col_extra)) <= n * h * w * c)
     return rows + row_extra, cols + col_extra, len(rows) - 1, len(cols) - 1
+
+
+#: Tiny maps for the pooling gradients' memcheck tests (NHWC shape, row sequence, column
+#: sequence): 1-7 rows and columns, 1-16 channels (odd ones: no channel vectors), one cell, cells
+#: of one element, cells that do not start at 0, where a row, a cell or a channel run is shorter
+#: than a kernel's vectors, chunks or tiles.
+TINY_POOLS = (((1, 1, 1, 1), [0, 1], [0, 1]), ((2, 2, 3, 3), [0, 1, 2], [0, 2, 3]),
+              ((1, 3, 2, 5), [0, 2, 3], [0, 1, 2]), ((1, 2, 2, 1), [0, 2], [0, 2]),
+              ((2, 4, 7, 16), [0, 1, 3, 4], [0, 2, 3, 5, 7]), ((1, 5, 1, 8), [0, 2, 3, 5], [0, 1]),
+              ((1, 3, 5, 2), [0, 1, 3], [0, 2, 4, 5]), ((1, 5, 4, 4), [1, 3, 5], [0, 1, 3]))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 import time
 
 import ml_dtypes
@@ -432,6 +433,52 @@ def test_cuda_racecheck(racecheck_device, rng, path, data_format, dtype, capped)
                 continue
             ran += 1
     assert ran >= (4 if not forced else 1), f"{path} ran {ran} of the 4 cases"
+
+
+#: The kernels on tiny maps, forced as in RACECHECK_PATHS, with the layouts and dtypes each
+#: takes (the planes kernel's pairs: half types and float), and with a fused and an unfused
+#: reduction of several slices.
+HALVES, FLOATS = (np.float16, ml_dtypes.bfloat16), (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)
+TINY_PATHS = {"auto": (None, ("NHWC", "NCHW"), FLOATS),
+              "per-element": (dict(tiled=False), ("NHWC", "NCHW"), FLOATS),
+              "per-element-64": (dict(tiled=False, index_bits=64), ("NHWC", "NCHW"), FLOATS),
+              "tiled": (dict(tiled=True), ("NHWC",), FLOATS), "tiled-staged": (dict(tiled=True, staging=1), ("NHWC",), FLOATS),
+              "tiled-async": (dict(tiled=True, async_copies=True), ("NHWC",), FLOATS),
+              "planes": (dict(planes=True), ("NCHW",), FLOATS),
+              "planes-pairs": (dict(planes=True, pairs=True), ("NCHW",), HALVES + (np.float32,)),
+              "mma": (dict(mma=True), ("NHWC", "NCHW"), HALVES),
+              "slices-fused": (dict(slices=3, fused=True), ("NHWC", "NCHW"), FLOATS),
+              "slices-unfused": (dict(slices=3, fused=False), ("NHWC", "NCHW"), FLOATS)}
+#: Maps of 1-7 rows and columns, 1-16 channels (x_shape NHWC, filt_hw, strides, multiplier):
+#: rows shorter than a kernel's vectors, chunks or tiles, where a load that is right on larger
+#: maps reaches past a tensor's end.
+TINY_MAPS = (((1, 1, 1, 1), (3, 3), (1, 1), 1), ((2, 1, 3, 3), (3, 3), (2, 2), 2), ((1, 3, 2, 5), (5, 5), (1, 1), 1),
+             ((1, 2, 5, 8), (5, 5), (2, 2), 1), ((1, 5, 1, 2), (3, 3), (1, 1), 2), ((3, 4, 3, 16), (3, 3), (2, 2), 1),
+             ((1, 3, 3, 1), (1, 1), (1, 1), 1), ((2, 2, 7, 4), (3, 3), (2, 1), 1), ((1, 7, 2, 8), (3, 3), (1, 1), 1),
+             ((2, 3, 4, 2), (3, 3), (1, 1), 1), ((1, 3, 2, 16), (3, 3), (1, 1), 1), ((2, 1, 3, 8), (5, 5), (1, 1), 2))
+
+
+@pytest.mark.parametrize("path,data_format,dtype", [
+    (path, data_format, dtype) for path, (_, layouts, dtypes) in TINY_PATHS.items() for data_format in layouts
+    for dtype in dtypes], ids=lambda v: np.dtype(v).name if isinstance(v, type) else str(v))
+def test_cuda_tiny_maps_memcheck(racecheck_device, rng, path, data_format, dtype):
+    """Every kernel on tiny maps, in racecheck builds: no access outside input, out_backprop, the
+    partial sums or the gradient (the guard bytes around each array), no shared-memory hazard,
+    right results.  A forced kernel that cannot run a case (a stride, multiplier or odd in_cols
+    it does not take) skips that case, and runs at least two."""
+    forced = TINY_PATHS[path][0] or {}
+    ran = 0
+    for x_shape, filt_hw, strides, multiplier in TINY_MAPS:
+        kwargs, x, dy, case = cuda_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+                                        strides=strides, padding="SAME", data_format=data_format, dtype=dtype)
+        try:
+            check_cuda(kwargs, x, dy, case, **forced)
+        except ValueError as error:
+            if not forced or not re.search("cannot run|needs? ", str(error)):
+                raise
+            continue
+        ran += 1
+    assert ran >= (len(TINY_MAPS) if not forced else 2), f"{path} ran {ran} of the {len(TINY_MAPS)} maps"
 
 
 def test_instantiations_cover_every_launch():

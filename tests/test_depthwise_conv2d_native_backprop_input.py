@@ -449,8 +449,8 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-CUDA_PATHS = pytest.mark.parametrize("path", [None, "direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged",
-                                              "transpose"],
+PATHS_FORCED = ("direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged", "transpose")
+CUDA_PATHS = pytest.mark.parametrize("path", [None, *PATHS_FORCED],
                                      ids=["auto", "direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged",
                                           "transpose"])
 
@@ -563,6 +563,36 @@ def test_cuda_racecheck(racecheck_device, rng, path, data_format, dtype, capped)
             check_cuda(*make_case(rng, x_shape=(2, 14, 13, 8), filt_hw=filt_hw, multiplier=multiplier,
                                   strides=strides, padding="SAME", data_format=data_format, dtype=dtype),
                        path=path, device=racecheck_device)
+
+
+#: Maps of 1-7 rows and columns, 1-16 channels (x_shape NHWC, filt_hw, strides, multiplier):
+#: rows shorter than a kernel's vectors, chunks or tiles, where a load that is right on larger
+#: maps reaches past a tensor's end.
+TINY_MAPS = (((1, 1, 1, 1), (3, 3), (1, 1), 1), ((2, 1, 3, 3), (3, 3), (2, 2), 2), ((1, 3, 2, 5), (5, 5), (1, 1), 1),
+             ((1, 2, 5, 8), (5, 5), (2, 2), 1), ((1, 5, 1, 2), (3, 3), (1, 1), 2), ((3, 4, 3, 16), (3, 3), (2, 2), 1),
+             ((1, 3, 3, 1), (1, 1), (1, 1), 1), ((2, 2, 7, 4), (3, 3), (2, 1), 1), ((1, 7, 2, 8), (3, 3), (1, 1), 1))
+
+
+#: Every path (as CUDA_PATHS), and the tiled kernel's scalar staging and both tile widths.
+TINY_CHOICES = dict({"auto": {}}, **{path: dict(path=path) for path in PATHS_FORCED},
+                    **{"tiled-scalar": dict(path="tiled", vector=False), "tiled-narrow": dict(path="tiled", narrow=True),
+                       "tiled-wide": dict(path="tiled", narrow=False)})
+
+
+@pytest.mark.parametrize("dtype", FLOAT_DTYPES, ids=DTYPE_IDS)
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("choice", list(TINY_CHOICES))
+def test_cuda_tiny_maps_memcheck(racecheck_device, rng, choice, data_format, dtype):
+    """Every path on tiny maps, in racecheck builds: no access outside out_backprop, filter or
+    the gradient (the guard bytes around each array), no shared-memory hazard, right results
+    (a forced kernel that cannot run a map must refuse it, as check_cuda checks; narrow tiles
+    are asked for on the stride-2 maps only, the others raise)."""
+    for x_shape, filt_hw, strides, multiplier in TINY_MAPS:
+        if choice == "tiled-narrow" and strides != (2, 2):
+            continue
+        check_cuda(*make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, strides=strides,
+                              padding="SAME", data_format=data_format, dtype=dtype),
+                   **TINY_CHOICES[choice], device=racecheck_device)
 
 
 @CUDA_PATHS

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 
 import gradops
 from conftest import FLOAT_DTYPES, FOREIGN_GPU_WRAPPERS, assert_close, random_array, to_gpu, to_host
+from pooling_cases import TINY_POOLS
 from reference import fractional_avg_pool, fractional_avg_pool_grad
 
 INT_DTYPES = [np.int32, np.int64]
@@ -639,6 +640,7 @@ import shutil  # noqa: E402
 
 
 import cuda_host  # noqa: E402
+from gradops._dtypes import FRACTIONAL_POOL_DTYPES  # noqa: E402
 from gradops._geometry import fractional_pool_geometry, partition_bounds  # noqa: E402
 
 cuda_launcher = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
@@ -2316,6 +2318,39 @@ def test_cuda_racecheck(racecheck_device, dtype, capped):
     with cuda_host.capped_grids() if capped else contextlib.nullcontext():
         for overlapping in (False, True):
             check_cuda(*pool_case(rng, (3, 45, 23, 16), rows, cols, overlapping, dtype))
+
+
+#: Forced choices of the launcher for the tiny maps: each kernel with 16-byte channel vectors
+#: where the depth allows and with one channel a thread, 64-bit indices, the gather kernel's
+#: direct shares and one row a thread, the cells kernel's one-row chunks.
+TINY_CHOICES = {"auto": {}, "gather": dict(path="gather"), "gather-scalar": dict(path="gather", vector=1),
+                "gather-64": dict(path="gather", index="long long", rows_per_thread=1, share_cells=0),
+                "cells": dict(path="cells"), "cells-scalar": dict(path="cells", vector=1),
+                "cells-64": dict(path="cells", index="long long", chunk_rows=1)}
+
+
+@pytest.mark.parametrize("choice", list(TINY_CHOICES))
+@pytest.mark.parametrize("dtype", FRACTIONAL_POOL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_cuda_tiny_maps_memcheck(racecheck_device, choice, dtype):
+    """Each kernel on tiny maps, disjoint and overlapping, in racecheck builds: no access outside
+    out_backprop, the cell tables or the input gradient (the guard bytes around each array), no
+    shared-memory hazard, TF's bits.  A forced kernel that cannot run a case (the cells kernel
+    on cells that do not partition the input) skips it; each runs at least one."""
+    rng = np.random.default_rng(41)
+    ran = 0
+    for shape, rows, cols in TINY_POOLS:
+        for overlapping in (False, True):
+            kwargs, expected = pool_case(rng, shape, rows, cols, overlapping, dtype)
+            try:
+                got = cuda_launcher.fractional_avg_pool_grad(host_geometry(kwargs), to_gpu(kwargs["out_backprop"]),
+                                                             **TINY_CHOICES[choice])
+            except ValueError as error:
+                if "cells kernel takes" not in str(error):
+                    raise
+                continue
+            assert_identical(to_host(got), expected)
+            ran += 1
+    assert ran >= (2 * len(TINY_POOLS) if choice == "auto" else 1), f"{choice} ran {ran} cases"
 
 
 def test_gpu_tables_that_cannot_fit_in_the_gpus_memory_are_refused(monkeypatch):

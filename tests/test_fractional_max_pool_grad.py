@@ -16,9 +16,10 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import gradops
+from gradops._dtypes import FRACTIONAL_POOL_DTYPES
 
 from conftest import FLOAT_DTYPES, to_gpu, to_host
-from pooling_cases import max_pool_grad_sequences, pool_sequence
+from pooling_cases import TINY_POOLS, max_pool_grad_sequences, pool_sequence
 from reference import fractional_max_pool_grad as brute_grad
 from reference import fractional_max_pool as brute_forward
 from reference import fractional_max_pool_select as brute_select
@@ -1931,6 +1932,49 @@ def test_cuda_racecheck(racecheck_device):
         x = rng.standard_normal((2, 13, 11, 16)).astype(np.float32)
         y = gradops.fractional_max_pool(x, rows, cols, overlapping)
         _check_cuda(x, y, rng.standard_normal(y.shape).astype(np.float32), rows, cols, overlapping)
+
+
+#: Forced choices of the launcher for the tiny maps: select + gather with channel vectors where
+#: the depth allows and one channel a thread, flat offsets, 64-bit indices, two rows a select
+#: thread; the cells kernel with one channel a thread and with 64-bit indices in one-row chunks.
+TINY_CHOICES = {"auto": {}, "gather": dict(path="gather"), "gather-scalar": dict(path="gather", vector=False),
+                "gather-flat": dict(path="gather", local=False),
+                "gather-64": dict(path="gather", index="long long", run=2), "cells": dict(path="cells"),
+                "cells-scalar": dict(path="cells", vector=False),
+                "cells-64": dict(path="cells", index="long long", chunk_rows=1)}
+
+
+@pytest.mark.parametrize("choice", list(TINY_CHOICES))
+@pytest.mark.parametrize("dtype", FRACTIONAL_POOL_DTYPES, ids=lambda d: np.dtype(d).name)
+def test_cuda_tiny_maps_memcheck(racecheck_device, choice, dtype):
+    """Each kernel on tiny maps, disjoint and overlapping, in racecheck builds: no access outside
+    orig_input, orig_output, out_backprop, the choices or the input gradient (the guard bytes
+    around each array), no shared-memory hazard, the NumPy backend's bits.  A forced kernel that
+    cannot run a case (the cells kernel on cells that do not partition the input) skips it; each
+    runs at least one.  The 1x1 map has more sequence entries than elements, which TF refuses."""
+    rng = np.random.default_rng(43)
+    ran = 0
+    for shape, rows, cols in TINY_POOLS:
+        for overlapping in (False, True):
+            x = (rng.integers(-4, 5, shape) if np.dtype(dtype).kind == "i" else rng.standard_normal(shape)).astype(dtype)
+            y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+            dy = (rng.integers(-30, 31, y.shape) if np.dtype(dtype).kind == "i"
+                  else rng.standard_normal(y.shape)).astype(dtype)
+            if len(rows) * len(cols) > x.size:
+                continue  # TF's "Pooling region" bound refuses it (the 1x1 map)
+            want = gradops.fractional_max_pool_grad(x, y, dy, rows, cols, overlapping, backend="numpy")
+            try:
+                got = max_launcher().fractional_max_pool_grad(_geometry(x, y, dy, rows, cols, overlapping), to_gpu(x),
+                                                              to_gpu(y), to_gpu(dy), **TINY_CHOICES[choice])
+            except ValueError as error:
+                if "cells kernel takes" not in str(error):
+                    raise
+                continue
+            got = to_host(got)
+            assert got.dtype == want.dtype and got.shape == want.shape
+            np.testing.assert_array_equal(got.view(f"u{got.itemsize}"), want.view(f"u{want.itemsize}"))
+            ran += 1
+    assert ran >= (2 * len(TINY_POOLS) - 2 if choice == "auto" else 1), f"{choice} ran {ran} cases"
 
 
 def _slot_bank_figures(device, dtypes=(np.float16, np.float32, np.float64, np.int64)):
