@@ -28,6 +28,16 @@ from gradops.bench import metrics, suites
 
 def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
     """``{case index: [{"name", "ns", "read", "write"}]}`` from ncu's CSV (one row per metric)."""
+    return _by_case(csv_path)[0]
+
+
+def markers_by_case(csv_path: str) -> dict[int, float]:
+    """``{case index: the marker kernel's gpu__time_duration in ns}``: the empty kernel launched
+    before each case, the floor of any kernel's time as ncu measures it on that GPU."""
+    return _by_case(csv_path)[1]
+
+
+def _by_case(csv_path: str) -> tuple[dict[int, list[dict]], dict[int, float]]:
     opener = gzip.open if str(csv_path).endswith(".gz") else open
     with opener(csv_path, "rt", newline="") as f:
         rows = [r for r in csv.reader(f)]
@@ -45,10 +55,12 @@ def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
                  "byte": 1, "Kbyte": 1e3, "Mbyte": 1e6, "Gbyte": 1e9}.get(unit, 1)
         k[d["Metric Name"]] = value * scale
     cases: dict[int, list[dict]] = defaultdict(list)
+    markers: dict[int, float] = {}
     current = None
     for _, k in sorted(launches.items(), key=lambda item: int(item[0])):
         if k["name"].startswith("gradops_case_marker"):
             current = int(re.findall(r"\d+", k["grid"])[0])
+            markers[current] = k.get("gpu__time_duration.sum", 0.0)
             continue
         if current is not None:
             kernel = {"name": k["name"], "ns": k.get("gpu__time_duration.sum", 0.0),
@@ -56,7 +68,7 @@ def kernels_by_case(csv_path: str) -> dict[int, list[dict]]:
             if STORE_SECTORS in k:  # runs since session 82 (scripts/device-session.sh's METRICS)
                 kernel["store_sectors"] = k[STORE_SECTORS]
             cases[current].append(kernel)
-    return cases
+    return cases, markers
 
 
 #: Global store sectors (32 bytes) the kernel's stores touched, as L1/TEX counted them.

@@ -649,6 +649,7 @@ def test_ncu_table_groups_kernels_by_the_marker_before_them(tmp_path):
     assert [k["name"] for k in cases[1]] == ["kernel_a", "kernel_b"] and [k["name"] for k in cases[2]] == ["kernel_c"]
     assert cases[1][0] == {"name": "kernel_a", "ns": 2500.0, "read": 1.5e6, "write": 1000.0}
     assert sum(k["ns"] for k in cases[1]) == 3000.0
+    assert ncu_table.markers_by_case(str(path)) == {1: 1.0, 2: 1.0}  # each marker's own time
     from gradops.bench.suites import suite
 
     case = suite("fractional")[0]
@@ -817,6 +818,24 @@ def test_measured_vs_predicted_committed_report_renders_from_its_json():
     assert len(ratios) == 258 and 0.9 < math.exp(sum(map(math.log, ratios)) / len(ratios)) < 1.1
     assert report["meta"]["static_report"] == "549728a:benchmarks/results/static_report.json"
     assert all(r["us"] > 0 for r in report["rows"])
+
+
+def test_launch_floor_table_is_the_scripts_output():
+    """benchmarks/launch_floor.py: the committed table of the H100 run is its output; the marker
+    kernel's measured time bounds each case's % of HBM (t_dram / (t_dram + k x marker)), which
+    the measured figure never exceeds, and the kernel time above the floor stays below HBM speed."""
+    module = _load_benchmark_script("launch_floor")
+    run = Path(__file__).parents[1] / "benchmarks" / "results" / "gpu_h100_2026-12-05"
+    assert (run / "launch_floor.md").read_text() == module.report(run, 3.35e12)
+    data = module.rows(run, 3.35e12)
+    assert len(data) == 169 and {r["op"] for r in data} == set(module.TARGETS)
+    for r in data:
+        assert 2.0 < r["floor_us"] < 3.1 and r["pct"] < r["ceiling"] <= r["ceiling_one"]
+        assert r["ceiling"] == pytest.approx(100 * r["dram_us"] / (r["dram_us"] + r["kernels"] * r["floor_us"]))
+        assert r["pct"] < r["above_floor"] < 100
+    dw10 = next(r for r in data if r["label"] == "dw10 7x7x960 3x3/1 m1 NHWC" and r["dtype"] == "float16"
+                and r["op"] == "depthwise_conv2d_native_backprop_filter")
+    assert dw10["kernels"] == 2 and dw10["ceiling_one"] < 75  # 6 MB: about 1.8 us at HBM speed
 
 
 def test_planes_store_sectors_table_is_the_scripts_output():
