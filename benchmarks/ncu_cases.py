@@ -34,7 +34,8 @@ parser.add_argument("--ops", default=None, help="keep the ops whose name holds t
 parser.add_argument("--labels", default=None,
                     help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
 parser.add_argument("--paths", default=None,
-                    help="comma-separated depthwise input-gradient kernel paths (tiled,planes,mma,mma_nhwc,direct,transpose), filter-"
+                    help="comma-separated depthwise input-gradient kernel paths (the launcher's PATHS: tiled,planes,"
+                         "planes_staged,mma,mma_runs,mma_nhwc,direct,transpose), filter-"
                          "gradient paths (sync,async: the tiled kernel's staging; mma) and the fractional pooling gradients' "
                          "kernels (gather,cells), "
                          "each timed as engine gradops-cuda:PATH on the cases of its op that it can run")
@@ -43,10 +44,13 @@ parser.add_argument("--time-limit", type=float, default=None,
 args = parser.parse_args()
 chosen = set(args.engines.split(",")) if args.engines else None
 # Which --paths each op takes: the input gradient's kernel paths, the filter gradient's staging,
-# the fractional pooling gradients' kernels.
-PATHS_OF = {"depthwise_conv2d_native_backprop_input": ("tiled", "planes", "mma", "mma_nhwc", "direct", "transpose"),
-            "depthwise_conv2d_native_backprop_filter": ("sync", "async", "mma"),
-            "fractional_avg_pool_grad": ("gather", "cells"), "fractional_max_pool_grad": ("gather", "cells")}
+# the fractional pooling gradients' kernels: the launchers' own lists (the engine's), so that a
+# path a launcher adds is timed when named (a fixed list here dropped planes_staged, session 82's,
+# without a word).
+PATHS_OF = {op: GradopsGpuEngine("cuda")._paths(op) for op in suites.DEPTHWISE_OPS + suites.FRACTIONAL_OPS}
+unknown = set(args.paths.split(",")) - {p for paths in PATHS_OF.values() for p in paths} if args.paths else set()
+if unknown:
+    sys.exit(f"--paths: no op's launcher has {sorted(unknown)} (paths: {PATHS_OF})")
 
 marker = cupy.RawKernel('extern "C" __global__ void gradops_case_marker() {}', "gradops_case_marker")
 stream = cupy.cuda.Stream(non_blocking=True); stream.use()

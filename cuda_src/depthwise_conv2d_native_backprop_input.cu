@@ -1746,6 +1746,13 @@ __global__ void GRADOPS_PLANES_BOUNDS(T, KH, S, STAGED) depthwise_conv2d_native_
 // outside out_backprop, as the other kernels do (a unit whose true result overflows pays it too
 // and gets the same Inf).
 //
+// Result stores.  A lane holds unit rows g and g + 8, columns 8 j + 2 t and + 1: stored straight
+// from the accumulators, each store instruction writes 16 bytes of 8 rows, half of each row's
+// sector, so every sector of the results takes two transfers.  The runs form (FORM 3, in_cols a
+// multiple of 8) first writes the unit's results into the warp's tile as a 16 x 16 image (the
+// next unit restages the whole tile), then each lane stores one 16-byte run of a row: 16 whole
+// sectors an instruction where rows start on a sector.
+//
 // Work split: the grid is (tiles_down x tiles_across unit positions, in_depth, image groups);
 // a CTA's kWarps warps take the unit at position blockIdx.x of channel blockIdx.y in images
 // blockIdx.z * kWarps + warp, then gridDim.z * kWarps further (the launcher picks gridDim.z so
@@ -2019,11 +2026,13 @@ __device__ __forceinline__ float checked_sum(const T (*tile)[ROWS][kRowPitch], c
 #endif  // GRADOPS_HAS_MMA_SM80
 
 // chunk: elements per staging load (8, 4, 2 or 1; see dwmma::stage_rows); store_pairs: in_cols
-// is even (two columns per result store).  FORM: how a unit is staged, each form its own
-// instantiation (none carries another's staging code and registers): 0 rows (``chunk``); 1 the
-// whole-plane form (dwmma::stage_plane: one unit a plane, the plane inside the staged window,
-// out_cols even, at most 32 kPlaneSteps chunks a plane), plane_chunk (8 or 4) elements a load;
-// 2 the packed form (dwmma::stage_packed: four images a unit at pack_stride, element stores).
+// is even (two columns per result store; FORM 3 does not read it).  FORM: how a unit is staged,
+// each form its own instantiation (none carries another's staging code and registers): 0 rows
+// (``chunk``); 1 the whole-plane form (dwmma::stage_plane: one unit a plane, the plane inside the
+// staged window, out_cols even, at most 32 kPlaneSteps chunks a plane), plane_chunk (8 or 4)
+// elements a load; 2 the packed form (dwmma::stage_packed: four images a unit at pack_stride,
+// element stores); 3 the rows form whose results go out as each row's 16-byte runs (in_cols a
+// multiple of 8).
 template <typename T, int K, int M, int FORM = 0>
 __global__ void depthwise_conv2d_native_backprop_input_mma(
     const T* __restrict__ filter, const T* __restrict__ out_backprop, T* __restrict__ in_backprop, int in_rows,
@@ -2033,8 +2042,8 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
     using namespace dwmma;
     static_assert(K == 3 || K == 5, "3x3 and 5x5 filters");
     static_assert(M == 1 || M == 2, "multipliers 1 and 2");
-    static_assert(FORM >= 0 && FORM <= 2, "rows, whole planes or packed planes");
-    constexpr bool PLANE = FORM == 1, PACKED = FORM == 2;
+    static_assert(FORM >= 0 && FORM <= 3, "rows, whole planes, packed planes or rows with 16-byte result runs");
+    constexpr bool PLANE = FORM == 1, PACKED = FORM == 2, RUNS = FORM == 3;
     constexpr int IMAGES = PACKED ? 4 : 1;  // images a unit
     constexpr int ROWS = kUnit + K - 1;  // staged rows per slice
     static_assert(7 + kUnit / 2 + K - 2 < 24 && 8 + 24 <= kStagedCols,
@@ -2158,6 +2167,26 @@ __global__ void depthwise_conv2d_native_backprop_input_mma(
                 for (int v = 0; v < 4; ++v)
                     if (static_cast<unsigned>(pack_result[j][v]) < static_cast<unsigned>(limit))
                         plane[pack_result[j][v]] = from_acc<T>(acc[j][v]);
+        } else if constexpr (RUNS) {
+            // Through the warp's tile (restaged whole by the next unit): the lanes' pairs into a
+            // 16 x 16 image of the unit's results, then one 16-byte run of a row a lane (a row has
+            // two), so that the store instruction writes 16 whole 32-byte sectors (pairs from the
+            // accumulators write 8 rows' sectors half each: twice the sectors for the same bytes).
+            T* const image = &tile[0][0][0];
+            __syncwarp();  // every lane's reads of the tile (ldmatrix, the checked sums) are done
+#pragma unroll
+            for (int j = 0; j < 2; ++j)
+#pragma unroll
+                for (int h = 0; h < 2; ++h)
+                    dwconv::store_pair<T>(image + (g + 8 * h) * kRowPitch + 8 * j + 2 * t, acc[j][2 * h], acc[j][2 * h + 1]);
+            __syncwarp();
+            // Lane l takes the run of 8 columns from a_col of row a_row, where its ldmatrix rows
+            // start (the same address less the tap row): the 8 lanes of a 16-byte shared load's
+            // phase read 8 rows, 80 bytes apart, on 8 distinct 16-byte bank groups.
+            const int y = y0 + a_row, x = x0 + a_col;
+            if (y < in_rows && x < in_cols)  // in_cols a multiple of 8: the run lies inside the row
+                *reinterpret_cast<uint4*>(plane + y * in_cols + x) =
+                    *reinterpret_cast<const uint4*>(image + a_row * kRowPitch + a_col);
         } else {
 #pragma unroll
             for (int j = 0; j < 2; ++j)

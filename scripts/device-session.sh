@@ -117,10 +117,14 @@ stamp "HBM bandwidth for the summaries: $BW bytes/s"
 # (gradops-cuda:mma_nhwc, half types only; MMA_NHWC_CHOICE, new in session 53): about 50 calls
 # more, 20 s taken from the filter gradient's timing.  Session 82: gradops-cuda:planes_staged, the
 # planes kernel's staged result stores (stride 2 only: 6 layers a dtype, about 12 calls more),
-# which decides PLANES_STAGED_BY_DEFAULT.
+# which decides PLANES_STAGED_BY_DEFAULT (ncu_cases.py's own list of paths left it out until
+# session 83: no run has timed it yet).  Session 83: gradops-cuda:mma_runs, the tensor-core
+# kernel's runs form (its results as 16-byte runs of a row through shared memory) beside
+# gradops-cuda:mma's pair stores, which decides MMA_RUNS_BY_DEFAULT (half types, in_cols a
+# multiple of 8: about 14 calls more).
 timeout -s INT -k 10 170 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
-    --engines gradops-cuda --paths tiled,planes,planes_staged,transpose,mma,mma_nhwc --ops backprop_input \
+    --engines gradops-cuda --paths tiled,planes,planes_staged,transpose,mma,mma_runs,mma_nhwc --ops backprop_input \
     --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW,3x3/1 m2 NHWC,5x5/1 m2 NHWC,5x5/1 m1 NHWC" --time-limit 150 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"

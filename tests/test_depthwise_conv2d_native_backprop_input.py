@@ -449,10 +449,8 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-PATHS_FORCED = ("direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged", "transpose")
-CUDA_PATHS = pytest.mark.parametrize("path", [None, *PATHS_FORCED],
-                                     ids=["auto", "direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged",
-                                          "transpose"])
+PATHS_FORCED = ("direct", "tiled", "mma", "mma_runs", "mma_nhwc", "planes", "planes_staged", "transpose")
+CUDA_PATHS = pytest.mark.parametrize("path", [None, *PATHS_FORCED], ids=["auto", *PATHS_FORCED])
 
 
 def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
@@ -511,8 +509,12 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         with pytest.raises(ValueError, match="tiled kernel cannot run"):
             cuda_call(kwargs, path=path, vector=vector)
         return None
-    if path == "mma" and not mma_runs(g, dtype):
+    if path in ("mma", "mma_runs") and not mma_runs(g, dtype):
         with pytest.raises(ValueError, match="mma kernel cannot run"):
+            cuda_call(kwargs, path=path)
+        return None
+    if path == "mma_runs" and cuda_launcher.MMA_FORMS[cuda_launcher.mma_form(g, dtype, runs=True)] != "runs":
+        with pytest.raises(ValueError, match="runs form cannot run"):
             cuda_call(kwargs, path=path)
         return None
     if path == "mma_nhwc" and not mma_nhwc_runs(g, dtype):
@@ -539,7 +541,7 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         auto = ("mma" if cuda_launcher.mma_chosen(g, dtype) else "mma_nhwc" if cuda_launcher.mma_nhwc_chosen(g, dtype)
                 else "planes" if cuda_launcher.planes_chosen(g, dtype)
                 else "transpose" if cuda_launcher.transpose_chosen(g, dtype) else "tiled" if eligible else "direct")
-        assert launched(device) == ("planes" if path == "planes_staged" else path or auto)
+        assert launched(device) == {"planes_staged": "planes", "mma_runs": "mma"}.get(path, path or auto)
     got = to_host(got)
     assert_close(got, ref, dtype, scale)
     expected = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
@@ -1268,6 +1270,11 @@ MMA_CASES = {
     "bf16-3x3-1x1-image": ((2, 1, 1, 4), (3, 3), "SAME", NO_PADS, 1, ml_dtypes.bfloat16),
     "f16-5x5-12x28-rows8": ((2, 12, 28, 3), (5, 5), "SAME", NO_PADS, 1, np.float16),
     "bf16-3x3-40x48-rows16-m2": ((1, 40, 48, 2), (3, 3), "EXPLICIT", ((2, 1), (0, 3)), 2, ml_dtypes.bfloat16),
+    # the runs form (in_cols a multiple of 8: the 40 x 48 and 33 x 16 above too): rows that start
+    # half way into a sector (40 and 24 columns), a last unit half wide (40: its second run past
+    # the row), a unit row past the image (18 rows), 5x5 multiplier 2
+    "f16-3x3-20x40-runs": ((2, 20, 40, 2), (3, 3), "SAME", NO_PADS, 1, np.float16),
+    "bf16-5x5-18x24-runs-m2": ((2, 18, 24, 3), (5, 5), "SAME", NO_PADS, 2, ml_dtypes.bfloat16),
     # the whole-plane form (one unit a plane, the plane inside the staged window, out_cols even):
     # 16-byte chunks (16 x 16, 12 x 12, 20 x 20 from pads of K - 1 all round, where the window
     # starts at the plane), 8-byte ones (14 x 14 above; VALID 3x3 on 16 x 16; 10 x 14 with the
@@ -1307,6 +1314,10 @@ def test_cuda_mma_edges(cuda_device, rng, monkeypatch, case, target_warps):
     check_cuda(kwargs, ref, scale, path="mma", device=cuda_device)
     if cuda_device is not None:  # the form the launcher's tests give
         assert launched_form(cuda_device) == cuda_launcher.mma_form(g, np.dtype(dtype))
+    if cuda_launcher.MMA_FORMS[cuda_launcher.mma_form(g, np.dtype(dtype), runs=True)] == "runs":
+        check_cuda(kwargs, ref, scale, path="mma_runs", device=cuda_device)
+        if cuda_device is not None:
+            assert launched_form(cuda_device) == cuda_launcher.MMA_FORMS.index("runs")
     if case.endswith("packed") or "-packed-" in case:
         assert cuda_launcher.mma_form(g, np.dtype(dtype)) == cuda_launcher.MMA_FORMS.index("packed")
     elif "plane" in case:
@@ -1319,6 +1330,123 @@ def launched_form(device) -> int:
     assert "_mma<" in name
     args = name.split("<", 1)[1].rsplit(">", 1)[0].split(",")
     return int(args[3]) if len(args) > 3 else 0
+
+
+#: Runs-form geometries (x_shape NHWC, filt_hw, padding, pads, multiplier): rows on whole sectors
+#: (112 columns) and half way (56, 40, 24), partial units across and down, EXPLICIT pads, 5x5.
+MMA_RUNS_CASES = (((2, 18, 112, 2), (3, 3), "SAME", NO_PADS, 1), ((1, 21, 56, 3), (3, 3), "SAME", NO_PADS, 2),
+                  ((2, 20, 40, 2), (5, 5), "SAME", NO_PADS, 1), ((3, 9, 24, 2), (5, 5), "SAME", NO_PADS, 2),
+                  ((1, 17, 16, 2), (3, 3), "EXPLICIT", ((2, 0), (0, 2)), 1))
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=["f16", "bf16"])
+def test_cuda_mma_runs_equal_the_pair_stores(cuda_device, rng, dtype):
+    """The runs form's results (path="mma_runs", in_cols a multiple of 8) are bit for bit the rows
+    form's (path="mma", the launcher's: the same accumulators, rounded by the same conversion), on
+    rows that start on a sector and half way into one, partial units, and a plane with an Inf in
+    out_backprop (its units take the checked sums, then the runs)."""
+    for x_shape, filt_hw, padding, pads, multiplier in MMA_RUNS_CASES:
+        kwargs, ref, scale = make_case(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier,
+                                       padding=padding, pads=pads, data_format="NCHW", dtype=dtype)
+        dy = kwargs["out_backprop"].copy()
+        dy[0, -1, dy.shape[2] // 2, 3] = np.inf
+        for out_backprop in (kwargs["out_backprop"], dy):
+            case = dict(kwargs, out_backprop=out_backprop)
+            g = geometry_of(case)
+            assert cuda_launcher.MMA_FORMS[cuda_launcher.mma_form(g, np.dtype(dtype), runs=True)] == "runs"
+            runs = to_host(cuda_call(case, path="mma_runs"))
+            if cuda_device is not None:
+                assert launched_form(cuda_device) == cuda_launcher.MMA_FORMS.index("runs")
+            pairs = to_host(cuda_call(case, path="mma"))
+            if cuda_device is not None:
+                assert launched_form(cuda_device) == cuda_launcher.MMA_FORMS.index("rows")
+            np.testing.assert_array_equal(runs.view(np.uint16), pairs.view(np.uint16))
+            want = gradops.depthwise_conv2d_native_backprop_input(**case, backend="numpy")
+            assert_same_non_finite(runs, want, dtype)
+
+
+def test_mma_runs_choice(monkeypatch):
+    """The runs form is the rows form's where in_cols is a multiple of 8 and it is asked for
+    (runs=True, path="mma_runs"; by itself only with MMA_RUNS_BY_DEFAULT, off until a GPU times
+    it); never the whole-plane or packed forms'."""
+    forms = cuda_launcher.MMA_FORMS
+
+    def form(x_shape, filt=3, runs=None):
+        kwargs = case_kwargs(np.random.default_rng(0), x_shape=x_shape, filt_hw=(filt, filt), multiplier=1,
+                             padding="SAME", data_format="NCHW", dtype=np.float16)
+        return forms[cuda_launcher.mma_form(geometry_of(kwargs), np.dtype(np.float16), runs=runs)]
+
+    assert not cuda_launcher.MMA_RUNS_BY_DEFAULT and form((2, 112, 112, 2)) == "rows"
+    assert [form((2, 112, 112, 2), runs=True), form((2, 56, 56, 2), runs=True),
+            form((1, 20, 40, 2), 5, runs=True)] == ["runs"] * 3
+    assert [form(shape, runs=True) for shape in ((2, 28, 28, 2), (2, 20, 35, 2), (2, 30, 44, 2))] == ["rows"] * 3
+    assert [form((2, 16, 16, 2), runs=True), form((5, 7, 7, 2), 5, runs=True),
+            form((2, 8, 8, 2), runs=True)] == ["plane", "packed", "plane"]
+    monkeypatch.setattr(cuda_launcher, "MMA_RUNS_BY_DEFAULT", True)
+    assert form((2, 112, 112, 2)) == "runs" and form((2, 112, 112, 2), runs=False) == "rows"
+    f16 = np.dtype(np.float16)
+    small = geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(2, 16, 16, 2), filt_hw=(3, 3), multiplier=1,
+                                    padding="SAME", data_format="NCHW", dtype=np.float16))
+    from gradops.backends.cuda import _runtime
+
+    monkeypatch.setattr(_runtime, "compute_capability", lambda: 90)
+    with pytest.raises(ValueError, match="runs form cannot run"):
+        cuda_launcher.pick_path(small, f16, "mma_runs")  # the whole-plane form's map
+
+
+def mma_runs_problems(rng):
+    """[(kwargs, reference)] of MMA_RUNS_CASES in float16, the second with an Inf in out_backprop."""
+    problems = []
+    for i, (x_shape, filt_hw, padding, pads, multiplier) in enumerate(MMA_RUNS_CASES):
+        kwargs = case_kwargs(rng, x_shape=x_shape, filt_hw=filt_hw, multiplier=multiplier, padding=padding,
+                             pads=pads, data_format="NCHW", dtype=np.float16)
+        if i == 1:
+            kwargs["out_backprop"][0, 5, 10, 30] = np.inf  # NCHW: channel 5, row 10, column 30
+        problems.append((kwargs, gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")))
+    return problems
+
+
+#: Bugs planted in the runs form's stores: (text, replacement).
+PLANTED_MMA_RUNS = {
+    "runs-row-of-the-next-unit-row": ("const int y = y0 + a_row, x = x0 + a_col;",
+                                      "const int y = y0 + (a_row + 1) % 16, x = x0 + a_col;"),
+    "runs-first-run-twice": ("const int y = y0 + a_row, x = x0 + a_col;", "const int y = y0 + a_row, x = x0;"),
+    "runs-past-the-last-row": ("if (y < in_rows && x < in_cols)  // in_cols a multiple of 8",
+                               "if (x < in_cols)  // in_cols a multiple of 8"),
+    "runs-image-pairs-misplaced": ("dwconv::store_pair<T>(image + (g + 8 * h) * kRowPitch + 8 * j + 2 * t,",
+                                   "dwconv::store_pair<T>(image + (g + 8 * h) * kRowPitch + 8 * j + t,"),
+    # the image over the tile before every lane's last ldmatrix of it, and the runs read before
+    # every lane has written its pairs: races, which the host model's lanes (fibers) lose
+    "runs-image-before-the-products-end": (
+        "__syncwarp();  // every lane's reads of the tile (ldmatrix, the checked sums) are done\n", ""),
+    "runs-read-before-the-image-is-written": (
+        "acc[j][2 * h], acc[j][2 * h + 1]);\n            __syncwarp();\n", "acc[j][2 * h], acc[j][2 * h + 1]);\n"),
+}
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_MMA_RUNS))
+def test_planted_mma_runs_bugs(bug, tmp_path, monkeypatch):
+    """Each bug planted in the runs form's stores is caught by the comparison with NumPy on
+    mma_runs_problems (the races too: the host model's lanes run them in an order that loses)."""
+    edit = PLANTED_MMA_RUNS[bug]
+
+    def results():
+        problems = mma_runs_problems(np.random.default_rng(17))
+        return [to_host(cuda_call(kwargs, path="mma_runs")) for kwargs, _ in problems], [want for _, want in problems]
+
+    def check(got, want):
+        for one, reference in zip(got, want):
+            assert_same_non_finite(one, reference, np.float16)
+
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, edit, results, check, 5, tmp_path, monkeypatch)
+
+
+def test_mma_runs_racecheck(racecheck_device, rng):
+    """The runs form in a racecheck build: no shared-memory hazard between the products' reads,
+    the image's writes and the runs' reads, and no access past an array (several units a warp)."""
+    for kwargs, want in mma_runs_problems(rng):
+        assert_same_non_finite(to_host(cuda_call(kwargs, path="mma_runs")), want, np.float16)
+        assert launched_form(racecheck_device) == cuda_launcher.MMA_FORMS.index("runs")
 
 
 def test_mma_plane_chunk():
@@ -1471,7 +1599,7 @@ def test_mma_choice(monkeypatch):
     assert cuda_launcher.mma_grid(g(x_shape=(32, 7, 7, 1152))[0]) == (1, 1152, 1)
     assert cuda_launcher.mma_grid(g(x_shape=(9, 7, 7, 8))[0]) == (1, 8, 1)  # 3 units (the last one image)
     assert "_mma<" not in " ".join(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE])
-    assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 24
+    assert sum("_mma<" in e for e in cuda_launcher.instantiations(80)[cuda_launcher.SOURCE]) == 32  # 2 x 2 x 2 x 4 forms
 
 
 def mma_non_finite_problem(rng, dtype=np.float16):

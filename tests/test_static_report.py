@@ -1802,7 +1802,13 @@ def test_mma_plane_paths_and_prediction():
     units = g.batch * g.in_depth
     assert got["kernel"] == plane_form and got["tiled"]["units"] == units
     assert got["tiled"]["unit_thread_instructions"] == plane["unit"] and got["tiled"]["load_bytes"] == 8
-    assert got["l2_bytes"] == units * 2 * 196 * 2 + math.prod(g.input_shape) * 2
+    # L2 in sectors: each slice's plane, and the results' pair stores (columns 0 - 7 and 8 - 13 of
+    # a row, one instruction each), their sectors counted store by store over the whole tensor
+    # (the model averages the rows' alignments: 8 bytes apart from plane to plane)
+    starts = 2 * (np.arange(g.batch * g.in_depth)[:, None] * 196 + 14 * np.arange(14)[None, :]).ravel()
+    stored = sum(int((((starts + 2 * first) % 32 + 2 * cols + 31) // 32).sum()) for first, cols in ((0, 8), (8, 6)))
+    assert got["l2_bytes"] == pytest.approx(units * 2 * 196 * 2 + 32 * stored, rel=1e-3)
+    assert 32 * stored > 1.25 * math.prod(g.input_shape) * 2  # rows 28 bytes apart: many pieces span two sectors
     with pytest.raises(ValueError, match="not the launcher's form"):
         st.predict_depthwise_mma(case, "float16", sr.DEVICES[0], kernels[rows_form], g)
 
@@ -1818,7 +1824,11 @@ def test_mma_plane_paths_and_prediction():
     got = st.predict_depthwise_mma(case, "float16", sr.DEVICES[0], kernels[packed_form], g)
     units = g.batch // 4 * g.in_depth
     assert got["kernel"] == packed_form and got["tiled"]["units"] == units and got["tiled"]["form"] == 2
-    assert got["l2_bytes"] == units * 2 * 196 * 2 + math.prod(g.input_shape) * 2
+    # the element stores: columns 0, 2, 4, 6 and 1, 3, 5 of a row a piece each
+    rows = g.batch * g.in_depth * g.in_rows
+    assert st.mma_result_transfers(g, 2, 2) == pytest.approx(sum(
+        st._mean_sectors(14, 2 * first, 2 * span) for first, span in ((0, 7), (1, 5))))
+    assert got["l2_bytes"] == pytest.approx(units * 2 * 196 * 2 + 32 * rows * st.mma_result_transfers(g, 2, 2))
 
 
 def test_cells_model_finds_the_max_kernels_loops():

@@ -863,9 +863,10 @@ def _mma_reference_paths(kernel) -> dict:
     else:
         vec, positions = 8, 256
         paths = st.mma_paths(kernel, vec, True)
-        what = f"one lane's unit of 16 x 16 positions (multiplier {m}), 16-byte staging, pair stores; " \
+        stores = "16-byte result runs" if form == st.MMA_RUNS_FORM else "pair stores"
+        what = f"one lane's unit of 16 x 16 positions (multiplier {m}), 16-byte staging, {stores}; " \
                f"/ 8 positions per lane"
-    loads = paths["loads"] * 2 * vec + paths["stores"] * (4 if form < 2 else 2)
+    loads = paths["loads"] * 2 * vec + paths["stores"] * (16 if form == st.MMA_RUNS_FORM else 4 if form < 2 else 2)
     return {"work": f"{what} (chosen per shape: MMA_CHOICE)",
             "per_element": paths["unit"] * 32 / positions, "thread_instructions": paths["unit"],
             "path": _path_summary(paths["unit_counts"]), "call_sites": _kernel_call_sites(kernel.cfg),

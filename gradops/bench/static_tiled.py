@@ -1032,13 +1032,19 @@ def mma_template(expression: str) -> tuple[int, int]:
 
 def mma_form_of(expression: str) -> int:
     """The FORM of a tensor-core input-gradient expression (an index of the launcher's MMA_FORMS:
-    0 rows, 1 whole planes, 2 packed images)."""
+    0 rows, 1 whole planes, 2 packed images, 3 rows with 16-byte result runs)."""
     args = template_args(expression)
     return int(args[3]) if len(args) > 3 else 0
 
 
-def _mma_kinds(vec: int, pairs: bool) -> tuple[str, str, int]:
+#: The runs form (MMA_FORMS' "runs"): a lane's one 16-byte result store a unit.
+MMA_RUNS_FORM = 3
+
+
+def _mma_kinds(vec: int, pairs: bool, runs: bool = False) -> tuple[str, str, int]:
     """The staging load kind, the result store kind and stores per unit of one lane."""
+    if runs:
+        return f"LDG.{16 * vec}", "STG.128", 1
     return f"LDG.{16 * vec}", ("STG.32" if pairs else "STG.16"), (4 if pairs else 8)
 
 
@@ -1048,7 +1054,7 @@ def mma_unit_loads(expression: str, vec: int, plane_elements: int = 0) -> int:
     forms (dwmma::stage_plane, stage_packed), the ``plane_elements`` they stage a slice (one plane;
     four) in chunks of ``vec`` (packed: 1) dealt to 32 lanes."""
     k, m = mma_template(expression)
-    if mma_form_of(expression):
+    if mma_form_of(expression) in (1, 2):  # whole planes, packed images
         if plane_elements <= 0 or plane_elements % vec:
             raise ValueError(f"{expression}: a plane of {plane_elements} elements in chunks of {vec}")
         return -(-plane_elements // vec // 32) * m
@@ -1058,8 +1064,9 @@ def mma_unit_loads(expression: str, vec: int, plane_elements: int = 0) -> int:
 def mma_paths(kernel, vec: int, pairs: bool = True, plane_elements: int = 0) -> dict:
     """One lane's cheapest path through one unit of the tensor-core kernel (every HMMA of every
     tap row, its staging loads of ``vec`` elements (:func:`mma_unit_loads`; ``plane_elements``:
-    out_backprop's plane, for the whole-plane form), its result stores: pairs where in_cols is
-    even, else elements; the checked sums not taken), and through the whole kernel with one
+    out_backprop's plane, for the whole-plane form), its result stores: the runs form's one
+    16-byte store, else pairs where in_cols is even, else elements; the checked sums not taken),
+    and through the whole kernel with one
     unit, whose difference is the fixed cost of a warp (its band fragments; the whole-plane
     form's pair offsets and zeroed tiles too).  ``tensor``: the unit's HMMAs in HMMA.16816 units
     (:func:`hmma_16816_equivalents`)."""
@@ -1068,7 +1075,7 @@ def mma_paths(kernel, vec: int, pairs: bool = True, plane_elements: int = 0) -> 
 
     cfg = kernel.cfg
     k, m = mma_template(kernel.expression)
-    load_kind, store_kind, stores = _mma_kinds(vec, pairs)
+    load_kind, store_kind, stores = _mma_kinds(vec, pairs, mma_form_of(kernel.expression) == MMA_RUNS_FORM)
     loads = mma_unit_loads(kernel.expression, vec, plane_elements)
     hmma = 4 * k * m
     units = [lp for lp in cfg.top_loops() if any(x.base == "HMMA" for n in lp.blocks for x in cfg.instructions(n))]
@@ -1103,12 +1110,73 @@ def mma_paths(kernel, vec: int, pairs: bool = True, plane_elements: int = 0) -> 
             "store_kind": store_kind}
 
 
+def _mean_sectors(row_bytes: int, start: int, span: int) -> float:
+    """32-byte sectors an access of ``span`` bytes touches, from byte ``start`` of a row, averaged
+    over rows ``row_bytes`` apart (the alignment repeats every 32 / gcd(row_bytes, 32) rows)."""
+    period = 32 // math.gcd(row_bytes, 32)
+    return sum(-(-((start + y * row_bytes) % 32 + span) // 32) for y in range(period)) / period
+
+
+def mma_result_transfers(g, width: int, form: int) -> float:
+    """Sector transfers of one in_backprop row's result stores by the tensor-core kernel, averaged
+    over the rows' alignments (:func:`_mean_sectors`).  Stores of one instruction to one sector
+    take one transfer, of two instructions two: per unit (16 columns from x0) the runs form stores
+    a row's two 16-byte runs in one instruction; the other forms' accumulator stores put 8 columns
+    from x0 + 8 j (j = 0, 1) of a row in one instruction: one piece as pairs (in_cols even), two as
+    elements (every other column each; the packed form's element stores counted so too)."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    name, row = dw.MMA_FORMS[form], g.in_cols * width
+    pairs = g.in_cols % 2 == 0 and name != "packed"
+    transfers = 0.0
+    for x0 in range(0, g.in_cols, 16):
+        if name == "runs":
+            transfers += _mean_sectors(row, x0 * width, min(16, g.in_cols - x0) * width)
+            continue
+        for j in range(2):
+            first = x0 + 8 * j
+            cols = min(8, g.in_cols - first)
+            if cols <= 0:
+                continue
+            if pairs:
+                transfers += _mean_sectors(row, first * width, cols * width)
+            else:
+                for e in range(2):  # columns first + e, + 2, ...: a span of up to 7
+                    last = first + e + 2 * ((cols - 1 - e) // 2)
+                    if last >= first + e:
+                        transfers += _mean_sectors(row, (first + e) * width, (last - first - e + 1) * width)
+    return transfers
+
+
+def mma_l2_bytes(g, width: int, form: int, units: int, plane_elements: int = 0) -> float:
+    """The tensor-core kernel's L2 traffic in 32-byte sectors: a partial-sector access takes a
+    sector's transfer (as the planes kernel's direct stores, :func:`predict_depthwise_planes`).
+    The rows forms stage M x (16 + K - 1) rows a unit, each the 32 columns (64 bytes) from the
+    unit's a0 (a multiple of 8 elements): 2 or 3 sectors by where the row's byte lies in its
+    sector (SAME 3x3 and 5x5 on 112 columns: a0 = x0 - 8, 3), counted as for an interior unit;
+    the whole-plane and packed forms their planes' bytes.  The results: every in_backprop row's
+    :func:`mma_result_transfers` (runs on 112 columns: one sector per 16 columns; pairs two)."""
+    import importlib
+
+    dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    k, m = g.filter_rows, g.depth_multiplier
+    if dw.MMA_FORMS[form] in ("plane", "packed"):
+        loads = units * m * plane_elements * width
+    else:
+        loads = units * m * (16 + k - 1) * 32 * _mean_sectors(g.out_cols * width, dw.mma_window_col0(g) * width,
+                                                              32 * width)
+    rows = g.batch * g.in_depth * g.in_rows
+    return loads + rows * mma_result_transfers(g, width, form) * 32
+
+
 def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
     """The roofline of one depthwise input-gradient shape run by the tensor-core kernel: every
     unit of the launch costs the unit path and every warp the fixed path (:func:`mma_paths`, the
     launcher's staging chunk and stores), the tensor pipe its HMMAs (:data:`TENSOR_LANES`), DRAM
-    the compulsory bytes, L2 each unit's staged rows (halo included) and its results, and the
-    latency limit one DRAM round trip per unit a warp takes in turn (waves of resident CTAs)."""
+    the compulsory bytes, L2 the 32-byte sectors the unit's staging and result stores touch
+    (:func:`mma_l2_bytes`), and the latency limit one DRAM round trip per unit a warp takes in turn
+    (waves of resident CTAs)."""
     import importlib
 
     from ..backends.cuda import _sass
@@ -1141,7 +1209,7 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
              + Counter(classes_per_element(paths["fixed_counts"], 32 * warps / elements)))
     pipes["tensor"] = 32 * paths["tensor"] * units / elements
     traffic = bytes_moved(case, g, width)
-    l2 = units * m * (plane_elements or (16 + k - 1) * 32) * width + elements * width
+    l2 = mma_l2_bytes(g, width, form, units, plane_elements)
     occ = _sass.occupancy(device.arch, kernel.ptxas["registers"], kernel.ptxas["shared_bytes"], 32 * dw.MMA_WARPS)
     limits = roofline(with_tensor_pipe(device), elements, per_element, pipes, traffic, l2,
                       occ["warps_per_sm"] * 32)
@@ -1151,7 +1219,8 @@ def predict_depthwise_mma(case, dtype_name: str, device, kernel, g) -> dict:
             "sass_per_element": per_element, "resident_warps_per_sm": occ["warps_per_sm"], **limits,
             "tiled": {"ctas": ctas, "threads_per_cta": 32 * dw.MMA_WARPS, "units": units,
                       "units_per_warp": units_per_warp, "load_bytes": vec * width,
-                      "store_bytes": 4 if pairs else 2, "unit_thread_instructions": paths["unit"], "form": form,
+                      "store_bytes": 16 if dw.MMA_FORMS[form] == "runs" else 4 if pairs else 2,
+                      "unit_thread_instructions": paths["unit"], "form": form,
                       "fixed_thread_instructions": paths["fixed"], "hmma_per_unit": paths["hmma"],
                       "tensor_per_unit": paths["tensor"],
                       "blocks_per_sm": occ["blocks_per_sm"], "tile_fill": dw.mma_fill(g)}}

@@ -18,7 +18,9 @@ Six paths (see the .cu file); ``path=`` forces one (the tests run each on small 
   its forms (:func:`mma_form`) stage a unit by rows, a 14 x 14 or 16 x 16 plane whole, or four
   7 x 7 images packed into one unit.  The launcher picks it where the static model predicts it
   faster than ``planes`` (:data:`MMA_CHOICE`, :data:`MMA_PLANE_CHOICE`,
-  :data:`MMA_PACKED_CHOICE`, :func:`mma_chosen`).
+  :data:`MMA_PACKED_CHOICE`, :func:`mma_chosen`).  Its runs form stores a row's results as
+  16-byte runs through the warp's tile where in_cols is a multiple of 8; opt-in until a GPU times
+  it (``path="mma_runs"``, :data:`MMA_RUNS_BY_DEFAULT`).
 * ``mma_nhwc``: the same products for NHWC float16 / bfloat16 (:func:`mma_nhwc_possible`: in_depth a
   multiple of 8; out_backprop 16-byte aligned, else the launcher's choice runs ``tiled``): a CTA of
   8 warps owns 8 channels of a 16 x 16 unit position and takes a run of images, transposing each
@@ -101,7 +103,7 @@ SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
 
 #: Kernel paths; tests force each with ``path=``.
-PATHS = ("direct", "tiled", "mma", "mma_nhwc", "planes", "planes_staged", "transpose")
+PATHS = ("direct", "tiled", "mma", "mma_runs", "mma_nhwc", "planes", "planes_staged", "transpose")
 
 #: The planes kernel (``_planes``, NCHW): these square filters at these strides (the same on
 #: both axes) and dilation 1.
@@ -587,7 +589,7 @@ def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
         return False
     key = (g.filter_rows, g.depth_multiplier)
     form = MMA_FORMS[mma_form(g, dtype)]
-    if form != "rows":
+    if form in ("plane", "packed"):
         if key not in (MMA_PACKED_CHOICE if form == "packed" else MMA_PLANE_CHOICE):
             return False
     else:
@@ -597,25 +599,45 @@ def mma_chosen(g: Conv2DGeometry, dtype, arch: int | None = None) -> bool:
     return (_runtime.compute_capability() if arch is None else arch) >= MMA_ARCH
 
 
-def mma_expression(g: Conv2DGeometry, dtype, out_backprop=None) -> str:
+def mma_expression(g: Conv2DGeometry, dtype, out_backprop=None, runs: bool | None = None) -> str:
     """The name expression of the tensor-core instantiation for ``g`` (its :func:`mma_form` for
-    the call's out_backprop; None: an aligned one)."""
-    return _mma_expression(dtype, g.filter_rows, g.depth_multiplier, mma_form(g, dtype, out_backprop))
+    the call's out_backprop, None: an aligned one, and ``runs``)."""
+    return _mma_expression(dtype, g.filter_rows, g.depth_multiplier, mma_form(g, dtype, out_backprop, runs))
 
 
 #: The tensor-core kernel's forms (its FORM template argument is the index): units staged by rows
 #: (``chunk``), whole planes (:func:`mma_plane_chunk`), four images packed a unit
-#: (:func:`mma_pack_stride`).
-MMA_FORMS = ("rows", "plane", "packed")
+#: (:func:`mma_pack_stride`), and rows whose results go out as each row's two 16-byte runs from
+#: an image of the unit in the warp's tile (in_cols a multiple of 8; the rows form stores a lane's
+#: pairs straight from its accumulators).
+MMA_FORMS = ("rows", "plane", "packed", "runs")
+#: Whether the launcher takes the runs form where it can run.  Why: on the H100 (2026-12-05,
+#: benchmarks/results/gpu_h100_2026-12-05/full_sections.md, dw1 112x112x32 float16 NCHW) the
+#: rows form held L2 at 75% of its peak and DRAM at 33%, with 40% of its global sectors in excess
+#: of the requests' bytes.  Counted per unit (16 x 16 results of one plane; SAME 3x3: a staged
+#: row's 32 columns from 8 before the unit span 3 sectors): its staging loads touch 54 sectors (18
+#: rows of 3) and its pair stores 32 (four instructions, each on 8 rows' sectors half), 34 of those
+#: 86 in excess, the measured 40%.  The runs store the same 16 sectors once each (86 -> 70 a unit)
+#: for one shared-memory round trip of the warp's results.  Opt-in (``path="mma_runs"``, or
+#: ``runs=True`` to :func:`mma_form`) until a GPU times it: the results are the rows form's bit for
+#: bit, but ptxas gives the runs instantiations more registers on some GPUs and compilers, fewer
+#: CTAs an SM (install-check compiles, 2026-12-06: NVRTC 13.5 keeps every one's CTAs on sm_80 and
+#: sm_90 and loses some on sm_86-89 and sm_100-121, 3x3 multiplier 2 8 -> 4 on sm_86; NVRTC 12.9
+#: loses sm_90 float16 3x3 multiplier 1, 5 -> 4).
+MMA_RUNS_BY_DEFAULT = False
 
 
-def mma_form(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
+def mma_form(g: Conv2DGeometry, dtype, out_backprop=None, runs: bool | None = None) -> int:
     """The form the tensor-core kernel takes for ``g`` (an index of :data:`MMA_FORMS`): packed
     where :func:`mma_pack_stride` allows, else whole planes where :func:`mma_plane_chunk` does
-    (for the call's out_backprop; None: an aligned one), else rows."""
+    (for the call's out_backprop; None: an aligned one), else runs where in_cols is a multiple of
+    8 and ``runs`` asks for them (None: :data:`MMA_RUNS_BY_DEFAULT`), else rows."""
     if mma_pack_stride(g):
         return MMA_FORMS.index("packed")
-    return MMA_FORMS.index("plane") if mma_plane_chunk(g, dtype, out_backprop) else MMA_FORMS.index("rows")
+    if mma_plane_chunk(g, dtype, out_backprop):
+        return MMA_FORMS.index("plane")
+    wanted = MMA_RUNS_BY_DEFAULT if runs is None else runs
+    return MMA_FORMS.index("runs" if wanted and g.in_cols % 8 == 0 else "rows")
 
 
 def mma_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
@@ -1064,10 +1086,13 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
     if path == "tiled" and not eligible:
         raise ValueError("the tiled kernel cannot run this geometry (a filter or stride other than 3x3 / 5x5 at "
                          "1x1 / 2x2, a dilation, or sizes beyond 32-bit offsets)")
-    if path == "mma" and not (mma_possible(g, dtype) and _runtime.compute_capability() >= MMA_ARCH):
+    if path in ("mma", "mma_runs") and not (mma_possible(g, dtype) and _runtime.compute_capability() >= MMA_ARCH):
         raise ValueError("the mma kernel cannot run this geometry (it takes NCHW float16 / bfloat16, 3x3 or 5x5 "
                          "filters at stride 1 without dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of "
                          "compute capability 8.0 or newer)")
+    if path == "mma_runs" and MMA_FORMS[mma_form(g, dtype, runs=True)] != "runs":
+        raise ValueError("the mma kernel's runs form cannot run this geometry (it takes the rows form's maps, "
+                         "neither a whole plane nor packed images, with in_cols a multiple of 8)")
     if path == "mma_nhwc" and not (mma_nhwc_possible(g, dtype) and _runtime.compute_capability() >= MMA_ARCH):
         raise ValueError("the mma_nhwc kernel cannot run this geometry (it takes NHWC float16 / bfloat16 with "
                          f"in_depth a multiple of {MMA_NHWC_CHANNELS}, 3x3 or 5x5 filters at stride 1 without "
@@ -1115,7 +1140,7 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled" / "mma" / "mma_nhwc" / "planes" / "planes_staged" / "transpose"), ``vector``
+    ("direct" / "tiled" / "mma" / "mma_runs" / "mma_nhwc" / "planes" / "planes_staged" / "transpose"), ``vector``
     (tiled only: 16-byte or scalar staging loads) and
     ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) and ``staged``
     (planes only: results through shared memory, :func:`planes_staged_result`) override the
@@ -1145,14 +1170,17 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
                 *kernel_scalars(g))
         _runtime.launch_1d(fn, in_backprop.size, args)
         return in_backprop
-    if path == "mma":
+    if path in ("mma", "mma_runs"):
         i32 = _runtime.i32
+        runs = True if path == "mma_runs" else None
+        if runs and MMA_FORMS[mma_form(g, dtype, out_backprop, runs)] != "runs":  # an unaligned out_backprop's plane form
+            raise ValueError("the mma kernel's runs form cannot run this call: out_backprop takes another form")
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
                 *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
                                    mma_units(g)[1], g.batch, mma_chunk(g, dtype, out_backprop),
                                    1 if g.in_cols % 2 == 0 else 0, mma_plane_chunk(g, dtype, out_backprop),
                                    mma_pack_stride(g))))
-        fn = _runtime.kernel(SOURCE, mma_expression(g, dtype, out_backprop))
+        fn = _runtime.kernel(SOURCE, mma_expression(g, dtype, out_backprop, runs))
         fn(mma_grid(g), (MMA_WARPS * 32,), args)
         return in_backprop
     if path == "mma_nhwc":
