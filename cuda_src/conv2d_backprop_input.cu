@@ -507,7 +507,15 @@ conv2d_backprop_input_few_channels(const T* __restrict__ filter, const T* __rest
 #pragma unroll
                     for (int e0 = 0; e0 < C; e0 += AC) {
                         Staged fk;
-                        fk.raw = *reinterpret_cast<const uint4*>(f + c * depth_out + k + e0);
+                        if constexpr (sizeof(Acc) == 4) {
+                            // Inline PTX: NVVM compiled this float load to one ld.shared.v4 in
+                            // most compiles and to a v4 of which it kept half plus a v2 in 1 to 7
+                            // of 40 (tests/test_cuda_compile.py, NVVM_UNSTABLE; 2026-12-06).
+                            const float4 v = ptx::ld_shared_16(f + c * depth_out + k + e0);
+                            fk.e[0] = v.x, fk.e[1] = v.y, fk.e[2] = v.z, fk.e[3] = v.w;
+                        } else {
+                            fk.raw = *reinterpret_cast<const uint4*>(f + c * depth_out + k + e0);
+                        }
 #pragma unroll
                         for (int e = 0; e < AC; ++e) acc[c] += fk.e[e] * dyk[e0 + e];
                     }
