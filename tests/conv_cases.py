@@ -274,6 +274,24 @@ TINY_FEW_CHANNELS = {"conv2d_backprop_input": ("direct-few", dict(path="direct",
                      "conv2d_backprop_filter": ("tiled-few", dict(path="tiled", few_channels=True), FLOAT_DTYPES[:2])}
 
 
+def run_tiny_problems(choice: str, forced: dict, run) -> None:
+    """``run(problem)`` for each of :data:`TINY_PROBLEMS`, where a forced kernel that cannot run
+    one (a ValueError saying so) skips it: every problem runs with nothing forced, at least one
+    with a forced choice."""
+    import re
+
+    ran = 0
+    for problem in TINY_PROBLEMS:
+        try:
+            run(problem)
+        except ValueError as error:
+            if not forced or not re.search("cannot run|needs? ", str(error)):
+                raise
+            continue
+        ran += 1
+    assert ran >= (len(TINY_PROBLEMS) if not forced else 1), f"{choice} ran {ran} of {len(TINY_PROBLEMS)} problems"
+
+
 def tiny_choices(op):
     """pytest parameters (choice name, forced keywords, dtype) of :data:`TINY_CHOICES` and
     ``op``'s few-channel kernel."""

@@ -438,7 +438,7 @@ def test_cuda_racecheck(racecheck_device, rng, path, data_format, dtype, capped)
 #: The kernels on tiny maps, forced as in RACECHECK_PATHS, with the layouts and dtypes each
 #: takes (the planes kernel's pairs: half types and float), and with a fused and an unfused
 #: reduction of several slices.
-HALVES, FLOATS = (np.float16, ml_dtypes.bfloat16), (np.float16, ml_dtypes.bfloat16, np.float32, np.float64)
+HALVES, FLOATS = tuple(FLOAT_DTYPES[:2]), tuple(FLOAT_DTYPES)
 TINY_PATHS = {"auto": (None, ("NHWC", "NCHW"), FLOATS),
               "per-element": (dict(tiled=False), ("NHWC", "NCHW"), FLOATS),
               "per-element-64": (dict(tiled=False, index_bits=64), ("NHWC", "NCHW"), FLOATS),

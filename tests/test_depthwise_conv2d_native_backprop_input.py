@@ -513,7 +513,7 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         with pytest.raises(ValueError, match="mma kernel cannot run"):
             cuda_call(kwargs, path=path)
         return None
-    if path == "mma_runs" and cuda_launcher.MMA_FORMS[cuda_launcher.mma_form(g, dtype, runs=True)] != "runs":
+    if path == "mma_runs" and not cuda_launcher.mma_runs_possible(g, dtype):
         with pytest.raises(ValueError, match="runs form cannot run"):
             cuda_call(kwargs, path=path)
         return None
@@ -1314,7 +1314,7 @@ def test_cuda_mma_edges(cuda_device, rng, monkeypatch, case, target_warps):
     check_cuda(kwargs, ref, scale, path="mma", device=cuda_device)
     if cuda_device is not None:  # the form the launcher's tests give
         assert launched_form(cuda_device) == cuda_launcher.mma_form(g, np.dtype(dtype))
-    if cuda_launcher.MMA_FORMS[cuda_launcher.mma_form(g, np.dtype(dtype), runs=True)] == "runs":
+    if cuda_launcher.mma_runs_possible(g, np.dtype(dtype)):
         check_cuda(kwargs, ref, scale, path="mma_runs", device=cuda_device)
         if cuda_device is not None:
             assert launched_form(cuda_device) == cuda_launcher.MMA_FORMS.index("runs")
@@ -1353,7 +1353,7 @@ def test_cuda_mma_runs_equal_the_pair_stores(cuda_device, rng, dtype):
         for out_backprop in (kwargs["out_backprop"], dy):
             case = dict(kwargs, out_backprop=out_backprop)
             g = geometry_of(case)
-            assert cuda_launcher.MMA_FORMS[cuda_launcher.mma_form(g, np.dtype(dtype), runs=True)] == "runs"
+            assert cuda_launcher.mma_runs_possible(g, np.dtype(dtype))
             runs = to_host(cuda_call(case, path="mma_runs"))
             if cuda_device is not None:
                 assert launched_form(cuda_device) == cuda_launcher.MMA_FORMS.index("runs")

@@ -640,6 +640,13 @@ def mma_form(g: Conv2DGeometry, dtype, out_backprop=None, runs: bool | None = No
     return MMA_FORMS.index("runs" if wanted and g.in_cols % 8 == 0 else "rows")
 
 
+def mma_runs_possible(g: Conv2DGeometry, dtype, out_backprop=None) -> bool:
+    """Whether the runs form can run ``g`` when asked for (:func:`mma_form` with runs=True): the
+    rows form's maps (for the call's out_backprop; None: an aligned one) with in_cols a multiple
+    of 8."""
+    return MMA_FORMS[mma_form(g, dtype, out_backprop, runs=True)] == "runs"
+
+
 def mma_chunk(g: Conv2DGeometry, dtype, out_backprop=None) -> int:
     """The tensor-core kernel's staging loads: elements per load (8, 4 or 2: 16, 8 or 4 bytes,
     the widest that divides an out_backprop row and to which out_backprop is aligned), else 1."""
@@ -1090,7 +1097,7 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
         raise ValueError("the mma kernel cannot run this geometry (it takes NCHW float16 / bfloat16, 3x3 or 5x5 "
                          "filters at stride 1 without dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of "
                          "compute capability 8.0 or newer)")
-    if path == "mma_runs" and MMA_FORMS[mma_form(g, dtype, runs=True)] != "runs":
+    if path == "mma_runs" and not mma_runs_possible(g, dtype):
         raise ValueError("the mma kernel's runs form cannot run this geometry (it takes the rows form's maps, "
                          "neither a whole plane nor packed images, with in_cols a multiple of 8)")
     if path == "mma_nhwc" and not (mma_nhwc_possible(g, dtype) and _runtime.compute_capability() >= MMA_ARCH):
@@ -1173,7 +1180,7 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     if path in ("mma", "mma_runs"):
         i32 = _runtime.i32
         runs = True if path == "mma_runs" else None
-        if runs and MMA_FORMS[mma_form(g, dtype, out_backprop, runs)] != "runs":  # an unaligned out_backprop's plane form
+        if runs and not mma_runs_possible(g, dtype, out_backprop):
             raise ValueError("the mma kernel's runs form cannot run this call: out_backprop takes another form")
         args = (_runtime.pointer(filter), _runtime.pointer(out_backprop), _runtime.pointer(in_backprop),
                 *(i32(v) for v in (g.in_rows, g.in_cols, g.in_depth, g.out_rows, g.out_cols, g.pad_top, g.pad_left,
