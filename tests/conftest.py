@@ -39,6 +39,24 @@ def assert_close(actual, expected, dtype, scale=None):
     assert err <= tol, f"max error {err} > tolerance {tol} ({np.dtype(dtype).name})"
 
 
+def run_forced_cases(name: str, cases, forced: dict, run, least: int = 1) -> None:
+    """``run(case)`` for each of ``cases``, where a forced kernel that cannot run one (a
+    ValueError saying it cannot run it, or what it needs) skips it: every case runs with nothing
+    forced, at least ``least`` with a forced choice (``name`` in the message)."""
+    import re
+
+    ran = 0
+    for case in cases:
+        try:
+            run(case)
+        except ValueError as error:
+            if not forced or not re.search("cannot run|needs? ", str(error)):
+                raise
+            continue
+        ran += 1
+    assert ran >= (len(cases) if not forced else least), f"{name} ran {ran} of {len(cases)} cases"
+
+
 def random_array(rng, shape, dtype):
     """Standard normal values rounded to ``dtype`` (so references see exactly what the op sees)."""
     return rng.standard_normal(shape).astype(dtype)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 import reference
-from conftest import FLOAT_DTYPES, random_array
+from conftest import FLOAT_DTYPES, random_array, run_forced_cases
 from gradops.backends.cuda import _conv_igemm
 
 NO_PADS = ((0, 0), (0, 0))
@@ -275,21 +275,9 @@ TINY_FEW_CHANNELS = {"conv2d_backprop_input": ("direct-few", dict(path="direct",
 
 
 def run_tiny_problems(choice: str, forced: dict, run) -> None:
-    """``run(problem)`` for each of :data:`TINY_PROBLEMS`, where a forced kernel that cannot run
-    one (a ValueError saying so) skips it: every problem runs with nothing forced, at least one
-    with a forced choice."""
-    import re
-
-    ran = 0
-    for problem in TINY_PROBLEMS:
-        try:
-            run(problem)
-        except ValueError as error:
-            if not forced or not re.search("cannot run|needs? ", str(error)):
-                raise
-            continue
-        ran += 1
-    assert ran >= (len(TINY_PROBLEMS) if not forced else 1), f"{choice} ran {ran} of {len(TINY_PROBLEMS)} problems"
+    """``run(problem)`` for each of :data:`TINY_PROBLEMS` (conftest.run_forced_cases: a forced
+    kernel that cannot run one skips it, and runs at least one)."""
+    run_forced_cases(choice, TINY_PROBLEMS, forced, run)
 
 
 def tiny_choices(op):
