@@ -35,7 +35,7 @@ parser.add_argument("--labels", default=None,
                     help="comma-separated: keep the cases whose label holds one of these (e.g. 'dw1 ,dw8 ')")
 parser.add_argument("--paths", default=None,
                     help="comma-separated depthwise input-gradient kernel paths (the launcher's PATHS: tiled,planes,"
-                         "planes_staged,mma,mma_runs,mma_nhwc,direct,transpose), filter-"
+                         "planes_staged,planes_direct,mma,mma_runs,mma_nhwc,direct,transpose), filter-"
                          "gradient paths (sync,async: the tiled kernel's staging; mma) and the fractional pooling gradients' "
                          "kernels (gather,cells), "
                          "each timed as engine gradops-cuda:PATH on the cases of its op that it can run")

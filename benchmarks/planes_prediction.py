@@ -20,10 +20,10 @@ This script compiles it for sm_90 (NVRTC, no GPU) and counts, from its SASS
 * the straight-line code every thread runs: the blocks outside loops on every path to the item
   loop (they dominate its header) and after it.
 
-Per CTA of the launcher's plan (:func:`planes_plan`): thread-instructions = items x (rest +
-multiplier x sums) + chunks x staging + zero-fill and filter iterations + the straight-line
-code once per thread; divided by the CTA's input-gradient elements.  That is the static
-report's "SASS per element" (a thread's instructions per element it produces), which the
+Per CTA of the direct stores' plan (:func:`planes_plan`, ``staged=False``; the staged form is
+not modelled here): thread-instructions = items x (rest + multiplier x sums) + chunks x
+staging + zero-fill and filter iterations + the straight-line code once per thread; divided
+by the CTA's input-gradient elements.  That is the static report's "SASS per element" (a thread's instructions per element it produces), which the
 table prints beside the static report's figure for the launcher's kernel (since session 46 the planes
 kernel itself, or mma; the tiled kernel's figures are in results/path_estimates.md) and
 the resident warps per SM of each (the occupancy formula at the kernel's registers, shared
@@ -82,7 +82,7 @@ def registers() -> dict:
 
 def per_element(g, dtype, f: dict) -> float:
     """Thread-instructions per input-gradient element of a full CTA of the launcher's plan."""
-    planes, band = dx.planes_plan(g, dtype)
+    planes, band = dx.planes_plan(g, dtype, staged=False)
     m = g.depth_multiplier
     slices = planes * m
     items = planes * dx.planes_items(g, band)
@@ -117,13 +117,13 @@ def rows(figures: dict, regs: dict) -> list[dict]:
                 dtype = np.dtype(dtype_name)
                 if not dx.planes_possible(g, dtype):
                     continue
-                expression = dx.planes_expression(g, dtype)
+                expression = dx.planes_expression(g, dtype, staged=False)
                 f = figures[figure_key(g, dtype)][expression]
                 occ = _sass.occupancy(90, regs[expression], dx.PLANES_SHARED_BYTES, dx.PLANES_THREADS)
                 p = predictions.get((name, case.label, dtype_name), {})
                 kernel = p.get("kernel", "").split("<")[0].rsplit("_", 1)[-1]
                 nhwc = case.label.replace("NCHW", "NHWC")
-                out.append(dict(suite=name, label=case.label, dtype=dtype_name, plan=dx.planes_plan(g, dtype),
+                out.append(dict(suite=name, label=case.label, dtype=dtype_name, plan=dx.planes_plan(g, dtype, staged=False),
                                 load_elements=dx.planes_load_elements(g, dtype),
                                 planes_sass=per_element(g, dtype, f), planes_warps=occ["warps_per_sm"],
                                 kernel=kernel, kernel_sass=p.get("sass_per_element"),

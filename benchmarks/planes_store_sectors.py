@@ -11,11 +11,14 @@ consecutive runs of one row: whole 32-byte sectors.  Where it holds two (14 colu
 sectors.  The launcher's ``planes_direct_store_sectors`` replays that mapping for one full CTA
 of the direct plan and counts, per warp store instruction, the distinct 32-byte sectors its
 active lanes write; the kernel's staged form (results through shared memory, whole-sector
-16-byte copies; opt-in, ``path="planes_staged"``) is for the stride-2 launches where the count
-is below ``PLANES_STAGED_BELOW`` bytes a sector (``planes_staged_narrow``).
+16-byte copies) is the launcher's for the stride-2 launches where the count is below
+``PLANES_STAGED_BELOW`` bytes a sector, or at it for ``PLANES_STAGED_AT_HALF``
+(``planes_staged_narrow``), a rule read off the H100's A/B of 2026-12-06.
 Output: markdown, one row per NCHW benchmark layer and dtype the planes kernel can run, with
-the H100's measured kernel time and % of HBM of the planes kernel forced (``gradops-cuda:planes``
-in the A/B run's ``ncu_ab.md``, direct stores: before session 82) where that run timed it.
+the H100's measured kernel times of both forms forced where the run timed them: the direct
+stores (``gradops-cuda:planes`` in ``ncu_ab.md``, whose commit had no other default form, and
+``gradops-cuda:planes_direct`` in ``stride2_ab.md``) and the staged form
+(``gradops-cuda:planes_staged`` in either; ``stride2_ab.md``'s where both timed a case).
 
     python benchmarks/planes_store_sectors.py [RUN_DIR] > benchmarks/results/planes_store_sectors.md
 """
@@ -26,6 +29,7 @@ import importlib
 import sys
 from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,22 +41,28 @@ launcher = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_nativ
 
 
 def measured_planes(run: Path) -> dict:
-    """{(label, dtype): (us, % of HBM)} of gradops-cuda:planes in the run's ncu_ab.md."""
+    """{(label, dtype, "direct" | "staged"): us} of the planes kernel forced in the run's A/Bs."""
     out = {}
-    path = run / "ncu_ab.md"
-    if not path.exists():
-        return out
-    for line in path.read_text().splitlines():
-        f = [c.strip() for c in line.split("|")]
-        # | suite | case | op | dtype | engine | kernels | time | DRAM | compulsory | % of HBM | ...
-        if len(f) > 10 and f[5] == "gradops-cuda:planes" and f[3].endswith("backprop_input"):
-            out[(f[2], f[4])] = (float(f[7]), float(f[10]))
+    # ncu_ab.md (the device session's A/B, at a commit whose "planes" was the direct stores), then
+    # stride2_ab.md (both forms forced, every multiplier and dtype) where it timed the case too
+    forms = {"gradops-cuda:planes": "direct", "gradops-cuda:planes_direct": "direct",
+             "gradops-cuda:planes_staged": "staged"}
+    for name in ("ncu_ab.md", "stride2_ab.md"):
+        path = run / name
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines():
+            f = [c.strip() for c in line.split("|")]
+            # | suite | case | op | dtype | engine | kernels | time | DRAM | compulsory | % of HBM | ...
+            if len(f) > 10 and f[5] in forms and f[3].endswith("backprop_input"):
+                out[(f[2], f[4], forms[f[5]])] = float(f[7])
     return out
 
 
 def main(argv: list[str]) -> str:
-    run = Path(argv[0]) if argv else ROOT / "benchmarks" / "results" / "gpu_h100_2026-12-05"
+    run = Path(argv[0]) if argv else ROOT / "benchmarks" / "results" / "gpu_h100_2026-12-06"
     measured = measured_planes(run)
+    at_half = ", ".join(f"{k}x{k} multiplier {m}" for k, m in sorted(launcher.PLANES_STAGED_AT_HALF))
     lines = ["# The planes input-gradient kernel's direct result stores: bytes per 32-byte sector "
              "(static count, predicted, not measured)",
              "",
@@ -60,33 +70,37 @@ def main(argv: list[str]) -> str:
              "(block (0, 0, 0)) of each launch's direct plan (`planes_plan(..., staged=False)`), stores as "
              "`dwplanes::store_item_row` makes them, lanes on consecutive work items; a sector is "
              "counted once per warp store instruction that writes into it "
-             "(`planes_direct_store_sectors`).  32 bytes a sector: whole sectors.  Staged form: whether it is "
-             f"for the launch (stride 2, below {launcher.PLANES_STAGED_BELOW:g} bytes a sector; "
-             "`planes_staged_narrow`; opt-in, `path=\"planes_staged\"`) and its plan with the image.  Measured "
-             "columns: the planes kernel "
-             f"forced (`gradops-cuda:planes`, direct stores) in `{run.name}/ncu_ab.md` (kernel time, compulsory "
-             "bytes / time as % of HBM); - where not timed.",
+             "(`planes_direct_store_sectors`).  32 bytes a sector: whole sectors.  Staged form: whether the "
+             f"launcher takes it (stride 2, below {launcher.PLANES_STAGED_BELOW:g} bytes a sector, or at it for "
+             f"{at_half}; `planes_staged_narrow`) and its plan with the image.  Measured columns "
+             f"(`{run.name}`): kernel time of the planes kernel forced in each form, direct stores "
+             "(`gradops-cuda:planes` in `ncu_ab.md`, whose commit stored directly by default, and "
+             "`gradops-cuda:planes_direct` in `stride2_ab.md`) and staged (`gradops-cuda:planes_staged`), "
+             "`stride2_ab.md`'s where both timed a case; - where not timed.",
              "",
              "| layer | dtype | planes x band (direct) | elements a store | warp stores a CTA | sectors a CTA | "
-             "bytes a sector | staged form (planes x band) | measured us | measured % of HBM |",
+             "bytes a sector | staged by the launcher (planes x band) | direct, measured us | staged, measured us |",
              "|---|---|---|---:|---:|---:|---:|---|---:|---:|"]
     for name in ("mobilenetv2", "efficientnet"):
         for case in suite(name):
             if not case.op.endswith("backprop_input") or case.data_format != "NCHW":
                 continue
             g = case.geometry()
-            for dtype in ("float16", "float32"):
-                dt = np.dtype(dtype)
+            for dtype in ("float16", "bfloat16", "float32", "float64"):
+                dt = np.dtype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
                 if not launcher.planes_possible(g, dt):
                     continue
+                if dtype in ("bfloat16", "float64") and not any((case.label, dtype, f) in measured
+                                                                 for f in ("direct", "staged")):
+                    continue  # the two other types where the run timed them
                 planes, band = launcher.planes_plan(g, dt, staged=False)
                 instructions, sectors, written = launcher.planes_direct_store_sectors(g, dt)
                 staged = "yes ({} x {})".format(*launcher.planes_plan(g, dt, staged=True)) \
                     if launcher.planes_staged_narrow(g, dt) else "no"
-                us, pct = measured.get((case.label, dtype), (None, None))
+                times = [measured.get((case.label, dtype, form)) for form in ("direct", "staged")]
                 lines.append(f"| {name} {case.label} | {dtype} | {planes} x {band} | {launcher.planes_store_cols(g)} | "
                              f"{instructions} | {sectors} | {written / sectors:.1f} | {staged} | "
-                             f"{'-' if us is None else f'{us:.1f}'} | {'-' if pct is None else f'{pct:.1f}'} |")
+                             + " | ".join("-" if t is None else f"{t:.1f}" for t in times) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -106,7 +106,7 @@ stamp "HBM bandwidth for the summaries: $BW bytes/s"
 # gradient's engines.
 # A/B first: the NCHW input-gradient cases (stride 1, and stride 2 at multiplier 1) on the
 # launcher's choice, the tiled kernel, the planes kernel, the transpose path and the tensor-core
-# kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes, gradops-cuda:transpose:
+# kernel (engines gradops-cuda, gradops-cuda:tiled, gradops-cuda:planes_direct, gradops-cuda:transpose:
 # NCHW as NHWC between two batched transposes, 3 kernels a call; gradops-cuda:mma, half types
 # only, skipped elsewhere), whose defaults this measurement decides (PLANES_BY_DEFAULT since
 # session 46, and MMA_CHOICE and its siblings, read off the latency-aware estimate:
@@ -115,16 +115,15 @@ stamp "HBM bandwidth for the summaries: $BW bytes/s"
 # filter gradient's timing at the end).  Then the NHWC stride-1 multiplier-2 cases and 5x5
 # multiplier 1 on the launcher's choice, the tiled kernel and the NHWC tensor-core kernel
 # (gradops-cuda:mma_nhwc, half types only; MMA_NHWC_CHOICE, new in session 53): about 50 calls
-# more, 20 s taken from the filter gradient's timing.  Session 82: gradops-cuda:planes_staged, the
-# planes kernel's staged result stores (stride 2 only: 6 layers a dtype, about 12 calls more),
-# which decides PLANES_STAGED_BY_DEFAULT (ncu_cases.py's own list of paths left it out until
-# session 83: no run has timed it yet).  Session 83: gradops-cuda:mma_runs, the tensor-core
-# kernel's runs form (its results as 16-byte runs of a row through shared memory) beside
-# gradops-cuda:mma's pair stores, which decides MMA_RUNS_BY_DEFAULT (half types, in_cols a
-# multiple of 8: about 14 calls more).
+# more, 20 s taken from the filter gradient's timing.  The planes kernel's two result-store forms
+# forced (gradops-cuda:planes_direct, gradops-cuda:planes_staged; stride 2 only, 6 layers a
+# dtype): the H100 of 2026-12-06 decided PLANES_STAGED_BY_DEFAULT (results/gpu_h100_2026-12-06,
+# stride2_ab.md), and this keeps the rule measured where "planes" is now the launcher's form.  The
+# tensor-core kernel's runs form (gradops-cuda:mma_runs) is no longer timed: the same run
+# measured it level or slower than the pair stores (MMA_RUNS_BY_DEFAULT).
 timeout -s INT -k 10 170 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
     python3 benchmarks/ncu_cases.py '' "$W/ncu_ab_index.json" --suites mobilenetv2,efficientnet \
-    --engines gradops-cuda --paths tiled,planes,planes_staged,transpose,mma,mma_runs,mma_nhwc --ops backprop_input \
+    --engines gradops-cuda --paths tiled,planes_direct,planes_staged,transpose,mma,mma_nhwc --ops backprop_input \
     --labels "3x3/1 m1 NCHW,3x3/1 m2 NCHW,5x5/1 m1 NCHW,5x5/1 m2 NCHW,3x3/2 m1 NCHW,5x5/2 m1 NCHW,3x3/1 m2 NHWC,5x5/1 m2 NHWC,5x5/1 m1 NHWC" --time-limit 150 \
     >"$W/ncu_ab.csv" 2>"$W/ncu_ab.err"
 stamp "ncu A/B: $(tail -1 "$W/ncu_ab.err")"

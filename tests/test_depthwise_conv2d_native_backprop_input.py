@@ -449,7 +449,8 @@ def test_kernel_source_on_host_property(host_kernels, case, seed):
 
 
 #: The launcher's kernel paths, each forced, and its own choice ("auto", through the public API).
-PATHS_FORCED = ("direct", "tiled", "mma", "mma_runs", "mma_nhwc", "planes", "planes_staged", "transpose")
+PATHS_FORCED = ("direct", "tiled", "mma", "mma_runs", "mma_nhwc", "planes", "planes_staged", "planes_direct",
+                "transpose")
 CUDA_PATHS = pytest.mark.parametrize("path", [None, *PATHS_FORCED], ids=["auto", *PATHS_FORCED])
 
 
@@ -467,9 +468,9 @@ def cuda_call(kwargs, path=None, vector=None, narrow=None, **tensors):
 
 
 def launched(device):
-    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "mma_nhwc" / "planes" / "direct",
-    or "transpose" where it is the transpose path's second transpose after the tiled kernel), None
-    on a GPU."""
+    """The kernel of the last launch on the host stand-in ("tiled" / "mma" / "mma_nhwc" / "planes" /
+    "planes_staged" (its staged form) / "direct", or "transpose" where it is the transpose path's
+    second transpose after the tiled kernel), None on a GPU."""
     if device is None:
         return None
     name = device.launches[-1][0]
@@ -478,7 +479,14 @@ def launched(device):
         assert len(names) == 3 and "::transpose_batched" in names[0] and "_tiled<" in names[1]
         return "transpose"
     return ("tiled" if "_tiled<" in name else "mma" if "_mma<" in name else "mma_nhwc" if "_mma_nhwc<" in name
-            else "planes" if "_planes<" in name else "direct")
+            else ("planes_staged" if name.endswith(", true>") else "planes") if "_planes<" in name else "direct")
+
+
+def planes_form(g, dtype, path) -> str:
+    """The planes kernel's form a launch of ``path`` ("planes": the launcher's choice,
+    "planes_staged", "planes_direct") takes, named as :func:`launched` names it."""
+    staged = path == "planes_staged" or (path == "planes" and cuda_launcher.planes_staged_result(g, dtype))
+    return "planes_staged" if staged else "planes"
 
 
 def mma_runs(g, dtype) -> bool:
@@ -521,7 +529,7 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         with pytest.raises(ValueError, match="mma_nhwc kernel cannot run"):
             cuda_call(kwargs, path=path)
         return None
-    if path == "planes" and not cuda_launcher.planes_possible(g, dtype):
+    if path in ("planes", "planes_direct") and not cuda_launcher.planes_possible(g, dtype):
         with pytest.raises(ValueError, match="planes kernel cannot run"):
             cuda_call(kwargs, path=path)
         return None
@@ -541,7 +549,10 @@ def check_cuda(kwargs, ref, scale, path=None, vector=None, device=None, narrow=N
         auto = ("mma" if cuda_launcher.mma_chosen(g, dtype) else "mma_nhwc" if cuda_launcher.mma_nhwc_chosen(g, dtype)
                 else "planes" if cuda_launcher.planes_chosen(g, dtype)
                 else "transpose" if cuda_launcher.transpose_chosen(g, dtype) else "tiled" if eligible else "direct")
-        assert launched(device) == {"planes_staged": "planes", "mma_runs": "mma"}.get(path, path or auto)
+        expected = path or auto
+        if expected.startswith("planes"):
+            expected = planes_form(g, dtype, expected)
+        assert launched(device) == {"mma_runs": "mma"}.get(expected, expected)
     got = to_host(got)
     assert_close(got, ref, dtype, scale)
     expected = gradops.depthwise_conv2d_native_backprop_input(**kwargs, backend="numpy")
@@ -1541,9 +1552,9 @@ def test_cuda_mma_misaligned_out_backprop(cuda_device, rng):
 
 def test_mma_choice(monkeypatch):
     """What the tensor-core kernel takes, and where the launcher picks it by itself
-    (MMA_CHOICE: 3x3 and 5x5 at multipliers 1 and 2 on maps whose units are at least 75% inside,
-    whatever the staging, as the H200 measured on 2026-12-04; MMA_PLANE_CHOICE: wherever the
-    whole-plane form runs (14 x 14);
+    (MMA_CHOICE: 5x5 at multipliers 1 and 2 on maps whose units are at least 75% inside, whatever
+    the staging; 3x3 row-form maps take the planes kernel, as the H100 measured on 2026-12-06;
+    MMA_PLANE_CHOICE: wherever the whole-plane form runs (14 x 14);
     MMA_PACKED_CHOICE: where the packed form runs (7 x 7), at 5x5; never float32 or before sm_80,
     where the planes kernel runs NCHW)."""
     def g(x_shape=(2, 28, 28, 8), filt_hw=(5, 5), multiplier=1, strides=(1, 1), dilations=(1, 1),
@@ -1566,22 +1577,23 @@ def test_mma_choice(monkeypatch):
     chosen = [g(multiplier=2), g(multiplier=2, dtype=ml_dtypes.bfloat16),  # rows: 77% inside, 4-byte staging
               g(), g(dtype=ml_dtypes.bfloat16),  # 5x5 multiplier 1 likewise
               g(x_shape=(2, 14, 14, 8), multiplier=2),
-              g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3), multiplier=2), g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2),
               g(x_shape=(2, 14, 14, 8)),  # whole planes in 8-byte chunks (rows would take 4-byte ones)
               g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3), multiplier=2),  # whole planes (77% of the unit inside)
               g(x_shape=(2, 14, 14, 8), filt_hw=(3, 3)),  # whole planes at 3x3 multiplier 1
               g(x_shape=(2, 7, 7, 8), multiplier=2), g(x_shape=(2, 7, 7, 8)),  # packed, 4 images a unit
-              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3), multiplier=2),  # 77%, 16-byte staging
-              g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1 staged 8 bytes at a time
-              g(x_shape=(2, 28, 28, 8), filt_hw=(3, 3), multiplier=2),  # 3x3 multiplier 2 staged 8 bytes at a time
-              g(x_shape=(2, 56, 56, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1, 77% inside
-              g(x_shape=(2, 112, 112, 8), filt_hw=(3, 3)),  # 3x3 multiplier 1: all inside, 16-byte staging
-              g(x_shape=(2, 64, 64, 8))]  # 5x5 multiplier 1 likewise
+              g(x_shape=(2, 64, 64, 8)),  # 5x5 multiplier 1: all inside, 16-byte staging
+              g(x_shape=(2, 112, 112, 8), multiplier=2)]  # 5x5 multiplier 2 likewise
     not_chosen = [g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3)),  # packed, but 3x3 at multiplier 1
                   g(x_shape=(2, 7, 7, 8), filt_hw=(3, 3), multiplier=2),  # packed, 3x3 at multiplier 2
                   g(x_shape=(2, 40, 40, 8), filt_hw=(3, 3)),  # 16-byte staging, but 69% inside
                   g(x_shape=(2, 40, 40, 8), filt_hw=(5, 5), multiplier=2),  # 69% inside
                   g(dtype=np.float32), g(data_format="NHWC"), g(strides=(2, 2))]
+    # 3x3 row-form maps, which the kernel runs: the planes kernel (MMA_CHOICE has no 3x3 entry)
+    rows_3x3 = [g(x_shape=(2, side, side, 8), filt_hw=(3, 3), multiplier=m) for side in (112, 56, 28) for m in (1, 2)]
+    rows_3x3.append(g(x_shape=(1, 32, 48, 8), filt_hw=(3, 3), multiplier=2))
+    assert all(cuda_launcher.mma_possible(*c) and cuda_launcher.mma_fill(c[0]) >= 0.75 for c in rows_3x3)
+    assert [cuda_launcher.MMA_FORMS[cuda_launcher.mma_form(*c)] for c in rows_3x3] == ["rows"] * len(rows_3x3)
+    assert [cuda_launcher.pick_path(*c, arch=90) for c in rows_3x3] == ["planes"] * len(rows_3x3)
     assert [cuda_launcher.mma_chosen(*c, arch=90) for c in chosen] == [True] * len(chosen)
     assert [cuda_launcher.mma_chosen(*c, arch=90) for c in not_chosen] == [False] * len(not_chosen)
     m2 = g(multiplier=2)
@@ -2155,10 +2167,16 @@ def test_planes_plan():
     f64 = np.dtype(np.float64)  # float64 takes it at stride 2 only (PLANES_FLOAT64_STRIDES)
     assert cuda_launcher.planes_possible(geometry(14, 14, 8), f64) and cuda_launcher.pick_path(geometry(14, 14, 8), f64) == "tiled"
     assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), f64) == "planes"
-    # float32 3x3 at stride 2, multiplier 1, takes the tiled kernel (PLANES_FLOAT32_TILED); 5x5
-    # there, multiplier 2 there and float16 take the planes kernel
+    # float32 3x3 at stride 2, multiplier 1, takes the planes kernel in its staged form only
+    # (PLANES_FLOAT32_TILED), else the tiled kernel; 5x5 there, multiplier 2 there and float16
+    # take the planes kernel
     assert cuda_launcher.planes_possible(geometry(14, 14, 8, stride=2), f32)
-    assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), f32) == "tiled"
+    assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), f32) == "planes"
+    assert cuda_launcher.planes_staged_result(geometry(14, 14, 8, stride=2), f32)
+    unstaged = geometry(4, 2800, 1, stride=2)  # the result image does not fit beside the slices
+    assert cuda_launcher.planes_possible(unstaged, f32) and not cuda_launcher.planes_staged_possible(unstaged, f32)
+    assert cuda_launcher.pick_path(unstaged, f32) == "tiled"
+    assert cuda_launcher.pick_path(unstaged, f32, "planes") == "planes"
     assert cuda_launcher.pick_path(geometry(14, 14, 8, k=5, stride=2), f32) == "planes"
     assert cuda_launcher.pick_path(geometry(14, 14, 8, multiplier=2, stride=2), f32) == "planes"
     assert cuda_launcher.pick_path(geometry(14, 14, 8, stride=2), np.dtype(np.float16), arch=90) == "planes"
@@ -2172,7 +2190,10 @@ def test_planes_plan():
     assert cuda_launcher.planes_pitch(s2) == 32 and cuda_launcher.planes_items(s2, 58) == 203
     assert cuda_launcher.planes_staged_rows(s2, 58) == 31 and cuda_launcher.planes_store_cols(s2) == 8
     wide2 = geometry(112, 112, 96, stride=2)  # 14 items a row: the whole plane, 56 x 14 items
-    assert cuda_launcher.planes_plan(wide2, f32) == (1, 112) and cuda_launcher.planes_grid(wide2, f32)[1] == 1
+    assert cuda_launcher.planes_plan(wide2, f32, staged=False) == (1, 112)
+    assert cuda_launcher.planes_grid(wide2, f32, staged=False)[1] == 1
+    # its staged form (the launcher's: 16 bytes a sector) stages 42 rows of the result a band
+    assert cuda_launcher.planes_staged_result(wide2, f32) and cuda_launcher.planes_plan(wide2, f32) == (1, 42)
     assert cuda_launcher.planes_pitch(wide2) == 60 and cuda_launcher.planes_store_cols(wide2) == 8  # 4 x 14 + 4
     small = dict(x_shape=(1, 9, 9, 2), filt_hw=(3, 3), multiplier=1, strides=(2, 2), padding="VALID",
                     data_format="NCHW", dtype=np.float32)
@@ -2425,6 +2446,11 @@ def test_cuda_planes_staged_results_equal_direct_stores(cuda_device, rng, monkey
                                                                               path="planes_staged"))
         assert forced.tobytes() == results[True].tobytes()
         if cuda_device is not None:
+            assert launched(cuda_device) == "planes_staged"
+        direct = to_host(cuda_launcher.depthwise_conv2d_native_backprop_input(g, gpu["filter"], gpu["out_backprop"],
+                                                                              path="planes_direct"))
+        assert direct.tobytes() == results[False].tobytes()
+        if cuda_device is not None:
             assert launched(cuda_device) == "planes"
         assert results[True].tobytes() == results[False].tobytes()
         check_cuda(kwargs, ref, scale, path="planes", device=cuda_device)
@@ -2434,11 +2460,14 @@ def test_cuda_planes_staged_results_equal_direct_stores(cuda_device, rng, monkey
 
 def test_planes_staged_result_choice(monkeypatch):
     """The staged form is for stride-2 launches whose direct stores would write fewer than
-    PLANES_STAGED_BELOW bytes a 32-byte sector (planes_direct_store_sectors, planes_staged_narrow):
-    MobileNetV2's 14 x 14 and 28 x 28 stride-2 layers in float16, not its 112 x 112 and 56 x 56
-    ones, nor stride 1 (no staged form); its image halves the planes of a CTA where both would not
-    fit.  The launcher takes it only where asked (path="planes_staged", staged=True) until
-    PLANES_STAGED_BY_DEFAULT; a forced choice it cannot run is refused."""
+    PLANES_STAGED_BELOW bytes a 32-byte sector, or as many at PLANES_STAGED_AT_HALF (3x3,
+    multiplier 1) (planes_direct_store_sectors, planes_staged_narrow): MobileNetV2's 14 x 14 and
+    28 x 28 stride-2 layers in float16, float32 at multiplier 1 on every map, not the 112 x 112 and
+    56 x 56 ones in float16, nor float32 at multiplier 2 or 5x5 where its stores fill half a
+    sector, nor stride 1 (no staged form); its image halves the planes of a CTA where both would
+    not fit.  The launcher takes it by itself (PLANES_STAGED_BY_DEFAULT) for path="planes" and
+    its own choice; path="planes_staged" / "planes_direct" force one form; a forced choice it
+    cannot run is refused."""
     def geometry(rows, cols, depth, k=3, multiplier=1, stride=1):
         return geometry_of(case_kwargs(np.random.default_rng(0), x_shape=(1, rows, cols, depth), filt_hw=(k, k),
                                        multiplier=multiplier, strides=(stride, stride), padding="SAME",
@@ -2455,6 +2484,7 @@ def test_planes_staged_result_choice(monkeypatch):
     assert not cuda_launcher.planes_staged_possible(small, f16) and not cuda_launcher.planes_staged_narrow(small, f16)
     with pytest.raises(ValueError, match="cannot stage"):
         cuda_launcher.planes_staged_result(small, f16, staged=True)
+    assert cuda_launcher.pick_path(small, f16, "planes_direct") == "planes_direct"  # what stride 1 has
     with pytest.raises(ValueError, match="staged form cannot run"):
         cuda_launcher.pick_path(small, f16, "planes_staged")
     # 14 x 14 at stride 2: 5.1 bytes a sector; 32 planes and their image do not fit 24 KiB, 16 do
@@ -2465,15 +2495,27 @@ def test_planes_staged_result_choice(monkeypatch):
     assert cuda_launcher.planes_plan(s2, f16, staged=True) == (16, 14)
     assert not cuda_launcher._planes_fit(s2, f16, 32, 14, True) and cuda_launcher._planes_fit(s2, f16, 32, 14)
     assert not cuda_launcher.planes_staged_narrow(geometry(56, 56, 144, stride=2), f16)  # 27.4 bytes a sector
-    # opt-in: the launcher's own choice is the direct stores until a GPU has timed both
-    assert not cuda_launcher.PLANES_STAGED_BY_DEFAULT and not cuda_launcher.planes_staged_result(s2, f16)
-    assert cuda_launcher.planes_plan(s2, f16) == (32, 14) and not cuda_launcher.planes_expression(s2, f16).endswith("true>")
+    # exactly half a sector (float32 on 56 columns): staged at 3x3 multiplier 1 only
+    half = {(k, m): geometry(56, 56, 144, k=k, multiplier=m, stride=2) for k in (3, 5) for m in (1, 2)}
+    for (k, m), g in half.items():
+        _, sectors, written = cuda_launcher.planes_direct_store_sectors(g, f32)
+        assert written == 16 * sectors
+        assert cuda_launcher.planes_staged_narrow(g, f32) == ((k, m) in cuda_launcher.PLANES_STAGED_AT_HALF)
+    assert cuda_launcher.PLANES_STAGED_AT_HALF == {(3, 1)}
+    # the launcher's own choice and path="planes": staged where narrow; forced forms either way
+    assert cuda_launcher.PLANES_STAGED_BY_DEFAULT and cuda_launcher.planes_staged_result(s2, f16)
+    assert cuda_launcher.planes_plan(s2, f16) == (16, 14) and cuda_launcher.planes_grid(s2, f16) == (36, 1, 1)
+    assert cuda_launcher.planes_expression(s2, f16).endswith(", 3, 3, 2, true>")
+    assert cuda_launcher.pick_path(s2, f16, arch=90) == "planes"
     assert cuda_launcher.pick_path(s2, f16, "planes_staged") == "planes_staged"
-    assert cuda_launcher.planes_expression(s2, f16, staged=True).endswith(", 3, 3, 2, true>")
-    monkeypatch.setattr(cuda_launcher, "PLANES_STAGED_BY_DEFAULT", True)
-    assert cuda_launcher.planes_staged_result(s2, f16) and cuda_launcher.planes_plan(s2, f16) == (16, 14)
-    assert cuda_launcher.planes_grid(s2, f16) == (36, 1, 1)
+    assert cuda_launcher.pick_path(s2, f16, "planes_direct") == "planes_direct"
+    assert not cuda_launcher.planes_staged_result(s2, f16, staged=False)
+    assert not cuda_launcher.planes_expression(s2, f16, staged=False).endswith("true>")
     assert not cuda_launcher.planes_staged_result(wide, f32)
+    monkeypatch.setattr(cuda_launcher, "PLANES_STAGED_BY_DEFAULT", False)
+    assert not cuda_launcher.planes_staged_result(s2, f16) and cuda_launcher.planes_plan(s2, f16) == (32, 14)
+    # float32 3x3 stride 2 multiplier 1 then takes the tiled kernel (PLANES_FLOAT32_TILED)
+    assert cuda_launcher.pick_path(s2, f32) == "tiled"
     # no image for a plane whose one item row with the image cannot fit
     huge = geometry(4, 2800, 1, stride=2)  # a band of 2 rows: 12 + 2 x 1404 floats fit 6144, with 2 x 2800 more not
     assert cuda_launcher.planes_plan(huge, f32, staged=False) != (0, 0)
@@ -2803,7 +2845,7 @@ def test_cuda_planes_staging_load_widths(cuda_device, rng, dtype, shift, element
         view = shifted_gpu(dy, shift)
         assert cuda_launcher.planes_load_elements(g, np.dtype(dtype), view) == elements
         got = to_host(cuda_call(kwargs, path="planes", out_backprop=view))
-        assert cuda_device is None or launched(cuda_device) == "planes"
+        assert cuda_device is None or launched(cuda_device) == planes_form(g, np.dtype(dtype), "planes")
         assert_close(got, ref, np.dtype(dtype), scale)
 
 

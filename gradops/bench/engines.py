@@ -237,8 +237,8 @@ class GradopsGpuEngine(Engine):
     """gradops on CuPy arrays with ``backend="cuda"`` (our kernels) or ``backend="cudnn"``.
 
     ``path`` (cuda only): the depthwise input gradient's kernel path forced through its launcher
-    (its launcher's PATHS: "tiled", "planes", "planes_staged", "mma", "mma_runs", "mma_nhwc", "direct",
-    "transpose"), the depthwise filter gradient's tiled kernel with its
+    (its launcher's PATHS: "tiled", "planes", "planes_staged", "planes_direct", "mma", "mma_runs", "mma_nhwc",
+    "direct", "transpose"), the depthwise filter gradient's tiled kernel with its
     staging forced ("sync", "async") or its layout's tensor-core kernel ("mma"), or either fractional pooling
     gradient's kernels ("gather",
     "cells"); the engine is then ``gradops-cuda:PATH`` and supports only the cases that path

@@ -38,8 +38,9 @@ Six paths (see the .cu file); ``path=`` forces one (the tests run each on small 
   chosen (:data:`PLANES_BY_DEFAULT`; ahead of the tiled kernel on 44 of 50 NCHW layer-dtypes
   the H200 timed on 2026-12-04, behind at float32 3x3 stride 2: :data:`PLANES_FLOAT32_TILED`).
   Its staged form (the kernel's STAGED, stride 2) writes the results through shared memory and
-  out in whole 32-byte sectors, for narrow maps (:func:`planes_staged_narrow`); opt-in until a
-  GPU times it (``path="planes_staged"``, :data:`PLANES_STAGED_BY_DEFAULT`).
+  out in whole 32-byte sectors; ``path="planes"`` takes it for narrow maps
+  (:func:`planes_staged_narrow`, :data:`PLANES_STAGED_BY_DEFAULT`, the H100's A/B), and
+  ``path="planes_staged"`` / ``path="planes_direct"`` force one form or the other.
 * ``transpose``: NCHW run as NHWC: out_backprop transposed to NHWC, the ``tiled`` kernel on the
   NHWC twin of the geometry (:func:`nhwc_twin`), the result transposed back (two launches of
   ``_layout``'s batched transpose: 32 x 32 tiles through shared memory, 16-bit elements in
@@ -103,7 +104,7 @@ SPECIALISATIONS = ((3, 3, 1, 1), (3, 3, 2, 2), (5, 5, 1, 1), (5, 5, 2, 2))
 GENERIC = (0, 0, 0, 0)
 
 #: Kernel paths; tests force each with ``path=``.
-PATHS = ("direct", "tiled", "mma", "mma_runs", "mma_nhwc", "planes", "planes_staged", "transpose")
+PATHS = ("direct", "tiled", "mma", "mma_runs", "mma_nhwc", "planes", "planes_staged", "planes_direct", "transpose")
 
 #: The planes kernel (``_planes``, NCHW): these square filters at these strides (the same on
 #: both axes) and dilation 1.
@@ -147,7 +148,10 @@ PLANES_FLOAT64_STRIDES = (2,)
 #: 0.89, 14 x 14 0.90, 112 x 112 1.01; benchmarks/results/gpu_h200_2026-12-04/ncu_ab.md), where in
 #: float16 the planes kernel was 1.21-2.35x ahead; at 5x5 stride 2 the planes kernel was
 #: 1.39-2.37x ahead in float32.  Multiplier 2 at stride 2 was not measured; the estimate keeps
-#: the planes kernel there.
+#: the planes kernel there.  Those were the direct stores: the planes kernel's staged form is
+#: ahead of the tiled kernel on all four layers (H100, 2026-12-06: 94.0 / 41.2 / 16.2 / 13.2 us
+#: against 101.0 / 41.4 / 18.4 / 25.2, results/gpu_h100_2026-12-06/stride2_ab.md), so the launcher
+#: takes the tiled kernel here only where the staged form is not taken (:func:`planes_chosen`).
 PLANES_FLOAT32_TILED = frozenset({(3, 2, 1)})
 
 #: Whether the launcher picks the transpose path by itself for the NCHW shapes it can run (False:
@@ -183,7 +187,14 @@ MMA_WARPS = 4
 #: the H100) and at 28 x 28 3x3 multiplier 2 (1.26x): the measurement reverses both.  The fill
 #: bound stays the estimate's (every measured map fills 77% or more).  Not measured on an A100,
 #: where the estimate put the planes kernel further ahead at multiplier 1 (1.18-1.47x).
-MMA_CHOICE = {(3, 1): (0.75, 1), (3, 2): (0.75, 1), (5, 1): (0.75, 1), (5, 2): (0.75, 1)}
+#: Since then the planes kernel's staging stores went 16 bytes wide (session 80), and on the H100
+#: (2026-12-06, results/gpu_h100_2026-12-06/ncu_ab.md, float16; the tensor-core kernel's times
+#: within 2% of the 2026-12-05 machine's) it is ahead at 3x3 on every row-form layer: mma /
+#: planes 1.11 / 1.19 / 1.15 at multiplier 1 (112 x 112, 56 x 56, 28 x 28), 1.10 / 1.02 / 1.08
+#: at multiplier 2, as the estimate had said; at 5x5 (28 x 28) 1.04 at multiplier 1, 0.94 at 2.
+#: So 3x3 takes the planes kernel there and 5x5 keeps the tensor cores.  The H200 has not timed
+#: the planes kernel since session 80 (its 2026-12-04 figures above predate it).
+MMA_CHOICE = {(5, 1): (0.75, 1), (5, 2): (0.75, 1)}
 #: The (K, multiplier) pairs for which the launcher picks the tensor-core kernel wherever its
 #: whole-plane form runs (:func:`mma_plane_chunk`: one unit a plane, 14 x 14 and 16 x 16 maps),
 #: in place of MMA_CHOICE's test: all of them, by the same estimate (the benchmark's 14 x 14
@@ -619,11 +630,15 @@ MMA_FORMS = ("rows", "plane", "packed", "runs")
 #: rows of 3) and its pair stores 32 (four instructions, each on 8 rows' sectors half), 34 of those
 #: 86 in excess, the measured 40%.  The runs store the same 16 sectors once each (86 -> 70 a unit)
 #: for one shared-memory round trip of the warp's results.  Opt-in (``path="mma_runs"``, or
-#: ``runs=True`` to :func:`mma_form`) until a GPU times it: the results are the rows form's bit for
-#: bit, but ptxas gives the runs instantiations more registers on some GPUs and compilers, fewer
-#: CTAs an SM (install-check compiles, 2026-12-06: NVRTC 13.5 keeps every one's CTAs on sm_80 and
-#: sm_90 and loses some on sm_86-89 and sm_100-121, 3x3 multiplier 2 8 -> 4 on sm_86; NVRTC 12.9
-#: loses sm_90 float16 3x3 multiplier 1, 5 -> 4).
+#: ``runs=True`` to :func:`mma_form`): the H100 timed it on 2026-12-06
+#: (results/gpu_h100_2026-12-06/ncu_ab.md, float16) and the stores did fill their sectors (result
+#: bytes per store sector 16 -> 32 on 112 columns, 16 -> 20.4 on 56), but the kernel did not get
+#: faster: dw1 multiplier 1 35.0 -> 36.5 us, multiplier 2 54.6 -> 54.4, dw3 42.7 -> 48.8 and
+#: 67.1 -> 69.3; the rows form's stalls are the staging loads' (long scoreboard 59% of its stall
+#: cycles, full_sections.md there), not its stores.  Its instantiations also take more registers
+#: on some GPUs and compilers, fewer CTAs an SM (install-check compiles, 2026-12-06: NVRTC 13.5
+#: keeps every one's CTAs on sm_80 and sm_90 and loses some on sm_86-89 and sm_100-121, 3x3
+#: multiplier 2 8 -> 4 on sm_86; NVRTC 12.9 loses sm_90 float16 3x3 multiplier 1, 5 -> 4).
 MMA_RUNS_BY_DEFAULT = False
 
 
@@ -831,18 +846,23 @@ def planes_grid(g: Conv2DGeometry, dtype, staged: bool | None = None) -> tuple[i
 
 #: The planes kernel's staged form (STAGED: results through shared memory, copied out 16 bytes a
 #: store; "Result stores" in the source) is for launches whose direct stores would write fewer
-#: bytes than this into each 32-byte sector they touch (:func:`planes_direct_store_sectors`,
-#: :func:`planes_staged_narrow`).  Why: on the H100 (2026-12-05,
-#: results/gpu_h100_2026-12-05/ncu_ab.md, the planes kernel forced) the NCHW layers whose direct
-#: stores write 4-12.4 bytes a sector (maps of 7, 14 and, at stride 2, 28 columns) reached
-#: 12-48% of HBM, those at 32 bytes 44-79% (benchmarks/results/planes_store_sectors.md).
+#: than this many bytes into each 32-byte sector they touch (:func:`planes_direct_store_sectors`,
+#: :func:`planes_staged_narrow`), and at exactly this many at :data:`PLANES_STAGED_AT_HALF`.
+#: Measured on the H100 (2026-12-06, results/gpu_h100_2026-12-06/ncu_stride2.md: both forms
+#: forced on MobileNetV2's and EfficientNet's NCHW stride-2 layers, four dtypes, multipliers 1
+#: and 2), staged / direct kernel time: below 16 bytes 0.42-0.88 (12.4: 28 columns in the
+#: 16-bit types; 5.1 and 8: 14 columns), at 27.3-32 bytes 1.01-1.33.  At 16 (float32 on every
+#: map, float64 at 14 columns) it depends: 3x3 multiplier 1 0.76-0.86 (float32 112 / 56 / 28,
+#: float64 14 columns), but multiplier 2 0.79-1.26 (float32 112 columns 1.15, float64 14
+#: columns 1.26) and 5x5 1.03 (float32 56 columns, 2026-12-06 run 1).
 PLANES_STAGED_BELOW = 16.0
+#: (filter size, multiplier) whose launches stage at exactly :data:`PLANES_STAGED_BELOW` bytes a
+#: sector too (above).
+PLANES_STAGED_AT_HALF = frozenset({(3, 1)})
 #: Whether the launcher takes the staged form by itself where :func:`planes_staged_narrow` holds
-#: (False: only when asked for, ``path="planes_staged"`` or ``staged=True``).  Not yet timed on a
-#: GPU; the static model charges it twice the instructions an element on those layers (the
-#: image's stores and copy-out, and half the planes a CTA, whose fixed costs double: sm_90,
-#: benchmarks/README.md), so a GPU's A/B decides (scripts/device-session.sh times it).
-PLANES_STAGED_BY_DEFAULT = False
+#: (False: only when asked for, ``path="planes_staged"`` or ``staged=True``).  The results are
+#: the direct stores' bit for bit; the H100's A/B above decided it.
+PLANES_STAGED_BY_DEFAULT = True
 #: Strides whose planes kernels have a staged form: at stride 1 the image offset does not fit the
 #: register bounds (float 3x3 spilled 4-20 bytes: sm_90, NVRTC 13.5), and in the launcher's
 #: default paths stride 1 small maps take the tensor-core kernel in the half types.
@@ -912,10 +932,13 @@ def planes_staged_possible(g: Conv2DGeometry, dtype) -> bool:
 
 def planes_staged_narrow(g: Conv2DGeometry, dtype) -> bool:
     """Whether ``g`` is a launch the staged form is for: it can run it, and the direct stores
-    would write fewer than :data:`PLANES_STAGED_BELOW` bytes a 32-byte sector."""
+    would write fewer than :data:`PLANES_STAGED_BELOW` bytes a 32-byte sector (or as many, at
+    :data:`PLANES_STAGED_AT_HALF`)."""
     if planes_plan(g, dtype, staged=False) == (0, 0) or not planes_staged_possible(g, dtype):
         return False
     _, sectors, written = planes_direct_store_sectors(g, dtype)
+    if (g.filter_rows, g.depth_multiplier) in PLANES_STAGED_AT_HALF:
+        return written <= PLANES_STAGED_BELOW * sectors
     return written < PLANES_STAGED_BELOW * sectors
 
 
@@ -948,12 +971,15 @@ def planes_possible(g: Conv2DGeometry, dtype) -> bool:
 
 def planes_chosen(g: Conv2DGeometry, dtype) -> bool:
     """Whether the launcher picks the planes kernel by itself (:data:`PLANES_BY_DEFAULT`; float64
-    at :data:`PLANES_FLOAT64_STRIDES` only; float32 not at :data:`PLANES_FLOAT32_TILED`)."""
+    at :data:`PLANES_FLOAT64_STRIDES` only; float32 at :data:`PLANES_FLOAT32_TILED` only in its
+    staged form, :func:`planes_staged_result`)."""
+    if not (PLANES_BY_DEFAULT and planes_possible(g, dtype)):
+        return False
     if np.dtype(dtype) == np.float64 and g.stride_rows not in PLANES_FLOAT64_STRIDES:
         return False
     if np.dtype(dtype) == np.float32 and (g.filter_rows, g.stride_rows, g.depth_multiplier) in PLANES_FLOAT32_TILED:
-        return False
-    return PLANES_BY_DEFAULT and planes_possible(g, dtype)
+        return planes_staged_result(g, dtype)
+    return True
 
 
 def planes_expression(g: Conv2DGeometry, dtype, staged: bool | None = None) -> str:
@@ -1104,7 +1130,7 @@ def pick_path(g: Conv2DGeometry, dtype, path: str | None = None, arch: int | Non
         raise ValueError("the mma_nhwc kernel cannot run this geometry (it takes NHWC float16 / bfloat16 with "
                          f"in_depth a multiple of {MMA_NHWC_CHANNELS}, 3x3 or 5x5 filters at stride 1 without "
                          "dilation, multiplier 1 or 2, 32-bit offsets, and a GPU of compute capability 8.0 or newer)")
-    if path in ("planes", "planes_staged") and not planes_possible(g, dtype):
+    if path in ("planes", "planes_staged", "planes_direct") and not planes_possible(g, dtype):
         raise ValueError("the planes kernel cannot run this geometry (it takes NCHW, 3x3 or 5x5 filters at stride "
                          "1x1 or 2x2 without dilation, a slice row that fits its shared memory, and 32-bit offsets)")
     if path == "planes_staged" and not planes_staged_possible(g, dtype):
@@ -1147,7 +1173,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
     filter: [filter_rows, filter_cols, in_depth, depth_multiplier]; out_backprop: [N, out_rows,
     out_cols, in_depth * depth_multiplier] in ``g.data_format``; both CuPy arrays on the current
     device, any strides.  Launches on the current stream without synchronising.  ``path``
-    ("direct" / "tiled" / "mma" / "mma_runs" / "mma_nhwc" / "planes" / "planes_staged" / "transpose"), ``vector``
+    ("direct" / "tiled" / "mma" / "mma_runs" / "mma_nhwc" / "planes" / "planes_staged" / "planes_direct" /
+    "transpose"), ``vector``
     (tiled only: 16-byte or scalar staging loads) and
     ``narrow`` (tiled only: 8-column or full-width tiles, :func:`pick_item_cols`) and ``staged``
     (planes only: results through shared memory, :func:`planes_staged_result`) override the
@@ -1197,8 +1224,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
                                    mma_units(g)[1], g.batch)))
         _runtime.kernel(SOURCE, mma_nhwc_expression(g, dtype))(mma_nhwc_grid(g), (MMA_NHWC_THREADS,), args)
         return in_backprop
-    if path == "planes_staged":
-        path, staged = "planes", True
+    if path in ("planes_staged", "planes_direct"):
+        path, staged = "planes", path == "planes_staged"
     if path == "planes":
         staged = planes_staged_result(g, dtype, staged)
         tail = planes_tail_padding(g, dtype)
