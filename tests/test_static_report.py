@@ -2160,8 +2160,9 @@ def test_planes_element_staging_costs_the_same_at_every_stride():
     assert checked == 4, figures.keys()  # float16, bfloat16, float32, float64
 
 
-#: The H200's kernel times of every path of the A/B cases (scripts/device-session.sh's "ncu A/B"
-#: steps, 2026-12-04): where they exist they decide the launcher's path, not the estimates.
+#: The H100's kernel times of every path of the A/B cases (scripts/device-session.sh's "ncu A/B"
+#: steps, 2026-12-06; the H200's of 2026-12-04 before): where they exist they decide the
+#: launcher's path, not the estimates.
 MEASURED_PATHS = Path(__file__).resolve().parents[1] / "benchmarks/results/gpu_h100_2026-12-06/measured_vs_predicted.json"
 #: Cases where the H100 measured a path ahead of the launcher's by more than the tie, left so:
 #: (suite, label, op, dtype) -> why.  The test fails when one of them no longer is behind.

@@ -848,10 +848,11 @@ def planes_grid(g: Conv2DGeometry, dtype, staged: bool | None = None) -> tuple[i
 #: store; "Result stores" in the source) is for launches whose direct stores would write fewer
 #: than this many bytes into each 32-byte sector they touch (:func:`planes_direct_store_sectors`,
 #: :func:`planes_staged_narrow`), and at exactly this many at :data:`PLANES_STAGED_AT_HALF`.
-#: Measured on the H100 (2026-12-06, results/gpu_h100_2026-12-06/ncu_stride2.md: both forms
-#: forced on MobileNetV2's and EfficientNet's NCHW stride-2 layers, four dtypes, multipliers 1
-#: and 2), staged / direct kernel time: below 16 bytes 0.42-0.88 (12.4: 28 columns in the
-#: 16-bit types; 5.1 and 8: 14 columns), at 27.3-32 bytes 1.01-1.33.  At 16 (float32 on every
+#: Measured on the H100 (2026-12-06, results/gpu_h100_2026-12-06/stride2_ab.md and ncu_ab.md:
+#: both forms forced on MobileNetV2's and EfficientNet's NCHW stride-2 layers, four dtypes,
+#: multipliers 1 and 2), staged / direct kernel time: below 16 bytes 0.42-0.88 (12.4: 28 columns
+#: in the 16-bit types; 5.1 and 8: 14 columns), at 27.3-32 bytes 0.93-1.33 (below 1 only for
+#: float64 on 28 columns: 0.93, 0.98).  At 16 (float32 on every
 #: map, float64 at 14 columns) it depends: 3x3 multiplier 1 0.76-0.86 (float32 112 / 56 / 28,
 #: float64 14 columns), but multiplier 2 0.79-1.26 (float32 112 columns 1.15, float64 14
 #: columns 1.26) and 5x5 1.03 (float32 56 columns, 2026-12-06 run 1).
