@@ -23,8 +23,8 @@ This script compiles it for sm_90 (NVRTC, no GPU) and counts, from its SASS
 Per CTA of the direct stores' plan (:func:`planes_plan`, ``staged=False``; the staged form is
 not modelled here): thread-instructions = items x (rest + multiplier x sums) + chunks x
 staging + zero-fill and filter iterations + the straight-line code once per thread; divided
-by the CTA's input-gradient elements.  That is the static report's "SASS per element" (a thread's instructions per element it produces), which the
-table prints beside the static report's figure for the launcher's kernel (since session 46 the planes
+by the CTA's input-gradient elements.  That is the static report's "SASS per element" (a
+thread's instructions per element it produces), which the table prints beside the static report's figure for the launcher's kernel (since session 46 the planes
 kernel itself, or mma; the tiled kernel's figures are in results/path_estimates.md) and
 the resident warps per SM of each (the occupancy formula at the kernel's registers, shared
 memory and block).  The H200's Nsight Compute kernel times of 2026-12-04 close each row

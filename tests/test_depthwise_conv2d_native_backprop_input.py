@@ -485,8 +485,7 @@ def launched(device):
 def planes_form(g, dtype, path) -> str:
     """The planes kernel's form a launch of ``path`` ("planes": the launcher's choice,
     "planes_staged", "planes_direct") takes, named as :func:`launched` names it."""
-    staged = path == "planes_staged" or (path == "planes" and cuda_launcher.planes_staged_result(g, dtype))
-    return "planes_staged" if staged else "planes"
+    return "planes_staged" if cuda_launcher.planes_path_staged(g, dtype, path) else "planes"
 
 
 def mma_runs(g, dtype) -> bool:

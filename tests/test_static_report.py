@@ -2191,7 +2191,7 @@ def measured_launcher_form(case, dtype_name: str, path: str) -> str:
     (:func:`planes_staged_result`) as "planes_staged"."""
     if path == "planes" and case.op == DEPTHWISE_INPUT:
         dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
-        if dw.planes_staged_result(case.geometry(), sr.DTYPES[dtype_name]):
+        if dw.planes_path_staged(case.geometry(), sr.DTYPES[dtype_name], path):
             return "planes_staged"
     return path
 

@@ -955,6 +955,14 @@ def planes_staged_result(g: Conv2DGeometry, dtype, staged: bool | None = None) -
     return PLANES_STAGED_BY_DEFAULT and planes_staged_narrow(g, dtype)
 
 
+def planes_path_staged(g: Conv2DGeometry, dtype, path: str, staged: bool | None = None) -> bool:
+    """Whether a planes launch of ``path`` stages its results: "planes_staged" / "planes_direct"
+    force the form, "planes" takes ``staged`` or the launcher's (:func:`planes_staged_result`)."""
+    if path in ("planes_staged", "planes_direct"):
+        staged = path == "planes_staged"
+    return planes_staged_result(g, dtype, staged)
+
+
 def planes_possible(g: Conv2DGeometry, dtype) -> bool:
     """Whether the planes kernel can run ``g``: NCHW, a 3x3 or 5x5 filter at stride 1x1 or 2x2
     and dilation 1, a slice row that fits its shared memory (:func:`planes_plan`), every tensor
@@ -1225,10 +1233,8 @@ def depthwise_conv2d_native_backprop_input(g: Conv2DGeometry, filter, out_backpr
                                    mma_units(g)[1], g.batch)))
         _runtime.kernel(SOURCE, mma_nhwc_expression(g, dtype))(mma_nhwc_grid(g), (MMA_NHWC_THREADS,), args)
         return in_backprop
-    if path in ("planes_staged", "planes_direct"):
-        path, staged = "planes", path == "planes_staged"
-    if path == "planes":
-        staged = planes_staged_result(g, dtype, staged)
+    if path in ("planes", "planes_staged", "planes_direct"):
+        staged = planes_path_staged(g, dtype, path, staged)
         tail = planes_tail_padding(g, dtype)
         if tail:  # a copy with readable elements past its end
             padded = cupy.empty(out_backprop.size + tail, dtype)
