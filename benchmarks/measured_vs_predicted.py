@@ -16,6 +16,10 @@ committed static report (``benchmarks/results/static_report.json``), and writes
   warps per SM;
 * per gradops-cuda case the latency-aware estimate (``gradops.bench.latency_model``) of the same
   stages, DRAM re-targeted likewise, and measured / that estimate;
+* per case the DRAM bytes Nsight Compute counted, read and written, over the compulsory bytes
+  read and written: ncu flushes the caches before each profiled kernel (its default
+  ``--cache-control all``), so the reads come from DRAM, while results that fit the L2 may still
+  be there, unwritten, when the kernel ends;
 * geometric means per suite, op, dtype and layout, and the issue fraction per kernel.
 
     python benchmarks/measured_vs_predicted.py benchmarks/results/gpu_h200_2026-11-28 \\
@@ -72,6 +76,7 @@ def load_runs(folder: Path) -> list[dict]:
             kernels = by_case.get(entry["i"], [])
             rows.append({**{k: entry[k] for k in ("suite", "label", "op", "dtype", "engine")}, "run": stem,
                          "us": sum(k["ns"] for k in kernels) / 1e3,
+                         "dram_read": sum(k["read"] for k in kernels), "dram_write": sum(k["write"] for k in kernels),
                          "kernels": [(_short(k["name"]), k["ns"] / 1e3) for k in kernels]})
     return rows
 
@@ -113,9 +118,14 @@ def build(folder: Path, device: str, static_source: str) -> dict:
             rows.append(r)
             continue
         case = _case(r)
-        need = metrics.bytes_moved(case, case.geometry(), np.dtype(r["dtype"]).itemsize)
+        itemsize = np.dtype(r["dtype"]).itemsize
+        need = metrics.bytes_moved(case, case.geometry(), itemsize)
+        written = metrics.bytes_written(case, case.geometry(), itemsize)
         r["layout"] = case.data_format
         r["compulsory_bytes"] = need
+        r["compulsory_written_bytes"] = written
+        r["dram_read_over_compulsory"] = r["dram_read"] / (need - written)
+        r["dram_write_over_compulsory"] = r["dram_write"] / written
         r["pct_hbm"] = 100 * need / (r["us"] * 1e-6) / bandwidth
         if r["engine"] == "gradops-cuda":
             p = predictions.get((r["suite"], r["label"], r["op"], r["dtype"]))
@@ -150,7 +160,11 @@ def kernel_family(kernel: str) -> str:
 
 
 def summarise(rows) -> list[dict]:
+    """Per (suite, op, dtype, layout): geometric means, and gradops-cuda's DRAM bytes over the
+    compulsory ones, read and written, of all the group's cases together (a ratio of sums: a
+    result the L2 kept counts 0 bytes written)."""
     groups: dict = defaultdict(lambda: defaultdict(list))
+    traffic: dict = defaultdict(lambda: np.zeros(4))
     for r in rows:
         if "pct_hbm" not in r:
             continue
@@ -160,12 +174,17 @@ def summarise(rows) -> list[dict]:
                       "gradops-cudnn_over_gradops"):
             if field in r:
                 groups[key][field].append(r[field])
+        if r["engine"] == "gradops-cuda":
+            traffic[key] += np.array([r["dram_read"], r["compulsory_bytes"] - r["compulsory_written_bytes"],
+                                      r["dram_write"], r["compulsory_written_bytes"]], dtype=float)
     out = []
     for key in sorted(groups):
         g = groups[key]
         out.append({"suite": key[0], "op": key[1], "dtype": key[2], "layout": key[3],
                     "cases": len(g.get("pct gradops-cuda", [])),
                     **{field: geomean(values) for field, values in g.items()},
+                    "dram_read_over_compulsory": traffic[key][0] / traffic[key][1] if key in traffic else None,
+                    "dram_write_over_compulsory": traffic[key][2] / traffic[key][3] if key in traffic else None,
                     "measured_over_predicted_range": ((min(g["measured_over_predicted"]),
                                                        max(g["measured_over_predicted"]))
                                                       if g.get("measured_over_predicted") else None)})
@@ -207,17 +226,26 @@ def markdown(report: dict) -> str:
         "- **Latency-aware** (predicted, not measured): `gradops/bench/latency_model.py` on the same stages and "
         "limits (DRAM re-targeted likewise). Its constants were fitted to the H200 run of 2026-11-28: on that "
         "run's kernels it is in sample (`latency_fit.md` there).",
-        "- measured / predicted > 1: slower than the model says.", "",
+        "- measured / predicted > 1: slower than the model says.",
+        "- **DRAM read / write**: the DRAM bytes Nsight Compute counted (`dram__bytes_read.sum`, "
+        "`dram__bytes_write.sum`, all of a case's kernels) over the compulsory bytes read (the inputs once) and "
+        "written (the result once), gradops-cuda, summed over the group's cases. ncu flushes the caches before each profiled kernel (its "
+        "default `--cache-control all`), so the inputs are read from DRAM, not from the warm-up call's L2; "
+        "results that fit the L2 may still sit there, not yet written back, when the kernel ends, so "
+        "`dram__bytes_write` counts less than the result on small layers (their % of HBM includes writes "
+        "the L2 absorbed).", "",
         "## Geometric means", "",
         "| suite | op | dtype | layout | cases | gradops-cuda % of HBM | torch % of HBM | torch time / gradops "
-        "time | measured / predicted (range) | measured / latency-aware |", "|---|---|---|---|---:|---:|---:|---:|---|---:|"]
+        "time | measured / predicted (range) | measured / latency-aware | DRAM read / compulsory | DRAM write / "
+        "compulsory |", "|---|---|---|---|---:|---:|---:|---:|---|---:|---:|---:|"]
     for s in report["summary"]:
         rng = s["measured_over_predicted_range"]
         spread = f" ({rng[0]:.2f}-{rng[1]:.2f})" if rng else ""
         lines.append(f"| {s['suite']} | {s['op']} | {s['dtype']} | {s['layout']} | {s['cases']} | "
                      f"{_f(s.get('pct gradops-cuda'))} | {_f(s.get('pct torch'))} | "
                      f"{_f(s.get('torch_over_gradops'), '.2f')} | {_f(s.get('measured_over_predicted'), '.2f')}"
-                     f"{spread} | {_f(s.get('measured_over_latency_aware'), '.2f')} |")
+                     f"{spread} | {_f(s.get('measured_over_latency_aware'), '.2f')} | "
+                     f"{_f(s.get('dram_read_over_compulsory'), '.2f')} | {_f(s.get('dram_write_over_compulsory'), '.2f')} |")
     lines += ["", "## Issue fraction reached", "",
               f"The model's warp-instructions per case (its SASS path counts) / measured time, as a fraction of "
               f"its issue rate ({m['model_issue_rate'] / 1e9:.1f} G warp-instructions/s: 1.0 is its assumption). "

@@ -1141,8 +1141,8 @@ def _kernel_for(case: Case, dtype, geometry, kernels: dict, arch: str, path: str
             return kernels[(arch, dw.mma_nhwc_expression(geometry, dtype))]
         if path == "tiled":
             return kernels[(arch, dw.tiled_expression(geometry, dtype))]
-        if path == "planes":
-            return kernels[(arch, dw.planes_expression(geometry, dtype))]
+        if path in ("planes", "planes_direct", "planes_staged"):
+            return kernels[(arch, dw.planes_expression(geometry, dtype, dw.planes_path_staged(geometry, dtype, path)))]
         return kernels[(arch, dw._expression(dtype, geometry.data_format, dw.specialisation(geometry)))]
     fr = importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad")
     if fr.pick_path(geometry, dtype, path) == "cells":
@@ -1160,15 +1160,19 @@ def _fractional_launch(geometry, dtype):
     return importlib.import_module("gradops.backends.cuda.fractional_avg_pool_grad").plan(geometry, dtype)
 
 
-def input_paths(g, dtype) -> tuple[str, ...]:
+def input_paths(g, dtype, forms: bool = False) -> tuple[str, ...]:
     """The depthwise input gradient's kernels the model can predict for ``g`` on a GPU with
-    tensor cores (``predict``'s ``path``): tiled, mma and planes, each where it can run."""
+    tensor cores (``predict``'s ``path``): tiled, mma and planes (the launcher's store form), each
+    where it can run; with ``forms``, also planes_direct and planes_staged (the planes kernel's
+    result stores forced) where they can."""
     import importlib
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
+    planes = dw.planes_possible(g, dtype)
     return tuple(p for p, ok in (("tiled", dw.tiled_eligible(g, dtype)), ("mma", dw.mma_possible(g, dtype)),
-                                 ("mma_nhwc", dw.mma_nhwc_possible(g, dtype)),
-                                 ("planes", dw.planes_possible(g, dtype))) if ok)
+                                 ("mma_nhwc", dw.mma_nhwc_possible(g, dtype)), ("planes", planes),
+                                 ("planes_direct", forms and planes),
+                                 ("planes_staged", forms and planes and dw.planes_staged_possible(g, dtype))) if ok)
 
 
 def fractional_paths(g, dtype) -> tuple[str, ...]:
@@ -1222,16 +1226,16 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
     """The roofline prediction of one benchmark case on one device (see the module docstring),
     or the case with ``not_modelled`` (the reason) when its kernel cannot be modelled.  ``path``:
     the kernel the launcher would run (None), or another of the depthwise gradients' or of the
-    fractional pooling gradients' (:func:`input_paths`, :func:`filter_paths`,
-    :func:`fractional_paths`, :func:`fractional_max_paths`; ValueError where it cannot run the
-    case)."""
+    fractional pooling gradients' (:func:`input_paths` with its planes kernel's forms,
+    :func:`filter_paths`, :func:`fractional_paths`, :func:`fractional_max_paths`; ValueError where
+    it cannot run the case)."""
     from ..backends.cuda import _sass
 
     dtype = DTYPES[dtype_name]
     g = case.geometry()
     if path is not None:
-        paths_of = {DEPTHWISE_INPUT: input_paths, DEPTHWISE_FILTER: filter_paths, FRACTIONAL: fractional_paths,
-                    FRACTIONAL_MAX: fractional_max_paths}
+        paths_of = {DEPTHWISE_INPUT: functools.partial(input_paths, forms=True), DEPTHWISE_FILTER: filter_paths,
+                    FRACTIONAL: fractional_paths, FRACTIONAL_MAX: fractional_max_paths}
         if case.op not in paths_of:
             raise ValueError(f"{case.op}: the model predicts only the launcher's kernels")
         if path not in paths_of[case.op](g, dtype):
@@ -1261,7 +1265,7 @@ def predict(case: Case, dtype_name: str, device: Device, kernels: dict, path: st
         if "_input_planes<" in kernel.expression:
             from . import static_tiled as st
 
-            return st.predict_depthwise_planes(case, dtype_name, device, kernel, g)
+            return st.predict_depthwise_planes(case, dtype_name, device, kernel, g, path or "planes")
         if "pool_grad_cells<" in kernel.expression:
             from . import static_cells
 

@@ -1406,8 +1406,9 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
       element loop);
     * ``zero``: per 16-byte zero store; ``filter``: per tap (``filter_unroll`` taps an iteration,
       ``filter_trips`` round trips each);
-    * ``straight``: the blocks outside loops every thread runs (those dominating the item loop's
-      header, and those its exit dominates).
+    * ``straight``: the instructions outside loops a thread runs: the blocks dominating the item
+      loop's header, and the cheapest path from its exit to ``EXIT`` (through the copy-out's
+      one-vector loop in the staged form; :meth:`._sass.CFG.cheapest_tail`).
 
     Compiled once per (arch, store_cols, phase, load_elements) in a process."""
     import importlib
@@ -1432,7 +1433,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
             continue
         cfg = k.cfg
         f: dict = {}
-        item = None
+        item = copy_loop = None
         staged = template_args(k.expression)[-1] == "true"
         for loop in cfg.top_loops():
             mem = k.memory_instructions(loop)
@@ -1447,6 +1448,7 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
                 per = (n / stores, Counter({c: v / stores for c, v in counts.items()}))
                 if per[0] > f.get("copy", (0.0,))[0]:
                     f["copy"] = per
+                    copy_loop = loop
                 continue
             if staged:  # the item loop: its slices' sums (a nested loop) and stores to the image
                 is_item = bool(loop.children) and any(m.startswith("STS") for m in mem) and not any(
@@ -1510,9 +1512,16 @@ def planes_loop_figures(arch: str, store_cols: int, phase: int, load_elements: i
                                   f"found in its SASS")
         in_loops = set().union(*(lp.blocks for lp in cfg.top_loops()))
         exit_block = next(s for n in item.blocks for s in cfg.blocks[n].succs if s not in item.blocks)
-        after = {n for n in cfg.blocks if n not in in_loops and exit_block in cfg.dominators[n]}
-        f["straight"] = sum(len(cfg.instructions(n)) for n in cfg.blocks
-                            if n not in in_loops and not cfg.cold(n) and (n in cfg.dominators[item.header] or n in after))
+        # Before the item loop, the blocks on every path to it; after it, the cheapest path to
+        # the exit that enters the copy-out's loop of one vector an iteration (the staged form):
+        # a thread runs the remainder blocks of the unrolled copy loops only for the trip counts
+        # that take them, which on the small maps this form serves are one or two vectors
+        # (summing every block after the item loop charged each warp ~340 instructions more
+        # and priced the staged form 1.3-3.5x the direct one's time, where the H100 measured
+        # 0.42-1.33x: results/gpu_h100_2026-12-06/stride2_ab.md).
+        before = sum(len(cfg.instructions(n)) for n in cfg.dominators[item.header]
+                     if n not in in_loops and not cfg.cold(n))
+        f["straight"] = before + cfg.cheapest_tail(exit_block, (copy_loop,) if staged else ())
         figures[k.expression] = f
     return figures
 
@@ -1558,7 +1567,7 @@ def _warp_groups(active, warps: int):
     return (np.bincount(warp[busy], minlength=warps), np.bincount(warp[~busy], minlength=warps))
 
 
-def planes_work(g, dtype, f: dict) -> dict:
+def planes_work(g, dtype, f: dict, staged: bool | None = None) -> dict:
     """The launch's warp-instructions, pipe counts (summed over warps), its busiest warp's
     dependent round trips, and the out_backprop rows a slice's bands stage in all (``staged_rows``,
     halo rows once per band) of the planes kernel for ``g`` (:func:`planes_loop_figures`' ``f``).
@@ -1568,15 +1577,16 @@ def planes_work(g, dtype, f: dict) -> dict:
     ``staging_skip``), the item loop (an iteration whose lanes' items all lie below the image:
     ``skip``; else ``rest`` and ``multiplier x sums``), and the straight-line code once.  CTAs
     differ in their planes (the last channel group) and their rows (bands at the image's
-    edges)."""
+    edges).  ``staged``: the result stores' form (None: the launcher's), which sets the CTA's
+    planes and band."""
     import importlib
 
     import numpy as np
 
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
     warps = dw.PLANES_THREADS // 32
-    planes, band = dw.planes_plan(g, dtype)
-    groups, bands, batch = dw.planes_grid(g, dtype)
+    planes, band = dw.planes_plan(g, dtype, staged)
+    groups, bands, batch = dw.planes_grid(g, dtype, staged)
     m = g.depth_multiplier
     segments = dw.planes_segments(g)
     rows_cap = dw.planes_rows_cap(g, band)
@@ -1628,13 +1638,14 @@ def planes_work(g, dtype, f: dict) -> dict:
             "staged_rows": sum(rows for _, rows in band_rows)}
 
 
-def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
+def predict_depthwise_planes(case, dtype_name: str, device, kernel, g, path: str = "planes") -> dict:
     """The roofline of one depthwise input-gradient shape run by the planes kernel (NCHW): the
     launch's warp-instructions (:func:`planes_work`, from the loop figures of
     :func:`planes_loop_figures` at the launch's result-store columns and column phase), DRAM the
     compulsory bytes, L2 each CTA's staged out_backprop rows and filter slices and the results,
     and the latency limit the busiest warp's dependent round trips (filter and staging loops)
-    in waves of resident CTAs.  Registers and occupancy are the real kernel's (``kernel``)."""
+    in waves of resident CTAs.  Registers and occupancy are the real kernel's (``kernel``).
+    ``path``: "planes" (the launcher's result-store form), "planes_direct" or "planes_staged"."""
     import importlib
 
     import numpy as np
@@ -1646,13 +1657,14 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
     dw = importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_input")
     dtype = DTYPES[dtype_name]
     width = dtype.itemsize
-    if kernel.expression != dw.planes_expression(g, dtype):
+    staged = dw.planes_path_staged(g, dtype, path)
+    if kernel.expression != dw.planes_expression(g, dtype, staged):
         raise ValueError(f"{kernel.expression}: not the planes instantiation of {g}")
     store_cols, phase = dw.planes_store_cols(g), g.pad_left % g.stride_cols
     load_elements = dw.planes_load_elements(g, dtype)
     lead = dw.planes_staging_lead(g, dtype)
     f = planes_loop_figures(kernel.arch, store_cols, phase, load_elements, lead)[kernel.expression]
-    work = planes_work(g, np.dtype(dtype), f)
+    work = planes_work(g, np.dtype(dtype), f, staged)
     elements = math.prod(g.input_shape)
     per_element = 32 * work["warp_instructions"] / elements
     pipes = classes_per_element(work["counts"], 32 / elements)
@@ -1665,7 +1677,7 @@ def predict_depthwise_planes(case, dtype_name: str, device, kernel, g) -> dict:
     # transfer (the direct stores of narrow maps write 4-13 bytes of each: session 82,
     # planes_direct_store_sectors); the staged form's copy-out writes whole ones.
     result_l2 = width * elements
-    if not dw.planes_staged_result(g, dtype):
+    if not staged:
         _, sectors, written = dw.planes_direct_store_sectors(g, dtype)
         result_l2 = result_l2 * 32 * sectors / written
     staged_reads = g.batch * slices * work["staged_rows"] * g.out_cols

@@ -34,6 +34,7 @@ Nothing here knows a kernel: the work model per kernel family lives in
 
 from __future__ import annotations
 
+import math
 import os
 import re
 import shutil
@@ -616,6 +617,53 @@ class CFG:
                         _merge(ends, table)
             return ends, exits
         return cycle, exits
+
+    def cheapest_tail(self, start: int, through: tuple[Loop, ...] = ()) -> int:
+        """The fewest instructions outside top-level loops on a path from block ``start`` to an
+        ``EXIT`` that enters each loop of ``through`` (top-level loops collapsed to nodes that
+        cost nothing: a caller charges their iterations; cold blocks excluded).  Optional code
+        after a loop, such as the remainder blocks ptxas adds to an unrolled copy loop, costs
+        only the threads whose trip counts take it: summing every block a start dominates
+        charges them all."""
+        top = self.top_loops()
+        loop_of = {n: lp.header for lp in top for n in lp.blocks}
+
+        def node(n):
+            return ("loop", loop_of[n]) if n in loop_of else n
+
+        edges: dict = {}
+        for n, b in self.blocks.items():
+            if self.cold(n):
+                continue
+            v = node(n)
+            edges.setdefault(v, [])
+            for s in b.succs:
+                w = node(s)
+                if w != v and not self.cold(s):
+                    edges[v].append((w, None))
+        first = node(start)
+        required = {("loop", lp.header) for lp in through}
+        if not required <= _reach(edges, first, forward=True):  # _require's paths start above them
+            raise PathError(f"a required loop is not reachable from block {start}")
+        ends = _require(edges, required, set(edges))
+        cost = {v: 0 if isinstance(v, tuple) else len(self.instructions(v)) for v in edges}
+        best, order, stack, seen = {first: cost[first]}, [], [(first, False)], set()
+        while stack:  # a depth-first post-order of the DAG reachable from start
+            v, done = stack.pop()
+            if done:
+                order.append(v)
+            elif v not in seen:
+                seen.add(v)
+                stack.append((v, True))
+                stack.extend((w, False) for w, _ in edges[v] if w not in seen)
+        for v in reversed(order):
+            if v in best:
+                for w, _ in edges[v]:
+                    best[w] = min(best.get(w, math.inf), best[v] + cost[w])
+        finals = [best[v] for v in best if v in ends and not isinstance(v, tuple) and self._exits_kernel(v)]
+        if not finals:
+            raise PathError(f"no path from block {start} to an EXIT enters the required loops")
+        return min(finals)
 
     def _exits_kernel(self, block: int) -> bool:
         """Whether a block ends in ``EXIT`` (or ``RET``), predicated or not."""
