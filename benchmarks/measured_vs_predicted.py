@@ -229,8 +229,9 @@ def markdown(report: dict) -> str:
         "- measured / predicted > 1: slower than the model says.",
         "- **DRAM read / write**: the DRAM bytes Nsight Compute counted (`dram__bytes_read.sum`, "
         "`dram__bytes_write.sum`, all of a case's kernels) over the compulsory bytes read (the inputs once) and "
-        "written (the result once), gradops-cuda, summed over the group's cases. ncu flushes the caches before each profiled kernel (its "
-        "default `--cache-control all`), so the inputs are read from DRAM, not from the warm-up call's L2; "
+        "written (the result once), gradops-cuda, summed over the group's cases. ncu flushes the caches "
+        "before each profiled kernel (its default `--cache-control all`), so the inputs are read from DRAM, "
+        "not from the warm-up call's L2; "
         "results that fit the L2 may still sit there, not yet written back, when the kernel ends, so "
         "`dram__bytes_write` counts less than the result on small layers (their % of HBM includes writes "
         "the L2 absorbed).", "",
@@ -245,7 +246,8 @@ def markdown(report: dict) -> str:
                      f"{_f(s.get('pct gradops-cuda'))} | {_f(s.get('pct torch'))} | "
                      f"{_f(s.get('torch_over_gradops'), '.2f')} | {_f(s.get('measured_over_predicted'), '.2f')}"
                      f"{spread} | {_f(s.get('measured_over_latency_aware'), '.2f')} | "
-                     f"{_f(s.get('dram_read_over_compulsory'), '.2f')} | {_f(s.get('dram_write_over_compulsory'), '.2f')} |")
+                     f"{_f(s.get('dram_read_over_compulsory'), '.2f')} | "
+                     f"{_f(s.get('dram_write_over_compulsory'), '.2f')} |")
     lines += ["", "## Issue fraction reached", "",
               f"The model's warp-instructions per case (its SASS path counts) / measured time, as a fraction of "
               f"its issue rate ({m['model_issue_rate'] / 1e9:.1f} G warp-instructions/s: 1.0 is its assumption). "
