@@ -120,7 +120,7 @@ def build(folder: Path, device: str, static_source: str) -> dict:
         case = _case(r)
         itemsize = np.dtype(r["dtype"]).itemsize
         need = metrics.bytes_moved(case, case.geometry(), itemsize)
-        written = metrics.bytes_written(case, case.geometry(), itemsize)
+        written = metrics.result_bytes(case, case.geometry(), itemsize)
         r["layout"] = case.data_format
         r["compulsory_bytes"] = need
         r["compulsory_written_bytes"] = written

@@ -112,7 +112,7 @@ def test_flops_and_bytes_by_hand():
     assert metrics.flops(dw, g) == 173_408_256
     # float32: filter 3*3*96 + dy 32*56*56*96 read, dx 32*112*112*96 written
     assert metrics.bytes_moved(dw, g, 4) == 4 * (864 + 9_633_792 + 38_535_168)
-    assert metrics.bytes_written(dw, g, 4) == 4 * 38_535_168  # dx
+    assert metrics.result_bytes(dw, g, 4) == 4 * 38_535_168  # dx
 
     frac = [c for c in suites.suite("fractional") if c.input_shape == (32, 112, 112, 64) and not c.overlapping][0]
     g = frac.geometry()
@@ -120,8 +120,8 @@ def test_flops_and_bytes_by_hand():
     assert metrics.flops(frac, g) is None
     # bfloat16: dy 32*77*77*64 read, dx 32*112*112*64 written
     assert metrics.bytes_moved(frac, g, 2) == 2 * (12_142_592 + 25_690_112)
-    assert metrics.bytes_written(frac, g, 2) == 2 * 25_690_112
-    assert metrics.bytes_written(case, case.geometry(), 2) == 2 * 36_864  # dW of the conv filter gradient
+    assert metrics.result_bytes(frac, g, 2) == 2 * 25_690_112
+    assert metrics.result_bytes(case, case.geometry(), 2) == 2 * 36_864  # dW of the conv filter gradient
 
     dwf = _find("mobilenetv2", "dw2 112x112x96 3x3/2 m1", "depthwise_conv2d_native_backprop_filter")
     g = dwf.geometry()

@@ -64,19 +64,6 @@ def bytes_moved(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, i
     return itemsize * sum(_count(s) for s in tensors)
 
 
-def bytes_written(case: Case, geometry: Conv2DGeometry | FractionalPoolGeometry, itemsize: int) -> int:
-    """The compulsory bytes of :func:`bytes_moved` that are the result's (written once)."""
-    if case.op in FRACTIONAL_FORWARD_OPS:
-        return itemsize * _count(geometry.output_shape)
-    if case.op in (FRACTIONAL, FRACTIONAL_MAX):
-        return itemsize * _count(geometry.input_shape)
-    if case.op in (CONV_FILTER, DEPTHWISE_FILTER):
-        return itemsize * _count(geometry.filter_shape)
-    if case.op in (CONV_INPUT, DEPTHWISE_INPUT):
-        return itemsize * _count(geometry.input_shape)
-    raise ValueError(f"unknown op {case.op}")
-
-
 #: Ops judged against bandwidth rather than FLOP/s (depthwise and pooling: <~10 FLOP/byte).
 MEMORY_BOUND_OPS = DEPTHWISE_OPS + POOLING_OPS
 
