@@ -17,7 +17,8 @@
 // * ..._planes (NCHW 3x3 / 5x5 at stride 1 / 2, no dilation, 32-bit offsets; see "the planes
 //   kernel" below): the partial sums of a slice of work items of one channel per warp, the
 //   window values loaded from the channel's planes (L1 serves neighbours' overlap; in aligned
-//   pairs where in_cols is even), the sums in registers.
+//   pairs where in_cols is even; opt-in for half types, "lane blocks": each lane's own columns
+//   in one load, its neighbours' by warp shuffles), the sums in registers.
 // * ..._partial (every other geometry, either layout): the batch x output rows (n, p) are cut into ``slices`` fixed runs of
 //   ``rows_per_slice``; one thread per (slice, tap, k) sums its run in a fixed order into
 //   partial[slice][tap][k] (float, double for float64).  A warp takes 32 consecutive k (a
@@ -854,8 +855,11 @@ template <typename T, typename Acc, int K, int S, int FORM> struct MinBlocks {
     static constexpr bool FLOAT_SM90 = sizeof(T) == 4 && K == 3 && S == 1 && GRADOPS_ARCH == 900;
     static constexpr bool HALF_PAIRS = sizeof(T) == 2 && K == 3 && FORM != 0 && GRADOPS_ARCH >= 750 &&
                                        GRADOPS_ARCH < 900;
-    static constexpr int value = sizeof(Acc) == 8 ? 2 : K == 3 ? (FLOAT_SM90 ? 6 : HALF_PAIRS ? 7 : 5)
-                                                               : (S == 1 ? 4 : 3);
+    static constexpr bool LANES = FORM >= 3;  // kLaneBlocks + pad_left
+    static constexpr bool LANES_SM100 = LANES && GRADOPS_ARCH >= 1000;
+    static constexpr int value = sizeof(Acc) == 8 ? 2
+                                 : K == 3 ? (LANES_SM100 ? 5 : FLOAT_SM90 || LANES ? 6 : HALF_PAIRS ? 7 : 5)
+                                          : (LANES_SM100 ? 3 : S == 1 || LANES ? 4 : 3);
 };
 // Output columns per work item: one 8-byte (half) or 16-byte (float) out_backprop load per row.
 inline constexpr int kItemCols = 4;
@@ -876,8 +880,16 @@ template <int K, int S> struct Shape {
 // lie in its image row).  A window's first column x0 = q0 * S - pad_left (q0 a multiple of 4)
 // has pad_left's parity: even, its pairs start at the window (kPairs); odd, at the column
 // before it (kPairsFromColumnBefore).  Pairs halve a half window's loads (36 -> 18 or 24 for
-// 3x3 at stride 1) and the registers they fill.
-enum WindowForm { kSingles, kPairs, kPairsFromColumnBefore };
+// 3x3 at stride 1) and the registers they fill.  kLaneBlocks + pad_left (pad_left 0, 1 or 2;
+// see "Lane blocks" below): interior items load their own 4 x S columns in one or two 8- or
+// 16-byte loads and take the columns either side from the neighbouring lanes; border items load
+// pairs.
+enum WindowForm { kSingles, kPairs, kPairsFromColumnBefore, kLaneBlocks };
+// The pair form a form's window rows are laid out in (and its border items load): a lane-block
+// form's is that of its pad_left's parity.
+template <int FORM> struct RowForm {
+    static constexpr int value = FORM < kLaneBlocks ? FORM : (FORM - kLaneBlocks) % 2 ? kPairsFromColumnBefore : kPairs;
+};
 
 // Two values of T as one load, +0 for both, and either value as a float.  Half types load the
 // pair's bits: selecting a __half2 struct against a zero one made the compiler move its halves
@@ -991,48 +1003,14 @@ struct Planes {
 // form skips those values and the products they would make (see "Padding").
 enum ItemLoads { kInterior, kZeroFilled, kChecked };
 
-// The K x K sums of work item (image n, item row, item column) of out_backprop channel k and
-// input channel c.
-template <int LOADS, typename T, typename Acc, int K, int S, int WINDOW_FORM>
-__device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* __restrict__ out_backprop,
-                                         const Planes& g, int k, int c, int n, int row, int col,
-                                         Acc (&acc)[K * K]) {
+// An item's out_backprop values, widened: one uniform branch (g.four), each form's loads issued
+// before any is widened (a branch per row, with its widening, made a border item wait once a
+// row).  Border items load zeros past the output (rows, cols: the item's positions inside it).
+template <int LOADS, typename T, typename Acc, int K, int S>
+__device__ __forceinline__ void load_out_backprop(const T* __restrict__ out_backprop, const Planes& g, int dy_at,
+                                                  int rows, int cols,
+                                                  Acc (&dy)[Shape<K, S>::ITEM_ROWS][Shape<K, S>::ITEM_COLS]) {
     using Sh = Shape<K, S>;
-    constexpr bool CHECKED = LOADS == kChecked;
-    const int p0 = row * Sh::ITEM_ROWS, q0 = col * Sh::ITEM_COLS;  // the item's first position
-    const int y0 = p0 * S - g.pad_top, x0 = q0 * S - g.pad_left;  // its window's first input position
-    const int rows = min(Sh::ITEM_ROWS, g.out_rows - p0), cols = min(Sh::ITEM_COLS, g.out_cols - q0);
-    const int dy_at = ((n * g.out_depth + k) * g.out_rows + p0) * g.out_cols + q0;
-    const int in_at = ((n * g.in_depth + c) * g.in_rows + y0) * g.in_cols + x0;  // negative above the image
-    // Window rows [row_begin, row_end) and columns [col_begin, col_end) are inside the image.
-    const int row_begin = max(0, -y0), row_end = g.in_rows - y0;
-    const int col_begin = max(0, -x0), col_end = g.in_cols - x0;
-
-    // The window's elements first, every load issued before any is widened or multiplied
-    // (widening each value next to its load made the warp wait for it, for half types), and
-    // before the out_backprop loads: their branch ends in widening them, and the compiler issued
-    // no load past it, so window loads placed after it waited for the out_backprop loads' round
-    // trip before starting their own.
-    using Wl = WindowLoads<T, K, S, WINDOW_FORM>;
-    typename Wl::Load window[Sh::WINDOW_ROWS][Wl::LOADS_PER_ROW];
-    // A row's loads start SHIFT columns left of the window (at the pair holding its first column).
-#pragma unroll
-    for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
-        const bool row_inside = wr >= row_begin && wr < row_end;
-#pragma unroll
-        for (int j = 0; j < Wl::LOADS_PER_ROW; ++j) {
-            // The load's first window column; a pair lies inside the image or outside it whole
-            // (in_cols even, the pair at an even column).
-            const int wc = j * Wl::VALUES - Wl::SHIFT;
-            const bool inside = LOADS == kInterior || (row_inside && wc >= -x0 && wc < col_end);
-            const T* at = input + (in_at - Wl::SHIFT + wr * g.in_cols + j * Wl::VALUES);
-            window[wr][j] = inside ? dwconv::load_vector(reinterpret_cast<const typename Wl::Load*>(at)) : Wl::zero();
-        }
-    }
-
-    // out_backprop: one uniform branch (g.four), each form's loads issued before any is
-    // widened (a branch per row, with its widening, made a border item wait once a row).
-    Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
     if (g.four) {
         typename FourOf<T>::type rows_of_four[Sh::ITEM_ROWS];
 #pragma unroll
@@ -1054,11 +1032,24 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
 #pragma unroll
             for (int b = 0; b < Sh::ITEM_COLS; ++b) dy[a][b] = to_acc<Acc>(values[a][b]);
     }
+}
+
+// Every value of an item's window times every out_backprop value it meets, into the tap that
+// carries it there.  CHECKED skips the window values outside the image (window rows [row_begin,
+// row_end) x columns [col_begin, col_end) are inside) and the positions past the output (rows,
+// cols: the item's positions inside it).
+template <bool CHECKED, typename T, typename Acc, int K, int S, int ROW_FORM>
+__device__ __forceinline__ void accumulate_item(
+        const typename WindowLoads<T, K, S, ROW_FORM>::Load (&window)[Shape<K, S>::WINDOW_ROWS][WindowLoads<T, K, S, ROW_FORM>::LOADS_PER_ROW],
+        const Acc (&dy)[Shape<K, S>::ITEM_ROWS][Shape<K, S>::ITEM_COLS], int row_begin, int row_end, int col_begin,
+        int col_end, int rows, int cols, Acc (&acc)[K * K]) {
+    using Sh = Shape<K, S>;
+    using Wl = WindowLoads<T, K, S, ROW_FORM>;
 #pragma unroll
     for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
 #pragma unroll
         for (int wc = 0; wc < Sh::WINDOW_COLS; ++wc) {
-            // The checked form skips exactly the values the loads above left zero.
+            // The checked form skips exactly the values the loads left zero.
             if (CHECKED && !(wr >= row_begin && wr < row_end && wc >= col_begin && wc < col_end)) continue;
             const Acc x = Wl::template value<Acc>(window[wr], wc);
 #pragma unroll
@@ -1076,20 +1067,184 @@ __device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* _
     }
 }
 
+// The K x K sums of work item (image n, item row, item column) of out_backprop channel k and
+// input channel c.
+template <int LOADS, typename T, typename Acc, int K, int S, int WINDOW_FORM>
+__device__ __forceinline__ void sum_item(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                         const Planes& g, int k, int c, int n, int row, int col,
+                                         Acc (&acc)[K * K]) {
+    using Sh = Shape<K, S>;
+    const int p0 = row * Sh::ITEM_ROWS, q0 = col * Sh::ITEM_COLS;  // the item's first position
+    const int y0 = p0 * S - g.pad_top, x0 = q0 * S - g.pad_left;  // its window's first input position
+    const int rows = min(Sh::ITEM_ROWS, g.out_rows - p0), cols = min(Sh::ITEM_COLS, g.out_cols - q0);
+    const int dy_at = ((n * g.out_depth + k) * g.out_rows + p0) * g.out_cols + q0;
+    const int in_at = ((n * g.in_depth + c) * g.in_rows + y0) * g.in_cols + x0;  // negative above the image
+    // Window rows [row_begin, row_end) and columns [col_begin, col_end) are inside the image.
+    const int row_begin = max(0, -y0), row_end = g.in_rows - y0;
+    const int col_begin = max(0, -x0), col_end = g.in_cols - x0;
+
+    // The window's elements first, every load issued before any is widened or multiplied
+    // (widening each value next to its load made the warp wait for it, for half types), and
+    // before the out_backprop loads: their branch ends in widening them, and the compiler issued
+    // no load past it, so window loads placed after it waited for the out_backprop loads' round
+    // trip before starting their own.
+    using Wl = WindowLoads<T, K, S, RowForm<WINDOW_FORM>::value>;
+    typename Wl::Load window[Sh::WINDOW_ROWS][Wl::LOADS_PER_ROW];
+    // A row's loads start SHIFT columns left of the window (at the pair holding its first column).
+#pragma unroll
+    for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
+        const bool row_inside = wr >= row_begin && wr < row_end;
+#pragma unroll
+        for (int j = 0; j < Wl::LOADS_PER_ROW; ++j) {
+            // The load's first window column; a pair lies inside the image or outside it whole
+            // (in_cols even, the pair at an even column).
+            const int wc = j * Wl::VALUES - Wl::SHIFT;
+            const bool inside = LOADS == kInterior || (row_inside && wc >= -x0 && wc < col_end);
+            const T* at = input + (in_at - Wl::SHIFT + wr * g.in_cols + j * Wl::VALUES);
+            window[wr][j] = inside ? dwconv::load_vector(reinterpret_cast<const typename Wl::Load*>(at)) : Wl::zero();
+        }
+    }
+    Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+    load_out_backprop<LOADS, T, Acc, K, S>(out_backprop, g, dy_at, rows, cols, dy);
+    accumulate_item<LOADS == kChecked, T, Acc, K, S, RowForm<WINDOW_FORM>::value>(window, dy, row_begin, row_end,
+                                                                                 col_begin, col_end, rows, cols, acc);
+}
+
+// Lane blocks (window forms kLaneBlocks + pad_left).  Interior items are numbered column fastest
+// and lane l takes item i = first + l of each step, so lane l - 1's item is its left-hand
+// neighbour unless item i starts a box row, and lane l + 1's its right-hand one unless it ends
+// one.  Of each window row a lane loads only its own 4 x S columns, q0 * S on, in one or two 8-
+// or 16-byte loads (aligned: in_cols a multiple of the values a load holds), and takes the
+// pad_left columns before them from lane l - 1's last pair and the K - S - pad_left after them
+// from lane l + 1's first pairs (__shfl_up_sync / __shfl_down_sync of the pair: half types, a
+// pair one 4-byte word); a lane whose neighbour is not adjacent (lanes 0 and 31, a box row's
+// ends, a run's end) loads those pairs itself.  The pair forms make each lane load its
+// neighbours' columns too: a warp's load of a window row's pairs touches 8 or 16 sectors for
+// the 2 to 4 that hold new bytes, and L1 serves the rest (the planes kernel's loads: 63-88%
+// excess sectors, long-scoreboard stalls 46-58% of all, H100 2026-12-06, full_sections.md).
+// The shuffles need every lane of the warp: a warp's lanes run the run's steps together (first
+// - lane is the warp's); in the last step a lane past the run's end loads a stand-in item and
+// adds nothing.  Both passes run one copy of the item loops (the kernel's ``pass`` loop): two
+// copies left ptxas short of registers and spilling at 80.  The window rows are the pair form
+// of pad_left's (RowForm), so the products, and the sums' bits, are the pair form's.
+// Opt-in (the launcher's PLANES_LANES_BY_DEFAULT) until a GPU times it: per interior item it
+// issues fewer loads but more instructions (sm_90, 3x3 stride 1 pad_left 1: 22 loads and 306
+// instructions where pairs take 28 and 263; the shuffles and their selects are 24).
+template <typename T, int K, int S, int PAD> struct LaneBlock {
+    using Sh = Shape<K, S>;
+    using Wl = WindowLoads<T, K, S, RowForm<kLaneBlocks + PAD>::value>;
+    using Pair = typename Wl::Load;
+    static constexpr int OWN_COLS = Sh::ITEM_COLS * S;  // a lane's own columns
+    static constexpr int OWN_PAIRS = OWN_COLS / 2;
+    static constexpr int LEFT = (PAD + 1) / 2;  // pairs before the own ones: 1 where pad_left > 0
+    static constexpr int RIGHT = Wl::LOADS_PER_ROW - LEFT - OWN_PAIRS;  // pairs after them
+    static constexpr int REACH = K - S - PAD;  // window columns right of the own ones (<= 0: none)
+    static constexpr int BYTES = OWN_COLS * static_cast<int>(sizeof(T));
+    static constexpr int VECTOR_BYTES = BYTES < 16 ? BYTES : 16;  // the widest load, 16 bytes
+    static constexpr int VECTORS = BYTES / VECTOR_BYTES;
+    static constexpr int PAIRS_PER_VECTOR = VECTOR_BYTES / static_cast<int>(sizeof(Pair));
+    using Vector = typename dwconv::ChunkOf<VECTOR_BYTES>::type;
+    static_assert(sizeof(T) == 2 && PAD >= 0 && PAD <= 2, "half or bfloat16 (a pair: one word); pad_left 0 to 2");
+    static_assert(RIGHT >= 0 && RIGHT <= OWN_PAIRS && RIGHT == (REACH > 0 ? (REACH + 1) / 2 : 0),
+                  "the right-hand pairs hold the window's columns past the own ones");
+};
+
+inline constexpr unsigned kFullWarp = 0xffffffffu;
+
+// A pair (one word of two half values) from the lane one below (UP) or above.
+template <bool UP> __device__ __forceinline__ unsigned shuffle_pair(unsigned pair) {
+    if constexpr (UP) return __shfl_up_sync(kFullWarp, pair, 1);
+    else return __shfl_down_sync(kFullWarp, pair, 1);
+}
+
+// Interior item (image n, item row, item column) of a lane-block run (see "Lane blocks"):
+// left_adjacent / right_adjacent: lane l - 1 / l + 1 holds the item beside it; active false: a
+// lane past its run's end, whose caller passes an interior item to load (its neighbours do not
+// take its pairs) and which adds nothing.  Every lane of the warp calls it together.
+template <typename T, typename Acc, int K, int S, int PAD>
+__device__ __forceinline__ void sum_lane_item(const T* __restrict__ input, const T* __restrict__ out_backprop,
+                                              const Planes& g, int k, int c, int n, int row, int col, bool active,
+                                              bool left_adjacent, bool right_adjacent, Acc (&acc)[K * K]) {
+    using Sh = Shape<K, S>;
+    using Lb = LaneBlock<T, K, S, PAD>;
+    using Wl = typename Lb::Wl;
+    using Pair = typename Lb::Pair;
+    const int p0 = row * Sh::ITEM_ROWS, q0 = col * Sh::ITEM_COLS;  // the item's first position
+    const int y0 = p0 * S - g.pad_top;
+    const int dy_at = ((n * g.out_depth + k) * g.out_rows + p0) * g.out_cols + q0;
+    const int own_at = ((n * g.in_depth + c) * g.in_rows + y0) * g.in_cols + q0 * S;  // the own columns
+
+    // Loads first (a row's own columns, and the pairs beside them where a neighbour is not
+    // adjacent: otherwise left unset, the shuffle below sets them; then out_backprop), then the
+    // shuffles, which wait for the own columns.  (Setting them to zero instead cost 13
+    // instructions an item on sm_90.)
+    Pair window[Sh::WINDOW_ROWS][Wl::LOADS_PER_ROW];
+#pragma unroll
+    for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
+        int row_at = own_at + wr * g.in_cols;
+#ifdef __CUDA_ARCH__
+        // One address for the row's loads: left to itself, the compiler computed the conditional
+        // loads' addresses again inside their branches.
+        asm("" : "+r"(row_at));
+#endif
+        const Pair* pairs = reinterpret_cast<const Pair*>(input + row_at);
+        const typename Lb::Vector* own = reinterpret_cast<const typename Lb::Vector*>(pairs);
+#pragma unroll
+        for (int v = 0; v < Lb::VECTORS; ++v) {
+            const typename Lb::Vector raw = dwconv::load_vector(own + v);
+#pragma unroll
+            for (int j = 0; j < Lb::PAIRS_PER_VECTOR; ++j)
+                window[wr][Lb::LEFT + v * Lb::PAIRS_PER_VECTOR + j] = reinterpret_cast<const Pair*>(&raw)[j];
+        }
+        if (Lb::LEFT && !left_adjacent) window[wr][0] = dwconv::load_vector(pairs - 1);
+#pragma unroll
+        for (int j = 0; j < Lb::RIGHT; ++j)
+            if (!right_adjacent) window[wr][Lb::LEFT + Lb::OWN_PAIRS + j] = dwconv::load_vector(pairs + Lb::OWN_PAIRS + j);
+    }
+    Acc dy[Sh::ITEM_ROWS][Sh::ITEM_COLS];
+    load_out_backprop<kInterior, T, Acc, K, S>(out_backprop, g, dy_at, Sh::ITEM_ROWS, Sh::ITEM_COLS, dy);
+#pragma unroll
+    for (int wr = 0; wr < Sh::WINDOW_ROWS; ++wr) {
+        if (Lb::LEFT) {  // window columns -pad_left .. -1: lane l - 1's last pair
+            const Pair from = shuffle_pair<true>(window[wr][Lb::LEFT + Lb::OWN_PAIRS - 1]);
+            if (left_adjacent) window[wr][0] = from;
+        }
+#pragma unroll
+        for (int j = 0; j < Lb::RIGHT; ++j) {  // lane l + 1's first pairs
+            const Pair from = shuffle_pair<false>(window[wr][Lb::LEFT + j]);
+            if (right_adjacent) window[wr][Lb::LEFT + Lb::OWN_PAIRS + j] = from;
+        }
+    }
+    if (active)  // no shuffle past here: a divergent branch is allowed
+        accumulate_item<false, T, Acc, K, S, RowForm<kLaneBlocks + PAD>::value>(
+            window, dy, 0, Sh::WINDOW_ROWS, 0, Sh::WINDOW_COLS, Sh::ITEM_ROWS, Sh::ITEM_COLS, acc);
+}
+
 // A thread's interior items: i = first, first + 32, ... below stop, numbered (image, box row,
 // box column), column fastest.  Their coordinates advance by a step of 32 items (no division).
 template <typename T, typename Acc, int K, int S, int WINDOW_FORM>
 __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const T* __restrict__ out_backprop,
                                              const Planes& g, int k, int c, int first, int stop,
                                              Acc (&acc)[K * K]) {
+    constexpr bool LANES = WINDOW_FORM >= kLaneBlocks;
     const int box_rows = g.box_row1 - g.box_row0, box_cols = g.box_col1 - g.box_col0;
-    if (first >= stop) return;  // also every empty box: no division by zero
+    // Lane blocks: the warp's lanes run its steps together (see "Lane blocks"); first - lane is
+    // the warp's first item.
+    const int lane = LANES ? static_cast<int>(threadIdx.x) % kWarpSize : 0;
+    if (first - lane >= stop) return;  // also every empty box: no division by zero
     int col = first % box_cols, row = first / box_cols % box_rows;
     int n = first / box_cols / box_rows;
     const int step_cols = kWarpSize % box_cols, step_rows = kWarpSize / box_cols % box_rows;
     const int step_images = kWarpSize / box_cols / box_rows;
-    for (int i = first; i < stop; i += kWarpSize) {
-        sum_item<kInterior, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, n, g.box_row0 + row, g.box_col0 + col, acc);
+    int i = first;
+    for (; LANES ? i - lane + kWarpSize <= stop : i < stop; i += kWarpSize) {  // lane blocks: steps every lane's item is in
+        if constexpr (LANES) {
+            sum_lane_item<T, Acc, K, S, WINDOW_FORM - kLaneBlocks>(input, out_backprop, g, k, c, n, g.box_row0 + row,
+                                                                   g.box_col0 + col, true, lane > 0 && col > 0,
+                                                                   lane < kWarpSize - 1 && col + 1 < box_cols, acc);
+        } else {
+            sum_item<kInterior, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, n, g.box_row0 + row, g.box_col0 + col, acc);
+        }
         col += step_cols;
         row += step_rows;
         n += step_images;
@@ -1100,6 +1255,16 @@ __device__ __forceinline__ void sum_interior(const T* __restrict__ input, const 
         if (row >= box_rows) {
             row -= box_rows;
             ++n;
+        }
+    }
+    if constexpr (LANES) {
+        if (i - lane < stop) {  // the run's last step, which ends before the warp's last lane
+            // A lane past the end loads image 0's first interior item instead (and adds nothing).
+            const bool active = i < stop;
+            sum_lane_item<T, Acc, K, S, WINDOW_FORM - kLaneBlocks>(
+                    input, out_backprop, g, k, c, active ? n : 0, g.box_row0 + (active ? row : 0),
+                    g.box_col0 + (active ? col : 0), active, active && lane > 0 && col > 0,
+                    lane < kWarpSize - 1 && col + 1 < box_cols && i + 1 < stop, acc);
         }
     }
 }
@@ -1170,18 +1335,38 @@ __global__ void __launch_bounds__(dwplanes::kThreads, (dwplanes::MinBlocks<T, Ac
                    item_rows * item_cols - (box_row1 - box_row0) * (box_col1 - box_col0), lane_loads != 0};
 
     Acc acc[K * K];
+    if constexpr (WINDOW_FORM >= kLaneBlocks) {
+        // Lane blocks shuffle, so their warp sums again together where any lane's sums are not
+        // finite; one copy of the item loops for both passes (two left ptxas short of registers
+        // in the second one's: spills at 80 a thread).
+        for (int pass = 0;; ++pass) {
 #pragma unroll
-    for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
-    sum_interior<T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
-    sum_border<false, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
-    bool finite = true;
+            for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
+            sum_interior<T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+            if (pass == 0) {
+                sum_border<false, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+            } else {
+                sum_border<true, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+            }
+            bool finite = true;
 #pragma unroll
-    for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
-    if (!finite) {
+            for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
+            if (pass == 1 || !__any_sync(kFullWarp, !finite)) break;
+        }
+    } else {
 #pragma unroll
         for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
         sum_interior<T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
-        sum_border<true, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+        sum_border<false, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+        bool finite = true;
+#pragma unroll
+        for (int t = 0; t < K * K; ++t) finite = finite && acc[t] - acc[t] == Acc(0);  // false for Inf and NaN
+        if (!finite) {
+#pragma unroll
+            for (int t = 0; t < K * K; ++t) acc[t] = Acc(0);
+            sum_interior<T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_interior, stop_interior, acc);
+            sum_border<true, T, Acc, K, S, WINDOW_FORM>(input, out_backprop, g, k, c, first_border, stop_border, acc);
+        }
     }
 
 #pragma unroll

@@ -187,6 +187,19 @@ timeout -s INT -k 10 100 "$NCU" --profile-from-start off --clock-control none --
 stamp "ncu full: $(tail -1 "$W/ncu_full.err")"
 python3 benchmarks/ncu_full_summary.py "$W/ncu_full.csv" "$W/ncu_full_index.json" >"$W/ncu_full.md" 2>&1
 
+# A/B of the planes filter-gradient kernel's window loads (NCHW, half types): pairs (the
+# launcher's) against lane blocks (PLANES_LANES_BY_DEFAULT, opt-in since session 86, never
+# timed), on the layers lane blocks can run, beside the launcher: about 84 calls.  Static counts
+# (benchmarks/results/planes_lane_blocks.md): 1.6-3.6x fewer global load sectors an item, 6-16%
+# more instructions an element; which wins is the GPU's to say.
+timeout -s INT -k 10 45 "$NCU" --profile-from-start off --clock-control none --csv --metrics "$METRICS" \
+    python3 benchmarks/ncu_cases.py '' "$W/ncu_filter_ab_index.json" --suites mobilenetv2,efficientnet \
+    --engines gradops-cuda --paths planes_pairs,planes_lanes --ops backprop_filter --dtypes float16,bfloat16 \
+    --labels "NCHW" --time-limit 35 >"$W/ncu_filter_ab.csv" 2>"$W/ncu_filter_ab.err"
+stamp "ncu filter A/B: $(tail -1 "$W/ncu_filter_ab.err")"
+python3 benchmarks/ncu_table.py "$W/ncu_filter_ab.csv" "$W/ncu_filter_ab_index.json" --bandwidth "$BW" --summary \
+    2>&1 | tee "$W/ncu_filter_ab_summary.md"
+
 # Kernel times of the depthwise filter gradient on its launcher (gradops-cuda), half of what is
 # left: no step above times it, and every change to its kernels since the 2026-12-04 run is
 # untimed (the reduction's load batches, the NHWC tensor-core kernel's whole-sector loads, the
@@ -220,5 +233,5 @@ if [ "$left" -gt 30 ]; then
 fi
 stamp "done"
 cp "$W/info.log" "$W/ncu_summary.md" "$W/ncu_filter_summary.md" "$W/ncu_ab_summary.md" "$W/ncu_ab_fractional.md" \
-    "$W/ncu_full.md" "$OUT/" 2>/dev/null
+    "$W/ncu_full.md" "$W/ncu_filter_ab_summary.md" "$OUT/" 2>/dev/null
 tar czf "$OUT/results.tgz" -C "$W" .

@@ -29,7 +29,9 @@
 //   layout would show NaN, and a lane that reads what other lanes stored without __syncwarp
 //   races.  Products of half/bfloat16/TF32 inputs are exact in float; sums are in float.
 // * The PTX primitives of cuda_src/tensor_core_ptx.cuh (ldmatrix, mma.sync m16n8k16/m16n8k8,
-//   cp.async) are emulated with the ISA's lane ownership: see "tensor-core PTX emulation" below.
+//   cp.async) are emulated with the ISA's lane ownership: see "tensor-core PTX emulation" below;
+//   so are the warp vote __any_sync and the 32-bit, full-warp shuffles __shfl_up_sync and
+//   __shfl_down_sync (a warp that only partly reaches one fails the launch).
 // * GRADOPS_HOST_RACECHECK builds check every shared-memory access against the barriers and
 //   fail a launch at the first hazard between two threads, check every access g++ emits with
 //   its type's alignment for that alignment, and refuse any access to the guard bytes around
@@ -1027,6 +1029,38 @@ inline int __any_sync(unsigned, int predicate) {
         for (int q = 0; q < gradops_host::kWarpSize; ++q) result |= all[q] != 0;
     });
     return result;
+}
+
+// Warp shuffles, shfl.sync.up / .down with the whole warp in the mask and width 32 (the only
+// forms gradops' kernels use; others fail the launch): lane l gets the value of lane l - delta
+// (up) or l + delta (down), and its own where that lane is outside the warp (PTX ISA, shfl.sync:
+// the source lane is checked against 0 for .up, against 31 for .down, and the lane's own value
+// kept where out of range).  Every lane must call it, as the full mask requires.
+namespace gradops_host {
+template <typename V> inline V shuffle(unsigned mask, V value, unsigned delta, int width, int direction) {
+    static_assert(sizeof(V) == 4, "32-bit shuffles");
+    if (mask != 0xffffffffu || width != kWarpSize || delta >= static_cast<unsigned>(kWarpSize))
+        fail("a warp shuffle with a partial mask, a width other than 32 or a delta past the warp (not emulated)");
+    V result = value;
+    warp_collective(value, "a warp shuffle executed by a partial warp", [&](const V* all, int l) {
+        const int from = l + direction * static_cast<int>(delta);
+        if (from >= 0 && from < kWarpSize) result = all[from];
+    });
+    return result;
+}
+}  // namespace gradops_host
+
+inline unsigned __shfl_up_sync(unsigned mask, unsigned v, unsigned delta, int width = 32) {
+    return gradops_host::shuffle(mask, v, delta, width, -1);
+}
+inline unsigned __shfl_down_sync(unsigned mask, unsigned v, unsigned delta, int width = 32) {
+    return gradops_host::shuffle(mask, v, delta, width, 1);
+}
+inline float __shfl_up_sync(unsigned mask, float v, unsigned delta, int width = 32) {
+    return gradops_host::shuffle(mask, v, delta, width, -1);
+}
+inline float __shfl_down_sync(unsigned mask, float v, unsigned delta, int width = 32) {
+    return gradops_host::shuffle(mask, v, delta, width, 1);
 }
 
 namespace gradops {

@@ -65,6 +65,19 @@ __global__ void write_past_end(float* out, long long n) {
 
 __global__ void copy_one(const float* in, float* out) { out[0] = in[0]; }
 
+// Each lane's value shuffled up and down by DELTA (unsigned and float); LANES < 32: only the
+// first LANES lanes of the warp shuffle (a partial warp, which the full mask forbids).
+template <int DELTA, int LANES>
+__global__ void shuffles(const unsigned* bits, const float* values, unsigned* up, unsigned* down, float* up_f,
+                         float* down_f) {
+    const int l = static_cast<int>(threadIdx.x);
+    if (l >= LANES) return;
+    up[l] = __shfl_up_sync(0xffffffffu, bits[l], DELTA);
+    down[l] = __shfl_down_sync(0xffffffffu, bits[l], DELTA);
+    up_f[l] = __shfl_up_sync(0xffffffffu, values[l], DELTA);
+    down_f[l] = __shfl_down_sync(0xffffffffu, values[l], DELTA);
+}
+
 // One warp: c = a (16x16, row-major) x b (16x16, row-major) + 1, through wmma.
 template <typename T, typename In, int K>
 __global__ void warp_mma(const T* a, const T* b, float* c) {
@@ -87,7 +100,8 @@ __global__ void warp_mma(const T* a, const T* b, float* c) {
 """
 
 EXPRESSIONS = ["neighbour<true>", "neighbour<false>", "divergent_syncthreads", "early_exit_then_syncthreads",
-               "divergent_syncwarp", "write_past_end", "copy_one", "warp_mma<__half, __half, 16>",
+               "divergent_syncwarp", "write_past_end", "copy_one", "shuffles<1, 32>", "shuffles<3, 32>", "shuffles<1, 16>",
+               "warp_mma<__half, __half, 16>",
                "warp_mma<__nv_bfloat16, __nv_bfloat16, 16>", "warp_mma<float, nvcuda::wmma::precision::tf32, 8>"]
 
 
@@ -348,6 +362,34 @@ def test_arrays_are_aligned_as_cuda_mallocs_are():
     for start, array_start, array_end, end in device.allocation_bounds():
         assert start % cuda_host.GUARD_ALIGN == 0 and array_start - start >= cuda_host.GUARD_ALIGN
         assert end - array_end == array_start - start
+
+
+@pytest.mark.parametrize("delta", [1, 3])
+def test_warp_shuffles_follow_the_isa(kernels, rng, delta):
+    """shfl.sync.up / .down (width 32): lane l gets lane l - delta's (l + delta's) value, and its
+    own where that lane is outside the warp; 32-bit words and floats (NaN bits included) pass
+    unchanged."""
+    bits = rng.integers(0, 2**32, 32, dtype=np.uint32)
+    values = rng.standard_normal(32).astype(np.float32)
+    values[7] = np.nan
+    outs = [np.zeros(32, np.uint32), np.zeros(32, np.uint32), np.zeros(32, np.float32), np.zeros(32, np.float32)]
+    kernels.launch(f"shuffles<{delta}, 32>", (1,), (32,), [bits, values, *outs], [], order="shuffled", seed=5)
+    lanes = np.arange(32)
+    up_from = np.where(lanes - delta >= 0, lanes - delta, lanes)
+    down_from = np.where(lanes + delta < 32, lanes + delta, lanes)
+    np.testing.assert_array_equal(outs[0], bits[up_from])
+    np.testing.assert_array_equal(outs[1], bits[down_from])
+    np.testing.assert_array_equal(outs[2].view(np.uint32), values[up_from].view(np.uint32))
+    np.testing.assert_array_equal(outs[3].view(np.uint32), values[down_from].view(np.uint32))
+
+
+def test_warp_shuffles_need_the_whole_warp(kernels, rng):
+    """A full-mask shuffle that half the warp's lanes skip is refused (a GPU's result is
+    undefined and it can hang)."""
+    args = [np.zeros(32, np.uint32), np.zeros(32, np.float32)] + [np.zeros(32, np.uint32)] * 2 + [
+        np.zeros(32, np.float32)] * 2
+    with pytest.raises(cuda_host.HostLaunchError, match="partial warp|reached by"):
+        kernels.launch("shuffles<1, 16>", (1,), (32,), args, [])
 
 
 def test_memory_faults_end_the_launch_not_the_process(kernels):

@@ -482,13 +482,15 @@ def test_instantiations_cover_every_launch():
 
     listed = set(cuda_launcher.instantiations()[cuda_launcher.SOURCE])
     # Per dtype: partial (2 layouts x 2 index widths), reduce, tiled (2 x 2 x 2), planes (2 x 2
-    # x its window forms: 3, or 1 for double); per half type the tensor-core kernel (2 filters x
+    # x its window forms: 3 (half types 6), or 1 for double); per half type the tensor-core kernel (2 filters x
     # 2 multipliers x 3 staging chunks) and its NHWC form (2 filters x 2 multipliers x tiled or
     # packed).
     # Asynchronous tiled forms: every half type's 8, float32's and float64's 3x3 ones (4 each).
-    assert len(listed) == (4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1) + 2 * 2 * 2 * 3 + 2 * 2 * 2 * 2
+    # Planes: 3 pair forms for half types and float, and half types' 3 lane-block forms.
+    planes = 2 * 2 * (3 * 3 + 2 * 3 + 1)
+    assert len(listed) == (4 * (2 * 2 + 1 + 2 * 2 * 2) + planes + 2 * 2 * 2 * 3 + 2 * 2 * 2 * 2
                            + 2 * 8 + 2 * 4)
-    assert len(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE]) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + 2 * 2 * (3 * 3 + 1)
+    assert len(cuda_launcher.instantiations(75)[cuda_launcher.SOURCE]) == 4 * (2 * 2 + 1 + 2 * 2 * 2) + planes
     for dtype in (np.float16, ml_dtypes.bfloat16):
         for k in (3, 5):
             for m in (1, 2):
@@ -1656,6 +1658,118 @@ def test_cuda_planes_pair_window_loads(cuda_device, dtype):
     got = to_host(launcher.depthwise_conv2d_native_backprop_filter(g, shifted, dy_gpu, planes=True,
                                                                   items_per_slice=7))
     assert got.tobytes() == singles.tobytes()
+
+
+#: Lane-block problems (NHWC input shape, filter, stride, explicit pads, items per slice): every
+#: specialisation at pad_left 0, 1 and 2; rows of 2 to 10 interior items, so that a step of 32
+#: lanes wraps box rows and images (neighbours that are not adjacent load their own pairs);
+#: slices of 7 items (a run shorter than a warp: one partial step), 100 (interior runs of 54: a
+#: full step and a partial one), 45 and the launcher's own.
+LANE_BLOCK_CASES = [((4, 22, 48, 2), 3, 1, ((1, 1), (1, 1)), 100), ((3, 13, 24, 3), 3, 1, ((1, 1), (1, 1)), 7), ((2, 11, 48, 2), 3, 1, ((1, 0), (0, 2)), 45),
+                    ((2, 9, 40, 3), 3, 1, ((0, 2), (2, 0)), None), ((3, 14, 24, 2), 3, 2, ((1, 1), (0, 1)), 45),
+                    ((2, 12, 48, 2), 3, 2, ((0, 1), (1, 1)), None), ((2, 15, 32, 3), 3, 2, ((2, 0), (2, 2)), 7),
+                    ((2, 12, 24, 3), 5, 1, ((2, 2), (2, 2)), 45), ((2, 14, 32, 2), 5, 1, ((1, 0), (1, 3)), None),
+                    ((3, 9, 20, 2), 5, 1, ((0, 1), (0, 0)), 7), ((2, 17, 40, 2), 5, 2, ((1, 2), (1, 2)), 45),
+                    ((2, 13, 48, 3), 5, 2, ((2, 2), (2, 1)), None), ((3, 11, 24, 2), 5, 2, ((0, 0), (0, 2)), 7)]
+
+
+@pytest.mark.parametrize("dtype", [np.float16, ml_dtypes.bfloat16], ids=lambda d: np.dtype(d).name)
+def test_cuda_planes_lane_block_window_loads(cuda_device, dtype):
+    """Lane blocks (interior windows: each lane's own columns in one load, the columns beside
+    them shuffled from its neighbours or loaded where a neighbour is not adjacent) give the
+    bits of pair loads, at every specialisation and pad_left 0 to 2, with full and partial steps,
+    and the loops' results; not offered for float32, an in_cols that is not a multiple of 4 x
+    stride or a misaligned input."""
+    import cupy
+
+    rng = np.random.default_rng(15)
+    launcher = cuda_launcher
+    for shape, filt, stride, pads, per_slice in LANE_BLOCK_CASES:
+        kwargs, x, dy, case = cuda_case(rng, x_shape=shape, filt_hw=(filt, filt), multiplier=2,
+                                        strides=(stride, stride), padding="EXPLICIT", pads=pads,
+                                        data_format="NCHW", dtype=dtype)
+        g = geometry_of(kwargs)
+        row0, row1, col0, col1 = launcher.planes_interior_box(g)
+        assert (row1 - row0) * (col1 - col0) > 0, shape
+        x_gpu = cupy.asarray(np.ascontiguousarray(kwargs["input"]))
+        dy_gpu = cupy.asarray(np.ascontiguousarray(kwargs["out_backprop"]))
+        assert launcher.planes_window_form(g, dtype, x_gpu, lanes=True) == launcher.PLANES_LANE_BLOCKS + pads[1][0]
+        assert launcher.planes_window_form(g, dtype, x_gpu) == launcher.planes_window_form(g, dtype, x_gpu, lanes=False)
+        blocks = to_host(launcher.depthwise_conv2d_native_backprop_filter(g, x_gpu, dy_gpu, planes=True, lanes=True,
+                                                                         items_per_slice=per_slice))
+        pairs = to_host(launcher.depthwise_conv2d_native_backprop_filter(g, x_gpu, dy_gpu, planes=True, lanes=False,
+                                                                        items_per_slice=per_slice))
+        assert blocks.tobytes() == pairs.tobytes(), (shape, filt, stride, pads)
+        check_cuda(kwargs, x, dy, case, planes=True, lanes=True)
+    assert not launcher.planes_lane_blocks_possible(g, np.float32)
+    assert not launcher.planes_lane_blocks_possible(nchw_geometry((1, 8, 16, 18)), dtype)  # 18 columns
+    assert not launcher.planes_lane_blocks_possible(nchw_geometry((1, 8, 16, 20), strides=(2, 2)), dtype)
+    shifted = misaligned_on_gpu(kwargs["input"])
+    with pytest.raises(ValueError, match="lane-block"):
+        launcher.depthwise_conv2d_native_backprop_filter(g, shifted, dy_gpu, planes=True, lanes=True)
+
+
+PLANTED_LANE_BLOCKS = {  # bugs in the lane-block window loads: name -> (text of the real source, its replacement)
+    "lanes-left-neighbour-across-a-box-row": ("true, lane > 0 && col > 0,", "true, lane > 0,"),
+    "lanes-right-neighbour-past-the-run": ("col + 1 < box_cols && i + 1 < stop, acc);", "col + 1 < box_cols, acc);"),
+    "lanes-left-pair-shuffled-down": ("shuffle_pair<true>(window[wr][Lb::LEFT + Lb::OWN_PAIRS - 1]",
+                                      "shuffle_pair<false>(window[wr][Lb::LEFT + Lb::OWN_PAIRS - 1]"),
+    "lanes-left-pair-the-neighbours-first": ("shuffle_pair<true>(window[wr][Lb::LEFT + Lb::OWN_PAIRS - 1]);",
+                                             "shuffle_pair<true>(window[wr][Lb::LEFT]);"),
+    "lanes-right-pairs-swapped": ("shuffle_pair<false>(window[wr][Lb::LEFT + j]);",
+                                  "shuffle_pair<false>(window[wr][Lb::LEFT + Lb::RIGHT - 1 - j]);"),
+    "lanes-idle-lanes-add-their-stand-in": ("if (active)  // no shuffle past here", "if (true)  // no shuffle past here"),
+    "lanes-last-partial-step-skipped": ("if (i - lane < stop) {  // the run's last step", "if (false) {  // the run's last step"),
+    "lanes-recheck-by-lane": ("if (pass == 1 || !__any_sync(kFullWarp, !finite)) break;", "if (pass == 1 || finite) break;"),
+    "lanes-never-recheck": ("if (pass == 1 || !__any_sync(kFullWarp, !finite)) break;", "break;"),
+}
+
+
+def run_planted_lane_block_problem(rng):
+    """(lane-block results, pair-load results) of float16 problems that every planted bug must
+    change (pair loads, which the loops check elsewhere, are the reference: the two forms give
+    the same bits):
+    * 4 images of 22 x 48, 3x3 / 1, SAME: 4 x 10 interior items an image, 3 slices (interior
+      runs of 54: a full step of 32, whose lanes wrap box rows, then 22 lanes, the last one
+      mid-row), a NaN in one interior input value and one in out_backprop at an image's corner
+      (the warp sums again, the border items checked);
+    * 2 images of 14 x 32, 5x5 / 1, pad_left 1: two right-hand pairs a window row;
+    * LANE_BLOCK_CASES' last, 5x5 / 2 with slices of 7 (partial steps only)."""
+    import cupy  # the installed HostDevice
+
+    got, want = [], []
+    for case, nan_at in ((((4, 22, 48, 2), 3, 1, ((1, 1), (1, 1)), 100), (1, 9, 20, 1)),
+                         (((2, 14, 32, 2), 5, 1, ((1, 0), (1, 3)), 45), None), (LANE_BLOCK_CASES[-1], None)):
+        shape, filt, stride, pads, per_slice = case
+        kwargs, x, dy, case = cuda_case(rng, x_shape=shape, filt_hw=(filt, filt), multiplier=2,
+                                        strides=(stride, stride), padding="EXPLICIT", pads=pads,
+                                        data_format="NCHW", dtype=np.float16)
+        x, dy = x.copy(), dy.copy()
+        if nan_at is not None:
+            x[nan_at] = np.nan
+            dy[2, 0, 0, 1] = np.nan  # input channel 0: the NaN input value is channel 1's
+        g = geometry_of(kwargs)
+        x_gpu = cupy.asarray(np.ascontiguousarray(to_format(x, "NCHW")))
+        dy_gpu = cupy.asarray(np.ascontiguousarray(to_format(dy, "NCHW")))
+        for lanes, out in ((True, got), (False, want)):
+            result = cuda_launcher.depthwise_conv2d_native_backprop_filter(
+                g, x_gpu, dy_gpu, planes=True, lanes=lanes, items_per_slice=per_slice)
+            out.append(to_host(result).astype(np.float64).ravel())
+    want = np.concatenate(want)
+    assert np.isnan(want).any() and np.isfinite(want).any()
+    return np.concatenate(got), want
+
+
+def assert_same_values(got, want):
+    """NaN where ``want`` has it, every other value equal."""
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+    assert np.array_equal(got[~np.isnan(want)], want[~np.isnan(want)])
+
+
+@pytest.mark.parametrize("bug", sorted(PLANTED_LANE_BLOCKS))
+def test_planted_lane_block_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
+    assert_planted_bug_caught(PLANTED_LANE_BLOCKS[bug], lambda: run_planted_lane_block_problem(np.random.default_rng(9)),
+                              assert_same_values, 5, tmp_path, monkeypatch)
 
 
 def test_cuda_planes_nonfinite_values_meet_no_padding(cuda_device):

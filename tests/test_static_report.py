@@ -503,9 +503,11 @@ def new_kernels():
 def unmodelled(expression: str) -> bool:
     """Instantiations the benchmark does not run: float64, 64-bit indices, int values, and the
     opt-in kernels until a GPU has timed them (the tiled filter gradient's asynchronous
-    staging); max pooling's cells kernel has its own test (test_max_cells_kernel_is_modelled...)."""
+    staging, the planes filter gradient's lane blocks: benchmarks/planes_lane_blocks.py has
+    their figures); max pooling's cells kernel has its own test (test_max_cells_kernel_is_modelled...)."""
     asynchronous = "_filter_tiled<" in expression and expression.endswith(", true>")
-    return asynchronous or any(t in expression for t in ("double", "long long", "<int,", "_cells<"))
+    lanes = "_filter_planes<" in expression and int(sr.template_args(expression)[4]) >= 3
+    return asynchronous or lanes or any(t in expression for t in ("double", "long long", "<int,", "_cells<"))
 
 
 def test_cells_model_by_hand(monkeypatch):
@@ -2295,3 +2297,22 @@ def test_path_estimates_back_the_input_gradients_choice():
     # the fractional suite's 4 average and 4 max pooling shapes, float16 and float32
     assert checked[FRACTIONAL] == checked[FRACTIONAL_MAX] == 8
     assert checked["measured"] >= 80  # the A/B's NCHW layers and fractional cases
+
+
+@needs_tools
+def test_planes_lane_blocks_table_is_the_scripts_output():
+    """benchmarks/planes_lane_blocks.py: the committed table is its output (sm_90 SASS, the
+    static sector count); on MobileNetV2 dw2 (112 columns, stride 2) lane blocks touch under a
+    third of the pair form's global load sectors for 12% more instructions an element, and their
+    excess sectors fall below a third of the total."""
+    spec = importlib.util.spec_from_file_location(
+        "planes_lane_blocks", Path(__file__).parents[1] / "benchmarks" / "planes_lane_blocks.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    committed = (Path(__file__).parents[1] / "benchmarks" / "results" / "planes_lane_blocks.md").read_text()
+    assert committed == module.main([])
+    rows = {tuple(c.strip() for c in line.split("|")[1:3]): [c.strip() for c in line.split("|")[3:-1]]
+            for line in committed.splitlines() if line.startswith("| mobilenetv2") or line.startswith("| efficientnet")}
+    pairs, lanes = (rows[("mobilenetv2 dw2 112x112x96 3x3/2 m1 NCHW", form)] for form in ("pairs", "lane blocks"))
+    assert float(lanes[1]) < float(pairs[1]) / 3 and float(lanes[3]) < 33 < 70 < float(pairs[3])
+    assert 1.05 < float(lanes[4]) / float(pairs[4]) < 1.2

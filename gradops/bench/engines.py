@@ -239,7 +239,8 @@ class GradopsGpuEngine(Engine):
     ``path`` (cuda only): the depthwise input gradient's kernel path forced through its launcher
     (its launcher's PATHS: "tiled", "planes", "planes_staged", "planes_direct", "mma", "mma_runs", "mma_nhwc",
     "direct", "transpose"), the depthwise filter gradient's tiled kernel with its
-    staging forced ("sync", "async") or its layout's tensor-core kernel ("mma"), or either fractional pooling
+    staging forced ("sync", "async"), its layout's tensor-core kernel ("mma") or its planes kernel's
+    window loads ("planes_pairs", "planes_lanes"), or either fractional pooling
     gradient's kernels ("gather",
     "cells"); the engine is then ``gradops-cuda:PATH`` and supports only the cases that path
     can run, for A/B timings of kernels on one device."""
@@ -314,6 +315,10 @@ class GradopsGpuEngine(Engine):
             if case.op == DEPTHWISE_FILTER:
                 if self.path == "mma":
                     return lambda: launch(g, device["input"], device["out_backprop"], mma=True)
+                if self.path.startswith("planes_"):  # the planes kernel's window loads: pairs or lane blocks
+                    lanes = self.path == "planes_lanes"
+                    return lambda: launch(g, device["input"], device["out_backprop"], planes=True, pairs=True,
+                                          lanes=lanes)
                 copies = self.path == "async"
                 return lambda: launch(g, device["input"], device["out_backprop"], tiled=True, async_copies=copies)
             return lambda: launch(g, device["filter"], device["out_backprop"], path=self.path)

@@ -721,6 +721,10 @@ def reference_paths(kernel) -> dict | None:
             return static_cells.max_reference_paths(kernel)
         except (PathError, ValueError) as exc:
             return {"not_modelled": f"not modelled: {exc}"}
+    if "_filter_planes<" in kernel.expression and int(template_args(kernel.expression)[4]) >= 3:
+        return {"not_modelled": "opt-in (lanes=True): lane-block window loads; their interior items' instructions "
+                                "and sectors are in planes_lane_blocks.md (benchmarks/planes_lane_blocks.py); the "
+                                "GPU A/B (gradops-cuda:planes_lanes) decides whether the launcher takes them"}
     if "_filter_tiled<" in kernel.expression and kernel.expression.endswith(", true>"):
         return {"not_modelled": "opt-in (async_copies=True): asynchronous staging, not modelled; the GPU A/B "
                                 "(gradops-cuda:async) decides whether the launcher takes it"}

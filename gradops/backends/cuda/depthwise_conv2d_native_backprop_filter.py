@@ -108,6 +108,16 @@ PLANES_MIN_ITEMS = 128
 #: The planes kernel's window load forms (``dwplanes::WindowForm``): one value a load, aligned
 #: pairs from the window's first column, aligned pairs from the column before it.
 PLANES_SINGLES, PLANES_PAIRS, PLANES_PAIRS_FROM_COLUMN_BEFORE = 0, 1, 2
+#: ... and lane blocks (half types): form PLANES_LANE_BLOCKS + pad_left, pad_left below
+#: PLANES_LANE_BLOCK_PADS: an interior item loads its own 4 x stride columns in one 8- or 16-byte
+#: load and takes the columns beside them from the neighbouring lanes by shuffles
+#: (``dwplanes::LaneBlock``).  Opt-in (:data:`PLANES_LANES_BY_DEFAULT`) until a GPU has timed
+#: it: on the float16 benchmark layers its warps' loads touch 1.6-3.6x fewer 32-byte sectors
+#: than the pair forms' (which read each other's columns: L1 serves the repeats), for 6-16% more
+#: SASS instructions an element on sm_90, at the pair forms' occupancy or more
+#: (benchmarks/results/planes_lane_blocks.md, predicted, not measured).
+PLANES_LANE_BLOCKS, PLANES_LANE_BLOCK_PADS = 3, 3
+PLANES_LANES_BY_DEFAULT = False
 
 
 #: The tensor-core kernel (``_mma``): NCHW half types, these square filters at stride 1 and
@@ -197,9 +207,13 @@ def _mma_nhwc_expression(dtype, filter_size: int, multiplier: int, packed: bool 
 def planes_window_forms(dtype) -> tuple[int, ...]:
     """The planes kernel's window load forms for ``dtype`` (``dwplanes::WindowForm``): singles,
     and where a pair of values fits a 4- or 8-byte load (not double) pairs from the window's
-    first column or from the column before it."""
-    return (PLANES_SINGLES,) if np.dtype(dtype).itemsize > 4 else (PLANES_SINGLES, PLANES_PAIRS,
-                                                                   PLANES_PAIRS_FROM_COLUMN_BEFORE)
+    first column or from the column before it, and for half types lane blocks at each pad_left
+    below :data:`PLANES_LANE_BLOCK_PADS`."""
+    itemsize = np.dtype(dtype).itemsize
+    if itemsize > 4:
+        return (PLANES_SINGLES,)
+    lanes = tuple(PLANES_LANE_BLOCKS + pad for pad in range(PLANES_LANE_BLOCK_PADS)) if itemsize == 2 else ()
+    return (PLANES_SINGLES, PLANES_PAIRS, PLANES_PAIRS_FROM_COLUMN_BEFORE) + lanes
 
 
 def instantiations(arch: int | None = None) -> dict[str, list[str]]:
@@ -401,15 +415,23 @@ def async_compiled(dtype, filter_size: int, stride: int, items_across: int) -> b
 
 #: The tiled kernel's staging forms, for A/B timings (``gradops-cuda:sync`` / ``:async``).
 #: The kernel paths the GPU benchmark can force (``gradops-cuda:PATH``): the tiled kernel with
-#: synchronous or asynchronous staging, or the layout's tensor-core kernel.
-STAGING_PATHS = ("sync", "async", "mma")
+#: synchronous or asynchronous staging, the layout's tensor-core kernel, or the planes kernel
+#: with its window loads in pairs or lane blocks.
+STAGING_PATHS = ("sync", "async", "mma", "planes_pairs", "planes_lanes")
 
 
 def check_staging_path(g: Conv2DGeometry, dtype, path: str) -> None:
     """Raises ValueError unless ``path`` can run ``g`` on 16-byte aligned arrays on this GPU: the
-    tiled kernel with staging "sync" or "async", or "mma" the layout's tensor-core kernel."""
+    tiled kernel with staging "sync" or "async", "mma" the layout's tensor-core kernel, or the
+    planes kernel with its window loads in pairs ("planes_pairs") or lane blocks
+    ("planes_lanes")."""
     if path not in STAGING_PATHS:
         raise ValueError(f"staging path must be one of {STAGING_PATHS}, got {path!r}")
+    if path.startswith("planes_"):
+        if not planes_eligible(g, dtype):
+            raise ValueError("the planes kernel cannot run this geometry")
+        planes_window_form(g, dtype, pairs=True, lanes=path == "planes_lanes")  # raises where it cannot
+        return
     if path == "mma":  # the launcher's own checks, which raise where it cannot run
         if g.data_format == "NHWC":
             pick_mma_nhwc(g, dtype, mma=True)
@@ -466,15 +488,35 @@ def planes_window_shape(g: Conv2DGeometry) -> tuple[int, int]:
     return (rows - 1) * g.stride_rows + g.filter_rows, (cols - 1) * g.stride_cols + g.filter_cols
 
 
+def planes_row_form(form: int) -> int:
+    """The pair form a window form's rows are laid out in and its border items load
+    (``dwplanes::RowForm``): a lane-block form's is that of its pad_left's parity."""
+    if form < PLANES_LANE_BLOCKS:
+        return form
+    return PLANES_PAIRS_FROM_COLUMN_BEFORE if (form - PLANES_LANE_BLOCKS) % 2 else PLANES_PAIRS
+
+
 def planes_window_loads(g: Conv2DGeometry, dtype, form: int) -> tuple[int, int]:
     """(loads, bytes a load) of one work item's window in load form ``form``
-    (``WindowLoads::LOADS_PER_ROW`` a row)."""
+    (``WindowLoads::LOADS_PER_ROW`` a row); a lane-block form's border items' (its row form's)."""
     rows, cols = planes_window_shape(g)
     width = np.dtype(dtype).itemsize
+    form = planes_row_form(form)
     if form == PLANES_SINGLES:
         return rows * cols, width
     shift = 1 if form == PLANES_PAIRS_FROM_COLUMN_BEFORE else 0
     return rows * -(-(cols + shift) // 2), 2 * width
+
+
+def planes_lane_block_loads(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
+    """(own-column loads, bytes a load, pairs loaded where a neighbour is not adjacent) of one
+    interior work item's window in lane blocks (``dwplanes::LaneBlock``): a window row's own 4 x
+    stride columns in loads of up to 16 bytes, and the pairs beside them."""
+    rows, cols = planes_window_shape(g)
+    block = planes_lane_block_bytes(g, dtype)
+    vector = min(block, 16)
+    pairs_beside = -(-(cols + g.pad_left % 2) // 2) - block // (2 * np.dtype(dtype).itemsize)
+    return rows * (block // vector), vector, rows * pairs_beside
 
 
 def planes_interior_box(g: Conv2DGeometry) -> tuple[int, int, int, int]:
@@ -549,17 +591,43 @@ def planes_pair_loads_possible(g: Conv2DGeometry, dtype) -> bool:
     return PLANES_PAIRS in planes_window_forms(dtype) and g.in_cols % 2 == 0
 
 
-def planes_window_form(g: Conv2DGeometry, dtype, input=None, pairs: bool | None = None) -> int:
+def planes_lane_block_bytes(g: Conv2DGeometry, dtype) -> int:
+    """Bytes of a lane block's own columns (4 x stride values): its load's width and alignment."""
+    return PLANES_ITEM_COLS * g.stride_cols * np.dtype(dtype).itemsize
+
+
+def planes_lane_blocks_possible(g: Conv2DGeometry, dtype) -> bool:
+    """Whether the planes kernel can load its interior windows in lane blocks but for the
+    array's alignment: a half type, :func:`planes_pair_loads_possible`, pad_left below
+    :data:`PLANES_LANE_BLOCK_PADS` and in_cols a multiple of a block's 4 x stride columns (every
+    block aligned to its load)."""
+    return (PLANES_LANE_BLOCKS in planes_window_forms(dtype) and planes_pair_loads_possible(g, dtype)
+            and g.pad_left < PLANES_LANE_BLOCK_PADS and g.in_cols % (PLANES_ITEM_COLS * g.stride_cols) == 0)
+
+
+def planes_window_form(g: Conv2DGeometry, dtype, input=None, pairs: bool | None = None,
+                       lanes: bool | None = None) -> int:
     """The window load form (``dwplanes::WindowForm``) of a launch: pairs where
     :func:`planes_pair_loads_possible` and ``input`` is aligned to a pair (None: assumed
     aligned, as the allocator's arrays are), from the column before the window where
     pad_left is odd (a window starts at column 4 x stride x item - pad_left); else singles.
-    ``pairs`` (tests): False forces singles; True asks for pairs (checked)."""
+    Lane blocks (PLANES_LANE_BLOCKS + pad_left) where ``lanes`` (None:
+    :data:`PLANES_LANES_BY_DEFAULT`), :func:`planes_lane_blocks_possible` and ``input`` is
+    aligned to a block.  ``pairs`` (tests): False forces singles; True asks for pairs (checked);
+    ``lanes`` True asks for lane blocks (checked)."""
+    itemsize = np.dtype(dtype).itemsize
     possible = planes_pair_loads_possible(g, dtype) and (
-        input is None or _runtime.vector_aligned(input, alignment=2 * np.dtype(dtype).itemsize))
+        input is None or _runtime.vector_aligned(input, alignment=2 * itemsize))
     if pairs and not possible:
         raise ValueError("pair window loads need half, bfloat16 or float, an even in_cols and an input aligned "
                          "to a pair")
+    blocks = planes_lane_blocks_possible(g, dtype) and (
+        input is None or _runtime.vector_aligned(input, alignment=planes_lane_block_bytes(g, dtype)))
+    if lanes and (not blocks or pairs is False):
+        raise ValueError("lane-block window loads need float16 or bfloat16, pad_left 0 to 2, in_cols a multiple of "
+                         "4 x stride and an input aligned to 4 x stride values")
+    if blocks and pairs is not False and (PLANES_LANES_BY_DEFAULT if lanes is None else lanes):
+        return PLANES_LANE_BLOCKS + g.pad_left
     if not possible or pairs is False:
         return PLANES_SINGLES
     return PLANES_PAIRS_FROM_COLUMN_BEFORE if g.pad_left % 2 else PLANES_PAIRS
@@ -838,6 +906,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
                                             staging: int | None = None, items_across: int | None = None,
                                             units_per_slice: int | None = None, planes: bool | None = None,
                                             items_per_slice: int | None = None, pairs: bool | None = None,
+                                            lanes: bool | None = None,
                                             columns_per_warp: bool | None = None, mma: bool | None = None,
                                             images_per_slice: int | None = None, async_copies: bool | None = None,
                                             fused: bool | None = None):
@@ -851,7 +920,8 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
     ``staging`` (0, or the multiplier for 16-byte loads), ``items_across`` (2 / 4),
     ``units_per_slice`` (tiles per slice), ``columns_per_warp`` (how a warp's two work items
     sit in a tile) and ``async_copies`` (asynchronous staging, :data:`ASYNC_BY_DEFAULT`); ``planes`` (NCHW: the planes kernel or the per-element
-    one), its ``items_per_slice`` and ``pairs`` (window loads in pairs or one value at a time);
+    one), its ``items_per_slice``, ``pairs`` (window loads in pairs or one value at a time) and
+    ``lanes`` (lane blocks, :func:`planes_window_form`);
     ``mma`` (the tensor-core kernel of the layout or not) and its ``images_per_slice`` (NHWC:
     units per slice).  Any override of another kernel leaves the tensor-core kernels out.
     ``fused``: whether a specialised kernel with 2 to :data:`REDUCE_LOADS` slices adds them itself
@@ -896,7 +966,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         tiled = False  # the per-element kernel's overrides
     if planes is None and tiled is not None:
         planes = False  # ``tiled`` names the NHWC tiled kernel or the per-element one
-    others = (planes, items_per_slice, pairs, staging, items_across, units_per_slice, columns_per_warp, async_copies)
+    others = (planes, items_per_slice, pairs, lanes, staging, items_across, units_per_slice, columns_per_warp, async_copies)
     if mma is None and any(v is not None for v in others):
         mma = False  # the other kernels' overrides
     if g.data_format == "NHWC" and pick_mma_nhwc(g, dtype, (x, dy), mma):
@@ -935,7 +1005,7 @@ def depthwise_conv2d_native_backprop_filter(g: Conv2DGeometry, input, out_backpr
         row0, row1, col0, col1 = planes_interior_box(g)
         interior, border, interior_per_slice, border_per_slice = planes_runs(g, slices)
         partial, one_launch, sums = outputs(slices, "planes")
-        form = planes_window_form(g, dtype, x, pairs)
+        form = planes_window_form(g, dtype, x, pairs, lanes)
         fn = _runtime.kernel(SOURCE, _planes_expression(dtype, g.filter_rows, g.stride_rows, form))
         i32 = _runtime.i32
         fn((-(-g.out_depth // PLANES_WARPS), slices), (PLANES_THREADS,),
