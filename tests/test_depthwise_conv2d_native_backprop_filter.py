@@ -1709,6 +1709,38 @@ def test_cuda_planes_lane_block_window_loads(cuda_device, dtype):
         launcher.depthwise_conv2d_native_backprop_filter(g, shifted, dy_gpu, planes=True, lanes=True)
 
 
+def test_cuda_planes_lane_blocks_memcheck(racecheck_device):
+    """Lane blocks in racecheck builds, every LANE_BLOCK_CASES problem in float16: no load outside
+    the input or out_backprop (their guard bytes: the own columns' 8- and 16-byte loads, the
+    pairs beside them, the stand-in items of a run's last step), no misaligned vector load, and
+    the loops' results."""
+    rng = np.random.default_rng(16)
+    for shape, filt, stride, pads, per_slice in LANE_BLOCK_CASES:
+        kwargs, x, dy, case = cuda_case(rng, x_shape=shape, filt_hw=(filt, filt), multiplier=1,
+                                        strides=(stride, stride), padding="EXPLICIT", pads=pads,
+                                        data_format="NCHW", dtype=np.float16)
+        check_cuda(kwargs, x, dy, case, planes=True, lanes=True, items_per_slice=per_slice)
+
+
+def test_planted_lane_block_stand_in_past_the_batch_is_caught_by_memcheck(tmp_path, monkeypatch):
+    """A run's last step whose idle lanes keep their own coordinates instead of the stand-in
+    item loads past the last image (the run's items end there) and adds nothing: the results
+    stay right, so only the racecheck build's guard bytes catch it."""
+    import cuda_host
+
+    def run():
+        rng = np.random.default_rng(16)
+        shape, filt, stride, pads, per_slice = LANE_BLOCK_CASES[0]  # the last run: 52 items, 12 idle lanes
+        kwargs, x, dy, case = cuda_case(rng, x_shape=shape, filt_hw=(filt, filt), multiplier=1,
+                                        strides=(stride, stride), padding="EXPLICIT", pads=pads,
+                                        data_format="NCHW", dtype=np.float16)
+        check_cuda(kwargs, x, dy, case, planes=True, lanes=True, items_per_slice=per_slice)
+
+    cuda_host.assert_only_racecheck_catches(
+        cuda_launcher.SOURCE, ("active ? n : 0, g.box_row0 + (active ? row : 0),", "n, g.box_row0 + row,"), run,
+        "guard|outside|out of bounds", 4, tmp_path, monkeypatch)
+
+
 PLANTED_LANE_BLOCKS = {  # bugs in the lane-block window loads: name -> (text of the real source, its replacement)
     "lanes-left-neighbour-across-a-box-row": ("true, lane > 0 && col > 0,", "true, lane > 0,"),
     "lanes-right-neighbour-past-the-run": ("col + 1 < box_cols && i + 1 < stop, acc);", "col + 1 < box_cols, acc);"),
