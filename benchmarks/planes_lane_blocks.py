@@ -54,15 +54,25 @@ def _interior_items(g, first: int, stop: int):
     return i // (cols * rows), row0 + i // cols % rows, col0 + i % cols, i % cols, cols
 
 
+def lane_block_loads(g) -> dict:
+    """One window row of a float16 interior item in lane blocks (``dwplanes::LaneBlock``): its
+    own columns' loads (``own``, of ``own_bytes``: up to 16 bytes a load) and the pairs before and
+    after them (``left``, ``right``) that the neighbouring lanes send or the lane loads."""
+    _, cols = dwf.planes_window_shape(g)
+    block = dwf.planes_lane_block_cols(g)
+    own_bytes = min(2 * block, 16)
+    left = (g.pad_left + 1) // 2
+    right = -(-(cols + g.pad_left % 2) // 2) - left - block // 2
+    return {"own": 2 * block // own_bytes, "own_bytes": own_bytes, "left": left, "right": right}
+
+
 def _sectors(starts: np.ndarray, width: int) -> tuple[int, int]:
     """(distinct sectors, sectors the distinct bytes fill) of one warp-level load: lanes reading
     ``width`` bytes at byte addresses ``starts``."""
     if starts.size == 0:
         return 0, 0
-    touched = set()
-    for s in starts.tolist():
-        touched.update(range(s // SECTOR, (s + width - 1) // SECTOR + 1))
-    distinct = len({s + b for s in starts.tolist() for b in range(width)}) if width <= 16 else starts.size * width
+    touched = {sector for s in starts.tolist() for sector in range(s // SECTOR, (s + width - 1) // SECTOR + 1)}
+    distinct = len({s + b for s in starts.tolist() for b in range(width)})
     return len(touched), -(-distinct // SECTOR)
 
 
@@ -74,6 +84,7 @@ def window_sectors(g, lanes: bool) -> dict:
     item_rows, item_cols = dwf.planes_item_shape(g)
     window_rows, window_cols = dwf.planes_window_shape(g)
     s = g.stride_cols
+    blocks = lane_block_loads(g)
     slices = dwf.planes_slicing(g)[0]
     interior, _, per_slice, _ = dwf.planes_runs(g, slices)
     runs = [(z * per_slice, min(interior, (z + 1) * per_slice)) for z in range(slices)]
@@ -105,19 +116,14 @@ def window_sectors(g, lanes: bool) -> dict:
                 row = base + (y0 + wr) * g.in_cols
                 if lanes:
                     own = row + q0 * s
-                    block = item_cols * s * width
-                    vector = min(block, 16)
-                    for v in range(block // vector):
-                        loads.append((width * own + v * vector, vector, loading))
-                    pad = g.pad_left
-                    left = lane > 0
-                    left &= local_col > 0
+                    for v in range(blocks["own"]):
+                        loads.append((width * own + v * blocks["own_bytes"], blocks["own_bytes"], loading))
+                    # The lanes whose neighbour holds the item beside theirs take its pairs by shuffle.
+                    left = (lane > 0) & (local_col > 0) & active
                     right = (lane < 31) & (local_col + 1 < box_cols) & (np.arange(step, step + 32) + 1 < stop)
-                    left &= active
-                    if (pad + 1) // 2:
+                    for j in range(blocks["left"]):
                         loads.append((width * (own - 2), 4, ~left))
-                    pairs_right = -(-(window_cols + pad % 2) // 2) - (pad + 1) // 2 - item_cols * s // 2
-                    for j in range(pairs_right):
+                    for j in range(blocks["right"]):
                         loads.append((width * (own + item_cols * s + 2 * j), 4, ~right))
                 else:
                     shift = g.pad_left % 2
@@ -143,9 +149,11 @@ def _interior_instructions(kernel, g, form: int) -> int:
         return sr.filter_planes_item_cost(kernel, np.float16, g, True, form)[0][0]
     cfg = kernel.cfg
     rows, cols = dwf.planes_item_shape(g)
-    own, own_bytes, beside = dwf.planes_lane_block_loads(g, np.float16)
+    window_rows, _ = dwf.planes_window_shape(g)
+    blocks = lane_block_loads(g)
+    own, own_bytes = window_rows * blocks["own"], blocks["own_bytes"]
     widths = {own_bytes, 4, cols * 2}
-    key = own + beside + rows
+    key = own + window_rows * (blocks["left"] + blocks["right"]) + rows
     best = None
     # The item loops lie inside the kernel's pass loop (both passes run one copy of them).
     for lp in (inner for top in cfg.top_loops() for inner in (top.children or [top])):

@@ -838,6 +838,23 @@ inline constexpr int kWarpSize = 32;
 // Warps (out_backprop channels) per CTA: 128 threads.
 inline constexpr int kWarps = 4;
 inline constexpr int kThreads = kWarps * kWarpSize;
+
+// How a work item's window is loaded: one value a load (kSingles), or aligned pairs of values
+// (in_cols even, the tensor aligned to a pair: half, bfloat16 and float; a window row's pairs
+// lie in its image row).  A window's first column x0 = q0 * S - pad_left (q0 a multiple of 4)
+// has pad_left's parity: even, its pairs start at the window (kPairs); odd, at the column
+// before it (kPairsFromColumnBefore).  Pairs halve a half window's loads (36 -> 18 or 24 for
+// 3x3 at stride 1) and the registers they fill.  kLaneBlocks + pad_left (pad_left 0, 1 or 2;
+// see "Lane blocks" below): interior items load their own 4 x S columns in one or two 8- or
+// 16-byte loads and take the columns either side from the neighbouring lanes; border items load
+// pairs.
+enum WindowForm { kSingles, kPairs, kPairsFromColumnBefore, kLaneBlocks };
+// The pair form a form's window rows are laid out in (and its border items load): a lane-block
+// form's is that of its pad_left's parity.
+template <int FORM> struct RowForm {
+    static constexpr int value = FORM < kLaneBlocks ? FORM : (FORM - kLaneBlocks) % 2 ? kPairsFromColumnBefore : kPairs;
+};
+
 // CTAs per SM the register allocation must allow: 5 for 3x3 (102 registers a thread), 4 for
 // 5x5 at stride 1 (128) and 3 at stride 2 (170), 2 with double sums (255).  At 6 CTAs (85
 // registers) 3x3 at stride 1 spilled on sm_80 or sm_90 for some element type and window form;
@@ -850,12 +867,14 @@ inline constexpr int kThreads = kWarps * kWarpSize;
 // sm_75 to sm_89 take 7 (72 registers, 28 resident warps where the SM holds 7 CTAs): all but
 // one already took 71-72 at 5, and bfloat16 at stride 1 from the column before took 80 (24
 // warps) once the one-launch epilogue (add_few_slices) was in; at 7 it takes 72, no spill
-// (NVRTC 13.5 and 12.9).
+// (NVRTC 13.5 and 12.9).  Lane blocks take 6 at 3x3 and 4 at 5x5 (72-80 and up to 128
+// registers, no spill, nvcc 13.0 sm_75 to sm_90, NVRTC 12.9 and 13.5), 5 and 3 from sm_100,
+// where ptxas spilled at 6 and 4.
 template <typename T, typename Acc, int K, int S, int FORM> struct MinBlocks {
     static constexpr bool FLOAT_SM90 = sizeof(T) == 4 && K == 3 && S == 1 && GRADOPS_ARCH == 900;
     static constexpr bool HALF_PAIRS = sizeof(T) == 2 && K == 3 && FORM != 0 && GRADOPS_ARCH >= 750 &&
                                        GRADOPS_ARCH < 900;
-    static constexpr bool LANES = FORM >= 3;  // kLaneBlocks + pad_left
+    static constexpr bool LANES = FORM >= kLaneBlocks;
     static constexpr bool LANES_SM100 = LANES && GRADOPS_ARCH >= 1000;
     static constexpr int value = sizeof(Acc) == 8 ? 2
                                  : K == 3 ? (LANES_SM100 ? 5 : FLOAT_SM90 || LANES ? 6 : HALF_PAIRS ? 7 : 5)
@@ -873,22 +892,6 @@ template <int K, int S> struct Shape {
     static constexpr int ITEM_COLS = kItemCols;
     static constexpr int WINDOW_ROWS = (ITEM_ROWS - 1) * S + K;
     static constexpr int WINDOW_COLS = (ITEM_COLS - 1) * S + K;
-};
-
-// How a work item's window is loaded: one value a load (kSingles), or aligned pairs of values
-// (in_cols even, the tensor aligned to a pair: half, bfloat16 and float; a window row's pairs
-// lie in its image row).  A window's first column x0 = q0 * S - pad_left (q0 a multiple of 4)
-// has pad_left's parity: even, its pairs start at the window (kPairs); odd, at the column
-// before it (kPairsFromColumnBefore).  Pairs halve a half window's loads (36 -> 18 or 24 for
-// 3x3 at stride 1) and the registers they fill.  kLaneBlocks + pad_left (pad_left 0, 1 or 2;
-// see "Lane blocks" below): interior items load their own 4 x S columns in one or two 8- or
-// 16-byte loads and take the columns either side from the neighbouring lanes; border items load
-// pairs.
-enum WindowForm { kSingles, kPairs, kPairsFromColumnBefore, kLaneBlocks };
-// The pair form a form's window rows are laid out in (and its border items load): a lane-block
-// form's is that of its pad_left's parity.
-template <int FORM> struct RowForm {
-    static constexpr int value = FORM < kLaneBlocks ? FORM : (FORM - kLaneBlocks) % 2 ? kPairsFromColumnBefore : kPairs;
 };
 
 // Two values of T as one load, +0 for both, and either value as a float.  Half types load the

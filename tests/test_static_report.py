@@ -506,7 +506,7 @@ def unmodelled(expression: str) -> bool:
     staging, the planes filter gradient's lane blocks: benchmarks/planes_lane_blocks.py has
     their figures); max pooling's cells kernel has its own test (test_max_cells_kernel_is_modelled...)."""
     asynchronous = "_filter_tiled<" in expression and expression.endswith(", true>")
-    lanes = "_filter_planes<" in expression and int(sr.template_args(expression)[4]) >= 3
+    lanes = "_filter_planes<" in expression and int(sr.template_args(expression)[4]) >= sr._planes_lane_blocks()
     return asynchronous or lanes or any(t in expression for t in ("double", "long long", "<int,", "_cells<"))
 
 

@@ -703,6 +703,13 @@ NOT_MODELLED = ("not modelled: a staged tile kernel (global loads per block, sum
                 "grid-stride path counter cannot attribute its instructions to elements")
 
 
+def _planes_lane_blocks() -> int:
+    """The planes filter-gradient kernel's first lane-block window form (opt-in, not modelled)."""
+    import importlib
+
+    return importlib.import_module("gradops.backends.cuda.depthwise_conv2d_native_backprop_filter").PLANES_LANE_BLOCKS
+
+
 def reference_paths(kernel) -> dict | None:
     """The kernel table's per-element figures for a depthwise or fractional instantiation, or
     ``{"not_modelled": reason}`` for a kernel the path counter cannot model."""
@@ -721,7 +728,7 @@ def reference_paths(kernel) -> dict | None:
             return static_cells.max_reference_paths(kernel)
         except (PathError, ValueError) as exc:
             return {"not_modelled": f"not modelled: {exc}"}
-    if "_filter_planes<" in kernel.expression and int(template_args(kernel.expression)[4]) >= 3:
+    if "_filter_planes<" in kernel.expression and int(template_args(kernel.expression)[4]) >= _planes_lane_blocks():
         return {"not_modelled": "opt-in (lanes=True): lane-block window loads; their interior items' instructions "
                                 "and sectors are in planes_lane_blocks.md (benchmarks/planes_lane_blocks.py); the "
                                 "GPU A/B (gradops-cuda:planes_lanes) decides whether the launcher takes them"}

@@ -488,35 +488,15 @@ def planes_window_shape(g: Conv2DGeometry) -> tuple[int, int]:
     return (rows - 1) * g.stride_rows + g.filter_rows, (cols - 1) * g.stride_cols + g.filter_cols
 
 
-def planes_row_form(form: int) -> int:
-    """The pair form a window form's rows are laid out in and its border items load
-    (``dwplanes::RowForm``): a lane-block form's is that of its pad_left's parity."""
-    if form < PLANES_LANE_BLOCKS:
-        return form
-    return PLANES_PAIRS_FROM_COLUMN_BEFORE if (form - PLANES_LANE_BLOCKS) % 2 else PLANES_PAIRS
-
-
 def planes_window_loads(g: Conv2DGeometry, dtype, form: int) -> tuple[int, int]:
     """(loads, bytes a load) of one work item's window in load form ``form``
-    (``WindowLoads::LOADS_PER_ROW`` a row); a lane-block form's border items' (its row form's)."""
+    (``WindowLoads::LOADS_PER_ROW`` a row)."""
     rows, cols = planes_window_shape(g)
     width = np.dtype(dtype).itemsize
-    form = planes_row_form(form)
     if form == PLANES_SINGLES:
         return rows * cols, width
     shift = 1 if form == PLANES_PAIRS_FROM_COLUMN_BEFORE else 0
     return rows * -(-(cols + shift) // 2), 2 * width
-
-
-def planes_lane_block_loads(g: Conv2DGeometry, dtype) -> tuple[int, int, int]:
-    """(own-column loads, bytes a load, pairs loaded where a neighbour is not adjacent) of one
-    interior work item's window in lane blocks (``dwplanes::LaneBlock``): a window row's own 4 x
-    stride columns in loads of up to 16 bytes, and the pairs beside them."""
-    rows, cols = planes_window_shape(g)
-    block = planes_lane_block_bytes(g, dtype)
-    vector = min(block, 16)
-    pairs_beside = -(-(cols + g.pad_left % 2) // 2) - block // (2 * np.dtype(dtype).itemsize)
-    return rows * (block // vector), vector, rows * pairs_beside
 
 
 def planes_interior_box(g: Conv2DGeometry) -> tuple[int, int, int, int]:
@@ -591,9 +571,14 @@ def planes_pair_loads_possible(g: Conv2DGeometry, dtype) -> bool:
     return PLANES_PAIRS in planes_window_forms(dtype) and g.in_cols % 2 == 0
 
 
+def planes_lane_block_cols(g: Conv2DGeometry) -> int:
+    """A lane block's own columns of a window row: the work item's 4 x stride."""
+    return PLANES_ITEM_COLS * g.stride_cols
+
+
 def planes_lane_block_bytes(g: Conv2DGeometry, dtype) -> int:
-    """Bytes of a lane block's own columns (4 x stride values): its load's width and alignment."""
-    return PLANES_ITEM_COLS * g.stride_cols * np.dtype(dtype).itemsize
+    """Bytes of a lane block's own columns: its loads' alignment."""
+    return planes_lane_block_cols(g) * np.dtype(dtype).itemsize
 
 
 def planes_lane_blocks_possible(g: Conv2DGeometry, dtype) -> bool:
@@ -602,7 +587,7 @@ def planes_lane_blocks_possible(g: Conv2DGeometry, dtype) -> bool:
     :data:`PLANES_LANE_BLOCK_PADS` and in_cols a multiple of a block's 4 x stride columns (every
     block aligned to its load)."""
     return (PLANES_LANE_BLOCKS in planes_window_forms(dtype) and planes_pair_loads_possible(g, dtype)
-            and g.pad_left < PLANES_LANE_BLOCK_PADS and g.in_cols % (PLANES_ITEM_COLS * g.stride_cols) == 0)
+            and g.pad_left < PLANES_LANE_BLOCK_PADS and g.in_cols % planes_lane_block_cols(g) == 0)
 
 
 def planes_window_form(g: Conv2DGeometry, dtype, input=None, pairs: bool | None = None,
