@@ -365,14 +365,6 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
 // region and then the input's size.
 namespace fractional_max {
 
-// Places that no cell element has: a missing neighbour's choices.
-template <typename I, int V> __device__ __forceinline__ Pack<I, V> no_choice() {
-    Pack<I, V> none;
-#pragma unroll
-    for (int u = 0; u < V; ++u) none.v[u] = -1;
-    return none;
-}
-
 // TF's scan of the cell of rows x cols elements whose first (V channels) is input[first], rows
 // in_row apart and columns depth apart: each channel's maximum (best_value) and its place in
 // the scan, row-major from 0 (best).  A cell of at most kCarryCols columns (every cell of a
@@ -454,6 +446,33 @@ template <typename T, typename I, int V> struct CellChoice {
     Pack<I, V> best;
     Pack<T, V> grads;
 };
+
+// A missing neighbour's choices: places that no cell element has.
+template <typename T, typename I, int V> __device__ __forceinline__ CellChoice<T, I, V> no_choice() {
+    CellChoice<T, I, V> none{};
+#pragma unroll
+    for (int u = 0; u < V; ++u) none.best.v[u] = -1;
+    return none;
+}
+
+// gather's sum for one element, term by term: from A(0), each cell choosing the element (its
+// place ``place`` in that cell's scan) in output order, rounded once (so -0.0 becomes +0.0).
+template <typename A, int V> __device__ __forceinline__ void start_sum(A (&sum)[V]) {
+#pragma unroll
+    for (int u = 0; u < V; ++u) sum[u] = A(0);
+}
+template <typename A, typename T, typename I, int V>
+__device__ __forceinline__ void add_chosen(A (&sum)[V], const CellChoice<T, I, V>& cell, I place) {
+#pragma unroll
+    for (int u = 0; u < V; ++u)
+        if (cell.best.v[u] == place) sum[u] += to_acc<A, T>(cell.grads.v[u]);
+}
+template <typename T, typename A, int V> __device__ __forceinline__ Pack<T, V> rounded(const A (&sum)[V]) {
+    Pack<T, V> out;
+#pragma unroll
+    for (int u = 0; u < V; ++u) out.v[u] = from_acc<T, A>(sum[u]);
+    return out;
+}
 
 // Threads of an overlapping cells kernel's block: CELLS_THREADS (the launcher's 128), the halo
 // row among them (max_cells_plan).
@@ -645,50 +664,58 @@ __global__ void fractional_max_pool_grad_cells(
                     }
                     __syncthreads();  // the neighbours' choices of row r are in passed[buffer]
                     if (valid && writes) {
-                        // Cells (r, c - 1), (r - 1, c) and (r - 1, c - 1), and the place in their
-                        // scans of this region's first element (its row, from up_first; its
-                        // column, from left_width - 1).
+                        // Cells (r - 1, c - 1), (r - 1, c) and (r, c - 1) share this region's first
+                        // element, the first also the rest of its first row and the second the rest
+                        // of its first column; its other elements lie in this cell only.  Each part
+                        // reads the neighbours it needs from passed[] where it starts, so at most one
+                        // neighbour's choices are in registers at a time (all three at once: 119
+                        // registers, 16 warps an SM on sm_90 for float16).
                         const bool has_up = r > 0;
-                        const CellChoice<T, I, V> none{no_choice<I, V>(), Pack<T, V>{}};
-                        const CellChoice<T, I, V> left = has_left ? passed[buffer].get(left_slot) : none;
-                        const CellChoice<T, I, V> up = has_up ? passed[above].get(slot) : none;
-                        const CellChoice<T, I, V> up_left = has_up && has_left ? passed[above].get(left_slot) : none;
                         const I height_above = has_up ? y0 - row_bounds[r - 1] + 1 : I(0);
-                        const I up_first = (height_above - 1) * width;
-                        const I up_left_corner = height_above * left_width - 1;
-                        T chosen[V];
-#pragma unroll
-                        for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(own.grads.v[u]));
-                        // The region's first row and first column may lie in up to three other
-                        // cells; its other elements only in this one.
-                        const auto shared = [&](const I y, const I x, const I place, const I left_place) {
-                            Pack<T, V> out;
-#pragma unroll
-                            for (int u = 0; u < V; ++u) {
-                                A sum = A(0);
-                                if (has_left && y == 0 && x == 0 && up_left.best.v[u] == up_left_corner) sum += to_acc<A, T>(up_left.grads.v[u]);
-                                if (y == 0 && up.best.v[u] == up_first + x) sum += to_acc<A, T>(up.grads.v[u]);
-                                if (has_left && x == 0 && left.best.v[u] == left_place) sum += to_acc<A, T>(left.grads.v[u]);
-                                if (own.best.v[u] == place) sum += to_acc<A, T>(own.grads.v[u]);
-                                out.v[u] = from_acc<T, A>(sum);
-                            }
-                            return out;
-                        };
+                        const I up_first = (height_above - 1) * width;  // in the scan of the cell above
                         T* const dx = in_backprop + first;
-#pragma unroll 1
-                        for (I x = 0; x < cols; ++x) store_pack<V>(dx + x * depth, shared(0, x, x, left_width - 1));
-                        I place = width;  // of (y, 0) in the cell's scan
-                        I left_place = 2 * left_width - 1;  // of (y, 0) in the left neighbour's scan
-#pragma unroll 1
-                        for (I y = 1; y < rows; ++y, place += width, left_place += left_width) {
-                            T* const dx_row = dx + y * in_row;
-                            store_pack<V>(dx_row, shared(y, 0, place, left_place));
+                        {
+                            A sum[V];
+                            start_sum(sum);
+                            if (has_up && has_left) add_chosen(sum, passed[above].get(left_slot), height_above * left_width - 1);
+                            if (has_up) add_chosen(sum, passed[above].get(slot), up_first);
+                            if (has_left) add_chosen(sum, passed[buffer].get(left_slot), left_width - 1);
+                            add_chosen(sum, own, I(0));
+                            store_pack<V>(dx, rounded<T>(sum));
+                        }
+                        if (cols > 1) {
+                            const CellChoice<T, I, V> up = has_up ? passed[above].get(slot) : no_choice<T, I, V>();
 #pragma unroll 1
                             for (I x = 1; x < cols; ++x) {
-                                Pack<T, V> out;
+                                A sum[V];
+                                start_sum(sum);
+                                add_chosen(sum, up, up_first + x);
+                                add_chosen(sum, own, x);
+                                store_pack<V>(dx + x * depth, rounded<T>(sum));
+                            }
+                        }
+                        if (rows > 1) {
+                            const CellChoice<T, I, V> left = has_left ? passed[buffer].get(left_slot) : no_choice<T, I, V>();
+                            T chosen[V];
 #pragma unroll
-                                for (int u = 0; u < V; ++u) out.v[u] = own.best.v[u] == place + x ? chosen[u] : zero;
-                                store_pack<V>(dx_row + x * depth, out);
+                            for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(own.grads.v[u]));
+                            I place = width;  // of (y, 0) in the cell's scan
+                            I left_place = 2 * left_width - 1;  // of (y, 0) in the left neighbour's scan
+#pragma unroll 1
+                            for (I y = 1; y < rows; ++y, place += width, left_place += left_width) {
+                                T* const dx_row = dx + y * in_row;
+                                A sum[V];
+                                start_sum(sum);
+                                add_chosen(sum, left, left_place);
+                                add_chosen(sum, own, place);
+                                store_pack<V>(dx_row, rounded<T>(sum));
+#pragma unroll 1
+                                for (I x = 1; x < cols; ++x) {
+                                    Pack<T, V> out;
+#pragma unroll
+                                    for (int u = 0; u < V; ++u) out.v[u] = own.best.v[u] == place + x ? chosen[u] : zero;
+                                    store_pack<V>(dx_row + x * depth, out);
+                                }
                             }
                         }
                     }

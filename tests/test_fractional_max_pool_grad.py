@@ -1771,19 +1771,29 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
                                           "const I block_columns = static_cast<I>(blockDim.y);"),
     "cells-overlapping-batch-item-from-a-wrong-split": ("n = magic_divide(j, out_cols_magic, out_cols_shift);\n                    } else {",
                                                         "n = magic_divide(j, out_cols_magic, out_cols_shift + 1);\n                    } else {"),
-    "cells-corner-at-a-wrong-place": ("const I up_left_corner = height_above * left_width - 1;",
-                                      "const I up_left_corner = height_above * left_width - 2;"),
+    "cells-corner-at-a-wrong-place": ("passed[above].get(left_slot), height_above * left_width - 1)",
+                                      "passed[above].get(left_slot), height_above * left_width - 2)"),
     "cells-row-above-one-row-low": ("const I up_first = (height_above - 1) * width;", "const I up_first = height_above * width;"),
     "cells-left-place-not-advanced": ("left_place += left_width)", "left_place += left_width - 1)"),
     "cells-writes-place-ignores-the-shared-column": ("place += width, left_place", "place += cols, left_place"),
-    "cells-first-row-left-place-of-row-one": ("shared(0, x, x, left_width - 1)", "shared(0, x, x, 2 * left_width - 1)"),
+    "cells-corner-left-place-of-row-one": ("passed[buffer].get(left_slot), left_width - 1)",
+                                           "passed[buffer].get(left_slot), 2 * left_width - 1)"),
     "cells-overlapping-negative-zero-kept": (
         "chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(own.grads.v[u]));", "chosen[u] = own.grads.v[u];"),
+    "cells-sum-starts-from-negative-zero": ("start_sum(A (&sum)[V]) {\n#pragma unroll\n    for (int u = 0; u < V; ++u) sum[u] = A(0);",
+                                            "start_sum(A (&sum)[V]) {\n#pragma unroll\n    for (int u = 0; u < V; ++u) sum[u] = -A(0);"),
     "cells-left-added-before-the-cell-above": (
-        "if (y == 0 && up.best.v[u] == up_first + x) sum += to_acc<A, T>(up.grads.v[u]);\n"
-        "                                if (has_left && x == 0 && left.best.v[u] == left_place) sum += to_acc<A, T>(left.grads.v[u]);",
-        "if (has_left && x == 0 && left.best.v[u] == left_place) sum += to_acc<A, T>(left.grads.v[u]);\n"
-        "                                if (y == 0 && up.best.v[u] == up_first + x) sum += to_acc<A, T>(up.grads.v[u]);"),
+        "if (has_up) add_chosen(sum, passed[above].get(slot), up_first);\n"
+        "                            if (has_left) add_chosen(sum, passed[buffer].get(left_slot), left_width - 1);",
+        "if (has_left) add_chosen(sum, passed[buffer].get(left_slot), left_width - 1);\n"
+        "                            if (has_up) add_chosen(sum, passed[above].get(slot), up_first);"),
+    "cells-corner-without-its-own-cell": ("add_chosen(sum, own, I(0));", ""),
+    "cells-first-row-skips-its-second-element": ("for (I x = 1; x < cols; ++x) {\n                                A sum[V];",
+                                                 "for (I x = 2; x < cols; ++x) {\n                                A sum[V];"),
+    "cells-first-row-without-the-cell-above": ("add_chosen(sum, up, up_first + x);", ""),
+    "cells-first-row-reads-the-cell-above-from-this-row": ("has_up ? passed[above].get(slot) : no_choice",
+                                                           "has_up ? passed[buffer].get(slot) : no_choice"),
+    "cells-first-column-without-the-left-cell": ("add_chosen(sum, left, left_place);", ""),
 }
 
 

@@ -211,8 +211,8 @@ def max_cells_launch(g, dtype):
 def max_loop_parts(kernel, vector: int) -> dict:
     """The max pooling cells kernel's parts (:func:`gradops.backends.cuda._sass.summarize`
     counts, cold blocks left out): ``fixed`` (outside the cell-row loop), ``cell`` (the cell-row
-    loop's own, every branch), ``first_row`` (overlapping: the region's first row's store loop,
-    an iteration), ``row`` and ``interior`` (the later rows' loop's own, an iteration, and its
+    loop's own, every branch), ``first_row`` (overlapping: the store loop of the region's first
+    row after its first element, an iteration), ``row`` and ``interior`` (the later rows' loop's own, an iteration, and its
     column loop's), and ``scan``: {elements compared: cheapest path through one iteration of the
     scan loop} (a row of at most 4 columns loaded together, one FSETP or DSETP a channel and element;
     integer elements: ValueError)."""
@@ -268,9 +268,10 @@ def max_warp_counts(kernel, g, p) -> tuple[float, Counter, float]:
     rows, plus the next region's first with overlapping cells; each scanned row the cheapest
     scan iteration comparing that many elements, the first one fewer); per cell row it writes,
     the stores of the warp's widest region (disjoint: a row loop iteration per row and a column
-    loop iteration, which stores, per element; overlapping: the first row's loop an element,
-    then per later row the row loop's iteration, which stores its first column, and the column
-    loop's for the others)."""
+    loop iteration, which stores, per element; overlapping: the region's first element in the
+    cell-row loop's own, the first row's loop for each of its other elements, then per later
+    row the row loop's iteration, which stores its first column, and the column loop's for the
+    others)."""
     parts = max_loop_parts(kernel, p.vector)
     scan_table = parts["scan"]
     heights = np.diff(np.asarray(g.row_partition, dtype=np.int64))
@@ -298,8 +299,8 @@ def max_warp_counts(kernel, g, p) -> tuple[float, Counter, float]:
             weights["cell"] += n * scanned_rows
             scans[scan_width - 1] += n * scanned_rows  # a cell's first row compares one element fewer
             scans[scan_width] += n * scanned_below_first
-            if overlapping:
-                weights["first_row"] += n * width * (r1 - r0)
+            if overlapping:  # the region's first element is the cell-row loop's own
+                weights["first_row"] += n * (width - 1) * (r1 - r0)
             weights["row"] += n * later_rows
             # the later rows' own loop stores their first column where cells overlap
             weights["interior"] += n * later_rows * (width - 1 if overlapping else width)
@@ -355,7 +356,8 @@ def max_reference_paths(kernel) -> dict:
     p = fm.max_cells_plan(g, dtype, index=index, vector=vector)
     warp_instructions, _, trips = max_warp_counts(kernel, g, p)
     parts = max_loop_parts(kernel, vector)
-    stores = parts["first_row"] if g.overlapping else parts["row"] + parts["interior"]
+    # overlapping: the cell-row loop's own stores a region's first element
+    stores = Counter() if g.overlapping else parts["row"] + parts["interior"]
     one = parts["cell"] + parts["scan"][0][1] + stores
     return {"work": f"{case.label}: every warp of the launch ({p.block[0]}x{p.block[1]} threads, chunks of "
                     f"{p.chunk_rows} cell rows, {vector} channels a thread); per cell row {parts['cell']['total']} "
