@@ -337,9 +337,10 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
 // row_bounds[r + 1] - 1 and columns col_bounds[c] .. col_bounds[c + 1] - 1; overlapping cells
 // (OVERLAP) also take the next region's first row and first column, except the last cell of
 // each dimension.  A thread per (cell column, V channels) walks down a chunk of chunk_rows cell
-// rows, scans each cell in TF's order (as select does, places counted in registers), flags a
-// maximum that differs from orig_output (as select does) and writes the cell's own region of
-// in_backprop: one pass over orig_input and in_backprop, no chosen buffer and no second kernel.
+// rows, scans each cell in TF's order (as select does, places counted in registers; the half
+// types two channels to a compare where the GPU has one: PairScan), flags a maximum that
+// differs from orig_output (as select does) and writes the cell's own region of in_backprop:
+// one pass over orig_input and in_backprop, no chosen buffer and no second kernel.
 //
 // Disjoint cells: every element lies in one cell, so its gradient is its cell's out_backprop
 // where the cell chose it and zero elsewhere.  Threads: fractional_cells::for_each_cell_column
@@ -365,80 +366,200 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
 // region and then the input's size.
 namespace fractional_max {
 
-// TF's scan of the cell of rows x cols elements whose first (V channels) is input[first], rows
-// in_row apart and columns depth apart: each channel's maximum (best_value) and its place in
-// the scan, row-major from 0 (best).  A cell of at most kCarryCols columns (every cell of a
-// pooling ratio below 3) loads each row's packs together, so a row costs one memory round
-// trip, not one per element; wider cells take one element at a time.
-template <typename T, int V, typename A, typename I>
-__device__ __forceinline__ void scan_cell(const T* __restrict__ input, I first, I rows, I cols, I in_row, I depth,
-                                          A (&best_value)[V], Pack<I, V>& best) {
-    if (cols <= kCarryCols) {
-        I place = 0;  // of (y, 0) in the cell's scan
-#pragma unroll 1
-        for (I y = 0; y < rows; ++y, place += cols) {
-            const I row_first = first + y * in_row;
-            Pack<T, V> row[kCarryCols];
+// Whether a scan's maxima differ from orig_output's (``maxima``), as select's flag tests them:
+// by T's ==, so a NaN maximum always differs.
+template <typename T, int V, typename A>
+__device__ __forceinline__ bool maxima_differ(const A (&best_value)[V], const Pack<T, V>& maxima) {
+    bool differs = false;
 #pragma unroll
-            for (int j = 0; j < kCarryCols; ++j)
-                if (j < cols) row[j] = load_pack<V>(input + row_first + j * depth);
-#pragma unroll
-            for (int j = 0; j < kCarryCols; ++j) {
-                if (j >= cols) break;
-                if (j == 0 && y == 0) {
-                    begin_scan<true>(row[0], best_value, best, first);
-                } else {
-                    consider<true>(row[j], best_value, best, place + j, row_first + j * depth);
-                }
-            }
-        }
-        return;
-    }
-    begin_scan<true>(load_pack<V>(input + first), best_value, best, first);
-    I place = 0;  // of (y, x) in the cell's scan
-#pragma unroll 1
-    for (I y = 0; y < rows; ++y) {
-#pragma unroll 1
-        for (I x = y == 0 ? 1 : 0; x < cols; ++x) {
-            const I offset = first + y * in_row + x * depth;
-            consider<true>(load_pack<V>(input + offset), best_value, best, ++place, offset);
-        }
-    }
+    for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+    return differs;
 }
 
-// scan_cell for a column of overlapping cells, walked down: a cell's last row is the next
-// cell's first, so a narrow cell leaves its last row's packs in ``held`` and the next call takes
-// its first row from there (``have_held``) instead of loading it again: a cell of h rows costs
-// h - 1 round trips, not h.  Wide cells take scan_cell and hold nothing.
-template <typename T, int V, typename A, typename I>
-__device__ __forceinline__ void scan_cell_holding(const T* __restrict__ input, I first, I rows, I cols, I in_row,
-                                                  I depth, A (&best_value)[V], Pack<I, V>& best,
-                                                  Pack<T, V> (&held)[kCarryCols], bool& have_held) {
-    if (cols > kCarryCols) {
-        have_held = false;
-        scan_cell<T, V>(input, first, rows, cols, in_row, depth, best_value, best);
-        return;
+// A scan's state, one channel at a time: each channel's maximum so far in A (the half types
+// widened: they compare as T does) and its place in the cell's scan.
+template <typename T, int V, typename A, typename I> struct ChannelScan {
+    A (&best_value)[V];
+    Pack<I, V>& best;
+    __device__ __forceinline__ void begin(const Pack<T, V>& values) { begin_scan<true>(values, best_value, best, I(0)); }
+    __device__ __forceinline__ void consider(const Pack<T, V>& values, I place) {
+        fractional_max::consider<true>(values, best_value, best, place, I(0));
     }
+};
+
+// The half types where the GPU compares two of them in one instruction (HSET2: float16 from
+// sm_53, bfloat16 from sm_90; the host model takes it for both): PairScan.
+template <typename T> struct PairOf { static constexpr bool fast = false; };
+template <> struct PairOf<__half> {
+    typedef __half2 type;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 530
+    static constexpr bool fast = true;
+#else
+    static constexpr bool fast = false;
+#endif
+};
+template <> struct PairOf<__nv_bfloat16> {
+    typedef __nv_bfloat162 type;
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+    static constexpr bool fast = true;
+#else
+    static constexpr bool fast = false;
+#endif
+};
+
+// Places a PairScan holds: 16 bits each.
+inline constexpr int kPairScanPlaces = 1 << 16;
+
+// A scan's state two channels at a time (T a half type, V even, every place below
+// kPairScanPlaces): channels 2k and 2k + 1's maxima as the bits of one pair of T (value[k],
+// channel 2k in the low half, as T lies in memory) and their places as two 16-bit halves
+// (place[k]).  One compare of the pair (__hlt2_mask: 0xFFFF in each half whose `chosen <
+// element` holds, TF's test in T: NaN never) and two bitwise selects take the later element
+// where it wins: 3 instructions a pair, where ChannelScan takes 8 (two widenings, two
+// compares, four selects).  finish(): the places as I in best, as ChannelScan leaves them, and
+// whether the maxima differ from orig_output's (__heq2_mask: T's ==, NaN never equal, as
+// maxima_differ).
+template <typename T, int V, typename I> struct PairScan {
+    static_assert(V % 2 == 0, "channels in pairs");
+    static constexpr int PAIRS = V / 2;
+    Pack<I, V>& best;
+    unsigned value[PAIRS];
+    unsigned place[PAIRS];
+    static __device__ __forceinline__ unsigned pair_bits(const Pack<T, V>& values, int k) {
+        unsigned bits;
+        memcpy(&bits, &values.v[2 * k], sizeof(bits));
+        return bits;
+    }
+    static __device__ __forceinline__ typename PairOf<T>::type as_pair(unsigned bits) {
+        typename PairOf<T>::type pair;
+        memcpy(&pair, &bits, sizeof(bits));
+        return pair;
+    }
+    __device__ __forceinline__ void begin(const Pack<T, V>& values) {
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) {
+            value[k] = pair_bits(values, k);
+            place[k] = 0u;
+        }
+    }
+    __device__ __forceinline__ void consider(const Pack<T, V>& values, I at) {
+        const unsigned spread = static_cast<unsigned>(at) * 0x10001u;  // the place in both halves
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) {
+            const unsigned element = pair_bits(values, k);
+            const unsigned wins = __hlt2_mask(as_pair(value[k]), as_pair(element));
+            value[k] = (element & wins) | (value[k] & ~wins);
+            place[k] = (spread & wins) | (place[k] & ~wins);
+        }
+    }
+    __device__ __forceinline__ bool finish(const Pack<T, V>& maxima) {
+        bool differs = false;
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) {
+            differs |= __heq2_mask(as_pair(value[k]), as_pair(pair_bits(maxima, k))) != 0xFFFFFFFFu;
+            best.v[2 * k] = static_cast<I>(place[k] & 0xFFFFu);
+            best.v[2 * k + 1] = static_cast<I>(place[k] >> 16);
+        }
+        return differs;
+    }
+};
+
+// TF's scan of a narrow cell (at most kCarryCols columns: every cell of a pooling ratio below
+// 3) of rows x cols elements whose first (V channels) is input[first], rows in_row apart and
+// columns depth apart, into ``scan`` (ChannelScan or PairScan).  Each row's packs are loaded
+// together into ``row``, so a row costs one memory round trip, not one per element; with
+// ``first_row_held`` the first row's packs are already there (scan_cell_holding).
+template <typename T, int V, typename I, typename Scan>
+__device__ __forceinline__ void scan_narrow_rows(Scan& scan, const T* __restrict__ input, I first, I rows, I cols,
+                                                 I in_row, I depth, Pack<T, V> (&row)[kCarryCols],
+                                                 bool first_row_held) {
     I place = 0;  // of (y, 0) in the cell's scan
 #pragma unroll 1
     for (I y = 0; y < rows; ++y, place += cols) {
         const I row_first = first + y * in_row;
-        if (y > 0 || !have_held) {
+        if (y > 0 || !first_row_held) {
 #pragma unroll
             for (int j = 0; j < kCarryCols; ++j)
-                if (j < cols) held[j] = load_pack<V>(input + row_first + j * depth);
+                if (j < cols) row[j] = load_pack<V>(input + row_first + j * depth);
         }
 #pragma unroll
         for (int j = 0; j < kCarryCols; ++j) {
             if (j >= cols) break;
             if (j == 0 && y == 0) {
-                begin_scan<true>(held[0], best_value, best, first);
+                scan.begin(row[0]);
             } else {
-                consider<true>(held[j], best_value, best, place + j, row_first + j * depth);
+                scan.consider(row[j], place + j);
             }
         }
     }
-    have_held = true;
+}
+
+// Whether scan_narrow takes a cell: at most kCarryCols columns, and where it scans in pairs, at
+// most kPairScanPlaces / kCarryCols rows, so at most kPairScanPlaces elements (a taller cell
+// takes the wide cells' loop; a constant bound: no division).
+template <typename T, int V> inline constexpr bool kPairScan = PairOf<T>::fast && V % 2 == 0;
+template <typename T, int V, typename I> __device__ __forceinline__ bool narrow_cell(I rows, I cols) {
+    return cols <= kCarryCols && (!kPairScan<T, V> || rows <= kPairScanPlaces / kCarryCols);
+}
+
+// TF's scan of the cell of rows x cols elements whose first (V channels) is input[first], rows
+// in_row apart and columns depth apart: each channel's place in the scan, row-major from 0
+// (best), and whether its maximum differs from orig_output's (``maxima``).  A narrow_cell takes
+// scan_narrow_rows (PairScan where kPairScan, else ChannelScan) and leaves its last row's packs
+// in ``row`` (``narrow``); the others take one element at a time.
+template <typename T, int V, typename I>
+__device__ __forceinline__ bool scan_any_cell(const T* __restrict__ input, I first, I rows, I cols, I in_row, I depth,
+                                              const Pack<T, V>& maxima, Pack<I, V>& best,
+                                              Pack<T, V> (&row)[kCarryCols], bool first_row_held, bool& narrow) {
+    narrow = narrow_cell<T, V>(rows, cols);
+    if constexpr (kPairScan<T, V>) {
+        if (narrow) {
+            PairScan<T, V, I> scan{best};
+            scan_narrow_rows<T, V>(scan, input, first, rows, cols, in_row, depth, row, first_row_held);
+            return scan.finish(maxima);
+        }
+    }
+    typename Acc<T>::type best_value[V];
+    if (!kPairScan<T, V> && narrow) {
+        ChannelScan<T, V, typename Acc<T>::type, I> scan{best_value, best};
+        scan_narrow_rows<T, V>(scan, input, first, rows, cols, in_row, depth, row, first_row_held);
+    } else {
+        begin_scan<true>(load_pack<V>(input + first), best_value, best, first);
+        I place = 0;  // of (y, x) in the cell's scan
+#pragma unroll 1
+        for (I y = 0; y < rows; ++y) {
+#pragma unroll 1
+            for (I x = y == 0 ? 1 : 0; x < cols; ++x) {
+                const I offset = first + y * in_row + x * depth;
+                consider<true>(load_pack<V>(input + offset), best_value, best, ++place, offset);
+            }
+        }
+    }
+    return maxima_differ(best_value, maxima);
+}
+
+// scan_any_cell of one cell.
+template <typename T, int V, typename I>
+__device__ __forceinline__ bool scan_cell(const T* __restrict__ input, I first, I rows, I cols, I in_row, I depth,
+                                          const Pack<T, V>& maxima, Pack<I, V>& best) {
+    Pack<T, V> row[kCarryCols];
+    bool narrow;
+    return scan_any_cell<T, V>(input, first, rows, cols, in_row, depth, maxima, best, row, false, narrow);
+}
+
+// scan_cell for a column of overlapping cells, walked down: a cell's last row is the next
+// cell's first, so a narrow cell leaves its last row's packs in ``held`` and the next call takes
+// its first row from there (``have_held``) instead of loading it again: a cell of h rows costs
+// h - 1 round trips, not h.  Wide cells hold nothing.
+template <typename T, int V, typename I>
+__device__ __forceinline__ bool scan_cell_holding(const T* __restrict__ input, I first, I rows, I cols, I in_row,
+                                                  I depth, const Pack<T, V>& maxima, Pack<I, V>& best,
+                                                  Pack<T, V> (&held)[kCarryCols], bool& have_held) {
+    bool narrow;
+    const bool differs =
+        scan_any_cell<T, V>(input, first, rows, cols, in_row, depth, maxima, best, held, have_held, narrow);
+    have_held = narrow;
+    return differs;
 }
 
 // A cell's choices and out_backprop, as a thread passes them to its right neighbour.
@@ -591,12 +712,8 @@ __global__ void fractional_max_pool_grad_cells(
                     const I o = o_column + r * o_row;
                     const Pack<T, V> maxima = load_pack<V>(orig_output + o);
                     const Pack<T, V> grads = load_pack<V>(out_backprop + o);
-                    A best_value[V];
                     Pack<I, V> best;
-                    scan_cell<T, V>(orig_input, first, rows, cols, in_row, depth, best_value, best);
-                    bool differs = false;
-#pragma unroll
-                    for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+                    const bool differs = scan_cell<T, V>(orig_input, first, rows, cols, in_row, depth, maxima, best);
                     if (differs) mismatch[0] = 1;  // as select's flag
                     T chosen[V];
 #pragma unroll
@@ -653,12 +770,8 @@ __global__ void fractional_max_pool_grad_cells(
                         // (loaded before the scan: independent of it, so their round trip overlaps its first row's)
                         const Pack<T, V> maxima = load_pack<V>(orig_output + o);
                         own.grads = load_pack<V>(out_backprop + o);
-                        A best_value[V];
-                        scan_cell_holding<T, V>(orig_input, first, height, width, in_row, depth, best_value, own.best,
-                                                held, have_held);
-                        bool differs = false;
-#pragma unroll
-                        for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+                        const bool differs = scan_cell_holding<T, V>(orig_input, first, height, width, in_row, depth,
+                                                                     maxima, own.best, held, have_held);
                         if (differs && writes) mismatch[0] = 1;  // as select's flag
                         passed[buffer].put(slot, own);
                     }

@@ -1653,8 +1653,13 @@ def test_cuda_cells_overlapping_sum_order(cuda_device):
     assert got[0, 2, 2, 0] == 1.0
 
 
+#: Rows of the one narrow cell of :func:`_cells_problem`'s last call: 4 x TALL_ROWS elements,
+#: more places than a PairScan holds (16 bits), so the cell takes the wide cells' loop.
+TALL_ROWS = 16400
+
+
 def _cells_problem():
-    """(cells-kernel results, NumPy's) of eight calls: float32 over a tied input with generated
+    """(cells-kernel results, NumPy's) of eleven calls: float32 over a tied input with generated
     cells of 1 to 3 rows and columns in chunks of two cell rows, one channel group a block (4
     channel blocks), two batch items; float16 with cells of 1 to 9 rows; float32 with the same
     generated sequences overlapping (cells of 2 to 3 rows and columns); float32 with four
@@ -1664,7 +1669,9 @@ def _cells_problem():
     launcher's plan (4 vectors a block, so 32 cell columns a block: two blocks, a halo of a
     column in use, and left neighbours across batch items); that call and the first's forced
     choices over overlapping cells again with one block (cuda_host.capped_grids), which
-    loops over the column blocks, chunks and channel blocks.  Each with a -0.0 in
+    loops over the column blocks, chunks and channel blocks; float16 and bfloat16 over the
+    generated overlapping cells (PairScan, a tied input); float16 with one disjoint cell of 4
+    columns and TALL_ROWS rows whose maximum is its last element (past 2**16 places).  Each with a -0.0 in
     out_backprop (+0.0 in the result), and a wrong orig_output in a second call; whether a
     call was refused is part of the result."""
     import contextlib
@@ -1687,8 +1694,17 @@ def _cells_problem():
                                                          ((5, 13, 11, 16), rows, cols, np.float32, {}, True),
                                                          ((5, 13, 11, 16), rows, cols, np.float32, dict(one_block=True), True),
                                                          ((2, 13, 11, 16), rows, cols, np.float32,
-                                                          dict(force, one_block=True), True)):
-        if shape == corner[0].shape:
+                                                          dict(force, one_block=True), True),
+                                                         ((2, 13, 11, 16), rows, cols, np.float16, {}, True),
+                                                         ((2, 13, 11, 16), rows, cols, ml_dtypes.bfloat16, {}, True),
+                                                         ((1, TALL_ROWS, 4, 8), [0, TALL_ROWS], [0, 4], np.float16, {},
+                                                          False)):
+        if shape[1] == TALL_ROWS:
+            x = rng.integers(-2, 3, shape).astype(dtype)
+            x[0, -1, -1, :] = 100  # the maximum at place TALL_ROWS * 4 - 1 of the one cell's scan
+            y = gradops.fractional_max_pool(x, rows, cols, overlapping)
+            dy = rng.standard_normal(y.shape).astype(dtype)
+        elif shape == corner[0].shape:
             x, y, dy = (a.copy() for a in corner[:3])
         elif dtype == np.float64:
             x = rng.permutation(np.prod(shape)).reshape(shape).astype(dtype)
@@ -1725,12 +1741,12 @@ CELLS_HEADER = "fractional_cells.cuh"
 PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source, its replacement[, file])
     # the scan: wide cells one element at a time, narrow ones a row at a time
     "cells-first-element-scanned-twice": ("for (I x = y == 0 ? 1 : 0; x < cols; ++x) {", "for (I x = 0; x < cols; ++x) {"),
-    "cells-scan-skips-the-last-row": ("for (I y = 0; y < rows; ++y) {\n#pragma unroll 1\n        for (I x = y == 0",
-                                      "for (I y = 0; y < rows - 1; ++y) {\n#pragma unroll 1\n        for (I x = y == 0"),
-    "cells-narrow-scan-skips-the-last-column": ("if (j >= cols) break;\n                if (j == 0 && y == 0) {\n                    begin_scan<true>(row[0]",
-                                                "if (j + 1 >= cols) break;\n                if (j == 0 && y == 0) {\n                    begin_scan<true>(row[0]"),
-    "cells-narrow-scan-place-ignores-the-rows-above": ("++y, place += cols) {\n            const I row_first = first + y * in_row;\n            Pack<T, V> row",
-                                                       "++y, place += 0) {\n            const I row_first = first + y * in_row;\n            Pack<T, V> row"),
+    "cells-scan-skips-the-last-row": ("for (I y = 0; y < rows; ++y) {\n#pragma unroll 1\n            for (I x = y == 0",
+                                      "for (I y = 0; y < rows - 1; ++y) {\n#pragma unroll 1\n            for (I x = y == 0"),
+    "cells-narrow-scan-skips-the-last-column": ("if (j >= cols) break;\n            if (j == 0 && y == 0) {\n                scan.begin(row[0]);",
+                                                "if (j + 1 >= cols) break;\n            if (j == 0 && y == 0) {\n                scan.begin(row[0]);"),
+    "cells-narrow-scan-place-ignores-the-rows-above": ("++y, place += cols) {\n        const I row_first = first + y * in_row;\n        if (y > 0",
+                                                       "++y, place += 0) {\n        const I row_first = first + y * in_row;\n        if (y > 0"),
     "cells-narrow-scan-loads-the-first-row-again": ("if (j < cols) row[j] = load_pack<V>(input + row_first + j * depth);",
                                                     "if (j < cols) row[j] = load_pack<V>(input + first + j * depth);"),
     "cells-mismatch-never-flagged": ("if (differs) mismatch[0] = 1;", "if (differs) mismatch[0] = 0;"),
@@ -1754,7 +1770,18 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-cell-without-the-shared-column": ("width = cols + (c + 1 < out_cols);", "width = cols;"),
     "cells-cell-without-the-shared-row": ("const I height = rows + (r + 1 < out_rows);", "const I height = rows;"),
     "cells-held-row-kept-across-columns": ("bool have_held = false;\n#pragma unroll 1", "bool have_held = true;\n#pragma unroll 1"),
-    "cells-held-row-taken-for-every-row": ("if (y > 0 || !have_held) {", "if (!have_held) {"),
+    "cells-held-row-taken-for-every-row": ("if (y > 0 || !first_row_held) {", "if (!first_row_held) {"),
+    # PairScan: two channels a compare, places in 16 bits
+    "cells-pair-scan-ties-go-to-the-later-element": ("__hlt2_mask(as_pair(value[k]), as_pair(element))",
+                                                     "__hle2_mask(as_pair(value[k]), as_pair(element))"),
+    "cells-pair-scan-place-in-the-low-half-only": ("static_cast<unsigned>(at) * 0x10001u", "static_cast<unsigned>(at) * 0x1u"),
+    "cells-pair-scan-keeps-the-first-value": ("value[k] = (element & wins) | (value[k] & ~wins);", ""),
+    "cells-pair-scan-high-place-from-the-low-half": ("best.v[2 * k + 1] = static_cast<I>(place[k] >> 16);",
+                                                     "best.v[2 * k + 1] = static_cast<I>(place[k] & 0xFFFFu);"),
+    "cells-pair-scan-checks-the-low-channel-only": (
+        "differs |= __heq2_mask(as_pair(value[k]), as_pair(pair_bits(maxima, k))) != 0xFFFFFFFFu;",
+        "differs |= (__heq2_mask(as_pair(value[k]), as_pair(pair_bits(maxima, k))) & 0xFFFFu) != 0xFFFFu;"),
+    "cells-pair-scan-for-cells-past-16-bit-places": ("rows <= kPairScanPlaces / kCarryCols", "rows <= kPairScanPlaces"),
     "cells-chunk-without-the-row-above": ("for (I r = r0 > 0 ? r0 - 1 : r0; r < r1;", "for (I r = r0; r < r1;"),
     "cells-row-above-writes-too": ("const bool writes = r >= r0 && !halo;", "const bool writes = !halo;"),
     "cells-halo-writes-too": ("const bool writes = r >= r0 && !halo;", "const bool writes = r >= r0;"),

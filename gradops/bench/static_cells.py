@@ -214,27 +214,37 @@ def max_loop_parts(kernel, vector: int) -> dict:
     loop's own, every branch), ``first_row`` (overlapping: the store loop of the region's first
     row after its first element, an iteration), ``row`` and ``interior`` (the later rows' loop's own, an iteration, and its
     column loop's), and ``scan``: {elements compared: cheapest path through one iteration of the
-    scan loop} (a row of at most 4 columns loaded together, one FSETP or DSETP a channel and element;
-    integer elements: ValueError)."""
+    scan loop} (a row of at most 4 columns loaded together, one FSETP or DSETP a channel and element,
+    or with PairScan one HSET2 a pair of channels and element; integer elements: ValueError)."""
     if "<int," in kernel.expression or "<long long," in kernel.expression:
         raise ValueError("integer elements: the scan's compares (ISETP) are not told from its loop control")
     cfg = kernel.cfg
     cell = _cell_loop(kernel)
     children = sorted(cell.children, key=lambda loop: loop.header)
     bases = [Counter(i.base for i in cfg.loop_instructions(loop)) for loop in children]
-    (scan,) = [loop for loop, b in zip(children, bases) if b["LDG"] and not b["STG"] and not loop.children]
+    scans = [(loop, b) for loop, b in zip(children, bases) if b["LDG"] and not b["STG"] and not loop.children]
+    # Half types where the GPU compares them in pairs have two narrow scans: PairScan (HSET2, two
+    # channels a compare), which every cell below 2**16 elements takes, and ChannelScan for the rest.
+    pairs = [loop for loop, b in scans if b["HSET2"]]
+    (scan,) = pairs or [loop for loop, _ in scans]
     first_rows = [loop for loop, b in zip(children, bases) if b["STG"] and not loop.children]
     (rows,) = [loop for loop, b in zip(children, bases) if b["STG"] and loop.children]
     (interior,) = rows.children
     own = _counts(kernel, cell)
     for loop in children:
         own = own - _counts(kernel, loop)
-    # one compare a channel and element: FSETP (the half types compare as float), DSETP for double
-    table = cfg.path_table(scan, counted=lambda i: i.base in ("FSETP", "DSETP"), kmax=4 * vector)
+    # one compare a channel and element: FSETP (the half types compare as float), DSETP for
+    # double; PairScan's HSET2, one a pair of channels and element
+    if pairs:
+        per_element = vector // 2
+        table = cfg.path_table(scan, counted=lambda i: i.base == "HSET2", kmax=4 * per_element)
+    else:
+        per_element = vector
+        table = cfg.path_table(scan, counted=lambda i: i.base in ("FSETP", "DSETP"), kmax=4 * vector)
     return {"fixed": _counts(kernel) - _counts(kernel, cell), "cell": own,
             "first_row": _counts(kernel, first_rows[0]) if first_rows else Counter(),
             "row": _counts(kernel, rows) - _counts(kernel, interior), "interior": _counts(kernel, interior),
-            "scan": {k // vector: table[k] for k in table if k % vector == 0}}
+            "scan": {k // per_element: table[k] for k in table if k % per_element == 0}}
 
 
 def max_warp_columns(g, p) -> list[tuple[int, int]]:
