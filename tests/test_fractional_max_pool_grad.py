@@ -1671,9 +1671,9 @@ def _cells_problem():
     choices over overlapping cells again with one block (cuda_host.capped_grids), which
     loops over the column blocks, chunks and channel blocks; float16 and bfloat16 over the
     generated overlapping cells (PairScan, a tied input); float16 with one disjoint cell of 4
-    columns and TALL_ROWS rows whose maximum is its last element (past 2**16 places).  Each with a -0.0 in
-    out_backprop (+0.0 in the result), and a wrong orig_output in a second call; whether a
-    call was refused is part of the result."""
+    columns and TALL_ROWS rows whose maximum is its last element (past 2**16 places).  Each
+    with a -0.0 in out_backprop (+0.0 in the result), and a wrong orig_output in a second call;
+    whether a call was refused is part of the result."""
     import contextlib
 
     import cuda_host

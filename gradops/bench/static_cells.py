@@ -212,10 +212,11 @@ def max_loop_parts(kernel, vector: int) -> dict:
     """The max pooling cells kernel's parts (:func:`gradops.backends.cuda._sass.summarize`
     counts, cold blocks left out): ``fixed`` (outside the cell-row loop), ``cell`` (the cell-row
     loop's own, every branch), ``first_row`` (overlapping: the store loop of the region's first
-    row after its first element, an iteration), ``row`` and ``interior`` (the later rows' loop's own, an iteration, and its
-    column loop's), and ``scan``: {elements compared: cheapest path through one iteration of the
-    scan loop} (a row of at most 4 columns loaded together, one FSETP or DSETP a channel and element,
-    or with PairScan one HSET2 a pair of channels and element; integer elements: ValueError)."""
+    row after its first element, an iteration), ``row`` and ``interior`` (the later rows' loop's
+    own, an iteration, and its column loop's), and ``scan``: {elements compared: cheapest path
+    through one iteration of the scan loop} (a row of at most 4 columns loaded together, one
+    FSETP or DSETP a channel and element, or with PairScan one HSET2 a pair of channels and
+    element; integer elements: ValueError)."""
     if "<int," in kernel.expression or "<long long," in kernel.expression:
         raise ValueError("integer elements: the scan's compares (ISETP) are not told from its loop control")
     cfg = kernel.cfg
