@@ -128,6 +128,16 @@ __device__ __forceinline__ void consider(const Pack<T, V>& values, A (&best_valu
     }
 }
 
+// Whether a scan's maxima differ from orig_output's (``maxima``), select's flag: by T's ==, so
+// a NaN maximum always differs.
+template <typename T, int V, typename A>
+__device__ __forceinline__ bool maxima_differ(const A (&best_value)[V], const Pack<T, V>& maxima) {
+    bool differs = false;
+#pragma unroll
+    for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
+    return differs;
+}
+
 // n / divisor: magic_divide for 32-bit indices (the host's division_magic), a division for
 // 64-bit ones.
 __device__ __forceinline__ int divide(int n, int, unsigned magic, int shift) { return magic_divide(n, magic, shift); }
@@ -260,11 +270,7 @@ __global__ void fractional_max_pool_select(const T* __restrict__ orig_input, con
                 }
             }
             store_pack<V>(chosen + o, best);
-            const Pack<T, V> maxima = load_pack<V>(orig_output + o);
-            bool differs = false;
-#pragma unroll
-            for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
-            if (differs) *mismatch = 1;
+            if (maxima_differ(best_value, load_pack<V>(orig_output + o))) *mismatch = 1;
         }
     }
 }
@@ -366,16 +372,6 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
 // region and then the input's size.
 namespace fractional_max {
 
-// Whether a scan's maxima differ from orig_output's (``maxima``), as select's flag tests them:
-// by T's ==, so a NaN maximum always differs.
-template <typename T, int V, typename A>
-__device__ __forceinline__ bool maxima_differ(const A (&best_value)[V], const Pack<T, V>& maxima) {
-    bool differs = false;
-#pragma unroll
-    for (int u = 0; u < V; ++u) differs |= !(best_value[u] == widen(maxima.v[u]));
-    return differs;
-}
-
 // A scan's state, one channel at a time: each channel's maximum so far in A (the half types
 // widened: they compare as T does) and its place in the cell's scan.
 template <typename T, int V, typename A, typename I> struct ChannelScan {
@@ -387,25 +383,22 @@ template <typename T, int V, typename A, typename I> struct ChannelScan {
     }
 };
 
-// The half types where the GPU compares two of them in one instruction (HSET2: float16 from
-// sm_53, bfloat16 from sm_90; the host model takes it for both): PairScan.
-template <typename T> struct PairOf { static constexpr bool fast = false; };
+// The half types' pairs and the first arch that compares a pair in one instruction (HSET2:
+// float16 from sm_53, bfloat16 from sm_90); 0: no pair type.  The host model takes it for both.
+template <typename T> struct PairOf { static constexpr int first_arch = 0; };
 template <> struct PairOf<__half> {
     typedef __half2 type;
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 530
-    static constexpr bool fast = true;
-#else
-    static constexpr bool fast = false;
-#endif
+    static constexpr int first_arch = 530;
 };
 template <> struct PairOf<__nv_bfloat16> {
     typedef __nv_bfloat162 type;
-#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
-    static constexpr bool fast = true;
-#else
-    static constexpr bool fast = false;
-#endif
+    static constexpr int first_arch = 900;
 };
+#ifdef __CUDA_ARCH__
+inline constexpr int kPairArch = __CUDA_ARCH__;
+#else
+inline constexpr int kPairArch = PairOf<__nv_bfloat16>::first_arch;  // the host model: both types
+#endif
 
 // Places a PairScan holds: 16 bits each.
 inline constexpr int kPairScanPlaces = 1 << 16;
@@ -497,7 +490,8 @@ __device__ __forceinline__ void scan_narrow_rows(Scan& scan, const T* __restrict
 // Whether scan_narrow takes a cell: at most kCarryCols columns, and where it scans in pairs, at
 // most kPairScanPlaces / kCarryCols rows, so at most kPairScanPlaces elements (a taller cell
 // takes the wide cells' loop; a constant bound: no division).
-template <typename T, int V> inline constexpr bool kPairScan = PairOf<T>::fast && V % 2 == 0;
+template <typename T, int V>
+inline constexpr bool kPairScan = PairOf<T>::first_arch > 0 && kPairArch >= PairOf<T>::first_arch && V % 2 == 0;
 template <typename T, int V, typename I> __device__ __forceinline__ bool narrow_cell(I rows, I cols) {
     return cols <= kCarryCols && (!kPairScan<T, V> || rows <= kPairScanPlaces / kCarryCols);
 }
