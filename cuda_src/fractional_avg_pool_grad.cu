@@ -562,31 +562,6 @@ __device__ __forceinline__ void float_float_share(float a, float b, float y, flo
     e = mul_rn(fmaf(-b, q, a), y);
 }
 
-// The cells kernel's four values of an overlapping cell's region from its shares in double, as
-// TF sums them (see fractional_avg_pool_grad_cells): s(r-1, c-1), s(r-1, c), s(r, c-1), s(r, c)
-// (+0.0 where a cell does not exist); each rounded only where the region has such positions.
-template <typename T, int V, typename I>
-__device__ __forceinline__ void overlap_values(const double (&up_left)[V], const double (&up)[V],
-                                               const double (&left_own)[V], const double (&own)[V], I row_count,
-                                               I col_count, Vector<T, V>& corner, Vector<T, V>& top,
-                                               Vector<T, V>& left, Vector<T, V>& inner) {
-    double sum[V];
-#pragma unroll
-    for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
-    corner = top = left = inner = round_vector<T, V>(sum);
-    if (col_count > 1) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) sum[v] = up[v] + own[v];
-        top = round_vector<T, V>(sum);
-    }
-    if (row_count > 1) {
-#pragma unroll
-        for (int v = 0; v < V; ++v) sum[v] = left_own[v] + own[v];
-        left = round_vector<T, V>(sum);
-        if (col_count > 1) inner = round_vector<T, V>(own);
-    }
-}
-
 // Writes a cell's region, row_count x col_count positions from dx (rows dx_row apart, positions
 // depth apart): its first row corner then top, its other rows left then inner.
 template <typename T, int V, typename I>
@@ -599,6 +574,44 @@ __device__ __forceinline__ void write_region(T* dx, I dx_row, I depth, I row_cou
         const Vector<T, V> rest = y == 0 ? top : inner;
 #pragma unroll 1
         for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vector<T, V>*>(dx + x * depth) = rest;
+    }
+}
+
+// Writes an overlapping cell's region (as write_region) from its shares in double, as TF sums
+// them (see fractional_avg_pool_grad_cells): s(r-1, c-1), s(r-1, c), s(r, c-1), s(r, c) (+0.0
+// where a cell does not exist).  Each of the four values is rounded and stored before the next
+// is summed, and only where the region has such positions, so one rounded vector at a time is
+// live beside the shares.
+template <typename T, int V, typename I>
+__device__ __forceinline__ void write_overlap_region(T* dx, I dx_row, I depth, I row_count, I col_count,
+                                                     const double (&up_left)[V], const double (&up)[V],
+                                                     const double (&left_own)[V], const double (&own)[V]) {
+    using Vec = Vector<T, V>;
+    double sum[V];
+#pragma unroll
+    for (int v = 0; v < V; ++v) sum[v] = ((up_left[v] + up[v]) + left_own[v]) + own[v];
+    *reinterpret_cast<Vec*>(dx) = round_vector<T, V>(sum);  // the corner
+    if (col_count > 1) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] = up[v] + own[v];
+        const Vec top = round_vector<T, V>(sum);
+#pragma unroll 1
+        for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + x * depth) = top;
+    }
+    if (row_count > 1) {
+#pragma unroll
+        for (int v = 0; v < V; ++v) sum[v] = left_own[v] + own[v];
+        const Vec left = round_vector<T, V>(sum);
+#pragma unroll 1
+        for (I y = 1; y < row_count; ++y) *reinterpret_cast<Vec*>(dx + y * dx_row) = left;
+        if (col_count > 1) {
+            const Vec inner = round_vector<T, V>(own);
+#pragma unroll 1
+            for (I y = 1; y < row_count; ++y) {
+#pragma unroll 1
+                for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + y * dx_row + x * depth) = inner;
+            }
+        }
     }
 }
 
@@ -622,9 +635,7 @@ __device__ GRADOPS_NOINLINE void overlap_region_in_double(const T* dy, I dy_row,
     shares_of(dy - dy_row, up_size, up);
     shares_of(dy - depth, left_size, left_own);
     shares_of(dy, size, own);
-    Vector<T, V> corner, top, left, inner;
-    overlap_values<T, V>(up_left, up, left_own, own, row_count, col_count, corner, top, left, inner);
-    write_region<T, V>(dx, dx_row, depth, row_count, col_count, corner, top, left, inner);
+    write_overlap_region<T, V, I>(dx, dx_row, depth, row_count, col_count, up_left, up, left_own, own);
 }
 
 }  // namespace fractional
@@ -911,6 +922,37 @@ __global__ void fractional_avg_pool_grad_cells(
                     if (has_left) shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_size, up_left);
                 }
             }
+            if constexpr (OVERLAP && !float_sums) {
+                // Overlapping cells in double: cell row r's shares (own: s(r, c), left_own:
+                // s(r, c-1)) from its out_backprop, its region written from them and the row
+                // above's (up, up_left), which the caller's next row takes as its own above.
+                const auto double_row = [&](const I r, const double (&above)[V], const double (&above_left)[V],
+                                            double (&own)[V], double (&left_own)[V]) {
+                    const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
+                    const T* const dy = dy_column + r * dy_row;
+                    const double row_size = static_cast<double>(row_sizes[r]);
+                    shares_of(dy, row_size * col_size, own);
+#pragma unroll
+                    for (int v = 0; v < V; ++v) left_own[v] = 0.0;
+                    if (has_left) shares_of(dy - depth, row_size * left_size, left_own);
+                    write_overlap_region<T, V, I>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count,
+                                                  above_left, above, left_own, own);
+                };
+                // Two cell rows an iteration, the shares carried between them in two sets that
+                // swap roles, so no row copies its shares for the next (32 moves a row in
+                // float16 when one loop iteration was one row); an odd chunk leaves after its
+                // first half, so no remainder iteration lies outside the loop.  (Not the
+                // float-float sums: unrolled, ptxas keeps their copies and takes 55 more
+                // registers on sm_86 in float16.)
+                double next[V], next_left[V];
+#pragma unroll 1
+                for (I r = r0; r < r1; r += 2) {
+                    double_row(r, up, up_left, next, next_left);
+                    if (r + 1 == r1) break;
+                    double_row(r + 1, next, next_left, up, up_left);
+                }
+                return;
+            }
 #pragma unroll 1
             for (I r = r0; r < r1; ++r) {
                 const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
@@ -954,19 +996,6 @@ __global__ void fractional_avg_pool_grad_cells(
                                                           row_size_d * left_size, up_size * left_size,
                                                           dx_column + row_first * dx_row, dx_row, row_count, col_count);
                         continue;
-                    }
-                } else if constexpr (OVERLAP) {
-                    const double row_size = static_cast<double>(row_sizes[r]);
-                    double own[V], left_own[V];
-                    shares_of(dy, row_size * col_size, own);
-#pragma unroll
-                    for (int v = 0; v < V; ++v) left_own[v] = 0.0;
-                    if (has_left) shares_of(dy - depth, row_size * left_size, left_own);
-                    overlap_values<T, V>(up_left, up, left_own, own, row_count, col_count, corner, top, left, inner);
-#pragma unroll
-                    for (int v = 0; v < V; ++v) {
-                        up[v] = own[v];
-                        up_left[v] = left_own[v];
                     }
                 } else if constexpr (FloatShares<T>::value) {  // no FP64 (see float_cell_values)
                     const Vec d = *reinterpret_cast<const Vec*>(dy);  // one 16-byte load

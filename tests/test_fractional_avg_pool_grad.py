@@ -1402,15 +1402,19 @@ def test_cuda_cells_by_default(monkeypatch, rng, overlapping):
 
 
 def cells_problem(rng):
-    """(results, expected) of four cells-kernel calls through the launcher on the current device:
+    """(results, expected) of five cells-kernel calls through the launcher on the current device:
     the int32 sum-order corner; float64 (the double shares) and float32 (float-float sums on the
     host build) overlapping cells of 1 to 3 rows and columns, the float32 ones with an Inf and a
-    -Inf, two batch items, chunks of two cell rows and one vector a block; float16 disjoint
-    cells in chunks of three rows."""
+    -Inf, two batch items, chunks of two cell rows and one vector a block; float64 overlapping
+    cells again in chunks of three rows (the double shares' loop takes two rows an iteration);
+    float16 disjoint cells in chunks of three rows."""
     calls = [((1, 4, 4, 1), [0, 1, 3], [0, 1, 4], True, np.int32, {}),
              # float64 overlapping cells: the double shares on every build
              ((2, 13, 11, 16), gradops.fractional_pooling_sequence(13, 1.44, True, seed=5).tolist(),
               [0, 1, 3, 4, 7, 9, 11], True, np.float64, dict(chunk_rows=2, block_vectors=1)),
+             # and in chunks of three cell rows: a pair of rows, then one
+             ((1, 13, 5, 2), gradops.fractional_pooling_sequence(13, 1.44, True, seed=8).tolist(), [0, 2, 3, 5],
+              True, np.float64, dict(chunk_rows=3, vector=1)),
              ((2, 13, 11, 16), gradops.fractional_pooling_sequence(13, 1.44, True, seed=5).tolist(),
               [0, 1, 3, 4, 7, 9, 11], True, np.float32, dict(chunk_rows=2, block_vectors=1)),
              ((2, 9, 10, 16), gradops.fractional_pooling_sequence(9, 1.44, False, seed=6).tolist(),
@@ -1437,8 +1441,26 @@ CELLS_HEADER = "fractional_cells.cuh"
 PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source, its replacement[, file])
     "cells-corner-adds-left-before-up": ("((up_left[v] + up[v]) + left_own[v]) + own[v]",
                                          "((up_left[v] + left_own[v]) + up[v]) + own[v]"),
-    "cells-row-above-not-carried": ("up[v] = own[v];", "up[v] = up[v];"),
-    "cells-corner-above-not-carried": ("up_left[v] = left_own[v];", "up_left[v] = 0.0;"),
+    # overlapping cells in double: two cell rows an iteration, the carried shares in two sets
+    "cells-second-row-takes-its-own-shares-as-the-row-above": (
+        "double_row(r + 1, next, next_left, up, up_left);", "double_row(r + 1, up, next_left, up, up_left);"),
+    "cells-second-row-takes-its-left-share-as-the-corner-above": (
+        "double_row(r + 1, next, next_left, up, up_left);", "double_row(r + 1, next, up_left, up, up_left);"),
+    "cells-first-row-takes-the-carried-sets-swapped": (
+        "double_row(r, up, up_left, next, next_left);", "double_row(r, up_left, up, next, next_left);"),
+    "cells-row-pairs-one-row-apart": ("for (I r = r0; r < r1; r += 2) {", "for (I r = r0; r < r1; ++r) {"),
+    "cells-overlap-first-row-takes-the-inner-value": ("sum[v] = up[v] + own[v];", "sum[v] = own[v];"),
+    "cells-overlap-first-column-takes-the-inner-value": ("const Vec left = round_vector<T, V>(sum);",
+                                                         "const Vec left = round_vector<T, V>(own);"),
+    "cells-overlap-first-row-drops-its-last-column": (
+        "for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + x * depth) = top;",
+        "for (I x = 1; x < col_count - 1; ++x) *reinterpret_cast<Vec*>(dx + x * depth) = top;"),
+    "cells-overlap-first-column-drops-its-last-row": (
+        "for (I y = 1; y < row_count; ++y) *reinterpret_cast<Vec*>(dx + y * dx_row) = left;",
+        "for (I y = 1; y < row_count - 1; ++y) *reinterpret_cast<Vec*>(dx + y * dx_row) = left;"),
+    "cells-overlap-inner-rows-drop-their-last-column": (
+        "for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vec*>(dx + y * dx_row + x * depth) = inner;",
+        "for (I x = 1; x < col_count - 1; ++x) *reinterpret_cast<Vec*>(dx + y * dx_row + x * depth) = inner;"),
     "cells-chunk-ignores-the-row-above": ("if (OVERLAP && r0 > 0) {", "if (false) {"),
     "cells-left-neighbour-across-batch-items": ("const bool has_left = OVERLAP && c > 0;",
                                                 "const bool has_left = OVERLAP && (n > 0 || c > 0);"),
@@ -1456,7 +1478,9 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-float-left-cell-sized-as-its-own-column": ("static_cast<float>(col_sizes[c - 1])",
                                                       "static_cast<float>(col_sizes[c])"),
     "cells-float-corner-misses-the-left-share": ("two_sum(s, left_q[v], s, t2);", "two_sum(s, 0.0f, s, t2);"),
-    "cells-last-column-of-a-region-dropped": ("for (I x = 1; x < col_count; ++x)", "for (I x = 1; x < col_count - 1; ++x)"),
+    "cells-last-column-of-a-region-dropped": (
+        "for (I x = 1; x < col_count; ++x) *reinterpret_cast<Vector<T, V>*>(dx + x * depth) = rest;",
+        "for (I x = 1; x < col_count - 1; ++x) *reinterpret_cast<Vector<T, V>*>(dx + x * depth) = rest;"),
     "cells-last-row-of-a-region-dropped": ("for (I y = 0; y < row_count; ++y, dx += dx_row)",
                                            "for (I y = 0; y < row_count - 1; ++y, dx += dx_row)"),
     "cells-infinity-divided-as-finite": ("++v) shares[v] = element_share(d.e[v], b, y, false);",

@@ -20,7 +20,10 @@ of one block of channels, one chunk of cell rows):
   cells, the out-of-line division of results below 2**-126 or of Inf and NaN);
 - per input row of the cell: the row loop's own instructions, then the column loop's as often as
   the warp's widest region needs (its lanes run the union: a lane whose region is narrower
-  idles).
+  idles).  Overlapping cells summed in double run two cell rows an iteration and write a region
+  as its corner (counted in the cell row), its first row's other columns (per cell row, as often
+  as the widest region needs), its other rows' first column and their other columns (per input
+  row past a region's first): :func:`loop_counts`.
 
 The lanes of a warp share their cell rows, so only the columns diverge.  Warps whose pairs all
 lie past the last column skip everything but the grid loops, which is not counted.  Latency: a
@@ -80,16 +83,48 @@ def _counts(kernel, loop=None) -> Counter:
     return _sass.summarize([x for n in sorted(cfg.blocks) if not cfg.cold(n) for x in cfg.instructions(n)])
 
 
+def _mean(counters) -> Counter:
+    """The mean of ``counters`` (equal parts of one loop unrolled), key by key."""
+    total = Counter()
+    for c in counters:
+        total.update(c)
+    return Counter({key: v / len(counters) for key, v in total.items()})
+
+
 def loop_counts(kernel) -> dict[str, Counter]:
     """Instruction counts (:func:`gradops.backends.cuda._sass.summarize`, cold blocks left out,
     every branch counted) of the cells kernel's parts: ``fixed`` (everything outside the cell-row
-    loop), ``cell`` (the cell-row loop's own), ``row`` (the input-row loop's own), ``col`` (the
-    column loop)."""
+    loop) and ``cell`` (the cell-row loop's own, per cell row), then the region's stores.
+
+    * One cell row an iteration (disjoint cells; overlapping ones summed in float-float):
+      ``row`` (the input-row loop's own) and ``col`` (its column loop).
+    * Two or more (overlapping cells' double shares, unrolled so that the carried shares are not
+      copied): each row's region is written by the corner's store and three loops, in this
+      order, each the mean of its unrolled copies: ``top`` (the first row's other columns),
+      ``left`` (the other rows' first column), ``inner_row`` and its ``inner_col`` (the other
+      rows' other columns)."""
     cell = _cell_loop(kernel)
-    (row,) = cell.children
-    (col,) = row.children
-    c_cell, c_row, c_col = _counts(kernel, cell), _counts(kernel, row), _counts(kernel, col)
-    return {"fixed": _counts(kernel) - c_cell, "cell": c_cell - c_row, "row": c_row - c_col, "col": c_col}
+    children = sorted(cell.children, key=lambda loop: loop.header)
+    if len(children) == 1:
+        (row,) = children
+        (col,) = row.children
+        c_cell, c_row, c_col = _counts(kernel, cell), _counts(kernel, row), _counts(kernel, col)
+        return {"fixed": _counts(kernel) - c_cell, "cell": c_cell - c_row, "row": c_row - c_col, "col": c_col}
+    copies = [children[i:i + 3] for i in range(0, len(children), 3)]
+    if len(children) % 3 or any([len(top.children), len(left.children), len(inner.children)] != [0, 0, 1]
+                                for top, left, inner in copies):
+        raise ValueError(f"{kernel.expression}: a cell-row loop of {len(children)} loops, not the regions' "
+                         "top, left and inner loops a cell row")
+    c_cell = _counts(kernel, cell)
+    own = c_cell.copy()
+    for loop in children:
+        own.subtract(_counts(kernel, loop))
+    inner_cols = [_counts(kernel, inner.children[0]) for _, _, inner in copies]
+    return {"fixed": _counts(kernel) - c_cell, "cell": Counter({key: v / len(copies) for key, v in own.items()}),
+            "top": _mean([_counts(kernel, top) for top, _, _ in copies]),
+            "left": _mean([_counts(kernel, left) for _, left, _ in copies]),
+            "inner_row": _mean([_counts(kernel, inner) - col for (_, _, inner), col in zip(copies, inner_cols)]),
+            "inner_col": _mean(inner_cols)}
 
 
 def column_warps(g, block_vectors: int) -> tuple[int, int]:
@@ -110,8 +145,12 @@ def warp_counts(kernel, g, p) -> tuple[float, Counter]:
     warps, extra_columns = column_warps(g, p.block_vectors)
     heights = np.diff(np.asarray(g.row_partition, dtype=np.int64))
     rows = int(heights.sum())
-    weights = {"fixed": warps * p.row_chunks, "cell": warps * g.out_rows, "row": warps * rows,
-               "col": rows * extra_columns}
+    weights = {"fixed": warps * p.row_chunks, "cell": warps * g.out_rows}
+    if "row" in parts:
+        weights.update(row=warps * rows, col=rows * extra_columns)
+    else:  # a region's first row, then its other rows (rows - out_rows of them in all)
+        weights.update(top=g.out_rows * extra_columns, left=warps * (rows - g.out_rows),
+                       inner_row=warps * (rows - g.out_rows), inner_col=(rows - g.out_rows) * extra_columns)
     counts = Counter()
     for part, weight in weights.items():
         for key, v in parts[part].items():
@@ -182,12 +221,18 @@ def reference_paths(kernel) -> dict:
     elements = math.prod(g.input_shape)
     parts = loop_counts(kernel)
     warps, extra = column_warps(g, p.block_vectors)
-    per_row = parts["row"]["total"] + parts["col"]["total"] * extra / max(warps, 1)
+    if "row" in parts:
+        per_row = parts["row"]["total"] + parts["col"]["total"] * extra / max(warps, 1)
+        path = parts["cell"] + parts["row"]
+    else:  # an input row past a region's first: its left and inner loops (the corner is the cell row's)
+        per_row = (parts["left"]["total"] + parts["inner_row"]["total"]
+                   + parts["inner_col"]["total"] * extra / max(warps, 1))
+        path = parts["cell"]
     return {"work": f"{case.label}: every warp of the launch ({p.block[0]}x{p.block[1]} threads, chunks of "
                     f"{p.chunk_rows} cell rows, V={p.vector}); per cell row {parts['cell']['total']} (every "
                     f"branch), per input row {per_row:.0f}; path: a cell row of one input row and column",
             "per_element": 32 * warp_instructions / elements, "extra_text": f"fixed {parts['fixed']['total']}",
-            "path": _path_summary(parts["cell"] + parts["row"]), "call_sites": 0}
+            "path": _path_summary(path), "call_sites": 0}
 
 
 # --------------------------------------------------------------------------- max pooling's cells kernel
