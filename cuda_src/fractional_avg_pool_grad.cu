@@ -943,71 +943,85 @@ __global__ void fractional_avg_pool_grad_cells(
                 // float16 when one loop iteration was one row); an odd chunk leaves after its
                 // first half, so no remainder iteration lies outside the loop.  (Not the
                 // float-float sums: unrolled, ptxas keeps their copies and takes 55 more
-                // registers on sm_86 in float16.)
+                // registers on sm_86 in float16.  Nor the half types on sm_60, whose rounding
+                // from double is emulated: ptxas overlaps the two rows' and spills past 255
+                // registers, where one row an iteration takes 200 in float16.)
                 double next[V], next_left[V];
+                if constexpr (GRADOPS_ARCH == 600 && sizeof(T) == 2) {
 #pragma unroll 1
-                for (I r = r0; r < r1; r += 2) {
-                    double_row(r, up, up_left, next, next_left);
-                    if (r + 1 == r1) break;
-                    double_row(r + 1, next, next_left, up, up_left);
-                }
-                return;
-            }
-#pragma unroll 1
-            for (I r = r0; r < r1; ++r) {
-                const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
-                // The values of the region's first row (its first column: corner; the others:
-                // top) and of its other rows (first column: left; the others: inner), each
-                // rounded only where the region has such positions.
-                Vec corner, top, left, inner;
-                const T* const dy = dy_column + r * dy_row;
-                if constexpr (float_sums) {
-                    const float row_size = static_cast<float>(row_sizes[r]);
-                    float own_q[V], own_e[V], left_q[V], left_e[V];
-                    float_shares_of(dy, row_size * col_width_f, own_q, own_e);
+                    for (I r = r0; r < r1; ++r) {
+                        double_row(r, up, up_left, next, next_left);
 #pragma unroll
-                    for (int v = 0; v < V; ++v) left_q[v] = left_e[v] = 0.0f;
-                    if (has_left) float_shares_of(dy - depth, row_size * left_width_f, left_q, left_e);
-                    bool decided = !tiny;
-#pragma unroll
-                    for (int v = 0; v < V; ++v) {
-                        float s, t1, t2, t3;
-                        two_sum(up_left_q[v], up_q[v], s, t1);  // ((s(r-1,c-1) + s(r-1,c)) + s(r,c-1)) + s(r,c)
-                        two_sum(s, left_q[v], s, t2);
-                        two_sum(s, own_q[v], s, t3);
-                        decided &= round_sum(s, ((((up_left_e[v] + up_e[v]) + left_e[v]) + own_e[v]) + t1 + t2) + t3,
-                                             ((fabsf(up_left_q[v]) + fabsf(up_q[v])) + fabsf(left_q[v])) + fabsf(own_q[v]),
-                                             corner.e[v]);
-                        two_sum(up_q[v], own_q[v], s, t1);
-                        decided &= round_sum(s, (up_e[v] + own_e[v]) + t1, fabsf(up_q[v]) + fabsf(own_q[v]), top.e[v]);
-                        two_sum(left_q[v], own_q[v], s, t1);
-                        decided &= round_sum(s, (left_e[v] + own_e[v]) + t1, fabsf(left_q[v]) + fabsf(own_q[v]), left.e[v]);
-                        decided &= !float_share_inexact<T>(own_q[v]);  // one share: q is T's value (parts D, E)
-                        inner.e[v] = from_float<T>(own_q[v]);
-                        up_q[v] = own_q[v];
-                        up_e[v] = own_e[v];
-                        up_left_q[v] = left_q[v];
-                        up_left_e[v] = left_e[v];
+                        for (int v = 0; v < V; ++v) {
+                            up[v] = next[v];
+                            up_left[v] = next_left[v];
+                        }
                     }
-                    if (!decided) {
-                        const double row_size_d = static_cast<double>(row_sizes[r]);
-                        const double up_size = r > 0 ? static_cast<double>(row_sizes[r - 1]) : 0.0;
-                        overlap_region_in_double<T, V, I>(dy, dy_row, depth, row_size_d * col_size, up_size * col_size,
-                                                          row_size_d * left_size, up_size * left_size,
-                                                          dx_column + row_first * dx_row, dx_row, row_count, col_count);
-                        continue;
-                    }
-                } else if constexpr (FloatShares<T>::value) {  // no FP64 (see float_cell_values)
-                    const Vec d = *reinterpret_cast<const Vec*>(dy);  // one 16-byte load
-                    const float size = static_cast<float>(row_sizes[r] * col_width);  // <= kFloatShareCells
-                    corner = top = left = inner = float_cell_values<T, V>(d, size, float_reciprocal(size));
                 } else {
-                    double own[V];
-                    shares_of(dy, static_cast<double>(row_sizes[r]) * col_size, own);
-                    corner = top = left = inner = round_vector<T, V>(own);
+#pragma unroll 1
+                    for (I r = r0; r < r1; r += 2) {
+                        double_row(r, up, up_left, next, next_left);
+                        if (r + 1 == r1) break;
+                        double_row(r + 1, next, next_left, up, up_left);
+                    }
                 }
-                write_region<T, V>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count, corner, top,
-                                   left, inner);
+            } else {
+#pragma unroll 1
+                for (I r = r0; r < r1; ++r) {
+                    const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
+                    // The values of the region's first row (its first column: corner; the others:
+                    // top) and of its other rows (first column: left; the others: inner), each
+                    // rounded only where the region has such positions.
+                    Vec corner, top, left, inner;
+                    const T* const dy = dy_column + r * dy_row;
+                    if constexpr (float_sums) {
+                        const float row_size = static_cast<float>(row_sizes[r]);
+                        float own_q[V], own_e[V], left_q[V], left_e[V];
+                        float_shares_of(dy, row_size * col_width_f, own_q, own_e);
+#pragma unroll
+                        for (int v = 0; v < V; ++v) left_q[v] = left_e[v] = 0.0f;
+                        if (has_left) float_shares_of(dy - depth, row_size * left_width_f, left_q, left_e);
+                        bool decided = !tiny;
+#pragma unroll
+                        for (int v = 0; v < V; ++v) {
+                            float s, t1, t2, t3;
+                            two_sum(up_left_q[v], up_q[v], s, t1);  // ((s(r-1,c-1) + s(r-1,c)) + s(r,c-1)) + s(r,c)
+                            two_sum(s, left_q[v], s, t2);
+                            two_sum(s, own_q[v], s, t3);
+                            decided &= round_sum(s, ((((up_left_e[v] + up_e[v]) + left_e[v]) + own_e[v]) + t1 + t2) + t3,
+                                                 ((fabsf(up_left_q[v]) + fabsf(up_q[v])) + fabsf(left_q[v])) + fabsf(own_q[v]),
+                                                 corner.e[v]);
+                            two_sum(up_q[v], own_q[v], s, t1);
+                            decided &= round_sum(s, (up_e[v] + own_e[v]) + t1, fabsf(up_q[v]) + fabsf(own_q[v]), top.e[v]);
+                            two_sum(left_q[v], own_q[v], s, t1);
+                            decided &= round_sum(s, (left_e[v] + own_e[v]) + t1, fabsf(left_q[v]) + fabsf(own_q[v]), left.e[v]);
+                            decided &= !float_share_inexact<T>(own_q[v]);  // one share: q is T's value (parts D, E)
+                            inner.e[v] = from_float<T>(own_q[v]);
+                            up_q[v] = own_q[v];
+                            up_e[v] = own_e[v];
+                            up_left_q[v] = left_q[v];
+                            up_left_e[v] = left_e[v];
+                        }
+                        if (!decided) {
+                            const double row_size_d = static_cast<double>(row_sizes[r]);
+                            const double up_size = r > 0 ? static_cast<double>(row_sizes[r - 1]) : 0.0;
+                            overlap_region_in_double<T, V, I>(dy, dy_row, depth, row_size_d * col_size, up_size * col_size,
+                                                              row_size_d * left_size, up_size * left_size,
+                                                              dx_column + row_first * dx_row, dx_row, row_count, col_count);
+                            continue;
+                        }
+                    } else if constexpr (FloatShares<T>::value) {  // no FP64 (see float_cell_values)
+                        const Vec d = *reinterpret_cast<const Vec*>(dy);  // one 16-byte load
+                        const float size = static_cast<float>(row_sizes[r] * col_width);  // <= kFloatShareCells
+                        corner = top = left = inner = float_cell_values<T, V>(d, size, float_reciprocal(size));
+                    } else {
+                        double own[V];
+                        shares_of(dy, static_cast<double>(row_sizes[r]) * col_size, own);
+                        corner = top = left = inner = round_vector<T, V>(own);
+                    }
+                    write_region<T, V>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count, corner, top,
+                                       left, inner);
+                }
             }
         });
 }

@@ -1077,6 +1077,48 @@ def test_kernel_source_on_host_cells(cells_kernels, rng, forced, overlapping, dt
             assert_identical(run_on_host(cells_kernels, kwargs, path="cells", **CELLS_FORCED[forced]), expected)
 
 
+def sm60_cells_kernels(source_dir=None):
+    """The half types' overlapping cells kernels built as sm_60 (P100: FP64 at half FP32's rate,
+    so the double shares, and the half types' rounding from double emulated, so one cell row an
+    iteration: two spilled there), from ``source_dir`` (default cuda_src/)."""
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    expressions = [e for e in cuda_launcher.instantiations()[cuda_launcher.SOURCE]
+                   if "_cells<" in e and e.endswith("true>") and ("__half" in e or "bfloat16" in e)]
+    return cuda_host.HostKernels(cuda_launcher.SOURCE, expressions, source_dir=source_dir, arch=60)
+
+
+def sm60_cells_cases(kernels, rng, dtype, force):
+    """(result, TF's loop result) of overlapping cells at two ratios, run by ``kernels``."""
+    shape = (2, 13, 11, 24)
+    for ratio, pseudo_random in ((1.44, True), (2.0, False)):
+        rows = gradops.fractional_pooling_sequence(shape[1], ratio, pseudo_random, seed=3)
+        cols = gradops.fractional_pooling_sequence(shape[2], ratio, not pseudo_random, seed=4)
+        kwargs, expected = pool_case(rng, shape, rows, cols, True, dtype)
+        yield run_on_host(kernels, kwargs, path="cells", **force), expected
+
+
+@pytest.mark.parametrize("dtype", [np.float16, BFLOAT16], ids=["float16", "bfloat16"])
+@pytest.mark.parametrize("forced", list(CELLS_FORCED))
+def test_kernel_source_on_host_cells_as_sm60(rng, forced, dtype):
+    """Built as sm_60, the half types' overlapping cells (one cell row an iteration) give TF's
+    loop result bit for bit."""
+    for got, expected in sm60_cells_cases(sm60_cells_kernels(), rng, dtype, CELLS_FORCED[forced]):
+        assert_identical(got, expected)
+
+
+@pytest.mark.parametrize("bug", [("up[v] = next[v];", "up[v] = up[v];"),
+                                 ("up_left[v] = next_left[v];", "up_left[v] = 0.0;")],
+                         ids=["row-above-not-carried", "corner-above-not-carried"])
+def test_planted_sm60_cells_bugs_fail_the_comparison(bug, tmp_path):
+    """The sm_60 loop's carried shares, planted wrong, give other bits than TF's loop."""
+    sources = cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, bug)
+    rng = np.random.default_rng(9)
+    results = list(sm60_cells_cases(sm60_cells_kernels(sources), rng, np.float16, dict(chunk_rows=3)))
+    assert any(not np.array_equal(got.view(np.uint16), expected.view(np.uint16)) for got, expected in results)
+
+
 @st.composite
 def partition_cases(draw):
     """Random partitions (sorted cut points: cells of any size down to one row) of random shapes."""
@@ -1447,7 +1489,8 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-second-row-takes-its-left-share-as-the-corner-above": (
         "double_row(r + 1, next, next_left, up, up_left);", "double_row(r + 1, next, up_left, up, up_left);"),
     "cells-first-row-takes-the-carried-sets-swapped": (
-        "double_row(r, up, up_left, next, next_left);", "double_row(r, up_left, up, next, next_left);"),
+        "r += 2) {\n                        double_row(r, up, up_left, next, next_left);",
+        "r += 2) {\n                        double_row(r, up_left, up, next, next_left);"),
     "cells-row-pairs-one-row-apart": ("for (I r = r0; r < r1; r += 2) {", "for (I r = r0; r < r1; ++r) {"),
     "cells-overlap-first-row-takes-the-inner-value": ("sum[v] = up[v] + own[v];", "sum[v] = own[v];"),
     "cells-overlap-first-column-takes-the-inner-value": ("const Vec left = round_vector<T, V>(sum);",
