@@ -945,7 +945,7 @@ __global__ void fractional_avg_pool_grad_cells(
                 // float-float sums: unrolled, ptxas keeps their copies and takes 55 more
                 // registers on sm_86 in float16.  Nor the half types on sm_60, whose rounding
                 // from double is emulated: ptxas overlaps the two rows' and spills past 255
-                // registers, where one row an iteration takes 200 in float16.)
+                // registers, where one row an iteration takes 202 in float16.)
                 double next[V], next_left[V];
                 if constexpr (GRADOPS_ARCH == 600 && sizeof(T) == 2) {
 #pragma unroll 1
