@@ -503,6 +503,12 @@ inline constexpr bool kFastFp64 = true;  // FP64 at half FP32's rate: P100, V100
 inline constexpr bool kFastFp64 = false;
 #endif
 
+// Whether the cells kernel's double shares walk two cell rows an iteration (see
+// fractional_avg_pool_grad_cells): everywhere but the half types on sm_60, whose rounding from
+// double is emulated; ptxas overlaps the two rows' work there and spills past 255 registers
+// (NVRTC 12.9, float16: 4 bytes, 52 with 64-bit indices), where one row an iteration takes 202.
+template <typename T> inline constexpr bool kPairedCellRows = !(GRADOPS_ARCH == 600 && sizeof(T) == 2);
+
 // s = RN(a + b), s + t = a + b exactly (TwoSum: no condition on a and b).
 __device__ __forceinline__ void two_sum(float a, float b, float& s, float& t) {
     s = a + b;
@@ -938,16 +944,21 @@ __global__ void fractional_avg_pool_grad_cells(
                     write_overlap_region<T, V, I>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count,
                                                   above_left, above, left_own, own);
                 };
-                // Two cell rows an iteration, the shares carried between them in two sets that
-                // swap roles, so no row copies its shares for the next (32 moves a row in
-                // float16 when one loop iteration was one row); an odd chunk leaves after its
-                // first half, so no remainder iteration lies outside the loop.  (Not the
+                // Two cell rows an iteration (kPairedCellRows), the shares carried between them
+                // in two sets that swap roles, so no row copies its shares for the next (32 moves
+                // a row in float16 when one loop iteration was one row); an odd chunk leaves after
+                // its first half, so no remainder iteration lies outside the loop.  (Not the
                 // float-float sums: unrolled, ptxas keeps their copies and takes 55 more
-                // registers on sm_86 in float16.  Nor the half types on sm_60, whose rounding
-                // from double is emulated: ptxas overlaps the two rows' and spills past 255
-                // registers, where one row an iteration takes 202 in float16.)
+                // registers on sm_86 in float16.)
                 double next[V], next_left[V];
-                if constexpr (GRADOPS_ARCH == 600 && sizeof(T) == 2) {
+                if constexpr (kPairedCellRows<T>) {
+#pragma unroll 1
+                    for (I r = r0; r < r1; r += 2) {
+                        double_row(r, up, up_left, next, next_left);
+                        if (r + 1 == r1) break;
+                        double_row(r + 1, next, next_left, up, up_left);
+                    }
+                } else {
 #pragma unroll 1
                     for (I r = r0; r < r1; ++r) {
                         double_row(r, up, up_left, next, next_left);
@@ -956,13 +967,6 @@ __global__ void fractional_avg_pool_grad_cells(
                             up[v] = next[v];
                             up_left[v] = next_left[v];
                         }
-                    }
-                } else {
-#pragma unroll 1
-                    for (I r = r0; r < r1; r += 2) {
-                        double_row(r, up, up_left, next, next_left);
-                        if (r + 1 == r1) break;
-                        double_row(r + 1, next, next_left, up, up_left);
                     }
                 }
             } else {

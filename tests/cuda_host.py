@@ -472,10 +472,12 @@ def _problem_key(filename: str, run, check, seed):
     return filename, run_key, check_key, seed
 
 
-def assert_planted_bug_caught(filename: str, edit, run, check, seed, tmp_path, monkeypatch):
+def assert_planted_bug_caught(filename: str, edit, run, check, seed, tmp_path, monkeypatch,
+                              compute_capability: int = 90):
     """``run()`` gives (launcher result, reference) that pass ``check`` from the real kernel
     sources, and that fail it (or the launch is refused) with ``edit`` (text, replacement)
-    planted in a copy of ``filename``; skips where the host model cannot build."""
+    planted in a copy of ``filename``, on a HostDevice of ``compute_capability``; skips where
+    the host model cannot build."""
     import pytest
 
     reason = unavailable_reason()
@@ -484,9 +486,10 @@ def assert_planted_bug_caught(filename: str, edit, run, check, seed, tmp_path, m
     # The real source gets this problem right (once per problem and process: a test's
     # parameters plant different bugs in one problem) ...
     key = _problem_key(filename, run, check, seed)
+    key = (*key, compute_capability) if key is not None else None
     requested = _REAL_SOURCE_PASSED.get(key) if key is not None else None
     if requested is None:
-        real = HostDevice(order="shuffled", seed=seed).install(monkeypatch)
+        real = HostDevice(order="shuffled", seed=seed, compute_capability=compute_capability).install(monkeypatch)
         check(*run())
         requested = real.requested
         if key is not None:
@@ -495,7 +498,8 @@ def assert_planted_bug_caught(filename: str, edit, run, check, seed, tmp_path, m
     # ... and the edited one does not.  The kernels the problem asked for are built from the
     # edited copy into one library a file (HostDevice's build_together), not one each.
     planted_sources(tmp_path, filename, edit)
-    HostDevice(order="shuffled", seed=seed, source_dir=tmp_path, build_together=requested).install(monkeypatch)
+    HostDevice(order="shuffled", seed=seed, source_dir=tmp_path, build_together=requested,
+               compute_capability=compute_capability).install(monkeypatch)
     try:
         got, want = run()
     except (AssertionError, HostLaunchError):

@@ -1077,46 +1077,45 @@ def test_kernel_source_on_host_cells(cells_kernels, rng, forced, overlapping, dt
             assert_identical(run_on_host(cells_kernels, kwargs, path="cells", **CELLS_FORCED[forced]), expected)
 
 
-def sm60_cells_kernels(source_dir=None):
-    """The half types' overlapping cells kernels built as sm_60 (P100: FP64 at half FP32's rate,
-    so the double shares, and the half types' rounding from double emulated, so one cell row an
-    iteration: two spilled there), from ``source_dir`` (default cuda_src/)."""
-    reason = cuda_host.unavailable_reason()
-    if reason:
-        pytest.skip(reason)
-    expressions = [e for e in cuda_launcher.instantiations()[cuda_launcher.SOURCE]
-                   if "_cells<" in e and e.endswith("true>") and ("__half" in e or "bfloat16" in e)]
-    return cuda_host.HostKernels(cuda_launcher.SOURCE, expressions, source_dir=source_dir, arch=60)
-
-
-def sm60_cells_cases(kernels, rng, dtype, force):
-    """(result, TF's loop result) of overlapping cells at two ratios, run by ``kernels``."""
+def sm60_cells_problem(rng, dtype, force):
+    """(results, TF's loop results) of overlapping cells at two ratios through the launcher on
+    the current device (the tests below: a stand-in posing as sm_60, P100, whose kernels are
+    built as sm_60: the double shares, and for the half types one cell row an iteration)."""
+    got, want = [], []
     shape = (2, 13, 11, 24)
     for ratio, pseudo_random in ((1.44, True), (2.0, False)):
         rows = gradops.fractional_pooling_sequence(shape[1], ratio, pseudo_random, seed=3)
         cols = gradops.fractional_pooling_sequence(shape[2], ratio, not pseudo_random, seed=4)
         kwargs, expected = pool_case(rng, shape, rows, cols, True, dtype)
-        yield run_on_host(kernels, kwargs, path="cells", **force), expected
+        dy = kwargs["out_backprop"]
+        out = cuda_launcher.fractional_avg_pool_grad(host_geometry(kwargs), to_gpu(dy), path="cells", **force)
+        got.append(to_host(out).reshape(-1).view(np.uint8))
+        want.append(expected.reshape(-1).view(np.uint8))
+    return np.concatenate(got), np.concatenate(want)
 
 
 @pytest.mark.parametrize("dtype", [np.float16, BFLOAT16], ids=["float16", "bfloat16"])
 @pytest.mark.parametrize("forced", list(CELLS_FORCED))
-def test_kernel_source_on_host_cells_as_sm60(rng, forced, dtype):
+def test_kernel_source_on_host_cells_as_sm60(monkeypatch, rng, forced, dtype):
     """Built as sm_60, the half types' overlapping cells (one cell row an iteration) give TF's
     loop result bit for bit."""
-    for got, expected in sm60_cells_cases(sm60_cells_kernels(), rng, dtype, CELLS_FORCED[forced]):
-        assert_identical(got, expected)
+    reason = cuda_host.unavailable_reason()
+    if reason:
+        pytest.skip(reason)
+    cuda_host.HostDevice(order="shuffled", compute_capability=60).install(monkeypatch)
+    np.testing.assert_array_equal(*sm60_cells_problem(rng, dtype, CELLS_FORCED[forced]))
 
 
 @pytest.mark.parametrize("bug", [("up[v] = next[v];", "up[v] = up[v];"),
                                  ("up_left[v] = next_left[v];", "up_left[v] = 0.0;")],
                          ids=["row-above-not-carried", "corner-above-not-carried"])
-def test_planted_sm60_cells_bugs_fail_the_comparison(bug, tmp_path):
+def test_planted_sm60_cells_bugs_fail_the_comparison(bug, tmp_path, monkeypatch):
     """The sm_60 loop's carried shares, planted wrong, give other bits than TF's loop."""
-    sources = cuda_host.planted_sources(tmp_path, cuda_launcher.SOURCE, bug)
-    rng = np.random.default_rng(9)
-    results = list(sm60_cells_cases(sm60_cells_kernels(sources), rng, np.float16, dict(chunk_rows=3)))
-    assert any(not np.array_equal(got.view(np.uint16), expected.view(np.uint16)) for got, expected in results)
+    cuda_host.assert_planted_bug_caught(cuda_launcher.SOURCE, bug,
+                                        lambda: sm60_cells_problem(np.random.default_rng(9), np.float16,
+                                                                   dict(chunk_rows=3)),
+                                        lambda got, want: np.testing.assert_array_equal(got, want), 9, tmp_path,
+                                        monkeypatch, compute_capability=60)
 
 
 @st.composite
