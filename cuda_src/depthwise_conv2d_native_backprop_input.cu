@@ -287,13 +287,9 @@ __device__ __forceinline__ void store_staged(Acc* position, const int (&offsets)
     }
 }
 
-// The value of x, opaque to the optimiser.  The staging loops take their thread index through
-// it once per multiplier slice, so that their index math is redone per slice rather than hoisted
-// out of the (usually one-iteration) slice loop, where it held dozens of registers and spilled.
-__device__ __forceinline__ int opaque(int x) {
-    asm volatile("" : "+r"(x));
-    return x;
-}
+// The staging loops take their thread index through opaque() (gradops_common.cuh) once per
+// multiplier slice, so that their index math is redone per slice rather than hoisted out of the
+// (usually one-iteration) slice loop, where it held dozens of registers and spilled.
 
 // Two adjacent channels of one position, rounded to T, in one store (offset even).
 template <typename T> __device__ __forceinline__ void store_pair(T* dst, float a, float b);
@@ -427,9 +423,6 @@ template <int COLS, int STEP> struct GridWalk {
 template <int N> struct Int {
     static constexpr int value = N;
 };
-// The type A where B holds, else C (std::conditional without the standard library).
-template <bool B, typename A, typename C> struct Pick { using type = A; };
-template <typename A, typename C> struct Pick<false, A, C> { using type = C; };
 
 // Four accumulators to 16-byte aligned shared memory (one 16-byte store, two for double).
 __device__ __forceinline__ void put_four(float* dst, float a, float b, float c, float d) {
@@ -446,7 +439,7 @@ template <int RUN, typename Acc> __device__ __forceinline__ void put_run(Acc* ds
     if constexpr (RUN == 4) {
         put_four(dst, v[0], v[1], v[2], v[3]);
     } else if constexpr (RUN == 2) {
-        using Two = typename Pick<sizeof(Acc) == 4, float2, double2>::type;
+        using Two = typename Select<sizeof(Acc) == 4, float2, double2>::type;
         Two two;
         two.x = v[0], two.y = v[1];
         *reinterpret_cast<Two*>(dst) = two;
@@ -2361,9 +2354,9 @@ __global__ void __launch_bounds__(256, (dwmnhwc::MinBlocks<K, M>::value)) depthw
     for (int i = 0; i < St::SLOTS; ++i) {
         // opaque: NVVM keeps the slots as computed here (ptxas, which sees no asm, may still
         // recompute them from the thread index where registers run short)
-        slot[i] = slot_of<K, M>(dwconv::opaque(tid + i * kThreads), o_row0, a0, out_rows, out_cols, out_depth);
-        slot[i].source = dwconv::opaque(slot[i].source);
-        slot[i].word = dwconv::opaque(slot[i].word);
+        slot[i] = slot_of<K, M>(opaque(tid + i * kThreads), o_row0, a0, out_rows, out_cols, out_depth);
+        slot[i].source = opaque(slot[i].source);
+        slot[i].word = opaque(slot[i].word);
     }
     // Image n's first staged position (row o_row0, column a0, output channel c0 M), in chunks;
     // it may lie before out_backprop, and only the slots inside out_backprop add to it.

@@ -365,8 +365,10 @@ __global__ void fractional_max_pool_gather(const T* __restrict__ out_backprop, c
 //
 // Each element's value is gather's sum: A(0) plus the out_backprop of each cell choosing it, in
 // that order, rounded once (so -0.0 becomes +0.0, as in TF's += into zeros); an element no cell
-// chose is +0.  Only a thread's own cells are checked against orig_output (the halo's and the
-// row above's are some other thread's own).
+// chose is +0.  The half types where the GPU compares them in pairs (kPairScan) pass their
+// choices and write their regions two channels to an instruction, with the same bits
+// (PairChoice, "the overlapping kernel's region, in pairs" below).  Only a thread's own cells
+// are checked against orig_output (the halo's and the row above's are some other thread's own).
 //
 // Tables: row_bounds [out_rows + 1] and col_bounds [out_cols + 1], the first index of each
 // region and then the input's size.
@@ -400,8 +402,31 @@ inline constexpr int kPairArch = __CUDA_ARCH__;
 inline constexpr int kPairArch = PairOf<__nv_bfloat16>::first_arch;  // the host model: both types
 #endif
 
+// Channels 2k and 2k + 1 of a pack as one word (channel 2k in the low half, as T lies in
+// memory), and a word as a pair of T.
+template <typename T, int V> __device__ __forceinline__ unsigned pair_word(const Pack<T, V>& p, int k) {
+    unsigned bits;
+    memcpy(&bits, &p.v[2 * k], sizeof(bits));
+    return bits;
+}
+template <typename T> __device__ __forceinline__ typename PairOf<T>::type word_pair(unsigned bits) {
+    typename PairOf<T>::type pair;
+    memcpy(&pair, &bits, sizeof(bits));
+    return pair;
+}
+
 // Places a PairScan holds: 16 bits each.
 inline constexpr int kPairScanPlaces = 1 << 16;
+
+// The overlapping kernel's places in pairs (PairChoice, below): kPlaceBias + place as the bits of
+// a T, for places below kPairPlaces; kNoPlaces for a missing neighbour's (NaN bits).
+inline constexpr unsigned kPlaceBias = 0x0400u;
+inline constexpr unsigned kPairPlaces = 0x7C00u - kPlaceBias;
+inline constexpr unsigned kNoPlaces = 0xFFFFFFFFu;
+// ``place`` + ``bias`` in both halves of a word.
+__device__ __forceinline__ unsigned spread_place(unsigned place, unsigned bias = kPlaceBias) {
+    return (place + bias) * 0x10001u;
+}
 
 // A scan's state two channels at a time (T a half type, V even, every place below
 // kPairScanPlaces): channels 2k and 2k + 1's maxima as the bits of one pair of T (value[k],
@@ -409,51 +434,54 @@ inline constexpr int kPairScanPlaces = 1 << 16;
 // (place[k]).  One compare of the pair (__hlt2_mask: 0xFFFF in each half whose `chosen <
 // element` holds, TF's test in T: NaN never) and two bitwise selects take the later element
 // where it wins: 3 instructions a pair, where ChannelScan takes 8 (two widenings, two
-// compares, four selects).  finish(): the places as I in best, as ChannelScan leaves them, and
-// whether the maxima differ from orig_output's (__heq2_mask: T's ==, NaN never equal, as
-// maxima_differ).
-template <typename T, int V, typename I> struct PairScan {
+// compares, four selects).  finish(): whether the maxima differ from orig_output's
+// (__heq2_mask: T's ==, NaN never equal, as maxima_differ), and the places: as I in best, as
+// ChannelScan leaves them (BIAS 0), or as the words themselves, each place + BIAS (PairChoice's).
+template <typename T, int V, typename I, unsigned BIAS = 0u> struct PairScan {
     static_assert(V % 2 == 0, "channels in pairs");
     static constexpr int PAIRS = V / 2;
-    Pack<I, V>& best;
     unsigned value[PAIRS];
     unsigned place[PAIRS];
-    static __device__ __forceinline__ unsigned pair_bits(const Pack<T, V>& values, int k) {
-        unsigned bits;
-        memcpy(&bits, &values.v[2 * k], sizeof(bits));
-        return bits;
-    }
-    static __device__ __forceinline__ typename PairOf<T>::type as_pair(unsigned bits) {
-        typename PairOf<T>::type pair;
-        memcpy(&pair, &bits, sizeof(bits));
-        return pair;
-    }
     __device__ __forceinline__ void begin(const Pack<T, V>& values) {
 #pragma unroll
         for (int k = 0; k < PAIRS; ++k) {
-            value[k] = pair_bits(values, k);
-            place[k] = 0u;
+            value[k] = pair_word(values, k);
+            place[k] = spread_place(0u, BIAS);
         }
     }
     __device__ __forceinline__ void consider(const Pack<T, V>& values, I at) {
-        const unsigned spread = static_cast<unsigned>(at) * 0x10001u;  // the place in both halves
+        const unsigned spread = spread_place(static_cast<unsigned>(at), BIAS);  // the place in both halves
 #pragma unroll
         for (int k = 0; k < PAIRS; ++k) {
-            const unsigned element = pair_bits(values, k);
-            const unsigned wins = __hlt2_mask(as_pair(value[k]), as_pair(element));
+            const unsigned element = pair_word(values, k);
+            const unsigned wins = __hlt2_mask(word_pair<T>(value[k]), word_pair<T>(element));
             value[k] = (element & wins) | (value[k] & ~wins);
             place[k] = (spread & wins) | (place[k] & ~wins);
         }
     }
-    __device__ __forceinline__ bool finish(const Pack<T, V>& maxima) {
-        bool differs = false;
+    // Whether pair k of the maxima differs from orig_output's.
+    __device__ __forceinline__ bool pair_differs(const Pack<T, V>& maxima, int k) const {
+        return __heq2_mask(word_pair<T>(value[k]), word_pair<T>(pair_word(maxima, k))) != 0xFFFFFFFFu;
+    }
+    __device__ __forceinline__ bool finish(const Pack<T, V>& maxima, Pack<I, V>& best) const {
+        static_assert(BIAS == 0u, "places as I from unbiased words");
+        bool any = false;
 #pragma unroll
         for (int k = 0; k < PAIRS; ++k) {
-            differs |= __heq2_mask(as_pair(value[k]), as_pair(pair_bits(maxima, k))) != 0xFFFFFFFFu;
+            any |= pair_differs(maxima, k);
             best.v[2 * k] = static_cast<I>(place[k] & 0xFFFFu);
             best.v[2 * k + 1] = static_cast<I>(place[k] >> 16);
         }
-        return differs;
+        return any;
+    }
+    __device__ __forceinline__ bool finish(const Pack<T, V>& maxima, Pack<unsigned, PAIRS>& words) const {
+        bool any = false;
+#pragma unroll
+        for (int k = 0; k < PAIRS; ++k) {
+            any |= pair_differs(maxima, k);
+            words.v[k] = place[k];
+        }
+        return any;
     }
 };
 
@@ -508,9 +536,9 @@ __device__ __forceinline__ bool scan_any_cell(const T* __restrict__ input, I fir
     narrow = narrow_cell<T, V>(rows, cols);
     if constexpr (kPairScan<T, V>) {
         if (narrow) {
-            PairScan<T, V, I> scan{best};
+            PairScan<T, V, I> scan{};
             scan_narrow_rows<T, V>(scan, input, first, rows, cols, in_row, depth, row, first_row_held);
-            return scan.finish(maxima);
+            return scan.finish(maxima, best);
         }
     }
     typename Acc<T>::type best_value[V];
@@ -553,6 +581,31 @@ __device__ __forceinline__ bool scan_cell_holding(const T* __restrict__ input, I
     const bool differs =
         scan_any_cell<T, V>(input, first, rows, cols, in_row, depth, maxima, best, held, have_held, narrow);
     have_held = narrow;
+    return differs;
+}
+
+// scan_cell_holding for the overlapping kernel's pairs (kPairScan, every place below
+// kPairPlaces): the places as PairChoice holds them, two to a word, each + kPlaceBias; a narrow
+// cell's straight from PairScan, a wide one's packed from the channels'.
+template <typename T, int V, typename I>
+__device__ __forceinline__ bool scan_cell_holding(const T* __restrict__ input, I first, I rows, I cols, I in_row,
+                                                  I depth, const Pack<T, V>& maxima, Pack<unsigned, V / 2>& places,
+                                                  Pack<T, V> (&held)[kCarryCols], bool& have_held) {
+    if (narrow_cell<T, V>(rows, cols)) {
+        PairScan<T, V, I, kPlaceBias> scan;  // (begin() sets it: zeroed first, 1.2 SASS an element more)
+        scan_narrow_rows<T, V>(scan, input, first, rows, cols, in_row, depth, held, have_held);
+        have_held = true;
+        return scan.finish(maxima, places);
+    }
+    Pack<I, V> best;
+    bool narrow;
+    const bool differs =
+        scan_any_cell<T, V>(input, first, rows, cols, in_row, depth, maxima, best, held, false, narrow);
+    have_held = false;
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k)
+        places.v[k] = (static_cast<unsigned>(best.v[2 * k]) | static_cast<unsigned>(best.v[2 * k + 1]) << 16) +
+                      spread_place(0u);
     return differs;
 }
 
@@ -647,6 +700,114 @@ template <typename T, typename I, int V> struct PassedRow {
     __device__ __forceinline__ CellChoice<T, I, V> get(int slot) { return {best.get(slot), grads.get(slot)}; }
 };
 
+// ------------------------------------------------ the overlapping kernel's region, in pairs
+// Where the scan takes the half types in pairs (kPairScan), the overlapping kernel's region is
+// written two channels to an instruction too (PairChoice, in place of CellChoice):
+// * A cell's places stay 16 bits a channel, two to a word as PairScan leaves them, and each is
+//   compared as the bits of a T: for places below kPairPlaces, place + kPlaceBias lies in
+//   0x0400 .. 0x7BFF, normal, positive and finite in both half types (float16's normals start
+//   at 0x0400 and its Inf is 0x7C00; bfloat16's start at 0x0080, Inf 0x7F80), so T's ==
+//   (__heq2_mask: HSET2, one instruction a pair) holds exactly for equal places, and no
+//   flushing of subnormals can merge two; a missing neighbour's places are NaN bits
+//   (kNoPlaces), which equal nothing.  Where a cell has more than kPairPlaces elements the
+//   launcher takes one channel a thread, which never pairs (its cells_channels, PAIR_PLACES).
+// * A cell's out_backprop is kept as 0 + out_backprop in T (__hadd2 with +0: -0.0 becomes +0.0,
+//   the one term a sum may start from), and a place's mask selects its bits or +0.
+// * An element in two cells (its region's first row or first column) is the two masked terms'
+//   sum in T (HADD2): gather's float sum of at most two T terms, rounded once, is the same
+//   number, because float's 24 bits are at least 2p + 2 (p = 11 for float16, 8 for bfloat16:
+//   rounding first to float is then innocuous for a sum), the terms are never -0.0 and a term
+//   not chosen is +0.0, which leaves the other as it is (a NaN term gives a NaN either way).
+//   So 5 instructions a pair (2 compares, 2 masks, 1 add) where the channel form takes 13 (for
+//   each channel and cell a compare, a widening and an add; then one rounding).
+// * An element in one cell (the rest) is the masked term: 2 a pair.
+// * The region's first element (four cells) keeps gather's float sum, the masked terms widened.
+
+// A cell's choices two channels a word (see above) and its 0 + out_backprop in T.
+template <typename T, int V> struct PairChoice {
+    static constexpr int PAIRS = V / 2;
+    Pack<unsigned, PAIRS> places;
+    Pack<T, V> grads;
+};
+
+
+// A cell's out_backprop as PairChoice keeps it: 0 + out_backprop in T (-0.0 becomes +0.0).
+template <typename T, int V> __device__ __forceinline__ Pack<T, V> plus_zero(const Pack<T, V>& grads) {
+    Pack<T, V> out;
+    const typename PairOf<T>::type zero = word_pair<T>(0u);  // +0 in both halves
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) {
+        const typename PairOf<T>::type g = __hadd2(zero, word_pair<T>(pair_word(grads, k)));
+        memcpy(&out.v[2 * k], &g, sizeof(g));
+    }
+    return out;
+}
+template <typename T, int V> __device__ __forceinline__ PairChoice<T, V> no_pair_choice() {
+    PairChoice<T, V> none{};
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) none.places.v[k] = kNoPlaces;
+    return none;
+}
+
+// Pair k of the cell's out_backprop where the cell chose ``spread`` (a place in both halves),
+// else +0: T's bits under the compare's mask.
+template <typename T, int V>
+__device__ __forceinline__ unsigned chosen_word(const PairChoice<T, V>& cell, int k, unsigned spread) {
+    const unsigned match = __heq2_mask(word_pair<T>(cell.places.v[k]), word_pair<T>(spread));
+    return pair_word(cell.grads, k) & match;
+}
+
+// The one-cell element (``place`` in ``cell``) and the two-cell one (first ``a`` then ``b``).
+template <typename T, int V, typename P>
+__device__ __forceinline__ Pack<T, V> one_cell(const PairChoice<T, V>& cell, P place) {
+    const unsigned spread = spread_place(static_cast<unsigned>(place));
+    Pack<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) {
+        const unsigned w = chosen_word(cell, k, spread);
+        memcpy(&out.v[2 * k], &w, sizeof(w));
+    }
+    return out;
+}
+template <typename T, int V, typename P>
+__device__ __forceinline__ Pack<T, V> two_cells(const PairChoice<T, V>& a, P a_place, const PairChoice<T, V>& b,
+                                                P b_place) {
+    const unsigned a_spread = spread_place(static_cast<unsigned>(a_place));
+    const unsigned b_spread = spread_place(static_cast<unsigned>(b_place));
+    Pack<T, V> out;
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) {
+        const typename PairOf<T>::type sum =
+            __hadd2(word_pair<T>(chosen_word(a, k, a_spread)), word_pair<T>(chosen_word(b, k, b_spread)));
+        memcpy(&out.v[2 * k], &sum, sizeof(sum));
+    }
+    return out;
+}
+// gather's float sum, one more cell (the region's first element).
+template <typename A, typename T, int V, typename P>
+__device__ __forceinline__ void add_chosen(A (&sum)[V], const PairChoice<T, V>& cell, P place) {
+    const unsigned spread = spread_place(static_cast<unsigned>(place));
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) {
+        const unsigned w = chosen_word(cell, k, spread);
+        T two[2];
+        memcpy(two, &w, sizeof(w));
+        sum[2 * k] += to_acc<A, T>(two[0]);  // + (+0) where not chosen: the same sum (never -0)
+        sum[2 * k + 1] += to_acc<A, T>(two[1]);
+    }
+}
+
+// One cell row's PairChoices of every thread of a block.
+template <typename T, int V> struct PassedPairs {
+    SlotWords<unsigned, V / 2, kMaxCellsThreads> places;
+    SlotWords<T, V, kMaxCellsThreads> grads;
+    __device__ __forceinline__ void put(int slot, const PairChoice<T, V>& c) {
+        places.put(slot, c.places);
+        grads.put(slot, c.grads);
+    }
+    __device__ __forceinline__ PairChoice<T, V> get(int slot) { return {places.get(slot), grads.get(slot)}; }
+};
+
 // The overlapping kernel's threads (see above): calls work(n, c, ch, chunk, valid, halo) once
 // per (block of cell columns, chunk of cell rows, block of channels) this block owns, in every
 // thread of the block alike; ``valid``: the thread has a cell column and channels; ``halo``:
@@ -731,7 +892,11 @@ __global__ void fractional_max_pool_grad_cells(
         // for itself and its right neighbour as the row above (row r - 1): row r's slot is
         // written again at row r + 3, after the barrier of row r + 2, which every thread passes
         // only after its reads of rows r and r - 1 (at rows r and r + 1).
-        __shared__ PassedRow<T, I, V> passed[3];
+        // The half types where the GPU compares them in pairs pass and write their choices in pairs.
+        constexpr bool kPairs = kPairScan<T, V>;
+        typedef typename Select<kPairs, PairChoice<T, V>, CellChoice<T, I, V>>::type Choice;
+        typedef typename Select<kPairs, PassedPairs<T, V>, PassedRow<T, I, V>>::type Passed;
+        __shared__ Passed passed[3];
         const int slot = static_cast<int>(threadIdx.y * blockDim.x + threadIdx.x);
         const int left_slot = slot - static_cast<int>(blockDim.x);
         for_each_block_of_columns<I, V>(
@@ -747,8 +912,11 @@ __global__ void fractional_max_pool_grad_cells(
                     width = cols + (c + 1 < out_cols);  // the cell's columns: its region's and the next one's first
                 }
                 if (has_left) left_width = col_first - col_bounds[c - 1] + 1;  // it takes column col_first
-                const I x_column = (n * in_rows * in_cols + col_first) * depth + ch;
-                const I o_column = (n * out_rows * out_cols + c) * depth + ch;
+                // Kept, not recomputed: left to itself, ptxas redid this math (and the split of the
+                // cell column into n and c) twice in every cell row rather than hold two registers:
+                // 36 of the 371 instructions of a cell row (sm_90, float16), 19 of 245 (float32).
+                const I x_column = opaque((n * in_rows * in_cols + col_first) * depth + ch);
+                const I o_column = opaque((n * out_rows * out_cols + c) * depth + ch);
                 int buffer = 0, above = 2;  // passed[] of rows r and r - 1
                 Pack<T, V> held[kCarryCols];  // the last row scanned, which is the next cell's first
                 bool have_held = false;
@@ -759,13 +927,21 @@ __global__ void fractional_max_pool_grad_cells(
                     const I height = rows + (r + 1 < out_rows);  // the cell's rows: its region's and the next one's first
                     const I first = x_column + y0 * in_row;
                     const I o = o_column + r * o_row;
-                    CellChoice<T, I, V> own{};
+                    Choice own{};
                     if (valid) {
                         // (loaded before the scan: independent of it, so their round trip overlaps its first row's)
                         const Pack<T, V> maxima = load_pack<V>(orig_output + o);
-                        own.grads = load_pack<V>(out_backprop + o);
-                        const bool differs = scan_cell_holding<T, V>(orig_input, first, height, width, in_row, depth,
-                                                                     maxima, own.best, held, have_held);
+                        const Pack<T, V> grads = load_pack<V>(out_backprop + o);
+                        bool differs;
+                        if constexpr (kPairs) {
+                            own.grads = plus_zero(grads);
+                            differs = scan_cell_holding<T, V>(orig_input, first, height, width, in_row, depth, maxima,
+                                                              own.places, held, have_held);
+                        } else {
+                            own.grads = grads;
+                            differs = scan_cell_holding<T, V>(orig_input, first, height, width, in_row, depth, maxima,
+                                                              own.best, held, have_held);
+                        }
                         if (differs && writes) mismatch[0] = 1;  // as select's flag
                         passed[buffer].put(slot, own);
                     }
@@ -790,38 +966,60 @@ __global__ void fractional_max_pool_grad_cells(
                             add_chosen(sum, own, I(0));
                             store_pack<V>(dx, rounded<T>(sum));
                         }
-                        if (cols > 1) {
-                            const CellChoice<T, I, V> up = has_up ? passed[above].get(slot) : no_choice<T, I, V>();
+                        if constexpr (kPairs) {
+                            if (cols > 1) {
+                                const Choice up = has_up ? passed[above].get(slot) : no_pair_choice<T, V>();
 #pragma unroll 1
-                            for (I x = 1; x < cols; ++x) {
-                                A sum[V];
-                                start_sum(sum);
-                                add_chosen(sum, up, up_first + x);
-                                add_chosen(sum, own, x);
-                                store_pack<V>(dx + x * depth, rounded<T>(sum));
+                                for (I x = 1; x < cols; ++x)
+                                    store_pack<V>(dx + x * depth, two_cells(up, up_first + x, own, x));
                             }
-                        }
-                        if (rows > 1) {
-                            const CellChoice<T, I, V> left = has_left ? passed[buffer].get(left_slot) : no_choice<T, I, V>();
-                            T chosen[V];
-#pragma unroll
-                            for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(own.grads.v[u]));
-                            I place = width;  // of (y, 0) in the cell's scan
-                            I left_place = 2 * left_width - 1;  // of (y, 0) in the left neighbour's scan
+                            if (rows > 1) {
+                                const Choice left = has_left ? passed[buffer].get(left_slot) : no_pair_choice<T, V>();
+                                I place = width;  // of (y, 0) in the cell's scan
+                                I left_place = 2 * left_width - 1;  // of (y, 0) in the left neighbour's scan
 #pragma unroll 1
-                            for (I y = 1; y < rows; ++y, place += width, left_place += left_width) {
-                                T* const dx_row = dx + y * in_row;
-                                A sum[V];
-                                start_sum(sum);
-                                add_chosen(sum, left, left_place);
-                                add_chosen(sum, own, place);
-                                store_pack<V>(dx_row, rounded<T>(sum));
+                                for (I y = 1; y < rows; ++y, place += width, left_place += left_width) {
+                                    T* const dx_row = dx + y * in_row;
+                                    store_pack<V>(dx_row, two_cells(left, left_place, own, place));
+#pragma unroll 1
+                                    for (I x = 1; x < cols; ++x)
+                                        store_pack<V>(dx_row + x * depth, one_cell(own, place + x));
+                                }
+                            }
+                        } else {
+                            if (cols > 1) {
+                                const CellChoice<T, I, V> up = has_up ? passed[above].get(slot) : no_choice<T, I, V>();
 #pragma unroll 1
                                 for (I x = 1; x < cols; ++x) {
-                                    Pack<T, V> out;
+                                    A sum[V];
+                                    start_sum(sum);
+                                    add_chosen(sum, up, up_first + x);
+                                    add_chosen(sum, own, x);
+                                    store_pack<V>(dx + x * depth, rounded<T>(sum));
+                                }
+                            }
+                            if (rows > 1) {
+                                const CellChoice<T, I, V> left = has_left ? passed[buffer].get(left_slot) : no_choice<T, I, V>();
+                                T chosen[V];
 #pragma unroll
-                                    for (int u = 0; u < V; ++u) out.v[u] = own.best.v[u] == place + x ? chosen[u] : zero;
-                                    store_pack<V>(dx_row + x * depth, out);
+                                for (int u = 0; u < V; ++u) chosen[u] = from_acc<T, A>(A(0) + to_acc<A, T>(own.grads.v[u]));
+                                I place = width;  // of (y, 0) in the cell's scan
+                                I left_place = 2 * left_width - 1;  // of (y, 0) in the left neighbour's scan
+#pragma unroll 1
+                                for (I y = 1; y < rows; ++y, place += width, left_place += left_width) {
+                                    T* const dx_row = dx + y * in_row;
+                                    A sum[V];
+                                    start_sum(sum);
+                                    add_chosen(sum, left, left_place);
+                                    add_chosen(sum, own, place);
+                                    store_pack<V>(dx_row, rounded<T>(sum));
+#pragma unroll 1
+                                    for (I x = 1; x < cols; ++x) {
+                                        Pack<T, V> out;
+#pragma unroll
+                                        for (int u = 0; u < V; ++u) out.v[u] = own.best.v[u] == place + x ? chosen[u] : zero;
+                                        store_pack<V>(dx_row + x * depth, out);
+                                    }
                                 }
                             }
                         }

@@ -11,6 +11,37 @@ namespace gradops {
 // smaller tensors take their index type as a template parameter).
 typedef long long index_t;
 
+// The value of x, opaque to the optimiser: it can neither fold what it knows of x into the math
+// that follows nor recompute x where that math needs it instead of keeping it in a register.
+// Kernels pass index math through it to choose where that math happens (their comments say why).
+// A pointer through it is no longer known to be global and read-only, so loads through it say so
+// (igemm's load_readonly: ld.global.nc, as for a restrict input; a generic load otherwise).
+// (The host model's compiler takes "r" for 64-bit values too.)
+__device__ __forceinline__ int opaque(int x) {
+    asm volatile("" : "+r"(x));
+    return x;
+}
+__device__ __forceinline__ long long opaque(long long x) {
+#ifdef __CUDA_ARCH__
+    asm volatile("" : "+l"(x));
+#else
+    asm volatile("" : "+r"(x));
+#endif
+    return x;
+}
+template <typename P> __device__ __forceinline__ P* opaque(P* x) {
+#ifdef __CUDA_ARCH__
+    asm volatile("" : "+l"(x));
+#else
+    asm volatile("" : "+r"(x));
+#endif
+    return x;
+}
+
+// X if B, else Y (std::conditional, which NVRTC's headers need not provide).
+template <bool B, class X, class Y> struct Select { using type = X; };
+template <class X, class Y> struct Select<false, X, Y> { using type = Y; };
+
 // ---------------------------------------------------------------- element <-> accumulator
 // Half types are widened to float for arithmetic and rounded (to nearest even) on store.
 template <typename Acc, typename T> __device__ __forceinline__ Acc to_acc(T x) { return static_cast<Acc>(x); }

@@ -208,28 +208,13 @@ template <typename T> struct ChunkSize {
     static constexpr int value = static_cast<int>(sizeof(uint4) / sizeof(T));
 };
 
-// The value of x, opaque to the optimiser: the loaders pass their row index through it so that
-// the compiler recomputes each chunk's index math per tile instead of hoisting all of it out of
-// the reduction loop, which held dozens of registers and made the scalar-load kernels spill
-// (ptxas: 255 registers plus spills before, 166-205 after; see python -m gradops kernels).
-__device__ __forceinline__ int opaque(int x) {
-    asm volatile("" : "+r"(x));
-    return x;
-}
-
-// A pointer opaque to the optimiser, likewise: the gathers from a table (the scalar row table,
-// the few-channel kernel) add each element's 32-bit offset to it with one wide multiply-add,
-// instead of folding the pointer's own sum into every element's 64-bit address.  The optimiser
-// then no longer knows that the pointer is global and read-only, so loads through it say so
-// (load_readonly: ld.global.nc, as for a restrict input; a generic load otherwise).
-template <typename P> __device__ __forceinline__ P* opaque(P* x) {
-#ifdef __CUDA_ARCH__
-    asm volatile("" : "+l"(x));
-#else
-    asm volatile("" : "+r"(x));
-#endif
-    return x;
-}
+// Through opaque() (gradops_common.cuh): the loaders' row index, so that the compiler recomputes
+// each chunk's index math per tile instead of hoisting all of it out of the reduction loop, which
+// held dozens of registers and made the scalar-load kernels spill (ptxas: 255 registers plus
+// spills before, 166-205 after; see python -m gradops kernels); and the pointers of the gathers
+// from a table (the scalar row table, the few-channel kernel), which then add each element's
+// 32-bit offset with one wide multiply-add instead of folding the pointer's own sum into every
+// element's 64-bit address (loads through them: load_readonly).
 template <typename T> __device__ __forceinline__ T load_readonly(const T* p) {
 #ifdef __CUDA_ARCH__
     return __ldg(p);
@@ -479,10 +464,6 @@ struct ChannelRow {
 // by digit, one carry per digit (Problem::k_advance): no division in the main loop.  A cursor
 // may hold pointers (the filter gradient's input image and out_backprop row), which a tile
 // advances by the pointer difference of BK's decomposition.
-
-// X if B, else Y (std::conditional, which NVRTC's headers need not provide).
-template <bool B, class X, class Y> struct Select { using type = X; };
-template <class X, class Y> struct Select<false, X, Y> { using type = Y; };
 
 // ---------------------------------------------------------------- shared-memory tile layouts
 // Where element (row, k) of a ROWS x BK tile lives in shared memory.  Three layouts:

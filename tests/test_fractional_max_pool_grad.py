@@ -1215,6 +1215,32 @@ def test_channels_per_thread_choice():
     assert launcher.pack_accesses(8, 4) == (16, 2) and launcher.pack_accesses(4, 2) == (8, 1)
 
 
+def test_cells_channels_keep_the_pairs_to_their_places():
+    """The cells kernel takes one channel a thread for overlapping cells of a 2-byte type past
+    PAIR_PLACES elements (its pairs hold 16-bit places) and channels_per_thread's otherwise:
+    at PAIR_PLACES itself, for disjoint cells and for 4-byte types; forcing vectors past it is
+    refused."""
+    from gradops._geometry import fractional_max_pool_geometry
+
+    launcher = max_launcher()
+    limit = launcher.PAIR_PLACES
+    assert limit == 0x7800  # place + 0x0400 stays below float16's Inf (0x7C00): the kernel's kPairPlaces
+
+    def geometry(rows, overlapping):
+        return fractional_max_pool_geometry("fractional_max_pool_grad", (1, rows, 4, 8), (1, 1, 1, 8), (1, 1, 1, 8),
+                                            [0, rows], [0, 4], overlapping)
+
+    f16, bf16, f32 = np.dtype(np.float16), np.dtype(ml_dtypes.bfloat16), np.dtype(np.float32)
+    at, past = geometry(limit // 4, True), geometry(limit // 4 + 1, True)
+    assert at.largest_cell == limit and past.largest_cell == limit + 4
+    assert launcher.cells_channels(at, f16) == launcher.cells_channels(at, bf16) == 8
+    assert launcher.cells_channels(past, f16) == launcher.cells_channels(past, bf16) == 1
+    assert launcher.cells_channels(past, f32) == 4
+    assert launcher.cells_channels(geometry(limit // 4 + 1, False), f16) == 8
+    with pytest.raises(ValueError, match="at most 30720 elements"):
+        launcher.cells_channels(past, f16, vector=True)
+
+
 @pytest.mark.parametrize("overlapping", [False, True], ids=["disjoint", "overlapping"])
 def test_cuda_64_bit_indexing_path(cuda_device, overlapping):
     """The "long long" instantiations (taken past 2**31 elements), forced on a small problem."""
@@ -1653,13 +1679,16 @@ def test_cuda_cells_overlapping_sum_order(cuda_device):
     assert got[0, 2, 2, 0] == 1.0
 
 
-#: Rows of the one narrow cell of :func:`_cells_problem`'s last call: 4 x TALL_ROWS elements,
+#: Rows of the one narrow cell of one of :func:`_cells_problem`'s calls: 4 x TALL_ROWS elements,
 #: more places than a PairScan holds (16 bits), so the cell takes the wide cells' loop.
 TALL_ROWS = 16400
+#: Rows of the one overlapping cell of another: 4 x PAIR_ROWS elements, the most that the
+#: overlapping kernel's pairs of half types take (the launcher's PAIR_PLACES).
+PAIR_ROWS = max_launcher().PAIR_PLACES // 4
 
 
 def _cells_problem():
-    """(cells-kernel results, NumPy's) of eleven calls: float32 over a tied input with generated
+    """(cells-kernel results, NumPy's) of thirteen calls: float32 over a tied input with generated
     cells of 1 to 3 rows and columns in chunks of two cell rows, one channel group a block (4
     channel blocks), two batch items; float16 with cells of 1 to 9 rows; float32 with the same
     generated sequences overlapping (cells of 2 to 3 rows and columns); float32 with four
@@ -1670,8 +1699,11 @@ def _cells_problem():
     column in use, and left neighbours across batch items); that call and the first's forced
     choices over overlapping cells again with one block (cuda_host.capped_grids), which
     loops over the column blocks, chunks and channel blocks; float16 and bfloat16 over the
-    generated overlapping cells (PairScan, a tied input); float16 with one disjoint cell of 4
-    columns and TALL_ROWS rows whose maximum is its last element (past 2**16 places).  Each
+    generated overlapping cells (PairScan and the region in pairs, a tied input); float16 with one
+    disjoint cell of 4 columns and TALL_ROWS rows whose maximum is its last element (past 2**16
+    places); float16 over overlapping cells of up to 7 columns (the element-at-a-time scan, the
+    region in pairs); float16 with one overlapping cell of 4 x PAIR_ROWS elements whose maximum
+    is its last element (the last place the pairs hold).  Each
     with a -0.0 in out_backprop (+0.0 in the result), and a wrong orig_output in a second call;
     whether a call was refused is part of the result."""
     import contextlib
@@ -1698,10 +1730,14 @@ def _cells_problem():
                                                          ((2, 13, 11, 16), rows, cols, np.float16, {}, True),
                                                          ((2, 13, 11, 16), rows, cols, ml_dtypes.bfloat16, {}, True),
                                                          ((1, TALL_ROWS, 4, 8), [0, TALL_ROWS], [0, 4], np.float16, {},
-                                                          False)):
-        if shape[1] == TALL_ROWS:
+                                                          False),
+                                                         ((2, 14, 13, 8), [0, 4, 9, 14], [0, 5, 11, 13], np.float16, {},
+                                                          True),
+                                                         ((1, PAIR_ROWS, 4, 8), [0, PAIR_ROWS], [0, 4], np.float16, {},
+                                                          True)):
+        if shape[1] in (TALL_ROWS, PAIR_ROWS):
             x = rng.integers(-2, 3, shape).astype(dtype)
-            x[0, -1, -1, :] = 100  # the maximum at place TALL_ROWS * 4 - 1 of the one cell's scan
+            x[0, -1, -1, :] = 100  # the maximum at the last place of the one cell's scan
             y = gradops.fractional_max_pool(x, rows, cols, overlapping)
             dy = rng.standard_normal(y.shape).astype(dtype)
         elif shape == corner[0].shape:
@@ -1772,15 +1808,15 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-held-row-kept-across-columns": ("bool have_held = false;\n#pragma unroll 1", "bool have_held = true;\n#pragma unroll 1"),
     "cells-held-row-taken-for-every-row": ("if (y > 0 || !first_row_held) {", "if (!first_row_held) {"),
     # PairScan: two channels a compare, places in 16 bits
-    "cells-pair-scan-ties-go-to-the-later-element": ("__hlt2_mask(as_pair(value[k]), as_pair(element))",
-                                                     "__hle2_mask(as_pair(value[k]), as_pair(element))"),
-    "cells-pair-scan-place-in-the-low-half-only": ("static_cast<unsigned>(at) * 0x10001u", "static_cast<unsigned>(at) * 0x1u"),
+    "cells-pair-scan-ties-go-to-the-later-element": ("__hlt2_mask(word_pair<T>(value[k]), word_pair<T>(element))",
+                                                     "__hle2_mask(word_pair<T>(value[k]), word_pair<T>(element))"),
+    "cells-pair-scan-place-in-the-low-half-only": ("return (place + bias) * 0x10001u;", "return (place + bias) * 0x1u;"),
     "cells-pair-scan-keeps-the-first-value": ("value[k] = (element & wins) | (value[k] & ~wins);", ""),
     "cells-pair-scan-high-place-from-the-low-half": ("best.v[2 * k + 1] = static_cast<I>(place[k] >> 16);",
                                                      "best.v[2 * k + 1] = static_cast<I>(place[k] & 0xFFFFu);"),
     "cells-pair-scan-checks-the-low-channel-only": (
-        "differs |= __heq2_mask(as_pair(value[k]), as_pair(pair_bits(maxima, k))) != 0xFFFFFFFFu;",
-        "differs |= (__heq2_mask(as_pair(value[k]), as_pair(pair_bits(maxima, k))) & 0xFFFFu) != 0xFFFFu;"),
+        "return __heq2_mask(word_pair<T>(value[k]), word_pair<T>(pair_word(maxima, k))) != 0xFFFFFFFFu;",
+        "return (__heq2_mask(word_pair<T>(value[k]), word_pair<T>(pair_word(maxima, k))) & 0xFFFFu) != 0xFFFFu;"),
     "cells-pair-scan-for-cells-past-16-bit-places": ("rows <= kPairScanPlaces / kCarryCols", "rows <= kPairScanPlaces"),
     "cells-chunk-without-the-row-above": ("for (I r = r0 > 0 ? r0 - 1 : r0; r < r1;", "for (I r = r0; r < r1;"),
     "cells-row-above-writes-too": ("const bool writes = r >= r0 && !halo;", "const bool writes = !halo;"),
@@ -1801,8 +1837,10 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
     "cells-corner-at-a-wrong-place": ("passed[above].get(left_slot), height_above * left_width - 1)",
                                       "passed[above].get(left_slot), height_above * left_width - 2)"),
     "cells-row-above-one-row-low": ("const I up_first = (height_above - 1) * width;", "const I up_first = height_above * width;"),
-    "cells-left-place-not-advanced": ("left_place += left_width)", "left_place += left_width - 1)"),
-    "cells-writes-place-ignores-the-shared-column": ("place += width, left_place", "place += cols, left_place"),
+    "cells-left-place-not-advanced": ("left_place += left_width) {\n                                    T* const dx_row = dx + y * in_row;\n                                    A sum",
+                                      "left_place += left_width - 1) {\n                                    T* const dx_row = dx + y * in_row;\n                                    A sum"),
+    "cells-writes-place-ignores-the-shared-column": ("place += width, left_place += left_width) {\n                                    T* const dx_row = dx + y * in_row;\n                                    A sum",
+                                                     "place += cols, left_place += left_width) {\n                                    T* const dx_row = dx + y * in_row;\n                                    A sum"),
     "cells-corner-left-place-of-row-one": ("passed[buffer].get(left_slot), left_width - 1)",
                                            "passed[buffer].get(left_slot), 2 * left_width - 1)"),
     "cells-overlapping-negative-zero-kept": (
@@ -1815,12 +1853,42 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
         "if (has_left) add_chosen(sum, passed[buffer].get(left_slot), left_width - 1);\n"
         "                            if (has_up) add_chosen(sum, passed[above].get(slot), up_first);"),
     "cells-corner-without-its-own-cell": ("add_chosen(sum, own, I(0));", ""),
-    "cells-first-row-skips-its-second-element": ("for (I x = 1; x < cols; ++x) {\n                                A sum[V];",
-                                                 "for (I x = 2; x < cols; ++x) {\n                                A sum[V];"),
+    "cells-first-row-skips-its-second-element": ("for (I x = 1; x < cols; ++x) {\n                                    A sum[V];",
+                                                 "for (I x = 2; x < cols; ++x) {\n                                    A sum[V];"),
     "cells-first-row-without-the-cell-above": ("add_chosen(sum, up, up_first + x);", ""),
     "cells-first-row-reads-the-cell-above-from-this-row": ("has_up ? passed[above].get(slot) : no_choice",
                                                            "has_up ? passed[buffer].get(slot) : no_choice"),
     "cells-first-column-without-the-left-cell": ("add_chosen(sum, left, left_place);", ""),
+    # the overlapping region in pairs (PairChoice: float16 and bfloat16, 8 channels a thread)
+    "cells-pairs-narrow-places-unbiased": ("PairScan<T, V, I, kPlaceBias> scan;", "PairScan<T, V, I, 0u> scan;"),
+    "cells-pairs-wide-places-unbiased": ("<< 16) +\n                      spread_place(0u);", "<< 16);"),
+    "cells-pairs-high-place-shifted-short": ("static_cast<unsigned>(best.v[2 * k + 1]) << 16",
+                                            "static_cast<unsigned>(best.v[2 * k + 1]) << 15"),
+    "cells-pairs-negative-zero-kept": ("__hadd2(zero, word_pair<T>(pair_word(grads, k)))",
+                                       "word_pair<T>(pair_word(grads, k))"),
+    "cells-pairs-mask-keeps-the-high-channel": ("return pair_word(cell.grads, k) & match;",
+                                                "return pair_word(cell.grads, k) & (match | 0xFFFF0000u);"),
+    "cells-pairs-two-cells-drop-the-first": (
+        "__hadd2(word_pair<T>(chosen_word(a, k, a_spread)), word_pair<T>(chosen_word(b, k, b_spread)))",
+        "__hadd2(word_pair<T>(0u), word_pair<T>(chosen_word(b, k, b_spread)))"),
+    "cells-pairs-corner-takes-the-low-channel-twice": ("sum[2 * k + 1] += to_acc<A, T>(two[1]);",
+                                                       "sum[2 * k + 1] += to_acc<A, T>(two[0]);"),
+    "cells-pairs-bias-past-the-finite-halves": ("kPlaceBias = 0x0400u;", "kPlaceBias = 0x0800u;"),
+    "cells-pairs-first-row-skips-its-second-element": ("for (I x = 1; x < cols; ++x)\n                                    store_pack<V>(dx + x",
+                                                       "for (I x = 2; x < cols; ++x)\n                                    store_pack<V>(dx + x"),
+    "cells-pairs-first-row-without-the-cell-above": ("two_cells(up, up_first + x, own, x)",
+                                                     "two_cells(no_pair_choice<T, V>(), up_first + x, own, x)"),
+    "cells-pairs-first-row-reads-the-cell-above-from-this-row": ("has_up ? passed[above].get(slot) : no_pair_choice",
+                                                                 "has_up ? passed[buffer].get(slot) : no_pair_choice"),
+    "cells-pairs-first-column-without-the-left-cell": ("two_cells(left, left_place, own, place)",
+                                                       "two_cells(no_pair_choice<T, V>(), left_place, own, place)"),
+    "cells-pairs-left-place-not-advanced": (
+        "left_place += left_width) {\n                                    T* const dx_row = dx + y * in_row;\n                                    store",
+        "left_place += left_width - 1) {\n                                    T* const dx_row = dx + y * in_row;\n                                    store"),
+    "cells-pairs-writes-place-ignores-the-shared-column": (
+        "place += width, left_place += left_width) {\n                                    T* const dx_row = dx + y * in_row;\n                                    store",
+        "place += cols, left_place += left_width) {\n                                    T* const dx_row = dx + y * in_row;\n                                    store"),
+    "cells-pairs-interior-at-the-next-place": ("one_cell(own, place + x)", "one_cell(own, place + x + 1)"),
 }
 
 

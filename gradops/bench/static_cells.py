@@ -248,7 +248,7 @@ def max_cells_launch(g, dtype):
     """(expression, plan) of the max pooling cells kernel the launcher runs for ``g`` with fresh
     (aligned) arrays; the plan's vector is the kernel's channels a thread."""
     fm = max_launcher()
-    v = fm.channels_per_thread(g, dtype)
+    v = fm.cells_channels(g, dtype)
     p = fm.max_cells_plan(g, dtype, index=fm.index_type(g), vector=v)
     return fm._cells_expression(dtype, p.index, v, g.overlapping), p
 

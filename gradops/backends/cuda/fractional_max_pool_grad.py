@@ -49,7 +49,7 @@ PATHS = ("gather", "cells")
 #: benchmarks/results/path_estimates.md, gradops/bench/static_cells.py) had put select + gather
 #: ahead for overlapping cells by 1.1-1.9x (the exchange of choices through shared memory and its
 #: halo left the kernel 16-20 resident warps with about 64-79 SASS instructions an element; since
-#: session 87, 24 / 28 warps on sm_90 at 58-60 / 77-78 for float16 / float32: not yet timed).
+#: session 89, 28 / 28 warps on sm_90 at 46-47 / 74-75 for float16 / float32: not yet timed).
 CELLS_BY_DEFAULT = {"disjoint": True, "overlapping": True}
 #: Index (and table) types: 32-bit when every tensor and table is below 2**31 elements.
 INDEX_TYPES = {"int": np.dtype(np.int32), "long long": np.dtype(np.int64)}
@@ -159,6 +159,24 @@ def channels_per_thread(g: FractionalPoolGeometry, dtype, arrays=(), vector: boo
     return v if (eligible if vector is None else vector) else 1
 
 
+#: Most elements a cell may have where the overlapping cells kernel takes the half types in
+#: pairs (its PairChoice: places as 16-bit T bits, ``kPairPlaces`` in the kernel).
+PAIR_PLACES = 0x7C00 - 0x0400
+
+
+def cells_channels(g: FractionalPoolGeometry, dtype, arrays=(), vector: bool | None = None) -> int:
+    """The cells kernel's channels per thread: :func:`channels_per_thread`, but one for
+    overlapping cells of a 2-byte type with a cell past :data:`PAIR_PLACES` elements (the vector
+    form takes those types in pairs, whose places have 16 bits; one channel a thread never pairs).
+    ``vector=True`` raises there."""
+    if g.overlapping and np.dtype(dtype).itemsize == 2 and g.largest_cell > PAIR_PLACES:
+        if vector:
+            raise ValueError(f"{vector_channels(dtype)} channels per thread need overlapping cells of at most "
+                             f"{PAIR_PLACES} elements for a 2-byte type")
+        return 1
+    return channels_per_thread(g, dtype, arrays, vector)
+
+
 def index_type(g: FractionalPoolGeometry) -> str:
     """"int" when every tensor, cell table and offset fits below 2**31, else "long long"."""
     largest = max(int(np.prod(g.input_shape, dtype=object)), int(np.prod(g.output_shape, dtype=object)),
@@ -234,7 +252,8 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     orig_input, orig_output, out_backprop: CuPy arrays on the current device, any strides.
     ``path`` forces the kernels (:func:`pick_path`),
     ``index`` forces "int" or "long long" indexing (tests run the 64-bit path on small problems),
-    ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`),
+    ``vector`` :func:`vector_channels` or 1 channels per thread (:func:`channels_per_thread`; the
+    cells kernel :func:`cells_channels`),
     ``local`` cell places or flat offsets as the chosen elements (:func:`local_places`),
     ``run`` output rows per select thread (:func:`select_run`), ``chunk_rows`` and
     ``block_vectors`` the cells kernel's (:func:`max_cells_plan`).
@@ -249,7 +268,7 @@ def fractional_max_pool_grad(g: FractionalPoolGeometry, orig_input, orig_output,
     y = _runtime.contiguous(orig_output)
     dy = _runtime.contiguous(out_backprop)
     if pick_path(g, dtype, path) == "cells":
-        v = channels_per_thread(g, dtype, (x, y, dy), vector)
+        v = cells_channels(g, dtype, (x, y, dy), vector)
         p = max_cells_plan(g, dtype, index=index, vector=v, chunk_rows=chunk_rows, block_vectors=block_vectors)
         key = ("max-cells", index, g.in_rows, g.in_cols, g.row_starts, g.row_ends, g.col_starts, g.col_ends,
                g.overlapping)
