@@ -340,7 +340,7 @@ conv2d_backprop_filter_few_channels(const T* __restrict__ input, const T* __rest
         // through it) is opaque to the optimiser: otherwise it sinks the origin's 64-bit math
         // into every tap's predicated load, and each gathered element costs about 12
         // instructions instead of 7.
-        const T* const window = opaque(input + n * image + (h0 * cols_in + w0) * CIN);
+        const T* const window = opaque_value(input + n * image + (h0 * cols_in + w0) * CIN);
         // Past the end, out_backprop's rows are 0, but a clamped position's input may be inf or
         // NaN (0 * inf is NaN): gather 0 there too.
         const bool position_in = j < j_end;

@@ -229,7 +229,8 @@ template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
     }
     // The table path's row cursors: pointers to A's element (p0, q0) (a position the taps may
     // not reach: the pointer is formed, and only the elements inside are read) and to B's row,
-    // opaque (opaque(), gradops_common.cuh) so that each element's address is one wide multiply-add.
+    // opaque (opaque_value(), gradops_common.cuh) so that each element's address is one wide
+    // multiply-add.
     struct TableARow {
         const T* origin;  // out_backprop's image n at (p0, q0), the group's first channel
         int p0, q0;
@@ -239,10 +240,10 @@ template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
     };
     __device__ __forceinline__ TableARow table_a_row(int m) const {
         const ARow a = a_row(m);
-        return {opaque(a.image + (a.p0 * out_cols + a.q0) * out_depth), a.p0, a.q0};
+        return {opaque_value(a.image + (a.p0 * out_cols + a.q0) * out_depth), a.p0, a.q0};
     }
     __device__ __forceinline__ TableBRow table_b_row(int c) const {
-        return {opaque(filter + b_row(c).offset)};
+        return {opaque_value(filter + b_row(c).offset)};
     }
     __device__ __forceinline__ igemm::Src<T> a_entry_src(const TableARow& row, const KEntry& e) const {
         return {row.origin + e.a_offset,
@@ -267,7 +268,7 @@ template <typename T, typename Acc, bool SPLIT> struct InputGradProblem {
     }
     __device__ __forceinline__ index_t out_row(int m) const {
         int w[phase_plan::ENTRY_WORDS];
-        phase_plan::load(entry + opaque(0), w);
+        phase_plan::load(entry + opaque_value(0), w);
         return out_row_by(m, phase_plan::fast_div(w + phase_plan::DIV_I), phase_plan::fast_div(w + phase_plan::DIV_J));
     }
     __device__ __forceinline__ void store_at(index_t row, int c, Acc v) const { dst.at(row + c, v); }

@@ -287,9 +287,9 @@ __device__ __forceinline__ void store_staged(Acc* position, const int (&offsets)
     }
 }
 
-// The staging loops take their thread index through opaque() (gradops_common.cuh) once per
-// multiplier slice, so that their index math is redone per slice rather than hoisted out of the
-// (usually one-iteration) slice loop, where it held dozens of registers and spilled.
+// The staging loops take their thread index through opaque_value() (gradops_common.cuh) once
+// per multiplier slice, so that their index math is redone per slice rather than hoisted out of
+// the (usually one-iteration) slice loop, where it held dozens of registers and spilled.
 
 // Two adjacent channels of one position, rounded to T, in one store (offset even).
 template <typename T> __device__ __forceinline__ void store_pair(T* dst, float a, float b);
@@ -831,7 +831,7 @@ __device__ __forceinline__ void tiled_input_gradient(
     const bool vector = L == NHWC && vector_loads != 0 && slices == 1;
     Acc finite = Acc(0);
     if (vector) {
-        const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
+        const unsigned t = static_cast<unsigned>(opaque_value(static_cast<int>(tid)));
         // Loads first (16 bytes per thread and step, all in flight at once), then widening
         // to accumulators and 16-byte shared-memory stores.  Thread t moves vector
         // t % PER_POSITION (channels c .. c + ELEMENTS - 1) of its slot t / PER_POSITION.
@@ -975,7 +975,7 @@ __device__ __forceinline__ void tiled_input_gradient(
     do {
         __syncthreads();  // the flag is initialised; the previous slice has been read
         if (!vector) {  // the slice, one element per load
-            const unsigned t = static_cast<unsigned>(opaque(static_cast<int>(tid)));
+            const unsigned t = static_cast<unsigned>(opaque_value(static_cast<int>(tid)));
             finite = Acc(0);
             // The filter slice one element per load: thread t takes slot t % CHANNELS of taps
             // t / CHANNELS, + THREADS / CHANNELS, ...  Slot c is out_backprop channel oc0 + c *
@@ -1069,7 +1069,7 @@ __device__ __forceinline__ void tiled_input_gradient(
             } else {
                 // The part of this thread's window inside out_backprop (computed here, from
                 // opaque values, so that it is not hoisted into the common path).
-                const int window_row = opaque(o_row0 + i0 / SH), window_col = opaque(o_col0 + j0 / SW);
+                const int window_row = opaque_value(o_row0 + i0 / SH), window_col = opaque_value(o_col0 + j0 / SW);
                 const int row_begin = max(0, -window_row), row_end = min(Rows::WINDOW, out_rows - window_row);
                 const int col_begin = max(0, -window_col), col_end = min(Cols::WINDOW, out_cols - window_col);
                 if (L == NCHW)
@@ -2354,9 +2354,9 @@ __global__ void __launch_bounds__(256, (dwmnhwc::MinBlocks<K, M>::value)) depthw
     for (int i = 0; i < St::SLOTS; ++i) {
         // opaque: NVVM keeps the slots as computed here (ptxas, which sees no asm, may still
         // recompute them from the thread index where registers run short)
-        slot[i] = slot_of<K, M>(opaque(tid + i * kThreads), o_row0, a0, out_rows, out_cols, out_depth);
-        slot[i].source = opaque(slot[i].source);
-        slot[i].word = opaque(slot[i].word);
+        slot[i] = slot_of<K, M>(opaque_value(tid + i * kThreads), o_row0, a0, out_rows, out_cols, out_depth);
+        slot[i].source = opaque_value(slot[i].source);
+        slot[i].word = opaque_value(slot[i].word);
     }
     // Image n's first staged position (row o_row0, column a0, output channel c0 M), in chunks;
     // it may lie before out_backprop, and only the slots inside out_backprop add to it.

@@ -915,8 +915,8 @@ __global__ void fractional_max_pool_grad_cells(
                 // Kept, not recomputed: left to itself, ptxas redid this math (and the split of the
                 // cell column into n and c) twice in every cell row rather than hold two registers:
                 // 36 of the 371 instructions of a cell row (sm_90, float16), 19 of 245 (float32).
-                const I x_column = opaque((n * in_rows * in_cols + col_first) * depth + ch);
-                const I o_column = opaque((n * out_rows * out_cols + c) * depth + ch);
+                const I x_column = opaque_value((n * in_rows * in_cols + col_first) * depth + ch);
+                const I o_column = opaque_value((n * out_rows * out_cols + c) * depth + ch);
                 int buffer = 0, above = 2;  // passed[] of rows r and r - 1
                 Pack<T, V> held[kCarryCols];  // the last row scanned, which is the next cell's first
                 bool have_held = false;

@@ -17,11 +17,14 @@ typedef long long index_t;
 // A pointer through it is no longer known to be global and read-only, so loads through it say so
 // (igemm's load_readonly: ld.global.nc, as for a restrict input; a generic load otherwise).
 // (The host model's compiler takes "r" for 64-bit values too.)
-__device__ __forceinline__ int opaque(int x) {
+// (Not named opaque: the texts of measured revisions that tests compile against today's headers,
+// e.g. the depthwise input kernel at d2276ad, define an opaque of their own in a namespace they
+// open with a using-directive, where a second one would be ambiguous.)
+__device__ __forceinline__ int opaque_value(int x) {
     asm volatile("" : "+r"(x));
     return x;
 }
-__device__ __forceinline__ long long opaque(long long x) {
+__device__ __forceinline__ long long opaque_value(long long x) {
 #ifdef __CUDA_ARCH__
     asm volatile("" : "+l"(x));
 #else
@@ -29,7 +32,7 @@ __device__ __forceinline__ long long opaque(long long x) {
 #endif
     return x;
 }
-template <typename P> __device__ __forceinline__ P* opaque(P* x) {
+template <typename P> __device__ __forceinline__ P* opaque_value(P* x) {
 #ifdef __CUDA_ARCH__
     asm volatile("" : "+l"(x));
 #else

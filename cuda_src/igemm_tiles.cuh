@@ -208,13 +208,13 @@ template <typename T> struct ChunkSize {
     static constexpr int value = static_cast<int>(sizeof(uint4) / sizeof(T));
 };
 
-// Through opaque() (gradops_common.cuh): the loaders' row index, so that the compiler recomputes
-// each chunk's index math per tile instead of hoisting all of it out of the reduction loop, which
-// held dozens of registers and made the scalar-load kernels spill (ptxas: 255 registers plus
-// spills before, 166-205 after; see python -m gradops kernels); and the pointers of the gathers
-// from a table (the scalar row table, the few-channel kernel), which then add each element's
-// 32-bit offset with one wide multiply-add instead of folding the pointer's own sum into every
-// element's 64-bit address (loads through them: load_readonly).
+// Through opaque_value() (gradops_common.cuh): the loaders' row index, so that the compiler
+// recomputes each chunk's index math per tile instead of hoisting all of it out of the reduction
+// loop, which held dozens of registers and made the scalar-load kernels spill (ptxas: 255
+// registers plus spills before, 166-205 after; see python -m gradops kernels); and the pointers
+// of the gathers from a table (the scalar row table, the few-channel kernel), which then add
+// each element's 32-bit offset with one wide multiply-add instead of folding the pointer's own
+// sum into every element's 64-bit address (loads through them: load_readonly).
 template <typename T> __device__ __forceinline__ T load_readonly(const T* p) {
 #ifdef __CUDA_ARCH__
     return __ldg(p);
@@ -403,8 +403,8 @@ template <typename T> struct InputOperand {
     __device__ __forceinline__ PositionEntry position_entry(const Position& pos, bool in_reduction) const {
         const unsigned h = static_cast<unsigned>(pos.p * stride_rows), w = static_cast<unsigned>(pos.q * stride_cols);
         // Both opaque: each element's address is then one add and one wide multiply-add.
-        return {opaque(pos.image), h, in_reduction ? w : kAbsent,
-                static_cast<unsigned>(opaque(static_cast<int>((h * in_cols + w) * in_depth)))};
+        return {opaque_value(pos.image), h, in_reduction ? w : kAbsent,
+                static_cast<unsigned>(opaque_value(static_cast<int>((h * in_cols + w) * in_depth)))};
     }
     __device__ __forceinline__ Src<T> gather(const PositionEntry& pos, const TapEntry& tap) const {
         // Unsigned: one wide multiply-add forms the address.
@@ -842,7 +842,7 @@ struct Loader : ChunkRows<T, BM, BN, BK, THREADS, VECTOR, Problem> {
     // reduction index k (below k_end), element by element (the scalar path).
     template <bool IS_A, bool K_CONTIG>
     __device__ __forceinline__ static void fetch_scalar(const Problem& p, int row, int k, int rows, T* dst) {
-        row = opaque(row);
+        row = opaque_value(row);
 #pragma unroll
         for (int v = 0; v < C; ++v) {
             const int r = K_CONTIG ? row : row + v, kk = K_CONTIG ? k + v : k;
@@ -1256,7 +1256,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             // 2 i + matrix % 2 has no carry, so the swizzled chunk is block 0's XOR 2 i, i.e. the
             // offset block 0's XOR 16 i.  The base is opaque, so that the XORs stay in the loop
             // instead of 6 more registers across it: these kernels then fit 128 (2 CTAs per SM).
-            const int a_trans = TRANS_XOR ? opaque(LayoutA::offset(wm + 8 * (matrix % 2), kk + 8 * (matrix / 2) + row)) : 0;
+            const int a_trans =
+                TRANS_XOR ? opaque_value(LayoutA::offset(wm + 8 * (matrix % 2), kk + 8 * (matrix / 2) + row)) : 0;
 #pragma unroll
             for (int i = 0; i < FM; ++i) {
                 const int m = wm + MMA_M * i + 8 * (matrix % 2), k = kk + 8 * (matrix / 2);
@@ -1278,7 +1279,8 @@ __device__ __forceinline__ void mma_cta(const Problem& p) {
             unsigned b[FN][2];
             const int b_base = LayoutB::offset(wn + 8 * (matrix / 2) + row, kk + KH * (matrix % 2));  // [row][k]
             // Likewise: n8 tile pair j / 2 is chunk wn / C + j + matrix / 2 (j even, wn a multiple of 32).
-            const int b_trans = TRANS_XOR ? opaque(LayoutB::offset(wn + 8 * (matrix / 2), kk + 8 * (matrix % 2) + row)) : 0;
+            const int b_trans =
+                TRANS_XOR ? opaque_value(LayoutB::offset(wn + 8 * (matrix / 2), kk + 8 * (matrix % 2) + row)) : 0;
 #pragma unroll
             for (int j = 0; j < FN; j += 2) {
                 unsigned q[4];
