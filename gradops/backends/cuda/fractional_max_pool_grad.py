@@ -160,7 +160,8 @@ def channels_per_thread(g: FractionalPoolGeometry, dtype, arrays=(), vector: boo
 
 
 #: Most elements a cell may have where the overlapping cells kernel takes the half types in
-#: pairs (its PairChoice: places as 16-bit T bits, ``kPairPlaces`` in the kernel).
+#: pairs (its PairChoice: place + 0x0400 as the bits of a T, below float16's Inf, 0x7C00;
+#: ``kPairPlaces`` in the kernel).
 PAIR_PLACES = 0x7C00 - 0x0400
 
 
