@@ -88,6 +88,13 @@ def pytest_collection_modifyitems(config, items):
         params = getattr(item, "callspec", None)
         if "slow_on_host" in item.keywords and params and params.params.get("cuda_device") == "host":
             item.add_marker(pytest.mark.slow)
+    # Their NVRTC compiles make these the longest tests (up to 100 s each on 2 cores): first,
+    # so that pytest-xdist's workers are not left with them at the end, one working, one idle.
+    items.sort(key=lambda item: item.path.name not in LONGEST_MODULES)
+
+
+#: Test modules run before the others (see pytest_collection_modifyitems).
+LONGEST_MODULES = ("test_static_report.py", "test_cuda_compile.py")
 
 
 def to_gpu(a):
@@ -146,6 +153,23 @@ class DLPackOnly:
 
 #: Parametrises a test's ``wrapper`` over both kinds of foreign GPU tensor.
 FOREIGN_GPU_WRAPPERS = pytest.mark.parametrize("wrapper", [CudaArrayInterfaceOnly, DLPackOnly], ids=["cai", "dlpack"])
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _one_nvrtc_cache_a_run(tmp_path_factory):
+    """The NVRTC compiles of the SASS tests (gradops.backends.cuda._build._compiled) kept in one
+    folder a run, which pytest-xdist's workers share: several tests compile the same sources
+    for the same archs (the static report's, the resource check's), and a module's fixture ran
+    once a worker.  A new folder each run, so that a run compiles what it tests; a folder named
+    in GRADOPS_SASS_CACHE_DIR is used as it is."""
+    if os.environ.get("GRADOPS_SASS_CACHE_DIR"):
+        yield
+        return
+    base = tmp_path_factory.getbasetemp()
+    folder = (base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base) / "nvrtc-cache"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("GRADOPS_SASS_CACHE_DIR", str(folder))
+        yield
 
 
 @pytest.fixture(autouse=True)

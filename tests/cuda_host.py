@@ -62,6 +62,7 @@ import sys
 import tempfile
 import types
 import weakref
+from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
@@ -129,7 +130,16 @@ def shared_variables(library: Path, loaded: ctypes.CDLL) -> list[tuple[int, int,
     function-local statics of functions in namespace ``gradops`` (the emulated primitives of
     ``gradops::ptx`` have none; the runtime's own are in ``gradops_host``), found in the symbol
     table by ``nm`` and placed where the library was loaded."""
-    listing = subprocess.run(["nm", "-C", "-S", "--defined-only", str(library)], capture_output=True, text=True,
+    base = ctypes.cast(loaded.shared_stats, ctypes.c_void_p).value
+    return [(base + offset, size, name) for offset, size, name in _shared_variable_offsets(str(library))]
+
+
+@lru_cache(maxsize=None)
+def _shared_variable_offsets(library: str) -> tuple[tuple[int, int, str], ...]:
+    """:func:`shared_variables` relative to ``shared_stats``, read once a process: a library's
+    name is the digest of what built it, and nm takes about 50 ms on a whole source's library,
+    which every test that loads it would pay again."""
+    listing = subprocess.run(["nm", "-C", "-S", "--defined-only", library], capture_output=True, text=True,
                              check=True).stdout
     anchor = None
     variables = []
@@ -145,8 +155,7 @@ def shared_variables(library: Path, loaded: ctypes.CDLL) -> list[tuple[int, int,
             variables.append((int(address, 16), int(size, 16), name))
     if anchor is None:
         raise RuntimeError(f"no shared_stats symbol in {library}")
-    base = ctypes.cast(loaded.shared_stats, ctypes.c_void_p).value - anchor
-    return [(base + address, size, name) for address, size, name in variables]
+    return tuple((address - anchor, size, name) for address, size, name in variables)
 
 
 def _build_directory() -> Path:
@@ -196,6 +205,110 @@ def runtime_header_pch() -> Path | None:
     return folder
 
 
+def _instantiations(arch: int | None) -> dict[str, tuple[str, ...]]:
+    """``_build.all_instantiations(arch)``, built once a process: every launch checks its kernel
+    against it, and the launchers take milliseconds to list their kernels, which thousands of
+    tests paid again (the lists are the launchers' constants).  A test that replaces
+    ``_build.all_instantiations`` gets what its replacement says."""
+    if _build.all_instantiations is not _ALL_INSTANTIATIONS:
+        return _build.all_instantiations(arch)
+    return _launchers_instantiations(arch)
+
+
+_ALL_INSTANTIATIONS = _build.all_instantiations
+#: The checkout's cuda_src/, whose reads and digests a process keeps (a test that points
+#: ``_build.source_dir`` elsewhere, or builds edited copies, gets them afresh).
+CHECKOUT_SOURCES = _build.source_dir()
+
+
+@lru_cache(maxsize=None)
+def _launchers_instantiations(arch: int | None) -> dict[str, tuple[str, ...]]:
+    return {filename: tuple(expressions) for filename, expressions in _ALL_INSTANTIATIONS(arch).items()}
+
+
+def _read_sources(source_dir: Path) -> tuple[str, dict[str, tuple[str, str]]]:
+    """(the folder's name and every .cu / .cuh file's text, for a build's digest; ``{kernel
+    name: (template parameters, max threads bound)}`` of each ``__launch_bounds__`` kernel).
+    The checkout's sources are read once a process while their sizes and times stay the same
+    (every test that loads a library would read and search them again); an edited copy's every
+    time, as its edits may keep both."""
+    if source_dir != CHECKOUT_SOURCES:
+        return _scan_sources(source_dir)
+    stamp = tuple((p.name, st.st_mtime_ns, st.st_size) for p in sorted(source_dir.glob("*.cu*")) for st in [p.stat()])
+    return _scan_checkout_sources(source_dir, stamp)
+
+
+@lru_cache(maxsize=4)
+def _scan_checkout_sources(source_dir: Path, stamp) -> tuple[str, dict[str, tuple[str, str]]]:
+    return _scan_sources(source_dir)
+
+
+def _scan_sources(source_dir: Path) -> tuple[str, dict[str, tuple[str, str]]]:
+    texts, bounded = [], {}
+    for path in sorted(source_dir.glob("*.cu*")):
+        texts.append(path.read_text())
+        for params, bounds, name in LAUNCH_BOUNDS.findall(texts[-1]):
+            bounded[name] = (params, max_threads_bound(bounds))
+    return str(source_dir) + "".join(texts), bounded
+
+
+def _library_text(filename: str, expressions: tuple[str, ...], source_dir: Path, defines: tuple[str, ...],
+                  racecheck: bool) -> tuple[str, Path]:
+    """(the C++ text of a host build of ``expressions``, the library it builds to: its name is
+    the digest of the text, the flags, the sources and the runtime header)."""
+    defines = list(defines)
+    code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
+    for i, expression in enumerate(expressions):
+        code.append(f'GRADOPS_HOST_EXPORT int kernel_{i}(void* const* p, const long long* s, const unsigned* grid, '
+                    f'const unsigned* block, int order, unsigned seed, const unsigned long long* only, '
+                    f'long long only_count, char* error, int error_size) '
+                    f'{{ return gradops_host::launch_kernel(&{expression}, p, s, grid, block, order, seed, '
+                    f'only, only_count, error, error_size); }}')
+        code.append(f'GRADOPS_HOST_EXPORT int signature_{i}(int* codes, int capacity) '
+                    f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
+    code.append('GRADOPS_HOST_EXPORT void shared_regions(const unsigned long long* at, '
+                'const unsigned long long* bytes, long long count) { '
+                'auto& r = gradops_host::scheduler().shared_regions; r.clear(); '
+                'for (long long i = 0; i < count; ++i) '
+                'r.emplace_back(reinterpret_cast<unsigned char*>(at[i]), bytes[i]); }')
+    code.append('GRADOPS_HOST_EXPORT void global_load_stats(long long* out, int reset) { '
+                'auto& s = gradops_host::scheduler(); auto& t = s.global_loads; '
+                'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
+    code.append('GRADOPS_HOST_EXPORT void count_global_loads(int on) { '
+                'gradops_host::scheduler().count_global = on != 0; }')
+    code.append('GRADOPS_HOST_EXPORT void shared_stats(long long* out, int kind, int reset) { '
+                'auto& t = gradops_host::scheduler().shared[kind]; '
+                'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
+    # __launch_bounds__: each bounded kernel template gets a constexpr twin returning its bound,
+    # evaluated per instantiation below (the host build ignores the attribute itself).
+    sources, bounded = _read_sources(source_dir)
+    names = {expression_parts(e)[0] for e in expressions}
+    for name in sorted(names & bounded.keys()):
+        params, bound = bounded[name]
+        code.append(f"namespace gradops {{ template <{params}> constexpr int host_launch_bound_{name}() "
+                    f"{{ return {bound}; }} }}")
+    for i, expression in enumerate(expressions):
+        name, args = expression_parts(expression)
+        value = (f"gradops::host_launch_bound_{name}<{args}>()" if name in bounded
+                 else str(MAX_THREADS_PER_BLOCK))
+        code.append(f'GRADOPS_HOST_EXPORT int launch_bound_{i}() {{ return {value}; }}')
+    text = "\n".join(code) + "\n"
+    flags = defines + (list(RACECHECK_CXX_FLAGS) if racecheck else [])
+    digest = hashlib.sha256((" ".join(HOST_CXX_FLAGS + tuple(flags)) + text + sources + RUNTIME_HEADER.read_text()).encode()
+                            ).hexdigest()[:16]
+    directory = _build_directory()
+    library = directory / f"{Path(filename).stem}_{digest}.so"
+    return text, library
+
+
+@lru_cache(maxsize=256)
+def _checkout_library_text(filename, expressions, source_dir, defines, racecheck, stamp):
+    """:func:`_library_text` of the checkout's sources, once a process while their sizes and
+    times (``stamp``) stay the same: a test's device builds its libraries anew, and the text and
+    digest of a whole source's took milliseconds that thousands of tests paid."""
+    return _library_text(filename, expressions, source_dir, defines, racecheck)
+
+
 class HostKernels:
     """The instantiations of one .cu file, compiled for the host."""
 
@@ -215,55 +328,17 @@ class HostKernels:
         self.racecheck = racecheck
         self.filename = filename
         self.expressions = list(expressions)
-        code = [f'#include "{RUNTIME_HEADER.name}"', f'#include "{filename}"']
-        for i, expression in enumerate(self.expressions):
-            code.append(f'GRADOPS_HOST_EXPORT int kernel_{i}(void* const* p, const long long* s, const unsigned* grid, '
-                        f'const unsigned* block, int order, unsigned seed, const unsigned long long* only, '
-                        f'long long only_count, char* error, int error_size) '
-                        f'{{ return gradops_host::launch_kernel(&{expression}, p, s, grid, block, order, seed, '
-                        f'only, only_count, error, error_size); }}')
-            code.append(f'GRADOPS_HOST_EXPORT int signature_{i}(int* codes, int capacity) '
-                        f'{{ return gradops_host::kernel_signature(&{expression}, codes, capacity); }}')
-        code.append('GRADOPS_HOST_EXPORT void shared_regions(const unsigned long long* at, '
-                    'const unsigned long long* bytes, long long count) { '
-                    'auto& r = gradops_host::scheduler().shared_regions; r.clear(); '
-                    'for (long long i = 0; i < count; ++i) '
-                    'r.emplace_back(reinterpret_cast<unsigned char*>(at[i]), bytes[i]); }')
-        code.append('GRADOPS_HOST_EXPORT void global_load_stats(long long* out, int reset) { '
-                    'auto& s = gradops_host::scheduler(); auto& t = s.global_loads; '
-                    'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
-        code.append('GRADOPS_HOST_EXPORT void count_global_loads(int on) { '
-                    'gradops_host::scheduler().count_global = on != 0; }')
-        code.append('GRADOPS_HOST_EXPORT void shared_stats(long long* out, int kind, int reset) { '
-                    'auto& t = gradops_host::scheduler().shared[kind]; '
-                    'out[0] = t.accesses; out[1] = t.wavefronts; out[2] = t.ideal; if (reset) t = {}; }')
-        # __launch_bounds__: each bounded kernel template gets a constexpr twin returning its bound,
-        # evaluated per instantiation below (the host build ignores the attribute itself).
-        bounded = {}
-        for path in sorted(source_dir.glob("*.cu*")):
-            for params, bounds, name in LAUNCH_BOUNDS.findall(path.read_text()):
-                bounded[name] = (params, max_threads_bound(bounds))
-        names = {expression_parts(e)[0] for e in self.expressions}
-        for name in sorted(names & bounded.keys()):
-            params, bound = bounded[name]
-            code.append(f"namespace gradops {{ template <{params}> constexpr int host_launch_bound_{name}() "
-                        f"{{ return {bound}; }} }}")
-        for i, expression in enumerate(self.expressions):
-            name, args = expression_parts(expression)
-            value = (f"gradops::host_launch_bound_{name}<{args}>()" if name in bounded
-                     else str(MAX_THREADS_PER_BLOCK))
-            code.append(f'GRADOPS_HOST_EXPORT int launch_bound_{i}() {{ return {value}; }}')
-        text = "\n".join(code) + "\n"
-        sources = str(source_dir) + "".join(path.read_text() for path in sorted(source_dir.glob("*.cu*")))
-        flags = defines + (list(RACECHECK_CXX_FLAGS) if racecheck else [])
-        digest = hashlib.sha256((" ".join(HOST_CXX_FLAGS + tuple(flags)) + text + sources + RUNTIME_HEADER.read_text()).encode()
-                                ).hexdigest()[:16]
-        directory = _build_directory()
-        library = directory / f"{Path(filename).stem}_{digest}.so"
+        if source_dir == CHECKOUT_SOURCES:
+            stamp = tuple((p.name, st.st_mtime_ns, st.st_size)
+                          for p in [RUNTIME_HEADER, *sorted(source_dir.glob("*.cu*"))] for st in [p.stat()])
+            text, library = _checkout_library_text(filename, tuple(self.expressions), source_dir, tuple(defines),
+                                                   racecheck, stamp)
+        else:
+            text, library = _library_text(filename, tuple(self.expressions), source_dir, tuple(defines), racecheck)
         if not library.exists():
             with _building(library):
                 if not library.exists():
-                    source = directory / f"{Path(filename).stem}_{digest}.cpp"
+                    source = library.with_suffix(".cpp")
                     source.write_text(text)
                     partial = library.with_suffix(f".{os.getpid()}.tmp")
                     includes = [f"-I{HERE}", f"-I{source_dir}", f"-I{toolkit_include()}"]
@@ -855,7 +930,7 @@ class HostDevice:
         of ``filename`` in one library for the real sources (cached on disk, shared by all
         tests); for edited copies (``source_dir``, a planted bug per test) ``expression``
         with the others of its file in ``build_together``, else alone."""
-        if expression not in _build.all_instantiations(self.compute_capability).get(filename, ()):
+        if expression not in _instantiations(self.compute_capability).get(filename, ()):
             raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
                                   f"sm_{self.compute_capability}: on that GPU it would not be compiled")
         asked = self.requested.setdefault(filename, [])
@@ -868,7 +943,7 @@ class HostDevice:
             # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
             older = self.compute_capability < FIRST_MMA_SYNC_ARCH or self.build_as_arch
             if key[1] is None:
-                expressions = _build.all_instantiations(self.compute_capability if older else None)[filename]
+                expressions = list(_instantiations(self.compute_capability if older else None)[filename])
             else:
                 expressions = list(key[1]) if isinstance(key[1], tuple) else [expression]
             self._kernels[key] = HostKernels(filename, expressions, self.source_dir,

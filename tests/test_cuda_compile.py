@@ -63,6 +63,39 @@ def test_header_edits_change_the_cache_key(tmp_path, monkeypatch):
         _build.source_code.cache_clear()
 
 
+def test_compile_cache_answers_only_the_same_compile(tmp_path, monkeypatch):
+    """_build._compiled keeps each compile in GRADOPS_SASS_CACHE_DIR: the same compile again is
+    read back (NVRTC not called: the same cubin, names and log), while another text, arch or
+    option compiles afresh, and cache=False always compiles (the reproducibility tests)."""
+    import cuda.core
+
+    monkeypatch.setenv("GRADOPS_SASS_CACHE_DIR", str(tmp_path / "cache"))
+    programs = []
+
+    class CountedProgram(cuda.core.Program):
+        def __init__(self, *args, **kwargs):
+            programs.append(args[0])
+            super().__init__(*args, **kwargs)
+
+    monkeypatch.setattr(cuda.core, "Program", CountedProgram)
+    source = "fractional_pool.cu"
+    only = _build.all_instantiations(90)[source][:1]
+
+    def compile_once(arch="sm_90", **kwargs):
+        (row,) = _build._compiled((arch,), [source], True, only=only, **kwargs)
+        return row[3].code, row[3].symbol_mapping, row[4]
+
+    first = compile_once()
+    assert len(programs) == 1 and b"ELF" in first[0][:4] and "Used" in first[2]
+    assert compile_once() == first and len(programs) == 1
+    assert compile_once(cache=False)[0] == first[0] and len(programs) == 2
+    compile_once("sm_80")
+    compile_once(options={"fma": False})
+    compile_once(texts={source: _build.source_code(source) + "\n// edited\n"})
+    assert len(programs) == 5
+    assert compile_once(options={"fma": False}) and len(programs) == 5
+
+
 @pytest.mark.parametrize("source", [_quick_or_slow(s, s in QUICK_SOURCES) for s in SOURCES])
 def test_every_instantiation_compiles_without_spilling(source):
     """Every instantiation compiles for each arch without a warning, and ptxas keeps every
@@ -338,5 +371,6 @@ def test_compiles_are_reproducible(source):
     and the install check's register counts do not move with no change to the source (see
     :func:`test_ptx_is_reproducible` for what made them move; :data:`NVVM_UNSTABLE` left out)."""
     first, second = ([bytes(code.code) for _, _, _, code, _ in
-                      _build._compiled(("sm_90",), [source], False, only=_stable(source))] for _ in range(2))
+                      _build._compiled(("sm_90",), [source], False, only=_stable(source), cache=False)]
+                      for _ in range(2))
     assert first == second

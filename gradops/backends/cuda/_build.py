@@ -13,6 +13,8 @@ import importlib
 import os
 import re
 import sys
+from contextlib import contextmanager, nullcontext
+from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
@@ -147,21 +149,79 @@ def _kernel_name(expression: str) -> str:
     return expression.split("<", 1)[0].strip()
 
 
-def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, only=None, options: dict | None = None):
+@dataclass(frozen=True)
+class Cubin:
+    """What :func:`_compiled` keeps of NVRTC's output: the cubin and ``{name expression:
+    mangled name}``."""
+
+    code: bytes
+    symbol_mapping: dict
+
+
+def compile_cache_dir() -> Path | None:
+    """Where :func:`_compiled` keeps its cubins and compile logs between processes
+    (``GRADOPS_SASS_CACHE_DIR``; the tests name one folder per run, shared by their workers, so
+    that a compile several tests or both workers need runs once); None: not kept."""
+    value = os.environ.get("GRADOPS_SASS_CACHE_DIR")
+    return Path(value) if value else None
+
+
+def _include_digest(include) -> str:
+    """Every file under the CUDA include folders by name, size and modification time: a header
+    wheel updated without NVRTC changes the key too."""
+    digest = hashlib.sha256()
+    for folder in include:
+        for root, _, files in sorted(os.walk(folder)):
+            for name in sorted(files):
+                stat = os.stat(os.path.join(root, name))
+                digest.update(f"{root}/{name} {stat.st_size} {stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()
+
+
+@contextmanager
+def _locked(path: Path):
+    """An exclusive lock on ``path`` while a compile that other processes may want runs (they
+    wait, then read what it wrote); none where fcntl is missing."""
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: each process compiles for itself
+        yield
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, only=None, options: dict | None = None,
+              cache: bool = True):
     """Compile each listed source for each arch with NVRTC (cuda.core, no GPU needed); yields
-    ``(source file, arch, name expressions, ObjectCode, compile log)``.  Raises on the first
+    ``(source file, arch, name expressions, Cubin, compile log)``.  Raises on the first
     compile error with NVRTC's log.  ``texts``: ``{source file: text}`` compiled in place of the
     checkout's file (e.g. an older revision's, with today's headers); ``only``: the name
     expressions to compile (default: every one the launchers ask for; for a file in ``texts``,
     also names the launchers no longer ask for, of kernels the file's launcher still has: an
     older revision may have spelled its template arguments differently); ``options``: further
-    ``ProgramOptions`` fields (e.g. ``{"fma": False}``, NVRTC's ``--fmad=false``)."""
+    ``ProgramOptions`` fields (e.g. ``{"fma": False}``, NVRTC's ``--fmad=false``).  ``cache``:
+    read and write :func:`compile_cache_dir` where one is named, keyed by everything the compile
+    reads (the text, gradops' headers, the CUDA headers, the name expressions, arch, options and
+    NVRTC's version); False compiles afresh (a test that two compiles agree)."""
     import io
+    import json
 
+    from cuda.bindings import nvrtc
     from cuda.core import Program, ProgramOptions
 
     include = [str(source_dir())] + cuda_include_dirs(13)
     texts = texts or {}
+    directory = compile_cache_dir() if cache else None
+    if directory is not None:
+        _, *version = nvrtc.nvrtcVersion()
+        common = (tuple(version), CXX_STD, tuple(include), _headers_digest(source_dir()),
+                  _include_digest(include[1:]), ptxas_verbose, sorted((options or {}).items()))
     for arch in archs:
         todo = all_instantiations(arch_number(arch))
         if sources is not None:
@@ -172,16 +232,34 @@ def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, on
                     for k, v in todo.items()}
             todo = {k: v for k, v in todo.items() if v}
         for filename, expressions in sorted(todo.items()):
-            program_options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
-                                             ptxas_options=["-v"] if ptxas_verbose else None, **(options or {}))
             text = texts[filename] if filename in texts else source_code(filename)
-            program = Program(text, "c++", program_options)
-            log = io.StringIO()
-            try:
-                code = program.compile("cubin", name_expressions=tuple(expressions), logs=log)
-            finally:
-                program.close()
-            yield filename, arch, expressions, code, log.getvalue().replace("\0", "")
+            entry = None
+            if directory is not None:
+                key = hashlib.sha256(repr((common, filename, arch, tuple(expressions), text)).encode()).hexdigest()
+                entry = directory / key[:2] / key
+            with _locked(entry.with_suffix(".lock")) if entry is not None else nullcontext():
+                if entry is not None and (entry / "meta.json").is_file():
+                    meta = json.loads((entry / "meta.json").read_text())
+                    code = Cubin((entry / "code.cubin").read_bytes(), meta["symbol_mapping"])
+                    log = meta["log"]
+                else:
+                    program_options = ProgramOptions(name=filename, arch=arch, std=CXX_STD, include_path=include,
+                                                     ptxas_options=["-v"] if ptxas_verbose else None, **(options or {}))
+                    program = Program(text, "c++", program_options)
+                    logs = io.StringIO()
+                    try:
+                        compiled = program.compile("cubin", name_expressions=tuple(expressions), logs=logs)
+                    finally:
+                        program.close()
+                    mapping = {e: m.decode() if isinstance(m, bytes) else m
+                               for e in expressions for m in [compiled.symbol_mapping[e]]}
+                    code, log = Cubin(bytes(compiled.code), mapping), logs.getvalue().replace("\0", "")
+                    if entry is not None:  # meta.json last, whole or not at all: an entry without it is not read
+                        entry.mkdir(parents=True, exist_ok=True)
+                        (entry / "code.cubin").write_bytes(code.code)
+                        (entry / "meta.json.partial").write_text(json.dumps({"symbol_mapping": mapping, "log": log}))
+                        os.replace(entry / "meta.json.partial", entry / "meta.json")
+            yield filename, arch, expressions, code, log
 
 
 def compile_check(archs=("sm_80", "sm_90"), sources=None) -> list[tuple[str, str, int]]:
