@@ -164,21 +164,6 @@ def _build_directory() -> Path:
     return directory
 
 
-@contextlib.contextmanager
-def _building(target: Path):
-    """Holds an exclusive lock on ``target``'s lock file while it is built: test workers that
-    need one library at once (pytest-xdist gives a test's parameters to both) build it once, the
-    others waiting, then loading what the first wrote, instead of each running g++ on it."""
-    import fcntl
-
-    with open(target.with_name(target.name + ".lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-
-
 def runtime_header_pch() -> Path | None:
     """A folder holding ``cuda_host_runtime.h.gch``: the runtime header (with the C++ and CUDA
     half-type headers it includes) precompiled once per content, which g++ takes in place of
@@ -193,7 +178,7 @@ def runtime_header_pch() -> Path | None:
     pch = folder / f"{RUNTIME_HEADER.name}.gch"
     if not pch.exists():
         folder.mkdir(exist_ok=True)
-        with _building(pch):
+        with _build.file_lock(pch):
             if not pch.exists():
                 partial = folder / f"{RUNTIME_HEADER.name}.{os.getpid()}.tmp"
                 build = subprocess.run(["g++", *HOST_CXX_FLAGS, "-x", "c++-header", str(RUNTIME_HEADER),
@@ -228,22 +213,7 @@ def _launchers_instantiations(arch: int | None) -> dict[str, tuple[str, ...]]:
 
 def _read_sources(source_dir: Path) -> tuple[str, dict[str, tuple[str, str]]]:
     """(the folder's name and every .cu / .cuh file's text, for a build's digest; ``{kernel
-    name: (template parameters, max threads bound)}`` of each ``__launch_bounds__`` kernel).
-    The checkout's sources are read once a process while their sizes and times stay the same
-    (every test that loads a library would read and search them again); an edited copy's every
-    time, as its edits may keep both."""
-    if source_dir != CHECKOUT_SOURCES:
-        return _scan_sources(source_dir)
-    stamp = tuple((p.name, st.st_mtime_ns, st.st_size) for p in sorted(source_dir.glob("*.cu*")) for st in [p.stat()])
-    return _scan_checkout_sources(source_dir, stamp)
-
-
-@lru_cache(maxsize=4)
-def _scan_checkout_sources(source_dir: Path, stamp) -> tuple[str, dict[str, tuple[str, str]]]:
-    return _scan_sources(source_dir)
-
-
-def _scan_sources(source_dir: Path) -> tuple[str, dict[str, tuple[str, str]]]:
+    name: (template parameters, max threads bound)}`` of each ``__launch_bounds__`` kernel)."""
     texts, bounded = [], {}
     for path in sorted(source_dir.glob("*.cu*")):
         texts.append(path.read_text())
@@ -336,7 +306,7 @@ class HostKernels:
         else:
             text, library = _library_text(filename, tuple(self.expressions), source_dir, tuple(defines), racecheck)
         if not library.exists():
-            with _building(library):
+            with _build.file_lock(library):
                 if not library.exists():
                     source = library.with_suffix(".cpp")
                     source.write_text(text)

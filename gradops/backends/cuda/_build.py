@@ -179,21 +179,38 @@ def _include_digest(include) -> str:
 
 
 @contextmanager
-def _locked(path: Path):
-    """An exclusive lock on ``path`` while a compile that other processes may want runs (they
-    wait, then read what it wrote); none where fcntl is missing."""
+def file_lock(target: Path):
+    """An exclusive lock on ``target``'s lock file while ``target`` is made: processes that need
+    it at once (pytest-xdist's workers) make it once, the others waiting, then reading what the
+    first wrote; none where fcntl is missing (each process makes its own)."""
     try:
         import fcntl
-    except ImportError:  # not POSIX: each process compiles for itself
+    except ImportError:  # not POSIX
         yield
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as lock:
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with open(target.with_name(target.name + ".lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write ``path`` whole or not at all: a concurrent process never reads half a file, and a
+    full disk leaves no partial file behind."""
+    import tempfile
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
 
 
 def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, only=None, options: dict | None = None,
@@ -237,7 +254,7 @@ def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, on
             if directory is not None:
                 key = hashlib.sha256(repr((common, filename, arch, tuple(expressions), text)).encode()).hexdigest()
                 entry = directory / key[:2] / key
-            with _locked(entry.with_suffix(".lock")) if entry is not None else nullcontext():
+            with file_lock(entry) if entry is not None else nullcontext():
                 if entry is not None and (entry / "meta.json").is_file():
                     meta = json.loads((entry / "meta.json").read_text())
                     code = Cubin((entry / "code.cubin").read_bytes(), meta["symbol_mapping"])
@@ -254,11 +271,9 @@ def _compiled(archs, sources, ptxas_verbose: bool, texts: dict | None = None, on
                     mapping = {e: m.decode() if isinstance(m, bytes) else m
                                for e in expressions for m in [compiled.symbol_mapping[e]]}
                     code, log = Cubin(bytes(compiled.code), mapping), logs.getvalue().replace("\0", "")
-                    if entry is not None:  # meta.json last, whole or not at all: an entry without it is not read
-                        entry.mkdir(parents=True, exist_ok=True)
-                        (entry / "code.cubin").write_bytes(code.code)
-                        (entry / "meta.json.partial").write_text(json.dumps({"symbol_mapping": mapping, "log": log}))
-                        os.replace(entry / "meta.json.partial", entry / "meta.json")
+                    if entry is not None:  # meta.json last: an entry without it is not read
+                        write_atomic(entry / "code.cubin", code.code)
+                        write_atomic(entry / "meta.json", json.dumps({"symbol_mapping": mapping, "log": log}).encode())
             yield filename, arch, expressions, code, log
 
 

@@ -31,7 +31,6 @@ import json
 import logging
 import os
 import struct
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -105,18 +104,6 @@ def cache_dir() -> Path | None:
         except (RuntimeError, KeyError):  # Path.home(): "Could not determine home directory."
             return None
     return Path(base) / "gradops" / "kernels"
-
-
-def _write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, partial = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(partial, path)  # a concurrent process never reads half a file
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)  # a full disk leaves no partial file behind
-        raise
 
 
 #: NVRTC's option that has ptxas report each kernel's registers, spills and stack (informational:
@@ -290,8 +277,8 @@ def _load(filename: str, expression: str, device: int):
     log.info("gradops: compiled %s in %.1f s", expression, time.perf_counter() - start)
     if directory is not None:
         try:
-            _write_atomic(binary_path, binary)
-            _write_atomic(meta_path, json.dumps({"mangled": mangled, "expression": expression}).encode())
+            _build.write_atomic(binary_path, binary)
+            _build.write_atomic(meta_path, json.dumps({"mangled": mangled, "expression": expression}).encode())
         except OSError as exc:  # a read-only home: the kernel is still loaded, from memory
             log.info("gradops: kernel cache %s is not writable (%s); not caching", directory, exc)
     return _module_function(binary, mangled)
