@@ -18,8 +18,9 @@ against DRAM's on a GeForce-class part (FP64 at 1/64 of FP32: :data:`GEFORCE`).
   (``CFG.path_table``, counted by FSETP: one per channel and element), then the writes; every
   other part counts every branch: upper bounds.  The overlapping kernel's barrier a cell row is
   not modelled.
-* Latency: each thread's chain of dependent round trips (average: a cell row one, plus the row
-  above with overlapping cells; max: a scanned row one, the outputs' loads overlapping the
+* Latency: each thread's chain of dependent round trips (average: the cell-row loop's
+  iterations x the round trips one waits for in its SASS, plus the row above with overlapping
+  cells; max: a scanned row one, the outputs' loads overlapping the
   first, overlapping cells taking their first row from the cell above, held in registers) x
   waves of resident CTAs (occupancy at the launch's 128-thread blocks) x 600 ns, the static
   report's assumed loaded DRAM round trip.
@@ -90,7 +91,7 @@ def main() -> None:
             outputs = math.prod(g.output_shape)
             if case.op == suites.FRACTIONAL:
                 warp_instructions, counts = static_cells.warp_counts(kernel, g, p)
-                trips = p.chunk_rows + (1 if g.overlapping else 0)
+                trips = static_cells.chain_round_trips(kernel, p.chunk_rows, g.overlapping)
                 moved = total + outputs
             else:
                 warp_instructions, counts, trips = static_cells.max_warp_counts(kernel, g, p)
@@ -113,7 +114,8 @@ def main() -> None:
     commit = subprocess.run(["git", "describe", "--always", "--dirty"], capture_output=True, text=True).stdout.strip()
     print(f"\ngradops {gradops.__version__} at {commit or 'unknown commit'}; counts: every warp of the launchers' "
           "launch (gradops/bench/static_cells.py: every branch of a cell row but max pooling's scan, upper bounds), "
-          "per input-gradient element; round trips: a thread's chain (its chunk of cell rows).")
+          "per input-gradient element; round trips: a thread's chain (average: its cell-row loop's iterations x "
+          "the round trips of one, plus the row above with overlapping cells).")
 
 
 def geforce_table(cases, launches, wanted) -> None:

@@ -882,6 +882,9 @@ __global__ void fractional_avg_pool_grad_cells(
             const double left_size = has_left ? static_cast<double>(col_sizes[c - 1]) : 0.0;
             // out_backprop at (n, r, c, ch) is dy_column + r * dy_row.
             const I dy_row = out_cols * depth;
+            // From a cell's out_backprop vector to its left neighbour's (0 in the first column,
+            // whose "neighbour" load reads the cell's own vector and is not used).
+            const I left_step = has_left ? depth : I(0);
             const T* const dy_column = out_backprop + (n * out_rows * out_cols + c) * depth + ch;
             const I dx_row = in_cols * depth;
             T* const dx_column = in_backprop + (n * in_rows * in_cols + col_first) * depth + ch;
@@ -923,45 +926,72 @@ __global__ void fractional_avg_pool_grad_cells(
                     if (has_left)
                         float_shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_width_f, up_left_q, up_left_e);
                 } else {
+                    // Both vectors are loaded before either is divided: one memory round trip.
+                    const T* const dy_above = dy_column + (r0 - 1) * dy_row;
+                    const Vec above = *reinterpret_cast<const Vec*>(dy_above);
+                    const Vec above_left = *reinterpret_cast<const Vec*>(dy_above - left_step);
                     const double row_size = static_cast<double>(row_sizes[r0 - 1]);
-                    shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_size, up);
-                    if (has_left) shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_size, up_left);
+                    cell_shares<T, V>(above, row_size * col_size, reciprocal(row_size * col_size), up);
+                    if (has_left) {
+                        cell_shares<T, V>(above_left, row_size * left_size, reciprocal(row_size * left_size), up_left);
+                    }
                 }
             }
             if constexpr (OVERLAP && !float_sums) {
-                // Overlapping cells in double: cell row r's shares (own: s(r, c), left_own:
-                // s(r, c-1)) from its out_backprop, its region written from them and the row
-                // above's (up, up_left), which the caller's next row takes as its own above.
-                const auto double_row = [&](const I r, const double (&above)[V], const double (&above_left)[V],
-                                            double (&own)[V], double (&left_own)[V]) {
-                    const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
-                    const T* const dy = dy_column + r * dy_row;
-                    const double row_size = static_cast<double>(row_sizes[r]);
-                    shares_of(dy, row_size * col_size, own);
+                // Overlapping cells in double: a cell row's shares (own: s(r, c), left_own:
+                // s(r, c-1)) from its out_backprop vectors d and d_left, its region (input rows
+                // row_first .. row_first + row_count - 1) written from them and the row above's
+                // (up, up_left), which the caller's next row takes as its own above.
+                const auto double_row = [&](const Vec& d, const Vec& d_left, const I row_first, const I row_count,
+                                            const I row_cells, const double (&above)[V],
+                                            const double (&above_left)[V], double (&own)[V],
+                                            double (&left_own)[V]) {
+                    const double row_size = static_cast<double>(row_cells);
+                    cell_shares<T, V>(d, row_size * col_size, reciprocal(row_size * col_size), own);
 #pragma unroll
                     for (int v = 0; v < V; ++v) left_own[v] = 0.0;
-                    if (has_left) shares_of(dy - depth, row_size * left_size, left_own);
+                    if (has_left) {
+                        cell_shares<T, V>(d_left, row_size * left_size, reciprocal(row_size * left_size), left_own);
+                    }
                     write_overlap_region<T, V, I>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count,
                                                   above_left, above, left_own, own);
                 };
                 // Two cell rows an iteration (kPairedCellRows), the shares carried between them
                 // in two sets that swap roles, so no row copies its shares for the next (32 moves
                 // a row in float16 when one loop iteration was one row); an odd chunk leaves after
-                // its first half, so no remainder iteration lies outside the loop.  (Not the
-                // float-float sums: unrolled, ptxas keeps their copies and takes 55 more
-                // registers on sm_86 in float16.)
+                // its first half, so no remainder iteration lies outside the loop.  Both rows'
+                // out_backprop vectors, their left neighbours' and their table entries are loaded
+                // before any is used: the pair costs one memory round trip, where loading each
+                // where it is used made four in a row (a second row past the chunk reloads the
+                // first's).  (Not the float-float sums: unrolled, ptxas keeps their copies and
+                // takes 55 more registers on sm_86 in float16.)
                 double next[V], next_left[V];
                 if constexpr (kPairedCellRows<T>) {
 #pragma unroll 1
                     for (I r = r0; r < r1; r += 2) {
-                        double_row(r, up, up_left, next, next_left);
-                        if (r + 1 == r1) break;
-                        double_row(r + 1, next, next_left, up, up_left);
+                        const bool second = r + 1 < r1;
+                        const T* const dy_a = dy_column + r * dy_row;
+                        const T* const dy_b = second ? dy_a + dy_row : dy_a;
+                        const Vec d_a = *reinterpret_cast<const Vec*>(dy_a);
+                        const Vec d_b = *reinterpret_cast<const Vec*>(dy_b);
+                        const Vec left_a = *reinterpret_cast<const Vec*>(dy_a - left_step);
+                        const Vec left_b = *reinterpret_cast<const Vec*>(dy_b - left_step);
+                        const I bound_a = row_bounds[r], bound_b = row_bounds[r + 1];
+                        const I bound_end = row_bounds[second ? r + 2 : r + 1];
+                        const I cells_a = row_sizes[r], cells_b = row_sizes[second ? r + 1 : r];
+                        double_row(d_a, left_a, bound_a, bound_b - bound_a, cells_a, up, up_left, next, next_left);
+                        if (!second) break;
+                        double_row(d_b, left_b, bound_b, bound_end - bound_b, cells_b, next, next_left, up, up_left);
                     }
                 } else {
 #pragma unroll 1
                     for (I r = r0; r < r1; ++r) {
-                        double_row(r, up, up_left, next, next_left);
+                        const T* const dy = dy_column + r * dy_row;
+                        const Vec d = *reinterpret_cast<const Vec*>(dy);
+                        const Vec d_left = *reinterpret_cast<const Vec*>(dy - left_step);
+                        const I row_first = row_bounds[r];
+                        double_row(d, d_left, row_first, row_bounds[r + 1] - row_first, row_sizes[r], up, up_left, next,
+                                   next_left);
 #pragma unroll
                         for (int v = 0; v < V; ++v) {
                             up[v] = next[v];

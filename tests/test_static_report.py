@@ -1122,6 +1122,32 @@ def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
 
 
 @needs_tools
+def test_overlapping_average_cells_wait_once_a_pair_of_rows():
+    """Overlapping average cells in double (sm_80, sm_90: FP64 at half FP32's rate) load both
+    rows of an iteration, and their left neighbours', before using any: the cell-row loop waits
+    for one round trip an iteration (two cell rows), so a chunk of 4 rows is a chain of 1 + 2
+    (the row above, then two pairs), where each load at its use made four waits an iteration.
+    Planted: the second row's left neighbour loaded where it is used makes the loop wait more
+    than once, and the model's chain grows with it."""
+    from gradops.bench import static_cells
+
+    kernel = "gradops::fractional_avg_pool_grad_cells"
+    overlapping = [f"{kernel}<{t}, int, {v}, true>" for t, v in (("__half", 8), ("__nv_bfloat16", 8), ("float", 4))]
+    for k in _sass.compile_kernels(("sm_80", "sm_90"), [sr.FRACTIONAL_SOURCE], only=overlapping):
+        assert static_cells.cell_rows_per_iteration(k) == 2, k.expression
+        assert k.cfg.loop_round_trips(static_cells._cell_loop(k)) == 1, k.expression
+        assert static_cells.chain_round_trips(k, 4, True) == 3 and static_cells.chain_round_trips(k, 3, True) == 3
+    text = _build.source_code(sr.FRACTIONAL_SOURCE)
+    hoisted = "double_row(d_b, left_b, "
+    assert text.count(hoisted) == 1
+    planted = {sr.FRACTIONAL_SOURCE: text.replace(
+        hoisted, "double_row(d_b, *reinterpret_cast<const Vec*>(dy_b - left_step), ")}
+    (k,) = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE], texts=planted, only=overlapping[:1])
+    planted_trips = k.cfg.loop_round_trips(static_cells._cell_loop(k))
+    assert planted_trips >= 2 and static_cells.chain_round_trips(k, 4, True) == 1 + 2 * planted_trips
+
+
+@needs_tools
 def test_fractional_sum_path_can_be_forced_for_a_gpu_test():
     """GRADOPS_FRACTIONAL_FAST_FP64 (never defined by the runtime) picks the overlapping cells'
     sum path on any arch, so a GPU test runs both on the GPU it has: 0 gives sm_90 sm_86's

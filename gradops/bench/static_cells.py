@@ -27,10 +27,12 @@ of one block of channels, one chunk of cell rows):
 
 The lanes of a warp share their cell rows, so only the columns diverge.  Warps whose pairs all
 lie past the last column skip everything but the grid loops, which is not counted.  Latency: a
-thread's cell rows are a chain of one DRAM round trip each (the next row's out_backprop load
-comes after this row's stores in the unrolled-by-one loop), plus the row above's with overlapping
-cells; the launch's waves of resident CTAs times that chain times the report's 600 ns round
-trip.  L2: out_backprop read once per cell row and thread (with overlapping cells also the left
+thread's iterations of the cell-row loop are a chain (an iteration's loads come after the
+previous one's stores), each iteration the round trips its SASS waits for (a load whose result
+is used before the next load is issued ends one; overlapping cells in double load both rows of
+an iteration, and their left neighbours', at its top: one), plus the row above's with
+overlapping cells: :func:`chain_round_trips`; the launch's waves of resident CTAs times that
+chain times the report's 600 ns round trip.  L2: out_backprop read once per cell row and thread (with overlapping cells also the left
 neighbour's and, once per chunk, the row above's), the gradient written once, the four tables.
 """
 
@@ -127,6 +129,21 @@ def loop_counts(kernel) -> dict[str, Counter]:
             "inner_col": _mean(inner_cols)}
 
 
+def cell_rows_per_iteration(kernel) -> int:
+    """Cell rows one iteration of the cell-row loop handles: 1, or (overlapping cells' double
+    shares) as many as the loop holds copies of the region's three loops."""
+    children = _cell_loop(kernel).children
+    return 1 if len(children) == 1 else len(children) // 3
+
+
+def chain_round_trips(kernel, chunk_rows: int, overlapping: bool) -> int:
+    """A thread's dependent memory round trips (module docstring): the cell-row loop's iterations
+    times the round trips of one (``Cfg.loop_round_trips``, in address order: an upper bound),
+    plus the row above's with overlapping cells."""
+    per_iteration = kernel.cfg.loop_round_trips(_cell_loop(kernel))
+    return -(-chunk_rows // cell_rows_per_iteration(kernel)) * per_iteration + (1 if overlapping else 0)
+
+
 def column_warps(g, block_vectors: int) -> tuple[int, int]:
     """(warps with at least one real column, sum over them of their widest region's columns
     beyond the first) of one block of channels and one chunk of cell rows: a warp holds
@@ -201,7 +218,7 @@ def predict(case, dtype_name: str, device, kernel, g) -> dict:
     l2 = dtype.itemsize * (math.prod(g.output_shape) * neighbours + math.prod(g.input_shape)) + tables
     warps, extra = column_warps(g, p.block_vectors)
     return _prediction(case, dtype_name, device, kernel, g, p, warp_instructions, counts, tables, l2,
-                       p.chunk_rows + (1 if g.overlapping else 0), column_warps=warps,
+                       chain_round_trips(kernel, p.chunk_rows, g.overlapping), column_warps=warps,
                        mean_extra_columns_per_warp=extra / warps if warps else 0.0)
 
 
