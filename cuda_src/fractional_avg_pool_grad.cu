@@ -214,6 +214,22 @@ template <typename T, int V> struct alignas(sizeof(T) * V) Vector {
     T e[V];
 };
 
+// The vector at p, loaded where the call stands.  A load whose value is used only under a branch
+// (a left neighbour's, used where c > 0) is otherwise sunk by the compiler into that branch,
+// after the work before it, and waits for a round trip of its own; the empty asm on each loaded
+// word (no instruction) keeps the load here, beside the others.
+template <typename T, int V> __device__ __forceinline__ Vector<T, V> load_here(const T* p) {
+    Vector<T, V> v = *reinterpret_cast<const Vector<T, V>*>(p);
+    if constexpr (sizeof v % 4 == 0) {
+        int w[sizeof v / 4];
+        memcpy(w, &v, sizeof w);
+#pragma unroll
+        for (int i = 0; i < static_cast<int>(sizeof v / 4); ++i) w[i] = opaque_value(w[i]);
+        memcpy(&v, w, sizeof w);
+    }
+    return v;
+}
+
 // Whether no element of v is Inf or NaN, from the bits of 32-bit words: a 16-bit float's
 // magnitude bits f (15 bits) are Inf or NaN when f >= its exponent mask, i.e. when f plus
 // (0x8000 - mask) reaches bit 15 (the sum stays within the 16-bit field); likewise for float32.
@@ -909,8 +925,7 @@ __global__ void fractional_avg_pool_grad_cells(
             // (below 2^-150) while their sum does not: a thread that has loaded one leaves every
             // later value to the double shares (part G's zero M needs every share exactly zero).
             bool tiny = false;
-            const auto float_shares_of = [&](const T* dy, float size, float (&q)[V], float (&e)[V]) {
-                const Vec d = *reinterpret_cast<const Vec*>(dy);
+            const auto float_shares_of = [&](const Vec& d, float size, float (&q)[V], float (&e)[V]) {
                 const float y = float_reciprocal(size);
 #pragma unroll
                 for (int v = 0; v < V; ++v) {
@@ -920,16 +935,15 @@ __global__ void fractional_avg_pool_grad_cells(
                 }
             };
             if (OVERLAP && r0 > 0) {
+                // Both vectors are loaded before either is divided: one memory round trip.
+                const T* const dy_above = dy_column + (r0 - 1) * dy_row;
+                const Vec above = *reinterpret_cast<const Vec*>(dy_above);
+                const Vec above_left = load_here<T, V>(dy_above - left_step);
                 if constexpr (float_sums) {
                     const float row_size = static_cast<float>(row_sizes[r0 - 1]);
-                    float_shares_of(dy_column + (r0 - 1) * dy_row, row_size * col_width_f, up_q, up_e);
-                    if (has_left)
-                        float_shares_of(dy_column + (r0 - 1) * dy_row - depth, row_size * left_width_f, up_left_q, up_left_e);
+                    float_shares_of(above, row_size * col_width_f, up_q, up_e);
+                    if (has_left) float_shares_of(above_left, row_size * left_width_f, up_left_q, up_left_e);
                 } else {
-                    // Both vectors are loaded before either is divided: one memory round trip.
-                    const T* const dy_above = dy_column + (r0 - 1) * dy_row;
-                    const Vec above = *reinterpret_cast<const Vec*>(dy_above);
-                    const Vec above_left = *reinterpret_cast<const Vec*>(dy_above - left_step);
                     const double row_size = static_cast<double>(row_sizes[r0 - 1]);
                     cell_shares<T, V>(above, row_size * col_size, reciprocal(row_size * col_size), up);
                     if (has_left) {
@@ -974,8 +988,8 @@ __global__ void fractional_avg_pool_grad_cells(
                         const T* const dy_b = second ? dy_a + dy_row : dy_a;
                         const Vec d_a = *reinterpret_cast<const Vec*>(dy_a);
                         const Vec d_b = *reinterpret_cast<const Vec*>(dy_b);
-                        const Vec left_a = *reinterpret_cast<const Vec*>(dy_a - left_step);
-                        const Vec left_b = *reinterpret_cast<const Vec*>(dy_b - left_step);
+                        const Vec left_a = load_here<T, V>(dy_a - left_step);
+                        const Vec left_b = load_here<T, V>(dy_b - left_step);
                         const I bound_a = row_bounds[r], bound_b = row_bounds[r + 1];
                         const I bound_end = row_bounds[second ? r + 2 : r + 1];
                         const I cells_a = row_sizes[r], cells_b = row_sizes[second ? r + 1 : r];
@@ -988,7 +1002,7 @@ __global__ void fractional_avg_pool_grad_cells(
                     for (I r = r0; r < r1; ++r) {
                         const T* const dy = dy_column + r * dy_row;
                         const Vec d = *reinterpret_cast<const Vec*>(dy);
-                        const Vec d_left = *reinterpret_cast<const Vec*>(dy - left_step);
+                        const Vec d_left = load_here<T, V>(dy - left_step);
                         const I row_first = row_bounds[r];
                         double_row(d, d_left, row_first, row_bounds[r + 1] - row_first, row_sizes[r], up, up_left, next,
                                    next_left);
@@ -1009,12 +1023,15 @@ __global__ void fractional_avg_pool_grad_cells(
                     Vec corner, top, left, inner;
                     const T* const dy = dy_column + r * dy_row;
                     if constexpr (float_sums) {
+                        // Both vectors loaded before either is used: one memory round trip a row.
+                        const Vec row_vector = *reinterpret_cast<const Vec*>(dy);
+                        const Vec left_vector = load_here<T, V>(dy - left_step);
                         const float row_size = static_cast<float>(row_sizes[r]);
                         float own_q[V], own_e[V], left_q[V], left_e[V];
-                        float_shares_of(dy, row_size * col_width_f, own_q, own_e);
+                        float_shares_of(row_vector, row_size * col_width_f, own_q, own_e);
 #pragma unroll
                         for (int v = 0; v < V; ++v) left_q[v] = left_e[v] = 0.0f;
-                        if (has_left) float_shares_of(dy - depth, row_size * left_width_f, left_q, left_e);
+                        if (has_left) float_shares_of(left_vector, row_size * left_width_f, left_q, left_e);
                         bool decided = !tiny;
 #pragma unroll
                         for (int v = 0; v < V; ++v) {

@@ -1122,21 +1122,27 @@ def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
 
 
 @needs_tools
-def test_overlapping_average_cells_wait_once_a_pair_of_rows():
+def test_overlapping_average_cells_wait_once_an_iteration():
     """Overlapping average cells in double (sm_80, sm_90: FP64 at half FP32's rate) load both
     rows of an iteration, and their left neighbours', before using any: the cell-row loop waits
     for one round trip an iteration (two cell rows), so a chunk of 4 rows is a chain of 1 + 2
     (the row above, then two pairs), where each load at its use made four waits an iteration.
-    Planted: the second row's left neighbour loaded where it is used makes the loop wait more
-    than once, and the model's chain grows with it."""
+    The float-float sums (sm_86: one cell row an iteration) load a row's two vectors together,
+    the left one kept from sinking into its branch (load_here): one wait a row, where two or
+    three.  Planted: the second row's left neighbour loaded where it is used makes the loop wait
+    more than once, and the model's chain grows with it."""
     from gradops.bench import static_cells
 
     kernel = "gradops::fractional_avg_pool_grad_cells"
     overlapping = [f"{kernel}<{t}, int, {v}, true>" for t, v in (("__half", 8), ("__nv_bfloat16", 8), ("float", 4))]
-    for k in _sass.compile_kernels(("sm_80", "sm_90"), [sr.FRACTIONAL_SOURCE], only=overlapping):
-        assert static_cells.cell_rows_per_iteration(k) == 2, k.expression
-        assert k.cfg.loop_round_trips(static_cells._cell_loop(k)) == 1, k.expression
-        assert static_cells.chain_round_trips(k, 4, True) == 3 and static_cells.chain_round_trips(k, 3, True) == 3
+    for k in _sass.compile_kernels(("sm_80", "sm_90", "sm_86"), [sr.FRACTIONAL_SOURCE], only=overlapping):
+        assert k.cfg.loop_round_trips(static_cells._cell_loop(k)) == 1, (k.arch, k.expression)
+        if k.arch == "sm_86":
+            assert static_cells.cell_rows_per_iteration(k) == 1, k.expression
+            assert static_cells.chain_round_trips(k, 4, True) == 5
+        else:
+            assert static_cells.cell_rows_per_iteration(k) == 2, k.expression
+            assert static_cells.chain_round_trips(k, 4, True) == static_cells.chain_round_trips(k, 3, True) == 3
     text = _build.source_code(sr.FRACTIONAL_SOURCE)
     hoisted = "double_row(d_b, left_b, "
     assert text.count(hoisted) == 1
