@@ -952,15 +952,21 @@ __global__ void fractional_avg_pool_grad_cells(
                 }
             }
             if constexpr (OVERLAP && !float_sums) {
-                // Overlapping cells in double: a cell row's shares (own: s(r, c), left_own:
-                // s(r, c-1)) from its out_backprop vectors d and d_left, its region (input rows
-                // row_first .. row_first + row_count - 1) written from them and the row above's
-                // (up, up_left), which the caller's next row takes as its own above.
-                const auto double_row = [&](const Vec& d, const Vec& d_left, const I row_first, const I row_count,
-                                            const I row_cells, const double (&above)[V],
-                                            const double (&above_left)[V], double (&own)[V],
-                                            double (&left_own)[V]) {
-                    const double row_size = static_cast<double>(row_cells);
+                // Overlapping cells in double: cell row r's shares (own: s(r, c), left_own:
+                // s(r, c-1)) from its out_backprop, its region written from them and the row
+                // above's (up, up_left), which the caller's next row takes as its own above.  The
+                // row's two vectors are loaded together, before either is used: one memory round
+                // trip a cell row, where loading each where it is used made two (the left one,
+                // used only where c > 0, pinned by load_here).  Loading a pair's four vectors at
+                // once made one a pair but took float16 from 96 to 118 registers, 20 to 16 warps
+                // an SM (session 91's note: the static models disagree on which is faster).
+                const auto double_row = [&](const I r, const double (&above)[V], const double (&above_left)[V],
+                                            double (&own)[V], double (&left_own)[V]) {
+                    const T* const dy = dy_column + r * dy_row;
+                    const Vec d = *reinterpret_cast<const Vec*>(dy);
+                    const Vec d_left = load_here<T, V>(dy - left_step);
+                    const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
+                    const double row_size = static_cast<double>(row_sizes[r]);
                     cell_shares<T, V>(d, row_size * col_size, reciprocal(row_size * col_size), own);
 #pragma unroll
                     for (int v = 0; v < V; ++v) left_own[v] = 0.0;
@@ -973,39 +979,21 @@ __global__ void fractional_avg_pool_grad_cells(
                 // Two cell rows an iteration (kPairedCellRows), the shares carried between them
                 // in two sets that swap roles, so no row copies its shares for the next (32 moves
                 // a row in float16 when one loop iteration was one row); an odd chunk leaves after
-                // its first half, so no remainder iteration lies outside the loop.  Both rows'
-                // out_backprop vectors, their left neighbours' and their table entries are loaded
-                // before any is used: the pair costs one memory round trip, where loading each
-                // where it is used made four in a row (a second row past the chunk reloads the
-                // first's).  (Not the float-float sums: unrolled, ptxas keeps their copies and
-                // takes 55 more registers on sm_86 in float16.)
+                // its first half, so no remainder iteration lies outside the loop.  (Not the
+                // float-float sums: unrolled, ptxas keeps their copies and takes 55 more
+                // registers on sm_86 in float16.)
                 double next[V], next_left[V];
                 if constexpr (kPairedCellRows<T>) {
 #pragma unroll 1
                     for (I r = r0; r < r1; r += 2) {
-                        const bool second = r + 1 < r1;
-                        const T* const dy_a = dy_column + r * dy_row;
-                        const T* const dy_b = second ? dy_a + dy_row : dy_a;
-                        const Vec d_a = *reinterpret_cast<const Vec*>(dy_a);
-                        const Vec d_b = *reinterpret_cast<const Vec*>(dy_b);
-                        const Vec left_a = load_here<T, V>(dy_a - left_step);
-                        const Vec left_b = load_here<T, V>(dy_b - left_step);
-                        const I bound_a = row_bounds[r], bound_b = row_bounds[r + 1];
-                        const I bound_end = row_bounds[second ? r + 2 : r + 1];
-                        const I cells_a = row_sizes[r], cells_b = row_sizes[second ? r + 1 : r];
-                        double_row(d_a, left_a, bound_a, bound_b - bound_a, cells_a, up, up_left, next, next_left);
-                        if (!second) break;
-                        double_row(d_b, left_b, bound_b, bound_end - bound_b, cells_b, next, next_left, up, up_left);
+                        double_row(r, up, up_left, next, next_left);
+                        if (r + 1 == r1) break;
+                        double_row(r + 1, next, next_left, up, up_left);
                     }
                 } else {
 #pragma unroll 1
                     for (I r = r0; r < r1; ++r) {
-                        const T* const dy = dy_column + r * dy_row;
-                        const Vec d = *reinterpret_cast<const Vec*>(dy);
-                        const Vec d_left = load_here<T, V>(dy - left_step);
-                        const I row_first = row_bounds[r];
-                        double_row(d, d_left, row_first, row_bounds[r + 1] - row_first, row_sizes[r], up, up_left, next,
-                                   next_left);
+                        double_row(r, up, up_left, next, next_left);
 #pragma unroll
                         for (int v = 0; v < V; ++v) {
                             up[v] = next[v];

@@ -1484,19 +1484,16 @@ PLANTED_CELLS = {  # bugs in the cells kernel: name -> (text of the real source,
                                          "((up_left[v] + left_own[v]) + up[v]) + own[v]"),
     # overlapping cells in double: two cell rows an iteration, the carried shares in two sets
     "cells-second-row-takes-its-own-shares-as-the-row-above": (
-        "cells_b, next, next_left, up, up_left);", "cells_b, up, next_left, up, up_left);"),
+        "double_row(r + 1, next, next_left, up, up_left);", "double_row(r + 1, up, next_left, up, up_left);"),
     "cells-second-row-takes-its-left-share-as-the-corner-above": (
-        "cells_b, next, next_left, up, up_left);", "cells_b, next, up_left, up, up_left);"),
+        "double_row(r + 1, next, next_left, up, up_left);", "double_row(r + 1, next, up_left, up, up_left);"),
     "cells-first-row-takes-the-carried-sets-swapped": (
-        "cells_a, up, up_left, next, next_left);", "cells_a, up_left, up, next, next_left);"),
+        "r += 2) {\n                        double_row(r, up, up_left, next, next_left);",
+        "r += 2) {\n                        double_row(r, up_left, up, next, next_left);"),
     "cells-row-pairs-one-row-apart": ("for (I r = r0; r < r1; r += 2) {", "for (I r = r0; r < r1; ++r) {"),
-    # each pair's loads, issued at the top of the iteration
-    "cells-second-row-loads-the-first-rows-vector": ("const T* const dy_b = second ? dy_a + dy_row : dy_a;",
-                                                     "const T* const dy_b = dy_a;"),
-    "cells-first-row-loads-its-own-vector-as-its-left": (
-        "const Vec left_a = load_here<T, V>(dy_a - left_step);", "const Vec left_a = load_here<T, V>(dy_a);"),
-    "cells-second-row-sized-as-the-first": ("cells_b = row_sizes[second ? r + 1 : r];", "cells_b = row_sizes[r];"),
-    "cells-second-row-ends-where-it-starts": ("row_bounds[second ? r + 2 : r + 1];", "row_bounds[r + 1];"),
+    # a row's two vectors, loaded together at its top
+    "cells-row-loads-its-own-vector-as-its-left": (
+        "const Vec d_left = load_here<T, V>(dy - left_step);", "const Vec d_left = load_here<T, V>(dy);"),
     "cells-row-above-loads-its-own-vector-as-its-left": (
         "const Vec above_left = load_here<T, V>(dy_above - left_step);",
         "const Vec above_left = load_here<T, V>(dy_above);"),

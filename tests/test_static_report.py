@@ -1122,35 +1122,34 @@ def test_fractional_disjoint_cells_of_float_types_issue_no_fp64():
 
 
 @needs_tools
-def test_overlapping_average_cells_wait_once_an_iteration():
-    """Overlapping average cells in double (sm_80, sm_90: FP64 at half FP32's rate) load both
-    rows of an iteration, and their left neighbours', before using any: the cell-row loop waits
-    for one round trip an iteration (two cell rows), so a chunk of 4 rows is a chain of 1 + 2
-    (the row above, then two pairs), where each load at its use made four waits an iteration.
-    The float-float sums (sm_86: one cell row an iteration) load a row's two vectors together,
-    the left one kept from sinking into its branch (load_here): one wait a row, where two or
-    three.  Planted: the second row's left neighbour loaded where it is used makes the loop wait
-    more than once, and the model's chain grows with it."""
+def test_overlapping_average_cells_wait_once_a_cell_row():
+    """Overlapping average cells load a cell row's two out_backprop vectors (its own and its left
+    neighbour's) together, before using either: the cell-row loop waits for one round trip a
+    cell row, where each load at its use made two (sm_80, sm_90: the double shares, two rows an
+    iteration) or two to three (sm_86: the float-float sums, one row an iteration).  A chunk of 4
+    rows is then a chain of 5 with the row above, where it was 9.  Planted, and seen by the
+    model: the double shares' left vector loaded where it is used (the old code); the float-float
+    row's without load_here, which the compiler then sinks into its branch (c > 0)."""
     from gradops.bench import static_cells
 
     kernel = "gradops::fractional_avg_pool_grad_cells"
     overlapping = [f"{kernel}<{t}, int, {v}, true>" for t, v in (("__half", 8), ("__nv_bfloat16", 8), ("float", 4))]
     for k in _sass.compile_kernels(("sm_80", "sm_90", "sm_86"), [sr.FRACTIONAL_SOURCE], only=overlapping):
-        assert k.cfg.loop_round_trips(static_cells._cell_loop(k)) == 1, (k.arch, k.expression)
-        if k.arch == "sm_86":
-            assert static_cells.cell_rows_per_iteration(k) == 1, k.expression
-            assert static_cells.chain_round_trips(k, 4, True) == 5
-        else:
-            assert static_cells.cell_rows_per_iteration(k) == 2, k.expression
-            assert static_cells.chain_round_trips(k, 4, True) == static_cells.chain_round_trips(k, 3, True) == 3
+        rows = static_cells.cell_rows_per_iteration(k)
+        assert rows == (1 if k.arch == "sm_86" else 2), (k.arch, k.expression)
+        assert k.cfg.loop_round_trips(static_cells._cell_loop(k)) == rows, (k.arch, k.expression)
+        assert static_cells.chain_round_trips(k, 4, True) == 5, (k.arch, k.expression)
     text = _build.source_code(sr.FRACTIONAL_SOURCE)
-    hoisted = "double_row(d_b, left_b, "
-    assert text.count(hoisted) == 1
-    planted = {sr.FRACTIONAL_SOURCE: text.replace(
-        hoisted, "double_row(d_b, *reinterpret_cast<const Vec*>(dy_b - left_step), ")}
-    (k,) = _sass.compile_kernels(("sm_90",), [sr.FRACTIONAL_SOURCE], texts=planted, only=overlapping[:1])
-    planted_trips = k.cfg.loop_round_trips(static_cells._cell_loop(k))
-    assert planted_trips >= 2 and static_cells.chain_round_trips(k, 4, True) == 1 + 2 * planted_trips
+    late = ("cell_shares<T, V>(d_left, ", "cell_shares<T, V>(*reinterpret_cast<const Vec*>(dy - depth), ")
+    sunk = ("const Vec left_vector = load_here<T, V>(dy - left_step);",
+            "const Vec left_vector = *reinterpret_cast<const Vec*>(dy - left_step);")
+    for arch, (real, planted), only in (("sm_90", late, overlapping[0]), ("sm_86", sunk, overlapping[2])):
+        assert text.count(real) == 1
+        (k,) = _sass.compile_kernels((arch,), [sr.FRACTIONAL_SOURCE], texts={sr.FRACTIONAL_SOURCE: text.replace(real, planted)},
+                                     only=[only])
+        trips = k.cfg.loop_round_trips(static_cells._cell_loop(k))
+        rows = static_cells.cell_rows_per_iteration(k)
+        assert trips > rows and static_cells.chain_round_trips(k, 4, True) == -(-4 // rows) * trips + 1, (arch, trips)
 
 
 @needs_tools

@@ -32,8 +32,9 @@ previous one's stores), each iteration the round trips its SASS waits for (a loa
 is used before the next load is issued ends one; overlapping cells in double load both rows of
 an iteration, and their left neighbours', at its top: one), plus the row above's with
 overlapping cells: :func:`chain_round_trips`; the launch's waves of resident CTAs times that
-chain times the report's 600 ns round trip.  L2: out_backprop read once per cell row and thread (with overlapping cells also the left
-neighbour's and, once per chunk, the row above's), the gradient written once, the four tables.
+chain times the report's 600 ns round trip.  L2: out_backprop read once per cell row and thread
+(with overlapping cells also the left neighbour's and, once per chunk, the row above's), the
+gradient written once, the four tables.
 """
 
 from __future__ import annotations
