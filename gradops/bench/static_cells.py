@@ -29,8 +29,8 @@ The lanes of a warp share their cell rows, so only the columns diverge.  Warps w
 lie past the last column skip everything but the grid loops, which is not counted.  Latency: a
 thread's iterations of the cell-row loop are a chain (an iteration's loads come after the
 previous one's stores), each iteration the round trips its SASS waits for (a load whose result
-is used before the next load is issued ends one; overlapping cells in double load both rows of
-an iteration, and their left neighbours', at its top: one), plus the row above's with
+is used before the next load is issued ends one; overlapping cells load a cell row's own and
+left neighbour's vectors together at its top: one a cell row), plus the row above's with
 overlapping cells: :func:`chain_round_trips`; the launch's waves of resident CTAs times that
 chain times the report's 600 ns round trip.  L2: out_backprop read once per cell row and thread
 (with overlapping cells also the left neighbour's and, once per chunk, the row above's), the
