@@ -909,8 +909,7 @@ __global__ void fractional_avg_pool_grad_cells(
             double up[V], up_left[V];
 #pragma unroll
             for (int v = 0; v < V; ++v) up[v] = up_left[v] = 0.0;
-            const auto shares_of = [&](const T* dy, double size, double (&s)[V]) {
-                const Vec d = *reinterpret_cast<const Vec*>(dy);
+            const auto shares_of = [&](const Vec& d, double size, double (&s)[V]) {
                 cell_shares<T, V>(d, size, reciprocal(size), s);
             };
             // Overlapping cells of the float types where FP64 is slow: the shares as q + e (see
@@ -945,10 +944,8 @@ __global__ void fractional_avg_pool_grad_cells(
                     if (has_left) float_shares_of(above_left, row_size * left_width_f, up_left_q, up_left_e);
                 } else {
                     const double row_size = static_cast<double>(row_sizes[r0 - 1]);
-                    cell_shares<T, V>(above, row_size * col_size, reciprocal(row_size * col_size), up);
-                    if (has_left) {
-                        cell_shares<T, V>(above_left, row_size * left_size, reciprocal(row_size * left_size), up_left);
-                    }
+                    shares_of(above, row_size * col_size, up);
+                    if (has_left) shares_of(above_left, row_size * left_size, up_left);
                 }
             }
             if constexpr (OVERLAP && !float_sums) {
@@ -959,7 +956,8 @@ __global__ void fractional_avg_pool_grad_cells(
                 // trip a cell row, where loading each where it is used made two (the left one,
                 // used only where c > 0, pinned by load_here).  Loading a pair's four vectors at
                 // once made one a pair but took float16 from 96 to 118 registers, 20 to 16 warps
-                // an SM (session 91's note: the static models disagree on which is faster).
+                // an SM (benchmarks/README.md, session 91: the static models disagree on which is
+                // faster).
                 const auto double_row = [&](const I r, const double (&above)[V], const double (&above_left)[V],
                                             double (&own)[V], double (&left_own)[V]) {
                     const T* const dy = dy_column + r * dy_row;
@@ -967,12 +965,10 @@ __global__ void fractional_avg_pool_grad_cells(
                     const Vec d_left = load_here<T, V>(dy - left_step);
                     const I row_first = row_bounds[r], row_count = row_bounds[r + 1] - row_first;
                     const double row_size = static_cast<double>(row_sizes[r]);
-                    cell_shares<T, V>(d, row_size * col_size, reciprocal(row_size * col_size), own);
+                    shares_of(d, row_size * col_size, own);
 #pragma unroll
                     for (int v = 0; v < V; ++v) left_own[v] = 0.0;
-                    if (has_left) {
-                        cell_shares<T, V>(d_left, row_size * left_size, reciprocal(row_size * left_size), left_own);
-                    }
+                    if (has_left) shares_of(d_left, row_size * left_size, left_own);
                     write_overlap_region<T, V, I>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count,
                                                   above_left, above, left_own, own);
                 };
@@ -1055,7 +1051,8 @@ __global__ void fractional_avg_pool_grad_cells(
                         corner = top = left = inner = float_cell_values<T, V>(d, size, float_reciprocal(size));
                     } else {
                         double own[V];
-                        shares_of(dy, static_cast<double>(row_sizes[r]) * col_size, own);
+                        const Vec d = *reinterpret_cast<const Vec*>(dy);  // one 16-byte load
+                        shares_of(d, static_cast<double>(row_sizes[r]) * col_size, own);
                         corner = top = left = inner = round_vector<T, V>(own);
                     }
                     write_region<T, V>(dx_column + row_first * dx_row, dx_row, depth, row_count, col_count, corner, top,

@@ -1140,7 +1140,7 @@ def test_overlapping_average_cells_wait_once_a_cell_row():
         assert k.cfg.loop_round_trips(static_cells._cell_loop(k)) == rows, (k.arch, k.expression)
         assert static_cells.chain_round_trips(k, 4, True) == 5, (k.arch, k.expression)
     text = _build.source_code(sr.FRACTIONAL_SOURCE)
-    late = ("cell_shares<T, V>(d_left, ", "cell_shares<T, V>(*reinterpret_cast<const Vec*>(dy - depth), ")
+    late = ("shares_of(d_left, ", "shares_of(*reinterpret_cast<const Vec*>(dy - depth), ")
     sunk = ("const Vec left_vector = load_here<T, V>(dy - left_step);",
             "const Vec left_vector = *reinterpret_cast<const Vec*>(dy - left_step);")
     for arch, (real, planted), only in (("sm_90", late, overlapping[0]), ("sm_86", sunk, overlapping[2])):
