@@ -293,6 +293,24 @@ def tensor_bytes(result_shape, *arrays: Any) -> int:
     return need + sum(math.prod(int(d) for d in a.shape) * a.dtype.itemsize for a in arrays)
 
 
+def check_result_shape(op: str, result_shape, itemsize: int) -> None:
+    """Refuse a result shape no NumPy array can take, even an empty one.
+
+    NumPy multiplies the non-zero dimensions by the item size and refuses a product past
+    2**63 - 1 whatever the other dimensions ("array is too big"), so an empty result such as
+    [1, 2**31, 2**31, 0] in float16 cannot be made on the host.  TF returns such an empty
+    tensor; gradops refuses it on every device, so that a call's result or error does not
+    depend on where its tensors live (the host backend and the CPU stand-in of the GPU tests
+    hold arrays in NumPy).  A non-empty shape past the limit is left to the memory check.
+    """
+    shape = [int(d) for d in result_shape]
+    span = itemsize * math.prod(d for d in shape if d)
+    if 0 in shape and span > 2**63 - 1:
+        raise InvalidArgumentError(
+            f"{op}: the result shape {list(result_shape)} is empty but its non-zero dimensions span "
+            f"{span} bytes of {itemsize}-byte elements, past 2**63-1: no NumPy array has that shape")
+
+
 def check_fits_in_memory(op: str, where: str, result_shape, *arrays: Any, extra_bytes: int = 0) -> None:
     """Refuse, before anything is allocated, a call that cannot fit in its device's memory.
 
@@ -302,6 +320,7 @@ def check_fits_in_memory(op: str, where: str, result_shape, *arrays: Any, extra_
     holding the arrays.  A call that passes may still run
     out of memory when other work holds it; one that fails never could have run.
     """
+    check_result_shape(op, result_shape, max((a.dtype.itemsize for a in arrays), default=_WORKING_ITEMSIZE))
     need = tensor_bytes(result_shape, *arrays) + extra_bytes
     limit = memory_bytes(where, arrays)
     if need > limit:

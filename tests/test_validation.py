@@ -282,6 +282,42 @@ def test_shapes_beyond_int64_elements_are_rejected():
            strides=[1, 2**62, 2**62, 1], filter=x_((1, 1, 4, 5)), out_backprop=x_((2, 1, 1, 5)))
 
 
+EMPTY_TOO_WIDE = [1, 2**31, 2**31, 0]  # 2**62 non-zero elements: 2**63 bytes in float16
+
+
+def check_empty_results_no_numpy_array_can_hold(put, backend):
+    """NumPy refuses an empty shape whose non-zero dimensions span 2**63 bytes or more ("array
+    is too big"); a fuzzed conv2d with 2**31 - 1 explicit padding each side made one and the
+    NumPy backend raised that ValueError.  gradops refuses it by name on every device; the
+    float16 shape spanning 2**62 bytes is computed."""
+    pad = 2**31 - 1
+    forward = dict(input=put(x_((1, 1, 1, 1), np.float16)), filter=put(x_((1, 1, 1, 0), np.float16)),
+                   strides=S1, padding="EXPLICIT", explicit_paddings=[0, 0, 0, pad, pad, 0, 0, 0],
+                   backend=backend)
+    raises(gradops.conv2d, "result shape", str(EMPTY_TOO_WIDE), "no NumPy array", **forward)
+    half = dict(forward, explicit_paddings=[0, 0, 0, pad // 2, pad // 2, 0, 0, 0])
+    assert gradops.conv2d(**half).shape == (1, 2**30, 2**30, 0)
+    # The element width counts: the shape that float16 can take, float64 cannot.
+    wide = dict(half, input=put(x_((1, 1, 1, 1), np.float64)), filter=put(x_((1, 1, 1, 0), np.float64)))
+    raises(gradops.conv2d, "8-byte elements", **wide)
+    # A result given by a size argument: filter_sizes of the filter gradient.
+    raises(gradops.conv2d_backprop_filter, "result shape", input=put(x_((1, 1, 1, 1), np.float16)),
+           filter_sizes=[2**31, 2**31, 1, 0], out_backprop=put(x_((1, 1, 1, 0), np.float16)), strides=S1,
+           padding="EXPLICIT", explicit_paddings=[0, 0, pad, 0, pad, 0, 0, 0], backend=backend)
+
+
+def test_empty_results_no_numpy_array_can_hold_are_refused():
+    check_empty_results_no_numpy_array_can_hold(lambda a: a, "numpy")
+
+
+def test_empty_results_no_numpy_array_can_hold_are_refused_on_gpu(gpu_backend):
+    """The same refusal for GPU arrays, where CuPy might hold the empty result: a call's result
+    or error does not depend on where its tensors live."""
+    from conftest import to_gpu
+
+    check_empty_results_no_numpy_array_can_hold(to_gpu, gpu_backend)
+
+
 # ---------------------------------------------------------------- size tensors
 
 
