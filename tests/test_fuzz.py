@@ -734,6 +734,17 @@ def test_huge_valid_looking_results_are_refused_before_allocating():
         assert peak <= SLACK_BYTES, (fn.__name__, peak)
 
 
+def test_empty_result_numpy_cannot_make_is_refused_by_name():
+    """Found by the fuzzer (CI, 2026-12-07): conv2d padded 2**31 - 1 each side with a filter of
+    0 output channels has the empty result [1, 2**31, 2**31, 0], whose non-zero dimensions span
+    2**63 bytes of float16; NumPy's zeros raised ValueError ("array is too big") in the backend.
+    (tests/test_validation.py checks the rule itself, on GPU arrays too.)"""
+    check_hostile(("conv2d", dict(
+        strides=[1, 1, 1, 1], padding="EXPLICIT", data_format="NHWC", dilations=[1, 1, 1, 1],
+        input=np.array([[[[-0.1321]]]], np.float16), filter=np.zeros((1, 1, 1, 0), np.float16),
+        explicit_paddings=[0, 0, 0, 2**31 - 1, 2**31 - 1, 0, 0, 0])))
+
+
 def test_forward_pooling_of_one_wide_row_stays_within_the_memory_bound():
     """Found by the fuzzer: fractional_avg_pool over a [1, 1, 2**20, 1] float16 broadcast view
     with rows [0, 0, 0] (two overlapping one-row cells) and cols [0, 0] summed rows first, and
