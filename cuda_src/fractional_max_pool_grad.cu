@@ -797,6 +797,27 @@ __device__ __forceinline__ void add_chosen(A (&sum)[V], const PairChoice<T, V>& 
     }
 }
 
+// add_chosen's first term of a sum just started (start_sum): 0 + the term is the term itself,
+// never -0.0 (see above), so it is widened without the add.
+template <typename A, typename T, int V, typename P>
+__device__ __forceinline__ void start_chosen(A (&sum)[V], const PairChoice<T, V>& cell, P place) {
+    const unsigned spread = spread_place(static_cast<unsigned>(place));
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) {
+        const unsigned w = chosen_word(cell, k, spread);
+        T two[2];
+        memcpy(two, &w, sizeof(w));
+        sum[2 * k] = to_acc<A, T>(two[0]);
+        sum[2 * k + 1] = to_acc<A, T>(two[1]);
+    }
+}
+// The channel form's: its terms may be -0.0, which the add from 0 turns into +0.0.
+template <typename A, typename T, typename I, int V>
+__device__ __forceinline__ void start_chosen(A (&sum)[V], const CellChoice<T, I, V>& cell, I place) {
+    start_sum(sum);
+    add_chosen(sum, cell, place);
+}
+
 // One cell row's PairChoices of every thread of a block.
 template <typename T, int V> struct PassedPairs {
     SlotWords<unsigned, V / 2, kMaxCellsThreads> places;
@@ -920,10 +941,15 @@ __global__ void fractional_max_pool_grad_cells(
                 int buffer = 0, above = 2;  // passed[] of rows r and r - 1
                 Pack<T, V> held[kCarryCols];  // the last row scanned, which is the next cell's first
                 bool have_held = false;
+                // Each cell row's first input row is the previous one's end, carried: one bound loaded
+                // a cell row, and the row above's first (for height_above) taken from a register
+                // rather than loaded again after the barrier, where its wait held up the writes.
+                const I r_first = r0 > 0 ? r0 - 1 : r0;
+                I y0 = valid ? row_bounds[r_first] : I(0), y0_above = 0;
 #pragma unroll 1
-                for (I r = r0 > 0 ? r0 - 1 : r0; r < r1; ++r, above = buffer, buffer = buffer == 2 ? 0 : buffer + 1) {
+                for (I r = r_first; r < r1; ++r, above = buffer, buffer = buffer == 2 ? 0 : buffer + 1) {
                     const bool writes = r >= r0 && !halo;  // else a row above or the halo: scanned only
-                    const I y0 = valid ? row_bounds[r] : I(0), rows = valid ? row_bounds[r + 1] - y0 : I(0);
+                    const I y_end = valid ? row_bounds[r + 1] : I(0), rows = y_end - y0;
                     const I height = rows + (r + 1 < out_rows);  // the cell's rows: its region's and the next one's first
                     const I first = x_column + y0 * in_row;
                     const I o = o_column + r * o_row;
@@ -954,13 +980,17 @@ __global__ void fractional_max_pool_grad_cells(
                         // neighbour's choices are in registers at a time (all three at once: 119
                         // registers, 16 warps an SM on sm_90 for float16).
                         const bool has_up = r > 0;
-                        const I height_above = has_up ? y0 - row_bounds[r - 1] + 1 : I(0);
+                        // (r > r0 - 1: this thread's previous iteration was row r - 1)
+                        const I height_above = has_up ? y0 - y0_above + 1 : I(0);
                         const I up_first = (height_above - 1) * width;  // in the scan of the cell above
                         T* const dx = in_backprop + first;
                         {
                             A sum[V];
-                            start_sum(sum);
-                            if (has_up && has_left) add_chosen(sum, passed[above].get(left_slot), height_above * left_width - 1);
+                            if (has_up && has_left) {
+                                start_chosen(sum, passed[above].get(left_slot), height_above * left_width - 1);
+                            } else {
+                                start_sum(sum);
+                            }
                             if (has_up) add_chosen(sum, passed[above].get(slot), up_first);
                             if (has_left) add_chosen(sum, passed[buffer].get(left_slot), left_width - 1);
                             add_chosen(sum, own, I(0));
@@ -1024,6 +1054,8 @@ __global__ void fractional_max_pool_grad_cells(
                             }
                         }
                     }
+                    y0_above = y0;
+                    y0 = y_end;
                 }
                 __syncthreads();  // the last row's slots are read before the next block of columns writes them
             });

@@ -1153,6 +1153,47 @@ def test_overlapping_average_cells_wait_once_a_cell_row():
 
 
 @needs_tools
+def test_overlapping_max_cells_carry_their_row_bounds():
+    """The overlapping max pooling cells kernel carries each cell row's bounds in registers: the
+    row's end is the next row's first input row, and its first is the row above's, which the
+    corner's place in the cell above needs after the barrier.  So the cell-row loop loads one
+    bound a cell row and waits once fewer than when it loaded row_bounds[r - 1] there (the old
+    code, planted: float16, bfloat16 and float on sm_80 and sm_90).  And where the pairs keep
+    their terms +0 for "not chosen" (never -0.0), the corner widens its first term rather than
+    adding it to 0: the old start_sum + add_chosen, planted, has one FADD a channel more."""
+    from collections import Counter
+
+    from gradops.bench import static_cells
+
+    kernel = "gradops::fractional_max_pool_grad_cells"
+    only = [f"{kernel}<{t}, int, {v}, true>" for t, v in (("__half", 8), ("__nv_bfloat16", 8), ("float", 4))]
+    text = _build.source_code(sr.FRACTIONAL_MAX_SOURCE)
+    reload = ("has_up ? y0 - y0_above + 1 : I(0);", "has_up ? y0 - row_bounds[r - 1] + 1 : I(0);")
+    from_zero = ("start_chosen(sum, passed[above].get(left_slot)",
+                 "start_sum(sum);\n                                add_chosen(sum, passed[above].get(left_slot)")
+
+    def loops(planted=None):
+        texts = None
+        if planted:
+            assert text.count(planted[0]) == 1
+            texts = {sr.FRACTIONAL_MAX_SOURCE: text.replace(*planted)}
+        out = {}
+        for k in _sass.compile_kernels(("sm_80", "sm_90"), [sr.FRACTIONAL_MAX_SOURCE], only=only, texts=texts):
+            cell = static_cells._cell_loop(k)
+            counts = Counter(i.base for i in k.cfg.loop_instructions(cell))
+            out[k.arch, k.expression] = (k.cfg.loop_round_trips(cell), counts["LDG"], counts["FADD"])
+        return out
+
+    real, reloaded, added = loops(), loops(reload), loops(from_zero)
+    assert len(real) == 6
+    for key, (trips, loads, fadds) in real.items():
+        assert reloaded[key][:2] == (trips + 1, loads + 1), (key, real[key], reloaded[key])
+        pairs = "float," not in key[1] and (key[0] == "sm_90" or "__half" in key[1])  # bfloat16 pairs from sm_90
+        assert added[key][2] == fadds + (8 if pairs else 0), (key, real[key], added[key])
+    assert real["sm_90", only[0]][0] == 5 and real["sm_90", only[2]][0] == 3
+
+
+@needs_tools
 def test_fractional_sum_path_can_be_forced_for_a_gpu_test():
     """GRADOPS_FRACTIONAL_FAST_FP64 (never defined by the runtime) picks the overlapping cells'
     sum path on any arch, so a GPU test runs both on the GPU it has: 0 gives sm_90 sm_86's
