@@ -783,8 +783,9 @@ __device__ __forceinline__ Pack<T, V> two_cells(const PairChoice<T, V>& a, P a_p
     }
     return out;
 }
-// gather's float sum, one more cell (the region's first element).
-template <typename A, typename T, int V, typename P>
+// gather's float sum, one more cell (the region's first element); with START, the sum's first
+// term: 0 + the term is the term itself, never -0.0 (see above), so it is widened without the add.
+template <bool START = false, typename A, typename T, int V, typename P>
 __device__ __forceinline__ void add_chosen(A (&sum)[V], const PairChoice<T, V>& cell, P place) {
     const unsigned spread = spread_place(static_cast<unsigned>(place));
 #pragma unroll
@@ -792,24 +793,16 @@ __device__ __forceinline__ void add_chosen(A (&sum)[V], const PairChoice<T, V>& 
         const unsigned w = chosen_word(cell, k, spread);
         T two[2];
         memcpy(two, &w, sizeof(w));
-        sum[2 * k] += to_acc<A, T>(two[0]);  // + (+0) where not chosen: the same sum (never -0)
-        sum[2 * k + 1] += to_acc<A, T>(two[1]);
+        // + (+0) where not chosen: the same sum (never -0)
+        sum[2 * k] = START ? to_acc<A, T>(two[0]) : sum[2 * k] + to_acc<A, T>(two[0]);
+        sum[2 * k + 1] = START ? to_acc<A, T>(two[1]) : sum[2 * k + 1] + to_acc<A, T>(two[1]);
     }
 }
 
-// add_chosen's first term of a sum just started (start_sum): 0 + the term is the term itself,
-// never -0.0 (see above), so it is widened without the add.
+// add_chosen's first term of a sum just started (start_sum).
 template <typename A, typename T, int V, typename P>
 __device__ __forceinline__ void start_chosen(A (&sum)[V], const PairChoice<T, V>& cell, P place) {
-    const unsigned spread = spread_place(static_cast<unsigned>(place));
-#pragma unroll
-    for (int k = 0; k < V / 2; ++k) {
-        const unsigned w = chosen_word(cell, k, spread);
-        T two[2];
-        memcpy(two, &w, sizeof(w));
-        sum[2 * k] = to_acc<A, T>(two[0]);
-        sum[2 * k + 1] = to_acc<A, T>(two[1]);
-    }
+    add_chosen<true>(sum, cell, place);
 }
 // The channel form's: its terms may be -0.0, which the add from 0 turns into +0.0.
 template <typename A, typename T, typename I, int V>
