@@ -318,7 +318,8 @@ def check_fits_in_memory(op: str, where: str, result_shape, *arrays: Any, extra_
     broadcast or strided view may be copied by a backend) and ``extra_bytes`` (a copy the op
     itself makes), against the physical memory of the host, or the total memory of the GPU
     holding the arrays.  A call that passes may still run
-    out of memory when other work holds it; one that fails never could have run.
+    out of memory when other work holds it; one that fails never could have run.  An empty
+    result no NumPy array can take is refused first (:func:`check_result_shape`).
     """
     check_result_shape(op, result_shape, max((a.dtype.itemsize for a in arrays), default=_WORKING_ITEMSIZE))
     need = tensor_bytes(result_shape, *arrays) + extra_bytes
