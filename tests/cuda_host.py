@@ -44,6 +44,10 @@ written gets NaN or finite garbage that changes with the block and the order of 
 racecheck builds start automatic variables as 0xfe bytes (``RACECHECK_CXX_FLAGS``), as a GPU's
 registers hold garbage.
 
+``GRADOPS_HOST_BUILD_LOG=FILE`` appends a JSON line to FILE for each library g++ builds (source
+file, kernels, defines, whether from the checkout, seconds, the test): where a run's build time
+goes.
+
 What the stand-in cannot show: streams (every launch runs to completion at once), and
 anything about the real CuPy beyond the handful of functions gradops calls.
 """
@@ -53,6 +57,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import hashlib
+import json
 import math
 import os
 import re
@@ -60,6 +65,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 import types
 import weakref
 from functools import lru_cache
@@ -212,14 +218,17 @@ def _launchers_instantiations(arch: int | None) -> dict[str, tuple[str, ...]]:
 
 
 def _read_sources(source_dir: Path) -> tuple[str, dict[str, tuple[str, str]]]:
-    """(the folder's name and every .cu / .cuh file's text, for a build's digest; ``{kernel
-    name: (template parameters, max threads bound)}`` of each ``__launch_bounds__`` kernel)."""
+    """(every .cu / .cuh file's name and text, for a build's digest; ``{kernel name: (template
+    parameters, max threads bound)}`` of each ``__launch_bounds__`` kernel).  Not the folder's
+    name: a build reads the folder only through those files, so a planted-bug test's copy in a
+    new temporary folder each run reuses the library an earlier run built from the same text."""
     texts, bounded = [], {}
     for path in sorted(source_dir.glob("*.cu*")):
-        texts.append(path.read_text())
-        for params, bounds, name in LAUNCH_BOUNDS.findall(texts[-1]):
+        text = path.read_text()
+        texts.append(f"{path.name} {len(text)}\n{text}")  # each file by name: no two layouts join alike
+        for params, bounds, name in LAUNCH_BOUNDS.findall(text):
             bounded[name] = (params, max_threads_bound(bounds))
-    return str(source_dir) + "".join(texts), bounded
+    return "".join(texts), bounded
 
 
 def _library_text(filename: str, expressions: tuple[str, ...], source_dir: Path, defines: tuple[str, ...],
@@ -279,6 +288,19 @@ def _checkout_library_text(filename, expressions, source_dir, defines, racecheck
     return _library_text(filename, expressions, source_dir, defines, racecheck)
 
 
+def _log_build(filename, kernels, defines, checkout, seconds):
+    """Where ``GRADOPS_HOST_BUILD_LOG`` names a file, append a JSON line for a library g++ just
+    built: what a run's builds cost, by kind (the checkout's whole sources, edited copies,
+    racecheck, posed archs), which a cold run (CI's: a fresh temporary folder) pays in full."""
+    path = os.environ.get("GRADOPS_HOST_BUILD_LOG")
+    if not path:
+        return
+    row = {"file": filename, "kernels": kernels, "defines": list(defines), "checkout": checkout,
+           "seconds": round(seconds, 2), "test": os.environ.get("PYTEST_CURRENT_TEST", "")}
+    with open(path, "a") as log:  # a line in one append: the test workers share the file
+        log.write(json.dumps(row) + "\n")
+
+
 class HostKernels:
     """The instantiations of one .cu file, compiled for the host."""
 
@@ -323,6 +345,7 @@ class HostKernels:
                         pch = runtime_header_pch()
                         steps = [["g++", *HOST_CXX_FLAGS, "-shared", *defines, *([f"-I{pch}"] if pch else []),
                                   *includes, str(source), "-o", str(partial)]]
+                    started = time.perf_counter()
                     for step in steps:
                         build = subprocess.run(step, capture_output=True, text=True)
                         if build.returncode:
@@ -330,6 +353,8 @@ class HostKernels:
                     if racecheck:
                         objects.unlink()
                     partial.replace(library)  # atomic: a concurrent run never loads half a library
+                    _log_build(filename, len(self.expressions), defines, source_dir == CHECKOUT_SOURCES,
+                               time.perf_counter() - started)
         self._lib = ctypes.CDLL(str(library))
         variables = shared_variables(library, self._lib)
         if racecheck:

@@ -184,6 +184,49 @@ def test_workers_build_a_library_once(tmp_path):
     assert log.read_text().splitlines() == ["build"]
 
 
+def test_build_log_has_a_line_for_each_library_g_plus_plus_builds(tmp_path, monkeypatch):
+    """``GRADOPS_HOST_BUILD_LOG``: a library built gets one line (its file, kernels, defines, not
+    from the checkout, its seconds); a library read back from the build folder gets none."""
+    import json
+    import uuid
+
+    log = tmp_path / "builds.jsonl"
+    monkeypatch.setenv("GRADOPS_HOST_BUILD_LOG", str(log))
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
+    (tmp_path / "probe.cu").write_text(f"// {uuid.uuid4()}: a library no earlier run built\n{TEST_KERNELS}")
+    cuda_host.HostKernels("probe.cu", ["copy_one"], tmp_path, arch=75)
+    cuda_host.HostKernels("probe.cu", ["copy_one"], tmp_path, arch=75)
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(rows) == 1
+    row = rows[0]
+    assert (row["file"], row["kernels"], row["defines"], row["checkout"]) == (
+        "probe.cu", 1, ["-DGRADOPS_HOST_ARCH=750"], False)
+    assert row["seconds"] > 0 and "test_build_log_has_a_line" in row["test"]
+
+
+def test_the_same_sources_in_another_folder_reuse_their_library(tmp_path, monkeypatch):
+    """A library is named by what g++ reads, not by the folder: the same sources copied to a
+    second folder (a planted-bug test's copy, made anew each run) load the first folder's
+    library without a build; an edit in any file of the folder builds anew."""
+    import json
+    import uuid
+
+    log = tmp_path / "builds.jsonl"
+    monkeypatch.setenv("GRADOPS_HOST_BUILD_LOG", str(log))
+    text = f"// {uuid.uuid4()}: a library no earlier run built\n{TEST_KERNELS}"
+    folders = [tmp_path / name for name in ("first", "second", "edited")]
+    for folder in folders:
+        folder.mkdir()
+        shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", folder)
+        (folder / "probe.cu").write_text(text)
+    with open(folders[2] / "gradops_common.cuh", "a") as header:
+        header.write("// an edit in a header the kernel source includes\n")
+    first, second, edited = (cuda_host.HostKernels("probe.cu", ["copy_one"], folder) for folder in folders)
+    assert second._lib._name == first._lib._name != edited._lib._name
+    assert len(log.read_text().splitlines()) == 2
+    assert all(json.loads(line)["file"] == "probe.cu" for line in log.read_text().splitlines())
+
+
 def test_planted_devices_build_the_named_kernels_together(tmp_path, monkeypatch):
     """A device on edited sources builds the kernels named in ``build_together`` into one library
     when the first of them is asked for, and any other kernel alone; ``requested`` lists what
