@@ -166,16 +166,26 @@ cuda_host.HostKernels("probe.cu", ["copy_one"], sys.argv[3])
 """
 
 
+def new_probe_sources(folder, text=None):
+    """``folder`` holding gradops_common.cuh and a probe.cu of the test kernels under a fresh
+    comment (a library no earlier run built), or of ``text``; returns probe.cu's text."""
+    import uuid
+
+    folder.mkdir(exist_ok=True)
+    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", folder)
+    text = text or f"// {uuid.uuid4()}: a library no earlier run built\n{TEST_KERNELS}"
+    (folder / "probe.cu").write_text(text)
+    return text
+
+
 def test_workers_build_a_library_once(tmp_path):
     """Two processes (test workers) that need the same library at once: one runs g++, the other
     waits for it and loads what it wrote."""
     import os
     import subprocess
     import sys
-    import uuid
 
-    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
-    (tmp_path / "probe.cu").write_text(f"// {uuid.uuid4()}: a library no earlier run built\n{TEST_KERNELS}")
+    new_probe_sources(tmp_path)
     log = tmp_path / "builds.log"
     tests, root = str(cuda_host.HERE), str(cuda_host.HERE.parent)
     children = [subprocess.Popen([sys.executable, "-c", BUILD_ONCE_CHILD, tests, root, str(tmp_path), str(log)],
@@ -188,12 +198,10 @@ def test_build_log_has_a_line_for_each_library_g_plus_plus_builds(tmp_path, monk
     """``GRADOPS_HOST_BUILD_LOG``: a library built gets one line (its file, kernels, defines, not
     from the checkout, its seconds); a library read back from the build folder gets none."""
     import json
-    import uuid
 
     log = tmp_path / "builds.jsonl"
     monkeypatch.setenv("GRADOPS_HOST_BUILD_LOG", str(log))
-    shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", tmp_path)
-    (tmp_path / "probe.cu").write_text(f"// {uuid.uuid4()}: a library no earlier run built\n{TEST_KERNELS}")
+    new_probe_sources(tmp_path)
     cuda_host.HostKernels("probe.cu", ["copy_one"], tmp_path, arch=75)
     cuda_host.HostKernels("probe.cu", ["copy_one"], tmp_path, arch=75)
     rows = [json.loads(line) for line in log.read_text().splitlines()]
@@ -209,16 +217,13 @@ def test_the_same_sources_in_another_folder_reuse_their_library(tmp_path, monkey
     second folder (a planted-bug test's copy, made anew each run) load the first folder's
     library without a build; an edit in any file of the folder builds anew."""
     import json
-    import uuid
 
     log = tmp_path / "builds.jsonl"
     monkeypatch.setenv("GRADOPS_HOST_BUILD_LOG", str(log))
-    text = f"// {uuid.uuid4()}: a library no earlier run built\n{TEST_KERNELS}"
     folders = [tmp_path / name for name in ("first", "second", "edited")]
-    for folder in folders:
-        folder.mkdir()
-        shutil.copy(cuda_host._build.source_dir() / "gradops_common.cuh", folder)
-        (folder / "probe.cu").write_text(text)
+    text = new_probe_sources(folders[0])
+    for folder in folders[1:]:
+        new_probe_sources(folder, text)
     with open(folders[2] / "gradops_common.cuh", "a") as header:
         header.write("// an edit in a header the kernel source includes\n")
     first, second, edited = (cuda_host.HostKernels("probe.cu", ["copy_one"], folder) for folder in folders)
