@@ -164,6 +164,12 @@ def _shared_variable_offsets(library: str) -> tuple[tuple[int, int, str], ...]:
     return tuple((address - anchor, size, name) for address, size, name in variables)
 
 
+#: Whether a checkout build posing as an older GPU (HostDevice's compute_capability below
+#: sm_80, or build_as_arch) holds each kernel a test runs in its own library rather than the
+#: whole source: False builds the whole source once a pose, as before 2026-12-07.
+POSED_BUILDS_ALONE = True
+
+
 def _build_directory() -> Path:
     directory = Path(tempfile.gettempdir()) / "gradops_host_kernels"
     directory.mkdir(exist_ok=True)
@@ -922,21 +928,27 @@ class HostDevice:
     # ---- kernels
     def host_kernels(self, filename: str, expression: str) -> HostKernels:
         """The host build that runs ``expression`` (built on first use): every instantiation
-        of ``filename`` in one library for the real sources (cached on disk, shared by all
-        tests); for edited copies (``source_dir``, a planted bug per test) ``expression``
-        with the others of its file in ``build_together``, else alone."""
+        of ``filename`` in one library for the real sources as the newest GPU (cached on disk,
+        shared by all tests); for edited copies (``source_dir``, a planted bug per test)
+        ``expression`` with the others of its file in ``build_together``, else alone; for the
+        real sources posing as an older GPU (or ``build_as_arch``) ``expression`` alone too, as
+        that pose's tests run a few of a file's hundreds of kernels (a whole depthwise source
+        took 24-44 s of g++ a pose, 2026-12-07)."""
         if expression not in _instantiations(self.compute_capability).get(filename, ()):
             raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
                                   f"sm_{self.compute_capability}: on that GPU it would not be compiled")
         asked = self.requested.setdefault(filename, [])
         if expression not in asked:
             asked.append(expression)
+        # Before sm_80 the kernels take other code paths (WMMA for half types, where the
+        # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
+        older = self.compute_capability < FIRST_MMA_SYNC_ARCH or self.build_as_arch
         together = self.build_together.get(filename, ())
-        key = (filename, None if self.source_dir is None else together if expression in together else expression)
+        if self.source_dir is None:
+            key = (filename, expression if older and POSED_BUILDS_ALONE else None)
+        else:
+            key = (filename, together if expression in together else expression)
         if key not in self._kernels:
-            # Before sm_80 the kernels take other code paths (WMMA for half types, where the
-            # newest GPUs run ldmatrix + mma.sync): build what that GPU would compile, as it.
-            older = self.compute_capability < FIRST_MMA_SYNC_ARCH or self.build_as_arch
             if key[1] is None:
                 expressions = list(_instantiations(self.compute_capability if older else None)[filename])
             else:

@@ -257,6 +257,38 @@ def test_planted_devices_build_the_named_kernels_together(tmp_path, monkeypatch)
     assert together.signature(first) and alone.signature(other)
 
 
+@pytest.mark.parametrize("pose", [dict(compute_capability=75), dict(compute_capability=90, build_as_arch=True)],
+                         ids=["sm75", "sm90-as-arch"])
+def test_posed_checkout_devices_build_each_kernel_alone(monkeypatch, pose):
+    """A device on the checkout's sources posing as an older GPU (or building as its arch)
+    builds each kernel it is asked for in a library of its own, the newest-arch device the whole
+    file in one (shared by every test), and with POSED_BUILDS_ALONE off the posed device the
+    whole file as its arch compiles it (no g++ here: the builds are recorded, not made)."""
+    filename = "fractional_max_pool_grad.cu"
+    first, second = cuda_host._build.all_instantiations(pose["compute_capability"])[filename][:2]
+    built = []
+
+    def host_kernels(name, expressions, *args, arch=None, **kwargs):
+        built.append((name, list(expressions), arch))
+        return object()
+
+    monkeypatch.setattr(cuda_host, "HostKernels", host_kernels)
+    posed = cuda_host.HostDevice(**pose)
+    one = posed.host_kernels(filename, first)
+    assert posed.host_kernels(filename, first) is one and posed.host_kernels(filename, second) is not one
+    arch = pose["compute_capability"]
+    assert built == [(filename, [first], arch), (filename, [second], arch)]
+    built.clear()
+    newest = cuda_host.HostDevice()
+    assert newest.host_kernels(filename, first) is newest.host_kernels(filename, second)
+    assert built == [(filename, list(cuda_host._build.all_instantiations()[filename]), None)]
+    built.clear()
+    monkeypatch.setattr(cuda_host, "POSED_BUILDS_ALONE", False)
+    whole = cuda_host.HostDevice(**pose)
+    assert whole.host_kernels(filename, first) is whole.host_kernels(filename, second)
+    assert built == [(filename, list(cuda_host._build.all_instantiations(arch)[filename]), arch)]
+
+
 def test_barrier_orders_shared_memory(kernels):
     """With __syncthreads every order gives the same answer; without it the answer depends on
     which thread runs first, so running in two orders exposes the race."""
