@@ -933,7 +933,7 @@ class HostDevice:
         ``expression`` with the others of its file in ``build_together``, else alone; for the
         real sources posing as an older GPU (or ``build_as_arch``) ``expression`` alone too, as
         that pose's tests run a few of a file's hundreds of kernels (a whole depthwise source
-        took 24-44 s of g++ a pose, 2026-12-07)."""
+        took 16-30 s of g++ a pose, cold, 2026-12-07)."""
         if expression not in _instantiations(self.compute_capability).get(filename, ()):
             raise HostLaunchError(f"{expression} is not among the instantiations of {filename} for "
                                   f"sm_{self.compute_capability}: on that GPU it would not be compiled")

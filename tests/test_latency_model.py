@@ -120,6 +120,11 @@ def test_fit_script_refits_from_the_committed_samples(tmp_path):
     assert again["fit"] == committed["fit"] and again["left_out"] == pytest.approx(committed["left_out"])
     text = (folder / "latency_fit.md").read_text()
     assert "| **all** | 386 |" in text and "cpi 8.0" in text
+    # the committed constants are this run's fit: on its samples they err as the fit does
+    assert again["committed"]["fit"] == committed["fit"]
+    assert again["committed"]["rms_log"] == pytest.approx(again["rms_log"])
+    assert "- **The committed constants** (`latency_model.FIT`: cpi 8.0" in text
+    assert again["report_commit"] == committed["report_commit"] and again["device"] == committed["device"]
     # out of sample: the H100 run's kernels, which the fit never saw
     other = again["other_run"]
     for kind in ("estimate", "bound"):
