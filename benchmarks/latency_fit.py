@@ -207,8 +207,8 @@ def markdown(result: dict) -> str:
              f"{f['latency_factor']}, issue efficiency {f['issue_efficiency']}; rms of log(measured / "
              f"estimate) {result['rms_log']:.3f}.",
              *([f"- **The committed constants** (`latency_model.FIT`: cpi {c['fit']['cpi']}, latency factor "
-                f"{c['fit']['latency_factor']}, issue efficiency {c['fit']['issue_efficiency']}, fitted to the H200 "
-                f"run of 2026-11-28) on these kernels: rms of log(measured / estimate) {c['rms_log']:.3f}, geometric "
+                f"{c['fit']['latency_factor']}, issue efficiency {c['fit']['issue_efficiency']}: the static report's) "
+                f"on these kernels: rms of log(measured / estimate) {c['rms_log']:.3f}, geometric "
                 f"mean ratio {c['geomean_ratio']:.2f} ({c['min_ratio']:.2f}-{c['max_ratio']:.2f}), "
                 f"{c['within_1_5x']:.0%} within 1.5x."] if c else []),
              "- **Left out**: each family's error with the constants refitted without that family.",
