@@ -766,6 +766,20 @@ def test_empty_result_too_wide_to_widen_is_compared_by_shape():
         explicit_paddings=[0, 0, 0, 0, 2**62, 0, 0, 0])))
 
 
+def test_refused_call_on_a_swapped_broadcast_view_copies_only_what_it_owns():
+    """Found by the long fuzz run (2026-12-07): fractional_max_pool_grad on a byte-swapped
+    orig_input broadcast to [1, 2**20, 2, 2] with an orig_output that is not its max pooling is
+    refused by the backend's check (TF's), after the native-order copy, which took the view's
+    logical 8 MiB (bound: what the inputs own); the copy now keeps broadcast dimensions broadcast."""
+    orig_input = np.broadcast_to(np.ones(1, ">f2").reshape(1, 1, 1, 1), (1, 2**20, 2, 2))
+    kw = dict(orig_input=orig_input, orig_output=np.array([[[[0.6406, 0.1049]]]], np.float16),
+              out_backprop=np.array([[[[-0.5356, 0.3616]]]], np.float16), row_pooling_sequence=[0, 1],
+              col_pooling_sequence=[1, 2], overlapping=False)
+    result, error, peak = measure(gradops.fractional_max_pool_grad, kw)
+    assert isinstance(error, gradops.InvalidArgumentError) and "orig_output" in str(error)
+    check_memory("fractional_max_pool_grad", kw, result, peak)
+
+
 def test_forward_pooling_of_one_wide_row_stays_within_the_memory_bound():
     """Found by the fuzzer: fractional_avg_pool over a [1, 1, 2**20, 1] float16 broadcast view
     with rows [0, 0, 0] (two overlapping one-row cells) and cols [0, 0] summed rows first, and
