@@ -247,10 +247,11 @@ def poison(draw, x: np.ndarray, specials=(np.nan, np.inf, -np.inf)) -> np.ndarra
 
 
 @st.composite
-def conv_calls(draw, op=None):
-    """(op, kwargs, expected float64 result) of a valid convolution call on tiny shapes."""
+def conv_calls(draw, op=None, problems=conv_problems):
+    """(op, kwargs, expected float64 result) of a valid convolution call on tiny shapes
+    (``problems``: the strategy of its attributes, conv_cases.conv_problems by default)."""
     op = op or draw(st.sampled_from(CONV_OPS))
-    p = draw(conv_problems())
+    p = draw(problems())
     assume(valid_truncation(p))
     depthwise = op.startswith("depthwise")
     rng = np.random.default_rng(p["seed"])

@@ -3,7 +3,10 @@
 Each parity case runs ``tf.raw_ops.<Op>`` and the gradops op on the same NumPy inputs and
 compares the results (same shape, same dtype, values within a dtype-appropriate tolerance).
 The grids are enumerated at import time without TensorFlow; ``PARITY_CASES`` lists them all
-(``test_parity_case_count`` prints the breakdown).
+(``test_parity_case_count`` prints the breakdown).  Beside the grids, ``test_random_calls_match_tf``
+draws calls at random (the fuzzer's valid calls, every public op TF has, the V2 ops against
+TF's V1 op on the same shapes) and compares each one TF's CPU kernels run; ``-m slow`` adds a
+20,000-draw soak of it.
 
 Which dtypes TF registers on CPU (``kernels.get_registered_kernels_for_op``, TF 2.21):
 
@@ -34,7 +37,9 @@ deliberate extensions, covered by its own tests):
   rejects these too: they are error-parity cases)
 
 (With oneDNN on, TF 2.21 computes the first four classes, returns zeros for negative output
-sizes and ignores explicit_paddings given with SAME; it also aborts the whole process with a
+sizes, gives float32 / bfloat16 Conv2D and DepthwiseConv2dNative an output column of zeros
+where VALID leaves none (a 1-column input, a 2-column filter; its float16 / float64 kernels
+give the empty result) and ignores explicit_paddings given with SAME; it also aborts the whole process with a
 CHECK failure on several invalid calls: strides of 3 entries, 3-D input/filter, 1- or 3-entry
 input_sizes, negative 4-entry input_sizes.  Those crashers are deliberately kept out of
 ``ERROR_CASES`` so that the file is safe with either setting.)
@@ -970,3 +975,182 @@ def test_name_is_accepted_and_ignored_as_in_tf_eager(tf, name):
                                               padding="VALID", name=name).numpy()
     got = gradops.conv2d_backprop_input(x.shape, f, dy, [1, 1, 1, 1], "VALID", name=name)
     np.testing.assert_array_equal(got, expected)
+
+
+# --------------------------------------------------------------------------- random draws
+
+# The grids above enumerate configuration classes; these properties draw calls at random (the
+# fuzzer's valid-call strategies, tests/test_fuzz.py, on tiny shapes, with NaN / Inf, strided,
+# byte-swapped and list inputs) and compare every one TF's CPU kernels run.  A call TF refuses
+# must be refused for one of the reasons in TF_EXTENSION_REFUSALS (gradops' extensions, listed
+# in the module docstring), or be refused by gradops too.
+
+from hypothesis import event, given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from conv_cases import conv_problems  # noqa: E402
+from test_fuzz import CI, LONG, conv_calls, pool_calls  # noqa: E402
+
+#: gradops op -> (TF raw op, the TF argument a V2 op's shape tensor becomes).
+RANDOM_OPS = {
+    "conv2d": ("Conv2D", None),
+    "conv2d_backprop_filter": ("Conv2DBackpropFilter", None),
+    "conv2d_backprop_filter_v2": ("Conv2DBackpropFilter", ("filter", "filter_sizes")),
+    "conv2d_backprop_input": ("Conv2DBackpropInput", None),
+    "conv2d_backprop_input_v2": ("Conv2DBackpropInput", ("input", "input_sizes")),
+    "depthwise_conv2d_native": ("DepthwiseConv2dNative", None),
+    "depthwise_conv2d_native_backprop_filter": ("DepthwiseConv2dNativeBackpropFilter", None),
+    "depthwise_conv2d_native_backprop_input": ("DepthwiseConv2dNativeBackpropInput", None),
+    "fractional_avg_pool_grad": ("FractionalAvgPoolGrad", None),
+    "fractional_max_pool_grad": ("FractionalMaxPoolGrad", None),
+}
+#: How TF 2.21's stock CPU kernels word their refusal of the classes gradops computes on purpose.
+TF_EXTENSION_REFUSALS = (
+    "do not yet support dilation rates larger than 1",
+    "Gradients for grouped convolutions are not supported on CPU",
+    "filter_size does not have enough elements",  # a grouped filter gradient: in_depth / groups
+    "only supports equal length strides in the row and column dimensions",
+    "only supports NHWC", "only supports the NHWC tensor format",
+    "Value for attr 'T' of half is not in the list", "Value for attr 'T' of bfloat16 is not in the list",
+)
+
+
+@st.composite
+def tf_shaped_problems(draw):
+    """conv_problems leaning toward what TF's CPU kernels run: NHWC, mostly no dilation and one
+    group, equal strides half the time (depthwise needs them), maps up to 9 x 9."""
+    p = draw(conv_problems())
+    p.update(layout="NHWC", h=draw(st.integers(1, 9)), w=draw(st.integers(1, 9)))
+    if draw(st.integers(0, 4)):
+        p["dilations"] = (1, 1)
+        if draw(st.booleans()):
+            p["groups"] = 1
+    if draw(st.booleans()):
+        p["strides"] = (p["strides"][0], p["strides"][0])
+    return p
+
+
+def random_tf_calls():
+    return st.one_of(conv_calls(problems=tf_shaped_problems), pool_calls())
+
+
+def _as_tf_argument(value):
+    """A dressed argument as TF takes it: native byte order, C order, nested lists as float64."""
+    if isinstance(value, list) and value and isinstance(value[0], list):
+        return np.asarray(value, np.float64)
+    if isinstance(value, np.ndarray):
+        return np.ascontiguousarray(value.astype(value.dtype.newbyteorder("=")))
+    return value
+
+
+def _tf_call(op, kwargs):
+    """(TF raw op name, its arguments) of a gradops call."""
+    name, v2 = RANDOM_OPS[op]
+    args = {key: _as_tf_argument(value) for key, value in kwargs.items() if key != "use_cudnn_on_gpu"}
+    if v2:
+        tensor, sizes = v2
+        args[sizes] = np.asarray(np.shape(args.pop(tensor)), np.int32)
+    for key in ("filter_sizes", "input_sizes"):
+        if key in args:
+            args[key] = np.asarray(args[key], np.int32)
+    for key in ("orig_input_tensor_shape", "row_pooling_sequence", "col_pooling_sequence"):
+        if key in args:
+            args[key] = np.asarray(args[key], np.int64)
+    for key in ("strides", "dilations", "explicit_paddings"):
+        if key in args:
+            args[key] = [int(v) for v in np.asarray(args[key]).reshape(-1)]
+    if "overlapping" in args:
+        args["overlapping"] = bool(args["overlapping"])
+    return name, args
+
+
+def _not_finite(args):
+    return any(isinstance(v, np.ndarray) and v.dtype.kind in "fV" and v.size
+               and not np.isfinite(v.astype(np.float64)).all() for v in args.values())
+
+
+def check_random_call_against_tf(tf, call):
+    op, kwargs, _, dtype = call
+    if op not in RANDOM_OPS:
+        return  # the forward fractional poolings: TF draws its own sequences
+    name, args = _tf_call(op, kwargs)
+    if op.startswith("depthwise") and any(d != 1 for d in args["dilations"]):
+        return  # TF ignores the attribute; gradops honours it (module docstring)
+    if op.startswith("depthwise_conv2d_native_backprop_input") and np.size(args["input_sizes"]) == 2:
+        return  # only Conv2DBackpropInput takes [rows, cols]
+    if "backprop_filter" in op and np.size(args["out_backprop"]) == 0:
+        return  # TF's uninitialised filter gradient (module docstring)
+    try:
+        want = getattr(tf.raw_ops, name)(**args).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as error:
+        message = str(error)
+        if any(reason in message for reason in TF_EXTENSION_REFUSALS):
+            event(f"TF refuses {op} (a gradops extension)")
+            return
+        with pytest.raises(gradops.InvalidArgumentError):
+            getattr(gradops, op)(**kwargs)
+        return
+    got = getattr(gradops, op)(**kwargs)
+    event(f"compared {op}")
+    assert isinstance(got, np.ndarray) and got.shape == want.shape and got.dtype == want.dtype, \
+        (got.shape, got.dtype, want.shape, want.dtype)
+    if op == "fractional_max_pool_grad" or np.dtype(dtype).kind in "iu":
+        np.testing.assert_array_equal(got, want)  # TF's selection and summation order
+        return
+    a, e = got.astype(np.float64), want.astype(np.float64)
+    if "padding" in args and _not_finite(args):
+        # TF multiplies Inf / NaN by the zeros of padded or missing out_backprop positions;
+        # gradops skips those taps (README, "Semantics"): TF's NaN there, gradops' finite sum.
+        e = np.where(np.isnan(e) & ~np.isnan(a), a, e)
+    np.testing.assert_array_equal(np.isnan(a), np.isnan(e), err_msg="NaN positions differ")
+    np.testing.assert_array_equal(a[np.isinf(e)], e[np.isinf(e)], err_msg="Inf positions differ")
+    finite = np.isfinite(e)
+    np.testing.assert_array_equal(np.isfinite(a), finite, err_msg="Inf positions differ")
+    if finite.any():
+        scale = max(1.0, float(np.max(np.abs(e[finite]))))
+        assert float(np.max(np.abs(a[finite] - e[finite]))) <= 4 * RTOL[np.dtype(dtype)] * scale
+
+
+@settings(CI, max_examples=800)
+@given(call=random_tf_calls())
+def test_random_calls_match_tf(tf, call):
+    check_random_call_against_tf(tf, call)
+
+
+@pytest.mark.slow
+@settings(LONG)
+@given(call=random_tf_calls())
+def test_random_calls_match_tf_long(tf, call):
+    check_random_call_against_tf(tf, call)
+
+
+#: Planted errors the random comparison must catch: (op, a wrong answer made from the right one).
+PLANTED = {
+    "v2 input gradient, rows reversed": ("conv2d_backprop_input_v2", lambda r: np.ascontiguousarray(r[:, ::-1])),
+    "max pooling gradient, one element an ulp off": (
+        "fractional_max_pool_grad",
+        lambda r: np.concatenate([(np.nextafter(r.reshape(-1)[:1], np.inf) if r.dtype.kind == "f"
+                                   else r.reshape(-1)[:1] + 1).astype(r.dtype), r.reshape(-1)[1:]]).reshape(r.shape)),
+    "depthwise filter gradient, 1e-3 too large": (
+        "depthwise_conv2d_native_backprop_filter", lambda r: (r.astype(np.float64) * (1 + 1e-3)).astype(r.dtype)),
+    "integer average pooling gradient, one too large": (
+        "fractional_avg_pool_grad", lambda r: r + 1 if r.dtype.kind == "i" else r),
+}
+
+
+@pytest.mark.parametrize("plant", PLANTED)
+def test_random_comparison_catches_planted_errors(tf, monkeypatch, plant):
+    """The property above, at its CI size, fails on each planted wrong answer (no shrinking)."""
+    from hypothesis import Phase
+
+    op, wrong = PLANTED[plant]
+    right = getattr(gradops, op)
+    monkeypatch.setattr(gradops, op, lambda *a, **k: (lambda r: wrong(r) if r.size else r)(right(*a, **k)))
+
+    @settings(CI, max_examples=800, database=None, phases=[Phase.generate])
+    @given(call=random_tf_calls())
+    def comparison(call):
+        check_random_call_against_tf(tf, call)
+
+    with pytest.raises(AssertionError):
+        comparison()
