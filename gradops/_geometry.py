@@ -26,6 +26,7 @@ DATA_FORMATS = ("NHWC", "NCHW")
 # (strides, dilations, explicit_paddings) and sizes are int64 too.
 MAX_ELEMENTS = 2**63 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1
 
 
 # --------------------------------------------------------------------------- attributes
@@ -74,6 +75,11 @@ def int_list(op: str, name: str, value: Any, length: int | None = None) -> list[
 def _spatial_attr(op: str, name: str, value: Any, data_format: str, what: str) -> tuple[int, int]:
     """(rows, cols) of a 4-entry ``strides``/``dilations`` list; batch and depth must be 1."""
     values = int_list(op, name, value, 4)
+    # TF's convolution kernels read both attributes as int32 lists, refusing any other value
+    # before they look at it (its depthwise gradients, which ignore dilations, read only strides).
+    for v in values:
+        if not INT32_MIN <= v <= INT32_MAX:
+            raise InvalidArgumentError(f"{op}: {name} has value {v} out of range for an int32, got {values}")
     n, h, w, c = (data_format.index(d) for d in "NHWC")
     if values[n] != 1 or values[c] != 1:
         raise InvalidArgumentError(
@@ -348,7 +354,21 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
                 f"computed = {dim.output_size} [input: {dim.input_size}, filter: {dim.filter_size}, "
                 f"stride: {dim.stride}, dilation: {dim.dilation}, padding: {padding}]")
     if forward:
-        check_shape(op, "output", from_nhwc(batch, rows.output_size, cols.output_size, out_depth, data_format))
+        output_shape = check_shape(op, "output", from_nhwc(batch, rows.output_size, cols.output_size, out_depth,
+                                                           data_format))
+        # TF's Conv2D returns an empty output at once, then refuses an empty filter (its CPU and
+        # GPU launchers: "filter must not have zero elements"); DepthwiseConv2dNative and the
+        # gradients compute it (zeros), as gradops does.
+        if not depthwise and 0 in filter_shape and 0 not in output_shape:
+            raise InvalidArgumentError(
+                f"{op}: filter must not have zero elements (i.e. all dimensions must be non-zero), got "
+                f"{filter_name} {list(filter_shape)} for an output of {list(output_shape)}")
+        # ... and explicit paddings its int offsets cannot hold (TF: "filter too large").
+        if not depthwise and explicit and max(max(explicit[0]), max(explicit[1])) >= INT32_MAX \
+                and 0 not in output_shape:
+            raise InvalidArgumentError(
+                f"{op}: explicit_paddings must be below 2**31 - 1, as TF's Conv2D requires, got "
+                f"{[*explicit[0], *explicit[1]]} (top, bottom, left, right)")
 
     return Conv2DGeometry(
         data_format=data_format, batch=batch, in_rows=in_rows, in_cols=in_cols, in_depth=in_depth,
