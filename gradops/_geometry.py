@@ -23,7 +23,8 @@ PADDINGS = ("SAME", "VALID", "EXPLICIT")
 DATA_FORMATS = ("NHWC", "NCHW")
 
 # TensorShape refuses shapes of more elements than an int64 holds; TF's integer attributes
-# (strides, dilations, explicit_paddings) and sizes are int64 too.
+# (strides, dilations, explicit_paddings) and sizes are int64 too, though its convolution
+# kernels read strides and dilations as int32 (see _spatial_attr).
 MAX_ELEMENTS = 2**63 - 1
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 INT32_MIN, INT32_MAX = -(2**31), 2**31 - 1

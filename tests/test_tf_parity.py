@@ -6,8 +6,8 @@ The grids are enumerated at import time without TensorFlow; ``PARITY_CASES`` lis
 (``test_parity_case_count`` prints the breakdown).  Beside the grids, ``test_random_calls_match_tf``
 draws calls at random (the fuzzer's valid calls, every public op TF has, the V2 ops against
 TF's V1 op on the same shapes) and compares each one TF's CPU kernels run; ``-m slow`` adds a
-20,000-draw soak of it, and one of the fuzzer's hostile calls that gradops accepts, sent to TF
-in a worker process (``test_accepted_hostile_calls_agree_with_tf_long``).
+20,000-draw soak of it, and a soak of the fuzzer's hostile calls that gradops accepts, each
+sent to TF in a worker process (``test_accepted_hostile_calls_agree_with_tf_long``).
 
 Which dtypes TF registers on CPU (``kernels.get_registered_kernels_for_op``, TF 2.21):
 
@@ -40,8 +40,8 @@ deliberate extensions, covered by its own tests):
 (With oneDNN on, TF 2.21 computes the first four classes, returns zeros for negative output
 sizes, gives float32 / bfloat16 Conv2D and DepthwiseConv2dNative an output column of zeros
 where VALID leaves none (a 1-column input, a 2-column filter; its float16 / float64 kernels
-give the empty result) and ignores explicit_paddings given with SAME; it also aborts the whole process with a
-CHECK failure on several invalid calls: strides of 3 entries, 3-D input/filter, 1- or 3-entry
+give the empty result) and ignores explicit_paddings given with SAME; it also aborts the
+whole process with a CHECK failure on several invalid calls: strides of 3 entries, 3-D input/filter, 1- or 3-entry
 input_sizes, negative 4-entry input_sizes.  Those crashers are deliberately kept out of
 ``ERROR_CASES`` so that the file is safe with either setting.)
 
