@@ -357,19 +357,18 @@ def conv2d_geometry(op: str, input_shape: Sequence[int], filter_shape: Sequence[
     if forward:
         output_shape = check_shape(op, "output", from_nhwc(batch, rows.output_size, cols.output_size, out_depth,
                                                            data_format))
-        # TF's Conv2D returns an empty output at once, then refuses an empty filter (its CPU and
-        # GPU launchers: "filter must not have zero elements"); DepthwiseConv2dNative and the
-        # gradients compute it (zeros), as gradops does.
-        if not depthwise and 0 in filter_shape and 0 not in output_shape:
-            raise InvalidArgumentError(
-                f"{op}: filter must not have zero elements (i.e. all dimensions must be non-zero), got "
-                f"{filter_name} {list(filter_shape)} for an output of {list(output_shape)}")
-        # ... and explicit paddings its int offsets cannot hold (TF: "filter too large").
-        if not depthwise and explicit and max(max(explicit[0]), max(explicit[1])) >= INT32_MAX \
-                and 0 not in output_shape:
-            raise InvalidArgumentError(
-                f"{op}: explicit_paddings must be below 2**31 - 1, as TF's Conv2D requires, got "
-                f"{[*explicit[0], *explicit[1]]} (top, bottom, left, right)")
+        # TF's Conv2D returns an empty output at once, then its launchers refuse an empty filter
+        # ("filter must not have zero elements") and explicit paddings their int offsets cannot
+        # hold ("filter too large"); DepthwiseConv2dNative and the gradients compute both.
+        if not depthwise and 0 not in output_shape:
+            if 0 in filter_shape:
+                raise InvalidArgumentError(
+                    f"{op}: filter must not have zero elements (i.e. all dimensions must be non-zero), got "
+                    f"{filter_name} {list(filter_shape)} for an output of {list(output_shape)}")
+            if explicit and max(*explicit[0], *explicit[1]) >= INT32_MAX:
+                raise InvalidArgumentError(
+                    f"{op}: explicit_paddings must be below 2**31 - 1, as TF's Conv2D requires, got "
+                    f"{[*explicit[0], *explicit[1]]} (top, bottom, left, right)")
 
     return Conv2DGeometry(
         data_format=data_format, batch=batch, in_rows=in_rows, in_cols=in_cols, in_depth=in_depth,
